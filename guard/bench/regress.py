@@ -1,0 +1,341 @@
+"""Regression statistics: is HEAD slower than BASE, beyond noise?
+
+A verdict needs two things (asv's rule): the difference is *significant* (a one-sided
+non-parametric test rejects "no change" at ``alpha`` and the confidence interval of the
+ratio excludes 1) and it is *large* (the point estimate of head/base exceeds
+``1 + threshold``). Either alone is wrong on shared runners: significance alone flags a
+real but harmless 0.3% on 50,000 samples; size alone is a coin toss on one noisy mean.
+
+Two designs, two estimators:
+
+- unpaired (two results files, measured at different times): ratio of medians,
+  Mann-Whitney U each way, percentile bootstrap CI (scipy.stats.bootstrap).
+- paired (interleaved A/B in one process): per-pair log ratios log(h_i / b_i), whose
+  median is the estimate; Wilcoxon signed-rank each way; a distribution-free CI for that
+  median from binomial order statistics. Pairing cancels drift and contention bursts that
+  hit both sides, which is why interleaving needs far fewer samples.
+
+The threshold is ``max(regress_pct, noise_k * noise_pct)``: ``noise_pct`` is the A/A
+spread that ``guard calibrate`` measured for this benchmark, so a benchmark known to swing
+8% between identical runs is not judged on a 3% threshold.
+
+Verdicts: ``regressed`` (significantly slower and large), ``improved`` (the mirror),
+``pass`` (the CI rules out a regression beyond the threshold), ``inconclusive`` (none of
+these: measure more). ``mde_pct`` is the smallest slowdown this comparison would flag with
+probability ``power``: the larger of the threshold and what the noise allows.
+
+Optional stopping inflates false positives, so the adaptive driver spends ``alpha`` over
+its looks (Bonferroni over a geometric schedule of at most ``max_looks`` looks).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+from scipy import stats
+
+from guard.errors import UsageError
+
+PASS = "pass"
+REGRESSED = "regressed"
+IMPROVED = "improved"
+INCONCLUSIVE = "inconclusive"
+VERDICTS = (PASS, REGRESSED, IMPROVED, INCONCLUSIVE)
+
+# A 3% creep is the kind a fixed percentage on one mean misses; suites may raise it.
+DEFAULT_REGRESS_PCT = 3.0
+
+
+@dataclass(frozen=True)
+class RegressConfig:
+    """How a comparison is judged. ``alpha`` is one-sided per direction."""
+
+    regress_pct: float = DEFAULT_REGRESS_PCT
+    alpha: float = 0.01
+    noise_pct: float | None = None
+    noise_k: float = 1.0
+    power: float = 0.8
+    n_boot: int = 2000
+    min_samples: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.alpha < 0.5:
+            raise UsageError(f"alpha must be in (0, 0.5), got {self.alpha}")
+        if self.regress_pct < 0:
+            raise UsageError(f"regress_pct must be >= 0, got {self.regress_pct}")
+        if self.noise_pct is not None and self.noise_pct < 0:
+            raise UsageError(f"noise_pct must be >= 0, got {self.noise_pct}")
+
+    @property
+    def threshold_pct(self) -> float:
+        noise = (self.noise_pct or 0.0) * self.noise_k
+        return max(self.regress_pct, noise)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One head-vs-base judgement. ``ratio`` is head/base latency (>1 is slower)."""
+
+    verdict: str
+    ratio: float
+    ci: tuple[float, float]
+    p_slower: float
+    p_faster: float
+    threshold_pct: float
+    mde_pct: float
+    n_base: int
+    n_head: int
+    method: str
+    alpha: float
+    reason: str
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ci"] = list(self.ci)
+        return d
+
+
+def _clean(samples: Sequence[float], side: str) -> np.ndarray:
+    a = np.asarray(samples, dtype=float).ravel()
+    if a.size and (not np.all(np.isfinite(a)) or np.any(a <= 0)):
+        raise UsageError(f"{side} samples must be finite and positive latencies")
+    return a
+
+
+def _decide(
+    ratio: float,
+    lo: float,
+    hi: float,
+    p_slower: float,
+    p_faster: float,
+    cfg: RegressConfig,
+    alpha: float,
+) -> tuple[str, str]:
+    t = cfg.threshold_pct / 100.0
+    slower = p_slower < alpha and lo > 1.0
+    faster = p_faster < alpha and hi < 1.0
+    pct = (ratio - 1.0) * 100.0
+    if slower and ratio >= 1.0 + t:
+        return REGRESSED, f"{pct:+.1f}% is significant (p={p_slower:.2g}) and above {t * 100:.1f}%"
+    if faster and ratio <= 1.0 / (1.0 + t):
+        return IMPROVED, f"{pct:+.1f}% is significant (p={p_faster:.2g}) and beyond -{t * 100:.1f}%"
+    if hi < 1.0 + t:
+        return PASS, f"CI upper bound {(hi - 1) * 100:+.1f}% is below the {t * 100:.1f}% threshold"
+    if slower:
+        why = f"significantly slower ({pct:+.1f}%) but the estimate is under {t * 100:.1f}%"
+    else:
+        why = f"CI [{(lo - 1) * 100:+.1f}%, {(hi - 1) * 100:+.1f}%] straddles the {t * 100:.1f}% threshold"
+    return INCONCLUSIVE, why
+
+
+def _mde_pct(lo: float, hi: float, cfg: RegressConfig, alpha: float) -> float:
+    """Smallest slowdown flagged with probability ``cfg.power``, from the CI's width."""
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo > 0):
+        return math.inf
+    z_a = stats.norm.ppf(1 - alpha)
+    se = (math.log(hi) - math.log(lo)) / (2 * z_a)
+    stat_mde = (math.exp((z_a + stats.norm.ppf(cfg.power)) * se) - 1.0) * 100.0
+    return max(cfg.threshold_pct, stat_mde)
+
+
+def _too_few(n_base: int, n_head: int, cfg: RegressConfig, method: str, alpha: float) -> Comparison:
+    return Comparison(
+        verdict=INCONCLUSIVE,
+        ratio=math.nan,
+        ci=(math.nan, math.nan),
+        p_slower=1.0,
+        p_faster=1.0,
+        threshold_pct=cfg.threshold_pct,
+        mde_pct=math.inf,
+        n_base=n_base,
+        n_head=n_head,
+        method=method,
+        alpha=alpha,
+        reason=f"too few samples ({n_base} base, {n_head} head; need {cfg.min_samples})",
+    )
+
+
+def compare_unpaired(
+    base: Sequence[float],
+    head: Sequence[float],
+    config: RegressConfig | None = None,
+    *,
+    alpha: float | None = None,
+) -> Comparison:
+    """Judge two independent sample sets (ms). ``alpha`` overrides ``config.alpha``."""
+    cfg = config or RegressConfig()
+    a = cfg.alpha if alpha is None else alpha
+    method = "mann-whitney+bootstrap"
+    b, h = _clean(base, "base"), _clean(head, "head")
+    if min(b.size, h.size) < cfg.min_samples:
+        return _too_few(b.size, h.size, cfg, method, a)
+    ratio = float(np.median(h) / np.median(b))
+    p_slower = float(stats.mannwhitneyu(h, b, alternative="greater").pvalue)
+    p_faster = float(stats.mannwhitneyu(h, b, alternative="less").pvalue)
+    if np.all(h == h[0]) and np.all(b == b[0]):
+        lo = hi = ratio  # degenerate: no spread, the bootstrap has nothing to say
+    else:
+        res = stats.bootstrap(
+            (h, b),
+            lambda x, y, axis: np.median(x, axis=axis) / np.median(y, axis=axis),
+            paired=False,
+            vectorized=True,
+            n_resamples=cfg.n_boot,
+            batch=max(1, int(2e7 // max(h.size, b.size))),
+            confidence_level=1 - 2 * a,
+            method="percentile",
+            rng=np.random.default_rng(cfg.seed),
+        )
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    verdict, reason = _decide(ratio, lo, hi, p_slower, p_faster, cfg, a)
+    return Comparison(
+        verdict, ratio, (lo, hi), p_slower, p_faster, cfg.threshold_pct,
+        _mde_pct(lo, hi, cfg, a), int(b.size), int(h.size), method, a, reason,
+    )  # fmt: skip
+
+
+def median_ci(x: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Distribution-free CI for the median with coverage >= 1 - 2*alpha (order statistics)."""
+    s = np.sort(x)
+    n = s.size
+    k = int(stats.binom.ppf(alpha, n, 0.5))  # P(Bin(n, 1/2) <= k-1) < alpha
+    if k < 1:
+        return -math.inf, math.inf
+    return float(s[k - 1]), float(s[n - k])
+
+
+def compare_paired(
+    base: Sequence[float],
+    head: Sequence[float],
+    config: RegressConfig | None = None,
+    *,
+    alpha: float | None = None,
+) -> Comparison:
+    """Judge interleaved pairs: ``base[i]`` and ``head[i]`` were measured side by side."""
+    cfg = config or RegressConfig()
+    a = cfg.alpha if alpha is None else alpha
+    method = "wilcoxon-paired"
+    b, h = _clean(base, "base"), _clean(head, "head")
+    if b.size != h.size:
+        raise UsageError(f"paired samples need equal lengths, got {b.size} base and {h.size} head")
+    if b.size < cfg.min_samples:
+        return _too_few(b.size, h.size, cfg, method, a)
+    logr = np.log(h) - np.log(b)
+    ratio = float(math.exp(np.median(logr)))
+    if np.all(logr == 0):
+        p_slower = p_faster = 1.0
+    else:
+        p_slower = float(stats.wilcoxon(logr, alternative="greater").pvalue)
+        p_faster = float(stats.wilcoxon(logr, alternative="less").pvalue)
+    llo, lhi = median_ci(logr, a)
+    lo, hi = math.exp(llo), math.exp(lhi)
+    verdict, reason = _decide(ratio, lo, hi, p_slower, p_faster, cfg, a)
+    return Comparison(
+        verdict, ratio, (lo, hi), p_slower, p_faster, cfg.threshold_pct,
+        _mde_pct(lo, hi, cfg, a), int(b.size), int(h.size), method, a, reason,
+    )  # fmt: skip
+
+
+# --- adaptive measurement ----------------------------------------------------------------
+
+Sampler = Callable[[int], tuple[Sequence[float], Sequence[float]]]
+
+
+@dataclass(frozen=True)
+class Look:
+    n: int
+    elapsed_s: float
+    verdict: str
+    ratio: float
+
+
+@dataclass
+class AdaptiveResult:
+    comparison: Comparison
+    base: list[float]
+    head: list[float]
+    looks: list[Look] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    stopped: str = ""  # "conclusive" | "budget" | "max_looks"
+
+    def to_dict(self) -> dict:
+        d = self.comparison.to_dict()
+        d.update(
+            looks=[asdict(lk) for lk in self.looks],
+            elapsed_s=self.elapsed_s,
+            stopped=self.stopped,
+        )
+        return d
+
+
+def measure_until_conclusive(
+    sample: Sampler,
+    *,
+    paired: bool,
+    config: RegressConfig | None = None,
+    budget_s: float = 10.0,
+    initial: int = 50,
+    max_looks: int = 6,
+    clock: Callable[[], float] = time.monotonic,
+) -> AdaptiveResult:
+    """Draw samples from ``sample(n) -> (base, head)`` until a verdict is conclusive.
+
+    Looks happen at ``initial * 2**k`` samples per side. Each look tests at
+    ``alpha / max_looks`` so the whole procedure keeps its false-positive rate. The next
+    batch is only drawn if the last batch's rate says it fits in the remaining budget
+    (``budget_s`` is wall time for both sides together, measured with ``clock``).
+    """
+    cfg = config or RegressConfig()
+    if initial < 1 or max_looks < 1:
+        raise UsageError("initial and max_looks must be >= 1")
+    judge = compare_paired if paired else compare_unpaired
+    look_alpha = cfg.alpha / max_looks
+    base: list[float] = []
+    head: list[float] = []
+    looks: list[Look] = []
+    t0 = clock()
+    want = initial
+    comp: Comparison | None = None
+    stopped = "max_looks"
+    for _ in range(max_looks):
+        t_batch = clock()
+        nb, nh = sample(want - len(base))
+        base.extend(float(x) for x in nb)
+        head.extend(float(x) for x in nh)
+        batch_s = clock() - t_batch
+        comp = judge(base, head, cfg, alpha=look_alpha)
+        elapsed = clock() - t0
+        looks.append(Look(len(base), elapsed, comp.verdict, comp.ratio))
+        if comp.verdict != INCONCLUSIVE:
+            stopped = "conclusive"
+            break
+        # Doubling draws as many new samples as we have: it costs about (n_new/n_last) * batch_s.
+        n_last = max(1, len(nb))
+        next_cost = batch_s * (len(base) / n_last)
+        if elapsed + next_cost > budget_s:
+            stopped = "budget"
+            break
+        want = 2 * len(base)
+    assert comp is not None
+    return AdaptiveResult(comp, base, head, looks, clock() - t0, stopped)
+
+
+def judge(
+    base: Sequence[float],
+    head: Sequence[float],
+    config: RegressConfig | None = None,
+    *,
+    paired: bool = False,
+) -> Comparison:
+    """Dispatch to the paired or unpaired comparison."""
+    return (compare_paired if paired else compare_unpaired)(base, head, config)
+
+
+def with_noise(config: RegressConfig, noise_pct: float | None) -> RegressConfig:
+    """The same config with a calibrated noise level (None keeps the old one)."""
+    return config if noise_pct is None else replace(config, noise_pct=noise_pct)

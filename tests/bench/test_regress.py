@@ -1,0 +1,216 @@
+"""Regression statistics on synthetic samples: no real timing anywhere."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from guard.bench import regress as R
+from guard.errors import UsageError
+
+
+def latencies(rng: np.random.Generator, n: int, factor: float = 1.0, sigma: float = 0.05):
+    """Lognormal body with a 5% heavy right tail, like a contended runner."""
+    body = np.exp(rng.normal(0.0, sigma, n))
+    tail = 1.0 + (rng.random(n) < 0.05) * rng.exponential(0.5, n)
+    return 10.0 * factor * body * tail
+
+
+def paired(rng: np.random.Generator, n: int, factor: float = 1.0):
+    """Pairs share a per-pair contention level, as interleaved runs do."""
+    contention = np.exp(rng.normal(0.0, 0.2, n))
+    b = latencies(rng, n) * contention
+    h = latencies(rng, n, factor) * contention
+    return b, h
+
+
+@pytest.mark.parametrize("mode", ["unpaired", "paired"])
+def test_aa_false_regressions_stay_under_alpha(mode):
+    rng = np.random.default_rng(7)
+    cfg = R.RegressConfig(n_boot=400)
+    verdicts = []
+    for _ in range(200):
+        if mode == "paired":
+            b, h = paired(rng, 200)
+            verdicts.append(R.compare_paired(b, h, cfg).verdict)
+        else:
+            verdicts.append(
+                R.compare_unpaired(latencies(rng, 200), latencies(rng, 200), cfg).verdict
+            )
+    assert verdicts.count(R.REGRESSED) <= 2  # <= 1%
+    assert verdicts.count(R.PASS) >= 150  # and A/A is mostly conclusive, not a shrug
+
+
+@pytest.mark.parametrize("mode", ["unpaired", "paired"])
+def test_ten_percent_slowdown_is_regressed_and_improvement_mirrors(mode):
+    rng = np.random.default_rng(3)
+    cfg = R.RegressConfig(n_boot=400)
+    if mode == "paired":
+        b, h = paired(rng, 300, 1.10)
+        slow = R.compare_paired(b, h, cfg)
+        fast = R.compare_paired(h, b, cfg)
+    else:
+        b, h = latencies(rng, 300), latencies(rng, 300, 1.10)
+        slow = R.compare_unpaired(b, h, cfg)
+        fast = R.compare_unpaired(h, b, cfg)
+    assert slow.verdict == R.REGRESSED, slow.reason
+    assert 1.06 < slow.ratio < 1.14 and slow.ci[0] > 1.0
+    assert fast.verdict == R.IMPROVED, fast.reason
+    assert slow.p_slower < 0.01 and fast.p_faster < 0.01
+
+
+def test_significant_but_small_is_not_a_regression():
+    rng = np.random.default_rng(4)
+    b, h = latencies(rng, 20000, sigma=0.01), latencies(rng, 20000, 1.01, sigma=0.01)
+    c = R.compare_unpaired(b, h, R.RegressConfig(n_boot=200))
+    assert c.p_slower < 1e-6  # clearly significant ...
+    assert c.verdict == R.PASS  # ... and clearly under 3%
+
+
+def test_large_but_not_significant_is_inconclusive():
+    rng = np.random.default_rng(5)
+    b, h = latencies(rng, 10, sigma=0.4), latencies(rng, 10, 1.06, sigma=0.4)
+    c = R.compare_unpaired(b, h, R.RegressConfig(n_boot=400))
+    assert c.verdict == R.INCONCLUSIVE
+    assert c.mde_pct > 10  # and it says how blind it was
+
+
+def test_calibrated_noise_raises_the_threshold():
+    rng = np.random.default_rng(6)
+    b, h = latencies(rng, 400), latencies(rng, 400, 1.05)
+    plain = R.compare_unpaired(b, h, R.RegressConfig(n_boot=400))
+    noisy = R.compare_unpaired(b, h, R.RegressConfig(n_boot=400, noise_pct=8.0))
+    assert plain.verdict == R.REGRESSED
+    assert noisy.threshold_pct == 8.0 and noisy.verdict != R.REGRESSED
+
+
+def test_mde_shrinks_with_more_samples_and_never_undercuts_threshold():
+    rng = np.random.default_rng(8)
+    cfg = R.RegressConfig(n_boot=400, regress_pct=0.5)
+    small = R.compare_unpaired(latencies(rng, 20), latencies(rng, 20), cfg)
+    big = R.compare_unpaired(latencies(rng, 2000), latencies(rng, 2000), cfg)
+    assert big.mde_pct < small.mde_pct
+    assert big.mde_pct >= cfg.threshold_pct
+
+
+def test_too_few_samples_is_inconclusive_with_reason():
+    c = R.compare_unpaired([1.0, 1.1], [2.0, 2.1])
+    assert c.verdict == R.INCONCLUSIVE and "too few" in c.reason and math.isinf(c.mde_pct)
+
+
+def test_identical_constant_samples_pass():
+    c = R.compare_paired([5.0] * 20, [5.0] * 20)
+    assert c.verdict == R.PASS and c.ratio == 1.0
+    c = R.compare_unpaired([5.0] * 20, [5.0] * 20)
+    assert c.verdict == R.PASS
+
+
+@pytest.mark.parametrize(
+    "base,head",
+    [([1.0] * 10, [1.0] * 9 + [-1.0]), ([1.0] * 10, [1.0] * 9 + [float("nan")])],
+)
+def test_bad_samples_are_usage_errors(base, head):
+    with pytest.raises(UsageError):
+        R.compare_unpaired(base, head)
+
+
+def test_paired_needs_equal_lengths():
+    with pytest.raises(UsageError, match="equal lengths"):
+        R.compare_paired([1.0] * 10, [1.0] * 11)
+
+
+def test_config_validation():
+    with pytest.raises(UsageError):
+        R.RegressConfig(alpha=0.7)
+    with pytest.raises(UsageError):
+        R.RegressConfig(regress_pct=-1)
+
+
+def test_median_ci_covers_the_median():
+    rng = np.random.default_rng(9)
+    hits = 0
+    for _ in range(400):
+        lo, hi = R.median_ci(rng.normal(0, 1, 51), 0.025)  # >= 95% coverage
+        hits += lo <= 0.0 <= hi
+    assert hits >= 0.93 * 400
+    assert R.median_ci(np.array([1.0, 2.0]), 0.01) == (-math.inf, math.inf)
+
+
+class FakeClock:
+    """Advances by a fixed cost per sample drawn, so budgets are exact."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def make_sampler(rng, factor, clock, cost_per_pair=0.01):
+    def sample(n):
+        clock.t += n * cost_per_pair
+        return paired(rng, n, factor)
+
+    return sample
+
+
+def test_adaptive_stops_as_soon_as_conclusive():
+    rng = np.random.default_rng(10)
+    clock = FakeClock()
+    res = R.measure_until_conclusive(
+        make_sampler(rng, 1.25, clock), paired=True, budget_s=100, initial=40, clock=clock
+    )
+    assert res.stopped == "conclusive" and res.comparison.verdict == R.REGRESSED
+    assert len(res.looks) == 1 and len(res.base) == 40
+
+
+def test_adaptive_measures_more_when_inconclusive_then_respects_budget():
+    rng = np.random.default_rng(11)
+    clock = FakeClock()
+    # 3.5% against a 3% threshold: needs many samples; the budget allows 10 s = 1000 pairs.
+    res = R.measure_until_conclusive(
+        make_sampler(rng, 1.035, clock),
+        paired=True,
+        budget_s=10.0,
+        initial=20,
+        max_looks=10,
+        clock=clock,
+    )
+    ns = [lk.n for lk in res.looks]
+    assert ns == sorted(ns) and ns[:3] == [20, 40, 80]
+    assert res.elapsed_s <= 10.0
+    assert len(res.base) == len(res.head) == ns[-1]
+    if res.comparison.verdict == R.INCONCLUSIVE:
+        assert res.stopped == "budget"
+    # alpha is spent across the looks
+    assert res.comparison.alpha == pytest.approx(0.01 / 10)
+
+
+def test_adaptive_aa_false_regressions_under_alpha():
+    rng = np.random.default_rng(12)
+    regressed = 0
+    for _ in range(150):
+        clock = FakeClock()
+        res = R.measure_until_conclusive(
+            make_sampler(rng, 1.0, clock), paired=True, budget_s=20, initial=20, clock=clock
+        )
+        regressed += res.comparison.verdict == R.REGRESSED
+    assert regressed <= 1
+
+
+def test_adaptive_unpaired_and_to_dict():
+    rng = np.random.default_rng(13)
+    clock = FakeClock()
+
+    def sample(n):
+        clock.t += n * 0.001
+        return latencies(rng, n), latencies(rng, n, 0.8)
+
+    res = R.measure_until_conclusive(
+        sample, paired=False, config=R.RegressConfig(n_boot=300), clock=clock
+    )
+    d = res.to_dict()
+    assert d["verdict"] == R.IMPROVED and d["stopped"] == "conclusive"
+    assert d["looks"][0]["n"] == 50 and isinstance(d["ci"], list)
