@@ -1,0 +1,298 @@
+"""The onnxruntime backend: fixed, recorded session options; the optimised model as payload.
+
+Partitions come from ORT's own record of which execution provider each node of the
+optimised graph was assigned to (``session.record_ep_graph_assignment_info``), grouped into
+maximal connected same-provider subgraphs. Memory comes from one profiled inference at
+build time: per-node output sizes from ORT's profiler, freed after their last consumer in
+the executed order, give the liveness lower bound; the arena is the resident-memory growth
+of that first inference (ORT allocates its arena lazily on the first run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
+from guard.errors import ModelError, UnsupportedOpError
+
+PAYLOAD = "model.opt.onnx"
+META = "ort.json"
+FALLBACK_PROVIDER = "CPUExecutionProvider"
+
+_LEVELS = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
+def _ort():
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)  # errors only: keep the console readable
+    return onnxruntime
+
+
+def session_options(threads: int, level: str = "all", *, profile_dir: Path | None = None,
+                    optimized_path: Path | None = None):
+    ort = _ort()
+    if level not in _LEVELS:
+        raise ModelError(f"options.onnxruntime.graph_optimization_level: unknown level {level!r}",
+                         hint=f"Use one of: {', '.join(_LEVELS)}.")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # Spinning threads burn the other core between runs and disturb what we measure.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.log_severity_level = 3
+    if optimized_path is not None:
+        so.optimized_model_filepath = str(optimized_path)
+    if profile_dir is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = str(profile_dir / "ort_profile")
+    return so
+
+
+def _classify_ort_error(exc: Exception, model: Path) -> Exception:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+    low = text.lower()
+    if "not_implemented" in low or "could not find an implementation" in low \
+            or "no opset import for domain" in low or "is not a registered function" in low:
+        return UnsupportedOpError(f"onnxruntime cannot run an operator: {text}", where=str(model),
+                                  hint="Replace the operator or use a backend that supports it.")
+    return ModelError(f"onnxruntime rejected the model: {text}", where=str(model))
+
+
+class OrtSession:
+    """A loaded ORT artefact."""
+
+    def __init__(self, artefact_dir: Path, threads: int):
+        ort = _ort()
+        meta = json.loads((artefact_dir / META).read_text())
+        self._meta = meta
+        # The payload is already optimised; keep the same level so that what runs is what
+        # was recorded (re-applying passes to an optimised graph is idempotent).
+        so = session_options(threads, meta["session_options"]["graph_optimization_level"])
+        try:
+            self._sess = ort.InferenceSession(str(artefact_dir / PAYLOAD), so,
+                                              providers=meta["session_options"]["providers"])
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception zoo
+            raise _classify_ort_error(exc, artefact_dir / PAYLOAD) from None
+        self.input_names = [i.name for i in self._sess.get_inputs()]
+        self.output_names = [o.name for o in self._sess.get_outputs()]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self._sess.run(None, feeds)
+
+    def partitions(self) -> PartitionInfo:
+        p = self._meta["partitions"]
+        return PartitionInfo(count=p["count"], delegated_nodes=p["delegated_nodes"],
+                             fallback_nodes=p["fallback_nodes"], by_provider=p["by_provider"],
+                             details=p["details"], how=p["how"])
+
+    def memory(self) -> MemoryInfo:
+        m = self._meta["memory"]
+        return MemoryInfo(arena_bytes=m["arena_bytes"], lower_bound_bytes=m["lower_bound_bytes"],
+                          how=m["how"], extra=m.get("extra", {}))
+
+
+def _partitions(sess, model_path: Path) -> dict[str, Any]:
+    """Maximal connected same-provider subgraphs of the optimised graph."""
+    import onnx
+
+    assigned: dict[str, str] = {}
+    for sg in sess.get_provider_graph_assignment_info():
+        for n in sg.get_nodes():
+            assigned[n.name] = sg.ep_name
+    model = onnx.load(str(model_path), load_external_data=False)
+    nodes = list(model.graph.node)
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            producer[o] = i
+    parent = list(range(len(nodes)))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    ep = [assigned.get(n.name, FALLBACK_PROVIDER) for n in nodes]
+    for i, n in enumerate(nodes):
+        for x in n.input:
+            j = producer.get(x)
+            if j is not None and ep[j] == ep[i]:
+                parent[find(i)] = find(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(nodes)):
+        groups.setdefault(find(i), []).append(i)
+    by_provider: dict[str, int] = {}
+    for e in ep:
+        by_provider[e] = by_provider.get(e, 0) + 1
+    providers = sess.get_providers()
+    # The first provider in priority order is the delegate; CPU is the fallback unless it is
+    # the only provider, in which case everything is "delegated" to it.
+    delegate = providers[0]
+    delegated = by_provider.get(delegate, 0)
+    details = sorted(
+        ({"provider": ep[g[0]], "nodes": len(g)} for g in groups.values()),
+        key=lambda d: -d["nodes"])
+    return {
+        "count": sum(1 for g in groups.values() if ep[g[0]] == delegate),
+        "delegated_nodes": delegated,
+        "fallback_nodes": len(nodes) - delegated,
+        "by_provider": by_provider,
+        "details": details,
+        "how": "ORT's recorded node-to-provider assignment (session.record_ep_graph_assignment_info) "
+               "over the optimised graph, grouped into maximal connected same-provider subgraphs; "
+               f"count = subgraphs on the first provider ({delegate}).",
+    }
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+def _memory(model_path: Path, threads: int, level: str, feeds: dict[str, np.ndarray]) -> dict:
+    """Profile one inference in a fresh session: liveness lower bound and arena growth."""
+    import onnx
+
+    ort = _ort()
+    with tempfile.TemporaryDirectory(prefix="guard-ort-prof-") as tmp:
+        so = session_options(threads, level, profile_dir=Path(tmp))
+        so.enable_mem_pattern = True
+        sess = ort.InferenceSession(str(model_path), so, providers=[FALLBACK_PROVIDER])
+        before = _rss_bytes()
+        sess.run(None, feeds)
+        after = _rss_bytes()
+        prof = Path(sess.end_profiling())
+        events = json.loads(prof.read_text())
+    order: list[tuple[str, int]] = []
+    for ev in events:
+        if ev.get("cat") == "Node" and str(ev.get("name", "")).endswith("_kernel_time"):
+            args = ev.get("args", {})
+            order.append((ev["name"][: -len("_kernel_time")], int(args.get("output_size", 0))))
+    model = onnx.load(str(model_path), load_external_data=False)
+    by_name = {n.name: n for n in model.graph.node}
+    graph_outputs = {o.name for o in model.graph.output}
+    step_of = {name: i for i, (name, _) in enumerate(order)}
+    last_use: dict[str, int] = {}
+    for name, _ in order:
+        n = by_name.get(name)
+        if n is None:
+            continue
+        for x in n.input:
+            last_use[x] = step_of[name]
+    live = 0
+    peak = 0
+    frees: dict[int, int] = {}
+    naive = 0
+    for i, (name, size) in enumerate(order):
+        n = by_name.get(name)
+        live += size
+        naive += size
+        peak = max(peak, live)
+        if n is not None and not (set(n.output) & graph_outputs):
+            end = max((last_use.get(o, i) for o in n.output), default=i)
+            frees[end] = frees.get(end, 0) + size
+        live -= frees.pop(i, 0)
+    arena = (after - before) if (before is not None and after is not None) else None
+    return {
+        "arena_bytes": arena,
+        "lower_bound_bytes": peak,
+        "how": "lower bound: max over ORT's executed node order of live output bytes (sizes "
+               "from ORT's profiler, each freed after its last consumer); arena: resident-memory "
+               "growth (/proc/self/statm) across the first inference of a fresh session, when "
+               "ORT allocates its arena (includes allocator rounding; page-granular)",
+        "extra": {"naive_bytes": naive, "profiled_nodes": len(order)},
+    }
+
+
+class OnnxRuntimeBackend:
+    name = "onnxruntime"
+
+    def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        ort = _ort()
+        v = {"name": "onnxruntime", "version": ort.__version__}
+        return dict(v), dict(v)
+
+    def build(self, req: BuildRequest) -> BuildInfo:
+        ort = _ort()
+        opts = dict(req.options)
+        level = str(opts.pop("graph_optimization_level", "all"))
+        providers = list(opts.pop("providers", [FALLBACK_PROVIDER]))
+        if opts:
+            raise ModelError(f"options.onnxruntime: unknown option(s) {sorted(opts)}",
+                             hint="Known: graph_optimization_level, providers.")
+        unknown = [p for p in providers if p not in ort.get_available_providers()]
+        if unknown:
+            raise ModelError(f"options.onnxruntime.providers: {unknown} not available here",
+                             hint=f"Available: {ort.get_available_providers()}.")
+        payload = req.out_dir / PAYLOAD
+        so = session_options(req.threads, level, optimized_path=payload)
+        try:
+            sess = ort.InferenceSession(str(req.model_path), so, providers=providers)
+        except Exception as exc:  # noqa: BLE001
+            raise _classify_ort_error(exc, req.model_path) from None
+        feeds = {}
+        for i in sess.get_inputs():
+            dt = _np_dtype(i.type)
+            feeds[i.name] = np.zeros(req.input_shapes[i.name], dtype=dt)
+        partitions = _partitions(sess, payload)
+        memory = _memory(payload, req.threads, level, feeds)
+        session_opts = {
+            "graph_optimization_level": level,
+            "intra_op_num_threads": req.threads,
+            "inter_op_num_threads": 1,
+            "execution_mode": "sequential",
+            "allow_spinning": False,
+            "providers": sess.get_providers(),
+        }
+        meta = {"schema_version": 1, "session_options": session_opts, "partitions": partitions,
+                "memory": memory}
+        (req.out_dir / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        compiler, runtime = self.versions()
+        compiler["graph_optimization_level"] = level
+        return BuildInfo(payload=PAYLOAD, compiler=compiler, runtime=runtime,
+                         session_options=session_opts)
+
+    def load(self, artefact_dir: Path, threads: int) -> OrtSession:
+        return OrtSession(artefact_dir, threads)
+
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16,
+    "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32, "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+}
+
+
+def _np_dtype(t: str):
+    return _ORT_TYPES.get(t, np.float32)
+
+
+def reference_session(model_path: Path, threads: int = 1):
+    """An ORT session with every graph optimisation off: the golden reference producer."""
+    ort = _ort()
+    so = session_options(threads, "disabled")
+    try:
+        return ort.InferenceSession(str(model_path), so, providers=[FALLBACK_PROVIDER])
+    except Exception as exc:  # noqa: BLE001
+        raise _classify_ort_error(exc, model_path) from None

@@ -1,0 +1,81 @@
+"""Numerics against a golden: errors, tolerance, output hash, top-1 agreement, accuracy.
+
+Bit-exactness across compiler versions is not a fair demand (fusion changes accumulation
+order), so the gate is ``allclose(rtol, atol)``; the output hash and the bit-exact flag make
+any change visible without failing on it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guard.golden.store import outputs_sha256
+
+
+def _as_float(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) if a.dtype != np.float64 else a
+
+
+def _classifier_logits(a: np.ndarray) -> np.ndarray | None:
+    """[N, C] or [N, C, 1, 1] float outputs with C > 1 look like class scores."""
+    if not np.issubdtype(a.dtype, np.floating) or a.ndim < 2:
+        return None
+    squeezed = a.reshape(a.shape[0], -1) if all(d == 1 for d in a.shape[2:]) else None
+    if squeezed is None or squeezed.shape[1] < 2:
+        return None
+    return squeezed
+
+
+def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], rtol: float,
+                    atol: float) -> dict[str, Any]:
+    """Per-model numerics summary against the golden outputs (same order)."""
+    if len(got) != len(want):
+        return {"error": f"backend returned {len(got)} outputs, the golden has {len(want)}",
+                "allclose": False, "max_abs_err": None, "max_rel_err": None,
+                "output_sha256": outputs_sha256(got), "golden_sha256": outputs_sha256(want),
+                "bit_exact": False, "top1": None}
+    max_abs = 0.0
+    max_rel = 0.0
+    ok = True
+    shape_error = None
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        g = np.asarray(g)
+        if g.shape != w.shape:
+            shape_error = f"output {i}: shape {list(g.shape)} != golden {list(w.shape)}"
+            ok = False
+            continue
+        if g.size == 0:
+            continue
+        gf, wf = _as_float(g), _as_float(w)
+        nan_mismatch = bool(np.any(np.isnan(gf) != np.isnan(wf)))
+        diff = np.abs(gf - wf)
+        diff = np.where(np.isnan(gf) & np.isnan(wf), 0.0, diff)
+        if nan_mismatch:
+            max_abs = float("inf")
+            ok = False
+            continue
+        max_abs = max(max_abs, float(np.max(diff)))
+        denom = np.abs(wf)
+        rel = np.divide(diff, denom, out=np.zeros_like(diff), where=denom > 0)
+        max_rel = max(max_rel, float(np.max(rel)))
+        if not np.allclose(gf, wf, rtol=rtol, atol=atol, equal_nan=True):
+            ok = False
+    top1 = None
+    if got and shape_error is None:
+        g, w = _classifier_logits(np.asarray(got[0])), _classifier_logits(want[0])
+        if g is not None and w is not None:
+            top1 = float(np.mean(np.argmax(g, axis=1) == np.argmax(w, axis=1)))
+    got_sha, want_sha = outputs_sha256([np.asarray(g) for g in got]), outputs_sha256(want)
+    out = {"allclose": ok, "max_abs_err": max_abs, "max_rel_err": max_rel,
+           "output_sha256": got_sha, "golden_sha256": want_sha,
+           "bit_exact": got_sha == want_sha, "top1": top1}
+    if shape_error:
+        out["error"] = shape_error
+    return out
+
+
+def top1_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+    scores = logits.reshape(logits.shape[0], -1)
+    return float(np.mean(np.argmax(scores, axis=1) == labels.reshape(-1)))

@@ -1,0 +1,186 @@
+"""The golden store: reference outputs per suite and model, with who produced them and how.
+
+Layout, one directory per model under the suite's golden root
+(``<suite dir>/goldens/<suite>/<model>/``):
+
+- ``golden.json``  schema_version, producer (reference runtime + its settings), the model's
+  sha256, input and output names/dtypes/shapes/sha256, and the update history;
+- ``inputs.npz``, ``outputs.npz``  the arrays (``allow_pickle=False`` on load).
+
+A golden is created on first run and reported as created; an existing golden changes only
+through ``guard golden update ... --reason``, which appends who/when/why/old/new hashes.
+Writes are atomic per file and the JSON goes last, so a killed write leaves either the old
+golden or a directory the loader reports as incomplete, never a mixed one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard.errors import UsageError
+
+SCHEMA_VERSION = 1
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def array_sha256(a: np.ndarray) -> str:
+    """Hash of dtype, shape and bytes: any change in any of them is visible."""
+    a = np.ascontiguousarray(a)
+    h = hashlib.sha256()
+    h.update(f"{a.dtype.str}|{a.shape}|".encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def outputs_sha256(outputs: list[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for a in outputs:
+        h.update(array_sha256(a).encode())
+    return h.hexdigest()
+
+
+@dataclass
+class Golden:
+    model: str
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]  # name -> array, in graph-output order
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def output_list(self) -> list[np.ndarray]:
+        return list(self.outputs.values())
+
+    @property
+    def sha256(self) -> str:
+        return outputs_sha256(self.output_list)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    # Keys are positional (a0, a1, ...) so any tensor name is safe; names live in the JSON.
+    np.savez_compressed(buf, **{f"a{i}": np.ascontiguousarray(v)
+                                for i, v in enumerate(arrays.values())})
+    return buf.getvalue()
+
+
+def _who() -> str:
+    try:
+        out = subprocess.run(["git", "config", "user.name"], capture_output=True, text=True,
+                             timeout=5)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        return os.environ.get("USER", "unknown")
+
+
+class GoldenStore:
+    """Goldens of one suite, under ``root`` (e.g. suites/goldens/smoke)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def _dir(self, model: str) -> Path:
+        if not _SAFE.match(model):
+            raise UsageError(f"model name {model!r} cannot name a golden directory")
+        return self.root / model
+
+    def exists(self, model: str) -> bool:
+        return (self._dir(model) / "golden.json").is_file()
+
+    def load(self, model: str) -> Golden | None:
+        d = self._dir(model)
+        meta_path = d / "golden.json"
+        if not meta_path.is_file():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"golden is unreadable: {exc}", where=str(meta_path),
+                             hint="Restore it from git or run 'guard golden update'.") from None
+        if meta.get("schema_version") != SCHEMA_VERSION:
+            raise UsageError(f"golden schema_version {meta.get('schema_version')!r} is not "
+                             f"{SCHEMA_VERSION}", where=str(meta_path))
+        arrays = {}
+        for part in ("inputs", "outputs"):
+            p = d / f"{part}.npz"
+            try:
+                with np.load(p, allow_pickle=False) as z:
+                    arrs = [z[f"a{i}"] for i in range(len(meta[part]))]
+            except (OSError, KeyError, ValueError) as exc:
+                raise UsageError(f"golden {part} are missing or corrupt: {exc}", where=str(p),
+                                 hint="Restore it from git or run 'guard golden update'.") from None
+            named = {}
+            for (name, info), a in zip(meta[part].items(), arrs, strict=True):
+                if array_sha256(a) != info["sha256"]:
+                    raise UsageError(f"golden {part[:-1]} {name!r} does not match its recorded "
+                                     "sha256 (edited or corrupt)", where=str(p),
+                                     hint="Restore it from git or run 'guard golden update'.")
+                named[name] = a
+            arrays[part] = named
+        return Golden(model=model, inputs=arrays["inputs"], outputs=arrays["outputs"], meta=meta)
+
+    def save(self, model: str, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
+             *, producer: dict[str, Any], model_sha256: str, reason: str | None,
+             previous: Golden | None = None) -> Golden:
+        d = self._dir(model)
+        d.mkdir(parents=True, exist_ok=True)
+        now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        new = Golden(model=model, inputs=inputs, outputs=outputs)
+        history = list(previous.meta.get("history", [])) if previous else []
+        history.append({
+            "who": _who(), "when": now,
+            "why": reason or "created on first run",
+            "old_sha256": previous.sha256 if previous else None,
+            "new_sha256": new.sha256,
+            "producer": producer,
+        })
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "model": model,
+            "model_sha256": model_sha256,
+            "producer": producer,
+            "created": previous.meta.get("created", now) if previous else now,
+            "updated": now,
+            "outputs_sha256": new.sha256,
+            "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape),
+                           "sha256": array_sha256(v)} for k, v in inputs.items()},
+            "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape),
+                            "sha256": array_sha256(v)} for k, v in outputs.items()},
+            "history": history,
+        }
+        new.meta = meta
+        _atomic_write_bytes(d / "inputs.npz", _npz_bytes(inputs))
+        _atomic_write_bytes(d / "outputs.npz", _npz_bytes(outputs))
+        _atomic_write_bytes(d / "golden.json",
+                            (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+        return new

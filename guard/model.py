@@ -1,0 +1,273 @@
+"""Loading a model safely, binding its dynamic dims, and making its inputs from seeds.
+
+Everything here turns bad input into one ModelError line that names the file and the
+input, dim or node at fault: a truncated file, bytes that are not ONNX, external data that
+points outside the model's directory, a cycle, an unbound dynamic dim, an input too large
+to allocate.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper
+
+from guard.errors import ModelError
+from guard.suite import InputSpec
+
+# Inputs larger than this are refused before allocation: a typo'd dim (1, 3, 22400, 224)
+# should be a clear message, not the OOM killer.
+MAX_INPUT_BYTES = 2 * 1024**3
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    name: str
+    dtype: np.dtype
+    dims: tuple[int | str | None, ...]  # int, dim_param name, or None (unnamed dynamic)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A validated model with every input bound to a static shape."""
+
+    path: Path
+    sha256: str
+    opset: int
+    ir_version: int
+    inputs: tuple[GraphInput, ...]
+    shapes: dict[str, tuple[int, ...]]
+    outputs: tuple[str, ...]
+
+    def inputs_manifest(self) -> dict[str, dict]:
+        return {i.name: {"dtype": str(i.dtype), "shape": list(self.shapes[i.name])}
+                for i in self.inputs}
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
+    base = path.parent.resolve()
+    for tensor in external_data_helper._get_all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        loc = info.get("location", "")
+        target = (base / loc).resolve()
+        if Path(loc).is_absolute() or not target.is_relative_to(base):
+            raise ModelError(
+                f"tensor {tensor.name!r} points its external data at {loc!r}, outside the "
+                f"model's directory", where=str(path),
+                hint="Keep external data files next to the model; guard refuses paths that "
+                     "escape it.")
+        if not target.is_file():
+            raise ModelError(f"tensor {tensor.name!r} needs external data file {loc!r}, which "
+                             f"does not exist", where=str(path),
+                             hint="Copy the .data file next to the model.")
+
+
+def _find_cycle(graph: onnx.GraphProto) -> str | None:
+    """Name a node on a cycle (or that reads a value nothing produces before it), if any."""
+    produced_by: dict[str, int] = {}
+    for i, n in enumerate(graph.node):
+        for o in n.output:
+            if o:
+                produced_by[o] = i
+    deps = {i: {produced_by[x] for x in n.input if x in produced_by}
+            for i, n in enumerate(graph.node)}
+    state: dict[int, int] = {}  # 1 visiting, 2 done
+
+    def visit(start: int) -> int | None:
+        stack = [(start, iter(deps[start]))]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return nxt
+            elif nxt not in state:
+                state[nxt] = 1
+                stack.append((nxt, iter(deps[nxt])))
+        return None
+
+    for i in range(len(graph.node)):
+        if i not in state:
+            hit = visit(i)
+            if hit is not None:
+                n = graph.node[hit]
+                return n.name or f"#{hit} ({n.op_type})"
+    return None
+
+
+def load_model(path: Path) -> onnx.ModelProto:
+    """Load and structurally check an ONNX file, with one-line errors."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelError("model file not found", where=str(path),
+                         hint="Check the 'source' path (relative to the suite file).")
+    if not path.is_file():
+        raise ModelError("is not a regular file", where=str(path))
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"cannot read model: {exc.strerror}", where=str(path)) from None
+    if not data:
+        raise ModelError("is empty, not an ONNX model", where=str(path))
+    try:
+        model = onnx.load_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelError(f"is not a valid ONNX model (truncated or not ONNX: {exc})",
+                         where=str(path), hint="Re-export or re-download the model.") from None
+    if not model.HasField("graph") or not model.graph.node:
+        raise ModelError("is not a valid ONNX model (no graph or no nodes; truncated or not "
+                         "ONNX?)", where=str(path), hint="Re-export the model.")
+    _check_external_data(model, path)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL
+           for t in external_data_helper._get_all_tensors(model)):
+        external_data_helper.load_external_data_for_model(model, str(path.parent))
+    cyc = _find_cycle(model.graph)
+    if cyc is not None:
+        raise ModelError(f"graph has a cycle through node {cyc!r}", where=str(path),
+                         hint="ONNX graphs must be acyclic; re-export the model.")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid"
+        raise ModelError(f"fails the ONNX checker: {first}", where=str(path),
+                         hint="Fix the model or re-export it.") from None
+    return model
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[GraphInput]:
+    """Real data inputs (IR<4 lists initializers as inputs too: skip those)."""
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise ModelError(f"input {vi.name!r} is not a tensor; guard binds tensor inputs only")
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        dims: list[int | str | None] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param"):
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        out.append(GraphInput(vi.name, dtype, tuple(dims)))
+    return out
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return 0
+
+
+def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec],
+         where: str) -> ModelSpec:
+    """Bind every input's dims from the suite; an unbound dynamic dim is an error."""
+    inputs = graph_inputs(model)
+    names = {i.name for i in inputs}
+    for k in specs:
+        if k not in names:
+            close = difflib.get_close_matches(k, sorted(names), n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else f"Inputs: {', '.join(sorted(names))}."
+            raise ModelError(f"inputs.{k}: the model has no input named {k!r}", where=where,
+                             hint=hint)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for gi in inputs:
+        spec = specs.get(gi.name)
+        if spec is not None and spec.shape is not None:
+            if len(spec.shape) != len(gi.dims):
+                raise ModelError(
+                    f"inputs.{gi.name}.shape: rank {len(spec.shape)} given, the model's input "
+                    f"has rank {len(gi.dims)} {_fmt_dims(gi.dims)}", where=where)
+            for ax, (want, have) in enumerate(zip(spec.shape, gi.dims, strict=True)):
+                if isinstance(have, int) and have != want:
+                    raise ModelError(
+                        f"inputs.{gi.name}.shape[{ax}]: the model fixes this dim to {have}, "
+                        f"the suite says {want}", where=where)
+            shape = tuple(spec.shape)
+        else:
+            for ax, d in enumerate(gi.dims):
+                if not isinstance(d, int):
+                    label = f" ({d!r})" if d else ""
+                    raise ModelError(
+                        f"input {gi.name!r} dim {ax}{label} is dynamic and unbound",
+                        where=where,
+                        hint=f"Bind it in the suite: inputs: {{{gi.name}: {{shape: "
+                             f"{_example_shape(gi.dims)}}}}}.")
+            shape = tuple(int(d) for d in gi.dims)  # type: ignore[arg-type]
+        nbytes = int(np.prod(shape, dtype=np.float64)) * gi.dtype.itemsize
+        if nbytes > MAX_INPUT_BYTES:
+            raise ModelError(
+                f"input {gi.name!r} with shape {list(shape)} needs {nbytes / 2**30:.1f} GiB, over "
+                f"guard's {MAX_INPUT_BYTES / 2**30:.0f} GiB limit per input", where=where,
+                hint="Check the shape in the suite's inputs block.")
+        shapes[gi.name] = shape
+    return ModelSpec(path=path, sha256=file_sha256(path), opset=opset_of(model),
+                     ir_version=int(model.ir_version), inputs=tuple(inputs), shapes=shapes,
+                     outputs=tuple(o.name for o in model.graph.output))
+
+
+def _fmt_dims(dims: tuple[int | str | None, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _example_shape(dims: tuple[int | str | None, ...]) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) else "1" for d in dims) + "]"
+
+
+def make_inputs(spec: ModelSpec, specs: dict[str, InputSpec]) -> dict[str, np.ndarray]:
+    """Deterministic input data from each input's seed and distribution (dtype from the model)."""
+    feeds: dict[str, np.ndarray] = {}
+    for gi in spec.inputs:
+        s = specs.get(gi.name) or InputSpec(gi.name, None)
+        shape = spec.shapes[gi.name]
+        rng = np.random.default_rng(s.seed)
+        dt = gi.dtype
+        p = s.params
+        if s.dist == "zeros":
+            arr = np.zeros(shape, dtype=dt)
+        elif s.dist == "ones":
+            arr = np.ones(shape, dtype=dt)
+        elif s.dist == "const":
+            arr = np.full(shape, p["value"], dtype=dt)
+        elif dt == np.bool_:
+            arr = rng.random(shape) < 0.5
+        elif s.dist == "uniform":
+            low, high = p.get("low", 0.0), p.get("high", 1.0)
+            if np.issubdtype(dt, np.integer):
+                arr = rng.integers(int(low), int(high), size=shape, endpoint=True).astype(dt)
+            else:
+                arr = rng.uniform(low, high, size=shape).astype(dt)
+        else:  # normal
+            mean, std = p.get("mean", 0.0), p.get("std", 1.0)
+            if np.issubdtype(dt, np.integer):
+                # Integer inputs (token ids, indices) from a normal draw make little sense;
+                # give small non-negative integers unless the suite says otherwise.
+                arr = np.abs(np.rint(rng.normal(mean, std, size=shape))).astype(dt)
+            else:
+                arr = rng.normal(mean, std, size=shape).astype(dt)
+        feeds[gi.name] = np.ascontiguousarray(np.asarray(arr, dtype=dt).reshape(shape))
+    return feeds

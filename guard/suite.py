@@ -1,0 +1,352 @@
+"""Suite files (contract v1): loading and validation.
+
+A suite names the models, the backends and targets they ship to, how to measure them and
+which checks gate them. Every error names the file and the dotted key at fault and, for a
+misspelt key, suggests the right one. Defaults apply to every model; a model may override
+``backends``, ``target``, ``threads``, ``measure`` and individual ``checks`` blocks (a
+model's ``latency:`` block is merged over the default one key by key; ``latency: null``
+switches the check off for that model).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from guard.errors import SuiteError
+
+SCHEMA_VERSION = 1
+ARCHES = ("x86_64", "aarch64")
+DISTS = ("normal", "uniform", "zeros", "ones", "const")
+
+_TOP_KEYS = {"schema_version", "suite", "description", "defaults", "models"}
+_DEFAULT_KEYS = {"backends", "target", "threads", "measure", "checks", "profile", "options"}
+_MODEL_KEYS = {"name", "source", "inputs", "backends", "target", "threads", "measure", "checks",
+               "profile", "options", "description"}
+_INPUT_KEYS = {"shape", "dist", "seed", "mean", "std", "low", "high", "value"}
+_MEASURE_KEYS = {"warmup_s", "min_iters", "min_time_s", "max_time_s", "max_warmup_iters"}
+# check name -> allowed keys
+_CHECK_KEYS: dict[str, set[str]] = {
+    "latency": {"p50_ms", "p90_ms", "p99_ms", "regress_pct"},
+    "tolerance": {"rtol", "atol"},
+    "accuracy": {"dataset", "min_top1", "limit"},
+    "partitions": {"max"},
+    "arena": {"max_bytes"},
+    "tuning": {"min_hit_rate"},
+}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+DEFAULT_MEASURE: dict[str, float] = {
+    "warmup_s": 0.5, "min_iters": 20, "min_time_s": 1.0, "max_time_s": 20.0,
+}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to bind and fill one graph input."""
+
+    name: str
+    shape: tuple[int, ...] | None
+    dist: str = "normal"
+    seed: int = 0
+    params: dict[str, float] = field(default_factory=dict)  # mean/std, low/high, value
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the suite, with defaults already applied."""
+
+    name: str
+    source: str  # "zoo:<name>" or an absolute path to an .onnx file
+    inputs: dict[str, InputSpec]
+    backends: tuple[str, ...]
+    target: str
+    threads: int
+    measure: dict[str, float]
+    checks: dict[str, dict[str, Any]]
+    profile: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    where: str = ""  # "suite.yaml: models[2]" for error messages
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    path: Path
+    sha256: str
+    models: tuple[ModelEntry, ...]
+    description: str = ""
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+
+def _suggest(key: str, allowed: set[str]) -> str:
+    close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
+    if close:
+        return f"Did you mean {close[0]!r}?"
+    return f"Allowed keys: {', '.join(sorted(allowed))}."
+
+
+class _Ctx:
+    """Carries the file name so every error can say where it is."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def err(self, key: str, message: str, hint: str | None = None) -> SuiteError:
+        return SuiteError(message, where=f"{self.path}: {key}" if key else str(self.path),
+                          hint=hint)
+
+    def mapping(self, value: Any, key: str, allowed: set[str]) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.err(key, f"expected a mapping, got {type(value).__name__}")
+        for k in value:
+            if not isinstance(k, str):
+                raise self.err(key, f"key {k!r} is not a string")
+            if k not in allowed:
+                raise self.err(f"{key}.{k}" if key else k, "unknown key",
+                               _suggest(k, allowed))
+        return value
+
+    def number(self, value: Any, key: str, *, positive: bool = False, integer: bool = False,
+               minimum: float | None = None) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.err(key, f"expected a number, got {value!r}")
+        if integer and not float(value).is_integer():
+            raise self.err(key, f"expected an integer, got {value!r}")
+        if positive and value <= 0:
+            raise self.err(key, f"must be > 0, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.err(key, f"must be >= {minimum}, got {value!r}")
+        return int(value) if integer else float(value)
+
+    def string_list(self, value: Any, key: str) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise self.err(key, f"expected a non-empty list of names, got {value!r}")
+        return tuple(value)
+
+
+def _parse_measure(ctx: _Ctx, raw: Any, key: str, base: dict[str, float]) -> dict[str, float]:
+    block = ctx.mapping(raw, key, _MEASURE_KEYS)
+    out = dict(base)
+    for k, v in block.items():
+        out[k] = ctx.number(v, f"{key}.{k}", integer=k in ("min_iters", "max_warmup_iters"),
+                            minimum=0 if k == "warmup_s" else None,
+                            positive=k != "warmup_s")
+    if out["min_time_s"] > out["max_time_s"]:
+        raise ctx.err(f"{key}.min_time_s", f"min_time_s ({out['min_time_s']}) exceeds "
+                      f"max_time_s ({out['max_time_s']})")
+    return out
+
+
+def _parse_arch_bound(ctx: _Ctx, value: Any, key: str) -> float | dict[str, float]:
+    if isinstance(value, dict):
+        ctx.mapping(value, key, set(ARCHES))
+        return {a: ctx.number(v, f"{key}.{a}", positive=True) for a, v in value.items()}
+    return ctx.number(value, key, positive=True)
+
+
+def _parse_checks(ctx: _Ctx, raw: Any, key: str,
+                  base: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    block = ctx.mapping(raw, key, set(_CHECK_KEYS))
+    out = {k: dict(v) for k, v in base.items()}
+    for name, body in block.items():
+        ck = f"{key}.{name}"
+        if body is None:  # explicit null switches an inherited check off
+            out.pop(name, None)
+            continue
+        body = ctx.mapping(body, ck, _CHECK_KEYS[name])
+        merged = dict(out.get(name, {}))
+        for k, v in body.items():
+            kk = f"{ck}.{k}"
+            if name == "latency" and k in ("p50_ms", "p90_ms", "p99_ms"):
+                merged[k] = _parse_arch_bound(ctx, v, kk)
+            elif name == "accuracy" and k == "dataset":
+                if not isinstance(v, str) or not v:
+                    raise ctx.err(kk, f"expected a dataset name like 'zoo:digits-test', got {v!r}")
+                merged[k] = v
+            elif name == "tuning" or (name == "accuracy" and k == "min_top1"):
+                f = ctx.number(v, kk, minimum=0.0)
+                if f > 1.0:
+                    raise ctx.err(kk, f"is a fraction in [0, 1], got {v!r}")
+                merged[k] = f
+            elif (name, k) in {("partitions", "max"), ("arena", "max_bytes"),
+                               ("accuracy", "limit")}:
+                merged[k] = ctx.number(v, kk, integer=True, minimum=0)
+            else:
+                merged[k] = ctx.number(v, kk, minimum=0.0)
+        if name == "accuracy" and merged and "dataset" not in merged:
+            raise ctx.err(ck, "needs a 'dataset' (e.g. zoo:digits-test)")
+        out[name] = merged
+    return out
+
+
+def _parse_inputs(ctx: _Ctx, raw: Any, key: str) -> dict[str, InputSpec]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ctx.err(key, "expected a mapping of input name to {shape, dist, seed, ...}")
+    out: dict[str, InputSpec] = {}
+    for name, body in raw.items():
+        ik = f"{key}.{name}"
+        body = ctx.mapping(body, ik, _INPUT_KEYS)
+        shape = body.get("shape")
+        if shape is not None:
+            if not isinstance(shape, list):
+                raise ctx.err(f"{ik}.shape", f"expected a list of dims, got {shape!r}")
+            dims = []
+            for i, d in enumerate(shape):
+                if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+                    raise ctx.err(f"{ik}.shape[{i}]", f"expected a non-negative integer, got {d!r}")
+                dims.append(d)
+            shape = tuple(dims)
+        dist = body.get("dist", "normal")
+        if dist not in DISTS:
+            raise ctx.err(f"{ik}.dist", f"unknown distribution {dist!r}",
+                          _suggest(str(dist), set(DISTS)))
+        seed = ctx.number(body.get("seed", 0), f"{ik}.seed", integer=True, minimum=0)
+        params: dict[str, float] = {}
+        allowed_params = {"normal": {"mean", "std"}, "uniform": {"low", "high"},
+                          "const": {"value"}}.get(dist, set())
+        for p in ("mean", "std", "low", "high", "value"):
+            if p in body:
+                if p not in allowed_params:
+                    raise ctx.err(f"{ik}.{p}", f"does not apply to dist {dist!r}",
+                                  f"{dist!r} takes: {', '.join(sorted(allowed_params)) or 'nothing'}.")
+                params[p] = ctx.number(body[p], f"{ik}.{p}")
+        if dist == "const" and "value" not in params:
+            raise ctx.err(f"{ik}.value", "dist 'const' needs a value")
+        if dist == "normal" and params.get("std", 1.0) < 0:
+            raise ctx.err(f"{ik}.std", "must be >= 0")
+        if dist == "uniform" and params.get("low", 0.0) > params.get("high", 1.0):
+            raise ctx.err(f"{ik}.low", "low exceeds high")
+        out[str(name)] = InputSpec(str(name), shape, dist, int(seed), params)
+    return out
+
+
+def _resolve_source(ctx: _Ctx, source: Any, key: str, suite_dir: Path) -> str:
+    if not isinstance(source, str) or not source.strip():
+        raise ctx.err(key, "expected 'zoo:<name>' or a path to an .onnx file")
+    if source.startswith("zoo:"):
+        return source
+    if "\x00" in source:
+        raise ctx.err(key, "path contains a NUL byte")
+    p = Path(source)
+    if not p.is_absolute():
+        p = suite_dir / p
+    return str(p.resolve())
+
+
+def parse_suite(data: Any, path: Path) -> Suite:
+    """Validate a parsed YAML document; ``path`` is used for messages and relative sources."""
+    ctx = _Ctx(path)
+    top = ctx.mapping(data, "", _TOP_KEYS)
+    if "schema_version" not in top:
+        raise ctx.err("schema_version", "missing", f"Add 'schema_version: {SCHEMA_VERSION}'.")
+    if top["schema_version"] != SCHEMA_VERSION:
+        raise ctx.err("schema_version", f"unsupported version {top['schema_version']!r}",
+                      f"This guard reads schema_version {SCHEMA_VERSION}.")
+    name = top.get("suite")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ctx.err("suite", f"expected a name of letters, digits, '_', '-', '.', got {name!r}")
+    d = ctx.mapping(top.get("defaults"), "defaults", _DEFAULT_KEYS)
+    backends = ctx.string_list(d.get("backends", ["onnxruntime"]), "defaults.backends")
+    target = d.get("target", "host")
+    if not isinstance(target, str) or not target.strip():
+        raise ctx.err("defaults.target", f"expected a target string, got {target!r}")
+    threads = ctx.number(d.get("threads", 1), "defaults.threads", integer=True, positive=True)
+    measure = _parse_measure(ctx, d.get("measure"), "defaults.measure", DEFAULT_MEASURE)
+    checks = _parse_checks(ctx, d.get("checks"), "defaults.checks", {})
+    profile = d.get("profile")
+    options = d.get("options") or {}
+    if not isinstance(options, dict):
+        raise ctx.err("defaults.options", "expected a mapping of backend name to options")
+
+    raw_models = top.get("models")
+    if not isinstance(raw_models, list) or not raw_models:
+        raise ctx.err("models", "expected a non-empty list of models")
+    models: list[ModelEntry] = []
+    seen: set[str] = set()
+    for i, rm in enumerate(raw_models):
+        mk = f"models[{i}]"
+        m = ctx.mapping(rm, mk, _MODEL_KEYS)
+        mname = m.get("name")
+        if not isinstance(mname, str) or not _NAME_RE.match(mname):
+            raise ctx.err(f"{mk}.name", f"expected a model name, got {mname!r}")
+        if mname in seen:
+            raise ctx.err(f"{mk}.name", f"duplicate model name {mname!r}")
+        seen.add(mname)
+        if "source" not in m:
+            raise ctx.err(f"{mk}.source", "missing", "Use 'zoo:<name>' or a path to an .onnx file.")
+        mt = m.get("target", target)
+        if not isinstance(mt, str) or not mt.strip():
+            raise ctx.err(f"{mk}.target", f"expected a target string, got {mt!r}")
+        mopts = m.get("options") or {}
+        if not isinstance(mopts, dict):
+            raise ctx.err(f"{mk}.options", "expected a mapping of backend name to options")
+        merged_opts = {k: dict(v or {}) for k, v in options.items()}
+        for k, v in mopts.items():
+            merged_opts.setdefault(k, {}).update(v or {})
+        models.append(ModelEntry(
+            name=mname,
+            source=_resolve_source(ctx, m["source"], f"{mk}.source", path.parent),
+            inputs=_parse_inputs(ctx, m.get("inputs"), f"{mk}.inputs"),
+            backends=ctx.string_list(m["backends"], f"{mk}.backends") if "backends" in m
+            else backends,
+            target=mt,
+            threads=ctx.number(m["threads"], f"{mk}.threads", integer=True, positive=True)
+            if "threads" in m else threads,
+            measure=_parse_measure(ctx, m.get("measure"), f"{mk}.measure", measure),
+            checks=_parse_checks(ctx, m.get("checks"), f"{mk}.checks", checks),
+            profile=m.get("profile", profile),
+            options=merged_opts,
+            where=f"{path}: {mk} ({mname})",
+        ))
+    return Suite(name=name, path=path, sha256="", models=tuple(models),
+                 description=str(top.get("description", "")))
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read, parse and validate a suite file; every failure is a one-line SuiteError."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise SuiteError("suite file not found", where=str(p),
+                         hint="Pass a path to a suite .yaml (see suites/).") from None
+    except IsADirectoryError:
+        raise SuiteError("is a directory, not a suite file", where=str(p)) from None
+    except OSError as exc:
+        raise SuiteError(f"cannot read suite file: {exc.strerror}", where=str(p)) from None
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SuiteError("not a UTF-8 text file", where=str(p)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SuiteError(f"{loc}invalid YAML: {problem}", where=str(p)) from None
+    suite = parse_suite(data, p.resolve())
+    # The suite hash pins the file's exact bytes: a changed bound is a changed suite.
+    return Suite(name=suite.name, path=suite.path, sha256=hashlib.sha256(raw).hexdigest(),
+                 models=suite.models, description=suite.description)
+
+
+def latency_bound(value: float | dict[str, float] | None, arch: str) -> float | None:
+    """Resolve a per-arch latency bound (``{x86_64: 150, aarch64: 300}``) for ``arch``."""
+    if value is None or isinstance(value, float | int):
+        return value
+    return value.get(arch)
