@@ -1,1 +1,21 @@
-"""guard.track."""
+"""guard.track: MLflow logging of results and baseline queries.
+
+One experiment per suite (``guard/<suite>``), a parent run per invocation and a nested run
+per (model, backend, target). Every run-data write goes through one batch primitive
+(guard.track.batch._log_batch). mlflow itself is imported only when a function needs it.
+"""
+
+from guard.track.log import keep_results, load_results, log_results, push
+from guard.track.query import find_runs
+from guard.track.uri import check_reachable, resolve_uri, unreachable_message
+
+__all__ = [
+    "check_reachable",
+    "find_runs",
+    "keep_results",
+    "load_results",
+    "log_results",
+    "push",
+    "resolve_uri",
+    "unreachable_message",
+]

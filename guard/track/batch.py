@@ -1,0 +1,96 @@
+"""The one primitive every run-data write goes through: ``MlflowClient.log_batch``, chunked.
+
+Per-metric calls over HTTP are one request each; one batch per run is one request (or a
+few, when a run carries raw samples or a large manifest). Chunks respect every limit MLflow
+enforces on a batch: 1000 metrics, 100 params, 100 tags, 1000 entities in all, and a
+request under 1 MB.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# mlflow.utils.validation; pinned to the installed MLflow by a test.
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_TAGS_PER_BATCH = 100
+MAX_ENTITIES_PER_BATCH = 1000
+MAX_BATCH_LOG_REQUEST_SIZE = int(1e6)
+# Headroom for JSON framing and per-entity fields (timestamp, step) the estimate ignores.
+_SIZE_BUDGET = int(MAX_BATCH_LOG_REQUEST_SIZE * 0.8)
+_ENTITY_OVERHEAD = 64
+
+
+@dataclass
+class Chunk:
+    metrics: list[Any] = field(default_factory=list)
+    params: list[Any] = field(default_factory=list)
+    tags: list[Any] = field(default_factory=list)
+    size: int = 0
+
+    def fits(self, kind: str, size: int) -> bool:
+        entities = len(self.metrics) + len(self.params) + len(self.tags)
+        if entities + 1 > MAX_ENTITIES_PER_BATCH or self.size + size > _SIZE_BUDGET:
+            return False
+        if kind == "metrics":
+            return len(self.metrics) + 1 <= MAX_METRICS_PER_BATCH
+        return len(getattr(self, kind)) + 1 <= MAX_PARAMS_TAGS_PER_BATCH
+
+    def empty(self) -> bool:
+        return not (self.metrics or self.params or self.tags)
+
+
+def chunk(metrics: Iterable[Any], params: Iterable[Any], tags: Iterable[Any]) -> Iterator[Chunk]:
+    """Split entities into batches that MLflow accepts, preserving order within each kind."""
+    current = Chunk()
+    streams = (("metrics", metrics), ("params", params), ("tags", tags))
+    for kind, entities in streams:
+        for entity in entities:
+            size = _ENTITY_OVERHEAD + len(entity.key) + len(str(entity.value))
+            if not current.fits(kind, size):
+                yield current
+                current = Chunk()
+            getattr(current, kind).append(entity)
+            current.size += size
+    if not current.empty():
+        yield current
+
+
+def metric_entities(
+    values: Mapping[str, float], history: Mapping[str, list[float]] | None = None
+) -> list[Any]:
+    """Metric entities at one timestamp: scalars at step 0, histories at steps 0..n-1."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    out = [Metric(key, float(v), now, 0) for key, v in values.items()]
+    for key, series in (history or {}).items():
+        out.extend(Metric(key, float(v), now, step) for step, v in enumerate(series))
+    return out
+
+
+def _log_batch(
+    client: Any,
+    run_id: str,
+    metrics: Iterable[Any] = (),
+    params: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> int:
+    """Write metrics (entities), params and tags to one run; return the number of requests.
+
+    Param and tag keys must already be legal (guard.track.records.clean_key); values are
+    strings within MLflow's length limits.
+    """
+    from mlflow.entities import Param, RunTag
+
+    param_entities = [Param(k, v) for k, v in (params or {}).items()]
+    tag_entities = [RunTag(k, v) for k, v in (tags or {}).items()]
+    requests = 0
+    for batch in chunk(metrics, param_entities, tag_entities):
+        client.log_batch(
+            run_id, metrics=batch.metrics, params=batch.params, tags=batch.tags, synchronous=True
+        )
+        requests += 1
+    return requests

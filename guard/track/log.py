@@ -1,0 +1,318 @@
+"""Log a results document to MLflow: a parent run per invocation, a child per result.
+
+Experiment ``guard/<suite>``. The parent carries the invocation (git, arch, suite hash,
+worst verdict, counts) and the whole results document as ``results.json``; each child
+(``<model>/<backend>/<target>``, tag ``mlflow.parentRunId``) carries the flattened manifest
+as params, the measurements as metrics (raw samples as the history of
+``latency_ms.sample``), the verdict and failed checks as tags, and ``manifest.json`` and
+``result.json`` as artifacts. Run data goes through guard.track.batch._log_batch only.
+
+Results that could not be sent are kept as JSON (``keep_results``) and sent later with
+``push``; a pushed document that is already tracked is not logged twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from guard.errors import TrackingError
+from guard.track import records
+from guard.track.batch import _log_batch, metric_entities
+from guard.track.uri import GUARD_DIR, _quiet_mlflow, artifact_root, check_reachable, is_http
+
+SCHEMA_VERSION = 1
+PENDING_DIR = "pending"
+# Over HTTP, MLflow retries a failed request 7 times with doubling backoff (minutes).
+# guard has a local fallback, so it gives up sooner unless the user chose otherwise.
+_HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+
+
+def experiment_name(suite: str) -> str:
+    return f"guard/{suite}"
+
+
+def results_sha256(doc: Mapping[str, Any]) -> str:
+    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _http_limits() -> Iterator[None]:
+    added = {k: v for k, v in _HTTP_DEFAULTS.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+@contextlib.contextmanager
+def _translated(uri: str, action: str) -> Iterator[None]:
+    """Failures of the store become one-line TrackingErrors naming the URI and what to do."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        import requests
+
+        network_errors: tuple[type[BaseException], ...] = (requests.RequestException,)
+    except ImportError:  # pragma: no cover - mlflow depends on requests
+        network_errors = ()
+    try:
+        yield
+    except MlflowException as exc:
+        raise TrackingError(
+            f"tracking store {uri} failed while {action}: {_first_line(exc.message)}",
+            hint=_hint(uri),
+        ) from exc
+    except (*network_errors, OSError) as exc:
+        raise TrackingError(
+            f"tracking store {uri} failed while {action}: {_first_line(str(exc))}",
+            hint=_hint(uri),
+        ) from exc
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = next((s.strip() for s in str(text).splitlines() if s.strip()), "unknown error")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _hint(uri: str) -> str:
+    if is_http(uri):
+        return (
+            "check the server and --tracking-uri / MLFLOW_TRACKING_URI; "
+            "keep the results JSON and send it later with `guard track push`."
+        )
+    return "check that the store is writable, or pass another --tracking-uri."
+
+
+def _client(uri: str) -> Any:
+    _quiet_mlflow()
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _experiment_id(client: Any, uri: str, suite: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    name = experiment_name(suite)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        if found.lifecycle_stage == "deleted":
+            client.restore_experiment(found.experiment_id)
+        return str(found.experiment_id)
+    try:
+        return str(client.create_experiment(name, artifact_location=artifact_root(uri)))
+    except MlflowException:
+        # Another guard created it between our lookup and create.
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return str(found.experiment_id)
+
+
+def _started_ms(doc: Mapping[str, Any]) -> int:
+    started = doc.get("started")
+    if isinstance(started, str):
+        try:
+            return int(datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() * 1000)
+        except ValueError:
+            pass
+    return int(time.time() * 1000)
+
+
+def _validate(doc: Any, where: str) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise TrackingError("a results document must be a JSON object", where=where)
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise TrackingError(
+            f"results schema_version is {version!r}, this guard reads {SCHEMA_VERSION}",
+            where=where,
+            hint="write it with a matching guard (`guard run --json PATH`).",
+        )
+    if not isinstance(doc.get("suite"), str) or not doc["suite"]:
+        raise TrackingError("results have no 'suite' name", where=where)
+    results = doc.get("results")
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        raise TrackingError("'results' must be a list of objects", where=where)
+    return doc
+
+
+def log_results(
+    doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path] | None = None
+) -> dict[str, Any]:
+    """Log one invocation; return experiment_id, parent_run_id, child_run_ids and uri.
+
+    ``artefact_dirs`` maps a result's index to its artefact directory; the manifest.json
+    found there is uploaded as is, otherwise the record's own manifest is.
+    """
+    doc = _validate(doc, "results")
+    if is_http(uri):
+        check_reachable(uri)
+    with _http_limits(), _translated(uri, f"logging suite {doc['suite']!r}"):
+        return _log(doc, uri, artefact_dirs or {})
+
+
+def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[str, Any]:
+    from mlflow.entities import RunStatus
+
+    client = _client(uri)
+    experiment_id = _experiment_id(client, uri, doc["suite"])
+    git = doc.get("git") if isinstance(doc.get("git"), dict) else {}
+    short = str(git.get("commit") or "nogit")[:10]
+    started = _started_ms(doc)
+    arch = records.host_arch(doc) or platform.machine()
+
+    parent = client.create_run(
+        experiment_id, start_time=started, run_name=f"{doc['suite']}@{short}"
+    )
+    parent_id = parent.info.run_id
+    child_ids: list[str] = []
+    status = RunStatus.to_string(RunStatus.FAILED)
+    try:
+        _log_batch(
+            client,
+            parent_id,
+            metric_entities(records.parent_metrics(doc)),
+            params={"suite": doc["suite"], "schema_version": str(doc["schema_version"])},
+            tags=records.parent_tags(doc, arch, results_sha256(doc)),
+        )
+        client.log_dict(parent_id, doc, "results.json")
+        for index, result in enumerate(doc["results"]):
+            child_ids.append(
+                _log_child(client, experiment_id, parent_id, doc, result, artefact_dirs.get(index))
+            )
+        status = RunStatus.to_string(RunStatus.FINISHED)
+    finally:
+        client.set_terminated(parent_id, status=status)
+    return {
+        "experiment_id": experiment_id,
+        "parent_run_id": parent_id,
+        "child_run_ids": child_ids,
+        "uri": uri,
+    }
+
+
+def _log_child(
+    client: Any,
+    experiment_id: str,
+    parent_id: str,
+    doc: Mapping[str, Any],
+    result: Mapping[str, Any],
+    artefact_dir: Path | None,
+) -> str:
+    from mlflow.entities import RunStatus
+
+    run = client.create_run(experiment_id, run_name=records.child_name(result))
+    run_id = run.info.run_id
+    status = RunStatus.to_string(RunStatus.FAILED)
+    try:
+        history = {"latency_ms.sample": records.sample_history(result)}
+        tags = {"mlflow.parentRunId": parent_id, **records.child_tags(result, doc)}
+        _log_batch(
+            client,
+            run_id,
+            metric_entities(records.result_metrics(result), history),
+            params=records.manifest_params(result.get("manifest")),
+            tags=tags,
+        )
+        manifest_file = Path(artefact_dir) / "manifest.json" if artefact_dir else None
+        if manifest_file is not None and manifest_file.is_file():
+            client.log_artifact(run_id, str(manifest_file))
+        else:
+            client.log_dict(run_id, result.get("manifest") or {}, "manifest.json")
+        client.log_dict(run_id, dict(result), "result.json")
+        status = RunStatus.to_string(RunStatus.FINISHED)
+    finally:
+        client.set_terminated(run_id, status=status)
+    return str(run_id)
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """Read and validate a results JSON written by ``guard run --json`` or ``keep_results``."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise TrackingError("results file not found", where=str(path)) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrackingError(f"cannot read results file: {exc}", where=str(path)) from exc
+    except json.JSONDecodeError as exc:
+        raise TrackingError(
+            f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", where=str(path)
+        ) from exc
+    return _validate(doc, str(path))
+
+
+def push(results_path: Path, uri: str) -> dict[str, Any]:
+    """Send results kept earlier; a document already tracked at ``uri`` is not logged twice.
+
+    Returns log_results' dict plus ``"already_tracked": bool``.
+    """
+    doc = load_results(results_path)
+    if is_http(uri):
+        check_reachable(uri)
+    digest = results_sha256(doc)
+    with _http_limits(), _translated(uri, f"looking up {results_path}"):
+        existing = _find_parent(uri, doc["suite"], digest)
+    if existing is not None:
+        return {**existing, "uri": uri, "already_tracked": True}
+    return {**log_results(doc, uri), "already_tracked": False}
+
+
+def _find_parent(uri: str, suite: str, digest: str) -> dict[str, Any] | None:
+    client = _client(uri)
+    experiment = client.get_experiment_by_name(experiment_name(suite))
+    if experiment is None:
+        return None
+    eid = experiment.experiment_id
+    parents = client.search_runs(
+        [eid], filter_string=f"tags.`guard.results_sha256` = '{digest}'", max_results=1
+    )
+    if not parents:
+        return None
+    parent_id = parents[0].info.run_id
+    children = client.search_runs(
+        [eid], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
+    )
+    return {
+        "experiment_id": str(eid),
+        "parent_run_id": parent_id,
+        "child_run_ids": [c.info.run_id for c in children],
+    }
+
+
+def keep_results(doc: Mapping[str, Any], workdir: Path) -> Path:
+    """Write results that could not be sent to ``<workdir>/.guard/pending/``; return the path."""
+    pending = Path(workdir).resolve() / GUARD_DIR / PENDING_DIR
+    stamp = str(doc.get("started") or time.strftime("%Y%m%dT%H%M%S"))
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{doc.get('suite')}-{stamp}")
+    try:
+        pending.mkdir(parents=True, exist_ok=True)
+        path = pending / f"{safe}.json"
+        n = 1
+        while path.exists():
+            n += 1
+            path = pending / f"{safe}-{n}.json"
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    except OSError as exc:
+        raise TrackingError(
+            f"cannot keep results locally in {pending}: {exc.strerror}",
+            hint="free space or permissions there, or write them with --json PATH.",
+        ) from exc
+    return path

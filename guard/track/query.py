@@ -1,0 +1,93 @@
+"""Baseline queries: a thin filter builder over ``mlflow.search_runs``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.errors import TrackingError
+from guard.track.log import _http_limits, _translated, experiment_name
+from guard.track.uri import _quiet_mlflow
+
+# find_runs keyword -> the tag it filters on.
+_TAG_FILTERS = {
+    "model": "guard.model",
+    "backend": "guard.backend",
+    "target": "guard.target",
+    "branch": "guard.git.branch",
+    "commit": "guard.git.commit",
+    "verdict": "guard.verdict",
+    "manifest_sha256": "guard.manifest_sha256",
+    "arch": "guard.arch",
+}
+_LEVELS = {
+    "result": "result",
+    "child": "result",
+    "invocation": "invocation",
+    "parent": "invocation",
+}
+
+
+def _quote(value: str) -> str:
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise TrackingError(f"cannot filter on a value holding both quote characters: {value}")
+
+
+def filter_string(level: str | None = "result", **filters: Any) -> str:
+    """The search filter for ``find_runs``' keywords (None values are ignored)."""
+    clauses = []
+    if level is not None:
+        if level not in _LEVELS:
+            raise TrackingError(
+                f"unknown run level {level!r}", hint=f"use one of {sorted(_LEVELS)}"
+            )
+        clauses.append(f"tags.`guard.level` = '{_LEVELS[level]}'")
+    for key, value in filters.items():
+        if value is None:
+            continue
+        if key == "parent_run_id":
+            clauses.append(f"tags.mlflow.parentRunId = {_quote(str(value))}")
+            continue
+        if key not in _TAG_FILTERS:
+            known = sorted([*_TAG_FILTERS, "parent_run_id"])
+            raise TrackingError(f"unknown run filter {key!r}", hint=f"use one of {known}")
+        clauses.append(f"tags.`{_TAG_FILTERS[key]}` = {_quote(str(value))}")
+    return " and ".join(clauses)
+
+
+def find_runs(
+    uri: str,
+    suite: str,
+    *,
+    level: str | None = "result",
+    max_results: int = 1000,
+    order_by: list[str] | None = None,
+    **filters: Any,
+) -> Any:
+    """Runs of ``guard/<suite>`` as a pandas DataFrame, newest first.
+
+    ``level``: "result" (children, the default), "invocation" (parents), or None for both.
+    Filters (equality on tags): model, backend, target, branch, commit, verdict,
+    manifest_sha256, arch, parent_run_id. An experiment that does not exist yet gives an
+    empty frame.
+    """
+    _quiet_mlflow()
+    import mlflow
+    import pandas as pd
+
+    where = filter_string(level, **filters)
+    with _http_limits(), _translated(uri, f"searching runs of suite {suite!r}"):
+        mlflow.set_tracking_uri(uri)
+        experiment = mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name(
+            experiment_name(suite)
+        )
+        if experiment is None:
+            return pd.DataFrame()
+        return mlflow.search_runs(
+            experiment_ids=[experiment.experiment_id],
+            filter_string=where,
+            max_results=max_results,
+            order_by=order_by or ["attributes.start_time DESC"],
+        )
