@@ -1,1 +1,21 @@
-"""guard.bench."""
+"""guard.bench: the measurement harness.
+
+- timer: MeasureConfig, measure() with an injected clock, Timings (raw samples kept)
+- stats: summarize() raw samples into min/p50/p90/p99/mean/stdev/cv/n
+- preflight: machine facts (load, governor, affinity, contention) and their warnings
+"""
+
+from guard.bench.preflight import CpuTimes, preflight, read_cpu_times, set_threads
+from guard.bench.stats import summarize
+from guard.bench.timer import MeasureConfig, Timings, measure
+
+__all__ = [
+    "CpuTimes",
+    "MeasureConfig",
+    "Timings",
+    "measure",
+    "preflight",
+    "read_cpu_times",
+    "set_threads",
+    "summarize",
+]

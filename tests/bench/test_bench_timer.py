@@ -1,0 +1,201 @@
+"""The timing loop, driven exactly by a fake clock: no real code is timed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import pytest
+
+from guard.bench import CpuTimes, MeasureConfig, Timings, measure, summarize
+from guard.errors import UsageError
+
+
+class FakeClock:
+    """A clock that only moves when the fake workload says it took time."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.t
+
+
+class Workload:
+    """Calls advance the clock by the next cost (the last one repeats)."""
+
+    def __init__(self, clock: FakeClock, costs: Iterable[float]) -> None:
+        self.clock = clock
+        self.costs: Iterator[float] = iter(costs)
+        self.last = 0.0
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.last = next(self.costs, self.last)
+        self.clock.t += self.last
+        self.calls += 1
+
+
+def run(costs: Iterable[float], **cfg: float) -> tuple[Timings, Workload]:
+    clock = FakeClock()
+    work = Workload(clock, costs)
+    t = measure(work, MeasureConfig(**cfg), clock, cpu_times=lambda: None)  # type: ignore[arg-type]
+    return t, work
+
+
+# Costs are powers of two so that elapsed time sums exactly in binary floating point.
+
+
+def test_warmup_stops_when_warmup_time_has_elapsed() -> None:
+    t, work = run([0.125], warmup_s=0.5, min_iters=3, min_time_s=0.0)
+    assert t.warmup_iters == 4  # 0, .125, .25, .375 are < .5; .5 is not
+    assert len(t.samples_s) == 3
+    assert work.calls == 7
+
+
+def test_warmup_stops_at_its_count_cap() -> None:
+    t, _ = run([2**-10], warmup_s=10.0, max_warmup_iters=7, min_iters=1, min_time_s=0.0)
+    assert t.warmup_iters == 7
+
+
+def test_zero_warmup_time_means_no_warmup() -> None:
+    t, work = run([0.25], warmup_s=0.0, min_iters=2, min_time_s=0.0)
+    assert t.warmup_iters == 0
+    assert work.calls == 2
+
+
+def test_warmup_samples_are_discarded() -> None:
+    # Two slow first calls (cold start) are the warm-up; the samples start after them.
+    t, _ = run([4.0, 2.0, 0.25, 0.5, 0.125], warmup_s=5.0, min_iters=3, min_time_s=0.0)
+    assert t.warmup_iters == 2
+    assert t.samples_s == [0.25, 0.5, 0.125]
+
+
+def test_min_iters_holds_when_min_time_is_already_met() -> None:
+    t, _ = run([0.25], warmup_s=0.0, min_iters=3, min_time_s=0.5)
+    assert len(t.samples_s) == 3  # min_time met after 2, min_iters needs a third
+    assert t.stopped_by == "target" and not t.truncated
+
+
+def test_min_time_holds_when_min_iters_is_already_met() -> None:
+    t, _ = run([0.125], warmup_s=0.0, min_iters=2, min_time_s=1.0)
+    assert len(t.samples_s) == 8
+    assert t.stopped_by == "target" and not t.truncated
+
+
+def test_max_time_truncates_before_min_iters_and_says_so() -> None:
+    t, _ = run([1.0], warmup_s=0.0, min_iters=20, min_time_s=1.0, max_time_s=5.0)
+    assert len(t.samples_s) == 5
+    assert t.truncated and t.stopped_by == "max_time_s"
+    assert len(t.warnings) == 1
+    assert "max_time_s=5s after 5 iterations" in t.warnings[0]
+    assert "min_iters=20" in t.warnings[0]
+
+
+def test_one_call_longer_than_max_time_gives_one_truncated_sample() -> None:
+    t, _ = run([30.0], warmup_s=0.0, min_iters=20, min_time_s=1.0, max_time_s=20.0)
+    assert t.samples_s == [30.0]
+    assert t.truncated
+
+
+def test_max_iters_bounds_very_fast_functions_without_truncating() -> None:
+    t, _ = run([2**-12], warmup_s=0.0, min_iters=5, min_time_s=1.0, max_iters=100)
+    assert len(t.samples_s) == 100
+    assert t.stopped_by == "max_iters" and not t.truncated
+    assert t.warnings == []
+
+
+def test_stats_come_from_the_raw_samples() -> None:
+    t, _ = run([0.001, 0.002, 0.003, 0.004], warmup_s=0.0, min_iters=4, min_time_s=0.0)
+    assert t.stats() == summarize([0.001, 0.002, 0.003, 0.004])
+    d = t.to_dict()
+    assert d["samples_s"] == [0.001, 0.002, 0.003, 0.004]
+    assert d["stats"]["n"] == 4 and d["truncated"] is False
+
+
+def test_contention_is_sampled_around_the_timed_loop() -> None:
+    readings = iter(
+        [
+            CpuTimes(busy_s=10.0, total_s=100.0, own_s=1.0),
+            # over the loop: 2 s of CPU in all, 1 s ours, 1.5 s busy -> others 0.5 of 1.0
+            CpuTimes(busy_s=11.5, total_s=102.0, own_s=2.0),
+        ]
+    )
+    clock = FakeClock()
+    work = Workload(clock, [0.25])
+    t = measure(
+        work,
+        MeasureConfig(warmup_s=0.5, min_iters=2, min_time_s=0.0),
+        clock,
+        cpu_times=lambda: next(readings),
+    )
+    assert t.contention == pytest.approx(0.5)
+    assert any("other processes used 50%" in w for w in t.warnings)
+
+
+def test_quiet_machine_has_low_contention_and_no_warning() -> None:
+    readings = iter([CpuTimes(10.0, 100.0, 1.0), CpuTimes(11.0, 102.0, 2.0)])
+    clock = FakeClock()
+    t = measure(
+        Workload(clock, [0.25]),
+        MeasureConfig(warmup_s=0.0, min_iters=1, min_time_s=0.0),
+        clock,
+        cpu_times=lambda: next(readings),
+    )
+    assert t.contention == 0.0
+    assert t.warnings == []
+
+
+def test_unreadable_cpu_times_give_unknown_contention() -> None:
+    t, _ = run([0.25], warmup_s=0.0, min_iters=1, min_time_s=0.0)
+    assert t.contention is None
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+def test_defaults() -> None:
+    cfg = MeasureConfig.from_dict(None, "smoke.yaml: defaults.measure")
+    assert (cfg.warmup_s, cfg.min_iters, cfg.min_time_s, cfg.max_time_s) == (0.5, 20, 1.0, 20.0)
+    assert MeasureConfig.from_dict({"min_iters": 5, "max_time_s": 3}, "w").max_time_s == 3
+
+
+def test_unknown_key_is_rejected_with_a_suggestion() -> None:
+    with pytest.raises(UsageError) as e:
+        MeasureConfig.from_dict({"min_iter": 5}, "smoke.yaml: defaults.measure")
+    msg = str(e.value)
+    assert "smoke.yaml: defaults.measure.min_iter" in msg
+    assert "did you mean 'min_iters'" in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    ("d", "key", "text"),
+    [
+        ({"min_iters": True}, "min_iters", "integer"),
+        ({"min_iters": 2.5}, "min_iters", "integer"),
+        ({"warmup_s": "1s"}, "warmup_s", "number of seconds"),
+        ({"warmup_s": float("nan")}, "warmup_s", "number of seconds"),
+        ({"warmup_s": -1}, "warmup_s", ">= 0"),
+        ({"max_time_s": 0}, "max_time_s", "> 0"),
+        ({"min_iters": 0}, "min_iters", ">= 1"),
+        ({"min_time_s": 30, "max_time_s": 20}, "min_time_s", "exceeds max_time_s"),
+        ({"min_iters": 50, "max_iters": 10}, "min_iters", "exceeds max_iters"),
+    ],
+)
+def test_bad_values_name_the_key(d: dict[str, object], key: str, text: str) -> None:
+    with pytest.raises(UsageError) as e:
+        MeasureConfig.from_dict(d, "s.yaml: models[0].measure")
+    assert f"s.yaml: models[0].measure.{key}" in str(e.value)
+    assert text in str(e.value)
+
+
+def test_non_mapping_is_rejected() -> None:
+    with pytest.raises(UsageError, match="s.yaml: measure: must be a mapping"):
+        MeasureConfig.from_dict([1, 2], "s.yaml: measure")  # type: ignore[arg-type]
+
+
+def test_direct_construction_is_validated_too() -> None:
+    with pytest.raises(UsageError, match="measure.min_iters"):
+        MeasureConfig(min_iters=0)
