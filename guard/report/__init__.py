@@ -1,1 +1,25 @@
-"""guard.report."""
+"""guard.report: console table and progress bar, results JSON, JUnit XML, Markdown, HTML.
+
+Every writer takes the results document (DESIGN.md, results contract v1) and tolerates
+missing or None fields, as an ``error`` result may have them. Files are written atomically.
+"""
+
+from guard.report.console import ProgressHandle, progress, render_console, results_table
+from guard.report.html_report import to_html, write_html
+from guard.report.json_report import write_json
+from guard.report.junit import to_junit, write_junit
+from guard.report.markdown import to_markdown, write_markdown
+
+__all__ = [
+    "ProgressHandle",
+    "progress",
+    "render_console",
+    "results_table",
+    "to_html",
+    "to_junit",
+    "to_markdown",
+    "write_html",
+    "write_json",
+    "write_junit",
+    "write_markdown",
+]

@@ -1,0 +1,123 @@
+"""Console output: the results table, and a progress bar while models build and run.
+
+Both draw with rich on a terminal. Off a terminal (CI logs, pipes) the table still prints,
+plainly, and the progress bar is silent: a live bar in a log file is only noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from guard.report import _summary as S
+
+VERDICT_STYLE = {
+    "pass": "green",
+    "fail": "bold red",
+    "error": "bold magenta",
+    "inconclusive": "yellow",
+}
+OVERALL_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
+
+
+def results_table(doc: Any) -> Table:
+    """The results as a rich Table, one row per result, verdicts coloured."""
+    table = Table(title=f"guard {S.text(S.get(doc, 'suite'), 'guard')}", title_justify="left")
+    for i, col in enumerate(S.TABLE_COLUMNS):
+        table.add_column(
+            col, justify="right" if i in S.NUMERIC_COLUMNS else "left", overflow="fold"
+        )
+    for r in S.results(doc):
+        cells = S.row(r).cells()
+        # Text, not markup strings: a model name or message may contain "[...]".
+        row = [Text(c) for c in cells]
+        row[2] = Text(cells[2], style=VERDICT_STYLE.get(cells[2], "bold magenta"))
+        table.add_row(*row)
+    return table
+
+
+def render_console(doc: Any, console: Console | None = None) -> None:
+    """Print the results table, the headline, failed checks' messages and preflight warnings."""
+    console = console or Console()
+    if S.results(doc):
+        console.print(results_table(doc))
+    overall = S.overall(doc)
+    head = Text(
+        f"{S.OVERALL_ICON[overall]} guard {S.text(S.get(doc, 'suite'), 'guard')}: "
+        f"{S.headline_counts(doc)}",
+        style=OVERALL_STYLE[overall],
+    )
+    console.print(head)
+    prov = S.provenance(doc)
+    if prov:
+        console.print(Text(prov, style="dim"))
+    for f in S.failures(doc):
+        line = Text("  ✗ ", style="red")
+        line.append(f"{f.label} {f.check}", style="bold")
+        line.append(f": {f.message}")
+        console.print(line)
+    for lbl, msg in S.warnings(doc):
+        line = Text("  ! ", style="yellow")
+        line.append(lbl, style="bold")
+        line.append(f": {msg}")
+        console.print(line)
+
+
+class ProgressHandle:
+    """What :func:`progress` yields: ``step(label)`` names the work now under way,
+    ``advance()`` marks one unit done. Both are safe to call any number of times."""
+
+    def __init__(self, total: int, bar: Progress | None, task: TaskID | None):
+        self.total = max(int(total), 0)
+        self.completed = 0
+        self.label = ""
+        self._bar = bar
+        self._task = task
+
+    def step(self, label: str) -> None:
+        self.label = str(label)
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, description=self.label)
+            self._bar.refresh()
+
+    def advance(self) -> None:
+        self.completed += 1
+        if self._bar is not None and self._task is not None:
+            # A caller that advances past the total must not break the bar.
+            self._bar.update(self._task, completed=min(self.completed, self.total))
+            self._bar.refresh()
+
+
+@contextmanager
+def progress(total: int, console: Console | None = None) -> Iterator[ProgressHandle]:
+    """A progress bar over ``total`` units of work, shown only on an interactive terminal."""
+    console = console or Console(stderr=True)
+    if not console.is_terminal or console.is_dumb_terminal:
+        yield ProgressHandle(total, None, None)
+        return
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", style="progress.description", markup=False),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    with bar:
+        task = bar.add_task("starting", total=max(int(total), 0))
+        yield ProgressHandle(total, bar, task)

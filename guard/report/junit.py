@@ -1,0 +1,134 @@
+"""JUnit XML: one testcase per (model, backend, check), for CI test-report viewers.
+
+Layout: ``<testsuites>`` holding one ``<testsuite name=SUITE>``; each check of each result is
+a ``<testcase name="model[backend].check" classname="guard.SUITE">`` with a ``<failure>``
+(status fail), ``<error>`` (status error), or ``<skipped>`` (status skip). A result that
+errored without an errored check (say the build failed before any check ran) adds one
+``model[backend].run`` testcase carrying the error. Latency checks take the result's p50 as
+their ``time``; other checks take 0, since their time is not what they measure.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from guard.report import _summary as S
+from guard.report._io import atomic_write_text, check_target
+
+# Characters XML 1.0 forbids even escaped; a stray one would make the whole file unreadable.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _clean(value: Any) -> str:
+    return _XML_ILLEGAL.sub("\ufffd", "" if value is None else str(value))
+
+
+def _seconds(result: Mapping[str, Any], check_name: str) -> float:
+    if not check_name.startswith("latency"):
+        return 0.0
+    p50 = S._number(S.get(result, "latency_ms", "p50"))
+    return p50 / 1000.0 if p50 is not None and p50 >= 0 else 0.0
+
+
+def _detail(check: Mapping[str, Any]) -> str:
+    lines = [
+        f"{k}: {_clean(check.get(k))}"
+        for k in ("status", "value", "bound")
+        if check.get(k) is not None
+    ]
+    if check.get("message"):
+        lines.append(_clean(check.get("message")))
+    return "\n".join(lines)
+
+
+def to_junit(doc: Any) -> ET.Element:
+    """The ``<testsuites>`` element for a results document."""
+    suite_name = S.text(S.get(doc, "suite"), "guard")
+    classname = f"guard.{suite_name}"
+    suite = ET.Element("testsuite", name=_clean(suite_name))
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    total_time = 0.0
+
+    def case(name: str, seconds: float) -> ET.Element:
+        nonlocal total_time
+        counts["tests"] += 1
+        total_time += seconds
+        return ET.SubElement(
+            suite, "testcase", name=_clean(name), classname=_clean(classname), time=f"{seconds:.6f}"
+        )
+
+    for result in S.results(doc):
+        label = S.label(result)
+        errored = False
+        for check in S.checks(result):
+            name = S.text(check.get("name"), "check")
+            el = case(f"{label}.{name}", _seconds(result, name))
+            status = check.get("status")
+            message = _clean(S.check_message(check))
+            if status == "fail":
+                counts["failures"] += 1
+                f = ET.SubElement(el, "failure", message=message, type=_clean(name))
+                f.text = _detail(check)
+            elif status == "error":
+                counts["errors"] += 1
+                errored = True
+                e = ET.SubElement(el, "error", message=message, type=_clean(name))
+                e.text = _detail(check)
+            elif status == "skip":
+                counts["skipped"] += 1
+                ET.SubElement(el, "skipped", message=message)
+            elif status == "created":
+                out = ET.SubElement(el, "system-out")
+                out.text = _clean(check.get("message") or "golden created")
+        if result.get("verdict") == "error" and not errored:
+            el = case(f"{label}.run", 0.0)
+            counts["errors"] += 1
+            msg = _clean(S.text(result.get("error"), "error (no message)"))
+            e = ET.SubElement(el, "error", message=msg, type="error")
+            e.text = _clean(result.get("error") or "")
+
+    attrs = {k: str(v) for k, v in counts.items()}
+    attrs["time"] = f"{total_time:.6f}"
+    for k, v in attrs.items():
+        suite.set(k, v)
+    if S.get(doc, "started"):
+        suite.set("timestamp", _clean(S.get(doc, "started")))
+    suite.set("hostname", _clean(socket.gethostname()))
+
+    props = {
+        "git.commit": S.get(doc, "git", "commit"),
+        "git.branch": S.get(doc, "git", "branch"),
+        "git.dirty": S.get(doc, "git", "dirty"),
+        "suite_sha256": S.get(doc, "suite_sha256"),
+        "exit_code": S.get(doc, "exit_code"),
+    }
+    if any(v is not None for v in props.values()):
+        pe = ET.Element("properties")
+        for k, v in props.items():
+            if v is not None:
+                ET.SubElement(pe, "property", name=k, value=_clean(v))
+        suite.insert(0, pe)
+
+    root = ET.Element("testsuites", name="guard", **attrs)
+    root.append(suite)
+    return root
+
+
+def dumps(doc: Any) -> str:
+    root = to_junit(doc)
+    ET.indent(root)
+    # Declared by hand: ElementTree's declaration for encoding="unicode" names the locale's
+    # encoding, which is not what atomic_write_text writes (UTF-8).
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_junit(doc: Any, path: str | os.PathLike[str]) -> Path:
+    """Write JUnit XML for the results document to ``path`` atomically; return the path."""
+    check_target(path)
+    return atomic_write_text(path, dumps(doc))
