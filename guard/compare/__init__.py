@@ -1,0 +1,1 @@
+"""guard.compare: baselines, comparisons, interleaved A/B, dependency bumps, history."""

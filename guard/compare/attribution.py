@@ -1,0 +1,116 @@
+"""One line saying what probably moved a row, when guard can tell.
+
+Rules look at what the results carry, most specific first: partition count (each boundary
+costs a sync and a copy, and names the unsupported ops), tuning-cache hit rate (a miss is a
+2-10x slower schedule), graph op counts after optimisation (an inserted Transpose, a
+LayerNorm no longer fused), arena size, output hash, and last the manifest pins.
+The line leads with the latency move (the larger of p50 and p90), e.g.
+"p90 +14%: partitions 1 → 3, unsupported on the delegate: Erf".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+_MANIFEST_ORDER = (
+    "runtime.version",
+    "compiler.version",
+    "driver",
+    "tuning_cache.sha256",
+    "model.sha256",
+)
+
+
+def _pct(ratio: float | None) -> float | None:
+    if ratio is None or not math.isfinite(ratio):
+        return None
+    return (ratio - 1.0) * 100.0
+
+
+def _unsupported_ops(r: Mapping[str, Any]) -> list[str]:
+    """Op types a backend reported as unsupported (partition details, any shape we know)."""
+    ops: list[str] = []
+    for d in (r.get("partitions") or {}).get("details") or []:
+        if not isinstance(d, Mapping):
+            continue
+        for key in ("unsupported", "unsupported_ops", "fallback_ops"):
+            val = d.get(key)
+            items = val.items() if isinstance(val, Mapping) else (val or [])
+            for it in items:
+                name = it[0] if isinstance(it, tuple) else it
+                if isinstance(name, Mapping):
+                    name = name.get("op_type") or name.get("op")
+                if isinstance(name, str) and name not in ops:
+                    ops.append(name)
+    return ops
+
+
+def _op_changes(base_r: Mapping[str, Any], head_r: Mapping[str, Any]) -> list[str]:
+    b = ((base_r.get("graph") or {}).get("ops_after")) or {}
+    h = ((head_r.get("graph") or {}).get("ops_after")) or {}
+    deltas = {op: int(h.get(op, 0)) - int(b.get(op, 0)) for op in set(b) | set(h)}
+    moved = sorted((d for d in deltas.items() if d[1]), key=lambda kv: (-abs(kv[1]), kv[0]))
+    return [f"{op} {n:+d}" for op, n in moved[:3]]
+
+
+def _mb(x: Any) -> str:
+    return f"{x / 1e6:.1f} MB"
+
+
+def causes(
+    row: Mapping[str, Any], base_r: Mapping[str, Any], head_r: Mapping[str, Any]
+) -> list[str]:
+    """Every candidate cause, most specific first."""
+    out: list[str] = []
+    pb, ph = row["partitions"]
+    if pb is not None and ph is not None and pb != ph:
+        text = f"partitions {pb} → {ph}"
+        new_ops = [op for op in _unsupported_ops(head_r) if op not in _unsupported_ops(base_r)]
+        if new_ops:
+            text += f", {', '.join(new_ops)} unsupported on the delegate"
+        out.append(text)
+    hb, hh = row.get("tuning_hit_rate") or [None, None]
+    if hb is not None and hh is not None and abs(hh - hb) >= 0.005:
+        out.append(f"tuning hit rate {hb:.0%} → {hh:.0%}")
+    ops = _op_changes(base_r, head_r)
+    if ops:
+        out.append("ops after optimisation: " + ", ".join(ops))
+    ab, ah = row["arena_bytes"]
+    if ab and ah and abs(ah / ab - 1) >= 0.05:
+        out.append(f"arena {_mb(ab)} → {_mb(ah)} ({(ah / ab - 1) * 100:+.0f}%)")
+    if row["numerics"]["output_sha256_changed"]:
+        eb, eh = row["numerics"]["max_abs_err"]
+        out.append(
+            "outputs changed"
+            + (f" (max abs err {eb:.2g} → {eh:.2g})" if eb is not None and eh is not None else "")
+        )
+    md = row.get("manifest_diff") or {}
+    for prefix in _MANIFEST_ORDER:
+        for field, (vb, vh) in md.items():
+            if field.startswith(prefix):
+                out.append(f"{field} {vb} → {vh}")
+                break
+    return out
+
+
+def attribute(
+    row: Mapping[str, Any], base_r: Mapping[str, Any], head_r: Mapping[str, Any]
+) -> str | None:
+    """The attribution line, or None when nothing moved and nothing changed."""
+    found = causes(row, base_r, head_r)
+    p50, p90 = _pct(row.get("ratio")), _pct(row.get("p90_ratio"))
+    lead = None
+    if p90 is not None and (p50 is None or abs(p90) > abs(p50) + 2.0):
+        lead = f"p90 {p90:+.0f}%"
+    elif p50 is not None:
+        lead = f"p50 {p50:+.0f}%"
+    moved = row.get("verdict") in ("regressed", "improved")
+    if not found:
+        return (
+            f"{lead}: no pinned field, partition, tuning or graph change recorded"
+            if moved and lead
+            else None
+        )
+    return f"{lead}: {', '.join(found[:2])}" if lead else ", ".join(found[:2])

@@ -1,0 +1,262 @@
+"""Compare two results documents (DESIGN.md results contract) into a comparison document.
+
+Rows are matched by (model, backend, canonical target). A baseline is only usable when the
+host class matches (arch, CPU model, threads): a latency ratio across two machines says
+nothing about the code. Everything else in the manifest (compiler, runtime, driver,
+tuning cache, model) is the subject of the comparison and is listed first.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard.bench.regress import (
+    IMPROVED,
+    INCONCLUSIVE,
+    PASS,
+    REGRESSED,
+    Comparison,
+    RegressConfig,
+    compare_unpaired,
+    with_noise,
+)
+from guard.compare.attribution import attribute
+from guard.errors import UsageError
+
+SCHEMA_VERSION = 1
+HOST_FIELDS = ("arch", "cpu", "threads")
+# Run statistics and the derived hash are not pins; the host is compatibility, not subject.
+_NOT_PINS = {"sha256", "tuning_cache.hits", "tuning_cache.misses", "tuning_cache.entries"}
+
+
+class IncompatibleBaselineError(UsageError):
+    """The baseline was measured on a different host class; the reason says which field."""
+
+
+def load_results(path: str | Path) -> dict[str, Any]:
+    """Read and validate a results document (schema_version 1)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UsageError("no such results file", where=str(p)) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"not a readable JSON results file ({e})", where=str(p)) from None
+    validate_results(doc, str(p))
+    return doc
+
+
+def validate_results(doc: Any, where: str) -> None:
+    if not isinstance(doc, dict):
+        raise UsageError("a results document must be a JSON object", where=where)
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(
+            f"schema_version is {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}",
+            where=where,
+            hint="Re-run `guard run --json` with this guard version.",
+        )
+    results = doc.get("results")
+    if not isinstance(results, list):
+        raise UsageError("key 'results' must be a list", where=where)
+    for i, r in enumerate(results):
+        if not isinstance(r, dict) or not all(k in r for k in ("model", "backend", "target")):
+            raise UsageError(f"results[{i}] needs model, backend and target", where=where)
+
+
+def canonical_target(r: Mapping[str, Any]) -> str:
+    tgt = (r.get("manifest") or {}).get("target") or {}
+    return str(tgt.get("canonical") or r.get("target"))
+
+
+def row_key(r: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (str(r["model"]), str(r["backend"]), canonical_target(r))
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def host_incompatibility(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -> str | None:
+    """Why two manifests' hosts cannot be compared, or None when they can."""
+    bh, hh = base_m.get("host") or {}, head_m.get("host") or {}
+    for f in HOST_FIELDS:
+        if bh.get(f) != hh.get(f):
+            return f"host.{f} differs: baseline {bh.get(f)!r}, head {hh.get(f)!r}"
+    return None
+
+
+def manifest_diff(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """Pinned fields that differ, as {dotted.field: [base, head]}; host and run stats excluded."""
+    fb, fh = flatten(base_m), flatten(head_m)
+    diff: dict[str, list[Any]] = {}
+    for k in sorted(set(fb) | set(fh)):
+        if k in _NOT_PINS or k.startswith("host.") or k == "target.raw":
+            continue
+        if fb.get(k) != fh.get(k):
+            diff[k] = [fb.get(k), fh.get(k)]
+    return diff
+
+
+def _hit_rate(r: Mapping[str, Any]) -> float | None:
+    tc = (r.get("manifest") or {}).get("tuning_cache") or {}
+    hits, misses = tc.get("hits"), tc.get("misses")
+    if hits is None or misses is None or hits + misses == 0:
+        return None
+    return hits / (hits + misses)
+
+
+def _samples(r: Mapping[str, Any]) -> list[float] | None:
+    s = r.get("samples_ms")
+    return [float(x) for x in s] if isinstance(s, list) and s else None
+
+
+def _p90_ratio(b: list[float] | None, h: list[float] | None) -> float | None:
+    if not b or not h:
+        return None
+    return float(np.percentile(h, 90) / np.percentile(b, 90))
+
+
+def compare_rows(
+    base_r: Mapping[str, Any], head_r: Mapping[str, Any], config: RegressConfig
+) -> dict[str, Any]:
+    """One comparison row (DESIGN.md contract keys, plus stats detail)."""
+    bm, hm = base_r.get("manifest") or {}, head_r.get("manifest") or {}
+    bs, hs = _samples(base_r), _samples(head_r)
+    if bs is None or hs is None:
+        side = "base" if bs is None else "head"
+        comp: Comparison | None = None
+        verdict, ratio, ci = INCONCLUSIVE, math.nan, [math.nan, math.nan]
+        reason = f"{side} result has no raw samples_ms; cannot test significance"
+        bp50 = (base_r.get("latency_ms") or {}).get("p50")
+        hp50 = (head_r.get("latency_ms") or {}).get("p50")
+        if bp50 and hp50:
+            ratio = float(hp50) / float(bp50)
+    else:
+        comp = compare_unpaired(bs, hs, config)
+        verdict, ratio, ci, reason = comp.verdict, comp.ratio, list(comp.ci), comp.reason
+    bnum, hnum = base_r.get("numerics") or {}, head_r.get("numerics") or {}
+    bpart, hpart = base_r.get("partitions") or {}, head_r.get("partitions") or {}
+    row: dict[str, Any] = {
+        "model": base_r["model"],
+        "backend": base_r["backend"],
+        "target": canonical_target(base_r),
+        "verdict": verdict,
+        "ratio": ratio,
+        "ci": ci,
+        "p90_ratio": _p90_ratio(bs, hs),
+        "arena_bytes": [base_r.get("arena_bytes"), head_r.get("arena_bytes")],
+        "partitions": [bpart.get("count"), hpart.get("count")],
+        "numerics": {
+            "output_sha256_changed": (
+                bnum.get("output_sha256") is not None
+                and bnum.get("output_sha256") != hnum.get("output_sha256")
+            ),
+            "max_abs_err": [bnum.get("max_abs_err"), hnum.get("max_abs_err")],
+            "max_rel_err": [bnum.get("max_rel_err"), hnum.get("max_rel_err")],
+        },
+        "tuning_hit_rate": [_hit_rate(base_r), _hit_rate(head_r)],
+        "manifest_diff": manifest_diff(bm, hm),
+        "stats": comp.to_dict() if comp else {"reason": reason},
+        "reason": reason,
+    }
+    row["attribution"] = attribute(row, base_r, head_r)
+    return row
+
+
+def _noise_for(noise: Mapping[str, float] | None, key: tuple[str, str, str]) -> float | None:
+    if not noise:
+        return None
+    return noise.get("/".join(key))
+
+
+def compare_docs(
+    base: Mapping[str, Any],
+    head: Mapping[str, Any],
+    config: RegressConfig | None = None,
+    *,
+    noise: Mapping[str, float] | None = None,
+    base_label: str = "base",
+    head_label: str = "head",
+) -> dict[str, Any]:
+    """The comparison document (schema_version 1) for two results documents.
+
+    ``noise`` maps "model/backend/target" to a calibrated A/A noise percentage
+    (``guard calibrate``); it raises that row's threshold. Raises
+    IncompatibleBaselineError when a matched pair ran on different host classes.
+    """
+    cfg = config or RegressConfig()
+    b_rows = {row_key(r): r for r in base["results"]}
+    h_rows = {row_key(r): r for r in head["results"]}
+    both = [k for k in h_rows if k in b_rows]
+    for k in both:
+        why = host_incompatibility(b_rows[k].get("manifest") or {}, h_rows[k].get("manifest") or {})
+        if why:
+            raise IncompatibleBaselineError(
+                f"baseline for {'/'.join(k)} is not comparable: {why}",
+                where=base_label,
+                hint="Compare against a baseline measured on the same host class.",
+            )
+    rows = [compare_rows(b_rows[k], h_rows[k], with_noise(cfg, _noise_for(noise, k))) for k in both]
+    doc_diff: dict[str, list[Any]] = {}
+    for row in rows:
+        for f, pair in row["manifest_diff"].items():
+            doc_diff.setdefault(f, pair)
+    by_verdict = {
+        v: sum(r["verdict"] == v for r in rows) for v in (PASS, REGRESSED, IMPROVED, INCONCLUSIVE)
+    }
+    ratios = [
+        r["ratio"] for r in rows if isinstance(r["ratio"], float) and math.isfinite(r["ratio"])
+    ]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "base": {"label": base_label, "suite": base.get("suite"), "git": base.get("git")},
+        "head": {"label": head_label, "suite": head.get("suite"), "git": head.get("git")},
+        "config": {
+            "regress_pct": cfg.regress_pct,
+            "alpha": cfg.alpha,
+            "noise_k": cfg.noise_k,
+            "calibrated_noise": dict(noise or {}),
+        },
+        "manifest_diff": doc_diff,
+        "rows": rows,
+        "summary": {
+            # Aggregates only over rows present on both sides: a model that appears or
+            # disappears says nothing about speed.
+            "compared": len(rows),
+            "by_verdict": by_verdict,
+            "geomean_ratio": float(np.exp(np.mean(np.log(ratios)))) if ratios else None,
+            "only_base": ["/".join(k) for k in b_rows if k not in h_rows],
+            "only_head": ["/".join(k) for k in h_rows if k not in b_rows],
+        },
+    }
+
+
+def exit_code(comparison: Mapping[str, Any], *, strict: bool = False) -> int:
+    """1 when any row regressed (or, with strict, is inconclusive); 0 otherwise."""
+    bad = {REGRESSED, INCONCLUSIVE} if strict else {REGRESSED}
+    return 1 if any(r["verdict"] in bad for r in comparison["rows"]) else 0
+
+
+def validate_comparison(doc: Any, where: str) -> None:
+    """Check a loaded comparison document against the v1 contract."""
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(
+            f"not a comparison document with schema_version {SCHEMA_VERSION}", where=where
+        )
+    if not isinstance(doc.get("rows"), list) or not isinstance(doc.get("manifest_diff"), dict):
+        raise UsageError(
+            "a comparison document needs 'rows' (list) and 'manifest_diff'", where=where
+        )

@@ -1,0 +1,173 @@
+"""Comparison and dependency-bump reports: Markdown, HTML and the JSON contract.
+
+Every report opens with what changed in the stack (the manifest diff), because that is
+the subject of the comparison; the per-model rows follow, then the aggregates.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+_ICON = {
+    "pass": "pass",
+    "regressed": "**REGRESSED**",
+    "improved": "improved",
+    "inconclusive": "inconclusive",
+}
+
+
+def _clean(x: Any) -> Any:
+    """JSON has no NaN or Infinity: write them as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, Mapping):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return x
+
+
+def write_json(doc: Mapping[str, Any], path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(_clean(doc), indent=2, sort_keys=False) + "\n")
+    return p
+
+
+def _pct(r: Any) -> str:
+    if not isinstance(r, int | float) or not math.isfinite(r):
+        return "n/a"
+    return f"{(r - 1) * 100:+.1f}%"
+
+
+def _pair(p: Any, fmt: str = "{}") -> str:
+    if not isinstance(p, list | tuple) or len(p) != 2:
+        return "n/a"
+    a, b = ("n/a" if v is None else fmt.format(v) for v in p)
+    return a if a == b else f"{a} → {b}"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def manifest_lines(diff: Mapping[str, Any]) -> list[str]:
+    if not diff:
+        return ["- no pinned field changed (same compiler, runtime, driver, target, tuning cache)"]
+    return [f"- `{k}`: {_md(v[0])} → {_md(v[1])}" for k, v in diff.items()]
+
+
+def row_cells(r: Mapping[str, Any]) -> list[str]:
+    ci = r.get("ci") or [None, None]
+    stats = r.get("stats") or {}
+    mde = stats.get("mde_pct")
+    n = f"{stats.get('n_base', '?')}/{stats.get('n_head', '?')}" if "n_base" in stats else "n/a"
+    num = r.get("numerics") or {}
+    return [
+        f"{r['model']} / {r['backend']}",
+        _ICON.get(r["verdict"], r["verdict"]),
+        _pct(r.get("ratio")),
+        f"[{_pct(ci[0])}, {_pct(ci[1])}]",
+        "n/a" if mde is None or not math.isfinite(mde) else f"{mde:.1f}%",
+        n,
+        _pair(r.get("arena_bytes")),
+        _pair(r.get("partitions")),
+        ("changed" if num.get("output_sha256_changed") else "same")
+        + f"; {_pair(num.get('max_abs_err'), '{:.2g}')}",
+        _pair(r.get("tuning_hit_rate"), "{:.0%}"),
+        r.get("attribution") or "",
+    ]
+
+
+HEADERS = [
+    "model / backend", "verdict", "latency", "CI", "MDE", "n", "arena bytes",
+    "partitions", "outputs; max abs err", "tuning hits", "attribution",
+]  # fmt: skip
+
+
+def to_markdown(cmp: Mapping[str, Any], title: str = "guard compare") -> str:
+    s = cmp.get("summary") or {}
+    bv = s.get("by_verdict") or {}
+    # The manifest diff is the first thing a reader sees: it is what the comparison is about.
+    lines = ["## Manifest diff", "", *manifest_lines(cmp.get("manifest_diff") or {}), ""]
+    base, head = cmp.get("base") or {}, cmp.get("head") or {}
+    lines += [
+        f"## {title}: {_md(head.get('label', 'head'))} vs {_md(base.get('label', 'base'))}",
+        "",
+        f"{s.get('compared', 0)} compared: {bv.get('regressed', 0)} regressed, "
+        f"{bv.get('improved', 0)} improved, {bv.get('pass', 0)} pass, "
+        f"{bv.get('inconclusive', 0)} inconclusive; geometric-mean latency ratio "
+        f"{_pct(s.get('geomean_ratio'))} (models present on both sides only).",
+        "",
+        "| " + " | ".join(HEADERS) + " |",
+        "|" + "---|" * len(HEADERS),
+    ]
+    for r in cmp.get("rows") or []:
+        lines.append("| " + " | ".join(_md(c) for c in row_cells(r)) + " |")
+    for key, what in (("only_base", "only in base"), ("only_head", "only in head")):
+        if s.get(key):
+            lines += ["", f"{what.capitalize()} (not aggregated): " + ", ".join(s[key])]
+    cfg = cmp.get("config") or {}
+    lines += [
+        "",
+        f"A row regresses when head is significantly slower (alpha {cfg.get('alpha')}) *and* "
+        f"the median ratio exceeds the threshold (regress_pct {cfg.get('regress_pct')}%, or "
+        "the calibrated noise when larger). MDE: the smallest slowdown this data would flag.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(cmp: Mapping[str, Any], title: str = "guard compare") -> str:
+    e = html.escape
+    diff = cmp.get("manifest_diff") or {}
+    items = "".join(
+        f"<li><code>{e(k)}</code>: {e(str(v[0]))} &rarr; {e(str(v[1]))}</li>"
+        for k, v in diff.items()
+    )
+    if not items:
+        items = "<li>no pinned field changed</li>"
+    head = "".join(f"<th>{e(h)}</th>" for h in HEADERS)
+    body = []
+    for r in cmp.get("rows") or []:
+        cls = e(r["verdict"])
+        cells = "".join(f"<td>{e(c.replace('**', ''))}</td>" for c in row_cells(r))
+        body.append(f'<tr class="{cls}">{cells}</tr>')
+    md_summary = to_markdown(cmp, title).split("\n")
+    summary = next((ln for ln in md_summary if " compared: " in ln), "")
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{e(title)}</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;font-size:90%}"
+        "tr.regressed{background:#fdd}tr.improved{background:#dfd}tr.inconclusive{background:#ffd}"
+        "</style></head><body>"
+        f"<h2>Manifest diff</h2><ul>{items}</ul>"
+        f"<h2>{e(title)}</h2><p>{e(summary)}</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        "</body></html>\n"
+    )
+
+
+def write_reports(
+    cmp: Mapping[str, Any],
+    *,
+    json_path: str | Path | None = None,
+    md_path: str | Path | None = None,
+    html_path: str | Path | None = None,
+    title: str = "guard compare",
+) -> list[Path]:
+    written = []
+    if json_path:
+        written.append(write_json(cmp, json_path))
+    for path, render in ((md_path, to_markdown), (html_path, to_html)):
+        if path:
+            p = Path(path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(render(cmp, title))
+            written.append(p)
+    return written
