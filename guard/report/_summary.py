@@ -22,7 +22,7 @@ VERDICT_ORDER = ("fail", "error", "inconclusive", "pass")
 _VERDICT_WORDS = {
     "pass": "passed",
     "fail": "failed",
-    "error": "error",
+    "error": "errored",
     "inconclusive": "inconclusive",
 }
 _MAX_MESSAGE = 300
@@ -64,6 +64,11 @@ def one_line(message: str, limit: int = _MAX_MESSAGE) -> str:
     """Collapse whitespace (a message may carry a traceback) and cap the length."""
     line = _WS.sub(" ", message).strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def verdict(result: Mapping[str, Any]) -> str:
+    """The result's verdict; a result without one is an error (it never got that far)."""
+    return text(result.get("verdict"), "error")
 
 
 def label(result: Mapping[str, Any]) -> str:
@@ -113,7 +118,7 @@ def fmt_mib(value: Any) -> str:
 def verdict_counts(doc: Any) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in results(doc):
-        v = text(r.get("verdict"), "error")
+        v = verdict(r)
         counts[v] = counts.get(v, 0) + 1
     return counts
 
@@ -205,7 +210,7 @@ NUMERIC_COLUMNS = {3, 4, 5, 6, 7}
 
 def failed_check_names(result: Mapping[str, Any]) -> list[str]:
     names = [text(c.get("name"), "?") for c in checks(result) if c.get("status") in FAILED_STATUSES]
-    if not names and result.get("verdict") == "error":
+    if not names and verdict(result) == "error":
         names = ["error"]
     return names
 
@@ -223,7 +228,7 @@ def row(result: Mapping[str, Any]) -> Row:
     return Row(
         model=text(result.get("model"), "?"),
         backend=text(result.get("backend"), "?"),
-        verdict=text(result.get("verdict"), "error"),
+        verdict=verdict(result),
         p50=fmt_num(get(result, "latency_ms", "p50")),
         p90=fmt_num(get(result, "latency_ms", "p90")),
         partitions=partitions,
@@ -262,7 +267,7 @@ def failures(doc: Any) -> list[Failure]:
                 Failure(label(r), text(c.get("name"), "?"), text(c.get("status")), check_message(c))
             )
         error = r.get("error")
-        if error or (r.get("verdict") == "error" and not failed):
+        if error or (verdict(r) == "error" and not failed):
             out.append(Failure(label(r), "error", "error", text(error, "error (no message)")))
     return out
 

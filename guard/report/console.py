@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -34,19 +35,49 @@ VERDICT_STYLE = {
 OVERALL_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
 
 
-def results_table(doc: Any) -> Table:
-    """The results as a rich Table, one row per result, verdicts coloured."""
-    table = Table(title=f"guard {S.text(S.get(doc, 'suite'), 'guard')}", title_justify="left")
-    for i, col in enumerate(S.TABLE_COLUMNS):
+# Shorter than the Markdown headers: a CI log is 80 columns wide.
+CONSOLE_HEADERS = [
+    "model",
+    "backend",
+    "verdict",
+    "p50 ms",
+    "p90 ms",
+    "parts",
+    "arena MiB\n(lower bd)",
+    "max abs\nerr",
+    "failed checks",
+]
+_NO_WRAP = {2, 3, 4, 5, 6, 7}
+# Left out below this width; failed checks are listed beneath the table anyway.
+_COMPACT_DROP = {4, 8}
+COMPACT_BELOW = 100
+
+
+def results_table(doc: Any, compact: bool = False) -> Table:
+    """The results as a rich Table, one row per result, verdicts coloured.
+
+    ``compact`` leaves out p90 and the failed-check names so the table fits 80 columns.
+    """
+    table = Table(
+        title=f"guard {S.text(S.get(doc, 'suite'), 'guard')}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    keep = [i for i in range(len(CONSOLE_HEADERS)) if not (compact and i in _COMPACT_DROP)]
+    for i in keep:
         table.add_column(
-            col, justify="right" if i in S.NUMERIC_COLUMNS else "left", overflow="fold"
+            CONSOLE_HEADERS[i],
+            justify="right" if i in S.NUMERIC_COLUMNS else "left",
+            no_wrap=i in _NO_WRAP,
+            overflow="fold",
         )
     for r in S.results(doc):
         cells = S.row(r).cells()
         # Text, not markup strings: a model name or message may contain "[...]".
         row = [Text(c) for c in cells]
         row[2] = Text(cells[2], style=VERDICT_STYLE.get(cells[2], "bold magenta"))
-        table.add_row(*row)
+        table.add_row(*(row[i] for i in keep))
     return table
 
 
@@ -54,7 +85,7 @@ def render_console(doc: Any, console: Console | None = None) -> None:
     """Print the results table, the headline, failed checks' messages and preflight warnings."""
     console = console or Console()
     if S.results(doc):
-        console.print(results_table(doc))
+        console.print(results_table(doc, compact=console.width < COMPACT_BELOW))
     overall = S.overall(doc)
     head = Text(
         f"{S.OVERALL_ICON[overall]} guard {S.text(S.get(doc, 'suite'), 'guard')}: "

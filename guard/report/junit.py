@@ -86,7 +86,7 @@ def to_junit(doc: Any) -> ET.Element:
             elif status == "created":
                 out = ET.SubElement(el, "system-out")
                 out.text = _clean(check.get("message") or "golden created")
-        if result.get("verdict") == "error" and not errored:
+        if S.verdict(result) == "error" and not errored:
             el = case(f"{label}.run", 0.0)
             counts["errors"] += 1
             msg = _clean(S.text(result.get("error"), "error (no message)"))

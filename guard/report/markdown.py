@@ -23,13 +23,21 @@ _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 def escape(value: Any) -> str:
     """Text that renders literally in a GFM table cell or list item (one line)."""
+    line = S.text(value, "")
     out = []
-    for ch in S.text(value, ""):
-        if ch in _MD_PUNCT:
+    for i, ch in enumerate(line):
+        if ch == "_" and _intraword(line, i):
+            # GFM never reads an intraword underscore as emphasis: keep x86_64 readable raw.
+            out.append(ch)
+        elif ch in _MD_PUNCT:
             out.append("\\" + ch)
         else:
             out.append(_ENTITIES.get(ch, ch))
     return "".join(out) or S.DASH
+
+
+def _intraword(line: str, i: int) -> bool:
+    return 0 < i < len(line) - 1 and line[i - 1].isalnum() and line[i + 1].isalnum()
 
 
 def _table(

@@ -1,0 +1,112 @@
+"""render_console and progress, rendered into in-memory consoles."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from guard.report import progress, render_console, results_table
+
+
+def _console(width: int = 140, terminal: bool = False) -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        force_terminal=terminal,
+        color_system="standard" if terminal else None,
+        legacy_windows=False,
+    )
+    return console, buf
+
+
+def test_table_rows_failures_and_warnings(doc):
+    console, buf = _console()
+    render_console(doc, console)
+    out = buf.getvalue()
+    lines = out.splitlines()
+    for model, backend in [("mlp", "onnxruntime"), ("mlp", "bundled"), ("resnet18", "bundled")]:
+        assert any(model in line and backend in line for line in lines)
+    failing = next(line for line in lines if "mlp" in line and "bundled" in line and "fail" in line)
+    assert "1.84" in failing and "latency" in failing
+    assert "❌ guard smoke: 1 failed, 1 errored, 2 passed of 4 results" in out
+    assert f"✗ mlp[bundled] latency: {doc['results'][1]['checks'][0]['message']}" in out
+    assert "✗ resnet18[bundled] error: resnet18.onnx" in out
+    assert "! mlp[bundled]: tuning cache has no entry" in out
+
+
+def test_verdicts_are_coloured(doc):
+    console, buf = _console(terminal=True)
+    render_console(doc, console)
+    out = buf.getvalue()
+    assert "\x1b[1;31mfail" in out  # bold red
+    assert "\x1b[32mpass" in out  # green
+    assert "\x1b[1;35merror" in out  # bold magenta
+
+
+def test_markup_in_names_is_printed_literally(doc):
+    doc["results"][0]["model"] = "[bold]net[/bold]"
+    doc["results"][1]["checks"][0]["message"] = "bound [red]exceeded"
+    console, buf = _console()
+    render_console(doc, console)
+    out = buf.getvalue()
+    assert "[bold]net[/bold]" in out
+    assert "bound [red]exceeded" in out
+
+
+def test_narrow_console_drops_columns_but_keeps_rows(doc):
+    console, buf = _console(width=80)
+    render_console(doc, console)
+    lines = buf.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "p90" not in buf.getvalue()
+    assert sum(1 for line in lines if line.lstrip().startswith(("mlp", "resnet18"))) == 4
+    assert len(results_table(doc).columns) == 9
+    assert len(results_table(doc, compact=True).columns) == 7
+
+
+def test_degenerate_documents(capsys):
+    console, buf = _console()
+    render_console({}, console)
+    assert "no results" in buf.getvalue()
+    render_console({"results": [{"verdict": "error"}, None]})  # default console: stdout
+    assert "error (no message)" in capsys.readouterr().out
+
+
+def test_progress_is_silent_off_a_terminal():
+    console, buf = _console(terminal=False)
+    with progress(3, console) as p:
+        p.step("mlp[onnxruntime] build")
+        p.advance()
+        p.step("mlp[onnxruntime] run")
+        p.advance()
+    assert buf.getvalue() == ""
+    assert (p.completed, p.total, p.label) == (2, 3, "mlp[onnxruntime] run")
+
+
+def test_progress_draws_a_bar_on_a_terminal():
+    console, buf = _console(width=100, terminal=True)
+    with progress(2, console) as p:
+        p.step("resnet18[bundled] build")
+        p.advance()
+        p.step("resnet18[bundled] run [x]")
+        p.advance()
+        p.advance()  # one too many: must not break the bar
+    out = buf.getvalue()
+    assert "resnet18[bundled] build" in out
+    assert "resnet18[bundled] run [x]" in out  # label shown literally, not as markup
+    assert "2/2" in out and "3/2" not in out
+    assert p.completed == 3
+
+
+def test_progress_propagates_errors_and_stops_the_bar():
+    console, buf = _console(terminal=True)
+    with pytest.raises(RuntimeError, match="boom"):
+        with progress(5, console) as p:
+            p.step("building")
+            raise RuntimeError("boom")
+    # the live display is gone: plain printing works again, with no bar redrawn after it
+    console.print("after")
+    assert buf.getvalue().rstrip().endswith("after")
