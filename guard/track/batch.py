@@ -9,6 +9,7 @@ request under 1 MB.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,31 +31,36 @@ class Chunk:
     tags: list[Any] = field(default_factory=list)
     size: int = 0
 
-    def fits(self, kind: str, size: int) -> bool:
-        entities = len(self.metrics) + len(self.params) + len(self.tags)
-        if entities + 1 > MAX_ENTITIES_PER_BATCH or self.size + size > _SIZE_BUDGET:
-            return False
-        if kind == "metrics":
-            return len(self.metrics) + 1 <= MAX_METRICS_PER_BATCH
-        return len(getattr(self, kind)) + 1 <= MAX_PARAMS_TAGS_PER_BATCH
+    def count(self) -> int:
+        return len(self.metrics) + len(self.params) + len(self.tags)
 
-    def empty(self) -> bool:
-        return not (self.metrics or self.params or self.tags)
+
+def _size(entity: Any) -> int:
+    return _ENTITY_OVERHEAD + len(entity.key) + len(str(entity.value))
 
 
 def chunk(metrics: Iterable[Any], params: Iterable[Any], tags: Iterable[Any]) -> Iterator[Chunk]:
-    """Split entities into batches that MLflow accepts, preserving order within each kind."""
-    current = Chunk()
-    streams = (("metrics", metrics), ("params", params), ("tags", tags))
-    for kind, entities in streams:
-        for entity in entities:
-            size = _ENTITY_OVERHEAD + len(entity.key) + len(str(entity.value))
-            if not current.fits(kind, size):
-                yield current
-                current = Chunk()
-            getattr(current, kind).append(entity)
-            current.size += size
-    if not current.empty():
+    """Split entities into as few batches as MLflow accepts, keeping order within each kind.
+
+    Each batch takes up to 100 params and 100 tags, then fills with metrics up to the
+    entity and size limits.
+    """
+    queues = {"params": deque(params), "tags": deque(tags), "metrics": deque(metrics)}
+    caps = {
+        "params": MAX_PARAMS_TAGS_PER_BATCH,
+        "tags": MAX_PARAMS_TAGS_PER_BATCH,
+        "metrics": MAX_METRICS_PER_BATCH,
+    }
+    while any(queues.values()):
+        current = Chunk()
+        for kind, queue in queues.items():
+            taken = getattr(current, kind)
+            while queue and len(taken) < caps[kind] and current.count() < MAX_ENTITIES_PER_BATCH:
+                size = _size(queue[0])
+                if current.count() and current.size + size > _SIZE_BUDGET:
+                    break
+                taken.append(queue.popleft())
+                current.size += size
         yield current
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from guard.errors import TrackingError
@@ -25,6 +28,26 @@ _LEVELS = {
     "invocation": "invocation",
     "parent": "invocation",
 }
+
+
+@contextlib.contextmanager
+def _scoped_tracking_uri(uri: str) -> Iterator[None]:
+    """mlflow.search_runs reads the global URI, and setting it also sets MLFLOW_TRACKING_URI
+    in os.environ, which would then outrank guard's own default: restore both afterwards."""
+    import mlflow
+    from mlflow.tracking._tracking_service import utils
+
+    saved_global = utils._tracking_uri
+    saved_env = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(saved_global)
+        if saved_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = saved_env
 
 
 def _quote(value: str) -> str:
@@ -78,8 +101,11 @@ def find_runs(
     import pandas as pd
 
     where = filter_string(level, **filters)
-    with _http_limits(), _translated(uri, f"searching runs of suite {suite!r}"):
-        mlflow.set_tracking_uri(uri)
+    with (
+        _http_limits(),
+        _translated(uri, f"searching runs of suite {suite!r}"),
+        _scoped_tracking_uri(uri),
+    ):
         experiment = mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name(
             experiment_name(suite)
         )
