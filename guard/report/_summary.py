@@ -267,7 +267,9 @@ def failures(doc: Any) -> list[Failure]:
                 Failure(label(r), text(c.get("name"), "?"), text(c.get("status")), check_message(c))
             )
         error = r.get("error")
-        if error or (verdict(r) == "error" and not failed):
+        # The pipeline repeats a result's error as an errored check: list it once.
+        repeated = error and any(check_message(c) == text(error) for c in failed)
+        if (error and not repeated) or (verdict(r) == "error" and not failed):
             out.append(Failure(label(r), "error", "error", text(error, "error (no message)")))
     return out
 

@@ -127,3 +127,15 @@ def test_write_markdown(doc, tmp_path):
     assert path.read_text(encoding="utf-8") == to_markdown(doc)
     with pytest.raises(UsageError):
         write_markdown(doc, tmp_path / "nope" / "summary.md")
+
+
+def test_error_repeated_as_an_errored_check_is_listed_once(doc):
+    # guard.pipeline.error_result carries the error both as `error` and as a "run" check
+    r = doc["results"][3]
+    r["checks"] = [
+        {"name": "run", "status": "error", "value": None, "bound": None, "message": r["error"]}
+    ]
+    md = to_markdown(doc)
+    section = md.split("### Failed checks\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(section) == 2
+    assert section[1].startswith("- **resnet18\\[bundled\\]** run (error): resnet18.onnx")
