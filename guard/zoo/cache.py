@@ -1,0 +1,92 @@
+"""The on-disk cache of built zoo models.
+
+A model is built once per cache key and then read from disk. The key covers everything
+that can change its bytes: the zoo name, the builder's version string, and the versions of
+onnx, numpy (its random generators) and any package the builder declares (``depends``).
+The file name keeps the model name readable: ``<name>-<16 hex of the key>.onnx``.
+
+Writes are atomic: the bytes go to a temporary file in the same directory, are fsynced,
+and ``os.replace`` moves them into place, so a build killed at any point leaves either no
+file or the whole file (at worst a stray ``.*.tmp`` file, which is never read). Two
+processes building the same model at once both write whole files with the same bytes.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from guard.errors import UsageError
+from guard.zoo.registry import ModelSpec, spec
+
+# name -> number of builds this process ran (not cache hits): tests and logs read it.
+BUILDS: collections.Counter[str] = collections.Counter()
+
+
+def default_cache_dir() -> Path:
+    """``$GUARD_CACHE/zoo`` if GUARD_CACHE is set, else ``~/.cache/guard/zoo``."""
+    root = os.environ.get("GUARD_CACHE")
+    return Path(root) / "zoo" if root else Path.home() / ".cache" / "guard" / "zoo"
+
+
+def cache_key(model: ModelSpec) -> str:
+    """sha256 over the name, builder version and the versions of what shapes the bytes."""
+    packages = sorted({"onnx", "numpy", *model.depends})
+    pins = {
+        "name": model.name,
+        "builder": model.version,
+        "packages": {p: metadata.version(p) for p in packages},
+    }
+    return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
+
+
+def cached_file(name: str, cache_dir: Path | None = None) -> Path:
+    """Where ``name`` is (or would be) cached; does not build."""
+    model = spec(name)
+    directory = cache_dir if cache_dir is not None else default_cache_dir()
+    return directory / f"{model.name}-{cache_key(model)[:16]}.onnx"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def model_path(name: str, cache_dir: Path | None = None) -> Path:
+    """Path of zoo model ``name`` (``zoo:`` prefix optional), building and caching it if needed."""
+    path = cached_file(name, cache_dir)
+    if path.is_file():
+        return path
+    model = spec(name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(
+            f"cannot create the zoo cache directory {path.parent} ({e.strerror}).",
+            where=f"zoo:{model.name}",
+            hint="Set GUARD_CACHE to a writable directory.",
+        ) from e
+    data = model.build().SerializeToString()
+    BUILDS[model.name] += 1
+    try:
+        _write_atomic(path, data)
+    except OSError as e:
+        raise UsageError(
+            f"cannot write {path} ({e.strerror}).",
+            where=f"zoo:{model.name}",
+            hint="Set GUARD_CACHE to a writable directory with free space.",
+        ) from e
+    return path
