@@ -1,0 +1,168 @@
+"""Building a manifest and hashing its pins.
+
+Pinned fields (``PINNED_FIELDS``), the ones that decide whether two artefacts are
+comparable and whether a built artefact can be reused:
+
+- ``compiler``, ``runtime``: the whole dicts the backend reports ({name, version, ...});
+  a backend that pins more (optimisation level, pipeline name) adds keys there.
+- ``driver``: kernel release, CPU model, microcode, BLAS build, GPU driver/CUDA.
+- ``target.canonical``: not ``target.raw``; two spellings of one target are one pin.
+- ``tuning_cache.sha256``: the cache content. Its path is where it happens to live, and
+  entries/hits/misses are observations of a build, not inputs to it.
+- ``model.sha256``: the model file, and ``model.inputs``: the bound input shapes and
+  dtypes (a dynamic model bound to another batch size is another artefact; the file hash
+  alone does not see that). ``model.opset`` follows from the file and is not pinned twice.
+- ``host.arch``, ``host.cpu``, ``host.threads``: what ran it. ``host.cores`` is not: the
+  intra-op thread count is the pin; the core count is a fact about the box.
+
+The guard version and git commit are recorded but not pinned: guard is the instrument,
+not the thing measured. Pinning it would make every guard commit invalidate every
+artefact and every baseline, so "did the dependency bump regress?" could never be
+answered across a guard change. Where guard *is* the stack under test (the bundled
+compiler), its backend pins its own version through ``compiler``.
+
+``sha256`` is the SHA-256 of the canonical JSON (sorted keys, no whitespace, UTF-8) of
+{dotted pinned field: value}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from guard.manifest.capture import capture_driver, capture_guard, capture_host
+from guard.manifest.target import canonicalize
+
+SCHEMA_VERSION = 1
+
+PINNED_FIELDS = (
+    "compiler",
+    "runtime",
+    "driver",
+    "target.canonical",
+    "tuning_cache.sha256",
+    "model.sha256",
+    "model.inputs",
+    "host.arch",
+    "host.cpu",
+    "host.threads",
+)
+
+TUNING_CACHE_KEYS = ("path", "sha256", "entries", "hits", "misses")
+
+# Every key a manifest has, section by section; loading refuses a manifest missing one.
+REQUIRED = {
+    "compiler": ("name", "version"),
+    "runtime": ("name", "version"),
+    "driver": ("kernel", "cpu", "microcode", "blas", "gpu"),
+    "target": ("raw", "canonical"),
+    "tuning_cache": TUNING_CACHE_KEYS,
+    "model": ("sha256", "opset", "inputs"),
+    "host": ("arch", "cpu", "cores", "threads"),
+    "guard": ("version", "commit", "dirty"),
+}
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Sorted keys, no whitespace, UTF-8; NaN refused (it has no JSON spelling)."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+_MISSING = object()
+
+
+def _get(m: Mapping[str, Any], dotted: str) -> Any:
+    cur: Any = m
+    for part in dotted.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return _MISSING
+        cur = cur[part]
+    return cur
+
+
+def pinned(m: Mapping[str, Any]) -> dict[str, Any]:
+    """{dotted pinned field: value}; a missing field is a KeyError naming it."""
+    out = {}
+    for f in PINNED_FIELDS:
+        v = _get(m, f)
+        if v is _MISSING:
+            raise KeyError(f)
+        out[f] = v
+    return out
+
+
+def is_pinned(field: str) -> bool:
+    """Whether a dotted field (or a field inside a pinned dict) is a pin."""
+    return any(field == p or field.startswith(p + ".") for p in PINNED_FIELDS)
+
+
+def manifest_sha256(m: Mapping[str, Any]) -> str:
+    """SHA-256 over the pinned fields' canonical JSON."""
+    return hashlib.sha256(canonical_json(pinned(m))).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _copy(obj: Any) -> Any:
+    """A deep, plain-JSON copy: tuples become lists, so the hash is what the file holds,
+    and a cached capture cannot be mutated through a manifest."""
+    return json.loads(canonical_json(obj))
+
+
+def tuning_cache_record(tc: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The manifest's tuning_cache block: every key present, explicit nulls when absent."""
+    tc = tc or {}
+    return {k: tc.get(k) for k in TUNING_CACHE_KEYS} | {
+        "path": None if tc.get("path") is None else str(tc["path"])
+    }
+
+
+def build_manifest(
+    *,
+    compiler: Mapping[str, Any],
+    runtime: Mapping[str, Any],
+    target_raw: str,
+    threads: int,
+    model_path: Path | str,
+    model_opset: int | None,
+    model_inputs: Mapping[str, Any],
+    tuning_cache: Mapping[str, Any] | None,
+    root: Path = Path("/"),
+    driver: Mapping[str, Any] | None = None,
+    host: Mapping[str, Any] | None = None,
+    guard_info: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A manifest (schema_version 1) for one (model, backend, target), sha256 included.
+
+    ``driver``, ``host`` and ``guard_info`` default to this machine's captures; they are
+    parameters so tests (and tools rebuilding a manifest elsewhere) can supply them.
+    ``tuning_cache`` is {"path", "sha256", "entries", "hits", "misses"} or None.
+    """
+    m: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "compiler": _copy(compiler),
+        "runtime": _copy(runtime),
+        "driver": _copy(driver if driver is not None else capture_driver(root)),
+        "target": {"raw": target_raw, "canonical": canonicalize(target_raw, root=root)},
+        "tuning_cache": tuning_cache_record(tuning_cache),
+        "model": {
+            "sha256": file_sha256(Path(model_path)),
+            "opset": model_opset,
+            "inputs": _copy(model_inputs),
+        },
+        "host": _copy(host if host is not None else capture_host(threads, root)),
+        "guard": _copy(guard_info if guard_info is not None else capture_guard()),
+    }
+    m["sha256"] = manifest_sha256(m)
+    return m

@@ -1,0 +1,180 @@
+"""Canonical target strings: equivalent spellings agree, different targets do not."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import pytest
+from manifest_fakes import make_root
+
+from guard.errors import UsageError
+from guard.manifest.target import canonicalize, host_cpu, parse_target, target_arch
+
+X86_HOST = (
+    "llvm -mattr=+aes,+avx,+avx2,+avx512bw,+avx512cd,+avx512dq,+avx512f,+avx512vl,"
+    "+avx512vnni,+bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+pclmul,+popcnt,+sse,+sse2,+sse3,"
+    "+sse4.1,+sse4.2,+ssse3 -mcpu=x86-64-v4 -mtriple=x86_64-linux-gnu"
+)
+ARM_HOST = (
+    "llvm -mattr=+aes,+crc,+dotprod,+fp-armv8,+fullfp16,+lse,+neon,+rcpc,+rdm,+sha2 "
+    "-mcpu=neoverse-n1 -mtriple=aarch64-linux-gnu"
+)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["host", "native", " native ", "llvm -mcpu=native", "-mcpu=native", '{"mcpu": "native"}',
+     {"kind": "llvm", "mcpu": "native"}, "llvm --mcpu=native -mtriple=x86_64-pc-linux-gnu"],
+)  # fmt: skip
+def test_host_spellings_resolve_to_the_real_cpu_and_features(
+    x86_root: Path, spelling: object
+) -> None:
+    assert canonicalize(spelling, root=x86_root) == X86_HOST  # type: ignore[arg-type]
+
+
+def test_host_features_leave_out_flags_that_do_not_change_code(x86_root: Path) -> None:
+    mattr = parse_target("host", root=x86_root)["mattr"]
+    for noise in ("+hypervisor", "+ibpb", "+md_clear", "+fpu", "+lm"):
+        assert noise not in mattr
+    assert mattr == sorted(mattr)
+
+
+def test_aarch64_host_from_features_and_cpu_part(arm_root: Path) -> None:
+    assert canonicalize("host", root=arm_root) == ARM_HOST
+    assert host_cpu(arm_root)["arch"] == "aarch64"
+    # the default triple follows the host
+    assert canonicalize("llvm", root=arm_root) == "llvm -mattr=+neon -mtriple=aarch64-linux-gnu"
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "llvm -mtriple=aarch64-linux-gnu -mattr=+neon",
+        "llvm -mtriple=aarch64-linux-gnu",
+        "llvm -mattr=neon,+neon -mtriple=aarch64-unknown-linux-gnu",
+        "  llvm   --mtriple=arm64-linux-gnu  ",
+        '{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}',
+        {"mtriple": "aarch64-linux-gnu", "mattr": "+neon"},
+    ],
+)
+def test_aarch64_cross_spellings_agree(x86_root: Path, spelling: object) -> None:
+    expected = "llvm -mattr=+neon -mtriple=aarch64-linux-gnu"
+    assert canonicalize(spelling, root=x86_root) == expected  # type: ignore[arg-type]
+
+
+def test_attribute_and_feature_order_do_not_matter(x86_root: Path) -> None:
+    a = canonicalize(
+        "llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu -mattr=+fma,+avx2", root=x86_root
+    )
+    b = canonicalize(
+        "llvm -mattr=avx2,+fma -mtriple=x86_64-pc-linux-gnu -mcpu=x86-64-v3", root=x86_root
+    )
+    c = canonicalize({"mattr": ["+fma", "+avx2"], "mcpu": "x86-64-v3"}, root=x86_root)
+    assert a == b == c == "llvm -mattr=+avx2,+fma -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
+
+
+def test_other_attributes_are_kept_sorted(x86_root: Path) -> None:
+    c = canonicalize(
+        '{"num-cores": 4, "mtriple": "x86_64-linux-gnu", "opt-level": 3}', root=x86_root
+    )
+    assert c == "llvm -mtriple=x86_64-linux-gnu -num-cores=4 -opt-level=3"
+    assert (
+        canonicalize("llvm -system-lib", root=x86_root)
+        == "llvm -mtriple=x86_64-linux-gnu -system-lib"
+    )
+    assert canonicalize({"system-lib": False}, root=x86_root) == "llvm -mtriple=x86_64-linux-gnu"
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("llvm -mattr=+avx2", "llvm -mattr=-avx2"),
+        ("llvm -mcpu=x86-64-v3", "llvm -mcpu=x86-64-v4"),
+        ("llvm", "host"),  # generic is not this CPU
+        ("llvm -mtriple=aarch64-linux-gnu", "llvm -mtriple=x86_64-linux-gnu"),
+        ("llvm -mtriple=aarch64-linux-gnu", "llvm -mtriple=aarch64-linux-gnu -mattr=+sve"),
+        ("llvm", "c"),
+    ],
+)
+def test_different_targets_stay_different(x86_root: Path, a: str, b: str) -> None:
+    assert canonicalize(a, root=x86_root) != canonicalize(b, root=x86_root)
+
+
+@pytest.mark.parametrize(
+    "spelling", ["host", "llvm -mtriple=aarch64-linux-gnu -mattr=+sve,+dotprod"]
+)
+def test_canonical_is_a_fixed_point(x86_root: Path, spelling: str) -> None:
+    once = canonicalize(spelling, root=x86_root)
+    assert canonicalize(once, root=x86_root) == once
+
+
+@pytest.mark.parametrize(
+    ("flags", "level"),
+    [
+        ("sse sse2 pni ssse3 sse4_1 sse4_2 popcnt cx16 lahf_lm avx avx2 bmi1 bmi2 f16c fma abm movbe", "x86-64-v3"),
+        ("sse sse2 pni ssse3 sse4_1 sse4_2 popcnt cx16 lahf_lm", "x86-64-v2"),
+        ("sse sse2", "x86-64"),
+    ],
+)  # fmt: skip
+def test_x86_cpu_name_from_flags_is_the_microarchitecture_level(
+    tmp_path: Path, flags: str, level: str
+) -> None:
+    root = make_root(tmp_path, f"model name\t: Some CPU\nflags\t\t: {flags}\n")
+    assert parse_target("native", root=root)["mcpu"] == level
+
+
+def test_real_host_resolves_to_llvm_cpu_name() -> None:
+    import llvmlite.binding as llvm
+
+    parsed = parse_target("host")
+    name = llvm.get_host_cpu_name()
+    if name != "generic":
+        assert parsed["mcpu"] == name
+    assert target_arch(canonicalize("host")) == {"arm64": "aarch64"}.get(
+        platform.machine(), platform.machine()
+    )
+
+
+def test_target_arch() -> None:
+    assert target_arch("llvm -mattr=+neon -mtriple=aarch64-linux-gnu") == "aarch64"
+    assert target_arch("llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu") == "x86_64"
+    with pytest.raises(UsageError, match="has no -mtriple"):
+        target_arch("llvm -mcpu=x86-64-v3")
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("", "empty target"),
+        ("cuda -arch=sm_90", "kind 'cuda' is not supported"),
+        ("llvm -mtriple=riscv64-linux-gnu", "'riscv64' is not one of x86_64, aarch64"),
+        ("llvm -mtriple=aarch64", "not arch-vendor-os"),
+        ("llvm mcpu=x86-64", "expected -key=value, got 'mcpu=x86-64'"),
+        ("llvm -mattr=+avx2,-avx2", "both enables and disables 'avx2'"),
+        ("llvm -mattr=+avx2,,+fma", "empty entry"),
+        ("llvm -mcpu=", "empty value"),
+        ("llvm -mcpu=a -mcpu=b", "given twice"),
+        ("llvm -mtriple=aarch64-linux-gnu -mcpu=native", "cannot target aarch64"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "expected -key=value"),
+        ('{"mattr": 5}', "mattr must be a string or a list"),
+        ('{"mcpu": ["a"]}', "must be a string"),
+        ('{"mcpu": "a b"}', "whitespace"),
+    ],
+)
+def test_bad_targets_name_the_string_and_show_a_valid_one(
+    x86_root: Path, raw: str, why: str
+) -> None:
+    with pytest.raises(UsageError) as e:
+        canonicalize(raw, root=x86_root)
+    msg = str(e.value)
+    assert repr(raw) in msg
+    assert why in msg
+    assert '"llvm -mtriple=aarch64-linux-gnu -mattr=+neon"' in msg
+    assert "\n" not in msg
+
+
+def test_where_prefixes_the_error(x86_root: Path) -> None:
+    with pytest.raises(UsageError, match=r"^smoke.yaml: models\[0\].target: target 'llvm -x='"):
+        canonicalize("llvm -x=", root=x86_root, where="smoke.yaml: models[0].target")
