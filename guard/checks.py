@@ -1,0 +1,137 @@
+"""Checks: each gate records its value, bound, status and one line saying why.
+
+Statuses: ``pass``, ``fail``, ``skip`` (not applicable here, with the reason), ``created``
+(a golden was created on this run: nothing to compare against yet), ``error``.
+A result's verdict is ``error`` if the pipeline failed for it, ``fail`` if any check
+failed, ``inconclusive`` if a latency bound was only met or missed on a truncated
+measurement, else ``pass``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from guard.suite import latency_bound
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    value: Any
+    bound: Any
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def latency_checks(cfg: dict[str, Any], stats: dict[str, float], arch: str,
+                   truncated: bool) -> list[Check]:
+    out = []
+    for key in ("p50_ms", "p90_ms", "p99_ms"):
+        if key not in cfg:
+            continue
+        bound = latency_bound(cfg[key], arch)
+        name = f"latency.{key[:-3]}"
+        if bound is None:
+            out.append(Check(name, "skip", stats.get(key[:-3]), None,
+                             f"no {key} bound for arch {arch}"))
+            continue
+        value = stats[key[:-3]]
+        ok = value <= bound
+        status = "pass" if ok else "fail"
+        msg = (f"{key[:-3]} {_fmt(value)} ms {'<=' if ok else '>'} bound {_fmt(bound)} ms "
+               f"({arch}, n={stats['n']})")
+        if truncated:
+            status = "inconclusive"
+            msg += "; measurement hit max_time_s before min_iters, so the verdict is inconclusive"
+        out.append(Check(name, status, value, bound, msg))
+    if "regress_pct" in cfg:
+        out.append(Check("latency.regress", "skip", None, cfg["regress_pct"],
+                         "regressions are judged against a baseline by 'guard compare'"))
+    return out
+
+
+def tolerance_check(cfg: dict[str, Any], numerics: dict[str, Any]) -> Check:
+    bound = {"rtol": cfg.get("rtol", 1e-4), "atol": cfg.get("atol", 1e-5)}
+    if numerics.get("golden_status") == "created":
+        return Check("tolerance", "created", numerics.get("max_abs_err"), bound,
+                     "golden created on this run by the reference; nothing to compare yet")
+    if "error" in numerics:
+        return Check("tolerance", "fail", None, bound, numerics["error"])
+    ok = bool(numerics["allclose"])
+    msg = (f"max abs err {numerics['max_abs_err']:.3g}, max rel err "
+           f"{numerics['max_rel_err']:.3g} {'within' if ok else 'outside'} "
+           f"rtol={bound['rtol']:g} atol={bound['atol']:g}")
+    if not numerics.get("bit_exact"):
+        msg += "; output hash differs from the golden's"
+    return Check("tolerance", "pass" if ok else "fail", numerics["max_abs_err"], bound, msg)
+
+
+def accuracy_check(cfg: dict[str, Any], accuracy: float | None, n: int | None,
+                   reason: str | None = None) -> Check:
+    bound = cfg.get("min_top1")
+    if accuracy is None:
+        return Check("accuracy", "error", None, bound, reason or "accuracy was not measured")
+    if bound is None:
+        return Check("accuracy", "pass", accuracy, None,
+                     f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}); no min_top1 bound")
+    ok = accuracy >= bound
+    return Check("accuracy", "pass" if ok else "fail", accuracy, bound,
+                 f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}) "
+                 f"{'>=' if ok else '<'} {bound:.4f}")
+
+
+def partitions_check(cfg: dict[str, Any], partitions: dict[str, Any]) -> Check:
+    bound = cfg["max"]
+    count = partitions.get("count")
+    if count is None:
+        return Check("partitions", "skip", None, bound, "backend does not report partitions")
+    ok = count <= bound
+    msg = (f"{count} partition(s) {'<=' if ok else '>'} max {bound}; "
+           f"{partitions.get('fallback_nodes', 0)} node(s) on the fallback")
+    return Check("partitions", "pass" if ok else "fail", count, bound, msg)
+
+
+def arena_check(cfg: dict[str, Any], arena: int | None, lower: int | None) -> Check:
+    bound = cfg["max_bytes"]
+    if arena is None:
+        return Check("arena", "skip", None, bound, "backend does not report an arena size")
+    ok = arena <= bound
+    lb = f" (liveness lower bound {lower:,} B)" if lower else ""
+    return Check("arena", "pass" if ok else "fail", arena, bound,
+                 f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}")
+
+
+def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> Check:
+    bound = cfg["min_hit_rate"]
+    hits, misses = tuning.get("hits"), tuning.get("misses")
+    if hits is None or misses is None:
+        return Check("tuning", "skip", None, bound,
+                     f"backend {backend} uses no tuning cache here")
+    total = hits + misses
+    rate = hits / total if total else 1.0
+    ok = rate >= bound
+    return Check("tuning", "pass" if ok else "fail", rate, bound,
+                 f"tuning-cache hit rate {rate:.3f} ({hits}/{total}) "
+                 f"{'>=' if ok else '<'} {bound:.3f}"
+                 + ("" if ok else f"; {misses} op(s) fell back to untuned schedules"))
+
+
+def verdict(checks: list[Check], error: str | None = None) -> str:
+    if error:
+        return "error"
+    statuses = {c.status for c in checks}
+    if "error" in statuses:
+        return "error"
+    if "fail" in statuses:
+        return "fail"
+    if "inconclusive" in statuses:
+        return "inconclusive"
+    return "pass"

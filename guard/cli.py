@@ -1,0 +1,226 @@
+"""guard's command line: thin. Parses arguments, calls the pipeline, sets the exit code.
+
+Every error a user can cause prints one line (``guard: error: ...``) and exits with the
+documented code: 2 for a suite, model, path or server that cannot be used, 3 for guard's
+own failures (run with GUARD_DEBUG=1 for the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from guard import __version__
+from guard.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, GuardError, UsageError
+
+DEFAULT_SUITE = "default.yaml"
+
+
+def default_suite() -> Path:
+    """suites/default.yaml in the working directory, else the one shipped beside guard."""
+    here = Path.cwd() / "suites" / DEFAULT_SUITE
+    if here.is_file():
+        return here
+    shipped = Path(__file__).resolve().parent.parent / "suites" / DEFAULT_SUITE
+    if shipped.is_file():
+        return shipped
+    raise UsageError("no suite given and no suites/default.yaml here",
+                     hint="Pass a suite file: guard run path/to/suite.yaml.")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from guard.pipeline import RunOptions, run_suite
+
+    suite = Path(args.suite) if args.suite else default_suite()
+    opts = RunOptions(
+        workdir=Path.cwd(),
+        json_path=Path(args.json) if args.json else None,
+        junit_path=Path(args.junit) if args.junit else None,
+        markdown_path=Path(args.markdown) if args.markdown else None,
+        html_path=Path(args.html) if args.html else None,
+        tracking_uri=args.tracking_uri,
+        track=not args.no_track,
+        golden_root=Path(args.golden_dir) if args.golden_dir else None,
+        models=tuple(args.model or ()),
+        backends=tuple(args.backend or ()),
+    )
+    _, code = run_suite(suite, opts)
+    return code
+
+
+def _cmd_golden_update(args: argparse.Namespace) -> int:
+    from guard.pipeline import ensure_golden, golden_store, prepare_model
+    from guard.suite import load_suite
+
+    if not args.reason or not args.reason.strip():
+        raise UsageError("--reason must say why the golden changes",
+                         hint="e.g. --reason 'onnxruntime 1.32 changed GELU fusion'.")
+    suite = load_suite(args.suite)
+    store = golden_store(suite, Path(args.golden_dir) if args.golden_dir else None)
+    names = {m.name for m in suite.models}
+    for m in args.model or ():
+        if m not in names:
+            raise UsageError(f"--model {m!r}: no such model in suite {suite.name}",
+                             hint=f"Models: {', '.join(sorted(names))}.")
+    for entry in suite.models:
+        if args.model and entry.name not in args.model:
+            continue
+        old = store.load(entry.name)
+        spec, path = prepare_model(entry)
+        golden, status = ensure_golden(store, entry, spec, path, update_reason=args.reason)
+        old_sha = old.sha256[:12] if old else "none"
+        print(f"{entry.name}: golden {status} {old_sha} -> {golden.sha256[:12]} "
+              f"({args.reason})")
+    return EXIT_OK
+
+
+def _cmd_manifest_diff(args: argparse.Namespace) -> int:
+    from guard.manifest import load_manifest
+    from guard.manifest.diff import diff_manifests, format_diff
+
+    a, b = load_manifest(Path(args.a)), load_manifest(Path(args.b))
+    d = diff_manifests(a, b)
+    if args.json:
+        print(json.dumps(d, indent=2, sort_keys=True, default=str))
+    else:
+        print(format_diff(d))
+    return EXIT_OK
+
+
+def _cmd_track_push(args: argparse.Namespace) -> int:
+    from guard.track import push, resolve_uri
+
+    uri = resolve_uri(args.tracking_uri, Path.cwd())
+    receipt = push(Path(args.path), uri)
+    print(f"pushed {args.path} to {uri}: parent run {receipt.get('parent_run_id')}")
+    return EXIT_OK
+
+
+def _cmd_zoo_list(args: argparse.Namespace) -> int:
+    from guard import zoo
+
+    for name in zoo.list_models():
+        d = zoo.describe(name)
+        print(f"zoo:{name:24s} {d.get('description', '')}")
+    return EXIT_OK
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    from guard.compiler.partition import partition_report
+
+    shapes = {}
+    for item in args.input or ():
+        name, _, dims = item.partition("=")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(",") if d)
+        except ValueError:
+            raise UsageError(f"--input {item!r}: expected NAME=D0,D1,...") from None
+    model = args.model
+    if model.startswith("zoo:"):
+        from guard import zoo
+
+        model = zoo.model_path(model[4:])
+    report, text = partition_report(Path(model), shapes or None, args.profile)
+    print(json.dumps(report, indent=2, default=str) if args.json else text)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="guard", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"guard {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    r = sub.add_parser("run", help="build, measure, check and log a suite (default: "
+                                   "suites/default.yaml)")
+    r.add_argument("suite", nargs="?", help="suite file (default: suites/default.yaml)")
+    r.add_argument("--json", metavar="PATH", help="write the results file (contract v1)")
+    r.add_argument("--junit", metavar="PATH", help="write JUnit XML")
+    r.add_argument("--markdown", metavar="PATH", help="write a Markdown summary")
+    r.add_argument("--html", metavar="PATH", help="write an HTML report")
+    r.add_argument("--tracking-uri", metavar="URI",
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else a local "
+                        "sqlite store under .guard/)")
+    r.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    r.add_argument("--golden-dir", metavar="DIR", help="golden store (default: "
+                   "<suite dir>/goldens/<suite>)")
+    r.add_argument("--model", action="append", metavar="NAME", help="only this model "
+                   "(repeatable)")
+    r.add_argument("--backend", action="append", metavar="NAME", help="only this backend "
+                   "(repeatable)")
+    r.set_defaults(func=_cmd_run)
+
+    g = sub.add_parser("golden", help="manage goldens")
+    gsub = g.add_subparsers(dest="golden_command", metavar="ACTION", required=True)
+    gu = gsub.add_parser("update", help="re-create goldens with the reference, recording why")
+    gu.add_argument("suite")
+    gu.add_argument("--reason", required=True, help="why the golden changes (recorded)")
+    gu.add_argument("--model", action="append", metavar="NAME", help="only this model")
+    gu.add_argument("--golden-dir", metavar="DIR")
+    gu.set_defaults(func=_cmd_golden_update)
+
+    m = sub.add_parser("manifest", help="inspect manifests")
+    msub = m.add_subparsers(dest="manifest_command", metavar="ACTION", required=True)
+    md = msub.add_parser("diff", help="what differs between two manifests, pins first")
+    md.add_argument("a")
+    md.add_argument("b")
+    md.add_argument("--json", action="store_true")
+    md.set_defaults(func=_cmd_manifest_diff)
+
+    t = sub.add_parser("track", help="MLflow tracking")
+    tsub = t.add_subparsers(dest="track_command", metavar="ACTION", required=True)
+    tp = tsub.add_parser("push", help="send a results file kept locally to a tracking server")
+    tp.add_argument("path")
+    tp.add_argument("--tracking-uri", metavar="URI")
+    tp.set_defaults(func=_cmd_track_push)
+
+    z = sub.add_parser("zoo", help="the built-in models")
+    zsub = z.add_subparsers(dest="zoo_command", metavar="ACTION", required=True)
+    zl = zsub.add_parser("list", help="list zoo models")
+    zl.set_defaults(func=_cmd_zoo_list)
+
+    pa = sub.add_parser("partition", help="how a model partitions on the bundled compiler's "
+                                          "backends or a delegate profile")
+    pa.add_argument("model", help="an .onnx file or zoo:<name>")
+    pa.add_argument("--profile", help="delegate profile name or YAML file")
+    pa.add_argument("--input", action="append", metavar="NAME=D0,D1,..",
+                    help="bind an input's shape")
+    pa.add_argument("--json", action="store_true")
+    pa.set_defaults(func=_cmd_partition)
+
+    try:
+        from guard import cli_compare
+    except ImportError:
+        cli_compare = None  # type: ignore[assignment]
+    if cli_compare is not None:
+        cli_compare.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return int(args.func(args))
+    except GuardError as exc:
+        print(f"guard: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("guard: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 3
+        if os.environ.get("GUARD_DEBUG"):
+            raise
+        print(f"guard: internal error: {type(exc).__name__}: {exc} (set GUARD_DEBUG=1 for the "
+              "traceback, and please report it)", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

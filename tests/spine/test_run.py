@@ -1,0 +1,145 @@
+"""guard run end to end on small real models: results contract, checks, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import FAST_MEASURE, small_convnet, write_suite
+
+from guard.cli import main
+
+PINS = ["compiler", "runtime", "driver", "target", "tuning_cache", "model", "host", "guard",
+        "sha256"]
+
+
+def suite_text(model: Path, extra_checks: str = "", backends: str = "[onnxruntime]") -> str:
+    return f"""
+    schema_version: 1
+    suite: spine
+    defaults:
+      backends: {backends}
+      threads: 1
+      measure: {FAST_MEASURE}
+      checks:
+        tolerance: {{rtol: 1.0e-4, atol: 1.0e-5}}
+        partitions: {{max: 1}}
+        arena: {{max_bytes: 100000000}}
+    models:
+      - name: net
+        source: {model}
+        checks: {{{extra_checks}}}
+    """
+
+
+def run_json(args: list[str], out: Path) -> tuple[int, dict]:
+    code = main(["run", *args, "--json", str(out)])
+    return code, json.loads(out.read_text())
+
+
+def test_run_writes_contract_and_creates_then_compares_golden(tmp_path, workdir, convnet):
+    suite = write_suite(tmp_path, suite_text(convnet))
+    code, doc = run_json([str(suite), "--no-track"], tmp_path / "r1.json")
+    assert code == 0, doc
+    assert doc["schema_version"] == 1 and doc["suite"] == "spine"
+    (r,) = doc["results"]
+    assert r["verdict"] == "pass"
+    for pin in PINS:
+        assert pin in r["manifest"], pin
+    assert set(r["manifest"]["tuning_cache"]) >= {"sha256", "entries", "hits", "misses"}
+    assert r["manifest"]["tuning_cache"]["sha256"] is None
+    assert r["latency_ms"]["n"] >= 5 and len(r["samples_ms"]) == r["latency_ms"]["n"]
+    assert r["partitions"]["count"] == 1
+    assert r["arena_bytes"] > 0 and r["arena_lower_bound_bytes"] > 0
+    assert r["numerics"]["golden_status"] == "created"
+    tol = next(c for c in r["checks"] if c["name"] == "tolerance")
+    assert tol["status"] == "created"
+    assert (tmp_path / "goldens" / "spine" / "net" / "golden.json").is_file()
+
+    # Second run: the golden exists, the artefact is reused, numerics are compared.
+    code, doc = run_json([str(suite), "--no-track"], tmp_path / "r2.json")
+    (r2,) = doc["results"]
+    assert code == 0 and r2["artefact_reused"] is True
+    assert r2["numerics"]["golden_status"] == "compared"
+    assert r2["numerics"]["max_abs_err"] <= 1e-5
+    tol = next(c for c in r2["checks"] if c["name"] == "tolerance")
+    assert tol["status"] == "pass"
+    assert r2["manifest"]["sha256"] == r["manifest"]["sha256"]
+
+
+def test_impossible_latency_bound_exits_1_and_names_the_check(tmp_path, workdir, convnet,
+                                                              capsys):
+    suite = write_suite(tmp_path, suite_text(convnet, "latency: {p50_ms: 0.000001}"))
+    code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
+    assert code == 1
+    (r,) = doc["results"]
+    assert r["verdict"] == "fail"
+    failed = [c for c in r["checks"] if c["status"] == "fail"]
+    assert [c["name"] for c in failed] == ["latency.p50"]
+    assert "bound" in failed[0]["message"]
+    out = capsys.readouterr()
+    assert "latency.p50" in out.out + out.err
+
+
+def test_golden_update_records_reason_and_hashes(tmp_path, workdir, convnet):
+    suite = write_suite(tmp_path, suite_text(convnet))
+    assert main(["run", str(suite), "--no-track"]) == 0
+    meta_path = tmp_path / "goldens" / "spine" / "net" / "golden.json"
+    before = json.loads(meta_path.read_text())
+    assert main(["golden", "update", str(suite), "--reason", "onnxruntime bump"]) == 0
+    after = json.loads(meta_path.read_text())
+    last = after["history"][-1]
+    assert last["why"] == "onnxruntime bump"
+    assert last["old_sha256"] == before["outputs_sha256"]
+    assert last["new_sha256"] == after["outputs_sha256"]
+    assert len(after["history"]) == 2
+    assert main(["golden", "update", str(suite), "--reason", "  "]) == 2
+
+
+def test_tampered_golden_is_refused(tmp_path, workdir, convnet, capsys):
+    suite = write_suite(tmp_path, suite_text(convnet))
+    assert main(["run", str(suite), "--no-track"]) == 0
+    meta_path = tmp_path / "goldens" / "spine" / "net" / "golden.json"
+    meta = json.loads(meta_path.read_text())
+    meta["outputs"]["y"]["sha256"] = "0" * 64
+    meta_path.write_text(json.dumps(meta))
+    code = main(["run", str(suite), "--no-track"])
+    assert code == 2
+    assert "does not match its recorded sha256" in capsys.readouterr().err
+
+
+def test_manifest_diff_cli(tmp_path, workdir, convnet, capsys):
+    suite = write_suite(tmp_path, suite_text(convnet))
+    code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
+    art = Path(doc["results"][0]["artefact"])
+    assert main(["manifest", "diff", str(art / "manifest.json"), str(art / "manifest.json")]) == 0
+    capsys.readouterr()
+    m = json.loads((art / "manifest.json").read_text())
+    m["runtime"]["version"] = "1.31.1"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(m))
+    # A hand-edited manifest no longer matches its sha256: refused, exit 2.
+    assert main(["manifest", "diff", str(other), str(art / "manifest.json")]) == 2
+    assert "sha256" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_run_logs_to_embedded_mlflow_store(tmp_path, workdir, convnet):
+    import mlflow
+
+    suite = write_suite(tmp_path, suite_text(convnet))
+    code, doc = run_json([str(suite)], tmp_path / "r.json")
+    assert code == 0
+    uri = doc["tracking"]["uri"]
+    assert uri.startswith("sqlite:///") and ".guard" in uri
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["guard/spine"], output_format="list")
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 1
+    assert children[0].data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+    metrics = children[0].data.metrics
+    assert metrics["latency_ms.p50"] > 0 and metrics["latency_ms.n"] >= 5
+    assert metrics["partitions.count"] == 1 and metrics["arena_bytes"] > 0
+    assert children[0].data.tags["guard.verdict"] == "pass"
