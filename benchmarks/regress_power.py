@@ -1,0 +1,251 @@
+"""A/A false-regression rate and power curve of guard's regression statistics, on real timing.
+
+The artefact is a small onnxruntime MLP (4 MatMul+Relu layers, batch 16, 1 thread). The
+injected slowdown is an extra branch: a MatMul of the input against a wide weight, reduced
+to a scalar and exposed as an extra graph output. The original output is bit-identical
+(checked), the session computes the branch on every run, and the branch width is
+calibrated against the measured median to hit each target percentage; the ratio actually
+injected is then measured separately (interleaved, long) and reported next to the target.
+
+Modes:
+  ab          interleaved A/B in one process (guard ab): adaptive, paired Wilcoxon.
+  sequential  base measured, then head (what `guard compare` of two results files sees):
+              fixed time per side, Mann-Whitney + bootstrap.
+
+Each trial builds fresh sessions for both sides, so an A/A trial also carries the
+session-to-session difference two identical artefacts really have. Other processes' CPU
+use during the trial (/proc/stat minus our own) is recorded as contention.
+
+    .venv/bin/python benchmarks/regress_power.py --aa-trials 200 --trials 100 \
+        --levels 0.02,0.05,0.10,0.20 --modes ab --out benchmarks/results/power.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from guard.bench.preflight import contention_between, read_cpu_times
+from guard.bench.regress import REGRESSED, RegressConfig, compare_unpaired
+from guard.compare.ab import run_ab, warm
+
+BATCH, WIDTH, LAYERS = 16, 512, 4
+
+
+def build_model(extra_cols: int = 0, seed: int = 0) -> bytes:
+    """The MLP; with extra_cols > 0, plus the side branch of that width (outputs unchanged)."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    prev = "x"
+    for i in range(LAYERS):
+        w = (rng.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"]))
+        prev = f"r{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"]))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [BATCH, WIDTH])]
+    if extra_cols > 0:
+        wx = rng.standard_normal((WIDTH, extra_cols)).astype(np.float32)
+        inits.append(numpy_helper.from_array(wx, "wx"))
+        nodes.append(helper.make_node("MatMul", ["x", "wx"], ["xb"]))
+        nodes.append(helper.make_node("ReduceSum", ["xb"], ["slow"], keepdims=0))
+        outputs.append(helper.make_tensor_value_info("slow", TensorProto.FLOAT, []))
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, WIDTH])],
+        outputs,
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+FEEDS = {"x": np.random.default_rng(1).standard_normal((BATCH, WIDTH)).astype(np.float32)}
+
+
+def session(model: bytes):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+    def run() -> None:
+        sess.run(None, FEEDS)
+
+    return sess, run
+
+
+def interleaved_median_ratio(fa, fb, seconds: float) -> float:
+    """Median of per-pair ratios fb/fa over ``seconds`` of alternating calls (calibration)."""
+    warm(fa, 0.3)
+    warm(fb, 0.3)
+    ratios, t_end, i = [], time.perf_counter() + seconds, 0
+    while time.perf_counter() < t_end:
+        first, second = (fa, fb) if i % 2 == 0 else (fb, fa)
+        t0 = time.perf_counter()
+        first()
+        t1 = time.perf_counter()
+        second()
+        t2 = time.perf_counter()
+        ta, tb = (t1 - t0, t2 - t1) if i % 2 == 0 else (t2 - t1, t1 - t0)
+        ratios.append(tb / ta)
+        i += 1
+    return float(np.median(ratios))
+
+
+def calibrate_branch(
+    target: float, probe_cols: int = 256, seconds: float = 3.0
+) -> tuple[int, float]:
+    """Branch width giving ``target`` slowdown; returns (cols, measured ratio)."""
+    base = build_model()
+    _, fa = session(base)
+    _, fp = session(build_model(probe_cols))
+    per_col = (interleaved_median_ratio(fa, fp, seconds) - 1.0) / probe_cols
+    cols = max(1, round(target / max(per_col, 1e-9)))
+    for _ in range(2):  # one or two corrections: the cost is not exactly linear in width
+        _, fs = session(build_model(cols))
+        got = interleaved_median_ratio(fa, fs, seconds) - 1.0
+        if abs(got - target) <= 0.1 * target:
+            break
+        cols = max(1, round(cols * target / max(got, 1e-4)))
+    _, fs = session(build_model(cols))
+    ref = session(base)[0].run(["y"], FEEDS)[0]
+    slow_y = session(build_model(cols))[0].run(["y"], FEEDS)[0]
+    if not np.array_equal(ref, slow_y):
+        sys.exit("the slow branch changed the model's output; the benchmark would be unfair")
+    return cols, interleaved_median_ratio(fa, fs, seconds)
+
+
+def trial_ab(base: bytes, head: bytes, cfg: RegressConfig, budget_s: float) -> dict:
+    _, fb = session(base)
+    _, fh = session(head)
+    out = run_ab(fb, fh, cfg, budget_s=budget_s, warmup_s=0.2)
+    c = out.result.comparison
+    return {
+        "verdict": c.verdict,
+        "ratio": c.ratio,
+        "mde_pct": c.mde_pct,
+        "n": c.n_base,
+        "elapsed_s": out.result.elapsed_s,
+        "contention": out.contention,
+    }
+
+
+def trial_sequential(base: bytes, head: bytes, cfg: RegressConfig, per_side_s: float) -> dict:
+    def collect(fn) -> list[float]:
+        warm(fn, 0.2)
+        s, t_end = [], time.perf_counter() + per_side_s
+        while time.perf_counter() < t_end:
+            t0 = time.perf_counter()
+            fn()
+            s.append((time.perf_counter() - t0) * 1000)
+        return s
+
+    before = read_cpu_times()
+    t0 = time.perf_counter()
+    b = collect(session(base)[1])
+    h = collect(session(head)[1])
+    c = compare_unpaired(b, h, cfg)
+    return {
+        "verdict": c.verdict,
+        "ratio": c.ratio,
+        "mde_pct": c.mde_pct,
+        "n": c.n_base,
+        "elapsed_s": time.perf_counter() - t0,
+        "contention": contention_between(before, read_cpu_times()),
+    }
+
+
+def summarize(trials: list[dict]) -> dict:
+    verdicts = [t["verdict"] for t in trials]
+    cont = [t["contention"] for t in trials if t["contention"] is not None]
+    return {
+        "trials": len(trials),
+        "regressed": verdicts.count(REGRESSED),
+        "rate_regressed": verdicts.count(REGRESSED) / len(trials),
+        "by_verdict": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+        "median_ratio": statistics.median(t["ratio"] for t in trials),
+        "median_mde_pct": statistics.median(t["mde_pct"] for t in trials),
+        "median_n": statistics.median(t["n"] for t in trials),
+        "median_elapsed_s": statistics.median(t["elapsed_s"] for t in trials),
+        "max_elapsed_s": max(t["elapsed_s"] for t in trials),
+        "contention_median": statistics.median(cont) if cont else None,
+        "contention_max": max(cont) if cont else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--aa-trials", type=int, default=200)
+    ap.add_argument("--trials", type=int, default=100, help="trials per slowdown level")
+    ap.add_argument("--levels", default="0.02,0.05,0.10,0.20")
+    ap.add_argument("--modes", default="ab", help="ab, sequential, or ab,sequential")
+    ap.add_argument(
+        "--budget-s", type=float, default=20.0, help="ab: both sides together (<=10 s each)"
+    )
+    ap.add_argument("--per-side-s", type=float, default=1.0, help="sequential: seconds per side")
+    ap.add_argument("--regress-pct", type=float, default=3.0)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/regress_power.json"))
+    args = ap.parse_args(argv)
+
+    cfg = RegressConfig(regress_pct=args.regress_pct, n_boot=1000)
+    levels = [float(x) for x in args.levels.split(",") if x]
+    base = build_model()
+    t_start = time.time()
+    report: dict = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "model": f"MLP {LAYERS}x MatMul+Relu, {BATCH}x{WIDTH}, onnxruntime {ort.__version__}, 1 thread",
+        "config": {
+            "regress_pct": cfg.regress_pct,
+            "alpha": cfg.alpha,
+            "budget_s": args.budget_s,
+            "per_side_s": args.per_side_s,
+        },
+        "command": " ".join(sys.argv),
+        "injected": {},
+        "modes": {},
+    }
+    injected = {}
+    for lv in levels:
+        cols, measured = calibrate_branch(lv)
+        injected[lv] = build_model(cols)
+        report["injected"][f"{lv:.2f}"] = {"branch_cols": cols, "measured_ratio": measured}
+        print(f"level {lv:.0%}: branch width {cols}, measured ratio {measured:.4f}", flush=True)
+
+    for mode in args.modes.split(","):
+        run = (
+            (lambda b, h: trial_ab(b, h, cfg, args.budget_s))
+            if mode == "ab"
+            else (lambda b, h: trial_sequential(b, h, cfg, args.per_side_s))
+        )
+        res = {"aa": summarize([run(base, base) for _ in range(args.aa_trials)])}
+        print(f"[{mode}] A/A: {json.dumps(res['aa'])}", flush=True)
+        for lv in levels:
+            res[f"{lv:.2f}"] = summarize([run(base, injected[lv]) for _ in range(args.trials)])
+            print(f"[{mode}] {lv:.0%}: {json.dumps(res[f'{lv:.2f}'])}", flush=True)
+        report["modes"][mode] = res
+    report["wall_s"] = time.time() - t_start
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out} in {report['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""Interleaved A/B: run base and head in one process, alternating, and judge paired ratios.
+
+On a shared runner a contention burst slows whatever runs during it. Measured one after
+the other, base and head see different bursts; interleaved, each pair sees the same one,
+and the per-pair ratio cancels it. The order alternates (AB, BA, AB, ...) so that a
+"second call is warmer" effect cancels too.
+
+Each sample times ``inner`` consecutive calls (chosen so a sample lasts at least
+``min_sample_s``), which keeps the per-sample timer overhead negligible for fast models
+without letting the pair drift apart in time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from guard.bench.preflight import contention_between, read_cpu_times
+from guard.bench.regress import (
+    AdaptiveResult,
+    RegressConfig,
+    Sampler,
+    measure_until_conclusive,
+    with_noise,
+)
+from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest_diff
+from guard.errors import UsageError
+
+Clock = Callable[[], float]
+
+
+def warm(fn: Callable[[], object], warmup_s: float, clock: Clock = time.perf_counter) -> int:
+    """Call ``fn`` for ``warmup_s`` (at least once); returns the number of calls."""
+    n, t0 = 0, clock()
+    while n == 0 or clock() - t0 < warmup_s:
+        fn()
+        n += 1
+    return n
+
+
+def choose_inner(
+    fn: Callable[[], object],
+    min_sample_s: float,
+    clock: Clock = time.perf_counter,
+    cap: int = 10_000,
+) -> int:
+    """Calls per sample so that one sample lasts at least ``min_sample_s`` (doubling search)."""
+    inner = 1
+    while inner < cap:
+        t0 = clock()
+        for _ in range(inner):
+            fn()
+        if clock() - t0 >= min_sample_s:
+            break
+        inner *= 2
+    return min(inner, cap)
+
+
+def interleaved_sampler(
+    base_fn: Callable[[], object],
+    head_fn: Callable[[], object],
+    *,
+    inner: int = 1,
+    clock: Clock = time.perf_counter,
+) -> Sampler:
+    """A ``sample(n) -> (base_ms, head_ms)`` that times n adjacent pairs, order alternating."""
+    if inner < 1:
+        raise UsageError(f"inner must be >= 1, got {inner}")
+    count = [0]
+
+    def timed(fn: Callable[[], object]) -> float:
+        t0 = clock()
+        for _ in range(inner):
+            fn()
+        return (clock() - t0) * 1000.0 / inner
+
+    def sample(n: int) -> tuple[list[float], list[float]]:
+        b: list[float] = []
+        h: list[float] = []
+        for _ in range(n):
+            if count[0] % 2 == 0:
+                tb = timed(base_fn)
+                th = timed(head_fn)
+            else:
+                th = timed(head_fn)
+                tb = timed(base_fn)
+            count[0] += 1
+            b.append(tb)
+            h.append(th)
+        return b, h
+
+    return sample
+
+
+@dataclass
+class ABOutcome:
+    result: AdaptiveResult
+    inner: int
+    contention: float | None
+
+
+def run_ab(
+    base_fn: Callable[[], object],
+    head_fn: Callable[[], object],
+    config: RegressConfig | None = None,
+    *,
+    budget_s: float = 20.0,
+    warmup_s: float = 0.5,
+    min_sample_s: float = 1e-3,
+    initial: int = 50,
+    max_looks: int = 7,
+    clock: Clock = time.perf_counter,
+) -> ABOutcome:
+    """Warm both, pick ``inner``, then measure interleaved until conclusive or out of budget.
+
+    ``budget_s`` covers both sides' measurement (so <= budget_s/2 per side).
+    """
+    warm(base_fn, warmup_s, clock)
+    warm(head_fn, warmup_s, clock)
+    inner = min(
+        choose_inner(base_fn, min_sample_s, clock), choose_inner(head_fn, min_sample_s, clock)
+    )
+    before = read_cpu_times()
+    res = measure_until_conclusive(
+        interleaved_sampler(base_fn, head_fn, inner=inner, clock=clock),
+        paired=True,
+        config=config,
+        budget_s=budget_s,
+        initial=initial,
+        max_looks=max_looks,
+        clock=clock,
+    )
+    return ABOutcome(res, inner, contention_between(before, read_cpu_times()))
+
+
+def ab_row(
+    key: tuple[str, str, str],
+    outcome: ABOutcome,
+    base_manifest: Mapping[str, Any],
+    head_manifest: Mapping[str, Any],
+) -> dict[str, Any]:
+    """A comparison row (DESIGN.md contract) for one interleaved A/B measurement."""
+    c = outcome.result.comparison
+    diff = manifest_diff(base_manifest, head_manifest)
+    pct = (c.ratio - 1) * 100
+    attribution = None
+    if diff and c.verdict in ("regressed", "improved"):
+        field, (vb, vh) = next(iter(diff.items()))
+        attribution = f"p50 {pct:+.0f}% (paired): {field} {vb} → {vh}"
+    return {
+        "model": key[0],
+        "backend": key[1],
+        "target": key[2],
+        "verdict": c.verdict,
+        "ratio": c.ratio,
+        "ci": list(c.ci),
+        "p90_ratio": None,
+        "arena_bytes": [None, None],
+        "partitions": [None, None],
+        "numerics": {"output_sha256_changed": False, "max_abs_err": [None, None]},
+        "tuning_hit_rate": [None, None],
+        "manifest_diff": diff,
+        "stats": {
+            **outcome.result.to_dict(),
+            "inner": outcome.inner,
+            "contention": outcome.contention,
+        },
+        "reason": c.reason,
+        "attribution": attribution,
+    }
+
+
+def ab_document(
+    rows: Sequence[dict[str, Any]], config: RegressConfig, labels: tuple[str, str]
+) -> dict[str, Any]:
+    """Wrap A/B rows into a comparison document (same contract as ``guard compare``)."""
+    doc_diff: dict[str, list[Any]] = {}
+    for r in rows:
+        for f, pair in r["manifest_diff"].items():
+            doc_diff.setdefault(f, pair)
+    by = {
+        v: sum(r["verdict"] == v for r in rows)
+        for v in ("pass", "regressed", "improved", "inconclusive")
+    }
+    ratios = [r["ratio"] for r in rows if math.isfinite(r["ratio"])]
+    gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios)) if ratios else None
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "mode": "interleaved-ab",
+        "base": {"label": labels[0]},
+        "head": {"label": labels[1]},
+        "config": {
+            "regress_pct": config.regress_pct,
+            "alpha": config.alpha,
+            "noise_k": config.noise_k,
+        },
+        "manifest_diff": doc_diff,
+        "rows": list(rows),
+        "summary": {
+            "compared": len(rows),
+            "by_verdict": by,
+            "geomean_ratio": gm,
+            "only_base": [],
+            "only_head": [],
+        },
+    }
+
+
+def run_case_pairs(
+    pairs: Sequence[tuple[Any, Any]],
+    config: RegressConfig,
+    *,
+    noise: Mapping[str, float] | None = None,
+    budget_s: float = 20.0,
+    warmup_s: float = 0.5,
+    labels: tuple[str, str] = ("base", "head"),
+) -> dict[str, Any]:
+    """A/B over matched pipeline cases (``.model .backend .target .run_once() .manifest``)."""
+    rows = []
+    for b, h in pairs:
+        why = host_incompatibility(b.manifest or {}, h.manifest or {})
+        if why:
+            raise UsageError(f"{b.model}/{b.backend}: cannot A/B across hosts: {why}")
+        key = (str(b.model), str(b.backend), str(b.target))
+        cfg = with_noise(config, (noise or {}).get("/".join(key)))
+        outcome = run_ab(b.run_once, h.run_once, cfg, budget_s=budget_s, warmup_s=warmup_s)
+        rows.append(ab_row(key, outcome, b.manifest or {}, h.manifest or {}))
+    return ab_document(rows, config, labels)
+
+
+def match_cases(base_cases: Sequence[Any], head_cases: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """Pair cases by (model, backend, target); refuse when nothing matches."""
+    heads = {(c.model, c.backend, c.target): c for c in head_cases}
+    pairs = [(b, heads[k]) for b in base_cases if (k := (b.model, b.backend, b.target)) in heads]
+    if not pairs:
+        raise UsageError(
+            "base and head share no (model, backend, target)",
+            hint="Point --base and --head at variants of the same suite.",
+        )
+    return pairs
