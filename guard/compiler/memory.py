@@ -1,0 +1,390 @@
+"""Memory planning: every arena tensor gets an offset in one buffer (the arena).
+
+Plan, then emit: :func:`plan_memory` returns a frozen :class:`MemoryPlan` that the runtime
+and codegen only read.
+
+1. Aliasing, decided in schedule order, groups tensors into *buffers*:
+   - views: Reshape/Flatten/Squeeze/Unsqueeze/Identity outputs share their input's bytes;
+   - split elision: Split outputs are consecutive slices of the input's bytes;
+   - concat elision: each Concat input is written straight into its slice of the output;
+   - in-place: an elementwise op writes over an input of the same shape and dtype.
+   The node of an elided view/concat/split does nothing at run time.
+2. Liveness of a buffer: the union of its tensors' live intervals (schedule.liveness).
+3. Greedy offsets: buffers largest first (ties: earlier start, then name), each at the
+   lowest 64-byte-aligned offset that collides with no placed buffer whose interval
+   overlaps its own.
+
+Numbers: ``arena_bytes`` (end of the highest buffer), ``lower_bound_bytes`` (max over
+steps of the bytes of live buffers: no placement can do better with these buffers),
+``fragmentation`` = arena / lower bound - 1, ``naive_bytes`` (every tensor its own
+allocation) and ``unaliased_peak_bytes`` (the lower bound without any aliasing).
+
+Hazards (why each alias is safe):
+- Concat/Split slices are contiguous only when every dim before the axis is 1; each slice
+  must start 64-byte aligned, its input must be a node output whose buffer is exactly
+  that tensor (not a graph input, not already a slice of another buffer), and appear once.
+- In-place writes destroy the input: allowed only when no tensor sharing that buffer is
+  read after this step and the buffer holds no graph output (outputs must survive).
+- Views of constants are not planned as views (constants live in the weights blob).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from guard.compiler.schedule import ALIGNMENT, GraphView, Interval, align, liveness
+
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+INPLACE_OPS = frozenset(
+    {
+        "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Exp", "Log", "Neg", "Abs", "Sqrt",
+        "Erf", "Gelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Reciprocal",
+        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Where",
+        "Dropout", "BatchNormalization", "Cast", "FusedElementwise",
+    }
+)  # fmt: skip
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one tensor lives: arena byte ``offset``, its ``buffer`` and how it got there."""
+
+    name: str
+    offset: int
+    nbytes: int
+    buffer: int
+    start: int
+    end: int
+    how: str  # "own", "view", "inplace", "concat-part", "split-part"
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+    id: int
+    offset: int
+    nbytes: int  # aligned
+    start: int
+    end: int
+    tensors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Frozen result of memory planning; later stages only read it."""
+
+    alignment: int
+    arena_bytes: int
+    lower_bound_bytes: int
+    naive_bytes: int
+    unaliased_peak_bytes: int
+    order: tuple[int, ...]
+    slots: Mapping[str, Slot]
+    buffers: tuple[BufferInfo, ...]
+    elided_nodes: tuple[str, ...]  # nodes that are no-ops at run time
+    inplace_nodes: tuple[str, ...]
+    strategy: str = "greedy-largest-first"
+
+    @property
+    def fragmentation(self) -> float:
+        return self.arena_bytes / self.lower_bound_bytes - 1 if self.lower_bound_bytes else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "arena_bytes": self.arena_bytes,
+            "lower_bound_bytes": self.lower_bound_bytes,
+            "fragmentation": round(self.fragmentation, 6),
+            "naive_bytes": self.naive_bytes,
+            "unaliased_peak_bytes": self.unaliased_peak_bytes,
+            "buffers": len(self.buffers),
+            "tensors": len(self.slots),
+            "elided_nodes": len(self.elided_nodes),
+            "inplace_nodes": len(self.inplace_nodes),
+            "alignment": self.alignment,
+            "strategy": self.strategy,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            **self.summary(),
+            "order": list(self.order),
+            "slots": [
+                [s.name, s.offset, s.nbytes, s.buffer, s.start, s.end, s.how]
+                for s in self.slots.values()
+            ],
+            "buffer_table": [
+                [b.id, b.offset, b.nbytes, b.start, b.end, list(b.tensors)] for b in self.buffers
+            ],
+            "elided_nodes": list(self.elided_nodes),
+            "inplace_nodes": list(self.inplace_nodes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> MemoryPlan:
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(
+                f"memory plan schema_version {d.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+            )
+        slots = {r[0]: Slot(*r) for r in d["slots"]}
+        buffers = tuple(
+            BufferInfo(b[0], b[1], b[2], b[3], b[4], tuple(b[5])) for b in d["buffer_table"]
+        )
+        return cls(
+            alignment=d["alignment"],
+            arena_bytes=d["arena_bytes"],
+            lower_bound_bytes=d["lower_bound_bytes"],
+            naive_bytes=d["naive_bytes"],
+            unaliased_peak_bytes=d["unaliased_peak_bytes"],
+            order=tuple(d["order"]),
+            slots=MappingProxyType(slots),
+            buffers=buffers,
+            elided_nodes=tuple(d["elided_nodes"]),
+            inplace_nodes=tuple(d["inplace_nodes"]),
+            strategy=d.get("strategy", "greedy-largest-first"),
+        )
+
+
+class _Buffers:
+    """Union of tensors into buffers, with each tensor's byte offset inside its buffer."""
+
+    def __init__(self) -> None:
+        self.of: dict[str, tuple[int, int]] = {}  # tensor -> (buffer, offset in buffer)
+        self.size: dict[int, int] = {}
+        self.members: dict[int, list[str]] = {}
+        self.how: dict[str, str] = {}
+
+    def new(self, name: str, nbytes: int, how: str = "own") -> None:
+        b = len(self.size)
+        while b in self.size:
+            b += 1
+        self.size[b] = nbytes
+        self.members[b] = [name]
+        self.of[name] = (b, 0)
+        self.how[name] = how
+
+    def join(self, name: str, like: str, offset: int, how: str) -> None:
+        b, base = self.of[like]
+        self.of[name] = (b, base + offset)
+        self.members[b].append(name)
+        self.how[name] = how
+
+    def move(self, src: int, dst: int, offset: int) -> None:
+        for t in self.members.pop(src):
+            self.of[t] = (dst, self.of[t][1] + offset)
+            self.members[dst].append(t)
+        del self.size[src]
+
+
+def _outer_is_one(shape: Sequence[int], axis: int) -> bool:
+    return all(d == 1 for d in shape[:axis])
+
+
+def _norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _alias(
+    g: GraphView, order: Sequence[int], iv: Mapping[str, Interval], inplace: bool, elide: bool
+) -> tuple[_Buffers, list[str], list[str]]:
+    bufs = _Buffers()
+    nbytes = {t: g.tensors[t].nbytes for t in g.arena_tensors()}
+    for t in g.inputs:
+        if t in nbytes:
+            bufs.new(t, nbytes[t])
+    outputs = set(g.outputs)
+    elided: list[str] = []
+    inplaced: list[str] = []
+
+    def buffer_end(b: int) -> int:
+        return max(iv[t].end for t in bufs.members[b])
+
+    def whole(t: str) -> bool:
+        """``t`` is the whole of a buffer of its own making (not a graph input, not a slice)."""
+        b, off = bufs.of[t]
+        return (
+            off == 0
+            and bufs.size[b] == nbytes[t]
+            and g.producer.get(t) is not None
+            and not any(m in g.inputs for m in bufs.members[b])
+        )
+
+    for step, i in enumerate(order):
+        n = g.nodes[i]
+        outs = [o for o in n.outputs if o in nbytes]
+        data = n.inputs[0] if n.inputs else ""
+        if elide and n.op in VIEW_OPS and len(outs) == 1 and data in nbytes:
+            if (
+                nbytes[data] == nbytes[outs[0]]
+                and g.tensors[data].dtype == g.tensors[outs[0]].dtype
+            ):
+                bufs.join(outs[0], data, 0, "view")
+                elided.append(n.name)
+                continue
+        if elide and n.op == "Split" and data in nbytes and len(outs) == len(n.outputs):
+            shape = g.tensors[data].shape
+            axis = _norm_axis(int(n.attrs.get("axis", 0)), len(shape))
+            offs, cur = [], 0
+            for o in outs:
+                offs.append(cur)
+                cur += nbytes[o]
+            if (
+                _outer_is_one(shape, axis)
+                and cur == nbytes[data]
+                and all(o % ALIGNMENT == 0 for o in offs)
+            ):
+                for o, off in zip(outs, offs, strict=True):
+                    bufs.join(o, data, off, "split-part")
+                elided.append(n.name)
+                continue
+        if elide and n.op == "Concat" and len(outs) == 1:
+            out = outs[0]
+            shape = g.tensors[out].shape
+            axis = _norm_axis(int(n.attrs.get("axis", 0)), len(shape))
+            parts = [v for v in n.inputs if v]
+            offs, cur = [], 0
+            for v in parts:
+                offs.append(cur)
+                cur += nbytes.get(v, 0)
+            ok = (
+                _outer_is_one(shape, axis)
+                and len(set(parts)) == len(parts)
+                and all(v in nbytes and whole(v) for v in parts)
+                and len({bufs.of[v][0] for v in parts}) == len(parts)
+                and cur == nbytes[out]
+                and all(o % ALIGNMENT == 0 for o in offs)
+            )
+            if ok:
+                bufs.new(out, nbytes[out])
+                dst = bufs.of[out][0]
+                for v, off in zip(parts, offs, strict=True):
+                    src = bufs.of[v][0]
+                    for t in bufs.members[src]:
+                        if bufs.how[t] == "own":
+                            bufs.how[t] = "concat-part"
+                    bufs.move(src, dst, off)
+                elided.append(n.name)
+                continue
+        if inplace and n.op in INPLACE_OPS and len(outs) >= 1:
+            out = outs[0]
+            for v in dict.fromkeys(x for x in n.inputs if x):
+                if v not in nbytes or g.tensors[v].shape != g.tensors[out].shape:
+                    continue
+                if g.tensors[v].dtype != g.tensors[out].dtype:
+                    continue
+                b = bufs.of[v][0]
+                if buffer_end(b) > step or any(m in outputs for m in bufs.members[b]):
+                    continue
+                bufs.join(out, v, 0, "inplace")
+                inplaced.append(n.name)
+                break
+            else:
+                bufs.new(out, nbytes[out])
+            for o in outs[1:]:
+                bufs.new(o, nbytes[o])
+            continue
+        for o in outs:
+            bufs.new(o, nbytes[o])
+    return bufs, elided, inplaced
+
+
+def _place(sizes: Mapping[int, int], ivs: Mapping[int, Interval]) -> dict[int, int]:
+    """Greedy: largest first, lowest aligned offset clear of every overlapping placed buffer."""
+    offsets: dict[int, int] = {}
+    placed: list[tuple[int, int, Interval]] = []  # (offset, size, interval)
+    for b in sorted(sizes, key=lambda b: (-sizes[b], ivs[b].start, b)):
+        size, it = sizes[b], ivs[b]
+        if size == 0:
+            offsets[b] = 0
+            continue
+        busy = sorted((o, o + s) for o, s, other in placed if other.overlaps(it))
+        off = 0
+        for lo, hi in busy:
+            if off + size <= lo:
+                break
+            off = max(off, hi)
+        offsets[b] = off
+        placed.append((off, size, it))
+    return offsets
+
+
+def plan_memory(
+    g: GraphView,
+    order: Sequence[int] | None = None,
+    *,
+    inplace: bool = True,
+    elide: bool = True,
+    alignment: int = ALIGNMENT,
+) -> MemoryPlan:
+    """Plan every arena tensor of ``g`` for ``order`` (default: the view's own order)."""
+    order = tuple(range(len(g.nodes))) if order is None else tuple(order)
+    iv = liveness(g, order)
+    bufs, elided, inplaced = _alias(g, order, iv, inplace, elide)
+    sizes = {b: align(s, alignment) for b, s in bufs.size.items()}
+    biv = {
+        b: Interval(min(iv[t].start for t in ms), max(iv[t].end for t in ms))
+        for b, ms in bufs.members.items()
+    }
+    offsets = _place(sizes, biv)
+    arena = max((offsets[b] + sizes[b] for b in sizes), default=0)
+    steps = max(len(order), 1)
+    lower = _peak(sizes, biv, steps)
+    own = {t: align(g.tensors[t].nbytes, alignment) for t in iv}
+    unaliased = _peak(own, iv, steps)
+    slots = {}
+    for t in g.arena_tensors():
+        b, off = bufs.of[t]
+        slots[t] = Slot(
+            t, offsets[b] + off, g.tensors[t].nbytes, b, iv[t].start, iv[t].end, bufs.how[t]
+        )
+    buffers = tuple(
+        BufferInfo(b, offsets[b], sizes[b], biv[b].start, biv[b].end, tuple(bufs.members[b]))
+        for b in sorted(sizes)
+    )
+    return MemoryPlan(
+        alignment=alignment,
+        arena_bytes=arena,
+        lower_bound_bytes=lower,
+        naive_bytes=sum(own.values()),
+        unaliased_peak_bytes=unaliased,
+        order=order,
+        slots=MappingProxyType(slots),
+        buffers=buffers,
+        elided_nodes=tuple(elided),
+        inplace_nodes=tuple(inplaced),
+    )
+
+
+def _peak(sizes: Mapping[Any, int], ivs: Mapping[Any, Interval], steps: int) -> int:
+    delta = [0] * (steps + 1)
+    for k, s in sizes.items():
+        delta[ivs[k].start] += s
+        delta[ivs[k].end + 1] -= s
+    peak = cur = 0
+    for s in range(steps):
+        cur += delta[s]
+        peak = max(peak, cur)
+    return peak
+
+
+def check_plan(plan: MemoryPlan) -> None:
+    """Raise AssertionError if two simultaneously live buffers overlap or one leaves the arena."""
+    bs = plan.buffers
+    for b in bs:
+        assert b.offset % plan.alignment == 0, f"buffer {b.id} misaligned at {b.offset}"
+        assert 0 <= b.offset and b.offset + b.nbytes <= plan.arena_bytes, (
+            f"buffer {b.id} outside arena"
+        )
+    for x in range(len(bs)):
+        for y in range(x + 1, len(bs)):
+            a, b = bs[x], bs[y]
+            if a.nbytes == 0 or b.nbytes == 0:
+                continue
+            if a.start <= b.end and b.start <= a.end:
+                assert a.offset + a.nbytes <= b.offset or b.offset + b.nbytes <= a.offset, (
+                    f"buffers {a.id} {a.tensors} and {b.id} {b.tensors} overlap while both live"
+                )
+    assert plan.arena_bytes >= plan.lower_bound_bytes
