@@ -27,6 +27,7 @@ _VERDICT_WORDS = {
 }
 _MAX_MESSAGE = 300
 _WS = re.compile(r"\s+")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ufffe\uffff]")
 
 
 def get(obj: Any, *keys: str) -> Any:
@@ -61,8 +62,12 @@ def text(value: Any, default: str = DASH) -> str:
 
 
 def one_line(message: str, limit: int = _MAX_MESSAGE) -> str:
-    """Collapse whitespace (a message may carry a traceback) and cap the length."""
-    line = _WS.sub(" ", message).strip()
+    """Collapse whitespace (a message may carry a traceback) and cap the length.
+
+    Control characters become U+FFFD: XML and HTML cannot hold them, and an escape sequence
+    in a message would restyle the terminal.
+    """
+    line = _CONTROL.sub("\ufffd", _WS.sub(" ", message)).strip()
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
