@@ -27,7 +27,14 @@ from typing import Any
 from guard.errors import TrackingError
 from guard.track import records
 from guard.track.batch import _log_batch, metric_entities
-from guard.track.uri import GUARD_DIR, _quiet_mlflow, artifact_root, check_reachable, is_http
+from guard.track.uri import (
+    GUARD_DIR,
+    _quiet_mlflow,
+    artifact_root,
+    check_reachable,
+    is_http,
+    run_url,
+)
 
 SCHEMA_VERSION = 1
 PENDING_DIR = "pending"
@@ -156,7 +163,7 @@ def _validate(doc: Any, where: str) -> dict[str, Any]:
 def log_results(
     doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path] | None = None
 ) -> dict[str, Any]:
-    """Log one invocation; return experiment_id, parent_run_id, child_run_ids and uri.
+    """Log one invocation; return experiment_id, parent_run_id, child_run_ids, uri, run_url.
 
     ``artefact_dirs`` maps a result's index to its artefact directory; the manifest.json
     found there is uploaded as is, otherwise the record's own manifest is.
@@ -205,6 +212,7 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
         "parent_run_id": parent_id,
         "child_run_ids": child_ids,
         "uri": uri,
+        "run_url": run_url(uri, experiment_id, parent_id),
     }
 
 
@@ -271,7 +279,8 @@ def push(results_path: Path, uri: str) -> dict[str, Any]:
     with _http_limits(), _translated(uri, f"looking up {results_path}"):
         existing = _find_parent(uri, doc["suite"], digest)
     if existing is not None:
-        return {**existing, "uri": uri, "already_tracked": True}
+        url = run_url(uri, existing["experiment_id"], existing["parent_run_id"])
+        return {**existing, "uri": uri, "run_url": url, "already_tracked": True}
     return {**log_results(doc, uri), "already_tracked": False}
 
 

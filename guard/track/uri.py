@@ -21,8 +21,10 @@ ARTIFACTS_DIR = "mlartifacts"
 
 
 def _quiet_mlflow() -> None:
-    # Usage telemetry is on by default outside CI; guard never phones home.
+    # Usage telemetry is on by default outside CI; guard never phones home. MLflow also
+    # prints a "View run" link per finished run to stdout; guard returns the parent's URL.
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def resolve_uri(cli_uri: str | None, workdir: Path) -> str:
@@ -97,6 +99,13 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
         hint="start the server, or fix --tracking-uri / MLFLOW_TRACKING_URI; "
         "results are still kept locally and can be sent later with `guard track push`.",
     )
+
+
+def run_url(uri: str, experiment_id: str, run_id: str) -> str | None:
+    """The MLflow UI link of a run on a server (None for local stores)."""
+    if not is_http(uri):
+        return None
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
 
 def unreachable_message(uri: str, path: Path | str) -> str:
