@@ -1,0 +1,380 @@
+"""ONNX import: bind shapes, infer types, and convert node by node into the typed IR.
+
+Steps: load; bind every graph input's dims (a dim left symbolic is an error naming it);
+ONNX shape inference with data propagation; topological sort (a cycle is an error naming
+its nodes); then one converter per node, chosen by op type and the model's opset (see
+``registry.py``). Converters resolve shape-like operands (Reshape's shape, Slice's starts,
+reduction axes, ...) into attributes by evaluating their constant producers with the
+reference kernels; an operand that depends on tensor data is an error naming it.
+Initializers become Constants, also when an IR-3 model lists them as inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from guard.compiler.ir import Constant, Graph, Shape, dtype_name
+from guard.compiler.shapes import infer
+from guard.errors import ModelError, UnsupportedOpError
+
+CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
+
+
+def np_dtype(elem_type: int, where: str) -> np.dtype:
+    try:
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+        dtype_name(dt)
+        return dt
+    except (KeyError, TypeError, ValueError):
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type else "undefined"
+        raise ModelError(
+            f"dtype {name} is not supported by the bundled compiler",
+            where=where,
+            hint="Supported: float16/32/64, int8-64, uint8-64, bool; cast at export.",
+        ) from None
+
+
+class ImportContext:
+    """State shared by converters while one model is imported."""
+
+    def __init__(self, model: onnx.ModelProto, source: str, opset: int) -> None:
+        self.model = model
+        self.source = source
+        self.opset = opset
+        self.g = Graph(model.graph.name or "main")
+        self.inferred: dict[str, tuple[Shape | None, np.dtype | None]] = {}
+        self._folded: dict[str, np.ndarray] = {}
+        self.node: onnx.NodeProto | None = None
+
+    # -- messages -----------------------------------------------------------------------
+    def where(self, node: onnx.NodeProto | None = None) -> str:
+        node = node or self.node
+        if node is None:
+            return self.source
+        label = node.name or (node.output[0] if node.output else "?")
+        return f"{self.source}: {node.op_type} node {label!r}"
+
+    def error(self, msg: str, hint: str | None = None) -> ModelError:
+        return ModelError(msg, where=self.where(), hint=hint)
+
+    # -- values -------------------------------------------------------------------------
+    def type(self, name: str) -> Any:
+        v = self.g.values.get(name)
+        if v is None:
+            raise self.error(f"input {name!r} is not defined")
+        return v
+
+    def const(self, name: str, what: str = "operand") -> np.ndarray:
+        """The compile-time value of ``name``, evaluating constant producers if needed."""
+        value = self.try_const(name)
+        if value is None:
+            raise self.error(
+                f"its {what} ({name!r}) depends on tensor data; the bundled compiler needs "
+                "it to be constant",
+                hint="Export with static shapes (or fold the model, e.g. onnxsim) and retry.",
+            )
+        return value
+
+    def try_const(self, name: str) -> np.ndarray | None:
+        if not name:
+            return None
+        c = self.g.const(name)
+        if c is not None:
+            return c
+        if name in self._folded:
+            return self._folded[name]
+        from guard.compiler.reference import run_node
+
+        producer = self._producers().get(name)
+        if producer is None:
+            return None
+        args = []
+        for i in producer.inputs:
+            if not i:
+                args.append(None)
+                continue
+            a = self.try_const(i)
+            if a is None:
+                return None
+            args.append(a)
+        if sum(self.g.values[o].size for o in producer.outputs) > 1 << 16:
+            return None  # shape arithmetic is small; do not materialise weights here
+        outs = run_node(producer.op, args, producer.attrs)
+        for o, arr in zip(producer.outputs, outs, strict=True):
+            self._folded[o] = arr
+        return self._folded[name]
+
+    def _producers(self) -> dict[str, Any]:
+        return {o: n for n in self.g.nodes for o in n.outputs}
+
+    def add_const(self, name: str, data: np.ndarray) -> str:
+        data = np.asarray(data)
+        dtype_name(data.dtype)
+        self.g.add_constant(name, np.ascontiguousarray(data))
+        return name
+
+    def fresh(self, hint: str) -> str:
+        return self.g.fresh(hint)
+
+    # -- emission -----------------------------------------------------------------------
+    def emit(
+        self,
+        op: str,
+        inputs: list[str],
+        attrs: dict[str, Any] | None = None,
+        outputs: list[str] | None = None,
+        n_out: int = 1,
+    ) -> list[str]:
+        """Add an IR node; its output types come from the IR shape function, ONNX inference,
+        or (for constant inputs) from evaluating it."""
+        assert self.node is not None
+        outs = outputs if outputs is not None else [self.fresh(op.lower()) for _ in range(n_out)]
+        node = self.g.add_node(
+            op, inputs, [((), np.float32)] * len(outs), attrs, outputs=outs,
+            name=self.node.name or self.node.output[0],
+        )
+        try:
+            types = infer(node, self.g)
+        except Exception as exc:
+            self.g.nodes.pop()
+            raise self.error(f"cannot type {op} with these inputs: {exc}") from exc
+        if types is None:
+            types = []
+            for o in outs:
+                shape, dtype = self.inferred.get(o, (None, None))
+                if shape is None or dtype is None:
+                    self.g.nodes.pop()
+                    raise self.error(
+                        f"the shape of output {o!r} is not static after binding the inputs",
+                        hint="Bind every dynamic dim with input_shapes (suite `inputs:`).",
+                    )
+                types.append((shape, dtype))
+        for o, (shape, dtype) in zip(outs, types, strict=True):
+            v = self.g.values[o]
+            v.shape, v.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+        return outs
+
+
+def _bind_inputs(
+    model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None, source: str
+) -> list[tuple[str, Shape, np.dtype]]:
+    inits = {i.name for i in model.graph.initializer}
+    given = dict(input_shapes or {})
+    bound = []
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        tt = inp.type.tensor_type
+        if not inp.type.HasField("tensor_type"):
+            raise ModelError(
+                f"graph input {inp.name!r} is not a tensor", where=source,
+                hint="The bundled compiler takes tensor inputs only.",
+            )
+        dtype = np_dtype(tt.elem_type, f"{source}: input {inp.name!r}")
+        if inp.name in given:
+            shape = tuple(int(d) for d in given.pop(inp.name))
+            if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
+                raise ModelError(
+                    f"input {inp.name!r} has rank {len(tt.shape.dim)} but was bound to "
+                    f"{list(shape)}", where=source, hint="Give one size per dim.",
+                )
+        else:
+            if not tt.HasField("shape"):
+                raise ModelError(
+                    f"input {inp.name!r} has no shape", where=source,
+                    hint="Bind it with input_shapes (suite `inputs: {name: {shape: ...}}`).",
+                )
+            dims = []
+            for k, d in enumerate(tt.shape.dim):
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    dims.append(int(d.dim_value))
+                elif d.HasField("dim_value") and d.dim_value == 0:
+                    dims.append(0)
+                else:
+                    label = d.dim_param or "?"
+                    raise ModelError(
+                        f"unbound dynamic dim {label!r} (dim {k}) of input {inp.name!r}",
+                        where=source,
+                        hint="Bind it with input_shapes (suite `inputs: {name: {shape: ...}}`).",
+                    )
+            shape = tuple(dims)
+        bound.append((inp.name, shape, dtype))
+    if given:
+        raise ModelError(
+            f"input_shapes names {sorted(given)} which are not graph inputs", where=source,
+            hint=f"Graph inputs: {[b[0] for b in bound]}.",
+        )
+    return bound
+
+
+def _toposort(graph: onnx.GraphProto, source: str, known: set[str]) -> list[onnx.NodeProto]:
+    producers = {o: idx for idx, n in enumerate(graph.node) for o in n.output if o}
+    indeg = []
+    users: dict[int, list[int]] = {}
+    for idx, n in enumerate(graph.node):
+        deps = {producers[i] for i in n.input if i and i in producers and i not in known}
+        indeg.append(len(deps))
+        for d in deps:
+            users.setdefault(d, []).append(idx)
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    order = []
+    while ready:
+        idx = ready.pop(0)
+        order.append(idx)
+        for u in users.get(idx, []):
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    if len(order) != len(graph.node):
+        stuck = [graph.node[i] for i in range(len(graph.node)) if indeg[i] > 0]
+        names = ", ".join(f"{n.op_type} {n.name or n.output[0]!r}" for n in stuck[:5])
+        raise ModelError(
+            f"the graph has a cycle through {len(stuck)} nodes ({names})", where=source,
+            hint="ONNX graphs must be acyclic; re-export the model.",
+        )
+    return [graph.node[i] for i in order]
+
+
+def _attrs(node: onnx.NodeProto, ctx: ImportContext) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            raise UnsupportedOpError(
+                f"attribute {a.name!r} holds a subgraph, which the bundled compiler does not "
+                "compile", where=ctx.where(node), hint="Run this model with onnxruntime.",
+            )
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, onnx.TensorProto):
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [x.decode() for x in v]
+        out[a.name] = v
+    return out
+
+
+def import_onnx(
+    model: str | Path | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
+) -> Graph:
+    """Import an ONNX model (path or ModelProto) into the typed IR with every dim bound."""
+    from guard.compiler.frontend.registry import lookup
+
+    if isinstance(model, onnx.ModelProto):
+        source = model.graph.name or "<model>"
+        proto = model
+    else:
+        source = str(model)
+        try:
+            proto = onnx.load(str(model))
+        except Exception as exc:
+            raise ModelError(
+                f"cannot load ONNX model: {exc}", where=source,
+                hint="Check that the path is an .onnx file (with its external data beside it).",
+            ) from exc
+    opset = next(
+        (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None
+    )
+    if opset is None:
+        raise ModelError("the model imports no default-domain opset", where=source,
+                         hint="Re-export with an ai.onnx opset.")
+    bound = _bind_inputs(proto, input_shapes, source)
+
+    # Check every op before any heavy work, so the first message is the useful one.
+    for node in proto.graph.node:
+        label = node.name or (node.output[0] if node.output else "?")
+        if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+            raise UnsupportedOpError(
+                f"control flow op {node.op_type} (node {label!r}) is not compiled by the "
+                "bundled compiler", where=source,
+                hint="Part 2's partitioner will hand it to a fallback; until then run this "
+                "model with the onnxruntime backend.",
+            )
+        if node.domain not in ("", "ai.onnx") or lookup(node.op_type, opset) is None:
+            raise UnsupportedOpError(
+                f"op {node.op_type} (domain {node.domain or 'ai.onnx'!r}, opset {opset}, "
+                f"node {label!r}) is not supported by the bundled compiler", where=source,
+                hint="Use the onnxruntime backend for this model, or file an issue with the op.",
+            )
+
+    # Bind shapes into a copy, then let ONNX inference type the intermediates.
+    work = onnx.ModelProto()
+    work.CopyFrom(proto)
+    bound_shapes = {name: shape for name, shape, _ in bound}
+    for inp in work.graph.input:
+        if inp.name in bound_shapes:
+            tt = inp.type.tensor_type
+            del tt.shape.dim[:]
+            for d in bound_shapes[inp.name]:
+                tt.shape.dim.add().dim_value = d
+    try:
+        inferred_model = onnx.shape_inference.infer_shapes(work, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        raise ModelError(
+            f"ONNX shape inference failed: {str(exc).splitlines()[0]}", where=source,
+            hint="Check the model with onnx.checker and the bound input shapes.",
+        ) from exc
+
+    ctx = ImportContext(proto, source, opset)
+    for vi in list(inferred_model.graph.value_info) + list(inferred_model.graph.output):
+        tt = vi.type.tensor_type
+        shape: Shape | None = None
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shape = tuple(int(d.dim_value) for d in tt.shape.dim)
+        try:
+            dt = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else None
+        except (KeyError, TypeError, ValueError):
+            dt = None
+        ctx.inferred[vi.name] = (shape, dt)
+
+    for name, shape, dtype in bound:
+        ctx.g.add_input(name, shape, dtype)
+    for init in proto.graph.initializer:
+        if init.name in bound_shapes:
+            continue
+        arr = numpy_helper.to_array(init)
+        try:
+            ctx.add_const(init.name, arr)
+        except KeyError:
+            np_dtype(init.data_type, f"{source}: initializer {init.name!r}")
+
+    known = set(ctx.g.values)
+    for node in _toposort(proto.graph, source, known):
+        ctx.node = node
+        conv = lookup(node.op_type, opset)
+        assert conv is not None
+        for i in node.input:
+            if i and i not in ctx.g.values:
+                raise ctx.error(f"input {i!r} is never defined (dangling use)",
+                                hint="Re-export the model; onnx.checker shows the same.")
+        attrs = _attrs(node, ctx)
+        try:
+            conv(ctx, list(node.input), list(node.output), **attrs)
+        except TypeError as exc:
+            if "unexpected keyword" in str(exc) or "got an unexpected" in str(exc):
+                raise UnsupportedOpError(
+                    f"attribute not supported by the converter: {exc}", where=ctx.where(),
+                    hint="File an issue with the op and attribute.",
+                ) from exc
+            raise
+        for o in node.output:
+            if o and o not in ctx.g.values:
+                raise ctx.error(f"converter did not define output {o!r}")
+    ctx.node = None
+
+    for out in proto.graph.output:
+        if out.name not in ctx.g.values:
+            raise ModelError(f"graph output {out.name!r} is never defined", where=source,
+                             hint="Re-export the model.")
+        ctx.g.outputs.append(out.name)
+    ctx.g.prune_values()
+    # Keep unused-but-declared constants out; graph outputs that are constants stay.
+    for o in ctx.g.outputs:
+        if isinstance(ctx.g.values.get(o), Constant):
+            continue
+    return ctx.g

@@ -1,0 +1,157 @@
+"""Converters for NN ops: Conv, pooling, normalisation, Gemm/MatMul, softmax family."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guard.compiler.frontend.importer import ImportContext
+
+
+def _resolve_pads(
+    ctx: ImportContext, in_sp: tuple[int, ...], ks: list[int], strides: list[int],
+    dil: list[int], auto_pad: str, pads: list[int] | None, ceil_mode: int = 0,
+) -> list[int]:
+    k = len(ks)
+    if auto_pad in ("NOTSET", ""):
+        return list(pads) if pads else [0] * (2 * k)
+    if auto_pad == "VALID":
+        return [0] * (2 * k)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for i in range(k):
+            out = -(-in_sp[i] // strides[i])
+            total = max(0, (out - 1) * strides[i] + dil[i] * (ks[i] - 1) + 1 - in_sp[i])
+            small, big = total // 2, total - total // 2
+            if auto_pad == "SAME_UPPER":
+                begin.append(small)
+                end.append(big)
+            else:
+                begin.append(big)
+                end.append(small)
+        return begin + end
+    raise ctx.error(f"unknown auto_pad {auto_pad!r}", hint="Use NOTSET, SAME_UPPER, SAME_LOWER or VALID.")
+
+
+def conv(ctx: ImportContext, ins: list[str], outs: list[str], auto_pad: str = "NOTSET",
+         dilations: list[int] | None = None, group: int = 1, kernel_shape: list[int] | None = None,
+         pads: list[int] | None = None, strides: list[int] | None = None) -> None:
+    x, w = ctx.type(ins[0]), ctx.type(ins[1])
+    k = len(x.shape) - 2
+    ks = list(kernel_shape or w.shape[2:])
+    strides = list(strides or [1] * k)
+    dil = list(dilations or [1] * k)
+    p = _resolve_pads(ctx, x.shape[2:], ks, strides, dil, auto_pad, pads)
+    ctx.emit("Conv", [i for i in ins[:3] if i],
+             {"group": group, "pads": p, "strides": strides, "dilations": dil}, outs)
+
+
+def _pool(op: str) -> Any:
+    def conv_pool(ctx: ImportContext, ins: list[str], outs: list[str], auto_pad: str = "NOTSET",
+                  ceil_mode: int = 0, count_include_pad: int = 0, dilations: list[int] | None = None,
+                  kernel_shape: list[int] | None = None, pads: list[int] | None = None,
+                  storage_order: int = 0, strides: list[int] | None = None, p: int = 2) -> None:
+        x = ctx.type(ins[0])
+        assert kernel_shape is not None
+        k = len(kernel_shape)
+        strides = list(strides or [1] * k)
+        dil = list(dilations or [1] * k)
+        pp = _resolve_pads(ctx, x.shape[2:], list(kernel_shape), strides, dil, auto_pad, pads)
+        attrs: dict[str, Any] = {"kernel_shape": list(kernel_shape), "pads": pp, "strides": strides,
+                                 "dilations": dil, "ceil_mode": ceil_mode}
+        if op == "AveragePool":
+            attrs["count_include_pad"] = count_include_pad
+        if op == "LpPool":
+            attrs["p"] = p
+        if len(outs) > 1 and outs[1]:
+            raise ctx.error("MaxPool's Indices output is not supported",
+                            hint="Export without the indices output.")
+        ctx.emit(op, ins[:1], attrs, outs[:1])
+
+    return conv_pool
+
+
+def global_pool(op: str) -> Any:
+    def conv_gp(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+        ctx.emit(op, ins[:1], {}, outs)
+
+    return conv_gp
+
+
+def batch_norm(ctx: ImportContext, ins: list[str], outs: list[str], epsilon: float = 1e-5,
+               momentum: float = 0.9, spatial: int = 1, training_mode: int = 0,
+               is_test: int = 0, consumed_inputs: Any = None) -> None:
+    if training_mode or any(o for o in outs[1:]):
+        raise ctx.error("BatchNormalization in training mode is not compiled",
+                        hint="Export the model in eval mode.")
+    ctx.emit("BatchNormalization", ins[:5], {"epsilon": epsilon}, outs[:1])
+
+
+def instance_norm(ctx: ImportContext, ins: list[str], outs: list[str], epsilon: float = 1e-5) -> None:
+    ctx.emit("InstanceNormalization", ins[:3], {"epsilon": epsilon}, outs)
+
+
+def lrn(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1e-4,
+        beta: float = 0.75, bias: float = 1.0, size: int = 1) -> None:
+    ctx.emit("LRN", ins[:1], {"alpha": alpha, "beta": beta, "bias": bias, "size": size}, outs)
+
+
+def gemm(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1.0, beta: float = 1.0,
+         transA: int = 0, transB: int = 0, broadcast: int = 0) -> None:  # noqa: N803
+    args = [i for i in ins[:3] if i]
+    ctx.emit("Gemm", args, {"alpha": alpha, "beta": beta, "transA": transA, "transB": transB}, outs)
+
+
+def matmul(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+    ctx.emit("MatMul", ins[:2], {}, outs)
+
+
+def _softmax(op: str, new_semantics: bool) -> Any:
+    def conv_sm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int | None = None) -> None:
+        x = ctx.type(ins[0])
+        r = len(x.shape)
+        if new_semantics:
+            ax = -1 if axis is None else axis
+            ctx.emit(op, ins[:1], {"axis": ax % r if r else 0}, outs)
+            return
+        ax = (1 if axis is None else axis) % max(r, 1)
+        if ax == r - 1:
+            ctx.emit(op, ins[:1], {"axis": ax}, outs)
+            return
+        # Opset < 13 coerces to 2-D at `axis`: flatten, softmax over the last dim, restore.
+        rows = int(np.prod(x.shape[:ax], dtype=np.int64))
+        (flat,) = ctx.emit("Reshape", ins[:1], {"shape": [rows, int(np.prod(x.shape[ax:], dtype=np.int64))]})
+        (y,) = ctx.emit(op, [flat], {"axis": 1})
+        ctx.emit("Reshape", [y], {"shape": list(x.shape)}, outs)
+
+    return conv_sm
+
+
+def layer_norm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1,
+               epsilon: float = 1e-5, stash_type: int = 1) -> None:
+    if any(o for o in outs[1:]):
+        raise ctx.error("LayerNormalization's Mean/InvStdDev outputs are not supported",
+                        hint="Export without the training outputs.")
+    r = len(ctx.type(ins[0]).shape)
+    ctx.emit("LayerNormalization", [i for i in ins[:3] if i],
+             {"axis": axis % r, "epsilon": epsilon}, outs[:1])
+
+
+CONVERTERS: dict[str, dict[int, Any]] = {
+    "Conv": {1: conv},
+    "MaxPool": {1: _pool("MaxPool")},
+    "AveragePool": {1: _pool("AveragePool")},
+    "LpPool": {2: _pool("LpPool")},
+    "GlobalAveragePool": {1: global_pool("GlobalAveragePool")},
+    "GlobalMaxPool": {1: global_pool("GlobalMaxPool")},
+    "BatchNormalization": {1: batch_norm},
+    "InstanceNormalization": {1: instance_norm},
+    "LRN": {1: lrn},
+    "Gemm": {1: gemm},
+    "MatMul": {1: matmul},
+    "Softmax": {1: _softmax("Softmax", False), 13: _softmax("Softmax", True)},
+    "LogSoftmax": {1: _softmax("LogSoftmax", False), 13: _softmax("LogSoftmax", True)},
+    "Hardmax": {1: _softmax("Hardmax", False), 13: _softmax("Hardmax", True)},
+    "LayerNormalization": {17: layer_norm},
+}

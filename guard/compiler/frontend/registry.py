@@ -1,0 +1,28 @@
+"""The converter registry: op type -> {since_version: converter}, one explicit dict.
+
+``lookup(op, opset)`` picks the converter with the highest since_version <= opset, which is
+how a converter for, say, Squeeze's axes-as-attribute (opset 1) and axes-as-input (opset
+13) coexist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from guard.compiler.frontend import ops_elementwise, ops_nn, ops_tensor
+
+Converter = Callable[..., Any]
+
+CONVERTERS: dict[str, dict[int, Converter]] = {}
+for _family in (ops_elementwise, ops_nn, ops_tensor):
+    for _op, _versions in _family.CONVERTERS.items():
+        CONVERTERS.setdefault(_op, {}).update(_versions)
+
+
+def lookup(op: str, opset: int) -> Converter | None:
+    versions = CONVERTERS.get(op)
+    if not versions:
+        return None
+    eligible = [v for v in versions if v <= opset]
+    return versions[max(eligible)] if eligible else None

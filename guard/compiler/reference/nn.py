@@ -1,0 +1,267 @@
+"""Reference kernels for neural-network ops: convolution, pooling, normalisation, GEMM.
+
+Straightforward numpy: convolution is im2col over a strided window view followed by one
+matmul per group, so it is the oracle, not the fast path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from guard.compiler.reference.elementwise import run_program
+
+Attrs = dict[str, Any]
+Xs = list[np.ndarray | None]
+
+
+def _windows(xp: np.ndarray, ks: list[int], strides: list[int], dil: list[int]) -> np.ndarray:
+    """(N, C, *out, *k) view of windows over the spatial axes of a padded input."""
+    k = len(ks)
+    axes = tuple(range(2, 2 + k))
+    span = [d * (kk - 1) + 1 for kk, d in zip(ks, dil, strict=True)]
+    w = sliding_window_view(xp, span, axis=axes)
+    idx = (slice(None), slice(None))
+    idx += tuple(slice(None, None, s) for s in strides)
+    idx += tuple(slice(None, None, d) for d in dil)
+    return w[idx]
+
+
+def _pad_spatial(x: np.ndarray, pads: list[int], value: float, extra: list[int] | None = None) -> np.ndarray:
+    k = x.ndim - 2
+    extra = extra or [0] * k
+    widths = [(0, 0), (0, 0)] + [(pads[i], pads[i + k] + extra[i]) for i in range(k)]
+    if not any(a or b for a, b in widths):
+        return x
+    return np.pad(x, widths, constant_values=value)
+
+
+def conv(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, w, b = xs[0], xs[1], xs[2] if len(xs) > 2 else None
+    assert x is not None and w is not None
+    g = a["group"]
+    k = x.ndim - 2
+    ks = list(w.shape[2:])
+    win = _windows(_pad_spatial(x, a["pads"], 0.0), ks, a["strides"], a["dilations"])
+    n, c = x.shape[:2]
+    out_sp = win.shape[2 : 2 + k]
+    m = w.shape[0]
+    cg, mg = c // g, m // g
+    outs = []
+    for gi in range(g):
+        wg = win[:, gi * cg : (gi + 1) * cg]
+        # (N, cg, *out, *k) -> (N, *out, cg, *k) -> rows of patches
+        perm = (0,) + tuple(range(2, 2 + k)) + (1,) + tuple(range(2 + k, 2 + 2 * k))
+        cols = wg.transpose(perm).reshape(n * int(np.prod(out_sp)), -1)
+        wm = w[gi * mg : (gi + 1) * mg].reshape(mg, -1)
+        outs.append((cols @ wm.T).reshape((n,) + tuple(out_sp) + (mg,)))
+    y = np.concatenate(outs, axis=-1) if g > 1 else outs[0]
+    y = np.moveaxis(y, -1, 1)
+    if b is not None:
+        y = y + b.reshape((1, m) + (1,) * k)
+    return [np.ascontiguousarray(y.astype(x.dtype, copy=False))]
+
+
+def _ceil_extra(x: np.ndarray, a: Attrs, out_shape: tuple[int, ...]) -> list[int]:
+    k = x.ndim - 2
+    pads, strides, ks = a["pads"], a["strides"], a["kernel_shape"]
+    dil = a.get("dilations", [1] * k)
+    extra = []
+    for i in range(k):
+        need = (out_shape[i] - 1) * strides[i] + dil[i] * (ks[i] - 1) + 1
+        have = x.shape[2 + i] + pads[i] + pads[i + k]
+        extra.append(max(0, need - have))
+    return extra
+
+
+def _pool_out(x: np.ndarray, a: Attrs) -> tuple[int, ...]:
+    from guard.compiler.ir import Node, Value
+    from guard.compiler.shapes import _pool
+
+    (shape, _), *_ = _pool(Node("MaxPool", ["x"], ["y"], a), [Value("x", x.shape, x.dtype)])
+    return shape[2:]
+
+
+def max_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    k = x.ndim - 2
+    out = _pool_out(x, a)
+    lo = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    xp = _pad_spatial(x, a["pads"], lo, _ceil_extra(x, a, out))
+    win = _windows(xp, a["kernel_shape"], a["strides"], a.get("dilations", [1] * k))
+    win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+    return [win.max(axis=tuple(range(-k, 0))).astype(x.dtype)]
+
+
+def average_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    k = x.ndim - 2
+    out = _pool_out(x, a)
+    extra = _ceil_extra(x, a, out)
+    dil = a.get("dilations", [1] * k)
+    axes = tuple(range(-k, 0))
+    sel = (slice(None), slice(None)) + tuple(slice(0, o) for o in out)
+    s = _windows(_pad_spatial(x, a["pads"], 0.0, extra), a["kernel_shape"], a["strides"], dil)[sel]
+    s = s.sum(axis=axes, dtype=np.float64 if x.dtype == np.float64 else np.float32)
+    ones = np.ones((1, 1) + x.shape[2:], dtype=np.float32)
+    # count_include_pad counts explicit pads but never the ceil_mode overhang.
+    if a.get("count_include_pad", 0):
+        cnt_src = _pad_spatial(ones, a["pads"], 1.0, None)
+        cnt_src = _pad_spatial(cnt_src, [0] * (2 * k), 0.0, extra)
+    else:
+        cnt_src = _pad_spatial(ones, a["pads"], 0.0, extra)
+    cnt = _windows(cnt_src, a["kernel_shape"], a["strides"], dil)[sel].sum(axis=axes)
+    return [(s / cnt).astype(x.dtype)]
+
+
+def lp_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    k = x.ndim - 2
+    p = a.get("p", 2)
+    out = _pool_out(x, a)
+    win = _windows(_pad_spatial(np.abs(x) ** p, a["pads"], 0.0, _ceil_extra(x, a, out)),
+                   a["kernel_shape"], a["strides"], a.get("dilations", [1] * k))
+    win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
+    return [(win.sum(axis=tuple(range(-k, 0))) ** (1.0 / p)).astype(x.dtype)]
+
+
+def global_average_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)]
+
+
+def global_max_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
+
+
+def _chan(v: np.ndarray, nd: int) -> np.ndarray:
+    return v.reshape((1, -1) + (1,) * (nd - 2))
+
+
+def batch_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, s, b, m, v = xs[:5]
+    assert x is not None and s is not None and b is not None and m is not None and v is not None
+    inv = s / np.sqrt(v + np.asarray(a["epsilon"], v.dtype))
+    y = (x - _chan(m, x.ndim)) * _chan(inv, x.ndim) + _chan(b, x.ndim)
+    return [y.astype(x.dtype)]
+
+
+def instance_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, s, b = xs[:3]
+    assert x is not None and s is not None and b is not None
+    axes = tuple(range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + np.asarray(a["epsilon"], x.dtype)) * _chan(s, x.ndim) + _chan(b, x.ndim)
+    return [y.astype(x.dtype)]
+
+
+def lrn(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    size = a["size"]
+    c = x.shape[1]
+    sq = x.astype(np.float64) ** 2
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    padded = np.pad(sq, [(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))
+    s = sum(padded[:, i : i + c] for i in range(size))
+    y = x / (a["bias"] + a["alpha"] / size * s) ** a["beta"]
+    return [y.astype(x.dtype)]
+
+
+def gemm(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    A, B, C = xs[0], xs[1], xs[2] if len(xs) > 2 else None
+    assert A is not None and B is not None
+    if a.get("transA", 0):
+        A = A.T
+    if a.get("transB", 0):
+        B = B.T
+    y = A @ B
+    if a.get("alpha", 1.0) != 1.0:
+        y = y * np.asarray(a["alpha"], y.dtype)
+    if C is not None:
+        y = y + (C if a.get("beta", 1.0) == 1.0 else C * np.asarray(a["beta"], C.dtype))
+    return [y.astype(A.dtype, copy=False)]
+
+
+def matmul(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    A, B = xs[0], xs[1]
+    assert A is not None and B is not None
+    return [np.asarray(np.matmul(A, B))]
+
+
+def softmax(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
+    return [(e / e.sum(axis=a["axis"], keepdims=True)).astype(x.dtype)]
+
+
+def log_softmax(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    z = x - x.max(axis=a["axis"], keepdims=True)
+    return [(z - np.log(np.exp(z).sum(axis=a["axis"], keepdims=True))).astype(x.dtype)]
+
+
+def hardmax(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    idx = np.expand_dims(np.argmax(x, axis=a["axis"]), a["axis"])
+    y = np.zeros_like(x)
+    np.put_along_axis(y, idx, 1, axis=a["axis"])
+    return [y]
+
+
+def layer_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, s = xs[0], xs[1]
+    b = xs[2] if len(xs) > 2 else None
+    assert x is not None and s is not None
+    axes = tuple(range(a["axis"], x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=axes, keepdims=True)
+    y = d / np.sqrt(var + np.asarray(a["epsilon"], x.dtype)) * s
+    if b is not None:
+        y = y + b
+    return [y.astype(x.dtype)]
+
+
+ANCHORS = {"FusedConv": conv, "FusedGemm": gemm, "FusedMatMul": matmul}
+
+
+def _fused(anchor_op: str):  # type: ignore[no-untyped-def]
+    def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
+        n = a["anchor_inputs"]
+        (acc,) = ANCHORS[anchor_op](xs[:n], a)
+        return [run_program(a["program"], xs, acc)]  # type: ignore[arg-type]
+
+    return k
+
+
+KERNELS = {
+    "Conv": conv,
+    "MaxPool": max_pool,
+    "AveragePool": average_pool,
+    "LpPool": lp_pool,
+    "GlobalAveragePool": global_average_pool,
+    "GlobalMaxPool": global_max_pool,
+    "BatchNormalization": batch_norm,
+    "InstanceNormalization": instance_norm,
+    "LRN": lrn,
+    "Gemm": gemm,
+    "MatMul": matmul,
+    "Softmax": softmax,
+    "LogSoftmax": log_softmax,
+    "Hardmax": hardmax,
+    "LayerNormalization": layer_norm,
+    **{op: _fused(op) for op in ANCHORS},
+}
