@@ -301,23 +301,54 @@ PIN_COLUMNS = [
 
 
 def _name_version(value: Any) -> str:
+    """``onnxruntime 1.32.0 (graph_optimization_level=all)``: other scalar pins follow."""
     if isinstance(value, Mapping):
         name, version = value.get("name"), value.get("version")
-        if name is None and version is None:
+        extra = [
+            f"{k}={text(v)}"
+            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
+            if k not in ("name", "version") and v is not None and not isinstance(v, Mapping | list)
+        ]
+        if name is None and version is None and not extra:
             return DASH
-        return f"{text(name, '?')} {text(version, '?')}"
+        head = f"{text(name, '?')} {text(version, '?')}"
+        return f"{head} ({', '.join(extra)})" if extra else head
     return text(value)
 
 
 def _driver(value: Any) -> str:
+    """``blas=scipy-openblas 0.3.31, cpu=AMD EPYC, kernel=6.18``: nested pins by name+version."""
     if isinstance(value, Mapping):
-        items = [
-            f"{k}={text(v)}"
-            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
-            if v is not None
-        ]
+        items = []
+        for k, v in sorted(value.items(), key=lambda kv: str(kv[0])):
+            if v is None:
+                continue
+            if isinstance(v, Mapping) and ("name" in v or "version" in v):
+                v = f"{text(v.get('name'), '?')} {text(v.get('version'), '?')}"
+            items.append(f"{k}={text(v)}")
         return ", ".join(items) or DASH
     return text(value)
+
+
+MAX_ATTRS = 6
+
+
+def short_target(target: Any) -> str:
+    """A target string with long attribute lists cut down: ``-mattr=+aes,+avx,… (+30)``.
+
+    The full string is in the results JSON; a summary table only needs to show which
+    target it is (cpu, triple) and that the feature list is long.
+    """
+    if target is None:
+        return DASH
+    parts = []
+    for token in one_line(str(target), limit=100_000).split(" "):
+        key, eq, val = token.partition("=")
+        items = val.split(",")
+        if eq and len(items) > MAX_ATTRS:
+            token = f"{key}={','.join(items[:4])},… (+{len(items) - 4})"
+        parts.append(token)
+    return " ".join(parts) or DASH
 
 
 def _tuning(value: Any) -> str:
@@ -346,7 +377,9 @@ def pins(doc: Any) -> list[list[str]]:
             _name_version(m.get("compiler")),
             _name_version(m.get("runtime")),
             _driver(m.get("driver")),
-            text(get(m, "target", "canonical") or get(m, "target", "raw") or r.get("target")),
+            short_target(
+                get(m, "target", "canonical") or get(m, "target", "raw") or r.get("target")
+            ),
             _tuning(m.get("tuning_cache")),
             str(sha)[:12] if sha else DASH,
         )

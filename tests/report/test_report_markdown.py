@@ -139,3 +139,23 @@ def test_error_repeated_as_an_errored_check_is_listed_once(doc):
     section = md.split("### Failed checks\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert len(section) == 2
     assert section[1].startswith("- **resnet18\\[bundled\\]** run (error): resnet18.onnx")
+
+
+def test_pins_show_nested_driver_extra_compiler_pins_and_short_targets(doc):
+    attrs = ",".join(f"+f{i}" for i in range(34))
+    m = doc["results"][0]["manifest"]
+    m["compiler"]["graph_optimization_level"] = "all"
+    m["driver"] = {
+        "blas": {"name": "scipy-openblas", "version": "0.3.31", "config": "OpenBLAS ..."},
+        "cpu": "AMD EPYC",
+        "gpu": None,
+    }
+    m["target"]["canonical"] = f"llvm -mattr={attrs} -mcpu=znver5 -mtriple=x86_64-linux-gnu"
+    pins = to_markdown(doc).split("### Manifest pins\n\n", 1)[1].split("\n\n", 1)[0]
+    row = re.split(r"(?<!\\)\|", pins.splitlines()[2])[1:-1]
+    assert [c.strip() for c in row[1:5]] == [
+        "onnxruntime 1.32.0 (graph_optimization_level=all)",
+        "onnxruntime 1.32.0",
+        "blas=scipy-openblas 0.3.31, cpu=AMD EPYC",
+        "llvm -mattr=+f0,+f1,+f2,+f3,… (+30) -mcpu=znver5 -mtriple=x86_64-linux-gnu",
+    ]
