@@ -155,6 +155,12 @@ def test_push_sends_kept_results_once(sqlite_uri: str, tmp_path: Path):
     assert again["parent_run_id"] == first["parent_run_id"]
     assert sorted(again["child_run_ids"]) == sorted(first["child_run_ids"])
     assert len(find_runs(sqlite_uri, "pushed", level=None)) == 3
+    # What the pipeline adds after logging does not make it a new invocation...
+    receipt = {**doc, "tracking": {"uri": sqlite_uri}, "exit_code": 1}
+    assert push(keep_results(receipt, tmp_path), sqlite_uri)["already_tracked"] is True
+    # ...but a different measurement is one.
+    doc["results"][0]["latency_ms"]["p50"] += 1
+    assert push(keep_results(doc, tmp_path), sqlite_uri)["already_tracked"] is False
     assert keep_results(doc, tmp_path) != path  # a second keep never overwrites
 
 
