@@ -1,0 +1,580 @@
+"""Partitioning: which backend runs which nodes, and what the splits cost.
+
+Support is a composable predicate per backend: ``decline(node, graph)`` returns ``None``
+(supported) or a reason ("op LRN is not in profile gpu-lite"). Backends are asked in
+priority order; the last one is the fallback (``cpu``, the reference interpreter), which
+runs anything, If/Loop included.
+
+Algorithm (:func:`partition`):
+1. Each node goes to the first backend that does not decline it; every decline is kept.
+2. Nodes are visited in topological order; a node joins the partitions of its
+   predecessors on the same backend unless the merge would make the collapsed graph
+   cyclic (a path from one side to the other through a third partition). The collapsed
+   graph of partitions therefore stays a DAG, and every partition is convex.
+3. A delegate partition smaller than its backend's ``min_partition_size`` goes back to the
+   next backend (delegating two isolated nodes costs more in boundary copies than it
+   saves); steps 2-3 repeat until nothing moves.
+4. The report: partitions in execution order, nodes per partition, boundary tensors with
+   bytes crossing, the fallback tax (bytes crossing at the profile's bandwidth plus one
+   sync per partition-to-partition edge), and for every split the node that caused it and
+   why each backend declined it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from guard.compiler.schedule import CONTROL_FLOW_OPS, GraphView, OpNode, topological_order
+from guard.errors import UsageError
+
+# -- support predicates -------------------------------------------------------------------
+
+
+class Support:
+    """A support predicate: ``decline`` returns None (supported) or why not."""
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:  # pragma: no cover
+        raise NotImplementedError
+
+    def __and__(self, other: Support) -> Support:
+        return AllOf((self, other))
+
+
+@dataclass(frozen=True)
+class AllOf(Support):
+    """Supported when every part supports; declines with every part's reason."""
+
+    parts: tuple[Support, ...]
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        reasons = [r for p in self.parts if (r := p.decline(node, g))]
+        return "; ".join(reasons) if reasons else None
+
+
+@dataclass(frozen=True)
+class Anything(Support):
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class OpIn(Support):
+    ops: frozenset[str]
+    where: str = ""
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        if node.op in self.ops:
+            return None
+        return f"op {node.op} is not supported{self.where}"
+
+
+@dataclass(frozen=True)
+class OpNotIn(Support):
+    ops: frozenset[str]
+    where: str = ""
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        return f"op {node.op} is excluded{self.where}" if node.op in self.ops else None
+
+
+@dataclass(frozen=True)
+class DtypeIn(Support):
+    """Every tensor the node reads or writes has one of ``dtypes`` (numpy names)."""
+
+    dtypes: frozenset[str]
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        for v in (*node.inputs, *node.outputs):
+            if v and g.tensors[v].dtype not in self.dtypes:
+                return f"tensor {v!r} is {g.tensors[v].dtype} (supported: {', '.join(sorted(self.dtypes))})"
+        return None
+
+
+@dataclass(frozen=True)
+class AttrRule(Support):
+    """One attribute limit on one op: ``kind`` is in, not_in, all_in, max or min."""
+
+    op: str
+    attr: str
+    kind: str
+    value: Any
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        if node.op != self.op or self.attr not in node.attrs:
+            return None
+        got = node.attrs[self.attr]
+        items = got if isinstance(got, (list, tuple)) else [got]
+        ok = {
+            "in": lambda: got in self.value or (isinstance(got, list) and tuple(got) in self.value),
+            "not_in": lambda: got not in self.value,
+            "all_in": lambda: all(x in self.value for x in items),
+            "max": lambda: all(x <= self.value for x in items),
+            "min": lambda: all(x >= self.value for x in items),
+        }[self.kind]()
+        if ok:
+            return None
+        want = list(self.value) if isinstance(self.value, (set, frozenset, tuple)) else self.value
+        return f"{self.op} attribute {self.attr}={got} (needs {self.kind.replace('_', ' ')} {want})"
+
+
+@dataclass(frozen=True)
+class StaticShapes(Support):
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        for v in (*node.inputs, *node.outputs):
+            if v and not g.tensors[v].static:
+                return f"dynamic axes in {v!r} {list(g.tensors[v].shape)}"
+        return None
+
+
+@dataclass(frozen=True)
+class NoControlFlow(Support):
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        if node.op in CONTROL_FLOW_OPS or node.has_subgraph:
+            return f"control flow ({node.op} with a subgraph) runs only on the fallback"
+        return None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A partition target: a name, a support predicate and its boundary costs."""
+
+    name: str
+    support: Support
+    min_partition_size: int = 1
+    bandwidth_gb_s: float = 10.0
+    sync_us: float = 10.0
+    fallback: bool = False
+    description: str = ""
+
+
+CPU = Backend("cpu", Anything(), fallback=True, description="reference interpreter; runs anything")
+NATIVE = Backend(
+    "native",
+    NoControlFlow() & StaticShapes(),
+    description="generated code; every IR op with static shapes, no control flow",
+)
+
+
+# -- the partitioner ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Partition:
+    id: int  # position in execution order
+    backend: str
+    delegated: bool
+    nodes: tuple[int, ...]  # node indices, in the view's order
+
+
+@dataclass(frozen=True)
+class Boundary:
+    tensor: str
+    nbytes: int
+    src: int  # partition ids
+    dst: int
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    backends: tuple[str, ...]
+    partitions: tuple[Partition, ...]
+    group_of: tuple[int, ...]  # node index -> partition id
+    boundaries: tuple[Boundary, ...]
+    declines: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> backend -> why
+    cycle_splits: dict[str, str] = field(default_factory=dict)  # node -> why it started anew
+    tax_ms: float = 0.0
+    tax_how: str = ""
+
+    @property
+    def delegated(self) -> tuple[Partition, ...]:
+        return tuple(p for p in self.partitions if p.delegated)
+
+
+class _Groups:
+    """Union of nodes into groups, keeping the collapsed graph (group successor sets)."""
+
+    def __init__(self) -> None:
+        self.of: dict[int, int] = {}
+        self.members: dict[int, list[int]] = {}
+        self.succ: dict[int, set[int]] = {}
+        self.pred: dict[int, set[int]] = {}
+
+    def add(self, node: int, preds: Sequence[int]) -> None:
+        self.of[node] = node
+        self.members[node] = [node]
+        self.succ[node] = set()
+        self.pred[node] = {self.of[p] for p in preds}
+        for gp in self.pred[node]:
+            self.succ[gp].add(node)
+
+    def _reaches_indirectly(self, a: int, b: int) -> bool:
+        """A path a -> x -> ... -> b in the collapsed graph with x not b."""
+        seen, stack = {a, b}, [s for s in self.succ[a] if s != b]
+        while stack:
+            x = stack.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            for s in self.succ[x]:
+                if s == b:
+                    return True
+                stack.append(s)
+        return False
+
+    def blocker(self, a: int, b: int) -> bool:
+        return self._reaches_indirectly(a, b) or self._reaches_indirectly(b, a)
+
+    def merge(self, a: int, b: int) -> int:
+        keep, gone = (a, b) if len(self.members[a]) >= len(self.members[b]) else (b, a)
+        for n in self.members.pop(gone):
+            self.of[n] = keep
+            self.members[keep].append(n)
+        for s in self.succ.pop(gone):
+            self.pred[s].discard(gone)
+            if s != keep:
+                self.pred[s].add(keep)
+                self.succ[keep].add(s)
+        for p in self.pred.pop(gone):
+            self.succ[p].discard(gone)
+            if p != keep:
+                self.succ[p].add(keep)
+                self.pred[keep].add(p)
+        self.succ[keep].discard(keep)
+        self.pred[keep].discard(keep)
+        return keep
+
+
+def _group(g: GraphView, assign: Sequence[str]) -> tuple[_Groups, dict[tuple[int, int], str]]:
+    groups = _Groups()
+    cycle_splits: dict[tuple[int, int], str] = {}
+    for i in range(len(g.nodes)):
+        groups.add(i, g.preds[i])
+        for p in sorted(g.preds[i], reverse=True):
+            if assign[p] != assign[i]:
+                continue
+            a, b = groups.of[i], groups.of[p]
+            if a == b:
+                continue
+            if groups.blocker(a, b):
+                cycle_splits.setdefault(
+                    (i, p),
+                    f"joining the {assign[i]} partition of {g.nodes[p].name!r} would make the "
+                    "partition graph cyclic (a path leaves it and comes back)",
+                )
+                continue
+            groups.merge(a, b)
+    return groups, cycle_splits
+
+
+def partition(g: GraphView, backends: Sequence[Backend]) -> PartitionPlan:
+    """Partition ``g`` over ``backends`` (priority order; the last must be a fallback)."""
+    if not backends or not backends[-1].fallback:
+        raise ValueError("the last backend must be a fallback that runs anything")
+    by_name = {b.name: b for b in backends}
+    declines: dict[str, dict[str, str]] = {}
+    candidates: list[list[str]] = []
+    for n in g.nodes:
+        ok = []
+        for b in backends:
+            why = b.support.decline(n, g)
+            if why is None:
+                ok.append(b.name)
+            else:
+                declines.setdefault(n.name, {})[b.name] = why
+        candidates.append(ok)
+    assign = [c[0] for c in candidates]
+    for _round in range(len(g.nodes) + 2):
+        groups, cycle_splits = _group(g, assign)
+        moved = False
+        for members in groups.members.values():
+            b = by_name[assign[members[0]]]
+            if b.fallback or len(members) >= b.min_partition_size:
+                continue
+            for i in members:
+                name = g.nodes[i].name
+                declines.setdefault(name, {})[b.name] = (
+                    f"its partition of {len(members)} node(s) is below min_partition_size "
+                    f"{b.min_partition_size}"
+                )
+                candidates[i].remove(b.name)
+                assign[i] = candidates[i][0]
+            moved = True
+        if not moved:
+            break
+    # Partition ids in execution order (the earliest-first partition-contiguous order).
+    raw_of = [groups.of[i] for i in range(len(g.nodes))]
+    order = topological_order(g, raw_of)
+    ids: dict[int, int] = {}
+    for i in order:
+        ids.setdefault(raw_of[i], len(ids))
+    group_of = tuple(ids[r] for r in raw_of)
+    parts = []
+    for raw, pid in sorted(ids.items(), key=lambda kv: kv[1]):
+        members = tuple(sorted(groups.members[raw]))
+        b = by_name[assign[members[0]]]
+        parts.append(Partition(pid, b.name, not b.fallback, members))
+    boundaries = []
+    for v, cons in g.consumers.items():
+        p = g.producer.get(v)
+        if p is None:
+            continue
+        for dst in sorted({group_of[c] for c in cons} - {group_of[p]}):
+            boundaries.append(Boundary(v, g.tensors[v].nbytes, group_of[p], dst))
+    tax_ms, how = _tax(parts, boundaries, by_name)
+    return PartitionPlan(
+        backends=tuple(b.name for b in backends),
+        partitions=tuple(parts),
+        group_of=group_of,
+        boundaries=tuple(boundaries),
+        declines={k: v for k, v in declines.items() if k in {n.name for n in g.nodes}},
+        cycle_splits={
+            g.nodes[i].name: why
+            for (i, p), why in cycle_splits.items()
+            if group_of[i] != group_of[p]
+        },
+        tax_ms=tax_ms,
+        tax_how=how,
+    )
+
+
+def _tax(
+    parts: Sequence[Partition], boundaries: Sequence[Boundary], by_name: dict[str, Backend]
+) -> tuple[float, str]:
+    """Boundary copies at the delegate's bandwidth plus one sync per partition edge."""
+    edges: dict[tuple[int, int], int] = {}
+    for b in boundaries:
+        edges[(b.src, b.dst)] = edges.get((b.src, b.dst), 0) + b.nbytes
+    total, lines = 0.0, []
+    for (src, dst), nbytes in sorted(edges.items()):
+        # The delegate side sets the link; between two fallbacks, the fallback's.
+        side = next((parts[x] for x in (src, dst) if parts[x].delegated), parts[src])
+        be = by_name[side.backend]
+        ms = nbytes / (be.bandwidth_gb_s * 1e9) * 1e3 + be.sync_us / 1e3
+        total += ms
+        lines.append(f"{src}->{dst}: {nbytes} B at {be.bandwidth_gb_s} GB/s + {be.sync_us} us sync")
+    how = "; ".join(lines) if lines else "no boundaries"
+    return total, how
+
+
+# -- delegate profiles --------------------------------------------------------------------
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+PROFILE_SCHEMA_VERSION = 1
+_PROFILE_KEYS = {
+    "schema_version", "name", "description", "ops", "exclude_ops", "dtypes", "attributes",
+    "dynamic_shapes", "control_flow", "min_partition_size", "boundary",
+}  # fmt: skip
+_RULE_KINDS = {"in", "not_in", "all_in", "max", "min"}
+
+
+def list_profiles() -> list[str]:
+    """Names of the delegate profiles shipped in guard/compiler/profiles/."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def load_profile(profile: str | Path) -> Backend:
+    """A shipped profile by name, or a YAML file by path, as a partition Backend."""
+    path = Path(profile)
+    if not path.suffix and (PROFILE_DIR / f"{profile}.yaml").is_file():
+        path = PROFILE_DIR / f"{profile}.yaml"
+    if not path.is_file():
+        raise UsageError(
+            f"delegate profile {str(profile)!r} not found",
+            hint=f"Use a YAML file path or one of: {', '.join(list_profiles())}.",
+        )
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UsageError(f"not valid YAML: {exc}", where=str(path)) from exc
+    return profile_from_dict(data, where=str(path))
+
+
+def profile_from_dict(data: Any, where: str = "<profile>") -> Backend:
+    """Validate a profile mapping (see profiles/*.yaml) and build its predicate."""
+
+    def bad(key: str, msg: str) -> UsageError:
+        return UsageError(f"key {key!r}: {msg}", where=where)
+
+    if not isinstance(data, dict):
+        raise UsageError("a profile must be a mapping", where=where)
+    if data.get("schema_version") != PROFILE_SCHEMA_VERSION:
+        raise bad("schema_version", f"got {data.get('schema_version')!r}, expected 1")
+    unknown = set(data) - _PROFILE_KEYS
+    if unknown:
+        raise bad(sorted(unknown)[0], f"unknown key; known: {', '.join(sorted(_PROFILE_KEYS))}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise bad("name", "a non-empty string is required")
+    tag = f" by {name}"
+    parts: list[Support] = []
+    ops = data.get("ops", "*")
+    if ops != "*":
+        if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+            raise bad("ops", 'a list of op names, or "*" for every op')
+        parts.append(OpIn(frozenset(ops), tag))
+    excl = data.get("exclude_ops", [])
+    if not isinstance(excl, list):
+        raise bad("exclude_ops", "a list of op names")
+    if excl:
+        parts.append(OpNotIn(frozenset(excl), tag))
+    dtypes = data.get("dtypes", "*")
+    if dtypes != "*":
+        if not isinstance(dtypes, list):
+            raise bad("dtypes", 'a list of numpy dtype names (int8, float32, ...) or "*"')
+        for d in dtypes:
+            try:
+                np.dtype(d)
+            except TypeError as exc:
+                raise bad("dtypes", f"{d!r} is not a dtype name") from exc
+        parts.append(DtypeIn(frozenset(np.dtype(d).name for d in dtypes)))
+    attrs = data.get("attributes", {}) or {}
+    if not isinstance(attrs, dict):
+        raise bad("attributes", "a mapping op -> attribute -> {kind: value}")
+    for op, rules in attrs.items():
+        if not isinstance(rules, dict):
+            raise bad(f"attributes.{op}", "a mapping attribute -> {kind: value}")
+        for attr, rule in rules.items():
+            key = f"attributes.{op}.{attr}"
+            if not isinstance(rule, dict) or not rule or set(rule) - _RULE_KINDS:
+                raise bad(key, f"a mapping with one or more of {sorted(_RULE_KINDS)}")
+            for kind, value in rule.items():
+                if kind in ("in", "not_in", "all_in"):
+                    if not isinstance(value, list):
+                        raise bad(key, f"{kind} takes a list")
+                    value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+                elif not isinstance(value, (int, float)):
+                    raise bad(key, f"{kind} takes a number")
+                parts.append(AttrRule(op, attr, kind, value))
+    if not data.get("dynamic_shapes", False):
+        parts.append(StaticShapes())
+    if not data.get("control_flow", False):
+        parts.append(NoControlFlow())
+    mps = data.get("min_partition_size", 1)
+    if not isinstance(mps, int) or mps < 1:
+        raise bad("min_partition_size", "a positive integer")
+    boundary = data.get("boundary", {}) or {}
+    if not isinstance(boundary, dict) or set(boundary) - {"bandwidth_gb_s", "sync_us"}:
+        raise bad("boundary", "a mapping with bandwidth_gb_s and sync_us")
+    return Backend(
+        name=name,
+        support=AllOf(tuple(parts)) if parts else Anything(),
+        min_partition_size=mps,
+        bandwidth_gb_s=float(boundary.get("bandwidth_gb_s", 10.0)),
+        sync_us=float(boundary.get("sync_us", 10.0)),
+        description=str(data.get("description", "")),
+    )
+
+
+def backends_for(profile: str | Path | Backend | None) -> list[Backend]:
+    """The priority list: the profile's delegate (default: native), then the cpu fallback."""
+    if profile is None:
+        profile = "native"
+    return [profile if isinstance(profile, Backend) else load_profile(profile), CPU]
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
+    """The partition report as JSON-ready data (the artefact's partitions.json)."""
+    node_count: dict[str, int] = {}
+    for p in plan.partitions:
+        node_count[p.backend] = node_count.get(p.backend, 0) + len(p.nodes)
+    primary = plan.backends[0]
+    splits = []
+    for p in plan.partitions:
+        for i in p.nodes:
+            n = g.nodes[i]
+            if p.backend != primary or n.name in plan.cycle_splits:
+                why = dict(plan.declines.get(n.name, {}))
+                if n.name in plan.cycle_splits:
+                    why[p.backend] = plan.cycle_splits[n.name]
+                splits.append(
+                    {
+                        "node": n.name,
+                        "op": n.op,
+                        "partition": p.id,
+                        "backend": p.backend,
+                        "declined": why,
+                    }
+                )
+    parts = []
+    for p in plan.partitions:
+        ops: dict[str, int] = {}
+        for i in p.nodes:
+            ops[g.nodes[i].op] = ops.get(g.nodes[i].op, 0) + 1
+        parts.append(
+            {
+                "id": p.id,
+                "backend": p.backend,
+                "delegated": p.delegated,
+                "nodes": len(p.nodes),
+                "first": g.nodes[p.nodes[0]].name,
+                "last": g.nodes[p.nodes[-1]].name,
+                "ops": dict(sorted(ops.items())),
+            }
+        )
+    delegated = sum(len(p.nodes) for p in plan.delegated)
+    return {
+        "schema_version": 1,
+        "backends": list(plan.backends),
+        "count": len(plan.delegated),
+        "fallback_partitions": len(plan.partitions) - len(plan.delegated),
+        "delegated_nodes": delegated,
+        "fallback_nodes": len(g.nodes) - delegated,
+        "by_backend": node_count,
+        "partitions": parts,
+        "boundaries": [
+            {"tensor": b.tensor, "bytes": b.nbytes, "from": b.src, "to": b.dst}
+            for b in plan.boundaries
+        ],
+        "boundary_bytes": sum(b.nbytes for b in plan.boundaries),
+        "fallback_tax_ms": round(plan.tax_ms, 6),
+        "fallback_tax_how": plan.tax_how,
+        "splits": splits,
+    }
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) -> str:
+    """Human-readable partition report: what to look at when the count changes."""
+    lines = [f"partition report{': ' + title if title else ''}"]
+    lines.append(
+        f"  backends (priority order): {' > '.join(rep['backends'])}; "
+        f"{rep['count']} delegated partition(s), {rep['fallback_partitions']} fallback; "
+        f"nodes {rep['delegated_nodes']} delegated, {rep['fallback_nodes']} fallback"
+    )
+    lines.append(f"  {'#':>3}  {'backend':<12} {'nodes':>5}  first .. last")
+    for p in rep["partitions"]:
+        lines.append(
+            f"  {p['id']:>3}  {p['backend']:<12} {p['nodes']:>5}  {p['first']} .. {p['last']}"
+        )
+    lines.append(
+        f"  boundaries: {len(rep['boundaries'])} tensor(s), {_mib(rep['boundary_bytes'])} crossing"
+    )
+    for b in rep["boundaries"][:max_splits]:
+        lines.append(f"    {b['tensor']}: {b['from']} -> {b['to']}, {_mib(b['bytes'])}")
+    lines.append(f"  fallback tax: {rep['fallback_tax_ms']:.3f} ms ({rep['fallback_tax_how']})")
+    if rep["splits"]:
+        lines.append("  splits (node that left the first backend, and why):")
+        for s in rep["splits"][:max_splits]:
+            why = "; ".join(f"{b}: {r}" for b, r in s["declined"].items())
+            lines.append(
+                f"    {s['node']} ({s['op']}) -> partition {s['partition']} on {s['backend']}: {why}"
+            )
+        if len(rep["splits"]) > max_splits:
+            ops: dict[str, int] = {}
+            for s in rep["splits"][max_splits:]:
+                ops[s["op"]] = ops.get(s["op"], 0) + 1
+            more = ", ".join(f"{o} x{c}" for o, c in sorted(ops.items()))
+            lines.append(f"    ... and {len(rep['splits']) - max_splits} more ({more})")
+    return "\n".join(lines)
