@@ -81,7 +81,7 @@ def label(result: Mapping[str, Any]) -> str:
     return f"{text(result.get('model'), '?')}[{text(result.get('backend'), '?')}]"
 
 
-def _number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
     """A finite float, or None for anything else (bools, strings, NaN, missing)."""
     if isinstance(value, np.integer | np.floating):
         value = value.item()
@@ -93,7 +93,7 @@ def _number(value: Any) -> float | None:
 
 def fmt_num(value: Any) -> str:
     """A magnitude with about three significant figures, without exponent for >= 0.001."""
-    x = _number(value)
+    x = as_number(value)
     if x is None:
         return DASH if value is None else text(value)
     ax = abs(x)
@@ -109,14 +109,14 @@ def fmt_num(value: Any) -> str:
 
 
 def fmt_err(value: Any) -> str:
-    x = _number(value)
+    x = as_number(value)
     if x is None:
         return DASH if value is None else text(value)
     return "0" if x == 0 else f"{x:.2e}"
 
 
 def fmt_mib(value: Any) -> str:
-    x = _number(value)
+    x = as_number(value)
     return DASH if x is None else fmt_num(x / MIB)
 
 
@@ -222,13 +222,13 @@ def failed_check_names(result: Mapping[str, Any]) -> list[str]:
 
 def row(result: Mapping[str, Any]) -> Row:
     count = get(result, "partitions", "count")
-    partitions = fmt_num(count) if _number(count) is None else str(int(_number(count) or 0))
-    fallback = _number(get(result, "partitions", "fallback_nodes"))
+    partitions = fmt_num(count) if as_number(count) is None else str(int(as_number(count) or 0))
+    fallback = as_number(get(result, "partitions", "fallback_nodes"))
     if fallback:
         partitions += f" ({int(fallback)} fallback)"
     arena = fmt_mib(result.get("arena_bytes"))
     lower = result.get("arena_lower_bound_bytes")
-    if _number(lower) is not None:
+    if as_number(lower) is not None:
         arena += f" ({fmt_mib(lower)})"
     return Row(
         model=text(result.get("model"), "?"),
@@ -286,147 +286,4 @@ def warnings(doc: Any) -> list[tuple[str, str]]:
         items = get(r, "preflight", "warnings")
         if isinstance(items, Sequence) and not isinstance(items, str | bytes):
             out.extend((label(r), text(w)) for w in items if w)
-    return out
-
-
-PIN_COLUMNS = [
-    "backend",
-    "compiler",
-    "runtime",
-    "driver",
-    "target (canonical)",
-    "tuning cache",
-    "manifest",
-]
-
-
-def _name_version(value: Any) -> str:
-    """``onnxruntime 1.32.0 (graph_optimization_level=all)``: other scalar pins follow."""
-    if isinstance(value, Mapping):
-        name, version = value.get("name"), value.get("version")
-        extra = [
-            f"{k}={text(v)}"
-            for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
-            if k not in ("name", "version") and v is not None and not isinstance(v, Mapping | list)
-        ]
-        if name is None and version is None and not extra:
-            return DASH
-        head = f"{text(name, '?')} {text(version, '?')}"
-        return f"{head} ({', '.join(extra)})" if extra else head
-    return text(value)
-
-
-def _driver(value: Any) -> str:
-    """``blas=scipy-openblas 0.3.31, cpu=AMD EPYC, kernel=6.18``: nested pins by name+version."""
-    if isinstance(value, Mapping):
-        items = []
-        for k, v in sorted(value.items(), key=lambda kv: str(kv[0])):
-            if v is None:
-                continue
-            if isinstance(v, Mapping) and ("name" in v or "version" in v):
-                v = f"{text(v.get('name'), '?')} {text(v.get('version'), '?')}"
-            items.append(f"{k}={text(v)}")
-        return ", ".join(items) or DASH
-    return text(value)
-
-
-MAX_ATTRS = 6
-
-
-def short_target(target: Any) -> str:
-    """A target string with long attribute lists cut down: ``-mattr=+aes,+avx,… (+30)``.
-
-    The full string is in the results JSON; a summary table only needs to show which
-    target it is (cpu, triple) and that the feature list is long.
-    """
-    if target is None:
-        return DASH
-    parts = []
-    for token in one_line(str(target), limit=100_000).split(" "):
-        key, eq, val = token.partition("=")
-        items = val.split(",")
-        if eq and len(items) > MAX_ATTRS:
-            token = f"{key}={','.join(items[:4])},… (+{len(items) - 4})"
-        parts.append(token)
-    return " ".join(parts) or DASH
-
-
-def _tuning(value: Any) -> str:
-    if not isinstance(value, Mapping):
-        return text(value)
-    sha = value.get("sha256")
-    parts = [str(sha)[:12]] if sha else []
-    hits, misses = _number(value.get("hits")), _number(value.get("misses"))
-    if hits is not None or misses is not None:
-        parts.append(f"{int(hits or 0)} hits / {int(misses or 0)} misses")
-    elif value.get("entries") is not None:
-        parts.append(f"{text(value.get('entries'))} entries")
-    return ", ".join(parts) or DASH
-
-
-def pins(doc: Any) -> list[list[str]]:
-    """Distinct manifest pins per backend, in first-seen order."""
-    seen: dict[tuple[str, ...], None] = {}
-    for r in results(doc):
-        m = r.get("manifest")
-        if not isinstance(m, Mapping):
-            continue
-        sha = m.get("sha256")
-        key = (
-            text(r.get("backend"), "?"),
-            _name_version(m.get("compiler")),
-            _name_version(m.get("runtime")),
-            _driver(m.get("driver")),
-            short_target(
-                get(m, "target", "canonical") or get(m, "target", "raw") or r.get("target")
-            ),
-            _tuning(m.get("tuning_cache")),
-            str(sha)[:12] if sha else DASH,
-        )
-        seen.setdefault(key, None)
-    return [list(k) for k in seen]
-
-
-def _op_total(ops: Any) -> int | None:
-    if not isinstance(ops, Mapping):
-        return None
-    total = 0
-    for n in ops.values():
-        x = _number(n)
-        if x is None:
-            return None
-        total += int(x)
-    return total
-
-
-def _op_counts(ops: Any) -> str:
-    if not isinstance(ops, Mapping) or not ops:
-        return ""
-    items = sorted(ops.items(), key=lambda kv: (-(_number(kv[1]) or 0), str(kv[0])))
-    return ", ".join(f"{k} ×{text(v)}" for k, v in items)
-
-
-def graph_summaries(doc: Any) -> list[tuple[str, str]]:
-    """(label, one line): ops before → after, ops the compiler added, passes that changed."""
-    out = []
-    for r in results(doc):
-        g = r.get("graph")
-        if not isinstance(g, Mapping):
-            continue
-        parts = []
-        before, after = _op_total(g.get("ops_before")), _op_total(g.get("ops_after"))
-        if before is not None or after is not None:
-            parts.append(f"{text(before)} → {text(after)} ops")
-        added = _op_counts(g.get("added"))
-        parts.append(f"added {added}" if added else "no ops added")
-        passes = g.get("passes")
-        if isinstance(passes, Sequence) and not isinstance(passes, str | bytes):
-            changed = [
-                text(get(p, "name"), "?")
-                for p in passes
-                if isinstance(p, Mapping) and p.get("changed")
-            ]
-            if changed:
-                parts.append(f"passes that changed it: {', '.join(changed)}")
-        out.append((label(r), "; ".join(parts)))
     return out

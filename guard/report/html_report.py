@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from guard.report import _details as D
 from guard.report import _summary as S
 from guard.report._io import atomic_write_text, check_target
 
@@ -75,10 +76,10 @@ def to_html(doc: Any) -> str:
     warns = S.warnings(doc)
     if warns:
         body += ["<h2>Preflight warnings</h2>"] + _list(warns)
-    pins = S.pins(doc)
+    pins = D.pins(doc)
     if pins:
-        body += ["<h2>Manifest pins</h2>"] + _table(S.PIN_COLUMNS, pins)
-    graphs = S.graph_summaries(doc)
+        body += ["<h2>Manifest pins</h2>"] + _table(D.PIN_COLUMNS, pins)
+    graphs = D.graph_summaries(doc)
     if graphs:
         body += ["<h2>Graph changes</h2>"] + _list(graphs)
     head = [

@@ -32,7 +32,7 @@ def _clean(value: Any) -> str:
 def _seconds(result: Mapping[str, Any], check_name: str) -> float:
     if not check_name.startswith("latency"):
         return 0.0
-    p50 = S._number(S.get(result, "latency_ms", "p50"))
+    p50 = S.as_number(S.get(result, "latency_ms", "p50"))
     return p50 / 1000.0 if p50 is not None and p50 >= 0 else 0.0
 
 

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from guard.report import _details as D
 from guard.report import _summary as S
 from guard.report._io import atomic_write_text, check_target
 
@@ -88,11 +89,11 @@ def to_markdown(doc: Any) -> str:
         items = [f"- **{escape(lbl)}**: {escape(msg)}" for lbl, msg in warns]
         lines += ["### Preflight warnings", ""] + _capped(items, "warnings") + [""]
 
-    pins = S.pins(doc)
+    pins = D.pins(doc)
     if pins:
-        lines += ["### Manifest pins", ""] + _table(S.PIN_COLUMNS, pins) + [""]
+        lines += ["### Manifest pins", ""] + _table(D.PIN_COLUMNS, pins) + [""]
 
-    graphs = S.graph_summaries(doc)
+    graphs = D.graph_summaries(doc)
     if graphs:
         items = [f"- **{escape(lbl)}**: {escape(summary)}" for lbl, summary in graphs]
         lines += ["### Graph changes", ""] + _capped(items, "graphs") + [""]
