@@ -9,7 +9,13 @@ import pytest
 from manifest_fakes import make_root
 
 from guard.errors import UsageError
-from guard.manifest.target import canonicalize, host_cpu, parse_target, target_arch
+from guard.manifest.target import (
+    canonicalize,
+    host_cpu,
+    parse_target,
+    target_arch,
+    to_tvm_dict,
+)
 
 X86_HOST = (
     "llvm -mattr=+aes,+avx,+avx2,+avx512bw,+avx512cd,+avx512dq,+avx512f,+avx512vl,"
@@ -74,16 +80,35 @@ def test_attribute_and_feature_order_do_not_matter(x86_root: Path) -> None:
     assert a == b == c == "llvm -mattr=+avx2,+fma -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
 
 
-def test_other_attributes_are_kept_sorted(x86_root: Path) -> None:
+def test_other_attributes_are_typed_and_sorted(x86_root: Path) -> None:
     c = canonicalize(
-        '{"num-cores": 4, "mtriple": "x86_64-linux-gnu", "opt-level": 3}', root=x86_root
+        '{"num-cores": 4, "mtriple": "x86_64-linux-gnu", "opt-level": "3"}', root=x86_root
     )
     assert c == "llvm -mtriple=x86_64-linux-gnu -num-cores=4 -opt-level=3"
-    assert (
-        canonicalize("llvm -system-lib", root=x86_root)
-        == "llvm -mtriple=x86_64-linux-gnu -system-lib"
-    )
-    assert canonicalize({"system-lib": False}, root=x86_root) == "llvm -mtriple=x86_64-linux-gnu"
+    assert parse_target(c, root=x86_root)["num-cores"] == 4
+    flag = "llvm -fast-math -mtriple=x86_64-linux-gnu"
+    assert canonicalize("llvm -fast-math=true", root=x86_root) == flag
+    assert canonicalize({"fast-math": True}, root=x86_root) == flag
+    assert parse_target(flag, root=x86_root)["fast-math"] is True
+    # false is the default: spelling it is the same target
+    assert canonicalize("llvm -fast-math=0", root=x86_root) == "llvm -mtriple=x86_64-linux-gnu"
+
+
+def test_tvm_dict_form(x86_root: Path) -> None:
+    d = to_tvm_dict("llvm -fast-math -mattr=+neon -mtriple=aarch64-linux-gnu -num-cores=4")
+    assert d == {
+        "kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"],
+        "fast-math": True, "num-cores": 4,
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_tvm_accepts_the_dict_form() -> None:
+    tvm = pytest.importorskip("tvm")
+    for raw in ("host", "llvm -mtriple=aarch64-linux-gnu -mattr=+dotprod -mcpu=neoverse-n1",
+                "llvm -fast-math -num-cores=2 -opt-level=3"):  # fmt: skip
+        target = tvm.target.Target(to_tvm_dict(canonicalize(raw)))
+        assert str(target.kind) == "llvm"
 
 
 @pytest.mark.parametrize(
@@ -94,7 +119,6 @@ def test_other_attributes_are_kept_sorted(x86_root: Path) -> None:
         ("llvm", "host"),  # generic is not this CPU
         ("llvm -mtriple=aarch64-linux-gnu", "llvm -mtriple=x86_64-linux-gnu"),
         ("llvm -mtriple=aarch64-linux-gnu", "llvm -mtriple=aarch64-linux-gnu -mattr=+sve"),
-        ("llvm", "c"),
     ],
 )
 def test_different_targets_stay_different(x86_root: Path, a: str, b: str) -> None:
@@ -154,13 +178,19 @@ def test_target_arch() -> None:
         ("llvm -mattr=+avx2,-avx2", "both enables and disables 'avx2'"),
         ("llvm -mattr=+avx2,,+fma", "empty entry"),
         ("llvm -mcpu=", "empty value"),
+        ('{"mcpu": ""}', "must be a non-empty string"),
         ("llvm -mcpu=a -mcpu=b", "given twice"),
         ("llvm -mtriple=aarch64-linux-gnu -mcpu=native", "cannot target aarch64"),
         ("{not json", "not valid JSON"),
         ("[1, 2]", "expected -key=value"),
         ('{"mattr": 5}', "mattr must be a string or a list"),
-        ('{"mcpu": ["a"]}', "must be a string"),
-        ('{"mcpu": "a b"}', "whitespace"),
+        ('{"mcpu": ["a"]}', "must be a non-empty string"),
+        ('{"mcpu": "a b"}', "without spaces"),
+        ("llvm -system-lib", "unknown attribute 'system-lib'"),
+        ("llvm -num-core=4", "did you mean 'num-cores'?"),
+        ("llvm -num-cores=four", "must be a non-negative integer"),
+        ("llvm -fast-math=maybe", "must be true or false"),
+        ("c -mcpu=x", "kind 'c' is not supported"),
     ],
 )
 def test_bad_targets_name_the_string_and_show_a_valid_one(
