@@ -6,16 +6,18 @@ per (model, backend, target). Every run-data write goes through one batch primit
 """
 
 from guard.track.log import keep_results, load_results, log_results, push
-from guard.track.query import find_runs
+from guard.track.query import find_runs, load_artifact_dict, scoped_tracking_uri
 from guard.track.uri import check_reachable, resolve_uri, unreachable_message
 
 __all__ = [
     "check_reachable",
     "find_runs",
     "keep_results",
+    "load_artifact_dict",
     "load_results",
     "log_results",
     "push",
     "resolve_uri",
+    "scoped_tracking_uri",
     "unreachable_message",
 ]

@@ -31,7 +31,7 @@ _LEVELS = {
 
 
 @contextlib.contextmanager
-def _scoped_tracking_uri(uri: str) -> Iterator[None]:
+def scoped_tracking_uri(uri: str) -> Iterator[None]:
     """mlflow.search_runs reads the global URI, and setting it also sets MLFLOW_TRACKING_URI
     in os.environ, which would then outrank guard's own default: restore both afterwards."""
     import mlflow
@@ -104,7 +104,7 @@ def find_runs(
     with (
         _http_limits(),
         _translated(uri, f"searching runs of suite {suite!r}"),
-        _scoped_tracking_uri(uri),
+        scoped_tracking_uri(uri),
     ):
         experiment = mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name(
             experiment_name(suite)
@@ -117,3 +117,25 @@ def find_runs(
             max_results=max_results,
             order_by=order_by or ["attributes.start_time DESC"],
         )
+
+
+# Kept for callers written against the private name.
+_scoped_tracking_uri = scoped_tracking_uri
+
+
+def load_artifact_dict(uri: str, artifact_uri: str, name: str) -> Any:
+    """A JSON artifact of a run (e.g. ``results.json`` of a parent, ``result.json`` of a
+    child), given the run's ``artifact_uri`` as find_runs returns it.
+
+    Server artifact URIs (``mlflow-artifacts:/...``) resolve against the tracking URI, so
+    it is set for the call and restored afterwards.
+    """
+    _quiet_mlflow()
+    import mlflow
+
+    with (
+        _http_limits(),
+        _translated(uri, f"reading {name} of run artifacts {artifact_uri}"),
+        scoped_tracking_uri(uri),
+    ):
+        return mlflow.artifacts.load_dict(f"{artifact_uri.rstrip('/')}/{name}")

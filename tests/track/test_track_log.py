@@ -12,8 +12,15 @@ from mlflow import MlflowClient
 from track_docs import TRIPLES, make_doc
 
 from guard.errors import EXIT_BAD_INPUT, TrackingError
-from guard.track import find_runs, keep_results, log_results, push, resolve_uri
-from guard.track.query import _scoped_tracking_uri
+from guard.track import (
+    find_runs,
+    keep_results,
+    load_artifact_dict,
+    log_results,
+    push,
+    resolve_uri,
+)
+from guard.track.query import scoped_tracking_uri
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +37,7 @@ def logged(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _search(uri: str, **kw):
-    with _scoped_tracking_uri(uri):
+    with scoped_tracking_uri(uri):
         return mlflow.search_runs(experiment_names=["guard/smoke"], **kw)
 
 
@@ -128,6 +135,10 @@ def test_find_runs_filters(logged):
     assert len(find_runs(uri, "smoke", parent_run_id=info["parent_run_id"])) == 3
     assert find_runs(uri, "no-such-suite").empty
     # search_runs' global URI must not leak into the environment guard resolves from.
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    # Baselines read the result record back from a row's artifact_uri.
+    row = find_runs(uri, "smoke", backend="tvm").iloc[0]
+    assert load_artifact_dict(uri, row["artifact_uri"], "result.json")["backend"] == "tvm"
     assert "MLFLOW_TRACKING_URI" not in os.environ
     with pytest.raises(TrackingError, match="unknown run filter 'colour'"):
         find_runs(uri, "smoke", colour="red")

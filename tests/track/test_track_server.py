@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -10,10 +11,17 @@ import pytest
 from mlflow import MlflowClient
 from track_docs import TRIPLES, make_doc
 
-from guard.track import check_reachable, find_runs, keep_results, log_results, push
+from guard.track import (
+    check_reachable,
+    find_runs,
+    keep_results,
+    load_artifact_dict,
+    log_results,
+    push,
+)
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.log import _experiment_id
-from guard.track.query import _scoped_tracking_uri
+from guard.track.query import scoped_tracking_uri
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -25,7 +33,7 @@ def test_one_parent_with_a_nested_run_per_result(mlflow_server: str, capfd):
     info = log_results(doc, mlflow_server)
     assert info["run_url"].startswith(f"{mlflow_server}/#/experiments/")
     assert "View run" not in capfd.readouterr().out  # guard's console is its own
-    with _scoped_tracking_uri(mlflow_server):
+    with scoped_tracking_uri(mlflow_server):
         runs = mlflow.search_runs(experiment_names=["guard/served"])
     assert len(runs) == 4
     parents = runs[runs["tags.mlflow.parentRunId"].isna()]
@@ -80,4 +88,7 @@ def test_push_kept_results_to_the_server(mlflow_server: str, tmp_path: Path):
     assert push(path, mlflow_server)["already_tracked"] is True
     children = find_runs(mlflow_server, "later", parent_run_id=first["parent_run_id"])
     assert sorted(children["run_id"]) == sorted(first["child_run_ids"])
-    assert len(find_runs(mlflow_server, "later", level="invocation")) == 1
+    parents = find_runs(mlflow_server, "later", level="invocation")
+    assert list(parents["run_id"]) == [first["parent_run_id"]]
+    kept = load_artifact_dict(mlflow_server, parents.iloc[0]["artifact_uri"], "results.json")
+    assert kept == json.loads(path.read_text())
