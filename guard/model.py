@@ -190,7 +190,9 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec],
     names = {i.name for i in inputs}
     for k in specs:
         if k not in names:
-            close = difflib.get_close_matches(k, sorted(names), n=1)
+            lower = {n.lower(): n for n in names}
+            close = ([lower[k.lower()]] if k.lower() in lower
+                     else difflib.get_close_matches(k, sorted(names), n=1))
             hint = f"Did you mean {close[0]!r}?" if close else f"Inputs: {', '.join(sorted(names))}."
             raise ModelError(f"inputs.{k}: the model has no input named {k!r}", where=where,
                              hint=hint)
@@ -269,5 +271,6 @@ def make_inputs(spec: ModelSpec, specs: dict[str, InputSpec]) -> dict[str, np.nd
                 arr = np.abs(np.rint(rng.normal(mean, std, size=shape))).astype(dt)
             else:
                 arr = rng.normal(mean, std, size=shape).astype(dt)
-        feeds[gi.name] = np.ascontiguousarray(np.asarray(arr, dtype=dt).reshape(shape))
+        # not ascontiguousarray: it turns a 0-d scalar input into shape (1,)
+        feeds[gi.name] = np.array(arr, dtype=dt, order="C").reshape(shape)
     return feeds

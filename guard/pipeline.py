@@ -309,9 +309,10 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
     if "tuning" in entry.checks:
         checks.append(ck.tuning_check(entry.checks["tuning"], manifest.get("tuning_cache", {}),
                                       backend_name))
-    warnings = sorted(set(pre.get("warnings", [])) | set(post.get("warnings", []))
-                      | set(timings.warnings))
-    post["warnings"] = warnings
+    # The facts after the loop (with its contention) decide the warnings; the ones from
+    # before are kept as facts, not repeated as warnings.
+    post["warnings"] = list(dict.fromkeys([*post.get("warnings", []), *timings.warnings]))
+    post["before"] = {k: pre.get(k) for k in ("loadavg", "warnings")}
     result = {
         "model": entry.name, "backend": backend_name, "target": entry.target,
         "verdict": ck.verdict(checks),

@@ -11,7 +11,9 @@ of that first inference (ORT allocates its arena lazily on the first run).
 from __future__ import annotations
 
 import json
-import os
+import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -161,33 +163,53 @@ def _partitions(sess, model_path: Path) -> dict[str, Any]:
     }
 
 
-def _rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return None
+def _parse_arena_log(log: str) -> dict[str, int | None]:
+    """BFCArena growth during the probe's runs, from ORT's verbose log."""
+    from guard.backends.ort_probe import DONE_MARK, RUN_MARK
+
+    total_before = 0
+    total_after: int | None = None
+    largest_request = 0
+    in_runs = False
+    for line in log.splitlines():
+        if RUN_MARK in line:
+            in_runs = True
+            continue
+        if DONE_MARK in line:
+            break
+        m = re.search(r"BFCArena.*Total allocated bytes: (\d+)|Total allocated bytes: (\d+)", line)
+        if m:
+            value = int(m.group(1) or m.group(2))
+            if in_runs:
+                total_after = value
+            else:
+                total_before = value
+            continue
+        m = re.search(r"Extending BFCArena for Cpu.*num_bytes: (\d+)", line)
+        if m and in_runs:
+            largest_request = max(largest_request, int(m.group(1)))
+    if total_after is None:
+        return {"arena_bytes": 0 if in_runs else None, "largest_block_bytes": None}
+    return {"arena_bytes": total_after - total_before, "largest_block_bytes": largest_request}
 
 
-def _memory(model_path: Path, threads: int, level: str, feeds: dict[str, np.ndarray]) -> dict:
-    """Profile one inference in a fresh session: liveness lower bound and arena growth."""
+def _memory(model_path: Path, threads: int, level: str, shapes: dict[str, tuple[int, ...]],
+            providers: list[str]) -> dict:
+    """Probe one model's memory in a child process: liveness lower bound and arena growth."""
     import onnx
 
-    ort = _ort()
-    with tempfile.TemporaryDirectory(prefix="guard-ort-prof-") as tmp:
-        so = session_options(threads, level, profile_dir=Path(tmp))
-        so.enable_mem_pattern = True
-        sess = ort.InferenceSession(str(model_path), so, providers=[FALLBACK_PROVIDER])
-        before = _rss_bytes()
-        sess.run(None, feeds)
-        after = _rss_bytes()
-        prof = Path(sess.end_profiling())
-        events = json.loads(prof.read_text())
-    order: list[tuple[str, int]] = []
-    for ev in events:
-        if ev.get("cat") == "Node" and str(ev.get("name", "")).endswith("_kernel_time"):
-            args = ev.get("args", {})
-            order.append((ev["name"][: -len("_kernel_time")], int(args.get("output_size", 0))))
+    with tempfile.TemporaryDirectory(prefix="guard-ort-probe-") as tmp:
+        spec = Path(tmp) / "spec.json"
+        spec.write_text(json.dumps({"model": str(model_path), "threads": threads,
+                                    "level": level, "providers": providers,
+                                    "shapes": {k: list(v) for k, v in shapes.items()}}))
+        proc = subprocess.run([sys.executable, "-m", "guard.backends.ort_probe", str(spec)],
+                              capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelError(f"onnxruntime memory probe failed: {tail}", where=str(model_path))
+    order = json.loads(proc.stdout.strip().splitlines()[-1])["order"]
+    arena = _parse_arena_log(proc.stderr)
     model = onnx.load(str(model_path), load_external_data=False)
     by_name = {n.name: n for n in model.graph.node}
     graph_outputs = {o.name for o in model.graph.output}
@@ -199,10 +221,8 @@ def _memory(model_path: Path, threads: int, level: str, feeds: dict[str, np.ndar
             continue
         for x in n.input:
             last_use[x] = step_of[name]
-    live = 0
-    peak = 0
+    live = peak = naive = 0
     frees: dict[int, int] = {}
-    naive = 0
     for i, (name, size) in enumerate(order):
         n = by_name.get(name)
         live += size
@@ -212,15 +232,16 @@ def _memory(model_path: Path, threads: int, level: str, feeds: dict[str, np.ndar
             end = max((last_use.get(o, i) for o in n.output), default=i)
             frees[end] = frees.get(end, 0) + size
         live -= frees.pop(i, 0)
-    arena = (after - before) if (before is not None and after is not None) else None
     return {
-        "arena_bytes": arena,
+        "arena_bytes": arena["arena_bytes"],
         "lower_bound_bytes": peak,
-        "how": "lower bound: max over ORT's executed node order of live output bytes (sizes "
-               "from ORT's profiler, each freed after its last consumer); arena: resident-memory "
-               "growth (/proc/self/statm) across the first inference of a fresh session, when "
-               "ORT allocates its arena (includes allocator rounding; page-granular)",
-        "extra": {"naive_bytes": naive, "profiled_nodes": len(order)},
+        "how": "arena: bytes ORT's CPU BFCArena reserved across three inferences of a fresh "
+               "session (its verbose log's 'Total allocated bytes', after minus before the "
+               "first run; includes the memory-pattern block and allocator rounding); lower "
+               "bound: max over ORT's executed node order of live output bytes (sizes from "
+               "ORT's profiler, each freed after its last consumer)",
+        "extra": {"naive_bytes": naive, "profiled_nodes": len(order),
+                  "largest_block_bytes": arena["largest_block_bytes"]},
     }
 
 
@@ -250,12 +271,8 @@ class OnnxRuntimeBackend:
             sess = ort.InferenceSession(str(req.model_path), so, providers=providers)
         except Exception as exc:  # noqa: BLE001
             raise _classify_ort_error(exc, req.model_path) from None
-        feeds = {}
-        for i in sess.get_inputs():
-            dt = _np_dtype(i.type)
-            feeds[i.name] = np.zeros(req.input_shapes[i.name], dtype=dt)
         partitions = _partitions(sess, payload)
-        memory = _memory(payload, req.threads, level, feeds)
+        memory = _memory(payload, req.threads, level, req.input_shapes, providers)
         session_opts = {
             "graph_optimization_level": level,
             "intra_op_num_threads": req.threads,

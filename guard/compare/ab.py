@@ -224,7 +224,8 @@ def run_case_pairs(
         why = host_incompatibility(b.manifest or {}, h.manifest or {})
         if why:
             raise UsageError(f"{b.model}/{b.backend}: cannot A/B across hosts: {why}")
-        key = (str(b.model), str(b.backend), str(b.target))
+        canonical = ((b.manifest or {}).get("target") or {}).get("canonical") or b.target
+        key = (str(b.model), str(b.backend), str(canonical))
         cfg = with_noise(config, (noise or {}).get("/".join(key)))
         outcome = run_ab(b.run_once, h.run_once, cfg, budget_s=budget_s, warmup_s=warmup_s)
         rows.append(ab_row(key, outcome, b.manifest or {}, h.manifest or {}))

@@ -28,11 +28,11 @@ from guard.bench.regress import (
 )
 from guard.compare.attribution import attribute
 from guard.errors import UsageError
+from guard.manifest.diff import diff_manifests
+from guard.manifest.pins import is_pinned
 
 SCHEMA_VERSION = 1
 HOST_FIELDS = ("arch", "cpu", "threads")
-# Run statistics and the derived hash are not pins; the host is compatibility, not subject.
-_NOT_PINS = {"sha256", "tuning_cache.hits", "tuning_cache.misses", "tuning_cache.entries"}
 
 
 class IncompatibleBaselineError(UsageError):
@@ -78,17 +78,6 @@ def row_key(r: Mapping[str, Any]) -> tuple[str, str, str]:
     return (str(r["model"]), str(r["backend"]), canonical_target(r))
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        name = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(flatten(v, name + "."))
-        else:
-            out[name] = v
-    return out
-
-
 def host_incompatibility(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -> str | None:
     """Why two manifests' hosts cannot be compared, or None when they can."""
     bh, hh = base_m.get("host") or {}, head_m.get("host") or {}
@@ -99,15 +88,16 @@ def host_incompatibility(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -
 
 
 def manifest_diff(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """Pinned fields that differ, as {dotted.field: [base, head]}; host and run stats excluded."""
-    fb, fh = flatten(base_m), flatten(head_m)
-    diff: dict[str, list[Any]] = {}
-    for k in sorted(set(fb) | set(fh)):
-        if k in _NOT_PINS or k.startswith("host.") or k == "target.raw":
-            continue
-        if fb.get(k) != fh.get(k):
-            diff[k] = [fb.get(k), fh.get(k)]
-    return diff
+    """Pinned fields that differ, as {dotted.field: [base, head]}.
+
+    Host pins are left out: they decide compatibility (a mismatch is refused) rather than
+    being the subject. Recorded facts (tuning hits, guard commit, paths) are not pins.
+    """
+    return {
+        f: pair
+        for f, pair in diff_manifests(base_m, head_m).items()
+        if is_pinned(f) and not f.startswith("host.")
+    }
 
 
 def _hit_rate(r: Mapping[str, Any]) -> float | None:

@@ -38,7 +38,7 @@ _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 def array_sha256(a: np.ndarray) -> str:
     """Hash of dtype, shape and bytes: any change in any of them is visible."""
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")  # keeps 0-d arrays 0-d
     h = hashlib.sha256()
     h.update(f"{a.dtype.str}|{a.shape}|".encode())
     h.update(a.tobytes())
@@ -84,7 +84,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     # Keys are positional (a0, a1, ...) so any tensor name is safe; names live in the JSON.
-    np.savez_compressed(buf, **{f"a{i}": np.ascontiguousarray(v)
+    np.savez_compressed(buf, **{f"a{i}": np.asarray(v, order="C")
                                 for i, v in enumerate(arrays.values())})
     return buf.getvalue()
 
