@@ -126,3 +126,12 @@ def test_shipped_suites_load():
     for p in root.glob("*.yaml"):
         s = load_suite(p)
         assert s.models
+
+
+def test_measure_keys_match_the_harness():
+    import dataclasses
+
+    from guard.bench import MeasureConfig
+    from guard.suite import _MEASURE_KEYS
+
+    assert _MEASURE_KEYS == {f.name for f in dataclasses.fields(MeasureConfig)}
