@@ -86,7 +86,7 @@ class MemoryPlan:
     buffers: tuple[BufferInfo, ...]
     elided_nodes: tuple[str, ...]  # nodes that are no-ops at run time
     inplace_nodes: tuple[str, ...]
-    strategy: str = "greedy-largest-first"
+    strategy: str = "largest-first/earliest"
 
     @property
     def fragmentation(self) -> float:
@@ -144,7 +144,7 @@ class MemoryPlan:
             buffers=buffers,
             elided_nodes=tuple(d["elided_nodes"]),
             inplace_nodes=tuple(d["inplace_nodes"]),
-            strategy=d.get("strategy", "greedy-largest-first"),
+            strategy=d["strategy"],
         )
 
 
@@ -188,7 +188,12 @@ def _norm_axis(axis: int, rank: int) -> int:
 
 
 def _alias(
-    g: GraphView, order: Sequence[int], iv: Mapping[str, Interval], inplace: bool, elide: bool
+    g: GraphView,
+    order: Sequence[int],
+    iv: Mapping[str, Interval],
+    inplace: bool,
+    elide: bool,
+    deny: frozenset[int] = frozenset(),
 ) -> tuple[_Buffers, list[str], list[str]]:
     bufs = _Buffers()
     nbytes = {t: g.tensors[t].nbytes for t in g.arena_tensors()}
@@ -224,7 +229,13 @@ def _alias(
                 bufs.join(outs[0], data, 0, "view")
                 elided.append(n.name)
                 continue
-        if elide and n.op == "Split" and data in nbytes and len(outs) == len(n.outputs):
+        if (
+            elide
+            and i not in deny
+            and n.op == "Split"
+            and data in nbytes
+            and len(outs) == len(n.outputs)
+        ):
             shape = g.tensors[data].shape
             axis = _norm_axis(int(n.attrs.get("axis", 0)), len(shape))
             offs, cur = [], 0
@@ -240,7 +251,7 @@ def _alias(
                     bufs.join(o, data, off, "split-part")
                 elided.append(n.name)
                 continue
-        if elide and n.op == "Concat" and len(outs) == 1:
+        if elide and i not in deny and n.op == "Concat" and len(outs) == 1:
             out = outs[0]
             shape = g.tensors[out].shape
             axis = _norm_axis(int(n.attrs.get("axis", 0)), len(shape))
@@ -291,11 +302,40 @@ def _alias(
     return bufs, elided, inplaced
 
 
-def _place(sizes: Mapping[int, int], ivs: Mapping[int, Interval]) -> dict[int, int]:
-    """Greedy: largest first, lowest aligned offset clear of every overlapping placed buffer."""
+# Orders tried by the greedy placer, first to last; the lowest arena wins (ties keep the
+# earlier). The first three are "largest first" and differ only in how equal sizes are
+# broken (many layers share a shape). Two more are the classic alternatives for when
+# largest-first leaves holes: largest size x lifetime first, and "greedy by breadth"
+# (TFLite): visit steps by live bytes, most first, placing each step's unplaced tensors
+# largest first. Every order uses the same lowest-non-colliding-offset rule.
+_TIE_BREAKS = {
+    "largest-first/earliest": lambda sz, it, b: (-sz, it.start, b),
+    "largest-first/longest": lambda sz, it, b: (-sz, it.start - it.end, it.start, b),
+    "largest-first/latest": lambda sz, it, b: (-sz, -it.end, b),
+    "largest-area-first": lambda sz, it, b: (-sz * (it.end - it.start + 1), it.start, b),
+}
+
+
+def _breadth_key(sizes: Mapping[int, int], ivs: Mapping[int, Interval]) -> Any:
+    steps = max((it.end for it in ivs.values()), default=0) + 1
+    live = [0] * (steps + 1)
+    for b, it in ivs.items():
+        live[it.start] += sizes[b]
+        live[it.end + 1] -= sizes[b]
+    for t in range(1, steps):
+        live[t] += live[t - 1]
+    rank = {t: r for r, t in enumerate(sorted(range(steps), key=lambda t: (-live[t], t)))}
+    # A buffer is placed when its busiest step comes up: the minimum rank over its steps.
+    first = {b: min(rank[t] for t in range(it.start, it.end + 1)) for b, it in ivs.items()}
+    return lambda sz, it, b: (first[b], -sz, it.start, b)
+
+
+def _place(sizes: Mapping[int, int], ivs: Mapping[int, Interval], key: Any) -> dict[int, int]:
+    """Greedy: in ``key`` order, each buffer at the lowest offset clear of every placed
+    buffer whose interval overlaps its own (sizes are aligned, so offsets stay aligned)."""
     offsets: dict[int, int] = {}
     placed: list[tuple[int, int, Interval]] = []  # (offset, size, interval)
-    for b in sorted(sizes, key=lambda b: (-sizes[b], ivs[b].start, b)):
+    for b in sorted(sizes, key=lambda b: key(sizes[b], ivs[b], b)):
         size, it = sizes[b], ivs[b]
         if size == 0:
             offsets[b] = 0
@@ -311,6 +351,22 @@ def _place(sizes: Mapping[int, int], ivs: Mapping[int, Interval]) -> dict[int, i
     return offsets
 
 
+def _best_placement(
+    sizes: Mapping[int, int], ivs: Mapping[int, Interval], lower: int
+) -> tuple[dict[int, int], int, str]:
+    best: tuple[dict[int, int], int, str] | None = None
+    keys = {**_TIE_BREAKS, "greedy-by-breadth": _breadth_key(sizes, ivs)}
+    for name, key in keys.items():
+        offsets = _place(sizes, ivs, key)
+        arena = max((offsets[b] + sizes[b] for b in sizes), default=0)
+        if best is None or arena < best[1]:
+            best = (offsets, arena, name)
+        if arena == lower:
+            break
+    assert best is not None
+    return best
+
+
 def plan_memory(
     g: GraphView,
     order: Sequence[int] | None = None,
@@ -322,16 +378,28 @@ def plan_memory(
     """Plan every arena tensor of ``g`` for ``order`` (default: the view's own order)."""
     order = tuple(range(len(g.nodes))) if order is None else tuple(order)
     iv = liveness(g, order)
-    bufs, elided, inplaced = _alias(g, order, iv, inplace, elide)
-    sizes = {b: align(s, alignment) for b, s in bufs.size.items()}
-    biv = {
-        b: Interval(min(iv[t].start for t in ms), max(iv[t].end for t in ms))
-        for b, ms in bufs.members.items()
-    }
-    offsets = _place(sizes, biv)
-    arena = max((offsets[b] + sizes[b] for b in sizes), default=0)
     steps = max(len(order), 1)
-    lower = _peak(sizes, biv, steps)
+
+    def buffers(deny: frozenset[int]) -> tuple[Any, ...]:
+        bufs, elided, inplaced = _alias(g, order, iv, inplace, elide, deny)
+        sizes = {b: align(s, alignment) for b, s in bufs.size.items()}
+        biv = {
+            b: Interval(min(iv[t].start for t in ms), max(iv[t].end for t in ms))
+            for b, ms in bufs.members.items()
+        }
+        return bufs, elided, inplaced, sizes, biv, _peak(sizes, biv, steps)
+
+    # Slices make the whole concat/split buffer live as long as any part: undo each
+    # elision that raises the lower bound (checked one at a time, in schedule order).
+    deny: frozenset[int] = frozenset()
+    bufs, elided, inplaced, sizes, biv, lower = buffers(deny)
+    index = {n.name: i for i, n in enumerate(g.nodes)}
+    for name in [e for e in elided if g.nodes[index[e]].op in ("Concat", "Split")]:
+        trial = buffers(deny | {index[name]})
+        if trial[-1] < lower:
+            deny |= {index[name]}
+            bufs, elided, inplaced, sizes, biv, lower = trial
+    offsets, arena, strategy = _best_placement(sizes, biv, lower)
     own = {t: align(g.tensors[t].nbytes, alignment) for t in iv}
     unaliased = _peak(own, iv, steps)
     slots = {}
@@ -355,6 +423,7 @@ def plan_memory(
         buffers=buffers,
         elided_nodes=tuple(elided),
         inplace_nodes=tuple(inplaced),
+        strategy=strategy,
     )
 
 

@@ -165,12 +165,17 @@ def view_of_graph(graph: Any) -> GraphView:
             name, tuple(int(d) for d in v.shape), np.dtype(v.dtype).name, kind
         )
     nodes = []
+    seen: set[str] = set()
     for i, n in enumerate(graph.nodes):
         captured = _captured_names(n.attrs, set(graph.values))
         inputs = tuple(n.inputs) + tuple(c for c in captured if c not in n.inputs)
+        name = n.name or f"{n.op.lower()}_{i}"
+        if name in seen:  # reports key by node name: keep them unique
+            name = f"{name}#{i}"
+        seen.add(name)
         nodes.append(
             OpNode(
-                n.name or f"{n.op.lower()}_{i}",
+                name,
                 n.op,
                 inputs,
                 tuple(n.outputs),

@@ -138,8 +138,8 @@ def test_concat_input_claimed_once_and_graph_inputs_never_parts():
     )  # fmt: skip
     plan = plan_memory(g)
     check_plan(plan)
-    assert "c1" in plan.elided_nodes
-    assert "c2" not in plan.elided_nodes  # a is already a slice of ab
+    # a can be a slice of ab or of ac, not both (the planner keeps the cheaper one).
+    assert len({"c1", "c2"} & set(plan.elided_nodes)) == 1
     assert "c3" not in plan.elided_nodes  # x is a graph input
     assert _run_planned(g, plan) == _run_plain(g)
 
