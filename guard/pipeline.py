@@ -125,6 +125,30 @@ def ensure_golden(store: GoldenStore, entry: ModelEntry, spec: ModelSpec, path: 
 # ---------------------------------------------------------------------------- artefacts
 
 
+def tuning_cache_pin(path: str, entry: ModelEntry) -> dict[str, Any]:
+    """{path, sha256} of a tuning cache (a file, or a directory of files), before the build.
+
+    Relative paths are relative to the suite file. Hits and misses come from the backend.
+    """
+    p = Path(path)
+    if not p.is_absolute():
+        p = entry.suite_dir / p
+    p = p.resolve()
+    if not p.exists():
+        raise UsageError(f"options.tuning_cache: {p} does not exist", where=entry.where,
+                         hint="Point it at a tuning database (run the nightly tuning job), or "
+                              "remove the option to build untuned.")
+    import hashlib
+
+    h = hashlib.sha256()
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    for f in files:
+        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode() + b"\0")
+        h.update(f.read_bytes())
+    return {"path": str(p), "sha256": h.hexdigest(), "entries": None, "hits": None,
+            "misses": None}
+
+
 def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
@@ -144,10 +168,15 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
     options = dict(entry.options.get(backend_name, {}))
     if backend_name == "bundled" and entry.profile and "profile" not in options:
         options["profile"] = entry.profile
+    cache_path = options.pop("tuning_cache", None)
+    cache_pin = tuning_cache_pin(cache_path, entry) if cache_path else None
     manifest = mf.build_manifest(
         compiler=compiler, runtime=runtime, target_raw=entry.target, threads=entry.threads,
         model_path=spec.path, model_opset=spec.opset, model_inputs=spec.inputs_manifest(),
-        tuning_cache=None)
+        tuning_cache=cache_pin)
+    if cache_pin is not None:
+        # The cache's content hash is part of the key: a changed cache is a new artefact.
+        options["tuning_cache_sha256"] = cache_pin["sha256"]
     key = mf.artefact_key(manifest, options)
     final = mf.artefact_dir(workdir / GUARD_DIR / "artefacts", entry.name, backend_name, key)
     build_json = final / "build.json"
@@ -166,14 +195,18 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
         req = BuildRequest(model_path=spec.path, input_shapes=dict(spec.shapes),
                            target_raw=entry.target,
                            target_canonical=manifest["target"]["canonical"],
-                           threads=entry.threads, out_dir=tmp, tuning_cache=None,
-                           options=options)
+                           threads=entry.threads, out_dir=tmp,
+                           tuning_cache=Path(cache_pin["path"]) if cache_pin else None,
+                           options={k: v for k, v in options.items()
+                                    if k != "tuning_cache_sha256"})
         info = backend.build(req)
         # The backend may pin more than its versions (pipeline name, optimisation level).
         manifest = mf.build_manifest(
             compiler=info.compiler, runtime=info.runtime, target_raw=entry.target,
             threads=entry.threads, model_path=spec.path, model_opset=spec.opset,
-            model_inputs=spec.inputs_manifest(), tuning_cache=info.tuning or None)
+            model_inputs=spec.inputs_manifest(),
+            tuning_cache={**(cache_pin or {}), **info.tuning} if (info.tuning or cache_pin)
+            else None)
         mf.write_manifest(tmp / "manifest.json", manifest)
         _atomic_json(tmp / "build.json",
                      {"payload": info.payload, "compiler": info.compiler,

@@ -75,6 +75,7 @@ class ModelEntry:
     profile: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     where: str = ""  # "suite.yaml: models[2]" for error messages
+    suite_dir: Path = Path(".")  # relative paths in options resolve against it
 
 
 @dataclass(frozen=True)
@@ -315,6 +316,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
             profile=m.get("profile", profile),
             options=merged_opts,
             where=f"{path}: {mk} ({mname})",
+            suite_dir=path.parent,
         ))
     return Suite(name=name, path=path, sha256="", models=tuple(models),
                  description=str(top.get("description", "")))

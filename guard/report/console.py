@@ -6,6 +6,7 @@ plainly, and the progress bar is silent: a live bar in a log file is only noise.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -81,9 +82,17 @@ def results_table(doc: Any, compact: bool = False) -> Table:
     return table
 
 
+def _default_console() -> Console:
+    """Stdout console; in CI logs (no terminal, no COLUMNS) wide enough for the table."""
+    c = Console()
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c = Console(width=120)
+    return c
+
+
 def render_console(doc: Any, console: Console | None = None) -> None:
     """Print the results table, the headline, failed checks' messages and preflight warnings."""
-    console = console or Console()
+    console = console or _default_console()
     if S.results(doc):
         console.print(results_table(doc, compact=console.width < COMPACT_BELOW))
     overall = S.overall(doc)

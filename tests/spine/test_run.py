@@ -143,3 +143,24 @@ def test_run_logs_to_embedded_mlflow_store(tmp_path, workdir, convnet):
     assert metrics["latency_ms.p50"] > 0 and metrics["latency_ms.n"] >= 5
     assert metrics["partitions.count"] == 1 and metrics["arena_bytes"] > 0
     assert children[0].data.tags["guard.verdict"] == "pass"
+
+
+def test_tuning_cache_is_pinned_and_keys_the_artefact(tmp_path, workdir, convnet):
+    cache = tmp_path / "tuning.json"
+    cache.write_text('{"records": 1}')
+    text = suite_text(convnet).replace(
+        "    models:", "      options: {onnxruntime: {tuning_cache: tuning.json}}\n    models:")
+    suite = write_suite(tmp_path, text)
+    code, doc = run_json([str(suite), "--no-track"], tmp_path / "a.json")
+    assert code == 0
+    (r,) = doc["results"]
+    tc = r["manifest"]["tuning_cache"]
+    assert tc["path"] == str(cache.resolve()) and len(tc["sha256"]) == 64
+    cache.write_text('{"records": 2}')
+    code, doc2 = run_json([str(suite), "--no-track"], tmp_path / "b.json")
+    (r2,) = doc2["results"]
+    assert r2["manifest"]["tuning_cache"]["sha256"] != tc["sha256"]
+    assert r2["manifest"]["sha256"] != r["manifest"]["sha256"]
+    assert r2["artefact"] != r["artefact"] and r2["artefact_reused"] is False
+    cache.unlink()
+    assert main(["run", str(suite), "--no-track"]) == 2
