@@ -65,15 +65,15 @@ def chunk(metrics: Iterable[Any], params: Iterable[Any], tags: Iterable[Any]) ->
 
 
 def metric_entities(
-    values: Mapping[str, float], history: Mapping[str, list[float]] | None = None
+    values: Mapping[str, float], history: Mapping[str, list[tuple[int, float]]] | None = None
 ) -> list[Any]:
-    """Metric entities at one timestamp: scalars at step 0, histories at steps 0..n-1."""
+    """Metric entities at one timestamp: scalars at step 0, histories as (step, value)."""
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
     out = [Metric(key, float(v), now, 0) for key, v in values.items()]
     for key, series in (history or {}).items():
-        out.extend(Metric(key, float(v), now, step) for step, v in enumerate(series))
+        out.extend(Metric(key, float(v), now, int(step)) for step, v in series)
     return out
 
 

@@ -21,9 +21,11 @@ MAX_ENTITY_KEY_LENGTH = 250
 MAX_PARAM_VAL_LENGTH = 6000
 MAX_TAG_VAL_LENGTH = 8000
 
-# Raw per-iteration samples go in as the history of one metric (step = iteration). A fast
-# model can produce millions; the full list stays in result.json.
-MAX_SAMPLE_STEPS = 10_000
+# Raw per-iteration samples go in as the history of one metric (step = iteration index).
+# A fast model produces tens of thousands, and each point is a row in the store (~0.1 ms
+# each into sqlite here), so long runs are thinned to an even stride that still spans the
+# whole run. The full list stays in result.json.
+MAX_SAMPLE_STEPS = 2_000
 
 _BAD_KEY_CHARS = re.compile(r"[^\w.\- ]")
 _VERDICT_ORDER = ("error", "fail", "inconclusive", "pass")
@@ -143,12 +145,14 @@ def result_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     return metrics
 
 
-def sample_history(result: Mapping[str, Any]) -> list[float]:
+def sample_history(result: Mapping[str, Any]) -> list[tuple[int, float]]:
+    """(iteration, ms) pairs of the raw samples, thinned to at most MAX_SAMPLE_STEPS."""
     samples = result.get("samples_ms")
-    if not isinstance(samples, list):
+    if not isinstance(samples, list) or not samples:
         return []
-    numbers = (as_number(s) for s in samples[:MAX_SAMPLE_STEPS])
-    return [n for n in numbers if n is not None and math.isfinite(n)]
+    stride = -(-len(samples) // MAX_SAMPLE_STEPS)
+    pairs = ((i, as_number(samples[i])) for i in range(0, len(samples), stride))
+    return [(i, n) for i, n in pairs if n is not None and math.isfinite(n)]
 
 
 def failed_checks(result: Mapping[str, Any]) -> list[str]:

@@ -22,7 +22,7 @@ def _limits_hold(chunks):
 
 
 def test_chunks_respect_every_limit():
-    metrics = metric_entities({}, {"s": [1.0] * 2500})
+    metrics = metric_entities({}, {"s": [(i, 1.0) for i in range(2500)]})
     params = [Param(f"p{i}", "v") for i in range(250)]
     tags = [Param(f"t{i}", "x" * 8000) for i in range(150)]  # 1.2 MB of tag values
     chunks = list(chunk(metrics, params, tags))
@@ -39,7 +39,7 @@ def test_log_batch_above_the_limits_round_trips(sqlite_uri: str):
     params = {f"param.{i:03d}": f"value {i}" for i in range(250)}
     tags = {f"tag.{i:03d}": str(i) for i in range(150)}
     scalars = {f"metric.{i}": float(i) for i in range(20)}
-    metrics = metric_entities(scalars, {"latency_ms.sample": [i / 10 for i in range(2500)]})
+    metrics = metric_entities(scalars, {"latency_ms.sample": [(i, i / 10) for i in range(2500)]})
     requests = _log_batch(client, run_id, metrics, params=params, tags=tags)
     assert requests == 3  # 2520 metrics need 3 batches; params and tags ride along
     data = client.get_run(run_id).data

@@ -86,9 +86,15 @@ def test_hit_rate_absent_without_lookups():
 
 def test_samples_are_capped_and_cleaned():
     r = {"samples_ms": [1.0, None, "x", float("nan"), 2.0]}
-    assert records.sample_history(r) == [1.0, 2.0]
-    r = {"samples_ms": [1.0] * (records.MAX_SAMPLE_STEPS + 5)}
-    assert len(records.sample_history(r)) == records.MAX_SAMPLE_STEPS
+    assert records.sample_history(r) == [(0, 1.0), (4, 2.0)]
+    cap = records.MAX_SAMPLE_STEPS
+    assert len(records.sample_history({"samples_ms": [1.0] * cap})) == cap
+    # A long run is thinned evenly: the history still spans first to (nearly) last iteration.
+    n = 5 * cap + 3
+    thinned = records.sample_history({"samples_ms": [float(i) for i in range(n)]})
+    assert len(thinned) <= cap and thinned[0] == (0, 0.0)
+    assert all(step == value for step, value in thinned)
+    assert thinned[-1][0] >= n - 6
 
 
 def test_verdicts_and_tags():

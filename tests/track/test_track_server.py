@@ -73,7 +73,9 @@ def test_batches_above_the_server_limits(mlflow_server: str):
     # MLflow 3.17's client already splits by count, and its server does not enforce the 1 MB
     # request limit (the handler measures len() of the parsed dict), so nothing here is
     # refused; the primitive still keeps every request under the documented limits.
-    metrics = metric_entities({"m": 1.0}, {"latency_ms.sample": [float(i) for i in range(2500)]})
+    metrics = metric_entities(
+        {"m": 1.0}, {"latency_ms.sample": [(i, float(i)) for i in range(2500)]}
+    )
     assert _log_batch(client, run_id, metrics, params=params, tags=tags) >= 3
     data = client.get_run(run_id).data
     assert {k: data.params[k] for k in params} == params
