@@ -1,0 +1,212 @@
+"""Noise calibration: A/A comparisons of each artefact against itself.
+
+Every round times the same callable three ways, each for a third of ``round_s``:
+a block, then another block (the *sequential* ratio of their medians: what two results
+files measured at different times see) and interleaved pairs (the *paired* ratio: what
+``guard ab`` sees). Over the rounds, the noise is
+
+    noise_pct = 100 * (|median(log r)| + z_0.99 * 1.4826 * MAD(log r))
+
+a robust one-sided 99% bound on how far an unchanged artefact's ratio wanders. The
+regression test takes ``max(regress_pct, noise_pct)`` as its threshold, so a benchmark
+that swings 8% between identical runs is not judged on 3%.
+
+The noise file (``.guard/noise/<suite>.json``, schema_version 1) maps
+"model/backend/target" to both levels; it is also logged to MLflow as a calibration run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from guard.errors import UsageError
+
+SCHEMA_VERSION = 1
+Z99 = 2.3263478740408408
+Clock = Callable[[], float]
+
+
+def noise_pct(ratios: Sequence[float]) -> float:
+    """Robust one-sided 99% bound on |ratio - 1| of A/A comparisons, in percent."""
+    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
+    if len(logs) < 3:
+        raise UsageError(f"noise needs at least 3 A/A rounds, got {len(logs)}")
+    med = statistics.median(logs)
+    mad = statistics.median(abs(x - med) for x in logs)
+    return 100.0 * (abs(med) + Z99 * 1.4826 * mad)
+
+
+def _block(fn: Callable[[], object], seconds: float, clock: Clock) -> list[float]:
+    out: list[float] = []
+    end = clock() + seconds
+    while not out or clock() < end:
+        t0 = clock()
+        fn()
+        out.append(clock() - t0)
+    return out
+
+
+def aa_round(
+    fn: Callable[[], object], round_s: float, clock: Clock = time.perf_counter
+) -> tuple[float, float]:
+    """One A/A round: (sequential ratio of medians, median of interleaved pair ratios)."""
+    third = round_s / 3.0
+    first = _block(fn, third, clock)
+    second = _block(fn, third, clock)
+    seq = statistics.median(second) / statistics.median(first)
+    pairs: list[float] = []
+    end = clock() + third
+    while not pairs or clock() < end:
+        t0 = clock()
+        fn()
+        t1 = clock()
+        fn()
+        t2 = clock()
+        # alternate which call is "head" so a second-call-is-warmer effect cancels
+        a, b = (t1 - t0, t2 - t1) if len(pairs) % 2 == 0 else (t2 - t1, t1 - t0)
+        pairs.append(b / a)
+    return seq, statistics.median(pairs)
+
+
+def calibrate_fn(
+    fn: Callable[[], object],
+    *,
+    rounds: int = 20,
+    round_s: float = 1.0,
+    warmup_s: float = 0.5,
+    clock: Clock = time.perf_counter,
+) -> dict[str, Any]:
+    """Noise entry for one callable: both noise levels and the raw A/A ratios."""
+    if rounds < 3:
+        raise UsageError(f"--rounds must be >= 3, got {rounds}")
+    if round_s <= 0:
+        raise UsageError(f"--round-s must be > 0, got {round_s}")
+    _block(fn, warmup_s, clock)
+    seq, paired = [], []
+    for _ in range(rounds):
+        s, p = aa_round(fn, round_s, clock)
+        seq.append(s)
+        paired.append(p)
+    return {
+        "noise_pct": noise_pct(seq),
+        "paired_noise_pct": noise_pct(paired),
+        "rounds": rounds,
+        "round_s": round_s,
+        "sequential_ratios": seq,
+        "paired_ratios": paired,
+    }
+
+
+def default_noise_path(workdir: Path, suite: str) -> Path:
+    return Path(workdir) / ".guard" / "noise" / f"{suite}.json"
+
+
+def save_noise(
+    path: Path, suite: str, entries: Mapping[str, Any], host: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "suite": suite,
+        "calibrated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": dict(host or {}),
+        "entries": dict(entries),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+    return doc
+
+
+def load_noise(path: Path, kind: str = "sequential") -> dict[str, float]:
+    """{"model/backend/target": noise_pct} from a noise file; ``kind`` sequential or paired."""
+    where = str(path)
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(
+            "no such noise file", where=where, hint="Run `guard calibrate SUITE`."
+        ) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"unreadable noise file ({e})", where=where) from None
+    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(
+            f"schema_version must be {SCHEMA_VERSION}",
+            where=where,
+            hint="Re-run `guard calibrate`.",
+        )
+    entries = doc.get("entries")
+    if not isinstance(entries, dict):
+        raise UsageError("key 'entries' must be a mapping", where=where)
+    field = {"sequential": "noise_pct", "paired": "paired_noise_pct"}[kind]
+    out = {}
+    for key, e in entries.items():
+        v = e.get(field) if isinstance(e, dict) else None
+        if not isinstance(v, int | float) or v < 0:
+            raise UsageError(f"entries.{key}.{field} must be a number >= 0", where=where)
+        out[key] = float(v)
+    return out
+
+
+def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:
+    """One calibration run in guard/<suite>: noise per key as metrics, through the batch call."""
+    from mlflow.entities import RunStatus
+
+    from guard.track.batch import _log_batch, metric_entities
+    from guard.track.log import _client, _experiment_id, _translated
+    from guard.track.records import clean_key
+
+    with _translated(uri, f"logging noise calibration of suite {suite!r}"):
+        client = _client(uri)
+        run = client.create_run(_experiment_id(client, uri, suite), run_name=f"{suite}@calibration")
+        metrics = {}
+        for key, e in doc["entries"].items():
+            k = clean_key(key)
+            metrics[f"noise_pct.{k}"] = e["noise_pct"]
+            metrics[f"paired_noise_pct.{k}"] = e["paired_noise_pct"]
+        _log_batch(
+            client,
+            run.info.run_id,
+            metric_entities(metrics),
+            tags={"guard.level": "calibration", "guard.suite": suite},
+        )
+        client.log_dict(run.info.run_id, dict(doc), "noise.json")
+        client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.FINISHED))
+    return str(run.info.run_id)
+
+
+def calibrate_suite(
+    suite_path: Path,
+    *,
+    rounds: int = 20,
+    round_s: float = 1.0,
+    out: Path | None = None,
+    track: bool = True,
+    tracking_uri: str | None = None,
+    workdir: Path | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """Calibrate every case of a suite; write the noise file (and log it unless ``track`` is off)."""
+    from guard.pipeline import prepare_cases
+    from guard.suite import load_suite
+
+    workdir = Path(workdir or Path.cwd())
+    suite = load_suite(suite_path)
+    entries: dict[str, Any] = {}
+    host: dict[str, Any] = {}
+    for case in prepare_cases(suite_path, workdir):
+        key = f"{case.model}/{case.backend}/{(case.manifest.get('target') or {}).get('canonical', case.target)}"
+        entries[key] = calibrate_fn(case.run_once, rounds=rounds, round_s=round_s)
+        host = dict(case.manifest.get("host") or {})
+    path = out or default_noise_path(workdir, suite.name)
+    doc = save_noise(path, suite.name, entries, host)
+    if track:
+        from guard.track import resolve_uri
+
+        log_noise(resolve_uri(tracking_uri, workdir), suite.name, doc)
+    return doc, path

@@ -1,0 +1,267 @@
+"""CLI for comparisons: compare, ab, bump, calibrate, history.
+
+guard/cli.py calls ``register(subparsers)``; each command's ``func(args) -> int`` returns
+the exit code and raises GuardError subclasses for input it cannot use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from guard.bench.regress import DEFAULT_REGRESS_PCT, RegressConfig
+from guard.errors import UsageError
+
+
+def _stats_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--regress-pct",
+        type=float,
+        default=DEFAULT_REGRESS_PCT,
+        help="effect-size threshold in %% (default %(default)s); a regression must "
+        "also be significant",
+    )
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.01,
+        help="one-sided significance level (default %(default)s)",
+    )
+    p.add_argument(
+        "--noise",
+        type=Path,
+        metavar="FILE",
+        help="noise file from `guard calibrate` (default: .guard/noise/<suite>.json "
+        "when it exists)",
+    )
+    p.add_argument("--strict", action="store_true", help="inconclusive rows also fail (exit 1)")
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", type=Path, metavar="PATH", help="write the comparison document")
+    p.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report")
+    p.add_argument("--html", type=Path, metavar="PATH", help="write the HTML report")
+    p.add_argument("--quiet", action="store_true", help="do not print the Markdown report")
+
+
+def _tracking_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tracking-uri",
+        help="MLflow URI (default: MLFLOW_TRACKING_URI, else the local .guard store)",
+    )
+
+
+def register(subparsers: Any) -> None:
+    """Add compare, ab, bump, calibrate and history to guard's subcommands."""
+    c = subparsers.add_parser(
+        "compare",
+        help="is HEAD worse than BASE, beyond noise? (results files or MLflow)",
+        description="Compare two sides. A side is a results file (guard run --json), run:<id> "
+        "(an MLflow invocation), or branch:<name> (the latest compatible runs on that branch). "
+        "Exit 1 when any row regressed.",
+    )
+    c.add_argument("base", help="results file, run:<id> or branch:<name> (e.g. branch:main)")
+    c.add_argument("head", help="results file or run:<id>")
+    c.add_argument("--suite", help="suite name for branch: sides (default: the other side's)")
+    _tracking_arg(c)
+    _stats_args(c)
+    _report_args(c)
+    c.set_defaults(func=cmd_compare)
+
+    a = subparsers.add_parser(
+        "ab",
+        help="interleaved A/B of two variants in one process, judged on paired ratios",
+        description="Build both variants, then run them interleaved (AB, BA, ...) until the "
+        "verdict is conclusive or the budget is spent. --base/--head are each a suite file "
+        "(a variant: other session options, tuning cache, compiler flags) or a work "
+        "directory holding that side's artefacts; unset means SUITE and the current "
+        "directory.",
+    )
+    a.add_argument("suite", type=Path)
+    a.add_argument("--base", type=Path, help="suite variant (.yaml) or work directory")
+    a.add_argument("--head", type=Path, help="suite variant (.yaml) or work directory")
+    a.add_argument(
+        "--budget-s",
+        type=float,
+        default=20.0,
+        help="measurement seconds per model, both sides together (default %(default)s)",
+    )
+    _stats_args(a)
+    _report_args(a)
+    a.set_defaults(func=cmd_ab)
+
+    b = subparsers.add_parser(
+        "bump",
+        help="run a suite before and after a dependency bump, in two isolated venvs",
+        description="guard bump onnxruntime==1.31.1 onnxruntime==1.32.0 suites/smoke.yaml",
+    )
+    b.add_argument("old", help="PKG==OLD")
+    b.add_argument("new", help="PKG==NEW")
+    b.add_argument("suite", type=Path, nargs="?", default=Path("suites/smoke.yaml"))
+    b.add_argument(
+        "--env-cache",
+        type=Path,
+        help="where the venvs live (default ~/.cache/guard/envs, or GUARD_ENV_CACHE)",
+    )
+    b.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path(".guard/bump"),
+        help="results files and reports (default %(default)s)",
+    )
+    b.add_argument("--python", default=sys.executable, help="interpreter for the venvs")
+    b.add_argument("--timeout-s", type=float, default=1800.0, help="per suite run")
+    _stats_args(b)
+    _report_args(b)
+    b.set_defaults(func=cmd_bump)
+
+    k = subparsers.add_parser(
+        "calibrate",
+        help="A/A noise of each artefact against itself; thresholds follow it",
+        description="Runs interleaved A/A comparisons of every (model, backend) against itself "
+        "and stores the per-benchmark noise locally (.guard/noise/<suite>.json) and in MLflow.",
+    )
+    k.add_argument("suite", type=Path)
+    k.add_argument("--rounds", type=int, default=20, help="A/A comparisons per case")
+    k.add_argument("--round-s", type=float, default=1.0, help="seconds per A/A comparison")
+    k.add_argument("--out", type=Path, help="noise file (default .guard/noise/<suite>.json)")
+    k.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    _tracking_arg(k)
+    k.set_defaults(func=cmd_calibrate)
+
+    h = subparsers.add_parser(
+        "history", help="change points in a model's MLflow history, and creep toward its bound"
+    )
+    h.add_argument("suite", help="suite name or suite file")
+    h.add_argument("--model", required=True)
+    h.add_argument("--backend")
+    h.add_argument("--branch", default="main", help="branch (default %(default)s; '' for all)")
+    h.add_argument("--metric", default="latency_ms.p50")
+    h.add_argument("--bound", type=float, help="the metric's bound (e.g. the p50_ms check)")
+    h.add_argument("--penalty", type=float, help="change-point penalty (default: BIC-like)")
+    h.add_argument("--json", type=Path, metavar="PATH")
+    _tracking_arg(h)
+    h.set_defaults(func=cmd_history)
+
+
+def _config(args: argparse.Namespace) -> RegressConfig:
+    return RegressConfig(regress_pct=args.regress_pct, alpha=args.alpha)
+
+
+def _noise(
+    args: argparse.Namespace, suite: str | None, kind: str = "sequential"
+) -> dict[str, float] | None:
+    from guard.bench.calibrate import default_noise_path, load_noise
+
+    path = args.noise
+    if path is None and suite:
+        candidate = default_noise_path(Path.cwd(), suite)
+        path = candidate if candidate.is_file() else None
+    return load_noise(path, kind) if path else None
+
+
+def _emit(cmp: dict[str, Any], args: argparse.Namespace, title: str) -> None:
+    from guard.compare.reports import to_markdown, write_reports
+
+    write_reports(cmp, json_path=args.json, md_path=args.markdown, html_path=args.html, title=title)
+    if not args.quiet:
+        sys.stdout.write(to_markdown(cmp, title))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from guard.compare.baseline import is_mlflow_spec, load_side
+    from guard.compare.compare import compare_docs, exit_code
+
+    uri = None
+    if is_mlflow_spec(args.base) or is_mlflow_spec(args.head):
+        from guard.track import resolve_uri
+
+        uri = resolve_uri(args.tracking_uri, Path.cwd())
+    if args.head.startswith(("branch:", "mlflow:")):
+        raise UsageError(f"{args.head}: HEAD must be a results file or run:<id>")
+    head = load_side(args.head, uri=uri, suite=args.suite)
+    base = load_side(args.base, uri=uri, suite=args.suite, other=head)
+    cmp = compare_docs(
+        base,
+        head,
+        _config(args),
+        noise=_noise(args, head.get("suite")),
+        base_label=args.base,
+        head_label=args.head,
+    )
+    _emit(cmp, args, "guard compare")
+    return exit_code(cmp, strict=args.strict)
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from guard.compare.ab import match_cases, run_case_pairs
+    from guard.compare.compare import exit_code
+    from guard.pipeline import prepare_cases
+    from guard.suite import load_suite
+
+    def side(p: Path | None) -> tuple[Path, Path]:
+        if p is None:
+            return args.suite, Path.cwd()
+        if p.is_dir():
+            return args.suite, p
+        if p.is_file():
+            return p, Path.cwd()
+        raise UsageError("neither a suite file nor a directory", where=str(p))
+
+    if not args.suite.is_file():
+        raise UsageError("no such suite file", where=str(args.suite))
+    (bs, bw), (hs, hw) = side(args.base), side(args.head)
+    pairs = match_cases(prepare_cases(bs, bw), prepare_cases(hs, hw))
+    suite_name = load_suite(args.suite).name
+    cmp = run_case_pairs(
+        pairs,
+        _config(args),
+        noise=_noise(args, suite_name, "paired"),
+        budget_s=args.budget_s,
+        labels=(f"{bs}@{bw}", f"{hs}@{hw}"),
+    )
+    _emit(cmp, args, "guard ab")
+    return exit_code(cmp, strict=args.strict)
+
+
+def cmd_bump(args: argparse.Namespace) -> int:
+    from guard.compare.bump import run_bump
+
+    cmp, code = run_bump(
+        args.old,
+        args.new,
+        args.suite,
+        config=_config(args),
+        env_cache=args.env_cache,
+        out_dir=args.out_dir,
+        python=args.python,
+        timeout_s=args.timeout_s,
+        strict=args.strict,
+    )
+    _emit(cmp, args, f"guard bump {args.old} → {args.new}")
+    return code
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from guard.bench.calibrate import calibrate_suite
+
+    doc, path = calibrate_suite(
+        args.suite,
+        rounds=args.rounds,
+        round_s=args.round_s,
+        out=args.out,
+        track=not args.no_track,
+        tracking_uri=args.tracking_uri,
+    )
+    for key, e in doc["entries"].items():
+        print(f"{key}: noise {e['noise_pct']:.2f}% (A/A p99 |ratio-1| over {e['rounds']} rounds)")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from guard.compare.history import history_command
+
+    return history_command(args)

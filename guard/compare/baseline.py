@@ -1,0 +1,132 @@
+"""Where a comparison side comes from: a results file, an MLflow run, or a branch's latest runs.
+
+A side is named on the command line as:
+
+- a path to a results file (``guard run --json``);
+- ``run:<id>``: an MLflow invocation run (its ``results.json`` artifact);
+- ``branch:<name>`` (or ``mlflow:<name>``): for every (model, backend, canonical target) of
+  the other side, the newest result run on that branch whose host class is compatible.
+  Newer runs on another host are skipped, and a key with no compatible run is refused
+  with the reason of the newest incompatible one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from guard.compare.compare import (
+    IncompatibleBaselineError,
+    host_incompatibility,
+    load_results,
+    row_key,
+    validate_results,
+)
+from guard.errors import UsageError
+
+BRANCH_PREFIXES = ("branch:", "mlflow:")
+
+
+def is_mlflow_spec(spec: str) -> bool:
+    return spec.startswith(("run:", *BRANCH_PREFIXES))
+
+
+def _load_artifact(uri: str, artifact_uri: str, name: str) -> Any:
+    import mlflow
+
+    from guard.track.log import _translated
+
+    with _translated(uri, f"reading {name} of a baseline run"):
+        mlflow.set_tracking_uri(uri)
+        return mlflow.artifacts.load_dict(f"{artifact_uri.rstrip('/')}/{name}")
+
+
+def load_run(uri: str, run_id: str) -> dict[str, Any]:
+    """The results document an invocation run carries."""
+    from mlflow import MlflowClient
+
+    from guard.track.log import _translated
+
+    with _translated(uri, f"reading run {run_id}"):
+        run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    doc = _load_artifact(uri, run.info.artifact_uri, "results.json")
+    validate_results(doc, f"run:{run_id}")
+    return doc
+
+
+def latest_on_branch(
+    uri: str,
+    suite: str,
+    branch: str,
+    wanted: list[Mapping[str, Any]],
+    *,
+    max_candidates: int = 20,
+    finder: Any = None,
+    loader: Any = None,
+) -> dict[str, Any]:
+    """A baseline document assembled from the newest compatible result run per key.
+
+    ``wanted`` are the head side's results (their keys and manifests decide what is
+    compatible). ``finder``/``loader`` default to guard.track.find_runs and MLflow's
+    artifact download; tests pass fakes.
+    """
+    if finder is None:
+        from guard.track import find_runs as finder
+    load = loader or (lambda artifact_uri: _load_artifact(uri, artifact_uri, "result.json"))
+    results = []
+    for head_r in wanted:
+        key = row_key(head_r)
+        frame = finder(uri, suite, model=head_r["model"], backend=head_r["backend"], branch=branch)
+        if frame is None or len(frame) == 0:
+            continue  # a model new on this side: compare reports it as only_head
+        refused = None
+        for artifact_uri in list(frame["artifact_uri"])[:max_candidates]:
+            cand = load(artifact_uri)
+            if not isinstance(cand, Mapping) or row_key(cand) != key:
+                continue
+            why = host_incompatibility(cand.get("manifest") or {}, head_r.get("manifest") or {})
+            if why is None:
+                results.append(dict(cand))
+                break
+            refused = refused or why
+        else:
+            if refused:
+                raise IncompatibleBaselineError(
+                    f"no compatible baseline for {'/'.join(key)} on branch {branch!r}: {refused}",
+                    hint="Run the suite on this host class on that branch first.",
+                )
+    if not results:
+        raise UsageError(
+            f"no baseline runs of suite {suite!r} on branch {branch!r} in {uri}",
+            hint="Run `guard run` on that branch with tracking on, or pass a results file.",
+        )
+    return {"schema_version": 1, "suite": suite, "git": {"branch": branch}, "results": results}
+
+
+def load_side(
+    spec: str,
+    *,
+    uri: str | None = None,
+    suite: str | None = None,
+    other: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Resolve a side spec to a results document (see the module docstring)."""
+    if not is_mlflow_spec(spec):
+        return load_results(Path(spec))
+    if uri is None:
+        raise UsageError(
+            f"{spec}: an MLflow side needs a tracking URI", hint="Pass --tracking-uri."
+        )
+    if spec.startswith("run:"):
+        return load_run(uri, spec[4:])
+    branch = spec.split(":", 1)[1]
+    if other is None:
+        raise UsageError(
+            f"{spec}: a branch baseline is resolved against the other side",
+            hint="Give the other side as a results file or run:<id>.",
+        )
+    suite = suite or other.get("suite")
+    if not suite:
+        raise UsageError(f"{spec}: which suite? pass --suite")
+    return latest_on_branch(uri, str(suite), branch, list(other["results"]))

@@ -1,0 +1,179 @@
+"""Change points in a model's history, and how much headroom a slow creep has eaten.
+
+A step (a regression that landed in one commit) and a creep (many commits, each under the
+threshold) need different tools. Steps: ruptures' PELT on the metric series, in log
+space so a step is a ratio, with a BIC-like penalty scaled by a robust noise estimate
+(MAD of first differences) so that run-to-run jitter does not split the series. Creep:
+the consumed share of the headroom the first segment had to its bound,
+``(last - first) / (bound - first)``, from the medians of the first and last segments
+(or first and last few points when there is no step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard.errors import UsageError
+
+SCHEMA_VERSION = 1
+
+
+def noise_sigma(logs: np.ndarray) -> float:
+    """Robust per-point noise from first differences (a step moves only one difference)."""
+    if logs.size < 3:
+        return 0.0
+    d = np.diff(logs)
+    return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
+
+
+def change_points(
+    values: Sequence[float], *, penalty: float | None = None, min_size: int = 3
+) -> list[int]:
+    """Indices where a new segment starts (PELT, L2 cost on log values)."""
+    import ruptures
+
+    y = np.log(np.asarray(values, dtype=float))
+    if y.size < 2 * min_size:
+        return []
+    sigma = max(noise_sigma(y), 1e-4)
+    pen = penalty if penalty is not None else 3.0 * sigma**2 * math.log(y.size)
+    bkps = (
+        ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(y.reshape(-1, 1)).predict(pen=pen)
+    )
+    return [b for b in bkps if b < y.size]
+
+
+def trend(values: Sequence[float], alpha: float = 0.01) -> dict[str, Any]:
+    """Theil-Sen slope of log values (% per run) and whether Kendall's tau finds a trend."""
+    from scipy import stats
+
+    y = np.log(np.asarray(values, dtype=float))
+    if y.size < 4:
+        return {"pct_per_run": 0.0, "p_value": 1.0, "significant": False}
+    x = np.arange(y.size)
+    slope = float(stats.theilslopes(y, x).slope)
+    p = float(stats.kendalltau(x, y).pvalue)
+    return {"pct_per_run": (math.exp(slope) - 1) * 100, "p_value": p, "significant": p < alpha}
+
+
+def analyse(
+    values: Sequence[float],
+    *,
+    labels: Sequence[str] | None = None,
+    bound: float | None = None,
+    penalty: float | None = None,
+    min_size: int = 3,
+) -> dict[str, Any]:
+    """Steps (where, from, to, ratio) and creep (headroom consumed) for one metric series."""
+    v = [float(x) for x in values]
+    if any(not math.isfinite(x) or x <= 0 for x in v):
+        raise UsageError("history values must be finite and positive")
+    if len(v) < 2:
+        raise UsageError(f"history needs at least 2 points, got {len(v)}")
+    labels = list(labels) if labels is not None else [str(i) for i in range(len(v))]
+    cps = change_points(v, penalty=penalty, min_size=min_size)
+    edges = [0, *cps, len(v)]
+    segments = [v[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    steps = []
+    for i, cp in enumerate(cps):
+        before, after = statistics.median(segments[i]), statistics.median(segments[i + 1])
+        steps.append({"index": cp, "at": labels[cp], "before": before, "after": after,
+                      "ratio": after / before, "pct": (after / before - 1) * 100})  # fmt: skip
+    k = max(1, min(10, len(v) // 4))
+    first = statistics.median(segments[0]) if cps else statistics.median(v[:k])
+    last = statistics.median(segments[-1]) if cps else statistics.median(v[-k:])
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "points": len(v),
+        "first": first,
+        "last": last,
+        "change_pct": (last / first - 1) * 100,
+        "steps": steps,
+        "trend": trend(v),
+        "bound": bound,
+        "headroom_consumed": None,
+    }
+    if bound is not None:
+        if bound <= first:
+            out["headroom_consumed"] = math.inf if last >= first else 0.0
+        else:
+            out["headroom_consumed"] = (last - first) / (bound - first)
+    return out
+
+
+def format_history(name: str, a: Mapping[str, Any]) -> str:
+    lines = [
+        f"{name}: {a['points']} runs, {a['first']:.4g} → {a['last']:.4g} ({a['change_pct']:+.1f}%)"
+    ]
+    if not a["steps"]:
+        lines.append("  no step detected")
+    for s in a["steps"]:
+        lines.append(
+            f"  step at {s['at']}: {s['before']:.4g} → {s['after']:.4g} ({s['pct']:+.1f}%)"
+        )
+    t = a.get("trend") or {}
+    if t.get("significant"):
+        lines.append(f"  creep: {t['pct_per_run']:+.2f}% per run (Kendall p={t['p_value']:.2g})")
+    hc = a.get("headroom_consumed")
+    if hc is not None:
+        shown = (
+            "all of it (already at or past the bound)"
+            if not math.isfinite(hc) or hc >= 1
+            else f"{hc:.0%}"
+        )
+        lines.append(f"  headroom to the bound {a['bound']:.4g} consumed: {shown}")
+    return "\n".join(lines)
+
+
+def series_from_runs(frame: Any, metric: str) -> tuple[list[float], list[str]]:
+    """Oldest-first metric values and "commit@time" labels from a find_runs DataFrame."""
+    col = f"metrics.{metric}"
+    if frame is None or len(frame) == 0 or col not in frame.columns:
+        return [], []
+    f = frame.dropna(subset=[col]).sort_values("start_time")
+    commits = (
+        f["tags.guard.git.commit"] if "tags.guard.git.commit" in f.columns else [None] * len(f)
+    )
+    labels = [
+        f"{(c or 'nogit')[:10]}@{t:%Y-%m-%d %H:%M}"
+        for c, t in zip(commits, f["start_time"], strict=False)
+    ]
+    return [float(x) for x in f[col]], labels
+
+
+def history_command(args: argparse.Namespace) -> int:
+    from guard.track import find_runs, resolve_uri
+
+    suite = args.suite
+    if suite.endswith((".yaml", ".yml")):
+        from guard.suite import load_suite
+
+        suite = load_suite(Path(suite)).name
+    uri = resolve_uri(args.tracking_uri, Path.cwd())
+    frame = find_runs(
+        uri, suite, model=args.model, backend=args.backend, branch=args.branch or None
+    )
+    values, labels = series_from_runs(frame, args.metric)
+    if len(values) < 2:
+        raise UsageError(
+            f"{len(values)} runs of {args.model} with metric {args.metric!r} in suite {suite!r} "
+            f"on branch {args.branch or '(any)'}; history needs at least 2",
+            hint="Check --model/--backend/--branch/--metric, or run the suite with tracking on.",
+        )
+    a = analyse(values, labels=labels, bound=args.bound, penalty=args.penalty)
+    print(format_history(f"{args.model} {args.metric}", a))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        safe = {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in a.items()
+        }
+        args.json.write_text(json.dumps(safe, indent=2) + "\n")
+    return 0

@@ -1,0 +1,102 @@
+"""Noise calibration with a fake clock: the callable 'takes' jittered time by advancing it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from guard.bench import calibrate as K
+from guard.errors import UsageError
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def jittered(clock, rng, sigma, ms=1.0):
+    def fn():
+        clock.t += ms * math.exp(rng.normal(0, sigma)) / 1000.0
+
+    return fn
+
+
+def test_noise_pct_is_robust_and_one_sided_99():
+    rng = np.random.default_rng(0)
+    ratios = np.exp(rng.normal(0, 0.02, 5000))
+    assert K.noise_pct(ratios) == pytest.approx(100 * 2.326 * 0.02, rel=0.05)
+    with_outlier = list(ratios[:50]) + [3.0]
+    assert K.noise_pct(with_outlier) < 10  # one 3x outlier does not blow it up
+    assert K.noise_pct([1.0, 1.0, 1.0]) == 0.0
+    assert K.noise_pct([1.05] * 5) == pytest.approx(100 * math.log(1.05))  # a bias counts
+    with pytest.raises(UsageError):
+        K.noise_pct([1.0, 1.0])
+
+
+def test_noisier_callable_gets_more_noise():
+    quiet, noisy = Clock(), Clock()
+    rng = np.random.default_rng(1)
+    a = K.calibrate_fn(
+        jittered(quiet, rng, 0.01), rounds=10, round_s=0.3, warmup_s=0.01, clock=quiet
+    )
+    b = K.calibrate_fn(
+        jittered(noisy, rng, 0.2), rounds=10, round_s=0.3, warmup_s=0.01, clock=noisy
+    )
+    assert a["noise_pct"] < b["noise_pct"]
+    assert len(a["sequential_ratios"]) == len(a["paired_ratios"]) == 10
+    assert a["noise_pct"] < 2.0
+
+
+def test_round_lasts_round_s():
+    clock, rng = Clock(), np.random.default_rng(2)
+    K.aa_round(jittered(clock, rng, 0.0), 0.3, clock)
+    assert 0.3 <= clock.t < 0.31
+
+
+def test_argument_checks():
+    with pytest.raises(UsageError, match="rounds"):
+        K.calibrate_fn(lambda: None, rounds=2)
+    with pytest.raises(UsageError, match="round-s"):
+        K.calibrate_fn(lambda: None, rounds=5, round_s=0)
+
+
+def test_noise_file_roundtrip_and_validation(tmp_path):
+    p = K.default_noise_path(tmp_path, "smoke")
+    K.save_noise(p, "smoke", {"mlp/onnxruntime/llvm": {"noise_pct": 4.0, "paired_noise_pct": 1.5}})
+    assert K.load_noise(p) == {"mlp/onnxruntime/llvm": 4.0}
+    assert K.load_noise(p, "paired") == {"mlp/onnxruntime/llvm": 1.5}
+    doc = json.loads(p.read_text())
+    assert doc["schema_version"] == 1 and doc["suite"] == "smoke"
+    doc["schema_version"] = 9
+    p.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match="schema_version"):
+        K.load_noise(p)
+    doc["schema_version"] = 1
+    doc["entries"]["mlp/onnxruntime/llvm"]["noise_pct"] = "high"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=r"entries\.mlp/onnxruntime/llvm\.noise_pct"):
+        K.load_noise(p)
+    with pytest.raises(UsageError, match="guard calibrate"):
+        K.load_noise(tmp_path / "missing.json")
+
+
+def test_log_noise_writes_one_calibration_run(tmp_path):
+    pytest.importorskip("mlflow")
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    doc = K.save_noise(
+        tmp_path / "n.json",
+        "smoke",
+        {"mlp/onnxruntime/llvm -mcpu=x": {"noise_pct": 4.0, "paired_noise_pct": 1.5}},
+    )
+    run_id = K.log_noise(uri, "smoke", doc)
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.data.tags["guard.level"] == "calibration"
+    assert any(k.startswith("noise_pct.mlp") and v == 4.0 for k, v in run.data.metrics.items())

@@ -1,0 +1,166 @@
+"""guard bump with a fake subprocess runner: env cache, pin handling, report order, exits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+from compare_fixtures import doc, lat, manifest, result
+
+from guard.compare import bump
+from guard.errors import UsageError
+
+REQS = ["numpy==2.4.6", "onnxruntime==1.32.0", "scipy==1.17.1"]
+
+
+class FakeRunner:
+    """Plays venv, pip and `guard run`; the suite run writes a synthetic results file."""
+
+    def __init__(self, slow_version=None, fail_pip=False):
+        self.calls = []
+        self.slow_version = slow_version
+        self.fail_pip = fail_pip
+        self.rng = np.random.default_rng(0)
+
+    def __call__(self, cmd, **kw):
+        self.calls.append(cmd)
+        if cmd[1:3] == ["-m", "venv"]:
+            env = cmd[-1]
+            import pathlib
+
+            (pathlib.Path(env) / "bin").mkdir(parents=True, exist_ok=True)
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        if "pip" in cmd:
+            if self.fail_pip:
+                return subprocess.CompletedProcess(
+                    cmd, 1, "", "ERROR: No matching distribution found for onnxruntime==0.0.1"
+                )
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        assert cmd[1:4] == ["-m", "guard.cli", "run"] and "--no-track" in cmd
+        assert kw["env"]["PYTHONPATH"].split(":")[0] == str(bump.REPO_ROOT)
+        env_name = cmd[0].split("/")[-3]
+        version = env_name.split("-")[1]
+        factor = 1.2 if version == self.slow_version else 1.0
+        m = manifest(runtime__version=version, compiler__version=version)
+        out = doc(result("mlp", lat(self.rng, factor=factor), manifest=m))
+        path = cmd[cmd.index("--json") + 1]
+        with open(path, "w") as f:
+            json.dump(out, f)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+@pytest.fixture
+def suite(tmp_path):
+    p = tmp_path / "smoke.yaml"
+    p.write_text("schema_version: 1\n")
+    return p
+
+
+def test_requirements_replace_the_pin_or_add_it():
+    assert bump.requirements_with("onnxruntime==1.31.1", REQS) == [
+        "numpy==2.4.6",
+        "onnxruntime==1.31.1",
+        "scipy==1.17.1",
+    ]
+    assert bump.requirements_with("apache_tvm==0.26.0", ["apache-tvm==0.27.0.post1"]) == [
+        "apache_tvm==0.26.0"
+    ]
+    assert bump.requirements_with("onnx==1.22.0", REQS)[0] == "numpy==2.4.6"
+    assert "onnx==1.22.0" in bump.requirements_with("onnx==1.22.0", REQS)
+
+
+@pytest.mark.parametrize("bad", ["onnxruntime", "onnxruntime>=1.0", "==1.0", "a b==1"])
+def test_bad_pins_are_usage_errors(bad):
+    with pytest.raises(UsageError, match="PKG==VERSION"):
+        bump.parse_pin(bad)
+
+
+def test_pinned_requirements_come_from_pyproject():
+    reqs = bump.pinned_requirements()
+    assert any(r.startswith("onnxruntime==") for r in reqs)
+
+
+def test_bump_report_leads_with_manifest_diff_and_exits_1_on_regression(tmp_path, suite):
+    runner = FakeRunner(slow_version="1.32.0")
+    cmp, code = bump.run_bump(
+        "onnxruntime==1.31.1",
+        "onnxruntime==1.32.0",
+        suite,
+        env_cache=tmp_path / "envs",
+        out_dir=tmp_path / "out",
+        runner=runner,
+        base_requirements=REQS,
+    )
+    assert code == 1 and cmp["rows"][0]["verdict"] == "regressed"
+    assert list(cmp["manifest_diff"])[0] == "package.onnxruntime"
+    assert cmp["manifest_diff"]["runtime.version"] == ["1.31.1", "1.32.0"]
+    md = (tmp_path / "out" / "onnxruntime-1.31.1-1.32.0" / "bump.md").read_text().splitlines()
+    assert md[0] == "## Manifest diff" and md[2] == "- `package.onnxruntime`: 1.31.1 → 1.32.0"
+    assert md[3] == "- `compiler.version`: 1.31.1 → 1.32.0"
+    assert (
+        json.loads((tmp_path / "out" / "onnxruntime-1.31.1-1.32.0" / "bump.json").read_text())[
+            "bump"
+        ]["new"]
+        == "1.32.0"
+    )
+
+
+def test_envs_are_cached_between_runs(tmp_path, suite):
+    runner = FakeRunner()
+    kw = dict(
+        env_cache=tmp_path / "envs", out_dir=tmp_path / "out", runner=runner, base_requirements=REQS
+    )
+    _, code = bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite, **kw)
+    assert code == 0
+    pip_calls = sum("pip" in c for c in runner.calls)
+    assert pip_calls == 2
+    bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite, **kw)
+    assert sum("pip" in c for c in runner.calls) == 2  # nothing reinstalled
+    installed = [c for c in runner.calls if "pip" in c][0]
+    assert "onnxruntime==1.31.1" in installed and "onnxruntime==1.32.0" not in installed
+
+
+def test_failed_install_names_the_pin_and_is_not_cached(tmp_path, suite):
+    runner = FakeRunner(fail_pip=True)
+    with pytest.raises(
+        UsageError, match="environment for onnxruntime==0.0.1.*No matching distribution"
+    ):
+        bump.run_bump(
+            "onnxruntime==0.0.1",
+            "onnxruntime==1.32.0",
+            suite,
+            env_cache=tmp_path / "e",
+            out_dir=tmp_path / "o",
+            runner=runner,
+            base_requirements=REQS,
+        )
+    assert not list((tmp_path / "e").glob("*/.guard-complete"))
+
+
+def test_argument_errors(tmp_path, suite):
+    with pytest.raises(UsageError, match="one package"):
+        bump.run_bump("onnx==1.0", "numpy==2.0", suite)
+    with pytest.raises(UsageError, match="same version"):
+        bump.run_bump("onnx==1.0", "onnx==1.0", suite)
+    with pytest.raises(UsageError, match="no such suite"):
+        bump.run_bump("onnx==1.0", "onnx==1.1", tmp_path / "nope.yaml")
+
+
+def test_failed_suite_run_is_reported(tmp_path, suite):
+    def runner(cmd, **kw):
+        if "guard.cli" in cmd:
+            return subprocess.CompletedProcess(cmd, 2, "", "guard: error: smoke.yaml: models: bad")
+        return FakeRunner()(cmd, **kw)
+
+    with pytest.raises(UsageError, match="exited 2: guard: error: smoke.yaml"):
+        bump.run_bump(
+            "onnx==1.0",
+            "onnx==1.1",
+            suite,
+            env_cache=tmp_path / "e",
+            out_dir=tmp_path / "o",
+            runner=runner,
+            base_requirements=REQS,
+        )

@@ -1,0 +1,68 @@
+"""Change points and creep on synthetic histories."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from guard.compare import history as H
+from guard.errors import UsageError
+
+
+def test_one_step_is_found_where_it_happened():
+    rng = np.random.default_rng(0)
+    v = list(10 * np.exp(rng.normal(0, 0.02, 20))) + list(11.4 * np.exp(rng.normal(0, 0.02, 15)))
+    a = H.analyse(v, bound=15.0)
+    assert [s["index"] for s in a["steps"]] == [20]
+    assert a["steps"][0]["pct"] == pytest.approx(14, abs=3)
+    assert a["headroom_consumed"] == pytest.approx(1.4 / 5.0, abs=0.08)
+    text = H.format_history("mlp latency_ms.p50", a)
+    assert "step at 20" in text and "headroom" in text
+
+
+def test_noise_alone_has_no_step_and_no_trend():
+    rng = np.random.default_rng(1)
+    misses = 0
+    for _ in range(20):
+        a = H.analyse(list(10 * np.exp(rng.normal(0, 0.05, 40))))
+        misses += bool(a["steps"]) or a["trend"]["significant"]
+    assert misses <= 1
+
+
+def test_creep_is_a_trend_and_eats_headroom():
+    rng = np.random.default_rng(2)
+    v = 10 * np.exp(np.linspace(0, 0.2, 40) + rng.normal(0, 0.01, 40))
+    a = H.analyse(list(v), bound=14.0)
+    assert a["trend"]["significant"] and a["trend"]["pct_per_run"] == pytest.approx(0.51, abs=0.1)
+    assert 0.35 < a["headroom_consumed"] < 0.75
+    assert "creep:" in H.format_history("m", a)
+
+
+def test_already_past_the_bound():
+    a = H.analyse([10, 10, 10, 12, 12, 12], bound=9.0, min_size=2)
+    assert math.isinf(a["headroom_consumed"])
+    assert "all of it" in H.format_history("m", a)
+
+
+def test_bad_series():
+    with pytest.raises(UsageError):
+        H.analyse([1.0])
+    with pytest.raises(UsageError):
+        H.analyse([1.0, -1.0])
+
+
+def test_series_from_runs_orders_oldest_first():
+    frame = pd.DataFrame(
+        {
+            "start_time": pd.to_datetime(["2026-11-03", "2026-11-01", "2026-11-02"]),
+            "metrics.latency_ms.p50": [3.0, 1.0, None],
+            "tags.guard.git.commit": ["c" * 40, "a" * 40, "b" * 40],
+        }
+    )
+    values, labels = H.series_from_runs(frame, "latency_ms.p50")
+    assert values == [1.0, 3.0]
+    assert labels[0].startswith("aaaaaaaaaa@2026-11-01")
+    assert H.series_from_runs(frame, "nope") == ([], [])
