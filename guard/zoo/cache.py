@@ -21,7 +21,9 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from guard.errors import UsageError
+import onnx
+
+from guard.errors import InternalError, UsageError
 from guard.zoo.registry import ModelSpec, spec
 
 # name -> number of builds this process ran (not cache hits): tests and logs read it.
@@ -81,6 +83,14 @@ def model_path(name: str, cache_dir: Path | None = None) -> Path:
         ) from e
     data = model.build().SerializeToString()
     BUILDS[model.name] += 1
+    try:  # full_check: the checker plus strict shape inference
+        onnx.checker.check_model(data, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        raise InternalError(
+            f"the built model fails onnx.checker: {e}",
+            where=f"zoo:{model.name}",
+            hint="This is a bug in guard/zoo; nothing was cached.",
+        ) from e
     try:
         _write_atomic(path, data)
     except OSError as e:
