@@ -297,7 +297,10 @@ def _find_parent(uri: str, suite: str, digest: str) -> dict[str, Any] | None:
         return None
     eid = experiment.experiment_id
     parents = client.search_runs(
-        [eid], filter_string=f"tags.`guard.results_sha256` = '{digest}'", max_results=1
+        [eid],
+        # A parent left FAILED by an interrupted logging is not "tracked": log again.
+        filter_string=f"tags.`guard.results_sha256` = '{digest}' and attributes.status = 'FINISHED'",
+        max_results=1,
     )
     if not parents:
         return None

@@ -169,6 +169,11 @@ def test_push_sends_kept_results_once(sqlite_uri: str, tmp_path: Path):
     # What the pipeline adds after logging does not make it a new invocation...
     receipt = {**doc, "tracking": {"uri": sqlite_uri}, "exit_code": 1}
     assert push(keep_results(receipt, tmp_path), sqlite_uri)["already_tracked"] is True
+    # A parent left FAILED by an interrupted logging does not count as tracked.
+    MlflowClient(sqlite_uri).set_terminated(first["parent_run_id"], status="FAILED")
+    retry = push(path, sqlite_uri)
+    assert retry["already_tracked"] is False
+    assert retry["parent_run_id"] != first["parent_run_id"]
     # ...but a different measurement is one.
     doc["results"][0]["latency_ms"]["p50"] += 1
     assert push(keep_results(doc, tmp_path), sqlite_uri)["already_tracked"] is False
