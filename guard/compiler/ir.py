@@ -95,7 +95,7 @@ class Constant(Value):
         return cls(name, arr.shape, arr.dtype, arr)
 
 
-@dataclass
+@dataclass(eq=False)  # nodes compare by identity: two equal-looking nodes are distinct
 class Node:
     """One operation: ``outputs = op(inputs; attrs)``."""
 

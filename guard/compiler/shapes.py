@@ -135,9 +135,7 @@ def _reduce(node: Node, vals: list[Value | None]) -> TypeList:
     x = _v(vals, 0)
     axes = node.attrs["axes"]
     keep = node.attrs.get("keepdims", 1)
-    shape = tuple(
-        (1 if keep else None) if i in axes else d for i, d in enumerate(x.shape)
-    )
+    shape = tuple((1 if keep else None) if i in axes else d for i, d in enumerate(x.shape))
     dtype = np.dtype(np.int64) if node.op in ("ArgMax", "ArgMin") else x.dtype
     return [(tuple(d for d in shape if d is not None), dtype)]
 
@@ -190,7 +188,16 @@ def _epilogue(anchor: ShapeFn) -> ShapeFn:
 
 
 SHAPE_FNS: dict[str, ShapeFn] = {
-    **{op: (lambda n, vs: [elementwise_type(n.op, n.attrs, [_v(vs, i) for i in range(len(vs)) if vs[i] is not None])]) for op in ELEMENTWISE},  # noqa: E501
+    **{
+        op: (
+            lambda n, vs: [
+                elementwise_type(
+                    n.op, n.attrs, [_v(vs, i) for i in range(len(vs)) if vs[i] is not None]
+                )
+            ]
+        )
+        for op in ELEMENTWISE
+    },  # noqa: E501
     **{op: (lambda n, vs: [(_v(vs, 0).shape, _v(vs, 0).dtype)]) for op in SAME_SHAPE},
     "FusedElementwise": lambda n, vs: _program_type(n, vs, None),
     "Conv": _conv,
@@ -198,34 +205,87 @@ SHAPE_FNS: dict[str, ShapeFn] = {
     "MaxPool": _pool,
     "AveragePool": _pool,
     "LpPool": _pool,
-    "GlobalAveragePool": lambda n, vs: [(_v(vs, 0).shape[:2] + (1,) * (len(_v(vs, 0).shape) - 2), _v(vs, 0).dtype)],  # noqa: E501
-    "GlobalMaxPool": lambda n, vs: [(_v(vs, 0).shape[:2] + (1,) * (len(_v(vs, 0).shape) - 2), _v(vs, 0).dtype)],  # noqa: E501
+    "GlobalAveragePool": lambda n, vs: [
+        (_v(vs, 0).shape[:2] + (1,) * (len(_v(vs, 0).shape) - 2), _v(vs, 0).dtype)
+    ],  # noqa: E501
+    "GlobalMaxPool": lambda n, vs: [
+        (_v(vs, 0).shape[:2] + (1,) * (len(_v(vs, 0).shape) - 2), _v(vs, 0).dtype)
+    ],  # noqa: E501
     "Gemm": _gemm,
     "FusedGemm": _epilogue(_gemm),
     "MatMul": _matmul,
     "FusedMatMul": _epilogue(_matmul),
     "Reshape": lambda n, vs: [(tuple(n.attrs["shape"]), _v(vs, 0).dtype)],
-    "Transpose": lambda n, vs: [(tuple(_v(vs, 0).shape[p] for p in n.attrs["perm"]), _v(vs, 0).dtype)],  # noqa: E501
+    "Transpose": lambda n, vs: [
+        (tuple(_v(vs, 0).shape[p] for p in n.attrs["perm"]), _v(vs, 0).dtype)
+    ],  # noqa: E501
     "Concat": _concat,
     "Split": _split,
     "Slice": _slice,
     "Gather": _gather,
     "GatherElements": lambda n, vs: [(_v(vs, 1).shape, _v(vs, 0).dtype)],
     "Expand": lambda n, vs: [(_bcast(_v(vs, 0).shape, tuple(n.attrs["shape"])), _v(vs, 0).dtype)],  # noqa: E501
-    "Tile": lambda n, vs: [(tuple(d * r for d, r in zip(_v(vs, 0).shape, n.attrs["repeats"], strict=True)), _v(vs, 0).dtype)],  # noqa: E501
-    "Pad": lambda n, vs: [(tuple(d + n.attrs["pads"][i] + n.attrs["pads"][i + len(_v(vs, 0).shape)] for i, d in enumerate(_v(vs, 0).shape)), _v(vs, 0).dtype)],  # noqa: E501
+    "Tile": lambda n, vs: [
+        (
+            tuple(d * r for d, r in zip(_v(vs, 0).shape, n.attrs["repeats"], strict=True)),
+            _v(vs, 0).dtype,
+        )
+    ],  # noqa: E501
+    "Pad": lambda n, vs: [
+        (
+            tuple(
+                d + n.attrs["pads"][i] + n.attrs["pads"][i + len(_v(vs, 0).shape)]
+                for i, d in enumerate(_v(vs, 0).shape)
+            ),
+            _v(vs, 0).dtype,
+        )
+    ],  # noqa: E501
     "Fill": lambda n, vs: [(tuple(n.attrs["shape"]), dtype_from_name(n.attrs["dtype"]))],
-    **{op: _reduce for op in (
-        "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-        "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin",
-    )},  # fmt: skip
+    **{
+        op: _reduce
+        for op in (
+            "ReduceMean",
+            "ReduceSum",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+            "ReduceSumSquare",
+            "ArgMax",
+            "ArgMin",
+        )
+    },  # fmt: skip
 }
+
+
+def _relayout(node: Node, vals: list[Value | None]) -> TypeList:
+    from guard.compiler.layout import from_layout_shape, to_layout_shape
+
+    x = _v(vals, 0)
+    nchw = from_layout_shape(x.shape, node.attrs["from"])
+    return [(to_layout_shape(nchw, node.attrs["to"]), x.dtype)]
+
+
+SHAPE_FNS["Relayout"] = _relayout
 
 
 def infer(node: Node, graph: Graph) -> TypeList | None:
     """Output types of ``node`` from its inputs' types; None when the op has no function."""
+    from guard.compiler.layout import LAYOUT_OPS, from_layout_shape, to_layout_shape
+
     fn = SHAPE_FNS.get(node.op)
     if fn is None:
         return None
     vals = [graph.values.get(i) if i else None for i in node.inputs]
+    layout = node.attrs.get("layout", "NCHW")
+    if layout != "NCHW" and node.op in LAYOUT_OPS:
+        x = _v(vals, 0)
+        x0 = Value(x.name, from_layout_shape(x.shape, layout), x.dtype)
+        if node.op == "FusedConv":
+            ((s, d),) = _conv(node, [x0] + vals[1 : node.attrs["anchor_inputs"]])
+            return _program_type(node, vals, Value("acc", to_layout_shape(s, layout), d))
+        return [(to_layout_shape(s, layout), d) for s, d in fn(node, [x0] + vals[1:])]
     return fn(node, vals)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.ir import Constant, Graph
+from guard.compiler import layout
 from guard.compiler.reference import elementwise, nn, tensor
 from guard.errors import InternalError, ModelError
 
@@ -25,7 +26,31 @@ KERNELS: dict[str, Kernel] = {
 }
 
 
+def _relayout(xs: list[np.ndarray | None], a: dict[str, Any]) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    return [layout.to_layout(layout.to_nchw(x, a["from"]), a["to"])]
+
+
+KERNELS["Relayout"] = _relayout
+
+
+def _in_layout(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any]) -> list[np.ndarray]:
+    """Run a layout-carrying op: its first input and output are in attrs["layout"]."""
+    lay = attrs["layout"]
+    x = inputs[0]
+    assert x is not None
+    args = [layout.to_nchw(x, lay), *inputs[1:]]
+    if op == "FusedConv":
+        n = attrs["anchor_inputs"]
+        (acc,) = nn.conv(args[:n], attrs)
+        return [elementwise.run_program(attrs["program"], inputs, layout.to_layout(acc, lay))]  # type: ignore[arg-type]
+    return [layout.to_layout(y, lay) for y in KERNELS[op](args, attrs)]
+
+
 def run_node(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any]) -> list[np.ndarray]:
+    if attrs.get("layout", "NCHW") != "NCHW" and op in layout.LAYOUT_OPS:
+        return _in_layout(op, inputs, attrs)
     return KERNELS[op](inputs, attrs)
 
 
@@ -64,10 +89,9 @@ def run_reference(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np
                 if not isinstance(c, Constant):
                     raise InternalError(f"reference: {node.label()} reads undefined {i!r}")
                 args.append(c.data)
-        kernel = KERNELS.get(node.op)
-        if kernel is None:
+        if node.op not in KERNELS:
             raise InternalError(f"reference: no kernel for {node.label()}")
-        outs = kernel(args, node.attrs)
+        outs = run_node(node.op, args, node.attrs)
         for o, arr in zip(node.outputs, outs, strict=True):
             v = graph.values[o]
             arr = np.asarray(arr)

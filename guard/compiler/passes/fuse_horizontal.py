@@ -1,0 +1,76 @@
+"""fuse_horizontal: sibling MatMul/Gemm that share an input -> one wider op and a Split.
+
+``y_i = x @ W_i`` for constant ``W_i`` with equal leading dims -> ``Y = x @ concat(W_i,
+axis=-1)`` then ``Split(Y, axis=-1)`` back into the ``y_i`` (Q/K/V projections are the
+classic case: one GEMM reads ``x`` once). Gemm siblings must share every attribute; their
+biases (when all have one, per column) are concatenated too; with ``transB=1`` the weights
+concatenate along rows. Declines non-constant weights, mixed dtypes and lone ops; the
+numbers are unchanged because each output column is computed from the same row and column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from guard.compiler.ir import Graph, Node
+from guard.compiler.passes.base import Pass, PassResult, attrs_key
+
+
+@dataclass
+class FuseHorizontal(Pass):
+    name = "fuse_horizontal"
+    min_group: int = 2
+
+    def run(self, graph: Graph) -> PassResult:
+        groups: dict[tuple, list[Node]] = {}
+        for n in graph.nodes:
+            if n.op not in ("MatMul", "Gemm") or graph.const(n.inputs[1]) is None:
+                continue
+            w = graph.values[n.inputs[1]]
+            if n.op == "MatMul" and len(w.shape) != 2:
+                continue
+            if n.op == "Gemm" and n.attrs.get("transA", 0):
+                continue
+            has_bias = len(n.inputs) > 2
+            k = w.shape[1] if n.op == "Gemm" and n.attrs.get("transB", 0) else w.shape[0]
+            key = (n.op, n.inputs[0], k, w.dtype.str, attrs_key(n.attrs), has_bias)
+            groups.setdefault(key, []).append(n)
+        fused = 0
+        for key, nodes in groups.items():
+            if len(nodes) < self.min_group:
+                continue
+            if key[0] == "Gemm" and key[5] and not all(
+                graph.values[n.inputs[2]].size == graph.values[n.outputs[0]].shape[-1]
+                for n in nodes
+            ):
+                continue
+            self._fuse(graph, nodes)
+            fused += 1
+        if fused:
+            graph.prune_values()
+        return PassResult(fused > 0, {"num_groups": fused,
+                                      "num_ops_merged": sum(len(v) for v in groups.values() if len(v) >= self.min_group)})
+
+    def _fuse(self, graph: Graph, nodes: list[Node]) -> None:
+        first = nodes[0]
+        trans_b = first.op == "Gemm" and first.attrs.get("transB", 0)
+        ws = [graph.const(n.inputs[1]) for n in nodes]
+        w = np.concatenate(ws, axis=0 if trans_b else -1)  # type: ignore[arg-type]
+        inputs = [first.inputs[0], graph.add_constant(None, w, "hfuse_w").name]
+        if len(first.inputs) > 2:
+            b = np.concatenate([graph.const(n.inputs[2]).reshape(-1) for n in nodes])  # type: ignore[union-attr]
+            inputs.append(graph.add_constant(None, b, "hfuse_b").name)
+        outs = [graph.values[n.outputs[0]] for n in nodes]
+        sizes = [o.shape[-1] for o in outs]
+        shape = outs[0].shape[:-1] + (sum(sizes),)
+        # Insert where the first sibling was: x and the constants are defined by then.
+        idx = graph.nodes.index(first)
+        wide = graph.add_node(first.op, inputs, [(shape, outs[0].dtype)], dict(first.attrs),
+                              index=idx, name=f"{first.name}/hfused")
+        split = Node("Split", [wide.outputs[0]], [n.outputs[0] for n in nodes],
+                     {"axis": len(shape) - 1, "split": sizes}, f"{first.name}/hsplit")
+        graph.nodes.insert(idx + 1, split)
+        drop = {id(n) for n in nodes}
+        graph.nodes = [n for n in graph.nodes if id(n) not in drop]
