@@ -20,7 +20,7 @@ def test_run_against_real_server_reads_back_parent_and_children(tmp_path, workdi
     b = small_convnet(tmp_path / "b.onnx", opset=13)
     suite = write_suite(tmp_path, f"""
     schema_version: 1
-    suite: served
+    suite: spine-served
     defaults:
       backends: [onnxruntime]
       measure: {FAST_MEASURE}
@@ -36,7 +36,7 @@ def test_run_against_real_server_reads_back_parent_and_children(tmp_path, workdi
     assert doc["tracking"]["uri"] == mlflow_server
 
     mlflow.set_tracking_uri(mlflow_server)
-    runs = mlflow.search_runs(experiment_names=["guard/served"], output_format="list")
+    runs = mlflow.search_runs(experiment_names=["guard/spine-served"], output_format="list")
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and len(children) == 2
