@@ -10,7 +10,9 @@ Algorithm (:func:`partition`):
 2. Nodes are visited in topological order; a node joins the partitions of its
    predecessors on the same backend unless the merge would make the collapsed graph
    cyclic (a path from one side to the other through a third partition). The collapsed
-   graph of partitions therefore stays a DAG, and every partition is convex.
+   graph of partitions therefore stays a DAG, and every partition is convex. A node with
+   no edges at all (dead code) joins the largest partition of its backend: it costs no
+   boundary, so it should not count as a partition.
 3. A delegate partition smaller than its backend's ``min_partition_size`` goes back to the
    next backend (delegating two isolated nodes costs more in boundary copies than it
    saves); steps 2-3 repeat until nothing moves.
@@ -269,6 +271,16 @@ def _group(g: GraphView, assign: Sequence[str]) -> tuple[_Groups, dict[tuple[int
                 )
                 continue
             groups.merge(a, b)
+    # A node with no edges at all (dead, or reading only constants with no reader) cannot
+    # cost a boundary: it joins the largest partition of its backend instead of counting.
+    for i in range(len(g.nodes)):
+        if g.preds[i] or g.succs[i] or len(groups.members[groups.of[i]]) > 1:
+            continue
+        same = [
+            k for k, m in groups.members.items() if k != groups.of[i] and assign[m[0]] == assign[i]
+        ]
+        if same:
+            groups.merge(max(same, key=lambda k: len(groups.members[k])), groups.of[i])
     return groups, cycle_splits
 
 
@@ -491,9 +503,14 @@ def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
     for p in plan.partitions:
         for i in p.nodes:
             n = g.nodes[i]
-            if p.backend != primary or n.name in plan.cycle_splits:
+            # A refused merge is a cause only where it started this partition: no
+            # predecessor of the node is in it (otherwise an earlier split is the cause).
+            started = n.name in plan.cycle_splits and all(
+                plan.group_of[q] != p.id for q in g.preds[i]
+            )
+            if p.backend != primary or started:
                 why = dict(plan.declines.get(n.name, {}))
-                if n.name in plan.cycle_splits:
+                if started:
                     why[p.backend] = plan.cycle_splits[n.name]
                 splits.append(
                     {

@@ -75,6 +75,11 @@ class OpNode:
     outputs: tuple[str, ...]
     attrs: Mapping[str, Any] = field(default_factory=dict)
     has_subgraph: bool = False
+    n_args: int = -1  # how many of ``inputs`` the kernel takes (the rest are captures)
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        return self.inputs if self.n_args < 0 else self.inputs[: self.n_args]
 
 
 class GraphView:
@@ -181,6 +186,7 @@ def view_of_graph(graph: Any) -> GraphView:
                 tuple(n.outputs),
                 n.attrs,
                 has_subgraph=bool(captured) or n.op in CONTROL_FLOW_OPS,
+                n_args=len(n.inputs),
             )
         )
     return GraphView(nodes, tensors, graph.inputs, graph.outputs, name=graph.name)

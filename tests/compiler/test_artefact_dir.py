@@ -1,0 +1,98 @@
+"""Artefact: self-contained directory, hashes checked on load, tampering refused."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guard.compiler import import_onnx, optimize, run_reference
+from guard.compiler.artefact import FILES, load_artefact, save_artefact
+from guard.compiler.runtime import plan
+from guard.errors import ModelError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_runtime_models import feeds_for, small_model  # noqa: E402
+
+
+@pytest.fixture
+def built(tmp_path):
+    g, _ = optimize(import_onnx(small_model(), {"x": (1, 4, 8, 8)}), "O2")
+    compiled = plan(g)
+    manifest = save_artefact(compiled, tmp_path / "art", pipeline="O2", target="host")
+    return g, compiled, manifest, tmp_path / "art"
+
+
+def test_layout_and_manifest(built):
+    g, compiled, manifest, art = built
+    assert sorted(p.name for p in art.iterdir()) == sorted([*FILES, "manifest.json"])
+    assert manifest["compiler"]["pipeline"] == "O2" and manifest["compiler"]["target"] == "host"
+    assert manifest["compiler"]["profile"] == "native"
+    assert manifest["arena_bytes"] == compiled.arena_bytes
+    assert manifest["arena_lower_bound_bytes"] == compiled.lower_bound_bytes
+    assert manifest["partitions"]["count"] == 1
+    assert not any(b"pickle" in (art / f).read_bytes()[:64] for f in FILES)
+    index = json.loads((art / "weights.json").read_text())
+    assert {t["name"] for t in index["tensors"]} == set(g.constants)
+    assert all(t["offset"] % 64 == 0 and len(t["sha256"]) == 64 for t in index["tensors"])
+    assert (art / "graph.txt").read_text().startswith("graph ")
+
+
+def test_load_and_run_equals_reference(built):
+    g, compiled, _, art = built
+    loaded = load_artefact(art)
+    assert loaded.memory == compiled.memory
+    feeds = feeds_for(g)
+    out = loaded.runtime().run(feeds)
+    np.testing.assert_array_equal(out["y"], run_reference(g, feeds)["y"])
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_tampered_file_is_refused(built, name):
+    *_, art = built
+    p = art / name
+    data = bytearray(p.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    p.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match=f"{name}.*sha256 mismatch.*Rebuild"):
+        load_artefact(art)
+
+
+def test_a_consistent_but_rehashed_weight_is_still_refused(built):
+    """Editing weights.bin and its manifest hash still fails the per-constant sha256."""
+    *_, art = built
+    p = art / "weights.bin"
+    data = bytearray(p.read_bytes())
+    data[0] ^= 0xFF
+    p.write_bytes(bytes(data))
+    m = json.loads((art / "manifest.json").read_text())
+    import hashlib
+
+    m["files"]["weights.bin"] = hashlib.sha256(bytes(data)).hexdigest()
+    (art / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(ModelError, match="does not match its sha256"):
+        load_artefact(art)
+
+
+def test_schema_version_and_kind_are_checked(built):
+    *_, art = built
+    m = json.loads((art / "manifest.json").read_text())
+    (art / "manifest.json").write_text(json.dumps({**m, "schema_version": 2}))
+    with pytest.raises(ModelError, match="schema_version 2"):
+        load_artefact(art)
+    (art / "manifest.json").write_text(json.dumps({**m, "kind": "other"}))
+    with pytest.raises(ModelError, match="kind"):
+        load_artefact(art)
+    (art / "manifest.json").unlink()
+    with pytest.raises(ModelError, match="no manifest.json"):
+        load_artefact(art)
+
+
+def test_missing_file_is_named(built):
+    *_, art = built
+    (art / "memory_plan.json").unlink()
+    with pytest.raises(ModelError, match="memory_plan.json: file is missing"):
+        load_artefact(art)

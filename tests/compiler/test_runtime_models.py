@@ -1,0 +1,184 @@
+"""Runtime: one arena, one weights blob, partitions in order; outputs equal the reference.
+
+Fast tests use a small ONNX model built here (conv, LRN mid-network, concat, split,
+reshape, gemm); the slow test runs every zoo model (the nine onnx light topologies
+included) through import, O2, plan and the runtime.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from guard.compiler import import_onnx, optimize, run_reference
+from guard.compiler.memory import check_plan
+from guard.compiler.runtime import Runtime, pack_weights, partition_report, plan, weight_views
+from guard.errors import ModelError
+
+
+def small_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+
+    def init(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("LRN", ["r"], ["n"], size=3),
+        helper.make_node("Conv", ["n", "w2"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["d"]),
+        helper.make_node("Split", ["d"], ["s1", "s2"], axis=1),
+        helper.make_node("Add", ["s1", "s2"], ["e"]),
+        helper.make_node("Concat", ["e", "r"], ["f"], axis=1),
+        helper.make_node("Flatten", ["f"], ["g"]),
+        helper.make_node("Gemm", ["g", "w3"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [init("w1", 8, 4, 3, 3), init("b1", 8), init("w2", 16, 8, 3, 3), init("w3", 10, 1024)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def feeds_for(graph):
+    rng = np.random.default_rng(0)
+    return {
+        i: rng.standard_normal(graph.values[i].shape).astype(graph.values[i].dtype)
+        for i in graph.inputs
+    }
+
+
+def test_runtime_equals_reference_native():
+    g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
+    compiled = plan(g)
+    check_plan(compiled.memory)
+    assert compiled.partition_report["count"] == 1
+    rt = Runtime.from_plan(compiled)
+    assert rt.arena.nbytes >= compiled.arena_bytes
+    feeds = feeds_for(g)
+    ref = run_reference(g, feeds)
+    for _ in range(2):  # the arena is reused: a second run must not see the first's bytes
+        out = rt.run(feeds)
+        assert out.keys() == ref.keys()
+        for k in ref:
+            np.testing.assert_array_equal(out[k], ref[k])
+
+
+def test_runtime_with_a_split_partition_equals_reference():
+    g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
+    compiled = plan(g, "gpu-lite")
+    rep = compiled.partition_report
+    assert [p["backend"] for p in rep["partitions"]] == ["gpu-lite", "cpu", "gpu-lite"]
+    assert [s["op"] for s in rep["splits"]] == ["LRN"]
+    assert "op LRN is excluded by gpu-lite" in compiled.partition_text()
+    order_groups = [compiled.partitions.group_of[i] for i in compiled.memory.order]
+    assert order_groups == sorted(order_groups)  # partitions run as contiguous blocks
+    feeds = feeds_for(g)
+    calls: list[str] = []
+
+    def spy(name):
+        from guard.compiler.runtime import reference_executor
+
+        def run(op, args, attrs):
+            calls.append(f"{name}:{op}")
+            return reference_executor(op, args, attrs)
+
+        return run
+
+    rt = Runtime.from_plan(compiled, {"gpu-lite": spy("gpu"), "cpu": spy("cpu")})
+    out = rt.run(feeds)
+    np.testing.assert_array_equal(out["y"], run_reference(g, feeds)["y"])
+    assert "cpu:LRN" in calls and "gpu:Conv" in calls and "cpu:Conv" not in calls
+
+
+def test_runtime_detects_a_corrupted_plan():
+    """Equality with the reference is a real check: a plan with all tensors at 0 breaks it."""
+    from guard.compiler.memory import MemoryPlan
+
+    g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
+    compiled = plan(g)
+    d = compiled.memory.to_dict()
+    d["slots"] = [[s[0], 0, *s[2:]] for s in d["slots"]]
+    bad = MemoryPlan.from_dict(d)
+    blob, layout = pack_weights({k: c.data for k, c in g.constants.items()})
+    rt = Runtime(compiled.view, bad, compiled.partitions.group_of, ("native",), blob, layout)
+    feeds = feeds_for(g)
+    assert not np.array_equal(rt.run(feeds)["y"], run_reference(g, feeds)["y"])
+
+
+def test_runtime_refuses_bad_feeds():
+    g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
+    rt = Runtime.from_plan(plan(g))
+    with pytest.raises(ModelError, match="no feed for input 'x'"):
+        rt.run({})
+    with pytest.raises(ModelError, match=r"shape \[1, 4, 4, 4\]"):
+        rt.run({"x": np.zeros((1, 4, 4, 4), np.float32)})
+
+
+def test_weights_blob_is_aligned_and_read_only():
+    arrays = {"b": np.arange(3, dtype=np.int8), "a": np.ones((2, 3), np.float32)}
+    blob, layout = pack_weights(arrays)
+    assert [e.name for e in layout.entries] == ["a", "b"]
+    assert all(e.offset % 64 == 0 for e in layout.entries)
+    views = weight_views(blob, layout)
+    np.testing.assert_array_equal(views["b"], arrays["b"])
+    with pytest.raises(ValueError):
+        views["a"][0, 0] = 2.0
+
+
+def test_partition_report_for_a_model_file(tmp_path):
+    path = tmp_path / "small.onnx"
+    onnx.save(small_model(), path)
+    rep, text = partition_report(path, {"x": (1, 4, 8, 8)}, "gpu-lite")
+    # After O2, Conv+Relu is one node: alone before the LRN it is below gpu-lite's
+    # min_partition_size 2, so it joins the LRN on the cpu and one delegate partition is left.
+    assert rep["count"] == 1 and rep["fallback_partitions"] == 1
+    assert {s["op"]: s["backend"] for s in rep["splits"]}["LRN"] == "cpu"
+    assert "below min_partition_size 2" in text
+    assert "small.onnx on gpu-lite" in text and "LRN" in text and "arena:" in text
+    rep, _ = partition_report(path, {"x": (1, 4, 8, 8)}, None)
+    assert (
+        rep["count"] == 1
+        and rep["memory"]["arena_bytes"] <= 1.10 * rep["memory"]["lower_bound_bytes"]
+    )
+
+
+ZOO = [
+    "alexnet", "densenet121", "digits", "inception_block", "inception_v1", "inception_v2", "mlp",
+    "resnet50", "shufflenet", "squeezenet", "transformer", "vgg19", "zfnet512",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_every_zoo_model_plans_tightly_and_runs_exactly():
+    from guard import zoo
+
+    ratios, failures = {}, []
+    for name in ZOO:
+        d = zoo.describe(name)
+        shapes = {k: [1 if isinstance(x, str) else x for x in v] for k, v in d["inputs"].items()}
+        g, _ = optimize(import_onnx(zoo.model_path(name), shapes), "O2")
+        compiled = plan(g)
+        check_plan(compiled.memory)
+        ratios[name] = compiled.arena_bytes / compiled.lower_bound_bytes
+        if compiled.partition_report["count"] != 1 or compiled.partition_report["fallback_nodes"]:
+            failures.append(f"{name}: {compiled.partition_text()}")
+        if ratios[name] > 1.10:
+            failures.append(f"{name}: arena/lower bound {ratios[name]:.3f}")
+        feeds = feeds_for(g)
+        out = Runtime.from_plan(compiled).run(feeds)
+        ref = run_reference(g, feeds)
+        for k in ref:
+            if not np.array_equal(out[k], ref[k], equal_nan=True):
+                failures.append(f"{name}: output {k} differs from the reference")
+    geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
+    print({k: round(v, 4) for k, v in ratios.items()}, "geomean", round(geomean, 4))
+    assert not failures, "\n".join(failures)
