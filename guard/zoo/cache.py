@@ -50,7 +50,7 @@ def cache_key(model: ModelSpec) -> str:
 def cached_file(name: str, cache_dir: Path | None = None) -> Path:
     """Where ``name`` is (or would be) cached; does not build."""
     model = spec(name)
-    directory = cache_dir if cache_dir is not None else default_cache_dir()
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return directory / f"{model.name}-{cache_key(model)[:16]}.onnx"
 
 

@@ -34,6 +34,7 @@ shipped with opset 9); the opset stays 9.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from importlib import resources
 
@@ -252,6 +253,7 @@ def builder(name: str):
     return build
 
 
+@functools.cache
 def signature(name: str) -> tuple[dict[str, list[int | str]], dict[str, list[int | str]]]:
     """(inputs, outputs) of the rehydrated model, read from the small shipped file."""
     graph = load_shipped(name).graph
@@ -261,4 +263,4 @@ def signature(name: str) -> tuple[dict[str, list[int | str]], dict[str, list[int
         return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
 
     inputs = {i.name: dims(i) for i in graph.input if i.name not in inits}
-    return inputs, {o.name: dims(o) for o in graph.output}
+    return inputs, {o.name: dims(o) for o in graph.output}  # callers copy before handing out

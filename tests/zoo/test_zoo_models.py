@@ -198,3 +198,42 @@ def test_inception_block_structure(built):
         if t.name.endswith("weight")
     )
     assert kernels == [1, 1, 1, 1, 3, 5]
+
+
+# sha256 of each model's bytes as built with the pinned onnx, numpy and onnxruntime.
+# A builder change must bump its VERSION (the cache key), or users keep stale cached files:
+# when this table fails, bump the VERSION in guard/zoo/<builder>.py and re-record the hash.
+# A dependency bump that changes the bytes fails here too, on purpose: it is a model change.
+# digits is left out: its float64 training runs through the host's BLAS, so its bytes are
+# reproducible on one machine (tested above) but not promised across CPUs.
+GOLDEN_SHA256 = {
+    "alexnet": "91b41311793e34cb5d57569275df16852eadfec3864cb8b62317001edd0ab976",
+    "densenet121": "d46d97fcda6807a9fc48d2dd746b28e70414491861e2f1bff2d6995fdac48bc8",
+    "inception_block": "7394f894a310c60831fe5a26a8f0ce2131c2c5f334419e391e6dcc7ad0e80b71",
+    "inception_v1": "469f38d2fab8c1b3ebe473ffe854fd7bfd5d7c83b5d3ac255f85caeb739f2509",
+    "inception_v2": "9e9b1b78a0cd918dc494127ff4a0c70b9e90a507d6f9bec5fd0071aa27754be1",
+    "mlp": "8cd727a4d7f8ec5dadae87a36ac4f47acc6f1b2007a91a42975cca6fb8cdc3f8",
+    "resnet50": "1affdc45412624ef2ad7b4de2238b9b75cc1b5e9ee9051942de5f35b94f90994",
+    "shufflenet": "8a455f540255fcb245e78973a2a881c0e42801d08e552ed9e5cf9678a02564ab",
+    "squeezenet": "db47df7ce2079d54cd5fcff3e4b9d50147762cf4050c8af368953a682989477d",
+    "transformer": "5a60b10b5d1c30eabde9ab2ff5201b4874ce68e32a92540fe54cf4136608007e",
+    "transformer_decomposed": "91beed5df408b5e788ec50a3199285b5ee2284b8afb625a965a7e677d7814311",
+    "vgg19": "36abfe2fd12d817dc298cff2ad6993b283460ad9d134330a0d16310e7872a1ca",
+    "zfnet512": "5cd22ddd754cdcd4a9c745728a655cf3f1cfba0424e625eea214165b2fe6b3cc",
+}
+SMALL = {"inception_block", "mlp", "transformer", "transformer_decomposed", "squeezenet"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n if n in SMALL else pytest.param(n, marks=pytest.mark.slow) for n in sorted(GOLDEN_SHA256)],
+)
+def test_bytes_match_the_recorded_build(name, built):
+    assert sha256(built(name)) == GOLDEN_SHA256[name], (
+        f"zoo:{name} builds to new bytes: if the builder changed, bump its VERSION and "
+        "re-record GOLDEN_SHA256; if a dependency changed, re-record"
+    )
+
+
+def test_golden_table_covers_every_model_but_digits():
+    assert set(GOLDEN_SHA256) == set(zoo.list_models()) - {"digits"}
