@@ -34,7 +34,9 @@ def test_print_parse_round_trips_exactly() -> None:
     assert print_graph(g2) == text
     verify(g2)
     x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
-    np.testing.assert_array_equal(run_reference(g, {"x": x})["out/1"], run_reference(g2, {"x": x})["out/1"])
+    np.testing.assert_array_equal(
+        run_reference(g, {"x": x})["out/1"], run_reference(g2, {"x": x})["out/1"]
+    )
 
 
 def test_parse_names_line_and_column_on_bad_text() -> None:

@@ -11,6 +11,7 @@ Initializers become Constants, also when an IR-3 model lists them as inputs.
 
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
 from typing import Any
 
@@ -221,15 +222,17 @@ def _toposort(graph: onnx.GraphProto, source: str, known: set[str]) -> list[onnx
         indeg.append(len(deps))
         for d in deps:
             users.setdefault(d, []).append(idx)
+    # Kahn's algorithm taking the earliest ready node first: a sorted model keeps its order.
     ready = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(ready)
     order = []
     while ready:
-        idx = ready.pop(0)
+        idx = heapq.heappop(ready)
         order.append(idx)
         for u in users.get(idx, []):
             indeg[u] -= 1
             if indeg[u] == 0:
-                ready.append(u)
+                heapq.heappush(ready, u)
     if len(order) != len(graph.node):
         stuck = [graph.node[i] for i in range(len(graph.node)) if indeg[i] > 0]
         names = ", ".join(f"{n.op_type} {n.name or n.output[0]!r}" for n in stuck[:5])

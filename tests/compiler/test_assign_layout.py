@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from guard.compiler import import_onnx
+from guard.compiler.passes.assign_layout import AssignLayout
+from ._helpers import apply, assert_same_outputs, ops
+
+
+def conv_stack(channels: int = 16, n_convs: int = 3) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(n_convs):
+        w = rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) * 0.1
+        b = rng.standard_normal((channels,)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
+        prev = f"r{i}"
+    nodes.append(helper.make_node("MaxPool", [prev], ["p"], kernel_shape=[2, 2], strides=[2, 2]))
+    nodes.append(helper.make_node("Flatten", ["p"], ["y"]))
+    t = onnx.TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", t, [1, channels, 8, 8])],
+        [helper.make_tensor_value_info("y", t, [1, channels * 16])], inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_blocked_region_with_conversions_only_at_its_edges() -> None:
+    g = import_onnx(conv_stack())
+    g2, res = apply(AssignLayout(), g)
+    assert ops(g2) == ["Relayout"] + ["Conv", "Relu"] * 3 + ["MaxPool", "Relayout", "Reshape"]
+    assert all(n.attrs.get("layout") == "NCHW16c" for n in g2.nodes if n.op in ("Conv", "MaxPool"))
+    assert g2.values["r0"].shape == (1, 1, 8, 8, 16)
+    assert res.stats["num_transposes_inserted"] == 2 and res.stats["num_regions"] == 1
+    assert any("NCHW16c, 2 conversions inserted" in n for n in res.notes)
+    assert_same_outputs(g, g2, rtol=1e-5, atol=1e-5)
+
+
+def test_nhwc_when_channels_do_not_block() -> None:
+    g = import_onnx(conv_stack(channels=6))
+    g2, res = apply(AssignLayout(), g)
+    assert ops(g2)[0] == "Transpose" and g2.nodes[0].attrs["perm"] == [0, 2, 3, 1]
+    assert g2.values["r0"].shape == (1, 8, 8, 6)
+    assert_same_outputs(g, g2, rtol=1e-5, atol=1e-5)
+
+
+def test_keeps_nchw_when_conversions_do_not_pay() -> None:
+    g = import_onnx(conv_stack(n_convs=1))  # conv + pool: 2 anchors, 2 conversions
+    g2, res = apply(AssignLayout(), g)
+    assert "Relayout" not in ops(g2) and "Transpose" not in ops(g2) and not res.changed
+    assert any("kept NCHW" in n for n in res.notes)
