@@ -95,11 +95,26 @@ def register(subparsers: Any) -> None:
     b = subparsers.add_parser(
         "bump",
         help="run a suite before and after a dependency bump, in two isolated venvs",
-        description="guard bump onnxruntime==1.31.1 onnxruntime==1.32.0 suites/smoke.yaml",
+        description="guard bump onnxruntime==1.31.1 onnxruntime==1.32.0 [SUITE], or "
+        "guard bump --base-pyproject OLD.toml [SUITE] to compare every pin that differs "
+        "between two pyproject files (CI: the base branch's against the PR's). "
+        "Exit 1 when anything regressed.",
     )
-    b.add_argument("old", help="PKG==OLD")
-    b.add_argument("new", help="PKG==NEW")
-    b.add_argument("suite", type=Path, nargs="?", default=Path("suites/smoke.yaml"))
+    b.add_argument(
+        "items",
+        nargs="*",
+        metavar="PKG==VER|SUITE",
+        help="PKG==OLD PKG==NEW, then the suite (default suites/smoke.yaml)",
+    )
+    b.add_argument(
+        "--base-pyproject", type=Path, metavar="FILE", help="the old pins come from this file"
+    )
+    b.add_argument(
+        "--head-pyproject",
+        type=Path,
+        metavar="FILE",
+        help="the new pins (default: guard's own pyproject.toml)",
+    )
     b.add_argument(
         "--env-cache",
         type=Path,
@@ -113,6 +128,12 @@ def register(subparsers: Any) -> None:
     )
     b.add_argument("--python", default=sys.executable, help="interpreter for the venvs")
     b.add_argument("--timeout-s", type=float, default=1800.0, help="per suite run")
+    b.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="suite runs per side, in ABBA order, samples pooled (default %(default)s)",
+    )
     _stats_args(b)
     _report_args(b)
     b.set_defaults(func=cmd_bump)
@@ -227,20 +248,41 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def cmd_bump(args: argparse.Namespace) -> int:
-    from guard.compare.bump import run_bump
+    from guard.compare.bump import REPO_ROOT, read_requirements, run_bump, run_bump_requirements
 
-    cmp, code = run_bump(
-        args.old,
-        args.new,
-        args.suite,
+    pins = [x for x in args.items if "==" in x]
+    rest = [x for x in args.items if "==" not in x]
+    if len(rest) > 1:
+        raise UsageError(
+            f"one suite at most, got {rest}", hint="guard bump PKG==OLD PKG==NEW [SUITE]"
+        )
+    suite = Path(rest[0]) if rest else Path("suites/smoke.yaml")
+    kw: dict[str, Any] = dict(
         config=_config(args),
         env_cache=args.env_cache,
         out_dir=args.out_dir,
         python=args.python,
         timeout_s=args.timeout_s,
         strict=args.strict,
+        rounds=args.rounds,
     )
-    _emit(cmp, args, f"guard bump {args.old} → {args.new}")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.base_pyproject is not None:
+        if pins:
+            raise UsageError("give either PKG==OLD PKG==NEW or --base-pyproject, not both")
+        head = args.head_pyproject or REPO_ROOT / "pyproject.toml"
+        cmp, code = run_bump_requirements(
+            read_requirements(args.base_pyproject), read_requirements(head), suite, **kw
+        )
+    else:
+        if len(pins) != 2:
+            raise UsageError(
+                f"expected PKG==OLD PKG==NEW, got {pins or 'no pins'}",
+                hint="e.g. guard bump onnxruntime==1.31.1 onnxruntime==1.32.0",
+            )
+        cmp, code = run_bump(pins[0], pins[1], suite, **kw)
+    _emit(cmp, args, "guard bump")
     return code
 
 

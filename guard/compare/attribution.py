@@ -14,6 +14,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+# guard.bench.preflight warns above 20%; a verdict measured like that deserves a note.
+CONTENTION_NOTE = 0.2
 _MANIFEST_ORDER = (
     "runtime.version",
     "compiler.version",
@@ -86,6 +88,13 @@ def causes(
             "outputs changed"
             + (f" (max abs err {eb:.2g} → {eh:.2g})" if eb is not None and eh is not None else "")
         )
+    busy = [
+        f"{side} timed under {c:.0%} contention"
+        for side, c in zip(("base", "head"), row.get("contention") or (None, None), strict=False)
+        if c is not None and c > CONTENTION_NOTE
+    ]
+    if busy:
+        out.append(" and ".join(busy))
     md = row.get("manifest_diff") or {}
     for prefix in _MANIFEST_ORDER:
         for field, (vb, vh) in md.items():

@@ -14,6 +14,7 @@ that is not a manifest pin (numpy) would otherwise not show at all.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import re
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.bench.regress import RegressConfig
-from guard.compare.compare import compare_docs, exit_code, load_results
+from guard.compare.compare import compare_docs, exit_code, load_results, row_key
 from guard.compare.reports import write_reports
 from guard.errors import UsageError
 
@@ -76,21 +77,40 @@ def _tail(text: str, n: int = 3) -> str:
     return " | ".join(lines[-n:])
 
 
+def changed_pins(
+    base: Sequence[str], head: Sequence[str]
+) -> list[tuple[str, str | None, str | None]]:
+    """(package, old, new) for every exact pin that differs; None where a side lacks it."""
+
+    def pins(reqs: Sequence[str]) -> dict[str, tuple[str, str]]:
+        out = {}
+        for r in reqs:
+            m = _PIN.match(r.strip())
+            if m:
+                out[_norm(m.group(1))] = (m.group(1), m.group(2))
+        return out
+
+    b, h = pins(base), pins(head)
+    return [
+        (h.get(k, b.get(k))[0], b[k][1] if k in b else None, h[k][1] if k in h else None)  # type: ignore[index]
+        for k in sorted(set(b) | set(h))
+        if b.get(k, (None, None))[1] != h.get(k, (None, None))[1]
+    ]
+
+
 def ensure_env(
-    pin: str,
+    requirements: Sequence[str],
     *,
+    label: str,
     python: str = sys.executable,
     cache: Path | None = None,
-    base_requirements: Sequence[str] | None = None,
-    runner: Runner = subprocess.run,
+    runner: Runner | None = None,
 ) -> Path:
-    """A venv with guard's pins and ``pin``; reused when a complete one is cached."""
-    reqs = requirements_with(
-        pin, base_requirements if base_requirements is not None else pinned_requirements()
-    )
+    """A venv holding exactly ``requirements``; reused when a complete one is cached."""
+    reqs = sorted(requirements, key=str.lower)
     env = (
         cache or default_env_cache()
-    ) / f"{_norm(parse_pin(pin)[0])}-{parse_pin(pin)[1]}-{env_key(python, reqs)}"
+    ) / f"{re.sub(r'[^A-Za-z0-9.+-]+', '-', label)}-{env_key(python, reqs)}"
     marker = env / ".guard-complete"
     if marker.is_file():
         return env
@@ -108,15 +128,15 @@ def ensure_env(
         ],
     ]
     for cmd in steps:
-        proc = runner(cmd, capture_output=True, text=True)
+        proc = (runner or subprocess.run)(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise UsageError(
-                f"could not build the environment for {pin}: `{' '.join(cmd[:4])} ...` failed: "
+                f"could not build the environment for {label}: `{' '.join(cmd[:4])} ...` failed: "
                 f"{_tail(proc.stderr or proc.stdout)}",
                 hint="Check that the version exists and is compatible with guard's other pins.",
             )
     (env / "requirements.txt").write_text("\n".join(reqs) + "\n")
-    marker.write_text(pin + "\n")
+    marker.write_text(label + "\n")
     return env
 
 
@@ -127,7 +147,7 @@ def run_suite_in_env(
     *,
     workdir: Path,
     timeout_s: float = 1800.0,
-    runner: Runner = subprocess.run,
+    runner: Runner | None = None,
 ) -> dict[str, Any]:
     """``guard run SUITE --json`` under the venv's interpreter; returns the results document."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +161,7 @@ def run_suite_in_env(
     cmd = [str(env / "bin" / "python"), "-m", "guard.cli", "run", str(suite.resolve()),
            "--json", str(json_path.resolve()), "--no-track"]  # fmt: skip
     try:
-        proc = runner(
+        proc = (runner or subprocess.run)(
             cmd, cwd=str(workdir), env=envvars, capture_output=True, text=True, timeout=timeout_s
         )
     except subprocess.TimeoutExpired:
@@ -157,9 +177,48 @@ def run_suite_in_env(
     return load_results(json_path)
 
 
+def merge_rounds(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One results document from several runs of a side: raw samples pooled per key."""
+    merged = copy.deepcopy(docs[0])
+    by_key = {row_key(r): r for r in merged["results"]}
+    for d in docs[1:]:
+        for r in d["results"]:
+            into = by_key.get(row_key(r))
+            if into is not None and isinstance(r.get("samples_ms"), list):
+                into["samples_ms"] = list(into.get("samples_ms") or []) + list(r["samples_ms"])
+    merged["rounds"] = len(docs)
+    return merged
+
+
+def read_requirements(pyproject: Path) -> list[str]:
+    if not pyproject.is_file():
+        raise UsageError("no such pyproject file", where=str(pyproject))
+    return pinned_requirements(pyproject)
+
+
 def run_bump(
     old: str,
     new: str,
+    suite: Path,
+    *,
+    base_requirements: Sequence[str] | None = None,
+    **kw: Any,
+) -> tuple[dict[str, Any], int]:
+    """``PKG==OLD`` vs ``PKG==NEW`` on top of guard's other pins (see run_bump_requirements)."""
+    (name_a, v_old), (name_b, v_new) = parse_pin(old), parse_pin(new)
+    if _norm(name_a) != _norm(name_b):
+        raise UsageError(f"both pins must name one package, got {name_a} and {name_b}")
+    if v_old == v_new:
+        raise UsageError(f"{old} and {new} are the same version: nothing to compare")
+    reqs = list(base_requirements) if base_requirements is not None else pinned_requirements()
+    return run_bump_requirements(
+        requirements_with(old, reqs), requirements_with(new, reqs), suite, **kw
+    )
+
+
+def run_bump_requirements(
+    base_reqs: Sequence[str],
+    head_reqs: Sequence[str],
     suite: Path,
     *,
     config: RegressConfig | None = None,
@@ -168,35 +227,53 @@ def run_bump(
     python: str = sys.executable,
     timeout_s: float = 1800.0,
     strict: bool = False,
-    runner: Runner = subprocess.run,
-    base_requirements: Sequence[str] | None = None,
+    rounds: int = 2,
+    runner: Runner | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """Build both envs, run the suite in each, compare; returns (comparison, exit code).
+    """Build both envs, run the suite ``rounds`` times per side (ABBA...), compare.
 
-    Writes ``<out_dir>/<pkg>-<old>-<new>/{base,head}.json`` and ``bump.{json,md,html}``.
+    Returns (comparison, exit code). Writes ``<out_dir>/<name>/{base,head}-<i>.json`` and ``bump.{json,md,html}``, where the
+    name spells the changed pins.
     """
-    (name_a, v_old), (name_b, v_new) = parse_pin(old), parse_pin(new)
-    if _norm(name_a) != _norm(name_b):
-        raise UsageError(f"both pins must name one package, got {name_a} and {name_b}")
-    if v_old == v_new:
-        raise UsageError(f"{old} and {new} are the same version: nothing to compare")
+    changes = changed_pins(base_reqs, head_reqs)
+    if not changes:
+        raise UsageError("the two requirement sets pin the same versions: nothing to compare")
     if not suite.is_file():
         raise UsageError("no such suite file", where=str(suite))
-    out = out_dir / f"{_norm(name_a)}-{v_old}-{v_new}"
-    docs = []
+    name = "+".join(f"{_norm(p)}-{o}-{n}" for p, o, n in changes)[:120]
+    out = out_dir / name
     envs = {}
-    for label, pin in (("base", old), ("head", new)):
-        env = ensure_env(
-            pin, python=python, cache=env_cache, base_requirements=base_requirements, runner=runner
-        )
-        envs[label] = str(env)
-        docs.append(run_suite_in_env(env, suite, out / f"{label}.json", workdir=out / f"work-{label}",
-                                     timeout_s=timeout_s, runner=runner))  # fmt: skip
-    cmp = compare_docs(docs[0], docs[1], config, base_label=old, head_label=new)
-    # The bumped package leads the manifest diff even when the manifest does not pin it.
-    cmp["manifest_diff"] = {f"package.{_norm(name_a)}": [v_old, v_new], **cmp["manifest_diff"]}
-    cmp["bump"] = {"package": name_a, "old": v_old, "new": v_new, "envs": envs, "suite": str(suite)}
-    title = f"guard bump {old} → {new}"
+    for label, reqs in (("base", base_reqs), ("head", head_reqs)):
+        side = "+".join(
+            f"{_norm(p)}=={(o if label == 'base' else n) or 'none'}" for p, o, n in changes
+        )[:80]
+        envs[label] = ensure_env(reqs, label=side, python=python, cache=env_cache, runner=runner)
+    # ABBA order: a machine that gets busier (or quieter) during the bump hits both sides
+    # alike, instead of landing on whichever ran second.
+    runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
+    for i in range(rounds):
+        for label in ("base", "head") if i % 2 == 0 else ("head", "base"):
+            runs[label].append(
+                run_suite_in_env(envs[label], suite, out / f"{label}-{i}.json",
+                                 workdir=out / f"work-{label}", timeout_s=timeout_s,
+                                 runner=runner)
+            )  # fmt: skip
+    docs = [merge_rounds(runs["base"]), merge_rounds(runs["head"])]
+    pins = [f"{p}=={o}" if o else f"{p} (absent)" for p, o, _ in changes]
+    new_pins = [f"{p}=={n}" if n else f"{p} (absent)" for p, _, n in changes]
+    cmp = compare_docs(
+        docs[0], docs[1], config, base_label=", ".join(pins), head_label=", ".join(new_pins)
+    )
+    # The bumped packages lead the manifest diff even when the manifest does not pin them.
+    bumped = {f"package.{_norm(p)}": [o, n] for p, o, n in changes}
+    cmp["manifest_diff"] = {**bumped, **cmp["manifest_diff"]}
+    cmp["bump"] = {
+        "changes": [{"package": p, "old": o, "new": n} for p, o, n in changes],
+        "envs": {k: str(v) for k, v in envs.items()},
+        "suite": str(suite),
+        "rounds": rounds,
+    }
+    title = f"guard bump {', '.join(pins)} → {', '.join(new_pins)}"
     write_reports(
         cmp,
         json_path=out / "bump.json",

@@ -108,6 +108,12 @@ def _hit_rate(r: Mapping[str, Any]) -> float | None:
     return hits / (hits + misses)
 
 
+def _contention(r: Mapping[str, Any]) -> float | None:
+    """Share of spare CPU other processes used while this result was timed (guard.bench)."""
+    c = (r.get("measurement") or {}).get("contention")
+    return float(c) if isinstance(c, int | float) else None
+
+
 def _samples(r: Mapping[str, Any]) -> list[float] | None:
     s = r.get("samples_ms")
     return [float(x) for x in s] if isinstance(s, list) and s else None
@@ -158,6 +164,7 @@ def compare_rows(
             "max_rel_err": [bnum.get("max_rel_err"), hnum.get("max_rel_err")],
         },
         "tuning_hit_rate": [_hit_rate(base_r), _hit_rate(head_r)],
+        "contention": [_contention(base_r), _contention(head_r)],
         "manifest_diff": manifest_diff(bm, hm),
         "stats": comp.to_dict() if comp else {"reason": reason},
         "reason": reason,

@@ -102,7 +102,7 @@ def test_bump_report_leads_with_manifest_diff_and_exits_1_on_regression(tmp_path
     assert (
         json.loads((tmp_path / "out" / "onnxruntime-1.31.1-1.32.0" / "bump.json").read_text())[
             "bump"
-        ]["new"]
+        ]["changes"][0]["new"]
         == "1.32.0"
     )
 
@@ -164,3 +164,54 @@ def test_failed_suite_run_is_reported(tmp_path, suite):
             runner=runner,
             base_requirements=REQS,
         )
+
+
+def test_changed_pins_between_requirement_sets():
+    base = ["numpy==2.4.6", "onnx==1.23.2", "onnxruntime==1.31.1", "old==1.0"]
+    head = ["numpy==2.4.6", "onnx==1.23.2", "onnxruntime==1.32.0", "new==2.0"]
+    assert bump.changed_pins(base, head) == [
+        ("new", None, "2.0"),
+        ("old", "1.0", None),
+        ("onnxruntime", "1.31.1", "1.32.0"),
+    ]
+
+
+def test_cli_bump_from_two_pyprojects(tmp_path, suite, monkeypatch, capsys):
+    from guard.cli import main
+
+    base = tmp_path / "base.toml"
+    head = tmp_path / "head.toml"
+    base.write_text('[project]\ndependencies = ["numpy==2.4.6", "onnxruntime==1.31.1"]\n')
+    head.write_text('[project]\ndependencies = ["numpy==2.4.6", "onnxruntime==1.32.0"]\n')
+    runner = FakeRunner(slow_version="1.32.0")
+    monkeypatch.setattr(bump.subprocess, "run", runner)
+    code = main(
+        [
+            "bump",
+            str(suite),
+            "--base-pyproject",
+            str(base),
+            "--head-pyproject",
+            str(head),
+            "--env-cache",
+            str(tmp_path / "envs"),
+            "--out-dir",
+            str(tmp_path / "out"),
+        ]
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert code == 1
+    assert out[2] == "- `package.onnxruntime`: 1.31.1 → 1.32.0"
+    assert main(["bump", "onnx==1.0", str(suite), "--env-cache", str(tmp_path / "e")]) == 2
+    assert main(["bump", "a.yaml", "b.yaml"]) == 2
+
+
+def test_rounds_run_abba_and_pool_samples(tmp_path, suite):
+    runner = FakeRunner()
+    cmp, _ = bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite, rounds=3,
+                           env_cache=tmp_path / "envs", out_dir=tmp_path / "out", runner=runner,
+                           base_requirements=REQS)  # fmt: skip
+    order = [c[0].split("/")[-3].split("-")[1] for c in runner.calls if "guard.cli" in c]
+    assert order == ["1.31.1", "1.32.0", "1.32.0", "1.31.1", "1.31.1", "1.32.0"]
+    assert cmp["rows"][0]["stats"]["n_base"] == cmp["rows"][0]["stats"]["n_head"] == 600
+    assert cmp["bump"]["rounds"] == 3

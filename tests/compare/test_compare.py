@@ -188,3 +188,12 @@ def test_write_reports_json_has_no_nan(tmp_path):
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text)["schema_version"] == 1
     assert paths[2].read_text().startswith("<!doctype html>")
+
+
+def test_contention_is_carried_and_named_in_attribution():
+    rng = np.random.default_rng(12)
+    b = result("mlp", lat(rng), measurement={"contention": 0.05})
+    h = result("mlp", lat(rng, factor=1.2), measurement={"contention": 0.9})
+    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    assert row["contention"] == [0.05, 0.9]
+    assert row["attribution"].endswith(": head timed under 90% contention")
