@@ -229,3 +229,76 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
     if missing:
         raise _refuse(root / "memory_plan.json", f"no arena slot for tensor {missing[0]!r}")
     return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout)
+
+
+# -- what the bundled backend calls -------------------------------------------------------
+
+
+def build_bundled(req: Any, pipeline: str = "O2") -> Any:
+    """Build one artefact for a guard.backends.base.BuildRequest; returns its BuildInfo.
+
+    ``req.options["profile"]`` (a shipped profile name or a YAML path) picks the delegate
+    profile; default: the native backend. Pins: compiler = guard's compiler version, the
+    pipeline name, the canonical target and the profile.
+    """
+    from guard.backends.base import BuildInfo
+    from guard.compiler import graph_diff, import_onnx, optimize
+
+    imported = import_onnx(req.model_path, dict(req.input_shapes))
+    optimised, report = optimize(imported, pipeline)
+    compiled = plan(optimised, req.options.get("profile"))
+    manifest = save_artefact(compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical)
+    return BuildInfo(
+        payload="manifest.json",
+        compiler=dict(manifest["compiler"]),
+        runtime={"name": "guard-bundled-runtime", "version": compiler_version()},
+        session_options={"profile": compiled.profile, "threads": 1},
+        graph=graph_diff(imported, optimised, report),
+    )
+
+
+class ArtefactSession:
+    """A loaded bundled artefact behind the Session protocol (guard.backends.base)."""
+
+    def __init__(self, art_dir: str | Path, executors: dict[str, Executor] | None = None) -> None:
+        self.loaded = load_artefact(art_dir)
+        self._runtime = self.loaded.runtime(executors)
+        self.input_names = list(self._runtime.input_names)
+        self.output_names = list(self._runtime.output_names)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        out = self._runtime.run(feeds)
+        return [out[o] for o in self.output_names]
+
+    def partitions(self) -> Any:
+        from guard.backends.base import PartitionInfo
+
+        p = self.loaded.partitions
+        return PartitionInfo(
+            count=p["count"],
+            delegated_nodes=p["delegated_nodes"],
+            fallback_nodes=p["fallback_nodes"],
+            by_provider=dict(p["by_backend"]),
+            details=list(p["partitions"]),
+            how=(
+                "guard partitioner: backends "
+                + " > ".join(p["backends"])
+                + f"; {len(p['splits'])} split node(s), {p['boundary_bytes']} B crossing "
+                f"{len(p['boundaries'])} boundary tensor(s), fallback tax {p['fallback_tax_ms']} ms"
+            ),
+        )
+
+    def memory(self) -> Any:
+        from guard.backends.base import MemoryInfo
+
+        m = self.loaded.memory
+        return MemoryInfo(
+            arena_bytes=m.arena_bytes,
+            lower_bound_bytes=m.lower_bound_bytes,
+            how=(
+                "guard memory planner: one arena, greedy offsets "
+                f"({m.strategy}, 64-byte aligned) over liveness of the schedule; lower bound = "
+                "max over steps of live bytes"
+            ),
+            extra=m.summary(),
+        )

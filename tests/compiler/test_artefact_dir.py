@@ -96,3 +96,31 @@ def test_missing_file_is_named(built):
     (art / "memory_plan.json").unlink()
     with pytest.raises(ModelError, match="memory_plan.json: file is missing"):
         load_artefact(art)
+
+
+def test_backend_glue_build_and_session(tmp_path):
+    import onnx
+
+    from guard.backends.base import BuildRequest
+    from guard.compiler.artefact import ArtefactSession, build_bundled
+
+    model = tmp_path / "small.onnx"
+    onnx.save(small_model(), model)
+    out = tmp_path / "out"
+    out.mkdir()
+    req = BuildRequest(model, {"x": (1, 4, 8, 8)}, "host", "host-canonical", 1, out,
+                       options={"profile": "gpu-lite"})  # fmt: skip
+    info = build_bundled(req)
+    assert info.compiler["pipeline"] == "O2" and info.compiler["target"] == "host-canonical"
+    assert info.compiler["profile"] == "gpu-lite" and info.compiler["version"]
+    sess = ArtefactSession(out)
+    assert sess.input_names == ["x"] and sess.output_names == ["y"]
+    g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
+    feeds = feeds_for(g)
+    np.testing.assert_allclose(
+        sess.run(feeds)[0], run_reference(g, feeds)["y"], rtol=1e-5, atol=1e-5
+    )
+    parts = sess.partitions()
+    assert parts.count == 1 and parts.fallback_nodes == 2 and parts.by_provider["cpu"] == 2
+    mem = sess.memory()
+    assert mem.lower_bound_bytes <= mem.arena_bytes <= 1.10 * mem.lower_bound_bytes

@@ -221,3 +221,20 @@ def test_partitions_are_connected_convex_and_respect_support(case):
                 merged = [b if x == a else x for x in plan.group_of]
                 with pytest.raises(ValueError):
                     topological_order(g, merged)
+
+
+@pytest.mark.slow
+def test_gpu_lite_splits_alexnet_at_its_lrns():
+    """A delegate lacking an op used mid-network: the report shows the split and names it."""
+    from guard import zoo
+    from guard.compiler.runtime import partition_report
+
+    rep, text = partition_report(zoo.model_path("alexnet"), {}, "gpu-lite")
+    native, _ = partition_report(zoo.model_path("alexnet"), {}, None)
+    assert native["count"] == 1 and native["fallback_nodes"] == 0
+    lrn = [s for s in rep["splits"] if s["op"] == "LRN"]
+    assert len(lrn) == 2 and all(
+        "op LRN is excluded by gpu-lite" in s["declined"]["gpu-lite"] for s in lrn
+    )
+    assert rep["count"] >= 2 and rep["boundaries"] and rep["fallback_tax_ms"] > 0
+    assert "(LRN)" in text
