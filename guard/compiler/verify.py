@@ -57,7 +57,9 @@ def verify(graph: Graph, *, known_ops: set[str] | None = None) -> None:
             if i and i not in defined:
                 # Topological order is the acyclicity witness: a use before its
                 # definition is either dangling or a cycle.
-                raise fail(f"{where}: input {i!r} is used before it is defined (dangling or cyclic)")
+                raise fail(
+                    f"{where}: input {i!r} is used before it is defined (dangling or cyclic)"
+                )
         for o in node.outputs:
             if o in defined:
                 raise fail(f"{where}: output {o!r} is defined more than once")
