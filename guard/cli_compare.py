@@ -248,7 +248,13 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def cmd_bump(args: argparse.Namespace) -> int:
-    from guard.compare.bump import REPO_ROOT, read_requirements, run_bump, run_bump_requirements
+    from guard.compare.bump import (
+        REPO_ROOT,
+        changed_pins,
+        read_requirements,
+        run_bump,
+        run_bump_requirements,
+    )
 
     pins = [x for x in args.items if "==" in x]
     rest = [x for x in args.items if "==" not in x]
@@ -272,9 +278,19 @@ def cmd_bump(args: argparse.Namespace) -> int:
         if pins:
             raise UsageError("give either PKG==OLD PKG==NEW or --base-pyproject, not both")
         head = args.head_pyproject or REPO_ROOT / "pyproject.toml"
-        cmp, code = run_bump_requirements(
-            read_requirements(args.base_pyproject), read_requirements(head), suite, **kw
-        )
+        base_reqs, head_reqs = read_requirements(args.base_pyproject), read_requirements(head)
+        if not changed_pins(base_reqs, head_reqs):
+            # A bump of a test-only tool touches pyproject.toml too; nothing to measure.
+            note = (
+                "## Manifest diff\n\n- no runtime dependency pin changed "
+                f"({args.base_pyproject} → {head}): nothing to measure\n"
+            )
+            if args.markdown:
+                args.markdown.write_text(note)
+            if not args.quiet:
+                sys.stdout.write(note)
+            return 0
+        cmp, code = run_bump_requirements(base_reqs, head_reqs, suite, **kw)
     else:
         if len(pins) != 2:
             raise UsageError(
