@@ -9,6 +9,8 @@ Writes are atomic: the bytes go to a temporary file in the same directory, are f
 and ``os.replace`` moves them into place, so a build killed at any point leaves either no
 file or the whole file (at worst a stray ``.*.tmp`` file, which is never read). Two
 processes building the same model at once both write whole files with the same bytes.
+Temp files a killed build left behind are removed by a later build of the same model once
+they are an hour old (a live build of the largest model takes well under a minute).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import logging
 import os
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -25,6 +29,10 @@ import onnx
 
 from guard.errors import InternalError, UsageError
 from guard.zoo.registry import ModelSpec, spec
+
+log = logging.getLogger(__name__)
+
+STALE_TEMP_S = 3600.0
 
 # name -> number of builds this process ran (not cache hits): tests and logs read it.
 BUILDS: collections.Counter[str] = collections.Counter()
@@ -54,6 +62,17 @@ def cached_file(name: str, cache_dir: Path | None = None) -> Path:
     return directory / f"{model.name}-{cache_key(model)[:16]}.onnx"
 
 
+def _remove_stale_temps(path: Path) -> None:
+    """Delete temp files of ``path`` that a killed build left behind (older than an hour)."""
+    cutoff = time.time() - STALE_TEMP_S
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if tmp.stat().st_mtime < cutoff:
+                tmp.unlink()
+        except OSError:  # another process removed or replaced it first
+            pass
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -81,6 +100,8 @@ def model_path(name: str, cache_dir: Path | None = None) -> Path:
             where=f"zoo:{model.name}",
             hint="Set GUARD_CACHE to a writable directory.",
         ) from e
+    log.info("building zoo:%s into %s (first use of this version)", model.name, path)
+    _remove_stale_temps(path)
     data = model.build().SerializeToString()
     BUILDS[model.name] += 1
     try:  # full_check: the checker plus strict shape inference

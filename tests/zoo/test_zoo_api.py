@@ -216,6 +216,20 @@ def test_invalid_build_is_an_internal_error_and_not_cached(monkeypatch, tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_build_removes_only_stale_temp_files(tmp_path):
+    target = cache.cached_file("mlp", tmp_path)
+    stale = tmp_path / f".{target.name}.old.tmp"
+    fresh = tmp_path / f".{target.name}.live.tmp"  # maybe another process, still writing
+    other = tmp_path / ".transformer-0123.onnx.old.tmp"
+    for p in (stale, fresh, other):
+        p.write_bytes(b"partial")
+    old = time.time() - 2 * cache.STALE_TEMP_S
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    zoo.model_path("mlp", tmp_path)
+    assert not stale.exists() and fresh.exists() and other.exists()
+
+
 def test_unwritable_cache_dir_is_a_usage_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
