@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from guard.bench.preflight import contention_between, read_cpu_times
 from guard.bench.regress import (
     AdaptiveResult,
@@ -26,6 +28,7 @@ from guard.bench.regress import (
     measure_until_conclusive,
     with_noise,
 )
+from guard.compare.attribution import attribute
 from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest_diff
 from guard.errors import UsageError
 
@@ -136,41 +139,86 @@ def run_ab(
     return ABOutcome(res, inner, contention_between(before, read_cpu_times()))
 
 
+def case_facts(case: Any) -> dict[str, Any]:
+    """What a loaded case can say besides time: partitions, arena, outputs (duck-typed)."""
+    facts: dict[str, Any] = {"manifest": getattr(case, "manifest", None) or {}}
+    session = getattr(case, "session", None)
+    try:
+        facts["partitions"] = session.partitions().to_dict()  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - a backend that cannot describe them still gets timed
+        pass
+    try:
+        facts["arena_bytes"] = session.memory().arena_bytes  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        facts["outputs"] = [np.asarray(o) for o in session.run(case.feeds)]  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001
+        pass
+    return facts
+
+
+def _output_diff(b: Mapping[str, Any], h: Mapping[str, Any]) -> dict[str, Any]:
+    ob, oh = b.get("outputs"), h.get("outputs")
+    if ob is None or oh is None:
+        return {"output_sha256_changed": False, "max_abs_err": [None, None], "max_abs_diff": None}
+    changed = len(ob) != len(oh) or any(
+        x.shape != y.shape or x.dtype != y.dtype or x.tobytes() != y.tobytes()
+        for x, y in zip(ob, oh, strict=False)
+    )
+    diffs = [
+        float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64))))
+        for x, y in zip(ob, oh, strict=False)
+        if x.shape == y.shape and x.size and np.issubdtype(x.dtype, np.number)
+    ]
+    return {
+        "output_sha256_changed": changed,
+        "max_abs_err": [None, None],
+        "max_abs_diff": max(diffs) if diffs else None,
+    }
+
+
 def ab_row(
     key: tuple[str, str, str],
     outcome: ABOutcome,
     base_manifest: Mapping[str, Any],
     head_manifest: Mapping[str, Any],
+    base_facts: Mapping[str, Any] | None = None,
+    head_facts: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A comparison row (DESIGN.md contract) for one interleaved A/B measurement."""
     c = outcome.result.comparison
-    diff = manifest_diff(base_manifest, head_manifest)
-    pct = (c.ratio - 1) * 100
-    attribution = None
-    if diff and c.verdict in ("regressed", "improved"):
-        field, (vb, vh) = next(iter(diff.items()))
-        attribution = f"p50 {pct:+.0f}% (paired): {field} {vb} → {vh}"
-    return {
+    bf = dict(base_facts or {}, manifest=base_manifest)
+    hf = dict(head_facts or {}, manifest=head_manifest)
+    p90 = None
+    if outcome.result.base and outcome.result.head:
+        p90 = float(np.percentile(outcome.result.head, 90) / np.percentile(outcome.result.base, 90))
+    row: dict[str, Any] = {
         "model": key[0],
         "backend": key[1],
         "target": key[2],
         "verdict": c.verdict,
         "ratio": c.ratio,
         "ci": list(c.ci),
-        "p90_ratio": None,
-        "arena_bytes": [None, None],
-        "partitions": [None, None],
-        "numerics": {"output_sha256_changed": False, "max_abs_err": [None, None]},
+        "p90_ratio": p90,
+        "arena_bytes": [bf.get("arena_bytes"), hf.get("arena_bytes")],
+        "partitions": [
+            (bf.get("partitions") or {}).get("count"),
+            (hf.get("partitions") or {}).get("count"),
+        ],
+        "numerics": _output_diff(bf, hf),
         "tuning_hit_rate": [None, None],
-        "manifest_diff": diff,
+        "contention": [outcome.contention, outcome.contention],
+        "manifest_diff": manifest_diff(base_manifest, head_manifest),
         "stats": {
             **outcome.result.to_dict(),
             "inner": outcome.inner,
             "contention": outcome.contention,
         },
         "reason": c.reason,
-        "attribution": attribution,
     }
+    row["attribution"] = attribute(row, bf, hf)
+    return row
 
 
 def ab_document(
@@ -228,7 +276,9 @@ def run_case_pairs(
         key = (str(b.model), str(b.backend), str(canonical))
         cfg = with_noise(config, (noise or {}).get("/".join(key)))
         outcome = run_ab(b.run_once, h.run_once, cfg, budget_s=budget_s, warmup_s=warmup_s)
-        rows.append(ab_row(key, outcome, b.manifest or {}, h.manifest or {}))
+        rows.append(
+            ab_row(key, outcome, b.manifest or {}, h.manifest or {}, case_facts(b), case_facts(h))
+        )
     return ab_document(rows, config, labels)
 
 

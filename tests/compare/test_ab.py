@@ -122,7 +122,7 @@ def test_run_case_pairs_document_and_attribution(monkeypatch):
     verdicts = {r["model"]: r["verdict"] for r in doc["rows"]}
     assert verdicts == {"mlp": "pass", "cnn": "regressed"}
     cnn = next(r for r in doc["rows"] if r["model"] == "cnn")
-    assert cnn["attribution"] == "p50 +25% (paired): runtime.version 1.32.0 → 1.31.1"
+    assert cnn["attribution"] == "p50 +25%: runtime.version 1.32.0 → 1.31.1"
 
 
 def test_cases_must_match_and_share_a_host():
@@ -132,3 +132,37 @@ def test_cases_must_match_and_share_a_host():
     pairs = ab.match_cases([case("a", 1, clock, rng)], [case("a", 1, clock, rng, threads=2)])
     with pytest.raises(UsageError, match="host.threads differs"):
         ab.run_case_pairs(pairs, RegressConfig())
+
+
+class FakeSession:
+    def __init__(self, count, arena, out, unsupported=()):
+        self.count, self.arena, self.out, self.unsupported = count, arena, out, list(unsupported)
+
+    def partitions(self):
+        d = {"count": self.count, "details": [{"unsupported": self.unsupported}]}
+        return SimpleNamespace(to_dict=lambda: d)
+
+    def memory(self):
+        return SimpleNamespace(arena_bytes=self.arena)
+
+    def run(self, feeds):
+        return [np.array(self.out, dtype=np.float32)]
+
+
+def test_case_facts_feed_partitions_arena_numerics_and_attribution(monkeypatch):
+    clock, rng = Clock(), np.random.default_rng(4)
+    real = ab.run_ab
+    monkeypatch.setattr(ab, "run_ab", lambda b, h, cfg, **kw: real(b, h, cfg, clock=clock, **kw))
+    b = case("bert", 1.0, clock, rng)
+    h = case("bert", 1.3, clock, rng)
+    b.session, b.feeds = FakeSession(1, 1000, [1.0, 2.0]), {}
+    h.session, h.feeds = FakeSession(3, 1000, [1.0, 2.5], ["Erf"]), {}
+    doc = ab.run_case_pairs([(b, h)], RegressConfig(), budget_s=5, warmup_s=0.01)
+    row = doc["rows"][0]
+    assert row["verdict"] == "regressed" and row["partitions"] == [1, 3]
+    assert row["arena_bytes"] == [1000, 1000]
+    assert row["numerics"]["output_sha256_changed"] is True
+    assert row["numerics"]["max_abs_diff"] == pytest.approx(0.5)
+    assert "partitions 1 → 3, Erf unsupported on the delegate" in row["attribution"]
+    # a case without a session still gets timed; its facts are just unknown
+    assert ab.case_facts(SimpleNamespace(manifest={})) == {"manifest": {}}
