@@ -5,7 +5,8 @@ and codegen only read.
 
 1. Aliasing, decided in schedule order, groups tensors into *buffers*:
    - views: Reshape/Flatten/Squeeze/Unsqueeze/Identity outputs share their input's bytes;
-   - split elision: Split outputs are consecutive slices of the input's bytes;
+   - split elision: Split outputs are consecutive slices of the input's bytes, and a
+     Slice (one axis, step 1) is one such range;
    - concat elision: each Concat input is written straight into its slice of the output;
    - in-place: an elementwise op writes over an input of the same shape and dtype.
    The node of an elided view/concat/split does nothing at run time.
@@ -35,6 +36,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from guard.compiler.schedule import ALIGNMENT, GraphView, Interval, align, liveness
 
 VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
@@ -59,7 +62,7 @@ class Slot:
     buffer: int
     start: int
     end: int
-    how: str  # "own", "view", "inplace", "concat-part", "split-part"
+    how: str  # "own", "view", "inplace", "concat-part", "split-part", "slice-part"
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,26 @@ def _norm_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
+def _slice_offset(g: GraphView, n: Any, data: str) -> int | None:
+    """Byte offset of a Slice's output inside its input, when it is one contiguous range.
+
+    That needs one axis, step 1, and every dim before the axis equal to 1.
+    """
+    a = n.attrs
+    axes, starts, ends, steps = (list(a.get(k, [])) for k in ("axes", "starts", "ends", "steps"))
+    if len(axes) != 1 or len(starts) != 1 or len(ends) != 1 or steps not in ([1], []):
+        return None
+    t = g.tensors[data]
+    axis = _norm_axis(int(axes[0]), len(t.shape))
+    if not _outer_is_one(t.shape, axis):
+        return None
+    r = range(t.shape[axis])[slice(int(starts[0]), int(ends[0]), 1)]
+    inner = int(np.prod(t.shape[axis + 1 :], dtype=np.int64)) * np.dtype(t.dtype).itemsize
+    if len(r) * inner != g.tensors[n.outputs[0]].nbytes:
+        return None
+    return (r.start if len(r) else 0) * inner
+
+
 def _alias(
     g: GraphView,
     order: Sequence[int],
@@ -249,6 +272,12 @@ def _alias(
             ):
                 for o, off in zip(outs, offs, strict=True):
                     bufs.join(o, data, off, "split-part")
+                elided.append(n.name)
+                continue
+        if elide and i not in deny and n.op == "Slice" and data in nbytes and len(outs) == 1:
+            off = _slice_offset(g, n, data)
+            if off is not None and off % ALIGNMENT == 0:
+                bufs.join(outs[0], data, off, "slice-part")
                 elided.append(n.name)
                 continue
         if elide and i not in deny and n.op == "Concat" and len(outs) == 1:

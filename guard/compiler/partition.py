@@ -493,6 +493,23 @@ def backends_for(profile: str | Path | Backend | None) -> list[Backend]:
 # -- the report ---------------------------------------------------------------------------
 
 
+def partition_report(
+    model_path: str | Path,
+    input_shapes: dict[str, Any] | None,
+    profile: str | Path | None = None,
+    *,
+    pipeline: str = "O2",
+) -> tuple[dict[str, Any], str]:
+    """What ``guard partition MODEL [--profile P]`` prints: (report dict, text).
+
+    Imports, optimises (``pipeline``) and plans the model; the dict is the artefact's
+    partitions.json plus a ``memory`` summary. (Lives in runtime.py, which needs the IR.)
+    """
+    from guard.compiler.runtime import partition_report as _report
+
+    return _report(model_path, input_shapes, profile, pipeline=pipeline)
+
+
 def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
     """The partition report as JSON-ready data (the artefact's partitions.json)."""
     node_count: dict[str, int] = {}

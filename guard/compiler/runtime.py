@@ -145,7 +145,7 @@ def plan(graph: Any, profile: str | Path | Backend | None = None) -> CompiledPla
 
 def compile_model(
     model_path: str | Path,
-    input_shapes: Mapping[str, Any],
+    input_shapes: Mapping[str, Any] | None,
     *,
     pipeline: str = "O2",
     profile: str | Path | Backend | None = None,
@@ -153,14 +153,14 @@ def compile_model(
     """Import, optimise with ``pipeline`` and plan: (plan, the pipeline's report)."""
     from guard.compiler import import_onnx, optimize
 
-    graph = import_onnx(model_path, dict(input_shapes))
+    graph = import_onnx(model_path, dict(input_shapes or {}))
     optimised, report = optimize(graph, pipeline)
     return plan(optimised, profile), report
 
 
 def partition_report(
     model_path: str | Path,
-    input_shapes: Mapping[str, Any],
+    input_shapes: Mapping[str, Any] | None,
     profile: str | Path | None = None,
     *,
     pipeline: str = "O2",

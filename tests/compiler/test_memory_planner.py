@@ -204,6 +204,7 @@ KERNELS = {
     "Identity": lambda xs, n: [xs[0].copy()],
     "Concat": lambda xs, n: [np.concatenate(xs, axis=1)],
     "Split": lambda xs, n: np.split(xs[0], [n.attrs["at"]], axis=1),
+    "Slice": lambda xs, n: [xs[0][:, n.attrs["starts"][0] : n.attrs["ends"][0]]],
 }
 
 
@@ -240,6 +241,13 @@ def random_dags(draw):
                 at = draw(st.integers(1, shape[1] - 1))
                 attrs = {"at": at, "axis": 1}
                 outs = [(f"t{i}a", (1, at)), (f"t{i}b", (1, shape[1] - at))]
+        elif op == "Slice":
+            if shape[0] != 1:
+                continue
+            lo = draw(st.integers(0, shape[1] - 1))
+            hi = draw(st.integers(lo + 1, shape[1]))
+            attrs = {"axes": [1], "starts": [lo], "ends": [hi], "steps": [1]}
+            outs = [(f"t{i}", (1, hi - lo))]
         if not outs:
             continue
         for name, s in outs:
