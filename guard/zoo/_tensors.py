@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 # The IR version each opset the zoo emits first shipped with (onnx.helper.VERSION_TABLE):
 # the lowest IR a runtime must understand, so older runtimes still load zoo models.
-IR_FOR_OPSET = {9: 4, 13: 7, 16: 8, 17: 8}
+IR_FOR_OPSET = {9: 4, 16: 8, 17: 8}
 
 
 def rng_for(model: str, tensor: str) -> np.random.Generator:

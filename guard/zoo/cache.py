@@ -28,7 +28,7 @@ from pathlib import Path
 import onnx
 
 from guard.errors import InternalError, UsageError
-from guard.zoo.registry import ModelSpec, spec
+from guard.zoo.registry import ZooModel, spec
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def default_cache_dir() -> Path:
     return Path(root) / "zoo" if root else Path.home() / ".cache" / "guard" / "zoo"
 
 
-def cache_key(model: ModelSpec) -> str:
+def cache_key(model: ZooModel) -> str:
     """sha256 over the name, builder version and the versions of what shapes the bytes."""
     packages = sorted({"onnx", "numpy", *model.depends})
     pins = {

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 import numpy as np
 import onnx
@@ -61,10 +62,9 @@ FILES = {
 }
 
 
-def shipped_path(name: str):
+def shipped_path(name: str) -> Traversable:
     """Path of the shipped, weight-stubbed file for zoo model ``name``."""
-    ref = resources.files("onnx") / "backend" / "test" / "data" / "light" / f"{FILES[name]}.onnx"
-    return ref
+    return resources.files("onnx") / "backend" / "test" / "data" / "light" / f"{FILES[name]}.onnx"
 
 
 def load_shipped(name: str) -> onnx.ModelProto:

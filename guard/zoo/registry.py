@@ -16,7 +16,7 @@ Signature = tuple[dict[str, Dims], dict[str, Dims]]
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ZooModel:
     """How to build one zoo model, and what it looks like without building it."""
 
     name: str
@@ -47,8 +47,8 @@ _LIGHT_DESCRIPTIONS = {
 }
 
 
-def _light(name: str) -> ModelSpec:
-    return ModelSpec(
+def _light(name: str) -> ZooModel:
+    return ZooModel(
         name=name,
         description=_LIGHT_DESCRIPTIONS[name]
         + " (real topology from the onnx wheel, seeded random weights)",
@@ -60,9 +60,9 @@ def _light(name: str) -> ModelSpec:
     )
 
 
-REGISTRY: dict[str, ModelSpec] = {
+REGISTRY: dict[str, ZooModel] = {
     **{name: _light(name) for name in sorted(light.FILES)},
-    "mlp": ModelSpec(
+    "mlp": ZooModel(
         name="mlp",
         description="MLP 256-512-512-256-10 mixing Gemm and MatMul+Add layers, Relu, dynamic batch N",
         build=mlp.build,
@@ -70,7 +70,7 @@ REGISTRY: dict[str, ModelSpec] = {
         opset=mlp.OPSET,
         signature=_fixed({"x": ["N", mlp.WIDTHS[0]]}, {"logits": ["N", mlp.WIDTHS[-1]]}),
     ),
-    "transformer": ModelSpec(
+    "transformer": ZooModel(
         name="transformer",
         description="one post-LN transformer encoder layer (seq 128, hidden 256, 4 heads, FFN 1024), "
         "LayerNormalization op, erf GELU",
@@ -82,7 +82,7 @@ REGISTRY: dict[str, ModelSpec] = {
             {"y": [1, transformer.SEQ, transformer.HIDDEN]},
         ),
     ),
-    "transformer_decomposed": ModelSpec(
+    "transformer_decomposed": ZooModel(
         name="transformer_decomposed",
         description="the transformer layer as torch.onnx emits it at opset 16: LayerNorm as "
         "ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add, erf GELU",
@@ -94,7 +94,7 @@ REGISTRY: dict[str, ModelSpec] = {
             {"y": [1, transformer.SEQ, transformer.HIDDEN]},
         ),
     ),
-    "inception_block": ModelSpec(
+    "inception_block": ZooModel(
         name="inception_block",
         description="one GoogLeNet 3a inception block: 1x1 / 1x1-3x3 / 1x1-5x5 / maxpool-1x1 "
         "branches, Relu, channel Concat",
@@ -106,7 +106,7 @@ REGISTRY: dict[str, ModelSpec] = {
             {"y": [1, 256, inception_block.SIZE, inception_block.SIZE]},
         ),
     ),
-    "digits": ModelSpec(
+    "digits": ZooModel(
         name="digits",
         description="8x8 digit classifier (64-32-10 MLP: Gemm/Relu/Gemm/Softmax) trained at build "
         "time on scikit-learn digits; takes raw pixels 0..16, scaling folded into the first Gemm",
@@ -136,7 +136,7 @@ def _unknown(kind: str, name: str, known: list[str]) -> UsageError:
     )
 
 
-def spec(name: str) -> ModelSpec:
+def spec(name: str) -> ZooModel:
     """The spec for ``name`` (with or without ``zoo:``); UsageError with a suggestion if unknown."""
     bare = strip_prefix(name)
     if bare not in REGISTRY:
