@@ -10,9 +10,10 @@ computed, run the one with the smallest *net allocation*: bytes of the outputs i
 minus bytes of the inputs it is the last reader of (those die with it). Ties go to a
 successor of the node just run (finishing a chain keeps its tensors short-lived), then to
 the earlier node in the original order. A greedy choice can be worse than the original
-order on some graphs, so the scheduler also measures the original order and keeps the
-lower peak; ``Schedule.strategy`` says which won and ``topo_peak_bytes`` what plain
-topological order would have cost.
+order on some graphs, so the scheduler also measures the original (topological) order and
+a breadth-first one and keeps the lowest peak (ties: the greedy order);
+``Schedule.strategy`` says which won and ``topo_peak_bytes`` what plain topological order
+would have cost.
 
 With a partition assignment the schedule is partition-contiguous: a partition runs as one
 block (the runtime hands it to one backend), chosen by the same net-allocation rule once
@@ -26,6 +27,7 @@ the last step that reads it, inclusive; graph outputs stay live to the last step
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -409,12 +411,39 @@ def topological_order(g: GraphView, group_of: Sequence[int] | None = None) -> li
     return order
 
 
+def breadth_first_order(g: GraphView, group_of: Sequence[int] | None = None) -> list[int]:
+    """Kahn's algorithm with a FIFO (level by level), partition-contiguous with groups."""
+    seq = topological_order(g, group_of)
+    groups = [0] * len(g.nodes) if group_of is None else list(group_of)
+    blocks: list[list[int]] = []
+    for i in seq:
+        if not blocks or groups[blocks[-1][0]] != groups[i]:
+            blocks.append([])
+        blocks[-1].append(i)
+    order: list[int] = []
+    for block in blocks:
+        inside = set(block)
+        indeg = {i: sum(1 for p in g.preds[i] if p in inside) for i in block}
+        queue = deque(i for i in block if indeg[i] == 0)
+        while queue:
+            i = queue.popleft()
+            order.append(i)
+            for s in g.succs[i]:
+                if s in inside:
+                    indeg[s] -= 1
+                    if indeg[s] == 0:
+                        queue.append(s)
+    return order
+
+
 def schedule(g: GraphView, group_of: Sequence[int] | None = None) -> Schedule:
     """Choose an order with a low peak of live bytes (see the module docstring)."""
     topo = topological_order(g, group_of)
-    greedy = _greedy_order(g, group_of)
     topo_peak = peak_live_bytes(g, topo)
-    greedy_peak = peak_live_bytes(g, greedy)
-    if greedy_peak <= topo_peak:
-        return Schedule(tuple(greedy), "min-net-alloc", greedy_peak, topo_peak)
-    return Schedule(tuple(topo), "topological", topo_peak, topo_peak)
+    candidates = [
+        ("min-net-alloc", _greedy_order(g, group_of)),
+        ("topological", topo),
+        ("breadth-first", breadth_first_order(g, group_of)),
+    ]
+    best_name, best = min(candidates, key=lambda c: peak_live_bytes(g, c[1]))
+    return Schedule(tuple(best), best_name, peak_live_bytes(g, best), topo_peak)
