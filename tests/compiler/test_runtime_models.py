@@ -8,6 +8,7 @@ included) through import, O2, plan and the runtime.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -181,4 +182,31 @@ def test_every_zoo_model_plans_tightly_and_runs_exactly():
                 failures.append(f"{name}: output {k} differs from the reference")
     geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
     print({k: round(v, 4) for k, v in ratios.items()}, "geomean", round(geomean, 4))
+    assert not failures, "\n".join(failures)
+
+
+def _light_models() -> list[Path]:
+    return sorted((Path(onnx.__file__).parent / "backend/test/data/light").glob("*.onnx"))
+
+
+@pytest.mark.slow
+def test_the_nine_onnx_light_topologies_as_shipped():
+    """The onnx wheel's light models themselves (weights stubbed by ConstantOfShape)."""
+    paths = _light_models()
+    assert len(paths) == 9
+    ratios, failures = {}, []
+    for path in paths:
+        g, _ = optimize(import_onnx(path, None), "O2")
+        compiled = plan(g)
+        check_plan(compiled.memory)
+        ratios[path.stem] = compiled.arena_bytes / compiled.lower_bound_bytes
+        rep = compiled.partition_report
+        if rep["count"] != 1 or rep["fallback_nodes"] or ratios[path.stem] > 1.10:
+            failures.append(
+                f"{path.stem}: ratio {ratios[path.stem]:.3f}\n{compiled.partition_text()}"
+            )
+        feeds = feeds_for(g)
+        out, ref = Runtime.from_plan(compiled).run(feeds), run_reference(g, feeds)
+        failures += [f"{path.stem}: {k} differs" for k in ref if not np.array_equal(out[k], ref[k])]
+    print({k: round(v, 4) for k, v in ratios.items()})
     assert not failures, "\n".join(failures)
