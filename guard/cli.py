@@ -95,7 +95,11 @@ def _cmd_track_push(args: argparse.Namespace) -> int:
 
     uri = resolve_uri(args.tracking_uri, Path.cwd())
     receipt = push(Path(args.path), uri)
-    print(f"pushed {args.path} to {uri}: parent run {receipt.get('parent_run_id')}")
+    if receipt.get("already_tracked"):
+        print(f"{args.path} is already logged at {uri} (parent run "
+              f"{receipt.get('parent_run_id')}): nothing sent")
+    else:
+        print(f"pushed {args.path} to {uri}: parent run {receipt.get('parent_run_id')}")
     return EXIT_OK
 
 
