@@ -1,7 +1,7 @@
 """The bundled artefact: a self-contained directory, no pickle.
 
 ```
-manifest.json       schema_version, compiler {name, version, pipeline, target, profile},
+artefact.json       schema_version, compiler {name, version, pipeline, target, profile},
                     inputs/outputs, headline numbers, and the sha256 of every file below
 graph.txt           the optimised graph in the IR text form (large constants "external")
 weights.bin         every constant, 64-byte aligned, in one flat binary
@@ -10,9 +10,11 @@ partitions.json     the partition report, plus the node -> partition assignment
 memory_plan.json    the frozen MemoryPlan (order, offsets, buffers, elided nodes)
 ```
 
-Loading checks schema_version, the sha256 of every file and of every constant, and that
-the plan matches the graph (same node count, every arena tensor has a slot); anything
-else is refused with a message naming the file and what to do (rebuild the artefact).
+``artefact.json`` is the artefact's own manifest; guard's pipeline writes its pinned
+``manifest.json`` beside it. Loading checks schema_version, the sha256 of every file and
+of every constant, and that the plan matches the graph (same node count, every arena
+tensor has a slot); anything else is refused with a message naming the file and what to
+do (rebuild the artefact).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import numpy as np
 from guard.compiler.memory import MemoryPlan
 from guard.compiler.runtime import (
     COMPILER_NAME,
+    RUNTIME_NAME,
     CompiledPlan,
     Executor,
     Runtime,
@@ -42,6 +45,7 @@ from guard.errors import ModelError
 SCHEMA_VERSION = 1
 KIND = "guard-bundled-artefact"
 FILES = ("graph.txt", "weights.bin", "weights.json", "partitions.json", "memory_plan.json")
+MANIFEST = "artefact.json"
 
 
 def _sha256(path: Path) -> str:
@@ -98,7 +102,7 @@ def save_artefact(
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
         "compiler": {
-            "name": COMPILER_NAME,
+            "name": COMPILER_NAME,  # the same pins as BundledBackend.versions()
             "version": compiler_version(),
             "pipeline": pipeline,
             "target": target,
@@ -122,7 +126,7 @@ def save_artefact(
         "weights_bytes": layout.total_bytes,
         "files": {name: _sha256(out / name) for name in FILES},
     }
-    _dump(out / "manifest.json", manifest)
+    _dump(out / MANIFEST, manifest)
     return manifest
 
 
@@ -160,9 +164,9 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
     from guard.compiler import parse_graph
 
     root = Path(art_dir)
-    mpath = root / "manifest.json"
+    mpath = root / MANIFEST
     if not mpath.is_file():
-        raise _refuse(mpath, "no manifest.json: not a bundled artefact")
+        raise _refuse(mpath, f"no {MANIFEST}: not a bundled artefact")
     try:
         manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as exc:
@@ -234,27 +238,49 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
 # -- what the bundled backend calls -------------------------------------------------------
 
 
-def build_bundled(req: Any, pipeline: str = "O2") -> Any:
+def build_bundled(req: Any) -> Any:
     """Build one artefact for a guard.backends.base.BuildRequest; returns its BuildInfo.
 
-    ``req.options["profile"]`` (a shipped profile name or a YAML path) picks the delegate
-    profile; default: the native backend. Pins: compiler = guard's compiler version, the
-    pipeline name, the canonical target and the profile.
+    Options (``req.options``, from the suite's ``options.bundled`` and ``profile``):
+    ``pipeline`` (default O2) and ``profile`` (a shipped profile name or a YAML path;
+    default: the native backend). Pins: compiler = guard's compiler version, the pipeline
+    name, the canonical target and the profile.
     """
     from guard.backends.base import BuildInfo
-    from guard.compiler import graph_diff, import_onnx, optimize
+    from guard.compiler import graph_diff, import_onnx, optimize, verify
+    from guard.compiler.pipeline import pipeline_names
 
+    opts = dict(req.options)
+    pipeline = str(opts.pop("pipeline", "O2"))
+    profile = opts.pop("profile", None)
+    if opts:
+        raise ModelError(
+            f"options.bundled: unknown option(s) {sorted(opts)}",
+            where=str(req.model_path),
+            hint="Known: pipeline, profile.",
+        )
+    if pipeline not in pipeline_names():
+        raise ModelError(
+            f"options.bundled.pipeline: unknown pipeline {pipeline!r}",
+            where=str(req.model_path),
+            hint=f"Use one of: {', '.join(pipeline_names())}.",
+        )
     imported = import_onnx(req.model_path, dict(req.input_shapes))
     optimised, report = optimize(imported, pipeline)
-    compiled = plan(optimised, req.options.get("profile"))
+    verify(optimised)
+    compiled = plan(optimised, profile)
     manifest = save_artefact(compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical)
     return BuildInfo(
-        payload="manifest.json",
+        payload=MANIFEST,
         compiler=dict(manifest["compiler"]),
-        runtime={"name": "guard-bundled-runtime", "version": compiler_version()},
-        session_options={"profile": compiled.profile, "threads": 1},
+        runtime=runtime_pins(),
+        session_options={"threads": req.threads, "pipeline": pipeline, "profile": compiled.profile},
         graph=graph_diff(imported, optimised, report),
     )
+
+
+def runtime_pins() -> dict[str, Any]:
+    return {"name": RUNTIME_NAME, "version": compiler_version(), "numpy": np.__version__}
 
 
 class ArtefactSession:

@@ -37,7 +37,8 @@ from guard.compiler.partition import (
 from guard.compiler.schedule import ALIGNMENT, GraphView, Schedule, align, schedule, view_of_graph
 from guard.errors import ModelError
 
-COMPILER_NAME = "guard-bundled"
+COMPILER_NAME = "guard-compiler"
+RUNTIME_NAME = "guard-runtime"  # one arena, partitions in order (reference kernels for now)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.artefact import FILES, load_artefact, save_artefact
+from guard.compiler.artefact import FILES, MANIFEST, load_artefact, save_artefact
 from guard.compiler.runtime import plan
 from guard.errors import ModelError
 
@@ -28,7 +28,7 @@ def built(tmp_path):
 
 def test_layout_and_manifest(built):
     g, compiled, manifest, art = built
-    assert sorted(p.name for p in art.iterdir()) == sorted([*FILES, "manifest.json"])
+    assert sorted(p.name for p in art.iterdir()) == sorted([*FILES, MANIFEST])
     assert manifest["compiler"]["pipeline"] == "O2" and manifest["compiler"]["target"] == "host"
     assert manifest["compiler"]["profile"] == "native"
     assert manifest["arena_bytes"] == compiled.arena_bytes
@@ -68,26 +68,26 @@ def test_a_consistent_but_rehashed_weight_is_still_refused(built):
     data = bytearray(p.read_bytes())
     data[0] ^= 0xFF
     p.write_bytes(bytes(data))
-    m = json.loads((art / "manifest.json").read_text())
+    m = json.loads((art / MANIFEST).read_text())
     import hashlib
 
     m["files"]["weights.bin"] = hashlib.sha256(bytes(data)).hexdigest()
-    (art / "manifest.json").write_text(json.dumps(m))
+    (art / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ModelError, match="does not match its sha256"):
         load_artefact(art)
 
 
 def test_schema_version_and_kind_are_checked(built):
     *_, art = built
-    m = json.loads((art / "manifest.json").read_text())
-    (art / "manifest.json").write_text(json.dumps({**m, "schema_version": 2}))
+    m = json.loads((art / MANIFEST).read_text())
+    (art / MANIFEST).write_text(json.dumps({**m, "schema_version": 2}))
     with pytest.raises(ModelError, match="schema_version 2"):
         load_artefact(art)
-    (art / "manifest.json").write_text(json.dumps({**m, "kind": "other"}))
+    (art / MANIFEST).write_text(json.dumps({**m, "kind": "other"}))
     with pytest.raises(ModelError, match="kind"):
         load_artefact(art)
-    (art / "manifest.json").unlink()
-    with pytest.raises(ModelError, match="no manifest.json"):
+    (art / MANIFEST).unlink()
+    with pytest.raises(ModelError, match=f"no {MANIFEST}"):
         load_artefact(art)
 
 
@@ -111,8 +111,14 @@ def test_backend_glue_build_and_session(tmp_path):
     req = BuildRequest(model, {"x": (1, 4, 8, 8)}, "host", "host-canonical", 1, out,
                        options={"profile": "gpu-lite"})  # fmt: skip
     info = build_bundled(req)
+    # guard's pipeline writes its own manifest.json beside the artefact's: no clash.
+    (out / "manifest.json").write_text("{}")
     assert info.compiler["pipeline"] == "O2" and info.compiler["target"] == "host-canonical"
     assert info.compiler["profile"] == "gpu-lite" and info.compiler["version"]
+    assert info.compiler["name"] == "guard-compiler" and info.payload == MANIFEST
+    with pytest.raises(ModelError, match="unknown option"):
+        build_bundled(BuildRequest(model, {"x": (1, 4, 8, 8)}, "host", "host", 1, out,
+                                   options={"profiel": "gpu-lite"}))  # fmt: skip
     sess = ArtefactSession(out)
     assert sess.input_names == ["x"] and sess.output_names == ["y"]
     g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
