@@ -14,6 +14,7 @@ Loading checks every weight's sha256, so a tampered or truncated artefact fails 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -103,6 +104,20 @@ def read_weights(artefact_dir: Path) -> dict[str, np.ndarray]:
     return out
 
 
+class _NoLimit:
+    def limit(self, **_: Any) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+
+def _blas_controller() -> Any:
+    # threadpoolctl arrives with scikit-learn (pinned); without it BLAS runs unlimited.
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - depends on the install
+        return _NoLimit()
+    return ThreadpoolController()
+
+
 class BundledSession:
     """A loaded bundled artefact: the optimised graph in the reference interpreter."""
 
@@ -111,6 +126,7 @@ class BundledSession:
 
         self.dir = artefact_dir
         self.threads = threads
+        self._blas = _blas_controller()
         meta = json.loads((artefact_dir / META).read_text())
         self.meta = meta
         self.graph = parse_graph((artefact_dir / PAYLOAD).read_text(), read_weights(artefact_dir))
@@ -121,16 +137,21 @@ class BundledSession:
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         from guard.compiler import run_reference
 
-        out = run_reference(self.graph, feeds)
+        # numpy's BLAS pool gets exactly `threads`: an oversubscribed OpenBLAS on a busy
+        # machine is 10-70x slower, which would measure the scheduler, not the model.
+        with self._blas.limit(limits=self.threads, user_api="blas"):
+            out = run_reference(self.graph, feeds)
         return [out[o] for o in self.output_names]
 
     def partitions(self) -> PartitionInfo:
         n = len(self.graph.nodes)
+        profile = self.meta.get("profile")
+        note = f"; delegate profile {profile!r} recorded, not applied yet" if profile else ""
         return PartitionInfo(
             count=1, delegated_nodes=n, fallback_nodes=0, by_provider={RUNTIME: n},
             details=[{"provider": RUNTIME, "nodes": n}],
             how="the whole optimised graph runs as one partition in guard's numpy reference "
-                "interpreter (until the part-2 partitioner lands)",
+                f"interpreter (until the part-2 partitioner lands){note}",
         )
 
     def memory(self) -> MemoryInfo:
@@ -157,9 +178,11 @@ class BundledBackend:
 
         opts = dict(req.options)
         pipeline = str(opts.pop("pipeline", "O2"))
+        # A delegate profile is the partitioner's input (part 2); recorded, not yet applied.
+        profile = opts.pop("profile", None)
         if opts:
             raise ModelError(f"options.bundled: unknown option(s) {sorted(opts)}",
-                             where=str(req.model_path), hint="Known: pipeline.")
+                             where=str(req.model_path), hint="Known: pipeline, profile.")
         if pipeline not in pipeline_names():
             raise ModelError(f"options.bundled.pipeline: unknown pipeline {pipeline!r}",
                              where=str(req.model_path), hint=f"Use one of: {', '.join(pipeline_names())}.")
@@ -170,7 +193,7 @@ class BundledBackend:
         (req.out_dir / PAYLOAD).write_text(print_graph(optimized))
         write_weights(optimized, req.out_dir)
         lower, naive = _liveness(optimized)
-        meta = {"schema_version": 1, "pipeline": pipeline, "graph": diff,
+        meta = {"schema_version": 1, "pipeline": pipeline, "graph": diff, "profile": profile,
                 "memory": {"arena_bytes": naive, "lower_bound_bytes": lower}}
         (req.out_dir / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
         compiler, runtime = self.versions()

@@ -58,6 +58,15 @@ def _variadic(op: str) -> Any:
     return conv
 
 
+def prelu_v1(ctx: ImportContext, ins: list[str], outs: list[str], consumed_inputs: Any = None) -> None:
+    # Before opset 7 a 1-D slope of size C applies per channel (axis 1), not numpy-style.
+    x, slope = ctx.type(ins[0]), ctx.type(ins[1])
+    s = ins[1]
+    if len(slope.shape) == 1 and len(x.shape) > 2 and slope.shape[0] == x.shape[1] != x.shape[-1]:
+        (s,) = ctx.emit("Reshape", [s], {"shape": [slope.shape[0]] + [1] * (len(x.shape) - 2)})
+    ctx.emit("PRelu", [ins[0], s], {}, outs)
+
+
 def leaky_relu(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 0.01) -> None:
     ctx.emit("LeakyRelu", ins[:1], {"alpha": alpha}, outs)
 
@@ -154,6 +163,7 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     **{op: {1: _unary(op)} for op in UNARY_NO_ATTRS},
     **{op: {1: _binary(op)} for op in BINARY},
     **{op: {1: _variadic(op)} for op in ("Sum", "Mean", "Max", "Min")},
+    "PRelu": {1: prelu_v1, 7: _binary("PRelu")},
     "LeakyRelu": {1: leaky_relu},
     "Elu": {1: elu},
     "Celu": {12: celu},

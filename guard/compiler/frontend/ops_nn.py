@@ -130,12 +130,23 @@ def _softmax(op: str, new_semantics: bool) -> Any:
 
 def layer_norm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1,
                epsilon: float = 1e-5, stash_type: int = 1) -> None:
-    if any(o for o in outs[1:]):
-        raise ctx.error("LayerNormalization's Mean/InvStdDev outputs are not supported",
-                        hint="Export without the training outputs.")
-    r = len(ctx.type(ins[0]).shape)
+    x = ctx.type(ins[0])
+    r = len(x.shape)
     ctx.emit("LayerNormalization", [i for i in ins[:3] if i],
              {"axis": axis % r, "epsilon": epsilon}, outs[:1])
+    if any(o for o in outs[1:]):
+        # Mean and InvStdDev (training outputs) as plain ops over the normalised axes.
+        axes = list(range(axis % r, r))
+        (mean,) = ctx.emit("ReduceMean", ins[:1], {"axes": axes, "keepdims": 1},
+                           outs[1:2] if len(outs) > 1 and outs[1] else None)
+        (d,) = ctx.emit("Sub", [ins[0], mean], {})
+        (sq,) = ctx.emit("Mul", [d, d], {})
+        (var,) = ctx.emit("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
+        eps = ctx.add_const(ctx.fresh("ln_eps"), np.asarray(epsilon, x.dtype))
+        (ve,) = ctx.emit("Add", [var, eps], {})
+        (sd,) = ctx.emit("Sqrt", [ve], {})
+        if len(outs) > 2 and outs[2]:
+            ctx.emit("Reciprocal", [sd], {}, outs[2:3])
 
 
 CONVERTERS: dict[str, dict[int, Any]] = {

@@ -53,7 +53,7 @@ def reshape_v5(ctx: ImportContext, ins: list[str], outs: list[str], allowzero: i
 
 def flatten(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 1) -> None:
     x = ctx.type(ins[0])
-    ax = axis % (len(x.shape) + 1) if axis < 0 else axis
+    ax = axis + len(x.shape) if axis < 0 else axis
     rows = int(np.prod(x.shape[:ax], dtype=np.int64))
     cols = int(np.prod(x.shape[ax:], dtype=np.int64))
     ctx.emit("Reshape", ins[:1], {"shape": [rows, cols]}, outs)
@@ -247,7 +247,10 @@ def constant_of_shape(ctx: ImportContext, ins: list[str], outs: list[str], value
 
 def range_(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     start, limit, delta = (ctx.const(i, "range bound") for i in ins[:3])
-    ctx.add_const(outs[0], np.arange(start, limit, delta).astype(np.asarray(start).dtype))
+    dtype = np.asarray(start).dtype
+    s0, l0, d0 = (np.asarray(v).reshape(-1)[0].item() for v in (start, limit, delta))
+    n = max(int(np.ceil((l0 - s0) / d0)), 0)
+    ctx.add_const(outs[0], (s0 + d0 * np.arange(n)).astype(dtype))
 
 
 def _reduce(op: str, axes_as_input_since: int) -> Any:

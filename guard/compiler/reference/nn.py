@@ -6,6 +6,7 @@ matmul per group, so it is the oracle, not the fast path.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -43,22 +44,21 @@ def conv(xs: Xs, a: Attrs) -> list[np.ndarray]:
     assert x is not None and w is not None
     g = a["group"]
     k = x.ndim - 2
-    ks = list(w.shape[2:])
-    win = _windows(_pad_spatial(x, a["pads"], 0.0), ks, a["strides"], a["dilations"])
     n, c = x.shape[:2]
-    out_sp = win.shape[2 : 2 + k]
     m = w.shape[0]
     cg, mg = c // g, m // g
-    outs = []
-    for gi in range(g):
-        wg = win[:, gi * cg : (gi + 1) * cg]
-        # (N, cg, *out, *k) -> (N, *out, cg, *k) -> rows of patches
-        perm = (0,) + tuple(range(2, 2 + k)) + (1,) + tuple(range(2 + k, 2 + 2 * k))
-        cols = wg.transpose(perm).reshape(n * int(np.prod(out_sp)), -1)
-        wm = w[gi * mg : (gi + 1) * mg].reshape(mg, -1)
-        outs.append((cols @ wm.T).reshape((n,) + tuple(out_sp) + (mg,)))
-    y = np.concatenate(outs, axis=-1) if g > 1 else outs[0]
-    y = np.moveaxis(y, -1, 1)
+    ks = list(w.shape[2:])
+    if g == 1 and all(d == 1 for d in ks) and not any(a["pads"]) and all(s == 1 for s in a["strides"]):
+        # 1x1, stride 1, no padding: one matmul over the flattened spatial dims.
+        y = np.matmul(w.reshape(m, c), x.reshape(n, c, -1)).reshape((n, m) + x.shape[2:])
+    else:
+        win = _windows(_pad_spatial(x, a["pads"], 0.0), ks, a["strides"], a["dilations"])
+        out_sp = win.shape[2 : 2 + k]
+        # (N, C, *out, *k) -> (N, G, cg, *k, *out): patches as columns, channel-major rows.
+        perm = (0, 1) + tuple(range(2 + k, 2 + 2 * k)) + tuple(range(2, 2 + k))
+        cols = win.transpose(perm).reshape(n, g, cg * int(np.prod(ks)), int(np.prod(out_sp)))
+        wm = w.reshape(g, mg, -1)
+        y = np.matmul(wm[None], cols).reshape((n, m) + tuple(out_sp))
     if b is not None:
         y = y + b.reshape((1, m) + (1,) * k)
     return [np.ascontiguousarray(y.astype(x.dtype, copy=False))]
@@ -84,16 +84,30 @@ def _pool_out(x: np.ndarray, a: Attrs) -> tuple[int, ...]:
     return shape[2:]
 
 
+def _taps(xp: np.ndarray, a: Attrs, out: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    """Yield one strided view per kernel offset: each is the (N, C, *out) tensor of the
+    inputs that offset reads (faster than reducing a window view)."""
+    k = xp.ndim - 2
+    strides, ks = a["strides"], a["kernel_shape"]
+    dil = a.get("dilations", [1] * k)
+    for offs in itertools.product(*(range(kk) for kk in ks)):
+        idx = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + s * (n - 1) + 1, s) for o, d, s, n in zip(offs, dil, strides, out, strict=True)
+        )
+        yield xp[idx]
+
+
 def max_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
     x = xs[0]
     assert x is not None
-    k = x.ndim - 2
     out = _pool_out(x, a)
     lo = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     xp = _pad_spatial(x, a["pads"], lo, _ceil_extra(x, a, out))
-    win = _windows(xp, a["kernel_shape"], a["strides"], a.get("dilations", [1] * k))
-    win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
-    return [win.max(axis=tuple(range(-k, 0))).astype(x.dtype)]
+    y = None
+    for tap in _taps(xp, a, out):
+        y = tap.copy() if y is None else np.maximum(y, tap, out=y)
+    assert y is not None
+    return [y.astype(x.dtype, copy=False)]
 
 
 def average_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -102,11 +116,10 @@ def average_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
     k = x.ndim - 2
     out = _pool_out(x, a)
     extra = _ceil_extra(x, a, out)
-    dil = a.get("dilations", [1] * k)
-    axes = tuple(range(-k, 0))
-    sel = (slice(None), slice(None)) + tuple(slice(0, o) for o in out)
-    s = _windows(_pad_spatial(x, a["pads"], 0.0, extra), a["kernel_shape"], a["strides"], dil)[sel]
-    s = s.sum(axis=axes, dtype=np.float64 if x.dtype == np.float64 else np.float32)
+    acc_t = np.float64 if x.dtype == np.float64 else np.float32
+    s = np.zeros(x.shape[:2] + tuple(out), acc_t)
+    for tap in _taps(_pad_spatial(x, a["pads"], 0.0, extra), a, out):
+        s += tap
     ones = np.ones((1, 1) + x.shape[2:], dtype=np.float32)
     # count_include_pad counts explicit pads but never the ceil_mode overhang.
     if a.get("count_include_pad", 0):
@@ -114,7 +127,9 @@ def average_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
         cnt_src = _pad_spatial(cnt_src, [0] * (2 * k), 0.0, extra)
     else:
         cnt_src = _pad_spatial(ones, a["pads"], 0.0, extra)
-    cnt = _windows(cnt_src, a["kernel_shape"], a["strides"], dil)[sel].sum(axis=axes)
+    cnt = np.zeros((1, 1) + tuple(out), np.float32)
+    for tap in _taps(cnt_src, a, out):
+        cnt += tap
     return [(s / cnt).astype(x.dtype)]
 
 

@@ -95,6 +95,18 @@ def _gather_elements(xs: Xs, a: Attrs) -> list[np.ndarray]:
     return [np.take_along_axis(x, idx, axis=ax)]
 
 
+def _lowest(dt: np.dtype) -> object:
+    if dt.kind == "f":
+        return -np.inf
+    return False if dt.kind == "b" else np.iinfo(dt).min
+
+
+def _highest(dt: np.dtype) -> object:
+    if dt.kind == "f":
+        return np.inf
+    return True if dt.kind == "b" else np.iinfo(dt).max
+
+
 KERNELS = {
     "Reshape": lambda xs, a: [_x(xs).reshape(a["shape"])],
     "Transpose": lambda xs, a: [np.ascontiguousarray(np.transpose(_x(xs), a["perm"]))],
@@ -110,8 +122,9 @@ KERNELS = {
     "CumSum": _cumsum,
     "ReduceMean": _reduce(lambda x, ax, k: np.mean(x, axis=ax, keepdims=k)),
     "ReduceSum": _reduce(lambda x, ax, k: np.sum(x, axis=ax, keepdims=k)),
-    "ReduceMax": _reduce(lambda x, ax, k: np.max(x, axis=ax, keepdims=k)),
-    "ReduceMin": _reduce(lambda x, ax, k: np.min(x, axis=ax, keepdims=k)),
+    # An empty reduction yields the identity (-inf / +inf, or the dtype's extremes).
+    "ReduceMax": _reduce(lambda x, ax, k: np.max(x, axis=ax, keepdims=k, initial=_lowest(x.dtype))),
+    "ReduceMin": _reduce(lambda x, ax, k: np.min(x, axis=ax, keepdims=k, initial=_highest(x.dtype))),
     "ReduceProd": _reduce(lambda x, ax, k: np.prod(x, axis=ax, keepdims=k)),
     "ReduceL1": _reduce(lambda x, ax, k: np.sum(np.abs(x), axis=ax, keepdims=k)),
     "ReduceL2": _reduce(lambda x, ax, k: np.sqrt(np.sum(np.square(x), axis=ax, keepdims=k))),

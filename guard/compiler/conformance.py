@@ -1,0 +1,105 @@
+"""The bundled compiler as an ``onnx.backend.base.Backend``, so onnx's backend test suite
+(``onnx.backend.test.BackendTest``) runs against it.
+
+``prepare`` keeps the model; the first ``run`` compiles it for the shapes it is given
+(the IR is statically shaped), through ``import_onnx`` and the chosen pipeline (O2 by
+default), verifies the result and runs it in the reference interpreter. A case whose
+shape-like operand (Reshape's shape, Slice's starts, ...) is a graph input is specialised
+on the values the test feeds, as a deployment compiler would require them to be constant;
+``GuardBackendRep.specialised`` says when that happened.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.backend.base import Backend, BackendRep
+
+from guard.errors import ModelError
+
+
+def _bind_inputs_as_constants(model: onnx.ModelProto, names: list[str], values: list[np.ndarray]) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for name, v in zip(names, values, strict=True):
+        m.graph.initializer.append(numpy_helper.from_array(np.asarray(v), name))
+    keep = [i for i in m.graph.input if i.name not in set(names)]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    return m
+
+
+class GuardBackendRep(BackendRep):
+    def __init__(self, model: onnx.ModelProto, pipeline: str) -> None:
+        self.model = model
+        self.pipeline = pipeline
+        inits = {i.name for i in model.graph.initializer}
+        self.input_names = [i.name for i in model.graph.input if i.name not in inits]
+        self.output_names = [o.name for o in model.graph.output]
+        self.specialised = False
+        self._cache: dict[tuple, Any] = {}
+
+    def _compile(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> Any:
+        from guard.compiler import import_onnx, optimize, verify
+
+        g = import_onnx(model, shapes)
+        g2, _ = optimize(g, self.pipeline)
+        verify(g2)
+        return g2
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        from guard.compiler import run_reference
+
+        if isinstance(inputs, dict):
+            arrays = [np.asarray(inputs[n]) for n in self.input_names]
+        else:
+            arrays = [np.asarray(x) for x in (inputs if isinstance(inputs, list | tuple) else [inputs])]
+        names = self.input_names[: len(arrays)]
+        shapes = {n: tuple(a.shape) for n, a in zip(names, arrays, strict=True)}
+        key = tuple(sorted(shapes.items()))
+        graph = self._cache.get(key)
+        feeds = dict(zip(names, arrays, strict=True))
+        if graph is None:
+            try:
+                graph = self._compile(self.model, shapes)
+            except ModelError as exc:
+                if "depends on tensor data" not in str(exc):
+                    raise
+                ints = [n for n, a in feeds.items() if a.dtype.kind in "iub"]
+                if not ints:
+                    raise
+                model = _bind_inputs_as_constants(self.model, ints, [feeds[n] for n in ints])
+                graph = self._compile(model, {n: s for n, s in shapes.items() if n not in ints})
+                self.specialised = True
+                # Specialised on values: never reuse it for other values.
+                out = run_reference(graph, {n: a for n, a in feeds.items() if n not in ints})
+                return tuple(out[o] for o in self.output_names)
+            self._cache[key] = graph
+        out = run_reference(graph, feeds)
+        return tuple(out[o] for o in self.output_names)
+
+
+class GuardBackend(Backend):
+    """onnx backend API over guard's compiler; ``pipeline`` defaults to O2."""
+
+    pipeline = "O2"
+
+    @classmethod
+    def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
+        return device == "CPU"
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> GuardBackendRep:
+        super().prepare(model, device, **kwargs)
+        return GuardBackendRep(model, kwargs.get("pipeline", cls.pipeline))
+
+    @classmethod
+    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return device == "CPU"
