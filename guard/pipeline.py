@@ -427,6 +427,10 @@ def _selected(suite: Suite, opts: RunOptions) -> list[tuple[ModelEntry, tuple[st
         backends = tuple(b for b in entry.backends if not opts.backends or b in opts.backends)
         if backends:
             out.append((entry, backends))
+    if not out:
+        raise UsageError(f"nothing to run: --backend {', '.join(opts.backends)} matches no "
+                         f"backend of the selected models in suite {suite.name}",
+                         hint="Check the suite's backends lists.")
     return out
 
 

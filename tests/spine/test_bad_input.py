@@ -224,3 +224,12 @@ def test_kept_results_push_later(tmp_path, workdir, capsys):
     mlflow.set_tracking_uri(store)
     runs = mlflow.search_runs(experiment_names=["guard/bad"], output_format="list")
     assert len(runs) == 2  # one parent, one child
+
+
+def test_selection_that_matches_nothing(tmp_path, workdir, capsys):
+    path = small_convnet(tmp_path / "net.onnx")
+    s = suite_for(tmp_path, str(path))
+    err = run_expect(["run", str(s), "--no-track", "--backend", "tvm"], 2, capsys)
+    assert "nothing to run" in err
+    err = run_expect(["run", str(s), "--no-track", "--model", "nope"], 2, capsys)
+    assert "--model 'nope'" in err
