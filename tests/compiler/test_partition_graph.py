@@ -238,3 +238,33 @@ def test_gpu_lite_splits_alexnet_at_its_lrns():
     )
     assert rep["count"] >= 2 and rep["boundaries"] and rep["fallback_tax_ms"] > 0
     assert "(LRN)" in text
+
+
+def test_ir_control_flow_goes_to_the_fallback_and_keeps_captures_alive():
+    """An If whose branch reads an outer value: the view adds the capture as an input."""
+    import numpy as np
+
+    from guard.compiler.ir import Graph
+    from guard.compiler.schedule import liveness, view_of_graph
+
+    g = Graph("outer")
+    g.add_input("x", (1, 8), np.float32)
+    g.add_input("c", (), np.bool_)
+    g.add_node("Relu", ["x"], [((1, 8), np.float32)], outputs=["a"], name="relu_a")
+    g.add_node("Relu", ["a"], [((1, 8), np.float32)], outputs=["b"], name="relu_b")
+    branch = Graph("then")
+    branch.add_node("Neg", ["a"], [((1, 8), np.float32)], outputs=["t"], name="neg_t")
+    branch.outputs = ["t"]
+    g.add_node("If", ["c"], [((1, 8), np.float32)], {"then_branch": branch, "else_branch": branch},
+               outputs=["y"], name="if_1")  # fmt: skip
+    g.add_node("Add", ["y", "b"], [((1, 8), np.float32)], outputs=["z"], name="add_z")
+    g.outputs = ["z"]
+    v = view_of_graph(g)
+    node = v.nodes[2]
+    assert node.has_subgraph and node.inputs == ("c", "a") and node.args == ("c",)
+    assert liveness(v, range(4))["a"].end == 2  # a stays live until the If reads it
+    rep = report_dict(partition(v, backends_for(None)), v)
+    assert [(p["backend"], p["nodes"]) for p in rep["partitions"]] == [
+        ("native", 2), ("cpu", 1), ("native", 1)
+    ]  # fmt: skip
+    assert "control flow" in rep["splits"][0]["declined"]["native"]
