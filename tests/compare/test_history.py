@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -66,3 +67,30 @@ def test_series_from_runs_orders_oldest_first():
     assert values == [1.0, 3.0]
     assert labels[0].startswith("aaaaaaaaaa@2026-11-01")
     assert H.series_from_runs(frame, "nope") == ([], [])
+
+
+def test_history_cli_on_a_real_store(tmp_path, capsys):
+    """Ten runs logged to sqlite MLflow, a +15% step after the sixth."""
+    from compare_fixtures import doc, result
+
+    from guard.cli import main
+    from guard.track import log_results
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rng = np.random.default_rng(5)
+    for i in range(10):
+        level = 2.0 if i < 6 else 2.3
+        r = result("mlp", level * np.exp(rng.normal(0, 0.01, 50)))
+        r["latency_ms"]["p50"] = level * float(np.exp(rng.normal(0, 0.01)))
+        d = doc(r)
+        d["git"] = {"commit": f"c{i}".ljust(40, "0"), "dirty": False, "branch": "main"}
+        log_results(d, uri)
+    out = tmp_path / "h.json"
+    code = main(["history", "smoke", "--model", "mlp", "--tracking-uri", uri, "--bound", "3.0",
+                 "--json", str(out)])  # fmt: skip
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "step at c600000000@" in text and "headroom to the bound 3 consumed: 29%" in text
+    a = json.loads(out.read_text())
+    assert a["steps"][0]["pct"] == pytest.approx(15, abs=3)
+    assert main(["history", "smoke", "--model", "nope", "--tracking-uri", uri]) == 2
