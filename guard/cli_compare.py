@@ -58,12 +58,24 @@ def register(subparsers: Any) -> None:
     c = subparsers.add_parser(
         "compare",
         help="is HEAD worse than BASE, beyond noise? (results files or MLflow)",
-        description="Compare two sides. A side is a results file (guard run --json), run:<id> "
-        "(an MLflow invocation), or branch:<name> (the latest compatible runs on that branch). "
+        description="guard compare [BASE] HEAD. A side is a results file (guard run --json), "
+        "run:<id> (an MLflow invocation), or branch:<name> (for each model of HEAD, the "
+        "latest run on that branch whose host class matches). Without BASE, the baseline is "
+        "--baseline FILE, else branch:<--baseline-branch> (default main). "
         "Exit 1 when any row regressed.",
     )
-    c.add_argument("base", help="results file, run:<id> or branch:<name> (e.g. branch:main)")
-    c.add_argument("head", help="results file or run:<id>")
+    c.add_argument(
+        "sides",
+        nargs="+",
+        metavar="SIDE",
+        help="[BASE] HEAD: results file, run:<id>, or (BASE only) branch:<name>",
+    )
+    c.add_argument("--baseline", metavar="FILE", help="the baseline results file (instead of BASE)")
+    c.add_argument(
+        "--baseline-branch",
+        default="main",
+        help="branch whose MLflow runs are the baseline when none is given (default %(default)s)",
+    )
     c.add_argument("--suite", help="suite name for branch: sides (default: the other side's)")
     _tracking_arg(c)
     _stats_args(c)
@@ -195,22 +207,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from guard.compare.baseline import is_mlflow_spec, load_side
     from guard.compare.compare import compare_docs, exit_code
 
+    if len(args.sides) > 2:
+        raise UsageError(f"expected [BASE] HEAD, got {len(args.sides)} sides")
+    if len(args.sides) == 2 and args.baseline:
+        raise UsageError("give BASE or --baseline, not both")
+    head_spec = args.sides[-1]
+    base_spec = (
+        args.sides[0] if len(args.sides) == 2 else args.baseline or f"branch:{args.baseline_branch}"
+    )
+    if head_spec.startswith(("branch:", "mlflow:")):
+        raise UsageError(f"{head_spec}: HEAD must be a results file or run:<id>")
     uri = None
-    if is_mlflow_spec(args.base) or is_mlflow_spec(args.head):
+    if is_mlflow_spec(base_spec) or is_mlflow_spec(head_spec):
         from guard.track import resolve_uri
 
         uri = resolve_uri(args.tracking_uri, Path.cwd())
-    if args.head.startswith(("branch:", "mlflow:")):
-        raise UsageError(f"{args.head}: HEAD must be a results file or run:<id>")
-    head = load_side(args.head, uri=uri, suite=args.suite)
-    base = load_side(args.base, uri=uri, suite=args.suite, other=head)
+    head = load_side(head_spec, uri=uri, suite=args.suite)
+    base = load_side(base_spec, uri=uri, suite=args.suite, other=head)
     cmp = compare_docs(
         base,
         head,
         _config(args),
         noise=_noise(args, head.get("suite")),
-        base_label=args.base,
-        head_label=args.head,
+        base_label=base_spec,
+        head_label=head_spec,
     )
     _emit(cmp, args, "guard compare")
     return exit_code(cmp, strict=args.strict)

@@ -86,6 +86,7 @@ def test_noise_file_roundtrip_and_validation(tmp_path):
         K.load_noise(tmp_path / "missing.json")
 
 
+@pytest.mark.slow
 def test_log_noise_writes_one_calibration_run(tmp_path):
     pytest.importorskip("mlflow")
     import mlflow

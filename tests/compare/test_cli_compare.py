@@ -77,6 +77,8 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, pair, capsys):
     assert "host.cpu differs: baseline 'Xeon EMR', head 'Graviton4'" in capsys.readouterr().err
     assert main(["compare", a, a, "--regress-pct", "-3"]) == 2
     assert main(["compare", "branch:main", "branch:pr"]) == 2
+    assert main(["compare", a, a, a]) == 2
+    assert main(["compare", a, a, "--baseline", a]) == 2
 
 
 def test_noise_file_raises_threshold(pair, tmp_path):
@@ -92,6 +94,7 @@ def test_noise_file_raises_threshold(pair, tmp_path):
     assert main(["compare", a, slow, "--quiet", "--noise", str(noise)]) == 0
 
 
+@pytest.mark.slow
 def test_branch_baseline_picks_newest_compatible_run(tmp_path, capsys):
     """Real sqlite MLflow store: main has an old same-host run and a newer other-host run."""
     from guard.track import log_results
@@ -107,9 +110,8 @@ def test_branch_baseline_picks_newest_compatible_run(tmp_path, capsys):
     log_results(new_other, uri)
     head = write(tmp_path / "head.json", doc(result("mlp", lat(rng))))
     out = tmp_path / "c.json"
-    code = main(
-        ["compare", "branch:main", head, "--tracking-uri", uri, "--json", str(out), "--quiet"]
-    )
+    # no BASE: the baseline is branch:main by default
+    code = main(["compare", head, "--tracking-uri", uri, "--json", str(out), "--quiet"])
     cmp = json.loads(out.read_text())
     assert cmp["rows"][0]["ratio"] > 1.15  # compared against the 0.8x same-host run
     assert code == 1
@@ -120,3 +122,9 @@ def test_branch_baseline_picks_newest_compatible_run(tmp_path, capsys):
     head2 = write(tmp_path / "head2.json", doc(result("cnn", lat(rng))))
     assert main(["compare", "branch:main", head2, "--tracking-uri", uri, "--quiet"]) == 2
     assert "no compatible baseline for cnn/onnxruntime" in capsys.readouterr().err
+
+
+def test_baseline_flag(pair):
+    a, a2, slow = pair
+    assert main(["compare", slow, "--baseline", a, "--quiet"]) == 1
+    assert main(["compare", a2, "--baseline", a, "--quiet"]) == 0

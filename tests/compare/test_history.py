@@ -69,6 +69,7 @@ def test_series_from_runs_orders_oldest_first():
     assert H.series_from_runs(frame, "nope") == ([], [])
 
 
+@pytest.mark.slow
 def test_history_cli_on_a_real_store(tmp_path, capsys):
     """Ten runs logged to sqlite MLflow, a +15% step after the sixth."""
     from compare_fixtures import doc, result
