@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
@@ -210,3 +212,70 @@ def test_the_nine_onnx_light_topologies_as_shipped():
         failures += [f"{path.stem}: {k} differs" for k in ref if not np.array_equal(out[k], ref[k])]
     print({k: round(v, 4) for k, v in ratios.items()})
     assert not failures, "\n".join(failures)
+
+
+@st.composite
+def random_ir_graphs(draw):
+    """Random IR graphs over (1, c) / (c, 1) float tensors: views, slices, in-place ops."""
+    from guard.compiler.ir import Graph
+
+    g = Graph("random")
+    g.add_input("x0", (1, draw(st.integers(1, 48))), np.float32)
+    shapes = {"x0": g.values["x0"].shape}
+    for i in range(draw(st.integers(1, 12))):
+        op = draw(
+            st.sampled_from(
+                ["Relu", "Neg", "Add", "Concat", "Split", "Reshape", "Slice", "Transpose"]
+            )
+        )
+        a = draw(st.sampled_from(sorted(shapes)))
+        s = shapes[a]
+        ins, attrs, outs = [a], {}, [(f"t{i}", s)]
+        if op == "Add":
+            ins = [a, draw(st.sampled_from(sorted(n for n in shapes if shapes[n] == s)))]
+        elif op == "Concat":
+            rows = sorted(n for n in shapes if shapes[n][0] == s[0])
+            ins = draw(st.lists(st.sampled_from(rows), min_size=1, max_size=3))
+            attrs = {"axis": 1}
+            outs = [(f"t{i}", (s[0], sum(shapes[n][1] for n in ins)))]
+        elif op in ("Split", "Slice") and (s[0] != 1 or s[1] < 2):
+            continue
+        elif op == "Split":
+            at = draw(st.integers(1, s[1] - 1))
+            attrs = {"axis": 1, "split": [at, s[1] - at]}
+            outs = [(f"t{i}a", (1, at)), (f"t{i}b", (1, s[1] - at))]
+        elif op == "Slice":
+            lo = draw(st.integers(0, s[1] - 1))
+            hi = draw(st.integers(lo + 1, s[1]))
+            attrs = {"axes": [1], "starts": [lo], "ends": [hi], "steps": [1]}
+            outs = [(f"t{i}", (1, hi - lo))]
+        elif op == "Reshape":
+            attrs = {"shape": [s[1], s[0]]}
+            outs = [(f"t{i}", (s[1], s[0]))]
+        elif op == "Transpose":
+            attrs = {"perm": [1, 0]}
+            outs = [(f"t{i}", (s[1], s[0]))]
+        g.add_node(
+            op, ins, [(sh, np.float32) for _, sh in outs], attrs, outputs=[o for o, _ in outs]
+        )
+        shapes.update(outs)
+    produced = [o for n in g.nodes for o in n.outputs] or ["x0"]
+    g.outputs = draw(st.lists(st.sampled_from(produced), min_size=1, max_size=3, unique=True))
+    return g
+
+
+@settings(max_examples=80, deadline=None)
+@given(random_ir_graphs())
+def test_runtime_equals_reference_on_random_ir_graphs(g):
+    from guard.compiler import verify
+
+    verify(g)
+    compiled = plan(g)
+    check_plan(compiled.memory)
+    rt = Runtime.from_plan(compiled)
+    feeds = feeds_for(g)
+    ref = run_reference(g, feeds)
+    for _ in range(2):
+        out = rt.run(feeds)
+        for k in ref:
+            np.testing.assert_array_equal(out[k], ref[k])
