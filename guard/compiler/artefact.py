@@ -118,6 +118,7 @@ def save_artefact(
         },
         "partitions": {
             "count": parts["count"],
+            "delegated_partitions": parts["delegated_partitions"],
             "delegated_nodes": parts["delegated_nodes"],
             "fallback_nodes": parts["fallback_nodes"],
         },

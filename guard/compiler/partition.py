@@ -558,7 +558,11 @@ def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
     return {
         "schema_version": 1,
         "backends": list(plan.backends),
-        "count": len(plan.delegated),
+        # Every partition in execution order, fallback segments included: a graph wholly on
+        # the fallback is 1 partition (0 delegated), so a `partitions: {max: 1}` check
+        # cannot pass a model that never reached the delegate.
+        "count": len(plan.partitions),
+        "delegated_partitions": len(plan.delegated),
         "fallback_partitions": len(plan.partitions) - len(plan.delegated),
         "delegated_nodes": delegated,
         "fallback_nodes": len(g.nodes) - delegated,
@@ -584,7 +588,8 @@ def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) ->
     lines = [f"partition report{': ' + title if title else ''}"]
     lines.append(
         f"  backends (priority order): {' > '.join(rep['backends'])}; "
-        f"{rep['count']} delegated partition(s), {rep['fallback_partitions']} fallback; "
+        f"{rep['count']} partition(s): {rep['delegated_partitions']} delegated, "
+        f"{rep['fallback_partitions']} fallback; "
         f"nodes {rep['delegated_nodes']} delegated, {rep['fallback_nodes']} fallback"
     )
     lines.append(f"  {'#':>3}  {'backend':<12} {'nodes':>5}  first .. last")

@@ -127,6 +127,6 @@ def test_backend_glue_build_and_session(tmp_path):
         sess.run(feeds)[0], run_reference(g, feeds)["y"], rtol=1e-5, atol=1e-5
     )
     parts = sess.partitions()
-    assert parts.count == 1 and parts.fallback_nodes == 2 and parts.by_provider["cpu"] == 2
+    assert parts.count == 2 and parts.fallback_nodes == 2 and parts.by_provider["cpu"] == 2
     mem = sess.memory()
     assert mem.lower_bound_bytes <= mem.arena_bytes <= 1.10 * mem.lower_bound_bytes

@@ -59,7 +59,8 @@ def test_unsupported_op_mid_network_splits_and_is_named():
     plan = partition(g, [no_lrn(), CPU])
     rep = report_dict(plan, g)
     assert [p["backend"] for p in rep["partitions"]] == ["gpu", "cpu", "gpu"]
-    assert rep["count"] == 2 and rep["fallback_partitions"] == 1
+    assert rep["count"] == 3 and rep["delegated_partitions"] == 2
+    assert rep["fallback_partitions"] == 1
     assert rep["delegated_nodes"] == 4 and rep["fallback_nodes"] == 1
     assert rep["splits"] == [
         {"node": "n2_lrn", "op": "LRN", "partition": 1, "backend": "cpu",
@@ -72,7 +73,7 @@ def test_unsupported_op_mid_network_splits_and_is_named():
     assert rep["fallback_tax_ms"] == pytest.approx(2 * (1024 / 1e9 * 1e3 + 0.1))
     text = format_report(rep, "chain")
     assert "n2_lrn (LRN)" in text and "op LRN is excluded by gpu" in text
-    assert "2 delegated partition(s), 1 fallback" in text
+    assert "3 partition(s): 2 delegated, 1 fallback" in text
 
 
 def test_merge_that_would_make_a_cycle_is_refused():
@@ -138,12 +139,15 @@ def test_shipped_profiles_load_and_differ():
         assert b.name == n and not b.fallback
     g = chain(["Conv", "Relu", "LRN", "Conv", "Relu"])
     gpu = report_dict(partition(g, backends_for("gpu-lite")), g)
-    assert gpu["count"] == 2 and [s["op"] for s in gpu["splits"]] == ["LRN"]
+    assert gpu["count"] == 3 and gpu["delegated_partitions"] == 2
+    assert [s["op"] for s in gpu["splits"]] == ["LRN"]
     npu = report_dict(partition(g, backends_for("npu-int8")), g)
-    assert npu["count"] == 0 and npu["fallback_nodes"] == 5  # float model: all on cpu
+    assert npu["count"] == 1 and npu["delegated_partitions"] == 0  # float model: all on cpu
+    assert npu["fallback_nodes"] == 5
     assert "float32" in npu["splits"][0]["declined"]["npu-int8"]
     q = chain(["Conv", "Relu", "Conv", "Add"], dtype="int8")
-    assert report_dict(partition(q, backends_for("npu-int8")), q)["count"] == 1
+    q_rep = report_dict(partition(q, backends_for("npu-int8")), q)
+    assert q_rep["count"] == q_rep["delegated_partitions"] == 1
 
 
 def test_profile_from_a_path(tmp_path):
@@ -236,7 +240,7 @@ def test_gpu_lite_splits_alexnet_at_its_lrns():
     assert len(lrn) == 2 and all(
         "op LRN is excluded by gpu-lite" in s["declined"]["gpu-lite"] for s in lrn
     )
-    assert rep["count"] >= 2 and rep["boundaries"] and rep["fallback_tax_ms"] > 0
+    assert rep["delegated_partitions"] >= 2 and rep["boundaries"] and rep["fallback_tax_ms"] > 0
     assert "(LRN)" in text
 
 

@@ -143,7 +143,8 @@ def test_partition_report_for_a_model_file(tmp_path):
     rep, text = partition_report(path, {"x": (1, 4, 8, 8)}, "gpu-lite")
     # After O2, Conv+Relu is one node: alone before the LRN it is below gpu-lite's
     # min_partition_size 2, so it joins the LRN on the cpu and one delegate partition is left.
-    assert rep["count"] == 1 and rep["fallback_partitions"] == 1
+    assert rep["count"] == 2 and rep["delegated_partitions"] == 1
+    assert rep["fallback_partitions"] == 1
     assert {s["op"]: s["backend"] for s in rep["splits"]}["LRN"] == "cpu"
     assert "below min_partition_size 2" in text
     assert "small.onnx on gpu-lite" in text and "LRN" in text and "arena:" in text
