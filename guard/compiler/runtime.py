@@ -35,7 +35,7 @@ from guard.compiler.partition import (
     report_dict,
 )
 from guard.compiler.schedule import ALIGNMENT, GraphView, Schedule, align, schedule, view_of_graph
-from guard.errors import ModelError
+from guard.errors import InternalError, ModelError
 
 COMPILER_NAME = "guard-compiler"
 RUNTIME_NAME = "guard-runtime"  # one arena, partitions in order (reference kernels for now)
@@ -284,6 +284,13 @@ class Runtime:
             # node.args: the IR's inputs (the view appends subgraph captures for liveness).
             outs = execute(node.op, [self._value(v) for v in node.args], dict(node.attrs))
             for name, arr in zip(node.outputs, outs, strict=True):
-                self._slot_views[name][...] = arr
+                dst = self._slot_views[name]
+                arr = np.asarray(arr)
+                if arr.shape != dst.shape or arr.dtype != dst.dtype:
+                    raise InternalError(
+                        f"runtime: {node.op} node {node.name!r} produced {arr.dtype}"
+                        f"{list(arr.shape)} for {name!r}, the plan holds {dst.dtype}{list(dst.shape)}"
+                    )
+                dst[...] = arr  # numpy buffers overlapping copies (in-place slots)
         self.runs += 1
         return {o: np.array(self._value(o), copy=True) for o in self.output_names}

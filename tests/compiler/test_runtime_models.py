@@ -280,3 +280,16 @@ def test_runtime_equals_reference_on_random_ir_graphs(g):
         out = rt.run(feeds)
         for k in ref:
             np.testing.assert_array_equal(out[k], ref[k])
+
+
+def test_an_executor_that_returns_the_wrong_type_is_caught():
+    from guard.compiler.runtime import reference_executor
+    from guard.errors import InternalError
+
+    g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
+    sloppy = lambda op, args, attrs: [
+        o.astype(np.float64) for o in reference_executor(op, args, attrs)
+    ]  # noqa: E731
+    rt = Runtime.from_plan(plan(g), {"native": sloppy})
+    with pytest.raises(InternalError, match="produced float64"):
+        rt.run(feeds_for(g))
