@@ -287,9 +287,10 @@ def test_an_executor_that_returns_the_wrong_type_is_caught():
     from guard.errors import InternalError
 
     g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
-    sloppy = lambda op, args, attrs: [
-        o.astype(np.float64) for o in reference_executor(op, args, attrs)
-    ]  # noqa: E731
+
+    def sloppy(op, args, attrs):
+        return [o.astype(np.float64) for o in reference_executor(op, args, attrs)]
+
     rt = Runtime.from_plan(plan(g), {"native": sloppy})
     with pytest.raises(InternalError, match="produced float64"):
         rt.run(feeds_for(g))
