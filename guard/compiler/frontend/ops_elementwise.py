@@ -31,10 +31,15 @@ def _unary(op: str) -> Any:
 
 def _binary(op: str) -> Any:
     def conv(ctx: ImportContext, ins: list[str], outs: list[str], **legacy: Any) -> None:
+        b = ins[1]
         if legacy.get("broadcast") and legacy.get("axis") is not None:
-            raise ctx.error("legacy broadcast with an axis is not supported",
-                            hint="Re-export with opset >= 7.")
-        ctx.emit(op, ins[:2], {}, outs)
+            # Opset < 7: B's dims line up with A's starting at `axis`; pad B with trailing 1s.
+            ra, vb = len(ctx.type(ins[0]).shape), ctx.type(ins[1])
+            ax = legacy["axis"] % ra
+            trailing = ra - ax - len(vb.shape)
+            if trailing > 0:
+                (b,) = ctx.emit("Reshape", [b], {"shape": list(vb.shape) + [1] * trailing})
+        ctx.emit(op, [ins[0], b], {}, outs)
 
     return conv
 

@@ -299,7 +299,10 @@ def depth_to_space(ctx: ImportContext, ins: list[str], outs: list[str], blocksiz
     ctx.emit("Reshape", [t], {"shape": [n, c // (b * b), h * b, w * b]}, outs)
 
 
-def space_to_depth(ctx: ImportContext, ins: list[str], outs: list[str], blocksize: int = 1) -> None:
+def space_to_depth(ctx: ImportContext, ins: list[str], outs: list[str], blocksize: int = 1,
+                   mode: str = "DCR") -> None:
+    if mode != "DCR":
+        raise ctx.error(f"SpaceToDepth mode {mode!r} is not supported", hint="Use mode DCR.")
     n, c, h, w = ctx.type(ins[0]).shape
     b = blocksize
     (t,) = ctx.emit("Reshape", ins[:1], {"shape": [n, c, h // b, b, w // b, b]})

@@ -13,7 +13,7 @@ import numpy as np
 
 from guard.compiler.ir import Constant, Graph
 from guard.compiler import layout
-from guard.compiler.reference import elementwise, nn, tensor
+from guard.compiler.reference import elementwise, extra, nn, tensor
 from guard.errors import InternalError, ModelError
 
 Kernel = Callable[[list[np.ndarray | None], dict[str, Any]], list[np.ndarray]]
@@ -23,6 +23,7 @@ KERNELS: dict[str, Kernel] = {
     "FusedElementwise": elementwise.fused_elementwise,
     **nn.KERNELS,
     **tensor.KERNELS,
+    **extra.KERNELS,
 }
 
 

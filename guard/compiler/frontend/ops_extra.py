@@ -1,0 +1,143 @@
+"""Converters for less common ops (see reference/extra.py); their output types come from
+ONNX shape inference, shape-like operands (k, depth, axes) must be constants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.ir import dtype_name
+
+
+def _scalar(ctx: ImportContext, name: str, what: str) -> Any:
+    return np.asarray(ctx.const(name, what)).reshape(-1)[0].item()
+
+
+def trilu(ctx: ImportContext, ins: list[str], outs: list[str], upper: int = 1) -> None:
+    k = int(_scalar(ctx, ins[1], "k")) if len(ins) > 1 and ins[1] else 0
+    ctx.emit("Trilu", ins[:1], {"upper": upper, "k": k}, outs)
+
+
+def is_nan(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+    ctx.emit("IsNaN", ins[:1], {}, outs)
+
+
+def is_inf(ctx: ImportContext, ins: list[str], outs: list[str], detect_negative: int = 1,
+           detect_positive: int = 1) -> None:
+    ctx.emit("IsInf", ins[:1], {"detect_negative": detect_negative, "detect_positive": detect_positive}, outs)
+
+
+def one_hot(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1) -> None:
+    depth = int(_scalar(ctx, ins[1], "depth"))
+    r = len(ctx.type(ins[0]).shape) + 1
+    ctx.emit("OneHot", [ins[0], "", ins[2]], {"depth": depth, "axis": axis % r}, outs)
+
+
+def gather_nd(ctx: ImportContext, ins: list[str], outs: list[str], batch_dims: int = 0) -> None:
+    ctx.emit("GatherND", ins[:2], {"batch_dims": batch_dims}, outs)
+
+
+def scatter_elements(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 0,
+                     reduction: str = "none") -> None:
+    r = len(ctx.type(ins[0]).shape)
+    ctx.emit("ScatterElements", ins[:3], {"axis": axis % r, "reduction": reduction}, outs)
+
+
+def scatter_nd(ctx: ImportContext, ins: list[str], outs: list[str], reduction: str = "none") -> None:
+    ctx.emit("ScatterND", ins[:3], {"reduction": reduction}, outs)
+
+
+def top_k(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, largest: int = 1,
+          sorted: int = 1, k: int | None = None) -> None:  # noqa: A002
+    kk = int(_scalar(ctx, ins[1], "k")) if len(ins) > 1 and ins[1] else int(k or 0)
+    r = len(ctx.type(ins[0]).shape)
+    names = [o if o else ctx.fresh("topk_unused") for o in outs]
+    if len(names) == 1:
+        names.append(ctx.fresh("topk_idx"))
+    for o in names:
+        if o not in ctx.inferred or ctx.inferred[o][0] is None:
+            x = ctx.type(ins[0])
+            shape = list(x.shape)
+            shape[axis % r] = kk
+            ctx.inferred[o] = (tuple(shape), x.dtype if o == names[0] else np.dtype(np.int64))
+    ctx.emit("TopK", ins[:1], {"k": kk, "axis": axis % r, "largest": largest}, names)
+
+
+def cum_prod(ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0) -> None:
+    r = len(ctx.type(ins[0]).shape)
+    ax = int(_scalar(ctx, ins[1], "axis")) % r
+    ctx.emit("CumProd", ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
+
+
+def lp_norm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, p: int = 2) -> None:
+    r = len(ctx.type(ins[0]).shape)
+    ctx.emit("LpNormalization", ins[:1], {"axis": axis % r, "p": p}, outs)
+
+
+def rms_norm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, epsilon: float = 1e-5,
+             stash_type: int = 1) -> None:
+    r = len(ctx.type(ins[0]).shape)
+    ctx.emit("RMSNormalization", ins[:2], {"axis": axis % r, "epsilon": epsilon}, outs)
+
+
+def group_norm(ctx: ImportContext, ins: list[str], outs: list[str], epsilon: float = 1e-5,
+               num_groups: int = 1, stash_type: int = 1) -> None:
+    ctx.emit("GroupNormalization", ins[:3], {"epsilon": epsilon, "num_groups": num_groups}, outs)
+
+
+def mvn(ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int] | None = None) -> None:
+    r = len(ctx.type(ins[0]).shape)
+    ctx.emit("MeanVarianceNormalization", ins[:1], {"axes": [a % r for a in (axes or [0, 2, 3])]}, outs)
+
+
+def einsum(ctx: ImportContext, ins: list[str], outs: list[str], equation: str = "") -> None:
+    ctx.emit("Einsum", ins, {"equation": equation.replace(" ", "")}, outs)
+
+
+def quantize(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 1, saturate: int = 1,
+             block_size: int = 0, output_dtype: int = 0, precision: int = 0) -> None:
+    if block_size:
+        raise ctx.error("blocked quantization is not supported", hint="Quantize per tensor or per axis.")
+    r = len(ctx.type(ins[0]).shape)
+    if len(ins) > 2 and ins[2]:
+        to = ctx.type(ins[2]).dtype
+    else:
+        to = np.dtype(np.uint8) if not output_dtype else None
+        if to is None:
+            from guard.compiler.frontend.importer import np_dtype
+
+            to = np_dtype(output_dtype, ctx.where())
+    ctx.emit("QuantizeLinear", ins[:3], {"axis": axis % max(r, 1), "to": dtype_name(to)}, outs)
+
+
+def dequantize(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 1, block_size: int = 0,
+               output_dtype: int = 0) -> None:
+    if block_size:
+        raise ctx.error("blocked dequantization is not supported", hint="Quantize per tensor or per axis.")
+    r = len(ctx.type(ins[0]).shape)
+    ctx.emit("DequantizeLinear", ins[:3], {"axis": axis % max(r, 1)}, outs)
+
+
+def det(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+    ctx.emit("Det", ins[:1], {}, outs)
+
+
+def eye_like(ctx: ImportContext, ins: list[str], outs: list[str], dtype: int | None = None, k: int = 0) -> None:
+    from guard.compiler.frontend.importer import np_dtype
+
+    x = ctx.type(ins[0])
+    dt = np_dtype(dtype, ctx.where()) if dtype is not None else x.dtype
+    ctx.add_const(outs[0], np.eye(x.shape[0], x.shape[1], k=k, dtype=dt))
+
+
+CONVERTERS: dict[str, dict[int, Any]] = {
+    "Trilu": {14: trilu}, "IsNaN": {9: is_nan}, "IsInf": {10: is_inf}, "OneHot": {9: one_hot},
+    "GatherND": {11: gather_nd}, "ScatterElements": {11: scatter_elements},
+    "Scatter": {9: scatter_elements}, "ScatterND": {11: scatter_nd}, "TopK": {1: top_k},
+    "CumProd": {26: cum_prod}, "LpNormalization": {1: lp_norm}, "RMSNormalization": {23: rms_norm},
+    "GroupNormalization": {18: group_norm}, "MeanVarianceNormalization": {9: mvn},
+    "Einsum": {12: einsum}, "QuantizeLinear": {10: quantize}, "DequantizeLinear": {10: dequantize},
+    "Det": {11: det}, "EyeLike": {9: eye_like},
+}  # fmt: skip

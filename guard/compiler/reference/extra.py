@@ -1,0 +1,193 @@
+"""Reference kernels for less common ops: triangular, one-hot, scatter/gather-nd, top-k,
+normalisations (Lp, RMS, group, mean-variance), einsum, quantize/dequantize, NaN/Inf tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guard.compiler.ir import dtype_from_name
+
+Attrs = dict[str, Any]
+Xs = list[np.ndarray | None]
+
+
+def _x(xs: Xs, i: int = 0) -> np.ndarray:
+    x = xs[i]
+    assert x is not None
+    return x
+
+
+def trilu(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = _x(xs)
+    return [np.triu(x, a["k"]) if a["upper"] else np.tril(x, a["k"])]
+
+
+def is_nan(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    return [np.isnan(_x(xs))]
+
+
+def is_inf(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = _x(xs)
+    pos = np.isposinf(x) if a.get("detect_positive", 1) else np.zeros(x.shape, bool)
+    neg = np.isneginf(x) if a.get("detect_negative", 1) else np.zeros(x.shape, bool)
+    return [pos | neg]
+
+
+def one_hot(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    idx, depth, values = _x(xs), int(a["depth"]), _x(xs, 2)
+    idx = np.where(idx < 0, idx + depth, idx).astype(np.int64)
+    axis = a["axis"]
+    eye = (np.arange(depth) == idx[..., None])
+    out = np.where(eye, values[1], values[0]).astype(values.dtype)
+    return [np.moveaxis(out, -1, axis)]
+
+
+def gather_nd(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    data, idx = _x(xs), _x(xs, 1).astype(np.int64)
+    b = a.get("batch_dims", 0)
+    batch_shape = data.shape[:b]
+    nb = int(np.prod(batch_shape, dtype=np.int64))
+    d = data.reshape((nb,) + data.shape[b:])
+    ii = idx.reshape((nb, -1, idx.shape[-1]))
+    outs = [d[k][tuple(ii[k].T)] for k in range(nb)]
+    out = np.stack(outs)
+    return [out.reshape(idx.shape[:-1] + data.shape[b + idx.shape[-1]:])]
+
+
+_REDUCE = {"none": None, "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def scatter_elements(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    data, idx, upd = _x(xs).copy(), _x(xs, 1).astype(np.int64), _x(xs, 2)
+    ax = a["axis"]
+    idx = np.where(idx < 0, idx + data.shape[ax], idx)
+    full = list(np.indices(idx.shape))
+    full[ax] = idx
+    fn = _REDUCE[a.get("reduction", "none")]
+    if fn is None:
+        data[tuple(full)] = upd
+    else:
+        fn.at(data, tuple(full), upd)
+    return [data]
+
+
+def scatter_nd(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    data, idx, upd = _x(xs).copy(), _x(xs, 1).astype(np.int64), _x(xs, 2)
+    fn = _REDUCE[a.get("reduction", "none")]
+    flat_idx = idx.reshape(-1, idx.shape[-1])
+    flat_upd = upd.reshape((flat_idx.shape[0],) + upd.shape[idx.ndim - 1:])
+    for k, i in enumerate(flat_idx):
+        t = tuple(i)
+        data[t] = flat_upd[k] if fn is None else fn(data[t], flat_upd[k])
+    return [data]
+
+
+def top_k(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = _x(xs)
+    k, ax = a["k"], a["axis"]
+    # Stable: among equal values the lower index comes first, as the spec requires.
+    # ~x reverses integer order exactly (-x would overflow at the dtype's minimum).
+    key = (np.negative(x) if x.dtype.kind == "f" else np.invert(x)) if a.get("largest", 1) else x
+    order = np.argsort(key, axis=ax, kind="stable")
+    idx = np.take(order, np.arange(k), axis=ax)
+    return [np.take_along_axis(x, idx, axis=ax), idx.astype(np.int64)]
+
+
+def cum_prod(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = _x(xs)
+    ax = a["axis"]
+    if a.get("reverse", 0):
+        x = np.flip(x, ax)
+    y = np.cumprod(x, axis=ax, dtype=x.dtype)
+    if a.get("exclusive", 0):
+        y = np.concatenate([np.ones_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax)
+    if a.get("reverse", 0):
+        y = np.flip(y, ax)
+    return [np.ascontiguousarray(y)]
+
+
+def lp_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = _x(xs)
+    ax, p = a["axis"], a["p"]
+    n = np.sum(np.abs(x), axis=ax, keepdims=True) if p == 1 else np.sqrt(np.sum(x * x, axis=ax, keepdims=True))
+    with np.errstate(all="ignore"):
+        return [np.where(n == 0, 0, x / n).astype(x.dtype)]
+
+
+def rms_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, s = _x(xs), _x(xs, 1)
+    axes = tuple(range(a["axis"], x.ndim))
+    ms = np.mean(x.astype(np.float32) ** 2, axis=axes, keepdims=True)
+    return [(x / np.sqrt(ms + a["epsilon"]) * s).astype(x.dtype)]
+
+
+def group_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, s, b = _x(xs), _x(xs, 1), _x(xs, 2)
+    n, c = x.shape[:2]
+    g = a["num_groups"]
+    xg = x.reshape(n, g, -1).astype(np.float32)
+    mean = xg.mean(axis=2, keepdims=True)
+    var = xg.var(axis=2, keepdims=True)
+    y = ((xg - mean) / np.sqrt(var + a["epsilon"])).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    if s.size == g and g != c:  # opset 18: per-group scale and bias
+        s, b = np.repeat(s, c // g), np.repeat(b, c // g)
+    return [(y * s.reshape(shape) + b.reshape(shape)).astype(x.dtype)]
+
+
+def mvn(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = _x(xs)
+    axes = tuple(a["axes"])
+    mean = x.mean(axis=axes, keepdims=True)
+    std = np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True))
+    return [((x - mean) / (std + 1e-9)).astype(x.dtype)]
+
+
+def einsum(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    args = [x for x in xs if x is not None]
+    return [np.asarray(np.einsum(a["equation"], *args)).astype(args[0].dtype, copy=False)]
+
+
+def _qshape(scale: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+    if scale.ndim == 0 or scale.size == 1:
+        return scale.reshape(())
+    shape = [1] * x.ndim
+    shape[axis] = scale.size
+    return scale.reshape(shape)
+
+
+def quantize(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, scale = _x(xs), _x(xs, 1)
+    zp = xs[2] if len(xs) > 2 and xs[2] is not None else None
+    dt = dtype_from_name(a["to"])
+    q = np.rint(x.astype(np.float32) / _qshape(scale, x, a["axis"]))
+    if zp is not None:
+        q = q + _qshape(zp, x, a["axis"]).astype(np.float32)
+    info = np.iinfo(dt)
+    return [np.clip(q, info.min, info.max).astype(dt)]
+
+
+def dequantize(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, scale = _x(xs), _x(xs, 1)
+    zp = xs[2] if len(xs) > 2 and xs[2] is not None else None
+    xf = x.astype(np.float32)
+    if zp is not None:
+        xf = xf - _qshape(zp, x, a["axis"]).astype(np.float32)
+    return [(xf * _qshape(scale, x, a["axis"])).astype(scale.dtype)]
+
+
+def det(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = _x(xs)
+    return [np.linalg.det(x).astype(x.dtype)]
+
+
+KERNELS = {
+    "Trilu": trilu, "IsNaN": is_nan, "IsInf": is_inf, "OneHot": one_hot,
+    "GatherND": gather_nd, "ScatterElements": scatter_elements, "ScatterND": scatter_nd,
+    "TopK": top_k, "CumProd": cum_prod, "LpNormalization": lp_norm,
+    "RMSNormalization": rms_norm, "GroupNormalization": group_norm,
+    "MeanVarianceNormalization": mvn, "Einsum": einsum, "QuantizeLinear": quantize,
+    "DequantizeLinear": dequantize, "Det": det,
+}  # fmt: skip
