@@ -32,7 +32,7 @@ Hazards (why each alias is safe):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -90,6 +90,9 @@ class MemoryPlan:
     elided_nodes: tuple[str, ...]  # nodes that are no-ops at run time
     inplace_nodes: tuple[str, ...]
     strategy: str = "largest-first/earliest"
+    # View-able nodes (reshape, concat, split, slice) kept as copies, and why: where to look
+    # when "the model no longer fits".
+    copies: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def fragmentation(self) -> float:
@@ -106,6 +109,7 @@ class MemoryPlan:
             "tensors": len(self.slots),
             "elided_nodes": len(self.elided_nodes),
             "inplace_nodes": len(self.inplace_nodes),
+            "copies": len(self.copies),
             "alignment": self.alignment,
             "strategy": self.strategy,
         }
@@ -124,6 +128,7 @@ class MemoryPlan:
             ],
             "elided_nodes": list(self.elided_nodes),
             "inplace_nodes": list(self.inplace_nodes),
+            "copy_reasons": dict(self.copies),
         }
 
     @classmethod
@@ -148,6 +153,7 @@ class MemoryPlan:
             elided_nodes=tuple(d["elided_nodes"]),
             inplace_nodes=tuple(d["inplace_nodes"]),
             strategy=d["strategy"],
+            copies=MappingProxyType(dict(d.get("copy_reasons", {}))),
         )
 
 
@@ -217,7 +223,7 @@ def _alias(
     inplace: bool,
     elide: bool,
     deny: frozenset[int] = frozenset(),
-) -> tuple[_Buffers, list[str], list[str]]:
+) -> tuple[_Buffers, list[str], list[str], dict[str, str]]:
     bufs = _Buffers()
     nbytes = {t: g.tensors[t].nbytes for t in g.arena_tensors()}
     for t in g.inputs:
@@ -226,6 +232,7 @@ def _alias(
     outputs = set(g.outputs)
     elided: list[str] = []
     inplaced: list[str] = []
+    copies: dict[str, str] = {}
 
     def buffer_end(b: int) -> int:
         return max(iv[t].end for t in bufs.members[b])
@@ -244,70 +251,70 @@ def _alias(
         n = g.nodes[i]
         outs = [o for o in n.outputs if o in nbytes]
         data = n.inputs[0] if n.inputs else ""
-        if elide and n.op in VIEW_OPS and len(outs) == 1 and data in nbytes:
-            if (
-                nbytes[data] == nbytes[outs[0]]
-                and g.tensors[data].dtype == g.tensors[outs[0]].dtype
+        why: str | None = None  # why a view-able node stays a copy
+        if elide and n.op in VIEW_OPS and len(outs) == 1:
+            if data not in nbytes:
+                why = "its input is a constant (not in the arena)"
+            elif (
+                nbytes[data] != nbytes[outs[0]] or g.tensors[data].dtype != g.tensors[outs[0]].dtype
             ):
+                why = "input and output differ in bytes or dtype"
+            else:
                 bufs.join(outs[0], data, 0, "view")
                 elided.append(n.name)
                 continue
-        if (
-            elide
-            and i not in deny
-            and n.op == "Split"
-            and data in nbytes
-            and len(outs) == len(n.outputs)
-        ):
-            shape = g.tensors[data].shape
-            axis = _norm_axis(int(n.attrs.get("axis", 0)), len(shape))
+        elif elide and n.op in ("Split", "Slice", "Concat") and i in deny:
+            why = "eliding it raised the lower bound (the whole buffer would stay live)"
+        elif elide and n.op == "Split" and len(outs) == len(n.outputs):
             offs, cur = [], 0
             for o in outs:
                 offs.append(cur)
                 cur += nbytes[o]
-            if (
-                _outer_is_one(shape, axis)
-                and cur == nbytes[data]
-                and all(o % ALIGNMENT == 0 for o in offs)
+            if data not in nbytes:
+                why = "its input is a constant (not in the arena)"
+            elif not _outer_is_one(
+                g.tensors[data].shape,
+                _norm_axis(int(n.attrs.get("axis", 0)), len(g.tensors[data].shape)),
             ):
+                why = "dims before the axis are not all 1: parts are strided"
+            elif cur != nbytes[data] or any(o % ALIGNMENT for o in offs):
+                why = f"a part would start off the {ALIGNMENT}-byte alignment"
+            else:
                 for o, off in zip(outs, offs, strict=True):
                     bufs.join(o, data, off, "split-part")
                 elided.append(n.name)
                 continue
-        if elide and i not in deny and n.op == "Slice" and data in nbytes and len(outs) == 1:
-            off = _slice_offset(g, n, data)
-            if off is not None and off % ALIGNMENT == 0:
+        elif elide and n.op == "Slice" and len(outs) == 1:
+            off = _slice_offset(g, n, data) if data in nbytes else None
+            if data not in nbytes:
+                why = "its input is a constant (not in the arena)"
+            elif off is None:
+                why = "not one contiguous range (several axes, a step, or outer dims not 1)"
+            elif off % ALIGNMENT:
+                why = f"the range starts off the {ALIGNMENT}-byte alignment"
+            else:
                 bufs.join(outs[0], data, off, "slice-part")
                 elided.append(n.name)
                 continue
-        if elide and i not in deny and n.op == "Concat" and len(outs) == 1:
+        elif elide and n.op == "Concat" and len(outs) == 1:
             out = outs[0]
-            shape = g.tensors[out].shape
-            axis = _norm_axis(int(n.attrs.get("axis", 0)), len(shape))
             parts = [v for v in n.inputs if v]
-            offs, cur = [], 0
-            for v in parts:
-                offs.append(cur)
-                cur += nbytes.get(v, 0)
-            ok = (
-                _outer_is_one(shape, axis)
-                and len(set(parts)) == len(parts)
-                and all(v in nbytes and whole(v) for v in parts)
-                and len({bufs.of[v][0] for v in parts}) == len(parts)
-                and cur == nbytes[out]
-                and all(o % ALIGNMENT == 0 for o in offs)
-            )
-            if ok:
+            why = _concat_refusal(g, n, out, parts, nbytes, bufs, whole)
+            if why is None:
                 bufs.new(out, nbytes[out])
                 dst = bufs.of[out][0]
-                for v, off in zip(parts, offs, strict=True):
+                off = 0
+                for v in parts:
                     src = bufs.of[v][0]
                     for t in bufs.members[src]:
                         if bufs.how[t] == "own":
                             bufs.how[t] = "concat-part"
                     bufs.move(src, dst, off)
+                    off += nbytes[v]
                 elided.append(n.name)
                 continue
+        if why is not None:
+            copies[n.name] = why
         if inplace and n.op in INPLACE_OPS and len(outs) >= 1:
             out = outs[0]
             for v in dict.fromkeys(x for x in n.inputs if x):
@@ -328,7 +335,37 @@ def _alias(
             continue
         for o in outs:
             bufs.new(o, nbytes[o])
-    return bufs, elided, inplaced
+    return bufs, elided, inplaced, copies
+
+
+def _concat_refusal(
+    g: GraphView,
+    n: Any,
+    out: str,
+    parts: list[str],
+    nbytes: Mapping[str, int],
+    bufs: _Buffers,
+    whole: Any,
+) -> str | None:
+    """None when a Concat can be elided, else why not."""
+    shape = g.tensors[out].shape
+    if not _outer_is_one(shape, _norm_axis(int(n.attrs.get("axis", 0)), len(shape))):
+        return "dims before the axis are not all 1: slices are strided"
+    if len(set(parts)) != len(parts):
+        return "an input appears twice"
+    for v in parts:
+        if v not in nbytes:
+            return f"input {v!r} is a constant"
+        if g.producer.get(v) is None:
+            return f"input {v!r} is a graph input (written by the caller, not a node)"
+        if not whole(v):
+            return f"input {v!r} already lives inside another buffer (a slice or an alias)"
+    if len({bufs.of[v][0] for v in parts}) != len(parts):
+        return "two inputs share one buffer"
+    offs = [sum(nbytes[v] for v in parts[:k]) for k in range(len(parts))]
+    if sum(nbytes[v] for v in parts) != nbytes[out] or any(o % ALIGNMENT for o in offs):
+        return f"a slice would start off the {ALIGNMENT}-byte alignment"
+    return None
 
 
 # Orders tried by the greedy placer, first to last; the lowest arena wins (ties keep the
@@ -410,24 +447,24 @@ def plan_memory(
     steps = max(len(order), 1)
 
     def buffers(deny: frozenset[int]) -> tuple[Any, ...]:
-        bufs, elided, inplaced = _alias(g, order, iv, inplace, elide, deny)
+        bufs, elided, inplaced, copies = _alias(g, order, iv, inplace, elide, deny)
         sizes = {b: align(s, alignment) for b, s in bufs.size.items()}
         biv = {
             b: Interval(min(iv[t].start for t in ms), max(iv[t].end for t in ms))
             for b, ms in bufs.members.items()
         }
-        return bufs, elided, inplaced, sizes, biv, _peak(sizes, biv, steps)
+        return bufs, elided, inplaced, copies, sizes, biv, _peak(sizes, biv, steps)
 
     # Slices make the whole concat/split buffer live as long as any part: undo each
     # elision that raises the lower bound (checked one at a time, in schedule order).
     deny: frozenset[int] = frozenset()
-    bufs, elided, inplaced, sizes, biv, lower = buffers(deny)
+    bufs, elided, inplaced, copies, sizes, biv, lower = buffers(deny)
     index = {n.name: i for i, n in enumerate(g.nodes)}
     for name in [e for e in elided if g.nodes[index[e]].op in ("Concat", "Split")]:
         trial = buffers(deny | {index[name]})
         if trial[-1] < lower:
             deny |= {index[name]}
-            bufs, elided, inplaced, sizes, biv, lower = trial
+            bufs, elided, inplaced, copies, sizes, biv, lower = trial
     offsets, arena, strategy = _best_placement(sizes, biv, lower)
     own = {t: align(g.tensors[t].nbytes, alignment) for t in iv}
     unaliased = _peak(own, iv, steps)
@@ -453,6 +490,7 @@ def plan_memory(
         elided_nodes=tuple(elided),
         inplace_nodes=tuple(inplaced),
         strategy=strategy,
+        copies=MappingProxyType(dict(copies)),
     )
 
 

@@ -175,8 +175,10 @@ def partition_report(
     text += (
         f"\n  arena: {m.arena_bytes} B (lower bound {m.lower_bound_bytes} B, fragmentation "
         f"{m.fragmentation:.1%}, naive {m.naive_bytes} B, {len(m.elided_nodes)} elided, "
-        f"{len(m.inplace_nodes)} in place)"
+        f"{len(m.inplace_nodes)} in place, {len(m.copies)} view-able node(s) kept as copies)"
     )
+    for node, why in list(m.copies.items())[:10]:
+        text += f"\n    copy: {node}: {why}"
     return rep, text
 
 

@@ -120,6 +120,7 @@ def test_concat_not_elided_when_outer_dim_is_not_one():
     plan = plan_memory(g)
     assert "cat" not in plan.elided_nodes
     assert plan.slots["p"].how == "own"
+    assert "slices are strided" in plan.copies["cat"]
 
 
 def test_concat_input_claimed_once_and_graph_inputs_never_parts():
@@ -141,6 +142,9 @@ def test_concat_input_claimed_once_and_graph_inputs_never_parts():
     # a can be a slice of ab or of ac, not both (the planner keeps the cheaper one).
     assert len({"c1", "c2"} & set(plan.elided_nodes)) == 1
     assert "c3" not in plan.elided_nodes  # x is a graph input
+    assert "'x' is a graph input" in plan.copies["c3"]
+    kept = ({"c1", "c2"} - set(plan.elided_nodes)).pop()
+    assert "lower bound" in plan.copies[kept] or "inside another buffer" in plan.copies[kept]
     assert _run_planned(g, plan) == _run_plain(g)
 
 
