@@ -24,9 +24,10 @@ Algorithm (:func:`partition`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -188,8 +189,10 @@ class PartitionPlan:
     partitions: tuple[Partition, ...]
     group_of: tuple[int, ...]  # node index -> partition id
     boundaries: tuple[Boundary, ...]
-    declines: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> backend -> why
-    cycle_splits: dict[str, str] = field(default_factory=dict)  # node -> why it started anew
+    declines: Mapping[str, Mapping[str, str]] = field(
+        default_factory=dict
+    )  # node -> backend -> why
+    cycle_splits: Mapping[str, str] = field(default_factory=dict)  # node -> why it started anew
     tax_ms: float = 0.0
     tax_how: str = ""
 
@@ -344,12 +347,14 @@ def partition(g: GraphView, backends: Sequence[Backend]) -> PartitionPlan:
         partitions=tuple(parts),
         group_of=group_of,
         boundaries=tuple(boundaries),
-        declines={k: v for k, v in declines.items() if k in {n.name for n in g.nodes}},
-        cycle_splits={
-            g.nodes[i].name: why
-            for (i, p), why in cycle_splits.items()
-            if group_of[i] != group_of[p]
-        },
+        declines=MappingProxyType({k: MappingProxyType(v) for k, v in declines.items()}),
+        cycle_splits=MappingProxyType(
+            {
+                g.nodes[i].name: why
+                for (i, p), why in cycle_splits.items()
+                if group_of[i] != group_of[p]
+            }
+        ),
         tax_ms=tax_ms,
         tax_how=how,
     )
