@@ -75,11 +75,19 @@ def write_weights(graph: Any, out_dir: Path) -> None:
             f.write(b"\0" * pad)
             offset += pad
             f.write(raw)
-            index[name] = {"offset": offset, "nbytes": len(raw), "dtype": data.dtype.str,
-                           "shape": list(data.shape), "sha256": hashlib.sha256(raw).hexdigest()}
+            index[name] = {
+                "offset": offset,
+                "nbytes": len(raw),
+                "dtype": data.dtype.str,
+                "shape": list(data.shape),
+                "sha256": hashlib.sha256(raw).hexdigest(),
+            }
             offset += len(raw)
-    (out_dir / INDEX).write_text(json.dumps(
-        {"schema_version": 1, "file": WEIGHTS, "tensors": index}, indent=1, sort_keys=True))
+    (out_dir / INDEX).write_text(
+        json.dumps(
+            {"schema_version": 1, "file": WEIGHTS, "tensors": index}, indent=1, sort_keys=True
+        )
+    )
 
 
 def read_weights(artefact_dir: Path) -> dict[str, np.ndarray]:
@@ -87,20 +95,32 @@ def read_weights(artefact_dir: Path) -> dict[str, np.ndarray]:
     try:
         index = json.loads((artefact_dir / INDEX).read_text())
     except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read the weight index: {exc}", where=where,
-                         hint="Rebuild the artefact with `guard run`.") from exc
+        raise ModelError(
+            f"cannot read the weight index: {exc}",
+            where=where,
+            hint="Rebuild the artefact with `guard run`.",
+        ) from exc
     if index.get("schema_version") != 1:
-        raise ModelError(f"unsupported schema_version {index.get('schema_version')!r}",
-                         where=where, hint="Rebuild the artefact with this guard version.")
+        raise ModelError(
+            f"unsupported schema_version {index.get('schema_version')!r}",
+            where=where,
+            hint="Rebuild the artefact with this guard version.",
+        )
     blob = np.fromfile(artefact_dir / index["file"], dtype=np.uint8)
     out: dict[str, np.ndarray] = {}
     for name, t in index["tensors"].items():
         raw = blob[t["offset"] : t["offset"] + t["nbytes"]]
         if raw.size != t["nbytes"] or hashlib.sha256(raw.tobytes()).hexdigest() != t["sha256"]:
-            raise ModelError(f"weight {name!r} does not match its sha256 (corrupt or truncated)",
-                             where=where, hint="Rebuild the artefact with `guard run`.")
-        out[name] = raw.view(np.dtype(t["dtype"])).reshape(t["shape"]).astype(
-            np.dtype(t["dtype"]).newbyteorder("="), copy=False)
+            raise ModelError(
+                f"weight {name!r} does not match its sha256 (corrupt or truncated)",
+                where=where,
+                hint="Rebuild the artefact with `guard run`.",
+            )
+        out[name] = (
+            raw.view(np.dtype(t["dtype"]))
+            .reshape(t["shape"])
+            .astype(np.dtype(t["dtype"]).newbyteorder("="), copy=False)
+        )
     return out
 
 
@@ -148,19 +168,23 @@ class BundledSession:
         profile = self.meta.get("profile")
         note = f"; delegate profile {profile!r} recorded, not applied yet" if profile else ""
         return PartitionInfo(
-            count=1, delegated_nodes=n, fallback_nodes=0, by_provider={RUNTIME: n},
+            count=1,
+            delegated_nodes=n,
+            fallback_nodes=0,
+            by_provider={RUNTIME: n},
             details=[{"provider": RUNTIME, "nodes": n}],
             how="the whole optimised graph runs as one partition in guard's numpy reference "
-                f"interpreter (until the part-2 partitioner lands){note}",
+            f"interpreter (until the part-2 partitioner lands){note}",
         )
 
     def memory(self) -> MemoryInfo:
         m = self.meta["memory"]
         return MemoryInfo(
-            arena_bytes=m["arena_bytes"], lower_bound_bytes=m["lower_bound_bytes"],
+            arena_bytes=m["arena_bytes"],
+            lower_bound_bytes=m["lower_bound_bytes"],
             how="lower bound: peak bytes of live intermediates (node outputs, no aliasing) "
-                "over the optimised graph's plain topological order; arena = naive sum of every "
-                "intermediate (no planner yet; the reference interpreter allocates per node)",
+            "over the optimised graph's plain topological order; arena = naive sum of every "
+            "intermediate (no planner yet; the reference interpreter allocates per node)",
         )
 
 
@@ -181,11 +205,17 @@ class BundledBackend:
         # A delegate profile is the partitioner's input (part 2); recorded, not yet applied.
         profile = opts.pop("profile", None)
         if opts:
-            raise ModelError(f"options.bundled: unknown option(s) {sorted(opts)}",
-                             where=str(req.model_path), hint="Known: pipeline, profile.")
+            raise ModelError(
+                f"options.bundled: unknown option(s) {sorted(opts)}",
+                where=str(req.model_path),
+                hint="Known: pipeline, profile.",
+            )
         if pipeline not in pipeline_names():
-            raise ModelError(f"options.bundled.pipeline: unknown pipeline {pipeline!r}",
-                             where=str(req.model_path), hint=f"Use one of: {', '.join(pipeline_names())}.")
+            raise ModelError(
+                f"options.bundled.pipeline: unknown pipeline {pipeline!r}",
+                where=str(req.model_path),
+                hint=f"Use one of: {', '.join(pipeline_names())}.",
+            )
         graph = import_onnx(req.model_path, dict(req.input_shapes))
         optimized, report = optimize(graph, pipeline)
         verify(optimized)
@@ -193,14 +223,23 @@ class BundledBackend:
         (req.out_dir / PAYLOAD).write_text(print_graph(optimized))
         write_weights(optimized, req.out_dir)
         lower, naive = _liveness(optimized)
-        meta = {"schema_version": 1, "pipeline": pipeline, "graph": diff, "profile": profile,
-                "memory": {"arena_bytes": naive, "lower_bound_bytes": lower}}
+        meta = {
+            "schema_version": 1,
+            "pipeline": pipeline,
+            "graph": diff,
+            "profile": profile,
+            "memory": {"arena_bytes": naive, "lower_bound_bytes": lower},
+        }
         (req.out_dir / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
         compiler, runtime = self.versions()
         compiler["pipeline"] = pipeline
-        return BuildInfo(payload=PAYLOAD, compiler=compiler, runtime=runtime,
-                         session_options={"threads": req.threads, "pipeline": pipeline},
-                         graph=diff)
+        return BuildInfo(
+            payload=PAYLOAD,
+            compiler=compiler,
+            runtime=runtime,
+            session_options={"threads": req.threads, "pipeline": pipeline},
+            graph=diff,
+        )
 
     def load(self, artefact_dir: Path, threads: int) -> BundledSession:
         return BundledSession(Path(artefact_dir), threads)

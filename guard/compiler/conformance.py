@@ -21,7 +21,9 @@ from onnx.backend.base import Backend, BackendRep
 from guard.errors import ModelError
 
 
-def _bind_inputs_as_constants(model: onnx.ModelProto, names: list[str], values: list[np.ndarray]) -> onnx.ModelProto:
+def _bind_inputs_as_constants(
+    model: onnx.ModelProto, names: list[str], values: list[np.ndarray]
+) -> onnx.ModelProto:
     m = onnx.ModelProto()
     m.CopyFrom(model)
     for name, v in zip(names, values, strict=True):
@@ -56,7 +58,9 @@ class GuardBackendRep(BackendRep):
         if isinstance(inputs, dict):
             arrays = [np.asarray(inputs[n]) for n in self.input_names]
         else:
-            arrays = [np.asarray(x) for x in (inputs if isinstance(inputs, list | tuple) else [inputs])]
+            arrays = [
+                np.asarray(x) for x in (inputs if isinstance(inputs, list | tuple) else [inputs])
+            ]
         names = self.input_names[: len(arrays)]
         shapes = {n: tuple(a.shape) for n, a in zip(names, arrays, strict=True)}
         key = tuple(sorted(shapes.items()))
@@ -97,7 +101,9 @@ class GuardBackend(Backend):
         return GuardBackendRep(model, kwargs.get("pipeline", cls.pipeline))
 
     @classmethod
-    def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
+    def run_model(
+        cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any
+    ) -> tuple[np.ndarray, ...]:
         return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod

@@ -12,18 +12,36 @@ from typing import Any
 
 from guard.compiler.ir import Graph
 
-ADDED_KINDS = ("Transpose", "Relayout", "Cast", "Identity", "Copy", "QuantizeLinear",
-               "DequantizeLinear", "Split", "Concat")
+ADDED_KINDS = (
+    "Transpose",
+    "Relayout",
+    "Cast",
+    "Identity",
+    "Copy",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "Split",
+    "Concat",
+)
 
 _FOLDED = {"num_folded", "num_folded_conv", "num_folded_gemm", "num_to_affine"}
 _FUSED = {"num_ops_fused", "num_recomposed", "num_ops_merged"}
-_ELIMINATED = {"num_removed", "num_eliminated", "num_identity", "num_mul_one", "num_add_zero",
-               "num_transpose_transpose", "num_reshape_reshape"}
+_ELIMINATED = {
+    "num_removed",
+    "num_eliminated",
+    "num_identity",
+    "num_mul_one",
+    "num_add_zero",
+    "num_transpose_transpose",
+    "num_reshape_reshape",
+}
 
 
 def graph_diff(before: Graph, after: Graph, report: Any = None) -> dict[str, Any]:
     ob, oa = before.op_counts(), after.op_counts()
-    added = {op: oa.get(op, 0) - ob.get(op, 0) for op in ADDED_KINDS if oa.get(op, 0) > ob.get(op, 0)}
+    added = {
+        op: oa.get(op, 0) - ob.get(op, 0) for op in ADDED_KINDS if oa.get(op, 0) > ob.get(op, 0)
+    }
     removed = {op: ob[op] - oa.get(op, 0) for op in ob if ob[op] > oa.get(op, 0)}
     passes: list[dict[str, Any]] = []
     folded = fused = eliminated = 0
@@ -60,16 +78,20 @@ def graph_diff(before: Graph, after: Graph, report: Any = None) -> dict[str, Any
 
 def format_diff(diff: dict[str, Any]) -> str:
     """The diff as a short table for people."""
-    lines = [f"graph diff ({diff.get('pipeline') or 'no pipeline'}): "
-             f"{diff['nodes_before']} -> {diff['nodes_after']} nodes; folded {diff['folded']}, "
-             f"fused {diff['fused']}, eliminated {diff['eliminated']}"]
+    lines = [
+        f"graph diff ({diff.get('pipeline') or 'no pipeline'}): "
+        f"{diff['nodes_before']} -> {diff['nodes_after']} nodes; folded {diff['folded']}, "
+        f"fused {diff['fused']}, eliminated {diff['eliminated']}"
+    ]
     ops = sorted(set(diff["ops_before"]) | set(diff["ops_after"]))
     for op in ops:
         b, a = diff["ops_before"].get(op, 0), diff["ops_after"].get(op, 0)
         if a != b:
             lines.append(f"  {op:<24} {b:>5} -> {a:<5}")
     if diff["added"]:
-        lines.append("  added by the compiler: " + ", ".join(f"{k} x{v}" for k, v in diff["added"].items()))
+        lines.append(
+            "  added by the compiler: " + ", ".join(f"{k} x{v}" for k, v in diff["added"].items())
+        )
     for name, stats in diff.get("by_pass", {}).items():
         nz = {k: v for k, v in stats.items() if v}
         if nz:

@@ -54,8 +54,14 @@ class PassRecord:
     why: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "changed": self.changed, **self.stats,
-                "seconds": round(self.seconds, 4), "why": self.why, "notes": self.notes[:20]}
+        return {
+            "name": self.name,
+            "changed": self.changed,
+            **self.stats,
+            "seconds": round(self.seconds, 4),
+            "why": self.why,
+            "notes": self.notes[:20],
+        }
 
 
 @dataclass
@@ -65,8 +71,11 @@ class PipelineReport:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "passes": [p.to_dict() for p in self.passes],
-                "warnings": list(self.warnings)}
+        return {
+            "pipeline": self.pipeline,
+            "passes": [p.to_dict() for p in self.passes],
+            "warnings": list(self.warnings),
+        }
 
 
 def _cleanup() -> FixedPoint:
@@ -108,15 +117,21 @@ def pipeline_names() -> list[str]:
     return list(PIPELINES)
 
 
-def optimize(graph: Graph, pipeline: str = "O2", *, verify_each: bool = False,
-             entries: list[Entry] | None = None) -> tuple[Graph, PipelineReport]:
+def optimize(
+    graph: Graph,
+    pipeline: str = "O2",
+    *,
+    verify_each: bool = False,
+    entries: list[Entry] | None = None,
+) -> tuple[Graph, PipelineReport]:
     """Run the named pipeline (or explicit ``entries``) on a clone of ``graph``."""
     if entries is None:
         if pipeline not in PIPELINES:
             from guard.errors import UsageError
 
-            raise UsageError(f"unknown pipeline {pipeline!r}",
-                             hint=f"Use one of: {', '.join(PIPELINES)}.")
+            raise UsageError(
+                f"unknown pipeline {pipeline!r}", hint=f"Use one of: {', '.join(PIPELINES)}."
+            )
         entries = PIPELINES[pipeline]()
     g = graph.clone()
     report = PipelineReport(pipeline)
@@ -130,11 +145,20 @@ def optimize(graph: Graph, pipeline: str = "O2", *, verify_each: bool = False,
                 verify(g)
         except Exception as exc:
             before = ", ".join(ran) or "none"
-            raise PassError(f"pass {p.name} failed (passes before it: {before}): "
-                            f"{type(exc).__name__}: {exc}") from exc
+            raise PassError(
+                f"pass {p.name} failed (passes before it: {before}): {type(exc).__name__}: {exc}"
+            ) from exc
         ran.append(p.name)
-        report.passes.append(PassRecord(p.name, result.changed, dict(result.stats),
-                                        list(result.notes), time.perf_counter() - t0, why))
+        report.passes.append(
+            PassRecord(
+                p.name,
+                result.changed,
+                dict(result.stats),
+                list(result.notes),
+                time.perf_counter() - t0,
+                why,
+            )
+        )
         return result.changed
 
     for entry in entries:
@@ -143,8 +167,10 @@ def optimize(graph: Graph, pipeline: str = "O2", *, verify_each: bool = False,
                 if not any([run_one(p, why) for p, why in entry.passes]):
                     break
             else:
-                msg = (f"{pipeline}: fixed point {entry.name!r} hit its cap of {entry.cap} "
-                       "rounds and was still changing the graph")
+                msg = (
+                    f"{pipeline}: fixed point {entry.name!r} hit its cap of {entry.cap} "
+                    "rounds and was still changing the graph"
+                )
                 report.warnings.append(msg)
                 warnings.warn(msg, RuntimeWarning, stacklevel=2)
         else:

@@ -37,8 +37,9 @@ def apply(p: Pass, g: Graph) -> tuple[Graph, PassResult]:
     return g2, result
 
 
-def assert_same_outputs(a: Graph, b: Graph, seeds: tuple[int, ...] = (0, 1),
-                        rtol: float = 1e-5, atol: float = 1e-6) -> None:
+def assert_same_outputs(
+    a: Graph, b: Graph, seeds: tuple[int, ...] = (0, 1), rtol: float = 1e-5, atol: float = 1e-6
+) -> None:
     for seed in seeds:
         feeds = feeds_for(a, seed)
         ra, rb = run_reference(a, feeds), run_reference(b, feeds)

@@ -6,6 +6,7 @@ from onnx import helper, numpy_helper
 
 from guard.compiler import import_onnx
 from guard.compiler.passes.assign_layout import AssignLayout
+
 from ._helpers import apply, assert_same_outputs, ops
 
 
@@ -16,15 +17,20 @@ def conv_stack(channels: int = 16, n_convs: int = 3) -> onnx.ModelProto:
         w = rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) * 0.1
         b = rng.standard_normal((channels,)).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
-        nodes.append(helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        nodes.append(
+            helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1])
+        )
         nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"]))
         prev = f"r{i}"
     nodes.append(helper.make_node("MaxPool", [prev], ["p"], kernel_shape=[2, 2], strides=[2, 2]))
     nodes.append(helper.make_node("Flatten", ["p"], ["y"]))
     t = onnx.TensorProto.FLOAT
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", t, [1, channels, 8, 8])],
-        [helper.make_tensor_value_info("y", t, [1, channels * 16])], inits,
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", t, [1, channels, 8, 8])],
+        [helper.make_tensor_value_info("y", t, [1, channels * 16])],
+        inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 

@@ -19,7 +19,9 @@ from guard.errors import ModelError
 def _model(path: Path) -> Path:
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w")
-    s, b, m = (numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), n) for n in "sbm")
+    s, b, m = (
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), n) for n in "sbm"
+    )
     v = numpy_helper.from_array(rng.uniform(0.5, 1.5, 8).astype(np.float32), "v")
     nodes = [
         helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
@@ -29,8 +31,13 @@ def _model(path: Path) -> Path:
         helper.make_node("Flatten", ["p"], ["y"]),
     ]
     t = onnx.TensorProto.FLOAT
-    g = helper.make_graph(nodes, "net", [helper.make_tensor_value_info("x", t, ["N", 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", t, ["N", 8])], [w, s, b, m, v])
+    g = helper.make_graph(
+        nodes,
+        "net",
+        [helper.make_tensor_value_info("x", t, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", t, ["N", 8])],
+        [w, s, b, m, v],
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
@@ -38,8 +45,15 @@ def _model(path: Path) -> Path:
 def _req(tmp_path: Path, model: Path, sub: str = "art", **options: object) -> BuildRequest:
     out = tmp_path / sub
     out.mkdir()
-    return BuildRequest(model_path=model, input_shapes={"x": (2, 3, 8, 8)}, target_raw="host",
-                        target_canonical="host", threads=1, out_dir=out, options=dict(options))
+    return BuildRequest(
+        model_path=model,
+        input_shapes={"x": (2, 3, 8, 8)},
+        target_raw="host",
+        target_canonical="host",
+        threads=1,
+        out_dir=out,
+        options=dict(options),
+    )
 
 
 def test_build_load_run_matches_onnxruntime(tmp_path: Path) -> None:
@@ -51,7 +65,11 @@ def test_build_load_run_matches_onnxruntime(tmp_path: Path) -> None:
     req = _req(tmp_path, model)
     info = backend.build(req)
     assert info.payload == "graph.ir"
-    assert info.compiler == {"name": "guard-compiler", "version": guard.__version__, "pipeline": "O2"}
+    assert info.compiler == {
+        "name": "guard-compiler",
+        "version": guard.__version__,
+        "pipeline": "O2",
+    }
     assert info.graph is not None and info.graph["ops_before"]["BatchNormalization"] == 1
     assert "BatchNormalization" not in info.graph["ops_after"]
     assert all({"name", "changed"} <= set(p) for p in info.graph["passes"])
@@ -64,7 +82,9 @@ def test_build_load_run_matches_onnxruntime(tmp_path: Path) -> None:
     sess = backend.load(req.out_dir, threads=1)
     x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
     (y,) = sess.run({"x": x})
-    (ref,) = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (ref,) = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-5)
     assert sess.input_names == ["x"] and sess.output_names == ["y"]
     p = sess.partitions()

@@ -6,11 +6,16 @@ from onnx import helper, numpy_helper
 
 from guard.compiler import import_onnx, verify
 from guard.compiler.passes.fold_batchnorm import FoldBatchnorm
+
 from ._helpers import apply, assert_same_outputs, ops
 
 
-def conv_bn_model(dtype: type = np.float32, gamma_scale: float = 1.0, extra_reader: bool = False,
-                  gemm: bool = False) -> onnx.ModelProto:
+def conv_bn_model(
+    dtype: type = np.float32,
+    gamma_scale: float = 1.0,
+    extra_reader: bool = False,
+    gemm: bool = False,
+) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     c = 4
@@ -30,12 +35,17 @@ def conv_bn_model(dtype: type = np.float32, gamma_scale: float = 1.0, extra_read
         numpy_helper.from_array(rng.standard_normal(c).astype(dtype), "m"),
         numpy_helper.from_array(rng.uniform(0.5, 2, c).astype(dtype), "v"),
     ]
-    nodes = [prod, helper.make_node("BatchNormalization", ["p", "s", "beta", "m", "v"], ["y"], epsilon=1e-5)]
+    nodes = [
+        prod,
+        helper.make_node("BatchNormalization", ["p", "s", "beta", "m", "v"], ["y"], epsilon=1e-5),
+    ]
     outputs = [helper.make_tensor_value_info("y", t, y_shape)]
     if extra_reader:
         nodes.append(helper.make_node("Relu", ["p"], ["z"]))
         outputs.append(helper.make_tensor_value_info("z", t, y_shape))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", t, x_shape)], outputs, inits)
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", t, x_shape)], outputs, inits
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

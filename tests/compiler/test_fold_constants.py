@@ -3,9 +3,12 @@ from __future__ import annotations
 import numpy as np
 
 from guard.compiler.passes.fold_constants import FoldConstants
+
 from ._helpers import HEADER, apply, assert_same_outputs, graph_of, ops
 
-TEXT = HEADER + """
+TEXT = (
+    HEADER
+    + """
 g (float[2, 4] x) => (float[2, 4] y) {
     a = Constant <value = float[4] {1, 2, 3, 4}> ()
     b = Constant <value = float[4] {0.5, 0.5, 0.5, 0.5}> ()
@@ -13,6 +16,7 @@ g (float[2, 4] x) => (float[2, 4] y) {
     t = Exp(s)
     y = Add(x, t)
 }"""
+)
 
 
 def test_folds_constant_subgraph_and_keeps_numbers() -> None:
@@ -26,13 +30,16 @@ def test_folds_constant_subgraph_and_keeps_numbers() -> None:
 
 
 def test_declines_over_the_size_cap_and_says_so() -> None:
-    g = graph_of(HEADER + """
+    g = graph_of(
+        HEADER
+        + """
     g (float[1] x) => (float[1000, 1000] y) {
         c = Constant <value = float[1] {2}> ()
         shp = Constant <value = int64[2] {1000, 1000}> ()
         big = Expand(c, shp)
         y = Add(big, x)
-    }""")
+    }"""
+    )
     g2, res = apply(FoldConstants(max_bytes=1 << 20), g)
     assert ops(g2) == ["Expand", "Add"]
     assert not res.changed and res.stats["num_declined_size"] == 1

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 from guard.compiler.passes.fuse_horizontal import FuseHorizontal
+
 from ._helpers import HEADER, apply, assert_same_outputs, graph_of, ops
 
-QKV = HEADER + """
+QKV = (
+    HEADER
+    + """
 g (float[2, 4, 3] x) => (float[2, 4, 2] q, float[2, 4, 2] k, float[2, 4, 3] v) {
     wq = Constant <value = float[3, 2] {1, 2, 3, 4, 5, 6}> ()
     wk = Constant <value = float[3, 2] {-1, 0, 1, 0, -1, 2}> ()
@@ -12,6 +15,7 @@ g (float[2, 4, 3] x) => (float[2, 4, 2] q, float[2, 4, 2] k, float[2, 4, 3] v) {
     k = MatMul(x, wk)
     v = MatMul(x, wv)
 }"""
+)
 
 
 def test_siblings_become_one_matmul_and_a_split() -> None:
@@ -25,7 +29,9 @@ def test_siblings_become_one_matmul_and_a_split() -> None:
 
 
 def test_gemm_siblings_with_bias_and_transb() -> None:
-    g = graph_of(HEADER + """
+    g = graph_of(
+        HEADER
+        + """
     g (float[2, 3] x) => (float[2, 2] a, float[2, 2] b) {
         w1 = Constant <value = float[2, 3] {1, 2, 3, 4, 5, 6}> ()
         w2 = Constant <value = float[2, 3] {0, 1, 0, 1, 0, 1}> ()
@@ -33,19 +39,23 @@ def test_gemm_siblings_with_bias_and_transb() -> None:
         b2 = Constant <value = float[2] {3, 4}> ()
         a = Gemm <transB = 1> (x, w1, b1)
         b = Gemm <transB = 1> (x, w2, b2)
-    }""")
+    }"""
+    )
     g2, res = apply(FuseHorizontal(), g)
     assert ops(g2) == ["Gemm", "Split"] and res.changed
     assert_same_outputs(g, g2)
 
 
 def test_must_not_fire_on_different_inputs_or_runtime_weights() -> None:
-    g = graph_of(HEADER + """
+    g = graph_of(
+        HEADER
+        + """
     g (float[2, 3] x, float[2, 3] x2, float[3, 2] wr) => (float[2, 2] a, float[2, 2] b, float[2, 2] c) {
         w = Constant <value = float[3, 2] {1, 2, 3, 4, 5, 6}> ()
         a = MatMul(x, w)
         b = MatMul(x2, w)
         c = MatMul(x, wr)
-    }""")
+    }"""
+    )
     g2, res = apply(FuseHorizontal(), g)
     assert ops(g2) == ["MatMul"] * 3 and not res.changed

@@ -24,17 +24,35 @@ from guard.compiler import import_onnx, optimize, run_reference, verify
 
 pytestmark = pytest.mark.slow
 
-ZOO = ["resnet50", "vgg19", "squeezenet", "alexnet", "inception_v1", "inception_v2",
-       "densenet121", "shufflenet", "zfnet512", "mlp", "transformer", "transformer_decomposed",
-       "inception_block", "digits"]
-LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/*.onnx")))
+ZOO = [
+    "resnet50",
+    "vgg19",
+    "squeezenet",
+    "alexnet",
+    "inception_v1",
+    "inception_v2",
+    "densenet121",
+    "shufflenet",
+    "zfnet512",
+    "mlp",
+    "transformer",
+    "transformer_decomposed",
+    "inception_block",
+    "digits",
+]
+LIGHT = sorted(
+    glob.glob(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/*.onnx"))
+)
 RTOL, ATOL = 1e-4, 1e-5
 
 
 def _bind(m: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     inits = {i.name for i in m.graph.initializer}
-    return {i.name: tuple(d.dim_value or 1 for d in i.type.tensor_type.shape.dim)
-            for i in m.graph.input if i.name not in inits}
+    return {
+        i.name: tuple(d.dim_value or 1 for d in i.type.tensor_type.shape.dim)
+        for i in m.graph.input
+        if i.name not in inits
+    }
 
 
 def _feeds(g, seed: int = 0) -> dict[str, np.ndarray]:
@@ -42,8 +60,9 @@ def _feeds(g, seed: int = 0) -> dict[str, np.ndarray]:
     out = {}
     for name in g.inputs:
         v = g.values[name]
-        out[name] = (rng.standard_normal(v.shape) if v.dtype.kind == "f"
-                     else rng.integers(0, 10, v.shape)).astype(v.dtype)
+        out[name] = (
+            rng.standard_normal(v.shape) if v.dtype.kind == "f" else rng.integers(0, 10, v.shape)
+        ).astype(v.dtype)
     return out
 
 
@@ -74,9 +93,11 @@ def _check(name: str, model: onnx.ModelProto, skip_outputs: set[str] = frozenset
         if big.any():
             worst["rel"] = max(worst["rel"], float((err[big] / np.abs(r[big])).max()))
         np.testing.assert_allclose(a, r, rtol=RTOL, atol=ATOL, err_msg=f"{name}: {k}")
-    print(f"\n{name}: max abs {worst['abs']:.3g}, max rel {worst['rel']:.3g} "
-          f"(elements >= 1e-3 of the largest); "
-          f"ops {len(g.nodes)} -> {len(g2.nodes)}")
+    print(
+        f"\n{name}: max abs {worst['abs']:.3g}, max rel {worst['rel']:.3g} "
+        f"(elements >= 1e-3 of the largest); "
+        f"ops {len(g.nodes)} -> {len(g2.nodes)}"
+    )
     return {"before": g.op_counts(), "after": g2.op_counts(), "report": report}
 
 
@@ -123,4 +144,6 @@ def test_decomposed_encoder_comes_out_with_layernorm_and_no_erf() -> None:
     assert "Erf" not in r["after"] and "Pow" not in r["after"] and "Sqrt" not in r["after"]
     ln = next(p for p in r["report"].passes if p.name == "recompose_layernorm")
     assert ln.stats["num_recomposed"] == 2
-    print(f"transformer_decomposed ops before {r['before']}\ntransformer_decomposed ops after  {r['after']}")
+    print(
+        f"transformer_decomposed ops before {r['before']}\ntransformer_decomposed ops after  {r['after']}"
+    )

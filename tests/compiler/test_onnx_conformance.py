@@ -47,15 +47,22 @@ globals().update(_backend_test.test_cases)
 def test_conformance_summary() -> None:
     xf = expected_failures()
     total = sum(
-        1 for case in _backend_test.test_cases.values() for attr in dir(case)
+        1
+        for case in _backend_test.test_cases.values()
+        for attr in dir(case)
         if attr.startswith("test_") and attr.endswith("_cpu")
     )
     by_reason = collections.Counter(
-        re.sub(r"^(unsupported op|unsupported dtype|control flow) .*", r"\1", why) for why in xf.values()
+        re.sub(r"^(unsupported op|unsupported dtype|control flow) .*", r"\1", why)
+        for why in xf.values()
     )
-    ops = collections.Counter(why.split()[-1] for why in xf.values() if why.startswith("unsupported op"))
-    print(f"\nONNX conformance (CPU): {total - len(xf)} of {total} cases expected to pass; "
-          f"{len(xf)} expected failures")
+    ops = collections.Counter(
+        why.split()[-1] for why in xf.values() if why.startswith("unsupported op")
+    )
+    print(
+        f"\nONNX conformance (CPU): {total - len(xf)} of {total} cases expected to pass; "
+        f"{len(xf)} expected failures"
+    )
     print("  by reason: " + ", ".join(f"{k}: {v}" for k, v in by_reason.most_common()))
     print("  unsupported ops: " + ", ".join(f"{k} ({v})" for k, v in sorted(ops.items())))
     assert total > 1800

@@ -9,9 +9,12 @@ from guard.compiler.diff import format_diff
 from guard.compiler.ir import Graph
 from guard.compiler.passes.base import Pass, PassResult
 from guard.compiler.pipeline import PIPELINES, FixedPoint, PassError
+
 from ._helpers import HEADER, assert_same_outputs, graph_of
 
-TEXT = HEADER + """
+TEXT = (
+    HEADER
+    + """
 g (float[2, 8] x) => (float[2, 8] y) {
     one = Constant <value = float {1}> ()
     c = Constant <value = float {2}> ()
@@ -21,6 +24,7 @@ g (float[2, 8] x) => (float[2, 8] y) {
     e = Exp(b)
     y = Relu(e)
 }"""
+)
 
 
 def test_named_pipelines() -> None:
@@ -67,7 +71,9 @@ class _Breaker(Pass):
 def test_fixed_point_cap_warns() -> None:
     g = graph_of(TEXT)
     with pytest.warns(RuntimeWarning, match="hit its cap of 3"):
-        _, rep = optimize(g, "custom", entries=[FixedPoint([(_Flipper(), "always changes")], cap=3)])
+        _, rep = optimize(
+            g, "custom", entries=[FixedPoint([(_Flipper(), "always changes")], cap=3)]
+        )
     assert len(rep.passes) == 3 and rep.warnings
 
 
@@ -75,6 +81,12 @@ def test_failure_names_the_pass_and_the_ones_before() -> None:
     g = graph_of(TEXT)
     from guard.compiler.passes.eliminate_dead_code import EliminateDeadCode
 
-    with pytest.raises(PassError, match=r"pass breaker failed \(passes before it: eliminate_dead_code\)"):
-        optimize(g, "custom", verify_each=True,
-                 entries=[(EliminateDeadCode(), "x"), (_Breaker(), "breaks the order")])
+    with pytest.raises(
+        PassError, match=r"pass breaker failed \(passes before it: eliminate_dead_code\)"
+    ):
+        optimize(
+            g,
+            "custom",
+            verify_each=True,
+            entries=[(EliminateDeadCode(), "x"), (_Breaker(), "breaks the order")],
+        )

@@ -20,7 +20,9 @@ UNARY = ["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Erf", "Identity"]
 BINARY = ["Add", "Sub", "Mul", "Max", "Min"]
 
 
-def emit(g: Graph, op: str, inputs: list[str], attrs: dict | None = None, n_out: int = 1) -> list[str]:
+def emit(
+    g: Graph, op: str, inputs: list[str], attrs: dict | None = None, n_out: int = 1
+) -> list[str]:
     node = g.add_node(op, inputs, [((), np.float32)] * n_out, attrs or {})
     types = infer(node, g)
     assert types is not None
@@ -34,7 +36,11 @@ def graphs(draw: st.DrawFn) -> Graph:
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     g = Graph("prop")
     four_d = draw(st.booleans())
-    shape = (1, draw(st.sampled_from([2, 4, 16])), 3, 3) if four_d else (2, draw(st.sampled_from([3, 4])))
+    shape = (
+        (1, draw(st.sampled_from([2, 4, 16])), 3, 3)
+        if four_d
+        else (2, draw(st.sampled_from([3, 4])))
+    )
     g.add_input("x", shape, np.float32)
     pool = ["x"]
 
@@ -44,7 +50,9 @@ def graphs(draw: st.DrawFn) -> Graph:
         elif kind == "zero":
             data = np.zeros(shape, np.float32)
         else:
-            data = rng.uniform(0.5, 1.5, shape).astype(np.float32) * rng.choice([-1, 1], shape).astype(np.float32)
+            data = rng.uniform(0.5, 1.5, shape).astype(np.float32) * rng.choice(
+                [-1, 1], shape
+            ).astype(np.float32)
         return g.add_constant(None, data).name
 
     def same_shape(v: str) -> list[str]:
@@ -78,15 +86,38 @@ def graphs(draw: st.DrawFn) -> Graph:
             c = vs[1]
             choice = draw(st.sampled_from(["conv_bn", "concat", "pool"]))
             if choice == "conv_bn":
-                w = g.add_constant(None, rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.3).name
-                (y,) = emit(g, "Conv", [v, w], {"group": 1, "pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1]})
-                bn = [const((c,)), const((c,)), const((c,)), g.add_constant(None, rng.uniform(0.5, 2, c).astype(np.float32)).name]
+                w = g.add_constant(
+                    None, rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.3
+                ).name
+                (y,) = emit(
+                    g,
+                    "Conv",
+                    [v, w],
+                    {"group": 1, "pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1]},
+                )
+                bn = [
+                    const((c,)),
+                    const((c,)),
+                    const((c,)),
+                    g.add_constant(None, rng.uniform(0.5, 2, c).astype(np.float32)).name,
+                ]
                 pool += emit(g, "BatchNormalization", [y, *bn], {"epsilon": 1e-5})
             elif choice == "concat":
                 (cat,) = emit(g, "Concat", [v, draw(st.sampled_from(same_shape(v)))], {"axis": 1})
                 pool += emit(g, "Split", [cat], {"axis": 1, "split": [c, c]}, n_out=2)
             else:
-                pool += emit(g, "MaxPool", [v], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "strides": [1, 1], "dilations": [1, 1], "ceil_mode": 0})
+                pool += emit(
+                    g,
+                    "MaxPool",
+                    [v],
+                    {
+                        "kernel_shape": [3, 3],
+                        "pads": [1, 1, 1, 1],
+                        "strides": [1, 1],
+                        "dilations": [1, 1],
+                        "ceil_mode": 0,
+                    },
+                )
         else:
             k = vs[-1]
             choice = draw(st.sampled_from(["siblings", "layernorm", "gelu"]))
@@ -130,7 +161,9 @@ def _assert_same(a: Graph, b: Graph) -> None:
         ra, rb = run_reference(a, feeds), run_reference(b, feeds)
         assert list(ra) == list(rb)
         for k in ra:
-            np.testing.assert_allclose(rb[k], ra[k], rtol=1e-4, atol=1e-5, equal_nan=True, err_msg=k)
+            np.testing.assert_allclose(
+                rb[k], ra[k], rtol=1e-4, atol=1e-5, equal_nan=True, err_msg=k
+            )
 
 
 def _all_passes() -> list:

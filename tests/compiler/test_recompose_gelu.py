@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from guard.compiler.passes.recompose_gelu import RecomposeGelu
+
 from ._helpers import HEADER, apply, assert_same_outputs, graph_of, ops
 
 FORMS = {
@@ -13,7 +14,9 @@ FORMS = {
 
 
 def gelu_text(form: str, scale: str = "Div(x, sqrt2)", one: str = "1") -> str:
-    return HEADER + f"""
+    return (
+        HEADER
+        + f"""
     g (float[4, 16] x) => (float[4, 16] y) {{
         sqrt2 = Constant <value = float {{1.4142135}}> ()
         rsqrt2 = Constant <value = float {{0.70710677}}> ()
@@ -24,6 +27,7 @@ def gelu_text(form: str, scale: str = "Div(x, sqrt2)", one: str = "1") -> str:
         t = Add(e, c1)
         {FORMS[form]}
     }}"""
+    )
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))

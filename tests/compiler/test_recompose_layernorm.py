@@ -3,18 +3,26 @@ from __future__ import annotations
 import pytest
 
 from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
+
 from ._helpers import HEADER, apply, assert_same_outputs, graph_of, ops
 
 HEADER16 = HEADER.replace('"" : 17', '"" : 16')
 
 
-def ln_text(swap_eps: bool = False, swap_mul: bool = False, swap_add: bool = False,
-            axes: str = "[-1]", extra_reader: bool = False) -> str:
+def ln_text(
+    swap_eps: bool = False,
+    swap_mul: bool = False,
+    swap_add: bool = False,
+    axes: str = "[-1]",
+    extra_reader: bool = False,
+) -> str:
     eps = "Add(eps, var)" if swap_eps else "Add(var, eps)"
     mul = "Mul(gamma, normed)" if swap_mul else "Mul(normed, gamma)"
     add = "Add(beta, scaled)" if swap_add else "Add(scaled, beta)"
     outs = "float[2, 5, 8] y, float[2, 5, 8] d" if extra_reader else "float[2, 5, 8] y"
-    return HEADER16 + f"""
+    return (
+        HEADER16
+        + f"""
     g (float[2, 5, 8] x) => ({outs}) {{
         two = Constant <value = float {{2}}> ()
         eps = Constant <value = float {{1e-5}}> ()
@@ -30,6 +38,7 @@ def ln_text(swap_eps: bool = False, swap_mul: bool = False, swap_add: bool = Fal
         scaled = {mul}
         y = {add}
     }}"""
+    )
 
 
 @pytest.mark.parametrize("swaps", [(False, False, False), (True, True, True), (True, False, True)])

@@ -5,11 +5,14 @@ import numpy as np
 from guard.compiler import run_reference
 from guard.compiler.passes.eliminate_dead_code import EliminateDeadCode
 from guard.compiler.passes.simplify_algebra import SimplifyAlgebra
+
 from ._helpers import HEADER, apply, assert_same_outputs, graph_of, ops
 
 
 def test_removes_identities_and_composes_layout_ops() -> None:
-    g = graph_of(HEADER + """
+    g = graph_of(
+        HEADER
+        + """
     g (float[2, 3, 4] x) => (float[2, 3, 4] y) {
         one = Constant <value = float[1] {1}> ()
         zero = Constant <value = float[1] {0}> ()
@@ -23,7 +26,8 @@ def test_removes_identities_and_composes_layout_ops() -> None:
         s2 = Constant <value = int64[3] {2, 3, 4}> ()
         r2 = Reshape(r1, s2)
         y = Relu(r2)
-    }""")
+    }"""
+    )
     g2, res = apply(SimplifyAlgebra(), g)
     g2, _ = apply(EliminateDeadCode(), g2)  # the composed-away producers are now dead
     assert ops(g2) == ["Relu"] and g2.nodes[0].inputs == ["x"]
@@ -34,11 +38,14 @@ def test_removes_identities_and_composes_layout_ops() -> None:
 
 
 def test_division_by_constant_becomes_multiplication_by_reciprocal() -> None:
-    g = graph_of(HEADER + """
+    g = graph_of(
+        HEADER
+        + """
     g (float[8] x) => (float[8] y) {
         c = Constant <value = float[1] {4}> ()
         y = Div(x, c)
-    }""")
+    }"""
+    )
     g2, res = apply(SimplifyAlgebra(), g)
     assert ops(g2) == ["Mul"] and res.stats["num_div_to_mul"] == 1
     assert float(g2.const(g2.nodes[0].inputs[1])[0]) == 0.25
@@ -46,7 +53,9 @@ def test_division_by_constant_becomes_multiplication_by_reciprocal() -> None:
 
 
 def test_must_not_fire() -> None:
-    g = graph_of(HEADER + """
+    g = graph_of(
+        HEADER
+        + """
     g (float[3] x, float[3] d) => (float[3] y, float[2, 3] z, float[3] w) {
         two = Constant <value = float[1] {2}> ()
         zero = Constant <value = float[1] {0}> ()
@@ -56,7 +65,8 @@ def test_must_not_fire() -> None:
         y = Sub(zero, q)
         z = Mul(x, ones)
         w = Identity(x)
-    }""")
+    }"""
+    )
     g2, res = apply(SimplifyAlgebra(), g)
     # x*2 is not x*1; 0-q is not q-0; Div by a non-constant stays; x*ones broadcasts to
     # a bigger shape; Identity(x) -> x would make output w alias input x.
@@ -66,12 +76,15 @@ def test_must_not_fire() -> None:
 
 
 def test_signed_zero_hazard_is_optional() -> None:
-    text = HEADER + """
+    text = (
+        HEADER
+        + """
     g (float[2] x) => (float[2] y) {
         zero = Constant <value = float[1] {0}> ()
         a = Add(x, zero)
         y = Relu(a)
     }"""
+    )
     g = graph_of(text)
     strict, res = apply(SimplifyAlgebra(allow_signed_zero_change=False), g)
     assert ops(strict) == ["Add", "Relu"] and not res.changed
@@ -79,9 +92,12 @@ def test_signed_zero_hazard_is_optional() -> None:
     assert ops(loose) == ["Relu"]
     # The hazard itself: -0.0 + 0.0 is +0.0.
     x = {"x": np.asarray([-0.0, 1.0], np.float32)}
-    g_add = graph_of(HEADER + """
+    g_add = graph_of(
+        HEADER
+        + """
     g (float[2] x) => (float[2] y) {
         zero = Constant <value = float[1] {0}> ()
         y = Add(x, zero)
-    }""")
+    }"""
+    )
     assert not np.signbit(run_reference(g_add, x)["y"][0])

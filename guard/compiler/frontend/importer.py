@@ -116,7 +116,7 @@ class ImportContext:
     def add_const(self, name: str, data: np.ndarray) -> str:
         data = np.asarray(data)
         dtype_name(data.dtype)
-        self.g.add_constant(name, np.ascontiguousarray(data))
+        self.g.add_constant(name, np.asarray(data, order="C"))
         return name
 
     def fresh(self, hint: str) -> str:
@@ -136,7 +136,11 @@ class ImportContext:
         assert self.node is not None
         outs = outputs if outputs is not None else [self.fresh(op.lower()) for _ in range(n_out)]
         node = self.g.add_node(
-            op, inputs, [((), np.float32)] * len(outs), attrs, outputs=outs,
+            op,
+            inputs,
+            [((), np.float32)] * len(outs),
+            attrs,
+            outputs=outs,
             name=self.node.name or self.node.output[0],
         )
         try:
@@ -173,7 +177,8 @@ def _bind_inputs(
         tt = inp.type.tensor_type
         if not inp.type.HasField("tensor_type"):
             raise ModelError(
-                f"graph input {inp.name!r} is not a tensor", where=source,
+                f"graph input {inp.name!r} is not a tensor",
+                where=source,
                 hint="The bundled compiler takes tensor inputs only.",
             )
         dtype = np_dtype(tt.elem_type, f"{source}: input {inp.name!r}")
@@ -182,12 +187,15 @@ def _bind_inputs(
             if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
                 raise ModelError(
                     f"input {inp.name!r} has rank {len(tt.shape.dim)} but was bound to "
-                    f"{list(shape)}", where=source, hint="Give one size per dim.",
+                    f"{list(shape)}",
+                    where=source,
+                    hint="Give one size per dim.",
                 )
         else:
             if not tt.HasField("shape"):
                 raise ModelError(
-                    f"input {inp.name!r} has no shape", where=source,
+                    f"input {inp.name!r} has no shape",
+                    where=source,
                     hint="Bind it with input_shapes (suite `inputs: {name: {shape: ...}}`).",
                 )
             dims = []
@@ -207,10 +215,38 @@ def _bind_inputs(
         bound.append((inp.name, shape, dtype))
     if given:
         raise ModelError(
-            f"input_shapes names {sorted(given)} which are not graph inputs", where=source,
+            f"input_shapes names {sorted(given)} which are not graph inputs",
+            where=source,
             hint=f"Graph inputs: {[b[0] for b in bound]}.",
         )
     return bound
+
+
+def _without_big_initializers(proto: onnx.ModelProto, max_elements: int = 4096) -> onnx.ModelProto:
+    big = [
+        i for i in proto.graph.initializer if int(np.prod(i.dims, dtype=np.int64)) > max_elements
+    ]
+    if not big:
+        return proto
+    light = onnx.ModelProto()
+    graph = proto.graph
+    light.ir_version = proto.ir_version
+    light.opset_import.extend(proto.opset_import)
+    light.graph.name = graph.name
+    light.graph.node.extend(graph.node)
+    big_names = {i.name for i in big}
+    light.graph.initializer.extend(i for i in graph.initializer if i.name not in big_names)
+    declared = {i.name for i in graph.input}
+    light.graph.input.extend(graph.input)
+    for i in big:
+        if i.name not in declared:
+            light.graph.input.append(
+                helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
+            )
+    light.graph.output.extend(graph.output)
+    light.graph.value_info.extend(graph.value_info)
+    light.functions.extend(proto.functions)
+    return light
 
 
 def _toposort(graph: onnx.GraphProto, source: str, known: set[str]) -> list[onnx.NodeProto]:
@@ -237,7 +273,8 @@ def _toposort(graph: onnx.GraphProto, source: str, known: set[str]) -> list[onnx
         stuck = [graph.node[i] for i in range(len(graph.node)) if indeg[i] > 0]
         names = ", ".join(f"{n.op_type} {n.name or n.output[0]!r}" for n in stuck[:5])
         raise ModelError(
-            f"the graph has a cycle through {len(stuck)} nodes ({names})", where=source,
+            f"the graph has a cycle through {len(stuck)} nodes ({names})",
+            where=source,
             hint="ONNX graphs must be acyclic; re-export the model.",
         )
     return [graph.node[i] for i in order]
@@ -249,7 +286,9 @@ def _attrs(node: onnx.NodeProto, ctx: ImportContext) -> dict[str, Any]:
         if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
             raise UnsupportedOpError(
                 f"attribute {a.name!r} holds a subgraph, which the bundled compiler does not "
-                "compile", where=ctx.where(node), hint="Run this model with onnxruntime.",
+                "compile",
+                where=ctx.where(node),
+                hint="Run this model with onnxruntime.",
             )
         v = helper.get_attribute_value(a)
         if isinstance(v, bytes):
@@ -277,15 +316,17 @@ def import_onnx(
             proto = onnx.load(str(model))
         except Exception as exc:
             raise ModelError(
-                f"cannot load ONNX model: {exc}", where=source,
+                f"cannot load ONNX model: {exc}",
+                where=source,
                 hint="Check that the path is an .onnx file (with its external data beside it).",
             ) from exc
-    opset = next(
-        (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None
-    )
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None:
-        raise ModelError("the model imports no default-domain opset", where=source,
-                         hint="Re-export with an ai.onnx opset.")
+        raise ModelError(
+            "the model imports no default-domain opset",
+            where=source,
+            hint="Re-export with an ai.onnx opset.",
+        )
     bound = _bind_inputs(proto, input_shapes, source)
 
     # Check every op before any heavy work, so the first message is the useful one.
@@ -294,20 +335,25 @@ def import_onnx(
         if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
             raise UnsupportedOpError(
                 f"control flow op {node.op_type} (node {label!r}) is not compiled by the "
-                "bundled compiler", where=source,
+                "bundled compiler",
+                where=source,
                 hint="Part 2's partitioner will hand it to a fallback; until then run this "
                 "model with the onnxruntime backend.",
             )
         if node.domain not in ("", "ai.onnx") or lookup(node.op_type, opset) is None:
             raise UnsupportedOpError(
                 f"op {node.op_type} (domain {node.domain or 'ai.onnx'!r}, opset {opset}, "
-                f"node {label!r}) is not supported by the bundled compiler", where=source,
+                f"node {label!r}) is not supported by the bundled compiler",
+                where=source,
                 hint="Use the onnxruntime backend for this model, or file an issue with the op.",
             )
 
-    # Bind shapes into a copy, then let ONNX inference type the intermediates.
+    # Bind shapes into a copy, then let ONNX inference type the intermediates. Large
+    # initializers travel as typed inputs: inference needs their types, not their bytes
+    # (and serialising vgg19's 548 MB for it costs seconds); small ones keep their values
+    # for data propagation (shape tensors).
     work = onnx.ModelProto()
-    work.CopyFrom(proto)
+    work.CopyFrom(_without_big_initializers(proto))
     bound_shapes = {name: shape for name, shape, _ in bound}
     for inp in work.graph.input:
         if inp.name in bound_shapes:
@@ -319,7 +365,8 @@ def import_onnx(
         inferred_model = onnx.shape_inference.infer_shapes(work, strict_mode=False, data_prop=True)
     except Exception as exc:
         raise ModelError(
-            f"ONNX shape inference failed: {str(exc).splitlines()[0]}", where=source,
+            f"ONNX shape inference failed: {str(exc).splitlines()[0]}",
+            where=source,
             hint="Check the model with onnx.checker and the bound input shapes.",
         ) from exc
 
@@ -353,15 +400,18 @@ def import_onnx(
         assert conv is not None
         for i in node.input:
             if i and i not in ctx.g.values:
-                raise ctx.error(f"input {i!r} is never defined (dangling use)",
-                                hint="Re-export the model; onnx.checker shows the same.")
+                raise ctx.error(
+                    f"input {i!r} is never defined (dangling use)",
+                    hint="Re-export the model; onnx.checker shows the same.",
+                )
         attrs = _attrs(node, ctx)
         try:
             conv(ctx, list(node.input), list(node.output), **attrs)
         except TypeError as exc:
             if "unexpected keyword" in str(exc) or "got an unexpected" in str(exc):
                 raise UnsupportedOpError(
-                    f"attribute not supported by the converter: {exc}", where=ctx.where(),
+                    f"attribute not supported by the converter: {exc}",
+                    where=ctx.where(),
                     hint="File an issue with the op and attribute.",
                 ) from exc
             raise
@@ -372,8 +422,11 @@ def import_onnx(
 
     for out in proto.graph.output:
         if out.name not in ctx.g.values:
-            raise ModelError(f"graph output {out.name!r} is never defined", where=source,
-                             hint="Re-export the model.")
+            raise ModelError(
+                f"graph output {out.name!r} is never defined",
+                where=source,
+                hint="Re-export the model.",
+            )
         ctx.g.outputs.append(out.name)
     ctx.g.prune_values()
     # Keep unused-but-declared constants out; graph outputs that are constants stay.

@@ -63,7 +63,9 @@ def _variadic(op: str) -> Any:
     return conv
 
 
-def prelu_v1(ctx: ImportContext, ins: list[str], outs: list[str], consumed_inputs: Any = None) -> None:
+def prelu_v1(
+    ctx: ImportContext, ins: list[str], outs: list[str], consumed_inputs: Any = None
+) -> None:
     # Before opset 7 a 1-D slope of size C applies per channel (axis 1), not numpy-style.
     x, slope = ctx.type(ins[0]), ctx.type(ins[1])
     s = ins[1]
@@ -84,20 +86,31 @@ def celu(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1.0
     ctx.emit("Celu", ins[:1], {"alpha": alpha}, outs)
 
 
-def selu(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1.67326319217681884765625,
-         gamma: float = 1.05070102214813232421875) -> None:
+def selu(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    alpha: float = 1.67326319217681884765625,
+    gamma: float = 1.05070102214813232421875,
+) -> None:
     ctx.emit("Selu", ins[:1], {"alpha": alpha, "gamma": gamma}, outs)
 
 
-def thresholded_relu(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1.0) -> None:
+def thresholded_relu(
+    ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1.0
+) -> None:
     ctx.emit("ThresholdedRelu", ins[:1], {"alpha": alpha}, outs)
 
 
-def hard_sigmoid(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 0.2, beta: float = 0.5) -> None:
+def hard_sigmoid(
+    ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 0.2, beta: float = 0.5
+) -> None:
     ctx.emit("HardSigmoid", ins[:1], {"alpha": alpha, "beta": beta}, outs)
 
 
-def shrink(ctx: ImportContext, ins: list[str], outs: list[str], bias: float = 0.0, lambd: float = 0.5) -> None:
+def shrink(
+    ctx: ImportContext, ins: list[str], outs: list[str], bias: float = 0.0, lambd: float = 0.5
+) -> None:
     ctx.emit("Shrink", ins[:1], {"bias": bias, "lambd": lambd}, outs)
 
 
@@ -117,19 +130,32 @@ def where(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("Where", ins[:3], {}, outs)
 
 
-def cast(ctx: ImportContext, ins: list[str], outs: list[str], to: int = 1, saturate: int = 1,
-         round_mode: str = "up") -> None:
+def cast(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    to: int = 1,
+    saturate: int = 1,
+    round_mode: str = "up",
+) -> None:
     dt = np_dtype(to, ctx.where())
     ctx.emit("Cast", ins[:1], {"to": dtype_name(dt)}, outs)
 
 
-def cast_like(ctx: ImportContext, ins: list[str], outs: list[str], saturate: int = 1,
-              round_mode: str = "up") -> None:
+def cast_like(
+    ctx: ImportContext, ins: list[str], outs: list[str], saturate: int = 1, round_mode: str = "up"
+) -> None:
     ctx.emit("Cast", ins[:1], {"to": dtype_name(ctx.type(ins[1]).dtype)}, outs)
 
 
-def clip_v1(ctx: ImportContext, ins: list[str], outs: list[str], min: float | None = None,
-            max: float | None = None, consumed_inputs: Any = None) -> None:
+def clip_v1(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    min: float | None = None,
+    max: float | None = None,
+    consumed_inputs: Any = None,
+) -> None:
     ctx.emit("Clip", ins[:1], {"min": min, "max": max}, outs)
 
 
@@ -150,14 +176,22 @@ def clip_v11(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
         ctx.emit("Clip", ins[:1], bounds, outs)
 
 
-def dropout(ctx: ImportContext, ins: list[str], outs: list[str], ratio: float = 0.5, seed: int = 0,
-            is_test: int = 0, consumed_inputs: Any = None) -> None:
+def dropout(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    ratio: float = 0.5,
+    seed: int = 0,
+    is_test: int = 0,
+    consumed_inputs: Any = None,
+) -> None:
     # Inference: Dropout is the identity (ratio and training_mode are ignored unless training).
     if len(ins) > 2 and ins[2]:
         training = ctx.const(ins[2], "training_mode")
         if bool(np.asarray(training)):
-            raise ctx.error("Dropout in training mode is not compiled",
-                            hint="Export the model in eval mode.")
+            raise ctx.error(
+                "Dropout in training mode is not compiled", hint="Export the model in eval mode."
+            )
     ctx.emit("Identity", ins[:1], {}, outs[:1])
     if len(outs) > 1 and outs[1]:
         shape = list(ctx.type(ins[0]).shape)

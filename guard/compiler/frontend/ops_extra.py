@@ -24,9 +24,19 @@ def is_nan(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("IsNaN", ins[:1], {}, outs)
 
 
-def is_inf(ctx: ImportContext, ins: list[str], outs: list[str], detect_negative: int = 1,
-           detect_positive: int = 1) -> None:
-    ctx.emit("IsInf", ins[:1], {"detect_negative": detect_negative, "detect_positive": detect_positive}, outs)
+def is_inf(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    detect_negative: int = 1,
+    detect_positive: int = 1,
+) -> None:
+    ctx.emit(
+        "IsInf",
+        ins[:1],
+        {"detect_negative": detect_negative, "detect_positive": detect_positive},
+        outs,
+    )
 
 
 def one_hot(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1) -> None:
@@ -39,18 +49,28 @@ def gather_nd(ctx: ImportContext, ins: list[str], outs: list[str], batch_dims: i
     ctx.emit("GatherND", ins[:2], {"batch_dims": batch_dims}, outs)
 
 
-def scatter_elements(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 0,
-                     reduction: str = "none") -> None:
+def scatter_elements(
+    ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 0, reduction: str = "none"
+) -> None:
     r = len(ctx.type(ins[0]).shape)
     ctx.emit("ScatterElements", ins[:3], {"axis": axis % r, "reduction": reduction}, outs)
 
 
-def scatter_nd(ctx: ImportContext, ins: list[str], outs: list[str], reduction: str = "none") -> None:
+def scatter_nd(
+    ctx: ImportContext, ins: list[str], outs: list[str], reduction: str = "none"
+) -> None:
     ctx.emit("ScatterND", ins[:3], {"reduction": reduction}, outs)
 
 
-def top_k(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, largest: int = 1,
-          sorted: int = 1, k: int | None = None) -> None:  # noqa: A002
+def top_k(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = -1,
+    largest: int = 1,
+    sorted: int = 1,
+    k: int | None = None,
+) -> None:  # noqa: A002
     kk = int(_scalar(ctx, ins[1], "k")) if len(ins) > 1 and ins[1] else int(k or 0)
     r = len(ctx.type(ins[0]).shape)
     names = [o if o else ctx.fresh("topk_unused") for o in outs]
@@ -65,41 +85,69 @@ def top_k(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, l
     ctx.emit("TopK", ins[:1], {"k": kk, "axis": axis % r, "largest": largest}, names)
 
 
-def cum_prod(ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0) -> None:
+def cum_prod(
+    ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0
+) -> None:
     r = len(ctx.type(ins[0]).shape)
     ax = int(_scalar(ctx, ins[1], "axis")) % r
     ctx.emit("CumProd", ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
 
 
-def lp_norm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, p: int = 2) -> None:
+def lp_norm(
+    ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, p: int = 2
+) -> None:
     r = len(ctx.type(ins[0]).shape)
     ctx.emit("LpNormalization", ins[:1], {"axis": axis % r, "p": p}, outs)
 
 
-def rms_norm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, epsilon: float = 1e-5,
-             stash_type: int = 1) -> None:
+def rms_norm(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+) -> None:
     r = len(ctx.type(ins[0]).shape)
     ctx.emit("RMSNormalization", ins[:2], {"axis": axis % r, "epsilon": epsilon}, outs)
 
 
-def group_norm(ctx: ImportContext, ins: list[str], outs: list[str], epsilon: float = 1e-5,
-               num_groups: int = 1, stash_type: int = 1) -> None:
+def group_norm(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    epsilon: float = 1e-5,
+    num_groups: int = 1,
+    stash_type: int = 1,
+) -> None:
     ctx.emit("GroupNormalization", ins[:3], {"epsilon": epsilon, "num_groups": num_groups}, outs)
 
 
 def mvn(ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int] | None = None) -> None:
     r = len(ctx.type(ins[0]).shape)
-    ctx.emit("MeanVarianceNormalization", ins[:1], {"axes": [a % r for a in (axes or [0, 2, 3])]}, outs)
+    ctx.emit(
+        "MeanVarianceNormalization", ins[:1], {"axes": [a % r for a in (axes or [0, 2, 3])]}, outs
+    )
 
 
 def einsum(ctx: ImportContext, ins: list[str], outs: list[str], equation: str = "") -> None:
     ctx.emit("Einsum", ins, {"equation": equation.replace(" ", "")}, outs)
 
 
-def quantize(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 1, saturate: int = 1,
-             block_size: int = 0, output_dtype: int = 0, precision: int = 0) -> None:
+def quantize(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = 1,
+    saturate: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+    precision: int = 0,
+) -> None:
     if block_size:
-        raise ctx.error("blocked quantization is not supported", hint="Quantize per tensor or per axis.")
+        raise ctx.error(
+            "blocked quantization is not supported", hint="Quantize per tensor or per axis."
+        )
     r = len(ctx.type(ins[0]).shape)
     if len(ins) > 2 and ins[2]:
         to = ctx.type(ins[2]).dtype
@@ -112,10 +160,18 @@ def quantize(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 1,
     ctx.emit("QuantizeLinear", ins[:3], {"axis": axis % max(r, 1), "to": dtype_name(to)}, outs)
 
 
-def dequantize(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 1, block_size: int = 0,
-               output_dtype: int = 0) -> None:
+def dequantize(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+) -> None:
     if block_size:
-        raise ctx.error("blocked dequantization is not supported", hint="Quantize per tensor or per axis.")
+        raise ctx.error(
+            "blocked dequantization is not supported", hint="Quantize per tensor or per axis."
+        )
     r = len(ctx.type(ins[0]).shape)
     ctx.emit("DequantizeLinear", ins[:3], {"axis": axis % max(r, 1)}, outs)
 
@@ -124,7 +180,9 @@ def det(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("Det", ins[:1], {}, outs)
 
 
-def eye_like(ctx: ImportContext, ins: list[str], outs: list[str], dtype: int | None = None, k: int = 0) -> None:
+def eye_like(
+    ctx: ImportContext, ins: list[str], outs: list[str], dtype: int | None = None, k: int = 0
+) -> None:
     from guard.compiler.frontend.importer import np_dtype
 
     x = ctx.type(ins[0])

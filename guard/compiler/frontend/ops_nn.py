@@ -10,8 +10,14 @@ from guard.compiler.frontend.importer import ImportContext
 
 
 def _resolve_pads(
-    ctx: ImportContext, in_sp: tuple[int, ...], ks: list[int], strides: list[int],
-    dil: list[int], auto_pad: str, pads: list[int] | None, ceil_mode: int = 0,
+    ctx: ImportContext,
+    in_sp: tuple[int, ...],
+    ks: list[int],
+    strides: list[int],
+    dil: list[int],
+    auto_pad: str,
+    pads: list[int] | None,
+    ceil_mode: int = 0,
 ) -> list[int]:
     k = len(ks)
     if auto_pad in ("NOTSET", ""):
@@ -31,42 +37,73 @@ def _resolve_pads(
                 begin.append(big)
                 end.append(small)
         return begin + end
-    raise ctx.error(f"unknown auto_pad {auto_pad!r}", hint="Use NOTSET, SAME_UPPER, SAME_LOWER or VALID.")
+    raise ctx.error(
+        f"unknown auto_pad {auto_pad!r}", hint="Use NOTSET, SAME_UPPER, SAME_LOWER or VALID."
+    )
 
 
-def conv(ctx: ImportContext, ins: list[str], outs: list[str], auto_pad: str = "NOTSET",
-         dilations: list[int] | None = None, group: int = 1, kernel_shape: list[int] | None = None,
-         pads: list[int] | None = None, strides: list[int] | None = None) -> None:
+def conv(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> None:
     x, w = ctx.type(ins[0]), ctx.type(ins[1])
     k = len(x.shape) - 2
     ks = list(kernel_shape or w.shape[2:])
     strides = list(strides or [1] * k)
     dil = list(dilations or [1] * k)
     p = _resolve_pads(ctx, x.shape[2:], ks, strides, dil, auto_pad, pads)
-    ctx.emit("Conv", [i for i in ins[:3] if i],
-             {"group": group, "pads": p, "strides": strides, "dilations": dil}, outs)
+    ctx.emit(
+        "Conv",
+        [i for i in ins[:3] if i],
+        {"group": group, "pads": p, "strides": strides, "dilations": dil},
+        outs,
+    )
 
 
 def _pool(op: str) -> Any:
-    def conv_pool(ctx: ImportContext, ins: list[str], outs: list[str], auto_pad: str = "NOTSET",
-                  ceil_mode: int = 0, count_include_pad: int = 0, dilations: list[int] | None = None,
-                  kernel_shape: list[int] | None = None, pads: list[int] | None = None,
-                  storage_order: int = 0, strides: list[int] | None = None, p: int = 2) -> None:
+    def conv_pool(
+        ctx: ImportContext,
+        ins: list[str],
+        outs: list[str],
+        auto_pad: str = "NOTSET",
+        ceil_mode: int = 0,
+        count_include_pad: int = 0,
+        dilations: list[int] | None = None,
+        kernel_shape: list[int] | None = None,
+        pads: list[int] | None = None,
+        storage_order: int = 0,
+        strides: list[int] | None = None,
+        p: int = 2,
+    ) -> None:
         x = ctx.type(ins[0])
         assert kernel_shape is not None
         k = len(kernel_shape)
         strides = list(strides or [1] * k)
         dil = list(dilations or [1] * k)
         pp = _resolve_pads(ctx, x.shape[2:], list(kernel_shape), strides, dil, auto_pad, pads)
-        attrs: dict[str, Any] = {"kernel_shape": list(kernel_shape), "pads": pp, "strides": strides,
-                                 "dilations": dil, "ceil_mode": ceil_mode}
+        attrs: dict[str, Any] = {
+            "kernel_shape": list(kernel_shape),
+            "pads": pp,
+            "strides": strides,
+            "dilations": dil,
+            "ceil_mode": ceil_mode,
+        }
         if op == "AveragePool":
             attrs["count_include_pad"] = count_include_pad
         if op == "LpPool":
             attrs["p"] = p
         if len(outs) > 1 and outs[1]:
-            raise ctx.error("MaxPool's Indices output is not supported",
-                            hint="Export without the indices output.")
+            raise ctx.error(
+                "MaxPool's Indices output is not supported",
+                hint="Export without the indices output.",
+            )
         ctx.emit(op, ins[:1], attrs, outs[:1])
 
     return conv_pool
@@ -79,26 +116,53 @@ def global_pool(op: str) -> Any:
     return conv_gp
 
 
-def batch_norm(ctx: ImportContext, ins: list[str], outs: list[str], epsilon: float = 1e-5,
-               momentum: float = 0.9, spatial: int = 1, training_mode: int = 0,
-               is_test: int = 0, consumed_inputs: Any = None) -> None:
+def batch_norm(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    epsilon: float = 1e-5,
+    momentum: float = 0.9,
+    spatial: int = 1,
+    training_mode: int = 0,
+    is_test: int = 0,
+    consumed_inputs: Any = None,
+) -> None:
     if training_mode or any(o for o in outs[1:]):
-        raise ctx.error("BatchNormalization in training mode is not compiled",
-                        hint="Export the model in eval mode.")
+        raise ctx.error(
+            "BatchNormalization in training mode is not compiled",
+            hint="Export the model in eval mode.",
+        )
     ctx.emit("BatchNormalization", ins[:5], {"epsilon": epsilon}, outs[:1])
 
 
-def instance_norm(ctx: ImportContext, ins: list[str], outs: list[str], epsilon: float = 1e-5) -> None:
+def instance_norm(
+    ctx: ImportContext, ins: list[str], outs: list[str], epsilon: float = 1e-5
+) -> None:
     ctx.emit("InstanceNormalization", ins[:3], {"epsilon": epsilon}, outs)
 
 
-def lrn(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1e-4,
-        beta: float = 0.75, bias: float = 1.0, size: int = 1) -> None:
+def lrn(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    bias: float = 1.0,
+    size: int = 1,
+) -> None:
     ctx.emit("LRN", ins[:1], {"alpha": alpha, "beta": beta, "bias": bias, "size": size}, outs)
 
 
-def gemm(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1.0, beta: float = 1.0,
-         transA: int = 0, transB: int = 0, broadcast: int = 0) -> None:  # noqa: N803
+def gemm(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    transA: int = 0,
+    transB: int = 0,
+    broadcast: int = 0,
+) -> None:  # noqa: N803
     args = [i for i in ins[:3] if i]
     ctx.emit("Gemm", args, {"alpha": alpha, "beta": beta, "transA": transA, "transB": transB}, outs)
 
@@ -108,7 +172,9 @@ def matmul(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
 
 
 def _softmax(op: str, new_semantics: bool) -> Any:
-    def conv_sm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int | None = None) -> None:
+    def conv_sm(
+        ctx: ImportContext, ins: list[str], outs: list[str], axis: int | None = None
+    ) -> None:
         x = ctx.type(ins[0])
         r = len(x.shape)
         if new_semantics:
@@ -121,24 +187,40 @@ def _softmax(op: str, new_semantics: bool) -> Any:
             return
         # Opset < 13 coerces to 2-D at `axis`: flatten, softmax over the last dim, restore.
         rows = int(np.prod(x.shape[:ax], dtype=np.int64))
-        (flat,) = ctx.emit("Reshape", ins[:1], {"shape": [rows, int(np.prod(x.shape[ax:], dtype=np.int64))]})
+        (flat,) = ctx.emit(
+            "Reshape", ins[:1], {"shape": [rows, int(np.prod(x.shape[ax:], dtype=np.int64))]}
+        )
         (y,) = ctx.emit(op, [flat], {"axis": 1})
         ctx.emit("Reshape", [y], {"shape": list(x.shape)}, outs)
 
     return conv_sm
 
 
-def layer_norm(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1,
-               epsilon: float = 1e-5, stash_type: int = 1) -> None:
+def layer_norm(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = -1,
+    epsilon: float = 1e-5,
+    stash_type: int = 1,
+) -> None:
     x = ctx.type(ins[0])
     r = len(x.shape)
-    ctx.emit("LayerNormalization", [i for i in ins[:3] if i],
-             {"axis": axis % r, "epsilon": epsilon}, outs[:1])
+    ctx.emit(
+        "LayerNormalization",
+        [i for i in ins[:3] if i],
+        {"axis": axis % r, "epsilon": epsilon},
+        outs[:1],
+    )
     if any(o for o in outs[1:]):
         # Mean and InvStdDev (training outputs) as plain ops over the normalised axes.
         axes = list(range(axis % r, r))
-        (mean,) = ctx.emit("ReduceMean", ins[:1], {"axes": axes, "keepdims": 1},
-                           outs[1:2] if len(outs) > 1 and outs[1] else None)
+        (mean,) = ctx.emit(
+            "ReduceMean",
+            ins[:1],
+            {"axes": axes, "keepdims": 1},
+            outs[1:2] if len(outs) > 1 and outs[1] else None,
+        )
         (d,) = ctx.emit("Sub", [ins[0], mean], {})
         (sq,) = ctx.emit("Mul", [d, d], {})
         (var,) = ctx.emit("ReduceMean", [sq], {"axes": axes, "keepdims": 1})

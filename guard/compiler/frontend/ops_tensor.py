@@ -22,8 +22,9 @@ def _ints(a: Any) -> list[int]:
     return [int(v) for v in np.asarray(a).reshape(-1)]
 
 
-def resolve_reshape(ctx: ImportContext, in_shape: tuple[int, ...], target: list[int],
-                    allowzero: int = 0) -> list[int]:
+def resolve_reshape(
+    ctx: ImportContext, in_shape: tuple[int, ...], target: list[int], allowzero: int = 0
+) -> list[int]:
     out = list(target)
     if not allowzero:
         out = [in_shape[i] if d == 0 else d for i, d in enumerate(out)]
@@ -34,13 +35,20 @@ def resolve_reshape(ctx: ImportContext, in_shape: tuple[int, ...], target: list[
         rest = int(np.prod([d for d in out if d != -1], dtype=np.int64))
         out[out.index(-1)] = total // rest if rest else 0
     if int(np.prod(out, dtype=np.int64)) != total:
-        raise ctx.error(f"Reshape of {list(in_shape)} to {target} changes the element count",
-                        hint="Fix the model's target shape.")
+        raise ctx.error(
+            f"Reshape of {list(in_shape)} to {target} changes the element count",
+            hint="Fix the model's target shape.",
+        )
     return out
 
 
-def reshape_v1(ctx: ImportContext, ins: list[str], outs: list[str], shape: list[int] | None = None,
-               consumed_inputs: Any = None) -> None:
+def reshape_v1(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    shape: list[int] | None = None,
+    consumed_inputs: Any = None,
+) -> None:
     x = ctx.type(ins[0])
     ctx.emit("Reshape", ins[:1], {"shape": resolve_reshape(ctx, x.shape, list(shape or []))}, outs)
 
@@ -68,7 +76,9 @@ def _squeeze(ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int
     ctx.emit("Reshape", ins[:1], {"shape": [d for i, d in enumerate(x.shape) if i not in ax]}, outs)
 
 
-def squeeze_v1(ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int] | None = None) -> None:
+def squeeze_v1(
+    ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int] | None = None
+) -> None:
     _squeeze(ctx, ins, outs, axes)
 
 
@@ -87,7 +97,9 @@ def _unsqueeze(ctx: ImportContext, ins: list[str], outs: list[str], axes: list[i
     ctx.emit("Reshape", ins[:1], {"shape": shape}, outs)
 
 
-def unsqueeze_v1(ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int] | None = None) -> None:
+def unsqueeze_v1(
+    ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int] | None = None
+) -> None:
     _unsqueeze(ctx, ins, outs, list(axes or []))
 
 
@@ -95,7 +107,9 @@ def unsqueeze_v13(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     _unsqueeze(ctx, ins, outs, _ints(ctx.const(ins[1], "axes")))
 
 
-def transpose(ctx: ImportContext, ins: list[str], outs: list[str], perm: list[int] | None = None) -> None:
+def transpose(
+    ctx: ImportContext, ins: list[str], outs: list[str], perm: list[int] | None = None
+) -> None:
     r = len(ctx.type(ins[0]).shape)
     ctx.emit("Transpose", ins[:1], {"perm": list(perm) if perm else list(range(r))[::-1]}, outs)
 
@@ -106,8 +120,14 @@ def concat(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 1) -
     ctx.emit("Concat", args, {"axis": axis % r}, outs)
 
 
-def _split(ctx: ImportContext, ins: list[str], outs: list[str], axis: int,
-           split: list[int] | None, num_outputs: int | None = None) -> None:
+def _split(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int,
+    split: list[int] | None,
+    num_outputs: int | None = None,
+) -> None:
     x = ctx.type(ins[0])
     ax = axis % len(x.shape)
     n = len(outs)
@@ -122,21 +142,38 @@ def _split(ctx: ImportContext, ins: list[str], outs: list[str], axis: int,
     ctx.emit("Split", ins[:1], {"axis": ax, "split": list(split)}, names)
 
 
-def split_v1(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 0,
-             split: list[int] | None = None) -> None:
+def split_v1(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = 0,
+    split: list[int] | None = None,
+) -> None:
     if len(ins) > 1 and ins[1]:
         split = _ints(ctx.const(ins[1], "split"))
     _split(ctx, ins, outs, axis, split)
 
 
-def split_v13(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 0,
-              num_outputs: int | None = None) -> None:
+def split_v13(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = 0,
+    num_outputs: int | None = None,
+) -> None:
     split = _ints(ctx.const(ins[1], "split")) if len(ins) > 1 and ins[1] else None
     _split(ctx, ins, outs, axis, split, num_outputs)
 
 
-def _slice(ctx: ImportContext, ins: list[str], outs: list[str], starts: list[int],
-           ends: list[int], axes: list[int] | None, steps: list[int] | None) -> None:
+def _slice(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    starts: list[int],
+    ends: list[int],
+    axes: list[int] | None,
+    steps: list[int] | None,
+) -> None:
     x = ctx.type(ins[0])
     r = len(x.shape)
     axes = list(axes) if axes is not None else list(range(len(starts)))
@@ -156,13 +193,23 @@ def _slice(ctx: ImportContext, ins: list[str], outs: list[str], starts: list[int
             e = min(max(e, -1), dim - 1)
         norm_s.append(s)
         norm_e.append(e if e >= 0 else None)
-    attrs = {"axes": [a % r for a in axes], "starts": norm_s,
-             "ends": [e if e is not None else -(2**62) for e in norm_e], "steps": steps}
+    attrs = {
+        "axes": [a % r for a in axes],
+        "starts": norm_s,
+        "ends": [e if e is not None else -(2**62) for e in norm_e],
+        "steps": steps,
+    }
     ctx.emit("Slice", ins[:1], attrs, outs)
 
 
-def slice_v1(ctx: ImportContext, ins: list[str], outs: list[str], starts: list[int] | None = None,
-             ends: list[int] | None = None, axes: list[int] | None = None) -> None:
+def slice_v1(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    starts: list[int] | None = None,
+    ends: list[int] | None = None,
+    axes: list[int] | None = None,
+) -> None:
     _slice(ctx, ins, outs, list(starts or []), list(ends or []), axes, None)
 
 
@@ -192,9 +239,18 @@ def tile(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("Tile", ins[:1], {"repeats": _ints(ctx.const(ins[1], "repeats"))}, outs)
 
 
-def pad_v2(ctx: ImportContext, ins: list[str], outs: list[str], mode: str = "constant",
-           pads: list[int] | None = None, paddings: list[int] | None = None, value: float = 0.0) -> None:
-    ctx.emit("Pad", ins[:1], {"mode": mode, "pads": list(pads or paddings or []), "value": value}, outs)
+def pad_v2(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    mode: str = "constant",
+    pads: list[int] | None = None,
+    paddings: list[int] | None = None,
+    value: float = 0.0,
+) -> None:
+    ctx.emit(
+        "Pad", ins[:1], {"mode": mode, "pads": list(pads or paddings or []), "value": value}, outs
+    )
 
 
 def pad_v11(ctx: ImportContext, ins: list[str], outs: list[str], mode: str = "constant") -> None:
@@ -213,7 +269,9 @@ def pad_v11(ctx: ImportContext, ins: list[str], outs: list[str], mode: str = "co
     ctx.emit("Pad", ins[:1], {"mode": mode, "pads": pads, "value": value}, outs)
 
 
-def shape(ctx: ImportContext, ins: list[str], outs: list[str], start: int = 0, end: int | None = None) -> None:
+def shape(
+    ctx: ImportContext, ins: list[str], outs: list[str], start: int = 0, end: int | None = None
+) -> None:
     dims = list(ctx.type(ins[0]).shape)
     ctx.add_const(outs[0], np.asarray(dims[slice(start, end)], dtype=np.int64))
 
@@ -223,7 +281,7 @@ def size(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
 
 
 def constant(ctx: ImportContext, ins: list[str], outs: list[str], **kw: Any) -> None:
-    (key, v), = kw.items()
+    ((key, v),) = kw.items()
     if key == "value":
         arr = np.asarray(v)
     elif key in ("value_float", "value_int"):
@@ -235,11 +293,15 @@ def constant(ctx: ImportContext, ins: list[str], outs: list[str], **kw: Any) -> 
     try:
         ctx.add_const(outs[0], arr)
     except KeyError:
-        raise ctx.error(f"Constant of dtype {arr.dtype} is not supported",
-                        hint="Supported: float16/32/64, integers, bool.") from None
+        raise ctx.error(
+            f"Constant of dtype {arr.dtype} is not supported",
+            hint="Supported: float16/32/64, integers, bool.",
+        ) from None
 
 
-def constant_of_shape(ctx: ImportContext, ins: list[str], outs: list[str], value: Any = None) -> None:
+def constant_of_shape(
+    ctx: ImportContext, ins: list[str], outs: list[str], value: Any = None
+) -> None:
     shp = _ints(ctx.const(ins[0], "shape"))
     v = np.asarray(value if value is not None else np.zeros(1, np.float32)).reshape(-1)
     ctx.emit("Fill", [], {"shape": shp, "value": v[0].item(), "dtype": dtype_name(v.dtype)}, outs)
@@ -254,8 +316,14 @@ def range_(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
 
 
 def _reduce(op: str, axes_as_input_since: int) -> Any:
-    def conv(ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int] | None = None,
-             keepdims: int = 1, noop_with_empty_axes: int = 0) -> None:
+    def conv(
+        ctx: ImportContext,
+        ins: list[str],
+        outs: list[str],
+        axes: list[int] | None = None,
+        keepdims: int = 1,
+        noop_with_empty_axes: int = 0,
+    ) -> None:
         x = ctx.type(ins[0])
         r = len(x.shape)
         if ctx.opset >= axes_as_input_since and len(ins) > 1 and ins[1]:
@@ -271,23 +339,36 @@ def _reduce(op: str, axes_as_input_since: int) -> Any:
 
 
 def _arg(op: str) -> Any:
-    def conv(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = 0, keepdims: int = 1,
-             select_last_index: int = 0) -> None:
+    def conv(
+        ctx: ImportContext,
+        ins: list[str],
+        outs: list[str],
+        axis: int = 0,
+        keepdims: int = 1,
+        select_last_index: int = 0,
+    ) -> None:
         r = len(ctx.type(ins[0]).shape)
-        ctx.emit(op, ins[:1], {"axes": [axis % r], "keepdims": keepdims,
-                               "select_last_index": select_last_index}, outs)
+        ctx.emit(
+            op,
+            ins[:1],
+            {"axes": [axis % r], "keepdims": keepdims, "select_last_index": select_last_index},
+            outs,
+        )
 
     return conv
 
 
-def cumsum(ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0) -> None:
+def cumsum(
+    ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0
+) -> None:
     r = len(ctx.type(ins[0]).shape)
     ax = int(np.asarray(ctx.const(ins[1], "axis")).reshape(-1)[0]) % r
     ctx.emit("CumSum", ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
 
 
-def depth_to_space(ctx: ImportContext, ins: list[str], outs: list[str], blocksize: int = 1,
-                   mode: str = "DCR") -> None:
+def depth_to_space(
+    ctx: ImportContext, ins: list[str], outs: list[str], blocksize: int = 1, mode: str = "DCR"
+) -> None:
     n, c, h, w = ctx.type(ins[0]).shape
     b = blocksize
     if mode == "DCR":
@@ -299,8 +380,9 @@ def depth_to_space(ctx: ImportContext, ins: list[str], outs: list[str], blocksiz
     ctx.emit("Reshape", [t], {"shape": [n, c // (b * b), h * b, w * b]}, outs)
 
 
-def space_to_depth(ctx: ImportContext, ins: list[str], outs: list[str], blocksize: int = 1,
-                   mode: str = "DCR") -> None:
+def space_to_depth(
+    ctx: ImportContext, ins: list[str], outs: list[str], blocksize: int = 1, mode: str = "DCR"
+) -> None:
     if mode != "DCR":
         raise ctx.error(f"SpaceToDepth mode {mode!r} is not supported", hint="Use mode DCR.")
     n, c, h, w = ctx.type(ins[0]).shape
@@ -334,8 +416,16 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     **{
         op: {1: _reduce(op, REDUCE_AXES_INPUT_SINCE.get(op, 18))}
         for op in (
-            "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+            "ReduceMean",
+            "ReduceSum",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
+            "ReduceSumSquare",
         )
     },  # fmt: skip
     "ArgMax": {1: _arg("ArgMax")},

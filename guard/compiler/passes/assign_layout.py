@@ -22,7 +22,11 @@ from dataclasses import dataclass, field
 
 from guard.compiler.ir import Graph, Node, Value
 from guard.compiler.layout import (
-    LAYOUT_OPS, block_of, channel_axis, relayout_constant, to_layout_shape,
+    LAYOUT_OPS,
+    block_of,
+    channel_axis,
+    relayout_constant,
+    to_layout_shape,
 )  # fmt: skip
 from guard.compiler.passes.base import Pass, PassResult
 from guard.compiler.shapes import ELEMENTWISE
@@ -36,14 +40,23 @@ class AssignLayout(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         if any(n.op == "Relayout" or n.attrs.get("layout", "NCHW") != "NCHW" for n in graph.nodes):
-            return PassResult(False, {"num_regions": 0, "num_transposes_inserted": 0},
-                              ["layouts already assigned"])
-        stats = {"num_regions": 0, "num_regions_kept_nchw": 0, "num_transposes_inserted": 0,
-                 "num_nodes_relaid": 0}
+            return PassResult(
+                False,
+                {"num_regions": 0, "num_transposes_inserted": 0},
+                ["layouts already assigned"],
+            )
+        stats = {
+            "num_regions": 0,
+            "num_regions_kept_nchw": 0,
+            "num_transposes_inserted": 0,
+            "num_nodes_relaid": 0,
+        }
         notes: list[str] = []
         assigned: set[int] = set()
         for lay in self.candidates:
-            capable = [n for n in graph.nodes if id(n) not in assigned and self._capable(graph, n, lay)]
+            capable = [
+                n for n in graph.nodes if id(n) not in assigned and self._capable(graph, n, lay)
+            ]
             for region in self._regions(graph, capable):
                 anchors = sum(1 for n in region if n.op in LAYOUT_OPS)
                 ids = {id(n) for n in region}
@@ -53,8 +66,10 @@ class AssignLayout(Pass):
                 if anchors <= cost:
                     if lay == self.candidates[-1]:
                         stats["num_regions_kept_nchw"] += 1
-                        notes.append(f"{label}: kept NCHW, {anchors} layout-sensitive nodes do "
-                                     f"not pay for {cost} conversions")
+                        notes.append(
+                            f"{label}: kept NCHW, {anchors} layout-sensitive nodes do "
+                            f"not pay for {cost} conversions"
+                        )
                     continue
                 self._rewrite(graph, region, ids, ins, outs, lay)
                 assigned |= ids
@@ -63,8 +78,10 @@ class AssignLayout(Pass):
                 stats["num_nodes_relaid"] += len(region)
                 why_in = ", ".join(repr(v) for v in ins[:3]) + (" ..." if len(ins) > 3 else "")
                 why_out = ", ".join(repr(v) for v in outs[:3]) + (" ..." if len(outs) > 3 else "")
-                notes.append(f"{label}: {lay}, {cost} conversions inserted (entering: {why_in}; "
-                             f"leaving to layout-bound readers or outputs: {why_out})")
+                notes.append(
+                    f"{label}: {lay}, {cost} conversions inserted (entering: {why_in}; "
+                    f"leaving to layout-bound readers or outputs: {why_out})"
+                )
         return PassResult(stats["num_regions"] > 0, stats, notes)
 
     # -- analysis -----------------------------------------------------------------------
@@ -81,7 +98,7 @@ class AssignLayout(Pass):
             if not self._ok4(g.values[n.inputs[0]], lay):
                 return False
             if n.op == "FusedConv":
-                extra = n.inputs[n.attrs["anchor_inputs"]:]
+                extra = n.inputs[n.attrs["anchor_inputs"] :]
                 return self._operands_ok(g, extra, n.outputs[0], lay)
             return True
         if n.op in ELEMENTWISE or n.op == "FusedElementwise":
@@ -131,9 +148,13 @@ class AssignLayout(Pass):
         produced = {o for n in region for o in n.outputs}
         ins: list[str] = []
         for n in region:
-            data_inputs = n.inputs[:1] if n.op in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool") else n.inputs
+            data_inputs = (
+                n.inputs[:1]
+                if n.op in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+                else n.inputs
+            )
             if n.op == "FusedConv":
-                data_inputs = [n.inputs[0], *n.inputs[n.attrs["anchor_inputs"]:]]
+                data_inputs = [n.inputs[0], *n.inputs[n.attrs["anchor_inputs"] :]]
             for i in data_inputs:
                 if i and i not in produced and not g.is_constant(i) and i not in ins:
                     ins.append(i)
@@ -159,14 +180,17 @@ class AssignLayout(Pass):
             perm = [0, 2, 3, 1] if to == "NHWC" else [0, 3, 1, 2]
             node = Node("Transpose", [src], [], {"perm": perm}, g.fresh_node("to_" + to.lower()))
         else:
-            node = Node("Relayout", [src], [], {"from": frm, "to": to}, g.fresh_node("to_" + to.lower()))
+            node = Node(
+                "Relayout", [src], [], {"from": frm, "to": to}, g.fresh_node("to_" + to.lower())
+            )
         o = outs[0] if outs else g.fresh(f"{src}_{to.lower()}")
         g.values[o] = Value(o, out_shape, v.dtype)
         node.outputs = [o]
         return node
 
-    def _rewrite(self, g: Graph, region: list[Node], ids: set[int], ins: list[str],
-                 outs: list[str], lay: str) -> None:
+    def _rewrite(
+        self, g: Graph, region: list[Node], ids: set[int], ins: list[str], outs: list[str], lay: str
+    ) -> None:
         renamed: dict[str, str] = {}
         new_nodes: list[Node] = []
         pending_in = {v: self._convert(g, v, "NCHW", lay) for v in ins}
@@ -208,7 +232,11 @@ class AssignLayout(Pass):
         if n.op in ("Concat", "Split"):
             n.attrs["axis"] = channel_axis(lay)
         channels = g.values[n.outputs[0]].shape[1]
-        start = n.attrs["anchor_inputs"] if n.op == "FusedConv" else (0 if n.op not in LAYOUT_OPS else len(n.inputs))
+        start = (
+            n.attrs["anchor_inputs"]
+            if n.op == "FusedConv"
+            else (0 if n.op not in LAYOUT_OPS else len(n.inputs))
+        )
         for k in range(start, len(n.inputs)):
             data = g.const(n.inputs[k])
             if data is None:

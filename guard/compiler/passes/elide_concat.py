@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-
 from guard.compiler.ir import Graph, Node
 from guard.compiler.passes.base import Pass, PassResult
 
@@ -36,8 +34,13 @@ class ElideConcat(Pass):
     def run(self, graph: Graph) -> PassResult:
         uses = graph.use_counts()
         producers = graph.producers()
-        stats = {"num_views": 0, "num_concats": 0, "num_splits": 0, "num_declined": 0,
-                 "bytes_elided": 0}
+        stats = {
+            "num_views": 0,
+            "num_concats": 0,
+            "num_splits": 0,
+            "num_declined": 0,
+            "bytes_elided": 0,
+        }
         notes: list[str] = []
         for n in graph.nodes:
             if "view" in n.attrs:
@@ -49,15 +52,26 @@ class ElideConcat(Pass):
                 stats["num_declined"] += 1
                 notes.append(f"{n.label()} stays a copy: {reason}")
                 continue
-            kind = {"Reshape": "alias", "Identity": "alias", "Concat": "concat",
-                    "Split": "split", "Slice": "slice"}[n.op]
+            kind = {
+                "Reshape": "alias",
+                "Identity": "alias",
+                "Concat": "concat",
+                "Split": "split",
+                "Slice": "slice",
+            }[n.op]
             n.attrs["view"] = kind
-            stats["num_views" if kind == "alias" else ("num_concats" if kind == "concat" else "num_splits")] += 1
+            stats[
+                "num_views"
+                if kind == "alias"
+                else ("num_concats" if kind == "concat" else "num_splits")
+            ] += 1
             stats["bytes_elided"] += sum(graph.values[o].nbytes for o in n.outputs)
         changed = any(stats[k] for k in ("num_views", "num_concats", "num_splits"))
         return PassResult(changed, stats, notes)
 
-    def _why_not(self, g: Graph, n: Node, uses: dict[str, int], producers: dict[str, Node]) -> str | None:
+    def _why_not(
+        self, g: Graph, n: Node, uses: dict[str, int], producers: dict[str, Node]
+    ) -> str | None:
         """None: not a candidate; "": can be a view; otherwise the reason it cannot."""
         if n.op in ("Reshape", "Identity"):
             src = n.inputs[0]
@@ -94,6 +108,3 @@ class ElideConcat(Pass):
                 return "its input is a constant"
             return ""
         return None
-
-
-

@@ -80,8 +80,9 @@ class FoldBatchnorm(Pass):
             return f"{p.label()} scales its bias (beta != 1)"
         return None
 
-    def _fold(self, graph: Graph, p: Node, bn: Node, inv: np.ndarray, beta: np.ndarray,
-              mean: np.ndarray) -> str | None:
+    def _fold(
+        self, graph: Graph, p: Node, bn: Node, inv: np.ndarray, beta: np.ndarray, mean: np.ndarray
+    ) -> str | None:
         w = graph.const(p.inputs[1])
         assert w is not None
         out_ch = w.shape[0] if p.op == "Conv" else graph.values[p.outputs[0]].shape[1]
@@ -102,8 +103,10 @@ class FoldBatchnorm(Pass):
         if w.dtype.kind == "f":
             big = float(np.finfo(w.dtype).max)
             if np.abs(w2).max(initial=0) > big or np.abs(b2).max(initial=0) > big:
-                return (f"the folded weights would overflow {w.dtype} (max |w'| = "
-                        f"{np.abs(w2).max():.3g} > {big:.6g})")
+                return (
+                    f"the folded weights would overflow {w.dtype} (max |w'| = "
+                    f"{np.abs(w2).max():.3g} > {big:.6g})"
+                )
         w_name = graph.add_constant(None, w2.astype(w.dtype), "bnfold_w").name
         b_name = graph.add_constant(None, b2.astype(w.dtype), "bnfold_b").name
         p.inputs = [p.inputs[0], w_name, b_name]
@@ -113,13 +116,17 @@ class FoldBatchnorm(Pass):
         graph.values.pop(old, None)
         return None
 
-    def _affine(self, graph: Graph, bn: Node, inv: np.ndarray, beta: np.ndarray,
-                mean: np.ndarray) -> None:
+    def _affine(
+        self, graph: Graph, bn: Node, inv: np.ndarray, beta: np.ndarray, mean: np.ndarray
+    ) -> None:
         x = graph.values[bn.inputs[0]]
         shape = (-1,) + (1,) * (len(x.shape) - 2)
         scale = graph.add_constant(None, inv.reshape(shape).astype(x.dtype), "bn_scale").name
-        shift = graph.add_constant(None, (beta - mean * inv).reshape(shape).astype(x.dtype), "bn_shift").name
+        shift = graph.add_constant(
+            None, (beta - mean * inv).reshape(shape).astype(x.dtype), "bn_shift"
+        ).name
         idx = graph.nodes.index(bn)
-        (t,) = graph.add_node("Mul", [bn.inputs[0], scale], [(x.shape, x.dtype)], index=idx,
-                              name=f"{bn.name}/scale").outputs
+        (t,) = graph.add_node(
+            "Mul", [bn.inputs[0], scale], [(x.shape, x.dtype)], index=idx, name=f"{bn.name}/scale"
+        ).outputs
         bn.op, bn.inputs, bn.attrs = "Add", [t, shift], {}

@@ -80,7 +80,9 @@ class FuseElementwise(Pass):
             steps: list[dict[str, Any]] = []
         else:
             inputs = list(head.inputs)
-            steps = [{"op": head.op, "args": list(range(len(head.inputs))), "attrs": dict(head.attrs)}]
+            steps = [
+                {"op": head.op, "args": list(range(len(head.inputs))), "attrs": dict(head.attrs)}
+            ]
             attrs = {}
             prev = "s0"
         prev_value = head.outputs[0]
@@ -99,8 +101,13 @@ class FuseElementwise(Pass):
             prev_value = link.outputs[0]
         attrs["program"] = steps
         last = chain[-1]
-        fused = Node(ANCHORS[head.op] if anchor else "FusedElementwise", inputs,
-                     list(last.outputs), attrs, head.name)
+        fused = Node(
+            ANCHORS[head.op] if anchor else "FusedElementwise",
+            inputs,
+            list(last.outputs),
+            attrs,
+            head.name,
+        )
         # The fused node sits where the last link was: every operand is defined by then.
         idx = graph.nodes.index(last)
         graph.nodes[idx] = fused

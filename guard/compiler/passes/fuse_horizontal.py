@@ -41,17 +41,26 @@ class FuseHorizontal(Pass):
         for key, nodes in groups.items():
             if len(nodes) < self.min_group:
                 continue
-            if key[0] == "Gemm" and key[5] and not all(
-                graph.values[n.inputs[2]].size == graph.values[n.outputs[0]].shape[-1]
-                for n in nodes
+            if (
+                key[0] == "Gemm"
+                and key[5]
+                and not all(
+                    graph.values[n.inputs[2]].size == graph.values[n.outputs[0]].shape[-1]
+                    for n in nodes
+                )
             ):
                 continue
             self._fuse(graph, nodes)
             fused += 1
         if fused:
             graph.prune_values()
-        return PassResult(fused > 0, {"num_groups": fused,
-                                      "num_ops_merged": sum(len(v) for v in groups.values() if len(v) >= self.min_group)})
+        return PassResult(
+            fused > 0,
+            {
+                "num_groups": fused,
+                "num_ops_merged": sum(len(v) for v in groups.values() if len(v) >= self.min_group),
+            },
+        )
 
     def _fuse(self, graph: Graph, nodes: list[Node]) -> None:
         first = nodes[0]
@@ -67,10 +76,21 @@ class FuseHorizontal(Pass):
         shape = outs[0].shape[:-1] + (sum(sizes),)
         # Insert where the first sibling was: x and the constants are defined by then.
         idx = graph.nodes.index(first)
-        wide = graph.add_node(first.op, inputs, [(shape, outs[0].dtype)], dict(first.attrs),
-                              index=idx, name=f"{first.name}/hfused")
-        split = Node("Split", [wide.outputs[0]], [n.outputs[0] for n in nodes],
-                     {"axis": len(shape) - 1, "split": sizes}, f"{first.name}/hsplit")
+        wide = graph.add_node(
+            first.op,
+            inputs,
+            [(shape, outs[0].dtype)],
+            dict(first.attrs),
+            index=idx,
+            name=f"{first.name}/hfused",
+        )
+        split = Node(
+            "Split",
+            [wide.outputs[0]],
+            [n.outputs[0] for n in nodes],
+            {"axis": len(shape) - 1, "split": sizes},
+            f"{first.name}/hsplit",
+        )
         graph.nodes.insert(idx + 1, split)
         drop = {id(n) for n in nodes}
         graph.nodes = [n for n in graph.nodes if id(n) not in drop]

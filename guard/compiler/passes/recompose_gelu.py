@@ -77,7 +77,11 @@ class RecomposeGelu(Pass):
         if self._uses.get(pre.outputs[0]) != 1:
             return "x / sqrt(2) has other readers"
         add = self._only_reader(erf.outputs[0])
-        if add is None or add.op != "Add" or not _close(scalar_const(g, self._other(add, erf.outputs[0])), 1.0):
+        if (
+            add is None
+            or add.op != "Add"
+            or not _close(scalar_const(g, self._other(add, erf.outputs[0])), 1.0)
+        ):
             return "Erf is not followed by + 1"
         t = add.outputs[0]
         m1 = self._only_reader(t)
@@ -87,7 +91,11 @@ class RecomposeGelu(Pass):
         nodes = [pre, erf, add, m1]
         if other == x:  # (x * t) * 0.5
             m2 = self._only_reader(m1.outputs[0])
-            if m2 is None or m2.op != "Mul" or not _close(scalar_const(g, self._other(m2, m1.outputs[0])), 0.5):
+            if (
+                m2 is None
+                or m2.op != "Mul"
+                or not _close(scalar_const(g, self._other(m2, m1.outputs[0])), 0.5)
+            ):
                 return "x * (1 + erf) is not multiplied by 0.5"
             return x, m2, nodes + [m2]
         if _close(scalar_const(g, other), 0.5):  # x * (t * 0.5)
@@ -96,8 +104,12 @@ class RecomposeGelu(Pass):
                 return "0.5 * (1 + erf) is not multiplied by x"
             return x, m2, nodes + [m2]
         half = self._prod.get(other)  # (x * 0.5) * t
-        if half is not None and half.op == "Mul" and x in half.inputs and _close(
-            scalar_const(g, self._other(half, x)), 0.5
-        ) and self._uses.get(other) == 1:
+        if (
+            half is not None
+            and half.op == "Mul"
+            and x in half.inputs
+            and _close(scalar_const(g, self._other(half, x)), 0.5)
+            and self._uses.get(other) == 1
+        ):
             return x, m1, nodes + [half]
         return "the outer multiplications are not by x and 0.5"

@@ -61,8 +61,11 @@ class RecomposeLayernorm(Pass):
     def _op(self, name: str, op: str, quiet: bool = False) -> Node:
         n = self._prod.get(name)
         if n is None or n.op != op:
-            raise _NoMatch("" if quiet else f"expected {op} producing {name!r}, found "
-                           f"{n.op if n else 'no producer'}")
+            raise _NoMatch(
+                ""
+                if quiet
+                else f"expected {op} producing {name!r}, found {n.op if n else 'no producer'}"
+            )
         return n
 
     def _private(self, name: str, uses: int = 1) -> None:
@@ -113,15 +116,23 @@ class RecomposeLayernorm(Pass):
         eps = scalar_const(self._g, eps_name)
         if eps is None or self._g.values[eps_name].size != 1:
             raise _NoMatch("epsilon is not a scalar constant")
-        norm_shape = self._g.values[x].shape[rank - len(axes):]
+        norm_shape = self._g.values[x].shape[rank - len(axes) :]
         for pname in (gamma, beta):
             pv = self._g.values[pname]
             if len(pv.shape) > len(norm_shape) or any(
                 s != 1 for s in pv.shape[: len(pv.shape) - len(norm_shape)]
             ):
                 raise _NoMatch(f"{pname!r} does not broadcast over the normalised dims only")
-        for name, n in ((mean, 1), (d, 2), (sq_out, 1), (var, 1), (add_eps.outputs[0], 1),
-                        (std, 1), (div_out, 1), (mul_out, 1)):
+        for name, n in (
+            (mean, 1),
+            (d, 2),
+            (sq_out, 1),
+            (var, 1),
+            (add_eps.outputs[0], 1),
+            (std, 1),
+            (div_out, 1),
+            (mul_out, 1),
+        ):
             self._private(name, n if not (sq.op == "Mul" and name == d) else 3)
         dtype = self._g.values[x].dtype
         if any(self._g.values[p].dtype != dtype for p in (gamma, beta)):
@@ -143,5 +154,7 @@ class RecomposeLayernorm(Pass):
             return name
         data = self._g.const(name)
         assert data is not None
-        full = np.ascontiguousarray(np.broadcast_to(data.reshape(data.shape[-len(shape):] if data.ndim >= len(shape) else data.shape), shape))
+        # gamma/beta may carry leading 1s ([1, 1, D]); keep the normalised dims only.
+        trimmed = data.reshape(data.shape[-len(shape) :]) if data.ndim >= len(shape) else data
+        full = np.array(np.broadcast_to(trimmed, shape), order="C")
         return self._g.add_constant(None, full, "ln_param").name

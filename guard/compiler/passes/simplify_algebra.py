@@ -49,8 +49,10 @@ class SimplifyAlgebra(Pass):
                         dead.add(id(node))
                         stats[rule] += 1
                     else:
-                        declined.append(f"{rule} declined on {node.label()}: it would alias a "
-                                        "graph output to an input, constant or other output")
+                        declined.append(
+                            f"{rule} declined on {node.label()}: it would alias a "
+                            "graph output to an input, constant or other output"
+                        )
                     break
                 stats[rule] += 1  # rewritten in place
                 break

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.ir import Constant, Graph
 from guard.compiler import layout
+from guard.compiler.ir import Constant, Graph
 from guard.compiler.reference import elementwise, extra, nn, tensor
 from guard.errors import InternalError, ModelError
 
@@ -62,14 +62,16 @@ def run_reference(graph: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, np
         v = graph.values[name]
         if name not in feeds:
             raise ModelError(
-                f"no feed for graph input {name!r}", where=f"graph {graph.name!r}",
+                f"no feed for graph input {name!r}",
+                where=f"graph {graph.name!r}",
                 hint=f"Provide every input: {', '.join(graph.inputs)}.",
             )
         arr = np.asarray(feeds[name])
         if arr.shape != v.shape:
             raise ModelError(
                 f"feed {name!r} has shape {list(arr.shape)}, the graph was built for "
-                f"{list(v.shape)}", where=f"graph {graph.name!r}",
+                f"{list(v.shape)}",
+                where=f"graph {graph.name!r}",
                 hint="Rebuild for this shape or feed the bound shape.",
             )
         env[name] = arr.astype(v.dtype, copy=False)

@@ -26,7 +26,9 @@ def _erf(x: np.ndarray) -> np.ndarray:
 def _gelu(x: np.ndarray, a: Attrs) -> np.ndarray:
     if a.get("approximate", "none") == "tanh":
         c = np.asarray(np.sqrt(2.0 / np.pi), x.dtype)
-        return (0.5 * x * (1 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x**3)))).astype(x.dtype)
+        return (0.5 * x * (1 + np.tanh(c * (x + np.asarray(0.044715, x.dtype) * x**3)))).astype(
+            x.dtype
+        )
     return (0.5 * x * (1 + _erf(x / np.asarray(np.sqrt(2.0), x.dtype)))).astype(x.dtype)
 
 
@@ -79,17 +81,25 @@ UNARY_FNS: dict[str, Callable[[np.ndarray, Attrs], np.ndarray]] = {
     "BitwiseNot": lambda x, a: np.bitwise_not(x),
     "LeakyRelu": lambda x, a: np.where(x >= 0, x, x * _f(x, a.get("alpha", 0.01))),
     "Elu": lambda x, a: np.where(x > 0, x, _f(x, a.get("alpha", 1.0)) * (np.exp(x) - 1)),
-    "Celu": lambda x, a: (np.maximum(x, 0) + np.minimum(0, _f(x, a.get("alpha", 1.0)) * (np.exp(x / _f(x, a.get("alpha", 1.0))) - 1))).astype(x.dtype),  # noqa: E501
-    "Selu": lambda x, a: _f(x, a.get("gamma", 1.0507009873554805))
-    * np.where(x > 0, x, _f(x, a.get("alpha", 1.6732632423543772)) * (np.exp(x) - 1)),
+    "Celu": lambda x, a: (
+        np.maximum(x, 0)
+        + np.minimum(0, _f(x, a.get("alpha", 1.0)) * (np.exp(x / _f(x, a.get("alpha", 1.0))) - 1))
+    ).astype(x.dtype),  # noqa: E501
+    "Selu": lambda x, a: (
+        _f(x, a.get("gamma", 1.0507009873554805))
+        * np.where(x > 0, x, _f(x, a.get("alpha", 1.6732632423543772)) * (np.exp(x) - 1))
+    ),
     "ThresholdedRelu": lambda x, a: np.where(x > _f(x, a.get("alpha", 1.0)), x, _f(x, 0)),
-    "HardSigmoid": lambda x, a: np.clip(x * _f(x, a.get("alpha", 0.2)) + _f(x, a.get("beta", 0.5)), _f(x, 0), _f(x, 1)),  # noqa: E501
+    "HardSigmoid": lambda x, a: np.clip(
+        x * _f(x, a.get("alpha", 0.2)) + _f(x, a.get("beta", 0.5)), _f(x, 0), _f(x, 1)
+    ),  # noqa: E501
     "HardSwish": lambda x, a: x * np.clip(x / _f(x, 6) + _f(x, 0.5), _f(x, 0), _f(x, 1)),
     "Softplus": lambda x, a: np.log1p(np.exp(x)).astype(x.dtype),
     "Softsign": lambda x, a: (x / (1 + np.abs(x))).astype(x.dtype),
     "Mish": lambda x, a: (x * np.tanh(np.log1p(np.exp(x)))).astype(x.dtype),
     "Shrink": lambda x, a: np.where(
-        x < -_f(x, a.get("lambd", 0.5)), x + _f(x, a.get("bias", 0.0)),
+        x < -_f(x, a.get("lambd", 0.5)),
+        x + _f(x, a.get("bias", 0.0)),
         np.where(x > _f(x, a.get("lambd", 0.5)), x - _f(x, a.get("bias", 0.0)), _f(x, 0)),
     ),
     "Clip": _clip,
@@ -162,13 +172,29 @@ def apply(op: str, args: list[np.ndarray], attrs: Attrs) -> np.ndarray:
         else:
             raise KeyError(op)
     out = np.asarray(out)
-    if op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not"):
+    if op in (
+        "Equal",
+        "Less",
+        "Greater",
+        "LessOrEqual",
+        "GreaterOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "Not",
+    ):
         return out
-    want = args[1].dtype if op == "Where" else (dtype_from_name(attrs["to"]) if op == "Cast" else args[0].dtype)
+    want = (
+        args[1].dtype
+        if op == "Where"
+        else (dtype_from_name(attrs["to"]) if op == "Cast" else args[0].dtype)
+    )
     return out.astype(want, copy=False)
 
 
-def run_program(program: list[dict[str, Any]], inputs: list[np.ndarray], acc: np.ndarray | None) -> np.ndarray:
+def run_program(
+    program: list[dict[str, Any]], inputs: list[np.ndarray], acc: np.ndarray | None
+) -> np.ndarray:
     steps: list[np.ndarray] = []
     for step in program:
         args = [

@@ -39,7 +39,7 @@ def one_hot(xs: Xs, a: Attrs) -> list[np.ndarray]:
     idx, depth, values = _x(xs), int(a["depth"]), _x(xs, 2)
     idx = np.where(idx < 0, idx + depth, idx).astype(np.int64)
     axis = a["axis"]
-    eye = (np.arange(depth) == idx[..., None])
+    eye = np.arange(depth) == idx[..., None]
     out = np.where(eye, values[1], values[0]).astype(values.dtype)
     return [np.moveaxis(out, -1, axis)]
 
@@ -53,7 +53,7 @@ def gather_nd(xs: Xs, a: Attrs) -> list[np.ndarray]:
     ii = idx.reshape((nb, -1, idx.shape[-1]))
     outs = [d[k][tuple(ii[k].T)] for k in range(nb)]
     out = np.stack(outs)
-    return [out.reshape(idx.shape[:-1] + data.shape[b + idx.shape[-1]:])]
+    return [out.reshape(idx.shape[:-1] + data.shape[b + idx.shape[-1] :])]
 
 
 _REDUCE = {"none": None, "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -77,7 +77,7 @@ def scatter_nd(xs: Xs, a: Attrs) -> list[np.ndarray]:
     data, idx, upd = _x(xs).copy(), _x(xs, 1).astype(np.int64), _x(xs, 2)
     fn = _REDUCE[a.get("reduction", "none")]
     flat_idx = idx.reshape(-1, idx.shape[-1])
-    flat_upd = upd.reshape((flat_idx.shape[0],) + upd.shape[idx.ndim - 1:])
+    flat_upd = upd.reshape((flat_idx.shape[0],) + upd.shape[idx.ndim - 1 :])
     for k, i in enumerate(flat_idx):
         t = tuple(i)
         data[t] = flat_upd[k] if fn is None else fn(data[t], flat_upd[k])
@@ -102,16 +102,22 @@ def cum_prod(xs: Xs, a: Attrs) -> list[np.ndarray]:
         x = np.flip(x, ax)
     y = np.cumprod(x, axis=ax, dtype=x.dtype)
     if a.get("exclusive", 0):
-        y = np.concatenate([np.ones_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax)
+        y = np.concatenate(
+            [np.ones_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax
+        )
     if a.get("reverse", 0):
         y = np.flip(y, ax)
-    return [np.ascontiguousarray(y)]
+    return [np.asarray(y, order="C")]
 
 
 def lp_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
     x = _x(xs)
     ax, p = a["axis"], a["p"]
-    n = np.sum(np.abs(x), axis=ax, keepdims=True) if p == 1 else np.sqrt(np.sum(x * x, axis=ax, keepdims=True))
+    n = (
+        np.sum(np.abs(x), axis=ax, keepdims=True)
+        if p == 1
+        else np.sqrt(np.sum(x * x, axis=ax, keepdims=True))
+    )
     with np.errstate(all="ignore"):
         return [np.where(n == 0, 0, x / n).astype(x.dtype)]
 

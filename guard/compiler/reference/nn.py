@@ -30,7 +30,9 @@ def _windows(xp: np.ndarray, ks: list[int], strides: list[int], dil: list[int]) 
     return w[idx]
 
 
-def _pad_spatial(x: np.ndarray, pads: list[int], value: float, extra: list[int] | None = None) -> np.ndarray:
+def _pad_spatial(
+    x: np.ndarray, pads: list[int], value: float, extra: list[int] | None = None
+) -> np.ndarray:
     k = x.ndim - 2
     extra = extra or [0] * k
     widths = [(0, 0), (0, 0)] + [(pads[i], pads[i + k] + extra[i]) for i in range(k)]
@@ -48,7 +50,12 @@ def conv(xs: Xs, a: Attrs) -> list[np.ndarray]:
     m = w.shape[0]
     cg, mg = c // g, m // g
     ks = list(w.shape[2:])
-    if g == 1 and all(d == 1 for d in ks) and not any(a["pads"]) and all(s == 1 for s in a["strides"]):
+    if (
+        g == 1
+        and all(d == 1 for d in ks)
+        and not any(a["pads"])
+        and all(s == 1 for s in a["strides"])
+    ):
         # 1x1, stride 1, no padding: one matmul over the flattened spatial dims.
         y = np.matmul(w.reshape(m, c), x.reshape(n, c, -1)).reshape((n, m) + x.shape[2:])
     else:
@@ -92,7 +99,8 @@ def _taps(xp: np.ndarray, a: Attrs, out: tuple[int, ...]):  # type: ignore[no-un
     dil = a.get("dilations", [1] * k)
     for offs in itertools.product(*(range(kk) for kk in ks)):
         idx = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + s * (n - 1) + 1, s) for o, d, s, n in zip(offs, dil, strides, out, strict=True)
+            slice(o * d, o * d + s * (n - 1) + 1, s)
+            for o, d, s, n in zip(offs, dil, strides, out, strict=True)
         )
         yield xp[idx]
 
@@ -139,8 +147,12 @@ def lp_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
     k = x.ndim - 2
     p = a.get("p", 2)
     out = _pool_out(x, a)
-    win = _windows(_pad_spatial(np.abs(x) ** p, a["pads"], 0.0, _ceil_extra(x, a, out)),
-                   a["kernel_shape"], a["strides"], a.get("dilations", [1] * k))
+    win = _windows(
+        _pad_spatial(np.abs(x) ** p, a["pads"], 0.0, _ceil_extra(x, a, out)),
+        a["kernel_shape"],
+        a["strides"],
+        a.get("dilations", [1] * k),
+    )
     win = win[(slice(None), slice(None)) + tuple(slice(0, o) for o in out)]
     return [(win.sum(axis=tuple(range(-k, 0))) ** (1.0 / p)).astype(x.dtype)]
 
@@ -175,7 +187,9 @@ def instance_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
     axes = tuple(range(2, x.ndim))
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-    y = (x - mean) / np.sqrt(var + np.asarray(a["epsilon"], x.dtype)) * _chan(s, x.ndim) + _chan(b, x.ndim)
+    y = (x - mean) / np.sqrt(var + np.asarray(a["epsilon"], x.dtype)) * _chan(s, x.ndim) + _chan(
+        b, x.ndim
+    )
     return [y.astype(x.dtype)]
 
 

@@ -65,10 +65,12 @@ def _cumsum(xs: Xs, a: Attrs) -> list[np.ndarray]:
         x = np.flip(x, ax)
     y = np.cumsum(x, axis=ax, dtype=x.dtype)
     if a.get("exclusive", 0):
-        y = np.concatenate([np.zeros_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax)
+        y = np.concatenate(
+            [np.zeros_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax
+        )
     if a.get("reverse", 0):
         y = np.flip(y, ax)
-    return [np.ascontiguousarray(y)]
+    return [np.asarray(y, order="C")]
 
 
 def _pad(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -82,9 +84,7 @@ def _pad(xs: Xs, a: Attrs) -> list[np.ndarray]:
         y = np.pad(x, widths, constant_values=np.asarray(a.get("value", 0), x.dtype))
     else:
         y = np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
-    idx = tuple(
-        slice(max(-pads[i], 0), y.shape[i] - max(-pads[i + n], 0)) for i in range(n)
-    )
+    idx = tuple(slice(max(-pads[i], 0), y.shape[i] - max(-pads[i + n], 0)) for i in range(n))
     return [y[idx]]
 
 
@@ -109,7 +109,7 @@ def _highest(dt: np.dtype) -> object:
 
 KERNELS = {
     "Reshape": lambda xs, a: [_x(xs).reshape(a["shape"])],
-    "Transpose": lambda xs, a: [np.ascontiguousarray(np.transpose(_x(xs), a["perm"]))],
+    "Transpose": lambda xs, a: [np.asarray(np.transpose(_x(xs), a["perm"]), order="C")],
     "Concat": lambda xs, a: [np.concatenate([x for x in xs if x is not None], axis=a["axis"])],
     "Split": _split,
     "Slice": _slice,
@@ -124,7 +124,9 @@ KERNELS = {
     "ReduceSum": _reduce(lambda x, ax, k: np.sum(x, axis=ax, keepdims=k)),
     # An empty reduction yields the identity (-inf / +inf, or the dtype's extremes).
     "ReduceMax": _reduce(lambda x, ax, k: np.max(x, axis=ax, keepdims=k, initial=_lowest(x.dtype))),
-    "ReduceMin": _reduce(lambda x, ax, k: np.min(x, axis=ax, keepdims=k, initial=_highest(x.dtype))),
+    "ReduceMin": _reduce(
+        lambda x, ax, k: np.min(x, axis=ax, keepdims=k, initial=_highest(x.dtype))
+    ),
     "ReduceProd": _reduce(lambda x, ax, k: np.prod(x, axis=ax, keepdims=k)),
     "ReduceL1": _reduce(lambda x, ax, k: np.sum(np.abs(x), axis=ax, keepdims=k)),
     "ReduceL2": _reduce(lambda x, ax, k: np.sqrt(np.sum(np.square(x), axis=ax, keepdims=k))),
