@@ -9,11 +9,17 @@ and codegen only read.
      Slice (one axis, step 1) is one such range;
    - concat elision: each Concat input is written straight into its slice of the output;
    - in-place: an elementwise op writes over an input of the same shape and dtype.
-   The node of an elided view/concat/split does nothing at run time.
+   The node of an elided view/concat/split/slice does nothing at run time. A slice makes
+   its whole buffer live as long as any part, which can raise the peak: each concat,
+   split or slice elision that raises the lower bound is undone (checked one at a time,
+   in schedule order), and ``MemoryPlan.copies`` says why each view-able node stayed a
+   copy.
 2. Liveness of a buffer: the union of its tensors' live intervals (schedule.liveness).
-3. Greedy offsets: buffers largest first (ties: earlier start, then name), each at the
-   lowest 64-byte-aligned offset that collides with no placed buffer whose interval
-   overlaps its own.
+3. Greedy offsets: buffers largest first, each at the lowest 64-byte-aligned offset that
+   collides with no placed buffer whose interval overlaps its own. Equal sizes are
+   common (layers share shapes), so three tie-breaks are tried, then two classic
+   alternative orders (size x lifetime, greedy by breadth); the lowest arena wins and
+   ``MemoryPlan.strategy`` names it.
 
 Numbers: ``arena_bytes`` (end of the highest buffer), ``lower_bound_bytes`` (max over
 steps of the bytes of live buffers: no placement can do better with these buffers),
