@@ -466,7 +466,7 @@ def plan_memory(
     deny: frozenset[int] = frozenset()
     bufs, elided, inplaced, copies, sizes, biv, lower = buffers(deny)
     index = {n.name: i for i, n in enumerate(g.nodes)}
-    for name in [e for e in elided if g.nodes[index[e]].op in ("Concat", "Split")]:
+    for name in [e for e in elided if g.nodes[index[e]].op in ("Concat", "Split", "Slice")]:
         trial = buffers(deny | {index[name]})
         if trial[-1] < lower:
             deny |= {index[name]}
