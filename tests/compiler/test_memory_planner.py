@@ -340,3 +340,22 @@ def test_planned_run_detects_a_broken_plan():
     )
     assert _run_planned(g2, ok2) == _run_plain(g2)
     assert _run_planned(g2, bad2) != _run_plain(g2)
+
+
+def test_an_elision_that_raises_the_peak_is_undone():
+    """p is made first and small, q late; eliding the concat keeps p+q live from step 0,
+    across the two 4 KiB temporaries: the planner keeps the concat a copy and says why."""
+    g = view(
+        [("P", "Relu", ["x"], ["p"], {}), ("T1", "Conv", ["x"], ["t1"], {}),
+         ("T2", "Conv", ["t1"], ["t2"], {}), ("Q", "Conv", ["t2"], ["q"], {}),
+         ("cat", "Concat", ["p", "q"], ["y"], {"axis": 1})],
+        [TensorInfo("x", (1, 16), "float32", "input"), TensorInfo("p", (1, 16), "float32"),
+         TensorInfo("t1", (1, 1024), "float32"), TensorInfo("t2", (1, 1024), "float32"),
+         TensorInfo("q", (1, 256), "float32"), TensorInfo("y", (1, 272), "float32")],
+        ["x"], ["y"],
+    )  # fmt: skip
+    plan = plan_memory(g)
+    check_plan(plan)
+    assert "cat" not in plan.elided_nodes
+    assert "raised the lower bound" in plan.copies["cat"]
+    assert plan.lower_bound_bytes == 64 + 4096 + 4096  # p, t1, t2 at T2
