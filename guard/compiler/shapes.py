@@ -23,7 +23,7 @@ UNARY = {
     "Floor", "Ceil", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
     "Acosh", "Atanh", "Sign", "Round", "Identity", "LeakyRelu", "Elu", "Selu", "HardSigmoid",
     "HardSwish", "Softplus", "Softsign", "Clip", "Gelu", "Not", "Mish", "ThresholdedRelu",
-    "Celu", "Shrink", "BitwiseNot",
+    "Celu", "Shrink", "BitwiseNot", "Swish",
 }  # fmt: skip
 BINARY = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "PRelu", "BitShift",

@@ -199,3 +199,115 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     "Einsum": {12: einsum}, "QuantizeLinear": {10: quantize}, "DequantizeLinear": {10: dequantize},
     "Det": {11: det}, "EyeLike": {9: eye_like},
 }  # fmt: skip
+
+
+def nll_loss(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    ignore_index: int | None = None,
+    reduction: str = "mean",
+) -> None:
+    ctx.emit(
+        "NegativeLogLikelihoodLoss",
+        [i for i in ins[:3] if i],
+        {"ignore_index": ignore_index, "reduction": reduction},
+        outs,
+    )
+
+
+def softmax_ce_loss(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    ignore_index: int | None = None,
+    reduction: str = "mean",
+) -> None:
+    # loss = NLL(log_softmax(scores, axis=1), labels, weights)
+    log_prob = outs[1:2] if len(outs) > 1 and outs[1] else None
+    (lp,) = ctx.emit("LogSoftmax", ins[:1], {"axis": 1}, log_prob)
+    ctx.emit(
+        "NegativeLogLikelihoodLoss",
+        [lp, *[i for i in ins[1:3] if i]],
+        {"ignore_index": ignore_index, "reduction": reduction},
+        outs[:1],
+    )
+
+
+def _window(kind: str) -> Any:
+    def conv(
+        ctx: ImportContext,
+        ins: list[str],
+        outs: list[str],
+        periodic: int = 1,
+        output_datatype: int = 1,
+    ) -> None:
+        from guard.compiler.frontend.importer import np_dtype
+
+        size = int(_scalar(ctx, ins[0], "size"))
+        denom = size if periodic else size - 1
+        t = 2 * np.pi * np.arange(size) / max(denom, 1)
+        if kind == "hann":
+            w = 0.5 - 0.5 * np.cos(t)
+        elif kind == "hamming":
+            w = 25 / 46 - 21 / 46 * np.cos(t)
+        else:
+            w = 0.42 - 0.5 * np.cos(t) + 0.08 * np.cos(2 * t)
+        ctx.add_const(outs[0], w.astype(np_dtype(output_datatype, ctx.where())))
+
+    return conv
+
+
+def swish(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1.0) -> None:
+    ctx.emit("Swish", ins[:1], {"alpha": alpha}, outs)
+
+
+def conv_transpose(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    output_padding: list[int] | None = None,
+    output_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> None:
+    x, w = ctx.type(ins[0]), ctx.type(ins[1])
+    k = len(x.shape) - 2
+    ks = list(kernel_shape or w.shape[2:])
+    s = list(strides or [1] * k)
+    d = list(dilations or [1] * k)
+    op = list(output_padding or [0] * k)
+    p = list(pads or [0] * (2 * k))
+    if output_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = (
+            list(output_shape)[-k:] if output_shape else [x.shape[2 + i] * s[i] for i in range(k)]
+        )
+        p = [0] * (2 * k)
+        for i in range(k):
+            total = s[i] * (x.shape[2 + i] - 1) + op[i] + (ks[i] - 1) * d[i] + 1 - target[i]
+            half = total // 2
+            if auto_pad == "SAME_UPPER":
+                p[i], p[i + k] = half, total - half
+            else:
+                p[i], p[i + k] = total - half, half
+    elif auto_pad == "VALID":
+        p = [0] * (2 * k)
+    attrs = {"group": group, "strides": s, "dilations": d, "output_padding": op, "pads": p}
+    out = [ctx.type(ins[0]).shape[0], w.shape[1] * group] + [
+        s[i] * (x.shape[2 + i] - 1) + op[i] + (ks[i] - 1) * d[i] + 1 - p[i] - p[i + k]
+        for i in range(k)
+    ]
+    ctx.inferred[outs[0]] = (tuple(out), x.dtype)
+    ctx.emit("ConvTranspose", [i for i in ins[:3] if i], attrs, outs)
+
+
+CONVERTERS.update({
+    "NegativeLogLikelihoodLoss": {12: nll_loss}, "SoftmaxCrossEntropyLoss": {12: softmax_ce_loss},
+    "HannWindow": {17: _window("hann")}, "HammingWindow": {17: _window("hamming")},
+    "BlackmanWindow": {17: _window("blackman")}, "Swish": {24: swish},
+    "ConvTranspose": {1: conv_transpose},
+})  # fmt: skip

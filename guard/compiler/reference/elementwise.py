@@ -102,6 +102,7 @@ UNARY_FNS: dict[str, Callable[[np.ndarray, Attrs], np.ndarray]] = {
         x + _f(x, a.get("bias", 0.0)),
         np.where(x > _f(x, a.get("lambd", 0.5)), x - _f(x, a.get("bias", 0.0)), _f(x, 0)),
     ),
+    "Swish": lambda x, a: (x / (1 + np.exp(-_f(x, a.get("alpha", 1.0)) * x))).astype(x.dtype),
     "Clip": _clip,
     "Gelu": _gelu,
     "Cast": lambda x, a: x.astype(dtype_from_name(a["to"])),

@@ -197,3 +197,64 @@ KERNELS = {
     "MeanVarianceNormalization": mvn, "Einsum": einsum, "QuantizeLinear": quantize,
     "DequantizeLinear": dequantize, "Det": det,
 }  # fmt: skip
+
+
+def nll_loss(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, t = _x(xs), _x(xs, 1).astype(np.int64)
+    w = xs[2] if len(xs) > 2 else None
+    ignore = a.get("ignore_index")
+    ignored = (t == ignore) if ignore is not None else np.zeros(t.shape, bool)
+    safe = np.where(ignored, 0, t)
+    picked = np.take_along_axis(x, safe[:, None], axis=1)[:, 0]
+    wt = (w[safe] if w is not None else np.ones(t.shape, x.dtype)) * ~ignored
+    loss = -picked * wt
+    red = a.get("reduction", "mean")
+    if red == "none":
+        return [loss.astype(x.dtype)]
+    if red == "sum":
+        return [np.asarray(loss.sum(), x.dtype)]
+    return [np.asarray(loss.sum() / wt.sum(), x.dtype)]
+
+
+def conv_transpose(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    import itertools
+
+    x, w = _x(xs), _x(xs, 1)
+    b = xs[2] if len(xs) > 2 else None
+    g = a["group"]
+    k = x.ndim - 2
+    n, c = x.shape[:2]
+    mg = w.shape[1]
+    ks, s, d = list(w.shape[2:]), a["strides"], a["dilations"]
+    full = [
+        s[i] * (x.shape[2 + i] - 1) + (ks[i] - 1) * d[i] + 1 + a["output_padding"][i]
+        for i in range(k)
+    ]
+    y = np.zeros((n, g * mg, *full), np.float64)
+    cg = c // g
+    for gi in range(g):
+        xg = x[:, gi * cg : (gi + 1) * cg].astype(np.float64)
+        wg = w[gi * cg : (gi + 1) * cg].astype(np.float64)
+        for offs in itertools.product(*(range(kk) for kk in ks)):
+            contrib = np.tensordot(xg, wg[(slice(None), slice(None), *offs)], axes=([1], [0]))
+            contrib = np.moveaxis(contrib, -1, 1)
+            idx = (slice(None), slice(gi * mg, (gi + 1) * mg)) + tuple(
+                slice(o * d[i], o * d[i] + s[i] * (x.shape[2 + i] - 1) + 1, s[i])
+                for i, o in enumerate(offs)
+            )
+            y[idx] += contrib
+    pads = a["pads"]
+    # Negative pads (an output_shape larger than the full result) grow the output with zeros.
+    grow = [(0, 0), (0, 0)] + [(max(-pads[i], 0), max(-pads[i + k], 0)) for i in range(k)]
+    if any(g0 or g1 for g0, g1 in grow):
+        y = np.pad(y, grow)
+    crop = (slice(None), slice(None)) + tuple(
+        slice(max(pads[i], 0), y.shape[2 + i] - max(pads[i + k], 0)) for i in range(k)
+    )
+    y = y[crop]
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * k)
+    return [np.asarray(y.astype(x.dtype), order="C")]
+
+
+KERNELS.update({"NegativeLogLikelihoodLoss": nll_loss, "ConvTranspose": conv_transpose})
