@@ -1,7 +1,8 @@
 """Graph diff: the input graph vs the final graph, for people (text) and machines (JSON).
 
 ``graph_diff`` returns ``{"ops_before", "ops_after", "added", "removed", "folded", "fused",
-"eliminated", "passes": [{"name", "changed", ...stats}], "warnings"}``; ``added`` counts
+"eliminated", "passes": [{"name", "changed", ...stats, "notes"}], "warnings"}``; a pass's
+notes (at most 20) say why it declined a match or what it inserted; ``added`` counts
 the ops the compiler introduced that cost bytes moved (transposes, relayouts, casts,
 copies, quantize/dequantize pairs) beyond what the input had.
 """
@@ -50,8 +51,8 @@ def graph_diff(before: Graph, after: Graph, report: Any = None) -> dict[str, Any
     if report is not None:
         for rec in report.passes:
             d = rec.to_dict()
-            d.pop("notes", None)
-            passes.append(d)
+            d.pop("why", None)
+            passes.append(d)  # notes (capped) say why a rewrite fired, declined or inserted
             agg = by_pass.setdefault(rec.name, {})
             for k, v in rec.stats.items():
                 agg[k] = agg.get(k, 0) + v
@@ -96,6 +97,9 @@ def format_diff(diff: dict[str, Any]) -> str:
         nz = {k: v for k, v in stats.items() if v}
         if nz:
             lines.append(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in nz.items()))
+    for p in diff.get("passes", []):
+        for note in p.get("notes", [])[:3]:
+            lines.append(f"  {p['name']}: {note}")
     for w in diff.get("warnings", []):
         lines.append(f"  warning: {w}")
     return "\n".join(lines)
