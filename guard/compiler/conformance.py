@@ -4,13 +4,15 @@
 ``prepare`` keeps the model; the first ``run`` compiles it for the shapes it is given
 (the IR is statically shaped), through ``import_onnx`` and the chosen pipeline (O2 by
 default), verifies the result and runs it in the reference interpreter. A case whose
-shape-like operand (Reshape's shape, Slice's starts, ...) is a graph input is specialised
-on the values the test feeds, as a deployment compiler would require them to be constant;
+shape-like operand (Reshape's shape, Slice's starts, Resize's scales, ...) is a graph input
+is specialised on the value the test feeds for it (the one the compiler names in its "depends
+on tensor data" error), as a deployment compiler requires such operands to be constant;
 ``GuardBackendRep.specialised`` says when that happened.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -67,19 +69,24 @@ class GuardBackendRep(BackendRep):
         graph = self._cache.get(key)
         feeds = dict(zip(names, arrays, strict=True))
         if graph is None:
-            try:
-                graph = self._compile(self.model, shapes)
-            except ModelError as exc:
-                if "depends on tensor data" not in str(exc):
-                    raise
-                ints = [n for n, a in feeds.items() if a.dtype.kind in "iub"]
-                if not ints:
-                    raise
-                model = _bind_inputs_as_constants(self.model, ints, [feeds[n] for n in ints])
-                graph = self._compile(model, {n: s for n, s in shapes.items() if n not in ints})
-                self.specialised = True
-                # Specialised on values: never reuse it for other values.
-                out = run_reference(graph, {n: a for n, a in feeds.items() if n not in ints})
+            bound: list[str] = []
+            model = self.model
+            while True:
+                try:
+                    graph = self._compile(
+                        model, {n: s for n, s in shapes.items() if n not in bound}
+                    )
+                    break
+                except ModelError as exc:
+                    # Specialise on the operand the compiler needs constant, if it is an input.
+                    m = re.search(r"\('([^']*)'\) depends on tensor data", str(exc))
+                    if not m or m.group(1) not in feeds or m.group(1) in bound:
+                        raise
+                    bound.append(m.group(1))
+                    model = _bind_inputs_as_constants(self.model, bound, [feeds[n] for n in bound])
+            if bound:
+                self.specialised = True  # on these values: never reuse it for others
+                out = run_reference(graph, {n: a for n, a in feeds.items() if n not in bound})
                 return tuple(out[o] for o in self.output_names)
             self._cache[key] = graph
         out = run_reference(graph, feeds)

@@ -240,6 +240,7 @@ SHAPE_FNS: dict[str, ShapeFn] = {
             _v(vs, 0).dtype,
         )
     ],  # noqa: E501
+    "Resize": lambda n, vs: [(tuple(n.attrs["out_shape"]), _v(vs, 0).dtype)],
     "Fill": lambda n, vs: [(tuple(n.attrs["shape"]), dtype_from_name(n.attrs["dtype"]))],
     **{
         op: _reduce

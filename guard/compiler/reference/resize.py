@@ -1,0 +1,115 @@
+"""Reference kernel for Resize (and Upsample): separable per-axis interpolation.
+
+For each resized axis, every output index x maps to an input coordinate through the
+``coordinate_transformation_mode`` (half_pixel: (x + 0.5) / scale - 0.5, asymmetric:
+x / scale, align_corners: x * (in - 1) / (out - 1), ...), then ``nearest`` rounds it
+(``nearest_mode``), ``linear`` blends the two neighbours and ``cubic`` the four (Keys,
+coefficient ``cubic_coeff_a``); out-of-range taps take the edge value, or are dropped and
+the weights renormalised with ``exclude_outside``. ``tf_crop_and_resize`` samples the
+``roi`` box and writes ``extrapolation_value`` outside the input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+Attrs = dict[str, Any]
+
+
+def _coords(mode: str, n_out: int, n_in: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
+    x = np.arange(n_out, dtype=np.float64)
+    # The spec's length_resized is in * scale, unrounded (it differs from n_out when scales
+    # were given and in * scale is not an integer).
+    n_res = n_in * scale
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if n_res > 1 else np.zeros(n_out)
+    if mode == "align_corners":
+        return x * (n_in - 1) / (n_res - 1) if n_res > 1 else np.zeros(n_out)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (x + 0.5) / scale
+    if mode == "half_pixel_symmetric":
+        adj = n_out / (scale * n_in)
+        center = n_in / 2
+        return center * (1 - adj) + (x + 0.5) / scale - 0.5
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        if n_res > 1:
+            return start * (n_in - 1) + x * (end - start) * (n_in - 1) / (n_res - 1)
+        return np.full(n_out, 0.5 * (start + end) * (n_in - 1))
+    raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
+
+
+def _nearest(c: np.ndarray, mode: str) -> np.ndarray:
+    if mode == "round_prefer_floor":
+        return np.where(c - np.floor(c) == 0.5, np.floor(c), np.round(c))
+    if mode == "round_prefer_ceil":
+        return np.where(c - np.floor(c) == 0.5, np.ceil(c), np.round(c))
+    if mode == "floor":
+        return np.floor(c)
+    return np.ceil(c)
+
+
+def _cubic(t: np.ndarray, a: float) -> np.ndarray:
+    t = np.abs(t)
+    return np.where(
+        t <= 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+        np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0),
+    )  # fmt: skip
+
+
+def _weights(c: np.ndarray, n_in: int, a: Attrs) -> tuple[np.ndarray, np.ndarray]:
+    """(indices [n_out, taps], weights [n_out, taps]) for one axis."""
+    mode = a["mode"]
+    if mode == "nearest":
+        idx = _nearest(c, a["nearest_mode"]).astype(np.int64)[:, None]
+        return idx, np.ones(idx.shape)
+    if mode == "linear":
+        cc = (
+            np.clip(c, 0, n_in - 1)
+            if a["coordinate_transformation_mode"] != "tf_crop_and_resize"
+            else c
+        )
+        lo = np.floor(cc)
+        frac = cc - lo
+        idx = np.stack([lo, lo + 1], axis=1).astype(np.int64)
+        w = np.stack([1 - frac, frac], axis=1)
+        return idx, w
+    lo = np.floor(c)
+    idx = (lo[:, None] + np.arange(-1, 3)[None]).astype(np.int64)
+    w = _cubic(c[:, None] - idx, a["cubic_coeff_a"])
+    if a["exclude_outside"]:
+        w = np.where((idx < 0) | (idx >= n_in), 0.0, w)
+        w = w / w.sum(axis=1, keepdims=True)
+    return idx, w
+
+
+def resize(xs: list[np.ndarray | None], a: Attrs) -> list[np.ndarray]:
+    x = xs[0]
+    assert x is not None
+    y = x.astype(np.float64)
+    crop = a["coordinate_transformation_mode"] == "tf_crop_and_resize"
+    for ax, (n_in, n_out) in enumerate(zip(x.shape, a["out_shape"], strict=True)):
+        scale = a["scales"][ax]
+        roi = (a["roi"][ax], a["roi"][ax + x.ndim]) if a.get("roi") else (0.0, 1.0)
+        if n_in == n_out and scale == 1.0 and not crop:
+            continue
+        c = _coords(a["coordinate_transformation_mode"], n_out, n_in, scale, roi)
+        idx, w = _weights(c, n_in, a)
+        outside = (c < 0) | (c > n_in - 1)
+        taps = np.take(y, np.clip(idx, 0, n_in - 1), axis=ax)  # [..., n_out, taps, ...]
+        shape = [1] * taps.ndim
+        shape[ax], shape[ax + 1] = w.shape
+        y = (taps * w.reshape(shape)).sum(axis=ax + 1)
+        if crop:
+            mask_shape = [1] * y.ndim
+            mask_shape[ax] = n_out
+            y = np.where(outside.reshape(mask_shape), a["extrapolation_value"], y)
+    if x.dtype.kind in "iu":
+        y = np.rint(y)
+    return [y.astype(x.dtype)]
