@@ -236,10 +236,20 @@ def main(argv: list[str] | None = None) -> int:
             if mode == "ab"
             else (lambda b, h: trial_sequential(b, h, cfg, args.per_side_s))
         )
-        res = {"aa": summarize([run(base, base) for _ in range(args.aa_trials)])}
+
+        def trials(head: bytes, n: int, what: str, run=run, mode=mode) -> list[dict]:
+            out = []
+            for i in range(n):
+                out.append(run(base, head))
+                if (i + 1) % 50 == 0:
+                    bad = sum(t["verdict"] == REGRESSED for t in out)
+                    print(f"  [{mode}] {what}: {i + 1}/{n}, {bad} regressed", flush=True)
+            return out
+
+        res = {"aa": summarize(trials(base, args.aa_trials, "A/A"))}
         print(f"[{mode}] A/A: {json.dumps(res['aa'])}", flush=True)
         for lv in levels:
-            res[f"{lv:.2f}"] = summarize([run(base, injected[lv]) for _ in range(args.trials)])
+            res[f"{lv:.2f}"] = summarize(trials(injected[lv], args.trials, f"{lv:.0%}"))
             print(f"[{mode}] {lv:.0%}: {json.dumps(res[f'{lv:.2f}'])}", flush=True)
         report["modes"][mode] = res
     report["wall_s"] = time.time() - t_start

@@ -286,9 +286,9 @@ def measure_until_conclusive(
     """Draw samples from ``sample(n) -> (base, head)`` until a verdict is conclusive.
 
     Looks happen at ``initial * 2**k`` samples per side. Each look tests at
-    ``alpha / max_looks`` so the whole procedure keeps its false-positive rate. The next
-    batch is only drawn if the last batch's rate says it fits in the remaining budget
-    (``budget_s`` is wall time for both sides together, measured with ``clock``).
+    ``alpha / max_looks`` so the whole procedure keeps its false-positive rate. Samples
+    are drawn ``initial`` at a time until ``budget_s`` (wall time for both sides together,
+    measured with ``clock``) is spent; the look after the deadline is the last.
     """
     cfg = config or RegressConfig()
     if initial < 1 or max_looks < 1:
@@ -303,21 +303,19 @@ def measure_until_conclusive(
     comp: Comparison | None = None
     stopped = "max_looks"
     for _ in range(max_looks):
-        t_batch = clock()
-        nb, nh = sample(want - len(base))
-        base.extend(float(x) for x in nb)
-        head.extend(float(x) for x in nh)
-        batch_s = clock() - t_batch
+        # Draw in chunks of ``initial`` and stop at the deadline, so a machine that turns
+        # busy mid-batch overruns the budget by at most one chunk.
+        while len(base) < want and (not base or clock() - t0 < budget_s):
+            nb, nh = sample(min(initial, want - len(base)))
+            base.extend(float(x) for x in nb)
+            head.extend(float(x) for x in nh)
         comp = judge(base, head, cfg, alpha=look_alpha)
         elapsed = clock() - t0
         looks.append(Look(len(base), elapsed, comp.verdict, comp.ratio))
         if comp.verdict != INCONCLUSIVE:
             stopped = "conclusive"
             break
-        # Doubling draws as many new samples as we have: it costs about (n_new/n_last) * batch_s.
-        n_last = max(1, len(nb))
-        next_cost = batch_s * (len(base) / n_last)
-        if elapsed + next_cost > budget_s:
+        if elapsed >= budget_s:
             stopped = "budget"
             break
         want = 2 * len(base)

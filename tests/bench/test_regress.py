@@ -214,3 +214,21 @@ def test_adaptive_unpaired_and_to_dict():
     d = res.to_dict()
     assert d["verdict"] == R.IMPROVED and d["stopped"] == "conclusive"
     assert d["looks"][0]["n"] == 50 and isinstance(d["ci"], list)
+
+
+def test_adaptive_budget_holds_when_the_machine_turns_busy():
+    """Costs jump 20x after 2 s: the old 'predict the next batch' rule overran here."""
+    rng = np.random.default_rng(14)
+    clock = FakeClock()
+
+    def sample(n):
+        cost = 0.005 if clock.t < 2.0 else 0.1
+        clock.t += n * cost
+        # very noisy and right at the threshold: stays inconclusive
+        return latencies(rng, n, sigma=0.6), latencies(rng, n, 1.03, sigma=0.6)
+
+    res = R.measure_until_conclusive(
+        sample, paired=True, budget_s=5.0, initial=25, max_looks=12, clock=clock
+    )
+    assert res.stopped == "budget"
+    assert res.elapsed_s <= 5.0 + 25 * 0.1  # at most one chunk past the deadline
