@@ -80,9 +80,17 @@ class GuardBackendRep(BackendRep):
                 except ModelError as exc:
                     # Specialise on the operand the compiler needs constant, if it is an input.
                     m = re.search(r"\('([^']*)'\) depends on tensor data", str(exc))
-                    if not m or m.group(1) not in feeds or m.group(1) in bound:
+                    if not m:
                         raise
-                    bound.append(m.group(1))
+                    if m.group(1) in feeds and m.group(1) not in bound:
+                        bound.append(m.group(1))
+                    else:  # computed from inputs: bind the integer (shape-like) inputs
+                        ints = [
+                            n for n, a in feeds.items() if a.dtype.kind in "iu" and n not in bound
+                        ]
+                        if not ints:
+                            raise
+                        bound.extend(ints)
                     model = _bind_inputs_as_constants(self.model, bound, [feeds[n] for n in bound])
             if bound:
                 self.specialised = True  # on these values: never reuse it for others

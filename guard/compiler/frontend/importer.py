@@ -329,6 +329,28 @@ def import_onnx(
         )
     bound = _bind_inputs(proto, input_shapes, source)
 
+    # Ops ONNX defines as functions expand into their bodies when we have no converter.
+    if any(
+        n.domain in ("", "ai.onnx")
+        and n.op_type not in CONTROL_FLOW
+        and lookup(n.op_type, opset) is None
+        for n in proto.graph.node
+    ):
+        from guard.compiler.frontend.functions import expand_functions
+
+        bound_proto = onnx.ModelProto()
+        bound_proto.CopyFrom(proto)
+        shapes_now = {name: shape for name, shape, _ in bound}
+        for inp in bound_proto.graph.input:
+            if inp.name in shapes_now:
+                del inp.type.tensor_type.shape.dim[:]
+                for d in shapes_now[inp.name]:
+                    inp.type.tensor_type.shape.dim.add().dim_value = d
+        try:
+            proto = expand_functions(bound_proto, opset, lambda op: lookup(op, opset) is not None)
+        except Exception:  # expansion is best effort; the unsupported-op error below names the op
+            pass
+
     # Check every op before any heavy work, so the first message is the useful one.
     for node in proto.graph.node:
         label = node.name or (node.output[0] if node.output else "?")
