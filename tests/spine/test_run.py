@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FAST_MEASURE, small_convnet, write_suite
+from conftest import FAST_MEASURE, write_suite
 
 from guard.cli import main
 
