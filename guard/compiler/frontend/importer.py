@@ -11,7 +11,6 @@ Initializers become Constants, also when an IR-3 model lists them as inputs.
 
 from __future__ import annotations
 
-import heapq
 from pathlib import Path
 from typing import Any
 
@@ -165,121 +164,6 @@ class ImportContext:
         return outs
 
 
-def _bind_inputs(
-    model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None, source: str
-) -> list[tuple[str, Shape, np.dtype]]:
-    inits = {i.name for i in model.graph.initializer}
-    given = dict(input_shapes or {})
-    bound = []
-    for inp in model.graph.input:
-        if inp.name in inits:
-            continue
-        tt = inp.type.tensor_type
-        if not inp.type.HasField("tensor_type"):
-            raise ModelError(
-                f"graph input {inp.name!r} is not a tensor",
-                where=source,
-                hint="The bundled compiler takes tensor inputs only.",
-            )
-        dtype = np_dtype(tt.elem_type, f"{source}: input {inp.name!r}")
-        if inp.name in given:
-            shape = tuple(int(d) for d in given.pop(inp.name))
-            if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
-                raise ModelError(
-                    f"input {inp.name!r} has rank {len(tt.shape.dim)} but was bound to "
-                    f"{list(shape)}",
-                    where=source,
-                    hint="Give one size per dim.",
-                )
-        else:
-            if not tt.HasField("shape"):
-                raise ModelError(
-                    f"input {inp.name!r} has no shape",
-                    where=source,
-                    hint="Bind it with input_shapes (suite `inputs: {name: {shape: ...}}`).",
-                )
-            dims = []
-            for k, d in enumerate(tt.shape.dim):
-                if d.HasField("dim_value") and d.dim_value > 0:
-                    dims.append(int(d.dim_value))
-                elif d.HasField("dim_value") and d.dim_value == 0:
-                    dims.append(0)
-                else:
-                    label = d.dim_param or "?"
-                    raise ModelError(
-                        f"unbound dynamic dim {label!r} (dim {k}) of input {inp.name!r}",
-                        where=source,
-                        hint="Bind it with input_shapes (suite `inputs: {name: {shape: ...}}`).",
-                    )
-            shape = tuple(dims)
-        bound.append((inp.name, shape, dtype))
-    if given:
-        raise ModelError(
-            f"input_shapes names {sorted(given)} which are not graph inputs",
-            where=source,
-            hint=f"Graph inputs: {[b[0] for b in bound]}.",
-        )
-    return bound
-
-
-def _without_big_initializers(proto: onnx.ModelProto, max_elements: int = 4096) -> onnx.ModelProto:
-    big = [
-        i for i in proto.graph.initializer if int(np.prod(i.dims, dtype=np.int64)) > max_elements
-    ]
-    if not big:
-        return proto
-    light = onnx.ModelProto()
-    graph = proto.graph
-    light.ir_version = proto.ir_version
-    light.opset_import.extend(proto.opset_import)
-    light.graph.name = graph.name
-    light.graph.node.extend(graph.node)
-    big_names = {i.name for i in big}
-    light.graph.initializer.extend(i for i in graph.initializer if i.name not in big_names)
-    declared = {i.name for i in graph.input}
-    light.graph.input.extend(graph.input)
-    for i in big:
-        if i.name not in declared:
-            light.graph.input.append(
-                helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
-            )
-    light.graph.output.extend(graph.output)
-    light.graph.value_info.extend(graph.value_info)
-    light.functions.extend(proto.functions)
-    return light
-
-
-def _toposort(graph: onnx.GraphProto, source: str, known: set[str]) -> list[onnx.NodeProto]:
-    producers = {o: idx for idx, n in enumerate(graph.node) for o in n.output if o}
-    indeg = []
-    users: dict[int, list[int]] = {}
-    for idx, n in enumerate(graph.node):
-        deps = {producers[i] for i in n.input if i and i in producers and i not in known}
-        indeg.append(len(deps))
-        for d in deps:
-            users.setdefault(d, []).append(idx)
-    # Kahn's algorithm taking the earliest ready node first: a sorted model keeps its order.
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        idx = heapq.heappop(ready)
-        order.append(idx)
-        for u in users.get(idx, []):
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(graph.node):
-        stuck = [graph.node[i] for i in range(len(graph.node)) if indeg[i] > 0]
-        names = ", ".join(f"{n.op_type} {n.name or n.output[0]!r}" for n in stuck[:5])
-        raise ModelError(
-            f"the graph has a cycle through {len(stuck)} nodes ({names})",
-            where=source,
-            hint="ONNX graphs must be acyclic; re-export the model.",
-        )
-    return [graph.node[i] for i in order]
-
-
 def _attrs(node: onnx.NodeProto, ctx: ImportContext) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for a in node.attribute:
@@ -305,6 +189,7 @@ def import_onnx(
     model: str | Path | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
 ) -> Graph:
     """Import an ONNX model (path or ModelProto) into the typed IR with every dim bound."""
+    from guard.compiler.frontend.prepare import bind_inputs, toposort, without_big_initializers
     from guard.compiler.frontend.registry import lookup
 
     if isinstance(model, onnx.ModelProto):
@@ -327,7 +212,7 @@ def import_onnx(
             where=source,
             hint="Re-export with an ai.onnx opset.",
         )
-    bound = _bind_inputs(proto, input_shapes, source)
+    bound = bind_inputs(proto, input_shapes, source)
 
     # Ops ONNX defines as functions expand into their bodies when we have no converter.
     if any(
@@ -375,7 +260,7 @@ def import_onnx(
     # (and serialising vgg19's 548 MB for it costs seconds); small ones keep their values
     # for data propagation (shape tensors).
     work = onnx.ModelProto()
-    work.CopyFrom(_without_big_initializers(proto))
+    work.CopyFrom(without_big_initializers(proto))
     bound_shapes = {name: shape for name, shape, _ in bound}
     for inp in work.graph.input:
         if inp.name in bound_shapes:
@@ -416,7 +301,7 @@ def import_onnx(
             np_dtype(init.data_type, f"{source}: initializer {init.name!r}")
 
     known = set(ctx.g.values)
-    for node in _toposort(proto.graph, source, known):
+    for node in toposort(proto.graph, source, known):
         ctx.node = node
         conv = lookup(node.op_type, opset)
         assert conv is not None

@@ -315,57 +315,6 @@ def range_(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.add_const(outs[0], (s0 + d0 * np.arange(n)).astype(dtype))
 
 
-def _reduce(op: str, axes_as_input_since: int) -> Any:
-    def conv(
-        ctx: ImportContext,
-        ins: list[str],
-        outs: list[str],
-        axes: list[int] | None = None,
-        keepdims: int = 1,
-        noop_with_empty_axes: int = 0,
-    ) -> None:
-        x = ctx.type(ins[0])
-        r = len(x.shape)
-        if ctx.opset >= axes_as_input_since and len(ins) > 1 and ins[1]:
-            axes = _ints(ctx.const(ins[1], "axes"))
-        if not axes:
-            if noop_with_empty_axes:
-                ctx.emit("Identity", ins[:1], {}, outs)
-                return
-            axes = list(range(r))
-        ctx.emit(op, ins[:1], {"axes": sorted(a % r for a in axes), "keepdims": keepdims}, outs)
-
-    return conv
-
-
-def _arg(op: str) -> Any:
-    def conv(
-        ctx: ImportContext,
-        ins: list[str],
-        outs: list[str],
-        axis: int = 0,
-        keepdims: int = 1,
-        select_last_index: int = 0,
-    ) -> None:
-        r = len(ctx.type(ins[0]).shape)
-        ctx.emit(
-            op,
-            ins[:1],
-            {"axes": [axis % r], "keepdims": keepdims, "select_last_index": select_last_index},
-            outs,
-        )
-
-    return conv
-
-
-def cumsum(
-    ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0
-) -> None:
-    r = len(ctx.type(ins[0]).shape)
-    ax = int(np.asarray(ctx.const(ins[1], "axis")).reshape(-1)[0]) % r
-    ctx.emit("CumSum", ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
-
-
 def depth_to_space(
     ctx: ImportContext, ins: list[str], outs: list[str], blocksize: int = 1, mode: str = "DCR"
 ) -> None:
@@ -392,8 +341,6 @@ def space_to_depth(
     ctx.emit("Reshape", [t], {"shape": [n, c * b * b, h // b, w // b]}, outs)
 
 
-REDUCE_AXES_INPUT_SINCE = {"ReduceSum": 13}
-
 CONVERTERS: dict[str, dict[int, Any]] = {
     "Reshape": {1: reshape_v1, 5: reshape_v5},
     "Flatten": {1: flatten},
@@ -413,24 +360,6 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     "Constant": {1: constant},
     "ConstantOfShape": {9: constant_of_shape},
     "Range": {11: range_},
-    **{
-        op: {1: _reduce(op, REDUCE_AXES_INPUT_SINCE.get(op, 18))}
-        for op in (
-            "ReduceMean",
-            "ReduceSum",
-            "ReduceMax",
-            "ReduceMin",
-            "ReduceProd",
-            "ReduceL1",
-            "ReduceL2",
-            "ReduceLogSum",
-            "ReduceLogSumExp",
-            "ReduceSumSquare",
-        )
-    },  # fmt: skip
-    "ArgMax": {1: _arg("ArgMax")},
-    "ArgMin": {1: _arg("ArgMin")},
-    "CumSum": {11: cumsum},
     "DepthToSpace": {1: depth_to_space},
     "SpaceToDepth": {1: space_to_depth},
 }

@@ -10,12 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from guard.compiler.frontend import ops_elementwise, ops_extra, ops_nn, ops_tensor
+from guard.compiler.frontend import (
+    ops_elementwise,
+    ops_extra,
+    ops_nn,
+    ops_reduce,
+    ops_resize,
+    ops_tensor,
+)  # fmt: skip
 
 Converter = Callable[..., Any]
 
 CONVERTERS: dict[str, dict[int, Converter]] = {}
-for _family in (ops_elementwise, ops_nn, ops_tensor, ops_extra):
+for _family in (ops_elementwise, ops_nn, ops_tensor, ops_reduce, ops_resize, ops_extra):
     for _op, _versions in _family.CONVERTERS.items():
         CONVERTERS.setdefault(_op, {}).update(_versions)
 
