@@ -59,3 +59,24 @@ def test_must_not_fire_on_different_inputs_or_runtime_weights() -> None:
     )
     g2, res = apply(FuseHorizontal(), g)
     assert ops(g2) == ["MatMul"] * 3 and not res.changed
+
+
+def test_bias_adds_merge_into_one_add_before_the_split() -> None:
+    g = graph_of(
+        HEADER
+        + """
+    g (float[2, 3] x) => (float[2, 2] q, float[2, 2] k) {
+        wq = Constant <value = float[3, 2] {1, 2, 3, 4, 5, 6}> ()
+        wk = Constant <value = float[3, 2] {-1, 0, 1, 0, -1, 2}> ()
+        bq = Constant <value = float[2] {0.5, -0.5}> ()
+        bk = Constant <value = float[2] {1, 2}> ()
+        mq = MatMul(x, wq)
+        mk = MatMul(x, wk)
+        q = Add(mq, bq)
+        k = Add(bk, mk)
+    }"""
+    )
+    g2, res = apply(FuseHorizontal(), g)
+    assert ops(g2) == ["MatMul", "Add", "Split"] and g2.nodes[2].outputs == ["q", "k"]
+    assert res.stats["num_bias_adds_merged"] == 2
+    assert_same_outputs(g, g2)

@@ -4,7 +4,9 @@
 axis=-1)`` then ``Split(Y, axis=-1)`` back into the ``y_i`` (Q/K/V projections are the
 classic case: one GEMM reads ``x`` once). Gemm siblings must share every attribute; their
 biases (when all have one, per column) are concatenated too; with ``transB=1`` the weights
-concatenate along rows. Declines non-constant weights, mixed dtypes and lone ops; the
+concatenate along rows. When every MatMul sibling is read only by an ``Add`` of a constant
+bias over its columns, the biases concatenate too, into one Add after the wide MatMul
+(fuse_elementwise then makes it the MatMul's epilogue). Declines non-constant weights, mixed dtypes and lone ops; the
 numbers are unchanged because each output column is computed from the same row and column.
 """
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from guard.compiler.ir import Graph, Node
-from guard.compiler.passes.base import Pass, PassResult, attrs_key
+from guard.compiler.passes.base import Pass, PassResult, attrs_key, single_consumer
 
 
 @dataclass
@@ -37,7 +39,7 @@ class FuseHorizontal(Pass):
             k = w.shape[1] if n.op == "Gemm" and n.attrs.get("transB", 0) else w.shape[0]
             key = (n.op, n.inputs[0], k, w.dtype.str, attrs_key(n.attrs), has_bias)
             groups.setdefault(key, []).append(n)
-        fused = 0
+        fused = biases = 0
         for key, nodes in groups.items():
             if len(nodes) < self.min_group:
                 continue
@@ -50,19 +52,47 @@ class FuseHorizontal(Pass):
                 )
             ):
                 continue
-            self._fuse(graph, nodes)
+            adds = self._bias_adds(graph, nodes) if key[0] == "MatMul" else None
+            self._fuse(graph, nodes, adds)
             fused += 1
+            biases += len(adds or [])
         if fused:
             graph.prune_values()
         return PassResult(
             fused > 0,
             {
                 "num_groups": fused,
+                "num_bias_adds_merged": biases,
                 "num_ops_merged": sum(len(v) for v in groups.values() if len(v) >= self.min_group),
             },
         )
 
-    def _fuse(self, graph: Graph, nodes: list[Node]) -> None:
+    def _bias_adds(self, graph: Graph, nodes: list[Node]) -> list[tuple[Node, np.ndarray]] | None:
+        """Each MatMul sibling's only reader, when every one is ``Add(y, constant bias)`` over
+        the last dim: those Adds and their biases (they merge into one Add after the wide
+        MatMul, which fuse_elementwise then makes its epilogue)."""
+        consumers = graph.consumers()
+        out = []
+        for n in nodes:
+            add = single_consumer(graph, n.outputs[0], consumers)
+            if add is None or add.op != "Add":
+                return None
+            other = add.inputs[1] if add.inputs[0] == n.outputs[0] else add.inputs[0]
+            bias = graph.const(other)
+            width = graph.values[n.outputs[0]].shape[-1]
+            if (
+                bias is None
+                or bias.size != width
+                or bias.shape[-1:] != (width,)
+                or graph.values[add.outputs[0]].shape != graph.values[n.outputs[0]].shape
+            ):
+                return None
+            out.append((add, bias.reshape(-1)))
+        return out
+
+    def _fuse(
+        self, graph: Graph, nodes: list[Node], adds: list[tuple[Node, np.ndarray]] | None = None
+    ) -> None:
         first = nodes[0]
         trans_b = first.op == "Gemm" and first.attrs.get("transB", 0)
         ws = [graph.const(n.inputs[1]) for n in nodes]
@@ -84,13 +114,27 @@ class FuseHorizontal(Pass):
             index=idx,
             name=f"{first.name}/hfused",
         )
+        src, idx_split = wide.outputs[0], idx + 1
+        targets = [n.outputs[0] for n in nodes]
+        drop = {id(n) for n in nodes}
+        if adds:
+            bias = graph.add_constant(None, np.concatenate([b for _, b in adds]), "hfuse_bias").name
+            add = graph.add_node(
+                "Add",
+                [src, bias],
+                [(shape, outs[0].dtype)],
+                index=idx + 1,
+                name=f"{first.name}/hbias",
+            )
+            src, idx_split = add.outputs[0], idx + 2
+            targets = [a.outputs[0] for a, _ in adds]
+            drop |= {id(a) for a, _ in adds}
         split = Node(
             "Split",
-            [wide.outputs[0]],
-            [n.outputs[0] for n in nodes],
+            [src],
+            targets,
             {"axis": len(shape) - 1, "split": sizes},
             f"{first.name}/hsplit",
         )
-        graph.nodes.insert(idx + 1, split)
-        drop = {id(n) for n in nodes}
+        graph.nodes.insert(idx_split, split)
         graph.nodes = [n for n in graph.nodes if id(n) not in drop]
