@@ -311,3 +311,20 @@ CONVERTERS.update({
     "BlackmanWindow": {17: _window("blackman")}, "Swish": {24: swish},
     "ConvTranspose": {1: conv_transpose},
 })  # fmt: skip
+
+
+def bit_cast(ctx: ImportContext, ins: list[str], outs: list[str], to: int = 1) -> None:
+    from guard.compiler.frontend.importer import np_dtype
+
+    x = ctx.type(ins[0])
+    dt = np_dtype(to, ctx.where())
+    if dt.itemsize != x.dtype.itemsize:
+        raise ctx.error(
+            f"BitCast between {x.dtype} and {dt} changes the element size",
+            hint="Only same-size bit casts are supported.",
+        )
+    ctx.inferred[outs[0]] = (x.shape, dt)
+    ctx.emit("BitCast", ins[:1], {"to": dtype_name(dt)}, outs)
+
+
+CONVERTERS["BitCast"] = {26: bit_cast}

@@ -14,6 +14,7 @@ from guard.compiler.frontend import (
     ops_elementwise,
     ops_extra,
     ops_nn,
+    ops_recurrent,
     ops_reduce,
     ops_resize,
     ops_tensor,
@@ -22,7 +23,15 @@ from guard.compiler.frontend import (
 Converter = Callable[..., Any]
 
 CONVERTERS: dict[str, dict[int, Converter]] = {}
-for _family in (ops_elementwise, ops_nn, ops_tensor, ops_reduce, ops_resize, ops_extra):
+for _family in (
+    ops_elementwise,
+    ops_nn,
+    ops_tensor,
+    ops_reduce,
+    ops_resize,
+    ops_recurrent,
+    ops_extra,
+):
     for _op, _versions in _family.CONVERTERS.items():
         CONVERTERS.setdefault(_op, {}).update(_versions)
 

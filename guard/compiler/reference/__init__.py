@@ -13,7 +13,7 @@ import numpy as np
 
 from guard.compiler import layout
 from guard.compiler.ir import Constant, Graph
-from guard.compiler.reference import elementwise, extra, nn, resize, tensor
+from guard.compiler.reference import elementwise, extra, nn, recurrent, resize, tensor
 from guard.errors import InternalError, ModelError
 
 Kernel = Callable[[list[np.ndarray | None], dict[str, Any]], list[np.ndarray]]
@@ -24,6 +24,7 @@ KERNELS: dict[str, Kernel] = {
     **nn.KERNELS,
     **tensor.KERNELS,
     **extra.KERNELS,
+    **recurrent.KERNELS,
     "Resize": resize.resize,
 }
 

@@ -258,3 +258,11 @@ def conv_transpose(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 
 KERNELS.update({"NegativeLogLikelihoodLoss": nll_loss, "ConvTranspose": conv_transpose})
+
+
+def bit_cast(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = _x(xs)
+    return [np.asarray(x, order="C").view(dtype_from_name(a["to"]))]
+
+
+KERNELS["BitCast"] = bit_cast
