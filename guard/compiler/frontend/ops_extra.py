@@ -328,3 +328,50 @@ def bit_cast(ctx: ImportContext, ins: list[str], outs: list[str], to: int = 1) -
 
 
 CONVERTERS["BitCast"] = {26: bit_cast}
+
+
+def _dft(
+    ctx: ImportContext, ins: list[str], outs: list[str], axis: int, inverse: int, onesided: int
+) -> None:
+    x = ctx.type(ins[0])
+    r = len(x.shape)
+    ax = axis + r - 1 if axis < 0 else axis  # negative axes count the signal dims only
+    length = int(_scalar(ctx, ins[1], "dft_length")) if len(ins) > 1 and ins[1] else None
+    shape = list(x.shape[:-1]) + [2]
+    out_length = None
+    if inverse and onesided:  # one-sided spectrum in, real signal out
+        out_length = length or 2 * (x.shape[ax] - 1)
+        shape[ax], shape[-1] = out_length, 1
+    else:
+        n = length or x.shape[ax]
+        shape[ax] = n // 2 + 1 if onesided else n
+    ctx.inferred[outs[0]] = (tuple(shape), x.dtype)
+    attrs = {
+        "axis": ax,
+        "inverse": inverse,
+        "onesided": onesided,
+        "length": length,
+        "out_length": out_length,
+    }
+    ctx.emit("DFT", ins[:1], attrs, outs)
+
+
+def dft_v17(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = 1,
+    inverse: int = 0,
+    onesided: int = 0,
+) -> None:
+    _dft(ctx, ins, outs, axis, inverse, onesided)
+
+
+def dft_v20(
+    ctx: ImportContext, ins: list[str], outs: list[str], inverse: int = 0, onesided: int = 0
+) -> None:
+    axis = int(_scalar(ctx, ins[2], "axis")) if len(ins) > 2 and ins[2] else -2
+    _dft(ctx, ins, outs, axis, inverse, onesided)
+
+
+CONVERTERS["DFT"] = {17: dft_v17, 20: dft_v20}

@@ -135,3 +135,26 @@ def upsample(
 
 
 CONVERTERS: dict[str, dict[int, Any]] = {"Resize": {10: resize}, "Upsample": {7: upsample}}
+
+
+def grid_sample(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    align_corners: int = 0,
+    mode: str = "linear",
+    padding_mode: str = "zeros",
+) -> None:
+    # Opset 16 spelled the modes bilinear / bicubic.
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    x, grid = ctx.type(ins[0]), ctx.type(ins[1])
+    ctx.inferred[outs[0]] = (x.shape[:2] + grid.shape[1:-1], x.dtype)
+    ctx.emit(
+        "GridSample",
+        ins[:2],
+        {"align_corners": align_corners, "mode": mode, "padding_mode": padding_mode},
+        outs,
+    )
+
+
+CONVERTERS["GridSample"] = {16: grid_sample}

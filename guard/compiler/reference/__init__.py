@@ -26,6 +26,7 @@ KERNELS: dict[str, Kernel] = {
     **extra.KERNELS,
     **recurrent.KERNELS,
     "Resize": resize.resize,
+    "GridSample": resize.grid_sample,
 }
 
 

@@ -113,3 +113,67 @@ def resize(xs: list[np.ndarray | None], a: Attrs) -> list[np.ndarray]:
     if x.dtype.kind in "iu":
         y = np.rint(y)
     return [y.astype(x.dtype)]
+
+
+def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    rng = hi - lo
+    if rng <= 0:
+        return np.full_like(x, lo)
+    below, above = x < lo, x > hi
+    d = np.where(below, lo - x, np.where(above, x - hi, 0.0))
+    n = np.floor(d / rng)
+    r = d - n * rng
+    even = (n % 2) == 0
+    return np.where(
+        below, np.where(even, lo + r, hi - r), np.where(above, np.where(even, hi - r, lo + r), x)
+    )
+
+
+def grid_sample(xs: list[np.ndarray | None], a: Attrs) -> list[np.ndarray]:
+    """GridSample: sample X [N, C, *spatial] at grid [N, *out, r] (last dim x, y, z: the
+    spatial dims in reverse). Coordinates in [-1, 1] unnormalise by ``align_corners``;
+    ``padding_mode`` zeros / border / reflection; ``mode`` nearest / linear / cubic."""
+    import itertools
+
+    x, grid = xs[0], xs[1]
+    assert x is not None and grid is not None
+    r = x.ndim - 2
+    sizes = x.shape[2:]
+    align, pad, mode = a["align_corners"], a["padding_mode"], a["mode"]
+    pos = []
+    for i in range(r):
+        g = grid[..., r - 1 - i].astype(np.float64)
+        p = (g + 1) / 2 * (sizes[i] - 1) if align else ((g + 1) * sizes[i] - 1) / 2
+        if pad == "border":
+            p = np.clip(p, 0, sizes[i] - 1)
+        elif pad == "reflection":
+            p = _reflect(p, 0, sizes[i] - 1) if align else _reflect(p, -0.5, sizes[i] - 0.5)
+        pos.append(p)
+    n_idx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
+    xd = x.astype(np.float64)
+
+    def fetch(idx: list[np.ndarray]) -> np.ndarray:
+        ok = np.ones(idx[0].shape, bool)
+        clipped = []
+        for i, ii in enumerate(idx):
+            ok &= (ii >= 0) & (ii < sizes[i])
+            clipped.append(np.clip(ii, 0, sizes[i] - 1))
+        v = xd[(n_idx, slice(None), *clipped)]  # [N, *out, C]
+        if pad == "zeros":
+            v = v * ok[..., None]
+        return v
+
+    if mode == "nearest":
+        out = fetch([np.rint(p).astype(np.int64) for p in pos])
+    else:
+        lo = [np.floor(p).astype(np.int64) for p in pos]
+        taps = (0, 1) if mode == "linear" else (-1, 0, 1, 2)
+        out = 0.0
+        for offs in itertools.product(taps, repeat=r):
+            idx = [lo[i] + o for i, o in enumerate(offs)]
+            w = np.ones(pos[0].shape)
+            for i in range(r):
+                dist = pos[i] - idx[i]
+                w = w * (1 - np.abs(dist) if mode == "linear" else _cubic(dist, -0.75))
+            out = out + fetch(idx) * w[..., None]
+    return [np.moveaxis(np.asarray(out), -1, 1).astype(x.dtype)]
