@@ -375,3 +375,93 @@ def dft_v20(
 
 
 CONVERTERS["DFT"] = {17: dft_v17, 20: dft_v20}
+
+
+def _typed(ctx: ImportContext, outs: list[str], shape: tuple[int, ...] | None, dtype: Any) -> None:
+    if outs[0] not in ctx.inferred or ctx.inferred[outs[0]][0] is None:
+        ctx.inferred[outs[0]] = (shape, np.dtype(dtype))
+
+
+def matmul_integer(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+    ctx.emit("MatMulInteger", list(ins), {}, outs)
+
+
+def qlinear_matmul(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+    ctx.emit("QLinearMatMul", list(ins), {}, outs)
+
+
+def _conv_attrs(
+    ctx: ImportContext,
+    ins: list[str],
+    w_index: int,
+    auto_pad: str,
+    dilations: Any,
+    group: int,
+    kernel_shape: Any,
+    pads: Any,
+    strides: Any,
+) -> dict[str, Any]:
+    from guard.compiler.frontend.ops_nn import _resolve_pads
+
+    x, w = ctx.type(ins[0]), ctx.type(ins[w_index])
+    k = len(x.shape) - 2
+    ks = list(kernel_shape or w.shape[2:])
+    st = list(strides or [1] * k)
+    dil = list(dilations or [1] * k)
+    return {
+        "group": group,
+        "strides": st,
+        "dilations": dil,
+        "pads": _resolve_pads(ctx, x.shape[2:], ks, st, dil, auto_pad, pads),
+    }
+
+
+def conv_integer(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    auto_pad: str = "NOTSET",
+    dilations: Any = None,
+    group: int = 1,
+    kernel_shape: Any = None,
+    pads: Any = None,
+    strides: Any = None,
+) -> None:
+    ctx.emit(
+        "ConvInteger",
+        list(ins),
+        _conv_attrs(ctx, ins, 1, auto_pad, dilations, group, kernel_shape, pads, strides),
+        outs,
+    )
+
+
+def qlinear_conv(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    auto_pad: str = "NOTSET",
+    dilations: Any = None,
+    group: int = 1,
+    kernel_shape: Any = None,
+    pads: Any = None,
+    strides: Any = None,
+) -> None:
+    ctx.emit(
+        "QLinearConv",
+        list(ins),
+        _conv_attrs(ctx, ins, 3, auto_pad, dilations, group, kernel_shape, pads, strides),
+        outs,
+    )
+
+
+def reverse_sequence(
+    ctx: ImportContext, ins: list[str], outs: list[str], batch_axis: int = 1, time_axis: int = 0
+) -> None:
+    ctx.emit("ReverseSequence", ins[:2], {"batch_axis": batch_axis, "time_axis": time_axis}, outs)
+
+
+CONVERTERS.update({
+    "MatMulInteger": {10: matmul_integer}, "QLinearMatMul": {10: qlinear_matmul},
+    "ConvInteger": {10: conv_integer}, "QLinearConv": {10: qlinear_conv},
+    "ReverseSequence": {10: reverse_sequence},
+})  # fmt: skip

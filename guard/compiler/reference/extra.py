@@ -289,3 +289,94 @@ def dft(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 
 KERNELS["DFT"] = dft
+
+
+def _zp(xs: Xs, i: int, like: np.ndarray) -> np.ndarray:
+    z = xs[i] if len(xs) > i else None
+    return np.zeros((), np.int64) if z is None else z.astype(np.int64)
+
+
+def _requant(
+    acc: np.ndarray, scale: np.ndarray, y_zp: np.ndarray | None, dt: np.dtype
+) -> np.ndarray:
+    q = np.rint(acc * scale)
+    if y_zp is not None:
+        q = q + y_zp.astype(np.float64)
+    info = np.iinfo(dt)
+    return np.clip(q, info.min, info.max).astype(dt)
+
+
+def matmul_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, w = _x(xs).astype(np.int64), _x(xs, 1).astype(np.int64)
+    azp, bzp = _zp(xs, 2, x), _zp(xs, 3, w)
+    if azp.ndim == 1 and x.ndim >= 2:
+        azp = azp.reshape(-1, 1)  # per-row zero point of A
+    return [np.matmul(x - azp, w - bzp).astype(np.int32)]
+
+
+def qlinear_matmul(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    qa, sa, za, qb, sb, zb, sy, zy = (xs + [None] * 8)[:8]
+    assert (
+        qa is not None and qb is not None and sa is not None and sb is not None and sy is not None
+    )
+    za_, zb_ = (np.zeros((), np.int64) if z is None else z.astype(np.int64) for z in (za, zb))
+    if za_.ndim == 1 and qa.ndim >= 2:
+        za_ = za_.reshape(-1, 1)
+    sa_ = (
+        sa.astype(np.float64).reshape(-1, 1)
+        if sa.ndim == 1 and sa.size > 1
+        else sa.astype(np.float64)
+    )
+    acc = np.matmul(qa.astype(np.int64) - za_, qb.astype(np.int64) - zb_).astype(np.float64)
+    scale = sa_ * sb.astype(np.float64) / sy.astype(np.float64)
+    return [_requant(acc, scale, zy, qb.dtype if zy is None else zy.dtype)]
+
+
+def conv_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    from guard.compiler.reference.nn import conv
+
+    x, w = _x(xs).astype(np.int64), _x(xs, 1).astype(np.int64)
+    xz, wz = _zp(xs, 2, x), _zp(xs, 3, w)
+    if wz.ndim == 1 and wz.size > 1:
+        wz = wz.reshape((-1,) + (1,) * (w.ndim - 1))
+    (y,) = conv([(x - xz).astype(np.float64), (w - wz).astype(np.float64)], a)
+    return [np.rint(y).astype(np.int32)]
+
+
+def qlinear_conv(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    from guard.compiler.reference.nn import conv
+
+    x, sx, zx, w, sw, zw, sy, zy = xs[:8]
+    b = xs[8] if len(xs) > 8 else None
+    assert x is not None and w is not None and sx is not None and sw is not None and sy is not None
+    zx_ = np.zeros(()) if zx is None else zx.astype(np.float64)
+    zw_ = np.zeros(()) if zw is None else zw.astype(np.float64)
+    if zw_.ndim == 1 and zw_.size > 1:
+        zw_ = zw_.reshape((-1,) + (1,) * (w.ndim - 1))
+    (acc,) = conv([x.astype(np.float64) - zx_, w.astype(np.float64) - zw_], a)
+    if b is not None:
+        acc = acc + b.astype(np.float64).reshape((1, -1) + (1,) * (x.ndim - 2))
+    sw_ = sw.astype(np.float64)
+    scale = sx.astype(np.float64) * (
+        sw_.reshape((1, -1) + (1,) * (x.ndim - 2)) if sw_.size > 1 else sw_
+    )
+    return [_requant(acc, scale / sy.astype(np.float64), zy, x.dtype if zy is None else zy.dtype)]
+
+
+def reverse_sequence(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, lens = _x(xs), _x(xs, 1).astype(np.int64)
+    t_ax, b_ax = a["time_axis"], a["batch_axis"]
+    y = x.copy()
+    for b, n in enumerate(lens):
+        src = [slice(None)] * x.ndim
+        src[b_ax], src[t_ax] = b, slice(0, n)
+        dst = list(src)
+        dst[t_ax] = slice(n - 1, None, -1) if n > 0 else slice(0, 0)
+        y[tuple(dst)] = x[tuple(src)]
+    return [y]
+
+
+KERNELS.update({
+    "MatMulInteger": matmul_integer, "QLinearMatMul": qlinear_matmul, "ConvInteger": conv_integer,
+    "QLinearConv": qlinear_conv, "ReverseSequence": reverse_sequence,
+})  # fmt: skip
