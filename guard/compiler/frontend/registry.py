@@ -14,6 +14,7 @@ from guard.compiler.frontend import (
     ops_elementwise,
     ops_extra,
     ops_nn,
+    ops_quant,
     ops_recurrent,
     ops_reduce,
     ops_resize,
@@ -30,6 +31,7 @@ for _family in (
     ops_reduce,
     ops_resize,
     ops_recurrent,
+    ops_quant,
     ops_extra,
 ):
     for _op, _versions in _family.CONVERTERS.items():

@@ -1,0 +1,137 @@
+"""Converters for quantization: QuantizeLinear / DequantizeLinear (per tensor or per axis)
+and the integer ops (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.ir import dtype_name
+
+
+def quantize(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = 1,
+    saturate: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+    precision: int = 0,
+) -> None:
+    if block_size:
+        raise ctx.error(
+            "blocked quantization is not supported", hint="Quantize per tensor or per axis."
+        )
+    r = len(ctx.type(ins[0]).shape)
+    if len(ins) > 2 and ins[2]:
+        to = ctx.type(ins[2]).dtype
+    else:
+        to = np.dtype(np.uint8) if not output_dtype else None
+        if to is None:
+            from guard.compiler.frontend.importer import np_dtype
+
+            to = np_dtype(output_dtype, ctx.where())
+    ctx.emit("QuantizeLinear", ins[:3], {"axis": axis % max(r, 1), "to": dtype_name(to)}, outs)
+
+
+def dequantize(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    axis: int = 1,
+    block_size: int = 0,
+    output_dtype: int = 0,
+) -> None:
+    if block_size:
+        raise ctx.error(
+            "blocked dequantization is not supported", hint="Quantize per tensor or per axis."
+        )
+    r = len(ctx.type(ins[0]).shape)
+    ctx.emit("DequantizeLinear", ins[:3], {"axis": axis % max(r, 1)}, outs)
+
+
+def _typed(ctx: ImportContext, outs: list[str], shape: tuple[int, ...] | None, dtype: Any) -> None:
+    if outs[0] not in ctx.inferred or ctx.inferred[outs[0]][0] is None:
+        ctx.inferred[outs[0]] = (shape, np.dtype(dtype))
+
+
+def matmul_integer(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+    ctx.emit("MatMulInteger", list(ins), {}, outs)
+
+
+def qlinear_matmul(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+    ctx.emit("QLinearMatMul", list(ins), {}, outs)
+
+
+def _conv_attrs(
+    ctx: ImportContext,
+    ins: list[str],
+    w_index: int,
+    auto_pad: str,
+    dilations: Any,
+    group: int,
+    kernel_shape: Any,
+    pads: Any,
+    strides: Any,
+) -> dict[str, Any]:
+    from guard.compiler.frontend.ops_nn import _resolve_pads
+
+    x, w = ctx.type(ins[0]), ctx.type(ins[w_index])
+    k = len(x.shape) - 2
+    ks = list(kernel_shape or w.shape[2:])
+    st = list(strides or [1] * k)
+    dil = list(dilations or [1] * k)
+    return {
+        "group": group,
+        "strides": st,
+        "dilations": dil,
+        "pads": _resolve_pads(ctx, x.shape[2:], ks, st, dil, auto_pad, pads),
+    }
+
+
+def conv_integer(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    auto_pad: str = "NOTSET",
+    dilations: Any = None,
+    group: int = 1,
+    kernel_shape: Any = None,
+    pads: Any = None,
+    strides: Any = None,
+) -> None:
+    ctx.emit(
+        "ConvInteger",
+        list(ins),
+        _conv_attrs(ctx, ins, 1, auto_pad, dilations, group, kernel_shape, pads, strides),
+        outs,
+    )
+
+
+def qlinear_conv(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    auto_pad: str = "NOTSET",
+    dilations: Any = None,
+    group: int = 1,
+    kernel_shape: Any = None,
+    pads: Any = None,
+    strides: Any = None,
+) -> None:
+    ctx.emit(
+        "QLinearConv",
+        list(ins),
+        _conv_attrs(ctx, ins, 3, auto_pad, dilations, group, kernel_shape, pads, strides),
+        outs,
+    )
+
+
+CONVERTERS: dict[str, dict[int, Any]] = {
+    "QuantizeLinear": {10: quantize}, "DequantizeLinear": {10: dequantize},
+    "MatMulInteger": {10: matmul_integer}, "QLinearMatMul": {10: qlinear_matmul},
+    "ConvInteger": {10: conv_integer}, "QLinearConv": {10: qlinear_conv},
+}  # fmt: skip
