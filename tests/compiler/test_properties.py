@@ -84,8 +84,24 @@ def graphs(draw: st.DrawFn) -> Graph:
             pool += emit(g, "Reshape", [r], {"shape": list(g.values[t].shape)})
         elif len(vs) == 4:
             c = vs[1]
-            choice = draw(st.sampled_from(["conv_bn", "concat", "pool"]))
-            if choice == "conv_bn":
+            choice = draw(st.sampled_from(["conv_bn", "concat", "pool", "conv_chain"]))
+            if choice == "conv_chain":  # enough convs for assign_layout to re-lay a region
+                y = v
+                for _ in range(3):
+                    w = g.add_constant(
+                        None, rng.standard_normal((c, c, 1, 1)).astype(np.float32) * 0.5
+                    ).name
+                    b = const((c, 1, 1))
+                    (y,) = emit(
+                        g,
+                        "Conv",
+                        [y, w],
+                        {"group": 1, "pads": [0, 0, 0, 0], "strides": [1, 1], "dilations": [1, 1]},
+                    )
+                    (y,) = emit(g, "Add", [y, b])
+                    (y,) = emit(g, "Relu", [y])
+                pool.append(y)
+            elif choice == "conv_bn":
                 w = g.add_constant(
                     None, rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.3
                 ).name
@@ -177,7 +193,7 @@ def _all_passes() -> list:
     return out
 
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
