@@ -1,0 +1,425 @@
+"""The tvm backend: relax ONNX import, TVM's default CPU pipeline, a relax VM to run it.
+
+build: ``tvm.relax.frontend.onnx.from_onnx`` with every input shape and dtype bound; the
+target is ``guard.manifest.target.to_tvm_dict(canonical)`` (TVM 0.27 refuses CLI strings);
+the pipeline is TVM's default CPU one (library dispatch, legalize, fold, fuse, dataflow
+lowering, finalize) split in three so that (a) MetaSchedule tuning tasks are extracted from
+the same fused module the build compiles, (b) a tuning cache's matching schedules are
+applied to it (``MetaScheduleApplyDatabase``, see :mod:`guard.backends.tvm_tuning`) and
+(c) the static memory plan is read right after ``StaticPlanBlockMemory``. Unscheduled TIR
+functions compile as plain loops: untuned TVM on CPU is far slower than onnxruntime.
+The payload is ``model.so`` (``export_library``); ``tvm.json`` holds what load needs.
+
+load: ``tvm.runtime.load_module`` + ``relax.VirtualMachine`` on ``tvm.cpu()``; the runtime
+thread pool size is set with ``TVM_NUM_THREADS`` (read when the pool first starts) and
+``runtime.config_threadpool`` (for a pool already started in this process).
+
+tvm is imported inside functions only: importing guard never imports tvm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
+from guard.errors import ModelError, UnsupportedOpError
+
+PAYLOAD = "model.so"
+META = "tvm.json"
+SCHEMA_VERSION = 1
+PIPELINE = "tvm-relax-default-cpu"
+
+
+# -- small helpers ---------------------------------------------------------------------------
+
+
+def _set_threads(threads: int) -> dict[str, Any]:
+    """Size TVM's runtime thread pool; say how it was done."""
+    already = "tvm" in sys.modules
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    import tvm  # noqa: F401 - registers the runtime functions
+    import tvm_ffi
+
+    tvm_ffi.get_global_func("runtime.config_threadpool")(1, threads)
+    return {"TVM_NUM_THREADS": threads, "env_set_before_tvm_import": not already,
+            "config_threadpool": [1, threads],
+            "runtime_num_threads": int(tvm_ffi.get_global_func("runtime.NumThreads")())}
+
+
+def tvm_target(canonical: str, num_cores: int | None = None):
+    """TVM's Target for a canonical target string, ``num-cores`` added when given and unset."""
+    import tvm
+
+    from guard.manifest.target import to_tvm_dict
+
+    d = dict(to_tvm_dict(canonical))
+    if num_cores is not None and "num-cores" not in d:
+        d["num-cores"] = int(num_cores)
+    try:
+        return tvm.target.Target(d)
+    except Exception as exc:  # noqa: BLE001
+        first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+        raise ModelError(f"TVM refuses target {canonical!r}: {first}",
+                         hint="Check the suite's target spelling.") from None
+
+
+def _graph_io(model) -> tuple[list[tuple[str, str]], list[str]]:
+    """[(input name, numpy dtype)] of the real inputs (not initializers), output names."""
+    from onnx import helper
+
+    inits = {i.name for i in model.graph.initializer}
+    ins = [(i.name, np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)).name)
+           for i in model.graph.input if i.name not in inits]
+    return ins, [o.name for o in model.graph.output]
+
+
+def import_onnx(model_path: Path, input_shapes: dict[str, tuple[int, ...]]):
+    """The relax module of an ONNX file with every input shape and dtype bound."""
+    import onnx
+    import tvm
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        model = onnx.load(str(model_path))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"cannot load the ONNX model: {exc}", where=str(model_path)) from None
+    ins, _ = _graph_io(model)
+    missing = [n for n, _ in ins if n not in input_shapes]
+    if missing:
+        raise ModelError(f"no bound shape for input(s) {missing}", where=str(model_path),
+                         hint="Bind every graph input's shape in the suite.")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the frontend warns through the checker
+            return from_onnx(model, shape_dict={n: list(input_shapes[n]) for n, _ in ins},
+                             dtype_dict=dict(ins), keep_params_in_input=False)
+    except tvm.error.OpNotImplemented as exc:
+        text = " ".join(str(exc).split())
+        raise UnsupportedOpError(f"TVM's relax ONNX frontend: {text}", where=str(model_path),
+                                 hint="Replace the operator or use another backend.") from None
+    except Exception as exc:  # noqa: BLE001
+        first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+        raise ModelError(f"TVM's relax ONNX frontend failed: {first}",
+                         where=str(model_path)) from None
+
+
+def _count_nodes(model_path: Path) -> int:
+    import onnx
+
+    return len(onnx.load(str(model_path), load_external_data=False).graph.node)
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+
+def _planned_storage(mod) -> dict[str, int]:
+    """Bytes of the ``alloc_storage`` calls StaticPlanBlockMemory left, and of output tensors."""
+    import tvm
+    from tvm import relax
+
+    storage = {"storage_bytes": 0, "storages": 0, "dynamic_storages": 0,
+               "unplanned_tensor_bytes": 0}
+
+    @relax.expr_functor.visitor
+    class _Visit(relax.PyExprVisitor):
+        def visit_call_(self, call):  # noqa: N802 - TVM's visitor naming
+            op = call.op
+            if isinstance(op, tvm.ir.Op) and op.name == "relax.memory.alloc_storage":
+                size = call.args[0]
+                vals = list(size.values) if isinstance(size, relax.ShapeExpr) else []
+                if len(vals) == 1 and isinstance(vals[0], tvm.tirx.IntImm):
+                    storage["storage_bytes"] += int(vals[0].value)
+                    storage["storages"] += 1
+                else:
+                    storage["dynamic_storages"] += 1
+            elif isinstance(op, tvm.ir.Op) and op.name == "relax.builtin.alloc_tensor":
+                shape, dtype = call.args[0], call.args[1]
+                vals = list(shape.values) if isinstance(shape, relax.ShapeExpr) else []
+                if vals and all(isinstance(v, tvm.tirx.IntImm) for v in vals):
+                    n = int(np.prod([int(v.value) for v in vals]))
+                    item = np.dtype(str(getattr(dtype, "value", dtype))).itemsize
+                    storage["unplanned_tensor_bytes"] += n * item
+            for a in call.args:
+                self.visit_expr(a)
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            _Visit().visit_expr(func)
+    return storage
+
+
+def _onnx_liveness(model_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Peak live bytes of the ONNX graph's intermediate tensors in graph order."""
+    import onnx
+    from onnx import helper, shape_inference
+
+    model = onnx.load(str(model_path))
+    for i in model.graph.input:
+        if i.name in input_shapes:
+            dims = i.type.tensor_type.shape.dim
+            for d, v in zip(dims, input_shapes[i.name], strict=False):
+                d.ClearField("dim_param")
+                d.dim_value = int(v)
+    try:
+        inferred = shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - a model shape inference cannot follow: no bound
+        return {"lower_bound_bytes": -1, "unknown_tensors": -1}
+    sizes: dict[str, int] = {}
+    unknown = 0
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        tt = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if not tt.HasField("shape") or any(d is None for d in dims) or not tt.elem_type:
+            continue
+        item = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
+        sizes[vi.name] = int(np.prod(dims, dtype=np.int64)) * item
+    nodes = list(inferred.graph.node)
+    outputs = {o.name for o in inferred.graph.output}
+    last: dict[str, int] = {}
+    for step, n in enumerate(nodes):
+        for x in n.input:
+            last[x] = step
+    live = peak = 0
+    frees: dict[int, int] = {}
+    for step, n in enumerate(nodes):
+        for o in n.output:
+            if not o:
+                continue
+            if o not in sizes:
+                unknown += 1
+                continue
+            live += sizes[o]
+            if o not in outputs:
+                end = last.get(o, step)
+                frees[end] = frees.get(end, 0) + sizes[o]
+        peak = max(peak, live)
+        live -= frees.pop(step, 0)
+    return {"lower_bound_bytes": peak, "unknown_tensors": unknown}
+
+
+# -- build -----------------------------------------------------------------------------------
+
+
+def _compile(mod, target, database, captured: dict[str, Any]):
+    """TVM's default CPU pipeline with the cache's schedules applied; captures the plan."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    from guard.backends import tvm_tuning
+
+    lower = cpu.dataflow_lower_passes(target)
+    finalize = cpu.finalize_passes(target)
+    if not finalize or finalize[0].info.name != "StaticPlanBlockMemory":
+        raise ModelError("TVM's CPU finalize passes no longer start with StaticPlanBlockMemory",
+                         hint="guard's tvm backend needs updating for this TVM version.")
+
+    @tvm.transform.module_pass(opt_level=0, name="guard_tvm_pipeline")
+    def _pipeline(m, _ctx):
+        with target:
+            m = tvm.transform.Sequential(tvm_tuning.prepare_passes(target))(m)
+            if database is not None:
+                m = relax.transform.MetaScheduleApplyDatabase()(m)
+                captured["applied"] = sum(
+                    1 for _, f in m.functions.items()
+                    if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None
+                    and bool(f.attrs.get("tirx.is_scheduled", False)))
+            m = tvm.transform.Sequential([*lower, finalize[0]])(m)
+            captured["plan"] = _planned_storage(m)
+            return tvm.transform.Sequential(finalize[1:])(m)
+
+    with tvm.transform.PassContext(opt_level=3):
+        if database is not None:
+            with database:
+                return tvm.compile(mod, target=target, relax_pipeline=_pipeline)
+        return tvm.compile(mod, target=target, relax_pipeline=_pipeline)
+
+
+def _versions() -> tuple[dict[str, Any], dict[str, Any]]:
+    import tvm
+
+    compiler: dict[str, Any] = {"name": "apache-tvm", "version": tvm.__version__}
+    try:
+        major = tvm.target.codegen.llvm_version_major(allow_none=True)
+    except Exception:  # noqa: BLE001
+        major = None
+    if major is not None:
+        compiler["llvm_version_major"] = int(major)
+    try:
+        from importlib.metadata import version
+
+        compiler["tvm_ffi_version"] = version("apache-tvm-ffi")
+    except Exception:  # noqa: BLE001
+        pass
+    return compiler, {"name": "apache-tvm", "version": tvm.__version__}
+
+
+class TvmSession:
+    """A loaded tvm artefact: a relax VM over ``model.so``."""
+
+    def __init__(self, artefact_dir: Path, threads: int):
+        self._threading = _set_threads(threads)
+        import tvm
+        from tvm import relax
+
+        meta = json.loads((artefact_dir / META).read_text())
+        if meta.get("schema_version") != SCHEMA_VERSION:
+            raise ModelError(f"unknown schema_version {meta.get('schema_version')!r}",
+                             where=str(artefact_dir / META), hint="Rebuild the artefact.")
+        self._meta = meta
+        try:
+            lib = tvm.runtime.load_module(str(artefact_dir / PAYLOAD))
+        except Exception as exc:  # noqa: BLE001
+            first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+            raise ModelError(f"cannot load the compiled library: {first}",
+                             where=str(artefact_dir / PAYLOAD), hint="Rebuild it.") from None
+        self._dev = tvm.cpu(0)
+        self._vm = relax.VirtualMachine(lib, self._dev)
+        self._main = self._vm["main"]
+        self.input_names = [n for n, _ in meta["inputs"]]
+        self._dtypes = {n: d for n, d in meta["inputs"]}
+        self.output_names = list(meta["outputs"])
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import tvm
+
+        args = [tvm.runtime.tensor(np.ascontiguousarray(feeds[n], dtype=self._dtypes[n]),
+                                   self._dev) for n in self.input_names]
+        out = self._main(*args)
+        if isinstance(out, tvm.runtime.Tensor):
+            return [out.numpy()]
+        return [o.numpy() for o in out]
+
+    def partitions(self) -> PartitionInfo:
+        p = self._meta["partitions"]
+        return PartitionInfo(count=p["count"], delegated_nodes=p["delegated_nodes"],
+                             fallback_nodes=p["fallback_nodes"], by_provider=p["by_provider"],
+                             details=p["details"], how=p["how"])
+
+    def memory(self) -> MemoryInfo:
+        m = self._meta["memory"]
+        return MemoryInfo(arena_bytes=m["arena_bytes"], lower_bound_bytes=m["lower_bound_bytes"],
+                          how=m["how"], extra=m.get("extra", {}))
+
+
+class TvmBackend:
+    name = "tvm"
+
+    def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return _versions()
+
+    def build(self, req: BuildRequest) -> BuildInfo:
+        if req.options:
+            raise ModelError(f"options.tvm: unknown option(s) {sorted(req.options)}",
+                             hint="The tvm backend takes no options; pass the tuning cache "
+                                  "as the build's tuning_cache.")
+        threading = _set_threads(req.threads)
+        import onnx
+
+        from guard.backends import tvm_tuning
+
+        t0 = time.perf_counter()
+        model = onnx.load(str(req.model_path), load_external_data=False)
+        ins, outs = _graph_io(model)
+        target = tvm_target(req.target_canonical)
+        mod = import_onnx(req.model_path, req.input_shapes)
+        t_import = time.perf_counter() - t0
+        tuning: dict[str, Any] = {}
+        database = None
+        if req.tuning_cache is not None:
+            tasks = tvm_tuning.extract_tasks(tvm_tuning.prepare(mod, target), target)
+            found = tvm_tuning.lookup(Path(req.tuning_cache), tasks, target,
+                                      target_has_num_cores="num-cores" in target.export())
+            database = found.database
+            tuning = found.to_dict()
+            tuning["tasks"] = len(tasks)
+            tuning["target"] = req.target_canonical
+            if found.misses:
+                other = (f"; {found.other_target} of them are in the cache for another target"
+                         if found.other_target else "")
+                warnings.warn(
+                    f"tvm tuning cache {req.tuning_cache}: {found.misses} of {len(tasks)} "
+                    f"tasks missed for target {req.target_canonical!r}{other}; they compile "
+                    f"untuned: {', '.join(found.missed[:5])}", stacklevel=2)
+        captured: dict[str, Any] = {}
+        t1 = time.perf_counter()
+        try:
+            ex = _compile(mod, target, database, captured)
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, ModelError):
+                raise
+            first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
+            raise ModelError(f"TVM failed to compile the model: {first}",
+                             where=str(req.model_path)) from None
+        t_compile = time.perf_counter() - t1
+        if database is not None:
+            tuning["applied"] = captured.get("applied", 0)
+            if tuning["applied"] != tuning["hits"]:
+                raise ModelError(
+                    f"tuning cache: {tuning['hits']} task(s) matched but "
+                    f"{tuning['applied']} schedule(s) were applied",
+                    where=str(req.tuning_cache),
+                    hint="guard's look-up and TVM's disagree; report this with the cache.")
+        ex.export_library(str(req.out_dir / PAYLOAD))
+        n_nodes = len(model.graph.node)
+        plan = captured.get("plan", {})
+        live = _onnx_liveness(req.model_path, req.input_shapes)
+        arena = plan.get("storage_bytes") if not plan.get("dynamic_storages") else None
+        memory = {
+            "arena_bytes": arena,
+            "lower_bound_bytes": live["lower_bound_bytes"] if live["lower_bound_bytes"] >= 0
+            else None,
+            "how": "arena: sum of the static relax.memory.alloc_storage sizes TVM's "
+                   "StaticPlanBlockMemory planned for the relax VM (intermediates only; graph "
+                   "outputs are allocated apart, see extra.output_bytes; weights and the VM's "
+                   "own overhead are not counted); lower bound: peak, over the ONNX graph's "
+                   "node order, of live intermediate and output tensor bytes from ONNX shape "
+                   "inference with the bound input shapes (each freed after its last "
+                   "consumer). TVM fuses nodes, so its plan may go below the ONNX bound.",
+            "extra": {"output_bytes": plan.get("unplanned_tensor_bytes"),
+                      "storages": plan.get("storages"),
+                      "dynamic_storages": plan.get("dynamic_storages"),
+                      "liveness_unknown_tensors": live["unknown_tensors"]},
+        }
+        partitions = {
+            "count": 1, "delegated_nodes": n_nodes, "fallback_nodes": 0,
+            "by_provider": {"tvm:llvm": n_nodes},
+            "details": [{"provider": "tvm:llvm", "nodes": n_nodes}],
+            "how": "TVM compiles the whole relax module for one llvm target: one partition "
+                   "holding every ONNX node (count of the ONNX graph's nodes); there is no "
+                   "fallback provider.",
+        }
+        session_opts = {**threading, "device": "cpu(0)", "executor": "relax.VirtualMachine",
+                        "pipeline": PIPELINE, "opt_level": 3,
+                        "tuning_applied": database is not None}
+        meta = {"schema_version": SCHEMA_VERSION, "inputs": ins, "outputs": outs,
+                "input_shapes": {k: list(v) for k, v in req.input_shapes.items()},
+                "target_canonical": req.target_canonical, "target": str(target),
+                "session_options": session_opts, "partitions": partitions, "memory": memory,
+                "tuning": tuning,
+                "timings_s": {"import": round(t_import, 4), "compile": round(t_compile, 4)}}
+        (req.out_dir / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
+        compiler, runtime = _versions()
+        compiler["pipeline"] = PIPELINE
+        return BuildInfo(payload=PAYLOAD, compiler=compiler, runtime=runtime,
+                         session_options=session_opts, tuning=tuning)
+
+    def load(self, artefact_dir: Path, threads: int) -> TvmSession:
+        return TvmSession(Path(artefact_dir), threads)
+
+
+def tune(model_path, input_shapes, target_canonical, db_dir, max_trials_global: int,
+         num_trials_per_iter: int = 2, **kw) -> dict[str, Any]:
+    """Small MetaSchedule tuning into a JSON database: see guard.backends.tvm_tuning.tune."""
+    from guard.backends import tvm_tuning
+
+    return tvm_tuning.tune(model_path, input_shapes, target_canonical, db_dir,
+                           max_trials_global, num_trials_per_iter, **kw)
