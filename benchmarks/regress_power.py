@@ -246,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  [{mode}] {what}: {i + 1}/{n}, {bad} regressed", flush=True)
             return out
 
-        res = {"aa": summarize(trials(base, args.aa_trials, "A/A"))}
-        print(f"[{mode}] A/A: {json.dumps(res['aa'])}", flush=True)
+        res = {}
+        if args.aa_trials:
+            res["aa"] = summarize(trials(base, args.aa_trials, "A/A"))
+            print(f"[{mode}] A/A: {json.dumps(res['aa'])}", flush=True)
         for lv in levels:
             res[f"{lv:.2f}"] = summarize(trials(injected[lv], args.trials, f"{lv:.0%}"))
             print(f"[{mode}] {lv:.0%}: {json.dumps(res[f'{lv:.2f}'])}", flush=True)

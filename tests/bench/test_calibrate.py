@@ -101,3 +101,20 @@ def test_log_noise_writes_one_calibration_run(tmp_path):
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
     assert run.data.tags["guard.level"] == "calibration"
     assert any(k.startswith("noise_pct.mlp") and v == 4.0 for k, v in run.data.metrics.items())
+
+
+@pytest.mark.slow
+def test_calibrate_cli_on_the_smoke_suite(tmp_path, monkeypatch, capsys):
+    """Real pipeline cases, short rounds: a noise file compare then picks up by default."""
+    from pathlib import Path
+
+    from guard.cli import main
+
+    suite = Path(__file__).resolve().parents[2] / "suites" / "smoke.yaml"
+    monkeypatch.chdir(tmp_path)
+    code = main(["calibrate", str(suite), "--rounds", "3", "--round-s", "0.15", "--no-track"])
+    assert code == 0
+    noise = K.load_noise(K.default_noise_path(tmp_path, "smoke"))
+    assert {k.split("/")[0] for k in noise} == {"mlp", "digits", "inception_block"}
+    assert all(0 <= v < 100 for v in noise.values())
+    assert "wrote" in capsys.readouterr().out
