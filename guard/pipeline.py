@@ -10,6 +10,7 @@ measured is lost. The results document is always kept locally before tracking is
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
@@ -138,8 +139,6 @@ def tuning_cache_pin(path: str, entry: ModelEntry) -> dict[str, Any]:
         raise UsageError(f"options.tuning_cache: {p} does not exist", where=entry.where,
                          hint="Point it at a tuning database (run the nightly tuning job), or "
                               "remove the option to build untuned.")
-    import hashlib
-
     h = hashlib.sha256()
     files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
     for f in files:
@@ -166,8 +165,18 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
     """
     compiler, runtime = backend.versions()
     options = dict(entry.options.get(backend_name, {}))
+    key_only: dict[str, str] = {}  # keys the artefact, not passed to the backend
     if backend_name == "bundled" and entry.profile and "profile" not in options:
         options["profile"] = entry.profile
+    profile = options.get("profile")
+    if isinstance(profile, str) and (profile.endswith((".yaml", ".yml")) or "/" in profile):
+        pp = Path(profile) if Path(profile).is_absolute() else entry.suite_dir / profile
+        if not pp.is_file():
+            raise UsageError(f"profile {profile!r}: no such file ({pp})", where=entry.where,
+                             hint="Name a shipped profile (guard partition --help) or a YAML "
+                                  "file relative to the suite.")
+        options["profile"] = str(pp.resolve())
+        key_only["profile_sha256"] = hashlib.sha256(pp.read_bytes()).hexdigest()
     cache_path = options.pop("tuning_cache", None)
     cache_pin = tuning_cache_pin(cache_path, entry) if cache_path else None
     manifest = mf.build_manifest(
@@ -176,8 +185,8 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
         tuning_cache=cache_pin)
     if cache_pin is not None:
         # The cache's content hash is part of the key: a changed cache is a new artefact.
-        options["tuning_cache_sha256"] = cache_pin["sha256"]
-    key = mf.artefact_key(manifest, options)
+        key_only["tuning_cache_sha256"] = cache_pin["sha256"]
+    key = mf.artefact_key(manifest, {**options, **key_only})
     final = mf.artefact_dir(workdir / GUARD_DIR / "artefacts", entry.name, backend_name, key)
     build_json = final / "build.json"
     if (final / "manifest.json").is_file() and build_json.is_file():
@@ -197,8 +206,7 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
                            target_canonical=manifest["target"]["canonical"],
                            threads=entry.threads, out_dir=tmp,
                            tuning_cache=Path(cache_pin["path"]) if cache_pin else None,
-                           options={k: v for k, v in options.items()
-                                    if k != "tuning_cache_sha256"})
+                           options=options)
         info = backend.build(req)
         # The backend may pin more than its versions (pipeline name, optimisation level).
         manifest = mf.build_manifest(

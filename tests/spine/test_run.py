@@ -164,3 +164,28 @@ def test_tuning_cache_is_pinned_and_keys_the_artefact(tmp_path, workdir, convnet
     assert r2["artefact"] != r["artefact"] and r2["artefact_reused"] is False
     cache.unlink()
     assert main(["run", str(suite), "--no-track"]) == 2
+
+
+def test_bundled_with_a_delegate_profile_gates_partitions(tmp_path, workdir, convnet):
+    """A profile (path relative to the suite) lacking an op mid-network splits the graph,
+    and the partitions check fails naming the count; the profile's bytes key the artefact."""
+    prof = tmp_path / "no-gap.yaml"
+    prof.write_text(
+        "schema_version: 1\nname: no-gap\ndescription: a delegate without GlobalAveragePool\n"
+        "ops: '*'\nexclude_ops: [GlobalAveragePool]\ndtypes: [float32]\n"
+        "min_partition_size: 1\n")
+    text = suite_text(convnet, backends="[bundled]").replace(
+        "    models:", "      profile: no-gap.yaml\n    models:")
+    suite = write_suite(tmp_path, text)
+    code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
+    (r,) = doc["results"]
+    assert code == 1, r
+    assert r["partitions"]["count"] >= 2 and r["partitions"]["fallback_nodes"] >= 1
+    (failed,) = [c for c in r["checks"] if c["status"] == "fail"]
+    assert failed["name"] == "partitions" and failed["value"] == r["partitions"]["count"]
+    assert r["manifest"]["compiler"]["profile"]
+    tol = next(c for c in r["checks"] if c["name"] == "tolerance")
+    assert tol["status"] in ("created", "pass")  # the fallback still computes the same thing
+    prof.write_text(prof.read_text().replace("min_partition_size: 1", "min_partition_size: 2"))
+    code, doc2 = run_json([str(suite), "--no-track"], tmp_path / "r2.json")
+    assert doc2["results"][0]["artefact"] != r["artefact"]
