@@ -62,9 +62,18 @@ def _mb(x: Any) -> str:
 
 
 def causes(
-    row: Mapping[str, Any], base_r: Mapping[str, Any], head_r: Mapping[str, Any]
+    row: Mapping[str, Any],
+    base_r: Mapping[str, Any],
+    head_r: Mapping[str, Any],
+    *,
+    structural_only: bool = False,
 ) -> list[str]:
-    """Every candidate cause, most specific first."""
+    """Every candidate cause, most specific first.
+
+    ``structural_only`` keeps what changed in the artefact (partitions, tuning, ops,
+    arena, outputs) and drops the context notes (contention, pins) that only help explain
+    a latency move.
+    """
     out: list[str] = []
     pb, ph = row["partitions"]
     if pb is not None and ph is not None and pb != ph:
@@ -88,13 +97,16 @@ def causes(
             "outputs changed"
             + (f" (max abs err {eb:.2g} → {eh:.2g})" if eb is not None and eh is not None else "")
         )
+    if structural_only:
+        return out
+    cb, ch = row.get("contention") or (None, None)
     busy = [
-        f"{side} timed under {c:.0%} contention"
-        for side, c in zip(("base", "head"), row.get("contention") or (None, None), strict=False)
-        if c is not None and c > CONTENTION_NOTE
+        side for side, c in (("base", cb), ("head", ch)) if c is not None and c > CONTENTION_NOTE
     ]
     if busy:
-        out.append(" and ".join(busy))
+        shown = "/".join(f"{c:.0%}" for side, c in (("base", cb), ("head", ch)) if side in busy)
+        who = "both sides" if len(busy) == 2 else busy[0]
+        out.append(f"{who} timed under {shown} contention")
     md = row.get("manifest_diff") or {}
     for prefix in _MANIFEST_ORDER:
         for field, (vb, vh) in md.items():
@@ -108,14 +120,14 @@ def attribute(
     row: Mapping[str, Any], base_r: Mapping[str, Any], head_r: Mapping[str, Any]
 ) -> str | None:
     """The attribution line, or None when nothing moved and nothing changed."""
-    found = causes(row, base_r, head_r)
+    moved = row.get("verdict") in ("regressed", "improved")
+    found = causes(row, base_r, head_r, structural_only=not moved)
     p50, p90 = _pct(row.get("ratio")), _pct(row.get("p90_ratio"))
     lead = None
     if p90 is not None and (p50 is None or abs(p90) > abs(p50) + 2.0):
         lead = f"p90 {p90:+.0f}%"
     elif p50 is not None:
         lead = f"p50 {p50:+.0f}%"
-    moved = row.get("verdict") in ("regressed", "improved")
     if not found:
         return (
             f"{lead}: no pinned field, partition, tuning or graph change recorded"

@@ -197,3 +197,20 @@ def test_contention_is_carried_and_named_in_attribution():
     row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
     assert row["contention"] == [0.05, 0.9]
     assert row["attribution"].endswith(": head timed under 90% contention")
+
+
+def test_pass_rows_only_name_structural_changes():
+    rng = np.random.default_rng(13)
+    m = manifest(runtime__version="1.31.1")
+    busy = {"contention": 1.0}
+    b = result("mlp", lat(rng), measurement=busy)
+    h = result("mlp", lat(rng), manifest=m, measurement=busy)
+    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    assert row["verdict"] == "pass" and row["attribution"] is None
+    h2 = result("mlp", lat(rng), manifest=m, measurement=busy,
+                partitions={"count": 2, "delegated_nodes": 9, "fallback_nodes": 1})  # fmt: skip
+    row = C.compare_docs(doc(b), doc(h2), CFG)["rows"][0]
+    assert row["verdict"] == "pass" and row["attribution"].endswith(": partitions 1 → 2")
+    slow = result("mlp", lat(rng, factor=1.3), measurement={"contention": 0.8})
+    row = C.compare_docs(doc(b), doc(slow), CFG)["rows"][0]
+    assert "both sides timed under 100%/80% contention" in row["attribution"]
