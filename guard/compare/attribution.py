@@ -3,9 +3,10 @@
 Rules look at what the results carry, most specific first: partition count (each boundary
 costs a sync and a copy, and names the unsupported ops), tuning-cache hit rate (a miss is a
 2-10x slower schedule), graph op counts after optimisation (an inserted Transpose, a
-LayerNorm no longer fused), arena size, output hash, and last the manifest pins.
-The line leads with the latency move (the larger of p50 and p90), e.g.
-"p90 +14%: partitions 1 → 3, unsupported on the delegate: Erf".
+LayerNorm no longer fused), arena size, output hash; then the manifest pins; last the
+contention the timing saw. The line leads with the latency move (the larger of p50 and
+p90) and names the first two, e.g. "p90 +14%: partitions 1 → 3, Erf unsupported on the
+delegate". Rows that did not move only name what changed in the artefact.
 """
 
 from __future__ import annotations
@@ -16,13 +17,7 @@ from typing import Any
 
 # guard.bench.preflight warns above 20%; a verdict measured like that deserves a note.
 CONTENTION_NOTE = 0.2
-_MANIFEST_ORDER = (
-    "runtime.version",
-    "compiler.version",
-    "driver",
-    "tuning_cache.sha256",
-    "model.sha256",
-)
+_MANIFEST_ORDER = ("runtime.", "compiler.", "driver.", "tuning_cache.", "model.", "target.")
 
 
 def _pct(ratio: float | None) -> float | None:
@@ -99,6 +94,12 @@ def causes(
         )
     if structural_only:
         return out
+    md = row.get("manifest_diff") or {}
+    for prefix in _MANIFEST_ORDER:
+        for field, (vb, vh) in md.items():
+            if field.startswith(prefix):
+                out.append(f"{field} {vb} → {vh}")
+                break
     cb, ch = row.get("contention") or (None, None)
     busy = [
         side for side, c in (("base", cb), ("head", ch)) if c is not None and c > CONTENTION_NOTE
@@ -107,12 +108,6 @@ def causes(
         shown = "/".join(f"{c:.0%}" for side, c in (("base", cb), ("head", ch)) if side in busy)
         who = "both sides" if len(busy) == 2 else busy[0]
         out.append(f"{who} timed under {shown} contention")
-    md = row.get("manifest_diff") or {}
-    for prefix in _MANIFEST_ORDER:
-        for field, (vb, vh) in md.items():
-            if field.startswith(prefix):
-                out.append(f"{field} {vb} → {vh}")
-                break
     return out
 
 

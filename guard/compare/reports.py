@@ -78,7 +78,11 @@ def row_cells(r: Mapping[str, Any]) -> list[str]:
         _pair(r.get("arena_bytes")),
         _pair(r.get("partitions")),
         ("changed" if num.get("output_sha256_changed") else "same")
-        + f"; {_pair(num.get('max_abs_err'), '{:.2g}')}",
+        + (
+            f"; head-base {num['max_abs_diff']:.2g}"  # interleaved A/B: outputs side by side
+            if num.get("max_abs_diff") is not None
+            else f"; {_pair(num.get('max_abs_err'), '{:.2g}')}"
+        ),
         _pair(r.get("tuning_hit_rate"), "{:.0%}"),
         r.get("attribution") or "",
     ]
