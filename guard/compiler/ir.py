@@ -47,6 +47,17 @@ DTYPE_NAMES: dict[str, np.dtype] = {
     "u64": np.dtype(np.uint64),
     "bool": np.dtype(np.bool_),
 }
+try:  # bfloat16, float8 and 4-bit types, as onnx itself represents them (ml_dtypes)
+    import ml_dtypes
+
+    for _name, _attr in (
+        ("bf16", "bfloat16"), ("f8e4m3fn", "float8_e4m3fn"), ("f8e4m3fnuz", "float8_e4m3fnuz"),
+        ("f8e5m2", "float8_e5m2"), ("f8e5m2fnuz", "float8_e5m2fnuz"), ("i4", "int4"), ("u4", "uint4"),
+    ):  # fmt: skip
+        if hasattr(ml_dtypes, _attr):
+            DTYPE_NAMES[_name] = np.dtype(getattr(ml_dtypes, _attr))
+except ImportError:  # pragma: no cover - onnx depends on ml_dtypes
+    pass
 _NAME_OF_DTYPE = {v: k for k, v in DTYPE_NAMES.items()}
 
 

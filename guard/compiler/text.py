@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from guard.compiler.ir import Constant, Graph, Node, Value, dtype_from_name, dtype_name
+from guard.compiler.ir import DTYPE_NAMES, Constant, Graph, Node, Value, dtype_from_name, dtype_name
 from guard.errors import ModelError
 
 INLINE_MAX_ELEMENTS = 64
@@ -128,7 +128,7 @@ class _Cursor:
             raise self.fail("end of line")
 
 
-_DTYPES = {"f16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "bool"}
+_DTYPES = set(DTYPE_NAMES)
 
 
 def parse_graph(text: str, weights: Mapping[str, np.ndarray] | None = None) -> Graph:

@@ -102,3 +102,28 @@ def test_imported_model_round_trips_through_text() -> None:
     g = import_onnx(m, {"x": (3, 4)})
     verify(g)
     assert print_graph(parse_graph(print_graph(g))) == print_graph(g)
+
+
+def test_low_precision_dtypes_round_trip_through_text() -> None:
+    import ml_dtypes
+
+    g = Graph("lp")
+    g.add_input("x", (3,), ml_dtypes.bfloat16)
+    g.add_constant("c", np.asarray([1.5, -2.0, 0.0078125], ml_dtypes.bfloat16))
+    g.add_node("Add", ["x", "c"], [((3,), ml_dtypes.bfloat16)], outputs=["y"])
+    g.add_node(
+        "Cast",
+        ["y"],
+        [((3,), ml_dtypes.float8_e4m3fn)],
+        {"to": "f8e4m3fn", "saturate": 1},
+        outputs=["z"],
+    )
+    g.outputs = ["z"]
+    verify(g)
+    text = print_graph(g)
+    assert "input x: bf16[3]" in text and "z: f8e4m3fn[3]" in text
+    back = parse_graph(text)
+    assert print_graph(back) == text
+    x = np.asarray([1000.0, 1.0, -1.0], ml_dtypes.bfloat16)
+    out = run_reference(back, {"x": x})["z"]
+    assert out.dtype == ml_dtypes.float8_e4m3fn and float(out[0]) == 448.0  # saturated

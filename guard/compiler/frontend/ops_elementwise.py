@@ -139,13 +139,20 @@ def cast(
     round_mode: str = "up",
 ) -> None:
     dt = np_dtype(to, ctx.where())
-    ctx.emit("Cast", ins[:1], {"to": dtype_name(dt)}, outs)
+    attrs: dict[str, Any] = {"to": dtype_name(dt)}
+    if dtype_name(dt).startswith("f8"):
+        attrs["saturate"] = saturate
+    ctx.emit("Cast", ins[:1], attrs, outs)
 
 
 def cast_like(
     ctx: ImportContext, ins: list[str], outs: list[str], saturate: int = 1, round_mode: str = "up"
 ) -> None:
-    ctx.emit("Cast", ins[:1], {"to": dtype_name(ctx.type(ins[1]).dtype)}, outs)
+    to = dtype_name(ctx.type(ins[1]).dtype)
+    attrs: dict[str, Any] = {"to": to}
+    if to.startswith("f8"):
+        attrs["saturate"] = saturate
+    ctx.emit("Cast", ins[:1], attrs, outs)
 
 
 def clip_v1(

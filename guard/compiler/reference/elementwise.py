@@ -46,6 +46,18 @@ def _round(x: np.ndarray) -> np.ndarray:
     return np.round(x)  # numpy rounds half to even, as ONNX specifies
 
 
+def _cast(x: np.ndarray, a: Attrs) -> np.ndarray:
+    to = dtype_from_name(a["to"])
+    if a["to"].startswith("f8") and a.get("saturate", 1) and x.dtype.kind in "fV":
+        # Saturating float8 cast: out-of-range values and infinities clamp to the largest
+        # finite value; NaN stays NaN.
+        import ml_dtypes
+
+        big = float(ml_dtypes.finfo(to).max)
+        return np.clip(x.astype(np.float32), -big, big).astype(to)
+    return x.astype(to)
+
+
 def _f(x: np.ndarray, v: float) -> np.ndarray:
     return np.asarray(v, dtype=x.dtype)
 
@@ -105,7 +117,7 @@ UNARY_FNS: dict[str, Callable[[np.ndarray, Attrs], np.ndarray]] = {
     "Swish": lambda x, a: (x / (1 + np.exp(-_f(x, a.get("alpha", 1.0)) * x))).astype(x.dtype),
     "Clip": _clip,
     "Gelu": _gelu,
-    "Cast": lambda x, a: x.astype(dtype_from_name(a["to"])),
+    "Cast": lambda x, a: _cast(x, a),
 }
 
 
