@@ -186,13 +186,21 @@ def _config(args: argparse.Namespace) -> RegressConfig:
 def _noise(
     args: argparse.Namespace, suite: str | None, kind: str = "sequential"
 ) -> dict[str, float] | None:
-    from guard.bench.calibrate import default_noise_path, load_noise
+    """Calibrated noise: --noise, else .guard/noise/<suite>.json, else the newest
+    calibration run in MLflow when a tracking URI was given (flag or environment)."""
+    import os
 
-    path = args.noise
-    if path is None and suite:
-        candidate = default_noise_path(Path.cwd(), suite)
-        path = candidate if candidate.is_file() else None
-    return load_noise(path, kind) if path else None
+    from guard.bench.calibrate import default_noise_path, latest_noise, load_noise
+
+    if args.noise is not None:
+        return load_noise(args.noise, kind)
+    if not suite:
+        return None
+    local = default_noise_path(Path.cwd(), suite)
+    if local.is_file():
+        return load_noise(local, kind)
+    uri = getattr(args, "tracking_uri", None) or os.environ.get("MLFLOW_TRACKING_URI")
+    return latest_noise(uri, suite, kind) if uri else None
 
 
 def _emit(cmp: dict[str, Any], args: argparse.Namespace, title: str) -> None:

@@ -135,6 +135,11 @@ def load_noise(path: Path, kind: str = "sequential") -> dict[str, float]:
         ) from None
     except (OSError, json.JSONDecodeError) as e:
         raise UsageError(f"unreadable noise file ({e})", where=where) from None
+    return noise_entries(doc, kind, where)
+
+
+def noise_entries(doc: Any, kind: str, where: str) -> dict[str, float]:
+    """Validate a noise document (schema_version 1) and pick one noise level per key."""
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
         raise UsageError(
             f"schema_version must be {SCHEMA_VERSION}",
@@ -152,6 +157,30 @@ def load_noise(path: Path, kind: str = "sequential") -> dict[str, float]:
             raise UsageError(f"entries.{key}.{field} must be a number >= 0", where=where)
         out[key] = float(v)
     return out
+
+
+def latest_noise(uri: str, suite: str, kind: str = "sequential") -> dict[str, float] | None:
+    """The newest calibration run's noise in guard/<suite>, or None when there is none."""
+    import mlflow
+
+    from guard.track.log import _translated, experiment_name
+
+    with _translated(uri, f"looking up the noise calibration of suite {suite!r}"):
+        client = mlflow.MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name(experiment_name(suite))
+        if exp is None:
+            return None
+        runs = client.search_runs(
+            [exp.experiment_id],
+            filter_string="tags.`guard.level` = 'calibration'",
+            order_by=["attributes.start_time DESC"],
+            max_results=1,
+        )
+        if not runs:
+            return None
+        mlflow.set_tracking_uri(uri)
+        doc = mlflow.artifacts.load_dict(f"{runs[0].info.artifact_uri.rstrip('/')}/noise.json")
+    return noise_entries(doc, kind, f"run:{runs[0].info.run_id}/noise.json")
 
 
 def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:

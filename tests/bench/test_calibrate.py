@@ -101,6 +101,10 @@ def test_log_noise_writes_one_calibration_run(tmp_path):
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
     assert run.data.tags["guard.level"] == "calibration"
     assert any(k.startswith("noise_pct.mlp") and v == 4.0 for k, v in run.data.metrics.items())
+    # and compare finds it there when no local noise file exists
+    assert K.latest_noise(uri, "smoke") == {"mlp/onnxruntime/llvm -mcpu=x": 4.0}
+    assert K.latest_noise(uri, "smoke", "paired") == {"mlp/onnxruntime/llvm -mcpu=x": 1.5}
+    assert K.latest_noise(uri, "other-suite") is None
 
 
 @pytest.mark.slow

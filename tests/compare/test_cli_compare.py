@@ -128,3 +128,19 @@ def test_baseline_flag(pair):
     a, a2, slow = pair
     assert main(["compare", slow, "--baseline", a, "--quiet"]) == 1
     assert main(["compare", a2, "--baseline", a, "--quiet"]) == 0
+
+
+@pytest.mark.slow
+def test_noise_from_the_newest_mlflow_calibration(pair, tmp_path, monkeypatch):
+    from guard.bench.calibrate import log_noise, save_noise
+
+    a, _, slow = pair
+    monkeypatch.chdir(tmp_path)  # no local .guard/noise here
+    uri = f"sqlite:///{tmp_path / 'noise.db'}"
+    key = "mlp/onnxruntime/llvm -mcpu=sapphirerapids"
+    doc = save_noise(
+        tmp_path / "n.json", "smoke", {key: {"noise_pct": 20.0, "paired_noise_pct": 5.0}}
+    )
+    assert main(["compare", a, slow, "--quiet", "--tracking-uri", uri]) == 1  # no calibration yet
+    log_noise(uri, "smoke", doc)
+    assert main(["compare", a, slow, "--quiet", "--tracking-uri", uri]) == 0
