@@ -42,6 +42,10 @@ class RecomposeGelu(Pass):
                 notes.append(f"no Gelu at {erf.label()}: {m}")
                 continue
             x, final, nodes = m
+            xv, yv = graph.values[x], graph.values[final.outputs[0]]
+            if (xv.shape, xv.dtype) != (yv.shape, yv.dtype):
+                notes.append(f"no Gelu at {erf.label()}: a constant broadcasts x to a new shape")
+                continue
             for n in nodes:
                 if n is not final:
                     dead.add(id(n))
