@@ -37,6 +37,9 @@ from guard.errors import ModelError, UsageError
 
 DB_FILES = ("database_tuning_record.json", "database_workload.json")
 MAX_MISSED_LISTED = 20
+# MetaSchedule records a trial that failed to build or run with this cost (MAX_FAIL_COST):
+# such a record is no schedule, and never a hit.
+FAILED_RUN_SECS = 1e9
 
 
 # -- the pipeline both tuning and building use, so that task keys match by construction ----
@@ -115,6 +118,11 @@ def _mean(xs) -> float:
     return sum(vals) / len(vals) if vals else float("inf")
 
 
+def _valid(record) -> bool:
+    """A record of a trial that built and ran (failed trials are stored too)."""
+    return bool(record.run_secs) and _mean(record.run_secs) < FAILED_RUN_SECS
+
+
 @dataclass
 class Lookup:
     """Which tasks the cache covers for this target, and the in-memory database to apply."""
@@ -127,6 +135,8 @@ class Lookup:
     missed: list[str] = field(default_factory=list)
     hit: list[str] = field(default_factory=list)
     other_target: int = 0  # misses whose workload is in the cache, tuned for another target
+    failed_only: int = 0  # misses whose workload and target are there, with failed trials only
+    failed_records: int = 0  # records of trials that failed to build or run
     tuned_num_cores: list[int] = field(default_factory=list)
     database: Any = None  # ms.database.MemoryDatabase holding only the matching records
 
@@ -135,6 +145,8 @@ class Lookup:
                 "hits": self.hits, "misses": self.misses,
                 "missed": self.missed[:MAX_MISSED_LISTED],
                 "misses_tuned_for_other_target": self.other_target,
+                "misses_failed_trials_only": self.failed_only,
+                "failed_records": self.failed_records,
                 "tuned_num_cores": self.tuned_num_cores}
 
 
@@ -147,7 +159,8 @@ def lookup(db_dir: Path, tasks: list, target, target_has_num_cores: bool) -> Loo
     sha = db_sha256(db_dir) if all((db_dir / n).is_file() for n in DB_FILES) else ""
     db = open_db(db_dir)
     records = list(db.get_all_tuning_records())
-    out = Lookup(path=str(db_dir), sha256=sha, entries=len(records))
+    out = Lookup(path=str(db_dir), sha256=sha, entries=len(records),
+                 failed_records=sum(1 for r in records if not _valid(r)))
     want = _target_key(target, drop_num_cores=not target_has_num_cores)
     by_hash: dict[int, list] = {}
     for r in records:
@@ -158,12 +171,14 @@ def lookup(db_dir: Path, tasks: list, target, target_has_num_cores: bool) -> Loo
         mod = task.dispatched[0]
         same_wl = [r for r in by_hash.get(tvm_ffi.structural_hash(mod), [])
                    if tvm_ffi.structural_equal(r.workload.mod, mod)]
-        good = [r for r in same_wl if r.target is not None and r.run_secs
-                and _target_key(r.target, drop_num_cores=not target_has_num_cores) == want]
+        same_target = [r for r in same_wl if r.target is not None and _target_key(
+            r.target, drop_num_cores=not target_has_num_cores) == want]
+        good = [r for r in same_target if _valid(r)]
         if not good:
             out.misses += 1
             out.missed.append(task.task_name)
-            out.other_target += bool(same_wl)
+            out.failed_only += bool(same_target)
+            out.other_target += bool(same_wl) and not same_target
             continue
         best = min(good, key=lambda r: _mean(r.run_secs))
         wl = mem.commit_workload(mod)
@@ -218,7 +233,8 @@ def tune(model_path: Path | str, input_shapes: dict[str, tuple[int, ...]] | dict
     evolutionary search needs its mutators, which crash this TVM wheel on initialisation,
     and its XGBoost cost model, which is not a dependency. Enough to make a real cache of
     real measured schedules; not a replacement for a long tuning run.
-    Returns {"tasks": [names], "records": n, "seconds": s, "target": str}.
+    Returns {"tasks", "records", "failed_records", "tasks_without_valid_record", "seconds",
+    "target"}: a task whose trials all failed is listed, and will miss at build time.
     """
     import time
 
@@ -257,12 +273,18 @@ def tune(model_path: Path | str, input_shapes: dict[str, tuple[int, ...]] | dict
         ms.tune_tasks(
             tasks=contexts, task_weights=[float(t.weight) for t in tasks], work_dir=work,
             max_trials_global=max_trials_global, num_trials_per_iter=num_trials_per_iter,
-            builder=ms.builder.LocalBuilder(max_workers=1),
-            runner=ms.runner.LocalRunner(evaluator_config=ms.runner.EvaluatorConfig(
-                number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)),
+            # Generous timeouts: on a shared 2-core machine a worker's start alone can take
+            # seconds, and a timed-out trial is stored as a failure.
+            builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=300),
+            runner=ms.runner.LocalRunner(
+                timeout_sec=300,
+                evaluator_config=ms.runner.EvaluatorConfig(
+                    number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)),
             database=database, cost_model="random", task_scheduler="round-robin",
             measure_callbacks=[ms.measure_callback.AddToDatabase(),
                                ms.measure_callback.RemoveBuildArtifact()])
-    return {"tasks": [t.task_name for t in tasks], "records": len(database),
+    found = lookup(db_dir, tasks, target, target_has_num_cores=True)
+    return {"tasks": [t.task_name for t in tasks], "records": found.entries,
+            "failed_records": found.failed_records, "tasks_without_valid_record": found.missed,
             "seconds": round(time.perf_counter() - t0, 3), "target": str(target),
             "tvm_version": tvm.__version__}

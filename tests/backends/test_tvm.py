@@ -188,6 +188,7 @@ def tuned(tmp_path_factory, host):
     model = _gemm(d / "gemm.onnx")
     db = d / "db"
     summary = tune(model, {"x": (1, 16)}, host, db, max_trials_global=2, num_trials_per_iter=2)
+    assert summary["tasks_without_valid_record"] == [], summary  # every trial failed
     return model, db, summary
 
 
@@ -199,6 +200,7 @@ def test_tuning_cache_hit_for_the_tuned_target(backend, host, tuned, tmp_path):
     t = info.tuning
     assert (t["hits"], t["misses"], t["missed"], t["applied"]) == (1, 0, [], 1)
     assert t["entries"] == summary["records"] and t["path"] == str(db)
+    assert t["failed_records"] == summary["failed_records"] < t["entries"]
     assert len(t["sha256"]) == 64
     # The tuned schedule computes the same thing.
     x = np.random.default_rng(4).standard_normal((1, 16)).astype(np.float32)
@@ -237,3 +239,26 @@ def test_tvm_own_lookup_ignores_the_target(host, tuned):
     assert rec is not None and str(rec.target) != str(other)
     assert rec.target.export()["mcpu"] != other.export()["mcpu"]
     assert isinstance(tvm.__version__, str)
+
+
+@pytest.mark.slow
+def test_failed_trials_are_misses_not_hits(backend, host, tuned, tmp_path):
+    """MetaSchedule stores failed trials (run_secs 1e10); a cache of only those covers nothing."""
+    model, db, _ = tuned
+    bad = tmp_path / "db"
+    bad.mkdir()
+    (bad / "database_workload.json").write_bytes((db / "database_workload.json").read_bytes())
+    lines = []
+    for line in (db / "database_tuning_record.json").read_text().splitlines():
+        rec = json.loads(line)
+        rec[1][1] = [1e10]  # [workload index, [trace, run_secs, target, args_info]]
+        lines.append(json.dumps(rec))
+    (bad / "database_tuning_record.json").write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match="1 of 1 tasks missed"):
+        info = _build(backend, model, {"x": (1, 16)}, tmp_path / "art", host, cache=bad)
+    t = info.tuning
+    assert (t["hits"], t["misses"], t["applied"]) == (0, 1, 0)
+    assert t["misses_failed_trials_only"] == 1 and t["failed_records"] == t["entries"]
+    from guard.backends.tvm_tuning import db_sha256
+
+    assert t["sha256"] == db_sha256(bad) != db_sha256(db)  # the hash covers the records
