@@ -111,100 +111,6 @@ def import_onnx(model_path: Path, input_shapes: dict[str, tuple[int, ...]]):
                          where=str(model_path)) from None
 
 
-def _count_nodes(model_path: Path) -> int:
-    import onnx
-
-    return len(onnx.load(str(model_path), load_external_data=False).graph.node)
-
-
-# -- memory ----------------------------------------------------------------------------------
-
-
-def _planned_storage(mod) -> dict[str, int]:
-    """Bytes of the ``alloc_storage`` calls StaticPlanBlockMemory left, and of output tensors."""
-    import tvm
-    from tvm import relax
-
-    storage = {"storage_bytes": 0, "storages": 0, "dynamic_storages": 0,
-               "unplanned_tensor_bytes": 0}
-
-    @relax.expr_functor.visitor
-    class _Visit(relax.PyExprVisitor):
-        def visit_call_(self, call):  # noqa: N802 - TVM's visitor naming
-            op = call.op
-            if isinstance(op, tvm.ir.Op) and op.name == "relax.memory.alloc_storage":
-                size = call.args[0]
-                vals = list(size.values) if isinstance(size, relax.ShapeExpr) else []
-                if len(vals) == 1 and isinstance(vals[0], tvm.tirx.IntImm):
-                    storage["storage_bytes"] += int(vals[0].value)
-                    storage["storages"] += 1
-                else:
-                    storage["dynamic_storages"] += 1
-            elif isinstance(op, tvm.ir.Op) and op.name == "relax.builtin.alloc_tensor":
-                shape, dtype = call.args[0], call.args[1]
-                vals = list(shape.values) if isinstance(shape, relax.ShapeExpr) else []
-                if vals and all(isinstance(v, tvm.tirx.IntImm) for v in vals):
-                    n = int(np.prod([int(v.value) for v in vals]))
-                    item = np.dtype(str(getattr(dtype, "value", dtype))).itemsize
-                    storage["unplanned_tensor_bytes"] += n * item
-            for a in call.args:
-                self.visit_expr(a)
-
-    for _, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            _Visit().visit_expr(func)
-    return storage
-
-
-def _onnx_liveness(model_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
-    """Peak live bytes of the ONNX graph's intermediate tensors in graph order."""
-    import onnx
-    from onnx import helper, shape_inference
-
-    model = onnx.load(str(model_path))
-    for i in model.graph.input:
-        if i.name in input_shapes:
-            dims = i.type.tensor_type.shape.dim
-            for d, v in zip(dims, input_shapes[i.name], strict=False):
-                d.ClearField("dim_param")
-                d.dim_value = int(v)
-    try:
-        inferred = shape_inference.infer_shapes(model, data_prop=True)
-    except Exception:  # noqa: BLE001 - a model shape inference cannot follow: no bound
-        return {"lower_bound_bytes": -1, "unknown_tensors": -1}
-    sizes: dict[str, int] = {}
-    unknown = 0
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        if not tt.HasField("shape") or any(d is None for d in dims) or not tt.elem_type:
-            continue
-        item = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
-        sizes[vi.name] = int(np.prod(dims, dtype=np.int64)) * item
-    nodes = list(inferred.graph.node)
-    outputs = {o.name for o in inferred.graph.output}
-    last: dict[str, int] = {}
-    for step, n in enumerate(nodes):
-        for x in n.input:
-            last[x] = step
-    live = peak = 0
-    frees: dict[int, int] = {}
-    for step, n in enumerate(nodes):
-        for o in n.output:
-            if not o:
-                continue
-            if o not in sizes:
-                unknown += 1
-                continue
-            live += sizes[o]
-            if o not in outputs:
-                end = last.get(o, step)
-                frees[end] = frees.get(end, 0) + sizes[o]
-        peak = max(peak, live)
-        live -= frees.pop(step, 0)
-    return {"lower_bound_bytes": peak, "unknown_tensors": unknown}
-
-
 # -- build -----------------------------------------------------------------------------------
 
 
@@ -214,7 +120,7 @@ def _compile(mod, target, database, captured: dict[str, Any]):
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from guard.backends import tvm_tuning
+    from guard.backends import tvm_memory, tvm_tuning
 
     lower = cpu.dataflow_lower_passes(target)
     finalize = cpu.finalize_passes(target)
@@ -233,7 +139,7 @@ def _compile(mod, target, database, captured: dict[str, Any]):
                     if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None
                     and bool(f.attrs.get("tirx.is_scheduled", False)))
             m = tvm.transform.Sequential([*lower, finalize[0]])(m)
-            captured["plan"] = _planned_storage(m)
+            captured["plan"] = tvm_memory.planned_storage(m)
             return tvm.transform.Sequential(finalize[1:])(m)
 
     with tvm.transform.PassContext(opt_level=3):
@@ -324,7 +230,7 @@ class TvmBackend:
         threading = _set_threads(req.threads)
         import onnx
 
-        from guard.backends import tvm_tuning
+        from guard.backends import tvm_memory, tvm_tuning
 
         t0 = time.perf_counter()
         model = onnx.load(str(req.model_path), load_external_data=False)
@@ -353,9 +259,9 @@ class TvmBackend:
         t1 = time.perf_counter()
         try:
             ex = _compile(mod, target, database, captured)
-        except Exception as exc:  # noqa: BLE001
-            if isinstance(exc, ModelError):
-                raise
+        except ModelError:
+            raise
+        except (RuntimeError, ValueError) as exc:  # TVM's errors; a guard bug propagates
             first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
             raise ModelError(f"TVM failed to compile the model: {first}",
                              where=str(req.model_path)) from None
@@ -371,7 +277,7 @@ class TvmBackend:
         ex.export_library(str(req.out_dir / PAYLOAD))
         n_nodes = len(model.graph.node)
         plan = captured.get("plan", {})
-        live = _onnx_liveness(req.model_path, req.input_shapes)
+        live = tvm_memory.onnx_liveness(req.model_path, req.input_shapes)
         arena = plan.get("storage_bytes") if not plan.get("dynamic_storages") else None
         memory = {
             "arena_bytes": arena,
