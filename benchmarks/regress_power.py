@@ -12,6 +12,10 @@ Modes:
   sequential  base measured, then head (what `guard compare` of two results files sees):
               fixed time per side, Mann-Whitney + bootstrap.
 
+--calibrate N first runs guard calibrate's N A/A rounds on the artefact and judges with
+threshold max(regress_pct, calibrated noise), as `guard compare` does once a suite has
+been calibrated.
+
 Each trial builds fresh sessions for both sides, so an A/A trial also carries the
 session-to-session difference two identical artefacts really have. Other processes' CPU
 use during the trial (/proc/stat minus our own) is recorded as contention.
@@ -34,8 +38,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from guard.bench.calibrate import calibrate_fn
 from guard.bench.preflight import contention_between, read_cpu_times
-from guard.bench.regress import REGRESSED, RegressConfig, compare_unpaired
+from guard.bench.regress import REGRESSED, RegressConfig, compare_unpaired, with_noise
 from guard.compare.ab import run_ab, warm
 
 BATCH, WIDTH, LAYERS = 16, 512, 4
@@ -203,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--per-side-s", type=float, default=1.0, help="sequential: seconds per side")
     ap.add_argument("--regress-pct", type=float, default=3.0)
+    ap.add_argument(
+        "--calibrate",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="calibrate noise first (guard calibrate's A/A rounds, 1 s each) and use it",
+    )
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/regress_power.json"))
     args = ap.parse_args(argv)
 
@@ -231,10 +243,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"level {lv:.0%}: branch width {cols}, measured ratio {measured:.4f}", flush=True)
 
     for mode in args.modes.split(","):
+        mcfg = cfg
+        if args.calibrate:
+            # What `guard calibrate` does for a suite: A/A rounds of the artefact against
+            # itself; the threshold becomes max(regress_pct, that mode's noise).
+            entry = calibrate_fn(
+                session(base)[1],
+                rounds=args.calibrate,
+                round_s=1.0,
+                reload=lambda: session(base)[1],
+            )
+            noise = entry["paired_noise_pct"] if mode == "ab" else entry["noise_pct"]
+            mcfg = with_noise(cfg, noise)
+            report.setdefault("calibration", {})[mode] = {
+                "noise_pct": noise,
+                "threshold_pct": mcfg.threshold_pct,
+                "rounds": args.calibrate,
+            }
+            print(f"[{mode}] calibrated noise {noise:.2f}% -> threshold {mcfg.threshold_pct:.2f}%")
         run = (
-            (lambda b, h: trial_ab(b, h, cfg, args.budget_s))
+            (lambda b, h, c=mcfg: trial_ab(b, h, c, args.budget_s))
             if mode == "ab"
-            else (lambda b, h: trial_sequential(b, h, cfg, args.per_side_s))
+            else (lambda b, h, c=mcfg: trial_sequential(b, h, c, args.per_side_s))
         )
 
         def trials(head: bytes, n: int, what: str, run=run, mode=mode) -> list[dict]:

@@ -19,9 +19,9 @@ def _stats_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--regress-pct",
         type=float,
-        default=DEFAULT_REGRESS_PCT,
-        help="effect-size threshold in %% (default %(default)s); a regression must "
-        "also be significant",
+        default=None,
+        help=f"effect-size threshold in %% (default: each model's checks.latency.regress_pct, "
+        f"else {DEFAULT_REGRESS_PCT}); a regression must also be significant",
     )
     p.add_argument(
         "--alpha",
@@ -180,7 +180,8 @@ def register(subparsers: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> RegressConfig:
-    return RegressConfig(regress_pct=args.regress_pct, alpha=args.alpha)
+    pct = DEFAULT_REGRESS_PCT if args.regress_pct is None else args.regress_pct
+    return RegressConfig(regress_pct=pct, alpha=args.alpha)
 
 
 def _noise(
@@ -237,6 +238,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         head,
         _config(args),
         noise=_noise(args, head.get("suite")),
+        suite_thresholds=args.regress_pct is None,
         base_label=base_spec,
         head_label=head_spec,
     )

@@ -1,9 +1,9 @@
 """Noise calibration: A/A comparisons of each artefact against itself.
 
-Every round times the same callable three ways, each for a third of ``round_s``:
-a block, then another block (the *sequential* ratio of their medians: what two results
-files measured at different times see) and interleaved pairs (the *paired* ratio: what
-``guard ab`` sees). Over the rounds, the noise is
+Every round times the artefact three ways, each for a third of ``round_s``: a block, then
+a block of a freshly loaded session of the same artefact (the *sequential* ratio of their
+medians: what two results files, two processes measured at different times, see) and the
+two interleaved (the *paired* ratio: what ``guard ab`` sees). Over the rounds, the noise is
 
     noise_pct = 100 * (|median(log r)| + z_0.99 * 1.4826 * MAD(log r))
 
@@ -53,24 +53,34 @@ def _block(fn: Callable[[], object], seconds: float, clock: Clock) -> list[float
 
 
 def aa_round(
-    fn: Callable[[], object], round_s: float, clock: Clock = time.perf_counter
+    fn: Callable[[], object],
+    round_s: float,
+    clock: Clock = time.perf_counter,
+    other: Callable[[], object] | None = None,
 ) -> tuple[float, float]:
-    """One A/A round: (sequential ratio of medians, median of interleaved pair ratios)."""
+    """One A/A round: (sequential ratio of medians, median of interleaved pair ratios).
+
+    ``other`` is the same artefact loaded again (a fresh session): two loads of one
+    artefact differ by more than one load with itself (memory placement, allocator
+    state), and two results files always come from two loads.
+    """
+    other = other or fn
     third = round_s / 3.0
     first = _block(fn, third, clock)
-    second = _block(fn, third, clock)
+    second = _block(other, third, clock)
     seq = statistics.median(second) / statistics.median(first)
     pairs: list[float] = []
     end = clock() + third
     while not pairs or clock() < end:
+        # alternate which runs first so a second-call-is-warmer effect cancels
+        a_fn, b_fn = (fn, other) if len(pairs) % 2 == 0 else (other, fn)
         t0 = clock()
-        fn()
+        a_fn()
         t1 = clock()
-        fn()
+        b_fn()
         t2 = clock()
-        # alternate which call is "head" so a second-call-is-warmer effect cancels
-        a, b = (t1 - t0, t2 - t1) if len(pairs) % 2 == 0 else (t2 - t1, t1 - t0)
-        pairs.append(b / a)
+        ta, tb = (t1 - t0, t2 - t1) if a_fn is fn else (t2 - t1, t1 - t0)
+        pairs.append(tb / ta)
     return seq, statistics.median(pairs)
 
 
@@ -80,9 +90,14 @@ def calibrate_fn(
     rounds: int = 20,
     round_s: float = 1.0,
     warmup_s: float = 0.5,
+    reload: Callable[[], Callable[[], object]] | None = None,
     clock: Clock = time.perf_counter,
 ) -> dict[str, Any]:
-    """Noise entry for one callable: both noise levels and the raw A/A ratios."""
+    """Noise entry for one callable: both noise levels and the raw A/A ratios.
+
+    With ``reload`` (returns a fresh callable for the same artefact), every round compares
+    ``fn`` with a new load, so the noise includes load-to-load differences.
+    """
     if rounds < 3:
         raise UsageError(f"--rounds must be >= 3, got {rounds}")
     if round_s <= 0:
@@ -90,7 +105,11 @@ def calibrate_fn(
     _block(fn, warmup_s, clock)
     seq, paired = [], []
     for _ in range(rounds):
-        s, p = aa_round(fn, round_s, clock)
+        other = None
+        if reload is not None:
+            other = reload()
+            _block(other, min(warmup_s, round_s / 3.0), clock)
+        s, p = aa_round(fn, round_s, clock, other)
         seq.append(s)
         paired.append(p)
     return {
@@ -98,6 +117,7 @@ def calibrate_fn(
         "paired_noise_pct": noise_pct(paired),
         "rounds": rounds,
         "round_s": round_s,
+        "reloaded": reload is not None,
         "sequential_ratios": seq,
         "paired_ratios": paired,
     }
@@ -210,6 +230,17 @@ def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:
     return str(run.info.run_id)
 
 
+def _reloader(case: Any) -> Callable[[], Callable[[], object]]:
+    """Fresh sessions of a pipeline case's artefact, fed the case's inputs."""
+    from guard.backends import get_backend
+
+    def reload() -> Callable[[], object]:
+        session = get_backend(case.backend).load(case.artefact, case.entry.threads)
+        return lambda: session.run(case.feeds)
+
+    return reload
+
+
 def calibrate_suite(
     suite_path: Path,
     *,
@@ -229,8 +260,10 @@ def calibrate_suite(
     entries: dict[str, Any] = {}
     host: dict[str, Any] = {}
     for case in prepare_cases(suite_path, workdir):
-        key = f"{case.model}/{case.backend}/{(case.manifest.get('target') or {}).get('canonical', case.target)}"
-        entries[key] = calibrate_fn(case.run_once, rounds=rounds, round_s=round_s)
+        canonical = (case.manifest.get("target") or {}).get("canonical", case.target)
+        entries[f"{case.model}/{case.backend}/{canonical}"] = calibrate_fn(
+            case.run_once, rounds=rounds, round_s=round_s, reload=_reloader(case)
+        )
         host = dict(case.manifest.get("host") or {})
     path = out or default_noise_path(workdir, suite.name)
     doc = save_noise(path, suite.name, entries, host)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,15 @@ def compare_rows(
     return row
 
 
+def _suite_threshold(cfg: RegressConfig, head_r: Mapping[str, Any]) -> RegressConfig:
+    for c in head_r.get("checks") or ():
+        if isinstance(c, Mapping) and c.get("name") == "latency.regress":
+            bound = c.get("bound")
+            if isinstance(bound, int | float) and bound >= 0:
+                return replace(cfg, regress_pct=float(bound))
+    return cfg
+
+
 def _noise_for(noise: Mapping[str, float] | None, key: tuple[str, str, str]) -> float | None:
     if not noise:
         return None
@@ -185,13 +195,16 @@ def compare_docs(
     config: RegressConfig | None = None,
     *,
     noise: Mapping[str, float] | None = None,
+    suite_thresholds: bool = True,
     base_label: str = "base",
     head_label: str = "head",
 ) -> dict[str, Any]:
     """The comparison document (schema_version 1) for two results documents.
 
     ``noise`` maps "model/backend/target" to a calibrated A/A noise percentage
-    (``guard calibrate``); it raises that row's threshold. Raises
+    (``guard calibrate``); it raises that row's threshold. With ``suite_thresholds``, a
+    model's ``checks.latency.regress_pct`` (carried in HEAD's results as the
+    ``latency.regress`` check's bound) replaces ``config.regress_pct`` for its row. Raises
     IncompatibleBaselineError when a matched pair ran on different host classes.
     """
     cfg = config or RegressConfig()
@@ -206,7 +219,17 @@ def compare_docs(
                 where=base_label,
                 hint="Compare against a baseline measured on the same host class.",
             )
-    rows = [compare_rows(b_rows[k], h_rows[k], with_noise(cfg, _noise_for(noise, k))) for k in both]
+    rows = [
+        compare_rows(
+            b_rows[k],
+            h_rows[k],
+            with_noise(
+                _suite_threshold(cfg, h_rows[k]) if suite_thresholds else cfg,
+                _noise_for(noise, k),
+            ),
+        )
+        for k in both
+    ]
     doc_diff: dict[str, list[Any]] = {}
     for row in rows:
         for f, pair in row["manifest_diff"].items():

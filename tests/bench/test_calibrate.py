@@ -122,3 +122,18 @@ def test_calibrate_cli_on_the_smoke_suite(tmp_path, monkeypatch, capsys):
     assert {k.split("/")[0] for k in noise} == {"mlp", "digits", "inception_block"}
     assert all(0 <= v < 100 for v in noise.values())
     assert "wrote" in capsys.readouterr().out
+
+
+def test_reload_brings_load_to_load_differences_into_the_noise():
+    """Each fresh load is off by up to +-6% (memory placement); one load with itself is not."""
+    clock, rng = Clock(), np.random.default_rng(3)
+    loads = iter(np.exp(rng.normal(0, 0.04, 100)))
+    fn = jittered(clock, rng, 0.005)
+
+    def reload():
+        return jittered(clock, rng, 0.005, ms=float(next(loads)))
+
+    same = K.calibrate_fn(fn, rounds=12, round_s=0.3, warmup_s=0.01, clock=clock)
+    fresh = K.calibrate_fn(fn, rounds=12, round_s=0.3, warmup_s=0.01, clock=clock, reload=reload)
+    assert same["noise_pct"] < 1.5 < 4 < fresh["noise_pct"]
+    assert fresh["paired_noise_pct"] > 4 and fresh["reloaded"] is True

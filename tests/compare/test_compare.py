@@ -214,3 +214,14 @@ def test_pass_rows_only_name_structural_changes():
     slow = result("mlp", lat(rng, factor=1.3), measurement={"contention": 0.8})
     row = C.compare_docs(doc(b), doc(slow), CFG)["rows"][0]
     assert "both sides timed under 100%/80% contention" in row["attribution"]
+
+
+def test_suite_regress_pct_from_heads_checks():
+    rng = np.random.default_rng(14)
+    b = result("mlp", lat(rng, n=400))
+    check = {"name": "latency.regress", "status": "skip", "value": None, "bound": 10, "message": ""}
+    h = result("mlp", lat(rng, n=400, factor=1.06), checks=[check])
+    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    assert row["stats"]["threshold_pct"] == 10.0 and row["verdict"] != "regressed"
+    row = C.compare_docs(doc(b), doc(h), CFG, suite_thresholds=False)["rows"][0]
+    assert row["stats"]["threshold_pct"] == 3.0 and row["verdict"] == "regressed"
