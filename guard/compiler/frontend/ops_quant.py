@@ -21,10 +21,6 @@ def quantize(
     output_dtype: int = 0,
     precision: int = 0,
 ) -> None:
-    if block_size:
-        raise ctx.error(
-            "blocked quantization is not supported", hint="Quantize per tensor or per axis."
-        )
     r = len(ctx.type(ins[0]).shape)
     if len(ins) > 2 and ins[2]:
         to = ctx.type(ins[2]).dtype
@@ -34,7 +30,8 @@ def quantize(
             from guard.compiler.frontend.importer import np_dtype
 
             to = np_dtype(output_dtype, ctx.where())
-    ctx.emit("QuantizeLinear", ins[:3], {"axis": axis % max(r, 1), "to": dtype_name(to)}, outs)
+    attrs = {"axis": axis % max(r, 1), "to": dtype_name(to), "block_size": block_size}
+    ctx.emit("QuantizeLinear", ins[:3], attrs, outs)
 
 
 def dequantize(
@@ -45,12 +42,9 @@ def dequantize(
     block_size: int = 0,
     output_dtype: int = 0,
 ) -> None:
-    if block_size:
-        raise ctx.error(
-            "blocked dequantization is not supported", hint="Quantize per tensor or per axis."
-        )
     r = len(ctx.type(ins[0]).shape)
-    ctx.emit("DequantizeLinear", ins[:3], {"axis": axis % max(r, 1)}, outs)
+    attrs = {"axis": axis % max(r, 1), "block_size": block_size}
+    ctx.emit("DequantizeLinear", ins[:3], attrs, outs)
 
 
 def _typed(ctx: ImportContext, outs: list[str], shape: tuple[int, ...] | None, dtype: Any) -> None:
