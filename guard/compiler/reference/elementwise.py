@@ -12,14 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy import special
 
-from guard.compiler.ir import dtype_from_name
+from guard.compiler.ir import dtype_from_name, is_float
 
 Attrs = dict[str, Any]
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
+    from scipy import special  # imported on first use: keeps `import guard.compiler` light
+
     return special.erf(x).astype(x.dtype, copy=False)
 
 
@@ -135,7 +136,7 @@ def _mod(x: np.ndarray, y: np.ndarray, a: Attrs) -> np.ndarray:
 
 
 def _pow(x: np.ndarray, y: np.ndarray, a: Attrs) -> np.ndarray:
-    if x.dtype.kind == "f":
+    if is_float(x.dtype):
         return np.power(x, y.astype(x.dtype)).astype(x.dtype)
     return np.power(x.astype(np.int64), y.astype(np.int64)).astype(x.dtype)
 
