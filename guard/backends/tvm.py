@@ -42,16 +42,34 @@ PIPELINE = "tvm-relax-default-cpu"
 
 
 def _set_threads(threads: int) -> dict[str, Any]:
-    """Size TVM's runtime thread pool; say how it was done."""
+    """Size TVM's runtime thread pool for this session; say how it was done.
+
+    TVM's pool starts lazily, on first use, with ``TVM_NUM_THREADS`` workers, and
+    ``runtime.config_threadpool`` can later shrink it but never grow it past that. So the
+    pool is started with every core this process may use (or ``threads`` if more) and then
+    sized to ``threads``. TVM pins the calling thread to one core when it (re)configures
+    the pool, and that pin would leak into everything else this process measures:
+    ``TVM_BIND_THREADS=0`` turns binding off, and the caller's affinity is put back anyway.
+    """
+    from guard.backends.tvm_tuning import host_cores
+
     already = "tvm" in sys.modules
-    os.environ["TVM_NUM_THREADS"] = str(threads)
+    os.environ["TVM_BIND_THREADS"] = "0"
+    os.environ["TVM_NUM_THREADS"] = str(max(threads, host_cores()))
+    saved = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     import tvm  # noqa: F401 - registers the runtime functions
     import tvm_ffi
 
     tvm_ffi.get_global_func("runtime.config_threadpool")(1, threads)
-    return {"TVM_NUM_THREADS": threads, "env_set_before_tvm_import": not already,
-            "config_threadpool": [1, threads],
-            "runtime_num_threads": int(tvm_ffi.get_global_func("runtime.NumThreads")())}
+    if saved is not None and os.sched_getaffinity(0) != saved:
+        os.sched_setaffinity(0, saved)
+    got = int(tvm_ffi.get_global_func("runtime.NumThreads")())
+    if got != threads:
+        warnings.warn(f"tvm: asked for {threads} runtime threads, TVM's pool runs {got} (it was "
+                      "started smaller earlier in this process and cannot grow)", stacklevel=3)
+    return {"threads": threads, "runtime_num_threads": got,
+            "TVM_NUM_THREADS": os.environ["TVM_NUM_THREADS"], "TVM_BIND_THREADS": "0",
+            "config_threadpool": [1, threads], "env_set_before_tvm_import": not already}
 
 
 def tvm_target(canonical: str, num_cores: int | None = None):

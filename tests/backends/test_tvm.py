@@ -95,6 +95,21 @@ def test_import_does_not_import_tvm():
     assert proc.stdout.strip() == "[]"
 
 
+def test_thread_pool_resizes_both_ways_and_leaves_affinity_alone():
+    """The pool starts with every core, is sized per session, and cannot grow past that."""
+    code = (
+        "import os, warnings; from guard.backends.tvm import _set_threads; "
+        "from guard.backends.tvm_tuning import host_cores; a = os.sched_getaffinity(0); "
+        "h = host_cores(); got = [_set_threads(n)['runtime_num_threads'] for n in (1, h, 1)]; "
+        "w = warnings.catch_warnings(record=True); ws = w.__enter__(); "
+        "warnings.simplefilter('always'); big = _set_threads(h + 1)['runtime_num_threads']; "
+        "print(got == [1, h, 1], big == h, len(ws), os.sched_getaffinity(0) == a)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True True 1 True"
+
+
 def test_versions_pin_tvm_and_llvm(backend):
     import tvm
 
@@ -109,7 +124,7 @@ def test_small_mlp_matches_onnxruntime(backend, host, tmp_path):
     info = _build(backend, model, {"x": (1, 16)}, tmp_path / "art", host)
     assert info.payload == "model.so" and (tmp_path / "art" / "model.so").is_file()
     assert info.tuning == {}  # no cache: the pipeline records explicit nulls
-    assert info.session_options["TVM_NUM_THREADS"] == 1
+    assert info.session_options["threads"] == info.session_options["runtime_num_threads"] == 1
     sess = backend.load(tmp_path / "art", 1)
     assert sess.input_names == ["x"] and sess.output_names == ["y"]
     x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
