@@ -271,6 +271,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         _config(args),
         noise=_noise(args, suite_name, "paired"),
         budget_s=args.budget_s,
+        suite_thresholds=args.regress_pct is None,
         labels=(f"{bs}@{bw}", f"{hs}@{hw}"),
     )
     _emit(cmp, args, "guard ab")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -265,8 +265,13 @@ def run_case_pairs(
     budget_s: float = 20.0,
     warmup_s: float = 0.5,
     labels: tuple[str, str] = ("base", "head"),
+    suite_thresholds: bool = True,
 ) -> dict[str, Any]:
-    """A/B over matched pipeline cases (``.model .backend .target .run_once() .manifest``)."""
+    """A/B over matched pipeline cases (``.model .backend .target .run_once() .manifest``).
+
+    With ``suite_thresholds``, a head case's ``checks.latency.regress_pct`` replaces
+    ``config.regress_pct`` for its row.
+    """
     rows = []
     for b, h in pairs:
         why = host_incompatibility(b.manifest or {}, h.manifest or {})
@@ -274,7 +279,13 @@ def run_case_pairs(
             raise UsageError(f"{b.model}/{b.backend}: cannot A/B across hosts: {why}")
         canonical = ((b.manifest or {}).get("target") or {}).get("canonical") or b.target
         key = (str(b.model), str(b.backend), str(canonical))
-        cfg = with_noise(config, (noise or {}).get("/".join(key)))
+        cfg = config
+        suite_pct = (
+            (getattr(getattr(h, "entry", None), "checks", None) or {}).get("latency") or {}
+        ).get("regress_pct")
+        if suite_thresholds and isinstance(suite_pct, int | float):
+            cfg = replace(cfg, regress_pct=float(suite_pct))
+        cfg = with_noise(cfg, (noise or {}).get("/".join(key)))
         outcome = run_ab(b.run_once, h.run_once, cfg, budget_s=budget_s, warmup_s=warmup_s)
         rows.append(
             ab_row(key, outcome, b.manifest or {}, h.manifest or {}, case_facts(b), case_facts(h))

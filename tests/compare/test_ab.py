@@ -166,3 +166,18 @@ def test_case_facts_feed_partitions_arena_numerics_and_attribution(monkeypatch):
     assert "partitions 1 → 3, Erf unsupported on the delegate" in row["attribution"]
     # a case without a session still gets timed; its facts are just unknown
     assert ab.case_facts(SimpleNamespace(manifest={})) == {"manifest": {}}
+
+
+def test_suite_regress_pct_sets_the_ab_threshold(monkeypatch):
+    clock, rng = Clock(), np.random.default_rng(5)
+    real = ab.run_ab
+    monkeypatch.setattr(ab, "run_ab", lambda b, h, cfg, **kw: real(b, h, cfg, clock=clock, **kw))
+    b, h = case("mlp", 1.0, clock, rng), case("mlp", 1.06, clock, rng)
+    h.entry = SimpleNamespace(checks={"latency": {"regress_pct": 10}})
+    doc = ab.run_case_pairs([(b, h)], RegressConfig(), budget_s=5, warmup_s=0.01)
+    assert doc["rows"][0]["stats"]["threshold_pct"] == 10.0
+    assert doc["rows"][0]["verdict"] != "regressed"
+    doc = ab.run_case_pairs(
+        [(b, h)], RegressConfig(), budget_s=5, warmup_s=0.01, suite_thresholds=False
+    )
+    assert doc["rows"][0]["verdict"] == "regressed"
