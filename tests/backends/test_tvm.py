@@ -142,6 +142,28 @@ def test_small_mlp_matches_onnxruntime(backend, host, tmp_path):
     assert "StaticPlanBlockMemory" in m.how
 
 
+def test_two_inputs_int64_and_two_outputs_keep_graph_order(backend, host, tmp_path):
+    table = np.arange(24, dtype=np.float32).reshape(6, 4)
+    g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["first"]),
+         helper.make_node("Gather", ["table", "idx"], ["second"], axis=0)], "io",
+        [helper.make_tensor_value_info("idx", TensorProto.INT64, [3]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("first", TensorProto.FLOAT, [2, 5]),
+         helper.make_tensor_value_info("second", TensorProto.FLOAT, [3, 4])],
+        [numpy_helper.from_array(table, "table")])
+    model = _save(g, tmp_path / "io.onnx")
+    _build(backend, model, {"idx": (3,), "x": (2, 5)}, tmp_path / "art", host)
+    sess = backend.load(tmp_path / "art", 1)
+    assert sess.input_names == ["idx", "x"] and sess.output_names == ["first", "second"]
+    feeds = {"x": np.random.default_rng(5).standard_normal((2, 5)).astype(np.float32),
+             "idx": np.array([5, 0, 2], dtype=np.int64)}
+    got, want = sess.run(feeds), _ort(model, feeds)
+    assert [a.shape for a in got] == [(2, 5), (3, 4)]
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
+
+
 @pytest.mark.slow
 def test_zoo_mlp_matches_onnxruntime(backend, host, tmp_path):
     from guard.zoo import model_path
