@@ -10,9 +10,10 @@ applied to it (``MetaScheduleApplyDatabase``, see :mod:`guard.backends.tvm_tunin
 functions compile as plain loops: untuned TVM on CPU is far slower than onnxruntime.
 The payload is ``model.so`` (``export_library``); ``tvm.json`` holds what load needs.
 
-load: ``tvm.runtime.load_module`` + ``relax.VirtualMachine`` on ``tvm.cpu()``; the runtime
-thread pool size is set with ``TVM_NUM_THREADS`` (read when the pool first starts) and
-``runtime.config_threadpool`` (for a pool already started in this process).
+load: ``tvm.runtime.load_module`` + ``relax.VirtualMachine`` on ``tvm.cpu()``. Threads: the
+runtime pool starts with ``TVM_NUM_THREADS`` = every core and ``TVM_BIND_THREADS=0``, then
+``runtime.config_threadpool`` sizes it to the session's threads (see ``_set_threads``); what
+was done is recorded in ``session_options``.
 
 tvm is imported inside functions only: importing guard never imports tvm.
 """
