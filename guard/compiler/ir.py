@@ -76,6 +76,30 @@ def dtype_from_name(name: str) -> np.dtype:
     return DTYPE_NAMES[name]
 
 
+def is_float(dtype: np.dtype) -> bool:
+    """numpy floats and the ml_dtypes floats (bf16, float8), whose numpy kind is 'V'."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or _NAME_OF_DTYPE.get(dtype, "").startswith(("bf", "f8"))
+
+
+def value_range(dtype: np.dtype) -> tuple[float, float]:
+    """(lowest, highest) representable value: -inf/inf for floats with infinities."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return False, True
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return info.min, info.max
+    import ml_dtypes
+
+    if is_float(dtype):
+        f = ml_dtypes.finfo(dtype)
+        has_inf = not _NAME_OF_DTYPE[dtype].endswith(("fn", "fnuz"))
+        return (-np.inf, np.inf) if has_inf else (float(f.min), float(f.max))
+    i = ml_dtypes.iinfo(dtype)
+    return int(i.min), int(i.max)
+
+
 @dataclass
 class Value:
     """A typed value: a placeholder (graph input or node output)."""

@@ -35,7 +35,8 @@ def np_dtype(elem_type: int, where: str) -> np.dtype:
         raise ModelError(
             f"dtype {name} is not supported by the bundled compiler",
             where=where,
-            hint="Supported: float16/32/64, int8-64, uint8-64, bool; cast at export.",
+            hint="Supported: float16/32/64, bfloat16, float8 (e4m3fn/e5m2 and fnuz), int4-64, "
+            "uint4-64, bool; cast at export.",
         ) from None
 
 

@@ -332,12 +332,14 @@ def depth_to_space(
 def space_to_depth(
     ctx: ImportContext, ins: list[str], outs: list[str], blocksize: int = 1, mode: str = "DCR"
 ) -> None:
-    if mode != "DCR":
-        raise ctx.error(f"SpaceToDepth mode {mode!r} is not supported", hint="Use mode DCR.")
+    if mode not in ("DCR", "CRD"):
+        raise ctx.error(f"SpaceToDepth mode {mode!r} is not supported", hint="Use DCR or CRD.")
     n, c, h, w = ctx.type(ins[0]).shape
     b = blocksize
     (t,) = ctx.emit("Reshape", ins[:1], {"shape": [n, c, h // b, b, w // b, b]})
-    (t,) = ctx.emit("Transpose", [t], {"perm": [0, 3, 5, 1, 2, 4]})
+    # DCR: output channel = (block row, block col, c); CRD: (c, block row, block col).
+    perm = [0, 3, 5, 1, 2, 4] if mode == "DCR" else [0, 1, 3, 5, 2, 4]
+    (t,) = ctx.emit("Transpose", [t], {"perm": perm})
     ctx.emit("Reshape", [t], {"shape": [n, c * b * b, h // b, w // b]}, outs)
 
 

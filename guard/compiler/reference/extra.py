@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.ir import dtype_from_name
+from guard.compiler.ir import dtype_from_name, is_float, value_range
 
 Attrs = dict[str, Any]
 Xs = list[np.ndarray | None]
@@ -89,7 +89,7 @@ def top_k(xs: Xs, a: Attrs) -> list[np.ndarray]:
     k, ax = a["k"], a["axis"]
     # Stable: among equal values the lower index comes first, as the spec requires.
     # ~x reverses integer order exactly (-x would overflow at the dtype's minimum).
-    key = (np.negative(x) if x.dtype.kind == "f" else np.invert(x)) if a.get("largest", 1) else x
+    key = (np.negative(x) if is_float(x.dtype) else np.invert(x)) if a.get("largest", 1) else x
     order = np.argsort(key, axis=ax, kind="stable")
     idx = np.take(order, np.arange(k), axis=ax)
     return [np.take_along_axis(x, idx, axis=ax), idx.astype(np.int64)]
@@ -153,10 +153,17 @@ def mvn(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 def einsum(xs: Xs, a: Attrs) -> list[np.ndarray]:
     args = [x for x in xs if x is not None]
-    return [np.asarray(np.einsum(a["equation"], *args)).astype(args[0].dtype, copy=False)]
+    dt = args[0].dtype
+    if dt.kind == "V":  # ml_dtypes (bf16): einsum in float32, rounded once
+        args = [x.astype(np.float32) for x in args]
+    return [np.asarray(np.einsum(a["equation"], *args)).astype(dt, copy=False)]
 
 
-def _qshape(scale: np.ndarray, x: np.ndarray, axis: int) -> np.ndarray:
+def _qshape(scale: np.ndarray, x: np.ndarray, axis: int, block: int = 0) -> np.ndarray:
+    """Scale/zero point broadcastable against x: scalar, per axis, or blocked (the same
+    rank as x, each element covering ``block`` consecutive elements along ``axis``)."""
+    if block and scale.ndim == x.ndim:
+        return np.repeat(scale, block, axis=axis).take(np.arange(x.shape[axis]), axis=axis)
     if scale.ndim == 0 or scale.size == 1:
         return scale.reshape(())
     shape = [1] * x.ndim
@@ -168,11 +175,19 @@ def quantize(xs: Xs, a: Attrs) -> list[np.ndarray]:
     x, scale = _x(xs), _x(xs, 1)
     zp = xs[2] if len(xs) > 2 and xs[2] is not None else None
     dt = dtype_from_name(a["to"])
-    q = np.rint(x.astype(np.float32) / _qshape(scale, x, a["axis"]))
+    q = x.astype(np.float32) / _qshape(scale, x, a["axis"], a.get("block_size", 0)).astype(
+        np.float32
+    )
+    if is_float(dt):  # float8 targets: a saturating cast, no rounding to integers
+        if zp is not None:
+            q = q + _qshape(zp, x, a["axis"], a.get("block_size", 0)).astype(np.float32)
+        lo, hi = value_range(dt)
+        return [np.clip(q, lo, hi).astype(dt)]
+    q = np.rint(q)
     if zp is not None:
-        q = q + _qshape(zp, x, a["axis"]).astype(np.float32)
-    info = np.iinfo(dt)
-    return [np.clip(q, info.min, info.max).astype(dt)]
+        q = q + _qshape(zp, x, a["axis"], a.get("block_size", 0)).astype(np.float32)
+    lo, hi = value_range(dt)
+    return [np.clip(q, lo, hi).astype(dt)]
 
 
 def dequantize(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -180,8 +195,8 @@ def dequantize(xs: Xs, a: Attrs) -> list[np.ndarray]:
     zp = xs[2] if len(xs) > 2 and xs[2] is not None else None
     xf = x.astype(np.float32)
     if zp is not None:
-        xf = xf - _qshape(zp, x, a["axis"]).astype(np.float32)
-    return [(xf * _qshape(scale, x, a["axis"])).astype(scale.dtype)]
+        xf = xf - _qshape(zp, x, a["axis"], a.get("block_size", 0)).astype(np.float32)
+    return [(xf * _qshape(scale, x, a["axis"], a.get("block_size", 0))).astype(scale.dtype)]
 
 
 def det(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -302,8 +317,8 @@ def _requant(
     q = np.rint(acc * scale)
     if y_zp is not None:
         q = q + y_zp.astype(np.float64)
-    info = np.iinfo(dt)
-    return np.clip(q, info.min, info.max).astype(dt)
+    lo, hi = value_range(dt)
+    return np.clip(q, lo, hi).astype(dt)
 
 
 def matmul_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from guard.compiler.ir import value_range
 from guard.compiler.reference.elementwise import run_program
 
 Attrs = dict[str, Any]
@@ -109,7 +110,7 @@ def max_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
     x = xs[0]
     assert x is not None
     out = _pool_out(x, a)
-    lo = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    lo = value_range(x.dtype)[0]
     xp = _pad_spatial(x, a["pads"], lo, _ceil_extra(x, a, out))
     y = None
     for tap in _taps(xp, a, out):
@@ -224,7 +225,8 @@ def gemm(xs: Xs, a: Attrs) -> list[np.ndarray]:
 def matmul(xs: Xs, a: Attrs) -> list[np.ndarray]:
     A, B = xs[0], xs[1]
     assert A is not None and B is not None
-    return [np.asarray(np.matmul(A, B))]
+    # ml_dtypes (bf16) matmul may widen; the IR types the result like A.
+    return [np.asarray(np.matmul(A, B)).astype(A.dtype, copy=False)]
 
 
 def softmax(xs: Xs, a: Attrs) -> list[np.ndarray]:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.ir import dtype_from_name
+from guard.compiler.ir import dtype_from_name, value_range
 
 Attrs = dict[str, Any]
 Xs = list[np.ndarray | None]
@@ -96,15 +96,11 @@ def _gather_elements(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 
 def _lowest(dt: np.dtype) -> object:
-    if dt.kind == "f":
-        return -np.inf
-    return False if dt.kind == "b" else np.iinfo(dt).min
+    return value_range(dt)[0]
 
 
 def _highest(dt: np.dtype) -> object:
-    if dt.kind == "f":
-        return np.inf
-    return True if dt.kind == "b" else np.iinfo(dt).max
+    return value_range(dt)[1]
 
 
 KERNELS = {
