@@ -192,7 +192,14 @@ def summarize(trials: list[dict]) -> dict:
         "max_elapsed_s": max(t["elapsed_s"] for t in trials),
         "contention_median": statistics.median(cont) if cont else None,
         "contention_max": max(cont) if cont else None,
+        "per_trial": [
+            {k: (round(v, 5) if isinstance(v, float) else v) for k, v in t.items()} for t in trials
+        ],
     }
+
+
+def brief(summary: dict) -> str:
+    return json.dumps({k: v for k, v in summary.items() if k != "per_trial"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,10 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         res = {}
         if args.aa_trials:
             res["aa"] = summarize(trials(base, args.aa_trials, "A/A"))
-            print(f"[{mode}] A/A: {json.dumps(res['aa'])}", flush=True)
+            print(f"[{mode}] A/A: {brief(res['aa'])}", flush=True)
         for lv in levels:
             res[f"{lv:.2f}"] = summarize(trials(injected[lv], args.trials, f"{lv:.0%}"))
-            print(f"[{mode}] {lv:.0%}: {json.dumps(res[f'{lv:.2f}'])}", flush=True)
+            print(f"[{mode}] {lv:.0%}: {brief(res[f'{lv:.2f}'])}", flush=True)
         report["modes"][mode] = res
     report["wall_s"] = time.time() - t_start
     args.out.parent.mkdir(parents=True, exist_ok=True)
