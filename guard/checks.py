@@ -52,10 +52,25 @@ def latency_checks(cfg: dict[str, Any], stats: dict[str, float], arch: str,
             status = "inconclusive"
             msg += "; measurement hit max_time_s before min_iters, so the verdict is inconclusive"
         out.append(Check(name, status, value, bound, msg))
-    if "regress_pct" in cfg:
-        out.append(Check("latency.regress", "skip", None, cfg["regress_pct"],
-                         "regressions are judged against a baseline by 'guard compare'"))
     return out
+
+
+def regress_check(bound_pct: float, comparison: dict[str, Any] | None,
+                  reason: str | None = None) -> Check:
+    """Head vs baseline: a regression must be significant *and* larger than the bound."""
+    if comparison is None:
+        return Check("latency.regress", "skip", None, bound_pct,
+                     reason or "no baseline given (guard run --baseline r.json, or guard "
+                               "compare)")
+    v = comparison["verdict"]
+    status = {"regressed": "fail", "pass": "pass", "improved": "pass",
+              "inconclusive": "inconclusive"}[v]
+    lo, hi = comparison["ci"]
+    msg = (f"p50 ratio head/base {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}, "
+           f"n={comparison['n_base']}/{comparison['n_head']}): {v} against a "
+           f"{comparison['threshold_pct']:.3g}% bound; detectable effect "
+           f"{comparison['mde_pct']:.3g}%")
+    return Check("latency.regress", status, comparison["ratio"], bound_pct, msg)
 
 
 def tolerance_check(cfg: dict[str, Any], numerics: dict[str, Any]) -> Check:

@@ -35,6 +35,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from guard.pipeline import RunOptions, run_suite
 
     suite = Path(args.suite) if args.suite else default_suite()
+    baseline = None
+    if args.baseline:
+        from guard.compare.compare import load_results
+
+        baseline = load_results(args.baseline)
     opts = RunOptions(
         workdir=Path.cwd(),
         json_path=Path(args.json) if args.json else None,
@@ -46,6 +51,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         golden_root=Path(args.golden_dir) if args.golden_dir else None,
         models=tuple(args.model or ()),
         backends=tuple(args.backend or ()),
+        baseline=baseline,
     )
     _, code = run_suite(suite, opts)
     return code
@@ -148,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else a local "
                         "sqlite store under .guard/)")
     r.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    r.add_argument("--baseline", metavar="RESULTS.json",
+                   help="judge latency.regress_pct against this earlier results file "
+                        "(significant and large; see guard compare)")
     r.add_argument("--golden-dir", metavar="DIR", help="golden store (default: "
                    "<suite dir>/goldens/<suite>)")
     r.add_argument("--model", action="append", metavar="NAME", help="only this model "

@@ -60,6 +60,7 @@ class RunOptions:
     console: Any = None  # rich Console, or None for the default
     models: tuple[str, ...] = ()  # run only these models (all when empty)
     backends: tuple[str, ...] = ()  # run only these backends (all when empty)
+    baseline: dict[str, Any] | None = None  # a results document to judge regress_pct against
 
 
 def golden_store(suite: Suite, root: Path | None = None) -> GoldenStore:
@@ -341,6 +342,8 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
 
     if "latency" in entry.checks:
         checks += ck.latency_checks(entry.checks["latency"], stats, arch, timings.truncated)
+        if "regress_pct" in entry.checks["latency"]:
+            checks.append(_regress(entry, backend_name, manifest, timings.samples_s, opts))
     checks.insert(0, ck.tolerance_check(tol, numerics))
     if "partitions" in entry.checks:
         checks.append(ck.partitions_check(entry.checks["partitions"], partitions.to_dict()))
@@ -377,6 +380,30 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
     if info.graph is not None:
         result["graph"] = info.graph
     return result
+
+
+def _regress(entry: ModelEntry, backend: str, manifest: dict[str, Any],
+             samples_s: list[float], opts: RunOptions) -> ck.Check:
+    """latency.regress against the --baseline results file, when one is given."""
+    from guard.bench.regress import RegressConfig, compare_unpaired
+    from guard.compare.compare import host_incompatibility, row_key
+
+    bound = float(entry.checks["latency"]["regress_pct"])
+    if opts.baseline is None:
+        return ck.regress_check(bound, None)
+    key = (entry.name, backend, manifest["target"]["canonical"])
+    base = next((r for r in opts.baseline.get("results", [])
+                 if r.get("verdict") != "error" and r.get("manifest")
+                 and row_key(r) == key), None)
+    if base is None:
+        return ck.regress_check(bound, None, f"the baseline has no result for {key[0]} "
+                                             f"[{key[1]}] on this target")
+    why = host_incompatibility(base["manifest"], manifest)
+    if why:
+        return ck.regress_check(bound, None, f"baseline refused: {why}")
+    comp = compare_unpaired(base.get("samples_ms") or [], [s * 1e3 for s in samples_s],
+                            RegressConfig(regress_pct=bound))
+    return ck.regress_check(bound, comp.to_dict())
 
 
 def error_result(entry: ModelEntry, backend: str, exc: BaseException) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import FAST_MEASURE, small_convnet, write_suite
 from onnx import TensorProto, helper, numpy_helper
+from spine_helpers import FAST_MEASURE, small_convnet, write_suite
 
 from guard.cli import main
 

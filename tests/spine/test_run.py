@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import FAST_MEASURE, write_suite
+from spine_helpers import FAST_MEASURE, write_suite
 
 from guard.cli import main
 
@@ -189,3 +189,38 @@ def test_bundled_with_a_delegate_profile_gates_partitions(tmp_path, workdir, con
     prof.write_text(prof.read_text().replace("min_partition_size: 1", "min_partition_size: 2"))
     code, doc2 = run_json([str(suite), "--no-track"], tmp_path / "r2.json")
     assert doc2["results"][0]["artefact"] != r["artefact"]
+
+
+def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet):
+    text = suite_text(convnet, "latency: {regress_pct: 10}").replace(
+        "min_iters: 5", "min_iters: 30")
+    suite = write_suite(tmp_path, text)
+    code, base = run_json([str(suite), "--no-track"], tmp_path / "base.json")
+    reg = next(c for c in base["results"][0]["checks"] if c["name"] == "latency.regress")
+    assert code == 0 and reg["status"] == "skip" and "no baseline" in reg["message"]
+
+    # The same artefact against itself: not a regression.
+    code, head = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "base.json")],
+                          tmp_path / "head.json")
+    reg = next(c for c in head["results"][0]["checks"] if c["name"] == "latency.regress")
+    assert reg["status"] in ("pass", "inconclusive"), reg
+    assert reg["status"] != "fail"
+
+    # A baseline three times faster than HEAD: significant and large, so it fails.
+    fast = json.loads((tmp_path / "base.json").read_text())
+    fast["results"][0]["samples_ms"] = [s / 3 for s in fast["results"][0]["samples_ms"]]
+    (tmp_path / "fast.json").write_text(json.dumps(fast))
+    code, doc = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "fast.json")],
+                         tmp_path / "slow.json")
+    reg = next(c for c in doc["results"][0]["checks"] if c["name"] == "latency.regress")
+    assert code == 1 and reg["status"] == "fail" and reg["value"] > 2, reg
+    assert "regressed" in reg["message"]
+
+    # A baseline from another host class is refused with the reason, not compared.
+    other = json.loads((tmp_path / "base.json").read_text())
+    other["results"][0]["manifest"]["host"]["cpu"] = "Some Other CPU"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    code, doc = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "other.json")],
+                         tmp_path / "o.json")
+    reg = next(c for c in doc["results"][0]["checks"] if c["name"] == "latency.regress")
+    assert reg["status"] == "skip" and "baseline refused: host.cpu differs" in reg["message"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FAST_MEASURE, small_convnet, write_suite
+from spine_helpers import FAST_MEASURE, small_convnet, write_suite
 
 from guard.cli import main
 
