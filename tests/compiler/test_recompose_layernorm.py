@@ -62,3 +62,16 @@ def test_must_not_fire_on_leading_axes_or_shared_intermediates() -> None:
     g2, res = apply(RecomposeLayernorm(), g)
     assert "LayerNormalization" not in ops(g2) and not res.changed
     assert any("read outside the pattern" in n for n in res.notes)
+
+
+def test_recomposes_after_identity_gamma_and_beta_were_simplified_away() -> None:
+    from guard.compiler import optimize
+
+    text = ln_text().replace("{1, 2, 3, 4, 5, 6, 7, 8}", "{1, 1, 1, 1, 1, 1, 1, 1}")
+    text = text.replace("{0, 1, 0, 1, 0, 1, 0, 1}", "{0, 0, 0, 0, 0, 0, 0, 0}")
+    g = graph_of(text)
+    g2, _ = optimize(g, "O1")  # cleanup removes x*1 and x+0 first
+    assert "Mul" not in ops(g2)
+    g3, res = apply(RecomposeLayernorm(), g2)
+    assert ops(g3) == ["LayerNormalization"] and g3.nodes[0].outputs == ["y"]
+    assert_same_outputs(g, g3, rtol=1e-5, atol=1e-5)
