@@ -109,6 +109,17 @@ def _cmd_track_push(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from guard.report.dashboard import write_dashboard
+    from guard.track import resolve_uri
+
+    uri = resolve_uri(args.tracking_uri, Path.cwd())
+    counts = write_dashboard(args.suite, uri, Path(args.out))
+    print(f"wrote {args.out}: {counts['series']} series from {counts['results']} result "
+          f"run(s) and {counts['invocations']} invocation(s) of guard/{args.suite}")
+    return EXIT_OK
+
+
 def _cmd_zoo_list(args: argparse.Namespace) -> int:
     from guard import zoo
 
@@ -188,6 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("path")
     tp.add_argument("--tracking-uri", metavar="URI")
     tp.set_defaults(func=_cmd_track_push)
+
+    db = sub.add_parser("dashboard", help="an HTML dashboard of a suite's MLflow history")
+    db.add_argument("suite", help="suite name (the MLflow experiment is guard/<suite>)")
+    db.add_argument("--out", default="dashboards/guard.html", metavar="PATH",
+                    help="where to write the page (default: dashboards/guard.html)")
+    db.add_argument("--tracking-uri", metavar="URI")
+    db.set_defaults(func=_cmd_dashboard)
 
     z = sub.add_parser("zoo", help="the built-in models")
     zsub = z.add_subparsers(dest="zoo_command", metavar="ACTION", required=True)
