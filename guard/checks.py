@@ -14,6 +14,9 @@ from typing import Any
 
 from guard.suite import latency_bound
 
+# Backends whose speed depends on a tuned-schedule cache.
+TUNED_BACKENDS = frozenset({"tvm"})
+
 
 @dataclass
 class Check:
@@ -128,6 +131,12 @@ def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> C
     bound = cfg["min_hit_rate"]
     hits, misses = tuning.get("hits"), tuning.get("misses")
     if hits is None or misses is None:
+        if backend in TUNED_BACKENDS:
+            # A backend that needs tuning, built without a cache, runs every op on the
+            # untuned fallback schedule: that is a 0% hit rate, and it must be loud.
+            return Check("tuning", "fail", 0.0, bound,
+                         f"backend {backend} was built without a tuning cache: every op runs "
+                         f"an untuned schedule; set options.{backend}.tuning_cache")
         return Check("tuning", "skip", None, bound,
                      f"backend {backend} uses no tuning cache here")
     total = hits + misses
