@@ -109,6 +109,31 @@ def _cmd_track_push(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from guard.backends.tvm_tuning import tune
+    from guard.manifest import canonicalize
+    from guard.pipeline import prepare_model
+    from guard.suite import load_suite
+
+    if args.trials < 1:
+        raise UsageError(f"--trials must be >= 1, got {args.trials}")
+    suite = load_suite(args.suite)
+    chosen = [m for m in suite.models if "tvm" in m.backends
+              and (not args.model or m.name in args.model)]
+    if not chosen:
+        raise UsageError(f"no model of suite {suite.name} lists the tvm backend"
+                         + (f" among {', '.join(args.model)}" if args.model else ""),
+                         where=str(suite.path), hint="Add tvm to a model's backends.")
+    for entry in chosen:
+        spec, path = prepare_model(entry)
+        out = tune(path, spec.shapes, canonicalize(entry.target), Path(args.db), args.trials)
+        tasks = out.get("tasks") or []
+        print(f"{entry.name}: {len(tasks)} task(s), {out.get('records')} record(s), "
+              f"{len(out.get('tasks_without_valid_record') or [])} without a valid schedule, "
+              f"{out.get('seconds', 0):.0f} s -> {args.db}")
+    return EXIT_OK
+
+
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     from guard.report.dashboard import write_dashboard
     from guard.track import resolve_uri
@@ -199,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("path")
     tp.add_argument("--tracking-uri", metavar="URI")
     tp.set_defaults(func=_cmd_track_push)
+
+    tu = sub.add_parser("tune", help="MetaSchedule-tune a suite's tvm models into a tuning "
+                                     "database (the nightly job)")
+    tu.add_argument("suite")
+    tu.add_argument("--db", required=True, metavar="DIR", help="JSON database directory")
+    tu.add_argument("--trials", type=int, default=64, help="trials per model (default 64)")
+    tu.add_argument("--model", action="append", metavar="NAME", help="only this model")
+    tu.set_defaults(func=_cmd_tune)
 
     db = sub.add_parser("dashboard", help="an HTML dashboard of a suite's MLflow history")
     db.add_argument("suite", help="suite name (the MLflow experiment is guard/<suite>)")
