@@ -233,3 +233,11 @@ def test_selection_that_matches_nothing(tmp_path, workdir, capsys):
     assert "nothing to run" in err
     err = run_expect(["run", str(s), "--no-track", "--model", "nope"], 2, capsys)
     assert "--model 'nope'" in err
+
+
+def test_tune_needs_a_tvm_model(tmp_path, workdir, capsys):
+    s = suite_for(tmp_path, "zoo:mlp")
+    err = run_expect(["tune", str(s), "--db", str(tmp_path / "db")], 2, capsys)
+    assert "lists the tvm backend" in err and not (tmp_path / "db").exists()
+    err = run_expect(["tune", str(s), "--db", str(tmp_path / "db"), "--trials", "0"], 2, capsys)
+    assert "--trials must be >= 1" in err
