@@ -149,14 +149,35 @@ def series_from_runs(frame: Any, metric: str) -> tuple[list[float], list[str]]:
     return [float(x) for x in f[col]], labels
 
 
+def suite_bound(suite: Any, model: str, metric: str, arch: str | None = None) -> float | None:
+    """The suite's latency bound for ``latency_ms.pNN`` (per-arch bounds: this machine's)."""
+    import platform
+
+    if not metric.startswith("latency_ms.p"):
+        return None
+    key = metric.split(".", 1)[1] + "_ms"
+    for entry in getattr(suite, "models", ()):
+        if entry.name != model:
+            continue
+        bound = (entry.checks.get("latency") or {}).get(key)
+        if isinstance(bound, Mapping):
+            bound = bound.get(arch or platform.machine())
+        return float(bound) if isinstance(bound, int | float) else None
+    return None
+
+
 def history_command(args: argparse.Namespace) -> int:
     from guard.track import find_runs, resolve_uri
 
     suite = args.suite
+    bound = args.bound
     if suite.endswith((".yaml", ".yml")):
         from guard.suite import load_suite
 
-        suite = load_suite(Path(suite)).name
+        loaded = load_suite(Path(suite))
+        suite = loaded.name
+        if bound is None:
+            bound = suite_bound(loaded, args.model, args.metric)
     uri = resolve_uri(args.tracking_uri, Path.cwd())
     frame = find_runs(
         uri, suite, model=args.model, backend=args.backend, branch=args.branch or None
@@ -168,7 +189,7 @@ def history_command(args: argparse.Namespace) -> int:
             f"on branch {args.branch or '(any)'}; history needs at least 2",
             hint="Check --model/--backend/--branch/--metric, or run the suite with tracking on.",
         )
-    a = analyse(values, labels=labels, bound=args.bound, penalty=args.penalty)
+    a = analyse(values, labels=labels, bound=bound, penalty=args.penalty)
     print(format_history(f"{args.model} {args.metric}", a))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

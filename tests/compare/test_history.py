@@ -95,3 +95,16 @@ def test_history_cli_on_a_real_store(tmp_path, capsys):
     a = json.loads(out.read_text())
     assert a["steps"][0]["pct"] == pytest.approx(15, abs=3)
     assert main(["history", "smoke", "--model", "nope", "--tracking-uri", uri]) == 2
+
+
+def test_bound_comes_from_the_suite_per_arch():
+    from pathlib import Path
+
+    from guard.suite import load_suite
+
+    suite = load_suite(Path(__file__).resolve().parents[2] / "suites" / "smoke.yaml")
+    assert H.suite_bound(suite, "mlp", "latency_ms.p50", "x86_64") == 20.0
+    assert H.suite_bound(suite, "mlp", "latency_ms.p90", "aarch64") == 80.0
+    assert H.suite_bound(suite, "mlp", "latency_ms.p99", "x86_64") is None
+    assert H.suite_bound(suite, "nope", "latency_ms.p50") is None
+    assert H.suite_bound(suite, "mlp", "arena_bytes") is None
