@@ -134,13 +134,17 @@ def _decide(
 
 
 def _mde_pct(lo: float, hi: float, cfg: RegressConfig, alpha: float) -> float:
-    """Smallest slowdown flagged with probability ``cfg.power``, from the CI's width."""
+    """Smallest slowdown flagged with probability ``cfg.power``, from the CI's width.
+
+    Both conditions must hold with that probability: the estimate clears the threshold
+    (log(1+t) + z_power * se) and the test is significant ((z_alpha + z_power) * se).
+    """
     if not (math.isfinite(lo) and math.isfinite(hi) and lo > 0):
         return math.inf
-    z_a = stats.norm.ppf(1 - alpha)
+    z_a, z_p = stats.norm.ppf(1 - alpha), stats.norm.ppf(cfg.power)
     se = (math.log(hi) - math.log(lo)) / (2 * z_a)
-    stat_mde = (math.exp((z_a + stats.norm.ppf(cfg.power)) * se) - 1.0) * 100.0
-    return max(cfg.threshold_pct, stat_mde)
+    t = math.log1p(cfg.threshold_pct / 100.0)
+    return (math.exp(max(t + z_p * se, (z_a + z_p) * se)) - 1.0) * 100.0
 
 
 def _too_few(n_base: int, n_head: int, cfg: RegressConfig, method: str, alpha: float) -> Comparison:

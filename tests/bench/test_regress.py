@@ -232,3 +232,15 @@ def test_adaptive_budget_holds_when_the_machine_turns_busy():
     )
     assert res.stopped == "budget"
     assert res.elapsed_s <= 5.0 + 25 * 0.1  # at most one chunk past the deadline
+
+
+def test_mde_is_calibrated_a_slowdown_of_the_mde_is_flagged_about_80_percent():
+    rng = np.random.default_rng(15)
+    cfg = R.RegressConfig(n_boot=300, regress_pct=3.0)
+    probe = R.compare_paired(*paired(rng, 300), cfg)
+    factor = 1 + probe.mde_pct / 100
+    assert probe.mde_pct > cfg.threshold_pct  # never below the threshold: it must clear it
+    hits = sum(
+        R.compare_paired(*paired(rng, 300, factor), cfg).verdict == R.REGRESSED for _ in range(100)
+    )
+    assert 65 <= hits <= 95
