@@ -9,7 +9,6 @@ to allocate.
 from __future__ import annotations
 
 import difflib
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from guard.errors import ModelError
+from guard.fsutil import file_sha256
 from guard.suite import InputSpec
 
 # Inputs larger than this are refused before allocation: a typo'd dim (1, 3, 22400, 224)
@@ -48,14 +48,6 @@ class ModelSpec:
     def inputs_manifest(self) -> dict[str, dict]:
         return {i.name: {"dtype": str(i.dtype), "shape": list(self.shapes[i.name])}
                 for i in self.inputs}
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _check_external_data(model: onnx.ModelProto, path: Path) -> None:

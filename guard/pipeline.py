@@ -38,6 +38,7 @@ from guard.errors import (
     ModelError,
     UsageError,
 )
+from guard.fsutil import atomic_write_text, file_sha256
 from guard.golden import Golden, GoldenStore, compare_outputs, top1_accuracy
 from guard.model import ModelSpec, bind, load_model, make_inputs
 from guard.suite import ModelEntry, Suite, load_suite
@@ -150,9 +151,7 @@ def tuning_cache_pin(path: str, entry: ModelEntry) -> dict[str, Any]:
 
 
 def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend_name: str,
@@ -177,7 +176,7 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
                              hint="Name a shipped profile (guard partition --help) or a YAML "
                                   "file relative to the suite.")
         options["profile"] = str(pp.resolve())
-        key_only["profile_sha256"] = hashlib.sha256(pp.read_bytes()).hexdigest()
+        key_only["profile_sha256"] = file_sha256(pp)
     cache_path = options.pop("tuning_cache", None)
     cache_pin = tuning_cache_pin(cache_path, entry) if cache_path else None
     manifest = mf.build_manifest(

@@ -23,7 +23,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from guard.errors import UsageError
+from guard.fsutil import atomic_write_bytes
 
 SCHEMA_VERSION = 1
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -66,23 +66,6 @@ class Golden:
     @property
     def sha256(self) -> str:
         return outputs_sha256(self.output_list)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes 0600 files; goldens are shared (committed), so use the umask.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
@@ -183,8 +166,8 @@ class GoldenStore:
             "history": history,
         }
         new.meta = meta
-        _atomic_write_bytes(d / "inputs.npz", _npz_bytes(inputs))
-        _atomic_write_bytes(d / "outputs.npz", _npz_bytes(outputs))
-        _atomic_write_bytes(d / "golden.json",
+        atomic_write_bytes(d / "inputs.npz", _npz_bytes(inputs))
+        atomic_write_bytes(d / "outputs.npz", _npz_bytes(outputs))
+        atomic_write_bytes(d / "golden.json",
                             (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
         return new

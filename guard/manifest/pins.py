@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from guard.fsutil import file_sha256
 from guard.manifest.capture import capture_driver, capture_guard, capture_host
 from guard.manifest.target import canonicalize
 
@@ -104,14 +105,6 @@ def is_pinned(field: str) -> bool:
 def manifest_sha256(m: Mapping[str, Any]) -> str:
     """SHA-256 over the pinned fields' canonical JSON."""
     return hashlib.sha256(canonical_json(pinned(m))).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _copy(obj: Any) -> Any:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from guard.errors import UsageError
+from guard.fsutil import atomic_write_text
 from guard.manifest.pins import REQUIRED, SCHEMA_VERSION, canonical_json, manifest_sha256
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -75,19 +74,7 @@ def write_manifest(path: Path, m: Mapping[str, Any]) -> dict[str, Any]:
     doc["sha256"] = manifest_sha256(doc)
     text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write_text(path, text)
     return doc
 
 

@@ -13,13 +13,13 @@ import datetime as _dt
 import enum
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
 
+from guard import fsutil
 from guard.errors import InternalError, UsageError
 
 _DEFAULT_MODE = 0o644
@@ -45,33 +45,12 @@ def check_target(path: str | os.PathLike[str]) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically; return the path written.
+    """Write ``text`` (UTF-8) to ``path`` atomically (guard.fsutil); return the path written.
 
-    The temporary file lives in the same directory so that ``os.replace`` is a rename on one
-    file system. It is removed if anything fails before the rename.
+    The target is checked first (parent exists, not a directory), so a bad path is a
+    UsageError naming it rather than an OSError.
     """
-    target = check_target(path)
-    data = text.encode("utf-8")
-    # mkstemp creates 0600; keep an existing file's mode, else the usual 0644.
-    try:
-        mode = target.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = _DEFAULT_MODE
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, target)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    return target
+    return fsutil.atomic_write_text(check_target(path), text)
 
 
 def to_jsonable(obj: Any, where: str = "$") -> Any:

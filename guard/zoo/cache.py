@@ -20,7 +20,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import onnx
 
 from guard.errors import InternalError, UsageError
+from guard.fsutil import atomic_write_bytes
 from guard.zoo.registry import ZooModel, spec
 
 log = logging.getLogger(__name__)
@@ -73,19 +73,6 @@ def _remove_stale_temps(path: Path) -> None:
             pass
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def model_path(name: str, cache_dir: Path | None = None) -> Path:
     """Path of zoo model ``name`` (``zoo:`` prefix optional), building and caching it if needed."""
     path = cached_file(name, cache_dir)
@@ -113,7 +100,7 @@ def model_path(name: str, cache_dir: Path | None = None) -> Path:
             hint="This is a bug in guard/zoo; nothing was cached.",
         ) from e
     try:
-        _write_atomic(path, data)
+        atomic_write_bytes(path, data)
     except OSError as e:
         raise UsageError(
             f"cannot write {path} ({e.strerror}).",
