@@ -42,6 +42,31 @@ def _resolve_pads(
     )
 
 
+def conv_attrs(
+    ctx: ImportContext,
+    ins: list[str],
+    w_index: int,
+    auto_pad: str,
+    dilations: list[int] | None,
+    group: int,
+    kernel_shape: list[int] | None,
+    pads: list[int] | None,
+    strides: list[int] | None,
+) -> dict[str, Any]:
+    """The IR attributes of a Conv-like op (Conv, ConvInteger, QLinearConv): explicit pads.
+
+    ``w_index`` is where the weights sit in ``ins`` (1 for Conv, 3 for QLinearConv); the
+    kernel shape defaults to theirs.
+    """
+    x, w = ctx.type(ins[0]), ctx.type(ins[w_index])
+    k = len(x.shape) - 2
+    ks = list(kernel_shape or w.shape[2:])
+    st = list(strides or [1] * k)
+    dil = list(dilations or [1] * k)
+    p = _resolve_pads(ctx, x.shape[2:], ks, st, dil, auto_pad, pads)
+    return {"group": group, "pads": p, "strides": st, "dilations": dil}
+
+
 def conv(
     ctx: ImportContext,
     ins: list[str],
@@ -53,18 +78,8 @@ def conv(
     pads: list[int] | None = None,
     strides: list[int] | None = None,
 ) -> None:
-    x, w = ctx.type(ins[0]), ctx.type(ins[1])
-    k = len(x.shape) - 2
-    ks = list(kernel_shape or w.shape[2:])
-    strides = list(strides or [1] * k)
-    dil = list(dilations or [1] * k)
-    p = _resolve_pads(ctx, x.shape[2:], ks, strides, dil, auto_pad, pads)
-    ctx.emit(
-        "Conv",
-        [i for i in ins[:3] if i],
-        {"group": group, "pads": p, "strides": strides, "dilations": dil},
-        outs,
-    )
+    attrs = conv_attrs(ctx, ins, 1, auto_pad, dilations, group, kernel_shape, pads, strides)
+    ctx.emit("Conv", [i for i in ins[:3] if i], attrs, outs)
 
 
 def _pool(op: str) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.ops_nn import conv_attrs
 from guard.compiler.ir import dtype_name
 
 
@@ -47,43 +48,12 @@ def dequantize(
     ctx.emit("DequantizeLinear", ins[:3], attrs, outs)
 
 
-def _typed(ctx: ImportContext, outs: list[str], shape: tuple[int, ...] | None, dtype: Any) -> None:
-    if outs[0] not in ctx.inferred or ctx.inferred[outs[0]][0] is None:
-        ctx.inferred[outs[0]] = (shape, np.dtype(dtype))
-
-
 def matmul_integer(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("MatMulInteger", list(ins), {}, outs)
 
 
 def qlinear_matmul(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("QLinearMatMul", list(ins), {}, outs)
-
-
-def _conv_attrs(
-    ctx: ImportContext,
-    ins: list[str],
-    w_index: int,
-    auto_pad: str,
-    dilations: Any,
-    group: int,
-    kernel_shape: Any,
-    pads: Any,
-    strides: Any,
-) -> dict[str, Any]:
-    from guard.compiler.frontend.ops_nn import _resolve_pads
-
-    x, w = ctx.type(ins[0]), ctx.type(ins[w_index])
-    k = len(x.shape) - 2
-    ks = list(kernel_shape or w.shape[2:])
-    st = list(strides or [1] * k)
-    dil = list(dilations or [1] * k)
-    return {
-        "group": group,
-        "strides": st,
-        "dilations": dil,
-        "pads": _resolve_pads(ctx, x.shape[2:], ks, st, dil, auto_pad, pads),
-    }
 
 
 def conv_integer(
@@ -100,7 +70,7 @@ def conv_integer(
     ctx.emit(
         "ConvInteger",
         list(ins),
-        _conv_attrs(ctx, ins, 1, auto_pad, dilations, group, kernel_shape, pads, strides),
+        conv_attrs(ctx, ins, 1, auto_pad, dilations, group, kernel_shape, pads, strides),
         outs,
     )
 
@@ -119,7 +89,7 @@ def qlinear_conv(
     ctx.emit(
         "QLinearConv",
         list(ins),
-        _conv_attrs(ctx, ins, 3, auto_pad, dilations, group, kernel_shape, pads, strides),
+        conv_attrs(ctx, ins, 3, auto_pad, dilations, group, kernel_shape, pads, strides),
         outs,
     )
 
