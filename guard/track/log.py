@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.errors import TrackingError
+from guard.fsutil import atomic_write_text
 from guard.track import records
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.uri import (
@@ -327,7 +328,7 @@ def keep_results(doc: Mapping[str, Any], workdir: Path) -> Path:
         while path.exists():
             n += 1
             path = pending / f"{safe}-{n}.json"
-        path.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+        atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
     except OSError as exc:
         raise TrackingError(
             f"cannot keep results locally in {pending}: {exc.strerror}",
