@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.ir import dtype_from_name, is_float, value_range
+from guard.compiler.reference.tensor import cumulative
 
 Attrs = dict[str, Any]
 Xs = list[np.ndarray | None]
@@ -93,21 +94,6 @@ def top_k(xs: Xs, a: Attrs) -> list[np.ndarray]:
     order = np.argsort(key, axis=ax, kind="stable")
     idx = np.take(order, np.arange(k), axis=ax)
     return [np.take_along_axis(x, idx, axis=ax), idx.astype(np.int64)]
-
-
-def cum_prod(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x = _x(xs)
-    ax = a["axis"]
-    if a.get("reverse", 0):
-        x = np.flip(x, ax)
-    y = np.cumprod(x, axis=ax, dtype=x.dtype)
-    if a.get("exclusive", 0):
-        y = np.concatenate(
-            [np.ones_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax
-        )
-    if a.get("reverse", 0):
-        y = np.flip(y, ax)
-    return [np.asarray(y, order="C")]
 
 
 def lp_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -207,7 +193,7 @@ def det(xs: Xs, a: Attrs) -> list[np.ndarray]:
 KERNELS = {
     "Trilu": trilu, "IsNaN": is_nan, "IsInf": is_inf, "OneHot": one_hot,
     "GatherND": gather_nd, "ScatterElements": scatter_elements, "ScatterND": scatter_nd,
-    "TopK": top_k, "CumProd": cum_prod, "LpNormalization": lp_norm,
+    "TopK": top_k, "CumProd": cumulative(np.cumprod, np.ones_like), "LpNormalization": lp_norm,
     "RMSNormalization": rms_norm, "GroupNormalization": group_norm,
     "MeanVarianceNormalization": mvn, "Einsum": einsum, "QuantizeLinear": quantize,
     "DequantizeLinear": dequantize, "Det": det,

@@ -58,19 +58,25 @@ def _arg(fn: Any) -> Any:
     return k
 
 
-def _cumsum(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x = _x(xs)
-    ax = a["axis"]
-    if a.get("reverse", 0):
-        x = np.flip(x, ax)
-    y = np.cumsum(x, axis=ax, dtype=x.dtype)
-    if a.get("exclusive", 0):
-        y = np.concatenate(
-            [np.zeros_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax
-        )
-    if a.get("reverse", 0):
-        y = np.flip(y, ax)
-    return [np.asarray(y, order="C")]
+def cumulative(scan: Any, identity_like: Any) -> Any:
+    """A CumSum-like kernel: ``scan`` (np.cumsum, np.cumprod) along ``axis``, honouring
+    ``reverse`` and ``exclusive`` (shift by one, ``identity_like`` fills the first slot)."""
+
+    def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
+        x = _x(xs)
+        ax = a["axis"]
+        if a.get("reverse", 0):
+            x = np.flip(x, ax)
+        y = scan(x, axis=ax, dtype=x.dtype)
+        if a.get("exclusive", 0):
+            y = np.concatenate(
+                [identity_like(np.take(y, [0], axis=ax)), np.delete(y, -1, axis=ax)], axis=ax
+            )
+        if a.get("reverse", 0):
+            y = np.flip(y, ax)
+        return [np.asarray(y, order="C")]
+
+    return k
 
 
 def _pad(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -115,7 +121,7 @@ KERNELS = {
     "Tile": lambda xs, a: [np.tile(_x(xs), a["repeats"])],
     "Pad": _pad,
     "Fill": lambda xs, a: [np.full(a["shape"], a["value"], dtype=dtype_from_name(a["dtype"]))],
-    "CumSum": _cumsum,
+    "CumSum": cumulative(np.cumsum, np.zeros_like),
     "ReduceMean": _reduce(lambda x, ax, k: np.mean(x, axis=ax, keepdims=k)),
     "ReduceSum": _reduce(lambda x, ax, k: np.sum(x, axis=ax, keepdims=k)),
     # An empty reduction yields the identity (-inf / +inf, or the dtype's extremes).
