@@ -31,6 +31,10 @@ BINARY = {
 }  # fmt: skip
 COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}
 ELEMENTWISE = UNARY | BINARY | COMPARE | {"Where", "Cast"}
+REDUCE = (
+    "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+)  # fmt: skip
 SAME_SHAPE = {
     "Softmax", "LogSoftmax", "LayerNormalization", "LRN", "BatchNormalization",
     "InstanceNormalization", "Hardmax", "CumSum",
@@ -242,23 +246,7 @@ SHAPE_FNS: dict[str, ShapeFn] = {
     ],  # noqa: E501
     "Resize": lambda n, vs: [(tuple(n.attrs["out_shape"]), _v(vs, 0).dtype)],
     "Fill": lambda n, vs: [(tuple(n.attrs["shape"]), dtype_from_name(n.attrs["dtype"]))],
-    **{
-        op: _reduce
-        for op in (
-            "ReduceMean",
-            "ReduceSum",
-            "ReduceMax",
-            "ReduceMin",
-            "ReduceProd",
-            "ReduceL1",
-            "ReduceL2",
-            "ReduceLogSum",
-            "ReduceLogSumExp",
-            "ReduceSumSquare",
-            "ArgMax",
-            "ArgMin",
-        )
-    },  # fmt: skip
+    **{op: _reduce for op in (*REDUCE, "ArgMax", "ArgMin")},
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.shapes import REDUCE
 
 
 def _ints(a: Any) -> list[int]:
@@ -70,21 +71,7 @@ def cumsum(
 
 
 CONVERTERS: dict[str, dict[int, Any]] = {
-    **{
-        op: {1: _reduce(op, REDUCE_AXES_INPUT_SINCE.get(op, 18))}
-        for op in (
-            "ReduceMean",
-            "ReduceSum",
-            "ReduceMax",
-            "ReduceMin",
-            "ReduceProd",
-            "ReduceL1",
-            "ReduceL2",
-            "ReduceLogSum",
-            "ReduceLogSumExp",
-            "ReduceSumSquare",
-        )
-    },  # fmt: skip
+    **{op: {1: _reduce(op, REDUCE_AXES_INPUT_SINCE.get(op, 18))} for op in REDUCE},
     "ArgMax": {1: _arg("ArgMax")},
     "ArgMin": {1: _arg("ArgMin")},
     "CumSum": {11: cumsum},
