@@ -38,6 +38,13 @@ class PartitionInfo:
     details: list[dict[str, Any]] = field(default_factory=list)  # per-partition detail
     how: str = ""  # how the numbers were obtained
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PartitionInfo:
+        """The inverse of to_dict (what a backend stored in its artefact)."""
+        return cls(count=d["count"], delegated_nodes=d["delegated_nodes"],
+                   fallback_nodes=d["fallback_nodes"], by_provider=dict(d["by_provider"]),
+                   details=list(d["details"]), how=d["how"])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "count": self.count,
@@ -57,6 +64,12 @@ class MemoryInfo:
     lower_bound_bytes: int | None
     how: str  # e.g. "liveness lower bound from ORT's optimised graph; arena = ..."
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MemoryInfo:
+        """From the {arena_bytes, lower_bound_bytes, how, extra} a backend stored."""
+        return cls(arena_bytes=d["arena_bytes"], lower_bound_bytes=d["lower_bound_bytes"],
+                   how=d["how"], extra=dict(d.get("extra", {})))
 
 
 @dataclass

@@ -98,15 +98,10 @@ class OrtSession:
         return self._sess.run(None, feeds)
 
     def partitions(self) -> PartitionInfo:
-        p = self._meta["partitions"]
-        return PartitionInfo(count=p["count"], delegated_nodes=p["delegated_nodes"],
-                             fallback_nodes=p["fallback_nodes"], by_provider=p["by_provider"],
-                             details=p["details"], how=p["how"])
+        return PartitionInfo.from_dict(self._meta["partitions"])
 
     def memory(self) -> MemoryInfo:
-        m = self._meta["memory"]
-        return MemoryInfo(arena_bytes=m["arena_bytes"], lower_bound_bytes=m["lower_bound_bytes"],
-                          how=m["how"], extra=m.get("extra", {}))
+        return MemoryInfo.from_dict(self._meta["memory"])
 
 
 def _partitions(sess, model_path: Path) -> dict[str, Any]:
