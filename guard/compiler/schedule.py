@@ -295,6 +295,17 @@ class Schedule:
         }
 
 
+def _groups(g: GraphView, group_of: Sequence[int]) -> tuple[dict[int, list[int]], dict[int, int]]:
+    """Each group's nodes (in original order) and the number of edges entering it."""
+    members: dict[int, list[int]] = {}
+    for i, grp in enumerate(group_of):
+        members.setdefault(grp, []).append(i)
+    ext_indeg = {grp: 0 for grp in members}
+    for i, grp in enumerate(group_of):
+        ext_indeg[grp] += sum(1 for p in g.preds[i] if group_of[p] != grp)
+    return members, ext_indeg
+
+
 def _greedy_order(g: GraphView, group_of: Sequence[int] | None) -> list[int]:
     nbytes = {name: align(g.tensors[name].nbytes) for name in g.arena_tensors()}
     remaining = {v: len(c) for v, c in g.consumers.items()}
@@ -315,31 +326,12 @@ def _greedy_order(g: GraphView, group_of: Sequence[int] | None) -> list[int]:
             if v in remaining:
                 remaining[v] -= 1
 
-    indeg = [len(p) for p in g.preds]
-    order: list[int] = []
-    if group_of is None:
-        ready = [i for i, d in enumerate(indeg) if d == 0]
-        last = -1
-        while ready:
-            succ_of_last = set(g.succs[last]) if last >= 0 else set()
-            best = min(ready, key=lambda i: (net(i), i not in succ_of_last, i))
-            ready.remove(best)
-            order.append(best)
-            run_node(best)
-            last = best
-            for s in g.succs[best]:
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    ready.append(s)
-        return order
-
     # Partition-contiguous: a group is ready when every predecessor outside it has run.
-    members: dict[int, list[int]] = {}
-    for i, grp in enumerate(group_of):
-        members.setdefault(grp, []).append(i)
-    ext_indeg = {grp: 0 for grp in members}
-    for i, grp in enumerate(group_of):
-        ext_indeg[grp] += sum(1 for p in g.preds[i] if group_of[p] != grp)
+    # Without groups the whole graph is one group: the same greedy walk, over every node
+    # (the key ends in the node index, so the walk does not depend on the ready list's order).
+    groups = [0] * len(g.nodes) if group_of is None else group_of
+    members, ext_indeg = _groups(g, groups)
+    order: list[int] = []
     ready_groups = [grp for grp, d in ext_indeg.items() if d == 0]
 
     def group_net(grp: int) -> int:
@@ -376,9 +368,9 @@ def _greedy_order(g: GraphView, group_of: Sequence[int] | None) -> list[int]:
                     if local_indeg[s] == 0:
                         ready.append(s)
                 else:
-                    ext_indeg[group_of[s]] -= 1
-                    if ext_indeg[group_of[s]] == 0:
-                        ready_groups.append(group_of[s])
+                    ext_indeg[groups[s]] -= 1
+                    if ext_indeg[groups[s]] == 0:
+                        ready_groups.append(groups[s])
     if len(order) != len(g.nodes):
         raise ValueError("partition assignment is not convex: no contiguous order exists")
     return order
@@ -388,12 +380,7 @@ def topological_order(g: GraphView, group_of: Sequence[int] | None = None) -> li
     """The original order, or (with groups) the earliest-first partition-contiguous one."""
     if group_of is None:
         return list(range(len(g.nodes)))
-    members: dict[int, list[int]] = {}
-    for i, grp in enumerate(group_of):
-        members.setdefault(grp, []).append(i)
-    ext = {grp: 0 for grp in members}
-    for i, grp in enumerate(group_of):
-        ext[grp] += sum(1 for p in g.preds[i] if group_of[p] != grp)
+    members, ext = _groups(g, group_of)
     heap = [(min(m), grp) for grp, m in members.items() if ext[grp] == 0]
     heapq.heapify(heap)
     order: list[int] = []
