@@ -56,46 +56,31 @@ def qlinear_matmul(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("QLinearMatMul", list(ins), {}, outs)
 
 
-def conv_integer(
-    ctx: ImportContext,
-    ins: list[str],
-    outs: list[str],
-    auto_pad: str = "NOTSET",
-    dilations: Any = None,
-    group: int = 1,
-    kernel_shape: Any = None,
-    pads: Any = None,
-    strides: Any = None,
-) -> None:
-    ctx.emit(
-        "ConvInteger",
-        list(ins),
-        conv_attrs(ctx, ins, 1, auto_pad, dilations, group, kernel_shape, pads, strides),
-        outs,
-    )
+def _integer_conv(op: str, w_index: int) -> Any:
+    """ConvInteger (weights at input 1) and QLinearConv (weights at input 3)."""
 
+    def conv(
+        ctx: ImportContext,
+        ins: list[str],
+        outs: list[str],
+        auto_pad: str = "NOTSET",
+        dilations: Any = None,
+        group: int = 1,
+        kernel_shape: Any = None,
+        pads: Any = None,
+        strides: Any = None,
+    ) -> None:
+        attrs = conv_attrs(
+            ctx, ins, w_index, auto_pad, dilations, group, kernel_shape, pads, strides
+        )
+        ctx.emit(op, list(ins), attrs, outs)
 
-def qlinear_conv(
-    ctx: ImportContext,
-    ins: list[str],
-    outs: list[str],
-    auto_pad: str = "NOTSET",
-    dilations: Any = None,
-    group: int = 1,
-    kernel_shape: Any = None,
-    pads: Any = None,
-    strides: Any = None,
-) -> None:
-    ctx.emit(
-        "QLinearConv",
-        list(ins),
-        conv_attrs(ctx, ins, 3, auto_pad, dilations, group, kernel_shape, pads, strides),
-        outs,
-    )
+    return conv
 
 
 CONVERTERS: dict[str, dict[int, Any]] = {
     "QuantizeLinear": {10: quantize}, "DequantizeLinear": {10: dequantize},
     "MatMulInteger": {10: matmul_integer}, "QLinearMatMul": {10: qlinear_matmul},
-    "ConvInteger": {10: conv_integer}, "QLinearConv": {10: qlinear_conv},
+    "ConvInteger": {10: _integer_conv("ConvInteger", 1)},
+    "QLinearConv": {10: _integer_conv("QLinearConv", 3)},
 }  # fmt: skip
