@@ -31,10 +31,10 @@ from guard.compiler.memory import MemoryPlan
 from guard.compiler.runtime import (
     COMPILER_NAME,
     RUNTIME_NAME,
+    WEIGHTS_SCHEMA_VERSION,
     CompiledPlan,
     Executor,
     Runtime,
-    WeightsIndexEntry,
     WeightsLayout,
     pack_weights,
     plan,
@@ -195,13 +195,13 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
             )
     index = json.loads((root / "weights.json").read_text())
     blob = np.fromfile(root / "weights.bin", np.uint8)
-    if index.get("schema_version") != 1 or index.get("total_bytes") != blob.size:
+    if (
+        index.get("schema_version") != WEIGHTS_SCHEMA_VERSION
+        or index.get("total_bytes") != blob.size
+    ):
         raise _refuse(root / "weights.json", "weights index does not describe weights.bin")
-    entries = []
-    for e in index["tensors"]:
-        entry = WeightsIndexEntry(
-            e["name"], e["offset"], e["nbytes"], e["dtype"], tuple(e["shape"]), e["sha256"]
-        )
+    layout = WeightsLayout.from_dict(index)
+    for entry in layout.entries:
         if entry.offset + entry.nbytes > blob.size:
             raise _refuse(
                 root / "weights.json", f"constant {entry.name!r} lies past the end of weights.bin"
@@ -213,11 +213,9 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
             raise _refuse(
                 root / "weights.bin", f"constant {entry.name!r} does not match its sha256"
             )
-        entries.append(entry)
-    layout = WeightsLayout(blob.size, tuple(entries))
     weights = {
         e.name: blob[e.offset : e.offset + e.nbytes].view(np.dtype(e.dtype)).reshape(e.shape)
-        for e in entries
+        for e in layout.entries
     }
     graph = parse_graph((root / "graph.txt").read_text(), weights=weights)
     try:

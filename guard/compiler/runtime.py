@@ -41,6 +41,9 @@ COMPILER_NAME = "guard-compiler"
 RUNTIME_NAME = "guard-runtime"  # one arena, partitions in order (reference kernels for now)
 
 
+WEIGHTS_SCHEMA_VERSION = 1  # of weights.json, the index WeightsLayout.to_dict writes
+
+
 @dataclass(frozen=True)
 class WeightsIndexEntry:
     name: str
@@ -60,7 +63,7 @@ class WeightsLayout:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema_version": 1,
+            "schema_version": WEIGHTS_SCHEMA_VERSION,
             "alignment": ALIGNMENT,
             "total_bytes": self.total_bytes,
             "tensors": [
@@ -69,6 +72,19 @@ class WeightsLayout:
                 for e in self.entries
             ],
         }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WeightsLayout:
+        """The inverse of :meth:`to_dict`; the caller checks schema_version and the blob."""
+        return cls(
+            d["total_bytes"],
+            tuple(
+                WeightsIndexEntry(
+                    e["name"], e["offset"], e["nbytes"], e["dtype"], tuple(e["shape"]), e["sha256"]
+                )
+                for e in d["tensors"]
+            ),
+        )
 
 
 def pack_weights(constants: Mapping[str, np.ndarray]) -> tuple[np.ndarray, WeightsLayout]:
