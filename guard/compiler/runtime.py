@@ -26,15 +26,9 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.memory import MemoryPlan, plan_memory
-from guard.compiler.partition import (
-    Backend,
-    PartitionPlan,
-    backends_for,
-    format_report,
-    partition,
-    report_dict,
-)
+from guard.compiler.partition import PartitionPlan, format_report, partition, report_dict
 from guard.compiler.schedule import ALIGNMENT, GraphView, Schedule, align, schedule, view_of_graph
+from guard.compiler.support import Backend, backends_for
 from guard.errors import InternalError, ModelError
 
 COMPILER_NAME = "guard-compiler"

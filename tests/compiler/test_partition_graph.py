@@ -7,7 +7,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard.compiler.partition import (
+from guard.compiler.partition import format_report, partition, report_dict
+from guard.compiler.schedule import GraphView, OpNode, TensorInfo, topological_order
+from guard.compiler.support import (
     CPU,
     NATIVE,
     AllOf,
@@ -19,14 +21,10 @@ from guard.compiler.partition import (
     OpNotIn,
     StaticShapes,
     backends_for,
-    format_report,
     list_profiles,
     load_profile,
-    partition,
     profile_from_dict,
-    report_dict,
 )
-from guard.compiler.schedule import GraphView, OpNode, TensorInfo, topological_order
 from guard.errors import UsageError
 
 
