@@ -289,6 +289,3 @@ class Graph:
         ]
         g._counter = self._counter
         return g
-
-    def intermediate_names(self) -> list[str]:
-        return [o for n in self.nodes for o in n.outputs]

@@ -222,7 +222,6 @@ class Runtime:
         self.view = view
         self.memory = memory
         self.arena = np.zeros(memory.arena_bytes + ALIGNMENT, np.uint8)
-        self.blob = weights_blob
         self.weights = weight_views(weights_blob, weights_layout)
         self.input_names = list(view.inputs)
         self.output_names = list(view.outputs)
@@ -237,7 +236,6 @@ class Runtime:
             (view.nodes[i], self.executors[partition_backend[partition_of[i]]])
             for i in memory.order
         ]
-        self.runs = 0
 
     @classmethod
     def from_plan(
@@ -304,5 +302,4 @@ class Runtime:
                         f"{list(arr.shape)} for {name!r}, the plan holds {dst.dtype}{list(dst.shape)}"
                     )
                 dst[...] = arr  # numpy buffers overlapping copies (in-place slots)
-        self.runs += 1
         return {o: np.array(self._value(o), copy=True) for o in self.output_names}
