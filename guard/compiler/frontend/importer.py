@@ -81,6 +81,14 @@ class ImportContext:
             )
         return value
 
+    def const_ints(self, name: str, what: str = "operand") -> list[int]:
+        """A constant operand (axes, pads, a shape...) as Python ints."""
+        return [int(v) for v in np.asarray(self.const(name, what)).reshape(-1)]
+
+    def const_scalar(self, name: str, what: str = "operand") -> Any:
+        """The first element of a constant operand (k, axis, depth...) as a Python scalar."""
+        return np.asarray(self.const(name, what)).reshape(-1)[0].item()
+
     def try_const(self, name: str) -> np.ndarray | None:
         if not name:
             return None

@@ -11,12 +11,8 @@ from guard.compiler.frontend.importer import ImportContext
 from guard.compiler.ir import dtype_name
 
 
-def _scalar(ctx: ImportContext, name: str, what: str) -> Any:
-    return np.asarray(ctx.const(name, what)).reshape(-1)[0].item()
-
-
 def trilu(ctx: ImportContext, ins: list[str], outs: list[str], upper: int = 1) -> None:
-    k = int(_scalar(ctx, ins[1], "k")) if len(ins) > 1 and ins[1] else 0
+    k = int(ctx.const_scalar(ins[1], "k")) if len(ins) > 1 and ins[1] else 0
     ctx.emit("Trilu", ins[:1], {"upper": upper, "k": k}, outs)
 
 
@@ -40,7 +36,7 @@ def is_inf(
 
 
 def one_hot(ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1) -> None:
-    depth = int(_scalar(ctx, ins[1], "depth"))
+    depth = int(ctx.const_scalar(ins[1], "depth"))
     r = len(ctx.type(ins[0]).shape) + 1
     ctx.emit("OneHot", [ins[0], "", ins[2]], {"depth": depth, "axis": axis % r}, outs)
 
@@ -71,7 +67,7 @@ def top_k(
     sorted: int = 1,
     k: int | None = None,
 ) -> None:  # noqa: A002
-    kk = int(_scalar(ctx, ins[1], "k")) if len(ins) > 1 and ins[1] else int(k or 0)
+    kk = int(ctx.const_scalar(ins[1], "k")) if len(ins) > 1 and ins[1] else int(k or 0)
     r = len(ctx.type(ins[0]).shape)
     names = [o if o else ctx.fresh("topk_unused") for o in outs]
     if len(names) == 1:
@@ -89,7 +85,7 @@ def cum_prod(
     ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0
 ) -> None:
     r = len(ctx.type(ins[0]).shape)
-    ax = int(_scalar(ctx, ins[1], "axis")) % r
+    ax = int(ctx.const_scalar(ins[1], "axis")) % r
     ctx.emit("CumProd", ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
 
 
@@ -202,7 +198,7 @@ def _window(kind: str) -> Any:
     ) -> None:
         from guard.compiler.frontend.importer import np_dtype
 
-        size = int(_scalar(ctx, ins[0], "size"))
+        size = int(ctx.const_scalar(ins[0], "size"))
         denom = size if periodic else size - 1
         t = 2 * np.pi * np.arange(size) / max(denom, 1)
         if kind == "hann":
@@ -294,7 +290,7 @@ def _dft(
     x = ctx.type(ins[0])
     r = len(x.shape)
     ax = axis + r - 1 if axis < 0 else axis  # negative axes count the signal dims only
-    length = int(_scalar(ctx, ins[1], "dft_length")) if len(ins) > 1 and ins[1] else None
+    length = int(ctx.const_scalar(ins[1], "dft_length")) if len(ins) > 1 and ins[1] else None
     shape = list(x.shape[:-1]) + [2]
     out_length = None
     if inverse and onesided:  # one-sided spectrum in, real signal out
@@ -328,7 +324,7 @@ def dft_v17(
 def dft_v20(
     ctx: ImportContext, ins: list[str], outs: list[str], inverse: int = 0, onesided: int = 0
 ) -> None:
-    axis = int(_scalar(ctx, ins[2], "axis")) if len(ins) > 2 and ins[2] else -2
+    axis = int(ctx.const_scalar(ins[2], "axis")) if len(ins) > 2 and ins[2] else -2
     _dft(ctx, ins, outs, axis, inverse, onesided)
 
 

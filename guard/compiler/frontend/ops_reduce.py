@@ -6,15 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from guard.compiler.frontend.importer import ImportContext
 from guard.compiler.shapes import REDUCE
-
-
-def _ints(a: Any) -> list[int]:
-    return [int(v) for v in np.asarray(a).reshape(-1)]
-
 
 REDUCE_AXES_INPUT_SINCE = {"ReduceSum": 13}
 
@@ -31,7 +24,7 @@ def _reduce(op: str, axes_as_input_since: int) -> Any:
         x = ctx.type(ins[0])
         r = len(x.shape)
         if ctx.opset >= axes_as_input_since and len(ins) > 1 and ins[1]:
-            axes = _ints(ctx.const(ins[1], "axes"))
+            axes = ctx.const_ints(ins[1], "axes")
         if not axes:
             if noop_with_empty_axes:
                 ctx.emit("Identity", ins[:1], {}, outs)
@@ -66,7 +59,7 @@ def cumsum(
     ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0
 ) -> None:
     r = len(ctx.type(ins[0]).shape)
-    ax = int(np.asarray(ctx.const(ins[1], "axis")).reshape(-1)[0]) % r
+    ax = int(ctx.const_scalar(ins[1], "axis")) % r
     ctx.emit("CumSum", ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
 
 

@@ -18,10 +18,6 @@ from guard.compiler.ir import dtype_name
 INT64_MAX = np.iinfo(np.int64).max
 
 
-def _ints(a: Any) -> list[int]:
-    return [int(v) for v in np.asarray(a).reshape(-1)]
-
-
 def resolve_reshape(
     ctx: ImportContext, in_shape: tuple[int, ...], target: list[int], allowzero: int = 0
 ) -> list[int]:
@@ -55,7 +51,7 @@ def reshape_v1(
 
 def reshape_v5(ctx: ImportContext, ins: list[str], outs: list[str], allowzero: int = 0) -> None:
     x = ctx.type(ins[0])
-    target = _ints(ctx.const(ins[1], "target shape"))
+    target = ctx.const_ints(ins[1], "target shape")
     ctx.emit("Reshape", ins[:1], {"shape": resolve_reshape(ctx, x.shape, target, allowzero)}, outs)
 
 
@@ -83,7 +79,7 @@ def squeeze_v1(
 
 
 def squeeze_v13(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
-    axes = _ints(ctx.const(ins[1], "axes")) if len(ins) > 1 and ins[1] else None
+    axes = ctx.const_ints(ins[1], "axes") if len(ins) > 1 and ins[1] else None
     _squeeze(ctx, ins, outs, axes)
 
 
@@ -104,7 +100,7 @@ def unsqueeze_v1(
 
 
 def unsqueeze_v13(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
-    _unsqueeze(ctx, ins, outs, _ints(ctx.const(ins[1], "axes")))
+    _unsqueeze(ctx, ins, outs, ctx.const_ints(ins[1], "axes"))
 
 
 def transpose(
@@ -150,7 +146,7 @@ def split_v1(
     split: list[int] | None = None,
 ) -> None:
     if len(ins) > 1 and ins[1]:
-        split = _ints(ctx.const(ins[1], "split"))
+        split = ctx.const_ints(ins[1], "split")
     _split(ctx, ins, outs, axis, split)
 
 
@@ -161,7 +157,7 @@ def split_v13(
     axis: int = 0,
     num_outputs: int | None = None,
 ) -> None:
-    split = _ints(ctx.const(ins[1], "split")) if len(ins) > 1 and ins[1] else None
+    split = ctx.const_ints(ins[1], "split") if len(ins) > 1 and ins[1] else None
     _split(ctx, ins, outs, axis, split, num_outputs)
 
 
@@ -214,10 +210,10 @@ def slice_v1(
 
 
 def slice_v10(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
-    starts = _ints(ctx.const(ins[1], "starts"))
-    ends = _ints(ctx.const(ins[2], "ends"))
-    axes = _ints(ctx.const(ins[3], "axes")) if len(ins) > 3 and ins[3] else None
-    steps = _ints(ctx.const(ins[4], "steps")) if len(ins) > 4 and ins[4] else None
+    starts = ctx.const_ints(ins[1], "starts")
+    ends = ctx.const_ints(ins[2], "ends")
+    axes = ctx.const_ints(ins[3], "axes") if len(ins) > 3 and ins[3] else None
+    steps = ctx.const_ints(ins[4], "steps") if len(ins) > 4 and ins[4] else None
     _slice(ctx, ins, outs, starts, ends, axes, steps)
 
 
@@ -232,11 +228,11 @@ def gather_elements(ctx: ImportContext, ins: list[str], outs: list[str], axis: i
 
 
 def expand(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
-    ctx.emit("Expand", ins[:1], {"shape": _ints(ctx.const(ins[1], "shape"))}, outs)
+    ctx.emit("Expand", ins[:1], {"shape": ctx.const_ints(ins[1], "shape")}, outs)
 
 
 def tile(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
-    ctx.emit("Tile", ins[:1], {"repeats": _ints(ctx.const(ins[1], "repeats"))}, outs)
+    ctx.emit("Tile", ins[:1], {"repeats": ctx.const_ints(ins[1], "repeats")}, outs)
 
 
 def pad_v2(
@@ -256,12 +252,12 @@ def pad_v2(
 def pad_v11(ctx: ImportContext, ins: list[str], outs: list[str], mode: str = "constant") -> None:
     x = ctx.type(ins[0])
     r = len(x.shape)
-    pads = _ints(ctx.const(ins[1], "pads"))
+    pads = ctx.const_ints(ins[1], "pads")
     value = 0.0
     if len(ins) > 2 and ins[2]:
-        value = np.asarray(ctx.const(ins[2], "constant_value")).reshape(-1)[0].item()
+        value = ctx.const_scalar(ins[2], "constant_value")
     if len(ins) > 3 and ins[3]:
-        axes = [a % r for a in _ints(ctx.const(ins[3], "axes"))]
+        axes = [a % r for a in ctx.const_ints(ins[3], "axes")]
         full = [0] * (2 * r)
         for k, a in enumerate(axes):
             full[a], full[a + r] = pads[k], pads[k + len(axes)]
@@ -302,7 +298,7 @@ def constant(ctx: ImportContext, ins: list[str], outs: list[str], **kw: Any) -> 
 def constant_of_shape(
     ctx: ImportContext, ins: list[str], outs: list[str], value: Any = None
 ) -> None:
-    shp = _ints(ctx.const(ins[0], "shape"))
+    shp = ctx.const_ints(ins[0], "shape")
     v = np.asarray(value if value is not None else np.zeros(1, np.float32)).reshape(-1)
     ctx.emit("Fill", [], {"shape": shp, "value": v[0].item(), "dtype": dtype_name(v.dtype)}, outs)
 
