@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.ops_reduce import cumulative
 from guard.compiler.ir import dtype_name
 
 
@@ -81,14 +82,6 @@ def top_k(
     ctx.emit("TopK", ins[:1], {"k": kk, "axis": axis % r, "largest": largest}, names)
 
 
-def cum_prod(
-    ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0
-) -> None:
-    r = len(ctx.type(ins[0]).shape)
-    ax = int(ctx.const_scalar(ins[1], "axis")) % r
-    ctx.emit("CumProd", ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
-
-
 def lp_norm(
     ctx: ImportContext, ins: list[str], outs: list[str], axis: int = -1, p: int = 2
 ) -> None:
@@ -148,7 +141,8 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     "Trilu": {14: trilu}, "IsNaN": {9: is_nan}, "IsInf": {10: is_inf}, "OneHot": {9: one_hot},
     "GatherND": {11: gather_nd}, "ScatterElements": {11: scatter_elements},
     "Scatter": {9: scatter_elements}, "ScatterND": {11: scatter_nd}, "TopK": {1: top_k},
-    "CumProd": {26: cum_prod}, "LpNormalization": {1: lp_norm}, "RMSNormalization": {23: rms_norm},
+    "CumProd": {26: cumulative("CumProd")},
+    "LpNormalization": {1: lp_norm}, "RMSNormalization": {23: rms_norm},
     "GroupNormalization": {18: group_norm}, "MeanVarianceNormalization": {9: mvn},
     "Einsum": {12: einsum},
     "Det": {11: det}, "EyeLike": {9: eye_like},

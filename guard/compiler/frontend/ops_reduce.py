@@ -1,6 +1,6 @@
-"""Converters for reductions, ArgMax/ArgMin and CumSum: axes (attribute or, from opset 18
-and ReduceSum-13, a constant input) normalised and sorted; empty axes reduce everything
-unless ``noop_with_empty_axes``."""
+"""Converters for reductions, ArgMax/ArgMin and CumSum/CumProd: axes (attribute or, from
+opset 18 and ReduceSum-13, a constant input) normalised and sorted; empty axes reduce
+everything unless ``noop_with_empty_axes``."""
 
 from __future__ import annotations
 
@@ -55,17 +55,22 @@ def _arg(op: str) -> Any:
     return conv
 
 
-def cumsum(
-    ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0
-) -> None:
-    r = len(ctx.type(ins[0]).shape)
-    ax = int(ctx.const_scalar(ins[1], "axis")) % r
-    ctx.emit("CumSum", ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
+def cumulative(op: str) -> Any:
+    """CumSum and CumProd: the axis is a constant input."""
+
+    def conv(
+        ctx: ImportContext, ins: list[str], outs: list[str], exclusive: int = 0, reverse: int = 0
+    ) -> None:
+        r = len(ctx.type(ins[0]).shape)
+        ax = int(ctx.const_scalar(ins[1], "axis")) % r
+        ctx.emit(op, ins[:1], {"axis": ax, "exclusive": exclusive, "reverse": reverse}, outs)
+
+    return conv
 
 
 CONVERTERS: dict[str, dict[int, Any]] = {
     **{op: {1: _reduce(op, REDUCE_AXES_INPUT_SINCE.get(op, 18))} for op in REDUCE},
     "ArgMax": {1: _arg("ArgMax")},
     "ArgMin": {1: _arg("ArgMin")},
-    "CumSum": {11: cumsum},
+    "CumSum": {11: cumulative("CumSum")},
 }
