@@ -7,6 +7,7 @@ included) through import, O2, plan and the runtime.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -19,7 +20,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.memory import check_plan
-from guard.compiler.runtime import Runtime, pack_weights, partition_report, plan, weight_views
+from guard.compiler.runtime import (
+    WEIGHTS_SCHEMA_VERSION,
+    Runtime,
+    WeightsLayout,
+    pack_weights,
+    partition_report,
+    plan,
+    weight_views,
+)
 from guard.errors import ModelError
 
 
@@ -135,6 +144,13 @@ def test_weights_blob_is_aligned_and_read_only():
     np.testing.assert_array_equal(views["b"], arrays["b"])
     with pytest.raises(ValueError):
         views["a"][0, 0] = 2.0
+
+
+def test_weights_index_round_trips_through_json():
+    blob, layout = pack_weights({"w": np.arange(6, dtype=np.float32).reshape(2, 3)})
+    index = json.loads(json.dumps(layout.to_dict()))
+    assert index["schema_version"] == WEIGHTS_SCHEMA_VERSION
+    assert WeightsLayout.from_dict(index) == layout
 
 
 def test_partition_report_for_a_model_file(tmp_path):
