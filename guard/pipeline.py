@@ -182,7 +182,7 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
     manifest = mf.build_manifest(
         compiler=compiler, runtime=runtime, target_raw=entry.target, threads=entry.threads,
         model_path=spec.path, model_opset=spec.opset, model_inputs=spec.inputs_manifest(),
-        tuning_cache=cache_pin)
+        tuning_cache=cache_pin, model_sha256=spec.sha256)
     if cache_pin is not None:
         # The cache's content hash is part of the key: a changed cache is a new artefact.
         key_only["tuning_cache_sha256"] = cache_pin["sha256"]
@@ -191,11 +191,10 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
     build_json = final / "build.json"
     if (final / "manifest.json").is_file() and build_json.is_file():
         try:
-            mf.load_manifest(final / "manifest.json")
-            b = json.loads(build_json.read_text())
-            info = BuildInfo(**b)
+            cached = mf.load_manifest(final / "manifest.json")
+            info = BuildInfo(**json.loads(build_json.read_text()))
             if (final / info.payload).exists():
-                return final, mf.load_manifest(final / "manifest.json"), info, True
+                return final, cached, info, True
         except (GuardError, OSError, TypeError, json.JSONDecodeError):
             pass  # a damaged cache entry is rebuilt, not trusted
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -212,7 +211,7 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
         manifest = mf.build_manifest(
             compiler=info.compiler, runtime=info.runtime, target_raw=entry.target,
             threads=entry.threads, model_path=spec.path, model_opset=spec.opset,
-            model_inputs=spec.inputs_manifest(),
+            model_inputs=spec.inputs_manifest(), model_sha256=spec.sha256,
             tuning_cache={**(cache_pin or {}), **info.tuning} if (info.tuning or cache_pin)
             else None)
         mf.write_manifest(tmp / "manifest.json", manifest)

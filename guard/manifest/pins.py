@@ -135,11 +135,14 @@ def build_manifest(
     driver: Mapping[str, Any] | None = None,
     host: Mapping[str, Any] | None = None,
     guard_info: Mapping[str, Any] | None = None,
+    model_sha256: str | None = None,
 ) -> dict[str, Any]:
     """A manifest (schema_version 1) for one (model, backend, target), sha256 included.
 
     ``driver``, ``host`` and ``guard_info`` default to this machine's captures; they are
     parameters so tests (and tools rebuilding a manifest elsewhere) can supply them.
+    ``model_sha256``, when the caller already hashed the model file, saves hashing it
+    again (hundreds of MB for the larger zoo models).
     ``tuning_cache`` is {"path", "sha256", "entries", "hits", "misses"} or None.
     """
     m: dict[str, Any] = {
@@ -150,7 +153,7 @@ def build_manifest(
         "target": {"raw": target_raw, "canonical": canonicalize(target_raw, root=root)},
         "tuning_cache": tuning_cache_record(tuning_cache),
         "model": {
-            "sha256": file_sha256(Path(model_path)),
+            "sha256": model_sha256 or file_sha256(Path(model_path)),
             "opset": model_opset,
             "inputs": _copy(model_inputs),
         },
