@@ -135,27 +135,67 @@ def _partitions(sess, model_path: Path) -> dict[str, Any]:
     groups: dict[int, list[int]] = {}
     for i in range(len(nodes)):
         groups.setdefault(find(i), []).append(i)
+    merged = _merge_acyclic(list(groups.values()), ep, nodes, producer)
     by_provider: dict[str, int] = {}
     for e in ep:
         by_provider[e] = by_provider.get(e, 0) + 1
-    providers = sess.get_providers()
-    # The first provider in priority order is the delegate; CPU is the fallback unless it is
-    # the only provider, in which case everything is "delegated" to it.
-    delegate = providers[0]
+    # The first provider in priority order is the delegate; the rest is fallback (with the
+    # CPU wheel, CPU is the only provider and everything is "delegated" to it).
+    delegate = sess.get_providers()[0]
     delegated = by_provider.get(delegate, 0)
-    details = sorted(
-        ({"provider": ep[g[0]], "nodes": len(g)} for g in groups.values()),
-        key=lambda d: -d["nodes"])
+    details = sorted(({"provider": ep[g[0]], "nodes": len(g)} for g in merged),
+                     key=lambda d: -d["nodes"])
     return {
-        "count": sum(1 for g in groups.values() if ep[g[0]] == delegate),
+        # Every partition counts, fallback ones included (as in the bundled compiler), so
+        # `partitions: {max: 1}` cannot pass a graph that split across providers.
+        "count": len(merged),
         "delegated_nodes": delegated,
         "fallback_nodes": len(nodes) - delegated,
         "by_provider": by_provider,
         "details": details,
         "how": "ORT's recorded node-to-provider assignment (session.record_ep_graph_assignment_info) "
-               "over the optimised graph, grouped into maximal connected same-provider subgraphs; "
-               f"count = subgraphs on the first provider ({delegate}).",
+               "over the optimised graph: connected same-provider subgraphs, merged per provider "
+               "while the collapsed graph stays acyclic; count = partitions on every provider.",
     }
+
+
+def _reachable(succ: dict[int, set[int]], start: int) -> set[int]:
+    seen: set[int] = set()
+    stack = list(succ[start])
+    while stack:
+        h = stack.pop()
+        if h not in seen:
+            seen.add(h)
+            stack.extend(succ[h])
+    return seen
+
+
+def _merge_acyclic(groups: list[list[int]], ep: list[str], nodes: list[Any],
+                   producer: dict[str, int]) -> list[list[int]]:
+    """Merge same-provider groups when no path between them leaves the provider.
+
+    Two disconnected CPU chains are one partition (nothing crosses a boundary between
+    them); two CPU regions with a delegate region between them are two.
+    """
+    groups = [list(g) for g in groups]
+    while True:
+        owner = {n: gi for gi, g in enumerate(groups) for n in g}
+        succ: dict[int, set[int]] = {gi: set() for gi in range(len(groups))}
+        for i, n in enumerate(nodes):
+            for x in n.input:
+                j = producer.get(x)
+                if j is not None and owner[j] != owner[i]:
+                    succ[owner[j]].add(owner[i])
+        reach = {g: _reachable(succ, g) for g in succ}
+        pair = next(((a, b) for a in range(len(groups)) for b in range(a + 1, len(groups))
+                     if ep[groups[a][0]] == ep[groups[b][0]]
+                     and not any(b in reach[c] for c in reach[a] if c != b)
+                     and not any(a in reach[c] for c in reach[b] if c != a)), None)
+        if pair is None:
+            return groups
+        a, b = pair
+        groups[a] = sorted(groups[a] + groups[b])
+        del groups[b]
 
 
 def _parse_arena_log(log: str) -> dict[str, int | None]:

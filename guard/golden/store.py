@@ -127,7 +127,11 @@ class GoldenStore:
                 raise UsageError(f"golden {part} are missing or corrupt: {exc}", where=str(p),
                                  hint="Restore it from git or run 'guard golden update'.") from None
             named = {}
-            for (name, info), a in zip(meta[part].items(), arrs, strict=True):
+            # golden.json is written with sorted keys; the arrays are in graph order, which
+            # "order" records (goldens written before it existed had one input/output).
+            names = meta.get("order", {}).get(part) or list(meta[part])
+            for name, a in zip(names, arrs, strict=True):
+                info = meta[part][name]
                 if array_sha256(a) != info["sha256"]:
                     raise UsageError(f"golden {part[:-1]} {name!r} does not match its recorded "
                                      "sha256 (edited or corrupt)", where=str(p),
@@ -159,6 +163,7 @@ class GoldenStore:
             "created": previous.meta.get("created", now) if previous else now,
             "updated": now,
             "outputs_sha256": new.sha256,
+            "order": {"inputs": list(inputs), "outputs": list(outputs)},
             "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape),
                            "sha256": array_sha256(v)} for k, v in inputs.items()},
             "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape),

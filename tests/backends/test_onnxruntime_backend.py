@@ -87,3 +87,26 @@ def test_unknown_backend_lists_the_known_ones():
 
     with pytest.raises(UsageError, match="Use one of: bundled, onnxruntime, tvm"):
         get_backend("tensorrt")
+
+
+def test_partition_merging_respects_boundaries():
+    from types import SimpleNamespace as N
+
+    from guard.backends.onnxruntime import _merge_acyclic
+
+    def graph(edges):  # node i reads the outputs named in edges[i]
+        nodes = [N(input=ins, output=[f"t{i}"]) for i, ins in enumerate(edges)]
+        return nodes, {f"t{i}": i for i in range(len(nodes))}
+
+    # CPU -> DELEGATE -> CPU: the two CPU regions cannot merge (a cycle through the delegate).
+    nodes, prod = graph([[], ["t0"], ["t1"]])
+    ep = ["CPU", "DEL", "CPU"]
+    assert len(_merge_acyclic([[0], [1], [2]], ep, nodes, prod)) == 3
+    # Two disconnected CPU chains: one partition, nothing crosses between them.
+    nodes, prod = graph([[], ["t0"], [], ["t2"]])
+    assert _merge_acyclic([[0, 1], [2, 3]], ["CPU"] * 4, nodes, prod) == [[0, 1, 2, 3]]
+    # A CPU node beside a delegate chain (no path through the delegate): merges with CPU.
+    nodes, prod = graph([[], ["t0"], ["t0"], ["t1"]])
+    ep = ["CPU", "DEL", "CPU", "DEL"]
+    merged = _merge_acyclic([[0], [1], [2], [3]], ep, nodes, prod)
+    assert sorted(map(sorted, merged)) == [[0, 2], [1, 3]]
