@@ -120,7 +120,9 @@ def test_calibrate_cli_on_the_smoke_suite(tmp_path, monkeypatch, capsys):
     assert code == 0
     noise = K.load_noise(K.default_noise_path(tmp_path, "smoke"))
     assert {k.split("/")[0] for k in noise} == {"mlp", "digits", "inception_block"}
-    assert all(0 <= v < 100 for v in noise.values())
+    # The size of the noise is a property of the machine (a busy second core doubles it), not
+    # of the code: assert it was measured, not how quiet the machine was.
+    assert all(math.isfinite(v) and v >= 0 for v in noise.values())
     assert "wrote" in capsys.readouterr().out
 
 
