@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.errors import UsageError
+from guard.fsutil import atomic_write_text
 
 SCHEMA_VERSION = 1
 Z99 = 2.3263478740408408
@@ -138,9 +139,7 @@ def save_noise(
         "entries": dict(entries),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
     return doc
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from guard.errors import UsageError
+from guard.fsutil import atomic_write_text
 
 SCHEMA_VERSION = 1
 
@@ -196,5 +197,5 @@ def history_command(args: argparse.Namespace) -> int:
         safe = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in a.items()
         }
-        args.json.write_text(json.dumps(safe, indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps(safe, indent=2) + "\n")
     return 0

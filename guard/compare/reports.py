@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from guard.fsutil import atomic_write_text
+
 _ICON = {
     "pass": "pass",
     "regressed": "**REGRESSED**",
@@ -35,7 +37,7 @@ def _clean(x: Any) -> Any:
 def write_json(doc: Mapping[str, Any], path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(_clean(doc), indent=2, sort_keys=False) + "\n")
+    atomic_write_text(p, json.dumps(_clean(doc), indent=2, sort_keys=False) + "\n")
     return p
 
 
@@ -172,6 +174,6 @@ def write_reports(
         if path:
             p = Path(path)
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(render(cmp, title))
+            atomic_write_text(p, render(cmp, title))
             written.append(p)
     return written
