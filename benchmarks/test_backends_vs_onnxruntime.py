@@ -45,8 +45,16 @@ def _session(backend: str, name: str, tmp: Path):
     out = tmp / backend
     out.mkdir()
     be = get_backend(backend)
-    be.build(BuildRequest(model_path=path, input_shapes=spec.shapes, target_raw="host",
-                          target_canonical=canonicalize("host"), threads=1, out_dir=out))
+    be.build(
+        BuildRequest(
+            model_path=path,
+            input_shapes=spec.shapes,
+            target_raw="host",
+            target_canonical=canonicalize("host"),
+            threads=1,
+            out_dir=out,
+        )
+    )
     return be.load(out, 1), make_inputs(spec, specs)
 
 
@@ -74,9 +82,13 @@ def test_ratio_to_onnxruntime(benchmark, tmp_path, name, backend):
         a = _median_of(lambda: ort.run(feeds), per_round)
         b = _median_of(lambda: other.run(feeds), max(1, per_round // 10))
         ratios.append(b / a)
-    benchmark.extra_info.update({
-        "model": name, "backend": backend, "baseline": "onnxruntime",
-        "ratio_median": float(np.median(ratios)),
-        "ratio_p10_p90": [float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))],
-    })
+    benchmark.extra_info.update(
+        {
+            "model": name,
+            "backend": backend,
+            "baseline": "onnxruntime",
+            "ratio_median": float(np.median(ratios)),
+            "ratio_p10_p90": [float(np.percentile(ratios, 10)), float(np.percentile(ratios, 90))],
+        }
+    )
     benchmark.pedantic(lambda: other.run(feeds), rounds=5, iterations=1, warmup_rounds=1)
