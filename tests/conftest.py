@@ -123,3 +123,22 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         _stop_group(proc)
+
+
+# Lines a test wants in the terminal summary (e.g. the ONNX conformance pass count), shown
+# even when the test passes and its output is captured.
+_SUMMARY = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def summary_line(request: pytest.FixtureRequest):
+    """Call with a string to print it in pytest's terminal summary."""
+    return request.config.stash.setdefault(_SUMMARY, []).append
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    lines = config.stash.get(_SUMMARY, [])
+    if lines:
+        terminalreporter.section("guard summary")
+        for line in lines:
+            terminalreporter.write_line(line)

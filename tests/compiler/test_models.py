@@ -75,7 +75,9 @@ def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarra
     return sess.run(None, feeds)
 
 
-def _check(name: str, model: onnx.ModelProto, skip_outputs: set[str] = frozenset()) -> dict:
+def _check(
+    name: str, model: onnx.ModelProto, skip_outputs: set[str] = frozenset(), say=print
+) -> dict:
     g = import_onnx(model, _bind(model))
     g2, report = optimize(g, "O2")
     verify(g2)
@@ -93,8 +95,8 @@ def _check(name: str, model: onnx.ModelProto, skip_outputs: set[str] = frozenset
         if big.any():
             worst["rel"] = max(worst["rel"], float((err[big] / np.abs(r[big])).max()))
         np.testing.assert_allclose(a, r, rtol=RTOL, atol=ATOL, err_msg=f"{name}: {k}")
-    print(
-        f"\n{name}: max abs {worst['abs']:.3g}, max rel {worst['rel']:.3g} "
+    say(
+        f"{name}: max abs {worst['abs']:.3g}, max rel {worst['rel']:.3g} "
         f"(elements >= 1e-3 of the largest); "
         f"ops {len(g.nodes)} -> {len(g2.nodes)}"
     )
@@ -102,14 +104,14 @@ def _check(name: str, model: onnx.ModelProto, skip_outputs: set[str] = frozenset
 
 
 @pytest.mark.parametrize("name", ZOO)
-def test_zoo_model_matches_onnxruntime_after_o2(name: str) -> None:
+def test_zoo_model_matches_onnxruntime_after_o2(name: str, summary_line) -> None:
     from guard.zoo import model_path
 
-    _check(f"zoo:{name}", onnx.load(model_path(name)))
+    _check(f"zoo:{name}", onnx.load(model_path(name)), say=summary_line)
 
 
 @pytest.mark.parametrize("path", LIGHT, ids=[Path(p).stem for p in LIGHT])
-def test_light_topology_matches_onnxruntime_after_o2(path: str) -> None:
+def test_light_topology_matches_onnxruntime_after_o2(path: str, summary_line) -> None:
     m = onnx.load(path)
     # Also expose the logits (the final Softmax's input) as an output of both programs.
     inferred = onnx.shape_inference.infer_shapes(m)
@@ -122,7 +124,7 @@ def test_light_topology_matches_onnxruntime_after_o2(path: str) -> None:
         logits = run_reference(g, _feeds(g))[softmax[-1].input[0]]
         if np.ptp(logits) <= 1e-5 * np.abs(logits).max():
             skip.add(softmax[-1].output[0])  # constant weights: all classes tie
-    _check(Path(path).stem, m, skip)
+    _check(Path(path).stem, m, skip, say=summary_line)
 
 
 def test_resnet50_has_no_batchnorm_after_o2() -> None:
