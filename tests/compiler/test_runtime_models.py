@@ -171,18 +171,18 @@ def test_partition_report_for_a_model_file(tmp_path):
     )
 
 
-ZOO = [
-    "alexnet", "densenet121", "digits", "inception_block", "inception_v1", "inception_v2", "mlp",
-    "resnet50", "shufflenet", "squeezenet", "transformer", "vgg19", "zfnet512",
-]  # fmt: skip
+def _zoo() -> list[str]:
+    from guard import zoo
+
+    return zoo.list_models()  # every zoo model, including ones added later
 
 
 @pytest.mark.slow
-def test_every_zoo_model_plans_tightly_and_runs_exactly():
+def test_every_zoo_model_plans_tightly_and_runs_exactly(summary_line):
     from guard import zoo
 
     ratios, failures = {}, []
-    for name in ZOO:
+    for name in _zoo():
         d = zoo.describe(name)
         shapes = {k: [1 if isinstance(x, str) else x for x in v] for k, v in d["inputs"].items()}
         g, _ = optimize(import_onnx(zoo.model_path(name), shapes), "O2")
@@ -200,7 +200,8 @@ def test_every_zoo_model_plans_tightly_and_runs_exactly():
             if not np.array_equal(out[k], ref[k], equal_nan=True):
                 failures.append(f"{name}: output {k} differs from the reference")
     geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
-    print({k: round(v, 4) for k, v in ratios.items()}, "geomean", round(geomean, 4))
+    summary_line(f"bundled arena / lower bound (zoo, O2, native): "
+                 f"{ {k: round(v, 4) for k, v in ratios.items()} } geomean {geomean:.4f}")
     assert not failures, "\n".join(failures)
 
 
@@ -209,7 +210,7 @@ def _light_models() -> list[Path]:
 
 
 @pytest.mark.slow
-def test_the_nine_onnx_light_topologies_as_shipped():
+def test_the_nine_onnx_light_topologies_as_shipped(summary_line):
     """The onnx wheel's light models themselves (weights stubbed by ConstantOfShape)."""
     paths = _light_models()
     assert len(paths) == 9
@@ -227,7 +228,8 @@ def test_the_nine_onnx_light_topologies_as_shipped():
         feeds = feeds_for(g)
         out, ref = Runtime.from_plan(compiled).run(feeds), run_reference(g, feeds)
         failures += [f"{path.stem}: {k} differs" for k in ref if not np.array_equal(out[k], ref[k])]
-    print({k: round(v, 4) for k, v in ratios.items()})
+    summary_line(f"bundled arena / lower bound (light files as shipped): "
+                 f"{ {k: round(v, 4) for k, v in ratios.items()} }")
     assert not failures, "\n".join(failures)
 
 
