@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,7 +207,10 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
                            threads=entry.threads, out_dir=tmp,
                            tuning_cache=Path(cache_pin["path"]) if cache_pin else None,
                            options=options)
-        info = backend.build(req)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            info = backend.build(req)
+        info.warnings = list(dict.fromkeys([*info.warnings, *(str(w.message) for w in caught)]))
         # The backend may pin more than its versions (pipeline name, optimisation level).
         manifest = mf.build_manifest(
             compiler=info.compiler, runtime=info.runtime, target_raw=entry.target,
@@ -218,7 +222,7 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
         _atomic_json(tmp / "build.json",
                      {"payload": info.payload, "compiler": info.compiler,
                       "runtime": info.runtime, "session_options": info.session_options,
-                      "tuning": info.tuning, "graph": info.graph})
+                      "tuning": info.tuning, "graph": info.graph, "warnings": info.warnings})
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -353,7 +357,8 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
                                       backend_name))
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
-    post["warnings"] = list(dict.fromkeys([*post.get("warnings", []), *timings.warnings]))
+    post["warnings"] = list(dict.fromkeys([*post.get("warnings", []), *timings.warnings,
+                                           *(f"build: {w}" for w in info.warnings)]))
     post["before"] = {k: pre.get(k) for k in ("loadavg", "warnings")}
     result = {
         "model": entry.name, "backend": backend_name, "target": entry.target,

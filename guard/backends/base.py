@@ -82,6 +82,9 @@ class BuildInfo:
     session_options: dict[str, Any] = field(default_factory=dict)
     tuning: dict[str, Any] = field(default_factory=dict)  # {"entries","hits","misses"}
     graph: dict[str, Any] | None = None  # graph diff (backends that optimise)
+    # What the build warned about (e.g. tuning-cache misses), one line each; the pipeline
+    # collects Python warnings raised during build() here so they reach the report.
+    warnings: list[str] = field(default_factory=list)
 
 
 class Session(Protocol):

@@ -247,3 +247,27 @@ def test_golden_keeps_graph_order_of_unsorted_names(tmp_path, workdir):
     assert code == 0, [r.get("error") for r in doc["results"]]
     for r in doc["results"]:
         assert r["numerics"]["golden_status"] == "compared" and r["numerics"]["bit_exact"]
+
+
+def test_build_warnings_reach_the_report_and_survive_reuse(tmp_path, workdir, convnet,
+                                                          monkeypatch):
+    """A warning raised while building (e.g. tuning-cache misses) becomes a result warning,
+    also when the artefact is reused later, instead of a stray Python warning line."""
+    import warnings
+
+    from guard.backends.onnxruntime import OnnxRuntimeBackend
+
+    real = OnnxRuntimeBackend.build
+
+    def noisy(self, req):
+        warnings.warn("3 of 4 tasks missed", UserWarning, stacklevel=1)
+        return real(self, req)
+
+    monkeypatch.setattr(OnnxRuntimeBackend, "build", noisy)
+    suite = write_suite(tmp_path, suite_text(convnet))
+    for name in ("a.json", "b.json"):
+        code, doc = run_json([str(suite), "--no-track"], tmp_path / name)
+        (r,) = doc["results"]
+        assert code == 0
+        assert "build: 3 of 4 tasks missed" in r["preflight"]["warnings"]
+    assert r["artefact_reused"] is True
