@@ -121,18 +121,23 @@ class ProgressHandle:
     """What :func:`progress` yields: ``step(label)`` names the work now under way,
     ``advance()`` marks one unit done. Both are safe to call any number of times."""
 
-    def __init__(self, total: int, bar: Progress | None, task: TaskID | None):
+    def __init__(self, total: int, bar: Progress | None, task: TaskID | None,
+                 log: Console | None = None):
         self.total = max(int(total), 0)
         self.completed = 0
         self.label = ""
         self._bar = bar
         self._task = task
+        self._log = log  # no terminal: one plain line per step (CI logs)
 
     def step(self, label: str) -> None:
         self.label = str(label)
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, description=self.label)
             self._bar.refresh()
+        elif self._log is not None:
+            self._log.print(f"guard: [{self.completed + 1}/{self.total}] {self.label}",
+                            markup=False, highlight=False, soft_wrap=True)
 
     def advance(self) -> None:
         self.completed += 1
@@ -144,10 +149,14 @@ class ProgressHandle:
 
 @contextmanager
 def progress(total: int, console: Console | None = None) -> Iterator[ProgressHandle]:
-    """A progress bar over ``total`` units of work, shown only on an interactive terminal."""
+    """A progress bar over ``total`` units of work on an interactive terminal.
+
+    Without a terminal it is silent, except under CI (``CI`` set), where each step is one
+    plain line so a long run's log shows what it is doing.
+    """
     console = console or Console(stderr=True)
     if not console.is_terminal or console.is_dumb_terminal:
-        yield ProgressHandle(total, None, None)
+        yield ProgressHandle(total, None, None, console if os.environ.get("CI") else None)
         return
     bar = Progress(
         SpinnerColumn(),

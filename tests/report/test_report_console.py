@@ -110,3 +110,24 @@ def test_progress_propagates_errors_and_stops_the_bar():
     # the live display is gone: plain printing works again, with no bar redrawn after it
     console.print("after")
     assert buf.getvalue().rstrip().endswith("after")
+
+
+def test_progress_without_a_terminal_logs_steps_only_under_ci(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from guard.report import progress
+
+    for ci, expect in ((None, ""), ("true", "guard: [1/2] a [x]\nguard: [2/2] b [y]\n")):
+        if ci is None:
+            monkeypatch.delenv("CI", raising=False)
+        else:
+            monkeypatch.setenv("CI", ci)
+        buf = io.StringIO()
+        with progress(2, Console(file=buf, force_terminal=False, width=80)) as bar:
+            bar.step("a [x]")
+            bar.advance()
+            bar.step("b [y]")
+            bar.advance()
+        assert buf.getvalue() == expect
