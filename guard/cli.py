@@ -175,7 +175,10 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="guard", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="guard", description="guard: a regression guard for ML deployment stacks. Builds, "
+        "measures, checks and logs a suite of models; exit 0 pass, 1 a check failed, 2 bad "
+        "input, 3 guard failed.")
     p.add_argument("--version", action="version", version=f"guard {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
