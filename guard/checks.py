@@ -76,8 +76,13 @@ def regress_check(bound_pct: float, comparison: dict[str, Any] | None,
     return Check("latency.regress", status, comparison["ratio"], bound_pct, msg)
 
 
+def tolerance_bounds(cfg: dict[str, Any]) -> dict[str, float]:
+    """The suite's tolerance block with the contract's defaults (rtol 1e-4, atol 1e-5)."""
+    return {"rtol": cfg.get("rtol", 1e-4), "atol": cfg.get("atol", 1e-5)}
+
+
 def tolerance_check(cfg: dict[str, Any], numerics: dict[str, Any]) -> Check:
-    bound = {"rtol": cfg.get("rtol", 1e-4), "atol": cfg.get("atol", 1e-5)}
+    bound = tolerance_bounds(cfg)
     if numerics.get("golden_status") == "created":
         return Check("tolerance", "created", numerics.get("max_abs_err"), bound,
                      "golden created on this run by the reference; nothing to compare yet")

@@ -264,13 +264,17 @@ def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
     for entry in suite.models:
         spec, path = prepare_model(entry)
         golden, _ = ensure_golden(store, entry, spec, path)
-        for b in entry.backends:
-            backend = get_backend(b)
-            art, manifest, info, reused = build_artefact(backend, entry, spec, b, workdir)
-            sess = backend.load(art, entry.threads)
-            out.append(Case(entry.name, b, entry.target, entry, spec, art, manifest, info,
-                            reused, sess, dict(golden.inputs)))
+        out += [load_case(entry, spec, golden, b, workdir) for b in entry.backends]
     return out
+
+
+def load_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, backend_name: str,
+              workdir: Path) -> Case:
+    """Build (or reuse) the artefact and load it, fed with the golden's inputs."""
+    backend = get_backend(backend_name)
+    art, manifest, info, reused = build_artefact(backend, entry, spec, backend_name, workdir)
+    return Case(entry.name, backend_name, entry.target, entry, spec, art, manifest, info,
+                reused, backend.load(art, entry.threads), dict(golden.inputs))
 
 
 # ---------------------------------------------------------------------------- one result
@@ -312,15 +316,12 @@ def _host_arch(manifest: dict[str, Any]) -> str:
 
 def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: str,
              backend_name: str, opts: RunOptions) -> dict[str, Any]:
-    backend = get_backend(backend_name)
-    art, manifest, info, reused = build_artefact(backend, entry, spec, backend_name,
-                                                 opts.workdir)
-    session = backend.load(art, entry.threads)
-    feeds = dict(golden.inputs)
+    case = load_case(entry, spec, golden, backend_name, opts.workdir)
+    art, manifest, info, reused = case.artefact, case.manifest, case.build, case.reused
+    session, feeds = case.session, case.feeds
     got = session.run(feeds)
-    tol = entry.checks.get("tolerance", {})
-    numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list,
-                               rtol=tol.get("rtol", 1e-4), atol=tol.get("atol", 1e-5))
+    tol = ck.tolerance_bounds(entry.checks.get("tolerance", {}))
+    numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list, **tol)
     numerics["golden_status"] = golden_status
     if golden.meta.get("model_sha256") not in (None, spec.sha256):
         numerics["golden_model_changed"] = True
