@@ -104,15 +104,12 @@ class OrtSession:
         return MemoryInfo.from_dict(self._meta["memory"])
 
 
-def _partitions(sess, model_path: Path) -> dict[str, Any]:
+def _partitions(sess, model: Any) -> dict[str, Any]:
     """Maximal connected same-provider subgraphs of the optimised graph."""
-    import onnx
-
     assigned: dict[str, str] = {}
     for sg in sess.get_provider_graph_assignment_info():
         for n in sg.get_nodes():
             assigned[n.name] = sg.ep_name
-    model = onnx.load(str(model_path), load_external_data=False)
     nodes = list(model.graph.node)
     producer: dict[str, int] = {}
     for i, n in enumerate(nodes):
@@ -228,11 +225,10 @@ def _parse_arena_log(log: str) -> dict[str, int | None]:
     return {"arena_bytes": total_after - total_before, "largest_block_bytes": largest_request}
 
 
-def _memory(model_path: Path, threads: int, level: str, shapes: dict[str, tuple[int, ...]],
+def _memory(model_path: Path, model: Any, threads: int, level: str,
+            shapes: dict[str, tuple[int, ...]],
             providers: list[str]) -> dict:
     """Probe one model's memory in a child process: liveness lower bound and arena growth."""
-    import onnx
-
     with tempfile.TemporaryDirectory(prefix="guard-ort-probe-") as tmp:
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"model": str(model_path), "threads": threads,
@@ -245,7 +241,6 @@ def _memory(model_path: Path, threads: int, level: str, shapes: dict[str, tuple[
         raise ModelError(f"onnxruntime memory probe failed: {tail}", where=str(model_path))
     order = json.loads(proc.stdout.strip().splitlines()[-1])["order"]
     arena = _parse_arena_log(proc.stderr)
-    model = onnx.load(str(model_path), load_external_data=False)
     by_name = {n.name: n for n in model.graph.node}
     graph_outputs = {o.name for o in model.graph.output}
     step_of = {name: i for i, (name, _) in enumerate(order)}
@@ -306,8 +301,12 @@ class OnnxRuntimeBackend:
             sess = ort.InferenceSession(str(req.model_path), so, providers=providers)
         except Exception as exc:  # noqa: BLE001
             raise _classify_ort_error(exc, req.model_path) from None
-        partitions = _partitions(sess, payload)
-        memory = _memory(payload, req.threads, level, req.input_shapes, providers)
+        import onnx
+
+        # The optimised graph, read once: its edges give partitions and liveness.
+        optimised = onnx.load(str(payload), load_external_data=False)
+        partitions = _partitions(sess, optimised)
+        memory = _memory(payload, optimised, req.threads, level, req.input_shapes, providers)
         session_opts = {
             "graph_optimization_level": level,
             "intra_op_num_threads": req.threads,
