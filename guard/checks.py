@@ -2,14 +2,18 @@
 
 Statuses: ``pass``, ``fail``, ``skip`` (not applicable here, with the reason), ``created``
 (a golden was created on this run: nothing to compare against yet), ``error``.
-A result's verdict is ``error`` if the pipeline failed for it, ``fail`` if any check
+A result's facts (numerics, accuracy, latency, baseline comparison, partitions, memory,
+tuning) are gathered into one ``Facts`` record; ``evaluate`` runs every configured check
+from it in one call. Adding a check means touching this module and the suite schema only.
+
+A result's verdict is ``error`` if guard could not run it, ``fail`` if any check
 failed, ``inconclusive`` if a latency bound was only met or missed on a truncated
 measurement, else ``pass``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guard.suite import latency_bound
@@ -164,3 +168,53 @@ def verdict(checks: list[Check], error: str | None = None) -> str:
     if "inconclusive" in statuses:
         return "inconclusive"
     return "pass"
+
+
+def regress_bound(latency_cfg: dict[str, Any], baseline_given: bool) -> float | None:
+    """The regress bound in percent, when the suite sets one."""
+    if "regress_pct" in latency_cfg:
+        return float(latency_cfg["regress_pct"])
+    return None
+
+
+@dataclass
+class Facts:
+    """What one run of one (model, backend, target) established; checks read only this."""
+
+    backend: str
+    arch: str
+    numerics: dict[str, Any]
+    latency_ms: dict[str, Any] | None = None
+    truncated: bool = False
+    accuracy: float | None = None
+    accuracy_n: int | None = None
+    accuracy_error: str | None = None
+    baseline_given: bool = False
+    regress: dict[str, Any] | None = None  # Comparison.to_dict() against the baseline
+    regress_reason: str | None = None  # why there is no comparison
+    partitions: dict[str, Any] = field(default_factory=dict)
+    arena_bytes: int | None = None
+    arena_lower_bound_bytes: int | None = None
+    tuning: dict[str, Any] = field(default_factory=dict)
+
+
+def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
+    """Every check the suite configures for this entry, in report order, from the facts."""
+    tol = tolerance_bounds(cfg.get("tolerance", {}))
+    out = [tolerance_check(tol, facts.numerics)]
+    if "accuracy" in cfg:
+        out.append(accuracy_check(cfg["accuracy"], facts.accuracy, facts.accuracy_n,
+                                  facts.accuracy_error))
+    latency = cfg.get("latency", {})
+    if "latency" in cfg and facts.latency_ms is not None:
+        out += latency_checks(latency, facts.latency_ms, facts.arch, facts.truncated)
+    bound = regress_bound(latency, facts.baseline_given)
+    if bound is not None:
+        out.append(regress_check(bound, facts.regress, facts.regress_reason))
+    if "partitions" in cfg:
+        out.append(partitions_check(cfg["partitions"], facts.partitions))
+    if "arena" in cfg:
+        out.append(arena_check(cfg["arena"], facts.arena_bytes, facts.arena_lower_bound_bytes))
+    if "tuning" in cfg:
+        out.append(tuning_check(cfg["tuning"], facts.tuning, facts.backend))
+    return out

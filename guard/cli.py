@@ -1,4 +1,4 @@
-"""guard's command line: thin. Parses arguments, calls the pipeline, sets the exit code.
+"""guard's command line: thin. Parses arguments, calls guard.run, sets the exit code.
 
 Every error a user can cause prints one line (``guard: error: ...``) and exits with the
 documented code: 2 for a suite, model, path or server that cannot be used, 3 for guard's
@@ -32,7 +32,7 @@ def default_suite() -> Path:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from guard.pipeline import RunOptions, run_suite
+    from guard.run import RunOptions, run_suite
 
     suite = Path(args.suite) if args.suite else default_suite()
     baseline = None
@@ -58,7 +58,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_golden_update(args: argparse.Namespace) -> int:
-    from guard.pipeline import ensure_golden, golden_store, prepare_model
+    from guard.case import prepare_model
+    from guard.golden.produce import ensure_golden, golden_store
     from guard.suite import load_suite
 
     if not args.reason or not args.reason.strip():
@@ -111,8 +112,8 @@ def _cmd_track_push(args: argparse.Namespace) -> int:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from guard.backends.tvm_tuning import tune
+    from guard.case import prepare_model
     from guard.manifest import canonicalize
-    from guard.pipeline import prepare_model
     from guard.suite import load_suite
 
     if args.trials < 1:

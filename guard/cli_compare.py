@@ -252,9 +252,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
+    from guard.case import prepare_cases
     from guard.compare.ab import match_cases, run_case_pairs
     from guard.compare.compare import exit_code
-    from guard.pipeline import prepare_cases
     from guard.suite import load_suite
 
     def side(p: Path | None) -> tuple[Path, Path]:

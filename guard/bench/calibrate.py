@@ -251,7 +251,7 @@ def calibrate_suite(
     workdir: Path | None = None,
 ) -> tuple[dict[str, Any], Path]:
     """Calibrate every case of a suite; write the noise file (and log it unless ``track`` is off)."""
-    from guard.pipeline import prepare_cases
+    from guard.case import prepare_cases
     from guard.suite import load_suite
 
     workdir = Path(workdir or Path.cwd())

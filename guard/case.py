@@ -1,0 +1,275 @@
+"""Cases and one result: bind a model entry, build and load it, run it, judge it.
+
+A ``Case`` is one built, loaded (model, backend, target), what ``guard ab`` and
+``guard calibrate`` time. ``run_case`` produces one result of the results contract
+(DESIGN.md): numerics against the golden, the measurement, partitions and memory, gathered
+into one ``checks.Facts`` record and judged by ``checks.evaluate``. Every result dict,
+errors included, is assembled by ``result_dict`` with one key set.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard import checks as ck
+from guard import manifest as mf
+from guard.backends import get_backend
+from guard.backends.base import BuildInfo, Session
+from guard.bench import MeasureConfig, measure, preflight
+from guard.build import build_artefact
+from guard.errors import GuardError, ModelError, UsageError
+from guard.golden import Golden, compare_outputs, top1_accuracy
+from guard.golden.produce import ensure_golden, golden_store
+from guard.model import ModelSpec, bind, load_model
+from guard.suite import ModelEntry, load_suite
+
+# ---------------------------------------------------------------------------- models
+
+
+def resolve_model(entry: ModelEntry, cache_dir: Path | None = None) -> Path:
+    """The .onnx file of an entry: a zoo model (built on first use) or the suite's path."""
+    if entry.source.startswith("zoo:"):
+        from guard import zoo  # the zoo builds models with onnx helpers: only when asked
+
+        try:
+            return zoo.model_path(entry.source[4:], cache_dir)
+        except GuardError as exc:
+            raise ModelError(str(exc), where=f"{entry.where}.source") from None
+    return Path(entry.source)
+
+
+def prepare_model(entry: ModelEntry) -> tuple[ModelSpec, Path]:
+    """Load and bind an entry's model (shapes and input descriptions from the suite)."""
+    path = resolve_model(entry)
+    model = load_model(path)
+    return bind(model, path, dict(entry.inputs), entry.where), path
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Case:
+    """One built, loaded (model, backend, target) ready to run: what ab/calibrate time."""
+
+    model: str
+    backend: str
+    target: str
+    entry: ModelEntry
+    spec: ModelSpec
+    artefact: Path
+    manifest: dict[str, Any]
+    build: BuildInfo
+    reused: bool
+    session: Session
+    feeds: dict[str, np.ndarray]
+
+    def run_once(self) -> None:
+        self.session.run(self.feeds)
+
+    def reload(self) -> Session:
+        """A fresh session of the same artefact (a new round of measurement)."""
+        return get_backend(self.backend).load(self.artefact, self.entry.threads)
+
+
+def load_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, backend_name: str,
+              workdir: Path) -> Case:
+    """Build (or reuse) the artefact and load it, fed with the golden's inputs."""
+    backend = get_backend(backend_name)
+    art, manifest, info, reused = build_artefact(backend, entry, spec, backend_name, workdir)
+    return Case(entry.name, backend_name, entry.target, entry, spec, art, manifest, info,
+                reused, backend.load(art, entry.threads), dict(golden.inputs))
+
+
+def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
+    """Build and load every (model, backend) of a suite, with the golden's inputs as feeds."""
+    suite = load_suite(suite_path)
+    workdir = Path(workdir or Path.cwd())
+    store = golden_store(suite)
+    out = []
+    for entry in suite.models:
+        spec, path = prepare_model(entry)
+        golden, _ = ensure_golden(store, entry, spec, path)
+        out += [load_case(entry, spec, golden, b, workdir) for b in entry.backends]
+    return out
+
+
+# ---------------------------------------------------------------------------- one result
+
+
+def result_dict(
+    entry: ModelEntry,
+    backend: str,
+    *,
+    checks: list[ck.Check],
+    error: str | None = None,
+    error_kind: str | None = None,
+    manifest: dict[str, Any] | None = None,
+    latency_ms: dict[str, Any] | None = None,
+    samples_ms: list[float] | None = None,
+    measurement: dict[str, Any] | None = None,
+    partitions: dict[str, Any] | None = None,
+    arena_bytes: int | None = None,
+    arena_lower_bound_bytes: int | None = None,
+    memory: dict[str, Any] | None = None,
+    numerics: dict[str, Any] | None = None,
+    preflight: dict[str, Any] | None = None,
+    artefact: str | None = None,
+    artefact_reused: bool | None = None,
+    graph: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One result of the results contract; every result, errors included, has these keys."""
+    return {
+        "model": entry.name, "backend": backend, "target": entry.target,
+        "verdict": ck.verdict(checks, error),
+        "checks": [c.to_dict() for c in checks],
+        "error": error, "error_kind": error_kind,
+        "manifest": manifest,
+        "latency_ms": latency_ms,
+        "samples_ms": list(samples_ms or []),
+        "measurement": measurement,
+        "partitions": partitions,
+        "arena_bytes": arena_bytes,
+        "arena_lower_bound_bytes": arena_lower_bound_bytes,
+        "memory": memory,
+        "numerics": numerics,
+        "preflight": preflight,
+        "artefact": artefact,
+        "artefact_reused": artefact_reused,
+        "graph": graph,
+    }
+
+
+def error_result(entry: ModelEntry, backend: str, exc: BaseException) -> dict[str, Any]:
+    """The result of a (model, backend) guard could not run: the error as a ``run`` check."""
+    msg = str(exc) if isinstance(exc, GuardError) else f"internal error: {exc!r}"
+    return result_dict(
+        entry, backend, checks=[ck.Check("run", "error", None, None, msg)], error=msg,
+        error_kind="usage" if isinstance(exc, UsageError) else "internal")
+
+
+def _accuracy(entry: ModelEntry, session: Session, spec: ModelSpec) -> tuple[float, int]:
+    from guard import zoo  # datasets live with the zoo: only when an accuracy check asks
+
+    cfg = entry.checks["accuracy"]
+    try:
+        x, y = zoo.load_dataset(cfg["dataset"])
+    except GuardError as exc:
+        raise ModelError(str(exc), where=f"{entry.where}.checks.accuracy.dataset") from None
+    limit = cfg.get("limit")
+    if limit:
+        x, y = x[:limit], y[:limit]
+    name = spec.inputs[0].name
+    batch = spec.shapes[name][0] if spec.shapes[name] else 1
+    if tuple(x.shape[1:]) != tuple(spec.shapes[name][1:]):
+        raise ModelError(f"dataset {cfg['dataset']} samples have shape {list(x.shape[1:])}, "
+                         f"input {name!r} wants {list(spec.shapes[name][1:])}",
+                         where=f"{entry.where}.checks.accuracy")
+    dtype = spec.inputs[0].dtype
+    preds = []
+    n = len(x) - len(x) % batch  # whole batches only: the artefact's shapes are static
+    for i in range(0, n, batch):
+        out = session.run({name: np.ascontiguousarray(x[i:i + batch], dtype=dtype)})
+        preds.append(np.asarray(out[0]).reshape(batch, -1))
+    logits = np.concatenate(preds) if preds else np.zeros((0, 1))
+    return top1_accuracy(logits, y[:n]), n
+
+
+def _host_arch(manifest: dict[str, Any]) -> str:
+    try:
+        return mf.target_arch(manifest["target"]["canonical"])
+    except Exception:  # noqa: BLE001 - fall back to the host's arch
+        return os.uname().machine
+
+
+def _against_baseline(entry: ModelEntry, backend: str, manifest: dict[str, Any],
+                      samples_s: list[float], bound: float | None,
+                      baseline: dict[str, Any] | None) -> tuple[dict[str, Any] | None,
+                                                                 str | None]:
+    """(comparison, None) against the --baseline results file, or (None, why not)."""
+    from guard.bench.regress import RegressConfig, compare_unpaired
+    from guard.compare.compare import host_incompatibility, row_key
+
+    if baseline is None or bound is None:
+        return None, None
+    key = (entry.name, backend, manifest["target"]["canonical"])
+    base = next((r for r in baseline.get("results", [])
+                 if r.get("verdict") != "error" and r.get("manifest")
+                 and row_key(r) == key), None)
+    if base is None:
+        return None, f"the baseline has no result for {key[0]} [{key[1]}] on this target"
+    why = host_incompatibility(base["manifest"], manifest)
+    if why:
+        return None, f"baseline refused: {why}"
+    comp = compare_unpaired(base.get("samples_ms") or [], [s * 1e3 for s in samples_s],
+                            RegressConfig(regress_pct=bound))
+    return comp.to_dict(), None
+
+
+def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: str,
+             backend_name: str, *, workdir: Path,
+             clock: Callable[[], float] = time.perf_counter,
+             baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build, load, check numerics, measure and judge one (model, backend): one result."""
+    case = load_case(entry, spec, golden, backend_name, workdir)
+    manifest, info, session, feeds = case.manifest, case.build, case.session, case.feeds
+    got = session.run(feeds)
+    tol = ck.tolerance_bounds(entry.checks.get("tolerance", {}))
+    numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list, **tol)
+    numerics["golden_status"] = golden_status
+    if golden.meta.get("model_sha256") not in (None, spec.sha256):
+        numerics["golden_model_changed"] = True
+    facts = ck.Facts(backend=backend_name, arch=_host_arch(manifest), numerics=numerics,
+                     baseline_given=baseline is not None,
+                     tuning=manifest.get("tuning_cache") or {})
+    if "accuracy" in entry.checks:
+        try:
+            facts.accuracy, facts.accuracy_n = _accuracy(entry, session, spec)
+            numerics["accuracy"] = facts.accuracy
+        except GuardError as exc:
+            facts.accuracy_error = str(exc)
+
+    cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
+    pre = preflight(entry.threads)
+    timings = measure(lambda: session.run(feeds), cfg, clock)
+    post = preflight(entry.threads, contention=timings.contention)
+    stats = timings.stats()
+    partitions = session.partitions().to_dict()
+    memory = session.memory()
+    facts.latency_ms, facts.truncated = stats, timings.truncated
+    facts.partitions = partitions
+    facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
+    bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
+    facts.regress, facts.regress_reason = _against_baseline(
+        entry, backend_name, manifest, timings.samples_s, bound, baseline)
+    # The facts after the loop (with its contention) decide the warnings; the ones from
+    # before are kept as facts, not repeated as warnings.
+    post["warnings"] = list(dict.fromkeys([*post.get("warnings", []), *timings.warnings,
+                                           *(f"build: {w}" for w in info.warnings)]))
+    post["before"] = {k: pre.get(k) for k in ("loadavg", "warnings")}
+    return result_dict(
+        entry, backend_name,
+        checks=ck.evaluate(entry.checks, facts),
+        manifest=manifest,
+        latency_ms=stats,
+        samples_ms=[s * 1e3 for s in timings.samples_s],
+        measurement={"warmup_iters": timings.warmup_iters, "truncated": timings.truncated,
+                     "stopped_by": timings.stopped_by, "contention": timings.contention,
+                     "config": dict(entry.measure)},
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+        memory={"how": memory.how, **memory.extra},
+        numerics=numerics,
+        preflight=post,
+        artefact=str(case.artefact),
+        artefact_reused=case.reused,
+        graph=info.graph,
+    )

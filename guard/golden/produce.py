@@ -1,0 +1,80 @@
+"""Golden production: the reference outputs a model's fixed inputs must reproduce.
+
+``ensure_golden`` loads a model's golden, or creates it from the reference producer
+(onnxruntime with every graph optimisation off), or updates it with a reason. ``guard run``
+and ``guard golden update`` both come here; neither needs the run orchestrator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard.errors import ModelError
+from guard.golden.store import Golden, GoldenStore
+from guard.model import ModelSpec, make_inputs
+from guard.suite import ModelEntry, Suite
+
+
+def golden_store(suite: Suite, root: Path | None = None) -> GoldenStore:
+    """The suite's golden store: ``root``, or ``<suite dir>/goldens/<suite>``."""
+    return GoldenStore(root if root is not None else suite.directory / "goldens" / suite.name)
+
+
+def reference_outputs(
+    path: Path, feeds: dict[str, np.ndarray]
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """The golden producer: onnxruntime with every graph optimisation off."""
+    # onnxruntime is a heavy backend: imported only when a golden is produced.
+    import onnxruntime
+
+    from guard.backends.onnxruntime import reference_session
+
+    sess = reference_session(path)
+    outs = sess.run(None, feeds)
+    producer = {
+        "name": "onnxruntime",
+        "version": onnxruntime.__version__,
+        "graph_optimization_level": "disabled",
+        "threads": 1,
+        "providers": sess.get_providers(),
+    }
+    return [np.asarray(o) for o in outs], producer
+
+
+def ensure_golden(
+    store: GoldenStore,
+    entry: ModelEntry,
+    spec: ModelSpec,
+    path: Path,
+    *,
+    update_reason: str | None = None,
+) -> tuple[Golden, str]:
+    """Load the model's golden, or create it (status "created"), or update it with a reason."""
+    existing = store.load(entry.name)
+    if existing is not None and update_reason is None:
+        for name, shape in spec.shapes.items():
+            got = existing.inputs.get(name)
+            if got is None or tuple(got.shape) != tuple(shape):
+                raise ModelError(
+                    f"golden inputs do not match the model's bound inputs ({name}: golden "
+                    f"{None if got is None else list(got.shape)}, suite {list(shape)})",
+                    where=entry.where,
+                    hint=f"Run: guard golden update <suite> --model {entry.name} --reason '...'.",
+                )
+        return existing, "compared"
+    feeds = make_inputs(spec, dict(entry.inputs))
+    outs, producer = reference_outputs(path, feeds)
+    named = dict(zip(spec.outputs, outs, strict=True))
+    golden = store.save(
+        entry.name,
+        feeds,
+        named,
+        producer=producer,
+        model_sha256=spec.sha256,
+        reason=update_reason,
+        previous=existing,
+    )
+    return golden, ("updated" if existing is not None else "created")

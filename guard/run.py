@@ -1,0 +1,200 @@
+"""The run: suite → (model, backend) cases → results document → reports, MLflow, exit code.
+
+``run_suite`` is what ``guard run`` calls. For every selected (model, backend) of the suite
+it binds the model, fetches or creates its golden and hands the case to
+``guard.case.run_case`` for one result. A model that cannot be used becomes an ``error``
+result and the run goes on: nothing already measured is lost. The results document is
+always kept locally before tracking is tried.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guard.bench import set_threads
+from guard.case import error_result, prepare_model, run_case
+from guard.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    GuardError,
+    UsageError,
+)
+from guard.golden.produce import ensure_golden, golden_store
+from guard.suite import ModelEntry, Suite, load_suite
+
+RESULTS_SCHEMA_VERSION = 1
+
+
+@dataclass
+class RunOptions:
+    workdir: Path = field(default_factory=Path.cwd)
+    json_path: Path | None = None
+    junit_path: Path | None = None
+    markdown_path: Path | None = None
+    html_path: Path | None = None
+    tracking_uri: str | None = None
+    track: bool = True
+    golden_root: Path | None = None  # default: <suite dir>/goldens/<suite>
+    clock: Callable[[], float] = time.perf_counter
+    console: Any = None  # rich Console, or None for the default
+    models: tuple[str, ...] = ()  # run only these models (all when empty)
+    backends: tuple[str, ...] = ()  # run only these backends (all when empty)
+    baseline: dict[str, Any] | None = None  # a results document to judge regress_pct against
+
+
+def git_info(cwd: Path) -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                                 timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None, "branch": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    branch = os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") \
+        or git("rev-parse", "--abbrev-ref", "HEAD")
+    return {"commit": commit, "dirty": bool(status), "branch": branch}
+
+
+def exit_code_for(results: list[dict[str, Any]]) -> int:
+    code = EXIT_OK
+    for r in results:
+        if r["verdict"] == "error":
+            code = max(code, EXIT_BAD_INPUT if r.get("error_kind") == "usage" else EXIT_INTERNAL)
+        elif r["verdict"] == "fail":
+            code = max(code, EXIT_CHECK_FAILED)
+    return code
+
+
+def _selected(suite: Suite, opts: RunOptions) -> list[tuple[ModelEntry, tuple[str, ...]]]:
+    names = {m.name for m in suite.models}
+    for m in opts.models:
+        if m not in names:
+            raise UsageError(f"--model {m!r}: no such model in suite {suite.name}",
+                             hint=f"Models: {', '.join(sorted(names))}.")
+    out = []
+    for entry in suite.models:
+        if opts.models and entry.name not in opts.models:
+            continue
+        backends = tuple(b for b in entry.backends if not opts.backends or b in opts.backends)
+        if backends:
+            out.append((entry, backends))
+    if not out:
+        raise UsageError(f"nothing to run: --backend {', '.join(opts.backends)} matches no "
+                         f"backend of the selected models in suite {suite.name}",
+                         hint="Check the suite's backends lists.")
+    return out
+
+
+def _say(message: str, console: Any = None) -> None:
+    """One line to stderr (or the given rich console): warnings the user must see."""
+    if console is not None:
+        console.print(message, markup=False, highlight=False)
+    else:
+        print(message, file=sys.stderr)
+
+
+def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[str, Any], int]:
+    """Run a whole suite; returns the results document and the exit code.
+
+    Raises GuardError only for problems with the suite itself (exit 2) or the output
+    paths; per-model problems become ``error`` results.
+    """
+    from guard import report, track  # track imports mlflow: only when a run reports
+
+    opts = opts or RunOptions()
+    suite = load_suite(suite_path)
+    work = _selected(suite, opts)
+    for p in (opts.json_path, opts.junit_path, opts.markdown_path, opts.html_path):
+        if p is not None and not Path(p).resolve().parent.is_dir():
+            raise UsageError(f"output directory {Path(p).resolve().parent} does not exist",
+                             where=str(p), hint="Create it or choose another path.")
+    uri = track.resolve_uri(opts.tracking_uri, opts.workdir) if opts.track else None
+    tracking_problem: str | None = None
+    if uri is not None:
+        try:
+            track.check_reachable(uri)
+        except GuardError as exc:
+            tracking_problem = str(exc)
+            _say(f"warning: {exc} (measuring anyway; results will be kept "
+                                "locally)", opts.console)
+
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    store = golden_store(suite, opts.golden_root)
+    results: list[dict[str, Any]] = []
+    total = sum(len(b) for _, b in work)
+    with report.progress(total, opts.console) as bar:
+        for entry, backends in work:
+            set_threads(entry.threads)
+            try:
+                spec, path = prepare_model(entry)
+                golden, gstatus = ensure_golden(store, entry, spec, path)
+            except Exception as exc:  # noqa: BLE001 - becomes an error result, run goes on
+                for b in backends:
+                    results.append(error_result(entry, b, exc))
+                    bar.advance()
+                continue
+            for b in backends:
+                bar.step(f"{entry.name} [{b}]")
+                try:
+                    results.append(run_case(entry, spec, golden, gstatus, b, workdir=opts.workdir,
+                                            clock=opts.clock, baseline=opts.baseline))
+                except Exception as exc:  # noqa: BLE001
+                    results.append(error_result(entry, b, exc))
+                bar.advance()
+
+    doc: dict[str, Any] = {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "suite": suite.name,
+        "suite_path": str(suite.path),
+        "suite_sha256": suite.sha256,
+        "started": started,
+        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "git": git_info(suite.directory),
+        "results": results,
+    }
+    code = exit_code_for(results)
+    for r in results:
+        if r["verdict"] == "error":
+            _say(f"guard: error: {r['model']} [{r['backend']}]: {r['error']}", opts.console)
+
+    if uri is not None:
+        if tracking_problem is None:
+            try:
+                receipt = track.log_results(doc, uri)
+                doc["tracking"] = {"uri": uri, **{k: v for k, v in receipt.items()
+                                                  if k != "uri"}}
+            except Exception as exc:  # noqa: BLE001 - never lose results to a tracking fault
+                tracking_problem = str(exc)
+        if tracking_problem is not None:
+            kept = track.keep_results(doc, opts.workdir)
+            _say(track.unreachable_message(uri, kept), opts.console)
+            doc["tracking"] = {"uri": uri, "error": tracking_problem, "kept": str(kept)}
+            # Results are safe, but the run did not do what was asked: exit 2.
+            code = max(code, EXIT_BAD_INPUT)
+    doc["exit_code"] = code
+
+    if opts.json_path:
+        report.write_json(doc, Path(opts.json_path))
+    if opts.junit_path:
+        report.write_junit(doc, Path(opts.junit_path))
+    if opts.markdown_path:
+        report.write_markdown(doc, Path(opts.markdown_path))
+    if opts.html_path:
+        report.write_html(doc, Path(opts.html_path))
+    report.render_console(doc, opts.console)
+    return doc, code
