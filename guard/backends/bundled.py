@@ -6,7 +6,9 @@ self-contained artefact (guard.compiler.artefact: IR text, flat weights + index,
 report, frozen memory plan, hashes; no pickle). Load = verify every hash, then run the
 partitions in schedule order over one preallocated arena (guard.compiler.runtime).
 
-This file is only the adapter; the artefact layout lives in guard/compiler/artefact.py.
+This file is the adapter (BuildRequest in, BuildInfo out; a Session over a loaded
+artefact); the artefact layout lives in guard/compiler/artefact.py, and guard/compiler
+never imports guard/backends.
 """
 
 from __future__ import annotations
@@ -18,6 +20,101 @@ from typing import Any
 import numpy as np
 
 from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
+from guard.errors import ModelError
+
+
+def build_bundled(req: BuildRequest) -> BuildInfo:
+    """Build one artefact for a guard.backends.base.BuildRequest; returns its BuildInfo.
+
+    Options (``req.options``, from the suite's ``options.bundled`` and ``profile``):
+    ``pipeline`` (default O2) and ``profile`` (a shipped profile name or a YAML path;
+    default: the native backend). Pins: compiler = guard's compiler version, the pipeline
+    name, the canonical target and the profile.
+    """
+    from guard.compiler import graph_diff, import_onnx, optimize, verify
+    from guard.compiler.artefact import MANIFEST, save_artefact
+    from guard.compiler.pipeline import pipeline_names
+    from guard.compiler.plan import plan
+
+    opts = dict(req.options)
+    pipeline = str(opts.pop("pipeline", "O2"))
+    profile = opts.pop("profile", None)
+    if opts:
+        raise ModelError(
+            f"options.bundled: unknown option(s) {sorted(opts)}",
+            where=str(req.model_path),
+            hint="Known: pipeline, profile.",
+        )
+    if pipeline not in pipeline_names():
+        raise ModelError(
+            f"options.bundled.pipeline: unknown pipeline {pipeline!r}",
+            where=str(req.model_path),
+            hint=f"Use one of: {', '.join(pipeline_names())}.",
+        )
+    imported = import_onnx(req.model_path, dict(req.input_shapes))
+    optimised, report = optimize(imported, pipeline)
+    verify(optimised)
+    compiled = plan(optimised, profile)
+    manifest = save_artefact(compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical)
+    return BuildInfo(
+        payload=MANIFEST,
+        compiler=dict(manifest["compiler"]),
+        runtime=runtime_pins(),
+        session_options={"threads": req.threads, "pipeline": pipeline, "profile": compiled.profile},
+        graph=graph_diff(imported, optimised, report),
+    )
+
+
+def runtime_pins() -> dict[str, Any]:
+    from guard.compiler.artefact import compiler_version
+    from guard.compiler.runtime import RUNTIME_NAME
+
+    return {"name": RUNTIME_NAME, "version": compiler_version(), "numpy": np.__version__}
+
+
+class ArtefactSession:
+    """A loaded bundled artefact behind the Session protocol (guard.backends.base)."""
+
+    def __init__(self, art_dir: str | Path, executors: dict[str, Any] | None = None) -> None:
+        from guard.compiler.artefact import load_artefact
+
+        self.loaded = load_artefact(art_dir)
+        self._runtime = self.loaded.runtime(executors)
+        self.input_names = list(self._runtime.input_names)
+        self.output_names = list(self._runtime.output_names)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        out = self._runtime.run(feeds)
+        return [out[o] for o in self.output_names]
+
+    def partitions(self) -> PartitionInfo:
+        p = self.loaded.partitions
+        return PartitionInfo(
+            count=p["count"],
+            delegated_nodes=p["delegated_nodes"],
+            fallback_nodes=p["fallback_nodes"],
+            by_provider=dict(p["by_backend"]),
+            details=list(p["partitions"]),
+            how=(
+                "guard partitioner: backends "
+                + " > ".join(p["backends"])
+                + f"; {len(p['splits'])} split node(s), {p['boundary_bytes']} B crossing "
+                f"{len(p['boundaries'])} boundary tensor(s), fallback tax {p['fallback_tax_ms']} ms"
+            ),
+        )
+
+    def memory(self) -> MemoryInfo:
+        m = self.loaded.memory
+        return MemoryInfo(
+            arena_bytes=m.arena_bytes,
+            lower_bound_bytes=m.lower_bound_bytes,
+            how=(
+                "guard memory planner: one arena, greedy offsets "
+                f"({m.strategy}, 64-byte aligned) over liveness of the schedule; lower bound = "
+                "max over steps of live bytes"
+            ),
+            extra=m.summary(),
+        )
 
 
 class _NoLimit:
@@ -38,8 +135,6 @@ class BundledSession:
     """A loaded bundled artefact; numpy's BLAS pool limited to the suite's threads."""
 
     def __init__(self, artefact_dir: Path, threads: int) -> None:
-        from guard.compiler.artefact import ArtefactSession
-
         self._session = ArtefactSession(artefact_dir)
         self.threads = threads
         self._blas = _blas_controller()
@@ -63,14 +158,12 @@ class BundledBackend:
     name = "bundled"
 
     def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        from guard.compiler.artefact import compiler_version, runtime_pins
-        from guard.compiler.runtime import COMPILER_NAME
+        from guard.compiler.artefact import compiler_version
+        from guard.compiler.plan import COMPILER_NAME
 
         return {"name": COMPILER_NAME, "version": compiler_version()}, runtime_pins()
 
     def build(self, req: BuildRequest) -> BuildInfo:
-        from guard.compiler.artefact import build_bundled
-
         return build_bundled(req)
 
     def load(self, artefact_dir: Path, threads: int) -> BundledSession:

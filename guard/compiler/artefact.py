@@ -28,18 +28,10 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.memory import MemoryPlan
-from guard.compiler.runtime import (
-    COMPILER_NAME,
-    RUNTIME_NAME,
-    WEIGHTS_SCHEMA_VERSION,
-    CompiledPlan,
-    Executor,
-    Runtime,
-    WeightsLayout,
-    pack_weights,
-    plan,
-)
+from guard.compiler.plan import COMPILER_NAME, CompiledPlan, plan
+from guard.compiler.runtime import Executor, Runtime
 from guard.compiler.schedule import view_of_graph
+from guard.compiler.weights import WEIGHTS_SCHEMA_VERSION, WeightsLayout, pack_weights
 from guard.errors import ModelError
 
 SCHEMA_VERSION = 1
@@ -232,98 +224,3 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
     if missing:
         raise _refuse(root / "memory_plan.json", f"no arena slot for tensor {missing[0]!r}")
     return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout)
-
-
-# -- what the bundled backend calls -------------------------------------------------------
-
-
-def build_bundled(req: Any) -> Any:
-    """Build one artefact for a guard.backends.base.BuildRequest; returns its BuildInfo.
-
-    Options (``req.options``, from the suite's ``options.bundled`` and ``profile``):
-    ``pipeline`` (default O2) and ``profile`` (a shipped profile name or a YAML path;
-    default: the native backend). Pins: compiler = guard's compiler version, the pipeline
-    name, the canonical target and the profile.
-    """
-    from guard.backends.base import BuildInfo
-    from guard.compiler import graph_diff, import_onnx, optimize, verify
-    from guard.compiler.pipeline import pipeline_names
-
-    opts = dict(req.options)
-    pipeline = str(opts.pop("pipeline", "O2"))
-    profile = opts.pop("profile", None)
-    if opts:
-        raise ModelError(
-            f"options.bundled: unknown option(s) {sorted(opts)}",
-            where=str(req.model_path),
-            hint="Known: pipeline, profile.",
-        )
-    if pipeline not in pipeline_names():
-        raise ModelError(
-            f"options.bundled.pipeline: unknown pipeline {pipeline!r}",
-            where=str(req.model_path),
-            hint=f"Use one of: {', '.join(pipeline_names())}.",
-        )
-    imported = import_onnx(req.model_path, dict(req.input_shapes))
-    optimised, report = optimize(imported, pipeline)
-    verify(optimised)
-    compiled = plan(optimised, profile)
-    manifest = save_artefact(compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical)
-    return BuildInfo(
-        payload=MANIFEST,
-        compiler=dict(manifest["compiler"]),
-        runtime=runtime_pins(),
-        session_options={"threads": req.threads, "pipeline": pipeline, "profile": compiled.profile},
-        graph=graph_diff(imported, optimised, report),
-    )
-
-
-def runtime_pins() -> dict[str, Any]:
-    return {"name": RUNTIME_NAME, "version": compiler_version(), "numpy": np.__version__}
-
-
-class ArtefactSession:
-    """A loaded bundled artefact behind the Session protocol (guard.backends.base)."""
-
-    def __init__(self, art_dir: str | Path, executors: dict[str, Executor] | None = None) -> None:
-        self.loaded = load_artefact(art_dir)
-        self._runtime = self.loaded.runtime(executors)
-        self.input_names = list(self._runtime.input_names)
-        self.output_names = list(self._runtime.output_names)
-
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        out = self._runtime.run(feeds)
-        return [out[o] for o in self.output_names]
-
-    def partitions(self) -> Any:
-        from guard.backends.base import PartitionInfo
-
-        p = self.loaded.partitions
-        return PartitionInfo(
-            count=p["count"],
-            delegated_nodes=p["delegated_nodes"],
-            fallback_nodes=p["fallback_nodes"],
-            by_provider=dict(p["by_backend"]),
-            details=list(p["partitions"]),
-            how=(
-                "guard partitioner: backends "
-                + " > ".join(p["backends"])
-                + f"; {len(p['splits'])} split node(s), {p['boundary_bytes']} B crossing "
-                f"{len(p['boundaries'])} boundary tensor(s), fallback tax {p['fallback_tax_ms']} ms"
-            ),
-        )
-
-    def memory(self) -> Any:
-        from guard.backends.base import MemoryInfo
-
-        m = self.loaded.memory
-        return MemoryInfo(
-            arena_bytes=m.arena_bytes,
-            lower_bound_bytes=m.lower_bound_bytes,
-            how=(
-                "guard memory planner: one arena, greedy offsets "
-                f"({m.strategy}, 64-byte aligned) over liveness of the schedule; lower bound = "
-                "max over steps of live bytes"
-            ),
-            extra=m.summary(),
-        )

@@ -261,11 +261,24 @@ def partition_report(
     """What ``guard partition MODEL [--profile P]`` prints: (report dict, text).
 
     Imports, optimises (``pipeline``) and plans the model; the dict is the artefact's
-    partitions.json plus a ``memory`` summary. (Lives in runtime.py, which needs the IR.)
+    partitions.json plus a ``memory`` summary. (guard.compiler.plan imports this module,
+    so the planner is imported here, when the report is asked for.)
     """
-    from guard.compiler.runtime import partition_report as _report
+    from guard.compiler.plan import compile_model
 
-    return _report(model_path, input_shapes, profile, pipeline=pipeline)
+    compiled, _ = compile_model(model_path, input_shapes, pipeline=pipeline, profile=profile)
+    rep = dict(compiled.partition_report)
+    rep["memory"] = compiled.memory_report()
+    text = compiled.partition_text(f"{Path(model_path).name} on {compiled.profile}")
+    m = compiled.memory
+    text += (
+        f"\n  arena: {m.arena_bytes} B (lower bound {m.lower_bound_bytes} B, fragmentation "
+        f"{m.fragmentation:.1%}, naive {m.naive_bytes} B, {len(m.elided_nodes)} elided, "
+        f"{len(m.inplace_nodes)} in place, {len(m.copies)} view-able node(s) kept as copies)"
+    )
+    for node, why in list(m.copies.items())[:10]:
+        text += f"\n    copy: {node}: {why}"
+    return rep, text
 
 
 def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:

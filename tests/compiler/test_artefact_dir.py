@@ -11,7 +11,7 @@ import pytest
 
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.artefact import FILES, MANIFEST, load_artefact, save_artefact
-from guard.compiler.runtime import plan
+from guard.compiler.plan import plan
 from guard.errors import ModelError
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -102,7 +102,7 @@ def test_backend_glue_build_and_session(tmp_path):
     import onnx
 
     from guard.backends.base import BuildRequest
-    from guard.compiler.artefact import ArtefactSession, build_bundled
+    from guard.backends.bundled import ArtefactSession, build_bundled
 
     model = tmp_path / "small.onnx"
     onnx.save(small_model(), model)
