@@ -16,7 +16,16 @@ features; other attributes are checked against the llvm target's known ones and 
 (``-num-cores=4`` is the integer 4, ``-fast-math`` is true, false flags are dropped);
 mattr entries get a ``+`` when unsigned, are de-duplicated and sorted; AArch64
 implies ``+neon`` (Advanced SIMD is mandatory in ARMv8-A and on in LLVM's generic
-AArch64 CPU, so spelling it names the same target); attributes print sorted by key.
+AArch64 CPU, so spelling it names the same target); ``-mcpu=generic`` is LLVM's default
+CPU and is dropped; attributes print sorted by key.
+
+CPU and feature names are LLVM's own: the lists come from the LLVM that llvmlite carries
+(its ``-mcpu=help`` table for the triple), so an unknown ``-mcpu`` or ``+feature`` is
+refused by name with the known ones, instead of LLVM printing a warning and silently
+compiling for its generic CPU. The compiler-driver spellings of AArch64 extensions that
+LLVM names differently (``+fp16`` is LLVM's ``fullfp16``, ``+fp`` is ``fp-armv8``,
+``+simd`` is ``neon``, ``+rdma`` is ``rdm``) are translated first, so
+``-mattr=+fp16`` and ``-mattr=+fullfp16`` are one target.
 
 Host facts come from /proc/cpuinfo under an injectable ``root``: ``flags`` on x86_64,
 ``Features`` on aarch64, translated to LLVM feature names and restricted to the
@@ -25,7 +34,8 @@ flags change with the kernel, not the code, and would split caches for nothing).
 CPU name is LLVM's host CPU name (llvmlite) when reading the real root; otherwise, and
 if llvmlite is unavailable, it is derived from cpuinfo: the AArch64 part number, or the
 x86-64 micro-architecture level (x86-64-v2/v3/v4) the flags satisfy. Both are names
-LLVM and TVM accept.
+LLVM and TVM accept. (On AArch64 Linux, LLVM's own host feature detection reads the same
+``Features`` line, so cpuinfo and LLVM agree.)
 """
 
 from __future__ import annotations
@@ -33,8 +43,11 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import os
 import platform
 import re
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -92,6 +105,19 @@ _X86_LEVELS = (
     ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
     ("x86-64-v3", {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe"}),
     ("x86-64-v2", {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"}),
+)
+
+
+# gcc/clang -march extension spellings LLVM's AArch64 backend names differently.
+_AARCH64_FEATURE_ALIASES = {"fp16": "fullfp16", "fp": "fp-armv8", "simd": "neon", "rdma": "rdm"}
+_DEFAULT_CPU = "generic"  # LLVM's CPU when none is named: spelling it names the same target
+
+# Prints LLVM's CPU and feature table for one triple on stderr. LLVM prints that table
+# once per process, hence a child process per triple.
+_HELP_SCRIPT = (
+    "import sys, llvmlite.binding as llvm\n"
+    "llvm.initialize_all_targets()\n"
+    "llvm.Target.from_triple(sys.argv[1]).create_target_machine(cpu='help', features='')\n"
 )
 
 
@@ -163,6 +189,57 @@ def _llvm_host_cpu_name() -> str | None:
         return None
     name = str(llvm.get_host_cpu_name())
     return None if name in ("", "generic") else name
+
+
+@functools.lru_cache(maxsize=4)
+def llvm_known(triple: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(CPU names, feature names) LLVM knows for ``triple``; None without a usable llvmlite."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _HELP_SCRIPT, triple],
+            capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    cpus: set[str] = set()
+    features: set[str] = set()
+    table: set[str] | None = None
+    for line in proc.stderr.splitlines():
+        if line.startswith("Available CPUs"):
+            table = cpus
+        elif line.startswith("Available features"):
+            table = features
+        elif line.startswith("  ") and table is not None and " - " in line:
+            table.add(line.split()[0])
+        elif line and not line.startswith(" "):
+            table = None  # the usage lines after the tables
+    if not cpus or not features:
+        return None
+    return frozenset(cpus), frozenset(features)
+
+
+def _known_list(names: frozenset[str], wanted: str) -> str:
+    close = difflib.get_close_matches(wanted, sorted(names), n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    return f"{hint}known: {', '.join(sorted(names))}"
+
+
+def _check_llvm_names(mtriple: str, mcpu: str | None, mattr: list[str], raw: object) -> None:
+    """Refuse a CPU or feature the LLVM that compiles this target does not know."""
+    known = llvm_known(mtriple)
+    if known is None:
+        return  # no llvmlite here: the backend that compiles will say so itself
+    cpus, features = known
+    if mcpu is not None and mcpu not in cpus:
+        raise _bad(raw, f"unknown mcpu {mcpu!r} for {mtriple} ({_known_list(cpus, mcpu)})")
+    for item in mattr:
+        name = item[1:]
+        if name not in features:
+            raise _bad(
+                raw, f"unknown mattr feature {name!r} for {mtriple} "
+                f"({_known_list(features, name)})"
+            )  # fmt: skip
 
 
 # -- parsing --------------------------------------------------------------------------------
@@ -250,12 +327,14 @@ def _normalize_triple(triple: str, raw: object) -> str:
     return "-".join([arch, *rest])
 
 
-def _normalize_mattr(items: list[str], raw: object) -> list[str]:
+def _normalize_mattr(items: list[str], raw: object, arch: str) -> list[str]:
     signed = {}
+    aliases = _AARCH64_FEATURE_ALIASES if arch == "aarch64" else {}
     for item in items:
         sign, name = (item[0], item[1:]) if item[0] in "+-" else ("+", item)
         if not name or not re.match(r"^[a-z0-9][a-z0-9._-]*$", name):
             raise _bad(raw, f"bad mattr feature {item!r}")
+        name = aliases.get(name, name)
         if signed.get(name, sign) != sign:
             raise _bad(raw, f"mattr both enables and disables {name!r}")
         signed[name] = sign
@@ -319,9 +398,13 @@ def _parse(raw: str | Mapping[str, Any], root: Path) -> dict[str, Any]:
         mattr = host["features"] + mattr
     if arch == "aarch64":
         mattr = ["+neon", *mattr]
+    if attrs.get("mcpu") == _DEFAULT_CPU:
+        del attrs["mcpu"]
+    canonical_mattr = _normalize_mattr(mattr, raw, arch)
+    _check_llvm_names(mtriple, attrs.get("mcpu"), canonical_mattr, raw)
     out: dict[str, Any] = {"kind": kind, "mtriple": mtriple}
-    if mattr:
-        out["mattr"] = _normalize_mattr(mattr, raw)
+    if canonical_mattr:
+        out["mattr"] = canonical_mattr
     for key in sorted(attrs):
         out[key] = attrs[key]
     return out

@@ -69,6 +69,108 @@ def test_aarch64_cross_spellings_agree(x86_root: Path, spelling: object) -> None
     assert canonicalize(spelling, root=x86_root) == expected  # type: ignore[arg-type]
 
 
+# A Graviton3 (Neoverse-V1) /proc/cpuinfo as Linux 6.8 prints it (first CPU of 64).
+GRAVITON3_CPUINFO = """processor\t: 0
+BogoMIPS\t: 2100.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg dcpodp svei8mm svebf16 i8mm bf16 dgh rng
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x1
+CPU part\t: 0xd40
+CPU revision\t: 1
+
+processor\t: 1
+BogoMIPS\t: 2100.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg dcpodp svei8mm svebf16 i8mm bf16 dgh rng
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x1
+CPU part\t: 0xd40
+CPU revision\t: 1
+"""
+GRAVITON3_HOST = (
+    "llvm -mattr=+aes,+bf16,+crc,+dotprod,+fp-armv8,+fp16fml,+fullfp16,+i8mm,+lse,+neon,"
+    "+rcpc,+rdm,+sha2,+sha3,+sve -mcpu=neoverse-v1 -mtriple=aarch64-linux-gnu"
+)
+
+
+def test_recorded_graviton3_cpuinfo_resolves_cpu_and_features(tmp_path: Path) -> None:
+    root = make_root(tmp_path, GRAVITON3_CPUINFO)
+    cpu = host_cpu(root)
+    assert cpu["arch"] == "aarch64"
+    assert cpu["mcpu"] == "neoverse-v1"
+    assert canonicalize("host", root=root) == GRAVITON3_HOST
+    # every feature taken from cpuinfo is one LLVM knows (else the host target would be refused)
+    assert canonicalize(GRAVITON3_HOST, root=root) == GRAVITON3_HOST
+
+
+# (spelling, canonical) of AArch64 cross targets with cpu and extensions, from an x86 host.
+AARCH64_SPELLINGS = [
+    ("llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+dotprod",
+     "llvm -mattr=+dotprod,+neon -mtriple=aarch64-linux-gnu"),
+    ("llvm -mtriple=aarch64-linux-gnu -mattr=+fp16",
+     "llvm -mattr=+fullfp16,+neon -mtriple=aarch64-linux-gnu"),
+    ("llvm -mattr=fullfp16 -mtriple=aarch64-unknown-linux-gnu",
+     "llvm -mattr=+fullfp16,+neon -mtriple=aarch64-linux-gnu"),
+    ("llvm -mtriple=aarch64-linux-gnu -mattr=+sve,+neon -mcpu=neoverse-v1",
+     "llvm -mattr=+neon,+sve -mcpu=neoverse-v1 -mtriple=aarch64-linux-gnu"),
+    ("llvm -mcpu=neoverse-n1 -mtriple=arm64-linux-gnu -mattr=+dotprod,+fp16,+neon",
+     "llvm -mattr=+dotprod,+fullfp16,+neon -mcpu=neoverse-n1 -mtriple=aarch64-linux-gnu"),
+    ({"mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a76", "mattr": ["+dotprod", "simd"]},
+     "llvm -mattr=+dotprod,+neon -mcpu=cortex-a76 -mtriple=aarch64-linux-gnu"),
+    ("llvm -mtriple=aarch64-linux-gnu -mcpu=generic",  # LLVM's default CPU
+     "llvm -mattr=+neon -mtriple=aarch64-linux-gnu"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("spelling", "canonical"), AARCH64_SPELLINGS)
+def test_aarch64_spellings_round_trip(x86_root: Path, spelling: object, canonical: str) -> None:
+    once = canonicalize(spelling, root=x86_root)  # type: ignore[arg-type]
+    assert once == canonical
+    assert canonicalize(once, root=x86_root) == once
+    assert canonicalize(to_tvm_dict(once), root=x86_root) == once
+    assert target_arch(once) == "aarch64"
+
+
+def test_llvm_names_come_from_llvm() -> None:
+    from guard.manifest.target import llvm_known
+
+    known = llvm_known("aarch64-linux-gnu")
+    assert known is not None
+    cpus, features = known
+    assert {"neoverse-n1", "neoverse-v1", "cortex-a76", "generic"} <= cpus
+    assert {"neon", "dotprod", "fullfp16", "sve", "i8mm"} <= features
+    assert "avx2" not in features and "znver4" not in cpus
+    x86 = llvm_known("x86_64-linux-gnu")
+    assert x86 is not None and "x86-64-v4" in x86[0] and "avx512f" in x86[1]
+
+
+@pytest.mark.parametrize(
+    ("raw", "why", "known"),
+    [
+        ("llvm -mtriple=aarch64-linux-gnu -mcpu=neoverse-n9", "unknown mcpu 'neoverse-n9'",
+         "neoverse-n1"),
+        ("llvm -mtriple=aarch64-linux-gnu -mcpu=znver4", "unknown mcpu 'znver4' for aarch64",
+         "cortex-a76"),
+        ("llvm -mtriple=aarch64-linux-gnu -mattr=+avx2", "unknown mattr feature 'avx2'",
+         "dotprod"),
+        ("llvm -mtriple=aarch64-linux-gnu -mattr=+nosuchfeature",
+         "unknown mattr feature 'nosuchfeature'", "sve"),
+        ("llvm -mcpu=bogus", "unknown mcpu 'bogus' for x86_64-linux-gnu", "x86-64-v3"),
+        ("llvm -mattr=+neon", "unknown mattr feature 'neon' for x86_64", "avx2"),
+    ],
+)  # fmt: skip
+def test_unknown_cpu_or_feature_names_it_and_the_known_ones(
+    x86_root: Path, raw: str, why: str, known: str
+) -> None:
+    with pytest.raises(UsageError) as e:
+        canonicalize(raw, root=x86_root)
+    assert e.value.exit_code == 2
+    msg = str(e.value)
+    assert why in msg and "known: " in msg and known in msg.split("known: ", 1)[1]
+    assert "\n" not in msg
+
+
 def test_attribute_and_feature_order_do_not_matter(x86_root: Path) -> None:
     a = canonicalize(
         "llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu -mattr=+fma,+avx2", root=x86_root
