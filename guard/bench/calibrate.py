@@ -202,30 +202,58 @@ def latest_noise(uri: str, suite: str, kind: str = "sequential") -> dict[str, fl
     return noise_entries(doc, kind, f"run:{runs[0].info.run_id}/noise.json")
 
 
+def noise_metric_names(key: str) -> tuple[str, str, dict[str, str]]:
+    """Metric names for one noise entry ("model/backend/target") and the params they need.
+
+    A target is shortened by guard.track.records.target_key (a host's canonical target runs
+    to ~330 characters, over MLflow's 250-character key limit); the full key is a param.
+    """
+    from guard.track.records import clean_key, series_key
+
+    model, _, rest = key.partition("/")
+    backend, _, target = rest.partition("/")
+    series = series_key(model, backend, target)
+    params = {clean_key(f"key.{series}"): key[:6000]}
+    return f"noise_pct/{series}", f"paired_noise_pct/{series}", params
+
+
 def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:
-    """One calibration run in guard/<suite>: noise per key as metrics, through the batch call."""
+    """One calibration run in guard/<suite>: noise per key as metrics, through the batch call.
+
+    The run ends FINISHED, or FAILED (KILLED on Ctrl-C) when anything in between fails: it
+    is never left RUNNING.
+    """
     from mlflow.entities import RunStatus
 
     from guard.track.batch import _log_batch, metric_entities
-    from guard.track.log import _client, _experiment_id, _translated
-    from guard.track.records import clean_key
+    from guard.track.log import _client, _experiment_id, _terminate, _translated
 
     with _translated(uri, f"logging noise calibration of suite {suite!r}"):
         client = _client(uri)
         run = client.create_run(_experiment_id(client, uri, suite), run_name=f"{suite}@calibration")
-        metrics = {}
-        for key, e in doc["entries"].items():
-            k = clean_key(key)
-            metrics[f"noise_pct.{k}"] = e["noise_pct"]
-            metrics[f"paired_noise_pct.{k}"] = e["paired_noise_pct"]
-        _log_batch(
-            client,
-            run.info.run_id,
-            metric_entities(metrics),
-            tags={"guard.level": "calibration", "guard.suite": suite},
-        )
-        client.log_dict(run.info.run_id, dict(doc), "noise.json")
-        client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.FINISHED))
+        status = RunStatus.to_string(RunStatus.FAILED)
+        try:
+            metrics: dict[str, float] = {}
+            params: dict[str, str] = {}
+            for key, e in doc["entries"].items():
+                seq, paired, key_params = noise_metric_names(key)
+                metrics[seq] = e["noise_pct"]
+                metrics[paired] = e["paired_noise_pct"]
+                params.update(key_params)
+            _log_batch(
+                client,
+                run.info.run_id,
+                metric_entities(metrics),
+                params=params,
+                tags={"guard.level": "calibration", "guard.suite": suite},
+            )
+            client.log_dict(run.info.run_id, dict(doc), "noise.json")
+            status = RunStatus.to_string(RunStatus.FINISHED)
+        except KeyboardInterrupt:
+            status = RunStatus.to_string(RunStatus.KILLED)
+            raise
+        finally:
+            _terminate(client, run.info.run_id, status, None)
     return str(run.info.run_id)
 
 

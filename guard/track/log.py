@@ -203,7 +203,11 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
             client,
             parent_id,
             metric_entities(records.parent_metrics(doc)),
-            params={"suite": doc["suite"], "schema_version": str(doc["schema_version"])},
+            params={
+                "suite": doc["suite"],
+                "schema_version": str(doc["schema_version"]),
+                **records.series_params(doc),
+            },
             tags=records.parent_tags(doc, arch, results_sha256(doc)),
         )
         client.log_dict(parent_id, doc, "results.json")
@@ -212,8 +216,11 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
                 _log_child(client, experiment_id, parent_id, doc, result, artefact_dirs.get(index))
             )
         status = RunStatus.to_string(RunStatus.FINISHED)
+    except KeyboardInterrupt:
+        status = RunStatus.to_string(RunStatus.KILLED)
+        raise
     finally:
-        client.set_terminated(parent_id, status=status)
+        _terminate(client, parent_id, status, records.iso_ms(doc.get("finished")))
     return {
         "experiment_id": experiment_id,
         "parent_run_id": parent_id,
@@ -233,7 +240,8 @@ def _log_child(
 ) -> str:
     from mlflow.entities import RunStatus
 
-    run = client.create_run(experiment_id, run_name=records.child_name(result))
+    start, end = records.result_span(result, doc)
+    run = client.create_run(experiment_id, start_time=start, run_name=records.child_name(result))
     run_id = run.info.run_id
     status = RunStatus.to_string(RunStatus.FAILED)
     try:
@@ -252,10 +260,34 @@ def _log_child(
         else:
             client.log_dict(run_id, result.get("manifest") or {}, "manifest.json")
         client.log_dict(run_id, dict(result), "result.json")
+        _log_inputs(client, run_id, result)
         status = RunStatus.to_string(RunStatus.FINISHED)
+    except KeyboardInterrupt:
+        status = RunStatus.to_string(RunStatus.KILLED)
+        raise
     finally:
-        client.set_terminated(run_id, status=status)
+        _terminate(client, run_id, status, end)
     return str(run_id)
+
+
+def _log_inputs(client: Any, run_id: str, result: Mapping[str, Any]) -> None:
+    """The model's fixed inputs as the run's dataset (MLflow's Datasets column)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    found = records.inputs_dataset(result)
+    if found is None:
+        return
+    context = InputTag(key="mlflow.data.context", value="golden inputs")
+    client.log_inputs(run_id, datasets=[DatasetInput(Dataset(**found), tags=[context])])
+
+
+def _terminate(client: Any, run_id: str, status: str, end_ms: int | None) -> None:
+    """End a run; if even that fails, the original error (if any) is the one raised."""
+    try:
+        client.set_terminated(run_id, status=status, end_time=end_ms)
+    except Exception:  # noqa: BLE001 - never mask the failure that got us here
+        if status == "FINISHED":
+            raise
 
 
 def load_results(path: Path) -> dict[str, Any]:

@@ -4,14 +4,25 @@ Pure functions over plain dicts, so the mapping is testable without a store. Any
 be None or missing and unknown keys are tolerated: a None value is simply not a metric.
 
 Keys are made legal for MLflow (alphanumerics, ``_ - . space``; no ``/`` so a key never
-reads as a path); values are truncated to MLflow's limits rather than rejected.
+reads as a path); values are truncated to MLflow's limits rather than rejected. A None is
+never written as the string ``'null'``: it is left out. A target string (a host's canonical
+target runs to ~330 characters) is shortened for keys by :func:`target_key` (a readable
+head and a hash); the full string is kept as a param.
+
+Per (model, backend, target) *series* metrics also go on the invocation (parent) run as
+``<series>/<metric>`` (:func:`series_metrics`), so MLflow's own chart view plots one series
+across invocations; MLflow groups charts by the prefix before ``/``.
 """
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import json
 import math
+import os
 import re
+import statistics
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -75,11 +86,91 @@ def flatten(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def manifest_params(manifest: Any) -> dict[str, str]:
-    """The flattened manifest as params: every pin becomes a comparable column."""
+    """The flattened manifest as params: every pin becomes a comparable column.
+
+    None leaves are left out (MLflow would show the string 'null'); so are empty sections.
+    """
     params: dict[str, str] = {}
     for key, value in flatten(manifest if isinstance(manifest, Mapping) else {}):
+        if value is None or (isinstance(value, Mapping | list) and not value):
+            continue
         params.setdefault(clean_key(key), param_value(value))
     return params
+
+
+# Above this length (or with characters a key cannot hold) a target is shortened for keys.
+TARGET_KEY_MAX = 40
+_KEY_HEAD = re.compile(r"[^\w.\-]+")
+
+
+def target_key(target: Any) -> str:
+    """A short, legal, stable spelling of a target string for metric keys.
+
+    ``host`` stays ``host``; ``llvm -mtriple=aarch64-linux-gnu -mattr=+neon`` (or a 330
+    character canonical target) becomes a readable head plus 10 hex digits of its sha256,
+    e.g. ``llvm_-mtriple_aarch64-lin-3f1c0a9b2e``. The full string goes in a param.
+    """
+    text = str(target) if target is not None and str(target) else "?"
+    if len(text) <= TARGET_KEY_MAX and clean_key(text) == text and " " not in text:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    head = _KEY_HEAD.sub("_", text)[:24].strip("_.-") or "target"
+    return f"{head}-{digest}"
+
+
+def series_key(model: Any, backend: Any, target: Any) -> str:
+    """``model.backend.target_key``: one series of a suite, legal as a key and a prefix."""
+    parts = [_KEY_HEAD.sub("_", str(x or "?")).strip("_") or "_" for x in (model, backend)]
+    return clean_key(".".join([*parts, target_key(target)]))
+
+
+def result_series(result: Mapping[str, Any]) -> str:
+    return series_key(result.get("model"), result.get("backend"), result.get("target"))
+
+
+# The per-result metrics that are also written on the parent, one column per series.
+SERIES_METRICS = (
+    "latency_ms.p10",
+    "latency_ms.p50",
+    "latency_ms.p90",
+    "latency_ms.p99",
+    "arena_bytes",
+    "partitions.count",
+    "numerics.max_abs_err",
+    "checks.failed",
+)
+
+
+def series_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
+    """``<series>/<metric>`` for every result of an invocation (for MLflow's chart view)."""
+    out: dict[str, float] = {}
+    for result in doc.get("results") or ():
+        if not isinstance(result, Mapping):
+            continue
+        metrics = result_metrics(result)
+        series = result_series(result)
+        for name in SERIES_METRICS:
+            if name in metrics:
+                # clean_key would turn the "/" into "_": both halves are clean already.
+                out[f"{series[: MAX_ENTITY_KEY_LENGTH - len(name) - 1]}/{name}"] = metrics[name]
+    return out
+
+
+def series_params(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The full target string of every shortened target key (``target.<key>``)."""
+    out: dict[str, str] = {}
+    for result in doc.get("results") or ():
+        if isinstance(result, Mapping) and result.get("target") is not None:
+            key = target_key(result.get("target"))
+            if key != str(result.get("target")):
+                out[clean_key(f"target.{key}")] = param_value(result.get("target"))
+    return out
+
+
+def _percentile(samples: list[float], q: int) -> float | None:
+    if len(samples) < 2:
+        return None
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
 
 
 def _numeric_leaves(tree: Any, prefix: str) -> dict[str, float]:
@@ -111,6 +202,12 @@ def result_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for section in ("latency_ms", "numerics", "partitions", "preflight"):
         metrics.update(_numeric_leaves(result.get(section), section))
+    if "latency_ms.p10" not in metrics and isinstance(result.get("latency_ms"), Mapping):
+        # The lower edge of the band a dashboard draws around p50; results store p90 and up.
+        samples = [n for n in map(as_number, result.get("samples_ms") or ()) if n is not None]
+        p10 = _percentile(samples, 10)
+        if p10 is not None:
+            metrics["latency_ms.p10"] = p10
     for key in ("arena_bytes", "arena_lower_bound_bytes"):
         number = as_number(result.get(key))
         if number is not None:
@@ -170,7 +267,11 @@ def worst_verdict(verdicts: list[Any]) -> str:
 
 
 def child_name(result: Mapping[str, Any]) -> str:
-    return "/".join(str(result.get(k) or "?") for k in ("model", "backend", "target"))
+    """``model/backend/target``; a target over 64 characters is shortened (target_key)."""
+    target = str(result.get("target") or "?")
+    if len(target) > 64:
+        target = target_key(target)
+    return "/".join([str(result.get("model") or "?"), str(result.get("backend") or "?"), target])
 
 
 def child_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, str]:
@@ -188,8 +289,38 @@ def child_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, s
         "guard.artefact": result.get("artefact"),
         "guard.git.commit": git.get("commit"),
         "guard.git.branch": git.get("branch"),
+        "guard.series": result_series(result),
+        "guard.arch": (manifest.get("host") or {}).get("arch")
+        if isinstance(manifest.get("host"), Mapping)
+        else None,
     }
+    tags.update(system_tags(doc, child_name(result)))
     return {k: tag_value(v) for k, v in tags.items() if v is not None}
+
+
+def user() -> str | None:
+    """Who ran it: the CI actor when there is one, else the login name."""
+    for var in ("GITHUB_ACTOR", "GITLAB_USER_LOGIN", "BUILDKITE_BUILD_CREATOR"):
+        if os.environ.get(var):
+            return os.environ[var]
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry in some containers
+        return None
+
+
+def system_tags(doc: Mapping[str, Any], run_name: str) -> dict[str, Any]:
+    """MLflow's own tags, so its UI shows the source, user, commit and name of each run."""
+    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    recorded = doc.get("user") if isinstance(doc.get("user"), str) else None
+    return {
+        "mlflow.runName": run_name,
+        "mlflow.user": recorded or user(),
+        "mlflow.source.name": doc.get("suite_path") or f"guard run {doc.get('suite')}",
+        "mlflow.source.type": "JOB" if os.environ.get("CI") else "LOCAL",
+        "mlflow.source.git.commit": git.get("commit"),
+        "mlflow.source.git.branch": git.get("branch"),
+    }
 
 
 def host_arch(doc: Mapping[str, Any]) -> str | None:
@@ -218,7 +349,31 @@ def parent_tags(doc: Mapping[str, Any], arch: str, results_sha256: str) -> dict[
         "guard.verdict": worst_verdict([r.get("verdict") for r in results]),
         "guard.results_sha256": results_sha256,
     }
+    tags.update(system_tags(doc, parent_name(doc)))
+    tags["mlflow.note.content"] = invocation_note(doc)
     return {k: tag_value(v) for k, v in tags.items() if v is not None}
+
+
+def parent_name(doc: Mapping[str, Any]) -> str:
+    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    return f"{doc.get('suite')}@{str(git.get('commit') or 'nogit')[:10]}"
+
+
+def invocation_note(doc: Mapping[str, Any]) -> str:
+    """The run description MLflow shows: what ran, at which commit, and what failed."""
+    results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
+    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    lines = [
+        f"guard run of suite **{doc.get('suite')}** at commit "
+        f"`{str(git.get('commit') or 'unknown')[:12]}`: {len(results)} result(s), "
+        f"verdict **{worst_verdict([r.get('verdict') for r in results])}**.",
+        "",
+        "Per-series metrics are named `<model>.<backend>.<target>/<metric>`.",
+    ]
+    failed = [r for r in results if r.get("verdict") in FAILED_STATUSES]
+    for r in failed[:20]:
+        lines.append(f"- {child_name(r)}: {r.get('verdict')} ({', '.join(failed_checks(r))})")
+    return "\n".join(lines)
 
 
 def parent_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
@@ -226,4 +381,46 @@ def parent_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
     metrics = {"results.total": float(len(results))}
     for verdict in _VERDICT_ORDER:
         metrics[f"results.{verdict}"] = float(sum(r.get("verdict") == verdict for r in results))
+    metrics.update(series_metrics(doc))
     return metrics
+
+
+def iso_ms(value: Any) -> int | None:
+    """Milliseconds since the epoch of an ISO 8601 time, or None."""
+    from datetime import datetime
+
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+def result_span(result: Mapping[str, Any], doc: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """(start, end) ms of one result's build and measurement: its own ``started`` and
+    ``finished`` when the run recorded them, else the invocation's window."""
+    start, end = iso_ms(result.get("started")), iso_ms(result.get("finished"))
+    if start is None or end is None or end < start:
+        start, end = iso_ms(doc.get("started")), iso_ms(doc.get("finished"))
+    return start, end
+
+
+def inputs_dataset(result: Mapping[str, Any]) -> dict[str, str] | None:
+    """The model's fixed inputs as an MLflow dataset (name, digest, source, schema)."""
+    manifest = result.get("manifest") if isinstance(result.get("manifest"), Mapping) else {}
+    model = manifest.get("model") if isinstance(manifest.get("model"), Mapping) else None
+    if not model:
+        return None
+    inputs = model.get("inputs") or {}
+    schema = json.dumps(inputs, sort_keys=True, default=str)
+    digest = hashlib.sha256(f"{model.get('sha256')}:{schema}".encode()).hexdigest()[:16]
+    source = {"model": result.get("model"), "model_sha256": model.get("sha256"),
+              "opset": model.get("opset")}  # fmt: skip
+    return {
+        "name": f"{result.get('model')} inputs"[:500],
+        "digest": digest,
+        "source_type": "guard",
+        "source": json.dumps(source, sort_keys=True, default=str),
+        "schema": schema[:1_000_000],
+    }

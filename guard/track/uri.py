@@ -30,9 +30,12 @@ def _quiet_mlflow() -> None:
 def resolve_uri(cli_uri: str | None, workdir: Path) -> str:
     """The tracking URI to use: the CLI flag, else MLFLOW_TRACKING_URI, else embedded sqlite."""
     _quiet_mlflow()
-    for candidate in (cli_uri, os.environ.get("MLFLOW_TRACKING_URI")):
+    for source, candidate in (
+        ("--tracking-uri", cli_uri),
+        ("MLFLOW_TRACKING_URI", os.environ.get("MLFLOW_TRACKING_URI")),
+    ):
         if candidate and candidate.strip():
-            return candidate.strip()
+            return validate_uri(candidate.strip(), source)
     guard_dir = Path(workdir).resolve() / GUARD_DIR
     try:
         guard_dir.mkdir(parents=True, exist_ok=True)
@@ -42,6 +45,28 @@ def resolve_uri(cli_uri: str | None, workdir: Path) -> str:
             hint="run guard from a writable directory or pass --tracking-uri.",
         ) from exc
     return f"sqlite:///{guard_dir / DB_NAME}"
+
+
+# Stores MLflow 3 opens from a URI (a "+driver" suffix is allowed on the SQL ones).
+_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks",
+            "databricks-uc", "uc")  # fmt: skip
+
+
+def validate_uri(uri: str, source: str = "--tracking-uri") -> str:
+    """``uri`` if it names a store MLflow can open; else a one-line TrackingError (exit 2)."""
+    parts = urllib.parse.urlsplit(uri)
+    scheme = parts.scheme.lower().split("+", 1)[0]
+    hint = "use e.g. http://127.0.0.1:5000, sqlite:///path/to/mlflow.db or file:///path/to/mlruns."
+    if "://" not in uri or scheme not in _SCHEMES:
+        if parts.scheme and parts.scheme not in _SCHEMES and not parts.netloc:
+            # "localhost:5000" parses as scheme "localhost"
+            hint = f"did you mean http://{uri}? Otherwise {hint}"
+        raise TrackingError(
+            f"{source} {uri!r} is not a tracking URI", hint=hint[0].upper() + hint[1:]
+        )
+    if scheme in ("http", "https") and not parts.hostname:
+        raise TrackingError(f"{source} {uri!r} names no host", hint=hint[0].upper() + hint[1:])
+    return uri
 
 
 def is_http(uri: str) -> bool:

@@ -86,6 +86,57 @@ def test_noise_file_roundtrip_and_validation(tmp_path):
         K.load_noise(tmp_path / "missing.json")
 
 
+def _h(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+# This host's canonical target (AVX-512): 330 characters, more than MLflow's 250 for a key.
+LONG_TARGET = "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=znver4 -mattr=" + ",".join(
+    f"+feature{i}" for i in range(30)
+)
+
+
+@pytest.mark.slow
+def test_log_noise_with_a_long_canonical_target(tmp_path):
+    """A 330-character target made the metric name illegal, and the run stayed RUNNING."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    key = f"mlp/onnxruntime/{LONG_TARGET}"
+    assert len(key) > 250
+    doc = K.save_noise(
+        tmp_path / "n.json", "smoke", {key: {"noise_pct": 4.0, "paired_noise_pct": 1.5}}
+    )
+    run = mlflow.MlflowClient(tracking_uri=uri).get_run(K.log_noise(uri, "smoke", doc))
+    assert run.info.status == "FINISHED"
+    assert all(len(k) <= 250 for k in run.data.metrics)
+    assert key in run.data.params.values()  # the full key, as a param
+    assert K.latest_noise(uri, "smoke") == {key: 4.0}
+
+
+@pytest.mark.slow
+def test_log_noise_never_leaves_a_run_running(tmp_path, monkeypatch):
+    import mlflow
+
+    from guard.errors import TrackingError
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    doc = K.save_noise(
+        tmp_path / "n.json", "smoke", {"a/b/host": {"noise_pct": 1.0, "paired_noise_pct": 1.0}}
+    )
+
+    def broken(self, *a, **k):
+        raise mlflow.exceptions.MlflowException("disk full")
+
+    monkeypatch.setattr(mlflow.MlflowClient, "log_dict", broken)
+    with pytest.raises(TrackingError, match="disk full"):
+        K.log_noise(uri, "smoke", doc)
+    runs = mlflow.MlflowClient(tracking_uri=uri).search_runs(["1"])
+    assert [r.info.status for r in runs] == ["FAILED"]
+
+
 @pytest.mark.slow
 def test_log_noise_writes_one_calibration_run(tmp_path):
     pytest.importorskip("mlflow")
@@ -100,7 +151,7 @@ def test_log_noise_writes_one_calibration_run(tmp_path):
     run_id = K.log_noise(uri, "smoke", doc)
     run = mlflow.MlflowClient(tracking_uri=uri).get_run(run_id)
     assert run.data.tags["guard.level"] == "calibration"
-    assert any(k.startswith("noise_pct.mlp") and v == 4.0 for k, v in run.data.metrics.items())
+    assert run.data.metrics["noise_pct/mlp.onnxruntime.llvm_-mcpu_x-" + _h("llvm -mcpu=x")] == 4.0
     # and compare finds it there when no local noise file exists
     assert K.latest_noise(uri, "smoke") == {"mlp/onnxruntime/llvm -mcpu=x": 4.0}
     assert K.latest_noise(uri, "smoke", "paired") == {"mlp/onnxruntime/llvm -mcpu=x": 1.5}
