@@ -264,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
         cli_compare = None  # type: ignore[assignment]
     if cli_compare is not None:
         cli_compare.register(sub)
+    from guard import cli_doctor
+
+    cli_doctor.register(sub)
     return p
 
 

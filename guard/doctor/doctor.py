@@ -1,0 +1,178 @@
+"""guard doctor: the "compiler made it slower" checklist, worked in order on recorded facts.
+
+``diagnose(base_doc, head_doc)`` pairs the results of the two documents by (model, backend,
+target as the suite spelled it) and runs the eleven steps on each pair; with no base it
+judges one run's health. Each step reads only recorded facts (results fields, the
+artefact's own records when the artefact is still on this machine, the host's caches from
+sysfs) and says "unknown: <field>" when one is missing. The document it returns is the
+``--json`` contract (schema_version 1, see docs/doctor.md).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guard.doctor import steps_graph, steps_host, steps_run
+from guard.doctor.facts import SYSFS_CACHE, Side, host_caches
+from guard.doctor.finding import CAUSE, SUSPECT, Finding
+from guard.errors import UsageError
+
+SCHEMA_VERSION = 1
+
+# The checklist, in the order engineers work it: the early steps catch most cases.
+STEPS: list[tuple[str, Callable[..., Finding]]] = [
+    ("measurement", steps_run.step1_measurement),  # a bad measurement explains anything
+    ("compiled at all", steps_run.step2_compiled),  # zero delegation: the commonest cause
+    ("partitions", steps_run.step3_partitions),  # the unsupported op behind each split
+    ("graph diff", steps_graph.step4_graph_diff),  # copies, (de)quantise pairs, lost fusions
+    ("layout", steps_graph.step5_layout),  # a transpose per layer
+    ("schedule cache", steps_graph.step6_tuning),  # a miss is a 2-10x slower schedule
+    ("dynamic shapes", steps_graph.step7_dynamic_shapes),  # fixed shape as the control
+    ("arena vs caches", steps_host.step8_arena),  # past a cache level: bandwidth-bound
+    ("numerics options", steps_host.step9_numerics_options),  # flags that disable fusions
+    ("kernels", steps_host.step10_kernels),  # one kernel is often 80% of the time
+]
+
+
+def _host_cpu() -> str | None:
+    """This machine's CPU model as manifests spell it (host.cpu)."""
+    try:
+        from guard.manifest.target import host_cpu
+
+        return str(host_cpu()["model"])
+    except Exception:  # noqa: BLE001 - an unreadable host is a missing fact
+        return None
+
+
+@dataclass
+class Context:
+    """What every step may read besides the two results."""
+
+    caches: list[dict[str, Any]] = field(default_factory=list)
+    host_cpu: str | None = None
+    suite_path: str | None = None
+    docs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def model_path(self, side: Side) -> Path | None:
+        return steps_graph.model_file(side.doc, side.result)
+
+    def model_source(self, side: Side) -> str | None:
+        p = self.model_path(side)
+        return str(p) if p is not None else None
+
+
+def _key(r: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (str(r.get("model")), str(r.get("backend")), str(r.get("target")))
+
+
+def _pick(
+    doc: Mapping[str, Any], models: tuple[str, ...], backends: tuple[str, ...], where: str
+) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    out = {}
+    for r in doc.get("results") or []:
+        if models and r.get("model") not in models:
+            continue
+        if backends and r.get("backend") not in backends:
+            continue
+        out[_key(r)] = r
+    if not out:
+        have = sorted({f"{r.get('model')} [{r.get('backend')}]" for r in doc.get("results") or []})
+        raise UsageError(
+            "no result"
+            + (f" for model {', '.join(models)}" if models else "")
+            + (f" on backend {', '.join(backends)}" if backends else ""),
+            where=where,
+            hint=f"It has: {', '.join(have) or 'no results'}.",
+        )
+    return out
+
+
+def _p50_ratio(base: Side | None, head: Side) -> float | None:
+    b = base.get("latency_ms.p50") if base else None
+    h = head.get("latency_ms.p50")
+    return h / b if b and h else None
+
+
+def diagnose_pair(base: Side | None, head: Side, ctx: Context) -> list[Finding]:
+    findings = [fn(base, head, ctx) for _, fn in STEPS]
+    findings.append(steps_host.step11_reduce(base, head, ctx, findings))
+    return findings
+
+
+def diagnose(
+    head_doc: Mapping[str, Any],
+    base_doc: Mapping[str, Any] | None = None,
+    *,
+    models: tuple[str, ...] = (),
+    backends: tuple[str, ...] = (),
+    labels: tuple[str, str] = ("base", "head"),
+    sysfs_root: Path = SYSFS_CACHE,
+) -> dict[str, Any]:
+    """The doctor document for HEAD (and BASE): one case per paired result, 11 findings each."""
+    if base_doc is not None and base_doc.get("suite") != head_doc.get("suite"):
+        raise UsageError(
+            f"base is suite {base_doc.get('suite')!r}, head is suite {head_doc.get('suite')!r}: "
+            "the doctor compares results of one suite",
+            hint="Pass two results files of the same suite.",
+        )
+    heads = _pick(head_doc, models, backends, labels[1])
+    bases = _pick(base_doc, models, backends, labels[0]) if base_doc is not None else {}
+    if base_doc is not None:
+        common = [k for k in heads if k in bases]
+        if not common:
+            raise UsageError(
+                f"base and head share no (model, backend, target): base has "
+                f"{sorted('/'.join(k) for k in bases)}, head has "
+                f"{sorted('/'.join(k) for k in heads)}",
+                hint="Pass results of the same models, or pick one with --model.",
+            )
+        keys = common
+    else:
+        keys = list(heads)
+    ctx = Context(
+        caches=host_caches(sysfs_root), host_cpu=_host_cpu(), suite_path=head_doc.get("suite_path")
+    )
+    cases = []
+    for k in keys:
+        head = Side("head", heads[k], head_doc)
+        base = Side("base", bases[k], base_doc) if base_doc is not None else None
+        findings = diagnose_pair(base, head, ctx)
+        first = next((f for f in findings if f.status == CAUSE), None)
+        cases.append(
+            {
+                "model": k[0],
+                "backend": k[1],
+                "target": k[2],
+                "verdict": [
+                    base.result.get("verdict") if base else None,
+                    head.result.get("verdict"),
+                ],
+                "p50_ms": [
+                    base.get("latency_ms.p50") if base else None,
+                    head.get("latency_ms.p50"),
+                ],
+                "p50_ratio": _p50_ratio(base, head),
+                "first_cause": first.step if first else None,
+                "suspects": [f.step for f in findings if f.status == SUSPECT],
+                "findings": [f.to_dict() for f in findings],
+            }
+        )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "guard-doctor",
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "suite": head_doc.get("suite"),
+        "base": labels[0] if base_doc is not None else None,
+        "head": labels[1],
+        "host_caches": ctx.caches,
+        "cases": cases,
+    }
+
+
+def exit_code(doc: Mapping[str, Any]) -> int:
+    """0 when no step found a cause, 1 when one did (like a failed check)."""
+    return 1 if any(c.get("first_cause") for c in doc.get("cases") or []) else 0

@@ -1,0 +1,174 @@
+"""The facts the doctor reads: one result's fields, its artefact's records, the host's caches.
+
+Every reader returns ``None`` for a fact that is not recorded (a key absent or null), so a
+step can say ``unknown: <field>`` instead of guessing. Nothing here judges; the steps do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+@dataclass
+class Side:
+    """One result (one model, backend, target) of one side of the comparison."""
+
+    label: str  # "base" or "head"
+    result: Mapping[str, Any]
+    doc: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, path: str) -> Any:
+        """The value at a dotted path, or None when any part is absent or null."""
+        cur: Any = self.result
+        for part in path.split("."):
+            if not isinstance(cur, Mapping) or cur.get(part) is None:
+                return None
+            cur = cur[part]
+        return cur
+
+    @property
+    def manifest(self) -> Mapping[str, Any]:
+        return self.result.get("manifest") or {}
+
+    @property
+    def artefact(self) -> Path | None:
+        a = self.result.get("artefact")
+        p = Path(a) if isinstance(a, str) and a else None
+        return p if p is not None and p.is_dir() else None
+
+    def artefact_json(self, name: str) -> Any:
+        """A JSON record kept in the result's artefact directory, when it is still here."""
+        art = self.artefact
+        if art is None or not (art / name).is_file():
+            return None
+        try:
+            return json.loads((art / name).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def check(self, name: str) -> Mapping[str, Any] | None:
+        for c in self.result.get("checks") or []:
+            if isinstance(c, Mapping) and c.get("name") == name:
+                return c
+        return None
+
+
+def splits(side: Side) -> tuple[list[dict[str, Any]] | None, str]:
+    """Per split node: {node, op, backend, declined: {backend: why}} and where it was read.
+
+    Results may carry ``partitions.splits``; the bundled artefact keeps them in
+    ``partitions.json``. Without either, single-node fallback partitions still name their
+    node and op (from ``partitions.details``), without the reason.
+    """
+    rec = side.get("partitions.splits")
+    if isinstance(rec, list):
+        return [dict(s) for s in rec], "result partitions.splits"
+    pj = side.artefact_json("partitions.json")
+    if isinstance(pj, Mapping) and isinstance(pj.get("splits"), list):
+        return [dict(s) for s in pj["splits"]], f"{side.artefact}/partitions.json"
+    details = side.get("partitions.details")
+    if isinstance(details, list) and details and "delegated" in details[0]:
+        out = []
+        for d in details:
+            if not d.get("delegated") and d.get("first") == d.get("last") and d.get("nodes") == 1:
+                op = next(iter(d.get("ops") or {}), None)
+                out.append(
+                    {"node": d.get("first"), "op": op, "backend": d.get("backend"), "declined": {}}
+                )
+        return out, "result partitions.details (single-node fallback partitions; no reasons)"
+    return None, ""
+
+
+def layout_notes(side: Side) -> list[str]:
+    """The layout pass's per-region notes (which region got which layout, and why)."""
+    notes: list[str] = []
+    for p in side.get("graph.passes") or []:
+        if isinstance(p, Mapping) and p.get("name") == "assign_layout":
+            notes += [str(n) for n in p.get("notes") or [] if "conversions inserted" in str(n)]
+    return notes
+
+
+def optimised_onnx_ops(side: Side) -> dict[str, int] | None:
+    """Op counts of onnxruntime's optimised graph (the artefact's payload), when here."""
+    art = side.artefact
+    if art is None or not (art / "model.opt.onnx").is_file():
+        return None
+    import onnx
+
+    try:
+        m = onnx.load(str(art / "model.opt.onnx"), load_external_data=False)
+    except Exception:  # noqa: BLE001 - a damaged payload is a missing fact, not a crash
+        return None
+    ops: dict[str, int] = {}
+    for n in m.graph.node:
+        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    return dict(sorted(ops.items()))
+
+
+# -- the host's caches ----------------------------------------------------------------------
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)\s*$", re.IGNORECASE)
+
+
+def _size_bytes(text: str) -> int | None:
+    m = _SIZE.match(text)
+    if not m:
+        return None
+    return int(m.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[m.group(2).upper()]
+
+
+def _cpu_count(cpu_list: str) -> int:
+    n = 0
+    for part in cpu_list.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        n += (int(hi) - int(lo) + 1) if hi else 1
+    return n
+
+
+def host_caches(root: Path = SYSFS_CACHE) -> list[dict[str, Any]]:
+    """Data and unified caches of cpu0 from sysfs: [{name, level, type, bytes, shared_cpus}].
+
+    ``name`` is L1d, L2, L3...; ``shared_cpus`` is how many CPUs share one instance (1 = per
+    core). An unreadable sysfs gives an empty list.
+    """
+    out = []
+    for d in sorted(root.glob("index*")) if root.is_dir() else []:
+        try:
+            level = int((d / "level").read_text())
+            ctype = (d / "type").read_text().strip()
+            size = _size_bytes((d / "size").read_text())
+            shared = _cpu_count((d / "shared_cpu_list").read_text())
+        except (OSError, ValueError):
+            continue
+        if ctype == "Instruction" or size is None:
+            continue
+        name = f"L{level}d" if ctype == "Data" else f"L{level}"
+        out.append(
+            {"name": name, "level": level, "type": ctype, "bytes": size, "shared_cpus": shared}
+        )
+    return sorted(out, key=lambda c: c["level"])
+
+
+def fits_in(nbytes: int, caches: list[dict[str, Any]]) -> str:
+    """The smallest cache level that holds ``nbytes`` ("L2"), or "DRAM"."""
+    for c in caches:
+        if nbytes <= c["bytes"]:
+            return str(c["name"])
+    return "DRAM"
+
+
+def mib(n: int | float | None) -> str:
+    if n is None:
+        return "?"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / 2**20:.2f} MiB"

@@ -1,0 +1,384 @@
+"""Steps 4-7: what the compiler added, the layout, the schedule cache, dynamic shapes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from guard.doctor.facts import Side, layout_notes, optimised_onnx_ops, splits
+from guard.doctor.finding import CAUSE, NA, SUSPECT, Finding, unknown
+
+LAYOUT_OPS = ("Transpose", "Relayout", "ReorderInput", "ReorderOutput")  # ORT's NCHWc: Reorder*
+OVERHEAD_OPS = ("QuantizeLinear", "DequantizeLinear", "Cast", "Identity", "Copy",
+                "MemcpyToHost", "MemcpyFromHost")  # fmt: skip
+
+
+def _ops_after(s: Side) -> tuple[dict[str, int] | None, str]:
+    ops = s.get("graph.ops_after")
+    if isinstance(ops, Mapping):
+        return dict(ops), "result graph.ops_after"
+    ort = optimised_onnx_ops(s)
+    if ort is not None:
+        return ort, "the artefact's optimised graph (model.opt.onnx)"
+    return None, ""
+
+
+def _delta(b: Mapping[str, int], h: Mapping[str, int]) -> dict[str, list[int]]:
+    return {
+        op: [b.get(op, 0), h.get(op, 0)] for op in sorted({*b, *h}) if b.get(op, 0) != h.get(op, 0)
+    }
+
+
+def step4_graph_diff(base: Side | None, head: Side, ctx: Any) -> Finding:
+    f = Finding(4, "graph diff (what the compiler added)")
+    ha, hwhere = _ops_after(head)
+    ba, _ = _ops_after(base) if base else (None, "")
+    if ha is None or (base is not None and ba is None):
+        miss = [
+            f"{s.label} graph.ops_after"
+            for s, a in ((base, ba), (head, ha))
+            if s is not None and a is None
+        ]
+        return unknown(
+            4,
+            f.title,
+            miss,
+            "This backend records no optimised graph; keep its "
+            "artefact next to the results file to read it.",
+        )
+    bm = base.get("manifest.model.sha256") if base else None
+    hm = head.get("manifest.model.sha256")
+    f.add("input model sha256", bm[:12] if bm else None, hm[:12] if hm else None)
+    f.add("nodes after", sum(ba.values()) if ba else None, sum(ha.values()))
+    f.add("read from", None, hwhere)
+    if base is None:
+        added = dict(head.get("graph.added") or {})
+        f.add("ops added vs the input graph", None, added)
+        over = {op: n for op, n in added.items() if op in OVERHEAD_OPS}
+        if over:
+            f.status = SUSPECT
+            f.summary = f"the compiler added {over}"
+            f.action = "Check why each was needed (passes' notes in the artefact's report)."
+        else:
+            f.summary = (
+                f"{sum(ha.values())} node(s) after optimisation; no copies or (de)quantise added"
+            )
+        return f
+    d = _delta(ba or {}, ha)
+    f.add("op counts that changed [base, head]", None, d)
+    if bm and hm and bm != hm:
+        bb, hb = base.get("graph.ops_before") or {}, head.get("graph.ops_before") or {}
+        f.add("input graph op counts that changed", None, _delta(bb, hb))
+    over = {op: v for op, v in d.items() if op in OVERHEAD_OPS and v[1] > v[0]}
+    lost = {op: v for op, v in d.items() if op.startswith("Fused") and v[1] < v[0]}
+    layout = {op: v for op, v in d.items() if op in LAYOUT_OPS}
+    rest = {op: v for op, v in d.items() if op not in over and op not in layout}
+    if over or lost:
+        f.status = CAUSE
+        parts = (
+            [f"head adds {', '.join(f'{op} {a}->{b}' for op, (a, b) in over.items())}"]
+            if over
+            else []
+        )
+        if lost:
+            parts.append(
+                "fusion lost: " + ", ".join(f"{op} {a}->{b}" for op, (a, b) in lost.items())
+            )
+        f.summary = "; ".join(parts)
+        f.action = (
+            "Find the pass whose counts changed (graph.passes in both results) and the "
+            "node it no longer matches; `guard reduce` gives the smallest such graph."
+        )
+    elif rest:
+        f.status = SUSPECT
+        f.summary = "op counts changed: " + ", ".join(
+            f"{op} {a}->{b}" for op, (a, b) in rest.items()
+        )
+        f.action = "Check the passes' counts in both results for the rewrite that changed."
+    else:
+        f.summary = "same ops after optimisation" + (
+            " (layout conversions: step 5)" if layout else ""
+        )
+    return f
+
+
+def _conversions(s: Side) -> tuple[int | None, str]:
+    added = s.get("graph.added")
+    if isinstance(added, Mapping):
+        return sum(int(added.get(op, 0)) for op in LAYOUT_OPS), "graph.added"
+    ops, where = _ops_after(s)
+    if ops is not None and s.get("graph") is None:
+        return sum(ops.get(op, 0) for op in LAYOUT_OPS), where
+    return None, ""
+
+
+def step5_layout(base: Side | None, head: Side, ctx: Any) -> Finding:
+    f = Finding(5, "layout (transposes and relayouts)")
+    hc, where = _conversions(head)
+    bc, _ = _conversions(base) if base else (None, "")
+    if hc is None or (base is not None and bc is None):
+        miss = [s.label for s, c in ((base, bc), (head, hc)) if s is not None and c is None]
+        return unknown(
+            5,
+            f.title,
+            [f"{m} graph.added (onnxruntime exposes no per-node layout)" for m in miss],
+            "Keep the onnxruntime artefact (model.opt.onnx) with the results, or "
+            "compare on the bundled backend, which records its layout pass.",
+        )
+    f.add("layout conversions in the optimised graph", bc, hc)
+    f.add("read from", None, where)
+    ins = [
+        s.get("graph.by_pass.assign_layout.num_transposes_inserted")
+        for s in (base, head)
+        if s is not None
+    ]
+    if any(v is not None for v in ins):
+        f.add("inserted by assign_layout", ins[0] if base else None, ins[-1])
+    notes_h = layout_notes(head)
+    notes_b = set(layout_notes(base)) if base else set()
+    new_notes = [n for n in notes_h if n not in notes_b]
+    for n in new_notes[:5]:
+        f.add("region", None, n)
+    if base is not None and hc > (bc or 0):
+        f.status = CAUSE
+        f.summary = f"head inserts {hc - (bc or 0)} more layout conversion(s) ({bc} -> {hc})" + (
+            f"; forced at {new_notes[0]}" if new_notes else ""
+        )
+        f.action = (
+            "A layout-bound op (Reshape, Gemm, Softmax, a graph output) now sits inside "
+            "a conv region, or the region's layout changed: keep the region in one "
+            "layout (move the op out) or make the op layout-aware."
+        )
+    elif base is None and hc:
+        f.summary = f"{hc} layout conversion(s), where the layout pass judged they pay"
+    else:
+        f.summary = f"{hc} layout conversion(s)" + (", unchanged" if base else "")
+    return f
+
+
+# -- step 6 -----------------------------------------------------------------------------------
+
+
+def _target_fields(t: str) -> dict[str, Any]:
+    """'llvm -mcpu=x -mattr=+a,+b' -> {kind: llvm, mcpu: x, mattr: {+a, +b}}."""
+    out: dict[str, Any] = {}
+    for i, tok in enumerate(t.split()):
+        if i == 0 and not tok.startswith("-"):
+            out["kind"] = tok
+            continue
+        k, _, v = tok.lstrip("-").partition("=")
+        out[k] = set(v.split(",")) if k == "mattr" else v
+    return out
+
+
+def target_difference(a: str, b: str) -> str:
+    """How target string ``b`` differs from ``a``: "mattr +sve added; mcpu x -> y"."""
+    fa, fb = _target_fields(a), _target_fields(b)
+    parts = []
+    for k in sorted({*fa, *fb}):
+        va, vb = fa.get(k), fb.get(k)
+        if va == vb:
+            continue
+        if k == "mattr":
+            added, removed = (
+                sorted((vb or set()) - (va or set())),
+                sorted((va or set()) - (vb or set())),
+            )
+            if added:
+                parts.append(f"mattr {','.join(added)} added")
+            if removed:
+                parts.append(f"mattr {','.join(removed)} removed")
+        else:
+            parts.append(f"{k} {va} -> {vb}")
+    return "; ".join(parts) or "same target"
+
+
+def _missed(tc: Mapping[str, Any]) -> list[str]:
+    """Missed keys, whichever shape the cache records (strings, or {key, nearest, differs})."""
+    out = []
+    for m in tc.get("missed") or []:
+        if isinstance(m, Mapping):
+            key = m.get("key") or m.get("task") or m.get("name")
+            diff = m.get("differs") or m.get("diff") or m.get("difference")
+            near = m.get("nearest")
+            s = str(key)
+            if near is not None:
+                s += f" (nearest {near}" + (f": {diff})" if diff else ")")
+            elif diff:
+                s += f" ({diff})"
+            out.append(s)
+        else:
+            out.append(str(m))
+    return out
+
+
+def step6_tuning(base: Side | None, head: Side, ctx: Any) -> Finding:
+    f = Finding(6, "schedule cache (tuning)")
+    tcs = [(s, s.get("manifest.tuning_cache") or {}) for s in (base, head) if s is not None]
+    if not any(tc.get("path") or tc.get("sha256") for _, tc in tcs):
+        f.status = NA
+        f.summary = "no tuning cache on either side"
+        return f
+    miss = [
+        f"{s.label} manifest.tuning_cache.{k}"
+        for s, tc in tcs
+        if tc.get("path") or tc.get("sha256")
+        for k in ("hits", "misses")
+        if tc.get(k) is None
+    ]
+    if miss:
+        return unknown(
+            6,
+            f.title,
+            miss,
+            "This backend does not report cache look-ups; run "
+            "`guard tune` and a build that counts hits and misses.",
+        )
+    bt = base.get("manifest.tuning_cache") if base else None
+    ht = head.get("manifest.tuning_cache") or {}
+    for k in ("sha256", "entries", "hits", "misses", "misses_tuned_for_other_target"):
+        b, h = (bt or {}).get(k) if base else None, ht.get(k)
+        if b is not None or h is not None:
+            f.add(k, b[:12] if k == "sha256" and b else b, h[:12] if k == "sha256" and h else h)
+    keys = _missed(ht)
+    for k in keys[:5]:
+        f.add("missed key", None, k)
+    btarget = base.get("manifest.target.canonical") if base else None
+    htarget = head.get("manifest.target.canonical")
+    tdiff = target_difference(btarget, htarget) if btarget and htarget else None
+    if base is not None:
+        f.add("target (canonical) difference", None, tdiff)
+    other = int(ht.get("misses_tuned_for_other_target") or 0)
+    hm, hh = int(ht.get("misses") or 0), int(ht.get("hits") or 0)
+    bm = int((bt or {}).get("misses") or 0) if base else 0
+    worse = hm > bm if base is not None else hm > 0
+    if worse:
+        why = []
+        if other:
+            why.append(
+                f"{other} of {hm} missed workload(s) are in the cache, tuned for another target"
+            )
+        if tdiff and tdiff != "same target":
+            why.append(f"nearest key's difference: target {tdiff}")
+        elif keys and any("nearest" in k for k in keys):
+            why.append(f"nearest key: {keys[0]}")
+        failed = (head.check("tuning") or {}).get("status") == "fail"
+        f.status = CAUSE if (why and (base is not None or failed)) else SUSPECT
+        f.summary = (
+            f"{hm} miss(es), {hh} hit(s)"
+            + (f" (base {bm} miss(es))" if base else "")
+            + (
+                "; " + "; ".join(why)
+                if why
+                else "; the missed keys' nearest entries are not recorded"
+            )
+        )
+        f.action = (
+            "Re-tune for the head's target (`guard tune SUITE --db DIR`), or build for "
+            "the target the cache was tuned for; gate with checks.tuning.min_hit_rate."
+        )
+    else:
+        f.summary = f"{hh} hit(s), {hm} miss(es)" + (", no new misses" if base else "")
+    return f
+
+
+# -- step 7 -----------------------------------------------------------------------------------
+
+
+def _declared_dims(s: Side, ctx: Any) -> dict[str, list[Any]] | None:
+    """The model's own input dims (dim_param names kept), when its file can be found."""
+    rec = s.get("manifest.model.inputs")
+    if isinstance(rec, Mapping) and all(
+        isinstance(v, Mapping) and "dims" in v for v in rec.values()
+    ):
+        return {k: list(v["dims"]) for k, v in rec.items()}
+    path = ctx.model_path(s)
+    if path is None:
+        return None
+    import onnx
+
+    from guard.model import graph_inputs
+
+    try:
+        ins = graph_inputs(onnx.load(str(path), load_external_data=False))
+    except Exception:  # noqa: BLE001 - an unreadable model is a missing fact
+        return None
+    return {i.name: list(i.dims) for i in ins}
+
+
+def step7_dynamic_shapes(base: Side | None, head: Side, ctx: Any) -> Finding:
+    f = Finding(7, "dynamic shapes")
+    bound = head.get("manifest.model.inputs")
+    if not isinstance(bound, Mapping):
+        return unknown(7, f.title, ["manifest.model.inputs"])
+    shapes = {k: v.get("shape") for k, v in bound.items() if isinstance(v, Mapping)}
+    fixed = all(isinstance(d, int) for v in shapes.values() for d in v or [])
+    f.add("bound input shapes (what was compiled)", None, shapes)
+    declared = _declared_dims(head, ctx)
+    dynamic = (
+        {k: d for k, d in declared.items() if any(not isinstance(x, int) for x in d)}
+        if declared is not None
+        else None
+    )
+    if declared is None:
+        f.missing.append(
+            "the model's declared input dims (manifest.model.inputs.*.dims; the "
+            "model file was not found to read them)"
+        )
+    else:
+        f.add("dynamic dims declared by the model", None, dynamic or "none")
+    hs, _ = splits(head)
+    dyn_splits = [s for s in hs or [] if "dynamic" in " ".join((s.get("declined") or {}).values())]
+    for s in dyn_splits[:5]:
+        f.add(
+            f"declined for dynamic shapes: {s.get('op')} node {s.get('node')!r}",
+            None,
+            "; ".join((s.get("declined") or {}).values()),
+        )
+    if dyn_splits:
+        f.status = CAUSE
+        f.summary = (
+            f"{len(dyn_splits)} node(s) fell back because a shape is dynamic after "
+            "binding the inputs (data-dependent)"
+        )
+        f.action = (
+            "Bind the shape (suite inputs) or make it static in the model (e.g. fold the "
+            "Shape/Reshape chain), then compare the fixed-shape build as a control."
+        )
+    elif not fixed:
+        f.status = SUSPECT
+        f.summary = f"inputs compiled with unbound dims {shapes}"
+        f.action = "Bind every dim in the suite's inputs block."
+    else:
+        f.summary = "compiled at fixed shapes" + (
+            f" (the model declares {sorted(dynamic)} dynamic: this build is the fixed-shape "
+            "control)"
+            if dynamic
+            else ""
+        )
+        if declared is None:
+            f.summary += "; the model's own dims were not checked (model file not found)"
+    return f
+
+
+def model_file(doc: Mapping[str, Any], result: Mapping[str, Any]) -> Path | None:
+    """The result's model file, found through the suite the results document names, when
+    its sha256 matches the manifest's (so it is the model that was built)."""
+    sp = doc.get("suite_path")
+    want = ((result.get("manifest") or {}).get("model") or {}).get("sha256")
+    if not sp or not want or not Path(sp).is_file():
+        return None
+    try:
+        from guard.case import resolve_model
+        from guard.fsutil import file_sha256
+        from guard.suite import load_suite
+
+        suite = load_suite(Path(sp))
+        entry = next((m for m in suite.models if m.name == result.get("model")), None)
+        if entry is None:
+            return None
+        p = resolve_model(entry)
+        return p if p.is_file() and file_sha256(p) == want else None
+    except Exception:  # noqa: BLE001 - a suite that changed since is a missing fact
+        return None

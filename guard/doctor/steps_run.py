@@ -1,0 +1,230 @@
+"""Steps 1-3: the measurement, whether it compiled at all, and the partitions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.doctor.facts import Side, splits
+from guard.doctor.finding import CAUSE, OK, SUSPECT, Finding, unknown
+
+CONTENDED = 0.20  # other processes' share of the spare CPU above which timings move 2x
+HOST_FIELDS = ("arch", "cpu", "cores")
+
+
+def _sides(base: Side | None, head: Side) -> list[Side]:
+    return [s for s in (base, head) if s is not None]
+
+
+def _pair(base: Side | None, head: Side, path: str) -> tuple[Any, Any]:
+    return (base.get(path) if base else None), head.get(path)
+
+
+def _shapes(s: Side) -> dict[str, Any] | None:
+    ins = s.get("manifest.model.inputs")
+    if not isinstance(ins, dict):
+        return None
+    return {k: v.get("shape") for k, v in sorted(ins.items()) if isinstance(v, dict)}
+
+
+def step1_measurement(base: Side | None, head: Side, ctx: Any) -> Finding:
+    f = Finding(1, "measurement")
+    if not head.manifest:
+        return unknown(
+            1,
+            f.title,
+            ["manifest"],
+            "Fix the error result first: " + str(head.result.get("error") or "it has no manifest"),
+        )
+    causes: list[str] = []
+    suspects: list[str] = []
+    shapes = [_shapes(s) for s in _sides(base, head)]
+    threads = [s.get("manifest.host.threads") for s in _sides(base, head)]
+    hosts = [{k: s.get(f"manifest.host.{k}") for k in HOST_FIELDS} for s in _sides(base, head)]
+    f.add("input shapes", shapes[0] if base else None, shapes[-1])
+    f.add("threads", threads[0] if base else None, threads[-1])
+    f.add("host (arch, cpu, cores)", hosts[0] if base else None, hosts[-1])
+    if base is not None:
+        if shapes[0] != shapes[1]:
+            causes.append(f"input shapes differ ({shapes[0]} vs {shapes[1]})")
+        if threads[0] != threads[1]:
+            causes.append(f"threads differ ({threads[0]} vs {threads[1]})")
+        if hosts[0] != hosts[1]:
+            diff = [k for k in HOST_FIELDS if hosts[0][k] != hosts[1][k]]
+            causes.append(f"host class differs ({', '.join(diff)})")
+    for s in _sides(base, head):
+        gov = s.get("preflight.governor")
+        if isinstance(gov, dict):
+            vals = sorted({str(v) for v in gov.values() if v is not None})
+            if vals and vals != ["performance"]:
+                suspects.append(f"{s.label}: CPU governor {', '.join(vals)} (not performance)")
+    govs = [s.get("preflight.governor") for s in _sides(base, head)]
+    f.add("governor", govs[0] if base else None, govs[-1])
+    if all(not isinstance(g, dict) or all(v is None for v in g.values()) for g in govs):
+        f.missing.append("preflight.governor (not readable on this host: no cpufreq)")
+    for name, path in (
+        ("iterations", "latency_ms.n"),
+        ("min_iters", "measurement.config.min_iters"),
+        ("warm-up iterations", "measurement.warmup_iters"),
+        ("contention (others' CPU share)", "measurement.contention"),
+        ("truncated (hit max_time_s)", "measurement.truncated"),
+        ("noise_pct", "noise_pct"),
+    ):
+        b, h = _pair(base, head, path)
+        if b is not None or h is not None:
+            f.add(name, b, h)
+    for s in _sides(base, head):
+        n, need = s.get("latency_ms.n"), s.get("measurement.config.min_iters")
+        if n is None:
+            f.missing.append(f"{s.label} latency_ms.n")
+        elif need is not None and n < need:
+            suspects.append(f"{s.label}: {n} iterations < min_iters {need}")
+        if s.get("measurement.truncated"):
+            suspects.append(f"{s.label}: measurement hit max_time_s before min_iters")
+        wu = s.get("measurement.warmup_iters")
+        if wu is None:
+            f.missing.append(f"{s.label} measurement.warmup_iters")
+        elif wu == 0:
+            suspects.append(f"{s.label}: no warm-up iteration discarded")
+        c = s.get("measurement.contention")
+        if c is None:
+            f.missing.append(f"{s.label} measurement.contention")
+        elif c > CONTENDED:
+            suspects.append(f"{s.label}: other processes used {c:.0%} of the spare CPU")
+    if causes:
+        f.status = CAUSE
+        f.summary = "not like for like: " + "; ".join(causes)
+        f.action = (
+            "Re-run both sides with the same shapes, threads and host class; until "
+            "then the latency ratio measures the set-up, not the compiler."
+        )
+    elif suspects:
+        f.status = SUSPECT
+        f.summary = "; ".join(suspects)
+        f.action = (
+            "Re-run on a quiet machine, or measure both sides interleaved in one "
+            "process: guard ab SUITE --base BASE.yaml."
+        )
+    else:
+        f.summary = "same shapes, threads and host class; warm-up discarded; enough iterations"
+        if f.missing:
+            f.summary += f" ({', '.join(f.missing)} not recorded)"
+    return f
+
+
+def _delegation(s: Side) -> tuple[int | None, int | None, dict[str, Any]]:
+    return (
+        s.get("partitions.delegated_nodes"),
+        s.get("partitions.fallback_nodes"),
+        dict(s.get("partitions.by_provider") or {}),
+    )
+
+
+def step2_compiled(base: Side | None, head: Side, ctx: Any) -> Finding:
+    f = Finding(2, "compiled at all")
+    if head.get("partitions") is None:
+        return unknown(
+            2,
+            f.title,
+            ["partitions"],
+            "This backend reports no partitions; check its logs for a fallback.",
+        )
+    for s in _sides(base, head):
+        if s.get("partitions") is None:
+            return unknown(2, f.title, [f"{s.label} partitions"])
+    bd, bf, bp = _delegation(base) if base else (None, None, None)
+    hd, hf, hp = _delegation(head)
+    f.add("delegated nodes", bd, hd)
+    f.add("fallback nodes", bf, hf)
+    f.add("nodes per backend/provider", bp, hp)
+    if hd == 0 and (hf or 0) > 0:
+        f.status = CAUSE
+        f.summary = f"zero delegation: all {hf} node(s) ran on the fallback" + (
+            f" (base delegated {bd})" if base else ""
+        )
+        f.action = (
+            "Nothing reached the delegate: check the backend/profile the head was "
+            "built for, and step 3's decline reasons."
+        )
+    elif base is not None and (hf or 0) > (bf or 0):
+        f.status = SUSPECT
+        f.summary = f"{hf - (bf or 0)} more node(s) on the fallback than base ({bf} -> {hf})"
+        f.action = "Step 3 names the nodes and why the delegate declined them."
+    elif base is None and (hf or 0) > 0:
+        f.status = SUSPECT
+        f.summary = f"{hf} node(s) fell back ({hd} delegated)"
+        f.action = "Step 3 names the nodes and why the delegate declined them."
+    else:
+        f.summary = f"{hd} node(s) delegated, {hf} on the fallback"
+    return f
+
+
+def _key(s: dict[str, Any]) -> tuple[Any, Any]:
+    return (s.get("node"), s.get("op"))
+
+
+def _why(s: dict[str, Any]) -> str:
+    reasons = [f"{b}: {r}" for b, r in (s.get("declined") or {}).items()]
+    return "; ".join(reasons) if reasons else "reason not recorded"
+
+
+def step3_partitions(base: Side | None, head: Side, ctx: Any) -> Finding:
+    f = Finding(3, "partitions")
+    bc = base.get("partitions.count") if base else None
+    hc = head.get("partitions.count")
+    if hc is None or (base is not None and bc is None):
+        return unknown(
+            3,
+            f.title,
+            [
+                f"{s.label} partitions.count"
+                for s in _sides(base, head)
+                if s.get("partitions.count") is None
+            ],
+        )
+    f.add("partition count", bc, hc)
+    hs, where = splits(head)
+    bs, _ = splits(base) if base else (None, "")
+    if base is not None:
+        new = [s for s in hs or [] if _key(s) not in {_key(x) for x in bs or []}]
+    else:
+        new = list(hs or [])
+    if hs is None:
+        f.missing.append("partitions.splits (the culprit node and reason per split)")
+    else:
+        f.add("split nodes", len(bs or []) if base else None, len(hs))
+        f.add("read from", None, where)
+    for s in new[:10]:
+        f.add(
+            f"split at node {s.get('node')!r} (op {s.get('op')}) -> {s.get('backend')}",
+            None,
+            _why(s),
+        )
+    grew = base is not None and hc > bc
+    failed = (head.check("partitions") or {}).get("status") == "fail"
+    if (grew or (base is None and (failed or hc > 1))) and new:
+        names = ", ".join(f"{s.get('op')} node {s.get('node')!r} ({_why(s)})" for s in new[:3])
+        more = f" and {len(new) - 3} more" if len(new) > 3 else ""
+        f.status = CAUSE if (grew or failed) else SUSPECT
+        f.summary = (
+            f"{bc} -> {hc} partitions; " if base else f"{hc} partitions; "
+        ) + f"new split(s) at {names}{more}"
+        f.action = (
+            "Make the backend support the op (or pick a profile that does), or "
+            "replace it in the model; then `guard reduce` on the model gives a "
+            "reproducer for the compiler's owners."
+        )
+    elif grew:
+        f.status = SUSPECT
+        f.summary = f"{bc} -> {hc} partitions, culprit not recorded"
+        f.action = "Run `guard partition MODEL --profile P` to see each split's reason."
+    elif base is not None and hc < bc:
+        f.summary = f"fewer partitions ({bc} -> {hc})"
+    elif base is None and hc > 1:
+        f.status = SUSPECT
+        f.summary = f"{hc} partitions; culprit not recorded"
+        f.action = "Run `guard partition MODEL --profile P` to see each split's reason."
+    else:
+        f.summary = f"{hc} partition(s)" + (", unchanged" if base else "")
+    if f.status == OK and hc == 1 and (head.get("partitions.fallback_nodes") or 0) == 0:
+        f.summary = "one partition, nothing on the fallback"
+    return f
