@@ -1,4 +1,4 @@
-"""File-system primitives every writer shares: atomic writes and content hashes.
+"""File-system primitives every reader and writer shares: bounded reads, atomic writes, hashes.
 
 An atomic write goes to a temporary file in the target's directory (so ``os.replace`` is a
 rename on one file system), is fsynced, gets the mode an ordinary write would have given
@@ -6,14 +6,89 @@ it (an existing file keeps its mode; a new one gets 0666 minus the umask, not mk
 0600), and replaces the target in one step. If anything fails first, the temporary file is
 removed and the old target is untouched: a killed guard never leaves a half-written
 results file, golden, manifest or cached model.
+
+A bounded read (``read_bounded``) opens only regular files and refuses one over a size
+limit before reading it: a suite path that is ``/dev/zero`` must not exhaust memory, and a
+FIFO must not block forever. It raises ``BoundedReadError`` (an ``OSError`` with a
+one-line ``reason``) that callers turn into their own one-line message.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+# Suite, results, manifest, build-record and golden-metadata files are small documents; a
+# results file of a large suite with raw samples is a few MiB. 64 MiB is far above any
+# real one and far below what hurts.
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+
+
+class BoundedReadError(OSError):
+    """A file that ``read_bounded`` refuses: not a regular file, too large, unreadable."""
+
+    def __init__(self, path: Path, reason: str, err: int = errno.EINVAL):
+        super().__init__(err, reason, str(path))
+        self.path = Path(path)
+        self.reason = reason
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of a regular file no larger than ``limit``; anything else is refused.
+
+    The file is opened with O_NONBLOCK (a FIFO does not block the open) and checked with
+    ``fstat`` on the open descriptor (no race between the check and the read); at most
+    ``limit + 1`` bytes are read, so a file that grows meanwhile is refused too.
+    """
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise BoundedReadError(p, "is a directory, not a file", errno.EISDIR) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BoundedReadError(p, "is a symlink loop", errno.ELOOP) from None
+        raise BoundedReadError(p, f"cannot be read: {exc.strerror or exc}",
+                               exc.errno or errno.EIO) from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise BoundedReadError(p, "is a directory, not a file", errno.EISDIR)
+        if not stat.S_ISREG(st.st_mode):
+            raise BoundedReadError(p, "is not a regular file (a device, FIFO or socket)")
+        if st.st_size > limit:
+            raise BoundedReadError(
+                p, f"is {st.st_size} bytes, over guard's limit of {limit} bytes for this file",
+                errno.EFBIG)
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            try:
+                chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            except OSError as exc:
+                raise BoundedReadError(p, f"cannot be read: {exc.strerror or exc}",
+                                       exc.errno or errno.EIO) from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise BoundedReadError(
+                    p, f"is over guard's limit of {limit} bytes for this file", errno.EFBIG)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_bounded_text(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """``read_bounded`` decoded as UTF-8 (UnicodeDecodeError when it is not)."""
+    return read_bounded(path, limit).decode("utf-8")
 
 
 def _new_file_mode() -> int:
@@ -48,6 +123,27 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def exclusive_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Create ``path`` with ``text`` only if it does not exist yet (FileExistsError if it does).
+
+    The content is written to a temporary file first and then hard-linked to ``path``:
+    ``link`` fails when the name exists, so two writers never overwrite each other, and a
+    reader never sees a half-written file.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _new_file_mode())
+        os.link(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return target
+
+
 def file_sha256(path: str | os.PathLike[str]) -> str:
     """SHA-256 of a file's bytes, read in 1 MiB chunks."""
     h = hashlib.sha256()
@@ -55,3 +151,18 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def describe_os_error(exc: OSError) -> str:
+    """A short reason for an OSError a user can fix (full disk, read-only, permissions)."""
+    names = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system",
+             errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+             errno.EDQUOT: "disk quota exceeded", errno.ELOOP: "a symlink loop",
+             errno.ENAMETOOLONG: "file name too long"}
+    return names.get(exc.errno or 0, exc.strerror or str(exc))
+
+
+# OSError numbers that mean the user's environment, not guard, is at fault.
+USER_OS_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM,
+                            errno.EDQUOT, errno.ELOOP, errno.ENAMETOOLONG, errno.EFBIG,
+                            errno.ENOTDIR, errno.EISDIR})
