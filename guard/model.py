@@ -9,7 +9,8 @@ to allocate.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,21 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
 from guard.errors import ModelError
-from guard.fsutil import file_sha256
+from guard.fsutil import BoundedReadError, describe_os_error, file_sha256, read_bounded
 from guard.suite import InputSpec
 
 # Inputs larger than this are refused before allocation: a typo'd dim (1, 3, 22400, 224)
 # should be a clear message, not the OOM killer.
 MAX_INPUT_BYTES = 2 * 1024**3
+# A serialised ONNX protobuf cannot exceed 2 GiB (larger weights live in external data).
+MAX_MODEL_BYTES = 2 * 1024**3
+# Element types guard can make input data for (from the seeds in the suite).
+_FEEDABLE = {
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL,
+}
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,9 @@ class GraphInput:
     name: str
     dtype: np.dtype
     dims: tuple[int | str | None, ...]  # int, dim_param name, or None (unnamed dynamic)
+    # Axes the model declares with a negative dim_value: some converters spell "dynamic"
+    # as -1, and onnxruntime treats it so. guard does too (bindable from the suite).
+    negative_axes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,7 @@ class ModelSpec:
     inputs: tuple[GraphInput, ...]
     shapes: dict[str, tuple[int, ...]]
     outputs: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())  # one line each, e.g. a -1 dim bound
 
     def inputs_manifest(self) -> dict[str, dict]:
         return {i.name: {"dtype": str(i.dtype), "shape": list(self.shapes[i.name])}
@@ -109,15 +123,16 @@ def _find_cycle(graph: onnx.GraphProto) -> str | None:
 def load_model(path: Path) -> onnx.ModelProto:
     """Load and structurally check an ONNX file, with one-line errors."""
     path = Path(path)
-    if not path.exists():
-        raise ModelError("model file not found", where=str(path),
-                         hint="Check the 'source' path (relative to the suite file).")
-    if not path.is_file():
-        raise ModelError("is not a regular file", where=str(path))
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_MODEL_BYTES)
+    except FileNotFoundError:
+        raise ModelError("model file not found", where=str(path),
+                         hint="Check the 'source' path (relative to the suite file).") from None
+    except BoundedReadError as exc:
+        raise ModelError(exc.reason, where=str(path),
+                         hint="Point 'source' at an .onnx file.") from None
     except OSError as exc:
-        raise ModelError(f"cannot read model: {exc.strerror}", where=str(path)) from None
+        raise ModelError(f"cannot read model: {describe_os_error(exc)}", where=str(path)) from None
     if not data:
         raise ModelError("is empty, not an ONNX model", where=str(path))
     try:
@@ -155,16 +170,28 @@ def graph_inputs(model: onnx.ModelProto) -> list[GraphInput]:
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"input {vi.name!r} is not a tensor; guard binds tensor inputs only")
+        if tt.elem_type not in _FEEDABLE:
+            name = onnx.TensorProto.DataType.Name(tt.elem_type) \
+                if tt.elem_type in onnx.TensorProto.DataType.values() else str(tt.elem_type)
+            raise ModelError(
+                f"input {vi.name!r} has element type {name}; guard can feed float, integer "
+                "and bool inputs only",
+                hint="Declare the input's elem_type in the model (re-export it).")
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
         dims: list[int | str | None] = []
-        for d in tt.shape.dim:
+        negative: list[int] = []
+        for ax, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value"):
-                dims.append(int(d.dim_value))
+                if d.dim_value < 0:
+                    negative.append(ax)
+                    dims.append(None)
+                else:
+                    dims.append(int(d.dim_value))
             elif d.HasField("dim_param"):
                 dims.append(d.dim_param)
             else:
                 dims.append(None)
-        out.append(GraphInput(vi.name, dtype, tuple(dims)))
+        out.append(GraphInput(vi.name, dtype, tuple(dims), tuple(negative)))
     return out
 
 
@@ -178,7 +205,10 @@ def opset_of(model: onnx.ModelProto) -> int:
 def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec],
          where: str) -> ModelSpec:
     """Bind every input's dims from the suite; an unbound dynamic dim is an error."""
-    inputs = graph_inputs(model)
+    try:
+        inputs = graph_inputs(model)
+    except ModelError as exc:
+        raise ModelError(str(exc), where=where) from None
     names = {i.name for i in inputs}
     for k in specs:
         if k not in names:
@@ -189,6 +219,7 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec],
             raise ModelError(f"inputs.{k}: the model has no input named {k!r}", where=where,
                              hint=hint)
     shapes: dict[str, tuple[int, ...]] = {}
+    notes: list[str] = []
     for gi in inputs:
         spec = specs.get(gi.name)
         if spec is not None and spec.shape is not None:
@@ -202,26 +233,33 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec],
                         f"inputs.{gi.name}.shape[{ax}]: the model fixes this dim to {have}, "
                         f"the suite says {want}", where=where)
             shape = tuple(spec.shape)
+            for ax in gi.negative_axes:
+                notes.append(f"{path}: input {gi.name!r} declares dim {ax} as a negative "
+                             f"dim_value (a converter's spelling of dynamic); bound to "
+                             f"{shape[ax]} from the suite")
         else:
             for ax, d in enumerate(gi.dims):
                 if not isinstance(d, int):
-                    label = f" ({d!r})" if d else ""
+                    label = (f" ({d!r})" if d else
+                             " (declared negative: dynamic)" if ax in gi.negative_axes else "")
                     raise ModelError(
                         f"input {gi.name!r} dim {ax}{label} is dynamic and unbound",
                         where=where,
                         hint=f"Bind it in the suite: inputs: {{{gi.name}: {{shape: "
                              f"{_example_shape(gi.dims)}}}}}.")
             shape = tuple(int(d) for d in gi.dims)  # type: ignore[arg-type]
-        nbytes = int(np.prod(shape, dtype=np.float64)) * gi.dtype.itemsize
+        nbytes = float(np.prod(shape, dtype=np.float64)) * gi.dtype.itemsize
         if nbytes > MAX_INPUT_BYTES:
             raise ModelError(
                 f"input {gi.name!r} with shape {list(shape)} needs {nbytes / 2**30:.1f} GiB, over "
                 f"guard's {MAX_INPUT_BYTES / 2**30:.0f} GiB limit per input", where=where,
                 hint="Check the shape in the suite's inputs block.")
         shapes[gi.name] = shape
+    for note in notes:
+        print(f"guard: note: {note}", file=sys.stderr)
     return ModelSpec(path=path, sha256=file_sha256(path), opset=opset_of(model),
                      ir_version=int(model.ir_version), inputs=tuple(inputs), shapes=shapes,
-                     outputs=tuple(o.name for o in model.graph.output))
+                     outputs=tuple(o.name for o in model.graph.output), notes=tuple(notes))
 
 
 def _fmt_dims(dims: tuple[int | str | None, ...]) -> str:

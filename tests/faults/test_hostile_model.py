@@ -1,0 +1,93 @@
+"""Models at the edges of the format: -1 dims are dynamic, undefined dtypes are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from spine_helpers import FAST_MEASURE, small_convnet, write_suite
+
+from guard.cli import main
+from guard.errors import ModelError
+from guard.model import bind, load_model
+from guard.suite import InputSpec
+
+
+def _suite(tmp_path: Path, model: Path, inputs: str, backends: str = "[onnxruntime]") -> Path:
+    return write_suite(tmp_path, f"""
+    schema_version: 1
+    suite: edge
+    defaults:
+      backends: {backends}
+      measure: {FAST_MEASURE}
+    models:
+      - name: m
+        source: {model}
+        {inputs}
+    """)
+
+
+def test_negative_dim_is_dynamic_and_bound_from_the_suite(tmp_path, workdir, capsys):
+    # A common converter writes the batch dim as dim_value: -1; onnxruntime runs it.
+    model = small_convnet(tmp_path / "neg.onnx", batch=-1)
+    assert onnx.load(model).graph.input[0].type.tensor_type.shape.dim[0].dim_value == -1
+    suite = _suite(tmp_path, model, "inputs: {x: {shape: [1, 3, 16, 16]}}",
+                   "[onnxruntime, bundled]")
+    code = main(["run", str(suite), "--no-track", "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if line.startswith("guard: note:")]
+    assert len(notes) == 1 and "'x'" in notes[0] and "dim 0" in notes[0] and "bound to 1" \
+        in notes[0]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [r["verdict"] for r in doc["results"]] == ["pass", "pass"]
+
+
+def test_unbound_negative_dim_says_how_to_bind_it(tmp_path):
+    model = small_convnet(tmp_path / "neg.onnx", batch=-1)
+    with pytest.raises(ModelError) as info:
+        bind(load_model(model), model, {}, "s.yaml: models[0] (m)")
+    msg = str(info.value)
+    assert "dim 0 (declared negative: dynamic) is dynamic and unbound" in msg
+    assert "shape: [1, 3, 16, 16]" in msg
+
+
+def test_negative_dim_bound_wrongly_by_rank_is_still_refused(tmp_path):
+    model = small_convnet(tmp_path / "neg.onnx", batch=-1)
+    with pytest.raises(ModelError, match="rank 2 given"):
+        bind(load_model(model), model, {"x": InputSpec("x", (1, 3))}, "w")
+
+
+def _identity(path: Path, elem_type: int) -> Path:
+    x = helper.make_tensor_value_info("x", elem_type, [1, 4])
+    y = helper.make_tensor_value_info("y", elem_type, [1, 4])
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize(("elem", "name"), [(TensorProto.UNDEFINED, "UNDEFINED"),
+                                            (TensorProto.STRING, "STRING"),
+                                            (TensorProto.COMPLEX64, "COMPLEX64")])
+def test_input_dtype_guard_cannot_feed_is_exit_2(tmp_path, workdir, capsys, elem, name):
+    model = _identity(tmp_path / "id.onnx", elem)
+    suite = _suite(tmp_path, model, "")
+    assert main(["run", str(suite), "--no-track"]) == 2
+    err = capsys.readouterr().err
+    assert f"has element type {name}" in err and "models[0] (m)" in err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_model_path_that_is_a_device_or_fifo(tmp_path, workdir, capsys):
+    import os
+
+    fifo = tmp_path / "pipe.onnx"
+    os.mkfifo(fifo)
+    for src in (fifo, Path("/dev/zero")):
+        suite = _suite(tmp_path, src, "")
+        assert main(["run", str(suite), "--no-track"]) == 2
+        err = capsys.readouterr().err
+        assert "not a regular file" in err and "Traceback" not in err
