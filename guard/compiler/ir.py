@@ -19,8 +19,9 @@ A :class:`Graph` is a list of :class:`Node` in topological order over named valu
 
 After O2 some nodes carry ``attrs["layout"]`` ("NCHW16c", "NHWC"; see layout.py: their first
 input and output are in that layout, and ``Relayout``/``Transpose`` nodes convert at region
-edges), and view-able nodes carry ``attrs["view"]`` ("alias", "concat", "split", "slice";
-see passes/elide_concat.py). Dtypes: f16/f32/f64, i8-i64, u8-u64, bool, and bf16, float8
+edges), and view-able nodes carry ``attrs["view"]`` ("alias", "concat", "split", "slice": the
+memory planner's answer for the graph's order, reported by passes/elide_concat.py; the
+frozen MemoryPlan decides). Dtypes: f16/f32/f64, i8-i64, u8-u64, bool, and bf16, float8
 and int4/uint4 through ml_dtypes (names in DTYPE_NAMES).
 
 The reference kernels (guard/compiler/reference/) define each op's semantics; the shape

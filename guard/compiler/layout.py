@@ -12,7 +12,9 @@ import re
 
 import numpy as np
 
-LAYOUT_OPS = {"Conv", "FusedConv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+from guard.compiler import ops
+
+LAYOUT_OPS = ops.LAYOUT_OPS  # the ops whose traits say "layout" (guard.compiler.ops)
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 
 

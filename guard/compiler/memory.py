@@ -44,17 +44,17 @@ from typing import Any
 
 import numpy as np
 
+from guard.compiler import ops
 from guard.compiler.schedule import ALIGNMENT, GraphView, Interval, align, liveness
 
-VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
-INPLACE_OPS = frozenset(
-    {
-        "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Exp", "Log", "Neg", "Abs", "Sqrt",
-        "Erf", "Gelu", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus", "Reciprocal",
-        "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Where",
-        "Dropout", "BatchNormalization", "Cast", "FusedElementwise",
-    }
-)  # fmt: skip
+# Which ops may alias or write in place is the op-traits table's answer (guard.compiler.ops);
+# whether they do, for this schedule, is this planner's, and the frozen MemoryPlan is the
+# one record of it that the runtime and the code generator read.
+VIEW_OPS = ops.ALIAS_OPS
+INPLACE_OPS = ops.INPLACE_OPS
+SLICE_VIEW_OPS = (
+    ops.ops_where(view="concat") | ops.ops_where(view="split") | ops.ops_where(view="slice")
+)
 SCHEMA_VERSION = 1
 
 
@@ -269,7 +269,7 @@ def _alias(
                 bufs.join(outs[0], data, 0, "view")
                 elided.append(n.name)
                 continue
-        elif elide and n.op in ("Split", "Slice", "Concat") and i in deny:
+        elif elide and n.op in SLICE_VIEW_OPS and i in deny:
             why = "eliding it raised the lower bound (the whole buffer would stay live)"
         elif elide and n.op == "Split" and len(outs) == len(n.outputs):
             offs, cur = [], 0
@@ -466,7 +466,7 @@ def plan_memory(
     deny: frozenset[int] = frozenset()
     bufs, elided, inplaced, copies, sizes, biv, lower = buffers(deny)
     index = {n.name: i for i, n in enumerate(g.nodes)}
-    for name in [e for e in elided if g.nodes[index[e]].op in ("Concat", "Split", "Slice")]:
+    for name in [e for e in elided if g.nodes[index[e]].op in SLICE_VIEW_OPS]:
         trial = buffers(deny | {index[name]})
         if trial[-1] < lower:
             deny |= {index[name]}

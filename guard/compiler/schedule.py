@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from guard.compiler import ops
 from guard.errors import ModelError
 
 ALIGNMENT = 64
@@ -194,7 +195,7 @@ def view_of_graph(graph: Any) -> GraphView:
     return GraphView(nodes, tensors, graph.inputs, graph.outputs, name=graph.name)
 
 
-CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+CONTROL_FLOW_OPS = ops.CONTROL_FLOW_OPS  # If, Loop, Scan (guard.compiler.ops)
 
 
 def _captured_names(attrs: Mapping[str, Any], outer: set[str]) -> list[str]:

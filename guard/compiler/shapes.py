@@ -14,23 +14,16 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.ir import Graph, Node, Shape, Value, dtype_from_name
+from guard.compiler.ops import ELEMENTWISE_OPS, family
 
 TypeList = list[tuple[Shape, np.dtype]]
 ShapeFn = Callable[[Node, list[Value | None]], TypeList]
 
-UNARY = {
-    "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Reciprocal",
-    "Floor", "Ceil", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
-    "Acosh", "Atanh", "Sign", "Round", "Identity", "LeakyRelu", "Elu", "Selu", "HardSigmoid",
-    "HardSwish", "Softplus", "Softsign", "Clip", "Gelu", "Not", "Mish", "ThresholdedRelu",
-    "Celu", "Shrink", "BitwiseNot", "Swish",
-}  # fmt: skip
-BINARY = {
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "PRelu", "BitShift",
-    "BitwiseAnd", "BitwiseOr", "BitwiseXor",
-}  # fmt: skip
-COMPARE = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"}
-ELEMENTWISE = UNARY | BINARY | COMPARE | {"Where", "Cast"}
+# The elementwise families come from the op-traits table (guard.compiler.ops).
+UNARY = set(family("unary"))
+BINARY = set(family("binary"))
+COMPARE = set(family("compare"))
+ELEMENTWISE = set(ELEMENTWISE_OPS)
 REDUCE = (
     "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
