@@ -1,0 +1,95 @@
+"""Tiny AArch64 objects with the artefact entry ABI, generated with llvmlite for the tests.
+
+``guard_entry(arena, weights, inputs, outputs)``: stages ``x * w`` in the arena, then
+writes ``y = arena + b`` and ``s = sum(x)``; ``w`` and ``b`` are N floats each in the
+weights blob. Variants crash (a store to an unmapped address) or hang (a loop that never
+ends), to test that the emulated run reports them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+N = 8
+F32 = ir.FloatType()
+I64 = ir.IntType(64)
+I8P = ir.IntType(8).as_pointer()
+
+TOOLS = ("qemu-aarch64-static", "aarch64-linux-gnu-gcc")
+needs_tools = pytest.mark.skipif(
+    any(shutil.which(t) is None for t in TOOLS),
+    reason="qemu-aarch64-static or aarch64-linux-gnu-gcc not installed (apt-get install -y "
+    "qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross)",
+)
+
+
+def _f32p(b: ir.IRBuilder, ptrs: ir.Value, k: int) -> ir.Value:
+    return b.bitcast(b.load(b.gep(ptrs, [ir.Constant(I64, k)])), F32.as_pointer())
+
+
+def entry_module(kind: str = "ok", triple: str = "aarch64-linux-gnu") -> ir.Module:
+    m = ir.Module(name=f"fake_{kind}")
+    m.triple = triple
+    fty = ir.FunctionType(ir.VoidType(), [I8P, I8P, I8P.as_pointer(), I8P.as_pointer()])
+    fn = ir.Function(m, fty, "guard_entry")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    arena, weights, ins, outs = fn.args
+    if kind == "crash":
+        # a volatile store to an unmapped page (address 8): a null store would be UB that
+        # the optimiser deletes
+        bad = b.inttoptr(ir.Constant(I64, 8), F32.as_pointer())
+        st = b.store(ir.Constant(F32, 1.0), bad)
+        st.volatile = True  # type: ignore[attr-defined]
+        b.ret_void()
+        return m
+    if kind == "hang":
+        loop = fn.append_basic_block("loop")
+        slot = b.bitcast(arena, F32.as_pointer())
+        b.branch(loop)
+        lb = ir.IRBuilder(loop)
+        # a volatile store keeps the loop from being optimised away
+        st = lb.store(ir.Constant(F32, 0.0), slot)
+        st.volatile = True  # type: ignore[attr-defined]
+        lb.branch(loop)
+        return m
+    x, y, s = _f32p(b, ins, 0), _f32p(b, outs, 0), _f32p(b, outs, 1)
+    w = b.bitcast(weights, F32.as_pointer())
+    a = b.bitcast(arena, F32.as_pointer())
+    acc = ir.Constant(F32, 0.0)
+    for i in range(N):
+        xi = b.load(b.gep(x, [ir.Constant(I64, i)]))
+        b.store(
+            b.fmul(xi, b.load(b.gep(w, [ir.Constant(I64, i)]))), b.gep(a, [ir.Constant(I64, i)])
+        )
+        acc = b.fadd(acc, xi)
+    for i in range(N):
+        ai = b.load(b.gep(a, [ir.Constant(I64, i)]))
+        bi = b.load(b.gep(w, [ir.Constant(I64, N + i)]))
+        b.store(b.fadd(ai, bi), b.gep(y, [ir.Constant(I64, i)]))
+    b.store(acc, s)
+    b.ret_void()
+    return m
+
+
+def emit_object(module: ir.Module, path: Path, features: str = "+neon") -> Path:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    mod = llvm.parse_assembly(str(module))
+    target = llvm.Target.from_triple(module.triple)
+    tm = target.create_target_machine(cpu="generic", features=features, opt=2, reloc="pic")
+    path.write_bytes(tm.emit_object(mod))
+    return path
+
+
+def weights(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    w = np.linspace(-1.0, 2.0, N, dtype=np.float32)
+    bias = np.arange(N, dtype=np.float32) * 0.5
+    np.concatenate([w, bias]).tofile(path)
+    return w, bias
