@@ -1,11 +1,14 @@
 """JUnit XML: one testcase per (model, backend, check), for CI test-report viewers.
 
 Layout: ``<testsuites>`` holding one ``<testsuite name=SUITE>``; each check of each result is
-a ``<testcase name="model[backend].check" classname="guard.SUITE">`` with a ``<failure>``
-(status fail), ``<error>`` (status error), or ``<skipped>`` (status skip). A result that
-errored without an errored check (say the build failed before any check ran) adds one
-``model[backend].run`` testcase carrying the error. Latency checks take the result's p50 as
-their ``time``; other checks take 0, since their time is not what they measure.
+a ``<testcase name="check" classname="SUITE.model.backend">`` (``check [target]`` when the
+target is not ``host``) with a ``<failure>`` (status fail), ``<error>`` (status error), or
+``<skipped>`` (status skip). A result that errored without an errored check (say the build
+failed before any check ran) adds one ``run`` testcase carrying the error.
+
+Times are wall time, as CI reporters expect: a result's ``duration_s`` (build, load,
+numerics and measurement of that case) is shared equally by its testcases, so the suite's
+``time`` is the wall time of the cases. The file validates against tests/report/junit.xsd.
 """
 
 from __future__ import annotations
@@ -29,11 +32,24 @@ def _clean(value: Any) -> str:
     return _XML_ILLEGAL.sub("\ufffd", "" if value is None else str(value))
 
 
-def _seconds(result: Mapping[str, Any], check_name: str) -> float:
-    if not check_name.startswith("latency"):
-        return 0.0
-    p50 = S.as_number(S.get(result, "latency_ms", "p50"))
-    return p50 / 1000.0 if p50 is not None and p50 >= 0 else 0.0
+def _wall_seconds(result: Mapping[str, Any]) -> float:
+    """The case's wall time (``duration_s``); 0 when the run did not record it."""
+    seconds = S.as_number(result.get("duration_s"))
+    return seconds if seconds is not None and seconds >= 0 else 0.0
+
+
+def _classname(suite: str, result: Mapping[str, Any]) -> str:
+    parts = [suite, S.text(result.get("model"), "?"), S.text(result.get("backend"), "?")]
+    return ".".join(p.replace(".", "_") for p in parts)
+
+
+def _case_name(check: str, result: Mapping[str, Any]) -> str:
+    target = S.text(result.get("target"), "host")
+    if target == "host":
+        return check
+    from guard.track.records import target_key
+
+    return f"{check} [{target if len(target) <= 64 else target_key(target)}]"
 
 
 def _detail(check: Mapping[str, Any]) -> str:
@@ -50,25 +66,39 @@ def _detail(check: Mapping[str, Any]) -> str:
 def to_junit(doc: Any) -> ET.Element:
     """The ``<testsuites>`` element for a results document."""
     suite_name = S.text(S.get(doc, "suite"), "guard")
-    classname = f"guard.{suite_name}"
     suite = ET.Element("testsuite", name=_clean(suite_name))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_time = 0.0
 
-    def case(name: str, seconds: float) -> ET.Element:
-        nonlocal total_time
-        counts["tests"] += 1
-        total_time += seconds
-        return ET.SubElement(
-            suite, "testcase", name=_clean(name), classname=_clean(classname), time=f"{seconds:.6f}"
-        )
-
     for result in S.results(doc):
-        label = S.label(result)
+        classname = _classname(suite_name, result)
+        result_checks = S.checks(result)
+        needs_run_case = S.verdict(result) == "error" and not any(
+            c.get("status") == "error" for c in result_checks
+        )
+        share = _wall_seconds(result) / max(1, len(result_checks) + needs_run_case)
+
+        def case(
+            name: str,
+            result: Mapping[str, Any] = result,
+            cls: str = classname,
+            share: float = share,
+        ) -> ET.Element:
+            nonlocal total_time
+            counts["tests"] += 1
+            total_time += share
+            return ET.SubElement(
+                suite,
+                "testcase",
+                name=_clean(_case_name(name, result)),
+                classname=_clean(cls),
+                time=f"{share:.6f}",
+            )
+
         errored = False
-        for check in S.checks(result):
+        for check in result_checks:
             name = S.text(check.get("name"), "check")
-            el = case(f"{label}.{name}", _seconds(result, name))
+            el = case(name)
             status = check.get("status")
             message = _clean(S.check_message(check))
             if status == "fail":
@@ -87,7 +117,7 @@ def to_junit(doc: Any) -> ET.Element:
                 out = ET.SubElement(el, "system-out")
                 out.text = _clean(check.get("message") or "golden created")
         if S.verdict(result) == "error" and not errored:
-            el = case(f"{label}.run", 0.0)
+            el = case("run")
             counts["errors"] += 1
             msg = _clean(S.text(result.get("error"), "error (no message)"))
             e = ET.SubElement(el, "error", message=msg, type="error")
