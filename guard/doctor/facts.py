@@ -108,7 +108,9 @@ def optimised_onnx_ops(side: Side) -> dict[str, int] | None:
         return None
     ops: dict[str, int] = {}
     for n in m.graph.node:
-        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+        # ORT's NCHWc kernels are Conv/ReorderInput in com.microsoft.nchwc: keep the domain.
+        op = n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+        ops[op] = ops.get(op, 0) + 1
     return dict(sorted(ops.items()))
 
 

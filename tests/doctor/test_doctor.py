@@ -1,0 +1,313 @@
+"""guard doctor on real causes: each pair differs in one thing and fails one step.
+
+Results come from real `guard run`s of small models where that is cheap (partitions,
+layout, onnxruntime options); facts that only their shape matters for (tuning-cache
+look-ups, arena size against a given cache hierarchy, per-kernel times) are set on copies
+of real results.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from doctor_fixtures import conv_net, fake_sysfs, finding, run_one, variant
+
+from guard.cli import main
+from guard.doctor import SCHEMA_VERSION, diagnose
+from guard.doctor.facts import fits_in, host_caches
+from guard.doctor.render import to_markdown
+from guard.doctor.steps_graph import target_difference
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Real runs: the conv net on gpu-lite with and without an LRN, and with a Softmax in
+    the middle of its conv region (on the native backend)."""
+    t = tmp_path_factory.mktemp("doctor-runs")
+    return {
+        "base": run_one(t, "base", conv_net(), profile="gpu-lite"),
+        "lrn": run_one(t, "lrn", conv_net("LRN"), profile="gpu-lite"),
+        "native": run_one(t, "native", conv_net()),
+        "softmax": run_one(t, "softmax", conv_net("Softmax")),
+        "ort": run_one(t, "ort", conv_net(), backends=["onnxruntime"]),
+        "ort_off": run_one(
+            t,
+            "ort_off",
+            conv_net(),
+            backends=["onnxruntime"],
+            options={"onnxruntime": {"graph_optimization_level": "disabled"}},
+        ),
+    }
+
+
+def test_fallback_for_one_op_names_the_op_and_node_in_step3(runs: dict[str, dict]) -> None:
+    doc = diagnose(runs["lrn"], runs["base"])
+    case = doc["cases"][0]
+    f3 = finding(doc, 3)
+    assert f3["status"] == "cause_found"
+    assert "LRN" in f3["summary"] and "'lrn_mid'" in f3["summary"]
+    assert "excluded by gpu-lite" in f3["summary"]  # the decline reason, from the artefact
+    counts = next(e for e in f3["evidence"] if e["fact"] == "partition count")
+    assert (counts["base"], counts["head"]) == (1, 3)
+    assert case["first_cause"] == 3  # earlier steps do not claim it
+    assert finding(doc, 1)["status"] in ("ok", "suspect")
+    assert finding(doc, 2)["status"] == "suspect"  # one more node on the fallback
+    assert "guard reduce" in finding(doc, 11)["action"]
+
+
+def test_single_run_health_names_the_split_of_a_failing_partitions_check(runs) -> None:
+    doc = diagnose(runs["lrn"])
+    assert doc["base"] is None
+    f3 = finding(doc, 3)
+    assert f3["status"] == "cause_found" and "lrn_mid" in f3["summary"]
+    assert all(e["base"] is None for e in f3["evidence"])
+    healthy = diagnose(runs["base"])
+    assert healthy["cases"][0]["first_cause"] is None
+    assert finding(healthy, 3)["status"] == "ok"
+
+
+def test_a_layout_bound_op_in_a_conv_region_is_step5(runs: dict[str, dict]) -> None:
+    doc = diagnose(runs["softmax"], runs["native"])
+    f5 = finding(doc, 5)
+    assert f5["status"] == "cause_found"
+    conv = next(e for e in f5["evidence"] if e["fact"].startswith("layout conversions"))
+    assert conv["head"] > conv["base"]
+    # The region whose boundary the Softmax forced is named, with the value leaving it.
+    assert any(e["fact"] == "region" and "'r2'" in str(e["head"]) for e in f5["evidence"])
+    assert doc["cases"][0]["first_cause"] == 5
+    assert finding(doc, 3)["status"] == "ok" and finding(doc, 2)["status"] == "ok"
+
+
+def test_onnxruntime_optimisations_off_on_one_side_is_step9(runs: dict[str, dict]) -> None:
+    doc = diagnose(runs["ort_off"], runs["ort"])
+    f9 = finding(doc, 9)
+    assert f9["status"] == "cause_found"
+    assert "graph_optimization_level all -> disabled" in f9["summary"]
+    # The optimised graphs (read from the artefacts) show what the level switched off.
+    f4 = finding(doc, 4)
+    assert f4["status"] == "cause_found" and "fusion lost" in f4["summary"]
+    assert "model.opt.onnx" in str(f4["evidence"])
+    # onnxruntime records no per-node layout in the results: the artefact's graph is read.
+    assert finding(doc, 5)["status"] in ("ok", "cause_found")
+    back = finding(diagnose(runs["ort"], runs["ort_off"]), 9)
+    assert back["status"] == "ok" or back["status"] == "suspect"
+
+
+def test_same_build_twice_finds_no_cause(runs: dict[str, dict]) -> None:
+    doc = diagnose(runs["native"], runs["native"])
+    statuses = {f["step"]: f["status"] for f in doc["cases"][0]["findings"]}
+    assert doc["cases"][0]["first_cause"] is None
+    assert statuses[6] == "not_applicable"
+    assert statuses[10] == "unknown"  # no per-kernel profile recorded: said, not guessed
+    assert "kernels" in finding(doc, 10)["summary"]
+
+
+# -- tuning cache (step 6): both shapes of manifest.tuning_cache ---------------------------
+
+ZEN4 = "llvm -mattr=+avx2,+avx512f -mcpu=znver4 -mtriple=x86_64-linux-gnu"
+SPR = "llvm -mattr=+amx-tile,+avx2,+avx512f -mcpu=sapphirerapids -mtriple=x86_64-linux-gnu"
+
+
+def test_cache_tuned_for_another_target_is_step6_tvm_shape(runs: dict[str, dict]) -> None:
+    cache = {"path": "/db", "sha256": "ab" * 32, "entries": 6}
+    base = variant(
+        runs["native"],
+        **{
+            "manifest.target.canonical": ZEN4,
+            "manifest.tuning_cache": {
+                **cache,
+                "hits": 6,
+                "misses": 0,
+                "missed": [],
+                "misses_tuned_for_other_target": 0,
+            },
+        },
+    )
+    head = variant(
+        runs["native"],
+        **{
+            "manifest.target.canonical": SPR,
+            "manifest.tuning_cache": {
+                **cache,
+                "hits": 0,
+                "misses": 6,
+                "missed": ["fused_conv2d_add_relu", "fused_dense_add"],
+                "misses_tuned_for_other_target": 6,
+            },
+        },
+    )
+    doc = diagnose(head, base)
+    f6 = finding(doc, 6)
+    assert f6["status"] == "cause_found"
+    assert "6 of 6 missed workload(s) are in the cache, tuned for another target" in f6["summary"]
+    assert "mcpu znver4 -> sapphirerapids" in f6["summary"] and "+amx-tile added" in f6["summary"]
+    assert any(
+        e["fact"] == "missed key" and e["head"] == "fused_conv2d_add_relu" for e in f6["evidence"]
+    )
+
+
+def test_cache_miss_with_nearest_key_is_step6_keyed_shape(runs: dict[str, dict]) -> None:
+    cache = {"path": "/c.json", "sha256": "cd" * 32, "entries": 3}
+    base = variant(runs["native"], **{"manifest.tuning_cache": {**cache, "hits": 3, "misses": 0}})
+    head = variant(
+        runs["native"],
+        **{
+            "manifest.tuning_cache": {
+                **cache,
+                "hits": 1,
+                "misses": 2,
+                "missed": [
+                    {
+                        "key": "Conv 1x16x12x12 float32 +sve",
+                        "nearest": "Conv 1x16x12x12 float32",
+                        "differs": "target differs: +sve added",
+                    }
+                ],
+            }
+        },
+    )
+    f6 = finding(diagnose(head, base), 6)
+    assert f6["status"] == "cause_found"
+    assert "nearest" in f6["summary"] and "+sve added" in f6["summary"]
+
+
+def test_cache_without_lookup_counts_is_unknown(runs: dict[str, dict]) -> None:
+    head = variant(
+        runs["native"],
+        **{
+            "manifest.tuning_cache": {
+                "path": "/db",
+                "sha256": "ef" * 32,
+                "entries": None,
+                "hits": None,
+                "misses": None,
+            }
+        },
+    )
+    f6 = finding(diagnose(head), 6)
+    assert f6["status"] == "unknown"
+    assert "head manifest.tuning_cache.hits" in f6["missing"]
+
+
+def test_target_difference_reads_attributes() -> None:
+    assert target_difference(ZEN4, ZEN4) == "same target"
+    assert (
+        target_difference(
+            "llvm -mattr=+neon -mtriple=aarch64-linux-gnu",
+            "llvm -mattr=+neon,+sve -mtriple=aarch64-linux-gnu",
+        )
+        == "mattr +sve added"
+    )
+
+
+# -- arena vs caches (step 8) ---------------------------------------------------------------
+
+CACHES = [
+    (1, "Data", "32K", "0"),
+    (1, "Instruction", "32K", "0"),
+    (2, "Unified", "1024K", "0"),
+    (3, "Unified", "32768K", "0-1"),
+]
+
+
+def test_sysfs_caches_are_read_per_level(tmp_path: Path) -> None:
+    caches = host_caches(fake_sysfs(tmp_path, CACHES))
+    assert [(c["name"], c["bytes"], c["shared_cpus"]) for c in caches] == [
+        ("L1d", 32768, 1),
+        ("L2", 1048576, 1),
+        ("L3", 33554432, 2),
+    ]
+    assert fits_in(900_000, caches) == "L2" and fits_in(40 * 2**20, caches) == "DRAM"
+    assert host_caches(tmp_path / "nowhere") == []
+
+
+def test_arena_grown_past_l2_is_step8(runs: dict[str, dict], tmp_path: Path) -> None:
+    sysfs = fake_sysfs(tmp_path / "cache", CACHES)
+    base = variant(runs["native"], arena_bytes=800_000, arena_lower_bound_bytes=700_000)
+    head = variant(runs["native"], arena_bytes=3_000_000, arena_lower_bound_bytes=2_900_000)
+    doc = diagnose(head, base, sysfs_root=sysfs)
+    f8 = finding(doc, 8)
+    assert f8["status"] == "cause_found"
+    assert "past L2" in f8["summary"] and "1.00 MiB per core" in f8["summary"]
+    lvl = next(e for e in f8["evidence"] if e["fact"] == "smallest level holding the arena")
+    assert (lvl["base"], lvl["head"]) == ("L2", "L3")
+    # Without readable caches the step says so instead of judging.
+    f8u = finding(diagnose(head, base, sysfs_root=tmp_path / "none"), 8)
+    assert f8u["status"] == "unknown" and "host caches" in f8u["missing"][0]
+
+
+# -- kernels (step 10) ----------------------------------------------------------------------
+
+
+def test_one_kernel_made_slow_is_step10(runs: dict[str, dict]) -> None:
+    kernels = [
+        {"name": "conv0_fused", "ms": 0.20, "share": 0.40},
+        {"name": "conv1_fused", "ms": 0.15, "share": 0.30},
+        {"name": "gemm_fc", "ms": 0.05, "share": 0.10},
+    ]
+    slow = [dict(k) for k in kernels]
+    slow[1].update(ms=0.90, share=0.75)
+    base = variant(runs["native"], kernels=kernels)
+    head = variant(runs["native"], kernels=slow)
+    doc = diagnose(head, base)
+    f10 = finding(doc, 10)
+    assert f10["status"] == "cause_found"
+    assert "conv1_fused" in f10["summary"] and "0.15 -> 0.9" in f10["summary"]
+    moved = next(e for e in f10["evidence"] if e["fact"] == "moved most")
+    assert moved["head"].startswith("conv1_fused")
+    assert doc["cases"][0]["first_cause"] == 10
+    # one run alone: a kernel with 75% of the time is suspect, not a cause
+    assert finding(diagnose(head), 10)["status"] == "suspect"
+
+
+# -- missing facts, bad input, outputs ------------------------------------------------------
+
+
+def test_an_older_results_file_gives_unknown_naming_the_field(runs: dict[str, dict]) -> None:
+    old = variant(runs["native"])
+    for r in old["results"]:
+        for k in ("partitions", "graph", "arena_bytes", "artefact"):
+            r.pop(k, None)
+    doc = diagnose(old, runs["native"])
+    for step, field in (
+        (2, "partitions"),
+        (3, "partitions.count"),
+        (4, "graph.ops_after"),
+        (8, "arena_bytes"),
+    ):
+        f = finding(doc, step)
+        assert f["status"] == "unknown", step
+        assert any(field in m for m in f["missing"]), (step, f["missing"])
+        assert f["summary"].startswith("unknown: ")
+
+
+def test_cli_writes_json_and_markdown_and_exits_1_on_a_cause(runs, tmp_path: Path, capsys) -> None:
+    b, h = tmp_path / "base.json", tmp_path / "head.json"
+    b.write_text(json.dumps(runs["base"]))
+    h.write_text(json.dumps(runs["lrn"]))
+    out, md = tmp_path / "doctor.json", tmp_path / "doctor.md"
+    rc = main(
+        ["doctor", str(b), str(h), "--model", "net", "--json", str(out), "--markdown", str(md)]
+    )
+    assert rc == 1
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == SCHEMA_VERSION and doc["kind"] == "guard-doctor"
+    assert [f["step"] for f in doc["cases"][0]["findings"]] == list(range(1, 12))
+    assert "lrn_mid" in capsys.readouterr().out
+    text = md.read_text()
+    assert "### 3. partitions: ❌ cause found" in text and "lrn_mid" in text
+    assert text == to_markdown(doc)
+    assert main(["doctor", str(b), "--quiet"]) == 0
+
+
+def test_cli_refuses_different_suites_in_one_line(runs, tmp_path: Path, capsys) -> None:
+    b, h = tmp_path / "base.json", tmp_path / "head.json"
+    b.write_text(json.dumps({**runs["base"], "suite": "other"}))
+    h.write_text(json.dumps(runs["lrn"]))
+    assert main(["doctor", str(b), str(h)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "one suite" in err[0]
+    assert main(["doctor", str(h), str(h), "--model", "nope"]) == 2
+    assert main(["doctor", str(tmp_path / "missing.json")]) == 2
