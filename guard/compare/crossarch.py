@@ -1,0 +1,362 @@
+"""Cross-architecture consistency: the same model on x86_64 and AArch64, side by side.
+
+A latency ratio between two architectures says nothing about a commit, so ``guard
+compare`` refuses such pairs as latency rows. Their numerics, partitions and arena are
+another matter: an output that drifts only on Arm, or a partition count that differs, is
+exactly what a team shipping to both wants to see. This module turns such pairs into
+their own rows (``cross_arch`` in the comparison document):
+
+- output drift between the two architectures' outputs (max abs / max rel error, whether
+  they are within the suite's tolerance, whether the output hashes are equal, top-1
+  agreement for classifier outputs), read from the outputs each result carries
+  (``numerics.outputs``, written by :func:`encode_outputs`);
+- partitions and arena of both sides, and whether they are equal;
+- latency: never compared (``"not compared across architectures"``).
+
+Which pairs: within one results document (``guard run`` with ``targets: [host, aarch64]``,
+compared with itself), every pair of results of one (model, backend) whose code runs on
+different architectures; between two documents (an x86_64 job's results and an Arm job's),
+a base and a head result of one (model, backend) on different architectures, when neither
+side also has the other's architecture (then the same-architecture rows already compare
+it). A pair that the ordinary rows would refuse because the hosts' arches differ (the same
+AArch64 target, emulated on x86_64 and native on Arm) becomes a cross row as well.
+
+Verdicts: ``consistent`` (outputs within tolerance or bit-identical, same partitions and
+arena), ``drift`` (outputs outside tolerance: exit 1, a correctness signal), ``differs``
+(outputs agree, partitions or arena differ), ``inconclusive`` (a side carries no outputs
+and the hashes differ: only a bound from the two errors against the golden is known).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+# Results keep their outputs whole up to this many elements in all; beyond it each output
+# keeps an evenly strided sample of at most SAMPLE_ELEMENTS (the hash still covers all).
+MAX_STORED_ELEMENTS = 65536
+SAMPLE_ELEMENTS = 16384
+OUTPUTS_ENCODING = "zlib+base64, little-endian"
+CONSISTENT, DRIFT, DIFFERS, INCONCLUSIVE = "consistent", "drift", "differs", "inconclusive"
+LATENCY_NOTE = "not compared across architectures"
+_ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+
+
+# ---------------------------------------------------------------------------- outputs
+
+
+def encode_outputs(outputs: Sequence[np.ndarray], names: Sequence[str]) -> dict[str, Any]:
+    """The outputs of one result in a compact, JSON-safe form (``numerics.outputs``)."""
+    arrays = [np.asarray(o) for o in outputs]
+    whole = sum(a.size for a in arrays) <= MAX_STORED_ELEMENTS
+    tensors = []
+    for name, a in zip(names, arrays, strict=False):
+        flat = a.reshape(-1)
+        stride = (
+            1 if whole or flat.size <= SAMPLE_ELEMENTS else math.ceil(flat.size / SAMPLE_ELEMENTS)
+        )
+        kept = np.ascontiguousarray(flat[::stride]).astype(a.dtype.newbyteorder("<"), copy=False)
+        tensors.append({
+            "name": str(name), "dtype": a.dtype.name, "shape": list(a.shape),
+            "stride": stride, "data": base64.b64encode(zlib.compress(kept.tobytes(), 6)).decode(),
+        })  # fmt: skip
+    return {"encoding": OUTPUTS_ENCODING, "tensors": tensors}
+
+
+def decode_outputs(doc: Any) -> list[dict[str, Any]] | None:
+    """[{name, shape, stride, values (flat)}] from :func:`encode_outputs`; None if unusable."""
+    if not isinstance(doc, Mapping) or doc.get("encoding") != OUTPUTS_ENCODING:
+        return None
+    out = []
+    try:
+        for t in doc["tensors"]:
+            dtype = np.dtype(t["dtype"]).newbyteorder("<")
+            values = np.frombuffer(zlib.decompress(base64.b64decode(t["data"])), dtype=dtype)
+            out.append({"name": t["name"], "shape": list(t["shape"]),
+                        "stride": int(t["stride"]), "values": values})  # fmt: skip
+    except (KeyError, TypeError, ValueError, zlib.error):
+        return None
+    return out
+
+
+# ---------------------------------------------------------------------------- pairs
+
+
+def _arch(value: Any) -> str | None:
+    return _ARCHES.get(str(value).lower()) if value else None
+
+
+def code_arch(r: Mapping[str, Any]) -> str | None:
+    """The architecture a result's code was built for (its canonical target's triple)."""
+    canonical = str(((r.get("manifest") or {}).get("target") or {}).get("canonical") or "")
+    for part in canonical.split():
+        if part.startswith("-mtriple="):
+            return _arch(part.split("=", 1)[1].split("-")[0])
+    return None
+
+
+def host_arch(r: Mapping[str, Any]) -> str | None:
+    """The architecture of the machine that ran the result."""
+    return _arch(((r.get("manifest") or {}).get("host") or {}).get("arch"))
+
+
+def is_cross(b: Mapping[str, Any], h: Mapping[str, Any]) -> bool:
+    """Whether two results ran on different architectures (code or host)."""
+    cb, ch, hb, hh = code_arch(b), code_arch(h), host_arch(b), host_arch(h)
+    return (cb is not None and ch is not None and cb != ch) or (
+        hb is not None and hh is not None and hb != hh
+    )
+
+
+def _usable(r: Mapping[str, Any]) -> bool:
+    return r.get("verdict") != "error" and bool(r.get("manifest"))
+
+
+def _key(r: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(r["model"]), str(r["backend"]))
+
+
+def _native_first(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Order a pair within one document: the measured (native) result is the reference."""
+    emulated = [r.get("latency_status") == "emulated" for r in (a, b)]
+    return (b, a) if emulated[0] and not emulated[1] else (a, b)
+
+
+def pair_results(
+    base: Mapping[str, Any], head: Mapping[str, Any], *, same_doc: bool
+) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    """The (reference, other) result pairs that get a cross-architecture row."""
+    b_res = [r for r in base.get("results") or [] if _usable(r)]
+    h_res = [r for r in head.get("results") or [] if _usable(r)]
+    pairs: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    if same_doc:
+        for i, a in enumerate(b_res):
+            for b in b_res[i + 1 :]:
+                if _key(a) == _key(b) and is_cross(a, b):
+                    pairs.append(_native_first(a, b))
+        return pairs
+    b_arches: dict[tuple[str, str], set[str | None]] = {}
+    h_arches: dict[tuple[str, str], set[str | None]] = {}
+    for rs, into in ((b_res, b_arches), (h_res, h_arches)):
+        for r in rs:
+            into.setdefault(_key(r), set()).add(code_arch(r))
+    for b in b_res:
+        for h in h_res:
+            if _key(b) != _key(h) or not is_cross(b, h):
+                continue
+            same_target = code_arch(b) == code_arch(h)  # one code, hosts of two arches
+            overlap = code_arch(h) in b_arches[_key(b)] or code_arch(b) in h_arches[_key(h)]
+            if same_target or not overlap:
+                pairs.append((b, h))
+    return pairs
+
+
+# ---------------------------------------------------------------------------- one row
+
+
+def _tolerance(r: Mapping[str, Any]) -> tuple[float, float]:
+    for c in r.get("checks") or ():
+        if isinstance(c, Mapping) and c.get("name") == "tolerance":
+            bound = c.get("bound")
+            if isinstance(bound, Mapping):
+                return float(bound.get("rtol", 1e-4)), float(bound.get("atol", 1e-5))
+    return 1e-4, 1e-5
+
+
+def _top1(ref: dict[str, Any], other: dict[str, Any]) -> float | None:
+    shape = ref["shape"]
+    if ref["stride"] != 1 or len(shape) < 2 or any(d != 1 for d in shape[2:]) or shape[1] < 2:
+        return None
+    if not np.issubdtype(ref["values"].dtype, np.floating):
+        return None
+    a = ref["values"].reshape(shape[0], -1)
+    b = other["values"].reshape(shape[0], -1)
+    return float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1)))
+
+
+def output_drift(
+    ref: Mapping[str, Any], other: Mapping[str, Any], rtol: float, atol: float
+) -> dict[str, Any]:
+    """Drift between two results' outputs, ``ref`` the reference side."""
+    rn, on = ref.get("numerics") or {}, other.get("numerics") or {}
+    rh, oh = rn.get("output_sha256"), on.get("output_sha256")
+    out: dict[str, Any] = {
+        "hash_equal": rh is not None and rh == oh,
+        "rtol": rtol, "atol": atol,
+        "max_abs": None, "max_rel": None, "allclose": None, "top1_agreement": None,
+        "elements": None, "sampled": False,
+    }  # fmt: skip
+    ra, oa = decode_outputs(rn.get("outputs")), decode_outputs(on.get("outputs"))
+    if ra is None or oa is None:
+        if out["hash_equal"]:
+            out.update(max_abs=0.0, max_rel=0.0, allclose=True,
+                       how="output hashes are equal")  # fmt: skip
+            return out
+        errs = [rn.get("max_abs_err"), on.get("max_abs_err")]
+        bound = sum(errs) if all(isinstance(e, int | float) for e in errs) else None  # type: ignore[arg-type]
+        out["max_abs_bound"] = bound
+        out["how"] = (
+            "a side carries no outputs; the drift is at most the sum of both errors "
+            "against the golden"
+            if bound is not None
+            else "a side carries no outputs"
+        )
+        return out
+    if len(ra) != len(oa) or any(
+        (a["shape"], a["stride"]) != (b["shape"], b["stride"]) for a, b in zip(ra, oa, strict=True)
+    ):
+        out.update(allclose=False, how="the two sides' outputs differ in number or shape")
+        return out
+    max_abs = max_rel = 0.0
+    close = True
+    elements = 0
+    for a, b in zip(ra, oa, strict=True):
+        x, y = a["values"].astype(np.float64), b["values"].astype(np.float64)
+        elements += x.size
+        if x.size == 0:
+            continue
+        both_nan = np.isnan(x) & np.isnan(y)
+        if np.any(np.isnan(x) != np.isnan(y)):
+            max_abs, close = math.inf, False
+            continue
+        diff = np.where(both_nan, 0.0, np.abs(x - y))
+        max_abs = max(max_abs, float(np.max(diff)))
+        rel = np.divide(diff, np.abs(x), out=np.zeros_like(diff), where=np.abs(x) > 0)
+        max_rel = max(max_rel, float(np.max(rel)))
+        close = close and bool(np.allclose(y, x, rtol=rtol, atol=atol, equal_nan=True))
+    sampled = any(a["stride"] > 1 for a in ra)
+    out.update(max_abs=max_abs, max_rel=max_rel, allclose=close, elements=elements,
+               sampled=sampled, top1_agreement=_top1(ra[0], oa[0]),
+               how="outputs of both results" + (" (a strided sample of each)" if sampled else ""))  # fmt: skip
+    return out
+
+
+def _side(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "target": str(((r.get("manifest") or {}).get("target") or {}).get("canonical")
+                      or r.get("target")),
+        "arch": code_arch(r),
+        "host_arch": host_arch(r),
+        "latency_status": r.get("latency_status") or ("measured" if r.get("latency_ms") else None),
+    }  # fmt: skip
+
+
+def cross_row(ref: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any]:
+    """One cross-architecture row: output drift, partitions, arena; latency not compared."""
+    rtol, atol = _tolerance(other)
+    drift = output_drift(ref, other, rtol, atol)
+    parts = [(r.get("partitions") or {}).get("count") for r in (ref, other)]
+    arena = [r.get("arena_bytes") for r in (ref, other)]
+    parts_equal, arena_equal = parts[0] == parts[1], arena[0] == arena[1]
+    if drift["allclose"] is False:
+        verdict = DRIFT
+    elif drift["allclose"] is None:
+        verdict = INCONCLUSIVE
+    elif not (parts_equal and arena_equal):
+        verdict = DIFFERS
+    else:
+        verdict = CONSISTENT
+    sides = [_side(ref), _side(other)]
+    return {
+        "model": ref["model"],
+        "backend": ref["backend"],
+        "arches": [s["arch"] for s in sides],
+        "sides": sides,
+        "verdict": verdict,
+        "outputs": drift,
+        "partitions": parts,
+        "partitions_equal": parts_equal,
+        "arena_bytes": arena,
+        "arena_equal": arena_equal,
+        "latency": LATENCY_NOTE,
+        "summary": _summary(verdict, drift, parts, arena, sides),
+    }
+
+
+def _summary(verdict: str, drift: Mapping[str, Any], parts: list[Any], arena: list[Any],
+             sides: list[dict[str, Any]]) -> str:  # fmt: skip
+    a, b = (s["arch"] or "?" for s in sides)
+    bits = []
+    if drift["hash_equal"]:
+        bits.append("outputs bit-identical")
+    elif drift.get("max_abs") is not None:
+        bits.append(f"outputs max abs {drift['max_abs']:.3g}, max rel {drift['max_rel']:.3g} "
+                    f"({'within' if drift['allclose'] else 'outside'} rtol={drift['rtol']:g} "
+                    f"atol={drift['atol']:g})")  # fmt: skip
+    else:
+        bits.append(drift.get("how", "outputs not comparable"))
+    if drift.get("top1_agreement") is not None:
+        bits.append(f"top-1 agreement {drift['top1_agreement']:.3f}")
+    if parts[0] != parts[1]:
+        bits.append(f"partitions {parts[0]} vs {parts[1]}")
+    if arena[0] != arena[1]:
+        bits.append(f"arena {arena[0]} vs {arena[1]} B")
+    return f"{verdict}: {a} vs {b}: " + "; ".join(bits)
+
+
+# ---------------------------------------------------------------------------- document
+
+
+def is_same_run(base: Mapping[str, Any], head: Mapping[str, Any]) -> bool:
+    """Whether two results documents are one run (a run compared with itself)."""
+    if base is head:
+        return True
+    keys = ("suite", "started", "finished", "git")
+    return all(base.get(k) == head.get(k) for k in keys) and base.get("started") is not None
+
+
+def cross_arch_rows(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every cross-architecture row between two results documents (or within one)."""
+    pairs = pair_results(base, head, same_doc=is_same_run(base, head))
+    return [cross_row(a, b) for a, b in pairs]
+
+
+def failing(rows: Sequence[Mapping[str, Any]], *, strict: bool = False) -> list[Mapping[str, Any]]:
+    """Rows that make ``guard compare`` exit 1: drift always; differs/inconclusive if strict."""
+    bad = {DRIFT, DIFFERS, INCONCLUSIVE} if strict else {DRIFT}
+    return [r for r in rows if r.get("verdict") in bad]
+
+
+HEADERS = ["model / backend", "architectures", "verdict", "outputs max abs / rel", "hash",
+           "top-1 agreement", "partitions", "arena bytes", "latency"]  # fmt: skip
+
+
+def _fmt(x: Any, spec: str = "{:.3g}") -> str:
+    return "n/a" if x is None else spec.format(x)
+
+
+def row_cells(r: Mapping[str, Any]) -> list[str]:
+    o = r.get("outputs") or {}
+    pa, ar = r.get("partitions") or [None, None], r.get("arena_bytes") or [None, None]
+    arches = " vs ".join(f"{s['arch']}{' (emulated)' if s.get('latency_status') == 'emulated' else ''}"
+                         for s in r.get("sides") or [])  # fmt: skip
+    drift = (f"{_fmt(o.get('max_abs'))} / {_fmt(o.get('max_rel'))}"
+             if o.get("max_abs") is not None else o.get("how", "n/a"))  # fmt: skip
+    return [
+        f"{r['model']} / {r['backend']}", arches, str(r["verdict"]), drift,
+        "equal" if o.get("hash_equal") else "differs", _fmt(o.get("top1_agreement")),
+        f"{pa[0]} vs {pa[1]}" if pa[0] != pa[1] else str(pa[0]),
+        f"{ar[0]} vs {ar[1]}" if ar[0] != ar[1] else str(ar[0]),
+        str(r.get("latency", LATENCY_NOTE)),
+    ]  # fmt: skip
+
+
+def markdown_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The "Cross-architecture consistency" section of the Markdown report ([] if no rows)."""
+    if not rows:
+        return []
+    lines = [
+        "## Cross-architecture consistency", "",
+        "Outputs, partitions and arena of one model on two architectures; latency is not "
+        "compared across architectures. `drift` (outputs outside tolerance) fails the "
+        "comparison.", "",
+        "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS),
+    ]  # fmt: skip
+    for r in rows:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row_cells(r)) + " |")
+    return lines

@@ -1,0 +1,185 @@
+"""Cross-architecture rows: output drift, partitions and arena between x86_64 and AArch64."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pytest
+
+from guard.compare import crossarch as xa
+
+X86 = "llvm -mattr=+avx2,+fma -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
+ARM = "llvm -mattr=+neon -mtriple=aarch64-linux-gnu"
+ARM_N1 = "llvm -mattr=+dotprod,+neon -mcpu=neoverse-n1 -mtriple=aarch64-linux-gnu"
+
+
+def _result(model: str, target: str, host: str, outputs: list[np.ndarray], *,
+            emulated: bool = False, partitions: int = 1, arena: int = 4096,
+            store: bool = True, sha: str | None = None, backend: str = "bundled") -> dict[str, Any]:  # fmt: skip
+    names = [f"out{i}" for i in range(len(outputs))]
+    numerics: dict[str, Any] = {
+        "max_abs_err": 1e-6, "max_rel_err": 1e-6,
+        "output_sha256": sha or str(hash(b"".join(o.tobytes() for o in outputs))),
+    }  # fmt: skip
+    if store:
+        numerics["outputs"] = xa.encode_outputs(outputs, names)
+    return {
+        "model": model, "backend": backend, "target": target, "verdict": "pass",
+        "checks": [{"name": "tolerance", "status": "pass", "value": 0.0,
+                    "bound": {"rtol": 1e-4, "atol": 1e-5}, "message": ""}],
+        "manifest": {"target": {"raw": target, "canonical": target},
+                     "host": {"arch": host, "cpu": "cpu", "threads": 1}},
+        "latency_ms": None if emulated else {"p50": 1.0},
+        "latency_status": "emulated" if emulated else "measured",
+        "partitions": {"count": partitions}, "arena_bytes": arena,
+        "numerics": numerics,
+    }  # fmt: skip
+
+
+def _doc(*results: dict[str, Any], started: str = "2026-12-01T09:00:00+00:00") -> dict[str, Any]:
+    return {"schema_version": 1, "suite": "s", "started": started,
+            "finished": started, "git": {"commit": "c"}, "results": list(results)}  # fmt: skip
+
+
+LOGITS = np.array([[0.1, 2.0, -1.0], [3.0, 0.5, 0.2]], np.float32)
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        [LOGITS],
+        [np.float32(3.5).reshape(()), np.arange(7, dtype=np.int64)],
+        [np.linspace(-1, 1, 100_000, dtype=np.float32).reshape(10, 10_000)],  # sampled
+    ],
+)
+def test_outputs_round_trip(arrays: list[np.ndarray]) -> None:
+    enc = xa.encode_outputs(arrays, [f"o{i}" for i in range(len(arrays))])
+    dec = xa.decode_outputs(enc)
+    assert dec is not None and len(dec) == len(arrays)
+    for a, d in zip(arrays, dec, strict=True):
+        assert d["shape"] == list(a.shape)
+        np.testing.assert_array_equal(d["values"], a.reshape(-1)[:: d["stride"]])
+    big = arrays[0].size > xa.MAX_STORED_ELEMENTS
+    assert (dec[0]["stride"] > 1) is big
+    assert dec[0]["values"].size <= (xa.SAMPLE_ELEMENTS if big else arrays[0].size)
+
+
+def test_undecodable_outputs_are_none() -> None:
+    assert xa.decode_outputs(None) is None
+    assert xa.decode_outputs({"encoding": "other"}) is None
+    bad = xa.encode_outputs([LOGITS], ["o"])
+    bad["tensors"][0]["data"] = "!!!"
+    assert xa.decode_outputs(bad) is None
+
+
+def test_identical_outputs_are_consistent_with_equal_hashes() -> None:
+    host = _result("m", X86, "x86_64", [LOGITS])
+    arm = _result("m", ARM, "x86_64", [LOGITS.copy()], emulated=True)
+    row = xa.cross_row(host, arm)
+    assert row["verdict"] == xa.CONSISTENT
+    assert row["arches"] == ["x86_64", "aarch64"]
+    o = row["outputs"]
+    assert o["hash_equal"] and o["max_abs"] == 0.0 and o["allclose"]
+    assert o["top1_agreement"] == 1.0
+    assert row["latency"] == xa.LATENCY_NOTE
+    assert row["sides"][1]["latency_status"] == "emulated"
+
+
+def test_drift_within_and_outside_tolerance() -> None:
+    host = _result("m", X86, "x86_64", [LOGITS])
+    small = _result("m", ARM, "x86_64", [LOGITS * (1 + 1e-6)], emulated=True)
+    row = xa.cross_row(host, small)
+    assert row["verdict"] == xa.CONSISTENT and not row["outputs"]["hash_equal"]
+    assert 0 < row["outputs"]["max_abs"] < 1e-5
+    assert row["outputs"]["max_rel"] == pytest.approx(1e-6, rel=0.2)
+    # the class of the second sample flips on Arm: drift, and top-1 agreement says so
+    flipped = LOGITS.copy()
+    flipped[1, 1] = 4.0
+    row = xa.cross_row(host, _result("m", ARM, "x86_64", [flipped], emulated=True))
+    assert row["verdict"] == xa.DRIFT
+    assert row["outputs"]["allclose"] is False
+    assert row["outputs"]["max_abs"] == pytest.approx(3.5)
+    assert row["outputs"]["top1_agreement"] == 0.5
+    assert xa.failing([row]) == [row]
+    assert "outside rtol=0.0001" in row["summary"]
+
+
+def test_partition_or_arena_difference_is_its_own_verdict() -> None:
+    host = _result("m", X86, "x86_64", [LOGITS])
+    arm = _result("m", ARM, "x86_64", [LOGITS], emulated=True, partitions=2, arena=8192)
+    row = xa.cross_row(host, arm)
+    assert row["verdict"] == xa.DIFFERS
+    assert row["partitions"] == [1, 2] and not row["partitions_equal"]
+    assert row["arena_bytes"] == [4096, 8192] and not row["arena_equal"]
+    assert xa.failing([row]) == [] and xa.failing([row], strict=True) == [row]
+    assert "partitions 1 vs 2" in row["summary"] and "arena 4096 vs 8192 B" in row["summary"]
+
+
+def test_without_stored_outputs_only_hashes_and_a_bound_are_known() -> None:
+    host = _result("m", X86, "x86_64", [LOGITS], store=False, sha="a")
+    arm = _result("m", ARM, "x86_64", [LOGITS], emulated=True, store=False, sha="b")
+    row = xa.cross_row(host, arm)
+    assert row["verdict"] == xa.INCONCLUSIVE
+    assert row["outputs"]["max_abs_bound"] == pytest.approx(2e-6)
+    same = _result("m", ARM, "x86_64", [LOGITS], emulated=True, store=False, sha="a")
+    assert xa.cross_row(host, same)["verdict"] == xa.CONSISTENT
+
+
+def test_one_run_with_two_targets_pairs_native_with_emulated_once() -> None:
+    arm = _result("m", ARM, "x86_64", [LOGITS], emulated=True)
+    host = _result("m", X86, "x86_64", [LOGITS])
+    other = _result("n", X86, "x86_64", [LOGITS])
+    doc = _doc(arm, host, other)
+    rows = xa.cross_arch_rows(doc, copy.deepcopy(doc))
+    assert len(rows) == 1
+    assert [s["arch"] for s in rows[0]["sides"]] == ["x86_64", "aarch64"]  # native first
+
+
+def test_an_x86_job_and_an_arm_job_pair_up_by_model_and_backend() -> None:
+    x86 = _doc(_result("m", X86, "x86_64", [LOGITS]), _result("n", X86, "x86_64", [LOGITS]))
+    arm = _doc(_result("m", ARM_N1, "aarch64", [LOGITS]),
+               _result("m", ARM_N1, "aarch64", [LOGITS], backend="onnxruntime"),
+               started="2026-12-01T09:05:00+00:00")  # fmt: skip
+    rows = xa.cross_arch_rows(x86, arm)
+    assert [(r["model"], r["backend"], r["arches"]) for r in rows] == [
+        ("m", "bundled", ["x86_64", "aarch64"])
+    ]
+    assert rows[0]["sides"][1]["host_arch"] == "aarch64"
+
+
+def test_two_runs_that_both_have_both_architectures_compare_like_with_like() -> None:
+    base = _doc(_result("m", X86, "x86_64", [LOGITS]),
+                _result("m", ARM, "x86_64", [LOGITS], emulated=True))  # fmt: skip
+    head = copy.deepcopy(base)
+    head["started"] = "2026-12-02T09:00:00+00:00"
+    assert xa.cross_arch_rows(base, head) == []
+
+
+def test_one_aarch64_target_emulated_and_native_is_a_cross_row() -> None:
+    emulated = _doc(_result("m", ARM, "x86_64", [LOGITS], emulated=True))
+    native = _doc(_result("m", ARM, "aarch64", [LOGITS]), started="2026-12-02T00:00:00+00:00")
+    assert xa.is_cross(emulated["results"][0], native["results"][0])
+    rows = xa.cross_arch_rows(emulated, native)
+    assert len(rows) == 1 and rows[0]["arches"] == ["aarch64", "aarch64"]
+    assert [s["host_arch"] for s in rows[0]["sides"]] == ["x86_64", "aarch64"]
+
+
+def test_error_results_are_left_out() -> None:
+    host = _result("m", X86, "x86_64", [LOGITS])
+    broken = _result("m", ARM, "x86_64", [LOGITS], emulated=True)
+    broken["verdict"] = "error"
+    doc = _doc(host, broken)
+    assert xa.cross_arch_rows(doc, doc) == []
+
+
+def test_markdown_section() -> None:
+    host = _result("m", X86, "x86_64", [LOGITS])
+    arm = _result("m", ARM, "x86_64", [LOGITS], emulated=True, partitions=2)
+    lines = xa.markdown_lines([xa.cross_row(host, arm)])
+    assert lines[0] == "## Cross-architecture consistency"
+    row = lines[-1]
+    assert "m / bundled" in row and "x86_64 vs aarch64 (emulated)" in row
+    assert "differs" in row and "1 vs 2" in row and xa.LATENCY_NOTE in row
+    assert xa.markdown_lines([]) == []
