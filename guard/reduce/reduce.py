@@ -1,0 +1,439 @@
+"""guard reduce: the smallest connected subgraph of a model that still shows the problem.
+
+1. Bind the suite entry's model and its inputs (the golden's, when the suite has one, so
+   the reduction starts from exactly what `guard run` fed it).
+2. Record every intermediate tensor of the full model with the golden-producing reference.
+3. Check the problem on the full model through the same cut machinery (all compute nodes):
+   if it does not show, say so and write nothing.
+4. ddmin over connected subgraphs (guard.reduce.ddmin), each candidate built and judged by
+   the mode's oracle (guard.reduce.oracle).
+5. Write the bundle (guard.reduce.bundle) for the smallest failing cut.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from guard.backends.base import Backend
+from guard.errors import EXIT_CHECK_FAILED, GuardError, UsageError
+from guard.reduce.ddmin import ddmin
+from guard.reduce.oracle import (
+    AccuracyOracle,
+    Builder,
+    LatencyOracle,
+    Observation,
+    PartitionsOracle,
+)
+from guard.reduce.subgraph import CutError, ModelGraph, cut, record_intermediates
+from guard.suite import ModelEntry, Suite, load_suite
+
+DEFAULT_REGRESS_PCT = 5.0
+
+
+class NotReproduced(GuardError):
+    """The full model does not show the problem: nothing to reduce, nothing written."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+def _entry(suite_path: Path, model: str) -> tuple[Suite, ModelEntry]:
+    suite = load_suite(suite_path)
+    for e in suite.models:
+        if e.name == model:
+            return suite, e
+    raise UsageError(
+        f"--model {model!r}: no such model in suite {suite.name}",
+        where=str(suite_path),
+        hint=f"Models: {', '.join(m.name for m in suite.models)}.",
+    )
+
+
+def _backend_name(entry: ModelEntry, wanted: str | None) -> str:
+    if wanted:
+        if wanted not in entry.backends:
+            raise UsageError(
+                f"--backend {wanted}: model {entry.name} does not run on it",
+                where=entry.where,
+                hint=f"Its backends: {', '.join(entry.backends)}.",
+            )
+        return wanted
+    if "bundled" in entry.backends:
+        return "bundled"
+    if len(entry.backends) == 1:
+        return entry.backends[0]
+    raise UsageError(
+        f"model {entry.name} runs on {', '.join(entry.backends)}: which one fails?",
+        where=entry.where,
+        hint="Pass --backend NAME.",
+    )
+
+
+def _full_model(
+    suite: Suite, entry: ModelEntry, model_file: str | None
+) -> tuple[Path, dict[str, np.ndarray]]:
+    from guard.case import prepare_model
+    from guard.golden.produce import golden_store
+    from guard.model import make_inputs
+
+    if model_file:
+        entry = dataclasses.replace(
+            entry,
+            source=model_file if model_file.startswith("zoo:") else str(Path(model_file).resolve()),
+        )
+    spec, path = prepare_model(entry)
+    feeds: dict[str, np.ndarray] | None = None
+    try:
+        golden = golden_store(suite).load(entry.name)
+    except GuardError:
+        golden = None  # a damaged golden: start from the suite's input description
+    if golden is not None and all(
+        k in golden.inputs and tuple(golden.inputs[k].shape) == tuple(s)
+        for k, s in spec.shapes.items()
+    ):
+        feeds = {k: golden.inputs[k] for k in spec.shapes}
+    if feeds is None:
+        feeds = make_inputs(spec, dict(entry.inputs))
+    return path, feeds
+
+
+def _write_cut(model: onnx.ModelProto, workdir: Path) -> Path:
+    data = model.SerializeToString()
+    p = workdir / "cuts" / f"{hashlib.sha256(data).hexdigest()[:16]}.onnx"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if not p.exists():
+        p.write_bytes(data)
+    return p
+
+
+def reduce_model(
+    suite_path: Path,
+    model: str,
+    *,
+    mode: str,
+    model_file: str | None = None,
+    backend_name: str | None = None,
+    base_suite: Path | None = None,
+    out: Path | None = None,
+    regress_pct: float | None = None,
+    budget_s: float = 4.0,
+    max_tests: int = 400,
+    backend: Backend | None = None,
+    base_backend: Backend | None = None,
+    clock: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Reduce, write the bundle, return the summary (``bundle`` names the directory).
+
+    ``backend``/``base_backend`` replace the registry's backend objects (tests inject a
+    backend with a miscompiling executor this way).
+    """
+    if mode not in ("accuracy", "latency", "partitions"):
+        raise UsageError(f"unknown reduce mode {mode!r}")
+    suite, entry = _entry(Path(suite_path), model)
+    bname = _backend_name(entry, backend_name)
+    base_entry = None
+    if mode == "latency":
+        if base_suite is None:
+            raise UsageError("--latency needs the base variant's suite file")
+        _, base_entry = _entry(Path(base_suite), model)
+        if bname not in base_entry.backends:
+            raise UsageError(
+                f"the base variant runs {model} on {', '.join(base_entry.backends)}, not {bname}",
+                where=str(base_suite),
+            )
+    out = Path(out or f"reduce-{entry.name}-{bname}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(
+            "the bundle directory exists and is not empty",
+            where=str(out),
+            hint="Pass --out with a new directory.",
+        )
+    say = progress or (lambda _m: None)
+    path, feeds = _full_model(suite, entry, model_file)
+    full = onnx.load(str(path))
+    mg = ModelGraph.of(full)
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="guard-reduce-") as tmp:
+        work = Path(tmp)
+        head = Builder(entry, bname, work / "head", backend)
+        oracle: Any
+        if mode == "accuracy":
+            oracle = AccuracyOracle(head)
+        elif mode == "partitions":
+            oracle = PartitionsOracle(head)
+        else:
+            assert base_entry is not None
+            pct = (
+                regress_pct
+                if regress_pct is not None
+                else float(
+                    (entry.checks.get("latency") or {}).get("regress_pct", DEFAULT_REGRESS_PCT)
+                )
+            )
+            oracle = LatencyOracle(
+                head, Builder(base_entry, bname, work / "base", base_backend), pct, budget_s, clock
+            )
+        say(f"recording {len(full.graph.node)} node(s)' tensors with the reference")
+        values = record_intermediates(full, feeds)
+        seen: dict[frozenset[int], Observation] = {}
+
+        def observe(nodes: list[int]) -> Observation:
+            key = frozenset(nodes)
+            if key not in seen:
+                try:
+                    c = cut(mg, nodes, values)
+                except CutError as exc:
+                    seen[key] = Observation(False, error=str(exc))
+                else:
+                    seen[key] = oracle.observe(_write_cut(c.model, work), c.feeds)
+            return seen[key]
+
+        whole = observe(list(mg.compute))
+        if not whole.fails:
+            why = whole.error or _describe(mode, whole.detail)
+            raise NotReproduced(
+                f"the full model {entry.name} [{bname}] does not show the problem ({why}): "
+                "nothing to reduce, nothing written",
+                where=str(path),
+                hint="Check the mode (--accuracy/--latency/--partitions) and the suite entry.",
+            )
+        say(
+            f"full model fails: {_describe(mode, whole.detail)}; reducing {len(mg.compute)} node(s)"
+        )
+        red = ddmin(
+            mg.compute, lambda nodes: observe(nodes).fails, mg.components, max_tests=max_tests
+        )
+        final = cut(mg, red.nodes, values)
+        final_obs = observe(red.nodes)
+        final_path = _write_cut(final.model, work)
+        from guard.golden.produce import reference_outputs
+
+        expected, producer = reference_outputs(final_path, dict(final.feeds))
+        summary = _summary(
+            entry,
+            bname,
+            mode,
+            full,
+            mg,
+            red,
+            whole,
+            final_obs,
+            final,
+            time.monotonic() - t0,
+            path,
+            base_suite,
+            len(seen),
+        )
+        readme = _readme(summary)
+        bundle = _bundle(out, final, expected, producer, entry, base_entry, bname, summary, readme)
+    summary["bundle"] = str(bundle)
+    return summary
+
+
+def _bundle(
+    out: Path,
+    final: Any,
+    expected: list[np.ndarray],
+    producer: dict[str, Any],
+    entry: ModelEntry,
+    base_entry: ModelEntry | None,
+    bname: str,
+    summary: dict[str, Any],
+    readme: str,
+) -> Path:
+    from guard.reduce.bundle import write_bundle
+
+    return write_bundle(
+        out,
+        model=final.model,
+        feeds=final.feeds,
+        expected=expected,
+        producer=producer,
+        entry=entry,
+        base_entry=base_entry,
+        backend=bname,
+        summary=summary,
+        readme=readme,
+    )
+
+
+def _describe(mode: str, d: dict[str, Any]) -> str:
+    if mode == "accuracy":
+        if d.get("max_abs_err") is None:
+            return "outputs not compared"
+        return (
+            f"max abs err {d['max_abs_err']:.3g}, max rel err {d['max_rel_err']:.3g} "
+            f"against rtol={d.get('rtol')} atol={d.get('atol')}"
+        )
+    if mode == "partitions":
+        c = d.get("culprits") or []
+        names = ", ".join(f"{x['op']} node {x['node']!r}" for x in c[:3])
+        return f"{d.get('partitions')} partition(s) > max {d.get('max')}" + (
+            f", split at {names}" if names else ""
+        )
+    if d.get("ratio") is None:
+        return "not measured"
+    return (
+        f"head/base {d['ratio']:.3f}x (CI {d['ci'][0]:.3f}-{d['ci'][1]:.3f}), "
+        f"{d.get('verdict')} at {d.get('threshold_pct')}%"
+    )
+
+
+def _ops(model: onnx.ModelProto, idx: list[int] | None = None) -> dict[str, int]:
+    nodes = model.graph.node
+    c = (
+        Counter(nodes[i].op_type for i in idx)
+        if idx is not None
+        else Counter(n.op_type for n in nodes)
+    )
+    return dict(sorted(c.items()))
+
+
+def _summary(
+    entry: ModelEntry,
+    bname: str,
+    mode: str,
+    full: onnx.ModelProto,
+    mg: ModelGraph,
+    red: Any,
+    whole: Observation,
+    final_obs: Observation,
+    final: Any,
+    seconds: float,
+    path: Path,
+    base_suite: Path | None,
+    cuts: int,
+) -> dict[str, Any]:
+    checks: dict[str, Any] = {}
+    if mode == "accuracy":
+        checks["tolerance"] = dict(entry.checks.get("tolerance") or {})
+        if not checks["tolerance"]:
+            from guard.checks import tolerance_bounds
+
+            checks["tolerance"] = tolerance_bounds({})
+    elif mode == "partitions":
+        checks["partitions"] = {"max": int((entry.checks.get("partitions") or {}).get("max", 1))}
+    g = full.graph
+    return {
+        "kind": "guard-reduce",
+        "model": entry.name,
+        "backend": bname,
+        "mode": mode,
+        "source": str(path),
+        "base_suite": str(base_suite) if base_suite else None,
+        "nodes_before": len(g.node),
+        "compute_nodes_before": len(mg.compute),
+        "nodes_after": len(final.nodes),
+        "ops_before": _ops(full),
+        "ops_after": _ops(full, final.nodes),
+        "kept": [{"node": g.node[i].name, "op": g.node[i].op_type} for i in final.nodes],
+        "inputs": {
+            k: {"shape": list(np.asarray(v).shape), "dtype": str(np.asarray(v).dtype)}
+            for k, v in final.feeds.items()
+        },
+        "outputs": [o.name for o in final.model.graph.output],
+        "full": {"detail": whole.detail, "described": _describe(mode, whole.detail)},
+        "reduced": {"detail": final_obs.detail, "described": _describe(mode, final_obs.detail)},
+        "tests": red.tests,
+        "cuts_built": cuts,
+        "one_minimal": red.minimal,
+        "seconds": round(seconds, 2),
+        "suite_checks": checks,
+    }
+
+
+def _readme(s: dict[str, Any]) -> str:
+    kept = "\n".join(f"- `{k['node'] or '(unnamed)'}` ({k['op']})" for k in s["kept"])
+    ins = "\n".join(f"- `{k}`: {v['dtype']} {v['shape']}" for k, v in s["inputs"].items())
+    if s["mode"] == "latency":
+        repro = (
+            "```\nguard ab suite.yaml --base base.yaml\n```\n\nexpected: the row is "
+            "`regressed` (head/base ratio above the threshold)."
+        )
+    elif s["mode"] == "accuracy":
+        repro = (
+            "```\nguard run suite.yaml --no-track\n```\n\nexpected: exit 1, the "
+            "`tolerance` check fails against the golden in goldens/ (the reference's "
+            "outputs on this graph, fed with inputs.npz)."
+        )
+    else:
+        repro = (
+            "```\nguard run suite.yaml --no-track\n```\n\nexpected: exit 1, the "
+            "`partitions` check fails; `guard partition model.onnx` shows the split."
+        )
+    minimal = (
+        "1-minimal: removing any one node makes the problem go away"
+        if s["one_minimal"]
+        else f"stopped after {s['tests']} tests (not 1-minimal)"
+    )
+    return f"""# guard reduce: {s["model"]} [{s["backend"]}], {s["mode"]}
+
+{s["nodes_before"]} nodes ({s["compute_nodes_before"]} compute) reduced to **{s["nodes_after"]}**
+in {s["tests"]} tests, {s["seconds"]} s; {minimal}.
+
+- full model: {s["full"]["described"]}
+- reduced: {s["reduced"]["described"]}
+
+## Kept nodes
+
+{kept}
+
+Inputs (the full model's intermediate tensors at the cut, in inputs.npz and the golden):
+
+{ins}
+
+Outputs: {", ".join(f"`{o}`" for o in s["outputs"])}
+
+## Reproduce
+
+{repro}
+
+Source model: `{s["source"]}`; ops before: {s["ops_before"]}; ops kept: {s["ops_after"]}.
+"""
+
+
+def reduce_command(args: Any) -> int:
+    import json
+    import sys
+
+    mode = "accuracy" if args.accuracy else "partitions" if args.partitions else "latency"
+    if args.max_tests < 1:
+        raise UsageError(f"--max-tests must be >= 1, got {args.max_tests}")
+    if args.budget_s <= 0:
+        raise UsageError(f"--budget-s must be > 0, got {args.budget_s}")
+    s = reduce_model(
+        args.suite,
+        args.model,
+        mode=mode,
+        model_file=args.model_file,
+        backend_name=args.backend,
+        base_suite=args.latency,
+        out=args.out,
+        regress_pct=args.regress_pct,
+        budget_s=args.budget_s,
+        max_tests=args.max_tests,
+        progress=lambda m: print(f"guard reduce: {m}", file=sys.stderr),
+    )
+    if args.json is not None:
+        from guard.fsutil import atomic_write_text
+
+        atomic_write_text(
+            args.json,
+            json.dumps({"schema_version": 1, **s}, indent=2, sort_keys=True, default=str) + "\n",
+        )
+    print(
+        f"{s['model']} [{s['backend']}] {s['mode']}: {s['nodes_before']} -> "
+        f"{s['nodes_after']} node(s) ({', '.join(k['op'] for k in s['kept'])}); "
+        f"{s['reduced']['described']}; wrote {s['bundle']}"
+    )
+    return 0

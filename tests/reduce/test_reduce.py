@@ -1,0 +1,259 @@
+"""guard reduce: ddmin over connected subgraphs, cuts fed from recorded tensors, bundles."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from reduce_fixtures import (
+    NATIVE_WITHOUT_LRN,
+    MiscompilingBundled,
+    _Session,
+    fifty_node_model,
+    lrn_net,
+    write_suite,
+)
+
+from guard.backends.bundled import BundledBackend
+from guard.cli import main
+from guard.compiler.runtime import reference_executor
+from guard.reduce import NotReproduced, reduce_model
+from guard.reduce.ddmin import ddmin
+from guard.reduce.oracle import AccuracyOracle, Builder
+from guard.reduce.subgraph import ModelGraph, cut, record_intermediates
+from guard.suite import load_suite
+
+# -- ddmin and cuts ---------------------------------------------------------------------------
+
+
+def test_ddmin_finds_the_connected_pair_in_a_chain() -> None:
+    chain = list(range(20))
+
+    def components(nodes: Any) -> list[list[int]]:
+        out: list[list[int]] = []
+        for n in sorted(nodes):
+            if out and out[-1][-1] == n - 1:
+                out[-1].append(n)
+            else:
+                out.append([n])
+        return out
+
+    tested: list[list[int]] = []
+
+    def fails(nodes: list[int]) -> bool:
+        tested.append(nodes)
+        return 7 in nodes and 8 in nodes
+
+    red = ddmin(chain, fails, components)
+    assert red.nodes == [7, 8] and red.minimal
+    assert all(components(t) == [t] for t in tested)  # only connected sets are tested
+    capped = ddmin(chain, fails, components, max_tests=2)
+    assert not capped.minimal and 7 in capped.nodes and 8 in capped.nodes
+
+
+def test_a_cut_is_fed_from_recorded_tensors_and_matches_the_full_model() -> None:
+    m = fifty_node_model()
+    mg = ModelGraph.of(m)
+    x = np.random.default_rng(3).standard_normal((1, 24)).astype(np.float32)
+    values = record_intermediates(m, {"x": x})
+    c = cut(mg, list(range(10, 20)), values)
+    assert [n.name for n in c.model.graph.node] == [m.graph.node[i].name for i in range(10, 20)]
+    onnx.checker.check_model(c.model)
+    # Weights stay initializers (constants), activations become inputs.
+    assert set(c.feeds) == {i.name for i in c.model.graph.input}
+    assert not set(c.feeds) & {t.name for t in c.model.graph.initializer}
+    from guard.backends.onnxruntime import reference_session
+
+    tmp = Path(__file__).parent / ".cut-test.onnx"
+    try:
+        onnx.save(c.model, str(tmp))
+        outs = reference_session(tmp).run(None, c.feeds)
+    finally:
+        tmp.unlink(missing_ok=True)
+    for o, got in zip(c.model.graph.output, outs, strict=True):
+        np.testing.assert_allclose(got, values[o.name], rtol=1e-6, atol=1e-6)
+
+
+# -- accuracy: a miscompiled node -------------------------------------------------------------
+
+
+def test_reduce_shrinks_50_nodes_with_one_miscompiled_node_to_at_most_3(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s", fifty_node_model())
+    bad = MiscompilingBundled("Softmax")
+    s = reduce_model(suite, "net", mode="accuracy", backend=bad, out=tmp_path / "bundle")
+    assert s["nodes_before"] == 50
+    assert s["nodes_after"] <= 3
+    assert "Softmax" in [k["op"] for k in s["kept"]]
+    out = Path(s["bundle"])
+    for f in ("model.onnx", "inputs.npz", "suite.yaml", "README.md", "reduce.json"):
+        assert (out / f).is_file(), f
+    readme = (out / "README.md").read_text()
+    assert "50 nodes" in readme and f"**{s['nodes_after']}**" in readme
+    assert "max abs err" in readme
+    # The bundle's suite reproduces it: the same miscompiling backend fails its tolerance
+    # against the bundle's golden, fed with the bundle's inputs...
+    b_suite = load_suite(out / "suite.yaml")
+    entry = b_suite.models[0]
+    feeds = dict(np.load(out / "inputs.npz"))
+    from guard.golden import compare_outputs
+    from guard.golden.produce import golden_store
+
+    golden = golden_store(b_suite).load(entry.name)
+    assert golden is not None and set(golden.inputs) == set(feeds)
+    sess = Builder(entry, "bundled", tmp_path / "w", bad).session(out / "model.onnx", feeds)[0]
+    num = compare_outputs(sess.run(feeds), golden.output_list, rtol=1e-4, atol=1e-5)
+    assert not num["allclose"]
+    # ...and `guard run` of the bundle with the real (correct) compiler passes it.
+    assert (
+        main(["run", str(out / "suite.yaml"), "--no-track", "--json", str(tmp_path / "r.json")])
+        == 0
+    )
+    r = json.loads((tmp_path / "r.json").read_text())["results"][0]
+    assert r["numerics"]["golden_status"] == "compared"
+
+
+def test_a_problem_the_full_model_does_not_show_writes_nothing(tmp_path: Path, capsys) -> None:
+    suite = write_suite(tmp_path / "s", fifty_node_model())
+    with pytest.raises(NotReproduced, match="does not show the problem"):
+        reduce_model(suite, "net", mode="accuracy", out=tmp_path / "bundle")
+    assert not (tmp_path / "bundle").exists()
+    rc = main(
+        [
+            "reduce",
+            "--suite",
+            str(suite),
+            "--model",
+            "net",
+            "--accuracy",
+            "--out",
+            str(tmp_path / "bundle"),
+        ]
+    )
+    assert rc == 1 and not (tmp_path / "bundle").exists()
+    err = capsys.readouterr().err
+    assert "nothing written" in err and "Traceback" not in err
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    suite = write_suite(tmp_path / "s", fifty_node_model())
+    assert main(["reduce", "--suite", str(suite), "--model", "nope", "--accuracy"]) == 2
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("")
+    assert (
+        main(["reduce", "--suite", str(suite), "--model", "net", "--accuracy", "--out", str(full)])
+        == 2
+    )
+    assert (
+        main(
+            [
+                "reduce",
+                "--suite",
+                str(suite),
+                "--model",
+                "net",
+                "--latency",
+                str(tmp_path / "missing.yaml"),
+            ]
+        )
+        == 2
+    )
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("guard: error")]
+    assert len(lines) == 3
+
+
+# -- partitions: an op the native backend declines (the done-when path) -----------------------
+
+
+def test_reduce_of_a_declined_op_bundles_a_suite_that_fails_partitions(tmp_path: Path) -> None:
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "native-no-lrn.yaml").write_text(yaml.safe_dump(NATIVE_WITHOUT_LRN))
+    suite = write_suite(
+        d, lrn_net(), profile="native-no-lrn.yaml", checks={"partitions": {"max": 1}}
+    )
+    out = tmp_path / "bundle"
+    assert (
+        main(
+            [
+                "reduce",
+                "--suite",
+                str(suite),
+                "--model",
+                "net",
+                "--partitions",
+                "--out",
+                str(out),
+                "--json",
+                str(tmp_path / "s.json"),
+            ]
+        )
+        == 0
+    )
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["schema_version"] == 1 and s["nodes_after"] <= 3
+    assert "LRN" in [k["op"] for k in s["kept"]]
+    assert s["reduced"]["detail"]["culprits"][0]["node"] == "lrn_mid"
+    # The profile travels with the bundle; `guard run` of it fails the same way.
+    assert (out / "native-no-lrn.yaml").is_file()
+    assert (
+        main(["run", str(out / "suite.yaml"), "--no-track", "--json", str(tmp_path / "r.json")])
+        == 1
+    )
+    r = json.loads((tmp_path / "r.json").read_text())["results"][0]
+    failed = [c["name"] for c in r["checks"] if c["status"] == "fail"]
+    assert failed == ["partitions"]
+
+
+# -- latency: one node made slow --------------------------------------------------------------
+
+
+class _SlowBundled(BundledBackend):
+    """The real compiler; its native executor sleeps in one op (a slow kernel)."""
+
+    def __init__(self, op: str, sleep_s: float) -> None:
+        self.op, self.sleep_s = op, sleep_s
+
+    def load(self, artefact_dir: Path, threads: int) -> _Session:  # type: ignore[override]
+        def execute(o: str, inputs: Any, attrs: dict[str, Any]) -> list[np.ndarray]:
+            if o == self.op:
+                time.sleep(self.sleep_s)
+            return reference_executor(o, inputs, attrs)
+
+        return _Session(Path(artefact_dir), {"native": execute})
+
+
+@pytest.mark.slow
+def test_latency_reduce_keeps_the_slow_node(tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "s", fifty_node_model())
+    s = reduce_model(
+        suite,
+        "net",
+        mode="latency",
+        base_suite=suite,
+        backend=_SlowBundled("Softmax", 0.003),
+        out=tmp_path / "bundle",
+        regress_pct=20,
+        budget_s=0.6,
+    )
+    assert "Softmax" in [k["op"] for k in s["kept"]] and s["nodes_after"] <= 3
+    assert s["reduced"]["detail"]["verdict"] == "regressed"
+    assert (Path(s["bundle"]) / "base.yaml").is_file()
+    assert "guard ab suite.yaml --base base.yaml" in (Path(s["bundle"]) / "README.md").read_text()
+
+
+def test_accuracy_oracle_uses_the_entry_tolerance(tmp_path: Path) -> None:
+    suite = write_suite(
+        tmp_path / "s", fifty_node_model(), checks={"tolerance": {"rtol": 0.5, "atol": 0.5}}
+    )
+    entry = load_suite(suite).models[0]
+    o = AccuracyOracle(Builder(entry, "bundled", tmp_path / "w", MiscompilingBundled("Softmax")))
+    assert o.tol == {"rtol": 0.5, "atol": 0.5}
+    x = {"x": np.zeros((1, 24), np.float32)}
+    assert not o.observe(tmp_path / "s" / "net.onnx", x).fails  # within a loose tolerance
