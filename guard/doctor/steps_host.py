@@ -340,13 +340,18 @@ def step11_reduce(base: Side | None, head: Side, ctx: Any, earlier: list[Finding
         return f
     model = head.result.get("model")
     suite = ctx.suite_path or "SUITE.yaml"
-    src = ctx.model_source(head) or "MODEL.onnx"
+    src = ctx.model_source(head)
+    first = next((x for x in bad if x.status == CAUSE), bad[0] if bad else None)
+    split = (head.check("partitions") or {}).get("status") == "fail" or (
+        first is not None and first.step in (2, 3) and first.status == CAUSE
+    )
     if numerics:
         mode = "--accuracy"
+    elif split:
+        mode = "--partitions"
     else:
         mode = "--latency BASE.yaml (a suite variant built the base's way)"
     f.status = OK
-    first = next((x for x in bad if x.status == CAUSE), bad[0] if bad else None)
     f.summary = "make a reproducer: " + (
         f"step {first.step} ({first.title}) "
         f"{'found the cause' if first.status == CAUSE else 'is suspect'}"
@@ -354,7 +359,7 @@ def step11_reduce(base: Side | None, head: Side, ctx: Any, earlier: list[Finding
         else "the outputs are outside tolerance"
     )
     f.action = (
-        f"guard reduce {src} --suite {suite} --model {model} "
+        "guard reduce " + (f"{src} " if src else "") + f"--suite {suite} --model {model} "
         f"--backend {head.result.get('backend')} {mode}; attach the bundle it writes "
         "(reduced .onnx, inputs, one-model suite, summary)."
     )

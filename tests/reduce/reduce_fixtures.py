@@ -130,8 +130,10 @@ def write_suite(d: Path, model: onnx.ModelProto, **entry: Any) -> Path:
     return d / "suite.yaml"
 
 
-def lrn_net(channels: int = 8) -> onnx.ModelProto:
-    """x -> (Conv, Relu) x 4 with an LRN after the second Relu -> GlobalAveragePool."""
+def lrn_net(channels: int = 8, lrn: bool = True) -> onnx.ModelProto:
+    """x -> (Conv, Relu) x 4 with an LRN after the second Relu -> GlobalAveragePool.
+
+    ``lrn=False`` is the same network without the LRN (the base of a pair)."""
     rng = np.random.default_rng(1)
     nodes, inits, cur = [], [], "x"
     for i in range(4):
@@ -148,7 +150,7 @@ def lrn_net(channels: int = 8) -> onnx.ModelProto:
             helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"),
         ]
         cur = f"r{i}"
-        if i == 1:
+        if i == 1 and lrn:
             nodes.append(helper.make_node("LRN", [cur], ["n"], name="lrn_mid", size=3))
             cur = "n"
     nodes.append(helper.make_node("GlobalAveragePool", [cur], ["y"], name="gap"))
