@@ -12,7 +12,7 @@ checked exactly as on the host; latency is reported as not measured (``latency_m
 - session: ``EmulatedSession``, the Session protocol over an ``EntryPoint``
 """
 
-from guard.emulate.runner import EmulationFailed, build_runner, run_entry
+from guard.emulate.runner import EmulationFailed, PartitionServer, build_runner, run_main
 from guard.emulate.session import EmulatedSession, EntryPoint, TensorSlot
 from guard.emulate.tools import ToolMissing, host_arch, needs_emulation, require
 
@@ -20,11 +20,12 @@ __all__ = [
     "EmulatedSession",
     "EmulationFailed",
     "EntryPoint",
+    "PartitionServer",
     "TensorSlot",
     "ToolMissing",
     "build_runner",
     "host_arch",
     "needs_emulation",
     "require",
-    "run_entry",
+    "run_main",
 ]

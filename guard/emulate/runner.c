@@ -1,23 +1,30 @@
-/* guard's emulation runner: calls one artefact's entry function on inputs read from files.
+/* guard's emulation runner: calls an artefact's generated entry functions from files.
  *
  * Built per artefact for the target (aarch64-linux-gnu-gcc -static, linked with the
- * artefact's object file) and run under user-mode emulation (qemu-aarch64-static), so
- * numerics, partitions and arena of a foreign-architecture artefact are checked on any
- * host. It does no arithmetic of its own: the generated code is the thing under test.
+ * artefact's object file and a generated table of its entry symbols) and run under
+ * user-mode emulation (qemu-aarch64-static), so numerics, partitions and arena of a
+ * foreign-architecture artefact are checked on any host. It does no arithmetic of its own:
+ * the generated code is the thing under test.
  *
- *   runner ARENA_BYTES WEIGHTS_FILE COUNT N_IN IN_FILE... N_OUT OUT_FILE:NBYTES...
+ * The entries (guard/compiler/codegen/module.py):
+ *   main:      void f(void *arena, const void *weights, const void *packed,
+ *                     const void *const *inputs, void *const *outputs)
+ *   partition: void f(void *arena, const void *weights, const void *packed)
  *
- * The entry is the artefact's one function, compiled in as GUARD_ENTRY:
- *   void GUARD_ENTRY(void *arena, const void *weights,
- *                    const void *const *inputs, void *const *outputs);
- * (a status the entry returns in x0 is ignored: the AAPCS64 makes that call the same.)
- * Weights and inputs are mapped read-only from their files (page aligned); the arena and
- * the outputs are 64-byte aligned and zeroed. Each input file holds COUNT samples back to
- * back; the entry runs once per sample and each output file receives COUNT results, so a
- * data set costs one emulator start, not one per sample.
+ *   runner call MAIN ARENA_BYTES WEIGHTS PACKED COUNT N_IN IN_FILE... N_OUT OUT_FILE:NBYTES...
+ *     Weights, packed constants and inputs are mapped read-only from their files; the
+ *     arena and the outputs are 64-byte aligned and zeroed. Each input file holds COUNT
+ *     samples back to back; MAIN runs once per sample and each output file receives COUNT
+ *     results, so a data set costs one emulator start, not one per sample.
+ *   runner serve ARENA_FILE WEIGHTS PACKED
+ *     Maps ARENA_FILE shared and read-write (the host maps it too), then reads partition
+ *     symbols from stdin, one a line, calls each and answers "ok SYMBOL" on stdout: the
+ *     host runs the partitions that are not generated code in between, over the same
+ *     arena. Ends at end of input.
  *
- * Exit status: 0 done; 2 bad arguments; 3 an input/output error (the message names the
- * file). A crash in generated code is the signal itself (the emulator re-raises it).
+ * Exit status: 0 done; 2 bad arguments or an unknown symbol; 3 an input/output error (the
+ * message names the file). A crash in generated code is the signal itself (the emulator
+ * re-raises it).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,12 +37,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifndef GUARD_ENTRY
-#error "build with -DGUARD_ENTRY=<the artefact's entry symbol>"
-#endif
-
-extern void GUARD_ENTRY(void *arena, const void *weights, const void *const *inputs,
-                        void *const *outputs);
+typedef void (*main_fn)(void *, const void *, const void *, const void *const *, void *const *);
+typedef void (*part_fn)(void *, const void *, const void *);
+struct main_entry { const char *name; main_fn fn; };
+struct part_entry { const char *name; part_fn fn; };
+/* Generated per artefact (guard/emulate/runner.py), each ending with {0, 0}. */
+extern const struct main_entry guard_runner_mains[];
+extern const struct part_entry guard_runner_parts[];
 
 #define MAX_TENSORS 4096
 #define ALIGN 64
@@ -56,17 +64,18 @@ static int parse_size(const char *text, size_t *out) {
     return 0;
 }
 
-/* Maps a file read-only; an empty file maps to an aligned, empty buffer. */
-static const unsigned char *map_file(const char *path, size_t *size) {
-    int fd = open(path, O_RDONLY);
+/* Maps a file (read-only, or shared read-write); an empty file maps to an empty buffer. */
+static unsigned char *map_file(const char *path, size_t *size, int writable) {
+    int fd = open(path, writable ? O_RDWR : O_RDONLY);
     if (fd < 0) return NULL;
     struct stat st;
     if (fstat(fd, &st) != 0) { close(fd); return NULL; }
     *size = (size_t)st.st_size;
     if (*size == 0) { close(fd); return empty_blob; }
-    void *p = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = mmap(NULL, *size, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+                   writable ? MAP_SHARED : MAP_PRIVATE, fd, 0);
     close(fd);
-    return p == MAP_FAILED ? NULL : (const unsigned char *)p;
+    return p == MAP_FAILED ? NULL : (unsigned char *)p;
 }
 
 static void *zeroed(size_t nbytes) {
@@ -76,31 +85,40 @@ static void *zeroed(size_t nbytes) {
     return p;
 }
 
-int main(int argc, char **argv) {
+static int call_main(int argc, char **argv) {
     size_t arena_bytes, count, n_in, n_out;
-    if (argc < 6 || parse_size(argv[1], &arena_bytes) || parse_size(argv[3], &count)
-        || parse_size(argv[4], &n_in) || n_in > MAX_TENSORS || count == 0) {
-        fprintf(stderr, "usage: %s ARENA_BYTES WEIGHTS_FILE COUNT N_IN IN_FILE... "
+    if (argc < 8 || parse_size(argv[3], &arena_bytes) || parse_size(argv[6], &count)
+        || parse_size(argv[7], &n_in) || n_in > MAX_TENSORS || count == 0) {
+        fprintf(stderr, "usage: %s call MAIN ARENA_BYTES WEIGHTS PACKED COUNT N_IN IN_FILE... "
                         "N_OUT OUT_FILE:NBYTES...\n", argv[0]);
         return 2;
     }
-    int at = 5;
+    main_fn fn = NULL;
+    for (const struct main_entry *e = guard_runner_mains; e->name; e++)
+        if (strcmp(e->name, argv[2]) == 0) fn = e->fn;
+    if (!fn) {
+        fprintf(stderr, "guard-runner: no main entry %s in this artefact\n", argv[2]);
+        return 2;
+    }
+    int at = 8;
     if ((size_t)(argc - at) < n_in + 1 || parse_size(argv[at + n_in], &n_out)
         || n_out > MAX_TENSORS || (size_t)(argc - at) != n_in + 1 + n_out) {
         fprintf(stderr, "guard-runner: expected %zu input file(s), then N_OUT and as many "
                         "OUT_FILE:NBYTES\n", n_in);
         return 2;
     }
-    size_t wbytes;
-    const unsigned char *weights = map_file(argv[2], &wbytes);
-    if (!weights) return fail(3, "cannot map weights", argv[2]);
+    size_t wbytes, pbytes;
+    const unsigned char *weights = map_file(argv[4], &wbytes, 0);
+    if (!weights) return fail(3, "cannot map weights", argv[4]);
+    const unsigned char *packed = map_file(argv[5], &pbytes, 0);
+    if (!packed) return fail(3, "cannot map packed constants", argv[5]);
 
     static const unsigned char *in_base[MAX_TENSORS];
     static size_t in_stride[MAX_TENSORS];
     for (size_t i = 0; i < n_in; i++) {
         const char *path = argv[at + i];
         size_t size;
-        in_base[i] = map_file(path, &size);
+        in_base[i] = map_file(path, &size, 0);
         if (!in_base[i]) return fail(3, "cannot map input", path);
         if (size % count) {
             fprintf(stderr, "guard-runner: input %s holds %zu bytes, not %zu whole samples\n",
@@ -128,12 +146,12 @@ int main(int argc, char **argv) {
         if (!out_buf[o]) return fail(3, "cannot allocate output for", spec);
     }
     void *arena = zeroed(arena_bytes);
-    if (!arena) return fail(3, "cannot allocate the arena of", argv[1]);
+    if (!arena) return fail(3, "cannot allocate the arena of", argv[3]);
 
     static const void *inputs[MAX_TENSORS];
     for (size_t s = 0; s < count; s++) {
         for (size_t i = 0; i < n_in; i++) inputs[i] = in_base[i] + s * in_stride[i];
-        GUARD_ENTRY(arena, weights, inputs, out_buf);
+        fn(arena, weights, packed, inputs, out_buf);
         for (size_t o = 0; o < n_out; o++) {
             if (fwrite(out_buf[o], 1, out_bytes[o], out_file[o]) != out_bytes[o])
                 return fail(3, "cannot write output", argv[at + o]);
@@ -143,4 +161,41 @@ int main(int argc, char **argv) {
         if (fclose(out_file[o]) != 0) return fail(3, "cannot close output", argv[at + o]);
     }
     return 0;
+}
+
+static int serve(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s serve ARENA_FILE WEIGHTS PACKED\n", argv[0]);
+        return 2;
+    }
+    size_t abytes, wbytes, pbytes;
+    unsigned char *arena = map_file(argv[2], &abytes, 1);
+    if (!arena) return fail(3, "cannot map the arena file", argv[2]);
+    const unsigned char *weights = map_file(argv[3], &wbytes, 0);
+    if (!weights) return fail(3, "cannot map weights", argv[3]);
+    const unsigned char *packed = map_file(argv[4], &pbytes, 0);
+    if (!packed) return fail(3, "cannot map packed constants", argv[4]);
+    char line[512];
+    while (fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!line[0]) continue;
+        part_fn fn = NULL;
+        for (const struct part_entry *e = guard_runner_parts; e->name; e++)
+            if (strcmp(e->name, line) == 0) fn = e->fn;
+        if (!fn) {
+            fprintf(stderr, "guard-runner: no partition entry %s in this artefact\n", line);
+            return 2;
+        }
+        fn(arena, weights, packed);
+        printf("ok %s\n", line);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "call") == 0) return call_main(argc, argv);
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return serve(argc, argv);
+    fprintf(stderr, "usage: %s call MAIN ... | serve ARENA_FILE WEIGHTS PACKED\n", argv[0]);
+    return 2;
 }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import select
 import signal
 import subprocess
 import tempfile
@@ -47,21 +48,46 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _entries_c(mains: Sequence[str], parts: Sequence[str]) -> str:
+    """The runner's table of the artefact's entry symbols (runner.c declares the types)."""
+    lines = ["struct main_entry { const char *name; void *fn; };",
+             "struct part_entry { const char *name; void *fn; };"]  # fmt: skip
+    lines += [f"extern void {m}(void);" for m in (*mains, *parts)]
+    lines.append("const struct main_entry guard_runner_mains[] = {")
+    lines += [f'    {{"{m}", (void *){m}}},' for m in mains]
+    lines.append("    {0, 0}};")
+    lines.append("const struct part_entry guard_runner_parts[] = {")
+    lines += [f'    {{"{p}", (void *){p}}},' for p in parts]
+    lines.append("    {0, 0}};")
+    return "\n".join(lines) + "\n"
+
+
 def build_runner(
-    object_path: Path, symbol: str, arch: str, *, what: str, cache_dir: Path | None = None
+    object_path: Path,
+    arch: str,
+    *,
+    mains: Sequence[str] = (),
+    parts: Sequence[str] = (),
+    what: str,
+    cache_dir: Path | None = None,
 ) -> Path:
     """The static runner executable for ``object_path`` (built once, then reused).
 
-    ``what`` names the artefact in messages.
+    ``mains`` and ``parts`` are the object's entry symbols of each kind; ``what`` names
+    the artefact in messages.
     """
-    if not _SYMBOL_RE.match(symbol):
-        raise ModelError(f"entry symbol {symbol!r} is not a C identifier", where=what)
+    for symbol in (*mains, *parts):
+        if not _SYMBOL_RE.match(symbol):
+            raise ModelError(f"entry symbol {symbol!r} is not a C identifier", where=what)
+    if not mains and not parts:
+        raise ModelError("the artefact names no entry function to run", where=what)
     tc, _, compiler = require(arch)
+    table = _entries_c(mains, parts)
     key = hashlib.sha256()
     for part in (
         RUNNER_SOURCE.read_bytes(),
+        table.encode(),
         _sha256_file(object_path).encode(),
-        symbol.encode(),
         compiler_identity(compiler).encode(),
         arch.encode(),
     ):
@@ -74,22 +100,27 @@ def build_runner(
     fd, tmp_name = tempfile.mkstemp(prefix=".runner.", dir=out_dir)
     os.close(fd)
     tmp = Path(tmp_name)
-    cmd = [compiler, "-static", "-O2", f"-DGUARD_ENTRY={symbol}", "-o", str(tmp),
-           str(RUNNER_SOURCE), str(object_path), "-lm"]  # fmt: skip
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-        if proc.returncode != 0:
-            detail = " ".join(proc.stderr.split())[-400:]
+    with tempfile.TemporaryDirectory(prefix="guard-runner-") as src_dir:
+        entries = Path(src_dir) / "entries.c"
+        entries.write_text(table)
+        cmd = [compiler, "-static", "-O2", "-o", str(tmp), str(RUNNER_SOURCE), str(entries),
+               str(object_path), "-lm"]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+            if proc.returncode != 0:
+                detail = " ".join(proc.stderr.split())[-400:]
+                raise EmulationFailed(
+                    f"cannot link the {tc.arch} runner with {object_path.name}: {detail}",
+                    where=what,
+                    hint="Rebuild the artefact; if it persists, this is a guard bug.",
+                )
+            os.replace(tmp, exe)  # concurrent builders write the same bytes: last one wins
+        except subprocess.TimeoutExpired:
             raise EmulationFailed(
-                f"cannot link the {tc.arch} runner with {object_path.name}: {detail}",
-                where=what,
-                hint="Rebuild the artefact; if it persists, this is a guard bug.",
-            )
-        os.replace(tmp, exe)  # concurrent builders write the same bytes: last one wins
-    except subprocess.TimeoutExpired:
-        raise EmulationFailed(f"linking the {tc.arch} runner took over 300 s", where=what) from None
-    finally:
-        tmp.unlink(missing_ok=True)
+                f"linking the {tc.arch} runner took over 300 s", where=what
+            ) from None
+        finally:
+            tmp.unlink(missing_ok=True)
     return exe
 
 
@@ -100,12 +131,30 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def run_entry(
+def _check_exit(code: int | None, stderr: str, emulator: str, what: str) -> None:
+    """Raise EmulationFailed for a runner that was killed by a signal or failed."""
+    if code == 0 or code is None:
+        return
+    tail = " ".join(stderr.split())
+    if code < 0 or code >= 128:
+        num = -code if code < 0 else code - 128
+        raise EmulationFailed(
+            f"crashed with {_signal_name(num)} under {emulator}"
+            + (f" ({tail[-200:]})" if tail else ""),
+            where=what,
+            hint="The generated code is at fault: this is a guard bug.",
+        )
+    raise EmulationFailed(f"runner exited with status {code}: {tail[-300:]}", where=what)
+
+
+def run_main(
     runner: Path,
     arch: str,
     *,
+    symbol: str,
     arena_bytes: int,
     weights: Path,
+    packed: Path,
     inputs: Sequence[Sequence[bytes]],
     output_nbytes: Sequence[int],
     what: str,
@@ -130,8 +179,8 @@ def run_entry(
                     f.write(sample[i])
             in_files.append(str(p))
         out_files = [tmp / f"out{k}.bin" for k in range(len(output_nbytes))]
-        argv = [emulator, "-cpu", "max", str(runner), str(arena_bytes), str(weights),
-                str(count), str(n_in), *in_files, str(len(out_files)),
+        argv = [emulator, "-cpu", "max", str(runner), "call", symbol, str(arena_bytes),
+                str(weights), str(packed), str(count), str(n_in), *in_files, str(len(out_files)),
                 *(f"{p}:{n}" for p, n in zip(out_files, output_nbytes, strict=True))]  # fmt: skip
         try:
             proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
@@ -140,19 +189,7 @@ def run_entry(
                 f"hung: no result from {tc.emulator} after {timeout_s:g} s ({count} sample(s))",
                 where=what,
             ) from None
-        stderr = " ".join(proc.stderr.decode(errors="replace").split())
-        if proc.returncode < 0 or proc.returncode >= 128:
-            num = -proc.returncode if proc.returncode < 0 else proc.returncode - 128
-            raise EmulationFailed(
-                f"crashed with {_signal_name(num)} under {tc.emulator}"
-                + (f" ({stderr[-200:]})" if stderr else ""),
-                where=what,
-                hint="The generated code is at fault: this is a guard bug.",
-            )
-        if proc.returncode != 0:
-            raise EmulationFailed(
-                f"runner exited with status {proc.returncode}: {stderr[-300:]}", where=what
-            )
+        _check_exit(proc.returncode, proc.stderr.decode(errors="replace"), tc.emulator, what)
         outs: list[list[bytes]] = [[] for _ in range(count)]
         for p, n in zip(out_files, output_nbytes, strict=True):
             data = p.read_bytes()
@@ -164,3 +201,76 @@ def run_entry(
             for s in range(count):
                 outs[s].append(data[s * n : (s + 1) * n])
         return outs
+
+
+class PartitionServer:
+    """One emulated runner process serving partition calls over a shared arena file.
+
+    The host maps the same arena file, writes the inputs and runs the partitions that are
+    not generated code itself; ``call(symbol)`` runs one generated partition in the
+    emulated process and returns when it is done (or raises on a crash or a hang).
+    """
+
+    def __init__(
+        self,
+        runner: Path,
+        arch: str,
+        *,
+        arena_file: Path,
+        weights: Path,
+        packed: Path,
+        what: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        tc, emulator, _ = require(arch)
+        self.emulator, self.what, self.timeout_s = tc.emulator, what, timeout_s
+        self._stderr = tempfile.TemporaryFile()
+        argv = [emulator, "-cpu", "max", str(runner), "serve", str(arena_file), str(weights),
+                str(packed)]  # fmt: skip
+        self._proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr
+        )
+
+    def _stderr_text(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
+
+    def call(self, symbol: str) -> None:
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(symbol.encode() + b"\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the process is gone: its exit status says why, below
+        ready, _, _ = select.select([proc.stdout], [], [], self.timeout_s)
+        if not ready:
+            self.close()
+            raise EmulationFailed(
+                f"hung: partition {symbol} gave no result from {self.emulator} after "
+                f"{self.timeout_s:g} s",
+                where=self.what,
+            )
+        line = proc.stdout.readline().decode(errors="replace").strip()
+        if line != f"ok {symbol}":
+            code = proc.wait(timeout=30)
+            _check_exit(code, self._stderr_text(), self.emulator, f"{self.what} ({symbol})")
+            raise EmulationFailed(f"runner answered {line!r} to {symbol}", where=self.what)
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc.poll() is None:
+            try:
+                if proc.stdin:
+                    proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+        self._stderr.close()
+
+    def __enter__(self) -> PartitionServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

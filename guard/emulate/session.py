@@ -1,7 +1,8 @@
 """A Session (guard.backends.base) over an artefact for a foreign architecture.
 
-``EntryPoint`` says what the runner needs from an artefact: its object file, the entry
-symbol, the arena size, the weights file and the entry's inputs and outputs in call order.
+``EntryPoint`` says what the runner needs from an artefact: its object file, the main
+entry symbol (``guard_main(arena, weights, packed, inputs, outputs)``), the arena size,
+the weights and packed-constants files and the entry's inputs and outputs in call order.
 The session feeds the entry through the emulated runner and returns the outputs as numpy
 arrays; partitions and memory come from the artefact's own metadata, exactly as on the
 host, because they are facts of the build, not of the machine that runs it. Latency is
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from guard.backends.base import MemoryInfo, PartitionInfo
-from guard.emulate.runner import DEFAULT_TIMEOUT_S, build_runner, run_entry
+from guard.emulate.runner import DEFAULT_TIMEOUT_S, build_runner, run_main
 from guard.emulate.tools import toolchain
 from guard.errors import ModelError
 
@@ -38,13 +39,14 @@ class TensorSlot:
 
 @dataclass(frozen=True)
 class EntryPoint:
-    """What the emulation runner calls: ``symbol(arena, weights, inputs[], outputs[])``."""
+    """What the runner calls: ``main(arena, weights, packed, inputs[], outputs[])``."""
 
     arch: str
     object_path: Path
-    symbol: str
+    main: str
     arena_bytes: int
     weights_path: Path
+    packed_path: Path
     inputs: tuple[TensorSlot, ...]
     outputs: tuple[TensorSlot, ...]
 
@@ -72,7 +74,7 @@ class EmulatedSession:
         self.input_names = [t.name for t in entry.inputs]
         self.output_names = [t.name for t in entry.outputs]
         self.runner = build_runner(
-            entry.object_path, entry.symbol, entry.arch, what=what, cache_dir=cache_dir
+            entry.object_path, entry.arch, mains=[entry.main], what=what, cache_dir=cache_dir
         )
 
     @property
@@ -103,11 +105,11 @@ class EmulatedSession:
 
     def run_many(self, feeds: Sequence[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
         """Every sample in one emulator start (a data set is not one start per sample)."""
-        raw = run_entry(self.runner, self.entry.arch, arena_bytes=self.entry.arena_bytes,
-                        weights=self.entry.weights_path,
-                        inputs=[self._sample(f) for f in feeds],
-                        output_nbytes=[t.nbytes for t in self.entry.outputs],
-                        what=self.what, timeout_s=self.timeout_s)  # fmt: skip
+        raw = run_main(self.runner, self.entry.arch, symbol=self.entry.main,
+                       arena_bytes=self.entry.arena_bytes, weights=self.entry.weights_path,
+                       packed=self.entry.packed_path, inputs=[self._sample(f) for f in feeds],
+                       output_nbytes=[t.nbytes for t in self.entry.outputs],
+                       what=self.what, timeout_s=self.timeout_s)  # fmt: skip
         return [[np.frombuffer(b, dtype=t.dtype).reshape(t.shape).copy()
                  for b, t in zip(sample, self.entry.outputs, strict=True)] for sample in raw]  # fmt: skip
 
@@ -123,4 +125,4 @@ class EmulatedSession:
     def describe(self) -> dict[str, Any]:
         """How the numbers of this session were obtained (for the result)."""
         return {"emulator": self.emulator, "arch": self.entry.arch,
-                "runner": str(self.runner), "entry": self.entry.symbol}  # fmt: skip
+                "runner": str(self.runner), "entry": self.entry.main}  # fmt: skip

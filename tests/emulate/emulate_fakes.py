@@ -1,8 +1,10 @@
 """Tiny AArch64 objects with the artefact entry ABI, generated with llvmlite for the tests.
 
-``guard_entry(arena, weights, inputs, outputs)``: stages ``x * w`` in the arena, then
-writes ``y = arena + b`` and ``s = sum(x)``; ``w`` and ``b`` are N floats each in the
-weights blob. Variants crash (a store to an unmapped address) or hang (a loop that never
+``guard_main(arena, weights, packed, inputs, outputs)`` (the code generator's main entry
+ABI): stages ``x * w`` in the arena, then writes ``y = arena + b`` and ``s = sum(x)``;
+``w`` is N floats in the weights blob, ``b`` N floats in the packed blob.
+``guard_part0(arena, weights, packed)`` (a partition entry) doubles the N floats at
+arena offset 0 in place. Variants crash (a store to an unmapped address) or hang (a loop that never
 ends), to test that the emulated run reports them.
 """
 
@@ -32,19 +34,33 @@ def _f32p(b: ir.IRBuilder, ptrs: ir.Value, k: int) -> ir.Value:
     return b.bitcast(b.load(b.gep(ptrs, [ir.Constant(I64, k)])), F32.as_pointer())
 
 
+def _crash(b: ir.IRBuilder) -> None:
+    # a volatile store to an unmapped page (address 8): a null store would be UB that the
+    # optimiser deletes
+    bad = b.inttoptr(ir.Constant(I64, 8), F32.as_pointer())
+    st = b.store(ir.Constant(F32, 1.0), bad)
+    st.volatile = True  # type: ignore[attr-defined]
+
+
 def entry_module(kind: str = "ok", triple: str = "aarch64-linux-gnu") -> ir.Module:
     m = ir.Module(name=f"fake_{kind}")
     m.triple = triple
-    fty = ir.FunctionType(ir.VoidType(), [I8P, I8P, I8P.as_pointer(), I8P.as_pointer()])
-    fn = ir.Function(m, fty, "guard_entry")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    arena, weights, ins, outs = fn.args
+    part = ir.Function(m, ir.FunctionType(ir.VoidType(), [I8P, I8P, I8P]), "guard_part0")
+    pb = ir.IRBuilder(part.append_basic_block("entry"))
     if kind == "crash":
-        # a volatile store to an unmapped page (address 8): a null store would be UB that
-        # the optimiser deletes
-        bad = b.inttoptr(ir.Constant(I64, 8), F32.as_pointer())
-        st = b.store(ir.Constant(F32, 1.0), bad)
-        st.volatile = True  # type: ignore[attr-defined]
+        _crash(pb)
+    else:
+        pa = pb.bitcast(part.args[0], F32.as_pointer())
+        for i in range(N):
+            slot = pb.gep(pa, [ir.Constant(I64, i)])
+            pb.store(pb.fmul(pb.load(slot), ir.Constant(F32, 2.0)), slot)
+    pb.ret_void()
+    fty = ir.FunctionType(ir.VoidType(), [I8P, I8P, I8P, I8P.as_pointer(), I8P.as_pointer()])
+    fn = ir.Function(m, fty, "guard_main")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    arena, weights, packed, ins, outs = fn.args
+    if kind == "crash":
+        _crash(b)
         b.ret_void()
         return m
     if kind == "hang":
@@ -59,6 +75,7 @@ def entry_module(kind: str = "ok", triple: str = "aarch64-linux-gnu") -> ir.Modu
         return m
     x, y, s = _f32p(b, ins, 0), _f32p(b, outs, 0), _f32p(b, outs, 1)
     w = b.bitcast(weights, F32.as_pointer())
+    pk = b.bitcast(packed, F32.as_pointer())
     a = b.bitcast(arena, F32.as_pointer())
     acc = ir.Constant(F32, 0.0)
     for i in range(N):
@@ -69,7 +86,7 @@ def entry_module(kind: str = "ok", triple: str = "aarch64-linux-gnu") -> ir.Modu
         acc = b.fadd(acc, xi)
     for i in range(N):
         ai = b.load(b.gep(a, [ir.Constant(I64, i)]))
-        bi = b.load(b.gep(w, [ir.Constant(I64, N + i)]))
+        bi = b.load(b.gep(pk, [ir.Constant(I64, i)]))
         b.store(b.fadd(ai, bi), b.gep(y, [ir.Constant(I64, i)]))
     b.store(acc, s)
     b.ret_void()
@@ -88,8 +105,10 @@ def emit_object(module: ir.Module, path: Path, features: str = "+neon") -> Path:
     return path
 
 
-def weights(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def weights(directory: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Writes weights.bin (w) and packed.bin (b) into ``directory``; returns (w, b)."""
     w = np.linspace(-1.0, 2.0, N, dtype=np.float32)
     bias = np.arange(N, dtype=np.float32) * 0.5
-    np.concatenate([w, bias]).tofile(path)
+    w.tofile(directory / "weights.bin")
+    bias.tofile(directory / "packed.bin")
     return w, bias

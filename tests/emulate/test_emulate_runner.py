@@ -14,6 +14,7 @@ from guard.emulate import (
     EmulatedSession,
     EmulationFailed,
     EntryPoint,
+    PartitionServer,
     TensorSlot,
     ToolMissing,
     build_runner,
@@ -25,10 +26,10 @@ from guard.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ModelError
 
 def _entry(tmp_path: Path, kind: str = "ok") -> EntryPoint:
     obj = emit_object(entry_module(kind), tmp_path / f"{kind}.o")
-    weights(tmp_path / "weights.bin")
+    weights(tmp_path)
     return EntryPoint(
-        arch="aarch64", object_path=obj, symbol="guard_entry", arena_bytes=4 * N,
-        weights_path=tmp_path / "weights.bin",
+        arch="aarch64", object_path=obj, main="guard_main", arena_bytes=4 * N,
+        weights_path=tmp_path / "weights.bin", packed_path=tmp_path / "packed.bin",
         inputs=(TensorSlot("x", "float32", (1, N)),),
         outputs=(TensorSlot("y", "float32", (1, N)), TensorSlot("s", "float32", ())),
     )  # fmt: skip
@@ -53,7 +54,7 @@ def test_aarch64_needs_emulation_on_x86_64_only() -> None:
 @needs_tools
 def test_emulated_entry_computes_what_numpy_does(tmp_path: Path) -> None:
     session = _session(tmp_path)
-    w, bias = weights(tmp_path / "check.bin")
+    w, bias = weights(tmp_path)
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((1, N)).astype(np.float32) for _ in range(3)]
     outs = session.run_many([{"x": x} for x in xs])
@@ -73,13 +74,18 @@ def test_emulated_entry_computes_what_numpy_does(tmp_path: Path) -> None:
 def test_runner_is_built_once_per_object(tmp_path: Path) -> None:
     entry = _entry(tmp_path)
     cache = tmp_path / "cache"
-    first = build_runner(entry.object_path, entry.symbol, "aarch64", what="a", cache_dir=cache)
+    first = build_runner(entry.object_path, "aarch64", mains=["guard_main"], what="a",
+                         cache_dir=cache)  # fmt: skip
     stamp = first.stat().st_mtime_ns
-    again = build_runner(entry.object_path, entry.symbol, "aarch64", what="a", cache_dir=cache)
+    again = build_runner(entry.object_path, "aarch64", mains=["guard_main"], what="a",
+                         cache_dir=cache)  # fmt: skip
     assert again == first and again.stat().st_mtime_ns == stamp
     # a different object is a different runner
     other = emit_object(entry_module("crash"), tmp_path / "other.o")
-    assert build_runner(other, "guard_entry", "aarch64", what="a", cache_dir=cache) != first
+    assert build_runner(other, "aarch64", mains=["guard_main"], what="a", cache_dir=cache) != first
+    # so is another set of entries
+    assert build_runner(entry.object_path, "aarch64", parts=["guard_part0"], what="a",
+                        cache_dir=cache) != first  # fmt: skip
     assert not [p for p in cache.rglob(".runner.*")]  # no half-written executables
 
 
@@ -114,7 +120,7 @@ def test_wrong_input_shape_or_name_is_refused(tmp_path: Path) -> None:
 def test_an_object_for_another_arch_does_not_link(tmp_path: Path) -> None:
     obj = emit_object(entry_module("ok", "x86_64-linux-gnu"), tmp_path / "x86.o", features="")
     with pytest.raises(EmulationFailed, match=r"^art: cannot link the aarch64 runner with x86.o"):
-        build_runner(obj, "guard_entry", "aarch64", what="art", cache_dir=tmp_path / "c")
+        build_runner(obj, "aarch64", mains=["guard_main"], what="art", cache_dir=tmp_path / "c")
 
 
 @pytest.mark.parametrize(
@@ -155,3 +161,39 @@ def test_missing_static_libc_names_its_package(
     monkeypatch.setenv("PATH", str(bin_dir) + os.pathsep + "/usr/bin")
     with pytest.raises(ToolMissing, match="install the Debian package libc6-dev-arm64-cross"):
         require("aarch64")
+
+
+@needs_tools
+def test_partition_server_runs_entries_over_a_shared_arena(tmp_path: Path) -> None:
+    entry = _entry(tmp_path)
+    exe = build_runner(entry.object_path, "aarch64", parts=["guard_part0"], what="a",
+                       cache_dir=tmp_path / "cache")  # fmt: skip
+    arena_file = tmp_path / "arena.bin"
+    x = np.arange(N, dtype=np.float32)
+    x.tofile(arena_file)
+    arena = np.memmap(arena_file, dtype=np.float32, mode="r+", shape=(N,))
+    with PartitionServer(exe, "aarch64", arena_file=arena_file, weights=entry.weights_path,
+                         packed=entry.packed_path, what="a", timeout_s=60) as server:  # fmt: skip
+        server.call("guard_part0")
+        np.testing.assert_array_equal(arena, 2 * x)
+        arena[:] += 1  # the host's own step between two generated partitions
+        server.call("guard_part0")
+        np.testing.assert_array_equal(arena, 2 * (2 * x + 1))
+        with pytest.raises(EmulationFailed, match=r"runner exited with status 2: .*no partition "
+                           r"entry guard_part9"):  # fmt: skip
+            server.call("guard_part9")
+
+
+@needs_tools
+def test_partition_server_reports_a_crash(tmp_path: Path) -> None:
+    obj = emit_object(entry_module("crash"), tmp_path / "crash.o")
+    weights(tmp_path)
+    exe = build_runner(obj, "aarch64", parts=["guard_part0"], what="a", cache_dir=tmp_path / "c")
+    arena_file = tmp_path / "arena.bin"
+    arena_file.write_bytes(bytes(64))
+    server = PartitionServer(exe, "aarch64", arena_file=arena_file,
+                             weights=tmp_path / "weights.bin", packed=tmp_path / "packed.bin",
+                             what="art", timeout_s=60)  # fmt: skip
+    with server, pytest.raises(EmulationFailed, match=r"^art \(guard_part0\): crashed with "
+                               r"SIGSEGV under qemu-aarch64-static"):  # fmt: skip
+        server.call("guard_part0")
