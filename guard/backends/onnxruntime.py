@@ -227,12 +227,16 @@ def _parse_arena_log(log: str) -> dict[str, int | None]:
 
 def _memory(model_path: Path, model: Any, threads: int, level: str,
             shapes: dict[str, tuple[int, ...]],
-            providers: list[str]) -> dict:
-    """Probe one model's memory in a child process: liveness lower bound and arena growth."""
-    with tempfile.TemporaryDirectory(prefix="guard-ort-probe-") as tmp:
+            providers: list[str], work_dir: Path | None = None) -> dict:
+    """Probe one model's memory in a child process: liveness lower bound and arena growth.
+
+    Its scratch files live in ``work_dir`` (the artefact's temporary build directory), so a
+    killed build leaves them where the next build cleans up, not in /tmp.
+    """
+    with tempfile.TemporaryDirectory(prefix="guard-ort-probe-", dir=work_dir) as tmp:
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"model": str(model_path), "threads": threads,
-                                    "level": level, "providers": providers,
+                                    "level": level, "providers": providers, "work_dir": tmp,
                                     "shapes": {k: list(v) for k, v in shapes.items()}}))
         proc = subprocess.run([sys.executable, "-m", "guard.backends.ort_probe", str(spec)],
                               capture_output=True, text=True, timeout=600)
@@ -306,7 +310,8 @@ class OnnxRuntimeBackend:
         # The optimised graph, read once: its edges give partitions and liveness.
         optimised = onnx.load(str(payload), load_external_data=False)
         partitions = _partitions(sess, optimised)
-        memory = _memory(payload, optimised, req.threads, level, req.input_shapes, providers)
+        memory = _memory(payload, optimised, req.threads, level, req.input_shapes, providers,
+                         work_dir=req.out_dir)
         session_opts = {
             "graph_optimization_level": level,
             "intra_op_num_threads": req.threads,

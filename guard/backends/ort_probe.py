@@ -25,7 +25,7 @@ def main(spec_path: str) -> int:
     from guard.backends.onnxruntime import _np_dtype, session_options
 
     spec = json.loads(Path(spec_path).read_text())
-    with tempfile.TemporaryDirectory(prefix="guard-ort-prof-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="guard-ort-prof-", dir=spec.get("work_dir")) as tmp:
         so = session_options(spec["threads"], spec["level"], profile_dir=Path(tmp))
         # After session_options(), which quiets the default logger: the arena speaks only
         # at INFO level.

@@ -14,6 +14,7 @@ import numpy as np
 
 from guard.errors import ModelError
 from guard.golden.store import Golden, GoldenStore
+from guard.isolate import run_isolated
 from guard.model import ModelSpec, make_inputs
 from guard.suite import ModelEntry, Suite
 
@@ -66,7 +67,11 @@ def ensure_golden(
                 )
         return existing, "compared"
     feeds = make_inputs(spec, dict(entry.inputs))
-    outs, producer = reference_outputs(path, feeds)
+    # onnxruntime's session creation on the user's model is native code that a malformed
+    # model can crash: in a child, so a crash is this model's error, not the run's end.
+    outs, producer = run_isolated(reference_outputs, path, feeds,
+                                  what=f"the golden reference run (onnxruntime) of {entry.name}",
+                                  where=entry.where, timeout_s=entry.build_timeout_s)
     named = dict(zip(spec.outputs, outs, strict=True))
     golden = store.save(
         entry.name,
