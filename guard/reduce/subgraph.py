@@ -61,7 +61,9 @@ class ModelGraph:
         g = model.graph
         producer: dict[str, int] = {}
         consumers: dict[str, list[int]] = {}
-        constant = {t.name for t in g.initializer} - {i.name for i in g.input}
+        # Initializers listed as graph inputs too (IR < 4) are still constants: guard binds
+        # only the inputs without one.
+        constant = {t.name for t in g.initializer}
         compute = []
         for i, n in enumerate(g.node):
             reads = node_reads(n)
@@ -197,21 +199,30 @@ def cut(mg: ModelGraph, nodes: Iterable[int], values: Mapping[str, np.ndarray]) 
                     )
                 )
                 feeds[x] = v
-    outputs = []
+    # Outputs: what the rest of the model (or the model's caller) reads from the cut. A
+    # value nobody reads (Dropout's mask) is dead: an output only when nothing else is.
+    live, dead = [], []
     for i in keep:
         for o in g.node[i].output:
             if not o:
                 continue
             readers = mg.consumers.get(o, [])
-            if o in graph_outputs or not readers or any(r not in kept for r in readers):
-                if o not in values:
-                    raise CutError(f"output {o!r} was not recorded (unknown type)")
-                v = np.asarray(values[o])
-                outputs.append(
-                    helper.make_tensor_value_info(
-                        o, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)
-                    )
-                )
+            if o in graph_outputs or any(r not in kept for r in readers):
+                live.append(o)
+            elif not readers:
+                dead.append(o)
+    outputs = []
+    for o in live or [d for d in dead if d in values]:
+        if o not in values:
+            raise CutError(f"output {o!r} was not recorded (unknown type)")
+        v = np.asarray(values[o])
+        outputs.append(
+            helper.make_tensor_value_info(
+                o, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)
+            )
+        )
+    if not outputs:
+        raise CutError("the cut has no recorded output")
     sub = helper.make_graph(
         [g.node[i] for i in keep], f"{g.name or 'model'}_reduced", inputs, outputs, new_inits
     )

@@ -257,3 +257,34 @@ def test_accuracy_oracle_uses_the_entry_tolerance(tmp_path: Path) -> None:
     assert o.tol == {"rtol": 0.5, "atol": 0.5}
     x = {"x": np.zeros((1, 24), np.float32)}
     assert not o.observe(tmp_path / "s" / "net.onnx", x).fails  # within a loose tolerance
+
+
+def test_dead_outputs_and_initializers_listed_as_inputs() -> None:
+    """A Dropout's unread mask is not a cut output; IR<4 weights listed as graph inputs
+    stay initializers (guard never feeds them)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((4, 4), 0.5, np.float32), "w")
+    g = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+            helper.make_node("Dropout", ["a"], ["d", "mask"], name="drop"),
+            helper.make_node("Relu", ["d"], ["y"], name="relu"),
+        ],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [w],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 12)])
+    m.ir_version = 6
+    mg = ModelGraph.of(m)
+    assert "w" in mg.constant and mg.compute == [0, 1, 2]
+    values = record_intermediates(m, {"x": np.ones((1, 4), np.float32)})
+    c = cut(mg, [0, 1], values)
+    assert [o.name for o in c.model.graph.output] == ["d"]
+    assert [i.name for i in c.model.graph.input] == ["x"]
+    assert [t.name for t in c.model.graph.initializer] == ["w"]
