@@ -25,6 +25,7 @@ from guard.errors import UsageError
 from guard.fsutil import atomic_write_text
 
 SCHEMA_VERSION = 1
+SIGMA_FLOOR = 0.01  # log units: 1%
 
 
 def noise_sigma(logs: np.ndarray) -> float:
@@ -35,16 +36,28 @@ def noise_sigma(logs: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
 
 
+def default_min_size(points: int) -> int:
+    """The shortest segment PELT may cut: 3 runs in a long history, fewer in a short one.
+
+    A history of 5 runs whose newest run is 2x slower has its step in the last run; with
+    segments of 3 it could never be found until three more runs had landed.
+    """
+    return 3 if points >= 12 else 2 if points >= 6 else 1
+
+
 def change_points(
-    values: Sequence[float], *, penalty: float | None = None, min_size: int = 3
+    values: Sequence[float], *, penalty: float | None = None, min_size: int | None = None
 ) -> list[int]:
     """Indices where a new segment starts (PELT, L2 cost on log values)."""
     import ruptures
 
     y = np.log(np.asarray(values, dtype=float))
-    if y.size < 2 * min_size:
+    min_size = default_min_size(y.size) if min_size is None else min_size
+    if y.size < 2 * min_size or y.size < 3:
         return []
-    sigma = max(noise_sigma(y), 1e-4)
+    # No latency is steadier than ~1% from one process to the next (5.7% measured here on a
+    # quiet machine): a floor keeps short, lucky-quiet histories from splitting on jitter.
+    sigma = max(noise_sigma(y), SIGMA_FLOOR)
     pen = penalty if penalty is not None else 3.0 * sigma**2 * math.log(y.size)
     bkps = (
         ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(y.reshape(-1, 1)).predict(pen=pen)
@@ -71,7 +84,7 @@ def analyse(
     labels: Sequence[str] | None = None,
     bound: float | None = None,
     penalty: float | None = None,
-    min_size: int = 3,
+    min_size: int | None = None,
 ) -> dict[str, Any]:
     """Steps (where, from, to, ratio) and creep (headroom consumed) for one metric series."""
     v = [float(x) for x in values]
@@ -167,35 +180,72 @@ def suite_bound(suite: Any, model: str, metric: str, arch: str | None = None) ->
     return None
 
 
+SERIES_TAGS = ("tags.guard.backend", "tags.guard.target", "tags.guard.arch")
+
+
+def split_series(frame: Any) -> list[tuple[dict[str, str], Any]]:
+    """One frame per (backend, target, arch): backends are different series, never one.
+
+    Runs logged before children carried ``guard.arch`` group under arch "".
+    """
+    if frame is None or len(frame) == 0:
+        return []
+    f = frame.copy()
+    for col in SERIES_TAGS:
+        f[col] = f[col].fillna("").astype(str) if col in f.columns else ""
+    out = []
+    for key, group in f.groupby(list(SERIES_TAGS), sort=True):
+        out.append(({"backend": key[0], "target": key[1], "arch": key[2]}, group))
+    return out
+
+
 def history_command(args: argparse.Namespace) -> int:
     from guard.track import find_runs, resolve_uri
 
     suite = args.suite
     bound = args.bound
+    loaded = None
     if suite.endswith((".yaml", ".yml")):
         from guard.suite import load_suite
 
         loaded = load_suite(Path(suite))
         suite = loaded.name
-        if bound is None:
-            bound = suite_bound(loaded, args.model, args.metric)
     uri = resolve_uri(args.tracking_uri, Path.cwd())
     frame = find_runs(
         uri, suite, model=args.model, backend=args.backend, branch=args.branch or None
     )
-    values, labels = series_from_runs(frame, args.metric)
-    if len(values) < 2:
-        raise UsageError(
-            f"{len(values)} runs of {args.model} with metric {args.metric!r} in suite {suite!r} "
-            f"on branch {args.branch or '(any)'}; history needs at least 2",
-            hint="Check --model/--backend/--branch/--metric, or run the suite with tracking on.",
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "suite": suite, "model": args.model,
+        "metric": args.metric, "series": [],
+    }  # fmt: skip
+    blocks = []
+    for key, group in split_series(frame):
+        values, labels = series_from_runs(group, args.metric)
+        name = f"{args.model} [{key['backend']}] {key['target']}" + (
+            f" ({key['arch']})" if key["arch"] else ""
         )
-    a = analyse(values, labels=labels, bound=bound, penalty=args.penalty)
-    print(format_history(f"{args.model} {args.metric}", a))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
+        if len(values) < 2:
+            blocks.append(f"{name} {args.metric}: {len(values)} run(s); history needs 2")
+            continue
+        b = bound
+        if b is None and loaded is not None:
+            b = suite_bound(loaded, args.model, args.metric, key["arch"] or None)
+        a = analyse(values, labels=labels, bound=b, penalty=args.penalty)
+        blocks.append(format_history(f"{name} {args.metric}", a))
         safe = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in a.items()
         }
-        atomic_write_text(args.json, json.dumps(safe, indent=2) + "\n")
+        report["series"].append({**key, "analysis": safe})
+    if not report["series"]:
+        n = 0 if frame is None else len(frame)
+        raise UsageError(
+            f"{n} runs of {args.model} with metric {args.metric!r} in suite {suite!r} "
+            f"on branch {args.branch or '(any)'}, and no (backend, target) series with 2; "
+            "history needs at least 2 per series",
+            hint="Check --model/--backend/--branch/--metric, or run the suite with tracking on.",
+        )
+    print("\n".join(blocks))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(args.json, json.dumps(report, indent=2) + "\n")
     return 0

@@ -290,9 +290,10 @@ def child_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, s
         "guard.git.commit": git.get("commit"),
         "guard.git.branch": git.get("branch"),
         "guard.series": result_series(result),
+        # An error result has no manifest: it ran on the invocation's host.
         "guard.arch": (manifest.get("host") or {}).get("arch")
         if isinstance(manifest.get("host"), Mapping)
-        else None,
+        else host_arch(doc),
     }
     tags.update(system_tags(doc, child_name(result)))
     return {k: tag_value(v) for k, v in tags.items() if v is not None}

@@ -85,6 +85,7 @@ def test_history_cli_on_a_real_store(tmp_path, capsys):
         r["latency_ms"]["p50"] = level * float(np.exp(rng.normal(0, 0.01)))
         d = doc(r)
         d["git"] = {"commit": f"c{i}".ljust(40, "0"), "dirty": False, "branch": "main"}
+        d["started"] = f"2026-11-29T13:{i:02d}:00+00:00"  # a run's time orders its history
         log_results(d, uri)
     out = tmp_path / "h.json"
     code = main(["history", "smoke", "--model", "mlp", "--tracking-uri", uri, "--bound", "3.0",
@@ -92,9 +93,58 @@ def test_history_cli_on_a_real_store(tmp_path, capsys):
     assert code == 0
     text = capsys.readouterr().out
     assert "step at c600000000@" in text and "headroom to the bound 3 consumed: 29%" in text
-    a = json.loads(out.read_text())
-    assert a["steps"][0]["pct"] == pytest.approx(15, abs=3)
+    (series,) = json.loads(out.read_text())["series"]
+    assert series["analysis"]["steps"][0]["pct"] == pytest.approx(15, abs=3)
     assert main(["history", "smoke", "--model", "nope", "--tracking-uri", uri]) == 2
+
+
+@pytest.mark.slow
+def test_history_keeps_backends_and_targets_apart(tmp_path, capsys):
+    """mlp on onnxruntime (2 ms) and bundled (4.8 ms), five runs each, no change in either:
+    mixed into one series, the switch between backends read as a +138% step."""
+    from compare_fixtures import doc, result
+
+    from guard.cli import main
+    from guard.track import log_results
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rng = np.random.default_rng(7)
+    for i in range(5):
+        rows = []
+        for backend, target, level in (
+            ("onnxruntime", "host", 2.0),
+            ("bundled", "host", 4.77),
+            ("bundled", "llvm -mtriple=aarch64-linux-gnu", 9.0),
+        ):
+            r = result("mlp", level * np.exp(rng.normal(0, 0.01, 50)))
+            r["backend"], r["target"] = backend, target
+            r["latency_ms"]["p50"] = level * float(np.exp(rng.normal(0, 0.01)))
+            rows.append(r)
+        d = doc(*rows)
+        d["git"] = {"commit": f"c{i}".ljust(40, "0"), "dirty": False, "branch": "main"}
+        d["started"] = f"2026-11-29T13:{i:02d}:00+00:00"  # a run's time orders its history
+        log_results(d, uri)
+    out = tmp_path / "h.json"
+    assert (
+        main(["history", "smoke", "--model", "mlp", "--tracking-uri", uri, "--json", str(out)]) == 0
+    )
+    text = capsys.readouterr().out
+    assert "mlp [onnxruntime] host" in text and "mlp [bundled] host" in text
+    assert "no step detected" in text and "step at" not in text
+    series = json.loads(out.read_text())["series"]
+    assert {(s["backend"], s["target"]) for s in series} == {
+        ("onnxruntime", "host"),
+        ("bundled", "host"),
+        ("bundled", "llvm -mtriple=aarch64-linux-gnu"),
+    }
+    assert all(not s["analysis"]["steps"] and s["analysis"]["points"] == 5 for s in series)
+
+
+def test_a_step_in_the_newest_of_five_runs_is_found():
+    """Short histories cut shorter segments: a 2x slower head is a change point at once."""
+    a = H.analyse([2.0, 2.04, 1.98, 2.02, 4.1])
+    assert [s["index"] for s in a["steps"]] == [4]
+    assert H.default_min_size(40) == 3
 
 
 def test_bound_comes_from_the_suite_per_arch():

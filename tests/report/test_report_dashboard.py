@@ -1,56 +1,148 @@
-"""The dashboard reads real MLflow runs back and draws one trend per result series."""
+"""The dashboard reads real MLflow runs back: one interactive, self-contained page."""
 
 from __future__ import annotations
 
 import copy
-import xml.etree.ElementTree as ET
+import datetime as dt
+import re
 
 import pytest
 
 from guard.cli import main
-from guard.report.dashboard import series_from_runs, sparkline
+from guard.errors import UsageError
+from guard.report import dashboard as D
 
 
-def test_sparkline_skips_missing_points_and_scales():
-    svg = sparkline([1.0, None, 3.0, 2.0])
-    pts = ET.fromstring(svg).find("polyline").get("points").split()
-    assert len(pts) == 3
-    assert sparkline([None, None]) == '<span class="muted">-</span>'
-    flat = ET.fromstring(sparkline([5.0, 5.0])).find("polyline").get("points").split()
-    assert len(flat) == 2  # a flat series still draws
+def _row(model="m", backend="b", target="host", arch="x86_64", t="2026-01-01", **metrics):
+    row = {"run_id": f"r{t}", "start_time": dt.datetime.fromisoformat(t).replace(tzinfo=dt.UTC),
+           "tags.guard.model": model, "tags.guard.backend": backend, "tags.guard.target": target,
+           "tags.guard.arch": arch, "tags.guard.git.commit": "c" * 40}  # fmt: skip
+    row.update({f"metrics.{k.replace('__', '.')}": v for k, v in metrics.items()})
+    return row
 
 
-def test_series_group_and_order():
-    rows = [{"tags.guard.model": "m", "tags.guard.backend": "b", "tags.guard.target": "t",
-             "start_time": s} for s in ("2026-01-03", "2026-01-01", "2026-01-02")]
-    (key, ordered), = series_from_runs(rows).items()
-    assert key == ("m", "b", "t")
-    assert [r["start_time"] for r in ordered] == ["2026-01-01", "2026-01-02", "2026-01-03"]
+def test_series_split_by_backend_target_and_arch_oldest_first():
+    rows = [_row(t="2026-01-03"), _row(t="2026-01-01"), _row(backend="o"), _row(arch="aarch64")]
+    series = D.group_series(rows)
+    assert [(s.backend, s.arch, len(s.points)) for s in series] == [
+        ("b", "aarch64", 1),
+        ("b", "x86_64", 2),
+        ("o", "x86_64", 1),
+    ]
+    assert series[1].points[0].time < series[1].points[1].time
+
+
+def test_pin_changes_name_the_field_and_both_values():
+    rows = [_row(t=f"2026-01-0{i}") for i in (1, 2, 3)]
+    for r, v in zip(rows, ("1.31.1", "1.31.1", "1.32.0"), strict=True):
+        r["params.runtime.version"] = v
+        r["params.tuning_cache.hits"] = "7"  # counters are not pins
+    (s,) = D.group_series(rows)
+    (change,) = D.pin_changes(s.points)
+    assert change["index"] == 2 and change["changes"] == ["runtime.version: 1.31.1 → 1.32.0"]
+
+
+def test_latency_axis_is_log_and_spans_data_and_bound():
+    axis = D.latency_axis([0.0366, 0.0379], 20.0)
+    lo, hi = axis["range"]
+    assert axis["type"] == "log" and lo < -1.43 and hi > 1.3  # 0.0366 ms and 20 ms inside
+    narrow = D.latency_axis([0.0366, 0.0379], None)["range"]
+    assert narrow[1] - narrow[0] >= 1.0  # a 4% wiggle is not stretched over the whole height
+
+
+def test_change_points_come_from_guard_history():
+    rows = [_row(t=f"2026-01-0{i + 1}", latency_ms__p50=v)
+            for i, v in enumerate([2.0, 2.04, 1.98, 2.02, 4.1])]  # fmt: skip
+    (s,) = D.group_series(rows)
+    D.analyse_series(s)
+    (step,) = s.steps
+    assert step["index"] == 4 and step["pct"] == pytest.approx(103, abs=2)
+
+
+def _log_history(uri, doc, n=5):
+    """n invocations; the last is 2x slower and bumps the onnxruntime runtime pin."""
+    from guard.track import log_results
+
+    for i in range(n):
+        d = copy.deepcopy(doc)
+        d["suite"] = "dash"
+        d["started"] = f"2026-11-2{i}T10:00:00+00:00"
+        d["git"]["commit"] = f"{i}" * 40
+        for r in d["results"]:
+            if r.get("latency_ms"):
+                r["latency_ms"]["p50"] *= 2.0 if i == n - 1 else 1.0 + 0.004 * (i % 2)
+                r["samples_ms"] = [x * (2.0 if i == n - 1 else 1.0) for x in r["samples_ms"]]
+            if i == n - 1 and r.get("manifest") and r["backend"] == "onnxruntime":
+                r["manifest"]["runtime"]["version"] = "1.33.0"
+        log_results(d, uri)
 
 
 @pytest.mark.slow
 def test_dashboard_from_a_real_store(tmp_path, monkeypatch, doc, capsys):
-    report_doc = doc
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    _log_history(uri, doc)
+    out = tmp_path / "d.html"
+    assert main(["dashboard", "dash", "--tracking-uri", uri, "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "5 invocation(s)" in said and "4 series" in said, said
+    page = out.read_text()
+    # Self-contained: plotly's bundle is inline; outside it the page references nothing.
+    from plotly.offline import get_plotlyjs
+
+    bundle = get_plotlyjs()
+    assert bundle in page
+    rest = page.replace(bundle, "")
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", rest) and "<link" not in rest
+    assert page.count('class="plotly-graph-div"') == 3  # the errored series has no points
+    for needle in ("p10-p90", "change point +99.6%", "manifest: runtime.version: 1.32.0 \\u2192 1.33.0",
+                   'data-filter="backend"', 'data-filter="arch"', "Regressions"):  # fmt: skip
+        assert needle in page, needle
+    rows = re.findall(r'<tr class="filterable"[^>]*>.*?</tr>', page, re.S)
+    assert len(rows) == 3 and all("+99.6% (regression)" in r for r in rows)
+    assert all("3333333333..4444444444" in r for r in rows)  # the commit range of the step
+
+
+@pytest.mark.slow
+def test_pages_that_say_what_is_missing(tmp_path, monkeypatch, doc, capsys):
+    from mlflow import MlflowClient
+
     from guard.track import log_results
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    for i in range(3):
-        doc = copy.deepcopy(report_doc)
-        doc["suite"] = "dash"
-        doc["started"] = f"2026-11-2{i}T10:00:00+00:00"
-        for r in doc["results"]:
-            if r.get("latency_ms"):
-                r["latency_ms"]["p50"] = 10.0 + i
-        log_results(doc, uri)
-    out = tmp_path / "d.html"
-    assert main(["dashboard", "dash", "--tracking-uri", uri, "--out", str(out)]) == 0
-    assert "3 invocation(s)" in capsys.readouterr().out
-    page = out.read_text()
-    n_series = len({(r["model"], r["backend"]) for r in report_doc["results"]})
-    assert page.count("<polyline") >= n_series  # at least the p50 trend of each series
-    assert page.count("<tr>") == 1 + n_series + 1 + 3  # headers, series, invocations
-    assert "<script" not in page and "src=" not in page and "href=" not in page
-    assert main(["dashboard", "nothing-here", "--tracking-uri", uri, "--out",
-                 str(tmp_path / "e.html")]) == 0
-    assert "No results logged" in (tmp_path / "e.html").read_text()
+    suite = tmp_path / "dash.yaml"
+    suite.write_text("schema_version: 1\nsuite: dash\nmodels:\n  - {name: mlp, source: zoo:mlp}\n")
+    empty = tmp_path / "empty.html"
+    assert main(["dashboard", str(suite), "--tracking-uri", uri, "--out", str(empty)]) == 0
+    assert "No runs of suite dash are logged" in empty.read_text()
+    # A name that is neither a suite nor an experiment is bad input, and writes nothing.
+    assert (
+        main(["dashboard", "nosuch", "--tracking-uri", uri, "--out", str(tmp_path / "n.html")]) == 2
+    )
+    assert not (tmp_path / "n.html").exists()
+    assert "nosuch" in capsys.readouterr().err
+    # One run; then a second arch.
+    one = copy.deepcopy(doc)
+    one["suite"] = "dash"
+    log_results(one, uri)
+    page = tmp_path / "one.html"
+    assert main(["dashboard", "dash", "--tracking-uri", uri, "--out", str(page)]) == 0
+    assert "One run so far" in page.read_text()
+    arm = copy.deepcopy(one)
+    for r in arm["results"]:
+        if r.get("manifest"):
+            r["manifest"]["host"]["arch"] = "aarch64"
+    log_results(arm, uri)
+    assert main(["dashboard", "dash", "--tracking-uri", uri, "--out", str(page)]) == 0
+    assert "Runs from 2 archs (aarch64, x86_64)" in page.read_text()
+    # Deleted experiment.
+    client = MlflowClient(uri)
+    client.delete_experiment(client.get_experiment_by_name("guard/dash").experiment_id)
+    assert main(["dashboard", "dash", "--tracking-uri", uri, "--out", str(page)]) == 0
+    assert "was deleted" in page.read_text()
+
+
+def test_an_unknown_suite_file_is_exit_2(tmp_path):
+    with pytest.raises(UsageError, match="no such suite file"):
+        D.resolve_suite(str(tmp_path / "nope.yaml"))
