@@ -54,7 +54,12 @@ def ensure_golden(
     update_reason: str | None = None,
 ) -> tuple[Golden, str]:
     """Load the model's golden, or create it (status "created"), or update it with a reason."""
-    existing = store.load(entry.name)
+    if update_reason is None:
+        existing = store.load(entry.name)
+    else:
+        # An update replaces a corrupt golden (its history is lost with it): the hint of
+        # the corrupt-golden error sends the user here.
+        existing, _ = store.load_replaceable(entry.name)
     if existing is not None and update_reason is None:
         for name, shape in spec.shapes.items():
             got = existing.inputs.get(name)

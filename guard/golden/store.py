@@ -30,9 +30,17 @@ from typing import Any
 import numpy as np
 
 from guard.errors import UsageError
-from guard.fsutil import atomic_write_bytes
+from guard.fsutil import USER_OS_ERRNOS, atomic_write_bytes, describe_os_error, read_bounded_text
 
 SCHEMA_VERSION = 1
+_RESTORE = ("Restore it from git, or re-create it: guard golden update <suite> --model <name> "
+            "--reason '...'.")
+
+
+class GoldenCorruptError(UsageError):
+    """A golden on disk is unreadable, incomplete or edited; ``golden update`` replaces it."""
+
+
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
@@ -110,22 +118,42 @@ class GoldenStore:
         if not meta_path.is_file():
             return None
         try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"golden is unreadable: {exc}", where=str(meta_path),
-                             hint="Restore it from git or run 'guard golden update'.") from None
-        if meta.get("schema_version") != SCHEMA_VERSION:
-            raise UsageError(f"golden schema_version {meta.get('schema_version')!r} is not "
-                             f"{SCHEMA_VERSION}", where=str(meta_path))
+            meta = json.loads(read_bounded_text(meta_path))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            reason = getattr(exc, "reason", None) or str(exc).splitlines()[0][:200]
+            raise GoldenCorruptError(f"golden is unreadable: {reason}", where=str(meta_path),
+                                     hint=_RESTORE) from None
+        if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
+            version = meta.get("schema_version") if isinstance(meta, dict) else None
+            raise GoldenCorruptError(f"golden schema_version {str(version)[:20]!r} is not "
+                                     f"{SCHEMA_VERSION}", where=str(meta_path), hint=_RESTORE)
+        try:
+            return self._arrays(model, d, meta)
+        except GoldenCorruptError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise GoldenCorruptError(f"golden.json is incomplete or edited ({type(exc).__name__}"
+                                     f": {str(exc)[:100]})", where=str(meta_path),
+                                     hint=_RESTORE) from None
+
+    def load_replaceable(self, model: str) -> tuple[Golden | None, str | None]:
+        """(golden, None), or (None, why) when the one on disk is corrupt: for an update."""
+        try:
+            return self.load(model), None
+        except GoldenCorruptError as exc:
+            return None, str(exc)
+
+    def _arrays(self, model: str, d: Path, meta: dict[str, Any]) -> Golden:
         arrays = {}
         for part in ("inputs", "outputs"):
             p = d / f"{part}.npz"
             try:
                 with np.load(p, allow_pickle=False) as z:
                     arrs = [z[f"a{i}"] for i in range(len(meta[part]))]
-            except (OSError, KeyError, ValueError) as exc:
-                raise UsageError(f"golden {part} are missing or corrupt: {exc}", where=str(p),
-                                 hint="Restore it from git or run 'guard golden update'.") from None
+            except Exception as exc:  # noqa: BLE001 - zip, zlib, npy header: all corruption
+                why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+                raise GoldenCorruptError(f"golden {part} are missing or corrupt: {why}",
+                                         where=str(p), hint=_RESTORE) from None
             named = {}
             # golden.json is written with sorted keys; the arrays are in graph order, which
             # "order" records (goldens written before it existed had one input/output).
@@ -133,9 +161,9 @@ class GoldenStore:
             for name, a in zip(names, arrs, strict=True):
                 info = meta[part][name]
                 if array_sha256(a) != info["sha256"]:
-                    raise UsageError(f"golden {part[:-1]} {name!r} does not match its recorded "
-                                     "sha256 (edited or corrupt)", where=str(p),
-                                     hint="Restore it from git or run 'guard golden update'.")
+                    raise GoldenCorruptError(f"golden {part[:-1]} {name!r} does not match its "
+                                             "recorded sha256 (edited or corrupt)",
+                                             where=str(p), hint=_RESTORE)
                 named[name] = a
             arrays[part] = named
         return Golden(model=model, inputs=arrays["inputs"], outputs=arrays["outputs"], meta=meta)
@@ -144,6 +172,19 @@ class GoldenStore:
              *, producer: dict[str, Any], model_sha256: str, reason: str | None,
              previous: Golden | None = None) -> Golden:
         d = self._dir(model)
+        try:
+            return self._save(d, model, inputs, outputs, producer=producer,
+                              model_sha256=model_sha256, reason=reason, previous=previous)
+        except OSError as exc:
+            if exc.errno not in USER_OS_ERRNOS:
+                raise
+            raise UsageError(f"cannot write the golden: {describe_os_error(exc)}", where=str(d),
+                             hint="Make the golden directory writable (or pass --golden-dir "
+                                  "DIR).") from None
+
+    def _save(self, d: Path, model: str, inputs: dict[str, np.ndarray],
+              outputs: dict[str, np.ndarray], *, producer: dict[str, Any], model_sha256: str,
+              reason: str | None, previous: Golden | None) -> Golden:
         d.mkdir(parents=True, exist_ok=True)
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         new = Golden(model=model, inputs=inputs, outputs=outputs)
