@@ -140,9 +140,15 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     from guard.track import resolve_uri
 
     uri = resolve_uri(args.tracking_uri, Path.cwd())
-    counts = write_dashboard(args.suite, uri, Path(args.out))
-    print(f"wrote {args.out}: {counts['series']} series from {counts['results']} result "
-          f"run(s) and {counts['invocations']} invocation(s) of guard/{args.suite}")
+    out = Path(args.out) if args.out else Path("dashboards") / f"{Path(args.suite).stem}.html"
+    if not args.out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    counts = write_dashboard(args.suite, uri, out)
+    what = {"empty": "no runs logged yet", "deleted": "the experiment was deleted"}
+    detail = what.get(counts["state"]) or (
+        f"{counts['series']} series, {counts['results']} result run(s), "
+        f"{counts['invocations']} invocation(s), {counts['regressions']} change point(s)")
+    print(f"wrote {out}: guard/{counts['suite']}: {detail}")
     return EXIT_OK
 
 
@@ -242,11 +248,20 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--model", action="append", metavar="NAME", help="only this model")
     tu.set_defaults(func=_cmd_tune)
 
-    db = sub.add_parser("dashboard", help="an HTML dashboard of a suite's MLflow history")
-    db.add_argument("suite", help="suite name (the MLflow experiment is guard/<suite>)")
-    db.add_argument("--out", default="dashboards/guard.html", metavar="PATH",
-                    help="where to write the page (default: dashboards/guard.html)")
-    db.add_argument("--tracking-uri", metavar="URI")
+    db = sub.add_parser(
+        "dashboard", help="an interactive HTML dashboard of a suite's MLflow history",
+        description="Writes one self-contained HTML page (no network needed to view it): per "
+        "(model, backend, target, arch) the p50 trend with its p10-p90 band, the suite's bound, "
+        "change points (as guard history finds them), manifest changes, arena, partitions and "
+        "max error; a regressions list; filters; links to the MLflow runs. "
+        "Example: guard dashboard smoke --out dashboards/smoke.html",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    db.add_argument("suite", help="suite name (experiment guard/<suite>) or suite file (its "
+                    "bounds are drawn); an unknown one is exit 2")
+    db.add_argument("--out", metavar="PATH",
+                    help="where to write the page (default: dashboards/<suite>.html)")
+    db.add_argument("--tracking-uri", metavar="URI",
+                    help="MLflow URI (default: $MLFLOW_TRACKING_URI, else .guard/mlflow.db)")
     db.set_defaults(func=_cmd_dashboard)
 
     z = sub.add_parser("zoo", help="the built-in models")
