@@ -33,6 +33,7 @@ from guard.golden.produce import ensure_golden, golden_store
 from guard.suite import ModelEntry, Suite, load_suite
 
 RESULTS_SCHEMA_VERSION = 1
+_wall = time.perf_counter  # case durations (not measurements: those use RunOptions.clock)
 
 
 @dataclass
@@ -50,6 +51,9 @@ class RunOptions:
     models: tuple[str, ...] = ()  # run only these models (all when empty)
     backends: tuple[str, ...] = ()  # run only these backends (all when empty)
     baseline: dict[str, Any] | None = None  # a results document to judge regress_pct against
+    shard: str | None = None  # "K/N": run only this shard's cases (guard.shard)
+    shard_times: Path | None = None  # results file whose duration_s balance the shards
+    invocation_id: str | None = None  # one logical invocation over all shards (else env)
 
 
 def git_info(cwd: Path) -> dict[str, Any]:
@@ -108,6 +112,18 @@ def _say(message: str, console: Any = None) -> None:
         print(message, file=sys.stderr)
 
 
+def _index(uri: str, doc: dict[str, Any], receipt: dict[str, Any], console: Any) -> None:
+    """Baseline index tags and the shard's link to its invocation (guard.track.index).
+
+    The results are already logged: a failure here is a warning, not lost results."""
+    from guard.track.index import annotate
+
+    try:
+        annotate(uri, doc, receipt)
+    except GuardError as exc:
+        _say(f"warning: results logged, but not indexed: {exc}", console)
+
+
 def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[str, Any], int]:
     """Run a whole suite; returns the results document and the exit code.
 
@@ -117,6 +133,10 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     from guard import report, track  # track imports mlflow: only when a run reports
 
     opts = opts or RunOptions()
+    if opts.shard is not None:
+        from guard.shard import parse_shard
+
+        parse_shard(opts.shard)  # a bad K/N is refused before anything runs
     suite = load_suite(suite_path)
     work = _selected(suite, opts)
     for p in (opts.json_path, opts.junit_path, opts.markdown_path, opts.html_path):
@@ -133,6 +153,19 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
             _say(f"warning: {exc} (measuring anyway; results will be kept "
                                 "locally)", opts.console)
 
+    shard_block: dict[str, Any] | None = None
+    if opts.shard is not None:
+        from guard.shard import shard_work
+
+        work, shard_block, problem = shard_work(
+            suite, work, opts.shard, times_path=opts.shard_times,
+            uri=uri if tracking_problem is None else None, invocation_id=opts.invocation_id,
+            git=git_info(suite.directory))
+        if problem is not None:
+            tracking_problem = problem
+            _say(f"warning: {problem} (measuring anyway; results will be kept locally)",
+                 opts.console)
+
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     store = golden_store(suite, opts.golden_root)
     results: list[dict[str, Any]] = []
@@ -140,6 +173,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     with report.progress(total, opts.console) as bar:
         for entry, backends in work:
             set_threads(entry.threads)
+            t0 = _wall()
             try:
                 spec, path = prepare_model(entry)
                 golden, gstatus = ensure_golden(store, entry, spec, path)
@@ -148,13 +182,18 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
                     results.append(error_result(entry, b, exc))
                     bar.advance()
                 continue
+            # Wall seconds per case (preparation shared by the model's backends): what
+            # guard.shard balances the next sharded run by.
+            prep_s = (_wall() - t0) / len(backends)
             for b in backends:
                 bar.step(f"{entry.name} [{b}]")
+                t1 = _wall()
                 try:
                     results.append(run_case(entry, spec, golden, gstatus, b, workdir=opts.workdir,
                                             clock=opts.clock, baseline=opts.baseline))
                 except Exception as exc:  # noqa: BLE001
                     results.append(error_result(entry, b, exc))
+                results[-1].setdefault("duration_s", round(prep_s + _wall() - t1, 3))
                 bar.advance()
 
     doc: dict[str, Any] = {
@@ -167,6 +206,8 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         "git": git_info(suite.directory),
         "results": results,
     }
+    if shard_block is not None:
+        doc["shard"] = shard_block
     code = exit_code_for(results)
     for r in results:
         if r["verdict"] == "error":
@@ -178,6 +219,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
                 receipt = track.log_results(doc, uri)
                 doc["tracking"] = {"uri": uri, **{k: v for k, v in receipt.items()
                                                   if k != "uri"}}
+                _index(uri, doc, receipt, opts.console)
             except Exception as exc:  # noqa: BLE001 - never lose results to a tracking fault
                 tracking_problem = str(exc)
         if tracking_problem is not None:

@@ -176,8 +176,7 @@ def log_results(
     found there is uploaded as is, otherwise the record's own manifest is.
     """
     doc = _validate(doc, "results")
-    if is_http(uri):
-        check_reachable(uri)
+    check_reachable(uri)  # a server or database that does not answer fails fast
     with _http_limits(), _translated(uri, f"logging suite {doc['suite']!r}"):
         return _log(doc, uri, artefact_dirs or {})
 
@@ -312,8 +311,7 @@ def push(results_path: Path, uri: str) -> dict[str, Any]:
     Returns log_results' dict plus ``"already_tracked": bool``.
     """
     doc = load_results(results_path)
-    if is_http(uri):
-        check_reachable(uri)
+    check_reachable(uri)  # a server or database that does not answer fails fast
     digest = results_sha256(doc)
     with _http_limits(), _translated(uri, f"looking up {results_path}"):
         existing = _find_parent(uri, doc["suite"], digest)

@@ -105,6 +105,9 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
                 f"tracking store {uri}: directory {db.resolve().parent} does not exist",
                 hint="create it, or pass another --tracking-uri.",
             )
+        from guard.track.dburi import check_database
+
+        check_database(uri, timeout_s)  # postgresql:// etc.: a database that does not answer
         return
     url = uri.rstrip("/") + "/health"
     try:

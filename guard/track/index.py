@@ -1,0 +1,181 @@
+"""guard's own index over MLflow history: one tag that names what a baseline is.
+
+Every result run carries ``guard.baseline_key``: a hash of (branch, model, backend,
+canonical target, host class). "The newest compatible run of this case on main" is then
+one tag-equality search with ``max_results=1``, newest first, whatever the history's size,
+instead of a search per case that returns hundreds of runs (every param, metric and tag
+of each) and reads their artifacts one by one until one is compatible: that scan took 19 s
+at 10k runs (benchmarks/README.md). Runs logged before the tag existed are still found: a
+case the index does not answer falls back to the scan.
+
+The tag (and, for shards, the links to the shared invocation) is written right after a
+results document is logged, by :func:`annotate`, through the one batch primitive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from guard.track.batch import _log_batch
+from guard.track.log import _client, _http_limits, _translated, experiment_name
+
+BASELINE_KEY_TAG = "guard.baseline_key"
+INDEX_VERSION = "1"  # part of the hashed key: a changed key recipe never matches old runs
+_HOST_FIELDS = ("arch", "cpu", "threads")  # guard.compare.compare.HOST_FIELDS
+
+
+def canonical_target(result: Mapping[str, Any]) -> str:
+    manifest = result.get("manifest") if isinstance(result.get("manifest"), Mapping) else {}
+    tgt = manifest.get("target") if isinstance(manifest.get("target"), Mapping) else {}
+    return str(tgt.get("canonical") or result.get("target"))
+
+
+def baseline_key(result: Mapping[str, Any], branch: str | None) -> str | None:
+    """The index key of a result on a branch; None when the branch is unknown."""
+    if not branch:
+        return None
+    manifest = result.get("manifest") if isinstance(result.get("manifest"), Mapping) else {}
+    host = manifest.get("host") if isinstance(manifest.get("host"), Mapping) else {}
+    parts = [INDEX_VERSION, str(branch), str(result.get("model")), str(result.get("backend")),
+             canonical_target(result), *(str(host.get(f)) for f in _HOST_FIELDS)]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:40]
+
+
+def result_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, str]:
+    """The index tags of one result run."""
+    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    tags: dict[str, str] = {}
+    key = baseline_key(result, git.get("branch"))
+    if key:
+        tags[BASELINE_KEY_TAG] = key
+    shard = doc.get("shard") if isinstance(doc.get("shard"), Mapping) else None
+    if shard and shard.get("invocation_id"):
+        tags["guard.invocation_id"] = str(shard["invocation_id"])
+    return tags
+
+
+def annotate(uri: str, doc: Mapping[str, Any], receipt: Mapping[str, Any]) -> None:
+    """Write the index tags on the runs ``log_results`` just created, and link a shard's
+    run to its invocation (guard.track.invocation)."""
+    from guard.track import invocation
+
+    child_ids = list(receipt.get("child_run_ids") or ())
+    results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
+    with _http_limits(), _translated(uri, "indexing the logged runs"):
+        client = _client(uri)
+        for run_id, result in zip(child_ids, results, strict=False):
+            tags = result_tags(result, doc)
+            if tags:
+                _log_batch(client, run_id, tags=tags)
+        parent_id = receipt.get("parent_run_id")
+        if parent_id and isinstance(doc.get("shard"), Mapping):
+            invocation.link_shard(client, str(receipt["experiment_id"]), str(parent_id), doc)
+
+
+def _experiment(client: Any, suite: str) -> Any:
+    return client.get_experiment_by_name(experiment_name(suite))
+
+
+def latest_result_run(client: Any, experiment_id: str, key: str) -> Any:
+    """The newest FINISHED result run with this baseline key, or None."""
+    runs = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{BASELINE_KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
+    return runs[0] if runs else None
+
+
+def baseline_on_branch(
+    uri: str,
+    suite: str,
+    branch: str,
+    wanted: Sequence[Mapping[str, Any]],
+    *,
+    fallback: Callable[..., dict[str, Any]] | None = None,
+    loader: Callable[[str], Any] | None = None,
+) -> dict[str, Any]:
+    """A baseline document: per head result, the newest compatible run on ``branch``.
+
+    Cases the index answers cost one search and one artifact read each; the rest go to
+    ``fallback`` (guard.compare.baseline.latest_on_branch, the scan) in one call, whose
+    errors (no runs at all, only incompatible ones) stand.
+    """
+    from guard.errors import UsageError
+
+    if loader is None:
+        from guard.track.query import load_artifact_dict
+
+        def loader(artifact_uri: str) -> Any:
+            return load_artifact_dict(uri, artifact_uri, "result.json")
+
+    found: list[dict[str, Any]] = []
+    missing: list[Mapping[str, Any]] = []
+    with _http_limits(), _translated(uri, f"looking up baselines of suite {suite!r}"):
+        client = _client(uri)
+        experiment = _experiment(client, suite)
+        for head_r in wanted:
+            key = baseline_key(head_r, branch)
+            run = latest_result_run(client, experiment.experiment_id, key) \
+                if experiment is not None and key else None
+            cand = loader(run.info.artifact_uri) if run is not None else None
+            if isinstance(cand, Mapping) and cand.get("model") == head_r.get("model"):
+                found.append(dict(cand))
+            else:
+                missing.append(head_r)
+    if missing and fallback is not None:
+        try:
+            found.extend(fallback(uri, suite, branch, list(missing))["results"])
+        except UsageError:
+            if not found:
+                raise
+    if not found:
+        raise UsageError(
+            f"no baseline runs of suite {suite!r} on branch {branch!r} in {uri}",
+            hint="Run `guard run` on that branch with tracking on, or pass a results file.",
+        )
+    return {"schema_version": 1, "suite": suite, "git": {"branch": branch}, "results": found}
+
+
+def case_times(uri: str, suite: str, cases: Sequence[tuple[str, str, str]], *,
+               before_ms: int | None = None, exclude_invocation: str | None = None,
+               per_case: int = 4) -> dict[tuple[str, str, str], float]:
+    """Seconds per case (``duration_s``) from the newest result runs of the suite.
+
+    Only runs that started before ``before_ms`` and are not of ``exclude_invocation`` count,
+    so every shard of one invocation reads the same history. One search, newest first,
+    bounded to a few runs per case; a store that cannot answer gives no times (the shards
+    balance by count) rather than failing the run.
+    """
+    from guard.errors import GuardError
+
+    wanted = set(cases)
+    out: dict[tuple[str, str, str], float] = {}
+    where = "tags.`guard.level` = 'result' and attributes.status = 'FINISHED'"
+    if before_ms is not None:
+        where += f" and attributes.start_time < {int(before_ms)}"
+    try:
+        with _http_limits(), _translated(uri, f"reading case times of suite {suite!r}"):
+            client = _client(uri)
+            experiment = _experiment(client, suite)
+            if experiment is None:
+                return out
+            runs = client.search_runs(
+                [experiment.experiment_id],
+                filter_string=where,
+                max_results=max(1, per_case * len(wanted)),
+                order_by=["attributes.start_time DESC"],
+            )
+    except GuardError:
+        return out
+    for run in runs:
+        tags, metrics = run.data.tags, run.data.metrics
+        if exclude_invocation and tags.get("guard.invocation_id") == exclude_invocation:
+            continue
+        case = (tags.get("guard.model"), tags.get("guard.backend"), tags.get("guard.target"))
+        if case in wanted and case not in out and "duration_s" in metrics:
+            out[case] = float(metrics["duration_s"])  # type: ignore[index]
+    return out

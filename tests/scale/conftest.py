@@ -1,0 +1,8 @@
+"""Scale tests: shards, merge, the PostgreSQL-backed server stack."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
