@@ -52,6 +52,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         models=tuple(args.model or ()),
         backends=tuple(args.backend or ()),
         baseline=baseline,
+        shard=getattr(args, "shard", None),
+        shard_times=Path(args.shard_times) if getattr(args, "shard_times", None) else None,
+        invocation_id=getattr(args, "invocation_id", None),
     )
     _, code = run_suite(suite, opts)
     return code
@@ -284,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
         cli_compare = None  # type: ignore[assignment]
     if cli_compare is not None:
         cli_compare.register(sub)
+    from guard import cli_scale
+
+    cli_scale.register(sub)
     from guard import cli_doctor
 
     cli_doctor.register(sub)
