@@ -97,8 +97,33 @@ def _p50_ratio(base: Side | None, head: Side) -> float | None:
     return h / b if b and h else None
 
 
+FASTER = 0.95  # head/base p50 below which the head is clearly not slower
+
+
+def _not_slower(findings: list[Finding], base: Side | None, head: Side) -> None:
+    """On a head that got faster, a difference is not the cause of a slowdown.
+
+    Steps 3-10 explain a slowdown; when the head's p50 is clearly lower, their "cause
+    found" becomes "suspect" (still a difference to look at), unless a check of the head
+    that the step explains failed (a partitions check stays a cause at any speed).
+    """
+    ratio = _p50_ratio(base, head)
+    if ratio is None or ratio >= FASTER:
+        return
+    failed = {c.get("name") for c in head.result.get("checks") or [] if c.get("status") == "fail"}
+    for f in findings:
+        if (
+            f.step in range(3, 11)
+            and f.status == CAUSE
+            and not (f.step in (2, 3) and "partitions" in failed)
+        ):
+            f.status = SUSPECT
+            f.summary = f"head is faster ({ratio:.2f}x): a difference, not a slowdown: {f.summary}"
+
+
 def diagnose_pair(base: Side | None, head: Side, ctx: Context) -> list[Finding]:
     findings = [fn(base, head, ctx) for _, fn in STEPS]
+    _not_slower(findings, base, head)
     findings.append(steps_host.step11_reduce(base, head, ctx, findings))
     return findings
 

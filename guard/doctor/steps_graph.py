@@ -166,7 +166,9 @@ def step5_layout(base: Side | None, head: Side, ctx: Any) -> Finding:
     elif base is None and hc:
         f.summary = f"{hc} layout conversion(s), where the layout pass judged they pay"
     else:
-        f.summary = f"{hc} layout conversion(s)" + (", unchanged" if base else "")
+        f.summary = f"{hc} layout conversion(s)" + (
+            "" if base is None else ", unchanged" if hc == bc else f" (base {bc}: fewer on head)"
+        )
     return f
 
 

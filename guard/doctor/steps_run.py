@@ -8,6 +8,7 @@ from guard.doctor.facts import Side, splits
 from guard.doctor.finding import CAUSE, OK, SUSPECT, Finding, unknown
 
 CONTENDED = 0.20  # other processes' share of the spare CPU above which timings move 2x
+NOISY_PCT = 10.0  # between-round spread above which a few-percent change is not visible
 HOST_FIELDS = ("arch", "cpu", "cores")
 
 
@@ -73,6 +74,9 @@ def step1_measurement(base: Side | None, head: Side, ctx: Any) -> Finding:
         if b is not None or h is not None:
             f.add(name, b, h)
     for s in _sides(base, head):
+        noise = s.get("noise_pct")
+        if noise is not None and noise > NOISY_PCT:
+            suspects.append(f"{s.label}: rounds disagree by {noise:.0f}% (noise_pct)")
         n, need = s.get("latency_ms.n"), s.get("measurement.config.min_iters")
         if n is None:
             f.missing.append(f"{s.label} latency_ms.n")
