@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 
 from guard import __version__
-from guard.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, GuardError, UsageError
+from guard.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CHECK_FAILED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    GuardError,
+    UsageError,
+)
 
 DEFAULT_SUITE = "default.yaml"
 
@@ -81,6 +88,11 @@ def _cmd_golden_update(args: argparse.Namespace) -> int:
         old, _ = store.load_replaceable(entry.name)
         spec, path = prepare_model(entry)
         golden, status = ensure_golden(store, entry, spec, path, update_reason=args.reason)
+        if old is not None and golden.sha256 == old.sha256 and \
+                golden.meta.get("updated") == old.meta.get("updated"):
+            print(f"{entry.name}: golden unchanged {old.sha256[:12]} (same model, inputs and "
+                  "outputs: nothing written)")
+            continue
         old_sha = old.sha256[:12] if old else "none"
         print(f"{entry.name}: golden {status} {old_sha} -> {golden.sha256[:12]} "
               f"({args.reason})")
@@ -91,13 +103,16 @@ def _cmd_manifest_diff(args: argparse.Namespace) -> int:
     from guard.manifest import load_manifest
     from guard.manifest.diff import diff_manifests, format_diff
 
+    from guard.manifest.pins import is_pinned
+
     a, b = load_manifest(Path(args.a)), load_manifest(Path(args.b))
     d = diff_manifests(a, b)
     if args.json:
         print(json.dumps(d, indent=2, sort_keys=True, default=str))
     else:
         print(format_diff(d))
-    return EXIT_OK
+    # diff(1)'s convention: 1 when they differ where it matters (a pin: not comparable).
+    return EXIT_CHECK_FAILED if any(is_pinned(f) for f in d) else EXIT_OK
 
 
 def _cmd_track_push(args: argparse.Namespace) -> int:

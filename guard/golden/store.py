@@ -185,9 +185,12 @@ class GoldenStore:
     def _save(self, d: Path, model: str, inputs: dict[str, np.ndarray],
               outputs: dict[str, np.ndarray], *, producer: dict[str, Any], model_sha256: str,
               reason: str | None, previous: Golden | None) -> Golden:
+        new = Golden(model=model, inputs=inputs, outputs=outputs)
+        if previous is not None and _same_content(previous, new, model_sha256):
+            # An update that changes nothing writes nothing and adds no history entry.
+            return previous
         d.mkdir(parents=True, exist_ok=True)
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        new = Golden(model=model, inputs=inputs, outputs=outputs)
         history = list(previous.meta.get("history", [])) if previous else []
         history.append({
             "who": _who(), "when": now,
@@ -217,3 +220,16 @@ class GoldenStore:
         atomic_write_bytes(d / "golden.json",
                             (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
         return new
+
+
+def _same_content(previous: Golden, new: Golden, model_sha256: str) -> bool:
+    """Same model, same inputs and the same outputs, array for array (names, order, bytes)."""
+    if previous.meta.get("model_sha256") != model_sha256 or previous.sha256 != new.sha256:
+        return False
+    for part in ("inputs", "outputs"):
+        old, cur = getattr(previous, part), getattr(new, part)
+        if list(old) != list(cur):
+            return False
+        if any(array_sha256(old[k]) != array_sha256(cur[k]) for k in cur):
+            return False
+    return True

@@ -80,3 +80,28 @@ def test_a_field_only_one_side_has() -> None:
     d = diff_manifests(BASE, h)
     assert d == {"compiler.opt_level": [None, "O3"]}
     assert "compiler.opt_level: null → O3" in format_diff(d)
+
+
+def _write(path, manifest):
+    import json
+
+    from guard.manifest.pins import manifest_sha256
+
+    m = copy.deepcopy(manifest)
+    m["sha256"] = manifest_sha256(m)
+    path.write_text(json.dumps(m))
+    return str(path)
+
+
+def test_cli_exit_code_follows_diff_convention(tmp_path, capsys) -> None:
+    """1 when a pin differs (the artefacts are not comparable), 0 when none does."""
+    from guard.cli import main
+
+    a = _write(tmp_path / "a.json", BASE)
+    assert main(["manifest", "diff", a, _write(tmp_path / "b.json", head())]) == 1
+    assert "runtime.version: 1.31.1 → 1.32.0" in capsys.readouterr().out
+    assert main(["manifest", "diff", a, _write(tmp_path / "same.json", BASE)]) == 0
+    recorded_only = copy.deepcopy(BASE)
+    recorded_only["guard"]["commit"] = "def"
+    assert main(["manifest", "diff", a, _write(tmp_path / "r.json", recorded_only)]) == 0
+    assert main(["manifest", "diff", a, str(tmp_path / "missing.json")]) == 2
