@@ -56,6 +56,7 @@ class Runtime:
         weights_blob: np.ndarray,
         weights_layout: WeightsLayout,
         executors: Mapping[str, Executor] | None = None,
+        native: Any | None = None,
     ) -> None:
         self.view = view
         self.memory = memory
@@ -74,6 +75,21 @@ class Runtime:
             (view.nodes[i], self.executors[partition_backend[partition_of[i]]])
             for i in memory.order
         ]
+        self._weights_blob = weights_blob
+        self._native: NativeCalls | None = None
+        if native is not None:
+            self._native = NativeCalls(native, self.arena, weights_blob)
+            # A native partition is one call, made when its first node comes up.
+            first: dict[int, str] = {}
+            steps: list[tuple[Any, Any]] = []
+            for i in memory.order:
+                pid = partition_of[i]
+                if partition_backend[pid] != "native":
+                    steps.append((view.nodes[i], self.executors[partition_backend[pid]]))
+                elif pid not in first:
+                    first[pid] = view.nodes[i].name
+                    steps.append((None, self._native.partition_call(pid)))
+            self._steps = steps
 
     @classmethod
     def from_plan(
@@ -111,6 +127,36 @@ class Runtime:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Outputs by name, as fresh arrays."""
+        if self._native is not None and self._native.main is not None:
+            return self._native.run_main(self._checked_feeds(feeds), self.view, self.output_names)
+        return self._run_steps(feeds)
+
+    def _checked_feeds(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        out = []
+        for name in self.input_names:
+            if name not in feeds:
+                raise ModelError(
+                    f"no feed for input {name!r}", hint=f"Inputs: {', '.join(self.input_names)}."
+                )
+            info = self.view.tensors[name]
+            arr = np.asarray(feeds[name])
+            if tuple(arr.shape) != tuple(info.shape):
+                raise ModelError(
+                    f"feed {name!r} has shape {list(arr.shape)}, the artefact was built for "
+                    f"{list(info.shape)}",
+                    hint="Rebuild for this shape or feed the bound shape.",
+                )
+            if name in self._slot_views:
+                out.append(np.ascontiguousarray(arr, dtype=info.dtype))
+        return out
+
+    def profile(self, feeds: Mapping[str, np.ndarray], runs: int = 10) -> list[dict[str, Any]]:
+        """Cycles per generated kernel over ``runs`` inferences, by share of the total."""
+        if self._native is None:
+            return []
+        return self._native.profile(self._checked_feeds(feeds), self.view, self.output_names, runs)
+
+    def _run_steps(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name in self.input_names:
             if name not in feeds:
                 raise ModelError(
@@ -127,6 +173,9 @@ class Runtime:
             if name in self._slot_views:
                 self._slot_views[name][...] = arr.astype(info.dtype, copy=False)
         for node, execute in self._steps:
+            if node is None:  # a native partition: one call into the generated code
+                execute()
+                continue
             if node.name in self._elided:
                 continue
             # node.args: the IR's inputs (the view appends subgraph captures for liveness).
@@ -141,3 +190,87 @@ class Runtime:
                     )
                 dst[...] = arr  # numpy buffers overlapping copies (in-place slots)
         return {o: np.array(self._value(o), copy=True) for o in self.output_names}
+
+
+class NativeCalls:
+    """The generated entry points of one artefact, bound to this runtime's buffers.
+
+    Addresses are read once here (``ndarray.ctypes.data`` costs microseconds per access);
+    an inference with every partition native is one foreign call of ``guard_main``.
+    """
+
+    def __init__(self, native: Any, arena: np.ndarray, weights: np.ndarray) -> None:
+        import ctypes
+
+        self._ct = ctypes
+        self.native = native
+        self.plan = native.plan
+        self._keep = (arena, weights, native.packed)
+        vp = ctypes.c_void_p
+        self._bufs = (
+            vp(arena.__array_interface__["data"][0]),
+            vp(weights.__array_interface__["data"][0] if weights.size else 0),
+            vp(native.packed.__array_interface__["data"][0] if native.packed.size else 0),
+        )
+        self.main = None
+        n_in, n_out = len(self.plan.inputs), len(self.plan.outputs)
+        self._in = (vp * max(n_in, 1))()
+        self._out = (vp * max(n_out, 1))()
+        if self.plan.main:
+            proto = ctypes.CFUNCTYPE(None, vp, vp, vp, vp, vp)
+            self.main = proto(native.address(self.plan.main))
+            self._main_prof = ctypes.CFUNCTYPE(None, vp, vp, vp, vp, vp, vp)(
+                native.address(self.plan.main + "_prof")
+            )
+        self._parts = {
+            p.partition: ctypes.CFUNCTYPE(None, vp, vp, vp)(native.address(p.entry))
+            for p in self.plan.partitions
+        }
+        self._parts_prof = {
+            p.partition: ctypes.CFUNCTYPE(None, vp, vp, vp, vp)(native.address(p.entry + "_prof"))
+            for p in self.plan.partitions
+        }
+
+    def partition_call(self, pid: int) -> Any:
+        fn = self._parts.get(pid)
+        bufs = self._bufs
+        if fn is None:  # a native partition whose nodes were all elided
+            return lambda: None
+        return lambda: fn(*bufs)
+
+    def _bind(self, inputs: list[np.ndarray], view: GraphView, output_names: list[str]) -> dict[str, np.ndarray]:
+        for j, a in enumerate(inputs):
+            self._in[j] = a.__array_interface__["data"][0]
+        outs = {}
+        for j, (name, o) in enumerate(zip(output_names, self.plan.outputs, strict=True)):
+            arr = np.empty(o.shape, np.dtype(o.dtype))
+            outs[name] = arr
+            self._out[j] = arr.__array_interface__["data"][0] if arr.size else None
+        return outs
+
+    def run_main(self, inputs: list[np.ndarray], view: GraphView, output_names: list[str]) -> dict[str, np.ndarray]:
+        outs = self._bind(inputs, view, output_names)
+        self.main(*self._bufs, self._in, self._out)
+        return outs
+
+    def profile(self, inputs: list[np.ndarray], view: GraphView, output_names: list[str], runs: int) -> list[dict[str, Any]]:
+        steps = self.plan.steps()
+        cycles = np.zeros(max(len(steps), 1), np.uint64)
+        ptr = self._ct.c_void_p(cycles.__array_interface__["data"][0])
+        for _ in range(runs):
+            if self.main is not None:
+                self._bind(inputs, view, output_names)
+                self._main_prof(*self._bufs, self._in, self._out, ptr)
+            else:
+                for p in self.plan.partitions:
+                    self._parts_prof[p.partition](*self._bufs, ptr)
+        total = float(cycles.sum()) or 1.0
+        rows: dict[str, dict[str, Any]] = {}
+        for s, c in zip(steps, cycles, strict=False):
+            r = rows.setdefault(s.kernel, {"kernel": s.kernel, "op": s.op, "nodes": [], "cycles": 0})
+            r["nodes"].append(s.node)
+            r["cycles"] += int(c)
+        out = sorted(rows.values(), key=lambda r: -r["cycles"])
+        for r in out:
+            r["share"] = round(r["cycles"] / total, 6)
+        return out

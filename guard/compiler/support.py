@@ -128,6 +128,21 @@ class NoControlFlow(Support):
 
 
 @dataclass(frozen=True)
+class HasEmitter(Support):
+    """The code generator has an emitter that takes this node (guard.compiler.codegen)."""
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        if any(v and not g.tensors[v].static for v in (*node.inputs, *node.outputs)):
+            return None  # StaticShapes declines it, with the tensor named
+        from guard.compiler.codegen.emitters import decline
+
+        try:
+            return decline(node, g)
+        except (KeyError, ValueError, TypeError, IndexError) as exc:  # an attribute it cannot read
+            return f"no emitter for {node.op} with these attributes ({type(exc).__name__}: {exc})"
+
+
+@dataclass(frozen=True)
 class Backend:
     """A partition target: a name, a support predicate and its boundary costs."""
 
@@ -143,8 +158,8 @@ class Backend:
 CPU = Backend("cpu", Anything(), fallback=True, description="reference interpreter; runs anything")
 NATIVE = Backend(
     "native",
-    NoControlFlow() & StaticShapes(),
-    description="generated code; every IR op with static shapes, no control flow",
+    AllOf((NoControlFlow(), StaticShapes(), HasEmitter())),
+    description="generated code (guard/compiler/codegen): ops with an emitter, static shapes",
 )
 
 
@@ -154,7 +169,7 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 PROFILE_SCHEMA_VERSION = 1
 _PROFILE_KEYS = {
     "schema_version", "name", "description", "ops", "exclude_ops", "dtypes", "attributes",
-    "dynamic_shapes", "control_flow", "min_partition_size", "boundary",
+    "dynamic_shapes", "control_flow", "min_partition_size", "boundary", "codegen",
 }  # fmt: skip
 _RULE_KINDS = {"in", "not_in", "all_in", "max", "min"}
 
@@ -241,6 +256,11 @@ def profile_from_dict(data: Any, where: str = "<profile>") -> Backend:
         parts.append(StaticShapes())
     if not data.get("control_flow", False):
         parts.append(NoControlFlow())
+    codegen = data.get("codegen", False)
+    if not isinstance(codegen, bool):
+        raise bad("codegen", "true (the partition runs generated code: ops need an emitter) or false")
+    if codegen:
+        parts.append(HasEmitter())
     mps = data.get("min_partition_size", 1)
     if not isinstance(mps, int) or mps < 1:
         raise bad("min_partition_size", "a positive integer")

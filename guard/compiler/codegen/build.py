@@ -1,0 +1,76 @@
+"""Plan, then emit: a CompiledPlan in, machine code for its native partitions out.
+
+:func:`generate` builds the kernel plan from the frozen plans only (guard.compiler.plan),
+packs the constants the kernels want re-laid, emits one LLVM module, optimises it at O3
+with the new pass builder and lowers it to an object for the canonical target. The
+result is what the artefact stores: the object, the optimised IR text, the kernel plan
+and the packed constants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from guard.compiler.codegen.emitters import emitter_for
+from guard.compiler.codegen.kernel_plan import KernelPlan, build_kernel_plan
+from guard.compiler.codegen.module import Generated, build_module, compile_module
+from guard.compiler.codegen.target import CodegenTarget
+from guard.compiler.weights import WeightsLayout
+
+
+@dataclass(frozen=True)
+class NativeCode:
+    plan: KernelPlan
+    packed: np.ndarray  # uint8 blob of packed constants
+    generated: Generated
+    target: CodegenTarget
+
+
+def generate(compiled: Any, weights_layout: WeightsLayout, target: CodegenTarget) -> NativeCode:
+    """Machine code for every native partition of ``compiled`` (a CompiledPlan)."""
+    view = compiled.view
+    constants = {k: c.data for k, c in compiled.graph.constants.items()}
+    offsets = {e.name: e.offset for e in weights_layout.entries}
+    width = target.vector_width
+
+    def pack(op: str, attrs: Any, index: int, value: np.ndarray, shapes: Any) -> np.ndarray | None:
+        return emitter_for(op).pack(op, attrs, index, value, shapes, width)
+
+    backends = tuple(p.backend for p in compiled.partitions.partitions)
+    kplan, packed = build_kernel_plan(
+        view, compiled.memory, compiled.partitions.group_of, backends, offsets, constants, pack
+    )
+    module = build_module(kplan, target, emitter_for)
+    return NativeCode(kplan, packed, compile_module(module, target), target)
+
+
+class NativeProgram:
+    """A kernel plan with its object mapped into this process: what the runtime calls."""
+
+    def __init__(self, plan: KernelPlan, packed: np.ndarray, object_code: bytes, target: CodegenTarget) -> None:
+        from guard.compiler.codegen.module import LoadedObject
+
+        self.plan = plan
+        self.packed = packed
+        self._obj = LoadedObject(object_code, target)
+
+    def address(self, name: str) -> int:
+        return self._obj.address(name)
+
+
+def jit(compiled: Any, target: CodegenTarget | None = None) -> tuple[Any, NativeCode]:
+    """A Runtime for ``compiled`` running generated code (tests, benchmarks, no artefact)."""
+    from guard.compiler.codegen.target import host_target
+    from guard.compiler.runtime import Runtime
+    from guard.compiler.weights import pack_weights
+
+    target = target or host_target()
+    blob, layout = pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
+    code = generate(compiled, layout, target)
+    program = NativeProgram(code.plan, code.packed, code.generated.object_code, target)
+    backends = tuple(p.backend for p in compiled.partitions.partitions)
+    rt = Runtime(compiled.view, compiled.memory, compiled.partitions.group_of, backends, blob, layout, native=program)
+    return rt, code

@@ -1,0 +1,288 @@
+"""Elementwise ops and FusedElementwise chains: one loop nest, the whole chain in registers.
+
+The output's dims are merged where every operand's strides allow (so a broadcast over a
+contiguous block becomes one long loop); the innermost loop runs in vectors of the
+target's width with a masked tail (no scalar tail loop). An operand with stride 1 on the
+innermost dim is a vector load, stride 0 a splat, anything else a gather of scalars.
+
+``OPS`` maps each op to its code (tinygrad's ``code_for_op`` style): a missing entry is a
+decline ("no emitter for Mod"). The same table evaluates the epilogue programs of
+FusedConv/FusedGemm/FusedMatMul on their accumulator tiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import llvmlite.ir as ir
+
+from guard.compiler.codegen import mathfn as m
+from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
+from guard.compiler.codegen.irutil import (
+    I32,
+    add,
+    const,
+    i64,
+    load,
+    load_lanes,
+    loop,
+    mul,
+    splat,
+    store_lanes,
+    vec,
+)
+from guard.compiler.schedule import GraphView, OpNode
+
+Attrs = Mapping[str, Any]
+B = ir.IRBuilder
+V = ir.Value
+
+
+def _gelu(b: B, x: V, a: Attrs) -> V:
+    t = x.type
+    if a.get("approximate", "none") == "tanh":
+        inner = b.fmul(
+            const(t, 0.7978845608028654),
+            b.fadd(x, b.fmul(const(t, 0.044715), b.fmul(x, b.fmul(x, x)))),
+        )
+        return b.fmul(b.fmul(const(t, 0.5), x), b.fadd(const(t, 1.0), m.tanh(b, inner)))
+    e = m.erf(b, b.fmul(x, const(t, 0.7071067811865476)))
+    return b.fmul(b.fmul(const(t, 0.5), x), b.fadd(const(t, 1.0), e))
+
+
+def _select_neg(b: B, x: V, neg: V) -> V:
+    return b.select(b.fcmp_ordered("<", x, const(x.type, 0.0)), neg, x)
+
+
+UNARY: dict[str, Callable[[B, V, Attrs], V]] = {
+    "Relu": lambda b, x, a: m.fmax(b, x, const(x.type, 0.0)),
+    "LeakyRelu": lambda b, x, a: _select_neg(b, x, b.fmul(x, const(x.type, a.get("alpha", 0.01)))),
+    "Sigmoid": lambda b, x, a: m.sigmoid(b, x),
+    "Tanh": lambda b, x, a: m.tanh(b, x),
+    "Exp": lambda b, x, a: m.exp(b, x),
+    "Log": lambda b, x, a: m.log(b, x),
+    "Neg": lambda b, x, a: b.fneg(x),
+    "Abs": lambda b, x, a: m.fabs(b, x),
+    "Sqrt": lambda b, x, a: m.intrinsic(b, "sqrt", x.type, [x]),
+    "Reciprocal": lambda b, x, a: b.fdiv(const(x.type, 1.0), x),
+    "Erf": lambda b, x, a: m.erf(b, x),
+    "Gelu": _gelu,
+    "Identity": lambda b, x, a: x,
+    "Floor": lambda b, x, a: m.intrinsic(b, "floor", x.type, [x]),
+    "Ceil": lambda b, x, a: m.intrinsic(b, "ceil", x.type, [x]),
+    "Clip": lambda b, x, a: m.fmin(
+        b,
+        m.fmax(b, x, const(x.type, a.get("min", -3.4028234663852886e38))),
+        const(x.type, a.get("max", 3.4028234663852886e38)),
+    ),  # fmt: skip
+    "HardSigmoid": lambda b, x, a: m.fmin(
+        b,
+        m.fmax(
+            b,
+            b.fadd(
+                b.fmul(x, const(x.type, a.get("alpha", 0.2))), const(x.type, a.get("beta", 0.5))
+            ),
+            const(x.type, 0.0),
+        ),
+        const(x.type, 1.0),
+    ),  # fmt: skip
+    "HardSwish": lambda b, x, a: b.fmul(
+        x,
+        m.fmin(
+            b,
+            m.fmax(
+                b, b.fadd(b.fmul(x, const(x.type, 1 / 6)), const(x.type, 0.5)), const(x.type, 0.0)
+            ),
+            const(x.type, 1.0),
+        ),
+    ),  # fmt: skip
+    "Elu": lambda b, x, a: _select_neg(
+        b, x, b.fmul(const(x.type, a.get("alpha", 1.0)), b.fsub(m.exp(b, x), const(x.type, 1.0)))
+    ),
+    "Selu": lambda b, x, a: b.fmul(
+        const(x.type, a.get("gamma", 1.0507009873554805)),
+        _select_neg(
+            b,
+            x,
+            b.fmul(
+                const(x.type, a.get("alpha", 1.6732632423543772)),
+                b.fsub(m.exp(b, x), const(x.type, 1.0)),
+            ),
+        ),
+    ),  # fmt: skip
+    "Softsign": lambda b, x, a: b.fdiv(x, b.fadd(const(x.type, 1.0), m.fabs(b, x))),
+    "Swish": lambda b, x, a: b.fmul(x, m.sigmoid(b, b.fmul(x, const(x.type, a.get("alpha", 1.0))))),
+}
+
+BINARY: dict[str, Callable[[B, V, V, Attrs], V]] = {
+    "Add": lambda b, x, y, a: b.fadd(x, y),
+    "Sub": lambda b, x, y, a: b.fsub(x, y),
+    "Mul": lambda b, x, y, a: b.fmul(x, y),
+    "Div": lambda b, x, y, a: b.fdiv(x, y),
+    "Max": lambda b, x, y, a: _nan_max(b, x, y),
+    "Min": lambda b, x, y, a: _nan_min(b, x, y),
+    "PRelu": lambda b, x, y, a: _select_neg(b, x, b.fmul(x, y)),
+}
+
+
+def _nan_max(b: B, x: V, y: V) -> V:
+    # np.maximum propagates NaN; llvm.maximum does too (maxnum would drop it).
+    return m.intrinsic(b, "maximum", x.type, [x, y])
+
+
+def _nan_min(b: B, x: V, y: V) -> V:
+    return m.intrinsic(b, "minimum", x.type, [x, y])
+
+
+def supported_op(op: str, attrs: Attrs, n_args: int) -> str | None:
+    if op in UNARY:
+        if op == "Clip" and n_args > 1:
+            return "no emitter for Clip with min/max inputs (only attributes)"
+        return None
+    if op in BINARY:
+        return None
+    return f"no emitter for {op}"
+
+
+def apply_op(b: B, op: str, args: Sequence[V], attrs: Attrs) -> V:
+    if op in UNARY:
+        return UNARY[op](b, args[0], attrs)
+    return BINARY[op](b, args[0], args[1], attrs)
+
+
+def program_decline(program: Sequence[Mapping[str, Any]]) -> str | None:
+    for st in program:
+        why = supported_op(st["op"], st.get("attrs", {}), len(st["args"]))
+        if why:
+            return why
+    return None
+
+
+def run_program(
+    b: B, program: Sequence[Mapping[str, Any]], acc: V | None, value_of: Callable[[int], V]
+) -> V:
+    """Evaluate a fused program; ``value_of(j)`` gives input j at the current position."""
+    steps: list[V] = []
+    cache: dict[int, V] = {}
+    for st in program:
+        args = []
+        for ref in st["args"]:
+            if ref == "acc":
+                assert acc is not None
+                args.append(acc)
+            elif isinstance(ref, str):
+                args.append(steps[int(ref[1:])])
+            else:
+                if ref not in cache:
+                    cache[ref] = value_of(int(ref))
+                args.append(cache[ref])
+        steps.append(apply_op(b, st["op"], args, st.get("attrs", {})))
+    return steps[-1]
+
+
+def merge_dims(
+    shape: Sequence[int], operand_strides: Sequence[Sequence[int]]
+) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dims where every operand's strides are contiguous across them."""
+    dims = [int(d) for d in shape] or [1]
+    sts = [list(s) or [0] for s in operand_strides]
+    out_d = [dims[-1]]
+    out_s = [[s[-1]] for s in sts]
+    for d in range(len(dims) - 2, -1, -1):
+        inner = out_d[0]
+        if all(s[d] == os[0] * inner for s, os in zip(sts, out_s, strict=True)):
+            out_d[0] = dims[d] * inner
+        else:
+            out_d.insert(0, dims[d])
+            for s, os in zip(sts, out_s, strict=True):
+                os.insert(0, s[d])
+    return out_d, out_s
+
+
+def emit_pointwise(
+    b: B,
+    out_shape: Sequence[int],
+    operands: Sequence[tuple[V, Sequence[int]]],  # (pointer, broadcast strides over out_shape)
+    out_ptr: V,
+    width: int,
+    compute: Callable[[list[V]], V],
+) -> None:
+    """out[i] = compute([operand_j[i] ...]) over out_shape, innermost loop vectorised."""
+    from guard.compiler.codegen.base import strides as row_strides
+
+    all_st = [list(s) for _, s in operands] + [row_strides(out_shape)]
+    dims, sts = merge_dims(out_shape, all_st)
+    inner = dims[-1]
+    w = width if inner > 1 else 1
+
+    def body(idx: list[V]) -> None:
+        base = [add(b, *[b.mul(i, i64(s[d])) for d, i in enumerate(idx) if s[d]]) for s in sts]
+
+        def do(j0: V | int, lanes: int) -> None:
+            vals = []
+            for (ptr, _), s, bo in zip(operands, sts[:-1], base[:-1], strict=True):
+                si = s[-1]
+                if si == 0:
+                    x = load(b, ptr, bo)
+                    vals.append(splat(b, x, w) if w > 1 else x)
+                elif si == 1:
+                    vals.append(load_lanes(b, ptr, add(b, bo, j0), w, lanes))
+                elif w == 1:
+                    vals.append(load(b, ptr, add(b, bo, mul(b, j0, si))))
+                else:
+                    v = ir.Constant(vec(w), ir.Undefined)
+                    for lane in range(lanes):
+                        off = mul(b, add(b, j0, lane), si)
+                        v = b.insert_element(
+                            v, load(b, ptr, add(b, bo, off)), ir.Constant(I32, lane)
+                        )
+                    vals.append(v)
+            store_lanes(b, compute(vals), out_ptr, add(b, base[-1], j0), lanes)
+
+        full = inner // w * w
+        if full:
+            with loop(b, 0, full, w, "j") as j:
+                do(j, w)
+        if inner - full:
+            do(full, inner - full)
+
+    def nest(d: int, idx: list[V]) -> None:
+        if d == len(dims) - 1:
+            body(idx)
+            return
+        with loop(b, 0, dims[d], 1, f"d{d}") as i:
+            nest(d + 1, [*idx, i])
+
+    nest(0, [])
+
+
+class Elementwise(Emitter):
+    ops = frozenset(UNARY) | frozenset(BINARY) | {"FusedElementwise"}
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        why = float32_only(node, g)
+        if why:
+            return why
+        if node.op == "FusedElementwise":
+            return program_decline(node.attrs["program"])
+        return supported_op(node.op, node.attrs, len([a for a in node.args if a]))
+
+    def emit(self, b: B, ins: list[V | None], outs: list[V], k: Kernel) -> None:
+        out = k.outputs[0]
+        operands = [
+            (p, bcast_strides(o.shape, out.shape)) for p, o in zip(ins, k.inputs, strict=True)
+            if p is not None and o is not None
+        ]  # fmt: skip
+        index_of = [j for j, p in enumerate(ins) if p is not None]
+        if k.op == "FusedElementwise":
+            prog = k.attrs["program"]
+
+            def compute(vals: list[V]) -> V:
+                return run_program(b, prog, None, lambda j: vals[index_of.index(j)])
+        else:
+
+            def compute(vals: list[V]) -> V:
+                return apply_op(b, k.op, vals, k.attrs)
+
+        emit_pointwise(b, out.shape, operands, outs[0], k.vector_width, compute)

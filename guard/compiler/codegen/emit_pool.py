@@ -1,0 +1,141 @@
+"""MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool in NCHW, NHWC or NCHW<b>c.
+
+Vector lanes run along channels where they are contiguous (NCHW<b>c, and NHWC with C a
+multiple of the width), else lanes are scalars. Each output element loops over its
+window with one bounds check per tap (pools move few bytes per FLOP; the checks are not
+the bottleneck). AveragePool divides by the number of taps inside the input, or inside
+the padded input with ``count_include_pad`` (ONNX's rule, ceil_mode windows included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import llvmlite.ir as ir
+
+from guard.compiler.codegen.base import Emitter, Kernel, float32_only
+from guard.compiler.codegen.emit_elementwise import _nan_max
+from guard.compiler.codegen.irutil import (
+    F32,
+    add,
+    const,
+    entry_alloca,
+    i64,
+    in_range,
+    load,
+    loop,
+    splat,
+    store,
+)
+from guard.compiler.layout import block_of
+from guard.compiler.schedule import GraphView, OpNode
+
+
+def logical(shape: Sequence[int], layout: str) -> tuple[int, int, int, int]:
+    if layout == "NCHW":
+        n, c, h, w = shape
+    elif layout == "NHWC":
+        n, h, w, c = shape
+    else:
+        n, cb, h, w, blk = shape
+        c = cb * blk
+    return n, c, h, w
+
+
+def layout_strides(layout: str, n: int, c: int, h: int, w: int) -> tuple[int, int, int, int, int, int]:
+    """(n, channel block, channel lane, h, w, block size) element strides."""
+    if layout == "NCHW":
+        return c * h * w, h * w, 0, w, 1, 1
+    if layout == "NHWC":
+        return h * w * c, 0, 1, w * c, c, c
+    blk = block_of(layout) or 1
+    return c * h * w, h * w * blk, 1, w * blk, blk, blk
+
+
+def chan_offset(b: ir.IRBuilder, c: ir.Value, scb: int, scl: int, blk: int) -> ir.Value:
+    if blk == 1:
+        return b.mul(c, i64(scb))
+    if scb == 0:
+        return b.mul(c, i64(scl))
+    return add(b, b.mul(b.udiv(c, i64(blk)), i64(scb)), b.mul(b.urem(c, i64(blk)), i64(scl)))
+
+
+class Pool(Emitter):
+    ops = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        why = float32_only(node, g)
+        if why:
+            return why
+        if len(node.outputs) > 1:
+            return f"no emitter for {node.op} with an Indices output"
+        lay = node.attrs.get("layout", "NCHW")
+        x = g.tensors[node.args[0]]
+        if len(x.shape) != (5 if block_of(lay) else 4):
+            return f"no emitter for {node.op} on {len(x.shape)}-D input (2-D pooling only)"
+        return None
+
+    def emit(self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel) -> None:
+        a = k.attrs
+        lay = a.get("layout", "NCHW")
+        xo, yo = k.inputs[0], k.outputs[0]
+        assert xo is not None
+        N, C, H, W = logical(xo.shape, lay)
+        _, _, OH, OW = logical(yo.shape, lay)
+        blk = block_of(lay) or 0
+        L = k.vector_width if (blk and blk % k.vector_width == 0) or (lay == "NHWC" and C % k.vector_width == 0) else 1
+        ty = ir.VectorType(F32, L) if L > 1 else F32
+        sx = layout_strides(lay, N, C, H, W)
+        sy = layout_strides(lay, N, C, OH, OW)
+        is_max = k.op in ("MaxPool", "GlobalMaxPool")
+        x, y = ins[0], outs[0]
+        if k.op.startswith("Global"):
+            with loop(b, 0, N, 1, "n") as n, loop(b, 0, C // L, 1, "cv") as cv:
+                c = b.mul(cv, i64(L))
+                xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
+                acc = entry_alloca(b, ty)
+                b.store(const(ty, float("-inf") if is_max else 0.0), acc)
+                with loop(b, 0, H, 1, "h") as h, loop(b, 0, W, 1, "w") as w:
+                    v = load(b, x, add(b, xb, b.mul(h, i64(sx[3])), b.mul(w, i64(sx[4]))), L)
+                    cur = b.load(acc, typ=ty)
+                    b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
+                r = b.load(acc, typ=ty)
+                if not is_max:
+                    r = b.fmul(r, const(ty, 1.0 / (H * W)))
+                yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]))
+                store(b, r, y, yb)
+            return
+        R, S = a["kernel_shape"]
+        sh, sw = a["strides"]
+        dh, dw = a.get("dilations", [1, 1])
+        pt, pl, pb, pr = a["pads"]
+        include = bool(a.get("count_include_pad", 0))
+        with loop(b, 0, N, 1, "n") as n, loop(b, 0, C // L, 1, "cv") as cv, loop(b, 0, OH, 1, "oh") as oh, loop(b, 0, OW, 1, "ow") as ow:
+            c = b.mul(cv, i64(L))
+            xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
+            acc = entry_alloca(b, ty)
+            cnt = entry_alloca(b, F32)
+            b.store(const(ty, float("-inf") if is_max else 0.0), acc)
+            b.store(const(F32, 0.0), cnt)
+            ih0 = b.sub(b.mul(oh, i64(sh)), i64(pt))
+            iw0 = b.sub(b.mul(ow, i64(sw)), i64(pl))
+            for r in range(R):
+                for s in range(S):
+                    ih = add(b, ih0, r * dh)
+                    iw = add(b, iw0, s * dw)
+                    inside = b.and_(in_range(b, ih, 0, H), in_range(b, iw, 0, W))
+                    if include and not is_max:
+                        padded = b.and_(in_range(b, ih, -pt, H + pb), in_range(b, iw, -pl, W + pr))
+                        b.store(b.fadd(b.load(cnt, typ=F32), b.select(padded, const(F32, 1.0), const(F32, 0.0))), cnt)
+                    with b.if_then(inside):
+                        v = load(b, x, add(b, xb, b.mul(ih, i64(sx[3])), b.mul(iw, i64(sx[4]))), L)
+                        cur = b.load(acc, typ=ty)
+                        b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
+                        if not include and not is_max:
+                            b.store(b.fadd(b.load(cnt, typ=F32), const(F32, 1.0)), cnt)
+            res = b.load(acc, typ=ty)
+            if not is_max:
+                inv = b.fdiv(const(F32, 1.0), b.load(cnt, typ=F32))
+                res = b.fmul(res, splat(b, inv, L) if L > 1 else inv)
+            yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]), b.mul(oh, i64(sy[3])), b.mul(ow, i64(sy[4])))
+            store(b, res, y, yb)

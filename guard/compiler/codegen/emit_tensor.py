@@ -1,0 +1,160 @@
+"""Data movement that the memory plan did not elide: Reshape/Identity copies, Concat, Split,
+Slice, Transpose, Relayout (NCHW <-> NCHW<b>c, NCHW <-> NHWC) and constant Pad.
+
+All of them are one strided copy: loops over the output's dims (merged where the input's
+strides allow, so a contiguous run is one loop), each output element read from
+``input[offset + sum(i_d * stride_d)]``. Elements move as integers of the dtype's size,
+so every dtype is supported; a unit-stride inner loop is vectorised by LLVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import llvmlite.ir as ir
+import numpy as np
+
+from guard.compiler.codegen.base import Emitter, Kernel, strides
+from guard.compiler.codegen.emit_elementwise import merge_dims
+from guard.compiler.codegen.irutil import add, i64, loop
+from guard.compiler.layout import block_of
+from guard.compiler.schedule import GraphView, OpNode
+
+_INT = {1: ir.IntType(8), 2: ir.IntType(16), 4: ir.IntType(32), 8: ir.IntType(64)}
+
+
+def strided_copy(
+    b: ir.IRBuilder,
+    out_shape: Sequence[int],
+    out_ptr: ir.Value,
+    out_offset: int,
+    out_strides: Sequence[int],
+    in_ptr: ir.Value,
+    in_offset: int,
+    in_strides: Sequence[int],
+    itemsize: int,
+) -> None:
+    """out[out_offset + i.out_strides] = in[in_offset + i.in_strides] over out_shape."""
+    if int(np.prod(out_shape, dtype=np.int64)) == 0:
+        return
+    ty = _INT[itemsize]
+    dims, (ins, outs) = merge_dims(out_shape, [in_strides, out_strides])
+
+    def nest(d: int, in_idx: ir.Value, out_idx: ir.Value) -> None:
+        if d == len(dims):
+            v = b.load(b.gep(in_ptr, [in_idx], source_etype=ty, inbounds=True), typ=ty)
+            b.store(v, b.gep(out_ptr, [out_idx], source_etype=ty, inbounds=True))
+            return
+        if dims[d] == 1:
+            nest(d + 1, in_idx, out_idx)
+            return
+        with loop(b, 0, dims[d], 1, f"c{d}") as i:
+            nest(d + 1, add(b, in_idx, b.mul(i, i64(ins[d]))), add(b, out_idx, b.mul(i, i64(outs[d]))))
+
+    nest(0, i64(in_offset), i64(out_offset))
+
+
+def _itemsize(k: Kernel) -> int:
+    return np.dtype(k.outputs[0].dtype).itemsize
+
+
+def _range(dim: int, start: int, end: int, step: int) -> range:
+    return range(dim)[slice(start, end, step)]
+
+
+def relayout_strides(in_shape: Sequence[int], src: str, dst: str) -> tuple[list[int], list[int]] | None:
+    """(output shape to loop over, input strides for it) for a Relayout, or None."""
+    st = strides(in_shape)
+    if src == "NCHW" and dst == "NHWC":
+        return [in_shape[0], in_shape[2], in_shape[3], in_shape[1]], [st[0], st[2], st[3], st[1]]
+    if src == "NHWC" and dst == "NCHW":
+        n, h, w, c = in_shape
+        return [n, c, h, w], [st[0], st[3], st[1], st[2]]
+    bs, bd = block_of(src), block_of(dst)
+    if src == "NCHW" and bd:
+        n, c, h, w = in_shape
+        # out [N, C/b, H, W, b] reads in[n, cb*b + cl, h, w]
+        return [n, c // bd, h, w, bd], [st[0], bd * st[1], st[2], st[3], st[1]]
+    if bs and dst == "NCHW":
+        n, cb, h, w, blk = in_shape
+        # out viewed as [N, CB, b, H, W] reads in[n, cb, h, w, cl]
+        return [n, cb, blk, h, w], [st[0], st[1], st[4], st[2], st[3]]
+    return None
+
+
+class Copy(Emitter):
+    ops = frozenset({"Reshape", "Identity", "Concat", "Split", "Slice", "Transpose", "Relayout", "Pad"})
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        a = node.attrs
+        if node.op == "Relayout":
+            x = g.tensors[node.args[0]]
+            if relayout_strides(x.shape, a["from"], a["to"]) is None:
+                return f"no emitter for Relayout {a['from']} -> {a['to']}"
+        if node.op == "Pad":
+            if a.get("mode", "constant") != "constant":
+                return f"no emitter for Pad mode {a.get('mode')!r}"
+            if any(p < 0 for p in a["pads"]) or len(node.args) > 1 and any(node.args[1:]):
+                return "no emitter for Pad with negative pads or pads/value inputs"
+            if g.tensors[node.args[0]].dtype != "float32" and a.get("value", 0) != 0:
+                return "no emitter for Pad with a non-zero value on a non-float tensor"
+        return None
+
+    def emit(self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel) -> None:
+        a = k.attrs
+        size = _itemsize(k)
+        x = k.inputs[0]
+        assert x is not None
+        xs = x.shape
+        if k.op in ("Reshape", "Identity"):
+            n = int(np.prod(xs, dtype=np.int64))
+            strided_copy(b, [n], outs[0], 0, [1], ins[0], 0, [1], size)
+        elif k.op == "Concat":
+            out = k.outputs[0].shape
+            axis = a["axis"] % len(out)
+            off = 0
+            for p, o in zip(ins, k.inputs, strict=True):
+                if p is None or o is None:
+                    continue
+                ost = strides(out)
+                strided_copy(b, o.shape, outs[0], off * ost[axis], ost, p, 0, strides(o.shape), size)
+                off += o.shape[axis]
+        elif k.op == "Split":
+            axis = a["axis"] % len(xs)
+            off = 0
+            st = strides(xs)
+            for p, o in zip(outs, k.outputs, strict=True):
+                strided_copy(b, o.shape, p, 0, strides(o.shape), ins[0], off * st[axis], st, size)
+                off += o.shape[axis]
+        elif k.op == "Slice":
+            st = strides(xs)
+            start, step = [0] * len(xs), [1] * len(xs)
+            for ax, s, e, sp in zip(a["axes"], a["starts"], a["ends"], a["steps"], strict=True):
+                r = _range(xs[ax % len(xs)], int(s), int(e), int(sp))
+                start[ax % len(xs)] = r.start if len(r) else 0
+                step[ax % len(xs)] = r.step
+            base = sum(s0 * s1 for s0, s1 in zip(start, st, strict=True))
+            out = k.outputs[0].shape
+            strided_copy(b, out, outs[0], 0, strides(out), ins[0], base, [s * p for s, p in zip(st, step, strict=True)], size)
+        elif k.op == "Transpose":
+            perm = a.get("perm") or list(range(len(xs)))[::-1]
+            st = strides(xs)
+            out = k.outputs[0].shape
+            strided_copy(b, out, outs[0], 0, strides(out), ins[0], 0, [st[p] for p in perm], size)
+        elif k.op == "Relayout":
+            r = relayout_strides(xs, a["from"], a["to"])
+            assert r is not None
+            shape, in_st = r
+            strided_copy(b, shape, outs[0], 0, strides(shape), ins[0], 0, in_st, size)
+        elif k.op == "Pad":
+            out = k.outputs[0].shape
+            n = len(xs)
+            total = int(np.prod(out, dtype=np.int64))
+            ty = _INT[size]
+            value = float(a.get("value", 0.0))
+            fill = ir.Constant(ty, int(np.frombuffer(np.asarray(value, k.outputs[0].dtype).tobytes(), f"u{size}")[0]))
+            with loop(b, 0, total, 1, "fill") as i:
+                b.store(fill, b.gep(outs[0], [i], source_etype=ty, inbounds=True))
+            ost = strides(out)
+            base = sum(a["pads"][d] * ost[d] for d in range(n))
+            strided_copy(b, xs, outs[0], base, ost, ins[0], 0, strides(xs), size)

@@ -1,0 +1,42 @@
+"""One table maps IR ops to their emitter (tinygrad's ``code_for_op``, per op family).
+
+A missing entry is a clear decline: :func:`decline` says "no emitter for LRN" and the
+native backend's support predicate hands the node to the ``cpu`` partition, which the
+partition report names and the ``partitions`` check gates. Nothing is interpreted
+silently.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from guard.compiler.codegen.base import Emitter
+from guard.compiler.schedule import GraphView, OpNode
+
+
+@functools.cache
+def table() -> dict[str, Emitter]:
+    from guard.compiler.codegen.emit_conv import Conv
+    from guard.compiler.codegen.emit_elementwise import Elementwise
+    from guard.compiler.codegen.emit_gemm import Gemm
+    from guard.compiler.codegen.emit_norm import Norm
+    from guard.compiler.codegen.emit_pool import Pool
+    from guard.compiler.codegen.emit_tensor import Copy
+
+    out: dict[str, Emitter] = {}
+    for e in (Elementwise(), Copy(), Gemm(), Conv(), Pool(), Norm()):
+        for op in e.ops:
+            out[op] = e
+    return out
+
+
+def emitter_for(op: str) -> Emitter:
+    return table()[op]
+
+
+def decline(node: OpNode, g: GraphView) -> str | None:
+    """None when the node has an emitter that takes it, else why not."""
+    e = table().get(node.op)
+    if e is None:
+        return f"no emitter for {node.op}"
+    return e.decline(node, g)

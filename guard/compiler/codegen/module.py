@@ -1,0 +1,168 @@
+"""Emit the LLVM module for a kernel plan, optimise it (new pass builder, O3), and lower it
+to an object for the plan's target; and map such an object back, with no compilation.
+
+Functions in the module:
+
+- one per distinct kernel (``k<i>_<op>``: ``void(ptr in..., ptr out...)``), emitted by
+  the op's emitter (guard.compiler.codegen.emitters) and specialised to its shapes;
+- ``guard_part<P>(ptr arena, ptr weights, ptr packed)`` per native partition: computes
+  every operand's address from the kernel plan's offsets and calls the kernels in order;
+- ``guard_part<P>_prof(..., ptr cycles)``: the same, adding each call's cycle count
+  (``llvm.readcyclecounter``) to ``cycles[step]``: the per-kernel profile;
+- ``guard_main(ptr arena, ptr weights, ptr packed, ptr inputs, ptr outputs)`` (and
+  ``guard_main_prof``) when every partition is native: copies the inputs in, runs every
+  partition, copies the outputs out: one foreign call per inference.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from guard.compiler.codegen.base import Kernel
+from guard.compiler.codegen.irutil import I64, PTR, VOID, byte_ptr, i64
+from guard.compiler.codegen.kernel_plan import KernelPlan, Operand, Step
+from guard.compiler.codegen.target import CodegenTarget
+from guard.errors import InternalError
+
+
+@dataclass(frozen=True)
+class Generated:
+    ir_text: str  # the optimised module
+    object_code: bytes
+    compile_s: float
+    kernels: int  # distinct kernel functions
+
+
+def _kernel_fn(module: ir.Module, step: Step, target: CodegenTarget, emitter_for: Callable) -> ir.Function:
+    existing = module.globals.get(step.kernel)
+    if existing is not None:
+        return existing
+    n_in, n_out = len(step.inputs), len(step.outputs)
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * (n_in + n_out)), step.kernel)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")  # one symbol per kernel: profiles and IR diffs see it
+    fn.attributes.add("nounwind")
+    if not step.may_alias:
+        for a in fn.args:
+            a.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    kernel = Kernel(step.op, step.attrs, step.inputs, step.outputs, target.vector_width)
+    ins = [None if o is None else fn.args[j] for j, o in enumerate(step.inputs)]
+    emitter_for(step.op).emit(b, ins, list(fn.args[n_in:]), kernel)
+    if not b.block.is_terminated:
+        b.ret_void()
+    return fn
+
+
+def _operand_ptr(b: ir.IRBuilder, spaces: dict[str, ir.Value], o: Operand) -> ir.Value:
+    return byte_ptr(b, spaces[o.space], o.offset)
+
+
+def _cycles(b: ir.IRBuilder) -> ir.Value:
+    fn = b.module.globals.get("llvm.readcyclecounter")
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(I64, []), "llvm.readcyclecounter")
+    return b.call(fn, [])
+
+
+def build_module(plan: KernelPlan, target: CodegenTarget, emitter_for: Callable) -> ir.Module:
+    module = ir.Module(name="guard")
+    module.triple = target.triple
+    kernels = {s.kernel: _kernel_fn(module, s, target, emitter_for) for s in plan.steps()}
+    memcpy = ir.Function(
+        module, ir.FunctionType(VOID, [PTR, PTR, I64, ir.IntType(1)]), "llvm.memcpy.p0.p0.i64"
+    )
+    step_index = 0
+    parts: dict[int, tuple[ir.Function, ir.Function, int]] = {}
+    for p in plan.partitions:
+        first = step_index
+        for prof in (False, True):
+            name = p.entry + ("_prof" if prof else "")
+            fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * (4 if prof else 3)), name)
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            spaces = {"arena": fn.args[0], "weights": fn.args[1], "packed": fn.args[2]}
+            for j, s in enumerate(p.steps):
+                args = [
+                    ir.Constant(PTR, None) if o is None else _operand_ptr(b, spaces, o)
+                    for o in (*s.inputs, *s.outputs)
+                ]
+                t0 = _cycles(b) if prof else None
+                b.call(kernels[s.kernel], args)
+                if prof:
+                    dt = b.sub(_cycles(b), t0)
+                    slot = b.gep(fn.args[3], [i64(first + j)], source_etype=I64)
+                    b.store(b.add(b.load(slot, typ=I64), dt), slot)
+            b.ret_void()
+            if prof:
+                prof_fn = fn
+            else:
+                plain_fn = fn
+        parts[p.partition] = (plain_fn, prof_fn, first)
+        step_index += len(p.steps)
+    if plan.main:
+        for prof in (False, True):
+            name = plan.main + ("_prof" if prof else "")
+            fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * (6 if prof else 5)), name)
+            b = ir.IRBuilder(fn.append_basic_block("entry"))
+            arena, weights, packed, inputs, outputs = fn.args[:5]
+            spaces = {"arena": arena, "weights": weights, "packed": packed}
+            for j, o in enumerate(plan.inputs):
+                src = b.load(b.gep(inputs, [i64(j)], source_etype=PTR), typ=PTR)
+                b.call(memcpy, [_operand_ptr(b, spaces, o), src, i64(o.nbytes), ir.Constant(ir.IntType(1), 0)])
+            for p in plan.partitions:
+                plain_fn, prof_fn, _ = parts[p.partition]
+                if prof:
+                    b.call(prof_fn, [arena, weights, packed, fn.args[5]])
+                else:
+                    b.call(plain_fn, [arena, weights, packed])
+            for j, o in enumerate(plan.outputs):
+                dst = b.load(b.gep(outputs, [i64(j)], source_etype=PTR), typ=PTR)
+                b.call(memcpy, [dst, _operand_ptr(b, spaces, o), i64(o.nbytes), ir.Constant(ir.IntType(1), 0)])
+            b.ret_void()
+    return module
+
+
+def compile_module(module: ir.Module, target: CodegenTarget) -> Generated:
+    """Verify, optimise at O3 with the new pass builder, and emit the target's object."""
+    import llvmlite.binding as llvm
+
+    t0 = time.perf_counter()
+    tm = target.target_machine()
+    module.data_layout = str(tm.target_data)
+    try:
+        mod = llvm.parse_assembly(str(module))
+        mod.verify()
+    except RuntimeError as exc:  # an emitter wrote invalid IR: guard's bug, not the model's
+        raise InternalError(f"code generator produced invalid LLVM IR: {str(exc).splitlines()[0]}") from exc
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    text = str(mod)
+    obj = tm.emit_object(mod)
+    n_kernels = sum(1 for f in module.functions if f.name.startswith("k") and not f.is_declaration)
+    return Generated(text, bytes(obj), time.perf_counter() - t0, n_kernels)
+
+
+class LoadedObject:
+    """An object file mapped into this process (MCJIT over an empty module): no compiling."""
+
+    def __init__(self, object_code: bytes, target: CodegenTarget) -> None:
+        import llvmlite.binding as llvm
+
+        tm = target.target_machine()  # owned by the engine from here on
+        empty = llvm.parse_assembly(f'target triple = "{target.triple}"\n')
+        self.engine = llvm.create_mcjit_compiler(empty, tm)
+        self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        self.engine.finalize_object()
+
+    def address(self, name: str) -> int:
+        addr = int(self.engine.get_function_address(name))
+        if not addr:
+            raise InternalError(f"generated object has no function {name!r}")
+        return addr
