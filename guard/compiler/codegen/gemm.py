@@ -271,6 +271,9 @@ class GemmKernel:
         for arg, nm in zip(fn.args, ("A", "B", "bias", "C"), strict=True):
             arg.name = nm
         fn.args[3].add_attribute("noalias")
+        # Loop control and calls only (the FMAs live in the micro-kernels): unrolling it
+        # buys nothing and costs compile time and object size.
+        fn.attributes.add("optsize")
         builder = ir.IRBuilder(fn.append_basic_block("entry"))
         a, b, bias, c = fn.args
         sa, sb, sc = self._strides()
@@ -488,6 +491,7 @@ class _GemmEmitter:
                     ir.Constant(I64, ldb),
                     ir.Constant(I64, N),
                     ir.Constant(I32, flags),
+                    ir.Constant(I32, width - (nvec - 1) * W),
                 ],
             )
 

@@ -67,13 +67,17 @@ def lane_mask(width: int, n_valid: int) -> ir.Constant:
     return ir.Constant(ir.VectorType(I1, width), [1 if i < n_valid else 0 for i in range(width)])
 
 
-def fptr(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value | int) -> ir.Value:
-    """``base + offset`` floats (offset an i64 value or a Python int)."""
+def fptr(
+    builder: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, inbounds: bool = True
+) -> ir.Value:
+    """``base + offset`` floats (offset an i64 value or a Python int). Pass
+    ``inbounds=False`` for an address that may lie outside the buffer (a masked access
+    at a padded border): an inbounds GEP there would be poison."""
     if isinstance(offset, int):
         if offset == 0:
             return base
         offset = ir.Constant(I64, offset)
-    return builder.gep(base, [offset], inbounds=True, source_etype=F32)
+    return builder.gep(base, [offset], inbounds=inbounds, source_etype=F32)
 
 
 def vload(builder: ir.IRBuilder, ptr: ir.Value, width: int) -> ir.Value:
@@ -114,8 +118,11 @@ def masked_store(builder: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir
 def masked_gather(
     builder: ir.IRBuilder, base: ir.Value, index: ir.Value, mask: ir.Value
 ) -> ir.Value:
-    """``base[index[i]]`` for the lanes ``mask`` selects (0.0 elsewhere); ``index`` is ``<W x i64>``."""
+    """``base[index[i]]`` for the lanes ``mask`` selects (0.0 elsewhere); ``index`` is a
+    ``<W x i32>`` or ``<W x i64>`` vector (masked-off lanes may hold any index)."""
     width = index.type.count
+    if index.type.element.width != 64:
+        index = builder.sext(index, ir.VectorType(I64, width))
     v = vector_type(width)
     pv = ir.VectorType(F32P, width)
     addr = builder.add(
@@ -271,7 +278,7 @@ def _when(
 ACCUMULATE = 1  # flags bit: add the C already stored (k-chunks after the first)
 FINISH = 2  # flags bit: add the bias and run the epilogue (the last k-chunk)
 
-UKR_ARGS = ("a", "b", "c", "bias", "klen", "lda_row", "lda_k", "ldb", "ldc", "flags")
+UKR_ARGS = ("a", "b", "c", "bias", "klen", "lda_row", "lda_k", "ldb", "ldc", "flags", "tail")
 
 
 def micro_kernel(
@@ -289,10 +296,12 @@ def micro_kernel(
     """The ``rows x nvec*W`` FMA tile, declared once per module per variant.
 
     ``void ukr(const float* a, const float* b, float* c, const float* bias, i64 klen,
-    i64 lda_row, i64 lda_k, i64 ldb, i64 ldc, i32 flags)``: for k in range(klen),
+    i64 lda_row, i64 lda_k, i64 ldb, i64 ldc, i32 flags, i32 tail)``: for k in range(klen),
     ``acc[i][j] += a[i*lda_row + k*lda_k] * b[k*ldb + j*W : +W]``; then, per
     ``flags``, ``acc += C`` (ACCUMULATE), ``+ bias`` and the epilogue (FINISH), and a store
-    to ``c[i*ldc + j*W]`` with the last vector masked to ``tail`` lanes. ``bias`` "row" is
+    to ``c[i*ldc + j*W]`` with the last vector masked to ``tail`` lanes (a run-time
+    argument, so one variant serves every tail width; ``tail == W`` at compile time
+    gives the unmasked variant, which ignores the argument). ``bias`` "row" is
     a vector per column (``bias[j*W]``), "col" a scalar per row (``bias[i]``). ``mask_b``
     masks the last B vector too (a B read in place whose row ends at ``tail``).
     Variants are shared by key; pass ``epilogue_key`` (hashable) to share the variants of
@@ -302,14 +311,15 @@ def micro_kernel(
         None if epilogue is None else (epilogue_key if epilogue_key is not None else id(epilogue))
     )
     cache = _ukr_cache(module)
-    key = (rows, nvec, tail, width, bias, ekey, unroll, mask_b)
+    has_tail = tail < width
+    key = (rows, nvec, has_tail, width, bias, ekey, unroll, mask_b)
     if key in cache:
         return cache[key][0]
     W = width
-    name = f"guard.ukr.{rows}x{nvec}v{W}.t{tail}.{bias}.u{unroll}{'.mb' if mask_b else ''}"
+    name = f"guard.ukr.{rows}x{nvec}v{W}{'.tail' if has_tail else ''}.{bias}.u{unroll}{'.mb' if mask_b else ''}"
     if ekey is not None:
         name += f".e{len([k for k in cache if k[5] is not None])}"
-    args = [F32P, F32P, F32P, F32P, I64, I64, I64, I64, I64, I32]
+    args = [F32P, F32P, F32P, F32P, I64, I64, I64, I64, I64, I32, I32]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name)
     # keep the epilogue callable alive with its key, so id() cannot be reused meanwhile
     cache[key] = (fn, epilogue)
@@ -322,8 +332,11 @@ def micro_kernel(
     for i in range(4):
         fn.args[i].add_attribute("noalias")
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
-    pa, pb, pc, pbias, klen, lda_row, lda_k, ldb, ldc, flags = fn.args
-    tail_mask = lane_mask(W, tail) if tail < W else None
+    pa, pb, pc, pbias, klen, lda_row, lda_k, ldb, ldc, flags, tail_lanes = fn.args
+    tail_mask = None
+    if has_tail:
+        lanes = ir.Constant(ir.VectorType(I32, W), list(range(W)))
+        tail_mask = bld.icmp_unsigned("<", lanes, splat_int(bld, tail_lanes, W))
     vt = vector_type(W)
     a_rows = [fptr(bld, pa, bld.mul(lda_row, ir.Constant(I64, i))) for i in range(rows)]
 

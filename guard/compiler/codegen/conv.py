@@ -1,0 +1,668 @@
+"""Convolution kernels emitted with llvmlite: implicit GEMM over packed weights, and a
+dedicated depthwise kernel. NCHW in and out, float32, shapes compile-time constants.
+
+General and grouped convolution is a GEMM per (image, group): ``Y[k, p] = Wt[k, crs] @
+Xcol[crs, p]`` with k the group's output channels, ``crs`` its (input channel, kernel row,
+kernel column) and p the flattened output position ``oh*OW + ow``; row-major Y is then
+NCHW itself, so no output transpose. Weights are the A operand, packed at build time into
+panels of ``oc_block`` output channels (``[group][panel][crs][oc_block]``, zero-padded),
+so the micro-kernel broadcasts ``oc_block`` consecutive floats per step. The B operand is
+built at run time per cache block: the ``kc x nc`` slab of Xcol is gathered
+(``llvm.masked.gather``; padding lanes are masked off and read as 0.0, so stride, padding
+and dilation are all just index arithmetic) into a stack buffer laid out as the GEMM's
+packed panels, then every output-channel tile reuses it. A 1x1 convolution with stride 1
+and no padding reads X in place (Xcol is X) and is a plain streamed GEMM.
+``kc`` is a whole number of input channels (``kc = kc_channels * R * S``), so a k-chunk is
+a set of channels. This is the same shared micro-kernel as the GEMM (microkernel.py).
+
+Why implicit GEMM and not a direct convolution vectorised along the output width: the
+zoo's late layers are 7x7 and 14x14, where a width-vectorised tile of 16 lanes wastes up
+to 9 of 16 lanes; flattening positions keeps the vectors full, and the gather costs one
+pass over Xcol per ``kc x nc`` block, amortised over all output channels (measured in
+benchmarks/test_gemm_kernels.py).
+
+Depthwise (``group == C == K``) has a kernel of its own: per channel and output row, the
+``R*S`` weights are splatted once and each output vector of ``W`` columns is a chain of
+FMAs over the taps, the inputs loaded contiguously (stride 1), as two loads and an
+even-lane shuffle (stride 2) or gathered (other strides), with compile-time lane masks at
+the left/right padding and the rows of the top/bottom padding peeled at compile time.
+
+The bias (one per output channel) and the epilogue run in registers before the only
+store of each output vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+from llvmlite import ir
+
+from .gemm import vector_registers
+from .microkernel import (
+    ACCUMULATE,
+    F32,
+    F32P,
+    FINISH,
+    I32,
+    I64,
+    Epilogue,
+    fma,
+    for_loop,
+    for_loop_dynamic,
+    fptr,
+    iadd,
+    imul,
+    lane_mask,
+    masked_gather,
+    masked_load,
+    masked_store,
+    micro_kernel,
+    splat,
+    tiles,
+    vload,
+    vstore,
+)
+
+LOOP_ORDERS = ("nm", "mn")
+SCRATCH_LIMIT_BYTES = 512 * 1024  # stack buffer for one packed Xcol block
+
+
+@dataclass(frozen=True)
+class ConvSchedule:
+    """Knobs of one convolution.
+
+    ``oc_block``: output channels per register tile (the micro-kernel's rows);
+    ``ow_block``: output positions per register tile (a multiple of the vector width; the
+    depthwise kernel uses it as output columns per step of its row loop);
+    ``kc_channels``: input channels per k-chunk; ``nc``: output positions per cache block
+    (a multiple of ``ow_block``); ``mc``: output channels per cache block (a multiple of
+    ``oc_block``); ``unroll``: k-loop unroll; ``loop_order``: "nm" position tiles
+    outermost, "mn" channel tiles outermost.
+    """
+
+    oc_block: int
+    ow_block: int
+    kc_channels: int
+    nc: int
+    mc: int
+    unroll: int = 4
+    loop_order: str = "nm"
+
+    def validate(self, vector_width: int) -> None:
+        if self.ow_block <= 0 or self.ow_block % vector_width:
+            raise ValueError(
+                f"ConvSchedule.ow_block={self.ow_block} must be a positive multiple of the vector width {vector_width}"
+            )
+        if min(self.oc_block, self.kc_channels, self.unroll) <= 0:
+            raise ValueError(
+                f"ConvSchedule oc_block, kc_channels and unroll must be positive: {self}"
+            )
+        if self.nc <= 0 or self.nc % self.ow_block or self.mc <= 0 or self.mc % self.oc_block:
+            raise ValueError(
+                f"ConvSchedule.nc must be a multiple of ow_block and mc of oc_block: {self}"
+            )
+        if self.loop_order not in LOOP_ORDERS:
+            raise ValueError(
+                f"ConvSchedule.loop_order={self.loop_order!r}: expected one of {LOOP_ORDERS}"
+            )
+
+
+def _pick_tile(rows: int, cols: int, width: int, registers: int) -> tuple[int, int]:
+    """(rows per tile, vectors per tile) with the least padding waste for a register file."""
+    best = (0.0, 1, 1)
+    n_vecs = -(-cols // width)
+    for nvec in range(1, min(4, n_vecs) + 1):
+        for mr in range(1, min(rows, 16) + 1):
+            if mr * nvec + nvec + 1 > registers:
+                continue
+            row_use = rows / (-(-rows // mr) * mr)
+            col_use = cols / (-(-cols // (nvec * width)) * nvec * width)
+            # FMAs per load (mr*nvec / (mr + nvec)) saturates around 6; chains >= 8 hide latency
+            intensity = min(1.0, (mr * nvec / (mr + nvec)) / 6.0) * min(1.0, mr * nvec / 8.0)
+            score = row_use * col_use * intensity
+            if score > best[0] + 1e-9:
+                best = (score, mr, nvec)
+    return best[1], best[2]
+
+
+def default_conv_schedule(
+    N: int,
+    C: int,
+    H: int,
+    W: int,
+    K: int,
+    R: int,
+    S: int,
+    strides: tuple[int, int] = (1, 1),
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0),
+    dilations: tuple[int, int] = (1, 1),
+    group: int = 1,
+    vector_width: int = 16,
+) -> ConvSchedule:
+    """Heuristic: the tile with least waste over (output channels, positions) that fills
+    the registers; k-chunks of ~256 (a B micro-panel in L1), blocks of Xcol within the
+    stack buffer and half of L2."""
+    oh = (H + pads[0] + pads[2] - dilations[0] * (R - 1) - 1) // strides[0] + 1
+    ow = (W + pads[1] + pads[3] - dilations[1] * (S - 1) - 1) // strides[1] + 1
+    positions = max(1, oh * ow)
+    kg = K // group
+    if group == C == K:
+        nvec = min(4, -(-ow // vector_width))
+        return ConvSchedule(
+            oc_block=1, ow_block=nvec * vector_width, kc_channels=1, nc=nvec * vector_width, mc=1
+        )
+    mr, nvec = _pick_tile(kg, positions, vector_width, vector_registers(vector_width))
+    nr = nvec * vector_width
+    cg = C // group
+    kc_channels = max(1, min(cg, 256 // (R * S) if R * S <= 256 else 1))
+    kc = kc_channels * R * S
+    budget = min(SCRATCH_LIMIT_BYTES, 512 * 1024) // (4 * kc)
+    nc = max(nr, min(-(-positions // nr) * nr, budget // nr * nr))
+    mc = max(mr, min(-(-kg // mr) * mr, 144 // mr * mr))
+    return ConvSchedule(oc_block=mr, ow_block=nr, kc_channels=kc_channels, nc=nc, mc=mc, unroll=4)
+
+
+@dataclass(frozen=True)
+class ConvKernel:
+    """One 2-D convolution specialised to its shapes (see the module docstring)."""
+
+    N: int
+    C: int
+    H: int
+    W: int
+    K: int
+    R: int
+    S: int
+    strides: tuple[int, int] = (1, 1)
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, left, bottom, right
+    dilations: tuple[int, int] = (1, 1)
+    group: int = 1
+    vector_width: int = 16
+    schedule: ConvSchedule | None = None
+    _sched: ConvSchedule = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if min(self.N, self.C, self.H, self.W, self.K, self.R, self.S, self.group) <= 0:
+            raise ValueError(f"ConvKernel needs positive sizes: {self}")
+        if self.C % self.group or self.K % self.group:
+            raise ValueError(
+                f"ConvKernel: group={self.group} must divide C={self.C} and K={self.K}"
+            )
+        if min(self.strides) <= 0 or min(self.dilations) <= 0 or min(self.pads) < 0:
+            raise ValueError(
+                f"ConvKernel: strides and dilations must be positive, pads >= 0: {self}"
+            )
+        if self.OH <= 0 or self.OW <= 0:
+            raise ValueError(
+                f"ConvKernel: empty output {self.OH}x{self.OW} for input {self.H}x{self.W}"
+            )
+        sched = self.schedule or default_conv_schedule(
+            self.N,
+            self.C,
+            self.H,
+            self.W,
+            self.K,
+            self.R,
+            self.S,
+            self.strides,
+            self.pads,
+            self.dilations,
+            self.group,
+            self.vector_width,
+        )
+        sched.validate(self.vector_width)
+        object.__setattr__(self, "_sched", sched)
+
+    @property
+    def sched(self) -> ConvSchedule:
+        return self._sched
+
+    @property
+    def OH(self) -> int:
+        return (
+            self.H + self.pads[0] + self.pads[2] - self.dilations[0] * (self.R - 1) - 1
+        ) // self.strides[0] + 1
+
+    @property
+    def OW(self) -> int:
+        return (
+            self.W + self.pads[1] + self.pads[3] - self.dilations[1] * (self.S - 1) - 1
+        ) // self.strides[1] + 1
+
+    @property
+    def depthwise(self) -> bool:
+        return self.group == self.C == self.K
+
+    @property
+    def pointwise(self) -> bool:
+        """1x1, stride 1, no padding: X is its own Xcol (a plain GEMM)."""
+        return (self.R, self.S, self.strides, self.pads) == (1, 1, (1, 1), (0, 0, 0, 0))
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.N * self.K * self.OH * self.OW * (self.C // self.group) * self.R * self.S
+
+    def _group_panel_floats(self) -> int:
+        mr = self.sched.oc_block
+        kg = self.K // self.group
+        return -(-kg // mr) * mr * (self.C // self.group) * self.R * self.S
+
+    def pack_weights(self, w: np.ndarray) -> np.ndarray:
+        """OIHW float32 (``[K, C/group, R, S]``) into the kernel's 1-D layout."""
+        w = np.asarray(w, dtype=np.float32)
+        want = (self.K, self.C // self.group, self.R, self.S)
+        if w.shape != want:
+            raise ValueError(
+                f"ConvKernel.pack_weights: weights have shape {w.shape}, expected {want} (OIHW)"
+            )
+        if self.depthwise:
+            return np.ascontiguousarray(w).reshape(-1)
+        g, mr = self.group, self.sched.oc_block
+        kg = self.K // g
+        crs = want[1] * self.R * self.S
+        panels = -(-kg // mr)
+        a = np.zeros((g, panels * mr, crs), np.float32)
+        a[:, :kg] = w.reshape(g, kg, crs)
+        # [g][panel][crs][mr]
+        return np.ascontiguousarray(a.reshape(g, panels, mr, crs).transpose(0, 1, 3, 2)).reshape(-1)
+
+    def emit(
+        self,
+        module: ir.Module,
+        name: str,
+        epilogue: Epilogue | None = None,
+        epilogue_key: Hashable | None = None,
+    ) -> ir.Function:
+        """``void name(const float* x, const float* packed_w, const float* bias, float* y)``,
+        x ``[N, C, H, W]`` and y ``[N, K, OH, OW]`` row-major, ``bias`` of length K or null
+        (then a module-level zero vector stands in: one add per output vector)."""
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [F32P] * 4), name)
+        for arg, nm in zip(fn.args, ("x", "w", "bias", "y"), strict=True):
+            arg.name = nm
+        fn.args[3].add_attribute("noalias")
+        # Loop control and calls only: unrolling them buys nothing and costs compile time
+        # and object size (measured: 5x smaller object for resnet50's convolutions).
+        fn.attributes.add("optsize")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        x, w, bias, y = fn.args
+        zeros = ir.GlobalVariable(module, ir.ArrayType(F32, self.K), f"{name}.zero_bias")
+        zeros.linkage = "internal"
+        zeros.global_constant = True
+        zeros.initializer = ir.Constant(ir.ArrayType(F32, self.K), None)
+        zero_ptr = b.bitcast(zeros, F32P)
+        bias = b.select(b.icmp_unsigned("==", bias, ir.Constant(F32P, None)), zero_ptr, bias)
+        if self.depthwise:
+            _DepthwiseEmitter(self, b, epilogue).emit(x, w, bias, y)
+        else:
+            _ConvGemmEmitter(self, b, epilogue, epilogue_key).emit(x, w, bias, y)
+        b.ret_void()
+        return fn
+
+
+class _ConvGemmEmitter:
+    """Implicit GEMM per (image, group): packed weights as A, gathered Xcol blocks as B."""
+
+    def __init__(
+        self,
+        k: ConvKernel,
+        b: ir.IRBuilder,
+        epilogue: Epilogue | None,
+        epilogue_key: Hashable | None,
+    ) -> None:
+        self.k, self.s, self.b = k, k.sched, b
+        self.W = k.vector_width
+        self.epilogue, self.epilogue_key = epilogue, epilogue_key
+        self.P = k.OH * k.OW
+        self.RS = k.R * k.S
+        self.cg, self.kg = k.C // k.group, k.K // k.group
+        self.crs = self.cg * self.RS
+        self.kc_channels = min(self.s.kc_channels, self.cg)
+        self.nc = min(self.s.nc, -(-self.P // self.s.ow_block) * self.s.ow_block)
+        # Xcol blocks are whole output rows, so a block is contiguous in y and its packed
+        # rows are plain copies of input rows (no position -> (oh, ow) division)
+        self.rows_per_block = max(1, min(k.OH, self.nc // k.OW))
+        self.ncp = -(-self.rows_per_block * k.OW // self.W) * self.W
+
+    def emit(self, x, w, bias, y) -> None:
+        k, b = self.k, self.b
+        scratch = None
+        if not k.pointwise:
+            floats = self.kc_channels * self.RS * self.ncp
+            if floats * 4 > SCRATCH_LIMIT_BYTES:
+                raise ValueError(
+                    f"ConvSchedule needs a {floats * 4} B stack buffer (kc_channels*R*S floats "
+                    f"x {self.ncp} positions), over the {SCRATCH_LIMIT_BYTES} B limit: lower "
+                    "kc_channels or nc"
+                )
+            self.pack_fn = self._pack_function()
+            with b.goto_entry_block():
+                slot = b.alloca(ir.ArrayType(F32, floats), name="xcol")
+                slot.align = 64
+            scratch = b.bitcast(slot, F32P)
+        hw = k.H * k.W
+
+        def image_group(ng: ir.Value) -> None:
+            # ng = n * group + g: x, y and the bias advance per group; weights per group too
+            g = b.urem(ng, ir.Constant(I64, k.group)) if k.group > 1 else ir.Constant(I64, 0)
+            xg = fptr(b, x, imul(b, ng, self.cg * hw))
+            yg = fptr(b, y, imul(b, ng, self.kg * self.P))
+            wg = fptr(b, w, imul(b, g, k._group_panel_floats()))
+            bg = fptr(b, bias, imul(b, g, self.kg))
+            self._gemm(xg, wg, bg, yg, scratch)
+
+        for_loop(b, 0, k.N * k.group, 1, image_group)
+
+    def _gemm(self, x, w, bias, y, scratch) -> None:
+        b, s, k = self.b, self.s, self.k
+        chunks = -(-self.cg // self.kc_channels)
+
+        def block(p0: ir.Value, psize: int, oh0: ir.Value | None = None, rows: int = 0) -> None:
+            # k-chunks in one run-time loop: the chunk's length and its micro-kernel flags
+            # (accumulate after the first, finish on the last) are values, not copies
+            kcc = self.kc_channels
+
+            def chunk(c0: ir.Value) -> None:
+                left = b.sub(ir.Constant(I64, self.cg), c0)
+                cc = b.select(
+                    b.icmp_signed("<", left, ir.Constant(I64, kcc)), left, ir.Constant(I64, kcc)
+                )
+                acc = b.select(
+                    b.icmp_signed(">", c0, ir.Constant(I64, 0)),
+                    ir.Constant(I32, ACCUMULATE),
+                    ir.Constant(I32, 0),
+                )
+                fin = b.select(
+                    b.icmp_signed("==", b.add(c0, cc), ir.Constant(I64, self.cg)),
+                    ir.Constant(I32, FINISH),
+                    ir.Constant(I32, 0),
+                )
+                flags = b.or_(acc, fin)
+                if scratch is not None:
+                    b.call(self.pack_fn, [x, scratch, c0, cc, oh0, ir.Constant(I64, rows)])
+
+                def mblock(m0: ir.Value, msize: int) -> None:
+                    self._macro(x, w, bias, y, scratch, c0, cc, p0, psize, m0, msize, flags)
+
+                tiles(b, self.kg, s.mc, mblock)
+
+            for_loop(b, 0, chunks * kcc, kcc, chunk)
+
+        if scratch is None:
+            tiles(b, self.P, self.nc, block)
+        else:
+            tiles(
+                b,
+                k.OH,
+                self.rows_per_block,
+                lambda oh0, rows: block(imul(b, oh0, k.OW), rows * k.OW, oh0, rows),
+            )
+
+    def _macro(self, x, w, bias, y, scratch, c0, cc, p0, psize, m_start, msize, flags) -> None:
+        b, s, W = self.b, self.s, self.W
+        mr, nr = s.oc_block, s.ow_block
+        klen = b.mul(cc, ir.Constant(I64, self.RS))
+
+        def tile(n_off: ir.Value, width: int, m_off: ir.Value, rows: int) -> None:
+            m0 = iadd(b, m_start, m_off)
+            p = iadd(b, p0, n_off)
+            # weights: panel m0/mr starts at (m0/mr)*crs*mr = m0*crs; chunk at c0*RS*mr
+            pa = fptr(b, w, iadd(b, imul(b, m0, self.crs), imul(b, c0, self.RS * mr)))
+            if scratch is None:
+                pb, ldb = fptr(b, x, iadd(b, imul(b, c0, self.P), p)), self.P
+            else:
+                pb, ldb = fptr(b, scratch, n_off), self.ncp
+            pc = fptr(b, y, iadd(b, imul(b, m0, self.P), p))
+            nvec = -(-width // W)
+            ukr = micro_kernel(
+                b.module,
+                rows,
+                nvec,
+                width - (nvec - 1) * W,
+                W,
+                "col",
+                self.epilogue,
+                s.unroll,
+                mask_b=scratch is None,  # scratch rows are padded to whole vectors
+                epilogue_key=self.epilogue_key,
+            )
+            b.call(
+                ukr,
+                [
+                    pa,
+                    pb,
+                    pc,
+                    fptr(b, bias, m0),
+                    klen,
+                    ir.Constant(I64, 1),
+                    ir.Constant(I64, mr),
+                    ir.Constant(I64, ldb),
+                    ir.Constant(I64, self.P),
+                    flags,
+                    ir.Constant(I32, width - (nvec - 1) * W),
+                ],
+            )
+
+        if s.loop_order == "nm":
+            tiles(
+                b,
+                psize,
+                nr,
+                lambda n_off, wd: tiles(b, msize, mr, lambda m_off, r: tile(n_off, wd, m_off, r)),
+            )
+        else:
+            tiles(
+                b,
+                msize,
+                mr,
+                lambda m_off, r: tiles(b, psize, nr, lambda n_off, wd: tile(n_off, wd, m_off, r)),
+            )
+
+    def _pack_function(self) -> ir.Function:
+        """``pack(x, scratch, c0, cc, oh0, rows)``: Xcol rows of channels ``[c0, c0+cc)`` for
+        output rows ``[oh0, oh0+rows)`` into ``scratch[crs][ncp]``; padding reads as 0.0.
+
+        One function per kernel (not inlined at each block and chunk call site): for each
+        channel, tap and output row, the input row segment is copied with the depthwise
+        kernel's row loads (contiguous / two loads and a shuffle / gather by stride) under
+        compile-time border masks; a row of the vertical padding is stored as zeros."""
+        k, W, ncp = self.k, self.W, self.ncp
+        module = self.b.module
+        fn = ir.Function(
+            module,
+            ir.FunctionType(ir.VoidType(), [F32P, F32P, I64, I64, I64, I64]),
+            f"{self.b.function.name}.pack",
+        )
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        fn.attributes.add("optsize")
+        x, scratch, c0, cc, oh0, rows = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        sh, sw = k.strides
+        dh, dw = k.dilations
+        pt, pl = k.pads[0], k.pads[1]
+        zero = ir.Constant(ir.VectorType(F32, W), 0.0)
+
+        def channel(c: ir.Value, _vals: list) -> list:
+            xc = fptr(b, x, imul(b, b.add(c0, c), k.H * k.W))
+
+            def tap_row(r: ir.Value) -> None:
+                # kernel rows at run time, columns unrolled (the border masks depend on s)
+                for s in range(k.S):
+                    row0 = fptr(
+                        b,
+                        scratch,
+                        imul(
+                            b,
+                            iadd(
+                                b,
+                                imul(b, c, self.RS),
+                                iadd(b, imul(b, r, k.S), ir.Constant(I64, s)),
+                            ),
+                            ncp,
+                        ),
+                    )
+
+                    def out_row(ol: ir.Value, _v: list, s=s, row0=row0) -> list:
+                        ih = b.add(
+                            b.sub(
+                                b.mul(b.add(oh0, ol), ir.Constant(I64, sh)), ir.Constant(I64, pt)
+                            ),
+                            imul(b, r, dh),
+                        )
+                        inside = b.and_(
+                            b.icmp_signed(">=", ih, ir.Constant(I64, 0)),
+                            b.icmp_signed("<", ih, ir.Constant(I64, k.H)),
+                        )
+                        dst = fptr(b, row0, imul(b, ol, k.OW))
+                        xrow = fptr(b, xc, imul(b, ih, k.W), inbounds=False)
+                        with b.if_else(inside) as (then, otherwise):
+                            with then:
+                                for ow0 in range(0, k.OW, W):
+                                    lanes = min(W, k.OW - ow0)
+                                    col0 = ow0 * sw + s * dw - pl
+                                    valid = [
+                                        lane < lanes and 0 <= col0 + lane * sw < k.W
+                                        for lane in range(W)
+                                    ]
+                                    v = (
+                                        _row_load(b, k.W, xrow, col0, sw, valid)
+                                        if any(valid)
+                                        else zero
+                                    )
+                                    _store_lanes(b, v, fptr(b, dst, ow0), lanes)
+                            with otherwise:
+                                for ow0 in range(0, k.OW, W):
+                                    _store_lanes(b, zero, fptr(b, dst, ow0), min(W, k.OW - ow0))
+                        return []
+
+                    for_loop_dynamic(b, rows, [], out_row)
+
+            for_loop(b, 0, k.R, 1, tap_row)
+            return []
+
+        for_loop_dynamic(b, cc, [], channel)
+        b.ret_void()
+        return fn
+
+
+def _store_lanes(b: ir.IRBuilder, v: ir.Value, p: ir.Value, lanes: int) -> None:
+    width = v.type.count
+    if lanes < width:
+        masked_store(b, v, p, lane_mask(width, lanes))
+    else:
+        vstore(b, v, p)
+
+
+def _row_load(
+    b: ir.IRBuilder, row_len: int, xrow: ir.Value, col0: int, sw: int, valid: list[bool]
+) -> ir.Value:
+    """Lanes ``xrow[col0 + lane*sw]`` where ``valid`` (compile-time), 0.0 elsewhere.
+
+    Stride 1: one (masked) load; stride 2: two contiguous loads and an even-lane shuffle
+    (an odd lane inside the row is read and dropped, one outside is masked); other
+    strides: a masked gather. ``xrow`` may point outside the buffer (a padded border)."""
+    W = len(valid)
+    mask = ir.Constant(ir.VectorType(ir.IntType(1), W), [int(v) for v in valid])
+    p = fptr(b, xrow, col0, inbounds=False)
+    if sw == 1:
+        return vload(b, p, W) if all(valid) else masked_load(b, p, W, mask)
+    if sw == 2:
+        halves = []
+        for h in range(2):
+            need = [int(0 <= col0 + h * W + pos < row_len) for pos in range(W)]
+            hm = ir.Constant(ir.VectorType(ir.IntType(1), W), need)
+            ph = fptr(b, p, h * W, inbounds=False)
+            halves.append(vload(b, ph, W) if all(need) else masked_load(b, ph, W, hm))
+        return b.shuffle_vector(
+            halves[0], halves[1], ir.Constant(ir.VectorType(I32, W), [2 * i for i in range(W)])
+        )
+    idx = ir.Constant(ir.VectorType(I32, W), [lane * sw for lane in range(W)])
+    return masked_gather(b, p, idx, mask)
+
+
+def _in_range(b: ir.IRBuilder, v: ir.Value, hi: int, lo_ok: bool, hi_ok: bool) -> ir.Value:
+    """``0 <= v < hi`` lane-wise, skipping a side known to hold at compile time."""
+    width = v.type.count
+    out = ir.Constant(ir.VectorType(ir.IntType(1), width), [1] * width)
+    if not lo_ok:
+        out = b.and_(out, b.icmp_signed(">=", v, ir.Constant(v.type, [0] * width)))
+    if not hi_ok:
+        out = b.and_(out, b.icmp_signed("<", v, ir.Constant(v.type, [hi] * width)))
+    return out
+
+
+class _DepthwiseEmitter:
+    """group == C == K: per channel, rows of output vectors, each a chain of R*S FMAs."""
+
+    def __init__(self, k: ConvKernel, b: ir.IRBuilder, epilogue: Epilogue | None) -> None:
+        self.k, self.b, self.W = k, b, k.vector_width
+        self.epilogue = epilogue
+        self.block = k.sched.ow_block
+
+    def emit(self, x, w, bias, y) -> None:
+        k, b, W = self.k, self.b, self.W
+        sh, dh, pt = k.strides[0], k.dilations[0], k.pads[0]
+        hw, P = k.H * k.W, k.OH * k.OW
+        # rows whose every kernel tap is inside the image: a run-time loop; others peeled
+        interior = [
+            oh for oh in range(k.OH) if oh * sh - pt >= 0 and oh * sh - pt + (k.R - 1) * dh < k.H
+        ]
+        lo, hi = (interior[0], interior[-1] + 1) if interior else (0, 0)
+
+        def channel(nc: ir.Value) -> None:
+            c = b.urem(nc, ir.Constant(I64, k.C)) if k.N > 1 else nc
+            xc = fptr(b, x, imul(b, nc, hw))
+            yc = fptr(b, y, imul(b, nc, P))
+            wc = fptr(b, w, imul(b, c, k.R * k.S))
+            taps = [
+                [splat(b, b.load(fptr(b, wc, r * k.S + s), typ=F32), W) for s in range(k.S)]
+                for r in range(k.R)
+            ]
+            bv = splat(b, b.load(fptr(b, bias, c), typ=F32), W)
+            for oh in range(0, lo):
+                self._row(xc, yc, taps, bv, ir.Constant(I64, oh), oh)
+            if hi > lo:
+                for_loop(b, lo, hi, 1, lambda oh: self._row(xc, yc, taps, bv, oh, None))
+            for oh in range(hi, k.OH):
+                self._row(xc, yc, taps, bv, ir.Constant(I64, oh), oh)
+
+        for_loop(b, 0, k.N * k.C, 1, channel)
+
+    def _row(self, xc, yc, taps, bias_v, oh: ir.Value, oh_const: int | None) -> None:
+        k, b, W = self.k, self.b, self.W
+        sh, sw = k.strides
+        dh, dw = k.dilations
+        pt, pl = k.pads[0], k.pads[1]
+        rows = range(k.R)
+        if oh_const is not None:
+            rows = [r for r in rows if 0 <= oh_const * sh - pt + r * dh < k.H]
+        yrow = fptr(b, yc, imul(b, oh, k.OW))
+        xrows = {
+            r: fptr(
+                b,
+                xc,
+                imul(b, iadd(b, imul(b, oh, sh), ir.Constant(I64, r * dh - pt)), k.W),
+                inbounds=False,
+            )
+            for r in rows
+        }
+        for ow0 in range(0, k.OW, W):
+            out_lanes = min(W, k.OW - ow0)
+            acc = bias_v
+            for r in rows:
+                for s in range(k.S):
+                    col0 = ow0 * sw + s * dw - pl
+                    valid = [lane < out_lanes and 0 <= col0 + lane * sw < k.W for lane in range(W)]
+                    if not any(valid):
+                        continue
+                    v = _row_load(b, k.W, xrows[r], col0, sw, valid)
+                    acc = fma(b, taps[r][s], v, acc)
+            if self.epilogue is not None:
+                acc = self.epilogue(b, acc)
+            dst = fptr(b, yrow, ow0)
+            if out_lanes < W:
+                masked_store(b, acc, dst, lane_mask(W, out_lanes))
+            else:
+                vstore(b, acc, dst)
