@@ -78,13 +78,25 @@ def step4_graph_diff(base: Side | None, head: Side, ctx: Any) -> Finding:
     over = {op: v for op, v in d.items() if _bare(op) in OVERHEAD_OPS and v[1] > v[0]}
     lost = {op: v for op, v in d.items() if _bare(op).startswith("Fused") and v[1] < v[0]}
     layout = {op: v for op, v in d.items() if _bare(op) in LAYOUT_OPS}
-    rest = {op: v for op, v in d.items() if op not in over and op not in layout}
+    # One op swapped for its variant in another domain (ORT's NCHWc Conv for a Conv): a
+    # kernel choice, reported as such, not as an op added and another removed.
+    variants = {}
+    for op, (a, b) in d.items():
+        plain = _bare(op)
+        if op != plain and plain in d and a - b == d[plain][1] - d[plain][0] != 0:
+            variants[plain] = f"{op} {a}->{b} for {plain} {d[plain][0]}->{d[plain][1]}"
+    swapped = {*variants, *(op for op in d if _bare(op) in variants and op not in variants)}
+    if variants:
+        f.add("kernel variants swapped", None, list(variants.values()))
+    rest = {
+        op: v for op, v in d.items() if op not in over and op not in layout and op not in swapped
+    }
     same_input = bool(bm and hm and bm == hm)
     grew = sum(ha.values()) - sum((ba or {}).values())
     if same_input and grew > 0 and not lost:
         # The same input graph optimised into more nodes: rewrites that fired on base did
-        # not on head (ORT's fused Conv is a Conv in another domain, so count nodes).
-        lost = {op: v for op, v in d.items() if v[1] > v[0] and op not in over and op not in layout}
+        # not on head (ORT fuses an activation into its NCHWc Conv: count the nodes).
+        lost = {op: v for op, v in rest.items() if v[1] > v[0]}
     if over or lost:
         f.status = CAUSE
         parts = (
@@ -97,6 +109,7 @@ def step4_graph_diff(base: Side | None, head: Side, ctx: Any) -> Finding:
                 "fusion lost: "
                 + ", ".join(f"{op} {a}->{b}" for op, (a, b) in lost.items())
                 + (f" ({grew} more node(s) from the same input graph)" if grew > 0 else "")
+                + (f"; kernels swapped: {'; '.join(variants.values())}" if variants else "")
             )
         f.summary = "; ".join(parts)
         f.action = (

@@ -13,6 +13,26 @@ from guard.doctor.finding import CAUSE, NA, OK, SUSPECT, Finding, unknown
 _RANK = {"L1d": 1, "L1": 1, "L2": 2, "L3": 3, "L4": 4, "DRAM": 9}
 
 
+def _recorded_caches(s: Side) -> list[dict[str, Any]] | None:
+    """Caches the measuring host recorded (manifest.host.caches), in host_caches' shape."""
+    rec = s.get("manifest.host.caches")
+    if not isinstance(rec, list):
+        return None
+    out = []
+    for c in rec:
+        if isinstance(c, Mapping) and isinstance(c.get("bytes"), int) and c.get("name") in _RANK:
+            out.append(
+                {
+                    "name": c["name"],
+                    "level": c.get("level", _RANK[c["name"]]),
+                    "type": c.get("type"),
+                    "bytes": c["bytes"],
+                    "shared_cpus": int(c.get("shared_cpus") or 1),
+                }
+            )
+    return sorted(out, key=lambda c: c["level"]) or None
+
+
 def step8_arena(base: Side | None, head: Side, ctx: Any) -> Finding:
     f = Finding(8, "arena vs memory hierarchy")
     ha = head.get("arena_bytes")
@@ -33,14 +53,15 @@ def step8_arena(base: Side | None, head: Side, ctx: Any) -> Finding:
         base.get("arena_lower_bound_bytes") if base else None,
         head.get("arena_lower_bound_bytes"),
     )
-    caches = ctx.caches
+    recorded = _recorded_caches(head)
+    caches = recorded or ctx.caches
     if not caches:
         f.status = "unknown"
         f.missing.append("host caches (sysfs /sys/devices/system/cpu/cpu0/cache unreadable)")
         f.summary = f"unknown: host cache sizes not readable; arena {mib(ba)} -> {mib(ha)}"
         return f
     f.add(
-        "host caches (this machine, cpu0)",
+        "host caches (" + ("recorded with the result" if recorded else "this machine, cpu0") + ")",
         None,
         ", ".join(
             f"{c['name']} {mib(c['bytes'])}"
@@ -52,7 +73,9 @@ def step8_arena(base: Side | None, head: Side, ctx: Any) -> Finding:
     bl = fits_in(ba, caches) if base else None
     f.add("smallest level holding the arena", bl, hl)
     ran_on = {s.get("manifest.host.cpu") for s in (base, head) if s is not None}
-    other_host = ctx.host_cpu is not None and ran_on - {None} and ctx.host_cpu not in ran_on
+    other_host = (
+        not recorded and ctx.host_cpu is not None and ran_on - {None} and ctx.host_cpu not in ran_on
+    )
     if other_host:
         f.add(
             "note",

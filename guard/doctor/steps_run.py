@@ -192,9 +192,9 @@ def step3_partitions(base: Side | None, head: Side, ctx: Any) -> Finding:
         new = [s for s in hs or [] if _key(s) not in {_key(x) for x in bs or []}]
     else:
         new = list(hs or [])
-    if hs is None:
+    if hs is None and (hc > 1 or (bc is not None and hc != bc)):
         f.missing.append("partitions.splits (the culprit node and reason per split)")
-    else:
+    elif hs is not None:
         f.add("split nodes", len(bs or []) if base else None, len(hs))
         f.add("read from", None, where)
     for s in new[:10]:

@@ -95,6 +95,9 @@ def test_onnxruntime_optimisations_off_on_one_side_is_step9(runs: dict[str, dict
     f4 = finding(doc, 4)
     assert f4["status"] == "cause_found" and "fusion lost" in f4["summary"]
     assert "model.opt.onnx" in str(f4["evidence"])
+    # ORT's NCHWc Conv swapped for a plain Conv is a kernel choice; the Relus it had fused
+    # are what the lost fusion left behind.
+    assert "Relu 0->6" in f4["summary"] and "kernels swapped" in f4["summary"]
     # onnxruntime records no per-node layout in the results: the artefact's graph is read.
     assert finding(doc, 5)["status"] in ("ok", "cause_found")
     back = finding(diagnose(runs["ort"], runs["ort_off"]), 9)
@@ -253,6 +256,21 @@ def test_arena_grown_past_l2_is_step8(runs: dict[str, dict], tmp_path: Path) -> 
     # Without readable caches the step says so instead of judging.
     f8u = finding(diagnose(head, base, sysfs_root=tmp_path / "none"), 8)
     assert f8u["status"] == "unknown" and "host caches" in f8u["missing"][0]
+
+
+def test_caches_recorded_with_the_result_win_over_this_host(runs, tmp_path: Path) -> None:
+    sysfs = fake_sysfs(tmp_path / "cache", CACHES)
+    recorded = [
+        {"name": "L1d", "bytes": 48 * 1024, "shared_cpus": 1},
+        {"name": "L2", "bytes": 2 * 2**20, "shared_cpus": 1},
+        {"name": "L3", "bytes": 105 * 2**20, "shared_cpus": 2},
+    ]
+    base = variant(runs["native"], arena_bytes=800_000, **{"manifest.host.caches": recorded})
+    head = variant(runs["native"], arena_bytes=1_500_000, **{"manifest.host.caches": recorded})
+    f8 = finding(diagnose(head, base, sysfs_root=sysfs), 8)
+    # With this host's 1 MiB L2 it would cross L2; on the measuring host's 2 MiB it does not.
+    assert f8["status"] == "suspect" and "within L2" in f8["summary"]
+    assert any("recorded with the result" in e["fact"] for e in f8["evidence"])
 
 
 # -- kernels (step 10) ----------------------------------------------------------------------
