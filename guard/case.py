@@ -22,7 +22,7 @@ from guard import checks as ck
 from guard import manifest as mf
 from guard.backends import get_backend
 from guard.backends.base import BuildInfo, Session
-from guard.bench import MeasureConfig, measure, preflight
+from guard.bench import MeasureConfig, measure_rounds, preflight
 from guard.build import build_artefact
 from guard.errors import GuardError, ModelError, UsageError
 from guard.golden import Golden, compare_outputs, top1_accuracy
@@ -114,6 +114,8 @@ def result_dict(
     manifest: dict[str, Any] | None = None,
     latency_ms: dict[str, Any] | None = None,
     samples_ms: list[float] | None = None,
+    rounds: list[dict[str, Any]] | None = None,
+    noise_pct: float | None = None,
     measurement: dict[str, Any] | None = None,
     partitions: dict[str, Any] | None = None,
     arena_bytes: int | None = None,
@@ -134,6 +136,8 @@ def result_dict(
         "manifest": manifest,
         "latency_ms": latency_ms,
         "samples_ms": list(samples_ms or []),
+        "rounds": rounds,  # per round (a fresh session each): samples_ms, p50, n, contention
+        "noise_pct": noise_pct,  # between-round spread: 100 x SD of the rounds' log medians
         "measurement": measurement,
         "partitions": partitions,
         "arena_bytes": arena_bytes,
@@ -189,16 +193,21 @@ def _host_arch(manifest: dict[str, Any]) -> str:
         return os.uname().machine
 
 
-def _against_baseline(entry: ModelEntry, backend: str, manifest: dict[str, Any],
-                      samples_s: list[float], bound: float | None,
+def _against_baseline(entry: ModelEntry, backend: str, head: dict[str, Any],
+                      bound: float | None,
                       baseline: dict[str, Any] | None) -> tuple[dict[str, Any] | None,
                                                                  str | None]:
-    """(comparison, None) against the --baseline results file, or (None, why not)."""
-    from guard.bench.regress import RegressConfig, compare_unpaired
-    from guard.compare.compare import host_incompatibility, row_key
+    """(comparison, None) against the --baseline results file, or (None, why not).
+
+    ``head`` is this result's measurement as the results file will hold it (manifest,
+    rounds, measurement): judged exactly as ``guard compare`` judges two files.
+    """
+    from guard.bench.regress import RegressConfig
+    from guard.compare.compare import host_incompatibility, latency_comparison, row_key
 
     if baseline is None or bound is None:
         return None, None
+    manifest = head["manifest"]
     key = (entry.name, backend, manifest["target"]["canonical"])
     base = next((r for r in baseline.get("results", [])
                  if r.get("verdict") != "error" and r.get("manifest")
@@ -208,9 +217,8 @@ def _against_baseline(entry: ModelEntry, backend: str, manifest: dict[str, Any],
     why = host_incompatibility(base["manifest"], manifest)
     if why:
         return None, f"baseline refused: {why}"
-    comp = compare_unpaired(base.get("samples_ms") or [], [s * 1e3 for s in samples_s],
-                            RegressConfig(regress_pct=bound))
-    return comp.to_dict(), None
+    comp, reason = latency_comparison(base, head, RegressConfig(regress_pct=bound))
+    return (comp.to_dict(), None) if comp is not None else (None, reason)
 
 
 def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: str,
@@ -238,7 +246,17 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
 
     cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
     pre = preflight(entry.threads)
-    timings = measure(lambda: session.run(feeds), cfg, clock)
+
+    def load(i: int) -> Callable[[], object]:
+        # Round 0 times the session already loaded; every later round a fresh load, whose
+        # first call (lazy initialisation) is untimed, as the numerics call was for round 0.
+        s = session
+        if i > 0:
+            s = case.reload()
+            s.run(feeds)
+        return lambda: s.run(feeds)
+
+    timings = measure_rounds(load, cfg, clock)
     post = preflight(entry.threads, contention=timings.contention)
     stats = timings.stats()
     partitions = session.partitions().to_dict()
@@ -246,9 +264,18 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
     facts.latency_ms, facts.truncated = stats, timings.truncated
     facts.partitions = partitions
     facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
+    measured = {
+        "manifest": manifest,
+        "rounds": timings.rounds_dict(),
+        "noise_pct": timings.noise_pct(),
+        "measurement": {"warmup_iters": timings.warmup_iters, "truncated": timings.truncated,
+                        "stopped_by": timings.stopped_by, "contention": timings.contention,
+                        "cpu_share": timings.cpu_share, "rounds": cfg.rounds,
+                        "config": dict(entry.measure)},
+    }
     bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
     facts.regress, facts.regress_reason = _against_baseline(
-        entry, backend_name, manifest, timings.samples_s, bound, baseline)
+        entry, backend_name, measured, bound, baseline)
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
     post["warnings"] = list(dict.fromkeys([*post.get("warnings", []), *timings.warnings,
@@ -260,9 +287,9 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
         manifest=manifest,
         latency_ms=stats,
         samples_ms=[s * 1e3 for s in timings.samples_s],
-        measurement={"warmup_iters": timings.warmup_iters, "truncated": timings.truncated,
-                     "stopped_by": timings.stopped_by, "contention": timings.contention,
-                     "config": dict(entry.measure)},
+        rounds=measured["rounds"],
+        noise_pct=measured["noise_pct"],
+        measurement=measured["measurement"],
         partitions=partitions,
         arena_bytes=memory.arena_bytes,
         arena_lower_bound_bytes=memory.lower_bound_bytes,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from guard.bench.regress import DEFAULT_REGRESS_PCT
 from guard.suite import latency_bound
 
 # Backends whose speed depends on a tuned-schedule cache.
@@ -73,10 +74,11 @@ def regress_check(bound_pct: float, comparison: dict[str, Any] | None,
     status = {"regressed": "fail", "pass": "pass", "improved": "pass",
               "inconclusive": "inconclusive"}[v]
     lo, hi = comparison["ci"]
-    msg = (f"p50 ratio head/base {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}, "
-           f"n={comparison['n_base']}/{comparison['n_head']}): {v} against a "
+    units = "rounds" if comparison.get("method") == "welch-rounds" else "n"
+    msg = (f"latency ratio head/base {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}, "
+           f"{units}={comparison['n_base']}/{comparison['n_head']}): {v} against a "
            f"{comparison['threshold_pct']:.3g}% bound; detectable effect "
-           f"{comparison['mde_pct']:.3g}%")
+           f"{comparison['mde_pct']:.3g}%; {comparison['reason']}")
     return Check("latency.regress", status, comparison["ratio"], bound_pct, msg)
 
 
@@ -171,10 +173,11 @@ def verdict(checks: list[Check], error: str | None = None) -> str:
 
 
 def regress_bound(latency_cfg: dict[str, Any], baseline_given: bool) -> float | None:
-    """The regress bound in percent, when the suite sets one."""
+    """The regress bound in percent: the suite's ``latency.regress_pct``; with a baseline
+    given and no bound set, guard.bench.regress.DEFAULT_REGRESS_PCT (never nothing)."""
     if "regress_pct" in latency_cfg:
         return float(latency_cfg["regress_pct"])
-    return None
+    return DEFAULT_REGRESS_PCT if baseline_given else None
 
 
 @dataclass

@@ -247,6 +247,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base_label=base_spec,
         head_label=head_spec,
     )
+    missing = cmp["summary"].get("without_rounds") or []
+    if missing:
+        print(
+            f"guard: warning: {len(missing)} row(s) compared with a result that has no rounds "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): a results file "
+            "from a guard that measured in one session gets no latency verdict; re-run "
+            "`guard run --json` with this guard",
+            file=sys.stderr,
+        )
     _emit(cmp, args, "guard compare")
     return exit_code(cmp, strict=args.strict)
 

@@ -38,7 +38,7 @@ _OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm"}
 _INPUT_KEYS = {"shape", "dist", "seed", "mean", "std", "low", "high", "value"}
 # The same keys as guard.bench.MeasureConfig, which validates the values again.
 _MEASURE_KEYS = {"warmup_s", "min_iters", "min_time_s", "max_time_s", "max_warmup_iters",
-                 "max_iters"}
+                 "max_iters", "rounds"}
 # check name -> allowed keys
 _CHECK_KEYS: dict[str, set[str]] = {
     "latency": {"p50_ms", "p90_ms", "p99_ms", "regress_pct"},
@@ -183,7 +183,7 @@ def _parse_measure(ctx: _Ctx, raw: Any, key: str, base: dict[str, float]) -> dic
     block = ctx.mapping(raw, key, _MEASURE_KEYS)
     out = dict(base)
     for k, v in block.items():
-        out[k] = ctx.number(v, f"{key}.{k}", integer=k in ("min_iters", "max_warmup_iters", "max_iters"),
+        out[k] = ctx.number(v, f"{key}.{k}", integer=k in ("min_iters", "max_warmup_iters", "max_iters", "rounds"),
                             minimum=0 if k == "warmup_s" else None,
                             positive=k != "warmup_s")
     if out["min_time_s"] > out["max_time_s"]:

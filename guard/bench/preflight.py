@@ -18,6 +18,7 @@ machine another process on the other core moves 1-thread medians by -17%..+28%
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ class CpuTimes:
     busy_s: float  # all cores, all processes, not idle/iowait
     total_s: float  # all cores, busy + idle + iowait
     own_s: float  # this process (all its threads), user + system
+    wall_s: float = 0.0  # a monotonic clock at the reading (for this process's share)
 
 
 def read_cpu_times(root: Path = Path("/")) -> CpuTimes | None:
@@ -61,7 +63,10 @@ def read_cpu_times(root: Path = Path("/")) -> CpuTimes | None:
     busy = user + nice + system + irq + softirq + steal
     t = os.times()
     return CpuTimes(
-        busy_s=busy / tick, total_s=(busy + idle + iowait) / tick, own_s=t.user + t.system
+        busy_s=busy / tick,
+        total_s=(busy + idle + iowait) / tick,
+        own_s=t.user + t.system,
+        wall_s=time.monotonic(),
     )
 
 
@@ -76,6 +81,38 @@ def contention_between(before: CpuTimes | None, after: CpuTimes | None) -> float
     if others_capacity <= 0.05:
         return None
     return min(1.0, max(0.0, others_busy / others_capacity))
+
+
+def cpu_share_between(before: CpuTimes | None, after: CpuTimes | None) -> float | None:
+    """This process's CPU time over the wall time between two readings; None if unknown.
+
+    A single-threaded loop that is never preempted reads ~1.0; one that shared its core
+    with another process reads ~0.5, and its samples include the time it waited.
+    """
+    if before is None or after is None:
+        return None
+    wall = after.wall_s - before.wall_s
+    # os.times ticks at 100 Hz: a loop shorter than a few ticks says nothing.
+    if wall <= 0.05 or before.wall_s <= 0:
+        return None
+    return max(0.0, (after.own_s - before.own_s) / wall)
+
+
+# Below this share of a core, the process was preempted: samples hold time it spent waiting
+# for a CPU, not time the model took. (A multi-threaded loop reads more than 1.0 when it
+# gets its cores, so the bound is on at least one core's worth.)
+CPU_SHARE_WARN = 0.9
+
+
+def cpu_share_warning(share: float | None) -> str | None:
+    """The warning for a loop that did not get a whole core, or None."""
+    if share is None or share >= CPU_SHARE_WARN:
+        return None
+    return (
+        f"this process got {share:.0%} of a core during the timed loop (< "
+        f"{CPU_SHARE_WARN:.0%}): it was preempted and its samples include waiting; re-run "
+        "on a quiet machine"
+    )
 
 
 def contention_warning(contention: float | None) -> str | None:

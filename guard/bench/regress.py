@@ -6,10 +6,20 @@ ratio excludes 1) and it is *large* (the point estimate of head/base exceeds
 ``1 + threshold``). Either alone is wrong on shared runners: significance alone flags a
 real but harmless 0.3% on 50,000 samples; size alone is a coin toss on one noisy mean.
 
-Two designs, two estimators:
+Three designs, three estimators:
 
-- unpaired (two results files, measured at different times): ratio of medians,
-  Mann-Whitney U each way, percentile bootstrap CI (scipy.stats.bootstrap).
+- rounds (two results files, two processes measured at different times): the independent
+  units are the *rounds* (each a freshly loaded session, see guard.bench.timer), not the
+  iterations. Within one process, thousands of iterations share one memory placement,
+  one clock state and one co-tenant; between two processes those differ, and treating
+  every iteration as independent turns a 5% process-to-process offset into p=1e-159.
+  The estimate is the difference of the mean log round medians; its standard error is
+  Welch's from the two sides' round-to-round variances, floored by the calibrated noise
+  when ``guard calibrate`` measured one (``noise_pct``); the test is Welch's t on the log
+  round medians, with its CI and minimum detectable effect from the t distribution.
+- unpaired samples (``compare_unpaired``, iterations as units): ratio of medians,
+  Mann-Whitney U each way, percentile bootstrap CI. Only sound when the samples are
+  independent draws (simulations, tests); results files are judged on rounds.
 - paired (interleaved A/B in one process): per-pair log ratios log(h_i / b_i), whose
   median is the estimate; Wilcoxon signed-rank each way; a distribution-free CI for that
   median from binomial order statistics. Pairing cancels drift and contention bursts that
@@ -23,6 +33,15 @@ Verdicts: ``regressed`` (significantly slower and large), ``improved`` (the mirr
 ``pass`` (the CI rules out a regression beyond the threshold), ``inconclusive`` (none of
 these: measure more). ``mde_pct`` is the smallest slowdown this comparison would flag with
 probability ``power``: the larger of the threshold and what the noise allows.
+
+A rounds comparison also allows for its measuring conditions. A contention difference
+between the sides (other processes' mean share of the spare CPU) can move 1-thread latency
+by up to ``CONTENTION_EFFECT`` per unit (+28% for a fully busy other core on this kind of
+runner, FACTS.md), and a side whose worst round got a share s < ``CPU_SHARE_WARN`` of a
+core holds up to 1/s - 1 of waiting. Their sum is a bias bound B: a verdict stands only if
+it still holds with the ratio and its CI moved by a factor 1 + B against it; otherwise the
+row is ``inconclusive`` and says which condition it could not see past. A rounds row that
+stays inconclusive names the smallest slowdown its rounds could have detected.
 
 Optional stopping inflates false positives, so the adaptive driver spends ``alpha`` over
 its looks (Bonferroni over a geometric schedule of at most ``max_looks`` looks).
@@ -38,6 +57,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 from scipy import stats
 
+from guard.bench.preflight import CPU_SHARE_WARN
 from guard.errors import UsageError
 
 PASS = "pass"
@@ -47,7 +67,15 @@ INCONCLUSIVE = "inconclusive"
 VERDICTS = (PASS, REGRESSED, IMPROVED, INCONCLUSIVE)
 
 # A 3% creep is the kind a fixed percentage on one mean misses; suites may raise it.
+# ``guard compare`` and ``guard run --baseline`` use it for a model whose suite sets no
+# ``checks.latency.regress_pct``.
 DEFAULT_REGRESS_PCT = 3.0
+
+# How far a fully busy other core moved 1-thread medians on this kind of runner (FACTS.md:
+# -17% to +28%): the latency shift a contention difference alone can explain, per unit.
+CONTENTION_EFFECT = 0.28
+# One-sided 99% normal quantile: calibrated noise is a 99% bound on |A/A ratio - 1|.
+_Z99 = 2.3263478740408408
 
 
 @dataclass(frozen=True)
@@ -61,6 +89,7 @@ class RegressConfig:
     power: float = 0.8
     n_boot: int = 2000
     min_samples: int = 8
+    min_rounds: int = 3
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -200,6 +229,121 @@ def compare_unpaired(
     return Comparison(
         verdict, ratio, (lo, hi), p_slower, p_faster, cfg.threshold_pct,
         _mde_pct(lo, hi, cfg, a), int(b.size), int(h.size), method, a, reason,
+    )  # fmt: skip
+
+
+def _finite_positive(values: Sequence[float], side: str) -> np.ndarray:
+    a = np.asarray(values, dtype=float).ravel()
+    if a.size and (not np.all(np.isfinite(a)) or np.any(a <= 0)):
+        raise UsageError(f"{side} round medians must be finite and positive latencies")
+    return a
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    seen = [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
+    return sum(seen) / len(seen) if seen else None
+
+
+def _bias(
+    contention: tuple[float | None, float | None], cpu_share: tuple[float | None, float | None]
+) -> tuple[float, list[str]]:
+    """How far (as a fraction) the sides' measuring conditions alone can move the ratio.
+
+    A contention difference moves 1-thread latency by up to CONTENTION_EFFECT per unit; a
+    preempted side's samples hold up to 1/share - 1 of waiting.
+    """
+    bias, why = 0.0, []
+    cb, ch = contention
+    if cb is not None and ch is not None and abs(cb - ch) > 0:
+        b = CONTENTION_EFFECT * abs(cb - ch)
+        bias += b
+        if b >= 0.005:
+            why.append(f"contention differs (base {cb:.0%}, head {ch:.0%} of the spare CPU "
+                       f"used by other processes: up to {b:.0%} from a co-tenant alone)")
+    for side, share in zip(("base", "head"), cpu_share, strict=True):
+        if share is not None and 0 < share < CPU_SHARE_WARN:
+            b = 1.0 / share - 1.0
+            bias += b
+            why.append(f"{side} was preempted (its worst round got {share:.0%} of a core: up "
+                       f"to {b:.0%} of waiting in its samples)")
+    return bias, why
+
+
+def _discount(
+    verdict: str, reason: str, ratio: float, lo: float, hi: float, bias: float,
+    why: list[str], cfg: RegressConfig,
+) -> tuple[str, str]:
+    """The verdict once the measuring conditions' bias is allowed for (see module docstring)."""
+    if bias <= 0 or verdict == INCONCLUSIVE:
+        return verdict, reason
+    f, t = 1.0 + bias, cfg.threshold_pct / 100.0
+    holds = {
+        REGRESSED: lo / f > 1.0 and ratio / f >= 1.0 + t,
+        IMPROVED: hi * f < 1.0 and ratio * f <= 1.0 / (1.0 + t),
+        PASS: hi * f < 1.0 + t,
+    }[verdict]
+    if holds:
+        return verdict, f"{reason} (holds with {'; '.join(why)})"
+    return INCONCLUSIVE, (
+        f"{'; '.join(why)}: the measured {(ratio - 1) * 100:+.1f}% cannot be told from the "
+        f"measuring conditions at a {t * 100:.1f}% threshold (would be {verdict})"
+    )
+
+
+def compare_rounds(
+    base: Sequence[float],
+    head: Sequence[float],
+    config: RegressConfig | None = None,
+    *,
+    alpha: float | None = None,
+    contention: tuple[Sequence[float | None], Sequence[float | None]] = ((), ()),
+    cpu_share: tuple[float | None, float | None] = (None, None),
+) -> Comparison:
+    """Judge two results files on their rounds: ``base``/``head`` are round medians (ms).
+
+    ``contention`` holds each side's per-round contention and ``cpu_share`` each side's
+    worst round's share of a core; either can make the comparison inconclusive (see the
+    module docstring).
+    """
+    cfg = config or RegressConfig()
+    a = cfg.alpha if alpha is None else alpha
+    method = "welch-rounds"
+    b, h = _finite_positive(base, "base"), _finite_positive(head, "head")
+    if min(b.size, h.size) < cfg.min_rounds:
+        c = _too_few(b.size, h.size, cfg, method, a)
+        return replace(c, reason=f"too few rounds ({b.size} base, {h.size} head; need "
+                                 f"{cfg.min_rounds}): set defaults.measure.rounds")
+    xb, xh = np.log(b), np.log(h)
+    d = float(xh.mean() - xb.mean())
+    ratio = math.exp(d)
+    vb, vh = float(xb.var(ddof=1)), float(xh.var(ddof=1))
+    if cfg.noise_pct:
+        # The calibrated A/A noise bounds |log ratio| of two loads at 99%; one load's own
+        # variance is half of that ratio's.
+        floor = (math.log1p(cfg.noise_pct / 100.0) / _Z99) ** 2 / 2.0
+        vb, vh = max(vb, floor), max(vh, floor)
+    ub, uh = vb / b.size, vh / h.size
+    se = math.sqrt(ub + uh)
+    if se == 0.0:
+        lo = hi = ratio
+        p_slower = 0.0 if d > 0 else 1.0
+        p_faster = 0.0 if d < 0 else 1.0
+        t_a = t_p = 0.0
+    else:
+        df = (ub + uh) ** 2 / (ub**2 / (b.size - 1) + uh**2 / (h.size - 1))
+        t_a, t_p = float(stats.t.ppf(1 - a, df)), float(stats.t.ppf(cfg.power, df))
+        lo, hi = math.exp(d - t_a * se), math.exp(d + t_a * se)
+        p_slower, p_faster = float(stats.t.sf(d / se, df)), float(stats.t.cdf(d / se, df))
+    verdict, reason = _decide(ratio, lo, hi, p_slower, p_faster, cfg, a)
+    thr = math.log1p(cfg.threshold_pct / 100.0)
+    mde = (math.exp(max(thr + t_p * se, (t_a + t_p) * se)) - 1.0) * 100.0
+    bias, why = _bias((_mean(contention[0]), _mean(contention[1])), cpu_share)
+    verdict, reason = _discount(verdict, reason, ratio, lo, hi, bias, why, cfg)
+    if verdict == INCONCLUSIVE:
+        reason += f"; these rounds could detect a slowdown of {mde:.1f}% or more"
+    return Comparison(
+        verdict, ratio, (lo, hi), p_slower, p_faster, cfg.threshold_pct, mde,
+        int(b.size), int(h.size), method, a, reason,
     )  # fmt: skip
 
 

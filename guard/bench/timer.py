@@ -14,7 +14,17 @@ The loop, in order:
    ``max_iters`` (enough samples; bounds memory for very fast functions).
 
 Other processes' CPU use is sampled around the timed loop (``contention``,
-see guard.bench.preflight) so a contended run can be told from a clean one.
+see guard.bench.preflight) so a contended run can be told from a clean one, and so is this
+process's own share of a core (``cpu_share``: below 1 it was preempted, so the samples
+hold time it spent waiting).
+
+Rounds: a result is measured in ``rounds`` rounds, each on a freshly loaded session
+(``measure_rounds``). The loop's time and iteration targets are totals over the rounds:
+each round warms up for ``warmup_s / rounds`` and times ``min_time_s / rounds`` (at most
+``max_time_s / rounds``) and at least ``ceil(min_iters / rounds)`` calls. Two processes
+differ by more than two halves of one loop (memory placement, allocator state, a
+co-tenant arriving); the spread between rounds is what a comparison of two results files
+can honestly lean on, not the thousands of iterations inside one round.
 """
 
 from __future__ import annotations
@@ -26,7 +36,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from guard.bench.preflight import CpuTimes, contention_between, contention_warning, read_cpu_times
+from guard.bench.preflight import (
+    CpuTimes,
+    contention_between,
+    contention_warning,
+    cpu_share_between,
+    cpu_share_warning,
+    read_cpu_times,
+)
 from guard.bench.stats import summarize
 from guard.errors import UsageError
 
@@ -43,9 +60,23 @@ class MeasureConfig:
     max_time_s: float = 20.0
     max_warmup_iters: int = 1000
     max_iters: int = 100_000
+    rounds: int = 5
 
     def __post_init__(self) -> None:
         _validate(self, "measure")
+
+    def per_round(self) -> MeasureConfig:
+        """The loop targets of one of ``rounds`` rounds (see the module docstring)."""
+        r = self.rounds
+        return MeasureConfig(
+            warmup_s=self.warmup_s / r,
+            min_iters=max(1, math.ceil(self.min_iters / r)),
+            min_time_s=self.min_time_s / r,
+            max_time_s=self.max_time_s / r,
+            max_warmup_iters=self.max_warmup_iters,
+            max_iters=max(1, self.max_iters // r),
+            rounds=1,
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None, where: str) -> MeasureConfig:
@@ -72,7 +103,7 @@ class MeasureConfig:
 
 
 _FLOAT_KEYS = ("warmup_s", "min_time_s", "max_time_s")
-_INT_KEYS = ("min_iters", "max_warmup_iters", "max_iters")
+_INT_KEYS = ("min_iters", "max_warmup_iters", "max_iters", "rounds")
 
 
 def _validate(cfg: MeasureConfig, where: str) -> None:
@@ -103,6 +134,7 @@ def _validate_values(v: dict[str, Any], where: str) -> None:
         ("max_warmup_iters", 0, False),
         ("min_iters", 1, False),
         ("max_iters", 1, False),
+        ("rounds", 1, False),
     ):
         x = v[key]
         if x < lo or (strict and x == lo):
@@ -132,6 +164,7 @@ class Timings:
     contention: float | None  # other processes' share of spare CPU during the loop
     stopped_by: str = "target"  # "target" | "max_time_s" | "max_iters"
     config: MeasureConfig = field(default_factory=MeasureConfig)
+    cpu_share: float | None = None  # own CPU time / wall time over the loop (1.0: never preempted)
 
     def stats(self) -> dict[str, float | int | None]:
         """min/p50/p90/p99/mean/stdev in ms, cv and n (see guard.bench.stats)."""
@@ -150,6 +183,9 @@ class Timings:
         cw = contention_warning(self.contention)
         if cw:
             out.append(cw)
+        sw = cpu_share_warning(self.cpu_share)
+        if sw:
+            out.append(sw)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,6 +196,7 @@ class Timings:
             "truncated": self.truncated,
             "stopped_by": self.stopped_by,
             "contention": self.contention,
+            "cpu_share": self.cpu_share,
             "stats": self.stats(),
             "warnings": self.warnings,
         }
@@ -212,4 +249,90 @@ def measure(
         contention=contention_between(before, after),
         stopped_by=stopped_by,
         config=cfg,
+        cpu_share=cpu_share_between(before, after),
     )
+
+
+@dataclass
+class RoundTimings:
+    """A result measured in rounds: one ``Timings`` per freshly loaded session."""
+
+    rounds: list[Timings]
+    config: MeasureConfig
+
+    @property
+    def samples_s(self) -> list[float]:
+        """Every round's samples, pooled (the per-iteration view the stats summarise)."""
+        return [s for t in self.rounds for s in t.samples_s]
+
+    @property
+    def truncated(self) -> bool:
+        return any(t.truncated for t in self.rounds)
+
+    @property
+    def warmup_iters(self) -> int:
+        return sum(t.warmup_iters for t in self.rounds)
+
+    @property
+    def stopped_by(self) -> str:
+        ends = {t.stopped_by for t in self.rounds}
+        return next((e for e in ("max_time_s", "max_iters") if e in ends), "target")
+
+    @property
+    def contention(self) -> float | None:
+        """The highest contention any round saw (a comparison is as good as its worst round)."""
+        seen = [t.contention for t in self.rounds if t.contention is not None]
+        return max(seen) if seen else None
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The lowest share of a core any round got."""
+        seen = [t.cpu_share for t in self.rounds if t.cpu_share is not None]
+        return min(seen) if seen else None
+
+    def stats(self) -> dict[str, float | int | None]:
+        return summarize(self.samples_s)
+
+    def noise_pct(self) -> float | None:
+        """Between-round spread: 100 x the standard deviation of the rounds' log medians."""
+        return round_noise_pct([summarize(t.samples_s)["p50"] for t in self.rounds])
+
+    @property
+    def warnings(self) -> list[str]:
+        out: list[str] = []
+        for i, t in enumerate(self.rounds):
+            out += [f"round {i + 1}/{len(self.rounds)}: {w}" for w in t.warnings]
+        return list(dict.fromkeys(out))
+
+    def rounds_dict(self) -> list[dict[str, Any]]:
+        """The results file's per-round records (milliseconds)."""
+        out = []
+        for t in self.rounds:
+            st = summarize(t.samples_s)
+            out.append({"samples_ms": [s * 1e3 for s in t.samples_s], "p50": st["p50"],
+                        "n": st["n"], "warmup_iters": t.warmup_iters,
+                        "stopped_by": t.stopped_by, "contention": t.contention,
+                        "cpu_share": t.cpu_share})
+        return out
+
+
+def round_noise_pct(round_p50s: list[float | int | None]) -> float | None:
+    """100 x sample standard deviation of log round medians; None with fewer than 2 rounds."""
+    logs = [math.log(x) for x in round_p50s if isinstance(x, int | float) and x > 0]
+    if len(logs) < 2:
+        return None
+    mean = sum(logs) / len(logs)
+    return 100.0 * math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+
+
+def measure_rounds(
+    load: Callable[[int], Callable[[], object]],
+    cfg: MeasureConfig,
+    clock: Clock = time.perf_counter,
+    *,
+    cpu_times: Callable[[], CpuTimes | None] = read_cpu_times,
+) -> RoundTimings:
+    """``cfg.rounds`` rounds; ``load(i)`` returns round i's callable (a fresh session)."""
+    per = cfg.per_round()
+    return RoundTimings([measure(load(i), per, clock, cpu_times=cpu_times)
+                         for i in range(cfg.rounds)], cfg)

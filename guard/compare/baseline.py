@@ -5,9 +5,10 @@ A side is named on the command line as:
 - a path to a results file (``guard run --json``);
 - ``run:<id>``: an MLflow invocation run (its ``results.json`` artifact);
 - ``branch:<name>`` (or ``mlflow:<name>``): for every (model, backend, canonical target) of
-  the other side, the newest result run on that branch whose host class is compatible.
-  Newer runs on another host are skipped, and a key with no compatible run is refused
-  with the reason of the newest incompatible one.
+  the other side, the newest result run on that branch whose host class is compatible,
+  from a commit other than the other side's own (``guard compare head.json`` on main must
+  not compare HEAD's run with itself). Newer runs on another host are skipped, and a key
+  with no compatible run is refused with the reason of the newest incompatible one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from guard.compare.compare import (
 from guard.errors import UsageError
 
 BRANCH_PREFIXES = ("branch:", "mlflow:")
+# The column of find_runs' frame holding a run's commit (guard.track.records tags it).
+COMMIT_COLUMN = "tags.guard.git.commit"
 
 
 def is_mlflow_spec(spec: str) -> bool:
@@ -64,12 +67,14 @@ def latest_on_branch(
     max_candidates: int = 20,
     finder: Any = None,
     loader: Any = None,
+    exclude_commit: str | None = None,
 ) -> dict[str, Any]:
     """A baseline document assembled from the newest compatible result run per key.
 
     ``wanted`` are the head side's results (their keys and manifests decide what is
-    compatible). ``finder``/``loader`` default to guard.track.find_runs and MLflow's
-    artifact download; tests pass fakes.
+    compatible); runs of ``exclude_commit`` (the head's own commit) are skipped.
+    ``finder``/``loader`` default to guard.track.find_runs and MLflow's artifact download;
+    tests pass fakes.
     """
     if finder is None:
         from guard.track import find_runs as finder
@@ -81,6 +86,8 @@ def latest_on_branch(
         if frame is None or len(frame) == 0:
             continue  # a model new on this side: compare reports it as only_head
         refused = None
+        if exclude_commit and COMMIT_COLUMN in frame:
+            frame = frame[frame[COMMIT_COLUMN] != exclude_commit]
         for artifact_uri in list(frame["artifact_uri"])[:max_candidates]:
             cand = load(artifact_uri)
             if not isinstance(cand, Mapping) or row_key(cand) != key:
@@ -129,4 +136,6 @@ def load_side(
     suite = suite or other.get("suite")
     if not suite:
         raise UsageError(f"{spec}: which suite? pass --suite")
-    return latest_on_branch(uri, str(suite), branch, list(other["results"]))
+    own = (other.get("git") or {}).get("commit")
+    return latest_on_branch(uri, str(suite), branch, list(other["results"]),
+                            exclude_commit=str(own) if own else None)

@@ -178,14 +178,22 @@ def run_suite_in_env(
 
 
 def merge_rounds(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One results document from several runs of a side: raw samples pooled per key."""
+    """One results document from several runs of a side: raw samples and rounds pooled.
+
+    Each run's rounds join the side's rounds, so the comparison's independent units span
+    every process of that side.
+    """
     merged = copy.deepcopy(docs[0])
     by_key = {row_key(r): r for r in merged["results"]}
     for d in docs[1:]:
         for r in d["results"]:
             into = by_key.get(row_key(r))
-            if into is not None and isinstance(r.get("samples_ms"), list):
+            if into is None:
+                continue
+            if isinstance(r.get("samples_ms"), list):
                 into["samples_ms"] = list(into.get("samples_ms") or []) + list(r["samples_ms"])
+            if isinstance(r.get("rounds"), list) and isinstance(into.get("rounds"), list):
+                into["rounds"] = [*into["rounds"], *copy.deepcopy(r["rounds"])]
     merged["rounds"] = len(docs)
     return merged
 

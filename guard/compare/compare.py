@@ -2,8 +2,16 @@
 
 Rows are matched by (model, backend, canonical target). A baseline is only usable when the
 host class matches (arch, CPU model, threads): a latency ratio across two machines says
-nothing about the code. Everything else in the manifest (compiler, runtime, driver,
-tuning cache, model) is the subject of the comparison and is listed first.
+nothing about the code; and only when both documents are runs of the same suite.
+Everything else in the manifest (compiler, runtime, driver, tuning cache, model) is the
+subject of the comparison and is listed first.
+
+Latency is judged on the results' *rounds* (guard.bench.regress.compare_rounds): each
+round is one freshly loaded session, so rounds, not iterations, are the independent units
+of two processes. A result without rounds (a results file written before guard measured
+in rounds) gets no latency verdict: its row is ``inconclusive`` and says so, because its
+iterations all shared one session and cannot tell a real change from a process-to-process
+offset.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from guard.bench.regress import (
     REGRESSED,
     Comparison,
     RegressConfig,
-    compare_unpaired,
+    compare_rounds,
     with_noise,
 )
 from guard.compare.attribution import attribute
@@ -68,6 +76,46 @@ def validate_results(doc: Any, where: str) -> None:
     for i, r in enumerate(results):
         if not isinstance(r, dict) or not all(k in r for k in ("model", "backend", "target")):
             raise UsageError(f"results[{i}] needs model, backend and target", where=where)
+        _validate_samples(r, f"results[{i}]", where)
+
+
+def _bad_samples(values: Any) -> str | None:
+    """Why a samples list cannot be used, or None when it is non-empty finite positives."""
+    if not isinstance(values, list):
+        return f" must be a list of latencies in ms, got {type(values).__name__}"
+    if not values:
+        return " is empty"
+    for j, x in enumerate(values):
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= 0:
+            return f"[{j}] is {x!r}, not a finite positive latency in ms"
+    return None
+
+
+def _validate_samples(r: Mapping[str, Any], field: str, where: str) -> None:
+    """A measured result's samples (and its rounds') must be usable: exit 2 naming the field."""
+    if r.get("verdict") == "error" or r.get("latency_ms") is None:
+        return  # nothing was measured: no samples are owed
+    hint = "The results file was edited or truncated; re-run `guard run --json`."
+    if "samples_ms" in r:
+        why = _bad_samples(r["samples_ms"])
+        if why:
+            raise UsageError(f"{field}.samples_ms{why}", where=where, hint=hint)
+    rounds = r.get("rounds")
+    if rounds is None:
+        return
+    if not isinstance(rounds, list) or not rounds:
+        raise UsageError(f"{field}.rounds must be a non-empty list", where=where, hint=hint)
+    for j, rd in enumerate(rounds):
+        if not isinstance(rd, Mapping):
+            raise UsageError(f"{field}.rounds[{j}] must be an object", where=where, hint=hint)
+        why = _bad_samples(rd.get("samples_ms"))
+        if why:
+            raise UsageError(f"{field}.rounds[{j}].samples_ms{why}", where=where, hint=hint)
+        p50 = rd.get("p50")
+        if isinstance(p50, bool) or not isinstance(p50, int | float) or not math.isfinite(p50) \
+                or p50 <= 0:
+            raise UsageError(f"{field}.rounds[{j}].p50 is {p50!r}, not a finite positive "
+                             "latency in ms", where=where, hint=hint)
 
 
 def canonical_target(r: Mapping[str, Any]) -> str:
@@ -120,6 +168,43 @@ def _samples(r: Mapping[str, Any]) -> list[float] | None:
     return [float(x) for x in s] if isinstance(s, list) and s else None
 
 
+def round_p50s(r: Mapping[str, Any]) -> list[float] | None:
+    """The result's round medians (ms), or None for a result measured without rounds."""
+    rounds = r.get("rounds")
+    if not isinstance(rounds, list) or not rounds:
+        return None
+    return [float(rd["p50"]) for rd in rounds]
+
+
+def round_contention(r: Mapping[str, Any]) -> list[float | None]:
+    return [rd.get("contention") for rd in r.get("rounds") or () if isinstance(rd, Mapping)]
+
+
+def _cpu_share(r: Mapping[str, Any]) -> float | None:
+    c = (r.get("measurement") or {}).get("cpu_share")
+    return float(c) if isinstance(c, int | float) else None
+
+
+def latency_comparison(
+    base_r: Mapping[str, Any], head_r: Mapping[str, Any], config: RegressConfig
+) -> tuple[Comparison | None, str]:
+    """(comparison, reason) of two results' latency; (None, why not) when it cannot be judged."""
+    bp, hp = round_p50s(base_r), round_p50s(head_r)
+    if bp is None or hp is None:
+        side = "base" if bp is None else "head"
+        return None, (
+            f"{side} result has no rounds (a results file from a guard that measured in one "
+            "session): its iterations are not independent, so no latency verdict; re-run "
+            "`guard run --json` with this guard"
+        )
+    comp = compare_rounds(
+        bp, hp, config,
+        contention=(round_contention(base_r), round_contention(head_r)),
+        cpu_share=(_cpu_share(base_r), _cpu_share(head_r)),
+    )  # fmt: skip
+    return comp, comp.reason
+
+
 def _p90_ratio(b: list[float] | None, h: list[float] | None) -> float | None:
     if not b or not h:
         return None
@@ -132,18 +217,15 @@ def compare_rows(
     """One comparison row (DESIGN.md contract keys, plus stats detail)."""
     bm, hm = base_r.get("manifest") or {}, head_r.get("manifest") or {}
     bs, hs = _samples(base_r), _samples(head_r)
-    if bs is None or hs is None:
-        side = "base" if bs is None else "head"
-        comp: Comparison | None = None
+    comp, reason = latency_comparison(base_r, head_r, config)
+    if comp is None:
         verdict, ratio, ci = INCONCLUSIVE, math.nan, [math.nan, math.nan]
-        reason = f"{side} result has no raw samples_ms; cannot test significance"
         bp50 = (base_r.get("latency_ms") or {}).get("p50")
         hp50 = (head_r.get("latency_ms") or {}).get("p50")
         if bp50 and hp50:
             ratio = float(hp50) / float(bp50)
     else:
-        comp = compare_unpaired(bs, hs, config)
-        verdict, ratio, ci, reason = comp.verdict, comp.ratio, list(comp.ci), comp.reason
+        verdict, ratio, ci = comp.verdict, comp.ratio, list(comp.ci)
     bnum, hnum = base_r.get("numerics") or {}, head_r.get("numerics") or {}
     bpart, hpart = base_r.get("partitions") or {}, head_r.get("partitions") or {}
     row: dict[str, Any] = {
@@ -166,6 +248,8 @@ def compare_rows(
         },
         "tuning_hit_rate": [_hit_rate(base_r), _hit_rate(head_r)],
         "contention": [_contention(base_r), _contention(head_r)],
+        "noise_pct": [base_r.get("noise_pct"), head_r.get("noise_pct")],
+        "rounds": [len(base_r.get("rounds") or ()), len(head_r.get("rounds") or ())],
         "manifest_diff": manifest_diff(bm, hm),
         "stats": comp.to_dict() if comp else {"reason": reason},
         "reason": reason,
@@ -208,6 +292,14 @@ def compare_docs(
     IncompatibleBaselineError when a matched pair ran on different host classes.
     """
     cfg = config or RegressConfig()
+    bsuite, hsuite = base.get("suite"), head.get("suite")
+    if bsuite and hsuite and bsuite != hsuite:
+        raise UsageError(
+            f"{base_label} is a run of suite {bsuite!r}, {head_label} of suite {hsuite!r}: "
+            "guard compares two runs of one suite",
+            where=base_label,
+            hint="Pass a baseline of the same suite (its `suite:` name).",
+        )
     b_rows = {row_key(r): r for r in base["results"]}
     h_rows = {row_key(r): r for r in head["results"]}
     both = [k for k in h_rows if k in b_rows]
@@ -260,6 +352,9 @@ def compare_docs(
             "geomean_ratio": float(np.exp(np.mean(np.log(ratios)))) if ratios else None,
             "only_base": ["/".join(k) for k in b_rows if k not in h_rows],
             "only_head": ["/".join(k) for k in h_rows if k not in b_rows],
+            "without_rounds": [
+                "/".join(row_key(r)) for r in rows if r["stats"].get("method") is None
+            ],
         },
     }
 

@@ -69,6 +69,8 @@ def row_cells(r: Mapping[str, Any]) -> list[str]:
     stats = r.get("stats") or {}
     mde = stats.get("mde_pct")
     n = f"{stats.get('n_base', '?')}/{stats.get('n_head', '?')}" if "n_base" in stats else "n/a"
+    if stats.get("method") == "welch-rounds":
+        n += " rounds"
     num = r.get("numerics") or {}
     return [
         f"{r['model']} / {r['backend']}",

@@ -28,6 +28,16 @@ def manifest(**over: Any) -> dict[str, Any]:
     return m
 
 
+def rounds_of(samples: list[float], n_rounds: int = 5) -> list[dict[str, Any]]:
+    """``samples`` cut into consecutive rounds, as guard run records them."""
+    out = []
+    for chunk in np.array_split(np.asarray(samples, dtype=float), n_rounds):
+        c = [float(x) for x in chunk]
+        out.append({"samples_ms": c, "p50": float(np.median(c)), "n": len(c),
+                    "contention": None, "cpu_share": None})
+    return out
+
+
 def result(model: str, samples: np.ndarray, backend: str = "onnxruntime", **extra: Any) -> dict:
     s = [float(x) for x in samples]
     r = {
@@ -39,6 +49,7 @@ def result(model: str, samples: np.ndarray, backend: str = "onnxruntime", **extr
         "manifest": manifest(),
         "latency_ms": {"p50": float(np.median(s)), "n": len(s)},
         "samples_ms": s,
+        "rounds": rounds_of(s) if len(s) >= 5 else None,
         "partitions": {"count": 1, "delegated_nodes": 10, "fallback_nodes": 0},
         "arena_bytes": 1_000_000,
         "arena_lower_bound_bytes": 800_000,

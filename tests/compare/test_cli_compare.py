@@ -124,6 +124,28 @@ def test_branch_baseline_picks_newest_compatible_run(tmp_path, capsys):
     assert "no compatible baseline for cnn/onnxruntime" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+def test_branch_baseline_skips_heads_own_commit(tmp_path):
+    """On main, HEAD's own run is already logged: the baseline is the newest OTHER commit."""
+    from guard.track import log_results
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rng = np.random.default_rng(4)
+    older = doc(result("mlp", lat(rng, factor=0.8)))
+    older["git"] = {"commit": "a" * 40, "dirty": False, "branch": "main"}
+    head_doc = doc(result("mlp", lat(rng)))
+    head_doc["git"] = {"commit": "d" * 40, "dirty": False, "branch": "main"}
+    head_doc["started"] = "2026-11-29T15:00:00Z"
+    log_results(older, uri)
+    log_results(head_doc, uri)  # what the push to main logged: HEAD's own run, newest
+    head = write(tmp_path / "head.json", head_doc)
+    out = tmp_path / "c.json"
+    code = main(["compare", head, "--tracking-uri", uri, "--json", str(out), "--quiet"])
+    cmp = json.loads(out.read_text())
+    # against itself the ratio would be 1.0; against commit a's 0.8x run it is ~1.25
+    assert cmp["rows"][0]["ratio"] > 1.15 and code == 1
+
+
 def test_baseline_flag(pair):
     a, a2, slow = pair
     assert main(["compare", slow, "--baseline", a, "--quiet"]) == 1

@@ -147,9 +147,113 @@ def test_missing_samples_is_inconclusive_not_a_crash():
     rng = np.random.default_rng(9)
     b = result("mlp", lat(rng))
     h = result("mlp", lat(rng))
-    del h["samples_ms"]
+    del h["samples_ms"], h["rounds"]
     row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
-    assert row["verdict"] == "inconclusive" and "no raw samples_ms" in row["reason"]
+    assert row["verdict"] == "inconclusive" and "head result has no rounds" in row["reason"]
+
+
+def test_a_results_file_without_rounds_gets_no_latency_verdict():
+    """Older results files (one session, no rounds): a clear line, never a silent verdict,
+    even when their pooled iterations would call a 15% difference p~0."""
+    rng = np.random.default_rng(11)
+    b, h = result("mlp", lat(rng)), result("mlp", lat(rng, factor=1.15))
+    b.pop("rounds")
+    cmp = C.compare_docs(doc(b), doc(h), CFG)
+    (row,) = cmp["rows"]
+    assert row["verdict"] == "inconclusive" and C.exit_code(cmp) == 0
+    assert "base result has no rounds" in row["reason"] and "re-run" in row["reason"]
+    assert row["ratio"] == pytest.approx(1.15, rel=0.05)  # the ratio is still shown
+    assert cmp["summary"]["without_rounds"] == ["mlp/onnxruntime/llvm -mcpu=sapphirerapids"]
+
+
+def test_rounds_not_iterations_are_the_units():
+    """Two processes whose rounds wander by a few percent (a process-to-process offset),
+    each round with thousands of tight iterations: pooled iterations call the +4% a
+    significant regression; the rounds see an offset they cannot tell from noise."""
+    from guard.bench.regress import compare_unpaired
+
+    rng = np.random.default_rng(12)
+    base_levels = [1.00, 1.05, 0.97, 1.04, 0.99]
+    head_levels = [1.06, 1.01, 1.08, 1.03, 1.07]
+
+    def side(levels):
+        rounds = [list(2.0 * lv * np.exp(rng.normal(0, 0.002, 400))) for lv in levels]
+        r = result("mlp", np.concatenate(rounds))
+        r["rounds"] = [{"samples_ms": x, "p50": float(np.median(x)), "n": len(x)}
+                       for x in rounds]
+        return r
+
+    b, h = side(base_levels), side(head_levels)
+    pooled = compare_unpaired(b["samples_ms"], h["samples_ms"], CFG)
+    assert pooled.verdict == "regressed" and pooled.p_slower < 1e-20
+    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    assert row["verdict"] == "inconclusive" and row["stats"]["method"] == "welch-rounds"
+    assert row["stats"]["n_base"] == row["stats"]["n_head"] == 5
+    assert "could detect a slowdown of" in row["reason"]
+
+
+def test_contention_difference_makes_a_small_move_inconclusive_not_a_big_one():
+    rng = np.random.default_rng(13)
+
+    def pair(factor):
+        b, h = result("mlp", lat(rng, n=400)), result("mlp", lat(rng, n=400, factor=factor))
+        for rd in b["rounds"]:
+            rd["contention"] = 0.0
+        for rd in h["rounds"]:
+            rd["contention"] = 1.0
+        return C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+
+    row = pair(1.10)
+    assert row["verdict"] == "inconclusive" and "contention differs" in row["reason"]
+    assert "would be regressed" in row["reason"]
+    row = pair(2.0)  # a co-tenant moves latency ~28%, not 2x
+    assert row["verdict"] == "regressed" and "holds with contention differs" in row["reason"]
+
+
+def test_a_preempted_side_is_inconclusive_with_the_reason():
+    rng = np.random.default_rng(14)
+    b, h = result("mlp", lat(rng, n=400)), result("mlp", lat(rng, n=400, factor=1.2))
+    h["measurement"] = {"cpu_share": 0.6}
+    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    assert row["verdict"] == "inconclusive" and "head was preempted" in row["reason"]
+
+
+def test_another_suite_is_refused_with_a_clear_line():
+    rng = np.random.default_rng(15)
+    with pytest.raises(UsageError, match="suite 'smoke'.*suite 'default'"):
+        C.compare_docs(doc(result("mlp", lat(rng))),
+                       doc(result("mlp", lat(rng)), suite="default"), CFG)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda r: r.update(samples_ms=[]), "results[0].samples_ms is empty"),
+        (lambda r: r["samples_ms"].__setitem__(3, float("inf")), "results[0].samples_ms[3]"),
+        (lambda r: r["rounds"][2].update(samples_ms=[]), "results[0].rounds[2].samples_ms"),
+        (lambda r: r["rounds"][0].update(p50=float("nan")), "results[0].rounds[0].p50"),
+        (lambda r: r["rounds"][0].update(p50=-1.0), "results[0].rounds[0].p50"),
+        (lambda r: r.update(rounds=[]), "results[0].rounds must be a non-empty list"),
+    ],
+)
+def test_hand_edited_samples_are_refused_naming_the_field(tmp_path, edit, field):
+    rng = np.random.default_rng(16)
+    d = doc(result("mlp", lat(rng)))
+    edit(d["results"][0])
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(d))  # json writes inf/nan as Infinity/NaN, as a hand edit might
+    with pytest.raises(UsageError) as e:
+        C.load_results(path)
+    assert field in str(e.value) and str(path) in str(e.value)
+    assert e.value.exit_code == 2
+
+
+def test_error_results_owe_no_samples(tmp_path):
+    d = doc({"model": "m", "backend": "onnxruntime", "target": "host", "verdict": "error",
+             "error": "x", "latency_ms": None, "samples_ms": [], "rounds": None})
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(d))
+    assert C.load_results(path)["results"][0]["verdict"] == "error"
 
 
 def test_calibrated_noise_raises_row_threshold():

@@ -191,6 +191,64 @@ def test_bundled_with_a_delegate_profile_gates_partitions(tmp_path, workdir, con
     assert doc2["results"][0]["artefact"] != r["artefact"]
 
 
+def _scale(r: dict, factor: float) -> None:
+    """A result as if every latency were ``factor`` times what was measured."""
+    r["samples_ms"] = [s * factor for s in r["samples_ms"]]
+    for rd in r["rounds"]:
+        rd["samples_ms"] = [s * factor for s in rd["samples_ms"]]
+        rd["p50"] *= factor
+
+
+def test_results_carry_rounds_and_their_noise(tmp_path, workdir, convnet):
+    text = suite_text(convnet).replace("min_iters: 5", "min_iters: 6, rounds: 3")
+    code, doc = run_json([str(write_suite(tmp_path, text)), "--no-track"], tmp_path / "r.json")
+    (r,) = doc["results"]
+    assert code == 0 and len(r["rounds"]) == 3 and r["measurement"]["rounds"] == 3
+    # Each round is its own loop (min_iters split over the rounds), pooled into samples_ms.
+    assert all(rd["n"] >= 2 and len(rd["samples_ms"]) == rd["n"] for rd in r["rounds"])
+    assert r["samples_ms"] == [s for rd in r["rounds"] for s in rd["samples_ms"]]
+    assert isinstance(r["noise_pct"], float) and r["noise_pct"] >= 0
+    assert {"contention", "cpu_share", "p50"} <= set(r["rounds"][0])
+
+
+def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, convnet):
+    """--baseline with no latency.regress_pct in the suite still judges (issue 12)."""
+    from guard.bench.regress import DEFAULT_REGRESS_PCT
+
+    text = suite_text(convnet).replace("min_iters: 5", "min_iters: 30")
+    suite = write_suite(tmp_path, text)
+    code, base = run_json([str(suite), "--no-track"], tmp_path / "base.json")
+    assert code == 0 and not any(c["name"] == "latency.regress"
+                                 for c in base["results"][0]["checks"])
+    fast = json.loads((tmp_path / "base.json").read_text())
+    _scale(fast["results"][0], 1 / 3)
+    (tmp_path / "fast.json").write_text(json.dumps(fast))
+    code, doc = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "fast.json")],
+                         tmp_path / "head.json")
+    reg = next(c for c in doc["results"][0]["checks"] if c["name"] == "latency.regress")
+    assert reg["bound"] == DEFAULT_REGRESS_PCT
+    assert code == 1 and reg["status"] == "fail", reg
+
+
+def test_hand_edited_baseline_samples_exit_2_naming_file_and_field(tmp_path, workdir, convnet,
+                                                                   capsys):
+    suite = write_suite(tmp_path, suite_text(convnet))
+    run_json([str(suite), "--no-track"], tmp_path / "base.json")
+    base = json.loads((tmp_path / "base.json").read_text())
+    for field, edit in (("samples_ms", lambda r: r.update(samples_ms=[])),
+                        ("rounds[1].samples_ms", lambda r: r["rounds"][1].update(
+                            samples_ms=[1.0, float("nan")]))):
+        bad = json.loads(json.dumps(base))
+        edit(bad["results"][0])
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        capsys.readouterr()
+        code = main(["run", str(suite), "--no-track", "--baseline", str(path)])
+        err = capsys.readouterr().err
+        assert code == 2 and str(path) in err and f"results[0].{field}" in err, err
+        assert "Traceback" not in err
+
+
 def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet):
     text = suite_text(convnet, "latency: {regress_pct: 10}").replace(
         "min_iters: 5", "min_iters: 30")
@@ -208,7 +266,7 @@ def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet)
 
     # A baseline three times faster than HEAD: significant and large, so it fails.
     fast = json.loads((tmp_path / "base.json").read_text())
-    fast["results"][0]["samples_ms"] = [s / 3 for s in fast["results"][0]["samples_ms"]]
+    _scale(fast["results"][0], 1 / 3)
     (tmp_path / "fast.json").write_text(json.dumps(fast))
     code, doc = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "fast.json")],
                          tmp_path / "slow.json")
