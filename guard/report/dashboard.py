@@ -36,7 +36,7 @@ _PIN_SKIP = ("tuning_cache.hits", "tuning_cache.misses", "tuning_cache.entries",
 PANELS = (
     ("arena_bytes", "arena (bytes)", ".3~s"),
     ("partitions.count", "partitions", "d"),
-    ("numerics.max_abs_err", "max abs error", ".2~e"),
+    ("numerics.max_abs_err", "max abs error", ".1~e"),
 )
 TEMPLATE = "dashboard.html.j2"
 
@@ -182,14 +182,18 @@ def analyse_series(series: Series) -> None:
         i = step["index"]
         series.steps.append({
             **step,
+            "point": series.points.index(pts[i]),
             "time": pts[i].time,
             "from_commit": pts[i - 1].short,
             "to_commit": pts[i].short,
             "from_time": pts[i - 1].time,
             "run_id": pts[i].run_id,
         })  # fmt: skip
-    if a.get("headroom_consumed") is not None and math.isfinite(a["headroom_consumed"]):
-        series.analysis_note = f"headroom to the bound consumed: {a['headroom_consumed']:.0%}"
+    consumed = a.get("headroom_consumed")
+    if consumed is not None and math.isfinite(consumed):
+        series.analysis_note = f"headroom to the bound consumed: {max(0.0, consumed):.0%}"
+    elif consumed is not None:
+        series.analysis_note = "at or past the bound"
 
 
 # ---------------------------------------------------------------------------- suite, bounds
@@ -249,7 +253,7 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
                         subplot_titles=["p50 latency (ms), p10-p90 band",
                                         *[label for _, label, _ in PANELS]])  # fmt: skip
     pts = series.points
-    x = [p.time for p in pts]
+    x = x_labels(pts)
     custom = [[p.short, p.time.strftime("%Y-%m-%d %H:%M UTC"), p.manifest_sha256[:12] or "-",
                p.verdict, p.branch or "-"] for p in pts]  # fmt: skip
     hover = ("commit %{customdata[0]} (%{customdata[4]})<br>%{customdata[1]}<br>"
@@ -279,20 +283,21 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
                       row=1, col=1)  # fmt: skip
     for s in series.steps:
         color = "#cf222e" if s["pct"] > 0 else "#1a7f37"
-        fig.add_vline(x=s["time"], line={"color": color, "width": 2}, row="all", col=1)
-        fig.add_annotation(x=s["time"], y=1.0, yref="y domain", xref="x", showarrow=False,
+        fig.add_vline(x=x[s["point"]], line={"color": color, "width": 2}, row="all", col=1)
+        fig.add_annotation(x=x[s["point"]], y=1.0, yref="y domain", xref="x", showarrow=False,
                            text=f"change point {s['pct']:+.1f}%", font={"color": color},
                            xanchor="right", yanchor="bottom", row=1, col=1)  # fmt: skip
     for c in series.pin_changes:
-        fig.add_vline(x=c["time"], line={"color": "#8250df", "width": 1.5, "dash": "dot"},
+        fig.add_vline(x=x[c["index"]], line={"color": "#8250df", "width": 1.5, "dash": "dot"},
                       row="all", col=1)  # fmt: skip
-        fig.add_annotation(x=c["time"], y=0.0, yref="y domain", xref="x", showarrow=False,
+        fig.add_annotation(x=x[c["index"]], y=0.0, yref="y domain", xref="x", showarrow=False,
                            text="manifest: " + "; ".join(c["changes"])[:90],
                            hovertext="<br>".join(c["changes"]), font={"color": "#8250df"},
                            xanchor="left", yanchor="bottom", bgcolor="rgba(255,255,255,0.8)",
                            row=1, col=1)  # fmt: skip
     for row, (metric, label, fmt) in enumerate(PANELS, start=2):
-        fig.update_yaxes(tickformat=fmt, rangemode="tozero", row=row, col=1)
+        fig.update_yaxes(tickformat=fmt, rangemode="tozero", row=row, col=1,
+                         **({"dtick": 1} if fmt == "d" else {}))  # fmt: skip
         fig.add_trace(go.Scatter(x=x, y=m(metric), mode="lines+markers", name=label,
                                  line={"color": "#57606a"}, marker={"size": 5},
                                  showlegend=False, customdata=custom,
@@ -306,7 +311,20 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
         legend={"orientation": "h", "y": 1.07, "x": 1, "xanchor": "right"},
     )
     fig.update_yaxes(**latency_axis([*p10, *p50, *p90], series.bound), row=1, col=1)
+    fig.update_xaxes(type="category", tickangle=0)
     return fig
+
+
+def x_labels(points: Sequence[Point]) -> list[str]:
+    """One category per run, oldest left: its commit and time (unique, as plotly needs)."""
+    out: list[str] = []
+    for p in points:
+        label = f"{p.short}<br>{p.time:%m-%d %H:%M}"
+        n = 2
+        while label in out:
+            label, n = f"{p.short}<br>{p.time:%m-%d %H:%M} #{n}", n + 1
+        out.append(label)
+    return out
 
 
 def latency_axis(values: Sequence[float | None], bound: float | None) -> dict[str, Any]:
@@ -325,7 +343,8 @@ def latency_axis(values: Sequence[float | None], bound: float | None) -> dict[st
     if hi - lo < 1.0:
         mid = (hi + lo) / 2
         lo, hi = mid - 0.5, mid + 0.5
-    return {"type": "log", "range": [lo, hi], "title": {"text": "ms (log)"}}
+    return {"type": "log", "range": [lo, hi], "dtick": 1, "tickformat": "~g",
+            "title": {"text": "ms (log)"}}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- the page
