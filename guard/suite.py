@@ -6,6 +6,11 @@ misspelt key, suggests the right one. Defaults apply to every model; a model may
 ``backends``, ``target``, ``threads``, ``measure`` and individual ``checks`` blocks (a
 model's ``latency:`` block is merged over the default one key by key; ``latency: null``
 switches the check off for that model).
+
+``targets: [host, "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"]`` (defaults or per model)
+lists several targets; ``target:`` stays the one-target spelling, and a block gives one
+or the other. A model with several targets becomes one ``ModelEntry`` per target (same
+name, its own ``target``), so every (model, backend, target) is one case and one result.
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ ARCHES = ("x86_64", "aarch64")
 DISTS = ("normal", "uniform", "zeros", "ones", "const")
 
 _TOP_KEYS = {"schema_version", "suite", "description", "defaults", "models"}
-_DEFAULT_KEYS = {"backends", "target", "threads", "measure", "checks", "profile", "options",
+_DEFAULT_KEYS = {"backends", "target", "targets", "threads", "measure", "checks", "profile", "options",
                  "build_timeout_s"}
-_MODEL_KEYS = {"name", "source", "inputs", "backends", "target", "threads", "measure", "checks",
+_MODEL_KEYS = {"name", "source", "inputs", "backends", "target", "targets", "threads", "measure", "checks",
                "profile", "options", "description", "build_timeout_s"}
 # Backends whose options a suite may set (guard.backends.REGISTRY, without importing it).
 _OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm"}
@@ -92,7 +97,7 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One model of the suite, with defaults already applied."""
+    """One model of the suite for one target, with defaults already applied."""
 
     name: str
     source: str  # "zoo:<name>" or an absolute path to an .onnx file
@@ -348,9 +353,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
         raise ctx.err("suite", f"expected a name of letters, digits, '_', '-', '.', got {_show(name)}")
     d = ctx.mapping(top.get("defaults"), "defaults", _DEFAULT_KEYS)
     backends = ctx.string_list(d.get("backends", ["onnxruntime"]), "defaults.backends")
-    target = d.get("target", "host")
-    if not isinstance(target, str) or not target.strip():
-        raise ctx.err("defaults.target", f"expected a target string, got {_show(target)}")
+    targets = _parse_targets(ctx, d, "defaults", ("host",))
     threads = _threads(ctx, d.get("threads", 1), "defaults.threads")
     build_timeout = _build_timeout(ctx, d.get("build_timeout_s", DEFAULT_BUILD_TIMEOUT_S),
                                    "defaults.build_timeout_s")
@@ -378,9 +381,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
         seen.add(mname)
         if "source" not in m:
             raise ctx.err(f"{mk}.source", "missing", "Use 'zoo:<name>' or a path to an .onnx file.")
-        mt = m.get("target", target)
-        if not isinstance(mt, str) or not mt.strip():
-            raise ctx.err(f"{mk}.target", f"expected a target string, got {_show(mt)}")
+        mtargets = _parse_targets(ctx, m, mk, targets)
         mopts = _parse_options(ctx, m.get("options"), f"{mk}.options")
         merged_opts = {k: dict(v) for k, v in options.items()}
         for k, v in mopts.items():
@@ -388,7 +389,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
         mdesc = m.get("description", "")
         if not isinstance(mdesc, str):
             raise ctx.err(f"{mk}.description", f"expected a string, got {_show(mdesc)}")
-        models.append(ModelEntry(
+        models.extend(ModelEntry(
             name=mname,
             source=_resolve_source(ctx, m["source"], f"{mk}.source", path.parent),
             inputs=_parse_inputs(ctx, m.get("inputs"), f"{mk}.inputs"),
@@ -403,10 +404,37 @@ def parse_suite(data: Any, path: Path) -> Suite:
             options=merged_opts,
             build_timeout_s=_build_timeout(ctx, m["build_timeout_s"], f"{mk}.build_timeout_s")
             if "build_timeout_s" in m else build_timeout,
-            where=f"{path}: {mk} ({mname})",
+            where=f"{path}: {mk} ({mname})" + (f" [{mt}]" if len(mtargets) > 1 else ""),
             suite_dir=path.parent,
-        ))
+        ) for mt in mtargets)
     return Suite(name=name, path=path, sha256="", models=tuple(models), description=description)
+
+
+def _parse_targets(ctx: _Ctx, block: dict[str, Any], key: str,
+                   inherited: tuple[str, ...]) -> tuple[str, ...]:
+    """``target: T`` or ``targets: [T, ...]`` of a defaults or model block (not both)."""
+    if "target" in block and "targets" in block:
+        raise ctx.err(f"{key}.targets", "give either target or targets, not both",
+                      "targets: [host, ...] lists several; target: is the one-target spelling.")
+    if "target" in block:
+        values, where = [block["target"]], f"{key}.target"
+    elif "targets" in block:
+        values, where = block["targets"], f"{key}.targets"
+        if not isinstance(values, list) or not values:
+            raise ctx.err(where, f"expected a non-empty list of target strings, got "
+                          f"{_show(values)}",
+                          'e.g. targets: [host, "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"]')
+    else:
+        return inherited
+    out: list[str] = []
+    for i, t in enumerate(values):
+        tk = where if where.endswith(".target") else f"{where}[{i}]"
+        if not isinstance(t, str) or not t.strip():
+            raise ctx.err(tk, f"expected a target string, got {_show(t)}")
+        if t.strip() in out:
+            raise ctx.err(tk, f"target {_show(t)} is listed twice")
+        out.append(t.strip())
+    return tuple(out)
 
 
 def _threads(ctx: _Ctx, value: Any, key: str) -> int:
