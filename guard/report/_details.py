@@ -8,6 +8,7 @@ from typing import Any
 from guard.report._summary import DASH, as_number, get, label, one_line, results, text
 
 PIN_COLUMNS = [
+    "model",
     "backend",
     "compiler",
     "runtime",
@@ -83,7 +84,11 @@ def _tuning(value: Any) -> str:
 
 
 def pins(doc: Any) -> list[list[str]]:
-    """Distinct manifest pins per backend, in first-seen order."""
+    """Manifest pins per (model, backend), first-seen order; identical rows merged.
+
+    The model column says which artefact a row pins (its manifest hash covers the model's
+    own hash); targets are shortened (short_target), the full string is in the JSON.
+    """
     seen: dict[tuple[str, ...], None] = {}
     for r in results(doc):
         m = r.get("manifest")
@@ -91,6 +96,7 @@ def pins(doc: Any) -> list[list[str]]:
             continue
         sha = m.get("sha256")
         key = (
+            text(r.get("model"), "?"),
             text(r.get("backend"), "?"),
             _name_version(m.get("compiler")),
             _name_version(m.get("runtime")),

@@ -70,10 +70,13 @@ def test_failed_checks_section_lists_each_failure_once(doc):
 def test_pins_warnings_and_graph_sections(doc):
     md = to_markdown(doc)
     pins = md.split("### Manifest pins\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert pins[0].startswith("| backend | compiler | runtime |")
-    assert len(pins) == 4  # header, rule, onnxruntime, bundled (duplicates merged)
-    assert "onnxruntime 1.32.0" in pins[2] and "llvm -mcpu=sapphirerapids" in pins[2]
-    assert "guard-bundled 0.1.0" in pins[3]
+    assert pins[0].startswith("| model | backend | compiler | runtime |")
+    # header, rule, then one row per (model, backend) with a manifest (the errored one has none)
+    assert len(pins) == 5
+    assert pins[2].startswith("| mlp | onnxruntime | onnxruntime 1.32.0")
+    assert "llvm -mcpu=sapphirerapids" in pins[2]
+    assert pins[3].startswith("| mlp | bundled | guard-bundled 0.1.0")
+    assert pins[4].startswith("| resnet18 | onnxruntime |")
     assert "### Preflight warnings" in md and "tuning cache has no entry" in md
     graph = md.split("### Graph changes\n\n", 1)[1].strip().splitlines()
     assert graph == [
@@ -153,7 +156,8 @@ def test_pins_show_nested_driver_extra_compiler_pins_and_short_targets(doc):
     m["target"]["canonical"] = f"llvm -mattr={attrs} -mcpu=znver5 -mtriple=x86_64-linux-gnu"
     pins = to_markdown(doc).split("### Manifest pins\n\n", 1)[1].split("\n\n", 1)[0]
     row = re.split(r"(?<!\\)\|", pins.splitlines()[2])[1:-1]
-    assert [c.strip() for c in row[1:5]] == [
+    assert row[0].strip() == "mlp"
+    assert [c.strip() for c in row[2:6]] == [
         "onnxruntime 1.32.0 (graph_optimization_level=all)",
         "onnxruntime 1.32.0",
         "blas=scipy-openblas 0.3.31, cpu=AMD EPYC",
