@@ -56,9 +56,17 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     verify(optimised)
     compiled = plan(optimised, profile)
     manifest = save_artefact(compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical)
+    compiler = dict(manifest["compiler"])
+    if manifest.get("codegen"):
+        # Pins that change the generated code: llvmlite/LLVM versions, triple, cpu,
+        # features, opt level (not the compile time, which varies run to run).
+        compiler["codegen"] = {
+            k: manifest["codegen"][k]
+            for k in ("llvmlite", "llvm", "triple", "cpu", "features", "vector_width", "opt_level")
+        }
     return BuildInfo(
         payload=MANIFEST,
-        compiler=dict(manifest["compiler"]),
+        compiler=compiler,
         runtime=runtime_pins(),
         session_options={"threads": req.threads, "pipeline": pipeline, "profile": compiled.profile},
         graph=graph_diff(imported, optimised, report),

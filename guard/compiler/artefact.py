@@ -8,7 +8,18 @@ weights.bin         every constant, 64-byte aligned, in one flat binary
 weights.json        the index: name, offset, nbytes, dtype, shape, sha256 per constant
 partitions.json     the partition report, plus the node -> partition assignment
 memory_plan.json    the frozen MemoryPlan (order, offsets, buffers, elided nodes)
+kernels.o           object code for the target (generated native partitions), when any
+kernels.ll          the optimised LLVM IR of kernels.o (diffable text between two builds)
+kernels.json        the kernel plan: per native partition its entry and, per step, the
+                    node, the kernel symbol and the operands' (space, offset, shape, dtype)
+packed.bin          constants re-laid for their kernels (e.g. conv weights by K block)
 ```
+
+Loading maps kernels.o with llvmlite (MCJIT over an empty module): nothing is compiled at
+load. An object built for another architecture or for CPU features this machine lacks is
+refused, naming both; so is any file whose sha256 differs from the manifest's. The
+manifest is written last and removed first, so a build interrupted mid-way leaves no
+artefact that looks complete.
 
 ``artefact.json`` is the artefact's own manifest; guard's pipeline writes its pinned
 ``manifest.json`` beside it. Loading checks schema_version, the sha256 of every file and
@@ -34,9 +45,10 @@ from guard.compiler.schedule import view_of_graph
 from guard.compiler.weights import WEIGHTS_SCHEMA_VERSION, WeightsLayout, pack_weights
 from guard.errors import ModelError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: generated code (kernels.o/.ll/.json, packed.bin, codegen pins)
 KIND = "guard-bundled-artefact"
 FILES = ("graph.txt", "weights.bin", "weights.json", "partitions.json", "memory_plan.json")
+CODEGEN_FILES = ("kernels.o", "kernels.ll", "kernels.json", "packed.bin")
 MANIFEST = "artefact.json"
 
 
@@ -74,6 +86,7 @@ def save_artefact(
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).unlink(missing_ok=True)  # until the new one is written, not an artefact
     graph = compiled.graph
     (out / "graph.txt").write_text(print_graph(graph))
     blob, layout = pack_weights({k: c.data for k, c in graph.constants.items()})
@@ -90,6 +103,11 @@ def save_artefact(
         {**compiled.memory.to_dict(), "schedule": compiled.schedule.to_dict()},
     )
     view = compiled.view
+    codegen = None
+    files = list(FILES)
+    if any(p.backend == "native" for p in compiled.partitions.partitions):
+        codegen = _write_native(compiled, layout, target, out)
+        files += CODEGEN_FILES
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
@@ -117,10 +135,37 @@ def save_artefact(
         "arena_bytes": compiled.memory.arena_bytes,
         "arena_lower_bound_bytes": compiled.memory.lower_bound_bytes,
         "weights_bytes": layout.total_bytes,
-        "files": {name: _sha256(out / name) for name in FILES},
+        "codegen": codegen,
+        "files": {name: _sha256(out / name) for name in files},
     }
-    _dump(out / MANIFEST, manifest)
+    from guard.fsutil import atomic_write_text
+
+    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def _write_native(compiled: CompiledPlan, layout: WeightsLayout, target: str, out: Path) -> dict[str, Any]:
+    """Generate, write kernels.o/.ll/.json and packed.bin; the manifest's codegen pins."""
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    from guard.compiler.codegen.build import generate
+    from guard.compiler.codegen.target import codegen_target
+
+    tgt = codegen_target(target)
+    code = generate(compiled, layout, tgt)
+    (out / "kernels.o").write_bytes(code.generated.object_code)
+    (out / "kernels.ll").write_text(code.generated.ir_text)
+    _dump(out / "kernels.json", code.plan.to_dict())
+    (out / "packed.bin").write_bytes(code.packed.tobytes())
+    return {
+        "llvmlite": llvmlite.__version__,
+        "llvm": ".".join(str(v) for v in llvm.llvm_version_info),
+        **tgt.to_dict(),
+        "kernels": code.generated.kernels,
+        "steps": len(code.plan.steps()),
+        "compile_s": round(code.generated.compile_s, 3),
+    }
 
 
 @dataclass(frozen=True)
@@ -134,6 +179,7 @@ class LoadedArtefact:
     memory: MemoryPlan
     weights_blob: np.ndarray
     weights_layout: WeightsLayout
+    native: Any = None  # guard.compiler.codegen.build.NativeProgram, when generated
 
     def runtime(self, executors: dict[str, Executor] | None = None) -> Runtime:
         view = view_of_graph(self.graph)
@@ -145,6 +191,7 @@ class LoadedArtefact:
             self.weights_blob,
             self.weights_layout,
             executors,
+            native=self.native,
         )
 
 
@@ -173,7 +220,8 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
             "version this guard reads",
         )
     files = manifest.get("files", {})
-    for name in FILES:
+    codegen = manifest.get("codegen")
+    for name in (*FILES, *(CODEGEN_FILES if codegen else ())):
         p = root / name
         if name not in files:
             raise _refuse(mpath, f"the manifest lists no sha256 for {name}")
@@ -223,4 +271,29 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
     missing = [t for t in view.arena_tensors() if t not in memory.slots]
     if missing:
         raise _refuse(root / "memory_plan.json", f"no arena slot for tensor {missing[0]!r}")
-    return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout)
+    native = _load_native(root, codegen) if codegen else None
+    return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout, native)
+
+
+def _load_native(root: Path, codegen: dict[str, Any]) -> Any:
+    """Map kernels.o (no compilation), after checking it can run on this machine."""
+    from guard.compiler.codegen.build import NativeProgram
+    from guard.compiler.codegen.kernel_plan import KernelPlan
+    from guard.compiler.codegen.target import CodegenTarget, runnable_here
+
+    built = CodegenTarget(str(codegen["triple"]), str(codegen["cpu"]), tuple(codegen["features"]))
+    why = runnable_here(built)
+    if why:
+        raise ModelError(
+            f"kernels.o cannot run here: {why}",
+            where=str(root / "kernels.o"),
+            hint="Build the artefact for this machine's target (or run it on the target it was built for).",
+        )
+    try:
+        plan = KernelPlan.from_dict(json.loads((root / "kernels.json").read_text()))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _refuse(root / "kernels.json", f"kernel plan unreadable: {exc}") from exc
+    packed = np.fromfile(root / "packed.bin", np.uint8)
+    if packed.size != plan.packed_bytes:
+        raise _refuse(root / "packed.bin", "size does not match the kernel plan")
+    return NativeProgram(plan, packed, (root / "kernels.o").read_bytes(), built)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.artefact import FILES, MANIFEST, load_artefact, save_artefact
+from guard.compiler.artefact import CODEGEN_FILES, FILES, MANIFEST, load_artefact, save_artefact
 from guard.compiler.plan import plan
 from guard.errors import ModelError
 
@@ -28,7 +28,7 @@ def built(tmp_path):
 
 def test_layout_and_manifest(built):
     g, compiled, manifest, art = built
-    assert sorted(p.name for p in art.iterdir()) == sorted([*FILES, MANIFEST])
+    assert sorted(p.name for p in art.iterdir()) == sorted([*FILES, *CODEGEN_FILES, MANIFEST])
     assert manifest["compiler"]["pipeline"] == "O2" and manifest["compiler"]["target"] == "host"
     assert manifest["compiler"]["profile"] == "native"
     assert manifest["arena_bytes"] == compiled.arena_bytes
@@ -46,11 +46,57 @@ def test_load_and_run_equals_reference(built):
     loaded = load_artefact(art)
     assert loaded.memory == compiled.memory
     feeds = feeds_for(g)
+    assert loaded.native is not None  # the native partition runs generated code
     out = loaded.runtime().run(feeds)
-    np.testing.assert_array_equal(out["y"], run_reference(g, feeds)["y"])
+    np.testing.assert_allclose(out["y"], run_reference(g, feeds)["y"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", FILES)
+def test_manifest_pins_the_code_generator(built):
+    import llvmlite
+
+    *_, manifest, art = built
+    cg = manifest["codegen"]
+    assert cg["llvmlite"] == llvmlite.__version__ and cg["llvm"].count(".") == 2
+    assert cg["triple"].startswith(("x86_64", "aarch64")) and cg["opt_level"] == 3
+    assert cg["vector_width"] in (4, 8, 16) and cg["features"] == sorted(cg["features"])
+    # The IR next to the object is text that names the kernels (FileCheck-style).
+    ir_text = (art / "kernels.ll").read_text()
+    assert "define void @guard_main(" in ir_text and "fma" in ir_text
+
+
+def test_an_object_for_another_cpu_is_refused_naming_both(built):
+    *_, art = built
+    m = json.loads((art / MANIFEST).read_text())
+    m["codegen"]["features"] = [*m["codegen"]["features"], "+nosuchfeature"]
+    (art / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ModelError, match=r"kernels.o.*cannot run here.*\+nosuchfeature.*lacks"):
+        load_artefact(art)
+    m["codegen"]["triple"] = (
+        "aarch64-linux-gnu"
+        if not m["codegen"]["triple"].startswith("aarch64")
+        else "x86_64-linux-gnu"
+    )
+    (art / MANIFEST).write_text(json.dumps(m))
+    with pytest.raises(ModelError, match="built for .* this machine is"):
+        load_artefact(art)
+
+
+def test_an_interrupted_build_leaves_no_manifest(built, monkeypatch, tmp_path):
+    g, compiled, _, art = built
+    import guard.compiler.artefact as artefact
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(artefact, "_write_native", boom)
+    with pytest.raises(KeyboardInterrupt):
+        save_artefact(compiled, art, pipeline="O2", target="host")
+    assert not (art / MANIFEST).exists()  # the old one was removed before writing started
+    with pytest.raises(ModelError, match=f"no {MANIFEST}"):
+        load_artefact(art)
+
+
+@pytest.mark.parametrize("name", [*FILES, *CODEGEN_FILES])
 def test_a_tampered_file_is_refused(built, name):
     *_, art = built
     p = art / name
@@ -80,8 +126,8 @@ def test_a_consistent_but_rehashed_weight_is_still_refused(built):
 def test_schema_version_and_kind_are_checked(built):
     *_, art = built
     m = json.loads((art / MANIFEST).read_text())
-    (art / MANIFEST).write_text(json.dumps({**m, "schema_version": 2}))
-    with pytest.raises(ModelError, match="schema_version 2"):
+    (art / MANIFEST).write_text(json.dumps({**m, "schema_version": 1}))
+    with pytest.raises(ModelError, match="schema_version 1"):
         load_artefact(art)
     (art / MANIFEST).write_text(json.dumps({**m, "kind": "other"}))
     with pytest.raises(ModelError, match="kind"):

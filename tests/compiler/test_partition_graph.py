@@ -45,11 +45,21 @@ def no_lrn(min_size=1):
 
 
 def test_native_takes_a_whole_graph():
-    g = chain(["Conv", "Relu", "LRN", "MaxPool", "Gemm"])
+    g = chain(["Relu", "Sigmoid", "Tanh", "Exp", "Erf"])
     plan = partition(g, backends_for(None))
     rep = report_dict(plan, g)
     assert rep["count"] == 1 and rep["fallback_nodes"] == 0 and rep["splits"] == []
     assert rep["boundaries"] == [] and rep["fallback_tax_ms"] == 0.0
+
+
+def test_native_declines_an_op_without_an_emitter_by_name():
+    # No silent interpretation: Sin has no emitter, so it is a named cpu partition.
+    g = chain(["Relu", "Sin", "Tanh"])
+    plan = partition(g, backends_for(None))
+    rep = report_dict(plan, g)
+    assert [p["backend"] for p in rep["partitions"]] == ["native", "cpu", "native"]
+    assert plan.declines["n1_sin"]["native"] == "no emitter for Sin"
+    assert "no emitter for Sin" in format_report(rep)
 
 
 def test_unsupported_op_mid_network_splits_and_is_named():
