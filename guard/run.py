@@ -21,6 +21,7 @@ from typing import Any
 
 from guard.bench import set_threads
 from guard.case import error_result, prepare_model, run_case
+from guard.deliver import Interruption, check_outputs, finish
 from guard.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
@@ -139,10 +140,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         parse_shard(opts.shard)  # a bad K/N is refused before anything runs
     suite = load_suite(suite_path)
     work = _selected(suite, opts)
-    for p in (opts.json_path, opts.junit_path, opts.markdown_path, opts.html_path):
-        if p is not None and not Path(p).resolve().parent.is_dir():
-            raise UsageError(f"output directory {Path(p).resolve().parent} does not exist",
-                             where=str(p), hint="Create it or choose another path.")
+    check_outputs(opts)  # a bad output path is exit 2 now, not after the whole run
     uri = track.resolve_uri(opts.tracking_uri, opts.workdir) if opts.track else None
     tracking_problem: str | None = None
     if uri is not None:
@@ -170,7 +168,8 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     store = golden_store(suite, opts.golden_root)
     results: list[dict[str, Any]] = []
     total = sum(len(b) for _, b in work)
-    with report.progress(total, opts.console) as bar:
+    stop = Interruption()  # SIGINT/SIGTERM end the loop; what was measured is reported
+    with report.progress(total, opts.console) as bar, stop:
         for entry, backends in work:
             set_threads(entry.threads)
             t0 = _wall()
@@ -213,30 +212,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         if r["verdict"] == "error":
             _say(f"guard: error: {r['model']} [{r['backend']}]: {r['error']}", opts.console)
 
-    if uri is not None:
-        if tracking_problem is None:
-            try:
-                receipt = track.log_results(doc, uri)
-                doc["tracking"] = {"uri": uri, **{k: v for k, v in receipt.items()
-                                                  if k != "uri"}}
-                _index(uri, doc, receipt, opts.console)
-            except Exception as exc:  # noqa: BLE001 - never lose results to a tracking fault
-                tracking_problem = str(exc)
-        if tracking_problem is not None:
-            kept = track.keep_results(doc, opts.workdir)
-            _say(track.unreachable_message(uri, kept), opts.console)
-            doc["tracking"] = {"uri": uri, "error": tracking_problem, "kept": str(kept)}
-            # Results are safe, but the run did not do what was asked: exit 2.
-            code = max(code, EXIT_BAD_INPUT)
-    doc["exit_code"] = code
-
-    if opts.json_path:
-        report.write_json(doc, Path(opts.json_path))
-    if opts.junit_path:
-        report.write_junit(doc, Path(opts.junit_path))
-    if opts.markdown_path:
-        report.write_markdown(doc, Path(opts.markdown_path))
-    if opts.html_path:
-        report.write_html(doc, Path(opts.html_path))
-    report.render_console(doc, opts.console)
+    # Durable first: the reports are on disk before tracking is tried (guard.deliver).
+    code = finish(doc, code, uri=uri, tracking_problem=tracking_problem, opts=opts, stop=stop,
+                  after_log=lambda receipt: _index(uri, doc, receipt, opts.console))
     return doc, code
