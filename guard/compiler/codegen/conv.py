@@ -66,6 +66,8 @@ from .microkernel import (
 )
 
 LOOP_ORDERS = ("nm", "mn")
+VECTORIZE = ("positions", "channels")
+CT_LIMIT_BYTES = 256 * 1024  # stack buffer for one block of transposed output ("channels")
 SCRATCH_LIMIT_BYTES = 512 * 1024  # stack buffer for one packed Xcol block
 
 
@@ -73,9 +75,15 @@ SCRATCH_LIMIT_BYTES = 512 * 1024  # stack buffer for one packed Xcol block
 class ConvSchedule:
     """Knobs of one convolution.
 
-    ``oc_block``: output channels per register tile (the micro-kernel's rows);
-    ``ow_block``: output positions per register tile (a multiple of the vector width; the
-    depthwise kernel uses it as output columns per step of its row loop);
+    ``vectorize``: "positions" (output channels are the micro-kernel's rows, output
+    positions its vectors: y is written in place) or "channels" (positions are the rows,
+    output channels the vectors, accumulated in a stack buffer ``[positions][K/group]``
+    and transposed into y by a gather pass once per block; for small images, 7x7 or
+    14x14, where 49 or 196 positions fill 16-lane vectors badly and K fills them well);
+    ``oc_block``: output channels per register tile (a multiple of the vector width when
+    vectorising channels); ``ow_block``: output positions per register tile (a multiple
+    of the vector width when vectorising positions; the depthwise kernel uses it as
+    output columns per step of its row loop);
     ``kc_channels``: input channels per k-chunk; ``nc``: output positions per cache block
     (a multiple of ``ow_block``); ``mc``: output channels per cache block (a multiple of
     ``oc_block``); ``unroll``: k-loop unroll; ``loop_order``: "nm" position tiles
@@ -89,11 +97,18 @@ class ConvSchedule:
     mc: int
     unroll: int = 4
     loop_order: str = "nm"
+    vectorize: str = "positions"
 
     def validate(self, vector_width: int) -> None:
-        if self.ow_block <= 0 or self.ow_block % vector_width:
+        if self.vectorize not in VECTORIZE:
             raise ValueError(
-                f"ConvSchedule.ow_block={self.ow_block} must be a positive multiple of the vector width {vector_width}"
+                f"ConvSchedule.vectorize={self.vectorize!r}: expected one of {VECTORIZE}"
+            )
+        vec_field = "ow_block" if self.vectorize == "positions" else "oc_block"
+        vec_value = getattr(self, vec_field)
+        if vec_value <= 0 or vec_value % vector_width:
+            raise ValueError(
+                f"ConvSchedule.{vec_field}={vec_value} must be a positive multiple of the vector width {vector_width} (vectorize={self.vectorize!r})"
             )
         if min(self.oc_block, self.kc_channels, self.unroll) <= 0:
             raise ValueError(
@@ -109,8 +124,9 @@ class ConvSchedule:
             )
 
 
-def _pick_tile(rows: int, cols: int, width: int, registers: int) -> tuple[int, int]:
-    """(rows per tile, vectors per tile) with the least padding waste for a register file."""
+def _pick_tile(rows: int, cols: int, width: int, registers: int) -> tuple[int, int, float]:
+    """(rows per tile, vectors per tile, score) with the least padding waste that keeps
+    enough FMAs per load and independent chains, within a register file."""
     best = (0.0, 1, 1)
     n_vecs = -(-cols // width)
     for nvec in range(1, min(4, n_vecs) + 1):
@@ -124,7 +140,7 @@ def _pick_tile(rows: int, cols: int, width: int, registers: int) -> tuple[int, i
             score = row_use * col_use * intensity
             if score > best[0] + 1e-9:
                 best = (score, mr, nvec)
-    return best[1], best[2]
+    return best[1], best[2], best[0]
 
 
 def default_conv_schedule(
@@ -153,12 +169,27 @@ def default_conv_schedule(
         return ConvSchedule(
             oc_block=1, ow_block=nvec * vector_width, kc_channels=1, nc=nvec * vector_width, mc=1
         )
-    mr, nvec = _pick_tile(kg, positions, vector_width, vector_registers(vector_width))
-    nr = nvec * vector_width
+    regs = vector_registers(vector_width)
+    mr, nvec, score = _pick_tile(kg, positions, vector_width, regs)
+    pr, cvec, cscore = _pick_tile(positions, kg, vector_width, regs)
     cg = C // group
     kc_channels = max(1, min(cg, 256 // (R * S) if R * S <= 256 else 1))
     kc = kc_channels * R * S
-    budget = min(SCRATCH_LIMIT_BYTES, 512 * 1024) // (4 * kc)
+    budget = SCRATCH_LIMIT_BYTES // (4 * kc)  # positions per Xcol block
+    ct_positions = CT_LIMIT_BYTES // (4 * kg)
+    if cscore > 1.05 * score and ct_positions >= max(ow, pr):
+        # channels in vectors: blocks of whole output rows within both stack buffers
+        nc = min(budget, ct_positions, -(-positions // pr) * pr) // pr * pr
+        return ConvSchedule(
+            oc_block=cvec * vector_width,
+            ow_block=pr,
+            kc_channels=kc_channels,
+            nc=max(pr, nc),
+            mc=-(-kg // (cvec * vector_width)) * cvec * vector_width,
+            unroll=4,
+            vectorize="channels",
+        )
+    nr = nvec * vector_width
     nc = max(nr, min(-(-positions // nr) * nr, budget // nr * nr))
     mc = max(mr, min(-(-kg // mr) * mr, 144 // mr * mr))
     return ConvSchedule(oc_block=mr, ow_block=nr, kc_channels=kc_channels, nc=nc, mc=mc, unroll=4)
@@ -245,7 +276,7 @@ class ConvKernel:
         return 2 * self.N * self.K * self.OH * self.OW * (self.C // self.group) * self.R * self.S
 
     def _group_panel_floats(self) -> int:
-        mr = self.sched.oc_block
+        mr = self.sched.oc_block  # channels per panel, in either orientation
         kg = self.K // self.group
         return -(-kg // mr) * mr * (self.C // self.group) * self.R * self.S
 
@@ -324,6 +355,8 @@ class _ConvGemmEmitter:
         # rows are plain copies of input rows (no position -> (oh, ow) division)
         self.rows_per_block = max(1, min(k.OH, self.nc // k.OW))
         self.ncp = -(-self.rows_per_block * k.OW // self.W) * self.W
+        self.channels = self.s.vectorize == "channels"
+        self.block_positions = self.nc if k.pointwise else self.rows_per_block * k.OW
 
     def emit(self, x, w, bias, y) -> None:
         k, b = self.k, self.b
@@ -341,6 +374,19 @@ class _ConvGemmEmitter:
                 slot = b.alloca(ir.ArrayType(F32, floats), name="xcol")
                 slot.align = 64
             scratch = b.bitcast(slot, F32P)
+        self.ct = None
+        if self.channels:
+            floats = self.block_positions * self.kg
+            if floats * 4 > CT_LIMIT_BYTES:
+                raise ValueError(
+                    f"ConvSchedule(vectorize='channels') needs a {floats * 4} B stack buffer "
+                    f"({self.block_positions} positions x {self.kg} channels), over the "
+                    f"{CT_LIMIT_BYTES} B limit: lower nc or vectorize positions"
+                )
+            with b.goto_entry_block():
+                slot = b.alloca(ir.ArrayType(F32, floats), name="yt")
+                slot.align = 64
+            self.ct = b.bitcast(slot, F32P)
         hw = k.H * k.W
 
         def image_group(ng: ir.Value) -> None:
@@ -383,11 +429,18 @@ class _ConvGemmEmitter:
                     b.call(self.pack_fn, [x, scratch, c0, cc, oh0, ir.Constant(I64, rows)])
 
                 def mblock(m0: ir.Value, msize: int) -> None:
-                    self._macro(x, w, bias, y, scratch, c0, cc, p0, psize, m0, msize, flags)
+                    if self.channels:
+                        self._macro_channels(
+                            x, w, bias, scratch, c0, cc, p0, psize, m0, msize, flags
+                        )
+                    else:
+                        self._macro(x, w, bias, y, scratch, c0, cc, p0, psize, m0, msize, flags)
 
                 tiles(b, self.kg, s.mc, mblock)
 
             for_loop(b, 0, chunks * kcc, kcc, chunk)
+            if self.channels:
+                self._transpose_out(y, p0, psize)
 
         if scratch is None:
             tiles(b, self.P, self.nc, block)
@@ -458,6 +511,85 @@ class _ConvGemmEmitter:
                 mr,
                 lambda m_off, r: tiles(b, psize, nr, lambda n_off, wd: tile(n_off, wd, m_off, r)),
             )
+
+    def _macro_channels(
+        self, x, w, bias, scratch, c0, cc, p0, psize, n_start, nsize, flags
+    ) -> None:
+        """Tiles of ``ow_block`` positions x ``oc_block`` channels into ``ct[p][k]``: A is
+        Xcol read down a column (consecutive positions), B the packed weight panel."""
+        b, s, W = self.b, self.s, self.W
+        mr, nr = s.ow_block, s.oc_block
+        klen = b.mul(cc, ir.Constant(I64, self.RS))
+
+        def tile(p_off: ir.Value, rows: int, n_off: ir.Value, width: int) -> None:
+            n0 = iadd(b, n_start, n_off)
+            if scratch is None:
+                pa, lda_k = fptr(b, x, iadd(b, imul(b, c0, self.P), iadd(b, p0, p_off))), self.P
+            else:
+                pa, lda_k = fptr(b, scratch, p_off), self.ncp
+            # weights: panel n0/nr starts at n0*crs; chunk at c0*RS*nr
+            pb = fptr(b, w, iadd(b, imul(b, n0, self.crs), imul(b, c0, self.RS * nr)))
+            pc = fptr(b, self.ct, iadd(b, imul(b, p_off, self.kg), n0))
+            nvec = -(-width // W)
+            ukr = micro_kernel(
+                b.module,
+                rows,
+                nvec,
+                width - (nvec - 1) * W,
+                W,
+                "row",
+                self.epilogue,
+                s.unroll,
+                mask_b=False,
+                epilogue_key=self.epilogue_key,
+            )
+            b.call(
+                ukr,
+                [
+                    pa,
+                    pb,
+                    pc,
+                    fptr(b, bias, n0),
+                    klen,
+                    ir.Constant(I64, 1),
+                    ir.Constant(I64, lda_k),
+                    ir.Constant(I64, nr),
+                    ir.Constant(I64, self.kg),
+                    flags,
+                    ir.Constant(I32, width - (nvec - 1) * W),
+                ],
+            )
+
+        if s.loop_order == "nm":
+            tiles(
+                b,
+                nsize,
+                nr,
+                lambda n_off, wd: tiles(b, psize, mr, lambda p_off, r: tile(p_off, r, n_off, wd)),
+            )
+        else:
+            tiles(
+                b,
+                psize,
+                mr,
+                lambda p_off, r: tiles(b, nsize, nr, lambda n_off, wd: tile(p_off, r, n_off, wd)),
+            )
+
+    def _transpose_out(self, y, p0: ir.Value, psize: int) -> None:
+        """``y[k, p0 + p] = ct[p][k]``: one gather of W positions per output vector."""
+        b, W, kg = self.b, self.W, self.kg
+        ct = self.ct
+
+        def channel(kk: ir.Value) -> None:
+            src = fptr(b, ct, kk)
+            dst = fptr(b, y, iadd(b, imul(b, kk, self.P), p0))
+            for j in range(0, psize, W):
+                lanes = min(W, psize - j)
+                idx = ir.Constant(ir.VectorType(I32, W), [(j + lane) * kg for lane in range(W)])
+                v = masked_gather(b, src, idx, lane_mask(W, lanes))
+                _store_lanes(b, v, fptr(b, dst, j), lanes)
+
+        for_loop(b, 0, kg, 1, channel)
 
     def _pack_function(self) -> ir.Function:
         """``pack(x, scratch, c0, cc, oh0, rows)``: Xcol rows of channels ``[c0, c0+cc)`` for
@@ -580,17 +712,6 @@ def _row_load(
         )
     idx = ir.Constant(ir.VectorType(I32, W), [lane * sw for lane in range(W)])
     return masked_gather(b, p, idx, mask)
-
-
-def _in_range(b: ir.IRBuilder, v: ir.Value, hi: int, lo_ok: bool, hi_ok: bool) -> ir.Value:
-    """``0 <= v < hi`` lane-wise, skipping a side known to hold at compile time."""
-    width = v.type.count
-    out = ir.Constant(ir.VectorType(ir.IntType(1), width), [1] * width)
-    if not lo_ok:
-        out = b.and_(out, b.icmp_signed(">=", v, ir.Constant(v.type, [0] * width)))
-    if not hi_ok:
-        out = b.and_(out, b.icmp_signed("<", v, ir.Constant(v.type, [hi] * width)))
-    return out
 
 
 class _DepthwiseEmitter:

@@ -39,8 +39,15 @@ def conv_reference(x, w, bias, strides, pads, dilations, group) -> np.ndarray:
         xs = xp[:, g * cg : (g + 1) * cg]
         for i in range(r):
             for j in range(s):
-                patch = xs[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
-                out[:, g * kg : (g + 1) * kg] += np.einsum("nchw,kc->nkhw", patch, w[g * kg : (g + 1) * kg, :, i, j])
+                patch = xs[
+                    :,
+                    :,
+                    i * dh : i * dh + sh * (oh - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (ow - 1) + 1 : sw,
+                ]
+                out[:, g * kg : (g + 1) * kg] += np.einsum(
+                    "nchw,kc->nkhw", patch, w[g * kg : (g + 1) * kg, :, i, j]
+                )
     if bias is not None:
         out += bias[None, :, None, None]
     return out
@@ -61,13 +68,130 @@ CASES: dict[str, tuple] = {
     "grouped_1x1_batch": (2, 6, 5, 7, 9, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 3, {}),
     "channel_multiplier": (1, 3, 8, 8, 6, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 3, {}),
     "batch3": (3, 5, 8, 9, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, {}),
-    "kchunks": (1, 21, 6, 6, 10, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, dict(schedule=CS(oc_block=4, ow_block=16, kc_channels=4, nc=16, mc=8))),
-    "kchunks_1x1": (1, 30, 5, 5, 10, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, dict(schedule=CS(oc_block=3, ow_block=32, kc_channels=7, nc=32, mc=3, unroll=1))),
-    "order_mn": (1, 7, 9, 9, 13, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, dict(schedule=CS(oc_block=5, ow_block=32, kc_channels=3, nc=64, mc=10, unroll=3, loop_order="mn"))),
+    "kchunks": (
+        1,
+        21,
+        6,
+        6,
+        10,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        1,
+        dict(schedule=CS(oc_block=4, ow_block=16, kc_channels=4, nc=16, mc=8)),
+    ),
+    "kchunks_1x1": (
+        1,
+        30,
+        5,
+        5,
+        10,
+        1,
+        1,
+        (1, 1),
+        (0, 0, 0, 0),
+        (1, 1),
+        1,
+        dict(schedule=CS(oc_block=3, ow_block=32, kc_channels=7, nc=32, mc=3, unroll=1)),
+    ),
+    "order_mn": (
+        1,
+        7,
+        9,
+        9,
+        13,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        1,
+        dict(
+            schedule=CS(
+                oc_block=5, ow_block=32, kc_channels=3, nc=64, mc=10, unroll=3, loop_order="mn"
+            )
+        ),
+    ),
     "epilogue": (2, 7, 9, 9, 13, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, dict(epilogue=True)),
     "no_bias": (1, 4, 6, 6, 5, 3, 3, (1, 1), (0, 0, 0, 0), (1, 1), 1, dict(bias=False)),
-    "wide_tile": (1, 16, 14, 14, 20, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, dict(schedule=CS(oc_block=2, ow_block=64, kc_channels=16, nc=128, mc=4))),
+    "wide_tile": (
+        1,
+        16,
+        14,
+        14,
+        20,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        1,
+        dict(schedule=CS(oc_block=2, ow_block=64, kc_channels=16, nc=128, mc=4)),
+    ),
     "resnet_7x7_tail": (1, 32, 7, 7, 24, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, {}),
+    # channels in vectors (small images): ct buffer transposed into y
+    "ch_3x3_7x7": (
+        1,
+        9,
+        7,
+        7,
+        40,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        1,
+        dict(
+            schedule=CS(oc_block=32, ow_block=5, kc_channels=4, nc=20, mc=64, vectorize="channels")
+        ),
+    ),
+    "ch_1x1_inplace_epi": (
+        2,
+        20,
+        5,
+        6,
+        35,
+        1,
+        1,
+        (1, 1),
+        (0, 0, 0, 0),
+        (1, 1),
+        1,
+        dict(
+            epilogue=True,
+            schedule=CS(
+                oc_block=16, ow_block=4, kc_channels=7, nc=12, mc=32, unroll=1, vectorize="channels"
+            ),
+        ),
+    ),
+    "ch_stride2_grouped_mn": (
+        1,
+        8,
+        11,
+        9,
+        36,
+        3,
+        3,
+        (2, 2),
+        (1, 0, 1, 1),
+        (1, 1),
+        2,
+        dict(
+            schedule=CS(
+                oc_block=16,
+                ow_block=3,
+                kc_channels=3,
+                nc=15,
+                mc=16,
+                loop_order="mn",
+                vectorize="channels",
+            )
+        ),
+    ),
+    "ch_default_7x7": (1, 64, 7, 7, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, dict(bias=False)),
     # depthwise
     "dw_3x3": (1, 5, 9, 19, 5, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 5, {}),
     "dw_3x3_s2": (2, 4, 15, 37, 4, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 4, dict(epilogue=True)),
@@ -75,7 +199,20 @@ CASES: dict[str, tuple] = {
     "dw_dilated": (1, 3, 12, 20, 3, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 3, dict(bias=False)),
     "dw_wide_nopad": (1, 2, 5, 70, 2, 3, 3, (1, 1), (0, 0, 0, 0), (1, 1), 2, {}),
     # vector widths of AVX2 and NEON
-    "w8": (1, 5, 9, 11, 7, 3, 3, (2, 1), (1, 0, 1, 2), (1, 1), 1, dict(vector_width=8, epilogue=True)),
+    "w8": (
+        1,
+        5,
+        9,
+        11,
+        7,
+        3,
+        3,
+        (2, 1),
+        (1, 0, 1, 2),
+        (1, 1),
+        1,
+        dict(vector_width=8, epilogue=True),
+    ),
     "w4_dw": (1, 3, 7, 9, 3, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 3, dict(vector_width=4)),
     "w4_1x1": (1, 6, 5, 3, 5, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, dict(vector_width=4)),
 }
@@ -120,6 +257,18 @@ def test_gathers_and_shared_micro_kernels_in_ir(jitted: Jitted) -> None:
     assert "@llvm.fma.v16f32" in text and "@llvm.fma.v4f32" in text
 
 
+def test_small_images_vectorise_channels_by_default() -> None:
+    # 7x7: 49 positions fill 16-lane vectors to 77%; 512 channels fill them exactly
+    assert (
+        default_conv_schedule(1, 512, 7, 7, 512, 3, 3, (1, 1), (1, 1, 1, 1)).vectorize == "channels"
+    )
+    assert (
+        default_conv_schedule(1, 64, 56, 56, 64, 3, 3, (1, 1), (1, 1, 1, 1)).vectorize
+        == "positions"
+    )
+    assert _kernel(CASES["ch_default_7x7"]).sched.vectorize == "channels"
+
+
 def test_default_schedule_valid_and_fits_the_stack() -> None:
     zoo = [  # resnet50, squeezenet, inception, mobilenet-like shapes
         (1, 3, 224, 224, 64, 7, 7, (2, 2), (3, 3, 3, 3), 1),
@@ -147,4 +296,39 @@ def test_bad_shapes_and_weights_are_refused() -> None:
     with pytest.raises(ValueError, match="OIHW"):
         ConvKernel(1, 4, 5, 5, 6, 3, 3).pack_weights(np.zeros((6, 4, 3, 2), np.float32))
     with pytest.raises(ValueError, match="multiple of the vector width"):
-        ConvKernel(1, 4, 5, 5, 6, 3, 3, schedule=ConvSchedule(oc_block=2, ow_block=10, kc_channels=1, nc=10, mc=2))
+        ConvKernel(
+            1,
+            4,
+            5,
+            5,
+            6,
+            3,
+            3,
+            schedule=ConvSchedule(oc_block=2, ow_block=10, kc_channels=1, nc=10, mc=2),
+        )
+    with pytest.raises(ValueError, match="oc_block=2 must be a positive multiple"):
+        ConvKernel(
+            1,
+            4,
+            5,
+            5,
+            6,
+            3,
+            3,
+            schedule=ConvSchedule(
+                oc_block=2, ow_block=3, kc_channels=1, nc=3, mc=2, vectorize="channels"
+            ),
+        )
+    with pytest.raises(ValueError, match="vectorize"):
+        ConvKernel(
+            1,
+            4,
+            5,
+            5,
+            6,
+            3,
+            3,
+            schedule=ConvSchedule(
+                oc_block=16, ow_block=16, kc_channels=1, nc=16, mc=16, vectorize="rows"
+            ),
+        )
