@@ -24,6 +24,7 @@ from guard.backends import get_backend
 from guard.backends.base import BuildInfo, Session
 from guard.bench import MeasureConfig, measure_rounds, preflight
 from guard.build import build_artefact
+from guard.compare.crossarch import encode_outputs
 from guard.errors import GuardError, ModelError, UsageError
 from guard.golden import Golden, compare_outputs, top1_accuracy
 from guard.golden.produce import ensure_golden, golden_store
@@ -76,16 +77,26 @@ class Case:
 
     def reload(self) -> Session:
         """A fresh session of the same artefact (a new round of measurement)."""
-        return get_backend(self.backend).load(self.artefact, self.entry.threads)
+        from guard.emulate.load import load_session
+
+        return load_session(get_backend(self.backend), self.artefact, self.entry.threads,
+                            self.manifest)
 
 
 def load_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, backend_name: str,
               workdir: Path) -> Case:
-    """Build (or reuse) the artefact and load it, fed with the golden's inputs."""
+    """Build (or reuse) the artefact and load it, fed with the golden's inputs.
+
+    An artefact for an architecture this host cannot run is loaded under emulation
+    (guard.emulate): its session says ``latency_status = "emulated"``.
+    """
+    from guard.emulate.load import load_session
+
     backend = get_backend(backend_name)
     art, manifest, info, reused = build_artefact(backend, entry, spec, backend_name, workdir)
     return Case(entry.name, backend_name, entry.target, entry, spec, art, manifest, info,
-                reused, backend.load(art, entry.threads), dict(golden.inputs))
+                reused, load_session(backend, art, entry.threads, manifest),
+                dict(golden.inputs))
 
 
 def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
@@ -113,6 +124,7 @@ def result_dict(
     error_kind: str | None = None,
     manifest: dict[str, Any] | None = None,
     latency_ms: dict[str, Any] | None = None,
+    latency_status: str | None = None,
     samples_ms: list[float] | None = None,
     rounds: list[dict[str, Any]] | None = None,
     noise_pct: float | None = None,
@@ -135,6 +147,8 @@ def result_dict(
         "error": error, "error_kind": error_kind,
         "manifest": manifest,
         "latency_ms": latency_ms,
+        # "measured", or "emulated" (foreign-arch code run under qemu: latency_ms is null)
+        "latency_status": latency_status,
         "samples_ms": list(samples_ms or []),
         "rounds": rounds,  # per round (a fresh session each): samples_ms, p50, n, contention
         "noise_pct": noise_pct,  # between-round spread: 100 x SD of the rounds' log medians
@@ -179,8 +193,10 @@ def _accuracy(entry: ModelEntry, session: Session, spec: ModelSpec) -> tuple[flo
     dtype = spec.inputs[0].dtype
     preds = []
     n = len(x) - len(x) % batch  # whole batches only: the artefact's shapes are static
-    for i in range(0, n, batch):
-        out = session.run({name: np.ascontiguousarray(x[i:i + batch], dtype=dtype)})
+    feeds = [{name: np.ascontiguousarray(x[i:i + batch], dtype=dtype)} for i in range(0, n, batch)]
+    run_many = getattr(session, "run_many", None)  # emulated: one emulator start, not n
+    outs = run_many(feeds) if run_many is not None else [session.run(f) for f in feeds]
+    for out in outs:
         preds.append(np.asarray(out[0]).reshape(batch, -1))
     logits = np.concatenate(preds) if preds else np.zeros((0, 1))
     return top1_accuracy(logits, y[:n]), n
@@ -234,6 +250,8 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
     numerics["golden_status"] = golden_status
     if golden.meta.get("model_sha256") not in (None, spec.sha256):
         numerics["golden_model_changed"] = True
+    # The outputs themselves (compact), so guard compare can tell two architectures' drift.
+    numerics["outputs"] = encode_outputs([np.asarray(g) for g in got], session.output_names)
     facts = ck.Facts(backend=backend_name, arch=_host_arch(manifest), numerics=numerics,
                      baseline_given=baseline is not None,
                      tuning=manifest.get("tuning_cache") or {})
@@ -243,6 +261,8 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
             numerics["accuracy"] = facts.accuracy
         except GuardError as exc:
             facts.accuracy_error = str(exc)
+    if getattr(session, "latency_status", None) == "emulated":
+        return _emulated_result(entry, backend_name, case, facts, numerics)
 
     cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
     pre = preflight(entry.threads)
@@ -286,6 +306,7 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
         checks=ck.evaluate(entry.checks, facts),
         manifest=manifest,
         latency_ms=stats,
+        latency_status="measured",
         samples_ms=[s * 1e3 for s in timings.samples_s],
         rounds=measured["rounds"],
         noise_pct=measured["noise_pct"],
@@ -299,4 +320,34 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
         artefact=str(case.artefact),
         artefact_reused=case.reused,
         graph=info.graph,
+    )
+
+
+def _emulated_result(entry: ModelEntry, backend_name: str, case: Case, facts: ck.Facts,
+                     numerics: dict[str, Any]) -> dict[str, Any]:
+    """The result of an artefact run under emulation: everything but latency is checked."""
+    session: Any = case.session
+    reason = str(session.latency_reason)
+    partitions = session.partitions().to_dict()
+    memory = session.memory()
+    facts.partitions = partitions
+    facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
+    facts.latency_skipped = facts.regress_reason = reason
+    return result_dict(
+        entry, backend_name,
+        checks=ck.evaluate(entry.checks, facts),
+        manifest=case.manifest,
+        latency_ms=None,
+        latency_status="emulated",
+        measurement={"emulated": True, "emulator": getattr(session, "emulator", None),
+                     "reason": reason},
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+        memory={"how": memory.how, **memory.extra},
+        numerics=numerics,
+        preflight={"warnings": [f"build: {w}" for w in case.build.warnings]},
+        artefact=str(case.artefact),
+        artefact_reused=case.reused,
+        graph=case.build.graph,
     )

@@ -63,6 +63,12 @@ def latency_checks(cfg: dict[str, Any], stats: dict[str, float], arch: str,
     return out
 
 
+def skipped_latency_checks(cfg: dict[str, Any], arch: str, reason: str) -> list[Check]:
+    """The latency bounds of a result whose latency was not measured: skipped, never passed."""
+    return [Check(f"latency.{key[:-3]}", "skip", None, latency_bound(cfg[key], arch), reason)
+            for key in ("p50_ms", "p90_ms", "p99_ms") if key in cfg]
+
+
 def regress_check(bound_pct: float, comparison: dict[str, Any] | None,
                   reason: str | None = None) -> Check:
     """Head vs baseline: a regression must be significant *and* larger than the bound."""
@@ -195,6 +201,7 @@ class Facts:
     baseline_given: bool = False
     regress: dict[str, Any] | None = None  # Comparison.to_dict() against the baseline
     regress_reason: str | None = None  # why there is no comparison
+    latency_skipped: str | None = None  # why latency was not measured (e.g. emulated)
     partitions: dict[str, Any] = field(default_factory=dict)
     arena_bytes: int | None = None
     arena_lower_bound_bytes: int | None = None
@@ -211,6 +218,8 @@ def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
     latency = cfg.get("latency", {})
     if "latency" in cfg and facts.latency_ms is not None:
         out += latency_checks(latency, facts.latency_ms, facts.arch, facts.truncated)
+    elif "latency" in cfg and facts.latency_skipped:
+        out += skipped_latency_checks(latency, facts.arch, facts.latency_skipped)
     bound = regress_bound(latency, facts.baseline_given)
     if bound is not None:
         out.append(regress_check(bound, facts.regress, facts.regress_reason))
