@@ -279,11 +279,60 @@ def failures(doc: Any) -> list[Failure]:
     return out
 
 
+# Preflight's contention findings (load average, other processes' share, this process's
+# share): said once per suite, not once per result and round.
+_CONTENTION = re.compile(
+    r"load average [\d.]+ exceeds|other processes used \d+% of the spare CPU|"
+    r"this process got \d+% of a core"
+)
+_ROUND = re.compile(r"^round \d+/\d+: ")
+
+
+def _contention_line(hits: dict[str, list[str]], total: int) -> str:
+    others = [int(m) for ws in hits.values() for w in ws
+              for m in re.findall(r"other processes used (\d+)%", w)]  # fmt: skip
+    own = [int(m) for ws in hits.values() for w in ws
+           for m in re.findall(r"this process got (\d+)% of a core", w)]  # fmt: skip
+    loads = [float(m) for ws in hits.values() for w in ws
+             for m in re.findall(r"load average ([\d.]+) exceeds", w)]  # fmt: skip
+    worst = []
+    if others:
+        worst.append(f"other processes used up to {max(others)}% of the spare CPU")
+    if own:
+        worst.append(f"this process got as little as {min(own)}% of a core")
+    if loads:
+        worst.append(f"load average up to {max(loads):g}")
+    names = list(hits)
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return (f"CPU contention while measuring {len(names)} of {total} result(s) ({shown}): "
+            f"{'; '.join(worst)}. Latencies may be off by 2x; re-run on a quiet machine.")  # fmt: skip
+
+
 def warnings(doc: Any) -> list[tuple[str, str]]:
-    """Preflight warnings as (label, one-line message)."""
-    out = []
-    for r in results(doc):
+    """Preflight warnings as (label, one-line message).
+
+    Contention warnings (every round of every result of a busy machine repeats them) become
+    one line labelled with the suite name, first; the others stay per result, deduplicated.
+    """
+    out: list[tuple[str, str]] = []
+    contention: dict[str, list[str]] = {}
+    all_results = results(doc)
+    for r in all_results:
         items = get(r, "preflight", "warnings")
-        if isinstance(items, Sequence) and not isinstance(items, str | bytes):
-            out.extend((label(r), text(w)) for w in items if w)
+        if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+            continue
+        seen: set[str] = set()
+        for w in items:
+            if not w:
+                continue
+            msg = text(w)
+            if _CONTENTION.search(msg):
+                contention.setdefault(label(r), []).append(msg)
+                continue
+            if _ROUND.sub("", msg) not in seen:
+                seen.add(_ROUND.sub("", msg))
+                out.append((label(r), msg))
+    if contention:
+        suite = text(get(doc, "suite"), "guard")
+        out.insert(0, (suite, _contention_line(contention, len(all_results))))
     return out

@@ -132,3 +132,37 @@ def test_progress_without_a_terminal_logs_steps_only_under_ci(monkeypatch):
             bar.step("b [y]")
             bar.advance()
         assert buf.getvalue() == expect
+
+
+CONTENDED = [
+    "load average 3.76 exceeds 2 cores - 0.5: other work competes for the CPU; latencies are "
+    "not trustworthy",
+    "other processes used 100% of the spare CPU during the timed loop (> 20%): latencies may "
+    "be off by 2x; re-run on a quiet machine",
+    "round 1/2: other processes used 89% of the spare CPU during the timed loop (> 20%): "
+    "latencies may be off by 2x; re-run on a quiet machine",
+    "round 1/2: this process got 36% of a core during the timed loop (< 90%): it was "
+    "preempted and its samples include waiting; re-run on a quiet machine",
+]
+
+
+def test_contention_is_one_line_per_suite(doc):
+    """A busy machine used to print two near-identical warnings per result (and per round)."""
+    from rich.console import Console
+
+    from guard.report import _summary as S
+    from guard.report import render_console, to_markdown
+
+    for r in doc["results"]:
+        r["preflight"] = {"warnings": list(CONTENDED)}
+    doc["results"][1]["preflight"]["warnings"].append("build: tuning cache miss for conv2d")
+    warns = S.warnings(doc)
+    assert len(warns) == 2
+    suite, line = warns[0]
+    assert suite == "smoke" and line.startswith("CPU contention while measuring 4 of 4 result(s)")
+    assert "up to 100% of the spare CPU" in line and "as little as 36% of a core" in line
+    assert warns[1] == ("mlp[bundled]", "build: tuning cache miss for conv2d")
+    console = Console(width=200, record=True, force_terminal=False)
+    render_console(doc, console)
+    assert console.export_text().count("CPU contention") == 1
+    assert to_markdown(doc).count("CPU contention") == 1
