@@ -42,7 +42,7 @@ from guard.fsutil import (
     read_bounded_text,
 )
 from guard.isolate import is_isolated_failure, run_isolated
-from guard.model import ModelSpec
+from guard.model import ModelSpec, make_inputs
 from guard.suite import ModelEntry
 
 GUARD_DIR = ".guard"
@@ -295,7 +295,7 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
                            target_canonical=manifest["target"]["canonical"],
                            threads=entry.threads, out_dir=tmp,
                            tuning_cache=Path(cache_pin["path"]) if cache_pin else None,
-                           options=options)
+                           options=options, inputs=make_inputs(spec, dict(entry.inputs)))
         try:
             info = run_isolated(_build_in_child, backend, req,
                                 what=f"the {backend_name} build of {entry.name}",

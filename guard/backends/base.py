@@ -25,6 +25,9 @@ class BuildRequest:
     out_dir: Path  # the artefact directory to fill (exists, empty, private)
     tuning_cache: Path | None = None
     options: dict[str, Any] = field(default_factory=dict)  # backend-specific suite options
+    # The suite's bound input values (what the golden feeds): a backend that runs the
+    # model at build time (onnxruntime's memory probe) runs it on these, not on zeros.
+    inputs: dict[str, Any] | None = None
 
 
 @dataclass

@@ -27,6 +27,12 @@ PAYLOAD = "model.opt.onnx"
 META = "ort.json"
 FALLBACK_PROVIDER = "CPUExecutionProvider"
 
+# Lines the memory probe (guard.backends.ort_probe) writes into its stderr, around ORT's
+# verbose log: the runs start, the runs are done, and (on failure) ORT's own error.
+RUN_MARK = "=== guard-probe: run ==="
+DONE_MARK = "=== guard-probe: done ==="
+ERROR_MARK = "=== guard-probe: error ==="
+
 _LEVELS = {
     "disabled": "ORT_DISABLE_ALL",
     "basic": "ORT_ENABLE_BASIC",
@@ -197,8 +203,6 @@ def _merge_acyclic(groups: list[list[int]], ep: list[str], nodes: list[Any],
 
 def _parse_arena_log(log: str) -> dict[str, int | None]:
     """BFCArena growth during the probe's runs, from ORT's verbose log."""
-    from guard.backends.ort_probe import DONE_MARK, RUN_MARK
-
     total_before = 0
     total_after: int | None = None
     largest_request = 0
@@ -225,24 +229,59 @@ def _parse_arena_log(log: str) -> dict[str, int | None]:
     return {"arena_bytes": total_after - total_before, "largest_block_bytes": largest_request}
 
 
+def _probe_feeds(model: Any, shapes: dict[str, tuple[int, ...]],
+                 inputs: dict[str, Any] | None) -> dict[str, np.ndarray]:
+    """The probe's feeds: the suite's bound inputs, else zeros of each input's shape."""
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    init = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for inp in model.graph.input:
+        if inp.name in init:
+            continue
+        if inputs is not None and inp.name in inputs:
+            feeds[inp.name] = np.asarray(inputs[inp.name])
+        else:
+            dtype = tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
+            feeds[inp.name] = np.zeros(shapes[inp.name], dtype=dtype)
+    return feeds
+
+
+def _probe_error(stderr: str) -> str:
+    """onnxruntime's own message from a failed probe (not the last verbose log line)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ERROR_MARK in ln:
+            return ln.split(ERROR_MARK, 1)[1].strip()
+    # A probe that died before reporting (a native crash): its last words, whatever they are.
+    return lines[-1] if lines else "no output"
+
+
 def _memory(model_path: Path, model: Any, threads: int, level: str,
             shapes: dict[str, tuple[int, ...]],
-            providers: list[str], work_dir: Path | None = None) -> dict:
+            providers: list[str], work_dir: Path | None = None,
+            inputs: dict[str, Any] | None = None) -> dict:
     """Probe one model's memory in a child process: liveness lower bound and arena growth.
 
-    Its scratch files live in ``work_dir`` (the artefact's temporary build directory), so a
-    killed build leaves them where the next build cleans up, not in /tmp.
+    The probe runs the model on ``inputs`` (the suite's bound values). Its scratch files
+    live in ``work_dir`` (the artefact's temporary build directory), so a killed build
+    leaves them where the next build cleans up, not in /tmp.
     """
     with tempfile.TemporaryDirectory(prefix="guard-ort-probe-", dir=work_dir) as tmp:
         spec = Path(tmp) / "spec.json"
+        feeds_path = Path(tmp) / "inputs.npz"
+        np.savez(feeds_path, **_probe_feeds(model, shapes, inputs))
         spec.write_text(json.dumps({"model": str(model_path), "threads": threads,
                                     "level": level, "providers": providers, "work_dir": tmp,
-                                    "shapes": {k: list(v) for k, v in shapes.items()}}))
+                                    "inputs": str(feeds_path)}))
         proc = subprocess.run([sys.executable, "-m", "guard.backends.ort_probe", str(spec)],
                               capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ModelError(f"onnxruntime memory probe failed: {tail}", where=str(model_path))
+        raise ModelError(f"onnxruntime memory probe failed: {_probe_error(proc.stderr)}",
+                         where=str(model_path),
+                         hint="The model could not run on the suite's inputs: check their "
+                              "values (e.g. inputs: {sr: {shape: [], dist: const, value: "
+                              "16000}}).")
     order = json.loads(proc.stdout.strip().splitlines()[-1])["order"]
     arena = _parse_arena_log(proc.stderr)
     by_name = {n.name: n for n in model.graph.node}
@@ -311,7 +350,7 @@ class OnnxRuntimeBackend:
         optimised = onnx.load(str(payload), load_external_data=False)
         partitions = _partitions(sess, optimised)
         memory = _memory(payload, optimised, req.threads, level, req.input_shapes, providers,
-                         work_dir=req.out_dir)
+                         work_dir=req.out_dir, inputs=req.inputs)
         session_opts = {
             "graph_optimization_level": level,
             "intra_op_num_threads": req.threads,

@@ -4,6 +4,12 @@ ORT reports its arena only in its own verbose log (BFCArena "Extended allocation
 "Total allocated bytes" lines) and per-node output sizes only in its profiler. Both are
 process-global settings, so the probe runs in a child process with its stderr captured:
 the caller parses the log and the JSON this prints on stdout.
+
+The model runs on the suite's bound inputs (``SPEC["inputs"]``, an .npz the caller wrote):
+a model whose behaviour depends on an input's value (a sample rate steering an If) must
+be probed on the values it is measured with. When the session cannot be created or run,
+the probe prints ``ERROR_MARK`` and onnxruntime's own message as one line on stderr, so
+the caller reports that rather than the last line of the verbose log.
 """
 
 from __future__ import annotations
@@ -15,16 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-RUN_MARK = "=== guard-probe: run ==="
-DONE_MARK = "=== guard-probe: done ==="
+from guard.backends.onnxruntime import DONE_MARK, ERROR_MARK, RUN_MARK, session_options
 
 
-def main(spec_path: str) -> int:
+def _probe(spec: dict) -> dict:
     import onnxruntime as ort
 
-    from guard.backends.onnxruntime import _np_dtype, session_options
-
-    spec = json.loads(Path(spec_path).read_text())
+    with np.load(spec["inputs"]) as npz:
+        feeds = {k: npz[k] for k in npz.files}
     with tempfile.TemporaryDirectory(prefix="guard-ort-prof-", dir=spec.get("work_dir")) as tmp:
         so = session_options(spec["threads"], spec["level"], profile_dir=Path(tmp))
         # After session_options(), which quiets the default logger: the arena speaks only
@@ -33,8 +37,6 @@ def main(spec_path: str) -> int:
         ort.set_default_logger_verbosity(0)
         so.log_severity_level = 0
         sess = ort.InferenceSession(spec["model"], so, providers=spec["providers"])
-        feeds = {i.name: np.zeros(spec["shapes"][i.name], dtype=_np_dtype(i.type))
-                 for i in sess.get_inputs()}
         print(RUN_MARK, file=sys.stderr, flush=True)
         # ORT plans its memory pattern on the first run and allocates the planned block on
         # the second; the third confirms the steady state.
@@ -50,7 +52,18 @@ def main(spec_path: str) -> int:
             order.append([ev["name"][: -len("_kernel_time")], int(args.get("output_size", 0))])
     # One run's worth of nodes: the profile holds all three runs.
     n = len(order) // 3 if len(order) % 3 == 0 else len(order)
-    print(json.dumps({"order": order[-n:] if n else []}))
+    return {"order": order[-n:] if n else []}
+
+
+def main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    try:
+        out = _probe(spec)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's message goes back to the caller
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"{ERROR_MARK} {type(exc).__name__}: {text}", file=sys.stderr, flush=True)
+        return 1
+    print(json.dumps(out))
     return 0
 
 

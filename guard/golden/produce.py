@@ -34,7 +34,18 @@ def reference_outputs(
     from guard.backends.onnxruntime import reference_session
 
     sess = reference_session(path)
-    outs = sess.run(None, feeds)
+    try:
+        outs = sess.run(None, feeds)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        # The model cannot run on the suite's inputs (a value its control flow rejects, a
+        # shape its reshapes cannot take): a problem with the suite, named as ORT names it.
+        raise ModelError(
+            "the golden reference (onnxruntime, optimisations off) could not run the model "
+            f"on the suite's inputs: {' '.join(str(exc).split())}",
+            where=str(path),
+            hint="Check the values of the model's inputs in the suite (e.g. inputs: {sr: "
+            "{shape: [], dist: const, value: 16000}}).",
+        ) from None
     producer = {
         "name": "onnxruntime",
         "version": onnxruntime.__version__,
