@@ -174,6 +174,16 @@ def default_conv_schedule(
     pr, cvec, cscore = _pick_tile(positions, kg, vector_width, regs)
     cg = C // group
     kc_channels = max(1, min(cg, 256 // (R * S) if R * S <= 256 else 1))
+    pointwise = (R, S, strides, pads) == (1, 1, (1, 1), (0, 0, 0, 0))
+    if not pointwise:
+        # an Xcol block holds at least one whole output row per tap
+        row_floats = R * S * -(-ow // vector_width) * vector_width
+        if row_floats * 4 > SCRATCH_LIMIT_BYTES:
+            raise ValueError(
+                f"convolution output rows of {ow} positions x {R}x{S} taps exceed the "
+                f"{SCRATCH_LIMIT_BYTES} B stack buffer of the generated kernel"
+            )
+        kc_channels = min(kc_channels, SCRATCH_LIMIT_BYTES // (4 * row_floats))
     kc = kc_channels * R * S
     budget = SCRATCH_LIMIT_BYTES // (4 * kc)  # positions per Xcol block
     ct_positions = CT_LIMIT_BYTES // (4 * kg)

@@ -305,11 +305,12 @@ def micro_kernel(
     a vector per column (``bias[j*W]``), "col" a scalar per row (``bias[i]``). ``mask_b``
     masks the last B vector too (a B read in place whose row ends at ``tail``).
     Variants are shared by key; pass ``epilogue_key`` (hashable) to share the variants of
-    equal epilogues built by different callables.
+    equal epilogues built by different callables; without one, the epilogue's own IR
+    (emitted once into a scratch module, see :func:`epilogue_fingerprint`) is the key.
     """
-    ekey = (
-        None if epilogue is None else (epilogue_key if epilogue_key is not None else id(epilogue))
-    )
+    ekey = None
+    if epilogue is not None:
+        ekey = epilogue_key if epilogue_key is not None else epilogue_fingerprint(epilogue, width)
     cache = _ukr_cache(module)
     has_tail = tail < width
     key = (rows, nvec, has_tail, width, bias, ekey, unroll, mask_b)
@@ -434,6 +435,21 @@ def micro_kernel(
                 vstore(bld, acc[i * nvec + j], p)
     bld.ret_void()
     return fn
+
+
+def epilogue_fingerprint(epilogue: Epilogue, width: int) -> Hashable:
+    """The IR an epilogue emits for one ``<W x float>``, as text: equal chains built by
+    distinct closures (one per fused node) get one key, so they share micro-kernels
+    instead of multiplying compile time by the number of layers."""
+    scratch = ir.Module("epilogue_fingerprint")
+    vt = vector_type(width)
+    fn = ir.Function(scratch, ir.FunctionType(vt, [vt]), "e")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    try:
+        b.ret(epilogue(b, fn.args[0]))
+    except Exception:  # an epilogue tied to its real module: fall back to its identity
+        return ("id", id(epilogue))
+    return ("ir", str(scratch))
 
 
 def _ukr_cache(module: ir.Module) -> dict:

@@ -280,12 +280,16 @@ def test_default_schedule_valid_and_fits_the_stack() -> None:
         (1, 32, 112, 112, 32, 3, 3, (1, 1), (1, 1, 1, 1), 32),
         (1, 64, 112, 112, 64, 3, 3, (2, 2), (1, 1, 1, 1), 64),
         (1, 2048, 1, 1, 1000, 1, 1, (1, 1), (0, 0, 0, 0), 1),
+        (1, 64, 600, 600, 64, 3, 3, (1, 1), (1, 1, 1, 1), 1),  # wide rows: fewer channels per chunk
+        (1, 8, 40, 1000, 16, 7, 7, (1, 1), (3, 3, 3, 3), 1),
     ]
     for n, c, h, w, k, r, s, st, pd, g in zoo:
         for width in (4, 8, 16):
             sched = default_conv_schedule(n, c, h, w, k, r, s, st, pd, (1, 1), g, width)
             sched.validate(width)
-            assert sched.kc_channels * r * s * sched.nc * 4 <= 512 * 1024
+            ow = (w + pd[1] + pd[3] - s) // st[1] + 1
+            rows = max(1, sched.nc // ow)
+            assert sched.kc_channels * r * s * -(-rows * ow // width) * width * 4 <= 512 * 1024
 
 
 def test_bad_shapes_and_weights_are_refused() -> None:
@@ -319,6 +323,8 @@ def test_bad_shapes_and_weights_are_refused() -> None:
                 oc_block=2, ow_block=3, kc_channels=1, nc=3, mc=2, vectorize="channels"
             ),
         )
+    with pytest.raises(ValueError, match="exceed the 524288 B stack buffer"):
+        ConvKernel(1, 4, 9, 5000, 4, 7, 7)
     with pytest.raises(ValueError, match="vectorize"):
         ConvKernel(
             1,

@@ -201,3 +201,44 @@ def test_packed_layout_is_panel_major_and_zero_padded() -> None:
     np.testing.assert_array_equal(p[0], b[:, :16])
     np.testing.assert_array_equal(p[1, :, :4], b[:, 16:])
     assert not p[1, :, 4:].any()
+
+
+def test_equal_epilogues_from_distinct_closures_share_micro_kernels() -> None:
+    def make_relu():
+        def relu(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+            zero = ir.Constant(v.type, 0.0)
+            return builder.select(builder.fcmp_ordered(">", v, zero), v, zero)
+
+        return relu
+
+    module = ir.Module()
+    for i in range(3):  # one closure per fused node, as a code generator makes them
+        GemmKernel(24, 32, 16, bias="row").emit(module, f"g{i}", epilogue=make_relu())
+    GemmKernel(24, 32, 16, bias="row").emit(module, "plus_one", epilogue=relu_plus_one)
+    ukrs = [f.name for f in module.functions if f.name.startswith("guard.ukr")]
+    assert len(ukrs) == 2, ukrs  # one for the three relus, one for relu+1
+
+
+def test_emits_an_aarch64_neon_object() -> None:
+    """The kernels are target-neutral IR: LLVM lowers the W=4 variants to NEON."""
+    import llvmlite.binding as llvm
+
+    from guard.compiler.codegen.conv import ConvKernel
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    module = ir.Module()
+    module.triple = "aarch64-unknown-linux-gnu"
+    GemmKernel(9, 10, 11, bias="row", vector_width=4).emit(module, "g", epilogue=relu_plus_one)
+    ConvKernel(1, 3, 6, 7, 5, 3, 3, pads=(1, 1, 1, 1), vector_width=4).emit(module, "c")
+    ConvKernel(1, 4, 6, 7, 4, 3, 3, strides=(2, 2), group=4, vector_width=4).emit(module, "dw")
+    tm = llvm.Target.from_triple(module.triple).create_target_machine(
+        cpu="generic", features="+neon", opt=3
+    )
+    mod = llvm.parse_assembly(str(module))
+    mod.verify()
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    pb.getModulePassManager().run(mod, pb)
+    asm = tm.emit_assembly(mod)
+    assert "fmla" in asm and ".4s" in asm  # vector FMAs on 4 x f32
+    assert len(tm.emit_object(mod)) > 0
