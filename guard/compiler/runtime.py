@@ -259,8 +259,9 @@ class NativeCalls:
         ptr = self._ct.c_void_p(cycles.__array_interface__["data"][0])
         for _ in range(runs):
             if self.main is not None:
-                self._bind(inputs, view, output_names)
+                outs = self._bind(inputs, view, output_names)  # alive until the call returns
                 self._main_prof(*self._bufs, self._in, self._out, ptr)
+                del outs
             else:
                 for p in self.plan.partitions:
                     self._parts_prof[p.partition](*self._bufs, ptr)
