@@ -35,6 +35,7 @@ from guard.bench.regress import (
     compare_rounds,
     with_noise,
 )
+from guard.compare import crossarch
 from guard.compare.attribution import attribute
 from guard.errors import UsageError
 from guard.manifest.diff import diff_manifests
@@ -303,6 +304,9 @@ def compare_docs(
     b_rows = {row_key(r): r for r in base["results"]}
     h_rows = {row_key(r): r for r in head["results"]}
     both = [k for k in h_rows if k in b_rows]
+    # A pair on two architectures is compared for consistency (guard.compare.crossarch:
+    # outputs, partitions, arena), never for latency, so it is not refused here either.
+    both = [k for k in both if not crossarch.is_cross(b_rows[k], h_rows[k])]
     for k in both:
         why = host_incompatibility(b_rows[k].get("manifest") or {}, h_rows[k].get("manifest") or {})
         if why:
@@ -322,6 +326,7 @@ def compare_docs(
         )
         for k in both
     ]
+    cross = crossarch.cross_arch_rows(base, head)
     doc_diff: dict[str, list[Any]] = {}
     for row in rows:
         for f, pair in row["manifest_diff"].items():
@@ -344,6 +349,7 @@ def compare_docs(
         },
         "manifest_diff": doc_diff,
         "rows": rows,
+        "cross_arch": cross,
         "summary": {
             # Aggregates only over rows present on both sides: a model that appears or
             # disappears says nothing about speed.
@@ -352,6 +358,7 @@ def compare_docs(
             "geomean_ratio": float(np.exp(np.mean(np.log(ratios)))) if ratios else None,
             "only_base": ["/".join(k) for k in b_rows if k not in h_rows],
             "only_head": ["/".join(k) for k in h_rows if k not in b_rows],
+            "cross_arch": {v: sum(r["verdict"] == v for r in cross) for v in crossarch.VERDICTS},
             "without_rounds": [
                 "/".join(row_key(r)) for r in rows if r["stats"].get("method") is None
             ],
@@ -360,9 +367,11 @@ def compare_docs(
 
 
 def exit_code(comparison: Mapping[str, Any], *, strict: bool = False) -> int:
-    """1 when any row regressed (or, with strict, is inconclusive); 0 otherwise."""
+    """1 when any row regressed or two architectures' outputs drifted apart (or, with
+    strict, a row is inconclusive or a cross-architecture row differs); 0 otherwise."""
     bad = {REGRESSED, INCONCLUSIVE} if strict else {REGRESSED}
-    return 1 if any(r["verdict"] in bad for r in comparison["rows"]) else 0
+    drifted = crossarch.failing(comparison.get("cross_arch") or [], strict=strict)
+    return 1 if drifted or any(r["verdict"] in bad for r in comparison["rows"]) else 0
 
 
 def validate_comparison(doc: Any, where: str) -> None:

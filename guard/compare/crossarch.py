@@ -43,6 +43,7 @@ MAX_STORED_ELEMENTS = 65536
 SAMPLE_ELEMENTS = 16384
 OUTPUTS_ENCODING = "zlib+base64, little-endian"
 CONSISTENT, DRIFT, DIFFERS, INCONCLUSIVE = "consistent", "drift", "differs", "inconclusive"
+VERDICTS = (CONSISTENT, DRIFT, DIFFERS, INCONCLUSIVE)
 LATENCY_NOTE = "not compared across architectures"
 _ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from guard.compare import crossarch
 from guard.fsutil import atomic_write_text
 
 _ICON = {
@@ -120,6 +121,9 @@ def to_markdown(cmp: Mapping[str, Any], title: str = "guard compare") -> str:
     for key, what in (("only_base", "only in base"), ("only_head", "only in head")):
         if s.get(key):
             lines += ["", f"{what.capitalize()} (not aggregated): " + ", ".join(s[key])]
+    cross = crossarch.markdown_lines(cmp.get("cross_arch") or [])
+    if cross:
+        lines += ["", *cross]
     cfg = cmp.get("config") or {}
     lines += [
         "",

@@ -199,7 +199,7 @@ def _refuse(path: Path, msg: str) -> ModelError:
     return ModelError(msg, where=str(path), hint="Rebuild the artefact (guard run rebuilds it).")
 
 
-def load_artefact(art_dir: str | Path) -> LoadedArtefact:
+def load_artefact(art_dir: str | Path, *, native: bool = True) -> LoadedArtefact:
     """Validate and load an artefact directory; refuses a tampered or foreign one."""
     from guard.compiler import parse_graph
 
@@ -271,8 +271,9 @@ def load_artefact(art_dir: str | Path) -> LoadedArtefact:
     missing = [t for t in view.arena_tensors() if t not in memory.slots]
     if missing:
         raise _refuse(root / "memory_plan.json", f"no arena slot for tensor {missing[0]!r}")
-    native = _load_native(root, codegen) if codegen else None
-    return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout, native)
+    # native=False: verified but not mapped (guard.emulate runs a foreign object itself).
+    program = _load_native(root, codegen) if codegen and native else None
+    return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout, program)
 
 
 def _load_native(root: Path, codegen: dict[str, Any]) -> Any:

@@ -183,3 +183,30 @@ def test_markdown_section() -> None:
     assert "m / bundled" in row and "x86_64 vs aarch64 (emulated)" in row
     assert "differs" in row and "1 vs 2" in row and xa.LATENCY_NOTE in row
     assert xa.markdown_lines([]) == []
+
+
+def test_guard_compare_of_one_run_shows_cross_rows_and_drift_fails() -> None:
+    from guard.compare.compare import compare_docs, exit_code
+    from guard.compare.reports import to_markdown
+
+    host = _result("m", X86, "x86_64", [LOGITS])
+    flipped = LOGITS.copy()
+    flipped[1, 1] = 4.0
+    arm = _result("m", ARM, "x86_64", [flipped], emulated=True)
+    doc = _doc(host, arm)
+    cmp = compare_docs(doc, copy.deepcopy(doc))
+    assert [r["verdict"] for r in cmp["cross_arch"]] == [xa.DRIFT]
+    assert cmp["summary"]["cross_arch"][xa.DRIFT] == 1
+    assert exit_code(cmp) == 1
+    assert "## Cross-architecture consistency" in to_markdown(cmp)
+
+
+def test_same_target_emulated_and_native_is_not_refused_as_another_host() -> None:
+    from guard.compare.compare import compare_docs, exit_code
+
+    emulated = _doc(_result("m", ARM, "x86_64", [LOGITS], emulated=True))
+    native = _doc(_result("m", ARM, "aarch64", [LOGITS]), started="2026-12-02T00:00:00+00:00")
+    cmp = compare_docs(emulated, native)  # was IncompatibleBaselineError (host.arch differs)
+    assert cmp["rows"] == []
+    assert [r["verdict"] for r in cmp["cross_arch"]] == [xa.CONSISTENT]
+    assert exit_code(cmp) == 0
