@@ -82,6 +82,8 @@ _CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS = 101, 111
 # ---------------------------------------------------------------------------------------
 
 LOOP_ORDERS = ("nm", "mn")
+# "row": one per column n (length N), "col": one per row m (length M), "full": [M, N]
+BIAS_KINDS = ("none", "row", "col", "full")
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,12 @@ def register_blas_symbol() -> None:
 
 @dataclass(frozen=True)
 class GemmKernel:
-    """One GEMM specialised to its shapes; see the module docstring for the algorithm."""
+    """One GEMM specialised to its shapes; see the module docstring for the algorithm.
+
+    ``bias``: "none", "row" (length N, one per column: a Gemm/MatMul+Add bias), "col"
+    (length M, one per row: a convolution's per-channel bias), "full" (``[M, N]``, ONNX
+    Gemm's C at full shape); shared by every batch element. ONNX Gemm's ``alpha`` and
+    ``beta`` fold into the constant B and bias at build time, or into the epilogue."""
 
     M: int
     N: int
@@ -202,8 +209,8 @@ class GemmKernel:
             raise ValueError(
                 f"GemmKernel needs positive M, N, K, batch: {self.M}x{self.N}x{self.K} batch {self.batch}"
             )
-        if self.bias not in ("none", "row", "col"):
-            raise ValueError(f"GemmKernel.bias={self.bias!r}: expected 'none', 'row' or 'col'")
+        if self.bias not in BIAS_KINDS:
+            raise ValueError(f"GemmKernel.bias={self.bias!r}: expected one of {BIAS_KINDS}")
         sched = self.schedule or default_gemm_schedule(self.M, self.N, self.K, self.vector_width)
         sched.validate(self.vector_width)
         object.__setattr__(self, "_sched", sched)
@@ -351,6 +358,14 @@ class GemmKernel:
                         if mask is not None
                         else vload(builder, bp, W),
                     )
+                elif self.bias == "full":
+                    bp = fptr(builder, bias, iadd(builder, imul(builder, m, N), n))
+                    v = builder.fadd(
+                        v,
+                        masked_load(builder, bp, W, mask)
+                        if mask is not None
+                        else vload(builder, bp, W),
+                    )
                 elif bcol is not None:
                     v = builder.fadd(v, bcol)
                 if epilogue is not None:
@@ -460,6 +475,8 @@ class _GemmEmitter:
                 pbias = fptr(builder, bias, n0)
             elif k.bias == "col":
                 pbias = fptr(builder, bias, m0)
+            elif k.bias == "full":
+                pbias = fptr(builder, bias, iadd(builder, imul(builder, m0, N), n0))
             nvec = -(-width // W)
             ukr = micro_kernel(
                 builder.module,

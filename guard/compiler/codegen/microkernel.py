@@ -302,7 +302,8 @@ def micro_kernel(
     to ``c[i*ldc + j*W]`` with the last vector masked to ``tail`` lanes (a run-time
     argument, so one variant serves every tail width; ``tail == W`` at compile time
     gives the unmasked variant, which ignores the argument). ``bias`` "row" is
-    a vector per column (``bias[j*W]``), "col" a scalar per row (``bias[i]``). ``mask_b``
+    a vector per column (``bias[j*W]``), "col" a scalar per row (``bias[i]``), "full" a
+    matrix laid out like C (``bias[i*ldc + j*W]``). ``mask_b``
     masks the last B vector too (a B read in place whose row ends at ``tail``).
     Variants are shared by key; pass ``epilogue_key`` (hashable) to share the variants of
     equal epilogues built by different callables; without one, the epilogue's own IR
@@ -412,6 +413,18 @@ def micro_kernel(
                 v = acc[i * nvec + j]
                 if bias == "row":
                     v = bld.fadd(v, bias_vecs[j])
+                elif bias == "full":  # a bias matrix laid out like C
+                    v = bld.fadd(
+                        v,
+                        load_masked(
+                            fptr(
+                                bld,
+                                pbias,
+                                bld.add(bld.mul(ldc, ir.Constant(I64, i)), ir.Constant(I64, j * W)),
+                            ),
+                            j,
+                        ),
+                    )
                 elif bcol is not None:
                     v = bld.fadd(v, bcol)
                 if epilogue is not None:

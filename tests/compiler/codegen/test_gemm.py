@@ -40,6 +40,10 @@ CASES: dict[str, dict] = {
     "gemv_col": dict(M=1, N=3, K=1000),
     "transformer": dict(M=128, N=768, K=96, bias="row"),
     "bias_col": dict(M=23, N=40, K=17, bias="col"),
+    "bias_full_kchunks": dict(
+        M=23, N=40, K=70, bias="full", epilogue=True, schedule=S(mr=4, nr=32, kc=32, mc=8, nc=32)
+    ),
+    "bias_full_batch": dict(M=5, N=20, K=9, bias="full", batch=2, stride_b=0),
     "trans_a": dict(M=19, N=33, K=41, trans_a=True),
     "trans_b": dict(M=19, N=33, K=41, trans_b=True, bias="row"),
     "trans_ab": dict(M=13, N=50, K=20, trans_a=True, trans_b=True),
@@ -69,6 +73,9 @@ CASES: dict[str, dict] = {
         epilogue=True,
         trans_a=True,
         schedule=S(mr=6, nr=32, kc=64, mc=12, nc=32, use_blas=True),
+    ),
+    "blas_full": dict(
+        M=20, N=37, K=33, bias="full", schedule=S(mr=6, nr=32, kc=64, mc=12, nc=32, use_blas=True)
     ),
     "blas_col_tb": dict(
         M=20,
@@ -140,6 +147,8 @@ def _reference(
         out = out + bias
     elif k.bias == "col":
         out = out + bias[:, None]
+    elif k.bias == "full":
+        out = out + bias
     return np.maximum(out, 0) + 1 if epilogue else out
 
 
@@ -152,7 +161,7 @@ def test_gemm_matches_numpy(jitted: Jitted, name: str) -> None:
     a = f32(rng, batch, *((k.K, k.M) if k.trans_a else (k.M, k.K)))
     b_shape = (k.N, k.K) if k.trans_b else (k.K, k.N)
     b = f32(rng, 1 if k.stride_b == 0 else batch, *b_shape)
-    bias = f32(rng, k.N if k.bias == "row" else k.M)
+    bias = f32(rng, *{"row": (k.N,), "col": (k.M,), "full": (k.M, k.N)}.get(k.bias, (1,)))
     c = np.full((batch, k.M, k.N), np.nan, np.float32)
     b_arg = (
         (k.pack_b(b[0]) if b.shape[0] == 1 else k.pack_b(b)) if case.get("b_packed", True) else b
