@@ -62,6 +62,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         shard=getattr(args, "shard", None),
         shard_times=Path(args.shard_times) if getattr(args, "shard_times", None) else None,
         invocation_id=getattr(args, "invocation_id", None),
+        require_tracking=args.require_tracking,
     )
     _, code = run_suite(suite, opts)
     return code
@@ -102,7 +103,6 @@ def _cmd_golden_update(args: argparse.Namespace) -> int:
 def _cmd_manifest_diff(args: argparse.Namespace) -> int:
     from guard.manifest import load_manifest
     from guard.manifest.diff import diff_manifests, format_diff
-
     from guard.manifest.pins import is_pinned
 
     a, b = load_manifest(Path(args.a)), load_manifest(Path(args.b))
@@ -223,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else a local "
                         "sqlite store under .guard/)")
     r.add_argument("--no-track", action="store_true", help="do not log to MLflow")
+    r.add_argument("--require-tracking", action="store_true",
+                   help="exit 2 when the results cannot be logged (default: a warning; the "
+                        "checks decide the exit code and the results are kept for "
+                        "`guard track push`)")
     r.add_argument("--baseline", metavar="RESULTS.json",
                    help="judge latency.regress_pct against this earlier results file "
                         "(significant and large; see guard compare)")

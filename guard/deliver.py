@@ -179,6 +179,7 @@ def finish(doc: dict[str, Any], code: int, *, uri: str | None, tracking_problem:
                              "pass --json PATH to keep the results when tracking fails")
                     _say(f"guard: error: tracking failed ({tracking_problem}) and {exc}; "
                          f"{where}", opts.console)
+                    code = max(code, EXIT_BAD_INPUT)  # nothing kept to push later
                 else:
                     doc["tracking"]["kept"] = str(kept)
                     if stop.signal is not None:
@@ -187,8 +188,10 @@ def finish(doc: dict[str, Any], code: int, *, uri: str | None, tracking_problem:
                              opts.console)
                     else:
                         _say(track.unreachable_message(uri, kept), opts.console)
-                # Results are safe, but the run did not do what was asked: exit 2.
-                code = max(code, EXIT_BAD_INPUT)
+                # Kept, and the push command printed: the checks decide the exit code,
+                # unless --require-tracking made tracking part of it (README: exit codes).
+                if getattr(opts, "require_tracking", False):
+                    code = max(code, EXIT_BAD_INPUT)
             doc["exit_code"] = stop.exit_code or code
             problems = write_reports(doc, opts)
         for line in problems:

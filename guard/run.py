@@ -55,6 +55,7 @@ class RunOptions:
     shard: str | None = None  # "K/N": run only this shard's cases (guard.shard)
     shard_times: Path | None = None  # results file whose duration_s balance the shards
     invocation_id: str | None = None  # one logical invocation over all shards (else env)
+    require_tracking: bool = False  # tracking that fails is exit 2 (else a warning, results kept)
 
 
 def git_info(cwd: Path) -> dict[str, Any]:
@@ -187,12 +188,17 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
             for b in backends:
                 bar.step(f"{entry.name} [{b}]")
                 t1 = _wall()
+                began = _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
                 try:
                     results.append(run_case(entry, spec, golden, gstatus, b, workdir=opts.workdir,
                                             clock=opts.clock, baseline=opts.baseline))
                 except Exception as exc:  # noqa: BLE001
                     results.append(error_result(entry, b, exc))
                 results[-1].setdefault("duration_s", round(prep_s + _wall() - t1, 3))
+                # The case's build, load, numerics and measurement (its MLflow run's span).
+                results[-1].setdefault("started", began)
+                results[-1].setdefault(
+                    "finished", _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"))
                 bar.advance()
 
     doc: dict[str, Any] = {
