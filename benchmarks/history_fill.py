@@ -6,7 +6,7 @@ hour. Instead the rows guard would log are written straight into MLflow's own ta
 batches of a few thousand rows, through SQLAlchemy on the store's database, after MLflow
 created the schema (its migrations) and the experiment (its client). What goes in each row
 is computed by guard's own mapping (``guard.track.records``: child_tags, parent_tags,
-manifest_params, result_metrics, sample_history), from a real results document
+manifest_params, result_metrics, sample_history; ``guard.track.index.result_tags``), from a real results document
 (benchmarks/results/history_template.json, a `guard run` of suites/default.yaml with raw
 samples thinned to 200), varied per invocation: commit, branch (60% main, the rest on 300
 feature branches), arch (x86_64 / aarch64 alternately), latency (lognormal noise, a slow
@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from guard.track import records
+from guard.track import index, records
 from guard.track.log import experiment_name, results_sha256
 
 TEMPLATE = Path(__file__).resolve().parent / "results" / "history_template.json"
@@ -160,8 +160,9 @@ class Filler:
             name = records.child_name(r)
             cstart = start + 1000 * (k + 1)
             out["runs"].append(_run_row(cid, name, self.eid, cstart, self._art_uri(cid)))
-            out["tags"] += _tag_rows(cid, name,
-                                     {"mlflow.parentRunId": pid, **records.child_tags(r, doc)})
+            tags = {"mlflow.parentRunId": pid, **records.child_tags(r, doc),
+                    **index.result_tags(r, doc)}
+            out["tags"] += _tag_rows(cid, name, tags)
             out["params"] += [{"key": k2, "value": v, "run_uuid": cid}
                               for k2, v in records.manifest_params(r.get("manifest")).items()]
             rows, latest = _metric_rows(cid, records.result_metrics(r),

@@ -137,5 +137,8 @@ def load_side(
     if not suite:
         raise UsageError(f"{spec}: which suite? pass --suite")
     own = (other.get("git") or {}).get("commit")
-    return latest_on_branch(uri, str(suite), branch, list(other["results"]),
-                            exclude_commit=str(own) if own else None)
+    # guard's index answers in one search per case; runs logged before it go to the scan.
+    from guard.track.index import baseline_on_branch
+
+    return baseline_on_branch(uri, str(suite), branch, list(other["results"]),
+                              fallback=latest_on_branch, exclude_commit=str(own) if own else None)

@@ -24,6 +24,8 @@ from guard.track.log import _client, _http_limits, _translated, experiment_name
 BASELINE_KEY_TAG = "guard.baseline_key"
 INDEX_VERSION = "1"  # part of the hashed key: a changed key recipe never matches old runs
 _HOST_FIELDS = ("arch", "cpu", "threads")  # guard.compare.compare.HOST_FIELDS
+# Lookups in flight at once: each is a round trip (search, then artifact) to the server.
+LOOKUP_WORKERS = 8
 
 
 def canonical_target(result: Mapping[str, Any]) -> str:
@@ -78,11 +80,16 @@ def _experiment(client: Any, suite: str) -> Any:
     return client.get_experiment_by_name(experiment_name(suite))
 
 
-def latest_result_run(client: Any, experiment_id: str, key: str) -> Any:
-    """The newest FINISHED result run with this baseline key, or None."""
+def latest_result_run(client: Any, experiment_id: str, key: str,
+                      exclude_commit: str | None = None) -> Any:
+    """The newest FINISHED result run with this baseline key (of another commit than
+    ``exclude_commit``), or None."""
+    where = f"tags.`{BASELINE_KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'"
+    if exclude_commit and "'" not in exclude_commit:
+        where += f" and tags.`guard.git.commit` != '{exclude_commit}'"
     runs = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`{BASELINE_KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
+        filter_string=where,
         max_results=1,
         order_by=["attributes.start_time DESC"],
     )
@@ -97,47 +104,63 @@ def baseline_on_branch(
     *,
     fallback: Callable[..., dict[str, Any]] | None = None,
     loader: Callable[[str], Any] | None = None,
+    exclude_commit: str | None = None,
+    workers: int = LOOKUP_WORKERS,
 ) -> dict[str, Any]:
     """A baseline document: per head result, the newest compatible run on ``branch``.
 
-    Cases the index answers cost one search and one artifact read each; the rest go to
-    ``fallback`` (guard.compare.baseline.latest_on_branch, the scan) in one call, whose
-    errors (no runs at all, only incompatible ones) stand.
+    Cases the index answers cost one search and one artifact read each, a few at a time
+    (each is a round trip to the server); the rest go to ``fallback``
+    (guard.compare.baseline.latest_on_branch, the scan) in one call, whose errors (no runs
+    at all, only incompatible ones) stand. Runs of ``exclude_commit`` (the head's own
+    commit) are never a baseline.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     from guard.errors import UsageError
+    from guard.track.query import scoped_tracking_uri
 
     if loader is None:
-        from guard.track.query import load_artifact_dict
+        import mlflow
 
         def loader(artifact_uri: str) -> Any:
-            return load_artifact_dict(uri, artifact_uri, "result.json")
+            return mlflow.artifacts.load_dict(f"{artifact_uri.rstrip('/')}/result.json")
 
-    found: list[dict[str, Any]] = []
-    missing: list[Mapping[str, Any]] = []
-    with _http_limits(), _translated(uri, f"looking up baselines of suite {suite!r}"):
+    found: list[dict[str, Any] | None] = []
+    with (
+        _http_limits(),
+        _translated(uri, f"looking up baselines of suite {suite!r}"),
+        scoped_tracking_uri(uri),  # once for all threads: artifact URIs resolve against it
+    ):
         client = _client(uri)
         experiment = _experiment(client, suite)
-        for head_r in wanted:
+
+        def one(head_r: Mapping[str, Any]) -> dict[str, Any] | None:
             key = baseline_key(head_r, branch)
-            run = latest_result_run(client, experiment.experiment_id, key) \
-                if experiment is not None and key else None
+            if experiment is None or key is None:
+                return None
+            run = latest_result_run(client, experiment.experiment_id, key, exclude_commit)
             cand = loader(run.info.artifact_uri) if run is not None else None
-            if isinstance(cand, Mapping) and cand.get("model") == head_r.get("model"):
-                found.append(dict(cand))
-            else:
-                missing.append(head_r)
+            ok = isinstance(cand, Mapping) and cand.get("model") == head_r.get("model")
+            return dict(cand) if ok else None  # type: ignore[arg-type]
+
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(wanted)))) as pool:
+            found = list(pool.map(one, wanted))
+    results = [r for r in found if r is not None]
+    missing = [h for h, r in zip(wanted, found, strict=True) if r is None]
     if missing and fallback is not None:
         try:
-            found.extend(fallback(uri, suite, branch, list(missing))["results"])
+            extra = {"exclude_commit": exclude_commit} if exclude_commit else {}
+            results.extend(fallback(uri, suite, branch, list(missing), **extra)["results"])
         except UsageError:
-            if not found:
+            if not results:
                 raise
-    if not found:
+    if not results:
         raise UsageError(
             f"no baseline runs of suite {suite!r} on branch {branch!r} in {uri}",
             hint="Run `guard run` on that branch with tracking on, or pass a results file.",
         )
-    return {"schema_version": 1, "suite": suite, "git": {"branch": branch}, "results": found}
+    return {"schema_version": 1, "suite": suite, "git": {"branch": branch}, "results": results}
 
 
 def case_times(uri: str, suite: str, cases: Sequence[tuple[str, str, str]], *,
