@@ -31,7 +31,8 @@ def default_suite() -> Path:
     here = Path.cwd() / "suites" / DEFAULT_SUITE
     if here.is_file():
         return here
-    shipped = Path(__file__).resolve().parent.parent / "suites" / DEFAULT_SUITE
+    # Package data (guard/suites, a link to the repository's suites/ in a checkout).
+    shipped = Path(__file__).resolve().parent / "suites" / DEFAULT_SUITE
     if shipped.is_file():
         return shipped
     raise UsageError("no suite given and no suites/default.yaml here",
