@@ -196,6 +196,11 @@ def reduce_model(
                     seen[key] = Observation(False, error=str(exc))
                 else:
                     seen[key] = oracle.observe(_write_cut(c.model, work), c.feeds)
+                o = seen[key]
+                say(
+                    f"cut {len(seen)}: {len(nodes)} node(s): "
+                    + ("still fails" if o.fails else f"passes ({o.error})" if o.error else "passes")
+                )
             return seen[key]
 
         whole = observe(list(mg.compute))

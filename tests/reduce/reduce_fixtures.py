@@ -16,8 +16,9 @@ from guard.compiler.runtime import reference_executor
 MEASURE = {"warmup_s": 0.01, "min_iters": 5, "min_time_s": 0.02, "max_time_s": 1.0}
 
 
-def fifty_node_model(width: int = 24) -> onnx.ModelProto:
-    """50 compute nodes: MatMul/Add/Tanh/Mul/Relu blocks with residual Adds, one Softmax."""
+def fifty_node_model(width: int = 24, softmax: bool = True) -> onnx.ModelProto:
+    """50 compute nodes: MatMul/Add/Tanh/Mul/Relu blocks with residual Adds, one Softmax
+    (a Tanh in its place with ``softmax=False``)."""
     rng = np.random.default_rng(0)
     nodes, inits = [], []
     cur, skip = "x", "x"
@@ -31,8 +32,10 @@ def fifty_node_model(width: int = 24) -> onnx.ModelProto:
     i = 0
     while len(nodes) < 49:
         k = len(nodes)
-        if k == 30:
+        if k == 30 and softmax:
             nodes.append(helper.make_node("Softmax", [cur], [f"t{k}"], name="softmax", axis=-1))
+        elif k == 30:
+            nodes.append(helper.make_node("Tanh", [cur], [f"t{k}"], name="softmax_free"))
         elif i % 6 == 0:
             nodes.append(
                 helper.make_node(
@@ -84,13 +87,24 @@ def miscompiled(op: str) -> Any:
 
 
 class _Session:
+    """A real bundled artefact whose native partitions run through an executor hook.
+
+    The artefact's generated object is set aside (``native=None``) so that every native
+    node runs through ``executors["native"]``: the reference kernels, with one op made
+    wrong or slow. Plan, partitions, arena and weights are the real build's.
+    """
+
     def __init__(self, art: Path, executors: dict[str, Any]) -> None:
-        self._s = ArtefactSession(art, executors)
+        import dataclasses
+
+        self._s = ArtefactSession(art)
+        self._rt = dataclasses.replace(self._s.loaded, native=None).runtime(executors)
         self.input_names = self._s.input_names
         self.output_names = self._s.output_names
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self._s.run(feeds)
+        out = self._rt.run(feeds)
+        return [out[o] for o in self.output_names]
 
     def partitions(self) -> Any:
         return self._s.partitions()
@@ -130,10 +144,12 @@ def write_suite(d: Path, model: onnx.ModelProto, **entry: Any) -> Path:
     return d / "suite.yaml"
 
 
-def lrn_net(channels: int = 8, lrn: bool = True) -> onnx.ModelProto:
-    """x -> (Conv, Relu) x 4 with an LRN after the second Relu -> GlobalAveragePool.
+def lrn_net(channels: int = 8, lrn: bool = True, op: str = "LRN") -> onnx.ModelProto:
+    """x -> (Conv, Relu) x 4 with one ``op`` after the second Relu -> GlobalAveragePool.
 
-    ``lrn=False`` is the same network without the LRN (the base of a pair)."""
+    ``op`` is "LRN" (node ``lrn_mid``) or "InstanceNormalization" (node ``instnorm_mid``,
+    an op the code generator has no emitter for); ``lrn=False`` is the same network
+    without it (the base of a pair)."""
     rng = np.random.default_rng(1)
     nodes, inits, cur = [], [], "x"
     for i in range(4):
@@ -150,8 +166,17 @@ def lrn_net(channels: int = 8, lrn: bool = True) -> onnx.ModelProto:
             helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"),
         ]
         cur = f"r{i}"
-        if i == 1 and lrn:
+        if i == 1 and lrn and op == "LRN":
             nodes.append(helper.make_node("LRN", [cur], ["n"], name="lrn_mid", size=3))
+            cur = "n"
+        elif i == 1 and lrn:
+            inits += [
+                numpy_helper.from_array(np.ones(channels, np.float32), "in_scale"),
+                numpy_helper.from_array(np.zeros(channels, np.float32), "in_bias"),
+            ]
+            nodes.append(
+                helper.make_node(op, [cur, "in_scale", "in_bias"], ["n"], name="instnorm_mid")
+            )
             cur = "n"
     nodes.append(helper.make_node("GlobalAveragePool", [cur], ["y"], name="gap"))
     g = helper.make_graph(

@@ -83,10 +83,26 @@ def test_a_cut_is_fed_from_recorded_tensors_and_matches_the_full_model() -> None
 # -- accuracy: a miscompiled node -------------------------------------------------------------
 
 
-def test_reduce_shrinks_50_nodes_with_one_miscompiled_node_to_at_most_3(tmp_path: Path) -> None:
-    suite = write_suite(tmp_path / "s", fifty_node_model())
+@pytest.mark.slow  # ~7 s: ten cuts through the code generator, then a guard run
+def test_reduce_shrinks_50_nodes_with_one_miscompiled_node_to_at_most_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # guard run keeps its artefacts under ./.guard
+    # The suite's entry names another model; MODEL (model_file) is the one reduced.
+    suite = write_suite(tmp_path / "s", fifty_node_model(softmax=False))
+    onnx.save(fifty_node_model(), str(tmp_path / "fifty.onnx"))
     bad = MiscompilingBundled("Softmax")
-    s = reduce_model(suite, "net", mode="accuracy", backend=bad, out=tmp_path / "bundle")
+    lines: list[str] = []
+    s = reduce_model(
+        suite,
+        "net",
+        mode="accuracy",
+        backend=bad,
+        out=tmp_path / "bundle",
+        model_file=str(tmp_path / "fifty.onnx"),
+        progress=lines.append,
+    )
+    assert any("still fails" in ln for ln in lines)
     assert s["nodes_before"] == 50
     assert s["nodes_after"] <= 3
     assert "Softmax" in [k["op"] for k in s["kept"]]
@@ -118,7 +134,10 @@ def test_reduce_shrinks_50_nodes_with_one_miscompiled_node_to_at_most_3(tmp_path
     assert r["numerics"]["golden_status"] == "compared"
 
 
-def test_a_problem_the_full_model_does_not_show_writes_nothing(tmp_path: Path, capsys) -> None:
+def test_a_problem_the_full_model_does_not_show_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
     suite = write_suite(tmp_path / "s", fifty_node_model())
     with pytest.raises(NotReproduced, match="does not show the problem"):
         reduce_model(suite, "net", mode="accuracy", out=tmp_path / "bundle")
@@ -140,7 +159,10 @@ def test_a_problem_the_full_model_does_not_show_writes_nothing(tmp_path: Path, c
     assert "nothing written" in err and "Traceback" not in err
 
 
-def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+def test_bad_input_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
     suite = write_suite(tmp_path / "s", fifty_node_model())
     assert main(["reduce", "--suite", str(suite), "--model", "nope", "--accuracy"]) == 2
     full = tmp_path / "full"
@@ -171,7 +193,10 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
 # -- partitions: an op the native backend declines (the done-when path) -----------------------
 
 
-def test_reduce_of_a_declined_op_bundles_a_suite_that_fails_partitions(tmp_path: Path) -> None:
+def test_reduce_of_a_declined_op_bundles_a_suite_that_fails_partitions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # guard run keeps its artefacts under ./.guard
     d = tmp_path / "s"
     d.mkdir()
     (d / "native-no-lrn.yaml").write_text(yaml.safe_dump(NATIVE_WITHOUT_LRN))
@@ -215,14 +240,15 @@ def test_reduce_of_a_declined_op_bundles_a_suite_that_fails_partitions(tmp_path:
 
 
 class _SlowBundled(BundledBackend):
-    """The real compiler; its native executor sleeps in one op (a slow kernel)."""
+    """The real compiler; its native partitions run through an executor hook that sleeps
+    in one op (a slow kernel). The base is the same hook without the sleep."""
 
     def __init__(self, op: str, sleep_s: float) -> None:
         self.op, self.sleep_s = op, sleep_s
 
     def load(self, artefact_dir: Path, threads: int) -> _Session:  # type: ignore[override]
         def execute(o: str, inputs: Any, attrs: dict[str, Any]) -> list[np.ndarray]:
-            if o == self.op:
+            if o == self.op and self.sleep_s:
                 time.sleep(self.sleep_s)
             return reference_executor(o, inputs, attrs)
 
@@ -238,6 +264,7 @@ def test_latency_reduce_keeps_the_slow_node(tmp_path: Path) -> None:
         mode="latency",
         base_suite=suite,
         backend=_SlowBundled("Softmax", 0.003),
+        base_backend=_SlowBundled("Softmax", 0.0),
         out=tmp_path / "bundle",
         regress_pct=20,
         budget_s=0.6,
