@@ -115,15 +115,11 @@ def _say(message: str, console: Any = None) -> None:
 
 
 def _index(uri: str, doc: dict[str, Any], receipt: dict[str, Any], console: Any) -> None:
-    """Baseline index tags and the shard's link to its invocation (guard.track.index).
-
-    The results are already logged: a failure here is a warning, not lost results."""
-    from guard.track.index import annotate
-
-    try:
-        annotate(uri, doc, receipt)
-    except GuardError as exc:
-        _say(f"warning: results logged, but not indexed: {exc}", console)
+    """log_results wrote the baseline index tags and linked a shard to its invocation
+    (guard.track.index); the results are logged either way, so a failure is a warning."""
+    if receipt.get("index_error"):
+        _say(f"warning: results logged to {uri}, but not indexed: {receipt['index_error']}",
+             console)
 
 
 def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[str, Any], int]:

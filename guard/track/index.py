@@ -9,7 +9,8 @@ at 10k runs (benchmarks/README.md). Runs logged before the tag existed are still
 case the index does not answer falls back to the scan.
 
 The tag (and, for shards, the links to the shared invocation) is written right after a
-results document is logged, by :func:`annotate`, through the one batch primitive.
+results document is logged (``log_results``, so ``guard run`` and ``guard track push``
+alike), by :func:`annotate`, through the one batch primitive.
 """
 
 from __future__ import annotations
@@ -74,6 +75,18 @@ def annotate(uri: str, doc: Mapping[str, Any], receipt: Mapping[str, Any]) -> No
         parent_id = receipt.get("parent_run_id")
         if parent_id and isinstance(doc.get("shard"), Mapping):
             invocation.link_shard(client, str(receipt["experiment_id"]), str(parent_id), doc)
+
+
+def annotate_logged(uri: str, doc: Mapping[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
+    """:func:`annotate` for ``log_results``: the results are logged already, so a failure
+    here is reported in the receipt (``index_error``) rather than raised."""
+    from guard.errors import GuardError
+
+    try:
+        annotate(uri, doc, receipt)
+    except GuardError as exc:
+        receipt["index_error"] = str(exc)
+    return receipt
 
 
 def _experiment(client: Any, suite: str) -> Any:

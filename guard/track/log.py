@@ -178,7 +178,10 @@ def log_results(
     doc = _validate(doc, "results")
     check_reachable(uri)  # a server or database that does not answer fails fast
     with _http_limits(), _translated(uri, f"logging suite {doc['suite']!r}"):
-        return _log(doc, uri, artefact_dirs or {})
+        receipt = _log(doc, uri, artefact_dirs or {})
+    from guard.track.index import annotate_logged  # baseline index, shard -> invocation link
+
+    return annotate_logged(uri, doc, receipt)
 
 
 def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[str, Any]:
