@@ -72,8 +72,19 @@ def session_options(threads: int, level: str = "all", *, profile_dir: Path | Non
     return so
 
 
+def _ort_text(exc: BaseException) -> str:
+    """The first line of an onnxruntime error, safe to print (it may carry model bytes)."""
+    if isinstance(exc, UnicodeDecodeError):
+        # pybind11 could not decode ORT's message (it quoted invalid UTF-8 from the model).
+        raw = exc.object if isinstance(exc.object, bytes) else b""
+        return raw.decode("utf-8", "replace").strip().splitlines()[0][:300] if raw.strip() \
+            else "an error message that is not valid UTF-8"
+    text = str(exc).strip()
+    return text.splitlines()[0][:500] if text else repr(exc)
+
+
 def _classify_ort_error(exc: Exception, model: Path) -> Exception:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+    text = _ort_text(exc)
     low = text.lower()
     if "not_implemented" in low or "could not find an implementation" in low \
             or "no opset import for domain" in low or "is not a registered function" in low:
@@ -99,9 +110,16 @@ class OrtSession:
             raise _classify_ort_error(exc, artefact_dir / PAYLOAD) from None
         self.input_names = [i.name for i in self._sess.get_inputs()]
         self.output_names = [o.name for o in self._sess.get_outputs()]
+        self._where = str(artefact_dir / PAYLOAD)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return self._sess.run(None, feeds)
+        try:
+            return self._sess.run(None, feeds)
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception zoo
+            # A model that loads but fails at run time (a Reshape to an impossible shape,
+            # an index out of range) is the model's problem: exit 2, naming it.
+            raise ModelError(f"onnxruntime failed running the model: {_ort_text(exc)}",
+                             where=self._where) from None
 
     def partitions(self) -> PartitionInfo:
         return PartitionInfo.from_dict(self._meta["partitions"])

@@ -91,3 +91,24 @@ def test_model_path_that_is_a_device_or_fifo(tmp_path, workdir, capsys):
         assert main(["run", str(suite), "--no-track"]) == 2
         err = capsys.readouterr().err
         assert "not a regular file" in err and "Traceback" not in err
+
+
+def test_onnxruntime_run_time_failure_is_a_model_error(tmp_path):
+    from guard.backends.base import BuildRequest
+    from guard.backends.onnxruntime import OnnxRuntimeBackend, _ort_text
+
+    model = small_convnet(tmp_path / "m.onnx")
+    out = tmp_path / "art"
+    out.mkdir()
+    be = OnnxRuntimeBackend()
+    be.build(BuildRequest(model_path=model, input_shapes={"x": (1, 3, 16, 16)}, target_raw="host",
+                          target_canonical="host", threads=1, out_dir=out))
+    sess = be.load(out, 1)
+    import numpy as np
+
+    with pytest.raises(ModelError, match="onnxruntime failed running the model") as info:
+        sess.run({"x": np.zeros((1, 5, 16, 16), np.float32)})  # wrong channel count
+    assert str(out / "model.opt.onnx") in str(info.value)
+    # An ORT message with invalid UTF-8 (pybind11 raises UnicodeDecodeError) is still a line.
+    bad = UnicodeDecodeError("utf-8", b"Node (\xff\xfe) failed", 6, 7, "invalid start byte")
+    assert _ort_text(bad) == "Node (\ufffd\ufffd) failed"
