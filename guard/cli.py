@@ -276,9 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Writes one self-contained HTML page (no network needed to view it): per "
         "(model, backend, target, arch) the p50 trend with its p10-p90 band, the suite's bound, "
         "change points (as guard history finds them), manifest changes, arena, partitions and "
-        "max error; a regressions list; filters; links to the MLflow runs. "
-        "Example: guard dashboard smoke --out dashboards/smoke.html",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "max error; a regressions list; filters; links to the MLflow runs.")
     db.add_argument("suite", help="suite name (experiment guard/<suite>) or suite file (its "
                     "bounds are drawn); an unknown one is exit 2")
     db.add_argument("--out", metavar="PATH",
@@ -313,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     from guard import cli_doctor
 
     cli_doctor.register(sub)
+    from guard import cli_help
+
+    cli_help.document(p)
     return p
 
 
