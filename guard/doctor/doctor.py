@@ -18,7 +18,7 @@ from typing import Any
 
 from guard.doctor import steps_graph, steps_host, steps_run
 from guard.doctor.facts import SYSFS_CACHE, Side, host_caches
-from guard.doctor.finding import CAUSE, SUSPECT, Finding
+from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Finding
 from guard.errors import UsageError
 
 SCHEMA_VERSION = 1
@@ -121,7 +121,34 @@ def _not_slower(findings: list[Finding], base: Side | None, head: Side) -> None:
             f.summary = f"head is faster ({ratio:.2f}x): a difference, not a slowdown: {f.summary}"
 
 
+def _errored(base: Side | None, head: Side) -> list[Finding] | None:
+    """An error result measured nothing: every step is unknown, with the error."""
+    bad = [s for s in (base, head) if s is not None and s.result.get("verdict") == "error"]
+    if not bad:
+        return None
+    why = "; ".join(f"{s.label} result is an error ({s.result.get('error')})" for s in bad)
+    out = []
+    for step, (title, _) in enumerate(STEPS, start=1):
+        f = Finding(
+            step, title, UNKNOWN, f"unknown: {why}", missing=[f"{s.label} result" for s in bad]
+        )
+        f.action = "Fix the error first (guard run prints it), then run the doctor again."
+        out.append(f)
+    out.append(
+        Finding(
+            11,
+            "file it, with the smallest graph",
+            NA,
+            "nothing to reduce until the build or run succeeds",
+        )
+    )
+    return out
+
+
 def diagnose_pair(base: Side | None, head: Side, ctx: Context) -> list[Finding]:
+    errored = _errored(base, head)
+    if errored is not None:
+        return errored
     findings = [fn(base, head, ctx) for _, fn in STEPS]
     _not_slower(findings, base, head)
     findings.append(steps_host.step11_reduce(base, head, ctx, findings))

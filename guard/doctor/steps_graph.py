@@ -144,13 +144,25 @@ def step5_layout(base: Side | None, head: Side, ctx: Any) -> Finding:
     hc, where = _conversions(head)
     bc, _ = _conversions(base) if base else (None, "")
     if hc is None or (base is not None and bc is None):
-        miss = [s.label for s, c in ((base, bc), (head, hc)) if s is not None and c is None]
+        miss = [s for s, c in ((base, bc), (head, hc)) if s is not None and c is None]
+        ort = head.result.get("backend") == "onnxruntime"
         return unknown(
             5,
             f.title,
-            [f"{m} graph.added (onnxruntime exposes no per-node layout)" for m in miss],
+            [
+                f"{m.label} graph.added"
+                + (
+                    " (onnxruntime exposes no per-node layout; its "
+                    "optimised graph was not found either)"
+                    if ort
+                    else ""
+                )
+                for m in miss
+            ],
             "Keep the onnxruntime artefact (model.opt.onnx) with the results, or "
-            "compare on the bundled backend, which records its layout pass.",
+            "compare on the bundled backend, which records its layout pass."
+            if ort
+            else "This backend records no optimised graph.",
         )
     f.add("layout conversions in the optimised graph", bc, hc)
     f.add("read from", None, where)

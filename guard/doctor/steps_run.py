@@ -123,6 +123,19 @@ def _delegation(s: Side) -> tuple[int | None, int | None, dict[str, Any]]:
     )
 
 
+# Fallbacks that are a reference path rather than a second delegate.
+REFERENCE_PATHS = {"bundled": {"cpu": "the reference interpreter"}}
+
+
+def _reference(s: Side) -> str:
+    """' (cpu: the reference interpreter)' when the side's fallback nodes ran on one."""
+    paths = REFERENCE_PATHS.get(str(s.result.get("backend")), {})
+    used = [
+        f"{b}: {why}" for b, why in paths.items() if (s.get("partitions.by_provider") or {}).get(b)
+    ]
+    return f" ({', '.join(used)})" if used else ""
+
+
 def step2_compiled(base: Side | None, head: Side, ctx: Any) -> Finding:
     f = Finding(2, "compiled at all")
     if head.get("partitions") is None:
@@ -142,7 +155,7 @@ def step2_compiled(base: Side | None, head: Side, ctx: Any) -> Finding:
     f.add("nodes per backend/provider", bp, hp)
     if hd == 0 and (hf or 0) > 0:
         f.status = CAUSE
-        f.summary = f"zero delegation: all {hf} node(s) ran on the fallback" + (
+        f.summary = f"zero delegation: all {hf} node(s) ran on the fallback{_reference(head)}" + (
             f" (base delegated {bd})" if base else ""
         )
         f.action = (
@@ -151,11 +164,14 @@ def step2_compiled(base: Side | None, head: Side, ctx: Any) -> Finding:
         )
     elif base is not None and (hf or 0) > (bf or 0):
         f.status = SUSPECT
-        f.summary = f"{hf - (bf or 0)} more node(s) on the fallback than base ({bf} -> {hf})"
+        f.summary = (
+            f"{hf - (bf or 0)} more node(s) on the fallback than base ({bf} -> {hf})"
+            + _reference(head)
+        )
         f.action = "Step 3 names the nodes and why the delegate declined them."
     elif base is None and (hf or 0) > 0:
         f.status = SUSPECT
-        f.summary = f"{hf} node(s) fell back ({hd} delegated)"
+        f.summary = f"{hf} node(s) fell back ({hd} delegated)" + _reference(head)
         f.action = "Step 3 names the nodes and why the delegate declined them."
     else:
         f.summary = f"{hd} node(s) delegated, {hf} on the fallback"

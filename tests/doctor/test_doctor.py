@@ -59,7 +59,8 @@ def test_fallback_for_one_op_names_the_op_and_node_in_step3(runs: dict[str, dict
     assert (counts["base"], counts["head"]) == (1, 3)
     assert case["first_cause"] == 3  # earlier steps do not claim it
     assert finding(doc, 1)["status"] in ("ok", "suspect")
-    assert finding(doc, 2)["status"] == "suspect"  # one more node on the fallback
+    f2 = finding(doc, 2)  # one more node on the fallback: the reference interpreter
+    assert f2["status"] == "suspect" and "cpu: the reference interpreter" in f2["summary"]
     assert "guard reduce" in finding(doc, 11)["action"]
 
 
@@ -316,6 +317,17 @@ def test_an_older_results_file_gives_unknown_naming_the_field(runs: dict[str, di
         assert f["status"] == "unknown", step
         assert any(field in m for m in f["missing"]), (step, f["missing"])
         assert f["summary"].startswith("unknown: ")
+
+
+def test_an_error_result_makes_every_step_unknown_with_the_error(runs: dict[str, dict]) -> None:
+    broken = variant(runs["native"], verdict="error", error="build failed: no kernel for X")
+    for r in broken["results"]:
+        for k in ("manifest", "partitions", "graph", "arena_bytes", "latency_ms"):
+            r[k] = None
+    doc = diagnose(broken, runs["native"])
+    fs = doc["cases"][0]["findings"]
+    assert [f["status"] for f in fs] == ["unknown"] * 10 + ["not_applicable"]
+    assert all("build failed: no kernel for X" in f["summary"] for f in fs[:10])
 
 
 def test_cli_writes_json_and_markdown_and_exits_1_on_a_cause(runs, tmp_path: Path, capsys) -> None:
