@@ -304,9 +304,10 @@ def compare_docs(
     b_rows = {row_key(r): r for r in base["results"]}
     h_rows = {row_key(r): r for r in head["results"]}
     both = [k for k in h_rows if k in b_rows]
-    # A pair on two architectures is compared for consistency (guard.compare.crossarch:
-    # outputs, partitions, arena), never for latency, so it is not refused here either.
-    both = [k for k in both if not crossarch.is_cross(b_rows[k], h_rows[k])]
+    # A pair on two architectures, or with an emulated side, is compared for consistency
+    # (guard.compare.crossarch: outputs, partitions, arena), never for latency, so it is
+    # not refused here either.
+    both = [k for k in both if not crossarch.is_consistency_pair(b_rows[k], h_rows[k])]
     for k in both:
         why = host_incompatibility(b_rows[k].get("manifest") or {}, h_rows[k].get("manifest") or {})
         if why:

@@ -13,6 +13,9 @@ their own rows (``cross_arch`` in the comparison document):
 - partitions and arena of both sides, and whether they are equal;
 - latency: never compared (``"not compared across architectures"``).
 
+A matched pair with an emulated side (the same AArch64 target in two runs on x86_64) gets
+such a row too, instead of a latency row that could only be inconclusive.
+
 Which pairs: within one results document (``guard run`` with ``targets: [host, aarch64]``,
 compared with itself), every pair of results of one (model, backend) whose code runs on
 different architectures; between two documents (an x86_64 job's results and an Arm job's),
@@ -114,12 +117,27 @@ def is_cross(b: Mapping[str, Any], h: Mapping[str, Any]) -> bool:
     )
 
 
+def emulated(r: Mapping[str, Any]) -> bool:
+    """Whether a result's latency was not measured because its code ran under emulation."""
+    return r.get("latency_status") == "emulated"
+
+
+def is_consistency_pair(b: Mapping[str, Any], h: Mapping[str, Any]) -> bool:
+    """Whether a matched pair gets a consistency row here rather than a latency row:
+    two architectures, or a side whose latency was not measured (emulated)."""
+    return is_cross(b, h) or emulated(b) or emulated(h)
+
+
 def _usable(r: Mapping[str, Any]) -> bool:
     return r.get("verdict") != "error" and bool(r.get("manifest"))
 
 
 def _key(r: Mapping[str, Any]) -> tuple[str, str]:
     return (str(r["model"]), str(r["backend"]))
+
+
+def _target(r: Mapping[str, Any]) -> str:
+    return str(((r.get("manifest") or {}).get("target") or {}).get("canonical") or r.get("target"))
 
 
 def _native_first(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -148,7 +166,12 @@ def pair_results(
             into.setdefault(_key(r), set()).add(code_arch(r))
     for b in b_res:
         for h in h_res:
-            if _key(b) != _key(h) or not is_cross(b, h):
+            if _key(b) != _key(h):
+                continue
+            if _target(b) == _target(h) and (emulated(b) or emulated(h)):
+                pairs.append((b, h))  # an emulated target across two runs: no latency
+                continue
+            if not is_cross(b, h):
                 continue
             same_target = code_arch(b) == code_arch(h)  # one code, hosts of two arches
             overlap = code_arch(h) in b_arches[_key(b)] or code_arch(b) in h_arches[_key(h)]

@@ -154,7 +154,9 @@ def test_two_runs_that_both_have_both_architectures_compare_like_with_like() -> 
                 _result("m", ARM, "x86_64", [LOGITS], emulated=True))  # fmt: skip
     head = copy.deepcopy(base)
     head["started"] = "2026-12-02T09:00:00+00:00"
-    assert xa.cross_arch_rows(base, head) == []
+    # no x86_64-vs-aarch64 pair across the runs: only the emulated target with itself
+    rows = xa.cross_arch_rows(base, head)
+    assert [r["arches"] for r in rows] == [["aarch64", "aarch64"]]
 
 
 def test_one_aarch64_target_emulated_and_native_is_a_cross_row() -> None:
@@ -210,3 +212,22 @@ def test_same_target_emulated_and_native_is_not_refused_as_another_host() -> Non
     assert cmp["rows"] == []
     assert [r["verdict"] for r in cmp["cross_arch"]] == [xa.CONSISTENT]
     assert exit_code(cmp) == 0
+
+
+def test_an_emulated_target_in_two_runs_gets_a_consistency_row_not_a_latency_row() -> None:
+    from guard.compare.compare import compare_docs
+
+    base = _doc(_result("m", X86, "x86_64", [LOGITS]),
+                _result("m", ARM, "x86_64", [LOGITS], emulated=True))  # fmt: skip
+    head = _doc(_result("m", X86, "x86_64", [LOGITS]),
+                _result("m", ARM, "x86_64", [LOGITS], emulated=True, partitions=3),
+                started="2026-12-02T09:00:00+00:00")  # fmt: skip
+    cmp = compare_docs(base, head)
+    assert [r["target"] for r in cmp["rows"]] == [X86]
+    assert [(r["arches"], r["verdict"]) for r in cmp["cross_arch"]] == [
+        (["aarch64", "aarch64"], xa.DIFFERS)
+    ]
+    # one run compared with itself: the emulated result is not compared with itself
+    same = compare_docs(base, copy.deepcopy(base))
+    assert [r["target"] for r in same["rows"]] == [X86]
+    assert [r["arches"] for r in same["cross_arch"]] == [["x86_64", "aarch64"]]
