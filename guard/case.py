@@ -301,7 +301,7 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
     post["warnings"] = list(dict.fromkeys([*post.get("warnings", []), *timings.warnings,
                                            *(f"build: {w}" for w in info.warnings)]))
     post["before"] = {k: pre.get(k) for k in ("loadavg", "warnings")}
-    return result_dict(
+    result = result_dict(
         entry, backend_name,
         checks=ck.evaluate(entry.checks, facts),
         manifest=manifest,
@@ -321,6 +321,10 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
         artefact_reused=case.reused,
         graph=info.graph,
     )
+    kernels = getattr(session, "kernels", None)  # bundled: top generated kernels by share
+    if callable(kernels):
+        result["kernels"] = kernels(feeds)
+    return result
 
 
 def _emulated_result(entry: ModelEntry, backend_name: str, case: Case, facts: ck.Facts,

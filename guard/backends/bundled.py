@@ -95,14 +95,29 @@ class ArtefactSession:
         out = self._runtime.run(feeds)
         return [out[o] for o in self.output_names]
 
+    def kernels(self, feeds: dict[str, np.ndarray], top: int = 10, runs: int = 5) -> list[dict[str, Any]]:
+        """The generated kernels by share of time (the profiling entry, ``runs`` inferences):
+        where to look first when the compiled model is slow. Empty without generated code."""
+        rows = self._runtime.profile(feeds, runs)
+        return [{k: r[k] for k in ("kernel", "op", "share", "ms", "nodes")} for r in rows[:top]]
+
     def partitions(self) -> PartitionInfo:
         p = self.loaded.partitions
+        details = [dict(d) for d in p["partitions"]]
+        native = self.loaded.native
+        if native is not None:
+            # Which kernel each node became (kernels.json), per native partition.
+            by_part = {k.partition: k for k in native.plan.partitions}
+            for d in details:
+                part = by_part.get(d.get("id"))
+                if part is not None:
+                    d["kernels"] = [[s.node, s.kernel] for s in part.steps]
         return PartitionInfo(
             count=p["count"],
             delegated_nodes=p["delegated_nodes"],
             fallback_nodes=p["fallback_nodes"],
             by_provider=dict(p["by_backend"]),
-            details=list(p["partitions"]),
+            details=details,
             how=(
                 "guard partitioner: backends "
                 + " > ".join(p["backends"])
@@ -157,6 +172,10 @@ class BundledSession:
 
     def partitions(self) -> PartitionInfo:
         return self._session.partitions()
+
+    def kernels(self, feeds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        with self._blas.limit(limits=self.threads, user_api="blas"):
+            return self._session.kernels(feeds)
 
     def memory(self) -> MemoryInfo:
         return self._session.memory()

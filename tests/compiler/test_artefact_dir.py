@@ -176,3 +176,34 @@ def test_backend_glue_build_and_session(tmp_path):
     assert parts.count == 2 and parts.fallback_nodes == 2 and parts.by_provider["cpu"] == 2
     mem = sess.memory()
     assert mem.lower_bound_bytes <= mem.arena_bytes <= 1.10 * mem.lower_bound_bytes
+
+
+def test_session_lists_kernels_per_node_and_profiles_them(tmp_path):
+    import onnx
+
+    from guard.backends.base import BuildRequest
+    from guard.backends.bundled import BundledBackend
+
+    model = tmp_path / "small.onnx"
+    onnx.save(small_model(), model)
+    out = tmp_path / "out"
+    out.mkdir()
+    req = BuildRequest(model, {"x": (1, 4, 8, 8)}, "host", "host", 1, out)
+    be = BundledBackend()
+    info = be.build(req)
+    assert info.compiler["codegen"]["opt_level"] == 3
+    sess = be.load(out, 1)
+    parts = sess.partitions()
+    (native,) = [d for d in parts.details if d["backend"] == "native"]
+    assert [n for n, _ in native["kernels"]][0] == "a" and all(
+        k.startswith("k") for _, k in native["kernels"]
+    )
+    g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
+    rows = sess.kernels(feeds_for(g))
+    assert rows and abs(sum(r["share"] for r in rows) - 1.0) < 1e-3
+    assert rows == sorted(rows, key=lambda r: -r["share"]) and {
+        "kernel",
+        "op",
+        "ms",
+        "nodes",
+    } <= set(rows[0])
