@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guard.doctor import steps_graph, steps_host, steps_run
+from guard.doctor import steps_graph, steps_host, steps_run, steps_tuning
 from guard.doctor.facts import SYSFS_CACHE, Side, host_caches
 from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Finding
 from guard.errors import UsageError
@@ -30,7 +30,7 @@ STEPS: list[tuple[str, Callable[..., Finding]]] = [
     ("partitions", steps_run.step3_partitions),  # the unsupported op behind each split
     ("graph diff", steps_graph.step4_graph_diff),  # copies, (de)quantise pairs, lost fusions
     ("layout", steps_graph.step5_layout),  # a transpose per layer
-    ("schedule cache", steps_graph.step6_tuning),  # a miss is a 2-10x slower schedule
+    ("schedule cache", steps_tuning.step6_tuning),  # a miss is a 2-10x slower schedule
     ("dynamic shapes", steps_graph.step7_dynamic_shapes),  # fixed shape as the control
     ("arena vs caches", steps_host.step8_arena),  # past a cache level: bandwidth-bound
     ("numerics options", steps_host.step9_numerics_options),  # flags that disable fusions

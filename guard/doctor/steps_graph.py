@@ -1,4 +1,4 @@
-"""Steps 4-7: what the compiler added, the layout, the schedule cache, dynamic shapes."""
+"""Steps 4, 5 and 7: what the compiler added, the layout, dynamic shapes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.doctor.facts import Side, layout_notes, optimised_onnx_ops, splits
-from guard.doctor.finding import CAUSE, NA, SUSPECT, Finding, unknown
+from guard.doctor.finding import CAUSE, SUSPECT, Finding, unknown
 
 LAYOUT_OPS = ("Transpose", "Relayout", "ReorderInput", "ReorderOutput")  # ORT's NCHWc: Reorder*
 OVERHEAD_OPS = ("QuantizeLinear", "DequantizeLinear", "Cast", "Identity", "Copy",
@@ -194,132 +194,6 @@ def step5_layout(base: Side | None, head: Side, ctx: Any) -> Finding:
         f.summary = f"{hc} layout conversion(s)" + (
             "" if base is None else ", unchanged" if hc == bc else f" (base {bc}: fewer on head)"
         )
-    return f
-
-
-# -- step 6 -----------------------------------------------------------------------------------
-
-
-def _target_fields(t: str) -> dict[str, Any]:
-    """'llvm -mcpu=x -mattr=+a,+b' -> {kind: llvm, mcpu: x, mattr: {+a, +b}}."""
-    out: dict[str, Any] = {}
-    for i, tok in enumerate(t.split()):
-        if i == 0 and not tok.startswith("-"):
-            out["kind"] = tok
-            continue
-        k, _, v = tok.lstrip("-").partition("=")
-        out[k] = set(v.split(",")) if k == "mattr" else v
-    return out
-
-
-def target_difference(a: str, b: str) -> str:
-    """How target string ``b`` differs from ``a``: "mattr +sve added; mcpu x -> y"."""
-    fa, fb = _target_fields(a), _target_fields(b)
-    parts = []
-    for k in sorted({*fa, *fb}):
-        va, vb = fa.get(k), fb.get(k)
-        if va == vb:
-            continue
-        if k == "mattr":
-            added, removed = (
-                sorted((vb or set()) - (va or set())),
-                sorted((va or set()) - (vb or set())),
-            )
-            if added:
-                parts.append(f"mattr {','.join(added)} added")
-            if removed:
-                parts.append(f"mattr {','.join(removed)} removed")
-        else:
-            parts.append(f"{k} {va} -> {vb}")
-    return "; ".join(parts) or "same target"
-
-
-def _missed(tc: Mapping[str, Any]) -> list[str]:
-    """Missed keys, whichever shape the cache records (strings, or {key, nearest, differs})."""
-    out = []
-    for m in tc.get("missed") or []:
-        if isinstance(m, Mapping):
-            key = m.get("key") or m.get("task") or m.get("name")
-            diff = m.get("differs") or m.get("diff") or m.get("difference")
-            near = m.get("nearest")
-            s = str(key)
-            if near is not None:
-                s += f" (nearest {near}" + (f": {diff})" if diff else ")")
-            elif diff:
-                s += f" ({diff})"
-            out.append(s)
-        else:
-            out.append(str(m))
-    return out
-
-
-def step6_tuning(base: Side | None, head: Side, ctx: Any) -> Finding:
-    f = Finding(6, "schedule cache (tuning)")
-    tcs = [(s, s.get("manifest.tuning_cache") or {}) for s in (base, head) if s is not None]
-    if not any(tc.get("path") or tc.get("sha256") for _, tc in tcs):
-        f.status = NA
-        f.summary = "no tuning cache on either side"
-        return f
-    miss = [
-        f"{s.label} manifest.tuning_cache.{k}"
-        for s, tc in tcs
-        if tc.get("path") or tc.get("sha256")
-        for k in ("hits", "misses")
-        if tc.get(k) is None
-    ]
-    if miss:
-        return unknown(
-            6,
-            f.title,
-            miss,
-            "This backend does not report cache look-ups; run "
-            "`guard tune` and a build that counts hits and misses.",
-        )
-    bt = base.get("manifest.tuning_cache") if base else None
-    ht = head.get("manifest.tuning_cache") or {}
-    for k in ("sha256", "entries", "hits", "misses", "misses_tuned_for_other_target"):
-        b, h = (bt or {}).get(k) if base else None, ht.get(k)
-        if b is not None or h is not None:
-            f.add(k, b[:12] if k == "sha256" and b else b, h[:12] if k == "sha256" and h else h)
-    keys = _missed(ht)
-    for k in keys[:5]:
-        f.add("missed key", None, k)
-    btarget = base.get("manifest.target.canonical") if base else None
-    htarget = head.get("manifest.target.canonical")
-    tdiff = target_difference(btarget, htarget) if btarget and htarget else None
-    if base is not None:
-        f.add("target (canonical) difference", None, tdiff)
-    other = int(ht.get("misses_tuned_for_other_target") or 0)
-    hm, hh = int(ht.get("misses") or 0), int(ht.get("hits") or 0)
-    bm = int((bt or {}).get("misses") or 0) if base else 0
-    worse = hm > bm if base is not None else hm > 0
-    if worse:
-        why = []
-        if other:
-            why.append(
-                f"{other} of {hm} missed workload(s) are in the cache, tuned for another target"
-            )
-        if tdiff and tdiff != "same target":
-            why.append(f"nearest key's difference: target {tdiff}")
-        elif keys and any("nearest" in k for k in keys):
-            why.append(f"nearest key: {keys[0]}")
-        failed = (head.check("tuning") or {}).get("status") == "fail"
-        f.status = CAUSE if (why and (base is not None or failed)) else SUSPECT
-        f.summary = (
-            f"{hm} miss(es), {hh} hit(s)"
-            + (f" (base {bm} miss(es))" if base else "")
-            + (
-                "; " + "; ".join(why)
-                if why
-                else "; the missed keys' nearest entries are not recorded"
-            )
-        )
-        f.action = (
-            "Re-tune for the head's target (`guard tune SUITE --db DIR`), or build for "
-            "the target the cache was tuned for; gate with checks.tuning.min_hit_rate."
-        )
-    else:
-        f.summary = f"{hh} hit(s), {hm} miss(es)" + (", no new misses" if base else "")
     return f
 
 

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from guard.reduce.oracle import (
     PartitionsOracle,
 )
 from guard.reduce.subgraph import CutError, ModelGraph, cut, record_intermediates
+from guard.reduce.summary import describe, readme, summary
 from guard.suite import ModelEntry, Suite, load_suite
 
 DEFAULT_REGRESS_PCT = 5.0
@@ -205,16 +205,14 @@ def reduce_model(
 
         whole = observe(list(mg.compute))
         if not whole.fails:
-            why = whole.error or _describe(mode, whole.detail)
+            why = whole.error or describe(mode, whole.detail)
             raise NotReproduced(
                 f"the full model {entry.name} [{bname}] does not show the problem ({why}): "
                 "nothing to reduce, nothing written",
                 where=str(path),
                 hint="Check the mode (--accuracy/--latency/--partitions) and the suite entry.",
             )
-        say(
-            f"full model fails: {_describe(mode, whole.detail)}; reducing {len(mg.compute)} node(s)"
-        )
+        say(f"full model fails: {describe(mode, whole.detail)}; reducing {len(mg.compute)} node(s)")
         red = ddmin(
             mg.compute, lambda nodes: observe(nodes).fails, mg.components, max_tests=max_tests
         )
@@ -224,7 +222,7 @@ def reduce_model(
         from guard.golden.produce import reference_outputs
 
         expected, producer = reference_outputs(final_path, dict(final.feeds))
-        summary = _summary(
+        doc = summary(
             entry,
             bname,
             mode,
@@ -239,10 +237,9 @@ def reduce_model(
             base_suite,
             len(seen),
         )
-        readme = _readme(summary)
-        bundle = _bundle(out, final, expected, producer, entry, base_entry, bname, summary, readme)
-    summary["bundle"] = str(bundle)
-    return summary
+        bundle = _bundle(out, final, expected, producer, entry, base_entry, bname, doc, readme(doc))
+    doc["bundle"] = str(bundle)
+    return doc
 
 
 def _bundle(
@@ -270,141 +267,6 @@ def _bundle(
         summary=summary,
         readme=readme,
     )
-
-
-def _describe(mode: str, d: dict[str, Any]) -> str:
-    if mode == "accuracy":
-        if d.get("max_abs_err") is None:
-            return "outputs not compared"
-        return (
-            f"max abs err {d['max_abs_err']:.3g}, max rel err {d['max_rel_err']:.3g} "
-            f"against rtol={d.get('rtol')} atol={d.get('atol')}"
-        )
-    if mode == "partitions":
-        c = d.get("culprits") or []
-        names = ", ".join(f"{x['op']} node {x['node']!r}" for x in c[:3])
-        return f"{d.get('partitions')} partition(s) > max {d.get('max')}" + (
-            f", split at {names}" if names else ""
-        )
-    if d.get("ratio") is None:
-        return "not measured"
-    return (
-        f"head/base {d['ratio']:.3f}x (CI {d['ci'][0]:.3f}-{d['ci'][1]:.3f}), "
-        f"{d.get('verdict')} at {d.get('threshold_pct')}%"
-    )
-
-
-def _ops(model: onnx.ModelProto, idx: list[int] | None = None) -> dict[str, int]:
-    nodes = model.graph.node
-    c = (
-        Counter(nodes[i].op_type for i in idx)
-        if idx is not None
-        else Counter(n.op_type for n in nodes)
-    )
-    return dict(sorted(c.items()))
-
-
-def _summary(
-    entry: ModelEntry,
-    bname: str,
-    mode: str,
-    full: onnx.ModelProto,
-    mg: ModelGraph,
-    red: Any,
-    whole: Observation,
-    final_obs: Observation,
-    final: Any,
-    seconds: float,
-    path: Path,
-    base_suite: Path | None,
-    cuts: int,
-) -> dict[str, Any]:
-    checks: dict[str, Any] = {}
-    if mode == "accuracy":
-        checks["tolerance"] = dict(entry.checks.get("tolerance") or {})
-        if not checks["tolerance"]:
-            from guard.checks import tolerance_bounds
-
-            checks["tolerance"] = tolerance_bounds({})
-    elif mode == "partitions":
-        checks["partitions"] = {"max": int((entry.checks.get("partitions") or {}).get("max", 1))}
-    g = full.graph
-    return {
-        "kind": "guard-reduce",
-        "model": entry.name,
-        "backend": bname,
-        "mode": mode,
-        "source": str(path),
-        "base_suite": str(base_suite) if base_suite else None,
-        "nodes_before": len(g.node),
-        "compute_nodes_before": len(mg.compute),
-        "nodes_after": len(final.nodes),
-        "ops_before": _ops(full),
-        "ops_after": _ops(full, final.nodes),
-        "kept": [{"node": g.node[i].name, "op": g.node[i].op_type} for i in final.nodes],
-        "inputs": {
-            k: {"shape": list(np.asarray(v).shape), "dtype": str(np.asarray(v).dtype)}
-            for k, v in final.feeds.items()
-        },
-        "outputs": [o.name for o in final.model.graph.output],
-        "full": {"detail": whole.detail, "described": _describe(mode, whole.detail)},
-        "reduced": {"detail": final_obs.detail, "described": _describe(mode, final_obs.detail)},
-        "tests": red.tests,
-        "cuts_built": cuts,
-        "one_minimal": red.minimal,
-        "seconds": round(seconds, 2),
-        "suite_checks": checks,
-    }
-
-
-def _readme(s: dict[str, Any]) -> str:
-    kept = "\n".join(f"- `{k['node'] or '(unnamed)'}` ({k['op']})" for k in s["kept"])
-    ins = "\n".join(f"- `{k}`: {v['dtype']} {v['shape']}" for k, v in s["inputs"].items())
-    if s["mode"] == "latency":
-        repro = (
-            "```\nguard ab suite.yaml --base base.yaml\n```\n\nexpected: the row is "
-            "`regressed` (head/base ratio above the threshold)."
-        )
-    elif s["mode"] == "accuracy":
-        repro = (
-            "```\nguard run suite.yaml --no-track\n```\n\nexpected: exit 1, the "
-            "`tolerance` check fails against the golden in goldens/ (the reference's "
-            "outputs on this graph, fed with inputs.npz)."
-        )
-    else:
-        repro = (
-            "```\nguard run suite.yaml --no-track\n```\n\nexpected: exit 1, the "
-            "`partitions` check fails; `guard partition model.onnx` shows the split."
-        )
-    minimal = (
-        "1-minimal: removing any one node makes the problem go away"
-        if s["one_minimal"]
-        else f"stopped after {s['tests']} tests (not 1-minimal)"
-    )
-    return f"""# guard reduce: {s["model"]} [{s["backend"]}], {s["mode"]}
-
-{s["nodes_before"]} nodes ({s["compute_nodes_before"]} compute) reduced to **{s["nodes_after"]}**
-in {s["tests"]} tests, {s["seconds"]} s; {minimal}.
-
-- full model: {s["full"]["described"]}
-- reduced: {s["reduced"]["described"]}
-
-## Kept nodes
-
-{kept}
-
-Inputs (the full model's intermediate tensors at the cut, in inputs.npz and the golden):
-
-{ins}
-
-Outputs: {", ".join(f"`{o}`" for o in s["outputs"])}
-
-## Reproduce
-
-{repro}
-
-Source model: `{s["source"]}`; ops before: {s["ops_before"]}; ops kept: {s["ops_after"]}.
-"""
 
 
 def reduce_command(args: Any) -> int:

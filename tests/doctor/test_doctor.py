@@ -18,7 +18,7 @@ from guard.cli import main
 from guard.doctor import SCHEMA_VERSION, diagnose
 from guard.doctor.facts import fits_in, host_caches
 from guard.doctor.render import to_markdown
-from guard.doctor.steps_graph import target_difference
+from guard.doctor.steps_tuning import target_difference
 
 
 @pytest.fixture(scope="module")
