@@ -610,17 +610,26 @@ class _ConvGemmEmitter:
         """``pack(x, scratch, c0, cc, oh0, rows)``: Xcol rows of channels ``[c0, c0+cc)`` for
         output rows ``[oh0, oh0+rows)`` into ``scratch[crs][ncp]``; padding reads as 0.0.
 
-        One function per kernel (not inlined at each block and chunk call site): for each
+        One function per geometry (not inlined at each block and chunk call site): for each
         channel, tap and output row, the input row segment is copied with the depthwise
         kernel's row loads (contiguous / two loads and a shuffle / gather by stride) under
         compile-time border masks; a row of the vertical padding is stored as zeros."""
         k, W, ncp = self.k, self.W, self.ncp
         module = self.b.module
+        # Shared by every convolution of the module with the same geometry (channels are
+        # run-time arguments): resnet50's sixteen 3x3 convolutions need seven.
+        geometry = (k.H, k.W, k.OH, k.OW, k.R, k.S, k.strides, k.pads, k.dilations, W, ncp)
+        cache = getattr(module, "_guard_conv_packs", None)
+        if cache is None:
+            cache = module._guard_conv_packs = {}  # type: ignore[attr-defined]
+        if geometry in cache:
+            return cache[geometry]
         fn = ir.Function(
             module,
             ir.FunctionType(ir.VoidType(), [F32P, F32P, I64, I64, I64, I64]),
-            f"{self.b.function.name}.pack",
+            f"guard.conv_pack.{len(cache)}.{k.H}x{k.W}.{k.R}x{k.S}s{k.strides[0]}{k.strides[1]}",
         )
+        cache[geometry] = fn
         fn.linkage = "internal"
         fn.attributes.add("noinline")
         fn.attributes.add("optsize")
