@@ -8,6 +8,11 @@ shape-like operand (Reshape's shape, Slice's starts, Resize's scales, ...) is a 
 is specialised on the value the test feeds for it (the one the compiler names in its "depends
 on tensor data" error), as a deployment compiler requires such operands to be constant;
 ``GuardBackendRep.specialised`` says when that happened.
+
+:class:`GuardNativeBackend` runs the same cases through generated code: the compiled graph
+is planned (partitions, schedule, arena) and its native partitions are JIT-compiled by
+guard.compiler.codegen; nodes without an emitter run on the cpu fallback. Each rep
+records whether every node ran as generated code (``all_native``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ def _bind_inputs_as_constants(
 
 
 class GuardBackendRep(BackendRep):
+    native = False
+
     def __init__(self, model: onnx.ModelProto, pipeline: str) -> None:
+        self.all_native = False
         self.model = model
         self.pipeline = pipeline
         inits = {i.name for i in model.graph.initializer}
@@ -55,7 +63,6 @@ class GuardBackendRep(BackendRep):
         return g2
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
-        from guard.compiler import run_reference
 
         if isinstance(inputs, dict):
             arrays = [np.asarray(inputs[n]) for n in self.input_names]
@@ -94,11 +101,28 @@ class GuardBackendRep(BackendRep):
                     model = _bind_inputs_as_constants(self.model, bound, [feeds[n] for n in bound])
             if bound:
                 self.specialised = True  # on these values: never reuse it for others
-                out = run_reference(graph, {n: a for n, a in feeds.items() if n not in bound})
+                out = self._execute(graph, {n: a for n, a in feeds.items() if n not in bound})
                 return tuple(out[o] for o in self.output_names)
             self._cache[key] = graph
-        out = run_reference(graph, feeds)
+        out = self._execute(graph, feeds)
         return tuple(out[o] for o in self.output_names)
+
+    def _execute(self, graph: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        from guard.compiler import run_reference
+
+        if not self.native:
+            return run_reference(graph, feeds)
+        from guard.compiler.codegen.build import jit
+        from guard.compiler.plan import plan
+
+        compiled = plan(graph)
+        self.all_native = compiled.partition_report["fallback_nodes"] == 0
+        rt, _ = jit(compiled)
+        return rt.run(feeds)
+
+
+class GuardNativeRep(GuardBackendRep):
+    native = True
 
 
 class GuardBackend(Backend):
@@ -124,3 +148,16 @@ class GuardBackend(Backend):
     @classmethod
     def supports_device(cls, device: str) -> bool:
         return device == "CPU"
+
+
+class GuardNativeBackend(GuardBackend):
+    """The conformance cases through generated code (guard.compiler.codegen)."""
+
+    @classmethod
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> GuardBackendRep:
+        Backend.prepare(model, device, **kwargs)
+        rep = GuardNativeRep(model, kwargs.get("pipeline", cls.pipeline))
+        cls.reps.append(rep)
+        return rep
+
+    reps: list[GuardBackendRep] = []
