@@ -298,6 +298,32 @@ def test_one_kernel_made_slow_is_step10(runs: dict[str, dict]) -> None:
     assert finding(diagnose(head), 10)["status"] == "suspect"
 
 
+def test_an_onnxruntime_per_node_profile_in_the_artefact_is_read(runs, tmp_path: Path) -> None:
+    """A real ORT profile of the artefact's optimised graph, kept beside it, is step 10's
+    per-node evidence (guard's artefacts do not keep one: this test puts it there)."""
+    import shutil
+
+    import numpy as np
+    import onnxruntime as ort
+
+    src = Path(runs["ort"]["results"][0]["artefact"])
+    art = tmp_path / "art"
+    shutil.copytree(src, art)
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(art / "ort_profile")
+    sess = ort.InferenceSession(str(art / "model.opt.onnx"), so, providers=["CPUExecutionProvider"])
+    x = np.zeros((1, 16, 12, 12), np.float32)
+    for _ in range(3):
+        sess.run(None, {"x": x})
+    sess.end_profiling()
+    head = variant(runs["ort"], artefact=str(art))
+    f10 = finding(diagnose(head), 10)
+    assert f10["status"] in ("ok", "suspect")
+    assert "onnxruntime profile ort_profile" in str(f10["evidence"])
+    assert any(e["fact"].startswith("kernel ") for e in f10["evidence"])
+
+
 # -- missing facts, bad input, outputs ------------------------------------------------------
 
 
