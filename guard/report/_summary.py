@@ -220,6 +220,15 @@ def failed_check_names(result: Mapping[str, Any]) -> list[str]:
     return names
 
 
+def _code_arch(result: Mapping[str, Any]) -> str | None:
+    """The architecture of a result's code, from its canonical target's -mtriple."""
+    canonical = get(result, "manifest", "target", "canonical")
+    for part in str(canonical or "").split():
+        if part.startswith("-mtriple="):
+            return part.split("=", 1)[1].split("-")[0]
+    return None
+
+
 def row(result: Mapping[str, Any]) -> Row:
     count = get(result, "partitions", "count")
     partitions = fmt_num(count) if as_number(count) is None else str(int(as_number(count) or 0))
@@ -230,12 +239,17 @@ def row(result: Mapping[str, Any]) -> Row:
     lower = result.get("arena_lower_bound_bytes")
     if as_number(lower) is not None:
         arena += f" ({fmt_mib(lower)})"
+    backend = text(result.get("backend"), "?")
+    code_arch = _code_arch(result)
+    if code_arch and code_arch != get(result, "manifest", "host", "arch"):
+        backend += f" ({code_arch})"  # a foreign-architecture build (emulated here)
+    emulated = result.get("latency_status") == "emulated"
     return Row(
         model=text(result.get("model"), "?"),
-        backend=text(result.get("backend"), "?"),
+        backend=backend,
         verdict=verdict(result),
-        p50=fmt_num(get(result, "latency_ms", "p50")),
-        p90=fmt_num(get(result, "latency_ms", "p90")),
+        p50="emulated" if emulated else fmt_num(get(result, "latency_ms", "p50")),
+        p90="emulated" if emulated else fmt_num(get(result, "latency_ms", "p90")),
         partitions=partitions,
         arena=arena,
         max_abs_err=fmt_err(get(result, "numerics", "max_abs_err")),
