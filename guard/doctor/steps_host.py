@@ -233,6 +233,14 @@ def _kernels(s: Side) -> tuple[dict[str, dict[str, float]] | None, str]:
             if not isinstance(k, Mapping):
                 continue
             name = str(k.get("name") or k.get("kernel") or k.get("node") or "?")
+            nodes = [str(n) for n in k.get("nodes") or []]
+            label = name
+            if nodes:
+                # Kernel names are per-artefact indices (k3_relayout); the nodes a kernel
+                # runs are what stays the same between two builds, so they are the key.
+                shown = ", ".join(nodes[:2]) + (f" +{len(nodes) - 2}" if len(nodes) > 2 else "")
+                label = f"{name} ({k.get('op') or '?'}: {shown})"
+                name = f"{k.get('op') or ''}@{','.join(nodes)}"
             ms = next(
                 (
                     float(k[f]) * m
@@ -255,7 +263,7 @@ def _kernels(s: Side) -> tuple[dict[str, dict[str, float]] | None, str]:
             )
             if share is None and isinstance(k.get("pct"), (int, float)):
                 share = float(k["pct"]) / 100
-            out[name] = {"ms": ms, "share": share}  # type: ignore[dict-item]
+            out[name] = {"ms": ms, "share": share, "label": label}  # type: ignore[dict-item]
         return out, "result kernels"
     art = s.artefact
     if art is not None:
@@ -303,16 +311,18 @@ def step10_kernels(base: Side | None, head: Side, ctx: Any) -> Finding:
             "neither was recorded for this result.",
         )
     f.add("read from", None, where)
+    labels = {n: str(k.get("label") or n) for n, k in (*(bk or {}).items(), *hk.items())}
     top = sorted(hk.items(), key=lambda kv: -_ms(kv[1]))[:5]
     for name, k in top:
         b = (bk or {}).get(name)
         f.add(
-            f"kernel {name} ms (share)",
+            f"kernel {labels[name]} ms (share)",
             None if b is None else f"{_ms(b):.4g} ({(b.get('share') or 0):.0%})",
             f"{_ms(k):.4g} ({(k.get('share') or 0):.0%})",
         )
     if base is None:
-        name, k = top[0]
+        key, k = top[0]
+        name = labels[key]
         share = k.get("share") or 0.0
         if share >= 0.5:
             f.status = SUSPECT
@@ -322,9 +332,10 @@ def step10_kernels(base: Side | None, head: Side, ctx: Any) -> Finding:
             f.summary = f"top kernel {name} takes {share:.0%}"
         return f
     moves = {n: _ms(hk.get(n)) - _ms((bk or {}).get(n)) for n in {*hk, *(bk or {})}}
-    name, delta = max(moves.items(), key=lambda kv: kv[1])
+    key, delta = max(moves.items(), key=lambda kv: kv[1])
     total = sum(d for d in moves.values())
-    b_ms, h_ms = _ms((bk or {}).get(name)), _ms(hk.get(name))
+    b_ms, h_ms = _ms((bk or {}).get(key)), _ms(hk.get(key))
+    name = labels[key]
     f.add("moved most", None, f"{name}: {b_ms:.4g} -> {h_ms:.4g} ms ({delta:+.4g} ms)")
     f.add("all kernels' change", None, f"{total:+.4g} ms")
     if delta > 0 and total > 0 and delta >= 0.5 * total:

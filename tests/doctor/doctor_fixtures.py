@@ -29,7 +29,8 @@ def conv_net(extra: str | None = None, channels: int = 16, convs: int = 6) -> on
     """x[1,C,12,12] -> (Conv, Relu) x convs -> GlobalAveragePool -> Flatten -> Gemm.
 
     ``extra`` inserts one op after the middle Relu: "LRN" (declined by the gpu-lite
-    profile) or "Softmax" (layout-bound: splits the conv region in two).
+    profile), "InstanceNormalization" (declined by the native code generator: no emitter)
+    or "Softmax" (layout-bound: splits the conv region in two).
     """
     nodes, inits = [], []
     cur = "x"
@@ -45,6 +46,14 @@ def conv_net(extra: str | None = None, channels: int = 16, convs: int = 6) -> on
         if extra and i == convs // 2 - 1:
             if extra == "LRN":
                 nodes.append(helper.make_node("LRN", [cur], ["extra"], name="lrn_mid", size=3))
+            elif extra == "InstanceNormalization":  # no emitter in the code generator
+                inits += [
+                    numpy_helper.from_array(np.ones(channels, np.float32), "in_s"),
+                    numpy_helper.from_array(np.zeros(channels, np.float32), "in_b"),
+                ]
+                nodes.append(
+                    helper.make_node(extra, [cur, "in_s", "in_b"], ["extra"], name="instnorm_mid")
+                )
             elif extra == "Softmax":
                 nodes.append(
                     helper.make_node("Softmax", [cur], ["extra"], name="softmax_mid", axis=1)
