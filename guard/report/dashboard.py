@@ -283,13 +283,12 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
                       row=1, col=1)  # fmt: skip
     for s in series.steps:
         color = "#cf222e" if s["pct"] > 0 else "#1a7f37"
-        fig.add_vline(x=x[s["point"]], line={"color": color, "width": 2}, row="all", col=1)
+        _vline(fig, x[s["point"]], {"color": color, "width": 2})
         fig.add_annotation(x=x[s["point"]], y=1.0, yref="y domain", xref="x", showarrow=False,
                            text=f"change point {s['pct']:+.1f}%", font={"color": color},
                            xanchor="right", yanchor="bottom", row=1, col=1)  # fmt: skip
     for c in series.pin_changes:
-        fig.add_vline(x=x[c["index"]], line={"color": "#8250df", "width": 1.5, "dash": "dot"},
-                      row="all", col=1)  # fmt: skip
+        _vline(fig, x[c["index"]], {"color": "#8250df", "width": 1.5, "dash": "dot"})
         fig.add_annotation(x=x[c["index"]], y=0.0, yref="y domain", xref="x", showarrow=False,
                            text="manifest: " + "; ".join(c["changes"])[:90],
                            hovertext="<br>".join(c["changes"]), font={"color": "#8250df"},
@@ -313,6 +312,12 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
     fig.update_yaxes(**latency_axis([*p10, *p50, *p90], series.bound), row=1, col=1)
     fig.update_xaxes(type="category", tickangle=0)
     return fig
+
+
+def _vline(fig: Any, x: str, line: Mapping[str, Any]) -> None:
+    """A vertical line at one run, through every chart of the figure (all share x)."""
+    fig.add_shape(type="line", xref="x", x0=x, x1=x, yref="paper", y0=0, y1=1, line=dict(line),
+                  layer="above")  # fmt: skip
 
 
 def x_labels(points: Sequence[Point]) -> list[str]:
