@@ -201,13 +201,13 @@ def default_conv_schedule(
             kc_channels=kc_channels,
             nc=max(pr, nc),
             mc=-(-kg // (cvec * vector_width)) * cvec * vector_width,
-            unroll=4,
+            unroll=2,
             vectorize="channels",
         )
     nr = nvec * vector_width
     nc = max(nr, min(-(-positions // nr) * nr, budget // nr * nr))
     mc = max(mr, min(-(-kg // mr) * mr, 144 // mr * mr))
-    return ConvSchedule(oc_block=mr, ow_block=nr, kc_channels=kc_channels, nc=nc, mc=mc, unroll=4)
+    return ConvSchedule(oc_block=mr, ow_block=nr, kc_channels=kc_channels, nc=nc, mc=mc, unroll=2)
 
 
 @dataclass(frozen=True)
