@@ -138,6 +138,39 @@ def test_same_build_twice_finds_no_cause(runs: dict[str, dict]) -> None:
     assert "kernels" in finding(ort, 10)["summary"]
 
 
+def test_a_measurement_not_like_for_like_is_step1(runs: dict[str, dict]) -> None:
+    head = variant(runs["native"], **{"manifest.host.threads": 2})
+    doc = diagnose(head, runs["native"])
+    f1 = finding(doc, 1)
+    assert f1["status"] == "cause_found" and "threads differ (1 vs 2)" in f1["summary"]
+    assert doc["cases"][0]["first_cause"] == 1
+    contended = variant(runs["native"], **{"measurement.contention": 0.6})
+    f1c = finding(diagnose(contended, runs["native"]), 1)
+    assert f1c["status"] == "suspect" and "60% of the spare CPU" in f1c["summary"]
+    # A measurement problem is fixed by measuring again, not with a reproducer.
+    assert finding(diagnose(contended, runs["native"]), 11)["status"] == "not_applicable"
+
+
+def test_a_shape_left_dynamic_after_binding_is_step7(runs: dict[str, dict]) -> None:
+    split = {
+        "node": "reshape_dyn",
+        "op": "Reshape",
+        "backend": "cpu",
+        "declined": {"native": "dynamic axes in 'r7' ['N', 16]"},
+    }
+    head = variant(runs["native"], **{"partitions.splits": [split], "partitions.count": 3})
+    f7 = finding(diagnose(head, runs["native"]), 7)
+    assert f7["status"] == "cause_found" and "dynamic" in f7["summary"]
+    assert any("reshape_dyn" in e["fact"] for e in f7["evidence"])
+    # The conv net's own dims are static, read from its file through the suite it ran in.
+    ok = finding(diagnose(runs["native"]), 7)
+    assert ok["status"] == "ok" and ok["missing"] == []
+    assert any(
+        e["fact"] == "dynamic dims declared by the model" and e["head"] == "none"
+        for e in ok["evidence"]
+    )
+
+
 # -- tuning cache (step 6): both shapes of manifest.tuning_cache ---------------------------
 
 ZEN4 = "llvm -mattr=+avx2,+avx512f -mcpu=znver4 -mtriple=x86_64-linux-gnu"
