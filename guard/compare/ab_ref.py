@@ -1,0 +1,303 @@
+"""``guard ab SUITE --base-ref REF``: two commits, one runner, interleaved, paired.
+
+Per-commit gating must compare a change with its base *on the same runner at the same
+time*: two results files from two processes (or two runners) differ by more than most
+regressions. So each side gets:
+
+- its source: ``git archive`` of the ref into ``<cache>/src-<sha>`` (the working tree
+  itself for a side with no ref), cached by commit;
+- its environment: the side's pinned dependencies (``[project].dependencies`` of its
+  pyproject.toml). When they equal the running interpreter's pins, that interpreter is
+  used; otherwise a venv is built as ``guard bump`` builds them (guard.compare.bump,
+  cached by the requirement list);
+- its guard: a side whose tree is guard itself (``guard/__init__.py`` and a pyproject
+  naming project ``guard``) runs that tree's guard, first on ``PYTHONPATH``; any other
+  repository (a team's suites and models) runs this guard on both sides;
+- a worker process (guard/compare/ab_worker.py) that builds and loads the side's cases.
+
+The coordinator then times the two workers' cases in alternating pairs (AB, BA, ...) with
+``guard ab``'s adaptive paired statistics (guard.bench.regress.measure_until_conclusive),
+and writes the same comparison document as ``guard ab``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard.bench.preflight import THREAD_ENV_VARS, contention_between, read_cpu_times
+from guard.bench.regress import RegressConfig, measure_until_conclusive, with_noise
+from guard.compare.ab import ABOutcome, ab_document, ab_row
+from guard.compare.bump import REPO_ROOT, _tail, default_env_cache, ensure_env, pinned_requirements
+from guard.compare.compare import host_incompatibility
+from guard.errors import InternalError, UsageError
+
+WORKER = Path(__file__).with_name("ab_worker.py")
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(f"git {' '.join(args)} failed: {exc}", where=str(repo)) from None
+    if proc.returncode != 0:
+        raise UsageError(f"git {' '.join(args)}: {_tail(proc.stderr or proc.stdout, 1)}",
+                         where=str(repo),
+                         hint="Fetch the ref first (CI: actions/checkout with fetch-depth: 0).")
+    return proc.stdout.strip()
+
+
+def repo_root(path: Path) -> Path:
+    return Path(_git(path if path.is_dir() else path.parent, "rev-parse", "--show-toplevel"))
+
+
+def resolve_ref(repo: Path, ref: str) -> str:
+    return _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+
+
+def checkout(repo: Path, sha: str, cache: Path) -> Path:
+    """The tree of commit ``sha``, extracted once into ``cache`` (complete or absent)."""
+    dest = cache / f"src-{sha[:16]}"
+    if (dest / ".guard-complete").is_file():
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".src-{sha[:16]}.", dir=cache))
+    proc = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo,
+                          capture_output=True, timeout=600)
+    if proc.returncode != 0:
+        raise UsageError(f"git archive {sha[:12]}: {_tail(proc.stderr.decode(errors='replace'))}",
+                         where=str(repo))
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
+        tar.extractall(tmp, filter="data")
+    (tmp / ".guard-complete").write_text(sha + "\n")
+    if dest.exists():
+        import shutil
+
+        shutil.rmtree(dest)
+    os.replace(tmp, dest)
+    return dest
+
+
+def _pyproject(src: Path) -> dict[str, Any]:
+    p = src / "pyproject.toml"
+    try:
+        return tomllib.loads(p.read_text()) if p.is_file() else {}
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"cannot read its dependencies ({e})", where=str(p)) from None
+
+
+def is_guard_tree(src: Path) -> bool:
+    return (src / "guard" / "__init__.py").is_file() and \
+        _pyproject(src).get("project", {}).get("name") == "guard"
+
+
+@dataclass
+class Side:
+    label: str
+    src: Path  # the side's tree (suite paths resolve in it)
+    python: str  # the interpreter that runs its worker
+    guard_src: Path  # first on PYTHONPATH: the guard this side runs
+    sha: str | None = None
+    env: str | None = None  # the venv built for it, when its pins differ
+
+
+def make_side(label: str, src: Path, sha: str | None, *, python: str, env_cache: Path,
+              runner: Any = None) -> Side:
+    """The side's interpreter and guard (see the module docstring)."""
+    guard_src = src if is_guard_tree(src) else REPO_ROOT
+    reqs = list(_pyproject(src).get("project", {}).get("dependencies", []))
+    if not reqs or sorted(reqs) == sorted(pinned_requirements()):
+        return Side(label, src, python, guard_src, sha)
+    env = ensure_env(reqs, label=f"ref-{(sha or 'worktree')[:12]}", python=python,
+                     cache=env_cache, runner=runner)
+    return Side(label, src, str(env / "bin" / "python"), guard_src, sha, str(env))
+
+
+@dataclass
+class WorkerProc:
+    side: Side
+    proc: subprocess.Popen
+    log: Any
+    cases: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, side: Side, threads: int) -> WorkerProc:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(side.guard_src), env.get("PYTHONPATH")) if p)
+        env.pop("VIRTUAL_ENV", None)
+        for k in THREAD_ENV_VARS:
+            env[k] = str(threads)
+        log = tempfile.TemporaryFile(mode="w+")
+        proc = subprocess.Popen([side.python, str(WORKER)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+                                cwd=str(side.src))
+        return cls(side, proc, log)
+
+    def ask(self, **req: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            self.log.seek(0)
+            raise InternalError(f"the {self.side.label} worker died: "
+                                f"{_tail(self.log.read()) or 'no output'}")
+        reply = json.loads(line)
+        if not reply.pop("ok"):
+            cls = UsageError if reply.get("kind") == "usage" else InternalError
+            raise cls(f"{self.side.label} side: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None and self.proc.stdin is not None:
+                self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+                self.proc.stdin.flush()
+            self.proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def _outputs(npz_b64: str | None) -> list[np.ndarray] | None:
+    if npz_b64 is None:
+        return None
+    with np.load(io.BytesIO(base64.b64decode(npz_b64))) as z:
+        return [z[f"arr_{i}"] for i in range(len(z.files))]
+
+
+def _key(c: dict[str, Any]) -> tuple[str, str, str]:
+    canonical = ((c.get("manifest") or {}).get("target") or {}).get("canonical") or c["target"]
+    return (str(c["model"]), str(c["backend"]), str(canonical))
+
+
+def _facts(c: dict[str, Any]) -> dict[str, Any]:
+    return {"partitions": c.get("partitions"), "arena_bytes": c.get("arena_bytes"),
+            "outputs": _outputs(c.get("outputs_npz"))}
+
+
+def _pair(wb: WorkerProc, wh: WorkerProc, ib: int, ih: int, cfg: RegressConfig,
+          budget_s: float, warmup_s: float, min_sample_s: float) -> ABOutcome:
+    inner = min(wb.ask(op="warm", case=ib, seconds=warmup_s, min_sample_s=min_sample_s)["inner"],
+                wh.ask(op="warm", case=ih, seconds=warmup_s, min_sample_s=min_sample_s)["inner"])
+    count = [0]
+
+    def sample(n: int) -> tuple[list[float], list[float]]:
+        b, h = [], []
+        for _ in range(n):
+            if count[0] % 2 == 0:
+                tb = wb.ask(op="time", case=ib, inner=inner)["ms"]
+                th = wh.ask(op="time", case=ih, inner=inner)["ms"]
+            else:
+                th = wh.ask(op="time", case=ih, inner=inner)["ms"]
+                tb = wb.ask(op="time", case=ib, inner=inner)["ms"]
+            count[0] += 1
+            b.append(tb)
+            h.append(th)
+        return b, h
+
+    workers_cpu = [wb.ask(op="cpu")["cpu_s"] + wh.ask(op="cpu")["cpu_s"]]
+    before = read_cpu_times()
+    res = measure_until_conclusive(sample, paired=True, config=cfg, budget_s=budget_s,
+                                   initial=50, max_looks=7)
+    after = read_cpu_times()
+    workers_cpu.append(wb.ask(op="cpu")["cpu_s"] + wh.ask(op="cpu")["cpu_s"])
+    # The workers' CPU is ours, not a co-tenant's.
+    if before is not None and after is not None:
+        own = workers_cpu[1] - workers_cpu[0]
+        after = replace(after, own_s=after.own_s + own)
+    return ABOutcome(res, inner, contention_between(before, after))
+
+
+def run_ref_ab(
+    suite: Path,
+    base_ref: str,
+    head_ref: str | None = None,
+    *,
+    config: RegressConfig,
+    noise: dict[str, float] | None = None,
+    budget_s: float = 20.0,
+    warmup_s: float = 0.5,
+    min_sample_s: float = 1e-3,
+    suite_thresholds: bool = True,
+    env_cache: Path | None = None,
+    python: str = sys.executable,
+    threads: int = 1,
+    runner: Any = None,
+) -> dict[str, Any]:
+    """Interleaved A/B of SUITE at ``base_ref`` against ``head_ref`` (or the working tree)."""
+    if not suite.is_file():
+        raise UsageError("no such suite file", where=str(suite))
+    repo = repo_root(suite.resolve())
+    rel = suite.resolve().relative_to(repo)
+    cache = env_cache or default_env_cache()
+    src_cache = cache.parent / "src"
+    sides = []
+    for label, ref in (("base", base_ref), ("head", head_ref)):
+        if ref is None:
+            sides.append(make_side(label, repo, None, python=python, env_cache=cache,
+                                   runner=runner))
+            continue
+        sha = resolve_ref(repo, ref)
+        sides.append(make_side(label, checkout(repo, sha, src_cache), sha, python=python,
+                               env_cache=cache, runner=runner))
+    for s in sides:
+        if not (s.src / rel).is_file():
+            raise UsageError(f"{rel} does not exist at {s.label} ({s.sha or 'working tree'})",
+                             where=str(suite), hint="A/B a suite both commits have.")
+    workers: list[WorkerProc] = []
+    try:
+        for s in sides:
+            w = WorkerProc.start(s, threads)
+            workers.append(w)
+            work = (cache.parent / "ab" / (s.sha[:16] if s.sha else "worktree")).resolve()
+            work.mkdir(parents=True, exist_ok=True)
+            w.cases = w.ask(op="prepare", suite=str(s.src / rel), workdir=str(work))["cases"]
+        wb, wh = workers
+        heads = {_key(c): i for i, c in enumerate(wh.cases)}
+        pairs = [(i, heads[_key(c)]) for i, c in enumerate(wb.cases) if _key(c) in heads]
+        if not pairs:
+            raise UsageError(f"{rel}: base and head share no (model, backend, target)")
+        rows = []
+        for ib, ih in pairs:
+            bc, hc = wb.cases[ib], wh.cases[ih]
+            key = _key(bc)
+            why = host_incompatibility(bc.get("manifest") or {}, hc.get("manifest") or {})
+            if why:
+                raise UsageError(f"{'/'.join(key)}: cannot A/B across hosts: {why}")
+            cfg = config
+            if suite_thresholds and isinstance(hc.get("regress_pct"), int | float):
+                cfg = replace(cfg, regress_pct=float(hc["regress_pct"]))
+            cfg = with_noise(cfg, (noise or {}).get("/".join(key)))
+            outcome = _pair(wb, wh, ib, ih, cfg, budget_s, warmup_s, min_sample_s)
+            rows.append(ab_row(key, outcome, bc.get("manifest") or {}, hc.get("manifest") or {},
+                               _facts(bc), _facts(hc)))
+    finally:
+        for w in workers:
+            w.close()
+    labels = tuple(f"{r} ({s.sha[:12]})" if s.sha else "working tree"
+                   for r, s in zip((base_ref, head_ref), sides, strict=True))
+    doc = ab_document(rows, config, (labels[0], labels[1]))
+    doc["mode"] = "interleaved-ab-refs"
+    doc["refs"] = {s.label: {"ref": r, "sha": s.sha, "guard": str(s.guard_src),
+                             "python": s.python, "env": s.env}
+                   for r, s in zip((base_ref, head_ref), sides, strict=True)}
+    return doc
