@@ -100,7 +100,13 @@ def load_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, backend_name: 
 
 
 def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
-    """Build and load every (model, backend) of a suite, with the golden's inputs as feeds."""
+    """Build and load every (model, backend, target) of a suite, with the golden's inputs.
+
+    These cases are timed (guard ab, guard calibrate): one that only runs under emulation
+    (a foreign-architecture target) is left out, with one line saying so.
+    """
+    import sys
+
     suite = load_suite(suite_path)
     workdir = Path(workdir or Path.cwd())
     store = golden_store(suite)
@@ -108,7 +114,13 @@ def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
     for entry in suite.models:
         spec, path = prepare_model(entry)
         golden, _ = ensure_golden(store, entry, spec, path)
-        out += [load_case(entry, spec, golden, b, workdir) for b in entry.backends]
+        for b in entry.backends:
+            case = load_case(entry, spec, golden, b, workdir)
+            if getattr(case.session, "latency_status", None) == "emulated":
+                print(f"guard: {entry.name} [{b}] on {entry.target}: runs only under emulation "
+                      "here, so it is not timed; left out", file=sys.stderr)
+                continue
+            out.append(case)
     return out
 
 
