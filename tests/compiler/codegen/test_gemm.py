@@ -74,6 +74,15 @@ CASES: dict[str, dict] = {
         trans_a=True,
         schedule=S(mr=6, nr=32, kc=64, mc=12, nc=32, use_blas=True),
     ),
+    "blas_batch": dict(
+        M=7,
+        N=20,
+        K=9,
+        batch=3,
+        stride_b=0,
+        bias="row",
+        schedule=S(mr=6, nr=32, kc=64, mc=12, nc=32, use_blas=True),
+    ),
     "blas_full": dict(
         M=20, N=37, K=33, bias="full", schedule=S(mr=6, nr=32, kc=64, mc=12, nc=32, use_blas=True)
     ),
