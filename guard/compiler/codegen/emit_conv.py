@@ -12,8 +12,10 @@ Modes: ``dense`` (group 1, or channels per group a multiple of L), ``depthwise``
 the input is a vector load too), and ``scalar`` (anything else: L = 1, correct, slower).
 
 Padding: columns whose taps all fall inside the input are the interior, tiled ``T`` wide
-without bounds checks; the border columns run one at a time with checks (peeled, not a
-scalar tail). Rows are checked once per kernel row, outside the column loop.
+in a loop without bounds checks; the border tiles sit at compile-time columns, so each
+tap of each of their columns is known to be inside or outside the input and the outside
+ones are simply not emitted (peeled, no run-time checks, still ``T`` accumulators wide).
+Rows are checked once per kernel row, outside the column loop.
 
 Outputs go to NCHW<b>c / NHWC as vector stores (the last vector masked when K is not a
 multiple of L), to NCHW as lane-strided stores. The bias (input 2) starts the
@@ -185,28 +187,37 @@ class _DirectConv:
 
     def emit(self) -> None:
         g, b = self.g, self.b
+        T = g.T
+        # Column tiles: border tiles at compile-time positions (each tap of each column is
+        # known to be inside or outside the input, so no run-time checks), interior tiles
+        # (every tap inside) in a loop.
+        left = min(g.OW, max(g.ow_lo, 0))
+        right = max(left, min(g.OW, g.ow_hi))
+        fixed: list[tuple[int, int]] = []  # (first column, width)
+        if left:
+            fixed += [(c, min(T, left - c)) for c in range(0, left, T)]
+        inner = right - left
+        full = inner // T * T
+        if inner - full:
+            fixed.append((left + full, inner - full))
+        if right < g.OW:
+            fixed += [(c, min(T, g.OW - c)) for c in range(right, g.OW, T)]
         with loop(b, 0, g.N, 1, "n") as n, loop(b, 0, g.KV, 1, "kv") as kv, loop(b, 0, g.OH, 1, "oh") as oh:
-            segments: list[tuple[int, int, bool]] = []
-            if g.ow_lo > 0:
-                segments.append((0, g.ow_lo, True))
-            if g.ow_hi > g.ow_lo:
-                segments.append((g.ow_lo, g.ow_hi, False))
-            if g.ow_hi < g.OW:
-                segments.append((max(g.ow_hi, g.ow_lo), g.OW, True))
-            for lo, hi, checked in segments:
-                if checked:
-                    with loop(b, lo, hi, 1, "owb") as ow:
-                        self.tile(n, kv, oh, ow, 1, True)
-                    continue
-                T = g.T
-                full = (hi - lo) // T * T
-                if full:
-                    with loop(b, lo, lo + full, T, "owt") as ow:
-                        self.tile(n, kv, oh, ow, T, False)
-                if hi - lo - full:
-                    self.tile(n, kv, oh, i64(lo + full), hi - lo - full, False)
+            if full:
+                with loop(b, left, left + full, T, "owt") as ow:
+                    self.tile(n, kv, oh, ow, T)
+            for c0, width in fixed:
+                self.tile(n, kv, oh, c0, width)
 
-    def tile(self, n: ir.Value, kv: ir.Value, oh: ir.Value, ow0: ir.Value, T: int, checked: bool) -> None:
+    def valid(self, ow0: ir.Value | int, t: int, s: int) -> bool:
+        """Tap s of column ow0+t reads inside the input (always, for interior tiles)."""
+        if not isinstance(ow0, int):
+            return True
+        g = self.g
+        iw = (ow0 + t) * g.sw - g.pl + s * g.dw
+        return 0 <= iw < g.W
+
+    def tile(self, n: ir.Value, kv: ir.Value, oh: ir.Value, ow0: ir.Value | int, T: int) -> None:
         g, b = self.g, self.b
         L = g.L
         lanes_k = b.mul(kv, i64(L))  # first output channel of the vector
@@ -221,9 +232,9 @@ class _DirectConv:
         xn = b.mul(n, i64(sxn))
         ih0 = b.sub(b.mul(oh, i64(g.sh)), i64(g.pt))
         if g.mode == "depthwise":
-            self._reduce_depthwise(accs, kv, lanes_k, xn, ih0, ow0, T, checked, (sxcb, sxcl, sxh, sxw, bx))
+            self._reduce_depthwise(accs, kv, lanes_k, xn, ih0, ow0, T, (sxcb, sxcl, sxh, sxw, bx))
         else:
-            self._reduce_dense(accs, kv, lanes_k, xn, ih0, ow0, T, checked, (sxcb, sxcl, sxh, sxw, bx))
+            self._reduce_dense(accs, kv, lanes_k, xn, ih0, ow0, T, (sxcb, sxcl, sxh, sxw, bx))
         self._store(accs, n, lanes_k, oh, ow0, T)
 
     def _bias_vec(self, k0: ir.Value) -> ir.Value:
@@ -254,20 +265,18 @@ class _DirectConv:
             return b.mul(c, i64(sxcl))
         return add(b, b.mul(b.udiv(c, i64(bx)), i64(sxcb)), b.mul(b.urem(c, i64(bx)), i64(sxcl)))
 
-    def _iw(self, ow0: ir.Value, t: int, s: ir.Value | int) -> ir.Value:
+    def _iw(self, ow0: ir.Value | int, t: int, s: int) -> ir.Value | int:
         g, b = self.g, self.b
-        base = b.sub(b.mul(add(b, ow0, t), i64(g.sw)), i64(g.pl))
-        return add(b, base, s if isinstance(s, int) else b.mul(s, i64(g.dw))) if s else base
+        if isinstance(ow0, int):
+            return (ow0 + t) * g.sw - g.pl + s * g.dw
+        return add(b, b.mul(ow0, i64(g.sw)), t * g.sw - g.pl + s * g.dw)
 
-    def _reduce_dense(self, accs, kv, k0, xn, ih0, ow0, T, checked, xs) -> None:  # type: ignore[no-untyped-def]
+    def _reduce_dense(self, accs, kv, k0, xn, ih0, ow0, T, xs) -> None:  # type: ignore[no-untyped-def]
         g, b = self.g, self.b
         sxcb, sxcl, sxh, sxw, bx = xs
         L = g.L
         # The group of this vector's channels (all lanes share one group in dense mode).
-        if g.g == 1:
-            cbase: ir.Value | int = 0
-        else:
-            cbase = b.mul(b.udiv(k0, i64(g.Kg)), i64(g.Cg))
+        cbase: ir.Value | int = 0 if g.g == 1 else b.mul(b.udiv(k0, i64(g.Kg)), i64(g.Cg))
         with loop(b, 0, g.Cg, 1, "c") as c:
             cabs = add(b, cbase, c) if not isinstance(cbase, int) else c
             xc = add(b, xn, self._x_chan(cabs, sxcb, sxcl, bx))
@@ -277,48 +286,41 @@ class _DirectConv:
                 with b.if_then(in_range(b, ih, 0, g.H)):
                     xr = add(b, xc, b.mul(ih, i64(sxh)))
                     wr = add(b, wc, b.mul(r, i64(g.S * L)))
-                    with loop(b, 0, g.S, 1, "s") as s:
-                        wv = load(b, self.w, add(b, wr, b.mul(s, i64(L))), L if L > 1 else 1)
-                        for t in range(T):
+                    for s in range(g.S):
+                        taps = [t for t in range(T) if self.valid(ow0, t, s)]
+                        if not taps:
+                            continue
+                        wv = load(b, self.w, add(b, wr, s * L), L if L > 1 else 1)
+                        for t in taps:
                             iw = self._iw(ow0, t, s)
-                            if checked:
-                                ok = in_range(b, iw, 0, g.W)
-                                iwc = b.select(ok, iw, i64(0))
-                                xv = load(b, self.x, add(b, xr, b.mul(iwc, i64(sxw))))
-                                xv = b.select(ok, xv, ir.Constant(F32, 0.0))
-                            else:
-                                xv = load(b, self.x, add(b, xr, b.mul(iw, i64(sxw))))
+                            xv = load(b, self.x, add(b, xr, iw * sxw if isinstance(iw, int) else b.mul(iw, i64(sxw))))
                             xs_ = splat(b, xv, L) if L > 1 else xv
                             b.store(fma(b, xs_, wv, b.load(accs[t], typ=self.ty)), accs[t])
 
-    def _reduce_depthwise(self, accs, kv, k0, xn, ih0, ow0, T, checked, xs) -> None:  # type: ignore[no-untyped-def]
+    def _reduce_depthwise(self, accs, kv, k0, xn, ih0, ow0, T, xs) -> None:  # type: ignore[no-untyped-def]
         g, b = self.g, self.b
         sxcb, sxcl, sxh, sxw, bx = xs
         L = g.L
         xc = add(b, xn, self._x_chan(k0, sxcb, sxcl, bx))
-        lanes = L  # channels are a multiple of L in blocked layouts; NHWC tail masked below
         wk = b.mul(kv, i64(g.R * g.S * L))
         with loop(b, 0, g.R, 1, "r") as r:
             ih = add(b, ih0, b.mul(r, i64(g.dh)))
             with b.if_then(in_range(b, ih, 0, g.H)):
                 xr = add(b, xc, b.mul(ih, i64(sxh)))
                 wr = add(b, wk, b.mul(r, i64(g.S * L)))
-                with loop(b, 0, g.S, 1, "s") as s:
-                    wv = load(b, self.w, add(b, wr, b.mul(s, i64(L))), L)
-                    for t in range(T):
+                for s in range(g.S):
+                    taps = [t for t in range(T) if self.valid(ow0, t, s)]
+                    if not taps:
+                        continue
+                    wv = load(b, self.w, add(b, wr, s * L), L)
+                    for t in taps:
                         iw = self._iw(ow0, t, s)
-                        if checked:
-                            ok = in_range(b, iw, 0, g.W)
-                            iwc = b.select(ok, iw, i64(0))
-                            xv = self._load_chan_vec(xr, iwc, sxw, k0, lanes)
-                            xv = b.select(ok, xv, const(self.ty, 0.0))
-                        else:
-                            xv = self._load_chan_vec(xr, iw, sxw, k0, lanes)
+                        xv = self._load_chan_vec(xr, iw, sxw, k0, L)
                         b.store(fma(b, xv, wv, b.load(accs[t], typ=self.ty)), accs[t])
 
     def _load_chan_vec(self, xr, iw, sxw, k0, lanes) -> ir.Value:  # type: ignore[no-untyped-def]
         g, b = self.g, self.b
-        idx = add(b, xr, b.mul(iw, i64(sxw)))
+        idx = add(b, xr, iw * sxw if isinstance(iw, int) else b.mul(iw, i64(sxw)))
         if g.K % g.L == 0:
             return load(b, self.x, idx, g.L)
         from guard.compiler.codegen.irutil import masked_load
@@ -352,7 +354,7 @@ class _DirectConv:
 
         def write(lanes: int) -> None:
             for t in range(T):
-                idx = add(b, base, b.mul(add(b, ow0, t), i64(syw)))
+                idx = add(b, base, (ow0 + t) * syw if isinstance(ow0, int) else b.mul(add(b, ow0, t), i64(syw)))
                 if L == 1:
                     b.store(vals[t], b.gep(self.y, [idx], source_etype=F32, inbounds=True))
                 elif g.layout == "NCHW":
