@@ -150,9 +150,52 @@ def test_summary_and_upload_run_always_and_upload_everything():
         "results.json",
         "junit.xml",
         "summary.md",
+        "ab.json",
+        "ab.md",
         ".guard/",
     }
     assert upload["with"]["include-hidden-files"] is True  # .guard/ is a dot-directory
     # the smoke suite still runs (and fails the job with its own exit code) after a test failure
     guard = next(s for s in steps if s.get("run", "").startswith("guard run "))
     assert "!cancelled()" in guard["if"] and "continue-on-error" not in guard
+
+
+def test_pull_requests_ab_the_head_against_its_merge_base_on_the_same_runner():
+    """The per-commit gate is interleaved A/B of two commits on one runner (guard ab
+    --base-ref), not two results files from two machines; its table reaches the summary."""
+    wf = _load(GUARD_YML)
+    steps = _steps(wf)
+    ab_i, ab = next((i, s) for i, s in enumerate(steps) if "guard ab " in s.get("run", ""))
+    run = " ".join(ab["run"].replace("\\\n", " ").split())
+    assert "github.event_name == 'pull_request'" in ab["if"] and "!cancelled()" in ab["if"]
+    assert "continue-on-error" not in ab  # a regression fails the job (exit 1)
+    assert "--strict" not in run  # ... and only a regression: inconclusive is reported
+    # head and merge base, by sha, from the event (through env, never inline expressions)
+    assert ab["env"] == {"BASE_SHA": "${{ github.event.pull_request.base.sha }}",
+                         "HEAD_SHA": "${{ github.event.pull_request.head.sha }}"}
+    assert 'merge_base="$(git merge-base "$BASE_SHA" "$HEAD_SHA")"' in run
+    assert '--base-ref "$merge_base" --head-ref "$HEAD_SHA"' in run
+    assert "suites/smoke.yaml" in run and "--markdown ab.md" in run and "--json ab.json" in run
+    assert "${{" not in ab["run"]
+    # the merge base is reachable: the whole history is checked out
+    checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0
+    # after the install and the smoke run, before the summary that shows it
+    install = next(i for i, s in enumerate(steps) if s.get("id") == "install")
+    smoke = next(i for i, s in enumerate(steps) if s.get("run", "").startswith("guard run "))
+    summary = next(i for i, s in enumerate(steps) if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
+    assert install < smoke < ab_i < summary
+    assert 'cat ab.md >> "$GITHUB_STEP_SUMMARY"' in steps[summary]["run"]
+    # each commit's tree and environment is cached across runs
+    cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache@"))
+    assert cache["with"]["path"] == "~/.cache/guard"
+    assert "hashFiles('pyproject.toml')" in cache["with"]["key"]
+
+
+def test_pushes_to_main_log_the_baseline():
+    """On main the smoke run is tracked (MLflow), so later commits have a baseline."""
+    wf = _load(GUARD_YML)
+    assert wf["on"]["push"]["branches"] == ["main"]
+    smoke = next(s for s in _steps(wf) if s.get("run", "").startswith("guard run "))
+    assert "--no-track" not in smoke["run"]
+    assert "MLFLOW_TRACKING_URI" in wf["jobs"]["guard"]["env"]
