@@ -324,7 +324,22 @@ def _normalize_triple(triple: str, raw: object) -> str:
     rest = parts[1:]
     if len(rest) >= 2 and rest[0] in ("unknown", "pc"):
         rest = rest[1:]
+    os_name = _triple_os(triple.strip().lower())
+    if os_name != "linux":
+        # guard builds ELF objects and runs them on Linux (natively or under qemu-user)
+        raise _bad(raw, f"mtriple {triple!r}: OS {os_name!r} is not supported (known: linux, "
+                   f"e.g. {arch}-linux-gnu)")  # fmt: skip
     return "-".join([arch, *rest])
+
+
+def _triple_os(triple: str) -> str:
+    """The OS of a triple as LLVM's triple parser reads it (``unknown`` if none)."""
+    try:
+        import llvmlite.binding as llvm
+
+        return str(llvm.get_triple_parts(triple).OS)
+    except (ImportError, AttributeError, RuntimeError):
+        return "linux" if "linux" in triple.split("-") else "unknown"
 
 
 def _normalize_mattr(items: list[str], raw: object, arch: str) -> list[str]:
