@@ -27,7 +27,12 @@ from typing import Any
 import numpy as np
 
 from guard.backends.base import MemoryInfo, PartitionInfo
-from guard.emulate.runner import DEFAULT_TIMEOUT_S, PartitionServer, build_runner
+from guard.emulate.runner import (
+    DEFAULT_TIMEOUT_S,
+    PartitionServer,
+    build_runner,
+    emulation_timeout_s,
+)
 from guard.emulate.session import EmulatedSession, EntryPoint, TensorSlot
 from guard.emulate.tools import toolchain
 
@@ -45,8 +50,12 @@ def _arch_of(codegen: dict[str, Any]) -> str:
     return str(codegen["triple"]).split("-")[0]
 
 
-def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
-    """A session that runs ``artefact_dir``'s generated code under the emulator."""
+def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None = None) -> Any:
+    """A session that runs ``artefact_dir``'s generated code under the emulator.
+
+    ``timeout_s`` bounds each emulator start (default: ``emulation_timeout_s()``).
+    """
+    timeout_s = timeout_s if timeout_s is not None else emulation_timeout_s()
     from guard.compiler.artefact import load_artefact
     from guard.compiler.codegen.kernel_plan import KernelPlan
     from guard.compiler.schedule import view_of_graph

@@ -16,7 +16,6 @@ from guard.backends.base import Backend, Session
 from guard.emulate.tools import host_arch, needs_emulation, toolchain
 from guard.errors import UsageError
 
-
 # backend name -> "module:function(artefact_dir, threads) -> Session" for a foreign arch.
 EMULATED_LOADERS = {"bundled": "guard.emulate.bundled:load_emulated"}
 

@@ -23,15 +23,33 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from guard.emulate.tools import compiler_identity, require
-from guard.errors import InternalError, ModelError
+from guard.errors import InternalError, ModelError, UsageError
 
 RUNNER_SOURCE = Path(__file__).with_name("runner.c")
-DEFAULT_TIMEOUT_S = 900.0  # per emulator start; an emulated resnet50 takes seconds, not minutes
+# Per emulator start. Emulation is slow: resnet50 took ~3 minutes here (shared 2-core
+# machine), so the default leaves room for a large model on a busy CI runner and still ends
+# a hang; GUARD_EMULATE_TIMEOUT_S overrides it.
+DEFAULT_TIMEOUT_S = 1800.0
 _SYMBOL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class EmulationFailed(InternalError):
     """The emulated artefact crashed, hung or could not be linked (exit 3: guard's own code)."""
+
+
+def emulation_timeout_s() -> float:
+    """$GUARD_EMULATE_TIMEOUT_S when set (seconds, > 0), else DEFAULT_TIMEOUT_S."""
+    raw = os.environ.get("GUARD_EMULATE_TIMEOUT_S")
+    if raw is None or not raw.strip():
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"GUARD_EMULATE_TIMEOUT_S={raw!r} is not a number of seconds > 0",
+                         hint="Unset it, or give e.g. GUARD_EMULATE_TIMEOUT_S=3600.")  # fmt: skip
+    return value
 
 
 def cache_root() -> Path:

@@ -197,3 +197,17 @@ def test_partition_server_reports_a_crash(tmp_path: Path) -> None:
     with server, pytest.raises(EmulationFailed, match=r"^art \(guard_part0\): crashed with "
                                r"SIGSEGV under qemu-aarch64-static"):  # fmt: skip
         server.call("guard_part0")
+
+
+def test_emulation_timeout_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from guard.emulate.runner import DEFAULT_TIMEOUT_S, emulation_timeout_s
+    from guard.errors import UsageError
+
+    monkeypatch.delenv("GUARD_EMULATE_TIMEOUT_S", raising=False)
+    assert emulation_timeout_s() == DEFAULT_TIMEOUT_S
+    monkeypatch.setenv("GUARD_EMULATE_TIMEOUT_S", "42.5")
+    assert emulation_timeout_s() == 42.5
+    for bad in ("soon", "0", "-3", "inf", "nan"):
+        monkeypatch.setenv("GUARD_EMULATE_TIMEOUT_S", bad)
+        with pytest.raises(UsageError, match="GUARD_EMULATE_TIMEOUT_S=.* is not a number"):
+            emulation_timeout_s()

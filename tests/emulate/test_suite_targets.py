@@ -65,7 +65,9 @@ def test_bad_targets_name_the_key(tmp_path: Path, text: str, key: str, why: str)
 
 def test_model_level_bad_targets(tmp_path: Path) -> None:
     path = _suite(tmp_path, 'models: [{name: mlp, source: "zoo:mlp", targets: [host, host]}]\n')
-    with pytest.raises(SuiteError, match=r"models\[0\].targets\[1\]: target 'host' is listed twice"):
+    with pytest.raises(
+        SuiteError, match=r"models\[0\].targets\[1\]: target 'host' is listed twice"
+    ):
         load_suite(path)
 
 
