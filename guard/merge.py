@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guard.errors import EXIT_BAD_INPUT, UsageError
+from guard.errors import UsageError
 from guard.shard import case_key
 
 SCHEMA_VERSION = 1
@@ -151,12 +151,10 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
             "tracking": [d.get("tracking") for _, d in docs if d.get("tracking")],
         },
     }
-    code = exit_code_for(results)
-    # A shard whose results could not be tracked exited 2 (kept locally): so does the merge.
-    if any(isinstance(d.get("tracking"), Mapping) and d["tracking"].get("error")
-           for _, d in docs):
-        code = max(code, EXIT_BAD_INPUT)
-    merged["exit_code"] = code
+    # What the results say, or more where a shard's run said more (--require-tracking and
+    # tracking failed, interrupted): the code one process running every shard would give.
+    shard_codes = [d["exit_code"] for _, d in docs if isinstance(d.get("exit_code"), int)]
+    merged["exit_code"] = max([exit_code_for(results), *shard_codes])
     return merged
 
 
