@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from guard.errors import TrackingError
-from guard.fsutil import atomic_write_text
+from guard.fsutil import BoundedReadError, read_bounded_text
 from guard.track import records
 from guard.track.batch import _log_batch, metric_entities
+from guard.track.pending import PENDING_DIR, keep, push_lock
 from guard.track.uri import (
     GUARD_DIR,
     _quiet_mlflow,
@@ -38,7 +39,6 @@ from guard.track.uri import (
 )
 
 SCHEMA_VERSION = 1
-PENDING_DIR = "pending"
 # Over HTTP, MLflow retries a failed request 7 times with doubling backoff (minutes).
 # guard has a local fallback, so it gives up sooner unless the user chose otherwise.
 _HTTP_DEFAULTS = {
@@ -222,6 +222,8 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
         status = RunStatus.to_string(RunStatus.KILLED)
         raise
     finally:
+        if status != RunStatus.to_string(RunStatus.FINISHED):
+            _end_children(client, experiment_id, parent_id, child_ids, status)
         _terminate(client, parent_id, status, records.iso_ms(doc.get("finished")))
     return {
         "experiment_id": experiment_id,
@@ -230,6 +232,25 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
         "uri": uri,
         "run_url": run_url(uri, experiment_id, parent_id),
     }
+
+
+def _end_children(client: Any, experiment_id: str, parent_id: str, known: list[str],
+                  status: str) -> None:
+    """Give the children of a parent that did not finish its status (KILLED or FAILED).
+
+    Children logged before the failure are not a tracked invocation either: readers
+    (history, dashboard, baselines) take FINISHED runs only, and the kept results are
+    pushed again later.
+    """
+    ids = set(known)
+    try:
+        ids |= {r.info.run_id for r in client.search_runs(
+            [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
+            max_results=10_000)}
+    except Exception:  # noqa: BLE001 - the store is failing: mark what we know
+        pass
+    for child_id in sorted(ids):
+        _terminate(client, child_id, status, None)
 
 
 def _log_child(
@@ -296,9 +317,11 @@ def load_results(path: Path) -> dict[str, Any]:
     """Read and validate a results JSON written by ``guard run --json`` or ``keep_results``."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_bounded_text(path))  # a regular file under a size limit
     except FileNotFoundError as exc:
         raise TrackingError("results file not found", where=str(path)) from exc
+    except BoundedReadError as exc:
+        raise TrackingError(exc.reason, where=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TrackingError(f"cannot read results file: {exc}", where=str(path)) from exc
     except json.JSONDecodeError as exc:
@@ -313,15 +336,16 @@ def push(results_path: Path, uri: str) -> dict[str, Any]:
 
     Returns log_results' dict plus ``"already_tracked": bool``.
     """
-    doc = load_results(results_path)
-    check_reachable(uri)  # a server or database that does not answer fails fast
-    digest = results_sha256(doc)
-    with _http_limits(), _translated(uri, f"looking up {results_path}"):
-        existing = _find_parent(uri, doc["suite"], digest)
-    if existing is not None:
-        url = run_url(uri, existing["experiment_id"], existing["parent_run_id"])
-        return {**existing, "uri": uri, "run_url": url, "already_tracked": True}
-    return {**log_results(doc, uri), "already_tracked": False}
+    with push_lock(Path(results_path)):  # two pushes of one file: the second logs nothing
+        doc = load_results(results_path)
+        check_reachable(uri)  # a server or database that does not answer fails fast
+        digest = results_sha256(doc)
+        with _http_limits(), _translated(uri, f"looking up {results_path}"):
+            existing = _find_parent(uri, doc["suite"], digest)
+        if existing is not None:
+            url = run_url(uri, existing["experiment_id"], existing["parent_run_id"])
+            return {**existing, "uri": uri, "run_url": url, "already_tracked": True}
+        return {**log_results(doc, uri), "already_tracked": False}
 
 
 def _find_parent(uri: str, suite: str, digest: str) -> dict[str, Any] | None:
@@ -350,21 +374,8 @@ def _find_parent(uri: str, suite: str, digest: str) -> dict[str, Any] | None:
 
 
 def keep_results(doc: Mapping[str, Any], workdir: Path) -> Path:
-    """Write results that could not be sent to ``<workdir>/.guard/pending/``; return the path."""
-    pending = Path(workdir).resolve() / GUARD_DIR / PENDING_DIR
-    stamp = str(doc.get("started") or time.strftime("%Y%m%dT%H%M%S"))
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{doc.get('suite')}-{stamp}")
-    try:
-        pending.mkdir(parents=True, exist_ok=True)
-        path = pending / f"{safe}.json"
-        n = 1
-        while path.exists():
-            n += 1
-            path = pending / f"{safe}-{n}.json"
-        atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
-    except OSError as exc:
-        raise TrackingError(
-            f"cannot keep results locally in {pending}: {exc.strerror}",
-            hint="free space or permissions there, or write them with --json PATH.",
-        ) from exc
-    return path
+    """Write results that could not be sent to ``<workdir>/.guard/pending/``; return the path.
+
+    Each call gets its own file, claimed exclusively (guard.track.pending).
+    """
+    return keep(doc, Path(workdir).resolve() / GUARD_DIR / PENDING_DIR)

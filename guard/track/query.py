@@ -87,6 +87,7 @@ def find_runs(
     level: str | None = "result",
     max_results: int = 1000,
     order_by: list[str] | None = None,
+    include_unfinished: bool = False,
     **filters: Any,
 ) -> Any:
     """Runs of ``guard/<suite>`` as a pandas DataFrame, newest first.
@@ -94,13 +95,18 @@ def find_runs(
     ``level``: "result" (children, the default), "invocation" (parents), or None for both.
     Filters (equality on tags): model, backend, target, branch, commit, verdict,
     manifest_sha256, arch, parent_run_id. An experiment that does not exist yet gives an
-    empty frame.
+    empty frame. Only FINISHED runs unless ``include_unfinished``.
     """
     _quiet_mlflow()
     import mlflow
     import pandas as pd
 
     where = filter_string(level, **filters)
+    if not include_unfinished:
+        # A run cut short (KILLED by a signal, FAILED mid-logging, RUNNING after a kill -9)
+        # is not a measurement to compare against: its results are pushed again later.
+        finished = "attributes.status = 'FINISHED'"
+        where = f"{where} and {finished}" if where else finished
     with (
         _http_limits(),
         _translated(uri, f"searching runs of suite {suite!r}"),

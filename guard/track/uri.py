@@ -100,11 +100,11 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     _quiet_mlflow()
     if not is_http(uri):
         db = sqlite_path(uri)
-        if db is not None and not db.resolve().parent.is_dir():
-            raise TrackingError(
-                f"tracking store {uri}: directory {db.resolve().parent} does not exist",
-                hint="create it, or pass another --tracking-uri.",
-            )
+        if db is not None:
+            from guard.track.store import ensure_local_store
+
+            # Created whole under a lock, or a clear message with the command to run.
+            ensure_local_store(uri, db, artifact_root(uri), say=_note)
         from guard.track.dburi import check_database
 
         check_database(uri, timeout_s)  # postgresql:// etc.: a database that does not answer
@@ -127,6 +127,12 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
         hint="start the server, or fix --tracking-uri / MLFLOW_TRACKING_URI; "
         "results are still kept locally and can be sent later with `guard track push`.",
     )
+
+
+def _note(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr)
 
 
 def run_url(uri: str, experiment_id: str, run_id: str) -> str | None:
