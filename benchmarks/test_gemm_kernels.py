@@ -320,7 +320,66 @@ def reference_sgemm_gflops(rng) -> float:
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
-def run(gemms: dict, convs: dict, rounds: int = ROUNDS) -> dict:
+def resnet50_convs() -> list[tuple[int, int, int, int, int, int]]:
+    """(C, H, K, R, stride, pad) of resnet50's 53 convolutions (batch 1, 224x224)."""
+    layers = [(3, 224, 64, 7, 2, 3)]
+    hw = 56
+    stages = (
+        (64, 64, 256, 3, 1),
+        (256, 128, 512, 4, 2),
+        (512, 256, 1024, 6, 2),
+        (1024, 512, 2048, 3, 2),
+    )
+    for cin, mid, out, blocks, stride in stages:
+        for i in range(blocks):
+            s = stride if i == 0 else 1
+            c = cin if i == 0 else out
+            layers.append((c, hw, mid, 1, 1, 0))
+            layers.append((mid, hw, mid, 3, s, 1))
+            layers.append((mid, hw // s, out, 1, 1, 0))
+            if i == 0:
+                layers.append((c, hw, out, 1, s, 0))
+                hw //= s
+    return layers
+
+
+def compile_time_resnet50(width: int) -> dict:
+    """All 53 resnet50 convolutions (with a Relu epilogue each, as FusedConv) in one
+    module: emit, then O3 and object code for the host, as an AOT build does."""
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+
+    def relu(b, v):
+        zero = ir.Constant(v.type, 0.0)
+        return b.select(b.fcmp_ordered(">", v, zero), v, zero)
+
+    t0, c0 = time.perf_counter(), time.thread_time()
+    module = ir.Module("resnet50_convs")
+    layers = resnet50_convs()
+    for i, (c, hw, k, r, st, pd) in enumerate(layers):
+        kern = ConvKernel(
+            1, c, hw, hw, k, r, r, strides=(st, st), pads=(pd,) * 4, vector_width=width
+        )
+        kern.emit(module, f"conv{i}", epilogue=relu)
+    emit_cpu = time.thread_time() - c0
+    tm = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
+    )
+    mod = llvm.parse_assembly(str(module))
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    pb.getModulePassManager().run(mod, pb)
+    obj = tm.emit_object(mod)
+    return {
+        "convolutions": len(layers),
+        "emit_cpu_s": emit_cpu,
+        "total_cpu_s": time.thread_time() - c0,
+        "total_wall_s": time.perf_counter() - t0,
+        "object_bytes": len(obj),
+        "micro_kernels": sum(1 for f in module.functions if f.name.startswith("guard.ukr")),
+    }
+
+
+def run(gemms: dict, convs: dict, rounds: int = ROUNDS, compile_bench: bool = True) -> dict:
     import llvmlite.binding as llvm
 
     from tests.compiler.codegen._jit import host_vector_width
@@ -338,7 +397,9 @@ def run(gemms: dict, convs: dict, rounds: int = ROUNDS) -> dict:
             results.append(bench_conv(name, *spec, rng, width, rounds))
             _print_row(results[-1])
         ref_after = reference_sgemm_gflops(rng)
+    compile_stats = compile_time_resnet50(width) if compile_bench else None
     return {
+        "resnet50_convs_compile": compile_stats,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "host": {
             "cpu": llvm.get_host_cpu_name(),
@@ -375,6 +436,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"reference sgemm 1024^3 (1 thread): {res['reference_sgemm_1024_gflops'][0]:.1f} GFLOP/s before, {res['reference_sgemm_1024_gflops'][1]:.1f} after"
     )
+    cs = res["resnet50_convs_compile"]
+    print(
+        f"resnet50's {cs['convolutions']} convolutions in one module: emit + O3 + object "
+        f"{cs['total_cpu_s']:.2f} s CPU ({cs['total_wall_s']:.2f} s wall), {cs['micro_kernels']} "
+        f"micro-kernels, object {cs['object_bytes'] / 1e6:.2f} MB"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(res, indent=1) + "\n")
@@ -387,6 +454,7 @@ def test_gemm_kernels_smoke() -> None:
         {"gemm 64x96x80": (64, 96, 80, dict(bias="row"))},
         {"conv 3x3 8->16 @12": (8, 12, 16, 3, 1, 1, 1)},
         rounds=2,
+        compile_bench=False,
     )
     for r in res["results"]:
         assert r["max_rel_err_vs_ort"] < 1e-4, r

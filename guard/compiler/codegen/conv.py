@@ -3,32 +3,41 @@ dedicated depthwise kernel. NCHW in and out, float32, shapes compile-time consta
 
 General and grouped convolution is a GEMM per (image, group): ``Y[k, p] = Wt[k, crs] @
 Xcol[crs, p]`` with k the group's output channels, ``crs`` its (input channel, kernel row,
-kernel column) and p the flattened output position ``oh*OW + ow``; row-major Y is then
-NCHW itself, so no output transpose. Weights are the A operand, packed at build time into
-panels of ``oc_block`` output channels (``[group][panel][crs][oc_block]``, zero-padded),
-so the micro-kernel broadcasts ``oc_block`` consecutive floats per step. The B operand is
-built at run time per cache block: the ``kc x nc`` slab of Xcol is gathered
-(``llvm.masked.gather``; padding lanes are masked off and read as 0.0, so stride, padding
-and dilation are all just index arithmetic) into a stack buffer laid out as the GEMM's
-packed panels, then every output-channel tile reuses it. A 1x1 convolution with stride 1
-and no padding reads X in place (Xcol is X) and is a plain streamed GEMM.
-``kc`` is a whole number of input channels (``kc = kc_channels * R * S``), so a k-chunk is
-a set of channels. This is the same shared micro-kernel as the GEMM (microkernel.py).
+kernel column) and p the flattened output position ``oh*OW + ow``; row-major Y is NCHW
+itself. Weights are packed at build time into panels of ``oc_block`` output channels
+(``[group][panel][crs][oc_block]``, zero-padded). Xcol is built at run time per cache
+block of whole output rows: for each input channel of the k-chunk, tap and output row, the
+input row segment is copied into a stack buffer ``[crs][positions]`` (contiguous loads at
+stride 1, two loads and an even-lane shuffle at stride 2, a masked gather otherwise;
+padding is a compile-time lane mask or a zero row), then every output-channel tile reuses
+it. A 1x1 convolution with stride 1 and no padding reads X in place (Xcol is X). ``kc`` is a
+whole number of input channels (``kc = kc_channels * R * S``). The micro-kernel is the
+GEMM's (microkernel.py), shared by every kernel of the module.
 
-Why implicit GEMM and not a direct convolution vectorised along the output width: the
-zoo's late layers are 7x7 and 14x14, where a width-vectorised tile of 16 lanes wastes up
-to 9 of 16 lanes; flattening positions keeps the vectors full, and the gather costs one
-pass over Xcol per ``kc x nc`` block, amortised over all output channels (measured in
-benchmarks/test_gemm_kernels.py).
+Two orientations (``ConvSchedule.vectorize``):
+
+- "positions": output channels are the micro-kernel's rows (a broadcast of packed
+  weights), output positions its vectors; y is written in place. Best from 28x28 up.
+- "channels": positions are the rows (a broadcast of Xcol), output channels the vectors
+  (the packed weight panel); tiles accumulate in a stack buffer ``[positions][K/group]``
+  that a gather pass transposes into y once per block. For 7x7 and 14x14 images, whose
+  49 or 196 positions fill 16-lane vectors to 77%, while 256 or 512 channels fill them
+  exactly (measured: 3x3 512->512 at 7x7 1.25x, 1x1 2048->512 at 7x7 1.1x faster).
+
+Why implicit GEMM rather than a direct convolution vectorised along the output width: the
+late layers are 7x7 and 14x14, where such tiles waste up to 9 of 16 lanes; flattened
+positions (or channels) keep vectors full, and the packing pass over Xcol is amortised
+over all output channels (benchmarks/test_gemm_kernels.py: at or above onnxruntime on
+resnet50's layers).
 
 Depthwise (``group == C == K``) has a kernel of its own: per channel and output row, the
 ``R*S`` weights are splatted once and each output vector of ``W`` columns is a chain of
-FMAs over the taps, the inputs loaded contiguously (stride 1), as two loads and an
-even-lane shuffle (stride 2) or gathered (other strides), with compile-time lane masks at
-the left/right padding and the rows of the top/bottom padding peeled at compile time.
+FMAs over the taps, with the same three row loads, compile-time lane masks at the
+left/right padding and the rows of the top/bottom padding peeled at compile time.
 
 The bias (one per output channel) and the epilogue run in registers before the only
-store of each output vector.
+store of each output vector. Stack use: at most 512 KiB (Xcol block) plus 256 KiB (the
+transposed block), both re-entrant.
 """
 
 from __future__ import annotations

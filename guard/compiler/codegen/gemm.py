@@ -75,6 +75,7 @@ from .microkernel import (
 )
 
 BLAS_SYMBOL = "scipy_cblas_sgemm64_"
+REPACK_LIMIT_BYTES = 512 * 1024  # stack buffer for one repacked block of a run-time B^T
 _CBLAS_ROW_MAJOR, _CBLAS_NO_TRANS = 101, 111
 
 # ---------------------------------------------------------------------------------------
@@ -410,6 +411,11 @@ class _GemmEmitter:
         scratch = None
         if self.repack_b:
             nc_eff = min(s.nc, -(-N // s.nr) * s.nr)
+            if kc * nc_eff * 4 > REPACK_LIMIT_BYTES:
+                raise ValueError(
+                    f"GemmSchedule kc={kc} x nc={nc_eff} needs a {kc * nc_eff * 4} B stack buffer "
+                    f"to repack a run-time [N,K] B, over the {REPACK_LIMIT_BYTES} B limit: lower kc or nc"
+                )
             arr = ir.ArrayType(F32, kc * nc_eff)
             with builder.goto_entry_block():
                 slot = builder.alloca(arr, name="bpack")

@@ -208,6 +208,11 @@ def test_bad_schedule_and_shapes_are_refused() -> None:
         GemmKernel(4, 4, 4, schedule=GemmSchedule(mr=2, nr=16, kc=4, mc=2, nc=16, loop_order="km"))
     with pytest.raises(ValueError, match="positive"):
         GemmKernel(0, 4, 4)
+    big = GemmKernel(
+        8, 4096, 1024, trans_b=True, schedule=GemmSchedule(mr=8, nr=32, kc=1024, mc=8, nc=4096)
+    )
+    with pytest.raises(ValueError, match="stack buffer"):
+        big.emit(ir.Module(), "g", b_packed=False)
     with pytest.raises(ValueError, match="expected \\(4, 5\\)"):
         GemmKernel(3, 5, 4).pack_b(np.zeros((5, 4), np.float32))
 
