@@ -1,0 +1,73 @@
+"""The code generator's target comes from the canonical target string, never the host by
+accident: the vector width follows the features, other architectures get their own
+objects, and unknown CPUs/features are bad input (exit 2) naming the string."""
+
+from __future__ import annotations
+
+import pytest
+from onnx import helper
+
+from guard.compiler import import_onnx, optimize
+from guard.compiler.codegen.build import generate
+from guard.compiler.codegen.target import CodegenTarget, codegen_target, host_target, runnable_here
+from guard.compiler.plan import plan
+from guard.compiler.weights import pack_weights
+from guard.errors import UsageError
+
+from .test_emitters import model, rnd
+
+
+def _compiled():
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Flatten", ["r"], ["f"]),
+        helper.make_node("Gemm", ["f", "g"], ["y"], transB=1),
+    ]
+    m = model(nodes, [("x", [1, 16, 6, 6])], ["y"], [("w", rnd(16, 16, 3, 3)), ("g", rnd(10, 576))])
+    g, _ = optimize(import_onnx(m, {}), "O2")
+    return plan(g)
+
+
+def _gen(target: str):
+    c = _compiled()
+    _, layout = pack_weights({k: v.data for k, v in c.graph.constants.items()})
+    return generate(c, layout, codegen_target(target))
+
+
+@pytest.mark.parametrize(
+    "target,width",
+    [
+        ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512 -mattr=+avx512f,+avx2,+fma", 16),
+        ("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell -mattr=+avx2,+fma", 8),
+        ("llvm -mtriple=aarch64-linux-gnu -mattr=+neon", 4),
+    ],
+)
+def test_vector_width_follows_the_target(target, width):
+    code = _gen(target)
+    assert code.target.vector_width == width
+    text = code.generated.ir_text
+    assert f"<{width} x float>" in text  # FileCheck-style: the kernels are vectorised
+    assert f"llvm.fma.v{width}f32" in text  # the explicit vector FMA, at the target's width
+    obj = code.generated.object_code
+    assert obj[:4] == b"\x7fELF"
+    machine = int.from_bytes(obj[18:20], "little")
+    assert machine == (
+        183 if target.startswith("llvm -mtriple=aarch64") else 62
+    )  # EM_AARCH64/X86_64
+
+
+def test_an_object_for_another_arch_is_not_runnable_here_and_says_both():
+    other = "aarch64-linux-gnu" if host_target().arch == "x86_64" else "x86_64-linux-gnu"
+    why = runnable_here(CodegenTarget(other, "generic", ()))
+    assert why and other in why and host_target().triple in why
+    assert runnable_here(host_target()) is None
+
+
+@pytest.mark.parametrize(
+    "bad,named", [("llvm -mcpu=bogus", "bogus"), ("llvm -mattr=+nosuchfeature", "nosuchfeature")]
+)
+def test_unknown_cpu_or_feature_is_bad_input_naming_it(bad, named):
+    with pytest.raises(UsageError, match=named) as exc:
+        codegen_target(bad)
+    assert exc.value.exit_code == 2
