@@ -199,3 +199,66 @@ def test_pushes_to_main_log_the_baseline():
     smoke = next(s for s in _steps(wf) if s.get("run", "").startswith("guard run "))
     assert "--no-track" not in smoke["run"]
     assert "MLFLOW_TRACKING_URI" in wf["jobs"]["guard"]["env"]
+
+
+SHARDED_YML = WORKFLOWS / "guard-sharded.yml"
+
+
+def _guard_args(line: str, env: dict[str, str]) -> list[str]:
+    """A workflow's guard command line as argv, its "$VAR"s filled from ``env``."""
+    import shlex
+
+    words = shlex.split(line.replace("\\\n", " "))
+    assert words[0] == "guard", line
+    filled = []
+    for w in words[1:]:
+        for k in sorted(env, key=len, reverse=True):  # $SHARDS before $SHARD
+            w = w.replace(f"${k}", env[k])
+        filled.append(w)
+    return filled
+
+
+def test_sharded_workflow_fans_out_per_arch_and_merges():
+    """Four shards per architecture, one shared invocation id each, then a merge job per
+    architecture that writes the summary and whose exit code is the run's."""
+    from guard.cli import build_parser
+
+    wf = _load(SHARDED_YML)
+    shard, merge = wf["jobs"]["shard"], wf["jobs"]["merge"]
+    matrix = shard["strategy"]["matrix"]
+    assert matrix["arch"] == ["x86_64", "aarch64"]
+    assert matrix["shard"] == list(range(1, int(wf["env"]["SHARDS"]) + 1))
+    assert {(i["arch"], i["runner"]) for i in matrix["include"]} == {
+        ("x86_64", "ubuntu-24.04"), ("aarch64", "ubuntu-24.04-arm")}
+    assert shard["strategy"]["fail-fast"] is False
+    inv = shard["env"]["GUARD_INVOCATION_ID"]
+    assert all(x in inv for x in ("github.run_id", "github.run_attempt", "matrix.arch"))
+    assert "matrix.shard" not in inv  # one id for all shards of an arch
+
+    run = next(s["run"] for s in _steps(wf, "shard") if "guard run" in s.get("run", ""))
+    assert "${{" not in run  # matrix values reach the shell through env
+    line = next(x for x in run.splitlines() if x.strip().startswith("guard run"))
+    env = {"SUITE": wf["env"]["SUITE"], "SHARD": "3", "SHARDS": wf["env"]["SHARDS"]}
+    args = build_parser().parse_args(_guard_args(line.strip(), env))
+    assert args.shard == "3/4" and args.json == "shard-3.json" and not args.no_track
+    upload = next(s for s in _steps(wf, "shard") if "upload-artifact" in s.get("uses", ""))
+    assert upload["if"] == "always()"
+    assert upload["with"]["name"] == "guard-shard-${{ matrix.arch }}-${{ matrix.shard }}"
+
+    assert merge["needs"] == "shard" and "!cancelled()" in merge["if"]
+    assert merge["strategy"]["matrix"]["arch"] == ["x86_64", "aarch64"]
+    download = next(s for s in _steps(wf, "merge") if "download-artifact" in s.get("uses", ""))
+    assert download["with"]["pattern"] == "guard-shard-${{ matrix.arch }}-*"
+    assert download["with"]["merge-multiple"] is True
+    mrun = next(s["run"] for s in _steps(wf, "merge") if "guard merge" in s.get("run", ""))
+    margs = build_parser().parse_args(_guard_args(mrun.strip(), {}))
+    assert margs.func.__name__ == "cmd_merge" and margs.files == ["shards/shard-*.json"]
+    assert (margs.json, margs.junit, margs.markdown) == ("results.json", "junit.xml",
+                                                         "summary.md")
+    steps = _steps(wf, "merge")
+    summary = next(s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
+    assert summary["if"] == "always()" and "summary.md" in summary["run"]
+    for job in ("shard", "merge"):
+        for s in _steps(wf, job):
+            if "uses" in s:
+                assert SHA_PIN.match(s["uses"].split(" ")[0]), s["uses"]
