@@ -48,12 +48,13 @@ def register(subparsers: Any) -> None:
     r = subparsers.add_parser(
         "reduce",
         help="shrink a model to the smallest connected subgraph that still fails",
-        description="guard reduce MODEL --suite S --model M (--accuracy | --latency BASE.yaml | "
+        description="guard reduce MODEL --suite S --model M (--accuracy | --latency BASE | "
         "--partitions). Delta debugging over connected subgraphs: a cut's inputs become model "
         "inputs fed from the full model's recorded intermediate tensors. --accuracy keeps "
         "subgraphs whose outputs on the suite's backend still fail the model's tolerance "
         "against the golden-producing reference; --latency keeps those whose interleaved "
-        "head/base ratio (BASE.yaml: the suite built the base's way) still regresses; "
+        "head/base ratio still regresses (BASE: a suite variant built the base's way, or "
+        "another backend); "
         "--partitions keeps those that still split on the same declined op. Writes a bundle "
         "(reduced .onnx, inputs.npz, a one-model suite with its golden, README.md). Exit 0 "
         "with a bundle; 1 when the full model does not show the problem (nothing written).",
@@ -79,9 +80,9 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--accuracy", action="store_true", help="keep outputs outside tolerance")
     mode.add_argument(
         "--latency",
-        type=Path,
-        metavar="BASE.yaml",
-        help="keep a regressed interleaved ratio against this suite variant",
+        metavar="BASE",
+        help="keep a regressed interleaved head/base ratio; BASE is a suite variant file "
+        "(the same backend built another way) or a backend name (the backend pair)",
     )
     mode.add_argument(
         "--partitions", action="store_true", help="keep a split caused by the same declined op"

@@ -95,6 +95,7 @@ def write_bundle(
     backend: str,
     summary: dict[str, Any],
     readme: str,
+    base_backend: str | None = None,
 ) -> Path:
     """Write the bundle atomically; returns OUT."""
     from guard.fsutil import file_sha256
@@ -119,7 +120,7 @@ def write_bundle(
         e = _entry_yaml(entry, feeds, tmp, checks, backend)
         (tmp / "suite.yaml").write_text(suite_yaml(suite_name, e))
         if base_entry is not None:
-            b = _entry_yaml(base_entry, feeds, tmp, {}, backend)
+            b = _entry_yaml(base_entry, feeds, tmp, {}, base_backend or backend)
             (tmp / "base.yaml").write_text(suite_yaml(suite_name, b))
         names = [o.name for o in model.graph.output]
         GoldenStore(tmp / "goldens" / suite_name).save(

@@ -78,6 +78,35 @@ def _backend_name(entry: ModelEntry, wanted: str | None) -> str:
     )
 
 
+def _latency_base(spec: Path | str | None, entry: ModelEntry, bname: str) -> tuple[ModelEntry, str]:
+    """The base of a latency reduction: a suite variant file (the same backend built
+    another way) or another backend's name (the backend pair: head on ``bname``)."""
+    from guard.backends import REGISTRY
+
+    if spec is None:
+        raise UsageError("--latency needs the base: a suite variant file or a backend name")
+    if Path(spec).is_file():
+        _, base_entry = _entry(Path(spec), entry.name)
+        if bname not in base_entry.backends:
+            raise UsageError(
+                f"the base variant runs {entry.name} on {', '.join(base_entry.backends)}, "
+                f"not {bname}",
+                where=str(spec),
+            )
+        return base_entry, bname
+    if str(spec) in REGISTRY:
+        if str(spec) == bname:
+            raise UsageError(
+                f"--latency {spec}: the head runs on {bname} too",
+                hint="Give another backend, or a suite variant file.",
+            )
+        return entry, str(spec)
+    raise UsageError(
+        f"--latency {spec}: neither a suite file nor a backend name",
+        hint=f"Backends: {', '.join(sorted(REGISTRY))}.",
+    )
+
+
 def _full_model(
     suite: Suite, entry: ModelEntry, model_file: str | None
 ) -> tuple[Path, dict[str, np.ndarray]]:
@@ -122,7 +151,7 @@ def reduce_model(
     mode: str,
     model_file: str | None = None,
     backend_name: str | None = None,
-    base_suite: Path | None = None,
+    latency_base: Path | str | None = None,
     out: Path | None = None,
     regress_pct: float | None = None,
     budget_s: float = 4.0,
@@ -141,16 +170,9 @@ def reduce_model(
         raise UsageError(f"unknown reduce mode {mode!r}")
     suite, entry = _entry(Path(suite_path), model)
     bname = _backend_name(entry, backend_name)
-    base_entry = None
+    base_entry, base_bname = None, bname
     if mode == "latency":
-        if base_suite is None:
-            raise UsageError("--latency needs the base variant's suite file")
-        _, base_entry = _entry(Path(base_suite), model)
-        if bname not in base_entry.backends:
-            raise UsageError(
-                f"the base variant runs {model} on {', '.join(base_entry.backends)}, not {bname}",
-                where=str(base_suite),
-            )
+        base_entry, base_bname = _latency_base(latency_base, entry, bname)
     out = Path(out or f"reduce-{entry.name}-{bname}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(
@@ -181,7 +203,11 @@ def reduce_model(
                 )
             )
             oracle = LatencyOracle(
-                head, Builder(base_entry, bname, work / "base", base_backend), pct, budget_s, clock
+                head,
+                Builder(base_entry, base_bname, work / "base", base_backend),
+                pct,
+                budget_s,
+                clock,
             )
         say(f"recording {len(full.graph.node)} node(s)' tensors with the reference")
         values = record_intermediates(full, feeds)
@@ -234,10 +260,13 @@ def reduce_model(
             final,
             time.monotonic() - t0,
             path,
-            base_suite,
+            latency_base,
             len(seen),
         )
-        bundle = _bundle(out, final, expected, producer, entry, base_entry, bname, doc, readme(doc))
+        doc["base_backend"] = base_bname if mode == "latency" else None
+        bundle = _bundle(
+            out, final, expected, producer, entry, base_entry, bname, doc, readme(doc), base_bname
+        )
     doc["bundle"] = str(bundle)
     return doc
 
@@ -252,6 +281,7 @@ def _bundle(
     bname: str,
     summary: dict[str, Any],
     readme: str,
+    base_bname: str,
 ) -> Path:
     from guard.reduce.bundle import write_bundle
 
@@ -266,6 +296,7 @@ def _bundle(
         backend=bname,
         summary=summary,
         readme=readme,
+        base_backend=base_bname,
     )
 
 
@@ -284,7 +315,7 @@ def reduce_command(args: Any) -> int:
         mode=mode,
         model_file=args.model_file,
         backend_name=args.backend,
-        base_suite=args.latency,
+        latency_base=args.latency,
         out=args.out,
         regress_pct=args.regress_pct,
         budget_s=args.budget_s,

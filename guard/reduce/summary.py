@@ -58,7 +58,7 @@ def summary(
     final: Any,
     seconds: float,
     path: Path,
-    base_suite: Path | None,
+    latency_base: Path | str | None,
     cuts: int,
 ) -> dict[str, Any]:
     checks: dict[str, Any] = {}
@@ -77,7 +77,7 @@ def summary(
         "backend": bname,
         "mode": mode,
         "source": str(path),
-        "base_suite": str(base_suite) if base_suite else None,
+        "latency_base": str(latency_base) if latency_base else None,
         "nodes_before": len(g.node),
         "compute_nodes_before": len(mg.compute),
         "nodes_after": len(final.nodes),
@@ -102,7 +102,15 @@ def summary(
 def readme(s: dict[str, Any]) -> str:
     kept = "\n".join(f"- `{k['node'] or '(unnamed)'}` ({k['op']})" for k in s["kept"])
     ins = "\n".join(f"- `{k}`: {v['dtype']} {v['shape']}" for k, v in s["inputs"].items())
-    if s["mode"] == "latency":
+    if s["mode"] == "latency" and s.get("base_backend") not in (None, s["backend"]):
+        repro = (
+            "```\nguard run base.yaml --no-track --json base.json   # "
+            f"{s['base_backend']}\nguard run suite.yaml --no-track --json head.json  # "
+            f"{s['backend']}\n```\n\nexpected: head's p50 over base's above the threshold. "
+            "Two processes are noisier than the interleaved ratio above (measured in one "
+            "process, pairs alternating); on a shared machine run each twice."
+        )
+    elif s["mode"] == "latency":
         repro = (
             "```\nguard ab suite.yaml --base base.yaml\n```\n\nexpected: the row is "
             "`regressed` (head/base ratio above the threshold)."
@@ -123,7 +131,9 @@ def readme(s: dict[str, Any]) -> str:
         if s["one_minimal"]
         else f"stopped after {s['tests']} tests (not 1-minimal)"
     )
-    return f"""# guard reduce: {s["model"]} [{s["backend"]}], {s["mode"]}
+    pair = s.get("base_backend") not in (None, s["backend"])
+    against = f" against {s['base_backend']}" if pair else ""
+    return f"""# guard reduce: {s["model"]} [{s["backend"]}{against}], {s["mode"]}
 
 {s["nodes_before"]} nodes ({s["compute_nodes_before"]} compute) reduced to **{s["nodes_after"]}**
 in {s["tests"]} tests, {s["seconds"]} s; {minimal}.

@@ -186,8 +186,13 @@ def test_bad_input_is_one_line_exit_2(
         )
         == 2
     )
+    # --latency takes a suite variant file or another backend's name, nothing else.
+    assert main(["reduce", "--suite", str(suite), "--model", "net", "--latency", "bundled"]) == 2
+    assert main(["reduce", "--suite", str(suite), "--model", "net", "--latency", "tpu"]) == 2
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("guard: error")]
-    assert len(lines) == 3
+    assert len(lines) == 5
+    assert "the head runs on bundled too" in lines[3]
+    assert "neither a suite file nor a backend name" in lines[4]
 
 
 # -- partitions: an op the native backend declines (the done-when path) -----------------------
@@ -255,6 +260,19 @@ class _SlowBundled(BundledBackend):
         return _Session(Path(artefact_dir), {"native": execute})
 
 
+def test_the_latency_base_is_a_suite_variant_or_another_backend(tmp_path: Path) -> None:
+    from guard.reduce.reduce import _latency_base
+
+    suite = write_suite(tmp_path / "s", fifty_node_model())
+    entry = load_suite(suite).models[0]
+    assert _latency_base("onnxruntime", entry, "bundled") == (entry, "onnxruntime")
+    variant = write_suite(
+        tmp_path / "v", fifty_node_model(), options={"bundled": {"pipeline": "O1"}}
+    )
+    base_entry, name = _latency_base(variant, entry, "bundled")
+    assert name == "bundled" and base_entry.options == {"bundled": {"pipeline": "O1"}}
+
+
 @pytest.mark.slow
 def test_latency_reduce_keeps_the_slow_node(tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "s", fifty_node_model())
@@ -262,7 +280,7 @@ def test_latency_reduce_keeps_the_slow_node(tmp_path: Path) -> None:
         suite,
         "net",
         mode="latency",
-        base_suite=suite,
+        latency_base=suite,
         backend=_SlowBundled("Softmax", 0.003),
         base_backend=_SlowBundled("Softmax", 0.0),
         out=tmp_path / "bundle",
