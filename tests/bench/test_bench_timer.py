@@ -6,7 +6,8 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
-from guard.bench import CpuTimes, MeasureConfig, Timings, measure, summarize
+from guard.bench import CpuTimes, MeasureConfig, Timings, measure, measure_rounds, summarize
+from guard.bench.timer import round_noise_pct
 from guard.errors import UsageError
 
 
@@ -199,3 +200,66 @@ def test_non_mapping_is_rejected() -> None:
 def test_direct_construction_is_validated_too() -> None:
     with pytest.raises(UsageError, match="measure.min_iters"):
         MeasureConfig(min_iters=0)
+
+
+# -- rounds ------------------------------------------------------------------------------
+
+
+def test_rounds_split_the_loop_targets_and_load_a_session_each() -> None:
+    clock = FakeClock()
+    loads: list[int] = []
+    work = Workload(clock, [0.125])
+
+    def load(i: int) -> Workload:
+        loads.append(i)
+        return work
+
+    cfg = MeasureConfig(warmup_s=0.5, min_iters=10, min_time_s=2.0, max_time_s=8.0, rounds=4)
+    rt = measure_rounds(load, cfg, clock, cpu_times=lambda: None)
+    assert loads == [0, 1, 2, 3]  # one fresh callable per round
+    per = cfg.per_round()
+    assert (per.warmup_s, per.min_iters, per.min_time_s, per.max_time_s) == (0.125, 3, 0.5, 2.0)
+    # each round: 1 warm-up call (0.125 s), then 4 timed calls reach 0.5 s (and >= 3 iters)
+    assert [len(t.samples_s) for t in rt.rounds] == [4, 4, 4, 4]
+    assert rt.warmup_iters == 4 and rt.samples_s == [0.125] * 16
+    assert rt.noise_pct() == 0.0 and not rt.truncated
+    d = rt.rounds_dict()
+    assert [r["p50"] for r in d] == [125.0] * 4 and d[0]["samples_ms"] == [125.0] * 4
+
+
+def test_round_noise_is_the_spread_of_round_medians() -> None:
+    import math
+
+    assert round_noise_pct([1.0]) is None
+    assert round_noise_pct([1.0, math.e ** 0.02]) == pytest.approx(100 * 0.02 / math.sqrt(2))
+    clock = FakeClock()
+    costs = {0: 0.25, 1: 0.5}  # the second session is twice as slow: that is round noise
+    rt = measure_rounds(lambda i: Workload(clock, [costs[i]]),
+                        MeasureConfig(warmup_s=0.0, min_iters=2, min_time_s=0.0, rounds=2),
+                        clock, cpu_times=lambda: None)
+    assert rt.noise_pct() == pytest.approx(100 * math.log(2) / math.sqrt(2))
+
+
+def test_rounds_report_worst_contention_and_cpu_share() -> None:
+    # per round: before, after. Round 1 got its core; round 2 only half of it.
+    readings = iter([
+        CpuTimes(10.0, 100.0, 1.0, wall_s=1.0), CpuTimes(11.0, 102.0, 2.0, wall_s=2.0),
+        CpuTimes(20.0, 200.0, 3.0, wall_s=10.0), CpuTimes(22.0, 202.0, 3.5, wall_s=11.0),
+    ])
+    clock = FakeClock()
+    rt = measure_rounds(lambda i: Workload(clock, [0.25]),
+                        MeasureConfig(warmup_s=0.0, min_iters=2, min_time_s=0.0, rounds=2),
+                        clock, cpu_times=lambda: next(readings))
+    assert [t.cpu_share for t in rt.rounds] == [pytest.approx(1.0), pytest.approx(0.5)]
+    assert rt.cpu_share == pytest.approx(0.5)
+    assert rt.contention == pytest.approx(1.0)  # round 2: 1.5 s of others' in 1.5 s spare
+    assert any("round 2/2: this process got 50% of a core" in w for w in rt.warnings)
+
+
+def test_rounds_key_is_validated() -> None:
+    with pytest.raises(UsageError, match="rounds"):
+        MeasureConfig.from_dict({"rounds": 0}, where="suite.yaml: defaults.measure")
+    with pytest.raises(UsageError, match="rounds"):
+        MeasureConfig.from_dict({"rounds": 2.5}, where="suite.yaml: defaults.measure")
+    assert MeasureConfig.from_dict({"rounds": 3}, where="m").rounds == 3
+    assert MeasureConfig().rounds == 5

@@ -244,3 +244,68 @@ def test_mde_is_calibrated_a_slowdown_of_the_mde_is_flagged_about_80_percent():
         R.compare_paired(*paired(rng, 300, factor), cfg).verdict == R.REGRESSED for _ in range(100)
     )
     assert 65 <= hits <= 95
+
+
+# -- rounds (two processes) ----------------------------------------------------------------
+
+
+def rounds_side(rng, n_rounds=5, factor=1.0, round_sigma=0.01, offset_sigma=0.0):
+    """Round medians of one process: a per-process offset plus per-round wander."""
+    offset = rng.normal(0.0, offset_sigma)
+    return list(10.0 * factor * np.exp(offset + rng.normal(0.0, round_sigma, n_rounds)))
+
+
+def test_rounds_aa_false_regressions_stay_under_alpha():
+    rng = np.random.default_rng(40)
+    verdicts = [R.compare_rounds(rounds_side(rng), rounds_side(rng)).verdict
+                for _ in range(400)]
+    assert verdicts.count(R.REGRESSED) / len(verdicts) <= 0.01
+    assert verdicts.count(R.PASS) / len(verdicts) >= 0.9
+
+
+def test_rounds_ten_percent_is_regressed_and_five_percent_mostly():
+    rng = np.random.default_rng(41)
+    ten = [R.compare_rounds(rounds_side(rng), rounds_side(rng, factor=1.10)).verdict
+           for _ in range(200)]
+    five = [R.compare_rounds(rounds_side(rng), rounds_side(rng, factor=1.05)).verdict
+            for _ in range(200)]
+    assert ten.count(R.REGRESSED) / 200 >= 0.95
+    assert five.count(R.REGRESSED) / 200 >= 0.8
+
+
+def test_calibrated_noise_floors_the_round_variance():
+    """Rounds that agree by chance (or a process whose rounds share one offset) do not
+    make a small difference significant when calibration says loads differ by 8%."""
+    b, h = [10.0, 10.01, 9.99, 10.0, 10.02], [10.5, 10.49, 10.52, 10.5, 10.51]
+    assert R.compare_rounds(b, h).verdict == R.REGRESSED  # +5%: tight rounds, 3% threshold
+    c = R.compare_rounds(b, h, R.RegressConfig(noise_pct=8.0))
+    assert c.verdict != R.REGRESSED and c.threshold_pct == 8.0
+    assert c.mde_pct > 8.0
+
+
+def test_too_few_rounds_is_inconclusive_and_says_which_key():
+    c = R.compare_rounds([10.0, 10.1], [11.0, 11.2, 11.1])
+    assert c.verdict == R.INCONCLUSIVE and "too few rounds" in c.reason
+    assert "defaults.measure.rounds" in c.reason
+
+
+def test_measuring_conditions_bound_the_verdict():
+    rng = np.random.default_rng(42)
+    b, h = rounds_side(rng), rounds_side(rng, factor=1.10)
+    quiet = R.compare_rounds(b, h, contention=([0.0] * 5, [0.05] * 5))
+    assert quiet.verdict == R.REGRESSED  # 1.4% of possible bias: the +10% still stands
+    busy = R.compare_rounds(b, h, contention=([0.0] * 5, [1.0] * 5))
+    assert busy.verdict == R.INCONCLUSIVE and "contention differs" in busy.reason
+    pre = R.compare_rounds(b, h, cpu_share=(1.0, 0.5))
+    assert pre.verdict == R.INCONCLUSIVE and "head was preempted" in pre.reason
+    # an A/A pass that the bias could hide a regression behind is not a pass either
+    aa = R.compare_rounds(b, b, contention=([0.0] * 5, [1.0] * 5))
+    assert aa.verdict == R.INCONCLUSIVE and "would be pass" in aa.reason
+    assert "could detect a slowdown of" in aa.reason
+
+
+def test_rounds_need_finite_positive_medians():
+    with pytest.raises(UsageError):
+        R.compare_rounds([1.0, float("nan"), 1.0], [1.0, 1.0, 1.0])
+    with pytest.raises(UsageError):
+        R.compare_rounds([1.0, 0.0, 1.0], [1.0, 1.0, 1.0])
