@@ -191,17 +191,17 @@ class _DirectConv:
         # Column tiles: border tiles at compile-time positions (each tap of each column is
         # known to be inside or outside the input, so no run-time checks), interior tiles
         # (every tap inside) in a loop.
-        left = min(g.OW, max(g.ow_lo, 0))
-        right = max(left, min(g.OW, g.ow_hi))
+        # Border tiles are T wide too (they reach into the interior): a 1-column tile would
+        # be one FMA chain, latency-bound at a quarter of the FMA throughput.
+        left = min(g.OW, -(-g.ow_lo // T) * T) if g.ow_lo > 0 else 0
+        right = max(left, g.OW - -(-(g.OW - g.ow_hi) // T) * T) if g.ow_hi < g.OW else g.OW
         fixed: list[tuple[int, int]] = []  # (first column, width)
-        if left:
-            fixed += [(c, min(T, left - c)) for c in range(0, left, T)]
+        fixed += [(c, min(T, left - c)) for c in range(0, left, T)]
         inner = right - left
         full = inner // T * T
         if inner - full:
             fixed.append((left + full, inner - full))
-        if right < g.OW:
-            fixed += [(c, min(T, g.OW - c)) for c in range(right, g.OW, T)]
+        fixed += [(c, min(T, g.OW - c)) for c in range(right, g.OW, T)]
         with loop(b, 0, g.N, 1, "n") as n, loop(b, 0, g.KV, 1, "kv") as kv, loop(b, 0, g.OH, 1, "oh") as oh:
             if full:
                 with loop(b, left, left + full, T, "owt") as ow:
