@@ -236,6 +236,7 @@ class ConvKernel:
     group: int = 1
     vector_width: int = 16
     schedule: ConvSchedule | None = None
+    residual: bool = False
     _sched: ConvSchedule = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -332,16 +333,20 @@ class ConvKernel:
     ) -> ir.Function:
         """``void name(const float* x, const float* packed_w, const float* bias, float* y)``,
         x ``[N, C, H, W]`` and y ``[N, K, OH, OW]`` row-major, ``bias`` of length K or null
-        (then a module-level zero vector stands in: one add per output vector)."""
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [F32P] * 4), name)
-        for arg, nm in zip(fn.args, ("x", "w", "bias", "y"), strict=True):
+        (then a module-level zero vector stands in: one add per output vector). With
+        ``residual`` a fifth argument ``const float* r`` laid out like y is added after the
+        bias and before the epilogue (FusedConv's Add of a skip connection)."""
+        nargs = 5 if self.residual else 4
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [F32P] * nargs), name)
+        for arg, nm in zip(fn.args, ("x", "w", "bias", "y", "r"), strict=False):
             arg.name = nm
         fn.args[3].add_attribute("noalias")
         # Loop control and calls only: unrolling them buys nothing and costs compile time
         # and object size (measured: 5x smaller object for resnet50's convolutions).
         fn.attributes.add("optsize")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        x, w, bias, y = fn.args
+        x, w, bias, y = fn.args[:4]
+        res = fn.args[4] if self.residual else None
         zeros = ir.GlobalVariable(module, ir.ArrayType(F32, self.K), f"{name}.zero_bias")
         zeros.linkage = "internal"
         zeros.global_constant = True
@@ -349,9 +354,13 @@ class ConvKernel:
         zero_ptr = b.bitcast(zeros, F32P)
         bias = b.select(b.icmp_unsigned("==", bias, ir.Constant(F32P, None)), zero_ptr, bias)
         if self.depthwise:
-            _DepthwiseEmitter(self, b, epilogue).emit(x, w, bias, y)
+            dw = _DepthwiseEmitter(self, b, epilogue)
+            dw.res = res
+            dw.emit(x, w, bias, y)
         else:
-            _ConvGemmEmitter(self, b, epilogue, epilogue_key).emit(x, w, bias, y)
+            em = _ConvGemmEmitter(self, b, epilogue, epilogue_key)
+            em.res = res
+            em.emit(x, w, bias, y)
         b.ret_void()
         return fn
 
@@ -369,6 +378,8 @@ class _ConvGemmEmitter:
         self.k, self.s, self.b = k, k.sched, b
         self.W = k.vector_width
         self.epilogue, self.epilogue_key = epilogue, epilogue_key
+        self.res: ir.Value | None = None  # the residual argument, laid out like y
+        self.res_g: ir.Value | None = None  # ... at the current (image, group)
         self.P = k.OH * k.OW
         self.RS = k.R * k.S
         self.cg, self.kg = k.C // k.group, k.K // k.group
@@ -418,6 +429,8 @@ class _ConvGemmEmitter:
             g = b.urem(ng, ir.Constant(I64, k.group)) if k.group > 1 else ir.Constant(I64, 0)
             xg = fptr(b, x, imul(b, ng, self.cg * hw))
             yg = fptr(b, y, imul(b, ng, self.kg * self.P))
+            if self.res is not None:
+                self.res_g = fptr(b, self.res, imul(b, ng, self.kg * self.P))
             wg = fptr(b, w, imul(b, g, k._group_panel_floats()))
             bg = fptr(b, bias, imul(b, g, self.kg))
             self._gemm(xg, wg, bg, yg, scratch)
@@ -503,7 +516,11 @@ class _ConvGemmEmitter:
                 s.unroll,
                 mask_b=scratch is None,  # scratch rows are padded to whole vectors
                 epilogue_key=self.epilogue_key,
+                residual=self.res_g is not None,
             )
+            pres = ir.Constant(F32P, None)
+            if self.res_g is not None:
+                pres = fptr(b, self.res_g, iadd(b, imul(b, m0, self.P), p))
             b.call(
                 ukr,
                 [
@@ -518,6 +535,7 @@ class _ConvGemmEmitter:
                     ir.Constant(I64, self.P),
                     flags,
                     ir.Constant(I32, width - (nvec - 1) * W),
+                    pres,
                 ],
             )
 
@@ -562,7 +580,7 @@ class _ConvGemmEmitter:
                 width - (nvec - 1) * W,
                 W,
                 "row",
-                self.epilogue,
+                self.epilogue if self.res_g is None else None,  # else after the residual
                 s.unroll,
                 mask_b=False,
                 epilogue_key=self.epilogue_key,
@@ -581,6 +599,7 @@ class _ConvGemmEmitter:
                     ir.Constant(I64, self.kg),
                     flags,
                     ir.Constant(I32, width - (nvec - 1) * W),
+                    ir.Constant(F32P, None),
                 ],
             )
 
@@ -600,17 +619,29 @@ class _ConvGemmEmitter:
             )
 
     def _transpose_out(self, y, p0: ir.Value, psize: int) -> None:
-        """``y[k, p0 + p] = ct[p][k]``: one gather of W positions per output vector."""
+        """``y[k, p0 + p] = ct[p][k]``: one gather of W positions per output vector (with a
+        residual: plus it, then the epilogue, which the micro-kernel left out)."""
         b, W, kg = self.b, self.W, self.kg
         ct = self.ct
 
         def channel(kk: ir.Value) -> None:
             src = fptr(b, ct, kk)
-            dst = fptr(b, y, iadd(b, imul(b, kk, self.P), p0))
+            off = iadd(b, imul(b, kk, self.P), p0)
+            dst = fptr(b, y, off)
             for j in range(0, psize, W):
                 lanes = min(W, psize - j)
                 idx = ir.Constant(ir.VectorType(I32, W), [(j + lane) * kg for lane in range(W)])
                 v = masked_gather(b, src, idx, lane_mask(W, lanes))
+                if self.res_g is not None:
+                    rp = fptr(b, self.res_g, iadd(b, off, ir.Constant(I64, j)))
+                    r = (
+                        vload(b, rp, W)
+                        if lanes == W
+                        else masked_load(b, rp, W, lane_mask(W, lanes))
+                    )
+                    v = b.fadd(v, r)
+                    if self.epilogue is not None:
+                        v = self.epilogue(b, v)
                 _store_lanes(b, v, fptr(b, dst, j), lanes)
 
         for_loop(b, 0, kg, 1, channel)
@@ -754,6 +785,8 @@ class _DepthwiseEmitter:
         self.k, self.b, self.W = k, b, k.vector_width
         self.epilogue = epilogue
         self.block = k.sched.ow_block
+        self.res: ir.Value | None = None  # the residual argument, laid out like y
+        self.res_c: ir.Value | None = None
 
     def emit(self, x, w, bias, y) -> None:
         k, b, W = self.k, self.b, self.W
@@ -769,6 +802,8 @@ class _DepthwiseEmitter:
             c = b.urem(nc, ir.Constant(I64, k.C)) if k.N > 1 else nc
             xc = fptr(b, x, imul(b, nc, hw))
             yc = fptr(b, y, imul(b, nc, P))
+            if self.res is not None:
+                self.res_c = fptr(b, self.res, imul(b, nc, P))
             wc = fptr(b, w, imul(b, c, k.R * k.S))
             taps = [
                 [splat(b, b.load(fptr(b, wc, r * k.S + s), typ=F32), W) for s in range(k.S)]
@@ -813,6 +848,14 @@ class _DepthwiseEmitter:
                         continue
                     v = _row_load(b, k.W, xrows[r], col0, sw, valid)
                     acc = fma(b, taps[r][s], v, acc)
+            if self.res_c is not None:
+                rp = fptr(b, self.res_c, iadd(b, imul(b, oh, k.OW), ir.Constant(I64, ow0)))
+                r = (
+                    vload(b, rp, W)
+                    if out_lanes == W
+                    else masked_load(b, rp, W, lane_mask(W, out_lanes))
+                )
+                acc = b.fadd(acc, r)
             if self.epilogue is not None:
                 acc = self.epilogue(b, acc)
             dst = fptr(b, yrow, ow0)

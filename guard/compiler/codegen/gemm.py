@@ -205,6 +205,7 @@ class GemmKernel:
     stride_a: int | None = None
     stride_b: int | None = None
     stride_c: int | None = None
+    residual: bool = False
     _sched: GemmSchedule = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -272,20 +273,24 @@ class GemmKernel:
 
         ``B`` is :meth:`pack_b`'s output when ``b_packed``, else op(B) as stored at run time
         (row-major ``[K,N]``, or ``[N,K]`` with ``trans_b``, repacked on the fly into a
-        stack buffer). ``bias`` may be null when ``bias == "none"``. Micro-kernels are
+        stack buffer). ``bias`` may be null when ``bias == "none"``. With ``residual`` the
+        function takes a fifth argument, ``const float* R`` laid out like C (advancing by
+        ``stride_c`` per batch), added after the bias and before the epilogue: a fused
+        ``Add`` of another tensor (a residual connection). Micro-kernels are
         shared within the module; ``epilogue_key`` (e.g. the fused op chain as a tuple)
         lets kernels whose epilogues are equal but built by distinct callables share them.
         """
-        fnty = ir.FunctionType(ir.VoidType(), [F32P, F32P, F32P, F32P])
+        fnty = ir.FunctionType(ir.VoidType(), [F32P] * (5 if self.residual else 4))
         fn = ir.Function(module, fnty, name)
-        for arg, nm in zip(fn.args, ("A", "B", "bias", "C"), strict=True):
+        for arg, nm in zip(fn.args, ("A", "B", "bias", "C", "R"), strict=False):
             arg.name = nm
         fn.args[3].add_attribute("noalias")
         # Loop control and calls only (the FMAs live in the micro-kernels): unrolling it
         # buys nothing and costs compile time and object size.
         fn.attributes.add("optsize")
         builder = ir.IRBuilder(fn.append_basic_block("entry"))
-        a, b, bias, c = fn.args
+        a, b, bias, c = fn.args[:4]
+        res = fn.args[4] if self.residual else None
         sa, sb, sc = self._strides()
         packed_stride = self.packed_size() if (b_packed and sb) else sb
 
@@ -293,18 +298,19 @@ class GemmKernel:
             pa = fptr(builder, a, imul(builder, bi, sa))
             pb = fptr(builder, b, imul(builder, bi, packed_stride if b_packed else sb))
             pc = fptr(builder, c, imul(builder, bi, sc))
+            pr = None if res is None else fptr(builder, res, imul(builder, bi, sc))
             if self.sched.use_blas:
-                self._emit_blas(builder, pa, pb, bias, pc, epilogue, b_packed)
+                self._emit_blas(builder, pa, pb, bias, pc, epilogue, b_packed, pr)
             else:
-                _GemmEmitter(self, name, epilogue, b_packed, epilogue_key).emit(
-                    builder, pa, pb, bias, pc
-                )
+                em = _GemmEmitter(self, name, epilogue, b_packed, epilogue_key)
+                em.res = pr
+                em.emit(builder, pa, pb, bias, pc)
 
         for_loop(builder, 0, self.batch, 1, one)
         builder.ret_void()
         return fn
 
-    def _emit_blas(self, builder, a, b, bias, c, epilogue, b_packed) -> None:
+    def _emit_blas(self, builder, a, b, bias, c, epilogue, b_packed, res=None) -> None:
         M, N, K = self.M, self.N, self.K
         i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
         i64 = lambda v: ir.Constant(I64, v)  # noqa: E731
@@ -337,7 +343,7 @@ class GemmKernel:
                 i64(N),
             ],
         )
-        if self.bias == "none" and epilogue is None:
+        if self.bias == "none" and epilogue is None and res is None:
             return
         W = self.vector_width
 
@@ -371,6 +377,14 @@ class GemmKernel:
                     )
                 elif bcol is not None:
                     v = builder.fadd(v, bcol)
+                if res is not None:
+                    rp = fptr(builder, res, iadd(builder, imul(builder, m, N), n))
+                    v = builder.fadd(
+                        v,
+                        masked_load(builder, rp, W, mask)
+                        if mask is not None
+                        else vload(builder, rp, W),
+                    )
                 if epilogue is not None:
                     v = epilogue(builder, v)
                 masked_store(builder, v, p, mask) if mask is not None else vstore(builder, v, p)
@@ -402,6 +416,7 @@ class _GemmEmitter:
         self.stream_b = not b_packed and not kernel.trans_b
         self.repack_b = not b_packed and kernel.trans_b
         self.epilogue_key = epilogue_key
+        self.res: ir.Value | None = None  # this batch element's residual, laid out like C
 
     def emit(self, builder: ir.IRBuilder, a, b, bias, c) -> None:
         k, s = self.k, self.s
@@ -497,7 +512,12 @@ class _GemmEmitter:
                 s.unroll,
                 mask_b=self.stream_b,
                 epilogue_key=self.epilogue_key,
+                residual=self.res is not None,
             )
+            if self.res is None:
+                pres = ir.Constant(F32P, None)
+            else:
+                pres = fptr(builder, self.res, iadd(builder, imul(builder, m0, N), n0))
             lda_row, lda_k = (1, M) if k.trans_a else (K, 1)
             ldb = N if self.stream_b else nr
             flags = {"only": FINISH, "first": 0, "mid": ACCUMULATE, "last": ACCUMULATE | FINISH}[
@@ -517,6 +537,7 @@ class _GemmEmitter:
                     ir.Constant(I64, N),
                     ir.Constant(I32, flags),
                     ir.Constant(I32, width - (nvec - 1) * W),
+                    pres,
                 ],
             )
 

@@ -278,7 +278,7 @@ def _when(
 ACCUMULATE = 1  # flags bit: add the C already stored (k-chunks after the first)
 FINISH = 2  # flags bit: add the bias and run the epilogue (the last k-chunk)
 
-UKR_ARGS = ("a", "b", "c", "bias", "klen", "lda_row", "lda_k", "ldb", "ldc", "flags", "tail")
+UKR_ARGS = ("a", "b", "c", "bias", "klen", "lda_row", "lda_k", "ldb", "ldc", "flags", "tail", "res")
 
 
 def micro_kernel(
@@ -292,18 +292,22 @@ def micro_kernel(
     unroll: int = 4,
     mask_b: bool = False,
     epilogue_key: Hashable | None = None,
+    residual: bool = False,
 ) -> ir.Function:
     """The ``rows x nvec*W`` FMA tile, declared once per module per variant.
 
     ``void ukr(const float* a, const float* b, float* c, const float* bias, i64 klen,
-    i64 lda_row, i64 lda_k, i64 ldb, i64 ldc, i32 flags, i32 tail)``: for k in range(klen),
+    i64 lda_row, i64 lda_k, i64 ldb, i64 ldc, i32 flags, i32 tail, const float* res)``:
+    for k in range(klen),
     ``acc[i][j] += a[i*lda_row + k*lda_k] * b[k*ldb + j*W : +W]``; then, per
     ``flags``, ``acc += C`` (ACCUMULATE), ``+ bias`` and the epilogue (FINISH), and a store
     to ``c[i*ldc + j*W]`` with the last vector masked to ``tail`` lanes (a run-time
     argument, so one variant serves every tail width; ``tail == W`` at compile time
     gives the unmasked variant, which ignores the argument). ``bias`` "row" is
     a vector per column (``bias[j*W]``), "col" a scalar per row (``bias[i]``), "full" a
-    matrix laid out like C (``bias[i*ldc + j*W]``). ``mask_b``
+    matrix laid out like C (``bias[i*ldc + j*W]``). ``residual``: FINISH also adds ``res``,
+    laid out like C (a fused ``Add`` of another tensor, before the epilogue); ``res`` is
+    ignored otherwise. ``mask_b``
     masks the last B vector too (a B read in place whose row ends at ``tail``).
     Variants are shared by key; pass ``epilogue_key`` (hashable) to share the variants of
     equal epilogues built by different callables; without one, the epilogue's own IR
@@ -314,14 +318,14 @@ def micro_kernel(
         ekey = epilogue_key if epilogue_key is not None else epilogue_fingerprint(epilogue, width)
     cache = _ukr_cache(module)
     has_tail = tail < width
-    key = (rows, nvec, has_tail, width, bias, ekey, unroll, mask_b)
+    key = (rows, nvec, has_tail, width, bias, ekey, unroll, mask_b, residual)
     if key in cache:
         return cache[key][0]
     W = width
-    name = f"guard.ukr.{rows}x{nvec}v{W}{'.tail' if has_tail else ''}.{bias}.u{unroll}{'.mb' if mask_b else ''}"
+    name = f"guard.ukr.{rows}x{nvec}v{W}{'.tail' if has_tail else ''}.{bias}.u{unroll}{'.mb' if mask_b else ''}{'.res' if residual else ''}"
     if ekey is not None:
         name += f".e{len([k for k in cache if k[5] is not None])}"
-    args = [F32P, F32P, F32P, F32P, I64, I64, I64, I64, I64, I32, I32]
+    args = [F32P, F32P, F32P, F32P, I64, I64, I64, I64, I64, I32, I32, F32P]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name)
     # keep the epilogue callable alive with its key, so id() cannot be reused meanwhile
     cache[key] = (fn, epilogue)
@@ -334,7 +338,7 @@ def micro_kernel(
     for i in range(4):
         fn.args[i].add_attribute("noalias")
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
-    pa, pb, pc, pbias, klen, lda_row, lda_k, ldb, ldc, flags, tail_lanes = fn.args
+    pa, pb, pc, pbias, klen, lda_row, lda_k, ldb, ldc, flags, tail_lanes, pres = fn.args
     tail_mask = None
     if has_tail:
         lanes = ir.Constant(ir.VectorType(I32, W), list(range(W)))
@@ -427,12 +431,15 @@ def micro_kernel(
                     )
                 elif bcol is not None:
                     v = bld.fadd(v, bcol)
+                if residual:
+                    off = bld.add(bld.mul(ldc, ir.Constant(I64, i)), ir.Constant(I64, j * W))
+                    v = bld.fadd(v, load_masked(fptr(bld, pres, off), j))
                 if epilogue is not None:
                     v = epilogue(bld, v)
                 out.append(v)
         return out
 
-    if bias != "none" or epilogue is not None:
+    if bias != "none" or epilogue is not None or residual:
         acc = _when(
             bld,
             bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(I32, FINISH)), ir.Constant(I32, 0)),

@@ -50,11 +50,13 @@ class Jitted:
     def address(self, name: str) -> int:
         return self.engine.get_function_address(name)
 
-    def fn(self, name: str):
-        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4))
+    def fn(self, name: str, nargs: int = 4):
+        """A callable over ``nargs`` float arrays (None passes a null pointer)."""
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nargs))
         f = proto(self.address(name))
 
         def call(*arrays) -> None:
+            assert len(arrays) == nargs, (name, len(arrays), nargs)
             f(*[None if x is None else x.ctypes.data for x in arrays])
 
         call.raw = f  # type: ignore[attr-defined]

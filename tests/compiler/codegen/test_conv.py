@@ -192,6 +192,54 @@ CASES: dict[str, tuple] = {
         ),
     ),
     "ch_default_7x7": (1, 64, 7, 7, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, dict(bias=False)),
+    # a fused residual Add before the epilogue, in each orientation and the depthwise kernel
+    "res_positions": (
+        2,
+        5,
+        9,
+        11,
+        7,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        1,
+        dict(residual=True, epilogue=True),
+    ),
+    "res_pointwise": (1, 19, 7, 9, 33, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, dict(residual=True)),
+    "res_channels": (
+        2,
+        9,
+        7,
+        7,
+        40,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        1,
+        dict(
+            residual=True,
+            epilogue=True,
+            schedule=CS(oc_block=32, ow_block=5, kc_channels=4, nc=20, mc=64, vectorize="channels"),
+        ),
+    ),
+    "res_dw": (
+        2,
+        4,
+        15,
+        37,
+        4,
+        3,
+        3,
+        (2, 2),
+        (1, 1, 1, 1),
+        (1, 1),
+        4,
+        dict(residual=True, epilogue=True),
+    ),
     # depthwise
     "dw_3x3": (1, 5, 9, 19, 5, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 5, {}),
     "dw_3x3_s2": (2, 4, 15, 37, 4, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 4, dict(epilogue=True)),
@@ -220,7 +268,7 @@ CASES: dict[str, tuple] = {
 
 def _kernel(case: tuple) -> ConvKernel:
     n, c, h, w, k, r, s, st, pd, dl, g, extra = case
-    kw = {key: v for key, v in extra.items() if key in ("schedule", "vector_width")}
+    kw = {key: v for key, v in extra.items() if key in ("schedule", "vector_width", "residual")}
     return ConvKernel(n, c, h, w, k, r, s, strides=st, pads=pd, dilations=dl, group=g, **kw)
 
 
@@ -242,8 +290,14 @@ def test_conv_matches_numpy(jitted: Jitted, name: str) -> None:
     w = f32(rng, k.K, k.C // k.group, k.R, k.S)
     bias = f32(rng, k.K) if extra.get("bias", True) else None
     y = np.full((k.N, k.K, k.OH, k.OW), np.nan, np.float32)
-    jitted.fn(name)(x, k.pack_weights(w), bias, y)
+    args = [x, k.pack_weights(w), bias, y]
+    res = f32(rng, *y.shape) if k.residual else None
+    if res is not None:
+        args.append(res)
+    jitted.fn(name, len(args))(*args)
     ref = conv_reference(x, w, bias, k.strides, k.pads, k.dilations, k.group)
+    if res is not None:
+        ref = ref + res
     if extra.get("epilogue"):
         ref = np.maximum(ref, 0)
     crs = (k.C // k.group) * k.R * k.S

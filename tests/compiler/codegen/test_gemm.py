@@ -43,6 +43,16 @@ CASES: dict[str, dict] = {
     "bias_full_kchunks": dict(
         M=23, N=40, K=70, bias="full", epilogue=True, schedule=S(mr=4, nr=32, kc=32, mc=8, nc=32)
     ),
+    "residual_kchunks": dict(
+        M=23,
+        N=40,
+        K=70,
+        bias="row",
+        residual=True,
+        epilogue=True,
+        schedule=S(mr=4, nr=32, kc=32, mc=8, nc=32),
+    ),
+    "residual_batch_stream": dict(M=9, N=21, K=13, batch=2, residual=True, b_packed=False),
     "bias_full_batch": dict(M=5, N=20, K=9, bias="full", batch=2, stride_b=0),
     "trans_a": dict(M=19, N=33, K=41, trans_a=True),
     "trans_b": dict(M=19, N=33, K=41, trans_b=True, bias="row"),
@@ -81,6 +91,15 @@ CASES: dict[str, dict] = {
         batch=3,
         stride_b=0,
         bias="row",
+        schedule=S(mr=6, nr=32, kc=64, mc=12, nc=32, use_blas=True),
+    ),
+    "blas_residual": dict(
+        M=20,
+        N=37,
+        K=33,
+        bias="row",
+        residual=True,
+        epilogue=True,
         schedule=S(mr=6, nr=32, kc=64, mc=12, nc=32, use_blas=True),
     ),
     "blas_full": dict(
@@ -125,6 +144,7 @@ KERNEL_KEYS = (
     "schedule",
     "batch",
     "stride_b",
+    "residual",
 )
 
 
@@ -147,7 +167,7 @@ def jitted() -> Jitted:
 
 
 def _reference(
-    k: GemmKernel, a: np.ndarray, b: np.ndarray, bias: np.ndarray, epilogue: bool
+    k: GemmKernel, a: np.ndarray, b: np.ndarray, bias: np.ndarray, epilogue: bool, res=None
 ) -> np.ndarray:
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     out = np.swapaxes(a64, -1, -2) if k.trans_a else a64
@@ -158,6 +178,8 @@ def _reference(
         out = out + bias[:, None]
     elif k.bias == "full":
         out = out + bias
+    if res is not None:
+        out = out + res
     return np.maximum(out, 0) + 1 if epilogue else out
 
 
@@ -175,8 +197,12 @@ def test_gemm_matches_numpy(jitted: Jitted, name: str) -> None:
     b_arg = (
         (k.pack_b(b[0]) if b.shape[0] == 1 else k.pack_b(b)) if case.get("b_packed", True) else b
     )
-    jitted.fn(name)(a, b_arg, bias if k.bias != "none" else None, c)
-    ref = _reference(k, a, b, bias, bool(case.get("epilogue")))
+    args = [a, b_arg, bias if k.bias != "none" else None, c]
+    res = f32(rng, batch, k.M, k.N) if k.residual else None
+    if res is not None:
+        args.append(res)
+    jitted.fn(name, len(args))(*args)
+    ref = _reference(k, a, b, bias, bool(case.get("epilogue")), res)
     np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4 * np.sqrt(k.K))
 
 
