@@ -192,6 +192,9 @@ CASES: dict[str, tuple] = {
         ),
     ),
     "ch_default_7x7": (1, 64, 7, 7, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1, dict(bias=False)),
+    # one output position: a fully connected layer as a 1x1 conv, a whole-image kernel
+    "fc_as_1x1": (2, 64, 1, 1, 100, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1, dict(epilogue=True)),
+    "whole_image": (1, 6, 7, 7, 10, 7, 7, (1, 1), (0, 0, 0, 0), (1, 1), 1, {}),
     # a fused residual Add before the epilogue, in each orientation and the depthwise kernel
     "res_positions": (
         2,
