@@ -5,7 +5,8 @@ interpreter's and onnxruntime's, with how many passing cases ran every node nati
 
 Every case runs (no xfail list: the count is the measurement); the test fails only if
 generated code passes fewer cases than the floor below, i.e. when a change breaks
-emitters that used to work. Several minutes on one core.
+emitters that used to work. About 16 minutes on a busy 2-core machine (each case is
+compiled to machine code).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from guard.compiler.conformance import GuardNativeBackend  # noqa: E402
 pytestmark = pytest.mark.slow
 
 REFERENCE_PASSES, ORT_PASSES = 1758, 1697  # the issue's counts for the same onnx 1.23 suite
-FLOOR = 1500  # passes through generated code when this test was written, less a margin
+FLOOR = 1700  # 1750 passed through generated code when this test was written, less a margin
 
 
 def test_conformance_through_generated_code(summary_line) -> None:
@@ -34,9 +35,11 @@ def test_conformance_through_generated_code(summary_line) -> None:
     suite = unittest.TestSuite()
     for case in bt.test_cases.values():
         suite.addTests(unittest.defaultTestLoader.loadTestsFromTestCase(case))
-    passed = all_native = 0
-    total = suite.countTestCases()
+    passed = all_native = total = 0
     for test in suite:
+        if not test.id().endswith("_cpu"):
+            continue  # include() filters when the suite is run by pytest, not here
+        total += 1
         GuardNativeBackend.reps.clear()
         result = unittest.TestResult()
         test.run(result)
