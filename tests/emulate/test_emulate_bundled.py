@@ -195,3 +195,19 @@ def test_the_light_topologies_under_emulation_equal_the_reference(
 ) -> None:
     g = _build(path, None, tmp_path / path.stem)
     _assert_matches_reference(load_emulated(tmp_path / path.stem, 1), g, _feeds(g))
+
+
+def test_the_foreign_artefact_holds_code_for_its_target(tmp_path: Path) -> None:
+    """FileCheck-style: the object is an ELF for the target, the IR has its vector width."""
+    model, shapes = _zoo_graph_shapes("inception_block")
+    _build(model, shapes, tmp_path / "ib")
+    obj = (tmp_path / "ib" / "kernels.o").read_bytes()
+    machine = {"aarch64": 183, "x86_64": 62}[OTHER]  # ELF e_machine: EM_AARCH64, EM_X86_64
+    assert obj[:4] == b"\x7fELF" and int.from_bytes(obj[18:20], "little") == machine
+    ir_text = (tmp_path / "ib" / "kernels.ll").read_text()
+    assert f'target triple = "{OTHER}-linux-gnu"' in ir_text
+    assert "<4 x float>" in ir_text  # NEON (and SSE, for x86-64-v2): 4 lanes
+    assert "<8 x float>" not in ir_text and "<16 x float>" not in ir_text
+    manifest = load_artefact(tmp_path / "ib", native=False).manifest
+    assert manifest["codegen"]["triple"] == f"{OTHER}-linux-gnu"
+    assert manifest["codegen"]["vector_width"] == 4
