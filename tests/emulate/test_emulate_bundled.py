@@ -172,6 +172,7 @@ def test_a_backend_without_codegen_is_refused_a_foreign_target(tmp_path: Path) -
 
 @needs_tools
 @pytest.mark.slow
+@pytest.mark.emulated
 @pytest.mark.parametrize("name", [n for n in _zoo_models() if n not in FAST_ZOO])
 def test_every_zoo_model_under_emulation_equals_the_reference(tmp_path: Path, name: str) -> None:
     model, shapes = _zoo_graph_shapes(name)
@@ -189,6 +190,7 @@ def test_there_are_nine_light_topologies() -> None:
 
 @needs_tools
 @pytest.mark.slow
+@pytest.mark.emulated
 @pytest.mark.parametrize("path", _light_models(), ids=lambda p: p.stem)
 def test_the_light_topologies_under_emulation_equal_the_reference(
     tmp_path: Path, path: Path
