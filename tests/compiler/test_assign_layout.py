@@ -59,3 +59,40 @@ def test_keeps_nchw_when_conversions_do_not_pay() -> None:
     g2, res = apply(AssignLayout(), g)
     assert "Relayout" not in ops(g2) and "Transpose" not in ops(g2) and not res.changed
     assert any("kept NCHW" in n for n in res.notes)
+
+
+def test_a_channel_split_in_a_blocked_region_splits_whole_blocks():
+    """split sizes count channels in NCHW and blocks in NCHW16c (found by test_properties)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from guard.compiler import import_onnx, optimize, run_reference
+
+    rng = np.random.default_rng(0)
+
+    def w(*s):
+        return rng.standard_normal(s).astype(np.float32) * 0.1
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Split", ["a", "sp"], ["s1", "s2"], axis=1),
+        helper.make_node("Conv", ["s1", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["s2", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["c1", "c2"], ["y"], axis=1),
+    ]
+    inits = [("w0", w(48, 16, 3, 3)), ("w1", w(16, 16, 3, 3)), ("w2", w(16, 32, 3, 3)),
+             ("sp", np.array([16, 32], np.int64))]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "split_blocked",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(v, k) for k, v in inits],
+    )  # fmt: skip
+    g = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), {})
+    g2, _ = optimize(g, "O2")
+    (split,) = [n for n in g2.nodes if n.op == "Split"]
+    assert g2.values[split.inputs[0]].shape == (1, 3, 6, 6, 16) and split.attrs["split"] == [1, 2]
+    x = rng.standard_normal((1, 16, 6, 6)).astype(np.float32)
+    np.testing.assert_allclose(
+        run_reference(g2, {"x": x})["y"], run_reference(g, {"x": x})["y"], rtol=1e-4, atol=1e-5
+    )

@@ -231,6 +231,11 @@ class AssignLayout(Pass):
             n.attrs["layout"] = lay
         if n.op in ("Concat", "Split"):
             n.attrs["axis"] = channel_axis(lay)
+            b = block_of(lay)
+            if n.op == "Split" and b and n.attrs.get("split"):
+                # Blocked: the split axis counts channel blocks (every part is whole blocks,
+                # _capable checked each output's channels against the block).
+                n.attrs["split"] = [int(s) // b for s in n.attrs["split"]]
         channels = g.values[n.outputs[0]].shape[1]
         start = (
             n.attrs["anchor_inputs"]
