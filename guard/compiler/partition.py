@@ -278,7 +278,32 @@ def partition_report(
     )
     for node, why in list(m.copies.items())[:10]:
         text += f"\n    copy: {node}: {why}"
+    kernels = _kernel_listing(compiled)
+    if kernels:
+        rep["kernels"] = kernels
+        distinct = len({k for _, k, _ in kernels})
+        text += f"\n  generated kernels: {distinct} distinct for {len(kernels)} node(s) (node -> kernel)"
+        for node, kernel, op in kernels[:40]:
+            text += f"\n    {node} -> {kernel} ({op})"
+        if len(kernels) > 40:
+            text += f"\n    ... {len(kernels) - 40} more"
     return rep, text
+
+
+def _kernel_listing(compiled: Any) -> list[list[str]]:
+    """[node, kernel symbol, op] per generated step (the kernel plan; nothing is compiled)."""
+    if not any(p.backend == "native" for p in compiled.partitions.partitions):
+        return []
+    from guard.compiler.codegen.kernel_plan import build_kernel_plan
+
+    consts = {k: c.data for k, c in compiled.graph.constants.items()}
+    offsets = dict.fromkeys(consts, 0)  # names only: no addresses are listed
+    backends = tuple(p.backend for p in compiled.partitions.partitions)
+    kplan, _ = build_kernel_plan(
+        compiled.view, compiled.memory, compiled.partitions.group_of, backends, offsets, consts,
+        lambda *a: None,
+    )  # fmt: skip
+    return [[s.node, s.kernel, s.op] for s in kplan.steps()]
 
 
 def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:

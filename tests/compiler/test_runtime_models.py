@@ -159,11 +159,14 @@ def test_partition_report_for_a_model_file(tmp_path):
     assert {s["op"]: s["backend"] for s in rep["splits"]}["LRN"] == "cpu"
     assert "below min_partition_size 2" in text
     assert "small.onnx on gpu-lite" in text and "LRN" in text and "arena:" in text
-    rep, _ = partition_report(path, {"x": (1, 4, 8, 8)}, None)
+    assert "kernels" not in rep  # gpu-lite is a delegate profile: no generated code
+    rep, text = partition_report(path, {"x": (1, 4, 8, 8)}, None)
     assert (
         rep["count"] == 1
         and rep["memory"]["arena_bytes"] <= 1.10 * rep["memory"]["lower_bound_bytes"]
     )
+    # The native partition lists which kernel each node became.
+    assert [n for n, _, _ in rep["kernels"]][0] == "a" and "a -> k0_fusedconv (FusedConv)" in text
 
 
 def _zoo() -> list[str]:
