@@ -334,13 +334,15 @@ class ConvKernel:
         """``void name(const float* x, const float* packed_w, const float* bias, float* y)``,
         x ``[N, C, H, W]`` and y ``[N, K, OH, OW]`` row-major, ``bias`` of length K or null
         (then a module-level zero vector stands in: one add per output vector). With
-        ``residual`` a fifth argument ``const float* r`` laid out like y is added after the
-        bias and before the epilogue (FusedConv's Add of a skip connection)."""
+        ``residual`` a fifth argument ``const float* r`` laid out like y is added before the
+        epilogue (FusedConv's Add of a skip connection); ``r`` may be ``y`` itself (the Add
+        done in place): each element of r is read before that element of y is written."""
         nargs = 5 if self.residual else 4
         fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [F32P] * nargs), name)
         for arg, nm in zip(fn.args, ("x", "w", "bias", "y", "r"), strict=False):
             arg.name = nm
-        fn.args[3].add_attribute("noalias")
+        if not self.residual:  # else y may be r itself
+            fn.args[3].add_attribute("noalias")
         # Loop control and calls only: unrolling them buys nothing and costs compile time
         # and object size (measured: 5x smaller object for resnet50's convolutions).
         fn.attributes.add("optsize")

@@ -275,8 +275,9 @@ class GemmKernel:
         (row-major ``[K,N]``, or ``[N,K]`` with ``trans_b``, repacked on the fly into a
         stack buffer). ``bias`` may be null when ``bias == "none"``. With ``residual`` the
         function takes a fifth argument, ``const float* R`` laid out like C (advancing by
-        ``stride_c`` per batch), added after the bias and before the epilogue: a fused
-        ``Add`` of another tensor (a residual connection). Micro-kernels are
+        ``stride_c`` per batch), added before the epilogue: a fused ``Add`` of another
+        tensor (a residual connection). ``R`` may be ``C`` itself (an in-place Add): it is
+        read by the first k-chunk, before C is written. Micro-kernels are
         shared within the module; ``epilogue_key`` (e.g. the fused op chain as a tuple)
         lets kernels whose epilogues are equal but built by distinct callables share them.
         """
@@ -284,7 +285,8 @@ class GemmKernel:
         fn = ir.Function(module, fnty, name)
         for arg, nm in zip(fn.args, ("A", "B", "bias", "C", "R"), strict=False):
             arg.name = nm
-        fn.args[3].add_attribute("noalias")
+        if not self.residual:  # else C may be R itself
+            fn.args[3].add_attribute("noalias")
         # Loop control and calls only (the FMAs live in the micro-kernels): unrolling it
         # buys nothing and costs compile time and object size.
         fn.attributes.add("optsize")
@@ -324,6 +326,26 @@ class GemmKernel:
         tb = 112 if (self.trans_b and not b_packed) else _CBLAS_NO_TRANS
         lda = M if self.trans_a else K
         ldb = K if tb == 112 else N
+        W = self.vector_width
+        if res is not None:
+            # C = R first, then sgemm with beta 1: correct when R is C itself (in place)
+            def copy_row(m: ir.Value) -> None:
+                def vec(n: ir.Value, width: int) -> None:
+                    off = iadd(builder, imul(builder, m, N), n)
+                    if width < W:
+                        mask = lane_mask(W, width)
+                        v = masked_load(builder, fptr(builder, res, off), W, mask)
+                        masked_store(builder, v, fptr(builder, c, off), mask)
+                    else:
+                        vstore(
+                            builder,
+                            vload(builder, fptr(builder, res, off), W),
+                            fptr(builder, c, off),
+                        )
+
+                tiles(builder, N, W, vec)
+
+            for_loop(builder, 0, M, 1, copy_row)
         builder.call(
             sgemm,
             [
@@ -338,14 +360,13 @@ class GemmKernel:
                 i64(lda),
                 b,
                 i64(ldb),
-                ir.Constant(F32, 0.0),
+                ir.Constant(F32, 0.0 if res is None else 1.0),
                 c,
                 i64(N),
             ],
         )
-        if self.bias == "none" and epilogue is None and res is None:
+        if self.bias == "none" and epilogue is None:
             return
-        W = self.vector_width
 
         def row(m: ir.Value) -> None:
             crow = fptr(builder, c, imul(builder, m, N))
@@ -377,14 +398,6 @@ class GemmKernel:
                     )
                 elif bcol is not None:
                     v = builder.fadd(v, bcol)
-                if res is not None:
-                    rp = fptr(builder, res, iadd(builder, imul(builder, m, N), n))
-                    v = builder.fadd(
-                        v,
-                        masked_load(builder, rp, W, mask)
-                        if mask is not None
-                        else vload(builder, rp, W),
-                    )
                 if epilogue is not None:
                     v = epilogue(builder, v)
                 masked_store(builder, v, p, mask) if mask is not None else vstore(builder, v, p)

@@ -305,9 +305,10 @@ def micro_kernel(
     argument, so one variant serves every tail width; ``tail == W`` at compile time
     gives the unmasked variant, which ignores the argument). ``bias`` "row" is
     a vector per column (``bias[j*W]``), "col" a scalar per row (``bias[i]``), "full" a
-    matrix laid out like C (``bias[i*ldc + j*W]``). ``residual``: FINISH also adds ``res``,
-    laid out like C (a fused ``Add`` of another tensor, before the epilogue); ``res`` is
-    ignored otherwise. ``mask_b``
+    matrix laid out like C (``bias[i*ldc + j*W]``). ``residual``: the first k-chunk (flags
+    without ACCUMULATE) also adds ``res``, laid out like C (a fused ``Add`` of another
+    tensor, so before the epilogue); ``res`` may be ``c`` itself; it is ignored otherwise.
+    ``mask_b``
     masks the last B vector too (a B read in place whose row ends at ``tail``).
     Variants are shared by key; pass ``epilogue_key`` (hashable) to share the variants of
     equal epilogues built by different callables; without one, the epilogue's own IR
@@ -336,7 +337,8 @@ def micro_kernel(
     for arg, nm in zip(fn.args, UKR_ARGS, strict=True):
         arg.name = nm
     for i in range(4):
-        fn.args[i].add_attribute("noalias")
+        if not (residual and i == 2):  # c may be res itself (an in-place residual Add)
+            fn.args[i].add_attribute("noalias")
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     pa, pb, pc, pbias, klen, lda_row, lda_k, ldb, ldc, flags, tail_lanes, pres = fn.args
     tail_mask = None
@@ -399,6 +401,22 @@ def micro_kernel(
             for j in range(nvec)
         ]
 
+    if residual:
+        # Added by the first k-chunk (the one that does not accumulate), so C may be the
+        # residual itself: each element is read before its first store.
+        def add_res() -> list[ir.Value]:
+            out = []
+            for i in range(rows):
+                for j in range(nvec):
+                    off = bld.add(bld.mul(ldc, ir.Constant(I64, i)), ir.Constant(I64, j * W))
+                    out.append(bld.fadd(acc[i * nvec + j], load_masked(fptr(bld, pres, off), j)))
+            return out
+
+        first = bld.icmp_unsigned(
+            "==", bld.and_(flags, ir.Constant(I32, ACCUMULATE)), ir.Constant(I32, 0)
+        )
+        acc = _when(bld, first, acc, add_res)
+
     acc = _when(
         bld,
         bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(I32, ACCUMULATE)), ir.Constant(I32, 0)),
@@ -431,15 +449,12 @@ def micro_kernel(
                     )
                 elif bcol is not None:
                     v = bld.fadd(v, bcol)
-                if residual:
-                    off = bld.add(bld.mul(ldc, ir.Constant(I64, i)), ir.Constant(I64, j * W))
-                    v = bld.fadd(v, load_masked(fptr(bld, pres, off), j))
                 if epilogue is not None:
                     v = epilogue(bld, v)
                 out.append(v)
         return out
 
-    if bias != "none" or epilogue is not None or residual:
+    if bias != "none" or epilogue is not None:
         acc = _when(
             bld,
             bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(I32, FINISH)), ir.Constant(I32, 0)),

@@ -229,6 +229,57 @@ CASES: dict[str, tuple] = {
             schedule=CS(oc_block=32, ow_block=5, kc_channels=4, nc=20, mc=64, vectorize="channels"),
         ),
     ),
+    "res_in_place_kchunks": (
+        1,
+        21,
+        6,
+        6,
+        10,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        1,
+        dict(
+            residual=True,
+            in_place=True,
+            epilogue=True,
+            schedule=CS(oc_block=4, ow_block=16, kc_channels=4, nc=16, mc=8),
+        ),
+    ),
+    "res_in_place_channels": (
+        1,
+        9,
+        7,
+        7,
+        40,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        1,
+        dict(
+            residual=True,
+            in_place=True,
+            schedule=CS(oc_block=32, ow_block=5, kc_channels=4, nc=20, mc=64, vectorize="channels"),
+        ),
+    ),
+    "res_in_place_dw": (
+        1,
+        4,
+        9,
+        20,
+        4,
+        3,
+        3,
+        (1, 1),
+        (1, 1, 1, 1),
+        (1, 1),
+        4,
+        dict(residual=True, in_place=True),
+    ),
     "res_dw": (
         2,
         4,
@@ -295,7 +346,10 @@ def test_conv_matches_numpy(jitted: Jitted, name: str) -> None:
     y = np.full((k.N, k.K, k.OH, k.OW), np.nan, np.float32)
     args = [x, k.pack_weights(w), bias, y]
     res = f32(rng, *y.shape) if k.residual else None
-    if res is not None:
+    if res is not None and extra.get("in_place"):  # y holds the residual and is overwritten
+        y[...] = res
+        args.append(y)
+    elif res is not None:
         args.append(res)
     jitted.fn(name, len(args))(*args)
     ref = conv_reference(x, w, bias, k.strides, k.pads, k.dilations, k.group)

@@ -52,6 +52,25 @@ CASES: dict[str, dict] = {
         epilogue=True,
         schedule=S(mr=4, nr=32, kc=32, mc=8, nc=32),
     ),
+    "residual_in_place_kchunks": dict(
+        M=23,
+        N=40,
+        K=70,
+        bias="row",
+        residual=True,
+        in_place=True,
+        epilogue=True,
+        schedule=S(mr=4, nr=32, kc=32, mc=8, nc=32),
+    ),
+    "blas_residual_in_place": dict(
+        M=20,
+        N=37,
+        K=33,
+        bias="col",
+        residual=True,
+        in_place=True,
+        schedule=S(mr=6, nr=32, kc=64, mc=12, nc=32, use_blas=True),
+    ),
     "residual_batch_stream": dict(M=9, N=21, K=13, batch=2, residual=True, b_packed=False),
     "bias_full_batch": dict(M=5, N=20, K=9, bias="full", batch=2, stride_b=0),
     "trans_a": dict(M=19, N=33, K=41, trans_a=True),
@@ -199,7 +218,10 @@ def test_gemm_matches_numpy(jitted: Jitted, name: str) -> None:
     )
     args = [a, b_arg, bias if k.bias != "none" else None, c]
     res = f32(rng, batch, k.M, k.N) if k.residual else None
-    if res is not None:
+    if res is not None and case.get("in_place"):  # C holds the residual and is overwritten
+        c[...] = res
+        args.append(c)
+    elif res is not None:
         args.append(res)
     jitted.fn(name, len(args))(*args)
     ref = _reference(k, a, b, bias, bool(case.get("epilogue")), res)
