@@ -24,7 +24,7 @@ def _name_version(value: Any) -> str:
     if isinstance(value, Mapping):
         name, version = value.get("name"), value.get("version")
         extra = [
-            f"{k}={text(v)}"
+            f"{k}={_short_pin(v)}"
             for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))
             if k not in ("name", "version") and v is not None and not isinstance(v, Mapping | list)
         ]
@@ -33,6 +33,13 @@ def _name_version(value: Any) -> str:
         head = f"{text(name, '?')} {text(version, '?')}"
         return f"{head} ({', '.join(extra)})" if extra else head
     return text(value)
+
+
+def _short_pin(value: Any, limit: int = 100) -> str:
+    """A pin's value for a table cell: target strings shortened, anything cut at 100."""
+    raw = str(value)
+    shown = short_target(raw) if "-mattr=" in raw or "-mtriple=" in raw else text(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def _driver(value: Any) -> str:

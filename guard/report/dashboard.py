@@ -29,10 +29,15 @@ from typing import Any
 from guard.errors import UsageError
 from guard.report._io import atomic_write_text, check_target
 
-# The pins whose change is drawn as a marker (a manifest field prefix -> its label).
-PIN_FIELDS = ("compiler", "runtime", "driver", "tuning_cache")
-_PIN_SKIP = ("tuning_cache.hits", "tuning_cache.misses", "tuning_cache.entries",
-             "tuning_cache.path")  # fmt: skip
+# The pins whose change is drawn as a marker: a manifest section (its params' prefix).
+PIN_FIELDS = ("compiler", "runtime", "driver", "tuning_cache", "model")
+_PIN_SKIP = (
+    "tuning_cache.hits",
+    "tuning_cache.misses",
+    "tuning_cache.entries",
+    "tuning_cache.path",
+    "model.sha256",
+)  # fmt: skip (inputs say what changed)
 PANELS = (
     ("arena_bytes", "arena (bytes)", ".3~s"),
     ("partitions.count", "partitions", "d"),
@@ -250,8 +255,7 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
 
     fig = make_subplots(rows=1 + len(PANELS), cols=1, shared_xaxes=True,
                         row_heights=[0.52, 0.16, 0.16, 0.16], vertical_spacing=0.07,
-                        subplot_titles=["p50 latency (ms), p10-p90 band",
-                                        *[label for _, label, _ in PANELS]])  # fmt: skip
+                        subplot_titles=["", *[label for _, label, _ in PANELS]])  # fmt: skip
     pts = series.points
     x = x_labels(pts)
     custom = [[p.short, p.time.strftime("%Y-%m-%d %H:%M UTC"), p.manifest_sha256[:12] or "-",
@@ -285,15 +289,16 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
         color = "#cf222e" if s["pct"] > 0 else "#1a7f37"
         _vline(fig, x[s["point"]], {"color": color, "width": 2})
         fig.add_annotation(x=x[s["point"]], y=1.0, yref="y domain", xref="x", showarrow=False,
-                           text=f"change point {s['pct']:+.1f}%", font={"color": color},
-                           xanchor="right", yanchor="bottom", row=1, col=1)  # fmt: skip
+                           text=f" change point {s['pct']:+.1f}% ", font={"color": color},
+                           xanchor=_side(s["point"], len(x)), yanchor="top",
+                           bgcolor="rgba(255,255,255,0.85)", row=1, col=1)  # fmt: skip
     for c in series.pin_changes:
         _vline(fig, x[c["index"]], {"color": "#8250df", "width": 1.5, "dash": "dot"})
         fig.add_annotation(x=x[c["index"]], y=0.0, yref="y domain", xref="x", showarrow=False,
-                           text="manifest: " + "; ".join(c["changes"])[:90],
+                           text="manifest:<br>" + "<br>".join(_cut(t) for t in c["changes"][:4]),
                            hovertext="<br>".join(c["changes"]), font={"color": "#8250df"},
-                           xanchor="left", yanchor="bottom", bgcolor="rgba(255,255,255,0.8)",
-                           row=1, col=1)  # fmt: skip
+                           xanchor=_side(c["index"], len(x)), yanchor="bottom", align="left",
+                           bgcolor="rgba(255,255,255,0.85)", row=1, col=1)  # fmt: skip
     for row, (metric, label, fmt) in enumerate(PANELS, start=2):
         fig.update_yaxes(tickformat=fmt, rangemode="tozero", row=row, col=1,
                          **({"dtick": 1} if fmt == "d" else {}))  # fmt: skip
@@ -312,6 +317,15 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
     fig.update_yaxes(**latency_axis([*p10, *p50, *p90], series.bound), row=1, col=1)
     fig.update_xaxes(type="category", tickangle=0)
     return fig
+
+
+def _side(index: int, n: int) -> str:
+    """Text beside a marker, on the side with room: right of it in the left half."""
+    return "left" if index < n / 2 else "right"
+
+
+def _cut(text: str, limit: int = 70) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _vline(fig: Any, x: str, line: Mapping[str, Any]) -> None:
@@ -349,7 +363,7 @@ def latency_axis(values: Sequence[float | None], bound: float | None) -> dict[st
         mid = (hi + lo) / 2
         lo, hi = mid - 0.5, mid + 0.5
     return {"type": "log", "range": [lo, hi], "dtick": 1, "tickformat": "~g",
-            "title": {"text": "ms (log)"}}  # fmt: skip
+            "title": {"text": "p50 ms (log), p10-p90 band"}}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- the page

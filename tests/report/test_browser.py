@@ -83,7 +83,13 @@ def test_dashboard_renders_its_charts(browser, tmp_path, monkeypatch, doc):
         ".plotly-graph-div .annotation-text", "els => els.map(e => e.textContent)"
     )
     assert sum("change point +99.6%" in a for a in annotations) == 3
-    assert sum(a.startswith("manifest: runtime.version") for a in annotations) == 2
+    assert (
+        sum(
+            a.startswith("manifest:") and "runtime.version: 1.32.0 → 1.33.0" in a
+            for a in annotations
+        )
+        == 2
+    )
     assert page.locator(".plotly-graph-div .shapelayer path").count() == 3 + 2  # the markers
     # Hover: plotly draws the commit, date and manifest hash of the point.
     first = page.locator(".plotly-graph-div").first

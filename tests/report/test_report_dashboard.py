@@ -95,7 +95,7 @@ def test_dashboard_from_a_real_store(tmp_path, monkeypatch, doc, capsys):
     rest = page.replace(bundle, "")
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", rest) and "<link" not in rest
     assert page.count('class="plotly-graph-div"') == 3  # the errored series has no points
-    for needle in ("p10-p90", "change point +99.6%", "manifest: runtime.version: 1.32.0 \\u2192 1.33.0",
+    for needle in ("p10-p90", "change point +99.6%", "runtime.version: 1.32.0 \\u2192 1.33.0",
                    'data-filter="backend"', 'data-filter="arch"', "Regressions"):  # fmt: skip
         assert needle in page, needle
     rows = re.findall(r'<tr class="filterable"[^>]*>.*?</tr>', page, re.S)

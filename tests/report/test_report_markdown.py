@@ -163,3 +163,13 @@ def test_pins_show_nested_driver_extra_compiler_pins_and_short_targets(doc):
         "blas=scipy-openblas 0.3.31, cpu=AMD EPYC",
         "llvm -mattr=+f0,+f1,+f2,+f3,… (+30) -mcpu=znver5 -mtriple=x86_64-linux-gnu",
     ]
+
+
+def test_a_target_pinned_inside_the_compiler_is_shortened_too(doc):
+    """The bundled compiler pins its target: a 330-character cell before."""
+    attrs = ",".join(f"+avx512f{i}" for i in range(30))
+    doc["results"][1]["manifest"]["compiler"]["target"] = f"llvm -mattr={attrs} -mcpu=znver4"
+    pins = to_markdown(doc).split("### Manifest pins\n\n", 1)[1].split("\n\n", 1)[0]
+    row = pins.splitlines()[3]
+    assert "target=llvm -mattr=+avx512f0,+avx512f1,+avx512f2,+avx512f3,… (+26) -mcpu=znver4" in row
+    assert max(len(c) for c in row.split("|")) < 120
