@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import json
 import tempfile
 import weakref
 from collections.abc import Sequence
@@ -58,7 +59,7 @@ def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None =
     timeout_s = timeout_s if timeout_s is not None else emulation_timeout_s()
     from guard.compiler.artefact import load_artefact
     from guard.compiler.codegen.kernel_plan import KernelPlan
-    from guard.compiler.schedule import view_of_graph
+    from guard.compiler.schedule import ALIGNMENT, view_of_graph
 
     root = Path(artefact_dir)
     loaded = load_artefact(root, native=False)
@@ -69,7 +70,7 @@ def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None =
         from guard.backends.bundled import BundledSession
 
         return BundledSession(root, threads)
-    plan = KernelPlan.from_dict(loaded_json(root / "kernels.json"))
+    plan = KernelPlan.from_dict(_read_json(root / "kernels.json"))
     meta = _metadata_session(loaded)
     what = f"artefact {root}"
     arch = _arch_of(codegen)
@@ -79,7 +80,8 @@ def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None =
             arch=arch,
             object_path=root / "kernels.o",
             main=plan.main,
-            arena_bytes=int(loaded.memory.arena_bytes),
+            # the runtime's arena, slack included, byte for byte
+            arena_bytes=int(loaded.memory.arena_bytes) + ALIGNMENT,
             weights_path=root / "weights.bin",
             packed_path=root / "packed.bin",
             inputs=tuple(TensorSlot(o.name, o.dtype, tuple(o.shape)) for o in plan.inputs),
@@ -96,9 +98,7 @@ def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None =
     return MixedEmulatedSession(loaded, plan, meta, arch, what=what, timeout_s=timeout_s)
 
 
-def loaded_json(path: Path) -> Any:
-    import json
-
+def _read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
