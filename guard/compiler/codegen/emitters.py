@@ -21,10 +21,11 @@ def table() -> dict[str, Emitter]:
     from guard.compiler.codegen.emit_gemm import Gemm
     from guard.compiler.codegen.emit_norm import Norm
     from guard.compiler.codegen.emit_pool import Pool
+    from guard.compiler.codegen.emit_reduce import Reduce
     from guard.compiler.codegen.emit_tensor import Copy
 
     out: dict[str, Emitter] = {}
-    for e in (Elementwise(), Copy(), Gemm(), Conv(), Pool(), Norm()):
+    for e in (Elementwise(), Copy(), Gemm(), Conv(), Pool(), Norm(), Reduce()):
         for op in e.ops:
             out[op] = e
     return out

@@ -254,6 +254,32 @@ def test_layernorm(shape, axis):
     run_both(model([node], [("x", shape)], ["y"], inits), "O0", seeds=(0,))
 
 
+@pytest.mark.parametrize("axes", [[1], [0, 2], [2], [0, 1, 2]])
+@pytest.mark.parametrize(
+    "op",
+    [
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceSumSquare",
+        "ReduceL1",
+        "ReduceL2",
+    ],
+)
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduce(op, axes, keepdims):
+    ax = numpy_helper.from_array(np.array(axes, np.int64), "ax")
+    m = model(
+        [helper.make_node(op, ["x", "ax"], ["y"], keepdims=keepdims)],
+        [("x", [3, 17, 5])],
+        ["y"],
+        opset=18,
+    )
+    m.graph.initializer.append(ax)
+    run_both(m, "O0", seeds=(0,))
+
+
 @pytest.mark.parametrize("size", [3, 5])
 def test_lrn(size):
     node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=1e-3, beta=0.75, bias=1.0)
