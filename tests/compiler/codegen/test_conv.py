@@ -449,3 +449,91 @@ def test_bad_shapes_and_weights_are_refused() -> None:
                 oc_block=16, ow_block=16, kc_channels=1, nc=16, mc=16, vectorize="rows"
             ),
         )
+
+
+@pytest.mark.slow
+def test_random_convolutions_sweep() -> None:
+    """60 random convolutions (shape, stride, pads, dilation, groups, batch, residual,
+    orientation, schedule) in one module, against the float64 oracle."""
+    rng = np.random.default_rng(2026)
+    module = ir.Module("conv_sweep")
+    cases = []
+    while len(cases) < 60:
+        width = int(rng.choice([4, 8, 16]))
+        g = int(rng.choice([1, 1, 2, 3]))
+        depthwise = rng.integers(4) == 0
+        c = g * int(rng.integers(1, 12)) if not depthwise else int(rng.integers(1, 20))
+        k = g * int(rng.integers(1, 12)) if not depthwise else c
+        g = c if depthwise else g
+        r, s = (int(x) for x in rng.integers(1, 6, 2))
+        h, w = (int(x) for x in rng.integers(1, 30, 2))
+        st = tuple(int(x) for x in rng.integers(1, 4, 2))
+        dl = tuple(int(x) for x in rng.integers(1, 3, 2))
+        pd = tuple(int(x) for x in rng.integers(0, 3, 4))
+        sched = None
+        if not depthwise and rng.integers(2):
+            if rng.integers(2):
+                mr = int(rng.integers(1, 9))
+                nr = width * int(rng.integers(1, 4))
+                sched = ConvSchedule(
+                    oc_block=mr,
+                    ow_block=nr,
+                    kc_channels=int(rng.integers(1, 8)),
+                    nc=nr * int(rng.integers(1, 4)),
+                    mc=mr * int(rng.integers(1, 4)),
+                    unroll=int(rng.integers(1, 4)),
+                    loop_order=str(rng.choice(["nm", "mn"])),
+                )
+            else:
+                pr = int(rng.integers(1, 8))
+                ob = width * int(rng.integers(1, 3))
+                sched = ConvSchedule(
+                    oc_block=ob,
+                    ow_block=pr,
+                    kc_channels=int(rng.integers(1, 8)),
+                    nc=pr * int(rng.integers(4, 12)),
+                    mc=ob * int(rng.integers(1, 3)),
+                    vectorize="channels",
+                )
+        try:
+            kern = ConvKernel(
+                int(rng.integers(1, 3)),
+                c,
+                h,
+                w,
+                k,
+                r,
+                s,
+                strides=st,
+                pads=pd,
+                dilations=dl,
+                group=g,
+                vector_width=width,
+                schedule=sched,
+                residual=bool(rng.integers(2)),
+            )
+        except ValueError:  # an empty output: draw again
+            continue
+        epi = bool(rng.integers(2))
+        kern.emit(module, f"s{len(cases)}", epilogue=relu if epi else None)
+        cases.append((kern, epi, f"s{len(cases)}"))
+    jit = Jitted(module)
+    for kern, epi, name in cases:
+        x = f32(rng, kern.N, kern.C, kern.H, kern.W)
+        wt = f32(rng, kern.K, kern.C // kern.group, kern.R, kern.S)
+        bias = f32(rng, kern.K) if rng.integers(2) else None
+        y = np.full((kern.N, kern.K, kern.OH, kern.OW), np.nan, np.float32)
+        args = [x, kern.pack_weights(wt), bias, y]
+        res = f32(rng, *y.shape) if kern.residual else None
+        if res is not None:
+            args.append(res)
+        jit.fn(name, len(args))(*args)
+        ref = conv_reference(x, wt, bias, kern.strides, kern.pads, kern.dilations, kern.group)
+        if res is not None:
+            ref = ref + res
+        if epi:
+            ref = np.maximum(ref, 0)
+        crs = (kern.C // kern.group) * kern.R * kern.S
+        np.testing.assert_allclose(
+            y, ref, rtol=1e-4, atol=1e-4 * np.sqrt(crs), err_msg=f"{name} {kern}"
+        )

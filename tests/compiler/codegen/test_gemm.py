@@ -313,3 +313,58 @@ def test_emits_an_aarch64_neon_object() -> None:
     asm = tm.emit_assembly(mod)
     assert "fmla" in asm and ".4s" in asm  # vector FMAs on 4 x f32
     assert len(tm.emit_object(mod)) > 0
+
+
+def _random_schedule(rng: np.random.Generator, width: int) -> GemmSchedule:
+    nvec = int(rng.integers(1, 5))
+    mr = int(rng.integers(1, max(2, (32 - nvec - 1) // nvec) + 1))
+    return GemmSchedule(
+        mr=mr,
+        nr=nvec * width,
+        kc=int(rng.integers(1, 300)),
+        mc=mr * int(rng.integers(1, 5)),
+        nc=nvec * width * int(rng.integers(1, 5)),
+        unroll=int(rng.integers(1, 5)),
+        loop_order=str(rng.choice(["nm", "mn"])),
+    )
+
+
+@pytest.mark.slow
+def test_random_shapes_and_schedules_sweep() -> None:
+    """60 random GEMMs (shape, layout, bias, batch, B packed or not, schedule) in one module."""
+    rng = np.random.default_rng(2026)
+    module = ir.Module("gemm_sweep")
+    cases = []
+    for i in range(60):
+        width = int(rng.choice([4, 8, 16]))
+        m, n, kk = (int(x) for x in rng.integers(1, 200, 3))
+        kern = GemmKernel(
+            m, n, kk,
+            trans_a=bool(rng.integers(2)), trans_b=bool(rng.integers(2)),
+            bias=str(rng.choice(["none", "row", "col", "full"])), vector_width=width,
+            schedule=_random_schedule(rng, width) if rng.integers(2) else None,
+            batch=int(rng.integers(1, 3)), residual=bool(rng.integers(2)),
+        )  # fmt: skip
+        packed = bool(rng.integers(2))
+        epi = bool(rng.integers(2))
+        kern.emit(module, f"s{i}", epilogue=relu_plus_one if epi else None, b_packed=packed)
+        cases.append((kern, packed, epi, f"s{i}"))
+    jit = Jitted(module)
+    for kern, packed, epi, name in cases:
+        batch = kern.batch
+        a = f32(rng, batch, *((kern.K, kern.M) if kern.trans_a else (kern.M, kern.K)))
+        b = f32(rng, batch, *((kern.N, kern.K) if kern.trans_b else (kern.K, kern.N)))
+        bias = f32(
+            rng,
+            *{"row": (kern.N,), "col": (kern.M,), "full": (kern.M, kern.N)}.get(kern.bias, (1,)),
+        )
+        c = np.full((batch, kern.M, kern.N), np.nan, np.float32)
+        args = [a, kern.pack_b(b) if packed else b, bias if kern.bias != "none" else None, c]
+        res = f32(rng, batch, kern.M, kern.N) if kern.residual else None
+        if res is not None:
+            args.append(res)
+        jit.fn(name, len(args))(*args)
+        ref = _reference(kern, a, b, bias, epi, res)
+        np.testing.assert_allclose(
+            c, ref, rtol=1e-4, atol=1e-4 * np.sqrt(kern.K), err_msg=f"{name} {kern}"
+        )
