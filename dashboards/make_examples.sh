@@ -32,3 +32,13 @@ guard compare r4.json r5.json --html compare.html --quiet || true   # exit 1: ml
 python "$HERE/screenshot.py" smoke.html "$HERE/smoke-dashboard.png" --card "mlp [onnxruntime]" --wait ".plotly-graph-div .scatterlayer .trace"
 python "$HERE/screenshot.py" r5.html "$HERE/run-report.png" --height 900
 python "$HERE/screenshot.py" compare.html "$HERE/compare-report.png" --height 700
+# The same series in MLflow's own chart view (one bar per invocation, per metric).
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
+setsid mlflow server --host 127.0.0.1 --port 5057 --workers 1 --backend-store-uri "$URI" \
+  --artifacts-destination "$W/mlartifacts" > "$W/server.log" 2>&1 &
+SERVER=$!
+trap 'kill -- -$SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 60); do curl -sf http://127.0.0.1:5057/health > /dev/null && break; sleep 1; done
+python "$HERE/screenshot.py" "http://127.0.0.1:5057/#/experiments/1/runs?compareRunsMode=CHART" \
+  "$HERE/mlflow-chart-view.png" --width 1500 --height 1000 --settle-ms 3000 \
+  --fill "Search metric charts=mlp.onnxruntime.host/latency"

@@ -1,7 +1,8 @@
 """Screenshots of guard's pages in headless Debian chromium (playwright, offline).
 
     python dashboards/screenshot.py PAGE.html OUT.png [--card TEXT] [--height PX]
-    python dashboards/screenshot.py http://127.0.0.1:5000/#/... OUT.png --wait SELECTOR
+    python dashboards/screenshot.py "http://127.0.0.1:5000/#/experiments/1/runs?compareRunsMode=CHART" \
+        OUT.png --fill "Search metric charts=mlp.onnxruntime.host/latency"
 
 --card TEXT: also shoot the dashboard's regressions list and the first series card whose
 title contains TEXT, stacked, instead of the top of the page.
@@ -24,6 +25,7 @@ def main() -> int:
     ap.add_argument("--height", type=int, default=1100)
     ap.add_argument("--width", type=int, default=1300)
     ap.add_argument("--settle-ms", type=int, default=500)
+    ap.add_argument("--fill", help="PLACEHOLDER=TEXT: wait for that input, type TEXT into it")
     a = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -35,6 +37,15 @@ def main() -> int:
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(url)
         page.wait_for_selector(a.wait, state="attached", timeout=60_000)
+        if a.fill:
+            placeholder, _, value = a.fill.partition("=")
+            box = page.get_by_placeholder(placeholder)
+            box.wait_for(timeout=60_000)
+            page.wait_for_timeout(3000)  # MLflow lays its charts out after the runs load
+            close = page.locator("button[aria-label*='lose']")  # side panels (the assistant)
+            if close.count():
+                close.last.click(timeout=3000)
+            box.fill(value)
         page.wait_for_timeout(a.settle_ms)
         if a.card:
             # At scroll 0, page and viewport coordinates agree: header down to the
