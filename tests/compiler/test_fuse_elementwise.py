@@ -47,3 +47,32 @@ def test_does_not_fuse_across_shared_values_or_broadcasts() -> None:
     g2, res = apply(FuseElementwise(), g)
     # a has two readers; Add(y, b) grows [4] to [3, 4]; y is a graph output.
     assert ops(g2) == ["Exp", "Relu", "Neg", "Add"] and not res.changed
+
+
+def test_long_chain_is_fused_in_linear_work(monkeypatch) -> None:
+    """A 3000-op chain: consumers are computed once and the node list rebuilt once.
+
+    Recomputing both per fused chain made a 10^5-node chain take minutes (issue 16).
+    The work is counted, not timed; benchmarks/ has the seconds.
+    """
+    from guard.compiler.ir import Graph
+
+    n = 3000
+    body = "\n".join(f"        t{i + 1} = {('Relu', 'Neg', 'Abs')[i % 3]}(t{i})" for i in range(n))
+    g = graph_of(HEADER + f"""
+    g (float[4] t0) => (float[4] t{n}) {{
+{body}
+    }}""")
+    calls = {"consumers": 0}
+    real = Graph.consumers
+
+    def counting(self):
+        calls["consumers"] += 1
+        return real(self)
+
+    monkeypatch.setattr(Graph, "consumers", counting)
+    g2, res = apply(FuseElementwise(max_steps=32), g)
+    assert calls["consumers"] <= 2  # once per run (apply may verify once)
+    assert ops(g2) == ["FusedElementwise"] * -(-n // 32)
+    assert res.stats["num_ops_fused"] == n
+    assert g2.nodes[-1].outputs == [f"t{n}"]

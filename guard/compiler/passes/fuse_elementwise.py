@@ -36,35 +36,42 @@ class FuseElementwise(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         stats = {"num_epilogues": 0, "num_fused_chains": 0, "num_ops_fused": 0}
+        # Linear in graph size: consumers are computed once and kept up to date, rewrites
+        # are recorded and applied in one rebuild of the node list (recomputing consumers
+        # or rebuilding the list per fusion made a 10^5-node chain take minutes).
+        state = _State(graph.consumers())
+        nodes = list(graph.nodes)
         if self.epilogues:
-            for node in list(graph.nodes):
-                if node.op in ANCHORS:
-                    n = self._fuse_from(graph, node, anchor=True)
+            for node in nodes:
+                if node.op in ANCHORS and id(node) not in state.gone:
+                    n = self._fuse_from(graph, node, state, anchor=True)
                     if n:
                         stats["num_epilogues"] += 1
                         stats["num_ops_fused"] += n
-        for node in list(graph.nodes):
-            if node not in graph.nodes or node.op not in ELEMENTWISE:
+        for node in nodes:
+            if id(node) in state.gone or node.op not in ELEMENTWISE:
                 continue
             # Start only at a chain head: its producer is not a fusable link.
-            n = self._fuse_from(graph, node, anchor=False)
+            n = self._fuse_from(graph, node, state, anchor=False)
             if n:
                 stats["num_fused_chains"] += 1
                 stats["num_ops_fused"] += n + 1
         changed = stats["num_ops_fused"] > 0
         if changed:
+            graph.nodes = [state.placed.get(id(n), n) for n in graph.nodes
+                           if id(n) not in state.gone or id(n) in state.placed]
             graph.prune_values()
         return PassResult(changed, stats)
 
-    def _fuse_from(self, graph: Graph, head: Node, anchor: bool) -> int:
-        """Grow a chain from ``head``; rewrite in place and return the ops absorbed."""
-        consumers = graph.consumers()
+    def _fuse_from(self, graph: Graph, head: Node, state: _State, anchor: bool) -> int:
+        """Grow a chain from ``head``; record the rewrite and return the ops absorbed."""
+        consumers = state.consumers
         shape = graph.values[head.outputs[0]].shape
         chain: list[Node] = []
         cur = head
         while len(chain) + 1 < self.max_steps and len(cur.outputs) == 1:
             nxt = single_consumer(graph, cur.outputs[0], consumers)
-            if nxt is None or nxt.op not in ELEMENTWISE:
+            if nxt is None or nxt.op not in ELEMENTWISE or id(nxt) in state.gone:
                 break
             if graph.values[nxt.outputs[0]].shape != shape:
                 break
@@ -85,16 +92,18 @@ class FuseElementwise(Pass):
             ]
             attrs = {}
             prev = "s0"
+        index = {v: i for i, v in enumerate(inputs)}
         prev_value = head.outputs[0]
         for link in chain:
             args: list[Any] = []
             for i in link.inputs:
                 if i == prev_value:
                     args.append(prev)
-                elif i in inputs:
-                    args.append(inputs.index(i))
+                elif i in index:
+                    args.append(index[i])
                 else:
                     inputs.append(i)
+                    index.setdefault(i, len(inputs) - 1)
                     args.append(len(inputs) - 1)
             steps.append({"op": link.op, "args": args, "attrs": dict(link.attrs)})
             prev = f"s{len(steps) - 1}"
@@ -108,9 +117,29 @@ class FuseElementwise(Pass):
             attrs,
             head.name,
         )
-        # The fused node sits where the last link was: every operand is defined by then.
-        idx = graph.nodes.index(last)
-        graph.nodes[idx] = fused
-        drop = {id(head)} | {id(n) for n in chain[:-1]}
-        graph.nodes = [n for n in graph.nodes if id(n) not in drop]
+        state.record(head, chain, fused)
         return len(chain)
+
+
+class _State:
+    """The pass's view of the graph while it rewrites: consumers, removed and placed nodes."""
+
+    def __init__(self, consumers: dict[str, list[Node]]):
+        self.consumers = consumers
+        self.gone: set[int] = set()  # ids of nodes absorbed into a fused node
+        self.placed: dict[int, Node] = {}  # id of a chain's last link -> the fused node
+
+    def record(self, head: Node, chain: list[Node], fused: Node) -> None:
+        absorbed = [head, *chain]
+        ids = {id(n) for n in absorbed}
+        self.gone |= ids
+        # The fused node sits where the last link was: every operand is defined by then.
+        self.placed[id(chain[-1])] = fused
+        for n in absorbed[:-1]:  # intermediate values no longer exist
+            for o in n.outputs:
+                self.consumers.pop(o, None)
+        for v in set(fused.inputs):
+            users = self.consumers.get(v)
+            if users is not None:
+                kept = [u for u in users if id(u) not in ids]
+                self.consumers[v] = [*kept, *([fused] * fused.inputs.count(v))]
