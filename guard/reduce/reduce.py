@@ -309,6 +309,12 @@ def reduce_command(args: Any) -> int:
         raise UsageError(f"--max-tests must be >= 1, got {args.max_tests}")
     if args.budget_s <= 0:
         raise UsageError(f"--budget-s must be > 0, got {args.budget_s}")
+    if args.json is not None and not Path(args.json).resolve().parent.is_dir():
+        raise UsageError(
+            f"output directory {Path(args.json).resolve().parent} does not exist",
+            where=str(args.json),
+            hint="Create it or choose another path.",
+        )
     s = reduce_model(
         args.suite,
         args.model,

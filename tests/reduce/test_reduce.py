@@ -189,8 +189,23 @@ def test_bad_input_is_one_line_exit_2(
     # --latency takes a suite variant file or another backend's name, nothing else.
     assert main(["reduce", "--suite", str(suite), "--model", "net", "--latency", "bundled"]) == 2
     assert main(["reduce", "--suite", str(suite), "--model", "net", "--latency", "tpu"]) == 2
+    assert (
+        main(
+            [
+                "reduce",
+                "--suite",
+                str(suite),
+                "--model",
+                "net",
+                "--accuracy",
+                "--json",
+                str(tmp_path / "no" / "s.json"),
+            ]
+        )
+        == 2
+    )
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("guard: error")]
-    assert len(lines) == 5
+    assert len(lines) == 6
     assert "the head runs on bundled too" in lines[3]
     assert "neither a suite file nor a backend name" in lines[4]
 
