@@ -102,3 +102,14 @@ def test_invocation_id_precedence():
     env.pop("GUARD_INVOCATION_ID")
     assert resolve_invocation_id(None, env, "aarch64") == "github-42-2-aarch64"
     assert resolve_invocation_id(None, {}, "x86_64") is None
+
+
+@pytest.mark.parametrize("spec", ["3/2", "0/4", "a/b"])
+def test_guard_run_refuses_a_bad_shard_before_anything_runs(tmp_path, capsys, spec):
+    from guard.cli import main
+
+    code = main(["run", str(tmp_path / "no-such-suite.yaml"), "--shard", spec, "--no-track"])
+    err = capsys.readouterr().err
+    assert code == EXIT_BAD_INPUT
+    assert f"--shard {spec!r}" in err and "Traceback" not in err
+    assert err.strip().count("\n") == 0  # one line
