@@ -87,6 +87,18 @@ def test_golden_update_records_reason_and_hashes(tmp_path, workdir, convnet):
     assert main(["run", str(suite), "--no-track"]) == 0
     meta_path = tmp_path / "goldens" / "spine" / "net" / "golden.json"
     before = json.loads(meta_path.read_text())
+    # Nothing changed: an update writes nothing (no history entry for identical outputs).
+    assert main(["golden", "update", str(suite), "--reason", "no-op"]) == 0
+    assert json.loads(meta_path.read_text()) == before
+    # The model's outputs change (its classifier weights doubled): the update records why.
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(convnet))
+    for t in m.graph.initializer:
+        if t.name == "fw":
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 2, "fw"))
+    onnx.save(m, str(convnet))
     assert main(["golden", "update", str(suite), "--reason", "onnxruntime bump"]) == 0
     after = json.loads(meta_path.read_text())
     last = after["history"][-1]
