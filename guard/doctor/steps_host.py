@@ -169,6 +169,23 @@ def step9_numerics_options(base: Side | None, head: Side, ctx: Any) -> Finding:
     for k in sorted({*hd, *bd}):
         if hd.get(k, 0) != bd.get(k, 0) or (base is None and hd.get(k)):
             f.add(f"declined: {k}", bd.get(k) if base else None, hd.get(k))
+    # The numerics these options trade: error against the golden, and whether the outputs
+    # changed at all (a fast path switched on or off moves the last bits).
+    f.add(
+        "max abs err vs the golden",
+        base.get("numerics.max_abs_err") if base else None,
+        head.get("numerics.max_abs_err"),
+    )
+    if (
+        base is not None
+        and base.get("numerics.output_sha256")
+        and head.get("numerics.output_sha256")
+    ):
+        f.add(
+            "outputs changed",
+            None,
+            base.get("numerics.output_sha256") != head.get("numerics.output_sha256"),
+        )
     backend = head.result.get("backend")
     if backend == "onnxruntime":
         f.missing.append(
