@@ -348,3 +348,44 @@ def test_dead_outputs_and_initializers_listed_as_inputs() -> None:
     assert [o.name for o in c.model.graph.output] == ["d"]
     assert [i.name for i in c.model.graph.input] == ["x"]
     assert [t.name for t in c.model.graph.initializer] == ["w"]
+
+
+def test_a_subgraph_capture_is_a_read_of_its_node() -> None:
+    """An If whose branches read an outer tensor: the cut feeds that tensor too."""
+    from onnx import TensorProto, helper
+
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        return helper.make_graph(
+            [helper.make_node(op, ["a"], [f"{name}_out"])],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [1, 4])],
+        )
+
+    g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["a"], name="relu"),
+            helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+            helper.make_node(
+                "If",
+                ["c"],
+                ["y"],
+                name="if",
+                then_branch=branch("t", "Neg"),
+                else_branch=branch("e", "Abs"),
+            ),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [onnx.numpy_helper.from_array(np.zeros((), np.float32), "zero")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    mg = ModelGraph.of(m)
+    assert mg.neighbours(3) == {0, 2}  # the If reads c and, through its branches, a
+    values = record_intermediates(m, {"x": np.arange(4, dtype=np.float32).reshape(1, 4)})
+    c = cut(mg, [3], values)
+    assert sorted(i.name for i in c.model.graph.input) == ["a", "c"]
+    onnx.checker.check_model(c.model)
