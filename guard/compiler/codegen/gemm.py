@@ -1,6 +1,6 @@
-"""Register-tiled GEMM micro-kernels emitted with llvmlite, specialised to constant shapes.
+"""Register-tiled GEMM kernels emitted with llvmlite, specialised to constant shapes.
 
-``C[M,N] = op(A) @ op(B) (+ bias)``, then an optional epilogue, all row-major float32.
+``C[M,N] = op(A) @ op(B) (+ bias) (+ R)``, then an optional epilogue, row-major float32.
 The structure is GotoBLAS/BLIS's: B is cut into panels ``nr`` columns wide (``nr`` a
 multiple of the vector width W), packed once at build time (weights are constants) as
 ``[panel][k][nr]`` with the last panel zero-padded, so the micro-kernel loads whole
@@ -10,31 +10,33 @@ issues ``mr * nr/W`` vector FMAs into accumulators that stay in registers for th
 k-chunk. Cache blocking: ``kc`` (k-chunk: a B micro-panel ``kc x nr`` stays in L1),
 ``mc`` rows and ``nc`` columns per macro-block (the ``kc x nc`` block of B stays in L2).
 Loop order ``"nm"`` runs the panels outermost inside a macro-block (B micro-panel reused
-across all row tiles), ``"mn"`` the row tiles outermost (the A rows stay in L1).
+across all row tiles), ``"mn"`` the row tiles outermost (the A rows stay in L1). A B known
+only at run time is streamed in place (``[K,N]``, last vector masked) or, stored ``[N,K]``,
+gathered into a packed stack buffer per ``kc x nc`` block.
 
-Tails are peeled at compile time, never looped in scalars: a short last row tile gets its
-own micro-kernel with fewer rows, the last panel's last vector is stored (and, for an
-unpacked B, loaded) with ``llvm.masked.store`` / ``llvm.masked.load``. With ``K > kc`` the
-first k-chunk stores C, middle chunks accumulate into C, and the last chunk adds C, the
-bias and the epilogue in registers before the one final store.
+Tails are never scalar loops: a short last row tile gets its own micro-kernel with fewer
+rows, and the last vector of a short panel is stored (and, for a streamed B, loaded) with
+``llvm.masked.store`` / ``llvm.masked.load`` under a run-time lane count. With ``K > kc``
+the first k-chunk stores C, middle chunks accumulate into C, and the last chunk adds C,
+the bias and the epilogue in registers before the one final store. The micro-kernel
+(microkernel.py) is shared by every GEMM and convolution of a module with the same tile.
 
 Batched GEMM: ``batch`` with element strides ``stride_a``, ``stride_b``, ``stride_c``
 (``stride_b = 0``: one B, e.g. a weight, shared by every batch); the generated function
 loops over the batch itself, so a batched MatMul is still one call. The bias is shared.
 
 ``use_blas``: the schedule may instead call OpenBLAS's ``scipy_cblas_sgemm64_`` (ILP64,
-shipped in numpy.libs). Why it is a knob and not the default: it ties the object to a
-symbol that the loader must resolve in the running process (:func:`register_blas_symbol`
-before JIT or object load), it is multi-threaded by OpenBLAS's own pool unless told
-otherwise, and it hides the GEMM from the code that guard diffs and profiles; it pays
-only for large, square-ish GEMMs where OpenBLAS's packed A beats the streamed A here.
-With ``use_blas`` the "packed" B is plain row-major ``op(B)`` ``[K, N]``, and bias and
-epilogue run as a vector pass over C after the call.
+shipped in numpy.libs). Why it is a knob and not the default: measured here the generated
+kernels run at 0.97-1.23x OpenBLAS's single-thread rate (benchmarks/test_gemm_kernels.py);
+the call ties the object to a symbol the loader must resolve in the running process
+(:func:`register_blas_symbol` before JIT or object load); OpenBLAS runs its own thread
+pool unless told otherwise; and it hides the GEMM from the IR that guard diffs and
+profiles. It stays for targets where a vendor BLAS wins, and as an A/B reference for the
+generated code. With ``use_blas`` the "packed" B is plain row-major ``op(B)`` ``[K, N]``,
+and bias and epilogue run as a vector pass over C after the call.
 
-Helpers reusable by other emitters: :func:`vector_type`, :func:`declare_fma`,
-:func:`fma`, :func:`splat`, :func:`lane_mask`, :func:`vload`, :func:`vstore`,
-:func:`masked_load`, :func:`masked_store`, :func:`masked_gather`, :func:`for_loop`,
-:func:`for_loop_carried`, :func:`fptr`.
+Vector helpers (FMA intrinsics, masked loads/stores, gathers, loops) live in
+microkernel.py for reuse by other emitters.
 """
 
 from __future__ import annotations
