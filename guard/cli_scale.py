@@ -40,6 +40,9 @@ def register(subparsers: Any) -> None:
                    help="merge even when a shard's file is missing: its cases become error "
                         "results (exit 3)")
     m.add_argument("--quiet", action="store_true", help="do not print the console table")
+    m.add_argument("--tracking-uri", metavar="URI",
+                   help="also put the merged results on the shards' invocation run there "
+                        "(verdict, counts, results.json)")
     m.set_defaults(func=cmd_merge)
 
 
@@ -64,4 +67,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
         report.write_html(doc, Path(args.html))
     if not args.quiet:
         report.render_console(doc)
+    if args.tracking_uri:
+        from guard.track.invocation import record_merged
+
+        run_id = record_merged(args.tracking_uri, doc)
+        print(f"recorded the merged results on invocation run {run_id} at {args.tracking_uri}")
     return int(doc["exit_code"])

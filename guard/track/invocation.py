@@ -127,3 +127,37 @@ def link_shard(client: Any, experiment_id: str, shard_run_id: str,
     if canonical and found[0].info.status != RunStatus.to_string(RunStatus.FINISHED):
         client.set_terminated(canonical, status="FINISHED")
     return canonical
+
+
+def record_merged(uri: str, doc: Mapping[str, Any]) -> str:
+    """Put a merged results document (guard merge) on its invocation's run: the worst
+    verdict, the counts, and ``results.json``, so ``run:<id>`` of the invocation is the
+    whole run. Writing it again overwrites it (idempotent). Returns the run id."""
+    from guard.errors import UsageError
+    from guard.track.batch import metric_entities
+    from guard.track.records import parent_metrics, worst_verdict
+
+    merged = doc.get("merged") if isinstance(doc.get("merged"), Mapping) else {}
+    inv = merged.get("invocation_id")
+    if not inv:
+        raise UsageError("the merged results carry no invocation id: nothing to record",
+                         hint="Only shards run with --invocation-id (or "
+                         "GUARD_INVOCATION_ID) log under one invocation.")
+    suite = str(doc.get("suite"))
+    with _http_limits(), _translated(uri, f"recording the merge of invocation {inv!r}"):
+        client = _client(uri)
+        eid = _experiment_id(client, uri, suite)
+        found = _candidates(client, eid, str(inv))
+        if not found:
+            raise UsageError(f"no invocation run {inv!r} in guard/{suite} at {uri}",
+                             hint="Were the shards logged there? Push kept ones first "
+                             "(guard track push).")
+        run_id = str(found[0].info.run_id)
+        results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
+        _log_batch(client, run_id, metric_entities(parent_metrics(doc)), tags={
+            "guard.verdict": worst_verdict([r.get("verdict") for r in results]),
+            "guard.merged": "true",
+            "guard.exit_code": str(doc.get("exit_code")),
+        })
+        client.log_dict(run_id, dict(doc), "results.json")
+    return run_id

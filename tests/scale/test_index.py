@@ -131,3 +131,30 @@ def test_concurrent_shards_end_under_one_invocation_run(uri):
     assert parent.data.tags["guard.shard.2.results"] == "2"
     # Linking again (a re-push) changes nothing.
     assert link_shard(client, eid, receipts[0]["parent_run_id"], docs[0]) == parent.info.run_id
+
+
+def test_merge_is_recorded_on_the_invocation_run(uri, tmp_path):
+    import json
+
+    from guard.cli import main
+    from guard.track.query import load_artifact_dict
+
+    docs = [_doc("a" * 40, shard={"index": k, "count": 2, "invocation_id": "inv-m",
+                                  "plan_sha256": "p", "cases": [list(c) + ["host"]],
+                                  "suite_cases": [[m, b, "host"] for m, b in CASES]})
+            for k, c in ((1, CASES[0]), (2, CASES[1]))]
+    for k, d in enumerate(docs):
+        d["results"] = [d["results"][k]]
+        log_results(d, uri)
+    paths = []
+    for k, d in enumerate(docs, 1):
+        paths.append(tmp_path / f"r{k}.json")
+        paths[-1].write_text(json.dumps(d))
+    assert main(["merge", *map(str, paths), "--quiet", "--tracking-uri", uri]) == 0
+    client = MlflowClient(uri)
+    eid = client.get_experiment_by_name("guard/idx").experiment_id
+    [parent] = client.search_runs([eid], "tags.`guard.level` = 'invocation'")
+    assert parent.data.tags["guard.merged"] == "true"
+    assert parent.data.metrics["results.total"] == 2
+    merged = load_artifact_dict(uri, parent.info.artifact_uri, "results.json")
+    assert [r["backend"] for r in merged["results"]] == ["onnxruntime", "bundled"]
