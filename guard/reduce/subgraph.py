@@ -8,8 +8,9 @@ case it is embedded as an initializer so the compiler still sees a constant weig
 cut's outputs are what its nodes produce for nodes outside it, the model's outputs, and
 values nobody reads.
 
-Constant-only nodes (Constant, and chains over initializers) are never part of a cut: they
-are folded into the initializers, so the node counts here are compute nodes.
+Constant-only nodes (Constant, Shape/Size of bound tensors, and chains over those and the
+initializers) are never part of a cut: they are folded into the initializers, so the node
+counts here are compute nodes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ import onnx
 from onnx import helper, numpy_helper
 
 from guard.errors import ModelError
+
+SHAPE_OPS = ("Shape", "Size")
+RANDOM_OPS = (
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+)
 
 
 def _subgraph_reads(g: onnx.GraphProto) -> set[str]:
@@ -72,9 +83,10 @@ class ModelGraph:
             for o in n.output:
                 if o:
                     producer[o] = i
-            if all(x in constant for x in reads) and n.op_type not in (
-                "RandomNormal",
-                "RandomUniform",
+            # Shape and Size read only dims, and guard binds every dim: their outputs (and
+            # what is computed from them alone) are constants of this binding.
+            if n.op_type in SHAPE_OPS or (
+                all(x in constant for x in reads) and n.op_type not in RANDOM_OPS
             ):
                 constant |= {o for o in n.output if o}
             else:

@@ -389,3 +389,37 @@ def test_a_subgraph_capture_is_a_read_of_its_node() -> None:
     c = cut(mg, [3], values)
     assert sorted(i.name for i in c.model.graph.input) == ["a", "c"]
     onnx.checker.check_model(c.model)
+
+
+def test_shape_chains_are_constants_of_the_binding() -> None:
+    """x -> Shape -> Gather -> Unsqueeze -> Concat -> Reshape(x): with every dim bound, the
+    shape chain is folded into an initializer; only Reshape and Relu are compute nodes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph(
+        [
+            helper.make_node("Shape", ["x"], ["shp"], name="shape"),
+            helper.make_node("Gather", ["shp", "zero"], ["n"], name="gather", axis=0),
+            helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsq"),
+            helper.make_node("Concat", ["n1", "minus1"], ["newshape"], name="cat", axis=0),
+            helper.make_node("Reshape", ["x", "newshape"], ["r"], name="reshape"),
+            helper.make_node("Relu", ["r"], ["y"], name="relu"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 12])],
+        [
+            numpy_helper.from_array(np.array(0, np.int64), "zero"),
+            numpy_helper.from_array(np.array([0], np.int64), "axes"),
+            numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    mg = ModelGraph.of(m)
+    assert mg.compute == [4, 5] and "newshape" in mg.constant
+    values = record_intermediates(m, {"x": np.ones((2, 3, 4), np.float32)})
+    c = cut(mg, [4, 5], values)
+    assert [i.name for i in c.model.graph.input] == ["x"]
+    assert [t.name for t in c.model.graph.initializer] == ["newshape"]
+    np.testing.assert_array_equal(numpy_helper.to_array(c.model.graph.initializer[0]), [2, -1])
