@@ -9,7 +9,10 @@ input scalar (an embedded-broadcast memory operand on AVX-512).
 
 Modes: ``dense`` (group 1, or channels per group a multiple of L), ``depthwise``
 (one input and one output channel per group, in a layout whose channels are contiguous:
-the input is a vector load too), and ``scalar`` (anything else: L = 1, correct, slower).
+the input is a vector load too), and ``grouped`` (anything else: each group's output
+channels get their own vectors, the last one of each group masked; weights packed
+``[g][K/g/L][C/g][R][S][L]``; in a blocked output a vector that straddles a block is
+stored lane by lane).
 
 Padding: columns whose taps all fall inside the input are the interior, tiled ``T`` wide
 in a loop without bounds checks; the border tiles sit at compile-time columns, so each
@@ -80,8 +83,14 @@ class Geometry:
         elif self.Cg == 1 and self.Kg == 1 and chan_contig:
             self.mode, self.L = "depthwise", width
         else:
-            self.mode, self.L = "scalar", 1
-        self.KV = -(-self.K // self.L)
+            # Groups whose channel count is not a multiple of L: each group gets its own
+            # vectors, the last one of a group masked (zero weights past the group).
+            self.mode, self.L = "grouped", width
+        self.KVg = -(-self.Kg // self.L)  # vectors per group (grouped mode)
+        self.KV = self.g * self.KVg if self.mode == "grouped" else -(-self.K // self.L)
+        # Lanes of the last vector (of K, or of each group in grouped mode).
+        self.tail = (self.Kg if self.mode == "grouped" else self.K) - (
+            (self.KVg if self.mode == "grouped" else self.KV) - 1) * self.L
         # Interior columns: every tap of every column inside [0, W).
         lo = -(-self.pl // self.sw) if self.pl > 0 else 0
         hi_num = self.W - 1 - self.dw * (self.S - 1) + self.pl
@@ -117,8 +126,14 @@ class Geometry:
             pad = np.zeros((self.KV * L, self.R, self.S), np.float32)
             pad[:K] = w[:, 0]
             return np.ascontiguousarray(pad.reshape(self.KV, L, self.R, self.S).transpose(0, 2, 3, 1))
-        pad = np.zeros((self.KV * L, self.Cg, self.R, self.S), np.float32)
-        pad[:K] = w
+        if self.mode == "grouped":
+            # [g][KVg][Cg][R][S][L]: each group's output channels padded to whole vectors
+            per = np.zeros((self.g, self.KVg * L, self.Cg, self.R, self.S), np.float32)
+            per[:, : self.Kg] = w.reshape(self.g, self.Kg, self.Cg, self.R, self.S)
+            pad = per.reshape(self.KV * L, self.Cg, self.R, self.S)
+        else:
+            pad = np.zeros((self.KV * L, self.Cg, self.R, self.S), np.float32)
+            pad[:K] = w
         return np.ascontiguousarray(pad.reshape(self.KV, L, self.Cg, self.R, self.S).transpose(0, 2, 3, 4, 1))
 
 
@@ -220,7 +235,13 @@ class _DirectConv:
     def tile(self, n: ir.Value, kv: ir.Value, oh: ir.Value, ow0: ir.Value | int, T: int) -> None:
         g, b = self.g, self.b
         L = g.L
-        lanes_k = b.mul(kv, i64(L))  # first output channel of the vector
+        if g.mode == "grouped":  # first output channel: the group's, plus whole vectors
+            kvg = b.urem(kv, i64(g.KVg))
+            lanes_k = add(b, b.mul(b.udiv(kv, i64(g.KVg)), i64(g.Kg)), b.mul(kvg, i64(L)))
+            self._last = b.icmp_signed("==", kvg, i64(g.KVg - 1))
+        else:
+            lanes_k = b.mul(kv, i64(L))  # first output channel of the vector
+            self._last = b.icmp_signed("==", kv, i64(g.KV - 1))
         if self.bias is not None:
             init = self._bias_vec(lanes_k) if L > 1 else load(b, self.bias, lanes_k)
         else:
@@ -239,16 +260,15 @@ class _DirectConv:
 
     def _bias_vec(self, k0: ir.Value) -> ir.Value:
         g, b = self.g, self.b
-        if g.K % g.L == 0:
+        if g.tail == g.L:
             return load(b, self.bias, k0, g.L)
-        # Last vector partial: masked load never reads past K.
+        # Last vector partial: masked load never reads past K (or the group).
         from guard.compiler.codegen.irutil import masked_load
 
-        last = b.icmp_signed("==", k0, i64((g.KV - 1) * g.L))
-        with b.if_else(last) as (then, other):
+        with b.if_else(self._last) as (then, other):
             with then:
                 bt = b.block
-                vt = masked_load(b, self.bias, k0, g.L, g.K - (g.KV - 1) * g.L)
+                vt = masked_load(b, self.bias, k0, g.L, g.tail)
             with other:
                 bo = b.block
                 vo = load(b, self.bias, k0, g.L)
@@ -343,8 +363,11 @@ class _DirectConv:
         g, b = self.g, self.b
         syn, sycb, sycl, syh, syw, by = g.y_strides()
         L = g.L
-        base = add(b, b.mul(n, i64(syn)), self._x_chan(k0, sycb, sycl, by), b.mul(oh, i64(syh)))
-        tail = g.K - (g.KV - 1) * L
+        pos = add(b, b.mul(n, i64(syn)), b.mul(oh, i64(syh)))
+        base = add(b, pos, self._x_chan(k0, sycb, sycl, by))
+        tail = g.tail
+        # A grouped vector may straddle a channel block of the output: lane by lane.
+        straddles = g.mode == "grouped" and by > 1 and sycb != 0 and (g.Kg % by or by % L)
         vals = []
         for t in range(T):
             v = b.load(accs[t], typ=self.ty)
@@ -357,6 +380,12 @@ class _DirectConv:
                 idx = add(b, base, (ow0 + t) * syw if isinstance(ow0, int) else b.mul(add(b, ow0, t), i64(syw)))
                 if L == 1:
                     b.store(vals[t], b.gep(self.y, [idx], source_etype=F32, inbounds=True))
+                elif straddles:
+                    col = (ow0 + t) * syw if isinstance(ow0, int) else b.mul(add(b, ow0, t), i64(syw))
+                    for j in range(lanes):
+                        at = add(b, pos, col, self._x_chan(add(b, k0, j), sycb, sycl, by))
+                        v = b.extract_element(vals[t], ir.Constant(ir.IntType(32), j))
+                        b.store(v, b.gep(self.y, [at], source_etype=F32, inbounds=True))
                 elif g.layout == "NCHW":
                     store_strided(b, vals[t], self.y, idx, sycb, lanes)
                 else:
@@ -365,8 +394,7 @@ class _DirectConv:
         if tail == L or L == 1:
             write(L)
             return
-        last = b.icmp_signed("==", k0, i64((g.KV - 1) * L))
-        with b.if_else(last) as (then, other):
+        with b.if_else(self._last) as (then, other):
             with then:
                 write(tail)
             with other:

@@ -162,7 +162,9 @@ CONVS = [
     (1, 32, 9, 9, 32, 3, 3, 2, 1, 1, 32),  # depthwise stride 2
     (1, 16, 12, 12, 48, 3, 3, 1, 2, 2, 1),  # dilation 2
     (1, 32, 8, 8, 64, 3, 3, 1, 1, 1, 2),  # groups, 32 output channels per group
-    (1, 12, 7, 7, 12, 3, 3, 1, 1, 1, 4),  # groups, 3 channels per group (scalar path)
+    (1, 12, 7, 7, 12, 3, 3, 1, 1, 1, 4),  # groups, 3 channels per group (grouped, masked)
+    (1, 272, 6, 6, 272, 1, 1, 1, 0, 1, 4),  # shufflenet's: 68 per group, vectors straddle blocks
+    (1, 48, 6, 9, 24, 3, 3, 2, 1, 1, 4),  # 12 in / 6 out per group, stride 2
     (1, 16, 7, 7, 16, 7, 7, 1, 3, 1, 1),  # a kernel as wide as the image: no interior
     (1, 3, 32, 32, 16, 7, 7, 2, 3, 1, 1),  # resnet's stem
     (1, 16, 8, 8, 16, 3, 3, 1, (0, 1, 2, 0), 1, 1),  # asymmetric pads
