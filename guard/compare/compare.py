@@ -38,6 +38,7 @@ from guard.bench.regress import (
 from guard.compare import crossarch
 from guard.compare.attribution import attribute
 from guard.errors import UsageError
+from guard.fsutil import BoundedReadError, read_bounded_text
 from guard.manifest.diff import diff_manifests
 from guard.manifest.pins import is_pinned
 
@@ -53,9 +54,13 @@ def load_results(path: str | Path) -> dict[str, Any]:
     """Read and validate a results document (schema_version 1)."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(read_bounded_text(p))  # a regular file under a size limit
     except FileNotFoundError:
         raise UsageError("no such results file", where=str(p)) from None
+    except BoundedReadError as e:
+        raise UsageError(e.reason, where=str(p)) from None
+    except UnicodeDecodeError:
+        raise UsageError("not a UTF-8 JSON results file", where=str(p)) from None
     except (OSError, json.JSONDecodeError) as e:
         raise UsageError(f"not a readable JSON results file ({e})", where=str(p)) from None
     validate_results(doc, str(p))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.errors import UsageError
-from guard.fsutil import atomic_write_text
+from guard.fsutil import BoundedReadError, atomic_write_text, read_bounded_text
 from guard.manifest.pins import REQUIRED, SCHEMA_VERSION, canonical_json, manifest_sha256
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -103,7 +103,11 @@ def load_manifest(path: Path) -> dict[str, Any]:
     path = Path(path)
     rebuild = "delete the artefact directory and rebuild it."
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded_text(path)  # a regular file under a size limit
+    except BoundedReadError as exc:
+        raise ManifestError(exc.reason, where=str(path), hint=rebuild) from None
+    except UnicodeDecodeError:
+        raise ManifestError("not UTF-8 text", where=str(path), hint=rebuild) from None
     except OSError as exc:
         raise ManifestError(
             f"cannot read manifest ({exc.strerror or exc})", where=str(path), hint=rebuild

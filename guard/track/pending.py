@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -55,9 +56,14 @@ def keep(doc: Mapping[str, Any], pending: Path) -> Path:
 def push_lock(results_path: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``results_path`` while it is looked up and logged."""
     try:
-        fd = os.open(results_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK: a FIFO must not block here; only a regular file is locked.
+        fd = os.open(results_path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         yield  # unreadable: load_results says why, with the path
+        return
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        yield  # load_results refuses it, with the path
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
