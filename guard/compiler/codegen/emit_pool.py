@@ -22,10 +22,10 @@ from guard.compiler.codegen.irutil import (
     entry_alloca,
     i64,
     in_range,
-    load,
+    load_lanes,
     loop,
     splat,
-    store,
+    store_lanes,
 )
 from guard.compiler.layout import block_of
 from guard.compiler.schedule import GraphView, OpNode
@@ -83,59 +83,80 @@ class Pool(Emitter):
         N, C, H, W = logical(xo.shape, lay)
         _, _, OH, OW = logical(yo.shape, lay)
         blk = block_of(lay) or 0
-        L = k.vector_width if (blk and blk % k.vector_width == 0) or (lay == "NHWC" and C % k.vector_width == 0) else 1
+        W_ = k.vector_width
+        # Lanes along channels where they are contiguous: blocked, or NHWC (a masked last
+        # vector when C is not a multiple of the width); NCHW pools run scalar lanes.
+        L = W_ if (blk and blk % W_ == 0) or lay == "NHWC" else 1
         ty = ir.VectorType(F32, L) if L > 1 else F32
         sx = layout_strides(lay, N, C, H, W)
         sy = layout_strides(lay, N, C, OH, OW)
         is_max = k.op in ("MaxPool", "GlobalMaxPool")
         x, y = ins[0], outs[0]
+        full = C // L * L
+
+        def sweep(body) -> None:  # type: ignore[no-untyped-def]
+            if full:
+                with loop(b, 0, full, L, "cv") as c:
+                    body(c, L)
+            if C - full:
+                body(i64(full), C - full)
+
         if k.op.startswith("Global"):
-            with loop(b, 0, N, 1, "n") as n, loop(b, 0, C // L, 1, "cv") as cv:
-                c = b.mul(cv, i64(L))
-                xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
-                acc = entry_alloca(b, ty)
-                b.store(const(ty, float("-inf") if is_max else 0.0), acc)
-                with loop(b, 0, H, 1, "h") as h, loop(b, 0, W, 1, "w") as w:
-                    v = load(b, x, add(b, xb, b.mul(h, i64(sx[3])), b.mul(w, i64(sx[4]))), L)
-                    cur = b.load(acc, typ=ty)
-                    b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
-                r = b.load(acc, typ=ty)
-                if not is_max:
-                    r = b.fmul(r, const(ty, 1.0 / (H * W)))
-                yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]))
-                store(b, r, y, yb)
+
+            def gbody(c: ir.Value, lanes: int) -> None:
+                with loop(b, 0, N, 1, "n") as n:
+                    xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
+                    acc = entry_alloca(b, ty)
+                    b.store(const(ty, float("-inf") if is_max else 0.0), acc)
+                    with loop(b, 0, H, 1, "h") as h, loop(b, 0, W, 1, "w") as w:
+                        v = load_lanes(b, x, add(b, xb, b.mul(h, i64(sx[3])), b.mul(w, i64(sx[4]))), L, lanes)
+                        cur = b.load(acc, typ=ty)
+                        b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
+                    r = b.load(acc, typ=ty)
+                    if not is_max:
+                        r = b.fmul(r, const(ty, 1.0 / (H * W)))
+                    yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]))
+                    store_lanes(b, r, y, yb, lanes)
+
+            sweep(gbody)
             return
         R, S = a["kernel_shape"]
         sh, sw = a["strides"]
         dh, dw = a.get("dilations", [1, 1])
         pt, pl, pb, pr = a["pads"]
         include = bool(a.get("count_include_pad", 0))
-        with loop(b, 0, N, 1, "n") as n, loop(b, 0, C // L, 1, "cv") as cv, loop(b, 0, OH, 1, "oh") as oh, loop(b, 0, OW, 1, "ow") as ow:
-            c = b.mul(cv, i64(L))
-            xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
-            acc = entry_alloca(b, ty)
-            cnt = entry_alloca(b, F32)
-            b.store(const(ty, float("-inf") if is_max else 0.0), acc)
-            b.store(const(F32, 0.0), cnt)
-            ih0 = b.sub(b.mul(oh, i64(sh)), i64(pt))
-            iw0 = b.sub(b.mul(ow, i64(sw)), i64(pl))
-            for r in range(R):
-                for s in range(S):
-                    ih = add(b, ih0, r * dh)
-                    iw = add(b, iw0, s * dw)
-                    inside = b.and_(in_range(b, ih, 0, H), in_range(b, iw, 0, W))
-                    if include and not is_max:
-                        padded = b.and_(in_range(b, ih, -pt, H + pb), in_range(b, iw, -pl, W + pr))
-                        b.store(b.fadd(b.load(cnt, typ=F32), b.select(padded, const(F32, 1.0), const(F32, 0.0))), cnt)
-                    with b.if_then(inside):
-                        v = load(b, x, add(b, xb, b.mul(ih, i64(sx[3])), b.mul(iw, i64(sx[4]))), L)
-                        cur = b.load(acc, typ=ty)
-                        b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
-                        if not include and not is_max:
-                            b.store(b.fadd(b.load(cnt, typ=F32), const(F32, 1.0)), cnt)
-            res = b.load(acc, typ=ty)
-            if not is_max:
-                inv = b.fdiv(const(F32, 1.0), b.load(cnt, typ=F32))
-                res = b.fmul(res, splat(b, inv, L) if L > 1 else inv)
-            yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]), b.mul(oh, i64(sy[3])), b.mul(ow, i64(sy[4])))
-            store(b, res, y, yb)
+
+        def wbody(c: ir.Value, lanes: int) -> None:
+            with loop(b, 0, N, 1, "n") as n, loop(b, 0, OH, 1, "oh") as oh, loop(b, 0, OW, 1, "ow") as ow:
+                xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
+                acc = entry_alloca(b, ty)
+                cnt = entry_alloca(b, F32)
+                b.store(const(ty, float("-inf") if is_max else 0.0), acc)
+                b.store(const(F32, 0.0), cnt)
+                ih0 = b.sub(b.mul(oh, i64(sh)), i64(pt))
+                iw0 = b.sub(b.mul(ow, i64(sw)), i64(pl))
+                for r in range(R):
+                    for s in range(S):
+                        ih = add(b, ih0, r * dh)
+                        iw = add(b, iw0, s * dw)
+                        inside = b.and_(in_range(b, ih, 0, H), in_range(b, iw, 0, W))
+                        if include and not is_max:
+                            padded = b.and_(in_range(b, ih, -pt, H + pb), in_range(b, iw, -pl, W + pr))
+                            one = b.select(padded, const(F32, 1.0), const(F32, 0.0))
+                            b.store(b.fadd(b.load(cnt, typ=F32), one), cnt)
+                        with b.if_then(inside):
+                            at = add(b, xb, b.mul(ih, i64(sx[3])), b.mul(iw, i64(sx[4])))
+                            v = load_lanes(b, x, at, L, lanes)
+                            cur = b.load(acc, typ=ty)
+                            b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
+                            if not include and not is_max:
+                                b.store(b.fadd(b.load(cnt, typ=F32), const(F32, 1.0)), cnt)
+                res = b.load(acc, typ=ty)
+                if not is_max:
+                    inv = b.fdiv(const(F32, 1.0), b.load(cnt, typ=F32))
+                    res = b.fmul(res, splat(b, inv, L) if L > 1 else inv)
+                yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]),
+                         b.mul(oh, i64(sy[3])), b.mul(ow, i64(sy[4])))  # fmt: skip
+                store_lanes(b, res, y, yb, lanes)
+
+        sweep(wbody)
