@@ -23,10 +23,13 @@ class GuardError(Exception):
     def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
         self.where = where
         self.hint = hint
-        parts = [f"{where}: {message}" if where else message]
+        head = (f"{where}: {message}" if where else message).rstrip()
         if hint:
-            parts.append(hint)
-        super().__init__(" ".join(parts).replace("\n", " "))
+            # Two sentences, not one run-on line ("... dynamic and unbound. Bind it ...").
+            if head and head[-1] not in ".!?:;":
+                head += "."
+            head = f"{head} {hint.strip()}"
+        super().__init__(head.replace("\n", " "))
 
 
 class UsageError(GuardError):

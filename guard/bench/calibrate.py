@@ -284,6 +284,13 @@ def calibrate_suite(
 
     workdir = Path(workdir or Path.cwd())
     suite = load_suite(suite_path)
+    uri = None
+    if track:
+        from guard.track import check_reachable, resolve_uri
+
+        # Before minutes of measuring: a bad URI or a server that does not answer is known now.
+        uri = resolve_uri(tracking_uri, workdir)
+        check_reachable(uri)
     entries: dict[str, Any] = {}
     host: dict[str, Any] = {}
     for case in prepare_cases(suite_path, workdir):
@@ -294,8 +301,6 @@ def calibrate_suite(
         host = dict(case.manifest.get("host") or {})
     path = out or default_noise_path(workdir, suite.name)
     doc = save_noise(path, suite.name, entries, host)
-    if track:
-        from guard.track import resolve_uri
-
-        log_noise(resolve_uri(tracking_uri, workdir), suite.name, doc)
+    if uri is not None:
+        log_noise(uri, suite.name, doc)
     return doc, path

@@ -259,9 +259,15 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
     pts = series.points
     x = x_labels(pts)
     custom = [[p.short, p.time.strftime("%Y-%m-%d %H:%M UTC"), p.manifest_sha256[:12] or "-",
-               p.verdict, p.branch or "-"] for p in pts]  # fmt: skip
+               p.verdict, p.branch or "-", _contention_text(p)] for p in pts]  # fmt: skip
     hover = ("commit %{customdata[0]} (%{customdata[4]})<br>%{customdata[1]}<br>"
-             "manifest %{customdata[2]}<br>verdict %{customdata[3]}<br>")  # fmt: skip
+             "manifest %{customdata[2]}<br>verdict %{customdata[3]}%{customdata[5]}<br>")  # fmt: skip
+    # A point measured while other work took the CPU is drawn hollow and orange: a change
+    # point next to one is worth a re-run before a bisect.
+    contended = [_contended(p) for p in pts]
+    p50_marker = {"size": 8, "color": ["#d4760a" if c else "#0969da" for c in contended],
+                  "symbol": ["circle-open" if c else "circle" for c in contended],
+                  "line": {"width": 2}}  # fmt: skip
 
     def m(name: str) -> list[float | None]:
         return [p.metrics.get(name) for p in pts]
@@ -275,7 +281,7 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
                                  customdata=custom, hovertemplate=hover + "p10 %{y:.4g} ms"
                                  "<extra></extra>"), row=1, col=1)  # fmt: skip
     fig.add_trace(go.Scatter(x=x, y=p50, mode="lines+markers", name="p50",
-                             line={"color": "#0969da", "width": 2}, marker={"size": 7},
+                             line={"color": "#0969da", "width": 2}, marker=p50_marker,
                              customdata=custom, hovertemplate=hover + "p50 <b>%{y:.4g} ms</b>"
                              "<extra></extra>"), row=1, col=1)  # fmt: skip
     if series.bound is not None:
@@ -294,10 +300,10 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
                            bgcolor="rgba(255,255,255,0.85)", row=1, col=1)  # fmt: skip
     for c in series.pin_changes:
         _vline(fig, x[c["index"]], {"color": "#8250df", "width": 1.5, "dash": "dot"})
-        fig.add_annotation(x=x[c["index"]], y=0.0, yref="y domain", xref="x", showarrow=False,
+        fig.add_annotation(x=x[c["index"]], y=0.9, yref="y domain", xref="x", showarrow=False,
                            text="manifest:<br>" + "<br>".join(_cut(t) for t in c["changes"][:4]),
                            hovertext="<br>".join(c["changes"]), font={"color": "#8250df"},
-                           xanchor=_side(c["index"], len(x)), yanchor="bottom", align="left",
+                           xanchor=_side(c["index"], len(x)), yanchor="top", align="left",
                            bgcolor="rgba(255,255,255,0.85)", row=1, col=1)  # fmt: skip
     for row, (metric, label, fmt) in enumerate(PANELS, start=2):
         fig.update_yaxes(tickformat=fmt, rangemode="tozero", row=row, col=1,
@@ -317,6 +323,21 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
     fig.update_yaxes(**latency_axis([*p10, *p50, *p90], series.bound), row=1, col=1)
     fig.update_xaxes(type="category", tickangle=0)
     return fig
+
+
+CONTENDED = 0.2  # preflight's threshold: other processes' share of the spare CPU
+
+
+def _contended(p: Point) -> bool:
+    return (p.metrics.get("preflight.contention") or 0.0) > CONTENDED
+
+
+def _contention_text(p: Point) -> str:
+    share = p.metrics.get("preflight.contention")
+    if share is None:
+        return ""
+    flag = " (contended: re-run before trusting)" if share > CONTENDED else ""
+    return f"<br>CPU contention {share:.0%}{flag}"
 
 
 def _side(index: int, n: int) -> str:

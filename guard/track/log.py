@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from guard.errors import TrackingError
+from guard.errors import InternalError, TrackingError
 from guard.fsutil import BoundedReadError, read_bounded_text
 from guard.track import records
 from guard.track.batch import _log_batch, metric_entities
@@ -88,6 +88,12 @@ def _translated(uri: str, action: str) -> Iterator[None]:
     try:
         yield
     except MlflowException as exc:
+        if getattr(exc, "error_code", None) == "INVALID_PARAMETER_VALUE":
+            # The store is fine: it refused a key or value guard built. guard's bug, exit 3.
+            raise InternalError(
+                f"MLflow refused what guard logged while {action}: {_first_line(exc.message)}",
+                hint="This is a bug in guard: please report it with this line.",
+            ) from exc
         raise TrackingError(
             f"tracking store {uri} failed while {action}: {_first_line(exc.message)}",
             hint=_hint(uri),

@@ -190,3 +190,24 @@ def test_reload_brings_load_to_load_differences_into_the_noise():
     fresh = K.calibrate_fn(fn, rounds=12, round_s=0.3, warmup_s=0.01, clock=clock, reload=reload)
     assert same["noise_pct"] < 1.5 < 4 < fresh["noise_pct"]
     assert fresh["paired_noise_pct"] > 4 and fresh["reloaded"] is True
+
+
+def test_calibrate_checks_the_tracking_uri_before_measuring(tmp_path, monkeypatch):
+    import socket
+    from pathlib import Path
+
+    import guard.case
+    from guard.errors import TrackingError
+
+    def measured(*a, **k):
+        raise AssertionError("measured before the tracking URI was checked")
+
+    monkeypatch.setattr(guard.case, "prepare_cases", measured)
+    suite = Path(__file__).resolve().parents[2] / "suites" / "smoke.yaml"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(TrackingError, match="cannot reach"):
+        K.calibrate_suite(suite, tracking_uri=f"http://127.0.0.1:{port}", workdir=tmp_path)
+    with pytest.raises(TrackingError, match="not a tracking URI"):
+        K.calibrate_suite(suite, tracking_uri="localhost:5000", workdir=tmp_path)

@@ -149,3 +149,20 @@ def test_a_tracking_uri_that_is_not_a_uri_is_exit_2(bad, tmp_path, monkeypatch, 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", bad)
     with pytest.raises(TrackingError, match="MLFLOW_TRACKING_URI"):
         resolve_uri(None, tmp_path)
+
+
+def test_a_value_mlflow_refuses_is_guards_bug_not_the_store(sqlite_uri, monkeypatch):
+    """It used to say 'check that the store is writable' (exit 2) for guard's own bad key."""
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+    from guard.errors import EXIT_INTERNAL, InternalError
+
+    def refuse(self, *a, **k):
+        raise mlflow.exceptions.MlflowException("Invalid metric name", INVALID_PARAMETER_VALUE)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", refuse)
+    with pytest.raises(InternalError, match="bug in guard") as caught:
+        log_results(make_doc(), sqlite_uri)
+    assert caught.value.exit_code == EXIT_INTERNAL and "writable" not in str(caught.value)
+    _, runs = _all_runs(sqlite_uri)
+    assert {r.info.status for r in runs} == {"FAILED"}
