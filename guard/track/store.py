@@ -117,7 +117,9 @@ def _create(uri: str, db: Path, artifact_root: str | None) -> None:
     """Migrate a temporary sqlite file to MLflow's schema, then rename it into place."""
     for stale in db.parent.glob(f".{db.name}.*.creating*"):
         stale.unlink(missing_ok=True)  # we hold the lock: any half-made store is stale
-    tmp = db.parent / f".{db.name}.{os.getpid()}.creating"
+    # A fresh name per attempt: MLflow keeps an engine per database URI, and one left from
+    # a failed attempt would still point at the removed file.
+    tmp = db.parent / f".{db.name}.{os.getpid()}-{os.urandom(4).hex()}.creating"
     quiet = [logging.getLogger(n) for n in ("mlflow.store.db.utils", "alembic")]
     levels = [lg.level for lg in quiet]
     try:

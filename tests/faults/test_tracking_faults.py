@@ -233,3 +233,26 @@ def test_read_only_guard_dir_fails_fast_and_keeps_json(tmp_path, workdir, capsys
             subprocess.run(["umount", "-l", str(gd)], check=False)
         else:
             gd.chmod(0o755)
+
+
+@pytest.mark.slow
+def test_full_disk_while_the_store_is_created_leaves_nothing_half_made(tmp_path):
+    """Issue 16 serious case 4: a full disk during the first creation of mlflow.db."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
+            capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a size-limited tmpfs")
+    try:
+        db = disk / "mlflow.db"
+        with pytest.raises(TrackingError) as info:
+            ensure_local_store(_sqlite_uri(db), db)
+        assert "cannot create the local tracking store" in str(info.value)
+        assert not db.exists() and not list(disk.glob(".mlflow.db.*.creating*"))
+        subprocess.run(["mount", "-o", "remount,size=16m", str(disk)], check=True)
+        ensure_local_store(_sqlite_uri(db), db)  # with space, the next run just works
+        assert sqlite3.connect(db).execute("select version_num from alembic_version") \
+            .fetchone()[0] == head_revision()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
