@@ -146,3 +146,9 @@ def test_pages_that_say_what_is_missing(tmp_path, monkeypatch, doc, capsys):
 def test_an_unknown_suite_file_is_exit_2(tmp_path):
     with pytest.raises(UsageError, match="no such suite file"):
         D.resolve_suite(str(tmp_path / "nope.yaml"))
+
+
+def test_links_to_mlflow_runs_on_a_server_only():
+    link = D._mlflow_link("http://127.0.0.1:5000/", "7")
+    assert link("abc") == "http://127.0.0.1:5000/#/experiments/7/runs/abc"
+    assert D._mlflow_link("sqlite:////tmp/m.db", "7")("abc") is None
