@@ -175,6 +175,9 @@ class Conv(Emitter):
         wo = k.inputs[1]
         assert wo is not None  # packed, but its Operand keeps the OIHW shape
         geo = Geometry(k.attrs, xo.shape, wo.shape, k.vector_width)
+        from guard.compiler.tuning.dispatch import conv_tile
+
+        geo.T = conv_tile(geo)  # the tuning cache's tile on a hit, else the default above
         prog, reads = _program_parts(k.attrs) if k.op == "FusedConv" else ([], False)
         has_bias = len(ins) > 2 and ins[2] is not None and (k.op == "Conv" or int(k.attrs["anchor_inputs"]) > 2)
         epilogue = (lambda bld, v: run_program(bld, prog, v, lambda j: v)) if prog and not reads else None

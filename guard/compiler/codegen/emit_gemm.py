@@ -95,10 +95,14 @@ class GemmShape:
 
     def kernel(self, vector_width: int, bias: str) -> Any:
         from guard.compiler.codegen.gemm import GemmKernel
+        from guard.compiler.tuning.dispatch import gemm_schedule
 
+        # The schedule: the tuning cache's on a hit, else the default heuristic (packing
+        # and emission both ask, so the packed B always matches the kernel's tile).
         return GemmKernel(
             self.M, self.N, self.K, trans_a=self.trans_a, trans_b=self.trans_b, bias=bias,
             vector_width=vector_width, batch=self.batch,
+            schedule=gemm_schedule(self, vector_width),
         )  # fmt: skip
 
 

@@ -1,0 +1,80 @@
+"""Schedules as plain data: to and from the cache's JSON, validated per op.
+
+- ``gemm``: :class:`guard.compiler.codegen.gemm.GemmSchedule` (micro-tile ``mr x nr``,
+  cache blocks ``kc/mc/nc``, k-unroll, loop order, ``use_blas``).
+- ``conv``: :class:`ConvTile`, the knob of the direct convolution the code generator
+  emits for every Conv/FusedConv (guard/compiler/codegen/emit_conv.py): ``ow_block``
+  output columns per register tile (one accumulator vector each, lanes along output
+  channels). Its default is the emitter's own heuristic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from guard.compiler.tuning.keys import _target_fields
+
+
+@dataclass(frozen=True)
+class ConvTile:
+    ow_block: int
+
+    def validate(self, vector_width: int) -> None:
+        registers = 32 if vector_width >= 16 else 16
+        if not 1 <= self.ow_block <= registers - 2:
+            raise ValueError(
+                f"ConvTile.ow_block={self.ow_block} must be 1..{registers - 2} "
+                f"(accumulators plus a weight vector and a broadcast in {registers} registers)"
+            )
+
+
+def schedule_class(op: str) -> type:
+    if op == "gemm":
+        from guard.compiler.codegen.gemm import GemmSchedule
+
+        return GemmSchedule
+    if op == "conv":
+        return ConvTile
+    raise ValueError(f"unknown op {op!r} (expected gemm or conv)")
+
+
+def vector_width_of(target: str) -> int:
+    """Float lanes the code generator uses for a canonical target (as CodegenTarget says)."""
+    from guard.compiler.codegen.target import CodegenTarget
+
+    f = _target_fields(target)
+    return CodegenTarget(
+        str(f.get("mtriple", "x86_64-linux-gnu")), str(f.get("mcpu") or "generic"),
+        tuple(sorted(f.get("mattr") or ())),
+    ).vector_width  # fmt: skip
+
+
+def to_dict(schedule: Any) -> dict[str, Any]:
+    return asdict(schedule)
+
+
+def from_dict(op: str, d: Mapping[str, Any], target: str) -> Any:
+    """The schedule object for ``d``, or ValueError saying which field is wrong."""
+    cls = schedule_class(op)
+    names = {f.name: f for f in fields(cls)}
+    if not isinstance(d, Mapping):
+        raise ValueError(f"schedule is {type(d).__name__}, expected an object")
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise ValueError(f"unknown schedule field(s) {unknown} for {op}")
+    for k, v in d.items():
+        want = names[k].type
+        if want in ("int", int) and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError(f"schedule.{k}={v!r} is not an integer")
+        if want in ("bool", bool) and not isinstance(v, bool):
+            raise ValueError(f"schedule.{k}={v!r} is not true/false")
+        if want in ("str", str) and not isinstance(v, str):
+            raise ValueError(f"schedule.{k}={v!r} is not a string")
+    try:
+        s = cls(**d)
+    except TypeError as exc:
+        raise ValueError(f"schedule for {op}: {exc}") from None
+    s.validate(vector_width_of(target))
+    return s
