@@ -239,17 +239,15 @@ def row(result: Mapping[str, Any]) -> Row:
     lower = result.get("arena_lower_bound_bytes")
     if as_number(lower) is not None:
         arena += f" ({fmt_mib(lower)})"
-    backend = text(result.get("backend"), "?")
-    code_arch = _code_arch(result)
-    if code_arch and code_arch != get(result, "manifest", "host", "arch"):
-        backend += f" ({code_arch})"  # a foreign-architecture build (emulated here)
+    # A foreign-architecture build run under emulation has no latency: say so, and for
+    # which architecture, in the latency cells (the row is otherwise the host one's twin).
     emulated = result.get("latency_status") == "emulated"
     return Row(
         model=text(result.get("model"), "?"),
-        backend=backend,
+        backend=text(result.get("backend"), "?"),
         verdict=verdict(result),
         p50="emulated" if emulated else fmt_num(get(result, "latency_ms", "p50")),
-        p90="emulated" if emulated else fmt_num(get(result, "latency_ms", "p90")),
+        p90=(_code_arch(result) or "emulated") if emulated else fmt_num(get(result, "latency_ms", "p90")),
         partitions=partitions,
         arena=arena,
         max_abs_err=fmt_err(get(result, "numerics", "max_abs_err")),
