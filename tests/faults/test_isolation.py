@@ -37,12 +37,15 @@ def test_value_and_exception_come_back():
     arr = run_isolated(np.arange, 1_000_000, what="big")  # larger than a pipe buffer
     assert arr.sum() == np.arange(1_000_000).sum()
 
+    def error():
+        return ModelError("no such input", where="s.yaml: models[0] (m)", hint="Fix it.")
+
     def bad():
-        raise ModelError("no such input", where="s.yaml: models[0] (m)", hint="Fix it.")
+        raise error()
 
     with pytest.raises(ModelError) as info:
         run_isolated(bad, what="step")
-    assert str(info.value) == "s.yaml: models[0] (m): no such input Fix it."
+    assert str(info.value) == str(error())
     assert info.value.exit_code == 2
 
 
