@@ -133,7 +133,7 @@ def test_unknown_suite_key(tmp_path, workdir, capsys):
     s = suite_for(tmp_path, "zoo:mlp", "thread: 2")
     err = run_expect(["run", str(s), "--no-track"], 2, capsys)
     (line,) = err.strip().splitlines()
-    assert str(s) in line and "models[0].thread: unknown key Did you mean 'threads'?" in line
+    assert str(s) in line and "models[0].thread: unknown key. Did you mean 'threads'?" in line
 
 
 def test_unknown_input_name_suggests(tmp_path, workdir, capsys):
