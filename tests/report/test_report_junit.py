@@ -39,6 +39,9 @@ def test_schema_rejects_what_reporters_choke_on(tmp_path):
         '<testcase name="x" time="1"/></testsuite></testsuites>'
     )
     assert not XSD.is_valid(str(bad))  # negative time, testcase without classname
+    root_skipped = tmp_path / "root.xml"
+    root_skipped.write_text('<testsuites tests="0" failures="0" errors="0" skipped="0" time="0"/>')
+    assert not XSD.is_valid(str(root_skipped))  # guard wrote this before; strict schemas refuse it
 
 
 def test_counts_and_names(doc, tmp_path):
