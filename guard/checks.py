@@ -162,7 +162,28 @@ def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> C
     return Check("tuning", "pass" if ok else "fail", rate, bound,
                  f"tuning-cache hit rate {rate:.3f} ({hits}/{total}) "
                  f"{'>=' if ok else '<'} {bound:.3f}"
-                 + ("" if ok else f"; {misses} op(s) fell back to untuned schedules"))
+                 + ("" if ok else f"; {misses} op(s) fell back to untuned schedules"
+                    + _missed_text(tuning.get("missed"))))
+
+
+def _missed_text(missed: Any, listed: int = 3) -> str:
+    """'; missed: KEY (nearest KEY: target differs: +sve added), ...' for a keyed cache."""
+    if not isinstance(missed, list) or not missed:
+        return ""
+    parts = []
+    for m in missed[:listed]:
+        if isinstance(m, dict):
+            # Keys end in " target=<canonical target> compiler=<version>": the differs
+            # phrase names what changed there, so the key is shown without them.
+            s = str(m.get("key")).split(" target=")[0]
+            if m.get("differs"):
+                near = str(m.get("nearest") or "").split(" target=")[0]
+                s += f" ({m['differs']}" + (f"; nearest {near})" if near else ")")
+            parts.append(s)
+        else:
+            parts.append(str(m))
+    more = f" and {len(missed) - listed} more" if len(missed) > listed else ""
+    return "; missed: " + ", ".join(parts) + more
 
 
 def verdict(checks: list[Check], error: str | None = None) -> str:

@@ -138,6 +138,14 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if args.trials < 1:
         raise UsageError(f"--trials must be >= 1, got {args.trials}")
     suite = load_suite(args.suite)
+    # --db names a MetaSchedule database: without --backend it means tvm, as it always did.
+    if (args.backend or ("tvm" if args.db else "bundled")) == "bundled":
+        from guard.cli_tune import tune_bundled
+
+        return tune_bundled(args, suite)
+    if not args.db:
+        raise UsageError("--db DIR is required with --backend tvm",
+                         hint="Name the MetaSchedule database directory to write.")
     chosen = [m for m in suite.models if "tvm" in m.backends
               and (not args.model or m.name in args.model)]
     if not chosen:
@@ -263,11 +271,20 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--tracking-uri", metavar="URI")
     tp.set_defaults(func=_cmd_track_push)
 
-    tu = sub.add_parser("tune", help="MetaSchedule-tune a suite's tvm models into a tuning "
-                                     "database (the nightly job)")
+    tu = sub.add_parser("tune", help="tune a suite's models into a tuning cache (the nightly "
+                                     "job): bundled GEMM/conv schedules, or tvm MetaSchedule")
     tu.add_argument("suite")
-    tu.add_argument("--db", required=True, metavar="DIR", help="JSON database directory")
-    tu.add_argument("--trials", type=int, default=64, help="trials per model (default 64)")
+    tu.add_argument("--backend", choices=("bundled", "tvm"),
+                    help="which backend's models to tune (default: tvm with --db, else "
+                    "bundled)")
+    tu.add_argument("--cache", metavar="PATH", help="bundled: the cache file to write "
+                    "(default: the suite's options.bundled.tuning_cache)")
+    tu.add_argument("--budget-s", type=float, default=120.0, metavar="S",
+                    help="bundled: wall-clock budget for the whole suite (default 120)")
+    tu.add_argument("--reps", type=int, default=7, help="bundled: timed rounds per "
+                    "candidate, after 2 warm-up rounds (default 7)")
+    tu.add_argument("--db", metavar="DIR", help="tvm: JSON database directory")
+    tu.add_argument("--trials", type=int, default=64, help="tvm: trials per model (default 64)")
     tu.add_argument("--model", action="append", metavar="NAME", help="only this model")
     tu.set_defaults(func=_cmd_tune)
 

@@ -45,9 +45,13 @@ DOCS: dict[str, tuple[str, list[str]]] = {
          "--tracking-uri http://127.0.0.1:5000"],
     ),
     "tune": (
-        "MetaSchedule-tune the models of a suite that list the tvm backend into a JSON "
-        "tuning database (the nightly job); point options.tvm.tuning_cache at it.",
-        ["guard tune suites/tvm.yaml --db .guard/tuning --trials 64"],
+        "Tune the bundled compiler's GEMM and convolution schedules of a suite's bundled "
+        "models into the cache its options.bundled.tuning_cache names (a wall-clock budget "
+        "spent by each task's share of the FLOPs, candidates ranked by a cost model, "
+        "survivors measured on one thread); or, with --db, MetaSchedule-tune its tvm "
+        "models into a JSON database for options.tvm.tuning_cache (the nightly job).",
+        ["guard tune suites/tuned.yaml --budget-s 60",
+         "guard tune suites/tvm.yaml --db .guard/tuning --trials 64"],
     ),
     "dashboard": (
         "",

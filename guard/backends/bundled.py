@@ -28,7 +28,9 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
 
     Options (``req.options``, from the suite's ``options.bundled`` and ``profile``):
     ``pipeline`` (default O2) and ``profile`` (a shipped profile name or a YAML path;
-    default: the native backend). Pins: compiler = guard's compiler version, the pipeline
+    default: the native backend). ``options.bundled.tuning_cache`` arrives as
+    ``req.tuning_cache``: GEMM and convolution schedules come from it on exact key
+    matches, the default heuristic otherwise (each miss warned, counted in ``tuning``). Pins: compiler = guard's compiler version, the pipeline
     name, the canonical target and the profile.
     """
     from guard.compiler import graph_diff, import_onnx, optimize, verify
@@ -55,7 +57,14 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     optimised, report = optimize(imported, pipeline)
     verify(optimised)
     compiled = plan(optimised, profile)
-    manifest = save_artefact(compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical)
+    with _tuning(req) as dispatch:
+        manifest = save_artefact(compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical)
+    tuning: dict[str, Any] = {}
+    if dispatch is not None:
+        # Real look-ups of the emitted kernels: entries, hits, misses and, per missed
+        # task, the nearest key with how it differs (what the tuning check and doctor show).
+        dispatch.warn_misses(str(req.tuning_cache))
+        tuning = {**dispatch.summary(), "target": req.target_canonical}
     compiler = dict(manifest["compiler"])
     if manifest.get("codegen"):
         # Pins that change the generated code: llvmlite/LLVM versions, triple, cpu,
@@ -70,7 +79,25 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
         runtime=runtime_pins(),
         session_options={"threads": req.threads, "pipeline": pipeline, "profile": compiled.profile},
         graph=graph_diff(imported, optimised, report),
+        tuning=tuning,
     )
+
+
+@contextlib.contextmanager
+def _tuning(req: BuildRequest) -> Any:
+    """The tuning cache's dispatch context around code generation (None without a cache).
+
+    The cache is validated whole before the build uses any of it (guard.compiler.tuning.cache)."""
+    if req.tuning_cache is None:
+        yield None
+        return
+    from guard.compiler.artefact import compiler_version
+    from guard.compiler.tuning.cache import load
+    from guard.compiler.tuning.dispatch import Dispatch, applied
+
+    cache = load(req.tuning_cache)
+    with applied(Dispatch(cache, req.target_canonical, compiler_version())) as d:
+        yield d
 
 
 def runtime_pins() -> dict[str, Any]:

@@ -53,6 +53,7 @@ PINNED_FIELDS = (
 )
 
 TUNING_CACHE_KEYS = ("path", "sha256", "entries", "hits", "misses")
+TUNING_CACHE_OPTIONAL_KEYS = ("tasks", "missed")
 
 # Every key a manifest has, section by section; loading refuses a manifest missing one.
 REQUIRED = {
@@ -116,7 +117,10 @@ def _copy(obj: Any) -> Any:
 def tuning_cache_record(tc: Mapping[str, Any] | None) -> dict[str, Any]:
     """The manifest's tuning_cache block: every key present, explicit nulls when absent."""
     tc = tc or {}
-    return {k: tc.get(k) for k in TUNING_CACHE_KEYS} | {
+    # Observations some backends add (the bundled cache's missed keys with their nearest
+    # key and how it differs, its task count): kept when present, never pinned.
+    extra = {k: _copy(tc[k]) for k in TUNING_CACHE_OPTIONAL_KEYS if tc.get(k) is not None}
+    return {k: tc.get(k) for k in TUNING_CACHE_KEYS} | extra | {
         "path": None if tc.get("path") is None else str(tc["path"])
     }
 

@@ -4,7 +4,7 @@ Layout (``schema_version`` 1)::
 
     {"schema_version": 1, "kind": "guard-bundled-tuning-cache",
      "entries_sha256": <sha256 of the canonical JSON of "entries">,
-     "entries": [{"key": <TaskKey.text>, "op", "shape": {dim: n}, "dtype", "target",
+     "entries": [{"key": <TaskKey.text>, "op", "shape": [[dim, n], ...], "dtype", "target",
                   "compiler", "schedule": {...}, "time_s", "default_schedule": {...},
                   "default_time_s", "measured": {"warmup", "reps", "threads", "candidates"},
                   "tuned_at": ISO8601}, ...]}
@@ -44,7 +44,7 @@ SCHEMA_VERSION = 1
 KIND = "guard-bundled-tuning-cache"
 MAX_CACHE_BYTES = 64 * 1024 * 1024
 _ENTRY_FIELDS = {
-    "key": str, "op": str, "shape": dict, "dtype": str, "target": str, "compiler": str,
+    "key": str, "op": str, "shape": list, "dtype": str, "target": str, "compiler": str,
     "schedule": dict, "time_s": (int, float), "default_schedule": dict,
     "default_time_s": (int, float),
 }  # fmt: skip
@@ -131,9 +131,10 @@ def _entry(raw: Any, i: int, path: Path) -> Entry:
     for k in ("time_s", "default_time_s"):
         if not (math.isfinite(raw[k]) and raw[k] > 0):
             raise bad(f"{k} {raw[k]!r} is not a positive time")
-    for d, v in raw["shape"].items():
-        if not isinstance(v, (int, str)) or isinstance(v, bool):
-            raise bad(f"shape dim {d!r} is {v!r}")
+    for pair in raw["shape"]:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+                and isinstance(pair[1], (int, str)) and not isinstance(pair[1], bool)):
+            raise bad(f"shape entry {pair!r} is not a [dim name, value] pair")
     key = TaskKey.from_dict(raw)
     if key.text != raw["key"]:
         raise bad(f"key does not match its fields (the fields say {key.text!r})")

@@ -41,7 +41,7 @@ class TaskKey:
     def to_dict(self) -> dict[str, Any]:
         return {
             "op": self.op,
-            "shape": {k: v for k, v in self.shape},
+            "shape": [[k, v] for k, v in self.shape],  # pairs: signature order survives sort_keys
             "dtype": self.dtype,
             "target": self.target,
             "compiler": self.compiler,
@@ -51,7 +51,7 @@ class TaskKey:
     def from_dict(cls, d: Mapping[str, Any]) -> TaskKey:
         return cls(
             str(d["op"]),
-            tuple((str(k), v) for k, v in dict(d["shape"]).items()),
+            tuple((str(k), v) for k, v in d["shape"]),
             str(d["dtype"]),
             str(d["target"]),
             str(d["compiler"]),
