@@ -57,9 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     cols, measured = calibrate_branch(args.slowdown)
     (wd / "base.onnx").write_bytes(build_model())
     (wd / "slow.onnx").write_bytes(build_model(cols))
-    for name, model in (("base", "base.onnx"), ("slow", "slow.onnx")):
-        (wd / f"{name}.yaml").write_text(
-            SUITE.format(suite=f"demo_{name}", model=model, seconds=args.seconds)
+    # One suite name (guard compare compares runs of one suite), in two directories so
+    # that each variant keeps its own golden.
+    for name, model in (("base", "../base.onnx"), ("slow", "../slow.onnx")):
+        (wd / name).mkdir(exist_ok=True)
+        (wd / name / f"{name}.yaml").write_text(
+            SUITE.format(suite="demo", model=model, seconds=args.seconds)
         )
     print(f"slow branch: width {cols}, measured ratio {measured:.4f}", flush=True)
 
@@ -68,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         runs = {}
         for tag, suite in (("a1", "base"), ("s", "slow"), ("a2", "base")):
-            code = guard("run", f"{suite}.yaml", "--json", f"{tag}-{i}.json", "--no-track", cwd=wd)
+            code = guard("run", f"{suite}/{suite}.yaml", "--json", f"{tag}-{i}.json", "--no-track",
+                         cwd=wd)
             if code not in (0, 1):
                 sys.exit(f"guard run {suite}.yaml exited {code}")
             runs[tag] = f"{tag}-{i}.json"

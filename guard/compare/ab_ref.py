@@ -26,6 +26,7 @@ import base64
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -40,7 +41,13 @@ import numpy as np
 from guard.bench.preflight import THREAD_ENV_VARS, contention_between, read_cpu_times
 from guard.bench.regress import RegressConfig, measure_until_conclusive, with_noise
 from guard.compare.ab import ABOutcome, ab_document, ab_row
-from guard.compare.bump import REPO_ROOT, _tail, default_env_cache, ensure_env, pinned_requirements
+from guard.compare.bump import (
+    REPO_ROOT,
+    default_env_cache,
+    ensure_env,
+    last_lines,
+    pinned_requirements,
+)
 from guard.compare.compare import host_incompatibility
 from guard.errors import InternalError, UsageError
 
@@ -54,7 +61,7 @@ def _git(repo: Path, *args: str) -> str:
     except (OSError, subprocess.SubprocessError) as exc:
         raise UsageError(f"git {' '.join(args)} failed: {exc}", where=str(repo)) from None
     if proc.returncode != 0:
-        raise UsageError(f"git {' '.join(args)}: {_tail(proc.stderr or proc.stdout, 1)}",
+        raise UsageError(f"git {' '.join(args)}: {last_lines(proc.stderr or proc.stdout, 1)}",
                          where=str(repo),
                          hint="Fetch the ref first (CI: actions/checkout with fetch-depth: 0).")
     return proc.stdout.strip()
@@ -78,14 +85,12 @@ def checkout(repo: Path, sha: str, cache: Path) -> Path:
     proc = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo,
                           capture_output=True, timeout=600)
     if proc.returncode != 0:
-        raise UsageError(f"git archive {sha[:12]}: {_tail(proc.stderr.decode(errors='replace'))}",
+        raise UsageError(f"git archive {sha[:12]}: {last_lines(proc.stderr.decode(errors='replace'))}",
                          where=str(repo))
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         tar.extractall(tmp, filter="data")
     (tmp / ".guard-complete").write_text(sha + "\n")
     if dest.exists():
-        import shutil
-
         shutil.rmtree(dest)
     os.replace(tmp, dest)
     return dest
@@ -158,7 +163,7 @@ class WorkerProc:
         if not line:
             self.log.seek(0)
             raise InternalError(f"the {self.side.label} worker died: "
-                                f"{_tail(self.log.read()) or 'no output'}")
+                                f"{last_lines(self.log.read()) or 'no output'}")
         reply = json.loads(line)
         if not reply.pop("ok"):
             cls = UsageError if reply.get("kind") == "usage" else InternalError

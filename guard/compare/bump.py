@@ -72,7 +72,8 @@ def default_env_cache() -> Path:
     return Path(os.environ.get("GUARD_ENV_CACHE") or Path.home() / ".cache" / "guard" / "envs")
 
 
-def _tail(text: str, n: int = 3) -> str:
+def last_lines(text: str, n: int = 3) -> str:
+    """The last ``n`` non-empty lines of a tool's output, joined: what an error shows."""
     lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
     return " | ".join(lines[-n:])
 
@@ -132,7 +133,7 @@ def ensure_env(
         if proc.returncode != 0:
             raise UsageError(
                 f"could not build the environment for {label}: `{' '.join(cmd[:4])} ...` failed: "
-                f"{_tail(proc.stderr or proc.stdout)}",
+                f"{last_lines(proc.stderr or proc.stdout)}",
                 hint="Check that the version exists and is compatible with guard's other pins.",
             )
     (env / "requirements.txt").write_text("\n".join(reqs) + "\n")
@@ -171,7 +172,7 @@ def run_suite_in_env(
     # Exit 1 (a check failed) still wrote results; 2 and 3 mean there is nothing to compare.
     if proc.returncode not in (0, 1) or not json_path.is_file():
         raise UsageError(
-            f"`guard run` in {env.name} exited {proc.returncode}: {_tail(proc.stderr or proc.stdout)}",
+            f"`guard run` in {env.name} exited {proc.returncode}: {last_lines(proc.stderr or proc.stdout)}",
             where=str(suite),
         )
     return load_results(json_path)
