@@ -1,0 +1,156 @@
+"""The bundled tuning cache file: keys, differences, validation, locked merge, budget."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+
+import pytest
+
+from guard.compiler.codegen.gemm import GemmSchedule
+from guard.compiler.tuning.cache import CacheError, Entry, load, merge_into
+from guard.compiler.tuning.keys import TaskKey, differences, nearest
+from guard.compiler.tuning.schedules import ConvTile
+from guard.compiler.tuning.tune import MIN_SHARE, Measured, Task, allocate, choose
+
+T16 = "llvm -mattr=+avx,+avx2,+avx512f,+fma -mcpu=znver4 -mtriple=x86_64-linux-gnu"
+
+
+def key(m: int = 128, target: str = T16, compiler: str = "0.1.0", op: str = "gemm") -> TaskKey:
+    shape = (("M", m), ("N", 64), ("K", 32), ("batch", 1), ("trans_a", 0), ("trans_b", 0))
+    return TaskKey(op, shape, "float32", target, compiler)
+
+
+def entry(k: TaskKey, t: float = 1e-5) -> Entry:
+    s = GemmSchedule(mr=6, nr=32, kc=32, mc=132, nc=64)
+    return Entry(k, s, t, s, t * 1.5, {"measured": {"reps": 7}})
+
+
+def test_differences_name_the_part_that_changed():
+    assert differences(key(127), key(128)) == ["shape differs: dim 0 (M) 127 vs 128"]
+    sve = "llvm -mattr=+neon,+sve -mtriple=aarch64-linux-gnu"
+    neon = "llvm -mattr=+neon -mtriple=aarch64-linux-gnu"
+    assert differences(key(target=sve), key(target=neon)) == ["target differs: +sve added"]
+    assert differences(key(compiler="0.2.0"), key()) == ["compiler 0.2.0 vs 0.1.0"]
+    assert differences(key(), key()) == []
+
+
+def test_nearest_prefers_fewest_differences_then_closest_shape():
+    keys = [key(64), key(120), key(128, compiler="0.0.9"), key(128, op="conv")]
+    assert nearest(key(127), keys) == key(120)
+    assert nearest(key(128), keys) == key(128, compiler="0.0.9")
+    assert nearest(key(), []) is None
+
+
+def test_merge_writes_a_versioned_file_that_loads_back(tmp_path):
+    p = tmp_path / "c.json"
+    cache = merge_into(p, [entry(key(1)), entry(key(2))])
+    doc = json.loads(p.read_text())
+    assert doc["schema_version"] == 1 and len(doc["entries"]) == 2
+    row = doc["entries"][0]
+    for f in ("key", "schedule", "time_s", "default_schedule", "default_time_s", "compiler"):
+        assert f in row
+    back = load(p)
+    assert back.sha256 == cache.sha256 and len(back) == 2
+    assert back.get(key(1)).schedule == GemmSchedule(mr=6, nr=32, kc=32, mc=132, nc=64)
+    # A re-measured key replaces the old entry; others stay.
+    merge_into(p, [entry(key(1), 2e-5)])
+    assert load(p).get(key(1)).time_s == 2e-5 and len(load(p)) == 2
+
+
+def _edit(p, fn) -> None:
+    doc = json.loads(p.read_text())
+    fn(doc)
+    p.write_text(json.dumps(doc))
+
+
+def test_a_hand_edit_is_refused_by_its_hash(tmp_path):
+    p = tmp_path / "c.json"
+    merge_into(p, [entry(key(1))])
+    _edit(p, lambda d: d["entries"][0]["schedule"].update(mr=4))
+    with pytest.raises(CacheError, match=r"entries_sha256 does not match"):
+        load(p)
+
+
+def test_the_first_bad_entry_is_named(tmp_path):
+    from guard.compiler.tuning.cache import entries_sha256
+
+    p = tmp_path / "c.json"
+    merge_into(p, [entry(key(1)), entry(key(2))])
+
+    def bad(d):
+        d["entries"][1]["schedule"]["nr"] = 20  # not a multiple of the vector width
+        d["entries_sha256"] = entries_sha256(d["entries"])  # consistent hash: a damaged tool
+
+    _edit(p, bad)
+    with pytest.raises(CacheError, match=r"entry 1 \(gemm float32 \[M=2.*nr=20 must be"):
+        load(p)
+
+    def key_mismatch(d):
+        d["entries"][0]["shape"][0][1] = 7
+        d["entries_sha256"] = entries_sha256(d["entries"])
+
+    merge_into(tmp_path / "d.json", [entry(key(1))])
+    _edit(tmp_path / "d.json", key_mismatch)
+    with pytest.raises(CacheError, match=r"entry 0 .*key does not match its fields"):
+        load(tmp_path / "d.json")
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("{not json", "is not JSON"),
+        ('{"kind": "x"}', "not a guard bundled tuning cache"),
+        ('{"kind": "guard-bundled-tuning-cache", "schema_version": 9, "entries": []}',
+         "has schema_version 9; this guard reads up to 1"),
+    ],
+)  # fmt: skip
+def test_corrupt_and_newer_caches_are_one_line(tmp_path, text, match):
+    p = tmp_path / "c.json"
+    p.write_text(text)
+    with pytest.raises(CacheError, match=match) as exc:
+        load(p)
+    assert str(p) in str(exc.value) and "\n" not in str(exc.value)
+
+
+def _writer(path: str, first: int) -> None:
+    merge_into(path, [entry(key(first + i)) for i in range(20)])
+
+
+def test_two_concurrent_writers_lose_no_entries(tmp_path):
+    p = str(tmp_path / "c.json")
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(p, base)) for base in (1000, 2000, 3000)]
+    for pr in procs:
+        pr.start()
+    for pr in procs:
+        pr.join(60)
+        assert pr.exitcode == 0
+    assert len(load(p)) == 60
+
+
+def test_conv_tile_schedule_is_validated():
+    ConvTile(14).validate(16)
+    with pytest.raises(ValueError, match="ow_block=31"):
+        ConvTile(31).validate(16)
+
+
+def _task(name: str, flops: int, count: int = 1) -> Task:
+    return Task(key(len(name)), None, count, flops, None)
+
+
+def test_budget_follows_flop_share_and_small_tasks_get_the_floor():
+    tasks = [_task("a", 60), _task("bb", 30, 1), _task("ccc", 1)]  # ccc: 1/91 < MIN_SHARE
+    assert 1 / 91 < MIN_SHARE
+    share = allocate(tasks, 90.0)
+    assert share[tasks[0].key.text] == pytest.approx(60.0)
+    assert share[tasks[1].key.text] == pytest.approx(30.0)
+    assert share[tasks[2].key.text] == 0.0
+
+
+def test_a_candidate_must_beat_the_default_by_the_margin():
+    d = Measured("default", [1.0, 1.0, 1.0])
+    close = Measured("close", [0.99, 0.99, 0.99])
+    assert choose([d, close]) == (d, d)
+    fast = Measured("fast", [0.5, 0.6, 0.5])
+    assert choose([d, close, fast]) == (fast, d)
