@@ -299,10 +299,18 @@ class RoundTimings:
 
     @property
     def warnings(self) -> list[str]:
-        out: list[str] = []
-        for i, t in enumerate(self.rounds):
-            out += [f"round {i + 1}/{len(self.rounds)}: {w}" for w in t.warnings]
-        return list(dict.fromkeys(out))
+        """One line per kind of weakness, naming how many rounds had it and the worst."""
+        n, out = len(self.rounds), []
+        truncated = [t for t in self.rounds if t.truncated]
+        if truncated:
+            out.append(f"{len(truncated)} of {n} rounds: {truncated[0].warnings[0]}")
+        contended = [t for t in self.rounds if contention_warning(t.contention)]
+        if contended:
+            out.append(f"{len(contended)} of {n} rounds: {contention_warning(self.contention)}")
+        preempted = [t for t in self.rounds if cpu_share_warning(t.cpu_share)]
+        if preempted:
+            out.append(f"{len(preempted)} of {n} rounds: {cpu_share_warning(self.cpu_share)}")
+        return out
 
     def rounds_dict(self) -> list[dict[str, Any]]:
         """The results file's per-round records (milliseconds)."""

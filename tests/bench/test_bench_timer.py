@@ -253,7 +253,12 @@ def test_rounds_report_worst_contention_and_cpu_share() -> None:
     assert [t.cpu_share for t in rt.rounds] == [pytest.approx(1.0), pytest.approx(0.5)]
     assert rt.cpu_share == pytest.approx(0.5)
     assert rt.contention == pytest.approx(1.0)  # round 2: 1.5 s of others' in 1.5 s spare
-    assert any("round 2/2: this process got 50% of a core" in w for w in rt.warnings)
+    assert rt.warnings == [
+        "1 of 2 rounds: other processes used 100% of the spare CPU during the timed loop "
+        "(> 20%): latencies may be off by 2x; re-run on a quiet machine",
+        "1 of 2 rounds: this process got 50% of a core during the timed loop (< 90%): it was "
+        "preempted and its samples include waiting; re-run on a quiet machine",
+    ]
 
 
 def test_rounds_key_is_validated() -> None:

@@ -238,8 +238,12 @@ def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, 
     code, doc = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "fast.json")],
                          tmp_path / "head.json")
     reg = next(c for c in doc["results"][0]["checks"] if c["name"] == "latency.regress")
-    assert reg["bound"] == DEFAULT_REGRESS_PCT
-    assert code == 1 and reg["status"] == "fail", reg
+    assert reg["bound"] == DEFAULT_REGRESS_PCT and f"a {DEFAULT_REGRESS_PCT:g}% bound" in reg[
+        "message"]
+    # Judged, not skipped: a 3x slower HEAD fails, unless this machine's rounds were too
+    # noisy to tell (then inconclusive, with why); speed itself is never asserted here.
+    assert reg["status"] in ("fail", "inconclusive"), reg
+    assert (code == 1) == (reg["status"] == "fail")
 
 
 def test_hand_edited_baseline_samples_exit_2_naming_file_and_field(tmp_path, workdir, convnet,
