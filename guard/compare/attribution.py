@@ -52,6 +52,19 @@ def _op_changes(base_r: Mapping[str, Any], head_r: Mapping[str, Any]) -> list[st
     return [f"{op} {n:+d}" for op, n in moved[:3]]
 
 
+def _miss_cause(r: Mapping[str, Any]) -> str | None:
+    """How the head's missed keys differ from the cache's nearest ones (a keyed cache, e.g.
+    the bundled compiler's, records it per miss): the most common difference, with its
+    count when not every miss shares it."""
+    missed = ((r.get("manifest") or {}).get("tuning_cache") or {}).get("missed") or []
+    diffs = [m.get("differs") for m in missed if isinstance(m, Mapping) and m.get("differs")]
+    if not diffs:
+        return None
+    top = max(sorted(set(diffs)), key=diffs.count)
+    n = diffs.count(top)
+    return top if n == len(missed) else f"{n} of {len(missed)} misses: {top}"
+
+
 def _mb(x: Any) -> str:
     return f"{x / 1e6:.1f} MB"
 
@@ -79,7 +92,9 @@ def causes(
         out.append(text)
     hb, hh = row.get("tuning_hit_rate") or [None, None]
     if hb is not None and hh is not None and abs(hh - hb) >= 0.005:
-        out.append(f"tuning hit rate {hb:.0%} → {hh:.0%}")
+        text = f"tuning hit rate {hb:.0%} → {hh:.0%}"
+        why = _miss_cause(head_r) if hh < hb else None
+        out.append(text + (f" ({why})" if why else ""))
     ops = _op_changes(base_r, head_r)
     if ops:
         out.append("ops after optimisation: " + ", ".join(ops))

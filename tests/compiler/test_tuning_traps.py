@@ -136,6 +136,15 @@ def test_a_compiler_bump_misses_and_names_both_versions(tuned, monkeypatch):
     assert check(r, "tolerance")["status"] == "pass"
 
 
+def test_compare_attributes_the_move_to_the_misses(tuned, monkeypatch):
+    """Base: the tuned run; head: the compiler-bump run (same model and target)."""
+    monkeypatch.chdir(tuned)
+    out = tuned / "cmp.json"
+    main(["compare", str(tuned / "r.json"), str(tuned / "r4.json"), "--json", str(out)])
+    row = json.loads(out.read_text())["rows"][0]
+    assert "tuning hit rate 100% → 0% (compiler " in row["attribution"]
+
+
 def test_a_corrupt_cache_is_exit_2_naming_the_file(tuned, monkeypatch, capsys):
     monkeypatch.chdir(tuned)
     bad = tuned / "bad"
