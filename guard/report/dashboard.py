@@ -249,7 +249,10 @@ def bound_for(suite: Any, series: Series) -> float | None:
 
 
 def series_figure(series: Series, mlflow_link: Any) -> Any:
-    """The plotly figure of one series: latency (band, p50, bound, steps, pins) + panels."""
+    """The plotly figure of one series: latency (band, p50, bound, steps, pins) + panels.
+
+    ``mlflow_link(run_id)`` gives a point's MLflow URL (or None): clicking a point opens it.
+    """
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -259,7 +262,8 @@ def series_figure(series: Series, mlflow_link: Any) -> Any:
     pts = series.points
     x = x_labels(pts)
     custom = [[p.short, p.time.strftime("%Y-%m-%d %H:%M UTC"), p.manifest_sha256[:12] or "-",
-               p.verdict, p.branch or "-", _contention_text(p)] for p in pts]  # fmt: skip
+               p.verdict, p.branch or "-", _contention_text(p), mlflow_link(p.run_id) or ""]
+              for p in pts]  # fmt: skip
     hover = ("commit %{customdata[0]} (%{customdata[4]})<br>%{customdata[1]}<br>"
              "manifest %{customdata[2]}<br>verdict %{customdata[3]}%{customdata[5]}<br>")  # fmt: skip
     # A point measured while other work took the CPU is drawn hollow and orange: a change

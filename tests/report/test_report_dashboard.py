@@ -152,3 +152,13 @@ def test_links_to_mlflow_runs_on_a_server_only():
     link = D._mlflow_link("http://127.0.0.1:5000/", "7")
     assert link("abc") == "http://127.0.0.1:5000/#/experiments/7/runs/abc"
     assert D._mlflow_link("sqlite:////tmp/m.db", "7")("abc") is None
+
+
+def test_points_carry_their_mlflow_url_for_a_click():
+    rows = [_row(t=f"2026-01-0{i + 1}", latency_ms__p50=2.0) for i in range(2)]
+    (s,) = D.group_series(rows)
+    fig = D.series_figure(s, D._mlflow_link("http://127.0.0.1:5000", "3"))
+    p50 = next(t for t in fig.data if t.name == "p50")
+    assert [c[6] for c in p50.customdata] == [
+        f"http://127.0.0.1:5000/#/experiments/3/runs/{p.run_id}" for p in s.points
+    ]
