@@ -44,6 +44,7 @@ PANELS = (
     ("numerics.max_abs_err", "max abs error", ".1~e"),
 )
 TEMPLATE = "dashboard.html.j2"
+MAX_RUNS = 5000  # per run level: newest first (find_runs)
 
 
 @dataclass
@@ -441,8 +442,12 @@ def build_context(suite_name: str, suite: Any, uri: str) -> dict[str, Any]:
         return ctx
 
     def rows(level: str) -> list[dict[str, Any]]:
-        df = find_runs(uri, suite_name, level=level, max_results=5000)
-        return [] if df is None or df.empty else df.to_dict("records")
+        df = find_runs(uri, suite_name, level=level, max_results=MAX_RUNS)
+        found = [] if df is None or df.empty else df.to_dict("records")
+        if len(found) >= MAX_RUNS:
+            ctx["notes"].append(f"Showing the newest {MAX_RUNS} {level} runs only; older "
+                                "history is in MLflow.")  # fmt: skip
+        return found
 
     children = [r for r in rows("result") if _str(r.get("status")) != "RUNNING"]
     invocations = rows("invocation")
