@@ -154,3 +154,45 @@ def test_a_candidate_must_beat_the_default_by_the_margin():
     assert choose([d, close]) == (d, d)
     fast = Measured("fast", [0.5, 0.6, 0.5])
     assert choose([d, close, fast]) == (fast, d)
+    # Fast median, but slower than the default in 2 of 4 side-by-side rounds: not a winner.
+    d4 = Measured("default", [1.0, 1.0, 0.4, 0.4])
+    lucky = Measured("lucky", [0.3, 0.3, 0.5, 0.5])
+    assert choose([d4, lucky]) == (d4, d4)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_measure_interleaves_discards_warmup_and_respects_the_deadline():
+    from guard.compiler.tuning.tune import WARMUP_ROUNDS, measure
+
+    clock = _Clock()
+    cost = {"default": 2**-10, "a": 2**-11, "b": 2**-9}  # seconds per call, exact in binary
+    calls: list[str] = []
+
+    class Fake:
+        def __init__(self, task, schedule, target, rng) -> None:
+            self.s, self.compile_s = schedule, 0.5
+            clock.t += 0.5  # compiling takes half a second of the budget
+
+        def call(self, times: int) -> None:
+            calls.append(self.s)
+            clock.t += cost[self.s] * times
+
+    res = measure(None, ["default", "a", "b"], None, reps=4, clock=clock, compile_one=Fake)
+    assert [m.schedule for m in res] == ["default", "a", "b"]
+    for m in res:
+        assert m.samples == [cost[m.schedule]] * 4  # warm-up rounds not kept
+    timed = calls[3:]  # after one probe call each
+    assert len(timed) == 3 * (WARMUP_ROUNDS + 4)
+    assert timed[:3] == ["default", "a", "b"] and timed[3:6] == ["b", "a", "default"]
+    # A deadline passed after the first compile keeps only the default.
+    clock.t = 0.0
+    res = measure(None, ["default", "a", "b"], None, reps=2, clock=clock, compile_one=Fake,
+                  deadline=0.25)  # fmt: skip
+    assert [m.schedule for m in res] == ["default"]

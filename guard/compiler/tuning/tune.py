@@ -1,0 +1,381 @@
+"""Tuning the bundled compiler: extract tasks, spend a budget by estimated gain, measure.
+
+1. **Tasks** (:func:`extract_tasks`): the model is imported, optimised and planned
+   exactly as the bundled build does it, and the kernel plan is built (no LLVM
+   compilation); every GEMM and direct-convolution step becomes a task keyed by op, full
+   shape signature, dtype, canonical target and compiler version (keys.py), the key the
+   emitter will look up at build. Steps with one key are one task, with their count.
+2. **Budget** (:func:`allocate`): each task's share of the model's FLOPs (count x FLOPs)
+   is its estimated share of runtime, and so of what tuning can gain; the wall-clock
+   budget is split in that proportion. A task below ``MIN_SHARE`` of the FLOPs gets only
+   the floor: its default and the cost model's first choice, measured briefly.
+3. **Candidates** (:func:`gemm_candidates`, :func:`conv_candidates`): the schedule space
+   (micro-tile, k-chunk, loop order; output columns per tile) is pruned analytically:
+   tiles that spill the register file are dropped, the rest ranked by a cost model
+   (padding waste of the tile against the shape, FMAs per load, independent FMA chains,
+   k-chunks that leave L1). The default schedule is always measured.
+4. **Measurement** (:func:`measure`): each candidate is compiled alone (the emitter's own
+   code, the schedule forced through the dispatch context) for the canonical target and
+   timed in this process on one thread: warm-up calls discarded, then ``reps`` rounds
+   that visit every candidate once each (interleaved, so a noisy neighbour slows all
+   candidates alike), each round long enough for the clock. The fastest median wins only
+   if it beats the default's by more than ``MARGIN`` and in ``PAIRED_WINS`` of the rounds;
+   otherwise the default is kept as the entry's schedule (an entry still: a hit, with the
+   measured times).
+
+Targets that cannot run here (another architecture, or features this CPU lacks) are
+refused: a schedule is only as good as the machine it was measured on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from guard.compiler.tuning.cache import Entry
+from guard.compiler.tuning.dispatch import Dispatch, applied, conv_shape, gemm_shape
+from guard.compiler.tuning.keys import TaskKey
+from guard.compiler.tuning.schedules import ConvTile
+
+GEMM_OPS = frozenset({"Gemm", "FusedGemm", "MatMul", "FusedMatMul"})
+CONV_OPS = frozenset({"Conv", "FusedConv"})
+MIN_SHARE = 0.02  # below this share of the FLOPs a task gets only the floor
+MARGIN = 0.03  # a candidate must beat the default's median by this to replace it
+PAIRED_WINS = 0.75  # ... and be faster than it in this share of the interleaved rounds
+WARMUP_ROUNDS = 2
+MIN_ROUND_S = 0.002
+
+
+@dataclass
+class Task:
+    key: TaskKey
+    kernel: Any  # guard.compiler.codegen.base.Kernel of the first step with this key
+    count: int
+    flops: int  # of one step
+    default: Any
+    shape: Any = None  # GemmShape or conv Geometry
+
+    @property
+    def total_flops(self) -> int:
+        return self.count * self.flops
+
+
+@dataclass
+class Measured:
+    schedule: Any
+    samples: list[float] = field(default_factory=list)  # seconds per call, one per round
+    compile_s: float = 0.0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else math.inf
+
+
+# -- tasks --------------------------------------------------------------------------------
+
+
+def extract_tasks(
+    model_path: Any, input_shapes: dict[str, Any], target: str, compiler: str,
+    pipeline: str = "O2", profile: Any = None,
+) -> list[Task]:  # fmt: skip
+    """The GEMM and convolution tasks of one model for one canonical target."""
+    from guard.compiler import import_onnx, optimize, verify
+    from guard.compiler.codegen.base import Kernel
+    from guard.compiler.codegen.emit_conv import Geometry
+    from guard.compiler.codegen.emit_gemm import GemmShape
+    from guard.compiler.codegen.emitters import emitter_for
+    from guard.compiler.codegen.gemm import default_gemm_schedule
+    from guard.compiler.codegen.kernel_plan import build_kernel_plan
+    from guard.compiler.codegen.target import codegen_target
+    from guard.compiler.plan import plan
+    from guard.compiler.weights import pack_weights
+
+    optimised, _ = optimize(import_onnx(model_path, dict(input_shapes)), pipeline)
+    verify(optimised)
+    compiled = plan(optimised, profile)
+    width = codegen_target(target).vector_width
+    _, layout = pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
+    offsets = {e.name: e.offset for e in layout.entries}
+    constants = {k: c.data for k, c in compiled.graph.constants.items()}
+    backends = tuple(p.backend for p in compiled.partitions.partitions)
+
+    def pack(op: str, attrs: Any, index: int, value: np.ndarray, shapes: Any) -> Any:
+        return emitter_for(op).pack(op, attrs, index, value, shapes, width)
+
+    kplan, _ = build_kernel_plan(
+        compiled.view, compiled.memory, compiled.partitions.group_of, backends, offsets,
+        constants, pack,
+    )  # fmt: skip
+    d = Dispatch(None, target, compiler)
+    tasks: dict[str, Task] = {}
+    for step in kplan.steps():
+        shapes = [None if o is None else o.shape for o in step.inputs]
+        if step.op in GEMM_OPS:
+            gs = GemmShape(step.op, step.attrs, shapes)
+            key = d.key("gemm", gemm_shape(gs))
+            flops = 2 * gs.batch * gs.M * gs.N * gs.K
+            default: Any = default_gemm_schedule(gs.M, gs.N, gs.K, width)
+            shape: Any = gs
+        elif step.op in CONV_OPS:
+            x, w = step.inputs[0], step.inputs[1]
+            assert x is not None and w is not None
+            geo = Geometry(step.attrs, x.shape, w.shape, width)
+            if geo.L <= 1:
+                continue
+            key = d.key("conv", conv_shape(geo))
+            flops = 2 * geo.N * geo.K * geo.OH * geo.OW * geo.Cg * geo.R * geo.S
+            default, shape = ConvTile(int(geo.T)), geo
+        else:
+            continue
+        if key.text in tasks:
+            tasks[key.text].count += 1
+        else:
+            kern = Kernel(step.op, step.attrs, step.inputs, step.outputs, width)
+            tasks[key.text] = Task(key, kern, 1, flops, default, shape)
+    return sorted(tasks.values(), key=lambda t: (-t.total_flops, t.key.text))
+
+
+# -- budget --------------------------------------------------------------------------------
+
+
+def allocate(tasks: Sequence[Task], budget_s: float) -> dict[str, float]:
+    """Seconds per task key, in proportion to its share of the FLOPs (0 below MIN_SHARE)."""
+    total = sum(t.total_flops for t in tasks) or 1
+    big = [t for t in tasks if t.total_flops / total >= MIN_SHARE]
+    big_total = sum(t.total_flops for t in big) or 1
+    out = {t.key.text: 0.0 for t in tasks}
+    for t in big:
+        out[t.key.text] = budget_s * t.total_flops / big_total
+    return out
+
+
+# -- candidates and the cost model ----------------------------------------------------------
+
+
+def _registers(width: int) -> int:
+    return 16 if width == 8 else 32
+
+
+def gemm_cost(M: int, N: int, K: int, s: Any, width: int) -> float:
+    """Predicted relative time of a GemmSchedule (lower is better; 1.0 ~ peak FMA rate)."""
+    nvec = s.nr // width
+    rows = -(-M // s.mr) * s.mr
+    cols = -(-N // s.nr) * s.nr
+    waste = (rows * cols) / (M * N)  # padded work per useful FMA
+    fma_per_load = (s.mr * nvec) / (s.mr + nvec)
+    intensity = min(1.0, fma_per_load / 6.0)  # ~2 loads and 2 FMAs a cycle
+    chains = min(1.0, s.mr * nvec / 8.0)  # FMA latency 4 x 2 ports
+    l1 = 1.0 if s.kc * s.nr * 4 <= 32 * 1024 else 1.25
+    chunks = -(-K // s.kc)
+    c_traffic = 1.0 + (chunks - 1) * 2.0 / max(s.kc, 1)  # C re-read and re-written per chunk
+    return waste / (intensity * chains) * l1 * c_traffic
+
+
+def gemm_candidates(M: int, N: int, K: int, width: int, default: Any, limit: int) -> list[Any]:
+    """The default first, then the best ``limit`` schedules by :func:`gemm_cost`."""
+    from guard.compiler.codegen.gemm import GemmSchedule
+
+    regs = _registers(width)
+    n_vecs = -(-N // width)
+    pool = []
+    kcs = sorted({k for k in (64, 128, 256, 384, 512, K) if 0 < k <= K} | {min(K, default.kc)})
+    for nvec in range(1, min(4, n_vecs) + 1):
+        nr = nvec * width
+        for mr in range(1, min(M, 16) + 1):
+            if mr * nvec + nvec + 1 > regs:
+                continue  # the tile and its B vectors would spill
+            for kc in kcs:
+                nc = max(nr, min(-(-N // nr) * nr, ((512 * 1024) // (kc * 4)) // nr * nr))
+                mc = max(mr, min(-(-M // mr) * mr, 144 // mr * mr))
+                for order in ("nm", "mn"):
+                    s = GemmSchedule(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, unroll=2 if kc >= 2 else 1,
+                                     loop_order=order)  # fmt: skip
+                    if s != default:
+                        pool.append((gemm_cost(M, N, K, s, width), s))
+    pool.sort(key=lambda cs: (cs[0], repr(cs[1])))
+    return [default] + [s for _, s in pool[:limit]]
+
+
+def conv_cost(geo: Any, t: int) -> float:
+    """Predicted relative time of a direct convolution with ``t`` columns per tile."""
+    ow = geo.OW
+    waste = (-(-ow // t) * t) / ow if t <= ow else t / ow
+    chains = min(1.0, t / 8.0)
+    loads = 1.0 + 1.0 / t  # one weight vector per t FMAs
+    return waste / chains * loads
+
+
+def conv_candidates(geo: Any, default: Any, limit: int) -> list[Any]:
+    regs = _registers(geo.L)
+    pool = [
+        (conv_cost(geo, t), ConvTile(t))
+        for t in range(2, regs - 1)
+        if t != default.ow_block and t <= max(geo.OW, 2)
+    ]
+    pool.sort(key=lambda cs: (cs[0], cs[1].ow_block))
+    return [default] + [s for _, s in pool[:limit]]
+
+
+def candidates(task: Task, limit: int) -> list[Any]:
+    width = task.kernel.vector_width
+    if task.key.op == "gemm":
+        gs = task.shape
+        return gemm_candidates(gs.M, gs.N, gs.K, width, task.default, limit)
+    return conv_candidates(task.shape, task.default, limit)
+
+
+# -- measurement --------------------------------------------------------------------------
+
+
+class Compiled:
+    """One task's kernel compiled alone with one schedule, with buffers to call it on."""
+
+    def __init__(self, task: Task, schedule: Any, target: Any, rng: np.random.Generator) -> None:
+        import llvmlite.ir as ir
+
+        from guard.compiler.codegen.emitters import emitter_for
+        from guard.compiler.codegen.irutil import PTR, VOID
+        from guard.compiler.codegen.module import LoadedObject, compile_module
+
+        k = task.kernel
+        n_in, n_out = len(k.inputs), len(k.outputs)
+        module = ir.Module(name="guard_tune")
+        module.triple = target.triple
+        fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * (n_in + n_out)), "guard_tune_kernel")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        ins = [None if o is None else fn.args[j] for j, o in enumerate(k.inputs)]
+        d = Dispatch(None, task.key.target, task.key.compiler, forced={task.key.text: schedule})
+        with applied(d):
+            emitter_for(k.op).emit(b, ins, list(fn.args[n_in:]), k)
+        if not b.block.is_terminated:
+            b.ret_void()
+        t0 = time.perf_counter()
+        gen = compile_module(module, target)
+        self.compile_s = time.perf_counter() - t0
+        self._obj = LoadedObject(gen.object_code, target)
+        self._buffers = [self._buffer(task, j, o, rng) for j, o in enumerate((*k.inputs, *k.outputs))]
+        ptrs = [0 if a is None else a.ctypes.data for a in self._buffers]
+        proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(ptrs)))
+        self._fn = proto(self._obj.address("guard_tune_kernel"))
+        self._args = [ctypes.c_void_p(p or None) for p in ptrs]
+
+    @staticmethod
+    def _buffer(task: Task, j: int, o: Any, rng: np.random.Generator) -> np.ndarray | None:
+        if o is None:
+            return None
+        n = o.nbytes // 4 + 64
+        if j == 1 and o.space == "packed":  # padded panels: bounded by the widest tile
+            if task.key.op == "gemm":
+                gs = task.shape
+                n = max(n, gs.batch * gs.K * (gs.N + 64) + 64)
+            else:
+                geo = task.shape
+                n = max(n, (geo.K + geo.g * geo.L) * geo.Cg * geo.R * geo.S + 64)
+        return rng.standard_normal(n).astype(np.float32)
+
+    def call(self, times: int) -> None:
+        fn, args = self._fn, self._args
+        for _ in range(times):
+            fn(*args)
+
+
+def measure(
+    task: Task, schedules: Sequence[Any], target: Any, *, reps: int = 7,
+    clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
+    compile_one: Callable[..., Any] = Compiled,
+) -> list[Measured]:  # fmt: skip
+    """Compile each schedule, then time them interleaved; per-call seconds per round.
+
+    ``deadline`` (a ``clock()`` value) stops adding candidates once passed (the default,
+    first in ``schedules``, is always compiled and measured)."""
+    rng = np.random.default_rng(0)
+    built: list[tuple[Measured, Any]] = []
+    for i, s in enumerate(schedules):
+        if i > 0 and deadline is not None and clock() > deadline:
+            break
+        c = compile_one(task, s, target, rng)
+        built.append((Measured(s, compile_s=c.compile_s), c))
+    # Calls per round: enough that one round of the slowest candidate is >= MIN_ROUND_S.
+    per_call = []
+    for _, c in built:
+        t0 = clock()
+        c.call(1)
+        per_call.append(max(clock() - t0, 1e-9))
+    calls = max(1, min(10_000, int(MIN_ROUND_S / max(per_call)) + 1))
+    for r in range(WARMUP_ROUNDS + reps):
+        order = built if r % 2 == 0 else built[::-1]  # alternate who goes first
+        for m, c in order:
+            t0 = clock()
+            c.call(calls)
+            dt = (clock() - t0) / calls
+            if r >= WARMUP_ROUNDS:
+                m.samples.append(dt)
+    return [m for m, _ in built]
+
+
+def _wins(m: Measured, default: Measured) -> bool:
+    """``m`` beats the default: its median by more than MARGIN, and in at least
+    ``PAIRED_WINS`` of the rounds (samples of one round were taken side by side, so a
+    neighbour's burst slows both; a single lucky round does not make a winner)."""
+    if not m.samples or m.median >= default.median * (1 - MARGIN):
+        return False
+    pairs = list(zip(m.samples, default.samples, strict=False))
+    return sum(a < b for a, b in pairs) >= PAIRED_WINS * len(pairs)
+
+
+def choose(results: Sequence[Measured]) -> tuple[Measured, Measured]:
+    """(winner, default): the fastest candidate that beats the default (:func:`_wins`),
+    else the default itself."""
+    default = results[0]
+    for m in sorted(results[1:], key=lambda m: m.median):
+        if _wins(m, default):
+            return m, default
+    return default, default
+
+
+def tune_tasks(
+    tasks: Sequence[Task], target: Any, budget_s: float, *, reps: int = 7,
+    floor_candidates: int = 1, clock: Callable[[], float] = time.perf_counter,
+    log: Callable[[str], None] = lambda s: None,
+) -> list[Entry]:  # fmt: skip
+    """An entry for every task: the budget spent by share, candidates ranked, measured."""
+    share = allocate(tasks, budget_s)
+    entries = []
+    total_flops = sum(t.total_flops for t in tasks) or 1
+    for t in tasks:
+        start = clock()
+        secs = share[t.key.text]
+        limit = floor_candidates if secs <= 0 else 64
+        cands = candidates(t, limit)
+        res = measure(t, cands, target, reps=reps, clock=clock,
+                      deadline=start + secs if secs > 0 else None)  # fmt: skip
+        win, default = choose(res)
+        from guard.compiler.tuning import schedules as sch
+
+        entries.append(
+            Entry(
+                t.key, win.schedule, win.median, default.schedule, default.median,
+                {
+                    "measured": {
+                        "warmup_rounds": WARMUP_ROUNDS, "reps": reps, "threads": 1,
+                        "candidates": len(res), "budget_s": round(secs, 3),
+                        "flops_share": round(t.total_flops / total_flops, 4), "count": t.count,
+                    },
+                    "tuned_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                },
+            )  # fmt: skip
+        )
+        log(
+            f"  {t.key.short()} x{t.count}: {len(res)} candidate(s) in {clock() - start:.1f} s, "
+            f"default {default.median * 1e6:.1f} us -> {win.median * 1e6:.1f} us "
+            f"({default.median / win.median:.2f}x) {sch.to_dict(win.schedule)}"
+        )
+    return entries
