@@ -264,6 +264,11 @@ def _parse_options(ctx: _Ctx, raw: Any, key: str) -> dict[str, dict[str, Any]]:
         for k in body or {}:
             if not isinstance(k, str):
                 raise ctx.err(f"{key}.{backend}", f"key {_show(k)} is not a string")
+        cache = (body or {}).get("tuning_cache")
+        if cache is not None and (not isinstance(cache, str) or not cache.strip() or "\x00" in cache):
+            raise ctx.err(f"{key}.{backend}.tuning_cache", f"expected a path (relative to the "
+                          f"suite file), got {_show(cache)}",
+                          "e.g. options: {bundled: {tuning_cache: ../.guard/bundled-tuning.json}}.")
         out[backend] = dict(body or {})
     return out
 

@@ -196,3 +196,16 @@ def test_measure_interleaves_discards_warmup_and_respects_the_deadline():
     res = measure(None, ["default", "a", "b"], None, reps=2, clock=clock, compile_one=Fake,
                   deadline=0.25)  # fmt: skip
     assert [m.schedule for m in res] == ["default"]
+
+
+@pytest.mark.parametrize("value", ["5", "''", "[a]"])
+def test_suite_refuses_a_tuning_cache_that_is_not_a_path(tmp_path, value):
+    from guard.errors import SuiteError
+    from guard.suite import load_suite
+
+    p = tmp_path / "s.yaml"
+    p.write_text("schema_version: 1\nsuite: x\ndefaults:\n"
+                 f"  options: {{bundled: {{tuning_cache: {value}}}}}\n"
+                 "models:\n  - {name: m, source: zoo:mlp}\n")  # fmt: skip
+    with pytest.raises(SuiteError, match=r"options\.bundled\.tuning_cache: expected a path"):
+        load_suite(p)
