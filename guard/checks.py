@@ -162,6 +162,8 @@ def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> C
     return Check("tuning", "pass" if ok else "fail", rate, bound,
                  f"tuning-cache hit rate {rate:.3f} ({hits}/{total}) "
                  f"{'>=' if ok else '<'} {bound:.3f}"
+                 + (f"; hit kernels measured {tuning['kernel_speedup']:.2f}x faster than "
+                    "their default schedules" if tuning.get("kernel_speedup") else "")
                  + ("" if ok else f"; {misses} op(s) fell back to untuned schedules"
                     + _missed_text(tuning.get("missed"))))
 

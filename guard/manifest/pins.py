@@ -53,7 +53,7 @@ PINNED_FIELDS = (
 )
 
 TUNING_CACHE_KEYS = ("path", "sha256", "entries", "hits", "misses")
-TUNING_CACHE_OPTIONAL_KEYS = ("tasks", "missed")
+TUNING_CACHE_OPTIONAL_KEYS = ("tasks", "missed", "kernel_speedup")
 
 # Every key a manifest has, section by section; loading refuses a manifest missing one.
 REQUIRED = {

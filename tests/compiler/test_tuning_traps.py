@@ -95,6 +95,8 @@ def test_tune_then_run_hits_every_task(tuned, monkeypatch):
     tc = r["manifest"]["tuning_cache"]
     assert (tc["hits"], tc["misses"], tc["entries"]) == (2, 0, 2)
     assert tc["sha256"] and check(r, "tuning")["value"] == 1.0
+    assert tc["kernel_speedup"] >= 1.0  # a tuned schedule is kept only when it measured faster
+    assert "faster than their default schedules" in check(r, "tuning")["message"]
 
 
 def test_a_dropped_target_feature_misses_every_task_and_says_which(tuned, monkeypatch):

@@ -91,13 +91,22 @@ class Dispatch:
     def summary(self) -> dict[str, Any]:
         """The manifest's tuning_cache observations: entries, hits, misses, missed keys."""
         missed = [x.missed_record() for x in self.looked.values() if not x.hit]
-        return {
+        out: dict[str, Any] = {
             "entries": len(self.cache) if self.cache is not None else None,
             "hits": self.hits,
             "misses": self.misses,
             "tasks": len(self.looked),
             "missed": missed[:MAX_MISSED_RECORDED],
         }
+        hit = [self.cache.get(x.key) for x in self.looked.values() if x.hit and self.cache]
+        hit = [e for e in hit if e is not None]
+        if hit:
+            # What tuning measured for the hit tasks (each kernel alone, one call each):
+            # default schedules' time over the tuned schedules' time.
+            out["kernel_speedup"] = round(
+                sum(e.default_time_s for e in hit) / sum(e.time_s for e in hit), 3
+            )
+        return out
 
     def warn_misses(self, where: str) -> None:
         """One warning per missed task: the key, the nearest key and how it differs."""
