@@ -269,7 +269,19 @@ def _parse_options(ctx: _Ctx, raw: Any, key: str) -> dict[str, dict[str, Any]]:
             raise ctx.err(f"{key}.{backend}.tuning_cache", f"expected a path (relative to the "
                           f"suite file), got {_show(cache)}",
                           "e.g. options: {bundled: {tuning_cache: ../.guard/bundled-tuning.json}}.")
-        out[backend] = dict(body or {})
+        body = dict(body or {})
+        # Option values the backends take as strings (or a list of them): a number or a
+        # mapping is a typo, said here with the key, not a TypeError at build time.
+        for k in ("profile", "pipeline", "graph_optimization_level"):
+            if k in body and (not isinstance(body[k], str) or not body[k].strip()):
+                raise ctx.err(f"{key}.{backend}.{k}", f"expected a name, got {_show(body[k])}")
+        providers = body.get("providers")
+        if "providers" in body and (not isinstance(providers, list) or not providers or not all(
+                isinstance(p, str) and p for p in providers)):
+            raise ctx.err(f"{key}.{backend}.providers", f"expected a list of execution "
+                          f"provider names, got {_show(providers)}",
+                          "e.g. providers: [CPUExecutionProvider].")
+        out[backend] = body
     return out
 
 

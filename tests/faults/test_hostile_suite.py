@@ -64,6 +64,12 @@ def suite(tmp_path: Path, d: str = "", m: str = "", sv: str = "1") -> Path:
      "non-negative integer"),
     ("", "description: [1, 2]", "1", "models[0].description", "expected a string"),
     ("", "inputs: {1: {shape: [1]}}", "1", "models[0].inputs", "is not a string"),
+    ("options: {onnxruntime: {providers: 5}}", "", "1", "defaults.options.onnxruntime.providers",
+     "expected a list of execution provider names"),
+    ("options: {bundled: {profile: 5}}", "", "1", "defaults.options.bundled.profile",
+     "expected a name"),
+    ("", "options: {bundled: {pipeline: {a: 1}}}", "1", "models[0].options.bundled.pipeline",
+     "expected a name"),
 ])
 def test_bad_suite_key_is_one_line_exit_2(tmp_path, capsys, d, m, sv, key, words):
     p = suite(tmp_path, d, m, sv)
