@@ -276,31 +276,50 @@ def make_inputs(spec: ModelSpec, specs: dict[str, InputSpec]) -> dict[str, np.nd
     for gi in spec.inputs:
         s = specs.get(gi.name) or InputSpec(gi.name, None)
         shape = spec.shapes[gi.name]
-        rng = np.random.default_rng(s.seed)
-        dt = gi.dtype
-        p = s.params
-        if s.dist == "zeros":
-            arr = np.zeros(shape, dtype=dt)
-        elif s.dist == "ones":
-            arr = np.ones(shape, dtype=dt)
-        elif s.dist == "const":
-            arr = np.full(shape, p["value"], dtype=dt)
-        elif dt == np.bool_:
-            arr = rng.random(shape) < 0.5
-        elif s.dist == "uniform":
-            low, high = p.get("low", 0.0), p.get("high", 1.0)
-            if np.issubdtype(dt, np.integer):
-                arr = rng.integers(int(low), int(high), size=shape, endpoint=True).astype(dt)
-            else:
-                arr = rng.uniform(low, high, size=shape).astype(dt)
-        else:  # normal
-            mean, std = p.get("mean", 0.0), p.get("std", 1.0)
-            if np.issubdtype(dt, np.integer):
-                # Integer inputs (token ids, indices) from a normal draw make little sense;
-                # give small non-negative integers unless the suite says otherwise.
-                arr = np.abs(np.rint(rng.normal(mean, std, size=shape))).astype(dt)
-            else:
-                arr = rng.normal(mean, std, size=shape).astype(dt)
+        try:
+            arr = _fill(s, shape, gi.dtype)
+        except (OverflowError, ValueError) as exc:  # e.g. value 1000 for an int8 input
+            raise ModelError(
+                f"inputs.{gi.name}: cannot make {s.dist} data of dtype {gi.dtype} "
+                f"({str(exc).splitlines()[0][:120]})", where=str(spec.path),
+                hint="Give values that fit the input's dtype in the suite's inputs block.",
+            ) from None
         # not ascontiguousarray: it turns a 0-d scalar input into shape (1,)
-        feeds[gi.name] = np.array(arr, dtype=dt, order="C").reshape(shape)
+        feeds[gi.name] = np.array(arr, dtype=gi.dtype, order="C").reshape(shape)
     return feeds
+
+
+def _fill(s: InputSpec, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    """The data of one input: its distribution, drawn from its seed, in its dtype."""
+    rng = np.random.default_rng(s.seed)
+    p = s.params
+    if np.issubdtype(dt, np.integer):
+        info = np.iinfo(dt)
+        for k in ("value", "low", "high"):
+            if k in p and not info.min <= p[k] <= info.max:
+                # numpy would wrap it silently (1000 -> -24 in int8): a wrong input, not data.
+                raise ValueError(f"{k} {p[k]:g} is outside {dt}'s range [{info.min}, "
+                                 f"{info.max}]")
+    if s.dist == "zeros":
+        arr = np.zeros(shape, dtype=dt)
+    elif s.dist == "ones":
+        arr = np.ones(shape, dtype=dt)
+    elif s.dist == "const":
+        arr = np.full(shape, p["value"], dtype=dt)
+    elif dt == np.bool_:
+        arr = rng.random(shape) < 0.5
+    elif s.dist == "uniform":
+        low, high = p.get("low", 0.0), p.get("high", 1.0)
+        if np.issubdtype(dt, np.integer):
+            arr = rng.integers(int(low), int(high), size=shape, endpoint=True).astype(dt)
+        else:
+            arr = rng.uniform(low, high, size=shape).astype(dt)
+    else:  # normal
+        mean, std = p.get("mean", 0.0), p.get("std", 1.0)
+        if np.issubdtype(dt, np.integer):
+            # Integer inputs (token ids, indices) from a normal draw make little sense;
+            # give small non-negative integers unless the suite says otherwise.
+            arr = np.abs(np.rint(rng.normal(mean, std, size=shape))).astype(dt)
+        else:
+            arr = rng.normal(mean, std, size=shape).astype(dt)
+    return arr

@@ -112,3 +112,16 @@ def test_onnxruntime_run_time_failure_is_a_model_error(tmp_path):
     # An ORT message with invalid UTF-8 (pybind11 raises UnicodeDecodeError) is still a line.
     bad = UnicodeDecodeError("utf-8", b"Node (\xff\xfe) failed", 6, 7, "invalid start byte")
     assert _ort_text(bad) == "Node (\ufffd\ufffd) failed"
+
+
+@pytest.mark.parametrize("inputs", ["{dist: const, value: 1000}",
+                                    "{dist: uniform, low: 0, high: 100000}"])
+def test_input_values_outside_the_dtype_are_exit_2_not_wrapped(tmp_path, workdir, capsys,
+                                                              inputs):
+    # numpy would wrap 1000 to -24 in int8 and the run would measure wrong data.
+    model = _identity(tmp_path / "id8.onnx", TensorProto.INT8)
+    suite = _suite(tmp_path, model, f"inputs: {{x: {inputs}}}")
+    assert main(["run", str(suite), "--no-track"]) == 2
+    err = capsys.readouterr().err
+    assert "outside int8's range [-128, 127]" in err and "inputs.x" in err
+    assert "Traceback" not in err
