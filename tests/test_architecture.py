@@ -1,0 +1,258 @@
+"""guard's import graph keeps the shape docs/ARCHITECTURE.md describes.
+
+Every module under guard/ is parsed (never imported) and every ``import``/``from ... import``
+in it is an edge: top-level, function-level and ``if TYPE_CHECKING:`` imports alike, since a
+cycle hidden inside a function is still a cycle. ``from pkg import name`` is an edge to the
+submodule ``pkg.name`` when that file exists, else to ``pkg`` itself. The implicit import of
+a package's ``__init__`` by its submodules is not an edge (every package would be a cycle).
+
+Two properties are checked:
+
+- Layer direction: a module imports only from its own layer or the ones below it
+  (``LAYERS``, lowest first). The few upward edges that remain are listed in
+  ``UPWARD_ALLOWED``, each with why, and a listed edge that disappears must be deleted.
+- Cycles: the strongly connected components of the module graph. Each one that still
+  exists is in ``CYCLES_ALLOWED`` with why; a new cycle, or a known one that grows, fails,
+  and an entry whose cycle is gone must be deleted, so the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "guard"
+
+# Lowest first. A module belongs to the layer of its longest matching prefix; inside one
+# layer imports go either way (cycles are checked separately).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("core", ("guard", "guard.errors", "guard.fsutil", "guard.isolate")),
+    ("records", ("guard.manifest", "guard.zoo", "guard.track", "guard.bench")),
+    ("domain", ("guard.compiler", "guard.suite", "guard.model", "guard.checks")),
+    ("backends", ("guard.backends", "guard.emulate")),
+    ("artefacts", ("guard.golden", "guard.build")),
+    ("documents", ("guard.compare", "guard.report", "guard.shard")),
+    ("case", ("guard.case",)),
+    ("commands", ("guard.run", "guard.deliver", "guard.merge", "guard.doctor", "guard.reduce",
+                  "guard.compare.ab_worker")),
+    ("cli", ("guard.cli", "guard.cli_compare", "guard.cli_doctor", "guard.cli_help",
+             "guard.cli_scale", "guard.cli_tune")),
+]
+
+# (importing module, imported module) -> why the upward edge is still there.
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {
+    # `guard calibrate` (A/A noise of every case of a suite) lives in the measurement
+    # package but is a command: it loads the suite, builds and loads cases and logs to
+    # MLflow. Its seam is a guard/calibrate.py over a bench-level A/A statistic.
+    ("guard.bench.calibrate", "guard.case"): "guard calibrate is a command inside bench",
+    ("guard.bench.calibrate", "guard.backends"): "guard calibrate is a command inside bench",
+    ("guard.bench.calibrate", "guard.suite"): "guard calibrate is a command inside bench",
+}
+
+# Each cycle that still exists, as the set of modules in its strongly connected component.
+CYCLES_ALLOWED: dict[frozenset[str], str] = {
+    frozenset({
+        "guard.compiler.frontend.importer", "guard.compiler.frontend.registry",
+        "guard.compiler.frontend.ops_elementwise", "guard.compiler.frontend.ops_extra",
+        "guard.compiler.frontend.ops_nn", "guard.compiler.frontend.ops_quant",
+        "guard.compiler.frontend.ops_recurrent", "guard.compiler.frontend.ops_reduce",
+        "guard.compiler.frontend.ops_resize", "guard.compiler.frontend.ops_tensor",
+        "guard.compiler.frontend.prepare",
+    }): "the op converters read shared helpers (np_dtype, attribute access) from importer, "
+        "which imports the registry (and through it every ops_* module) and prepare, which "
+        "reads importer's np_dtype; the seam is the shared helpers in a module of their own",
+    frozenset({"guard.compiler.codegen.gemm", "guard.compiler.codegen.gemm_emit"}):
+        "type-only (TYPE_CHECKING): the loop-nest emitter split out of gemm.py annotates the "
+        "GemmKernel that drives it; the seam is a Protocol of what the emitter reads",
+    frozenset({"guard.compiler.codegen.conv", "guard.compiler.codegen.conv_gemm",
+               "guard.compiler.codegen.conv_depthwise"}):
+        "type-only (TYPE_CHECKING): the emitters split out of conv.py annotate the ConvKernel "
+        "that drives them; the seam is a Protocol of what they read, as for gemm",
+    frozenset({"guard.compiler.partition", "guard.compiler.plan"}):
+        "plan() runs the partitioner, and partition's report (guard partition) compiles the "
+        "model through plan; the seam is the report moving next to compile_model",
+    frozenset({"guard.backends.tvm", "guard.backends.tvm_tuning"}):
+        "tuning imports the tvm importer and target, and the backend calls tuning's look-up; "
+        "the seam is the shared import/target helpers in a module of their own",
+    frozenset({"guard.track.index", "guard.track.invocation", "guard.track.log",
+               "guard.track.query"}):
+        "log calls index.annotate_logged after logging, and index, invocation and query "
+        "read log's private client helpers (_client, _http_limits, _translated); the seam "
+        "is a track/client.py holding those",
+}
+
+
+def _modules(pkg: Path) -> dict[str, Path]:
+    out = {}
+    for path in pkg.rglob("*.py"):
+        parts = list(path.relative_to(pkg.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _targets(mod: str, is_pkg: bool, node: ast.Import | ast.ImportFrom,
+             mods: dict[str, Path]) -> list[str]:
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:  # relative: resolve against this module's package
+            base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+            base = base[:len(base) - (node.level - 1)]
+            pkg = ".".join(base + ([node.module] if node.module else []))
+        else:
+            pkg = node.module or ""
+        names = [f"{pkg}.{a.name}" if f"{pkg}.{a.name}" in mods else pkg for a in node.names]
+    out = []
+    for name in names:
+        if name != "guard" and not name.startswith("guard."):
+            continue
+        while name not in mods and "." in name:  # guard.x.attr -> guard.x
+            name = name.rsplit(".", 1)[0]
+        out.append(name)
+    return out
+
+
+def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
+    """Module -> the guard modules it imports, anywhere in its body."""
+    mods = _modules(pkg)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[mod].update(t for t in _targets(mod, path.name == "__init__.py", node,
+                                                      mods) if t != mod)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(frozenset(comp))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return out
+
+
+def layer_of(mod: str) -> int:
+    best, depth = None, -1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (mod == p or mod.startswith(p + ".")) and p.count(".") > depth:
+                best, depth = i, p.count(".")
+    assert best is not None, f"{mod} is in no layer: add it to LAYERS (and docs/ARCHITECTURE.md)"
+    return best
+
+
+def upward_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(a, b) for a, bs in graph.items() for b in bs if layer_of(b) > layer_of(a)}
+
+
+# ---------------------------------------------------------------------------- the checks
+
+
+@functools.cache
+def guard_graph() -> dict[str, set[str]]:
+    """guard's own graph, parsed once for the three checks."""
+    return import_graph()
+
+
+def test_every_module_has_a_layer():
+    for mod in guard_graph():
+        layer_of(mod)
+
+
+def test_lower_layers_never_import_upper_ones():
+    up = upward_edges(guard_graph())
+    new = sorted(up - set(UPWARD_ALLOWED))
+    assert not new, "imports against the layer direction (docs/ARCHITECTURE.md):\n" + "\n".join(
+        f"  {a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
+        for a, b in new)
+    gone = sorted(set(UPWARD_ALLOWED) - up)
+    assert not gone, f"these allowed upward imports are gone: delete them from UPWARD_ALLOWED: {gone}"
+
+
+def test_no_new_import_cycles():
+    found = cycles(guard_graph())
+    new = [c for c in found if c not in CYCLES_ALLOWED]
+    assert not new, "import cycles between guard's modules (break them along a seam):\n" + \
+        "\n".join("  " + " <-> ".join(sorted(c)) for c in new)
+    gone = [c for c in CYCLES_ALLOWED if c not in found]
+    assert not gone, "these allowed cycles are gone or changed: update CYCLES_ALLOWED:\n" + \
+        "\n".join("  " + " <-> ".join(sorted(c)) for c in gone)
+
+
+# ---------------------------------------------------------------------------- the checker
+
+
+def _graph_of(files: dict[str, str], tmp: Path) -> dict[str, set[str]]:
+    for rel, text in files.items():
+        p = tmp / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return import_graph(tmp / "guard")
+
+
+def test_checker_sees_function_level_relative_and_type_checking_imports(tmp_path):
+    g = _graph_of({
+        "guard/__init__.py": "",
+        "guard/a/__init__.py": "",
+        "guard/a/x.py": "def f():\n    from guard.a import y\n",
+        "guard/a/y.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                        "    from .z import Z\n",
+        "guard/a/z.py": "import guard.a.x as x\nfrom guard.errors import GuardError\n",
+        "guard/errors.py": "",
+    }, tmp_path)
+    assert g["guard.a.x"] == {"guard.a.y"}
+    assert g["guard.a.y"] == {"guard.a.z"}
+    assert g["guard.a.z"] == {"guard.a.x", "guard.errors"}
+    assert cycles(g) == [frozenset({"guard.a.x", "guard.a.y", "guard.a.z"})]
+
+
+def test_checker_flags_an_upward_import(tmp_path):
+    g = _graph_of({
+        "guard/__init__.py": "",
+        "guard/compiler/__init__.py": "",
+        "guard/compiler/ir.py": "def f():\n    from guard.backends.base import Session\n",
+        "guard/backends/__init__.py": "",
+        "guard/backends/base.py": "from guard.compiler import ir\n",
+    }, tmp_path)
+    assert upward_edges(g) == {("guard.compiler.ir", "guard.backends.base")}
+    assert cycles(g) == [frozenset({"guard.compiler.ir", "guard.backends.base"})]
