@@ -3,7 +3,8 @@ convolution tasks into the cache its suite names (``options.bundled.tuning_cache
 relative to the suite file), or ``--cache PATH``.
 
 The budget (``--budget-s``, wall clock) is split evenly between the (model, target)
-entries, and within one by each task's share of the FLOPs (guard.compiler.tuning.tune).
+entries (what one leaves unspent carries over to the rest), and within one by each
+task's share of the FLOPs (guard.compiler.tuning.tune).
 A task another entry already tuned in this run is not tuned twice. Entries are merged
 into the cache under a lock, so two runs on one cache keep both runs' entries.
 """
@@ -49,10 +50,13 @@ def tune_bundled(args: argparse.Namespace, suite: Any, out: Any = print) -> int:
                          where=str(suite.path), hint="Add bundled to a model's backends.")  # fmt: skip
     if args.budget_s <= 0:
         raise UsageError(f"--budget-s must be > 0, got {args.budget_s}")
-    per_entry = args.budget_s / len(chosen)
+    started = time.perf_counter()
     done: set[tuple[str, str]] = set()
     written: dict[Path, int] = {}
-    for entry in chosen:
+    for i, entry in enumerate(chosen):
+        # What earlier entries left unspent carries over to the rest.
+        left = max(0.0, args.budget_s - (time.perf_counter() - started))
+        per_entry = left / (len(chosen) - i)
         path = cache_path_of(entry, args.cache)
         target = canonicalize(entry.target)
         tgt = codegen_target(target)
@@ -77,10 +81,12 @@ def tune_bundled(args: argparse.Namespace, suite: Any, out: Any = print) -> int:
         done.update((str(path), t.key.text) for t in todo)
         written[path] = len(cache)
         n = [int(e.extra.get("measured", {}).get("count", 1)) for e in entries]
-        gain = (sum(c * e.default_time_s for c, e in zip(n, entries, strict=True))
-                / max(sum(c * e.time_s for c, e in zip(n, entries, strict=True)), 1e-12))
-        out(f"{entry.name}: {len(entries)} entr(ies) in {time.perf_counter() - t0:.0f} s, "
-            f"kernel time default/tuned {gain:.2f}x -> {path}")  # fmt: skip
+        tuned = sum(c * e.time_s for c, e in zip(n, entries, strict=True))
+        gain = (f", kernel time default/tuned "
+                f"{sum(c * e.default_time_s for c, e in zip(n, entries, strict=True)) / tuned:.2f}x"
+                if tuned > 0 else "")  # fmt: skip
+        out(f"{entry.name}: {len(entries)} entr(ies) in {time.perf_counter() - t0:.0f} s"
+            f"{gain} -> {path}")  # fmt: skip
     for p, n in written.items():
         out(f"{p}: {n} entr(ies)")
     return EXIT_OK
