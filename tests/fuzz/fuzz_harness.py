@@ -90,7 +90,35 @@ def shapeops() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-SEEDS = {"convnet": convnet, "shapeops": shapeops}
+def int_inputs() -> onnx.ModelProto:
+    """Integer and bool inputs (token ids, a mask): what the suite's dist/value bind."""
+    init = [numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "emb")]
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["e"], axis=0, name="gather"),
+        helper.make_node("Cast", ["mask"], ["m"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("Unsqueeze", ["m", "ax"], ["m2"], name="unsqueeze"),
+        helper.make_node("Mul", ["e", "m2"], ["y"], name="mul"),
+    ]
+    init.append(numpy_helper.from_array(np.array([2], np.int64), "ax"))
+    g = helper.make_graph(nodes, "ints",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
+                           helper.make_tensor_value_info("mask", TensorProto.BOOL, [1, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4])],
+                          init)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+SEEDS = {"convnet": convnet, "shapeops": shapeops, "int_inputs": int_inputs}
+# The suite's inputs block for each seed (binds shapes, chooses the data).
+SEED_INPUTS: dict[str, dict[str, Any]] = {
+    "convnet": {"x": {"shape": [1, 3, 16, 16], "dist": "normal", "seed": 0}},
+    "shapeops": {"x": {"shape": [1, 3, 16, 16], "dist": "normal", "seed": 0}},
+    "int_inputs": {"ids": {"shape": [1, 3], "dist": "uniform", "low": 0, "high": 9},
+                   "mask": {"shape": [1, 3], "dist": "ones"}},
+}
+OPTIONS = {"onnxruntime": ["graph_optimization_level", "providers", "tuning_cache"],
+           "bundled": ["profile", "pipeline", "tuning_cache"],
+           "tvm": ["tuning_cache", "opt_level"]}
 
 
 def base_suite(backends: list[str] | None = None) -> dict[str, Any]:
@@ -162,7 +190,20 @@ def suite_edits(draw: st.DrawFn, suite: dict[str, Any]) -> dict[str, Any]:
     for _ in range(draw(st.integers(min_value=1, max_value=4))):
         paths = _paths(doc)
         path = draw(st.sampled_from(paths))
-        action = draw(st.sampled_from(["set", "set", "delete", "add"]))
+        action = draw(st.sampled_from(["set", "set", "delete", "add", "option"]))
+        if action == "option" and isinstance(doc, dict):
+            backend = draw(st.sampled_from(sorted(OPTIONS)))
+            key = draw(st.sampled_from([*OPTIONS[backend], "nosuch"]))
+            where = draw(st.sampled_from(["defaults", "model"]))
+            block = doc.get("defaults") if where == "defaults" else next(
+                iter(doc.get("models") or []), None)
+            if isinstance(block, dict):
+                opts = block.setdefault("options", {})
+                if isinstance(opts, dict):
+                    sub = opts.setdefault(backend, {})
+                    if isinstance(sub, dict):
+                        sub[key] = draw(values)
+            continue
         if not path:
             if action == "set":
                 doc = draw(values)
@@ -340,6 +381,7 @@ def cases(draw: st.DrawFn, backends: tuple[str, ...] = ("onnxruntime",)) -> Case
     seed = draw(st.sampled_from(sorted(SEEDS)))
     model = SEEDS[seed]()
     suite = base_suite([draw(st.sampled_from(list(backends)))])
+    suite["models"][0]["inputs"] = copy.deepcopy(SEED_INPUTS[seed])
     kind = draw(st.sampled_from(["suite", "suite", "text", "model", "model", "model", "both"]))
     model_bytes = model.SerializeToString()
     if seed == "shapeops":
