@@ -209,3 +209,25 @@ def test_suite_refuses_a_tuning_cache_that_is_not_a_path(tmp_path, value):
                  "models:\n  - {name: m, source: zoo:mlp}\n")  # fmt: skip
     with pytest.raises(SuiteError, match=r"options\.bundled\.tuning_cache: expected a path"):
         load_suite(p)
+
+
+def _suite(tmp_path, options: str, target: str = "host"):
+    p = tmp_path / "s.yaml"
+    p.write_text("schema_version: 1\nsuite: x\ndefaults:\n  backends: [bundled]\n"
+                 f"  target: {json.dumps(target)}\n{options}"
+                 "models:\n  - {name: m, source: zoo:mlp}\n")  # fmt: skip
+    return p
+
+
+def test_tune_without_a_cache_path_or_for_a_foreign_target_is_exit_2(tmp_path, capsys):
+    from guard.cli import main
+
+    assert main(["tune", str(_suite(tmp_path, ""))]) == 2
+    err = capsys.readouterr().err
+    assert "has no options.bundled.tuning_cache" in err and "Traceback" not in err
+    arm = _suite(tmp_path, "  options: {bundled: {tuning_cache: c.json}}\n",
+                 "llvm -mtriple=aarch64-linux-gnu -mattr=+neon,+sve")  # fmt: skip
+    assert main(["tune", str(arm)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot tune for target" in err and "aarch64" in err
+    assert not (tmp_path / "c.json").exists()
