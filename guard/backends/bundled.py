@@ -58,7 +58,9 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     verify(optimised)
     compiled = plan(optimised, profile)
     with _tuning(req) as dispatch:
-        manifest = save_artefact(compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical)
+        manifest = save_artefact(
+            compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical
+        )
     tuning: dict[str, Any] = {}
     if dispatch is not None:
         # Real look-ups of the emitted kernels: entries, hits, misses and, per missed
@@ -122,7 +124,9 @@ class ArtefactSession:
         out = self._runtime.run(feeds)
         return [out[o] for o in self.output_names]
 
-    def kernels(self, feeds: dict[str, np.ndarray], top: int = 10, runs: int = 5) -> list[dict[str, Any]]:
+    def kernels(
+        self, feeds: dict[str, np.ndarray], top: int = 10, runs: int = 5
+    ) -> list[dict[str, Any]]:
         """The generated kernels by share of time (the profiling entry, ``runs`` inferences):
         where to look first when the compiled model is slow. Empty without generated code."""
         rows = self._runtime.profile(feeds, runs)

@@ -144,7 +144,9 @@ def save_artefact(
     return manifest
 
 
-def _write_native(compiled: CompiledPlan, layout: WeightsLayout, target: str, out: Path) -> dict[str, Any]:
+def _write_native(
+    compiled: CompiledPlan, layout: WeightsLayout, target: str, out: Path
+) -> dict[str, Any]:
     """Generate, write kernels.o/.ll/.json and packed.bin; the manifest's codegen pins."""
     import llvmlite
     import llvmlite.binding as llvm

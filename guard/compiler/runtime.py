@@ -239,7 +239,9 @@ class NativeCalls:
             return lambda: None
         return lambda: fn(*bufs)
 
-    def _bind(self, inputs: list[np.ndarray], view: GraphView, output_names: list[str]) -> dict[str, np.ndarray]:
+    def _bind(
+        self, inputs: list[np.ndarray], view: GraphView, output_names: list[str]
+    ) -> dict[str, np.ndarray]:
         for j, a in enumerate(inputs):
             self._in[j] = a.__array_interface__["data"][0]
         outs = {}
@@ -249,12 +251,16 @@ class NativeCalls:
             self._out[j] = arr.__array_interface__["data"][0] if arr.size else None
         return outs
 
-    def run_main(self, inputs: list[np.ndarray], view: GraphView, output_names: list[str]) -> dict[str, np.ndarray]:
+    def run_main(
+        self, inputs: list[np.ndarray], view: GraphView, output_names: list[str]
+    ) -> dict[str, np.ndarray]:
         outs = self._bind(inputs, view, output_names)
         self.main(*self._bufs, self._in, self._out)
         return outs
 
-    def profile(self, inputs: list[np.ndarray], view: GraphView, output_names: list[str], runs: int) -> list[dict[str, Any]]:
+    def profile(
+        self, inputs: list[np.ndarray], view: GraphView, output_names: list[str], runs: int
+    ) -> list[dict[str, Any]]:
         steps = self.plan.steps()
         cycles = np.zeros(max(len(steps), 1), np.uint64)
         ptr = self._ct.c_void_p(cycles.__array_interface__["data"][0])
@@ -271,7 +277,9 @@ class NativeCalls:
         total = float(cycles.sum()) or 1.0
         rows: dict[str, dict[str, Any]] = {}
         for s, c in zip(steps, cycles, strict=False):
-            r = rows.setdefault(s.kernel, {"kernel": s.kernel, "op": s.op, "nodes": [], "cycles": 0})
+            r = rows.setdefault(
+                s.kernel, {"kernel": s.kernel, "op": s.op, "nodes": [], "cycles": 0}
+            )
             r["nodes"].append(s.node)
             r["cycles"] += int(c)
         out = sorted(rows.values(), key=lambda r: -r["cycles"])

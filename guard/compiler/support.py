@@ -258,7 +258,9 @@ def profile_from_dict(data: Any, where: str = "<profile>") -> Backend:
         parts.append(NoControlFlow())
     codegen = data.get("codegen", False)
     if not isinstance(codegen, bool):
-        raise bad("codegen", "true (the partition runs generated code: ops need an emitter) or false")
+        raise bad(
+            "codegen", "true (the partition runs generated code: ops need an emitter) or false"
+        )
     if codegen:
         parts.append(HasEmitter())
     mps = data.get("min_partition_size", 1)

@@ -50,7 +50,9 @@ def generate(compiled: Any, weights_layout: WeightsLayout, target: CodegenTarget
 class NativeProgram:
     """A kernel plan with its object mapped into this process: what the runtime calls."""
 
-    def __init__(self, plan: KernelPlan, packed: np.ndarray, object_code: bytes, target: CodegenTarget) -> None:
+    def __init__(
+        self, plan: KernelPlan, packed: np.ndarray, object_code: bytes, target: CodegenTarget
+    ) -> None:
         from guard.compiler.codegen.module import LoadedObject
 
         self.plan = plan
@@ -72,5 +74,13 @@ def jit(compiled: Any, target: CodegenTarget | None = None) -> tuple[Any, Native
     code = generate(compiled, layout, target)
     program = NativeProgram(code.plan, code.packed, code.generated.object_code, target)
     backends = tuple(p.backend for p in compiled.partitions.partitions)
-    rt = Runtime(compiled.view, compiled.memory, compiled.partitions.group_of, backends, blob, layout, native=program)
+    rt = Runtime(
+        compiled.view,
+        compiled.memory,
+        compiled.partitions.group_of,
+        backends,
+        blob,
+        layout,
+        native=program,
+    )
     return rt, code

@@ -58,7 +58,9 @@ from guard.compiler.schedule import GraphView, OpNode
 class Geometry:
     """Everything about one convolution that the emitter and the packer agree on."""
 
-    def __init__(self, attrs: Mapping[str, Any], xshape: Sequence[int], wshape: Sequence[int], width: int) -> None:
+    def __init__(
+        self, attrs: Mapping[str, Any], xshape: Sequence[int], wshape: Sequence[int], width: int
+    ) -> None:
         self.layout = attrs.get("layout", "NCHW")
         lay = self.layout
         if lay == "NCHW":
@@ -78,7 +80,11 @@ class Geometry:
         self.OW = (self.W + self.pl + self.pr - self.dw * (self.S - 1) - 1) // self.sw + 1
         self.block = block_of(lay) or 0
         chan_contig = lay == "NHWC" or (self.block and self.block % width == 0)
-        if self.g == 1 or (self.Kg % width == 0 and chan_contig) or (self.Kg % width == 0 and lay == "NCHW"):
+        if (
+            self.g == 1
+            or (self.Kg % width == 0 and chan_contig)
+            or (self.Kg % width == 0 and lay == "NCHW")
+        ):
             self.mode, self.L = "dense", width
         elif self.Cg == 1 and self.Kg == 1 and chan_contig:
             self.mode, self.L = "depthwise", width
@@ -90,7 +96,8 @@ class Geometry:
         self.KV = self.g * self.KVg if self.mode == "grouped" else -(-self.K // self.L)
         # Lanes of the last vector (of K, or of each group in grouped mode).
         self.tail = (self.Kg if self.mode == "grouped" else self.K) - (
-            (self.KVg if self.mode == "grouped" else self.KV) - 1) * self.L
+            (self.KVg if self.mode == "grouped" else self.KV) - 1
+        ) * self.L
         # Interior columns: every tap of every column inside [0, W).
         lo = -(-self.pl // self.sw) if self.pl > 0 else 0
         hi_num = self.W - 1 - self.dw * (self.S - 1) + self.pl
@@ -125,7 +132,9 @@ class Geometry:
             # [KV][R][S][L]: lane = channel
             pad = np.zeros((self.KV * L, self.R, self.S), np.float32)
             pad[:K] = w[:, 0]
-            return np.ascontiguousarray(pad.reshape(self.KV, L, self.R, self.S).transpose(0, 2, 3, 1))
+            return np.ascontiguousarray(
+                pad.reshape(self.KV, L, self.R, self.S).transpose(0, 2, 3, 1)
+            )
         if self.mode == "grouped":
             # [g][KVg][Cg][R][S][L]: each group's output channels padded to whole vectors
             per = np.zeros((self.g, self.KVg * L, self.Cg, self.R, self.S), np.float32)
@@ -134,7 +143,9 @@ class Geometry:
         else:
             pad = np.zeros((self.KV * L, self.Cg, self.R, self.S), np.float32)
             pad[:K] = w
-        return np.ascontiguousarray(pad.reshape(self.KV, L, self.Cg, self.R, self.S).transpose(0, 2, 3, 4, 1))
+        return np.ascontiguousarray(
+            pad.reshape(self.KV, L, self.Cg, self.R, self.S).transpose(0, 2, 3, 4, 1)
+        )
 
 
 def _program_parts(attrs: Mapping[str, Any]) -> tuple[list, bool]:
@@ -169,7 +180,9 @@ class Conv(Emitter):
             return None
         return Geometry(attrs, shapes[0], value.shape, vector_width).pack(value)
 
-    def emit(self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel) -> None:
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
         xo = k.inputs[0]
         assert xo is not None
         wo = k.inputs[1]
@@ -179,8 +192,14 @@ class Conv(Emitter):
 
         geo.T = conv_tile(geo)  # the tuning cache's tile on a hit, else the default above
         prog, reads = _program_parts(k.attrs) if k.op == "FusedConv" else ([], False)
-        has_bias = len(ins) > 2 and ins[2] is not None and (k.op == "Conv" or int(k.attrs["anchor_inputs"]) > 2)
-        epilogue = (lambda bld, v: run_program(bld, prog, v, lambda j: v)) if prog and not reads else None
+        has_bias = (
+            len(ins) > 2
+            and ins[2] is not None
+            and (k.op == "Conv" or int(k.attrs["anchor_inputs"]) > 2)
+        )
+        epilogue = (
+            (lambda bld, v: run_program(bld, prog, v, lambda j: v)) if prog and not reads else None
+        )
         _DirectConv(geo, b, ins[0], ins[1], ins[2] if has_bias else None, outs[0], epilogue).emit()
         if prog and reads:
             out = k.outputs[0]
@@ -200,7 +219,15 @@ class Conv(Emitter):
 class _DirectConv:
     def __init__(self, geo: Geometry, b: ir.IRBuilder, x: ir.Value, w: ir.Value, bias: ir.Value | None,
                  y: ir.Value, epilogue: Any) -> None:  # fmt: skip
-        self.g, self.b, self.x, self.w, self.bias, self.y, self.epilogue = geo, b, x, w, bias, y, epilogue
+        self.g, self.b, self.x, self.w, self.bias, self.y, self.epilogue = (
+            geo,
+            b,
+            x,
+            w,
+            bias,
+            y,
+            epilogue,
+        )
         self.ty = vec(geo.L) if geo.L > 1 else F32
 
     def emit(self) -> None:
@@ -220,7 +247,11 @@ class _DirectConv:
         if inner - full:
             fixed.append((left + full, inner - full))
         fixed += [(c, min(T, g.OW - c)) for c in range(right, g.OW, T)]
-        with loop(b, 0, g.N, 1, "n") as n, loop(b, 0, g.KV, 1, "kv") as kv, loop(b, 0, g.OH, 1, "oh") as oh:
+        with (
+            loop(b, 0, g.N, 1, "n") as n,
+            loop(b, 0, g.KV, 1, "kv") as kv,
+            loop(b, 0, g.OH, 1, "oh") as oh,
+        ):
             if full:
                 with loop(b, left, left + full, T, "owt") as ow:
                     self.tile(n, kv, oh, ow, T)
@@ -316,7 +347,13 @@ class _DirectConv:
                         wv = load(b, self.w, add(b, wr, s * L), L if L > 1 else 1)
                         for t in taps:
                             iw = self._iw(ow0, t, s)
-                            xv = load(b, self.x, add(b, xr, iw * sxw if isinstance(iw, int) else b.mul(iw, i64(sxw))))
+                            xv = load(
+                                b,
+                                self.x,
+                                add(
+                                    b, xr, iw * sxw if isinstance(iw, int) else b.mul(iw, i64(sxw))
+                                ),
+                            )
                             xs_ = splat(b, xv, L) if L > 1 else xv
                             b.store(fma(b, xs_, wv, b.load(accs[t], typ=self.ty)), accs[t])
 
@@ -362,7 +399,9 @@ class _DirectConv:
         phi.add_incoming(vo, bo)
         return phi
 
-    def _store(self, accs: list[ir.Value], n: ir.Value, k0: ir.Value, oh: ir.Value, ow0: ir.Value, T: int) -> None:
+    def _store(
+        self, accs: list[ir.Value], n: ir.Value, k0: ir.Value, oh: ir.Value, ow0: ir.Value, T: int
+    ) -> None:
         g, b = self.g, self.b
         syn, sycb, sycl, syh, syw, by = g.y_strides()
         L = g.L
@@ -380,11 +419,17 @@ class _DirectConv:
 
         def write(lanes: int) -> None:
             for t in range(T):
-                idx = add(b, base, (ow0 + t) * syw if isinstance(ow0, int) else b.mul(add(b, ow0, t), i64(syw)))
+                idx = add(
+                    b,
+                    base,
+                    (ow0 + t) * syw if isinstance(ow0, int) else b.mul(add(b, ow0, t), i64(syw)),
+                )
                 if L == 1:
                     b.store(vals[t], b.gep(self.y, [idx], source_etype=F32, inbounds=True))
                 elif straddles:
-                    col = (ow0 + t) * syw if isinstance(ow0, int) else b.mul(add(b, ow0, t), i64(syw))
+                    col = (
+                        (ow0 + t) * syw if isinstance(ow0, int) else b.mul(add(b, ow0, t), i64(syw))
+                    )
                     for j in range(lanes):
                         at = add(b, pos, col, self._x_chan(add(b, k0, j), sycb, sycl, by))
                         v = b.extract_element(vals[t], ir.Constant(ir.IntType(32), j))

@@ -90,7 +90,11 @@ class GemmShape:
                 self.M = a[-2]
                 self.batch = _prod(a[:-2])
             else:
-                self.ok, self.why, self.M = False, f"no emitter for MatMul broadcasting {list(a)} @ {list(bsh)}", 1
+                self.ok, self.why, self.M = (
+                    False,
+                    f"no emitter for MatMul broadcasting {list(a)} @ {list(bsh)}",
+                    1,
+                )
         self.out_shape = (self.M, self.N)
 
     def kernel(self, vector_width: int, bias: str) -> Any:
@@ -107,7 +111,12 @@ class GemmShape:
 
 
 def _row_bias(shape: Shape | None, m: int, n: int) -> bool:
-    return shape is not None and _prod(shape) == n and (len(shape) == 1 or shape[-1] == n) and not (m == 1 and False)
+    return (
+        shape is not None
+        and _prod(shape) == n
+        and (len(shape) == 1 or shape[-1] == n)
+        and not (m == 1 and False)
+    )
 
 
 class Gemm(Emitter):
@@ -129,7 +138,9 @@ class Gemm(Emitter):
             return program_decline(node.attrs["program"])
         return None
 
-    def _plan(self, k_op: str, attrs: Mapping[str, Any], shapes: Sequence[Shape | None]) -> tuple[GemmShape, str, int | None, list, bool]:
+    def _plan(
+        self, k_op: str, attrs: Mapping[str, Any], shapes: Sequence[Shape | None]
+    ) -> tuple[GemmShape, str, int | None, list, bool]:
         gs = GemmShape(k_op, attrs, shapes)
         bias_kind, bias_index = "none", None
         if k_op in ("Gemm", "FusedGemm") and len(shapes) > 2 and shapes[2] is not None:
@@ -147,7 +158,13 @@ class Gemm(Emitter):
 
             def row_ok(j: int) -> bool:
                 s = shapes[j] if j < len(shapes) else None
-                return bias_kind == "none" and j >= n_anchor and s is not None and _prod(s) == gs.N and s[-1] == gs.N
+                return (
+                    bias_kind == "none"
+                    and j >= n_anchor
+                    and s is not None
+                    and _prod(s) == gs.N
+                    and s[-1] == gs.N
+                )
 
             bj, prog, reads = split_program(attrs["program"], row_ok)
             if bj is not None:
@@ -160,10 +177,16 @@ class Gemm(Emitter):
         gs, bias_kind, *_ = self._plan(op, attrs, shapes)
         if not gs.ok or gs.batch != 1:
             return None
-        kern = gs.kernel(vector_width, "row" if bias_kind == "row" else "col" if bias_kind == "col" else "none")
-        return kern.pack_b(np.asarray(value, np.float32).reshape((gs.N, gs.K) if gs.trans_b else (gs.K, gs.N)))
+        kern = gs.kernel(
+            vector_width, "row" if bias_kind == "row" else "col" if bias_kind == "col" else "none"
+        )
+        return kern.pack_b(
+            np.asarray(value, np.float32).reshape((gs.N, gs.K) if gs.trans_b else (gs.K, gs.N))
+        )
 
-    def emit(self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel) -> None:
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
         shapes = [None if o is None else o.shape for o in k.inputs]
         gs, bias_kind, bias_index, prog, reads = self._plan(k.op, k.attrs, shapes)
         lib_bias = bias_kind if bias_kind in ("row", "col") else "none"
@@ -181,7 +204,11 @@ class Gemm(Emitter):
         name = f"{b.function.name}_gemm"
         fn = kern.emit(b.module, name, epilogue=epilogue, b_packed=b_packed, epilogue_key=key)
         fn.linkage = "internal"
-        bias_ptr = ins[bias_index] if bias_index is not None and lib_bias != "none" else ir.Constant(ir.PointerType(), None)
+        bias_ptr = (
+            ins[bias_index]
+            if bias_index is not None and lib_bias != "none"
+            else ir.Constant(ir.PointerType(), None)
+        )
         b.call(fn, [ins[0], ins[1], bias_ptr, outs[0]])
         out = k.outputs[0]
         if bias_kind == "full":

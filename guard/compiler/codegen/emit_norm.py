@@ -44,7 +44,10 @@ def _mask_fill(b: ir.IRBuilder, v: ir.Value, lanes: int, fill: float) -> ir.Valu
     w = v.type.count
     if lanes >= w:
         return v
-    mask = ir.Constant(ir.VectorType(ir.IntType(1), w), [ir.Constant(ir.IntType(1), int(j < lanes)) for j in range(w)])
+    mask = ir.Constant(
+        ir.VectorType(ir.IntType(1), w),
+        [ir.Constant(ir.IntType(1), int(j < lanes)) for j in range(w)],
+    )
     return b.select(mask, v, const(v.type, fill))
 
 
@@ -77,17 +80,36 @@ class Norm(Emitter):
             return "no emitter for LRN on a non-4-D input"
         return None
 
-    def emit(self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel) -> None:
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
         xo = k.inputs[0]
         assert xo is not None
         shape = xo.shape
         W = k.vector_width
         if k.op in ("Softmax", "LogSoftmax"):
             axis = k.attrs.get("axis", -1) % len(shape)
-            self._softmax(b, ins[0], outs[0], _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1 :]), W, k.op == "LogSoftmax")
+            self._softmax(
+                b,
+                ins[0],
+                outs[0],
+                _prod(shape[:axis]),
+                shape[axis],
+                _prod(shape[axis + 1 :]),
+                W,
+                k.op == "LogSoftmax",
+            )
         elif k.op == "LayerNormalization":
             axis = k.attrs.get("axis", -1) % len(shape)
-            self._layernorm(b, ins, outs[0], _prod(shape[:axis]), _prod(shape[axis:]), W, float(k.attrs.get("epsilon", 1e-5)))
+            self._layernorm(
+                b,
+                ins,
+                outs[0],
+                _prod(shape[:axis]),
+                _prod(shape[axis:]),
+                W,
+                float(k.attrs.get("epsilon", 1e-5)),
+            )
         else:
             self._lrn(b, ins[0], outs[0], shape, W, k.attrs)
 
@@ -100,7 +122,9 @@ class Norm(Emitter):
                 b.store(const(ty, float("-inf")), mx)
 
                 def pmax(j, lanes):  # type: ignore[no-untyped-def]
-                    v = _mask_fill(b, load_lanes(b, x, add(b, row, j), W, lanes), lanes, float("-inf"))
+                    v = _mask_fill(
+                        b, load_lanes(b, x, add(b, row, j), W, lanes), lanes, float("-inf")
+                    )
                     b.store(m.fmax(b, b.load(mx, typ=ty), v), mx)
 
                 _for_row(b, A, W, pmax)
@@ -123,7 +147,9 @@ class Norm(Emitter):
 
                 def pscale(j, lanes):  # type: ignore[no-untyped-def]
                     v = load_lanes(b, y, add(b, row, j), W, lanes)
-                    store_lanes(b, b.fsub(v, scale) if log else b.fmul(v, scale), y, add(b, row, j), lanes)
+                    store_lanes(
+                        b, b.fsub(v, scale) if log else b.fmul(v, scale), y, add(b, row, j), lanes
+                    )
 
                 _for_row(b, A, W, pscale)
             return
@@ -174,12 +200,17 @@ class Norm(Emitter):
             b.store(const(ty, 0.0), sq)
 
             def pvar(j, lanes):  # type: ignore[no-untyped-def]
-                d = _mask_fill(b, b.fsub(load_lanes(b, x, add(b, row, j), W, lanes), mean), lanes, 0.0)
+                d = _mask_fill(
+                    b, b.fsub(load_lanes(b, x, add(b, row, j), W, lanes), mean), lanes, 0.0
+                )
                 b.store(b.fadd(b.load(sq, typ=ty), b.fmul(d, d), flags=REDUCE_FLAGS), sq)
 
             _for_row(b, D, W, pvar)
             var = b.fmul(hsum(b, b.load(sq, typ=ty)), ir.Constant(F32, 1.0 / D))
-            inv = b.fdiv(ir.Constant(F32, 1.0), m.intrinsic(b, "sqrt", F32, [b.fadd(var, ir.Constant(F32, eps))]))
+            inv = b.fdiv(
+                ir.Constant(F32, 1.0),
+                m.intrinsic(b, "sqrt", F32, [b.fadd(var, ir.Constant(F32, eps))]),
+            )
             invv = splat(b, inv, W)
 
             def pout(j, lanes):  # type: ignore[no-untyped-def]
@@ -201,7 +232,9 @@ class Norm(Emitter):
         with loop(b, 0, n_, 1, "n") as n, loop(b, 0, C, 1, "c") as c:
             base = b.mul(n, i64(C * HW))
             c_lo = b.select(b.icmp_signed("<", c, i64(lo)), i64(0), b.sub(c, i64(lo)))
-            c_hi1 = b.select(b.icmp_signed(">", add(b, c, hi), i64(C - 1)), i64(C), add(b, c, hi + 1))
+            c_hi1 = b.select(
+                b.icmp_signed(">", add(b, c, hi), i64(C - 1)), i64(C), add(b, c, hi + 1)
+            )
 
             def body(j, lanes):  # type: ignore[no-untyped-def]
                 sm = entry_alloca(b, ty)

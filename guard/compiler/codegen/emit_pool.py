@@ -42,7 +42,9 @@ def logical(shape: Sequence[int], layout: str) -> tuple[int, int, int, int]:
     return n, c, h, w
 
 
-def layout_strides(layout: str, n: int, c: int, h: int, w: int) -> tuple[int, int, int, int, int, int]:
+def layout_strides(
+    layout: str, n: int, c: int, h: int, w: int
+) -> tuple[int, int, int, int, int, int]:
     """(n, channel block, channel lane, h, w, block size) element strides."""
     if layout == "NCHW":
         return c * h * w, h * w, 0, w, 1, 1
@@ -75,7 +77,9 @@ class Pool(Emitter):
             return f"no emitter for {node.op} on {len(x.shape)}-D input (2-D pooling only)"
         return None
 
-    def emit(self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel) -> None:
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
         a = k.attrs
         lay = a.get("layout", "NCHW")
         xo, yo = k.inputs[0], k.outputs[0]
@@ -109,7 +113,9 @@ class Pool(Emitter):
                     acc = entry_alloca(b, ty)
                     b.store(const(ty, float("-inf") if is_max else 0.0), acc)
                     with loop(b, 0, H, 1, "h") as h, loop(b, 0, W, 1, "w") as w:
-                        v = load_lanes(b, x, add(b, xb, b.mul(h, i64(sx[3])), b.mul(w, i64(sx[4]))), L, lanes)
+                        v = load_lanes(
+                            b, x, add(b, xb, b.mul(h, i64(sx[3])), b.mul(w, i64(sx[4]))), L, lanes
+                        )
                         cur = b.load(acc, typ=ty)
                         b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
                     r = b.load(acc, typ=ty)
@@ -127,7 +133,11 @@ class Pool(Emitter):
         include = bool(a.get("count_include_pad", 0))
 
         def wbody(c: ir.Value, lanes: int) -> None:
-            with loop(b, 0, N, 1, "n") as n, loop(b, 0, OH, 1, "oh") as oh, loop(b, 0, OW, 1, "ow") as ow:
+            with (
+                loop(b, 0, N, 1, "n") as n,
+                loop(b, 0, OH, 1, "oh") as oh,
+                loop(b, 0, OW, 1, "ow") as ow,
+            ):
                 xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
                 acc = entry_alloca(b, ty)
                 cnt = entry_alloca(b, F32)
@@ -141,7 +151,9 @@ class Pool(Emitter):
                         iw = add(b, iw0, s * dw)
                         inside = b.and_(in_range(b, ih, 0, H), in_range(b, iw, 0, W))
                         if include and not is_max:
-                            padded = b.and_(in_range(b, ih, -pt, H + pb), in_range(b, iw, -pl, W + pr))
+                            padded = b.and_(
+                                in_range(b, ih, -pt, H + pb), in_range(b, iw, -pl, W + pr)
+                            )
                             one = b.select(padded, const(F32, 1.0), const(F32, 0.0))
                             b.store(b.fadd(b.load(cnt, typ=F32), one), cnt)
                         with b.if_then(inside):

@@ -49,7 +49,11 @@ def strided_copy(
             nest(d + 1, in_idx, out_idx)
             return
         with loop(b, 0, dims[d], 1, f"c{d}") as i:
-            nest(d + 1, add(b, in_idx, b.mul(i, i64(ins[d]))), add(b, out_idx, b.mul(i, i64(outs[d]))))
+            nest(
+                d + 1,
+                add(b, in_idx, b.mul(i, i64(ins[d]))),
+                add(b, out_idx, b.mul(i, i64(outs[d]))),
+            )
 
     nest(0, i64(in_offset), i64(out_offset))
 
@@ -62,7 +66,9 @@ def _range(dim: int, start: int, end: int, step: int) -> range:
     return range(dim)[slice(start, end, step)]
 
 
-def relayout_strides(in_shape: Sequence[int], src: str, dst: str) -> tuple[list[int], list[int]] | None:
+def relayout_strides(
+    in_shape: Sequence[int], src: str, dst: str
+) -> tuple[list[int], list[int]] | None:
     """(output shape to loop over, input strides for it) for a Relayout, or None."""
     st = strides(in_shape)
     if src == "NCHW" and dst == "NHWC":
@@ -83,7 +89,9 @@ def relayout_strides(in_shape: Sequence[int], src: str, dst: str) -> tuple[list[
 
 
 class Copy(Emitter):
-    ops = frozenset({"Reshape", "Identity", "Concat", "Split", "Slice", "Transpose", "Relayout", "Pad"})
+    ops = frozenset(
+        {"Reshape", "Identity", "Concat", "Split", "Slice", "Transpose", "Relayout", "Pad"}
+    )
 
     def decline(self, node: OpNode, g: GraphView) -> str | None:
         a = node.attrs
@@ -100,7 +108,9 @@ class Copy(Emitter):
                 return "no emitter for Pad with a non-zero value on a non-float tensor"
         return None
 
-    def emit(self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel) -> None:
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
         a = k.attrs
         size = _itemsize(k)
         x = k.inputs[0]
@@ -117,7 +127,9 @@ class Copy(Emitter):
                 if p is None or o is None:
                     continue
                 ost = strides(out)
-                strided_copy(b, o.shape, outs[0], off * ost[axis], ost, p, 0, strides(o.shape), size)
+                strided_copy(
+                    b, o.shape, outs[0], off * ost[axis], ost, p, 0, strides(o.shape), size
+                )
                 off += o.shape[axis]
         elif k.op == "Split":
             axis = a["axis"] % len(xs)
@@ -135,7 +147,17 @@ class Copy(Emitter):
                 step[ax % len(xs)] = r.step
             base = sum(s0 * s1 for s0, s1 in zip(start, st, strict=True))
             out = k.outputs[0].shape
-            strided_copy(b, out, outs[0], 0, strides(out), ins[0], base, [s * p for s, p in zip(st, step, strict=True)], size)
+            strided_copy(
+                b,
+                out,
+                outs[0],
+                0,
+                strides(out),
+                ins[0],
+                base,
+                [s * p for s, p in zip(st, step, strict=True)],
+                size,
+            )
         elif k.op == "Transpose":
             perm = a.get("perm") or list(range(len(xs)))[::-1]
             st = strides(xs)
@@ -152,7 +174,10 @@ class Copy(Emitter):
             total = int(np.prod(out, dtype=np.int64))
             ty = _INT[size]
             value = float(a.get("value", 0.0))
-            fill = ir.Constant(ty, int(np.frombuffer(np.asarray(value, k.outputs[0].dtype).tobytes(), f"u{size}")[0]))
+            fill = ir.Constant(
+                ty,
+                int(np.frombuffer(np.asarray(value, k.outputs[0].dtype).tobytes(), f"u{size}")[0]),
+            )
             with loop(b, 0, total, 1, "fill") as i:
                 b.store(fill, b.gep(outs[0], [i], source_etype=ty, inbounds=True))
             ost = strides(out)

@@ -208,7 +208,9 @@ def build_kernel_plan(
                 arr = np.ascontiguousarray(packed, dtype=np.float32)
                 packed_chunks.append((packed_off, arr))
                 # The operand keeps the constant's own shape (kernels and keys read it).
-                packed_cache[ck] = Operand(f"{o.name}@packed", "packed", packed_off, o.shape, "float32")
+                packed_cache[ck] = Operand(
+                    f"{o.name}@packed", "packed", packed_off, o.shape, "float32"
+                )
                 packed_off += align(arr.nbytes, ALIGNMENT)
             ins[j] = packed_cache[ck]
         outs = tuple(operand(v) for v in n.outputs)

@@ -37,7 +37,9 @@ class Generated:
     kernels: int  # distinct kernel functions
 
 
-def _kernel_fn(module: ir.Module, step: Step, target: CodegenTarget, emitter_for: Callable) -> ir.Function:
+def _kernel_fn(
+    module: ir.Module, step: Step, target: CodegenTarget, emitter_for: Callable
+) -> ir.Function:
     existing = module.globals.get(step.kernel)
     if existing is not None:
         return existing
@@ -112,7 +114,10 @@ def build_module(plan: KernelPlan, target: CodegenTarget, emitter_for: Callable)
             spaces = {"arena": arena, "weights": weights, "packed": packed}
             for j, o in enumerate(plan.inputs):
                 src = b.load(b.gep(inputs, [i64(j)], source_etype=PTR), typ=PTR)
-                b.call(memcpy, [_operand_ptr(b, spaces, o), src, i64(o.nbytes), ir.Constant(ir.IntType(1), 0)])
+                b.call(
+                    memcpy,
+                    [_operand_ptr(b, spaces, o), src, i64(o.nbytes), ir.Constant(ir.IntType(1), 0)],
+                )
             for p in plan.partitions:
                 plain_fn, prof_fn, _ = parts[p.partition]
                 if prof:
@@ -121,7 +126,10 @@ def build_module(plan: KernelPlan, target: CodegenTarget, emitter_for: Callable)
                     b.call(plain_fn, [arena, weights, packed])
             for j, o in enumerate(plan.outputs):
                 dst = b.load(b.gep(outputs, [i64(j)], source_etype=PTR), typ=PTR)
-                b.call(memcpy, [dst, _operand_ptr(b, spaces, o), i64(o.nbytes), ir.Constant(ir.IntType(1), 0)])
+                b.call(
+                    memcpy,
+                    [dst, _operand_ptr(b, spaces, o), i64(o.nbytes), ir.Constant(ir.IntType(1), 0)],
+                )
             b.ret_void()
     return module
 
@@ -137,7 +145,9 @@ def compile_module(module: ir.Module, target: CodegenTarget) -> Generated:
         mod = llvm.parse_assembly(str(module))
         mod.verify()
     except RuntimeError as exc:  # an emitter wrote invalid IR: guard's bug, not the model's
-        raise InternalError(f"code generator produced invalid LLVM IR: {str(exc).splitlines()[0]}") from exc
+        raise InternalError(
+            f"code generator produced invalid LLVM IR: {str(exc).splitlines()[0]}"
+        ) from exc
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True

@@ -58,7 +58,11 @@ class CodegenTarget:
         _init_llvm()
         target = llvm.Target.from_triple(self.triple)
         return target.create_target_machine(
-            cpu=self.cpu, features=self.feature_string, opt=OPT_LEVEL, reloc="pic", codemodel="default"
+            cpu=self.cpu,
+            features=self.feature_string,
+            opt=OPT_LEVEL,
+            reloc="pic",
+            codemodel="default",
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -78,8 +82,12 @@ def codegen_target(canonical: str) -> CodegenTarget:
     d = parse_target(canonical)
     triple = str(d["mtriple"])
     if not triple.startswith(("x86_64", "aarch64")):
-        raise ModelError(f"target {canonical!r}: the bundled code generator emits x86_64 and aarch64 only")
-    return CodegenTarget(triple, str(d.get("mcpu") or "generic"), tuple(sorted(d.get("mattr") or ())))
+        raise ModelError(
+            f"target {canonical!r}: the bundled code generator emits x86_64 and aarch64 only"
+        )
+    return CodegenTarget(
+        triple, str(d.get("mcpu") or "generic"), tuple(sorted(d.get("mattr") or ()))
+    )
 
 
 def host_target() -> CodegenTarget:
