@@ -167,7 +167,16 @@ class Copy(Emitter):
             r = relayout_strides(xs, a["from"], a["to"])
             assert r is not None
             shape, in_st = r
-            strided_copy(b, shape, outs[0], 0, strides(shape), ins[0], 0, in_st, size)
+            blk = block_of(a["to"]) or block_of(a["from"])
+            if (
+                size == 4
+                and blk == k.vector_width
+                and blk > 1
+                and {a["from"], a["to"]} == {"NCHW", f"NCHW{blk}c"}
+            ):
+                _relayout_blocked(b, ins[0], outs[0], xs, a["from"] == "NCHW", blk)
+            else:
+                strided_copy(b, shape, outs[0], 0, strides(shape), ins[0], 0, in_st, size)
         elif k.op == "Pad":
             out = k.outputs[0].shape
             n = len(xs)
@@ -183,3 +192,74 @@ class Copy(Emitter):
             ost = strides(out)
             base = sum(a["pads"][d] * ost[d] for d in range(n))
             strided_copy(b, xs, outs[0], base, ost, ins[0], 0, strides(xs), size)
+
+
+def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """rows[i][j] -> rows[j][i] for n row vectors of n lanes (n a power of two): log2(n)
+    stages of two-input shuffles (vpermt2ps on AVX-512), no scalar traffic."""
+    n = len(rows)
+    r = list(rows)
+    d = n // 2
+    i32 = ir.IntType(32)
+    while d >= 1:
+        lo = ir.Constant(
+            ir.VectorType(i32, n), [j if (j & d) == 0 else n + j - d for j in range(n)]
+        )
+        hi = ir.Constant(
+            ir.VectorType(i32, n), [j + d if (j & d) == 0 else n + j for j in range(n)]
+        )
+        for i in range(n):
+            if i & d:
+                continue
+            a, c = r[i], r[i + d]
+            r[i], r[i + d] = b.shuffle_vector(a, c, lo), b.shuffle_vector(a, c, hi)
+        d //= 2
+    return r
+
+
+def _relayout_blocked(
+    b: ir.IRBuilder, x: ir.Value, y: ir.Value, xs: Sequence[int], to_blocked: bool, blk: int
+) -> None:
+    """NCHW <-> NCHW<blk>c with blk the vector width: blk x blk tiles (blk channels x blk
+    columns) moved as blk vector loads, an in-register transpose and blk vector stores;
+    the columns past the last whole tile go through the strided copy."""
+    from guard.compiler.codegen.irutil import load, store
+
+    if to_blocked:
+        n_, c, h, w = xs
+    else:
+        n_, cb_, h, w, _ = xs
+        c = cb_ * blk
+    cb = c // blk
+    full = w // blk * blk
+    hw = h * w
+    if full:
+        with loop(b, 0, n_ * cb, 1, "ncb") as ncb, loop(b, 0, h, 1, "h") as hh:
+            nchw_base = add(b, b.mul(ncb, i64(blk * hw)), b.mul(hh, i64(w)))  # [n, cb*blk, h, 0]
+            blk_base = add(
+                b, b.mul(ncb, i64(hw * blk)), b.mul(hh, i64(w * blk))
+            )  # [n, cb, h, 0, 0]
+            with loop(b, 0, full, blk, "w0") as w0:
+                if to_blocked:
+                    rows = [load(b, x, add(b, nchw_base, j * hw, w0), blk) for j in range(blk)]
+                    for j, v in enumerate(_transpose(b, rows)):
+                        store(b, v, y, add(b, blk_base, b.mul(add(b, w0, j), i64(blk))))
+                else:
+                    rows = [
+                        load(b, x, add(b, blk_base, b.mul(add(b, w0, j), i64(blk))), blk)
+                        for j in range(blk)
+                    ]
+                    for j, v in enumerate(_transpose(b, rows)):
+                        store(b, v, y, add(b, nchw_base, j * hw, w0))
+    if w - full:
+        tail = w - full
+        if to_blocked:  # out [N, CB, H, tail, blk] reads in[n, cb*blk + cl, h, full + t]
+            shape = [n_, cb, h, tail, blk]
+            ost = [cb * hw * blk, hw * blk, w * blk, blk, 1]
+            ist = [c * hw, blk * hw, w, 1, hw]
+            strided_copy(b, shape, y, full * blk, ost, x, full, ist, 4)
+        else:  # out [N, CB, blk, H, tail] (NCHW) reads in[n, cb, h, full + t, cl]
+            shape = [n_, cb, blk, h, tail]
+            ost = [c * hw, blk * hw, hw, w, 1]
+            ist = [cb * hw * blk, hw * blk, 1, w * blk, blk]
+            strided_copy(b, shape, y, full, ost, x, full * blk, ist, 4)

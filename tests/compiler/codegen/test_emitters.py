@@ -335,3 +335,21 @@ def test_an_op_without_an_emitter_is_a_named_cpu_partition():
     x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
     np.testing.assert_allclose(rt.run({"x": x})["y"], np.sin(np.maximum(x, 0)), rtol=1e-6)
     assert code.plan.main is None and len(code.plan.partitions) == 1
+
+
+@pytest.mark.parametrize("h,w", [(5, 16), (3, 37), (2, 7)])
+def test_relayouts_to_and_from_blocked(h, w):
+    # Three 16-channel convs make a blocked region: Relayout in, Relayout out; widths hit
+    # the transposed tiles, a tile plus a tail, and a tail alone.
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["a", "w2"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c", "w3"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    inits = [
+        ("w1", rnd(32, 16, 3, 3)),
+        ("w2", rnd(16, 32, 3, 3, seed=9)),
+        ("w3", rnd(16, 16, 3, 3, seed=10)),
+    ]
+    g, code = run_both(model(nodes, [("x", [2, 16, h, w])], ["y"], inits), "O2", seeds=(0,))
+    assert [s.op for s in code.plan.steps()].count("Relayout") == 2
