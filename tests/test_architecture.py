@@ -68,16 +68,6 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 
 # Each cycle that still exists, as the set of modules in its strongly connected component.
 CYCLES_ALLOWED: dict[frozenset[str], str] = {
-    frozenset({
-        "guard.compiler.frontend.importer", "guard.compiler.frontend.registry",
-        "guard.compiler.frontend.ops_elementwise", "guard.compiler.frontend.ops_extra",
-        "guard.compiler.frontend.ops_nn", "guard.compiler.frontend.ops_quant",
-        "guard.compiler.frontend.ops_recurrent", "guard.compiler.frontend.ops_reduce",
-        "guard.compiler.frontend.ops_resize", "guard.compiler.frontend.ops_tensor",
-        "guard.compiler.frontend.prepare",
-    }): "the op converters read shared helpers (np_dtype, attribute access) from importer, "
-        "which imports the registry (and through it every ops_* module) and prepare, which "
-        "reads importer's np_dtype; the seam is the shared helpers in a module of their own",
     frozenset({"guard.compiler.codegen.gemm", "guard.compiler.codegen.gemm_emit"}):
         "type-only (TYPE_CHECKING): the loop-nest emitter split out of gemm.py annotates the "
         "GemmKernel that drives it; the seam is a Protocol of what the emitter reads",
@@ -88,9 +78,6 @@ CYCLES_ALLOWED: dict[frozenset[str], str] = {
     frozenset({"guard.compiler.partition", "guard.compiler.plan"}):
         "plan() runs the partitioner, and partition's report (guard partition) compiles the "
         "model through plan; the seam is the report moving next to compile_model",
-    frozenset({"guard.backends.tvm", "guard.backends.tvm_tuning"}):
-        "tuning imports the tvm importer and target, and the backend calls tuning's look-up; "
-        "the seam is the shared import/target helpers in a module of their own",
     frozenset({"guard.track.index", "guard.track.invocation", "guard.track.log",
                "guard.track.query"}):
         "log calls index.annotate_logged after logging, and index, invocation and query "

@@ -389,18 +389,6 @@ class OnnxRuntimeBackend:
         return OrtSession(artefact_dir, threads)
 
 
-_ORT_TYPES = {
-    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
-    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16,
-    "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16,
-    "tensor(uint32)": np.uint32, "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
-}
-
-
-def _np_dtype(t: str):
-    return _ORT_TYPES.get(t, np.float32)
-
-
 def reference_session(model_path: Path, threads: int = 1):
     """An ORT session with every graph optimisation off: the golden reference producer."""
     ort = _ort()

@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from guard.backends import tvm_memory, tvm_tuning
 from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
-from guard.errors import ModelError, UnsupportedOpError
+from guard.backends.tvm_import import graph_io, host_cores, import_onnx, tvm_target
+from guard.errors import ModelError
 
 PAYLOAD = "model.so"
 META = "tvm.json"
@@ -52,8 +54,6 @@ def _set_threads(threads: int) -> dict[str, Any]:
     the pool, and that pin would leak into everything else this process measures:
     ``TVM_BIND_THREADS=0`` turns binding off, and the caller's affinity is put back anyway.
     """
-    from guard.backends.tvm_tuning import host_cores
-
     already = "tvm" in sys.modules
     os.environ["TVM_BIND_THREADS"] = "0"
     os.environ["TVM_NUM_THREADS"] = str(max(threads, host_cores()))
@@ -73,63 +73,6 @@ def _set_threads(threads: int) -> dict[str, Any]:
             "config_threadpool": [1, threads], "env_set_before_tvm_import": not already}
 
 
-def tvm_target(canonical: str, num_cores: int | None = None):
-    """TVM's Target for a canonical target string, ``num-cores`` added when given and unset."""
-    import tvm
-
-    from guard.manifest.target import to_tvm_dict
-
-    d = dict(to_tvm_dict(canonical))
-    if num_cores is not None and "num-cores" not in d:
-        d["num-cores"] = int(num_cores)
-    try:
-        return tvm.target.Target(d)
-    except Exception as exc:  # noqa: BLE001
-        first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-        raise ModelError(f"TVM refuses target {canonical!r}: {first}",
-                         hint="Check the suite's target spelling.") from None
-
-
-def _graph_io(model) -> tuple[list[tuple[str, str]], list[str]]:
-    """[(input name, numpy dtype)] of the real inputs (not initializers), output names."""
-    from onnx import helper
-
-    inits = {i.name for i in model.graph.initializer}
-    ins = [(i.name, np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)).name)
-           for i in model.graph.input if i.name not in inits]
-    return ins, [o.name for o in model.graph.output]
-
-
-def import_onnx(model_path: Path, input_shapes: dict[str, tuple[int, ...]]):
-    """The relax module of an ONNX file with every input shape and dtype bound."""
-    import onnx
-    import tvm
-    from tvm.relax.frontend.onnx import from_onnx
-
-    try:
-        model = onnx.load(str(model_path))
-    except Exception as exc:  # noqa: BLE001
-        raise ModelError(f"cannot load the ONNX model: {exc}", where=str(model_path)) from None
-    ins, _ = _graph_io(model)
-    missing = [n for n, _ in ins if n not in input_shapes]
-    if missing:
-        raise ModelError(f"no bound shape for input(s) {missing}", where=str(model_path),
-                         hint="Bind every graph input's shape in the suite.")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the frontend warns through the checker
-            return from_onnx(model, shape_dict={n: list(input_shapes[n]) for n, _ in ins},
-                             dtype_dict=dict(ins), keep_params_in_input=False)
-    except tvm.error.OpNotImplemented as exc:
-        text = " ".join(str(exc).split())
-        raise UnsupportedOpError(f"TVM's relax ONNX frontend: {text}", where=str(model_path),
-                                 hint="Replace the operator or use another backend.") from None
-    except Exception as exc:  # noqa: BLE001
-        first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-        raise ModelError(f"TVM's relax ONNX frontend failed: {first}",
-                         where=str(model_path)) from None
-
-
 # -- build -----------------------------------------------------------------------------------
 
 
@@ -138,8 +81,6 @@ def _compile(mod, target, database, captured: dict[str, Any]):
     import tvm
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
-
-    from guard.backends import tvm_memory, tvm_tuning
 
     lower = cpu.dataflow_lower_passes(target)
     finalize = cpu.finalize_passes(target)
@@ -244,11 +185,9 @@ class TvmBackend:
         threading = _set_threads(req.threads)
         import onnx
 
-        from guard.backends import tvm_memory, tvm_tuning
-
         t0 = time.perf_counter()
         model = onnx.load(str(req.model_path), load_external_data=False)
-        ins, outs = _graph_io(model)
+        ins, outs = graph_io(model)
         target = tvm_target(req.target_canonical)
         mod = import_onnx(req.model_path, req.input_shapes)
         t_import = time.perf_counter() - t0
@@ -339,7 +278,5 @@ class TvmBackend:
 def tune(model_path, input_shapes, target_canonical, db_dir, max_trials_global: int,
          num_trials_per_iter: int = 2, **kw) -> dict[str, Any]:
     """Small MetaSchedule tuning into a JSON database: see guard.backends.tvm_tuning.tune."""
-    from guard.backends import tvm_tuning
-
     return tvm_tuning.tune(model_path, input_shapes, target_canonical, db_dir,
                            max_trials_global, num_trials_per_iter, **kw)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guard.backends.tvm_import import host_cores, import_onnx, tvm_target
 from guard.errors import ModelError, UsageError
 
 DB_FILES = ("database_tuning_record.json", "database_workload.json")
@@ -216,13 +216,6 @@ def serialization_ok() -> tuple[bool, str]:
     return False, f"tvm.ir.save_json of a TIR node dies ({why}) with apache-tvm-ffi {ffi}"
 
 
-def host_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def tune(model_path: Path | str, input_shapes: dict[str, tuple[int, ...]] | dict[str, list[int]],
          target_canonical: str, db_dir: Path | str, max_trials_global: int,
          num_trials_per_iter: int = 2, *, num_cores: int | None = None, seed: int = 0,
@@ -245,8 +238,6 @@ def tune(model_path: Path | str, input_shapes: dict[str, tuple[int, ...]] | dict
                               "with apache-tvm 0.27.0.post1).")
     import tvm
     from tvm.s_tir import meta_schedule as ms
-
-    from guard.backends.tvm import import_onnx, tvm_target
 
     t0 = time.perf_counter()
     db_dir = Path(db_dir)

@@ -99,7 +99,7 @@ def test_thread_pool_resizes_both_ways_and_leaves_affinity_alone():
     """The pool starts with every core, is sized per session, and cannot grow past that."""
     code = (
         "import os, warnings; from guard.backends.tvm import _set_threads; "
-        "from guard.backends.tvm_tuning import host_cores; a = os.sched_getaffinity(0); "
+        "from guard.backends.tvm_import import host_cores; a = os.sched_getaffinity(0); "
         "h = host_cores(); got = [_set_threads(n)['runtime_num_threads'] for n in (1, h, 1)]; "
         "w = warnings.catch_warnings(record=True); ws = w.__enter__(); "
         "warnings.simplefilter('always'); big = _set_threads(h + 1)['runtime_num_threads']; "
@@ -263,7 +263,7 @@ def test_tvm_own_lookup_ignores_the_target(host, tuned):
     from tvm.s_tir import meta_schedule as ms
 
     from guard.backends import tvm_tuning
-    from guard.backends.tvm import import_onnx, tvm_target
+    from guard.backends.tvm_import import import_onnx, tvm_target
 
     model, db, _ = tuned
     other = tvm_target(_other_mcpu(host))
