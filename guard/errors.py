@@ -1,6 +1,6 @@
 """Errors a user can hit, each with the exit code the CLI contract gives it.
 
-Exit codes of ``guard run`` (DESIGN.md): 0 every check passed; 1 a check failed;
+Exit codes of ``guard run`` (docs/ARCHITECTURE.md): 0 every check passed; 1 a check failed;
 2 the suite or a model could not be used; 3 guard itself failed.
 """
 

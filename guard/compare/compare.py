@@ -1,4 +1,4 @@
-"""Compare two results documents (DESIGN.md results contract) into a comparison document.
+"""Compare two results documents (docs/ARCHITECTURE.md, results contract) into a comparison document.
 
 Rows are matched by (model, backend, canonical target). A baseline is only usable when the
 host class matches (arch, CPU model, threads): a latency ratio across two machines says
@@ -220,7 +220,7 @@ def _p90_ratio(b: list[float] | None, h: list[float] | None) -> float | None:
 def compare_rows(
     base_r: Mapping[str, Any], head_r: Mapping[str, Any], config: RegressConfig
 ) -> dict[str, Any]:
-    """One comparison row (DESIGN.md contract keys, plus stats detail)."""
+    """One comparison row (comparison contract keys in docs/ARCHITECTURE.md, plus stats detail)."""
     bm, hm = base_r.get("manifest") or {}, head_r.get("manifest") or {}
     bs, hs = _samples(base_r), _samples(head_r)
     comp, reason = latency_comparison(base_r, head_r, config)

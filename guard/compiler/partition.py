@@ -3,7 +3,8 @@
 Each backend is a support predicate and its boundary costs (guard.compiler.support:
 ``decline(node, graph)`` returns ``None`` or a reason, e.g. "op LRN is not in profile
 gpu-lite"). Backends are asked in priority order; the last one is the fallback (``cpu``,
-the reference interpreter), which runs anything, If/Loop included.
+the reference interpreter), which runs every op the importer produces (control flow never
+gets this far: the importer refuses If/Loop/Scan), so no node is left without a backend.
 
 Algorithm (:func:`partition`):
 1. Each node goes to the first backend that does not decline it; every decline is kept.

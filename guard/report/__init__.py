@@ -1,6 +1,6 @@
 """guard.report: console table and progress bar, results JSON, JUnit XML, Markdown, HTML.
 
-Every writer takes the results document (DESIGN.md, results contract v1) and tolerates
+Every writer takes the results document (docs/ARCHITECTURE.md, results contract v1) and tolerates
 missing or None fields, as an ``error`` result may have them. Files are written atomically.
 """
 

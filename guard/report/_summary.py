@@ -1,6 +1,6 @@
 """One reading of a results document, shared by the console, Markdown and HTML reports.
 
-A results document (DESIGN.md, results contract v1) comes from a run that may have failed
+A results document (docs/ARCHITECTURE.md, results contract v1) comes from a run that may have failed
 half-way: an ``error`` result can lack any field, and any value can be None. Everything here
 reads through :func:`get`, so a missing or mistyped field shows as a dash, never a crash.
 """

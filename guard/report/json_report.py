@@ -1,4 +1,4 @@
-"""The results file (DESIGN.md, results contract v1), written by ``guard run --json PATH``."""
+"""The results file (docs/ARCHITECTURE.md, results contract v1), written by ``guard run --json PATH``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Synthetic results documents (DESIGN.md results contract v1) for compare tests."""
+"""Synthetic results documents (docs/ARCHITECTURE.md, results contract v1) for compare tests."""
 
 from __future__ import annotations
 
