@@ -2,9 +2,9 @@
 
 A ``Case`` is one built, loaded (model, backend, target), what ``guard ab`` and
 ``guard calibrate`` time. ``run_case`` produces one result of the results contract
-(docs/ARCHITECTURE.md): numerics against the golden, the measurement, partitions and memory, gathered
-into one ``checks.Facts`` record and judged by ``checks.evaluate``. Every result dict,
-errors included, is assembled by ``result_dict`` with one key set.
+(docs/ARCHITECTURE.md): numerics against the golden, the measurement, partitions and
+memory, gathered into one ``checks.Facts`` record and judged by ``checks.evaluate``.
+Every result dict, errors included, is assembled by ``result_dict`` with one key set.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def ab_row(
     base_facts: Mapping[str, Any] | None = None,
     head_facts: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A comparison row (comparison contract, docs/ARCHITECTURE.md) for one interleaved A/B measurement."""
+    """A comparison row (docs/ARCHITECTURE.md) for one interleaved A/B measurement."""
     c = outcome.result.comparison
     bf = dict(base_facts or {}, manifest=base_manifest)
     hf = dict(head_facts or {}, manifest=head_manifest)

@@ -1,4 +1,4 @@
-"""Compare two results documents (docs/ARCHITECTURE.md, results contract) into a comparison document.
+"""Compare two results documents into a comparison document (docs/ARCHITECTURE.md).
 
 Rows are matched by (model, backend, canonical target). A baseline is only usable when the
 host class matches (arch, CPU model, threads): a latency ratio across two machines says

@@ -1,4 +1,4 @@
-"""The results file (docs/ARCHITECTURE.md, results contract v1), written by ``guard run --json PATH``."""
+"""The results file (contract v1, docs/ARCHITECTURE.md), written by ``guard run --json``."""
 
 from __future__ import annotations
 
