@@ -173,7 +173,8 @@ def test_control_flow_is_not_compiled_and_says_so() -> None:
         [vi("y", F, [2])],
     )
     with pytest.raises(
-        UnsupportedOpError, match=r"control flow op If \(node 'if_1'\) is not compiled.*fallback"
+        UnsupportedOpError,
+        match=r"control flow op If \(node 'if_1'\) is not compiled.*onnxruntime backend",
     ):
         import_onnx(m)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.importer import ImportContext, np_dtype
+from guard.compiler.frontend.context import ImportContext, np_dtype
 from guard.compiler.ir import dtype_name
 
 UNARY_NO_ATTRS = [

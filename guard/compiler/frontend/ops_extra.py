@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.context import ImportContext, np_dtype
 from guard.compiler.frontend.ops_reduce import cumulative
 from guard.compiler.ir import dtype_name
 
@@ -130,8 +130,6 @@ def det(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
 def eye_like(
     ctx: ImportContext, ins: list[str], outs: list[str], dtype: int | None = None, k: int = 0
 ) -> None:
-    from guard.compiler.frontend.importer import np_dtype
-
     x = ctx.type(ins[0])
     dt = np_dtype(dtype, ctx.where()) if dtype is not None else x.dtype
     ctx.add_const(outs[0], np.eye(x.shape[0], x.shape[1], k=k, dtype=dt))
@@ -190,8 +188,6 @@ def _window(kind: str) -> Any:
         periodic: int = 1,
         output_datatype: int = 1,
     ) -> None:
-        from guard.compiler.frontend.importer import np_dtype
-
         size = int(ctx.const_scalar(ins[0], "size"))
         denom = size if periodic else size - 1
         t = 2 * np.pi * np.arange(size) / max(denom, 1)
@@ -262,8 +258,6 @@ CONVERTERS.update({
 
 
 def bit_cast(ctx: ImportContext, ins: list[str], outs: list[str], to: int = 1) -> None:
-    from guard.compiler.frontend.importer import np_dtype
-
     x = ctx.type(ins[0])
     dt = np_dtype(to, ctx.where())
     if dt.itemsize != x.dtype.itemsize:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.context import ImportContext
 
 
 def _resolve_pads(

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.context import ImportContext, np_dtype
 from guard.compiler.frontend.ops_nn import conv_attrs
 from guard.compiler.ir import dtype_name
 
@@ -28,8 +28,6 @@ def quantize(
     else:
         to = np.dtype(np.uint8) if not output_dtype else None
         if to is None:
-            from guard.compiler.frontend.importer import np_dtype
-
             to = np_dtype(output_dtype, ctx.where())
     attrs = {"axis": axis % max(r, 1), "to": dtype_name(to), "block_size": block_size}
     ctx.emit("QuantizeLinear", ins[:3], attrs, outs)

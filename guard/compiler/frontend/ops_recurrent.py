@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.context import ImportContext
 
 DEFAULT_ACTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.context import ImportContext
 from guard.compiler.shapes import REDUCE
 
 REDUCE_AXES_INPUT_SINCE = {"ReduceSum": 13}

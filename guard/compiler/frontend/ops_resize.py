@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.context import ImportContext
 
 
 def _resize_common(

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.importer import ImportContext
+from guard.compiler.frontend.context import ImportContext
 from guard.compiler.ir import dtype_name
 
 INT64_MAX = np.iinfo(np.int64).max

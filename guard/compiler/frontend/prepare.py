@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from guard.compiler.frontend.context import np_dtype
 from guard.compiler.ir import Shape
 from guard.errors import ModelError
 
@@ -29,8 +30,6 @@ def bind_inputs(
                 where=source,
                 hint="The bundled compiler takes tensor inputs only.",
             )
-        from guard.compiler.frontend.importer import np_dtype
-
         dtype = np_dtype(tt.elem_type, f"{source}: input {inp.name!r}")
         if inp.name in given:
             shape = tuple(int(d) for d in given.pop(inp.name))
