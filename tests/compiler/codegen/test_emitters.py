@@ -335,6 +335,8 @@ def test_an_op_without_an_emitter_is_a_named_cpu_partition():
     x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
     np.testing.assert_allclose(rt.run({"x": x})["y"], np.sin(np.maximum(x, 0)), rtol=1e-6)
     assert code.plan.main is None and len(code.plan.partitions) == 1
+    (row,) = rt.profile({"x": x}, 2)  # the native partition's one kernel, profiled
+    assert row["op"] == "Relu" and row["share"] == 1.0
 
 
 @pytest.mark.parametrize("h,w", [(5, 16), (3, 37), (2, 7)])
