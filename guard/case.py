@@ -302,7 +302,8 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
         "noise_pct": timings.noise_pct(),
         "measurement": {"warmup_iters": timings.warmup_iters, "truncated": timings.truncated,
                         "stopped_by": timings.stopped_by, "contention": timings.contention,
-                        "cpu_share": timings.cpu_share, "rounds": cfg.rounds,
+                        "cpu_share": timings.cpu_share,
+                        "preempted_fraction": timings.preempted_fraction, "rounds": cfg.rounds,
                         "config": dict(entry.measure)},
     }
     bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)

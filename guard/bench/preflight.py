@@ -18,6 +18,7 @@ machine another process on the other core moves 1-thread medians by -17%..+28%
 from __future__ import annotations
 
 import os
+import resource
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class CpuTimes:
     total_s: float  # all cores, busy + idle + iowait
     own_s: float  # this process (all its threads), user + system
     wall_s: float = 0.0  # a monotonic clock at the reading (for this process's share)
+    switches: int | None = None  # involuntary context switches of this process so far
 
 
 def read_cpu_times(root: Path = Path("/")) -> CpuTimes | None:
@@ -62,11 +64,13 @@ def read_cpu_times(root: Path = Path("/")) -> CpuTimes | None:
     tick = float(os.sysconf("SC_CLK_TCK"))
     busy = user + nice + system + irq + softirq + steal
     t = os.times()
+    switches = resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
     return CpuTimes(
         busy_s=busy / tick,
         total_s=(busy + idle + iowait) / tick,
         own_s=t.user + t.system,
         wall_s=time.monotonic(),
+        switches=int(switches),
     )
 
 
@@ -96,6 +100,13 @@ def cpu_share_between(before: CpuTimes | None, after: CpuTimes | None) -> float 
     if wall <= 0.05 or before.wall_s <= 0:
         return None
     return max(0.0, (after.own_s - before.own_s) / wall)
+
+
+def preemptions_between(before: CpuTimes | None, after: CpuTimes | None) -> int | None:
+    """Involuntary context switches of this process between two readings; None if unknown."""
+    if before is None or after is None or before.switches is None or after.switches is None:
+        return None
+    return max(0, after.switches - before.switches)
 
 
 # Below this share of a core, the process was preempted: samples hold time it spent waiting

@@ -38,7 +38,11 @@ A rounds comparison also allows for its measuring conditions. A contention diffe
 between the sides (other processes' mean share of the spare CPU) can move 1-thread latency
 by up to ``CONTENTION_EFFECT`` per unit (+28% for a fully busy other core on this kind of
 runner, FACTS.md), and a side whose worst round got a share s < ``CPU_SHARE_WARN`` of a
-core holds up to 1/s - 1 of waiting. Their sum is a bias bound B: a verdict stands only if
+core holds up to 1/s - 1 of waiting, unless its involuntary context switches touched
+fewer than ``MEDIAN_SAFE`` of a round's calls (two calls per switch: the one interrupted
+and the cache-cold one after it): a round median ignores waiting that sits in a few
+outlying calls, which is how a short model stays measurable on a busy runner while a
+long one, preempted inside every call, does not. Their sum is a bias bound B: a verdict stands only if
 it still holds with the ratio and its CI moved by a factor 1 + B against it; otherwise the
 row is ``inconclusive`` and says which condition it could not see past. A rounds row that
 stays inconclusive names the smallest slowdown its rounds could have detected.
@@ -74,6 +78,10 @@ DEFAULT_REGRESS_PCT = 3.0
 # How far a fully busy other core moved 1-thread medians on this kind of runner (FACTS.md:
 # -17% to +28%): the latency shift a contention difference alone can explain, per unit.
 CONTENTION_EFFECT = 0.28
+# A round median is untouched by waiting that lands in fewer than half of its calls; a
+# side whose preemptions touched fewer than this share of any round's calls is not
+# discounted for them.
+MEDIAN_SAFE = 0.25
 # One-sided 99% normal quantile: calibrated noise is a 99% bound on |A/A ratio - 1|.
 _Z99 = 2.3263478740408408
 
@@ -245,12 +253,15 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def _bias(
-    contention: tuple[float | None, float | None], cpu_share: tuple[float | None, float | None]
+    contention: tuple[float | None, float | None],
+    cpu_share: tuple[float | None, float | None],
+    preempted: tuple[float | None, float | None] = (None, None),
 ) -> tuple[float, list[str]]:
     """How far (as a fraction) the sides' measuring conditions alone can move the ratio.
 
     A contention difference moves 1-thread latency by up to CONTENTION_EFFECT per unit; a
-    preempted side's samples hold up to 1/share - 1 of waiting.
+    preempted side's samples hold up to 1/share - 1 of waiting, unless its preemptions
+    touched fewer than MEDIAN_SAFE of its calls: then the round medians never saw them.
     """
     bias, why = 0.0, []
     cb, ch = contention
@@ -260,7 +271,9 @@ def _bias(
         if b >= 0.005:
             why.append(f"contention differs (base {cb:.0%}, head {ch:.0%} of the spare CPU "
                        f"used by other processes: up to {b:.0%} from a co-tenant alone)")
-    for side, share in zip(("base", "head"), cpu_share, strict=True):
+    for side, share, frac in zip(("base", "head"), cpu_share, preempted, strict=True):
+        if frac is not None and frac < MEDIAN_SAFE:
+            continue  # waiting sat in a few calls: outliers the round medians ignore
         if share is not None and 0 < share < CPU_SHARE_WARN:
             b = 1.0 / share - 1.0
             bias += b
@@ -298,6 +311,7 @@ def compare_rounds(
     alpha: float | None = None,
     contention: tuple[Sequence[float | None], Sequence[float | None]] = ((), ()),
     cpu_share: tuple[float | None, float | None] = (None, None),
+    preempted: tuple[float | None, float | None] = (None, None),
 ) -> Comparison:
     """Judge two results files on their rounds: ``base``/``head`` are round medians (ms).
 
@@ -337,7 +351,7 @@ def compare_rounds(
     verdict, reason = _decide(ratio, lo, hi, p_slower, p_faster, cfg, a)
     thr = math.log1p(cfg.threshold_pct / 100.0)
     mde = (math.exp(max(thr + t_p * se, (t_a + t_p) * se)) - 1.0) * 100.0
-    bias, why = _bias((_mean(contention[0]), _mean(contention[1])), cpu_share)
+    bias, why = _bias((_mean(contention[0]), _mean(contention[1])), cpu_share, preempted)
     verdict, reason = _discount(verdict, reason, ratio, lo, hi, bias, why, cfg)
     if verdict == INCONCLUSIVE:
         reason += f"; these rounds could detect a slowdown of {mde:.1f}% or more"

@@ -42,6 +42,7 @@ from guard.bench.preflight import (
     contention_warning,
     cpu_share_between,
     cpu_share_warning,
+    preemptions_between,
     read_cpu_times,
 )
 from guard.bench.stats import summarize
@@ -165,6 +166,15 @@ class Timings:
     stopped_by: str = "target"  # "target" | "max_time_s" | "max_iters"
     config: MeasureConfig = field(default_factory=MeasureConfig)
     cpu_share: float | None = None  # own CPU time / wall time over the loop (1.0: never preempted)
+    preemptions: int | None = None  # involuntary context switches during the loop
+
+    @property
+    def preempted_fraction(self) -> float | None:
+        """Share of the timed calls a preemption can have touched: the call it interrupted
+        and the cache-cold call after it (2 per switch), at most 1."""
+        if self.preemptions is None or not self.samples_s:
+            return None
+        return min(1.0, 2.0 * self.preemptions / len(self.samples_s))
 
     def stats(self) -> dict[str, float | int | None]:
         """min/p50/p90/p99/mean/stdev in ms, cv and n (see guard.bench.stats)."""
@@ -250,6 +260,7 @@ def measure(
         stopped_by=stopped_by,
         config=cfg,
         cpu_share=cpu_share_between(before, after),
+        preemptions=preemptions_between(before, after),
     )
 
 
@@ -290,6 +301,12 @@ class RoundTimings:
         seen = [t.cpu_share for t in self.rounds if t.cpu_share is not None]
         return min(seen) if seen else None
 
+    @property
+    def preempted_fraction(self) -> float | None:
+        """The largest share of a round's calls that preemption can have touched."""
+        seen = [t.preempted_fraction for t in self.rounds if t.preempted_fraction is not None]
+        return max(seen) if seen else None
+
     def stats(self) -> dict[str, float | int | None]:
         return summarize(self.samples_s)
 
@@ -320,7 +337,7 @@ class RoundTimings:
             out.append({"samples_ms": [s * 1e3 for s in t.samples_s], "p50": st["p50"],
                         "n": st["n"], "warmup_iters": t.warmup_iters,
                         "stopped_by": t.stopped_by, "contention": t.contention,
-                        "cpu_share": t.cpu_share})
+                        "cpu_share": t.cpu_share, "preemptions": t.preemptions})
         return out
 
 

@@ -186,9 +186,9 @@ def round_contention(r: Mapping[str, Any]) -> list[float | None]:
     return [rd.get("contention") for rd in r.get("rounds") or () if isinstance(rd, Mapping)]
 
 
-def _cpu_share(r: Mapping[str, Any]) -> float | None:
-    c = (r.get("measurement") or {}).get("cpu_share")
-    return float(c) if isinstance(c, int | float) else None
+def _measured(r: Mapping[str, Any], key: str) -> float | None:
+    c = (r.get("measurement") or {}).get(key)
+    return float(c) if isinstance(c, int | float) and not isinstance(c, bool) else None
 
 
 def latency_comparison(
@@ -206,7 +206,9 @@ def latency_comparison(
     comp = compare_rounds(
         bp, hp, config,
         contention=(round_contention(base_r), round_contention(head_r)),
-        cpu_share=(_cpu_share(base_r), _cpu_share(head_r)),
+        cpu_share=(_measured(base_r, "cpu_share"), _measured(head_r, "cpu_share")),
+        preempted=(_measured(base_r, "preempted_fraction"),
+                   _measured(head_r, "preempted_fraction")),
     )  # fmt: skip
     return comp, comp.reason
 

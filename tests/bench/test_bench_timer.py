@@ -268,3 +268,20 @@ def test_rounds_key_is_validated() -> None:
         MeasureConfig.from_dict({"rounds": 2.5}, where="suite.yaml: defaults.measure")
     assert MeasureConfig.from_dict({"rounds": 3}, where="m").rounds == 3
     assert MeasureConfig().rounds == 5
+
+
+def test_preemptions_are_counted_per_round_as_a_share_of_calls() -> None:
+    readings = iter([
+        CpuTimes(10.0, 100.0, 1.0, wall_s=1.0, switches=5),
+        CpuTimes(11.0, 102.0, 2.0, wall_s=2.0, switches=6),  # 1 switch over 4 calls
+        CpuTimes(20.0, 200.0, 3.0, wall_s=10.0, switches=6),
+        CpuTimes(22.0, 202.0, 3.5, wall_s=11.0, switches=16),  # 10 switches: every call
+    ])
+    clock = FakeClock()
+    rt = measure_rounds(lambda i: Workload(clock, [0.25]),
+                        MeasureConfig(warmup_s=0.0, min_iters=8, min_time_s=0.0, rounds=2),
+                        clock, cpu_times=lambda: next(readings))
+    assert [t.preemptions for t in rt.rounds] == [1, 10]
+    assert [t.preempted_fraction for t in rt.rounds] == [0.5, 1.0]
+    assert rt.preempted_fraction == 1.0
+    assert [r["preemptions"] for r in rt.rounds_dict()] == [1, 10]

@@ -309,3 +309,16 @@ def test_rounds_need_finite_positive_medians():
         R.compare_rounds([1.0, float("nan"), 1.0], [1.0, 1.0, 1.0])
     with pytest.raises(UsageError):
         R.compare_rounds([1.0, 0.0, 1.0], [1.0, 1.0, 1.0])
+
+
+def test_preemption_that_touched_few_calls_does_not_bound_the_verdict():
+    """A short model on a busy core: the process got 10% of a core, but its context
+    switches landed in 2% of its calls, outliers its round medians ignore."""
+    rng = np.random.default_rng(43)
+    b, h = rounds_side(rng), rounds_side(rng, factor=1.10)
+    few = R.compare_rounds(b, h, cpu_share=(0.1, 0.1), preempted=(0.02, 0.03))
+    assert few.verdict == R.REGRESSED
+    many = R.compare_rounds(b, h, cpu_share=(0.1, 0.1), preempted=(0.02, 1.0))
+    assert many.verdict == R.INCONCLUSIVE and "head was preempted" in many.reason
+    unknown = R.compare_rounds(b, h, cpu_share=(0.1, 0.1))  # older files: no count, bounded
+    assert unknown.verdict == R.INCONCLUSIVE

@@ -218,6 +218,15 @@ def test_a_preempted_side_is_inconclusive_with_the_reason():
     assert row["verdict"] == "inconclusive" and "head was preempted" in row["reason"]
 
 
+def test_preemption_in_few_calls_keeps_the_verdict():
+    rng = np.random.default_rng(17)
+    b, h = result("mlp", lat(rng, n=400)), result("mlp", lat(rng, n=400, factor=1.2))
+    h["measurement"] = {"cpu_share": 0.1, "preempted_fraction": 0.02}
+    b["measurement"] = {"cpu_share": 0.1, "preempted_fraction": 0.01}
+    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    assert row["verdict"] == "regressed", row["reason"]
+
+
 def test_another_suite_is_refused_with_a_clear_line():
     rng = np.random.default_rng(15)
     with pytest.raises(UsageError, match="suite 'smoke'.*suite 'default'"):
