@@ -64,9 +64,10 @@ def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], rtol: float,
             ok = False
     top1 = None
     if got and shape_error is None:
-        g, w = _classifier_logits(np.asarray(got[0])), _classifier_logits(want[0])
-        if g is not None and w is not None:
-            top1 = float(np.mean(np.argmax(g, axis=1) == np.argmax(w, axis=1)))
+        g_logits = _classifier_logits(np.asarray(got[0]))
+        w_logits = _classifier_logits(want[0])
+        if g_logits is not None and w_logits is not None:
+            top1 = float(np.mean(np.argmax(g_logits, axis=1) == np.argmax(w_logits, axis=1)))
     got_sha, want_sha = outputs_sha256([np.asarray(g) for g in got]), outputs_sha256(want)
     out = {"allclose": ok, "max_abs_err": max_abs, "max_rel_err": max_rel,
            "output_sha256": got_sha, "golden_sha256": want_sha,

@@ -79,7 +79,8 @@ class Golden:
 def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     # Keys are positional (a0, a1, ...) so any tensor name is safe; names live in the JSON.
-    np.savez_compressed(buf, **{f"a{i}": np.asarray(v, order="C")
+    # numpy's stub types the keyword arrays as if one could be named allow_pickle (bool).
+    np.savez_compressed(buf, **{f"a{i}": np.asarray(v, order="C")  # type: ignore[arg-type]
                                 for i, v in enumerate(arrays.values())})
     return buf.getvalue()
 

@@ -343,7 +343,7 @@ def _triple_os(triple: str) -> str:
 
 
 def _normalize_mattr(items: list[str], raw: object, arch: str) -> list[str]:
-    signed = {}
+    signed: dict[str, str] = {}
     aliases = _AARCH64_FEATURE_ALIASES if arch == "aarch64" else {}
     for item in items:
         sign, name = (item[0], item[1:]) if item[0] in "+-" else ("+", item)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from collections.abc import Callable
 from importlib import resources
 from importlib.resources.abc import Traversable
 
@@ -245,7 +246,7 @@ def calibrate_head(name: str, model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def builder(name: str):
+def builder(name: str) -> Callable[[], onnx.ModelProto]:
     def build() -> onnx.ModelProto:
         model = calibrate_head(name, rehydrate(name, load_shipped(name)))
         return T.finish(model, producer_version=VERSION)

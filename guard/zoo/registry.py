@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 
 from guard.errors import UsageError
@@ -119,7 +120,8 @@ REGISTRY: dict[str, ZooModel] = {
     ),
 }
 
-DATASETS = {digits.DATASET: digits.test_split}
+Loader = Callable[[], tuple[np.ndarray, np.ndarray]]  # a data set: (samples, labels)
+DATASETS: dict[str, Loader] = {digits.DATASET: digits.test_split}
 
 
 def strip_prefix(name: str) -> str:
@@ -144,7 +146,7 @@ def spec(name: str) -> ZooModel:
     return REGISTRY[bare]
 
 
-def dataset_loader(name: str):
+def dataset_loader(name: str) -> Loader:
     bare = strip_prefix(name)
     if bare not in DATASETS:
         raise _unknown("dataset", bare, list(DATASETS))

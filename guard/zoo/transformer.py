@@ -26,6 +26,8 @@ initializers. Both graphs compute the same function up to float32 rounding.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -47,7 +49,7 @@ class _Graph:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
 
-    def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
+    def op(self, op_type: str, inputs: list[str], name: str, **attrs: Any) -> str:
         out = f"{name}_output_0"
         self.nodes.append(helper.make_node(op_type, inputs, [out], name=name, **attrs))
         return out
