@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from guard.compiler.schedule import GraphView, topological_order
-from guard.compiler.support import Backend
+from guard.compiler.support import PartitionTarget
 
 # -- the partitioner ----------------------------------------------------------------------
 
@@ -157,7 +157,7 @@ def _group(g: GraphView, assign: Sequence[str]) -> tuple[_Groups, dict[tuple[int
     return groups, cycle_splits
 
 
-def partition(g: GraphView, backends: Sequence[Backend]) -> PartitionPlan:
+def partition(g: GraphView, backends: Sequence[PartitionTarget]) -> PartitionPlan:
     """Partition ``g`` over ``backends`` (priority order; the last must be a fallback)."""
     if not backends or not backends[-1].fallback:
         raise ValueError("the last backend must be a fallback that runs anything")
@@ -231,7 +231,9 @@ def partition(g: GraphView, backends: Sequence[Backend]) -> PartitionPlan:
 
 
 def _tax(
-    parts: Sequence[Partition], boundaries: Sequence[Boundary], by_name: dict[str, Backend]
+    parts: Sequence[Partition],
+    boundaries: Sequence[Boundary],
+    by_name: dict[str, PartitionTarget],
 ) -> tuple[float, str]:
     """Boundary copies at the delegate's bandwidth plus one sync per partition edge."""
     edges: dict[tuple[int, int], int] = {}

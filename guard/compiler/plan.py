@@ -16,7 +16,7 @@ from typing import Any
 from guard.compiler.memory import MemoryPlan, plan_memory
 from guard.compiler.partition import PartitionPlan, format_report, partition, report_dict
 from guard.compiler.schedule import GraphView, Schedule, schedule, view_of_graph
-from guard.compiler.support import Backend, backends_for
+from guard.compiler.support import PartitionTarget, backends_for
 
 COMPILER_NAME = "guard-compiler"
 
@@ -30,7 +30,7 @@ class CompiledPlan:
     partitions: PartitionPlan
     schedule: Schedule
     memory: MemoryPlan
-    backends: tuple[Backend, ...]
+    backends: tuple[PartitionTarget, ...]
     profile: str  # "native" or the profile's name
     partition_report: Mapping[str, Any] = field(default_factory=dict)
 
@@ -49,7 +49,7 @@ class CompiledPlan:
         return {**self.memory.summary(), "schedule": self.schedule.to_dict()}
 
 
-def plan(graph: Any, profile: str | Path | Backend | None = None) -> CompiledPlan:
+def plan(graph: Any, profile: str | Path | PartitionTarget | None = None) -> CompiledPlan:
     """Partition, schedule (partition-contiguous) and memory-plan an IR graph."""
     view = view_of_graph(graph)
     backends = tuple(backends_for(profile))
@@ -73,7 +73,7 @@ def compile_model(
     input_shapes: Mapping[str, Any] | None,
     *,
     pipeline: str = "O2",
-    profile: str | Path | Backend | None = None,
+    profile: str | Path | PartitionTarget | None = None,
 ) -> tuple[CompiledPlan, Any]:
     """Import, optimise with ``pipeline`` and plan: (plan, the pipeline's report)."""
     from guard.compiler import import_onnx, optimize

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 RUNTIME_NAME = "guard-runtime"  # one arena, partitions in order
 
 
-# An executor runs one node: (op, inputs, attrs) -> outputs. Part 3 registers generated code.
+# An executor runs one node: (op, inputs, attrs) -> outputs. Generated code runs whole
+# native partitions instead (see the module docstring).
 Executor = Callable[[str, list[np.ndarray | None], dict[str, Any]], list[np.ndarray]]
 
 

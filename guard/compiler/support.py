@@ -2,10 +2,12 @@
 (profiles/*.yaml) that build them.
 
 Support is a composable predicate per backend: ``decline(node, graph)`` returns ``None``
-(supported) or a reason ("op LRN is not in profile gpu-lite"). A :class:`Backend` is a
-name, its predicate and its boundary costs; the partitioner (guard.compiler.partition)
-asks the backends in priority order and sees nothing else of them. The last one is the
-fallback (``cpu``, the reference interpreter), which runs anything, If/Loop included.
+(supported) or a reason ("op LRN is not in profile gpu-lite"). A :class:`PartitionTarget`
+is a name, its predicate and its boundary costs (not a guard backend: those are
+guard.backends); the partitioner (guard.compiler.partition) asks the targets in priority
+order and sees nothing else of them. The last one is the
+fallback (``cpu``, the reference interpreter), which runs every op the importer produces
+(control flow is refused at import).
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ class HasEmitter(Support):
 
 
 @dataclass(frozen=True)
-class Backend:
+class PartitionTarget:
     """A partition target: a name, a support predicate and its boundary costs."""
 
     name: str
@@ -155,8 +157,9 @@ class Backend:
     description: str = ""
 
 
-CPU = Backend("cpu", Anything(), fallback=True, description="reference interpreter; runs anything")
-NATIVE = Backend(
+CPU = PartitionTarget("cpu", Anything(), fallback=True,
+                      description="reference interpreter; runs every imported op")
+NATIVE = PartitionTarget(
     "native",
     AllOf((NoControlFlow(), StaticShapes(), HasEmitter())),
     description="generated code (guard/compiler/codegen): ops with an emitter, static shapes",
@@ -179,8 +182,8 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
-def load_profile(profile: str | Path) -> Backend:
-    """A shipped profile by name, or a YAML file by path, as a partition Backend."""
+def load_profile(profile: str | Path) -> PartitionTarget:
+    """A shipped profile by name, or a YAML file by path, as a PartitionTarget."""
     path = Path(profile)
     if not path.suffix and (PROFILE_DIR / f"{profile}.yaml").is_file():
         path = PROFILE_DIR / f"{profile}.yaml"
@@ -196,7 +199,7 @@ def load_profile(profile: str | Path) -> Backend:
     return profile_from_dict(data, where=str(path))
 
 
-def profile_from_dict(data: Any, where: str = "<profile>") -> Backend:
+def profile_from_dict(data: Any, where: str = "<profile>") -> PartitionTarget:
     """Validate a profile mapping (see profiles/*.yaml) and build its predicate."""
 
     def bad(key: str, msg: str) -> UsageError:
@@ -269,7 +272,7 @@ def profile_from_dict(data: Any, where: str = "<profile>") -> Backend:
     boundary = data.get("boundary", {}) or {}
     if not isinstance(boundary, dict) or set(boundary) - {"bandwidth_gb_s", "sync_us"}:
         raise bad("boundary", "a mapping with bandwidth_gb_s and sync_us")
-    return Backend(
+    return PartitionTarget(
         name=name,
         support=AllOf(tuple(parts)) if parts else Anything(),
         min_partition_size=mps,
@@ -279,8 +282,8 @@ def profile_from_dict(data: Any, where: str = "<profile>") -> Backend:
     )
 
 
-def backends_for(profile: str | Path | Backend | None) -> list[Backend]:
+def backends_for(profile: str | Path | PartitionTarget | None) -> list[PartitionTarget]:
     """The priority list: the profile's delegate (default: native), then the cpu fallback."""
     if profile is None:
         profile = "native"
-    return [profile if isinstance(profile, Backend) else load_profile(profile), CPU]
+    return [profile if isinstance(profile, PartitionTarget) else load_profile(profile), CPU]

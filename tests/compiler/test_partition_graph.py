@@ -14,11 +14,11 @@ from guard.compiler.support import (
     NATIVE,
     AllOf,
     AttrRule,
-    Backend,
     DtypeIn,
     NoControlFlow,
     OpIn,
     OpNotIn,
+    PartitionTarget,
     StaticShapes,
     backends_for,
     list_profiles,
@@ -40,8 +40,9 @@ def chain(ops, dtype="float32", size=256):
 
 
 def no_lrn(min_size=1):
-    return Backend("gpu", OpNotIn(frozenset({"LRN"}), " by gpu"), min_partition_size=min_size,
-                   bandwidth_gb_s=1.0, sync_us=100.0)  # fmt: skip
+    return PartitionTarget("gpu", OpNotIn(frozenset({"LRN"}), " by gpu"),
+                           min_partition_size=min_size, bandwidth_gb_s=1.0,
+                           sync_us=100.0)  # fmt: skip
 
 
 def test_native_takes_a_whole_graph():
