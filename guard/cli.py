@@ -189,7 +189,7 @@ def _cmd_zoo_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    from guard.compiler.partition import partition_report
+    from guard.compiler.plan import partition_report
 
     shapes = {}
     for item in args.input or ():

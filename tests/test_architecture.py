@@ -75,9 +75,6 @@ CYCLES_ALLOWED: dict[frozenset[str], str] = {
                "guard.compiler.codegen.conv_depthwise"}):
         "type-only (TYPE_CHECKING): the emitters split out of conv.py annotate the ConvKernel "
         "that drives them; the seam is a Protocol of what they read, as for gemm",
-    frozenset({"guard.compiler.partition", "guard.compiler.plan"}):
-        "plan() runs the partitioner, and partition's report (guard partition) compiles the "
-        "model through plan; the seam is the report moving next to compile_model",
     frozenset({"guard.track.index", "guard.track.invocation", "guard.track.log",
                "guard.track.query"}):
         "log calls index.annotate_logged after logging, and index, invocation and query "

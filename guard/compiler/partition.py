@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -252,61 +251,6 @@ def _tax(
 
 
 # -- the report ---------------------------------------------------------------------------
-
-
-def partition_report(
-    model_path: str | Path,
-    input_shapes: dict[str, Any] | None,
-    profile: str | Path | None = None,
-    *,
-    pipeline: str = "O2",
-) -> tuple[dict[str, Any], str]:
-    """What ``guard partition MODEL [--profile P]`` prints: (report dict, text).
-
-    Imports, optimises (``pipeline``) and plans the model; the dict is the artefact's
-    partitions.json plus a ``memory`` summary. (guard.compiler.plan imports this module,
-    so the planner is imported here, when the report is asked for.)
-    """
-    from guard.compiler.plan import compile_model
-
-    compiled, _ = compile_model(model_path, input_shapes, pipeline=pipeline, profile=profile)
-    rep = dict(compiled.partition_report)
-    rep["memory"] = compiled.memory_report()
-    text = compiled.partition_text(f"{Path(model_path).name} on {compiled.profile}")
-    m = compiled.memory
-    text += (
-        f"\n  arena: {m.arena_bytes} B (lower bound {m.lower_bound_bytes} B, fragmentation "
-        f"{m.fragmentation:.1%}, naive {m.naive_bytes} B, {len(m.elided_nodes)} elided, "
-        f"{len(m.inplace_nodes)} in place, {len(m.copies)} view-able node(s) kept as copies)"
-    )
-    for node, why in list(m.copies.items())[:10]:
-        text += f"\n    copy: {node}: {why}"
-    kernels = _kernel_listing(compiled)
-    if kernels:
-        rep["kernels"] = kernels
-        distinct = len({k for _, k, _ in kernels})
-        text += f"\n  generated kernels: {distinct} distinct for {len(kernels)} node(s) (node -> kernel)"
-        for node, kernel, op in kernels[:40]:
-            text += f"\n    {node} -> {kernel} ({op})"
-        if len(kernels) > 40:
-            text += f"\n    ... {len(kernels) - 40} more"
-    return rep, text
-
-
-def _kernel_listing(compiled: Any) -> list[list[str]]:
-    """[node, kernel symbol, op] per generated step (the kernel plan; nothing is compiled)."""
-    if not any(p.backend == "native" for p in compiled.partitions.partitions):
-        return []
-    from guard.compiler.codegen.kernel_plan import build_kernel_plan
-
-    consts = {k: c.data for k, c in compiled.graph.constants.items()}
-    offsets = dict.fromkeys(consts, 0)  # names only: no addresses are listed
-    backends = tuple(p.backend for p in compiled.partitions.partitions)
-    kplan, _ = build_kernel_plan(
-        compiled.view, compiled.memory, compiled.partitions.group_of, backends, offsets, consts,
-        lambda *a: None,
-    )  # fmt: skip
-    return [[s.node, s.kernel, s.op] for s in kplan.steps()]
 
 
 def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:

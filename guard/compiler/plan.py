@@ -13,6 +13,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from guard.compiler import import_onnx, optimize
+from guard.compiler.codegen.kernel_plan import build_kernel_plan
 from guard.compiler.memory import MemoryPlan, plan_memory
 from guard.compiler.partition import PartitionPlan, format_report, partition, report_dict
 from guard.compiler.schedule import GraphView, Schedule, schedule, view_of_graph
@@ -76,8 +78,57 @@ def compile_model(
     profile: str | Path | PartitionTarget | None = None,
 ) -> tuple[CompiledPlan, Any]:
     """Import, optimise with ``pipeline`` and plan: (plan, the pipeline's report)."""
-    from guard.compiler import import_onnx, optimize
-
     graph = import_onnx(model_path, dict(input_shapes or {}))
     optimised, report = optimize(graph, pipeline)
     return plan(optimised, profile), report
+
+
+def partition_report(
+    model_path: str | Path,
+    input_shapes: dict[str, Any] | None,
+    profile: str | Path | None = None,
+    *,
+    pipeline: str = "O2",
+) -> tuple[dict[str, Any], str]:
+    """What ``guard partition MODEL [--profile P]`` prints: (report dict, text).
+
+    Imports, optimises (``pipeline``) and plans the model; the dict is the artefact's
+    partitions.json plus a ``memory`` summary.
+    """
+    compiled, _ = compile_model(model_path, input_shapes, pipeline=pipeline, profile=profile)
+    rep = dict(compiled.partition_report)
+    rep["memory"] = compiled.memory_report()
+    text = compiled.partition_text(f"{Path(model_path).name} on {compiled.profile}")
+    m = compiled.memory
+    text += (
+        f"\n  arena: {m.arena_bytes} B (lower bound {m.lower_bound_bytes} B, fragmentation "
+        f"{m.fragmentation:.1%}, naive {m.naive_bytes} B, {len(m.elided_nodes)} elided, "
+        f"{len(m.inplace_nodes)} in place, {len(m.copies)} view-able node(s) kept as copies)"
+    )
+    for node, why in list(m.copies.items())[:10]:
+        text += f"\n    copy: {node}: {why}"
+    kernels = _kernel_listing(compiled)
+    if kernels:
+        rep["kernels"] = kernels
+        distinct = len({k for _, k, _ in kernels})
+        text += (f"\n  generated kernels: {distinct} distinct for {len(kernels)} node(s) "
+                 "(node -> kernel)")
+        for node, kernel, op in kernels[:40]:
+            text += f"\n    {node} -> {kernel} ({op})"
+        if len(kernels) > 40:
+            text += f"\n    ... {len(kernels) - 40} more"
+    return rep, text
+
+
+def _kernel_listing(compiled: CompiledPlan) -> list[list[str]]:
+    """[node, kernel symbol, op] per generated step (the kernel plan; nothing is compiled)."""
+    if not any(p.backend == "native" for p in compiled.partitions.partitions):
+        return []
+    consts = {k: c.data for k, c in compiled.graph.constants.items()}
+    offsets = dict.fromkeys(consts, 0)  # names only: no addresses are listed
+    backends = tuple(p.backend for p in compiled.partitions.partitions)
+    kplan, _ = build_kernel_plan(
+        compiled.view, compiled.memory, compiled.partitions.group_of, backends, offsets, consts,
+        lambda *a: None,
+    )  # fmt: skip
+    return [[s.node, s.kernel, s.op] for s in kplan.steps()]

@@ -20,8 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.memory import check_plan
-from guard.compiler.partition import partition_report
-from guard.compiler.plan import plan
+from guard.compiler.plan import partition_report, plan
 from guard.compiler.runtime import Runtime
 from guard.compiler.weights import WEIGHTS_SCHEMA_VERSION, WeightsLayout, pack_weights, weight_views
 from guard.errors import ModelError

@@ -93,7 +93,7 @@ def test_interrupt_in_the_parent_takes_the_child_down(tmp_path):
 
 
 def test_guard_partition_survives_a_crashing_importer(tmp_path, monkeypatch, capsys):
-    import guard.compiler.partition as part
+    import guard.compiler.plan as part
 
     model = small_convnet(tmp_path / "m.onnx")
     monkeypatch.setattr(part, "partition_report", lambda *a, **k: os.abort())
