@@ -316,12 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--json", action="store_true")
     pa.set_defaults(func=_cmd_partition)
 
-    try:
-        from guard import cli_compare
-    except ImportError:
-        cli_compare = None  # type: ignore[assignment]
-    if cli_compare is not None:
-        cli_compare.register(sub)
+    from guard import cli_compare
+
+    cli_compare.register(sub)
     from guard import cli_scale
 
     cli_scale.register(sub)
