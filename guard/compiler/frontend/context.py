@@ -96,7 +96,7 @@ class ImportContext:
         producer = self._producers().get(name)
         if producer is None:
             return None
-        args = []
+        args: list[np.ndarray | None] = []
         for i in producer.inputs:
             if not i:
                 args.append(None)
