@@ -38,8 +38,9 @@ VARIANTS = (("aa", "base"), ("slow5", "slow5"), ("slow10", "slow10"))
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def make_repo(root: Path, models_from: Path) -> tuple[Path, dict[str, str]]:
@@ -63,21 +64,46 @@ def make_repo(root: Path, models_from: Path) -> tuple[Path, dict[str, str]]:
     return repo, shas
 
 
-def trial(repo: Path, base: str, head: str, out: Path, budget_s: float,
-          cache: Path) -> dict:
+def trial(repo: Path, base: str, head: str, out: Path, budget_s: float, cache: Path) -> dict:
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", GUARD_ENV_CACHE=str(cache))
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "guard.cli", "ab", str(repo / "suite.yaml"),
-                           "--base-ref", base, "--head-ref", head, "--budget-s", str(budget_s),
-                           "--json", str(out), "--quiet"], env=env, capture_output=True,
-                          text=True, timeout=1800)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "guard.cli",
+            "ab",
+            str(repo / "suite.yaml"),
+            "--base-ref",
+            base,
+            "--head-ref",
+            head,
+            "--budget-s",
+            str(budget_s),
+            "--json",
+            str(out),
+            "--quiet",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if proc.returncode not in (0, 1) or not out.is_file():
         sys.exit(f"guard ab exited {proc.returncode}: {proc.stderr[-2000:]}")
     doc = json.loads(out.read_text())
-    rows = [{"model": r["model"], "verdict": r["verdict"], "ratio": r["ratio"], "ci": r["ci"],
-             "n": (r.get("stats") or {}).get("n_base"),
-             "elapsed_s": (r.get("stats") or {}).get("elapsed_s"),
-             "contention": (r.get("stats") or {}).get("contention")} for r in doc["rows"]]
+    rows = [
+        {
+            "model": r["model"],
+            "verdict": r["verdict"],
+            "ratio": r["ratio"],
+            "ci": r["ci"],
+            "n": (r.get("stats") or {}).get("n_base"),
+            "elapsed_s": (r.get("stats") or {}).get("elapsed_s"),
+            "contention": (r.get("stats") or {}).get("contention"),
+        }
+        for r in doc["rows"]
+    ]
     return {"exit_code": proc.returncode, "wall_s": time.time() - t0, "rows": rows}
 
 
@@ -88,19 +114,29 @@ def summarize(trials: list[dict]) -> dict:
         sel = [r for r in rows if model == "all" or r["model"] == model]
         if not sel:
             continue
-        by = {v: sum(r["verdict"] == v for r in sel)
-              for v in ("regressed", "pass", "inconclusive", "improved")}
+        by = {
+            v: sum(r["verdict"] == v for r in sel)
+            for v in ("regressed", "pass", "inconclusive", "improved")
+        }
         conts = sorted(r["contention"] for r in sel if r["contention"] is not None)
-        out[model] = {"rows": len(sel), **by, "regressed_rate": by["regressed"] / len(sel),
-                      "contention_median": conts[len(conts) // 2] if conts else None}
+        out[model] = {
+            "rows": len(sel),
+            **by,
+            "regressed_rate": by["regressed"] / len(sel),
+            "contention_median": conts[len(conts) // 2] if conts else None,
+        }
     out["exit_codes"] = [t["exit_code"] for t in trials]
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models-from", type=Path, required=True,
-                    help="flow_power.py's work directory (base and slow .onnx files)")
+    ap.add_argument(
+        "--models-from",
+        type=Path,
+        required=True,
+        help="flow_power.py's work directory (base and slow .onnx files)",
+    )
     ap.add_argument("--injected", type=Path, help="flow_power.py's results (injected ratios)")
     ap.add_argument("--trials", type=int, default=6, help="guard ab invocations per variant")
     ap.add_argument("--budget-s", type=float, default=6.0, help="guard ab --budget-s")
@@ -110,10 +146,14 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="guard-abref-"))
     repo, shas = make_repo(root, args.models_from)
     injected = json.loads(args.injected.read_text())["injected"] if args.injected else None
-    results = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
-               "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
-               "budget_s": args.budget_s, "commits": shas, "injected": injected,
-               "conditions": []}
+    results = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+        "budget_s": args.budget_s,
+        "commits": shas,
+        "injected": injected,
+        "conditions": [],
+    }
     for cond in args.conditions.split(","):
         tenant = None
         if cond == "cotenant":
@@ -126,11 +166,19 @@ def main(argv: list[str] | None = None) -> int:
             trials: dict[str, list[dict]] = {k: [] for k, _ in VARIANTS}
             for i in range(args.trials):
                 for key, variant in VARIANTS:
-                    trials[key].append(trial(repo, shas["base"], shas[variant],
-                                             root / f"{cond}-{key}-{i}.json", args.budget_s,
-                                             root / "cache" / "envs"))
-                print(f"  {cond}: {i + 1}/{args.trials} ({time.time() - t0:.0f} s)",
-                      file=sys.stderr)
+                    trials[key].append(
+                        trial(
+                            repo,
+                            shas["base"],
+                            shas[variant],
+                            root / f"{cond}-{key}-{i}.json",
+                            args.budget_s,
+                            root / "cache" / "envs",
+                        )
+                    )
+                print(
+                    f"  {cond}: {i + 1}/{args.trials} ({time.time() - t0:.0f} s)", file=sys.stderr
+                )
         finally:
             if tenant is not None:
                 tenant.kill()
@@ -146,9 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         for key, _ in VARIANTS:
             s = c[key]["summary"]
             a = s["all"]
-            print(f"  {key}: {a['rows']} rows: {a['regressed']} regressed, {a['pass']} pass, "
-                  f"{a['inconclusive']} inconclusive, {a['improved']} improved; exit codes "
-                  f"{s['exit_codes']}; contention median {a['contention_median']}")
+            print(
+                f"  {key}: {a['rows']} rows: {a['regressed']} regressed, {a['pass']} pass, "
+                f"{a['inconclusive']} inconclusive, {a['improved']} improved; exit codes "
+                f"{s['exit_codes']}; contention median {a['contention_median']}"
+            )
     return 0
 
 

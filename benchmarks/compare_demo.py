@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         runs = {}
         for tag, suite in (("a1", "base"), ("s", "slow"), ("a2", "base")):
-            code = guard("run", f"{suite}/{suite}.yaml", "--json", f"{tag}-{i}.json", "--no-track",
-                         cwd=wd)
+            code = guard(
+                "run", f"{suite}/{suite}.yaml", "--json", f"{tag}-{i}.json", "--no-track", cwd=wd
+            )
             if code not in (0, 1):
                 sys.exit(f"guard run {suite}.yaml exited {code}")
             runs[tag] = f"{tag}-{i}.json"

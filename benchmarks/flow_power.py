@@ -74,13 +74,19 @@ def add_branch(model: onnx.ModelProto, inp: str, cols: int) -> onnx.ModelProto:
     shape = numpy_helper.from_array(np.array([-1, 256], np.int64), "slow_shape")
     g.initializer.extend([w, shape])
     if m.ir_version < 4:  # initializers must also be graph inputs before IR 4
-        g.input.extend([helper.make_tensor_value_info("slow_w", TensorProto.FLOAT, [256, cols]),
-                        helper.make_tensor_value_info("slow_shape", TensorProto.INT64, [2])])
-    g.node.extend([
-        helper.make_node("Reshape", [inp, "slow_shape"], ["slow_x"]),
-        helper.make_node("MatMul", ["slow_x", "slow_w"], ["slow_m"]),
-        helper.make_node("ReduceSum", ["slow_m"], ["z_slow"], keepdims=0),
-    ])
+        g.input.extend(
+            [
+                helper.make_tensor_value_info("slow_w", TensorProto.FLOAT, [256, cols]),
+                helper.make_tensor_value_info("slow_shape", TensorProto.INT64, [2]),
+            ]
+        )
+    g.node.extend(
+        [
+            helper.make_node("Reshape", [inp, "slow_shape"], ["slow_x"]),
+            helper.make_node("MatMul", ["slow_x", "slow_w"], ["slow_m"]),
+            helper.make_node("ReduceSum", ["slow_m"], ["z_slow"], keepdims=0),
+        ]
+    )
     g.output.append(helper.make_tensor_value_info("z_slow", TensorProto.FLOAT, []))
     return m
 
@@ -88,8 +94,9 @@ def add_branch(model: onnx.ModelProto, inp: str, cols: int) -> onnx.ModelProto:
 def _session(model: onnx.ModelProto):
     from guard.backends.onnxruntime import _ort, session_options
 
-    return _ort().InferenceSession(model.SerializeToString(), session_options(1, "all"),
-                                   providers=["CPUExecutionProvider"])
+    return _ort().InferenceSession(
+        model.SerializeToString(), session_options(1, "all"), providers=["CPUExecutionProvider"]
+    )
 
 
 def interleaved_ratio(base: onnx.ModelProto, head: onnx.ModelProto, feeds, seconds: float):
@@ -154,12 +161,23 @@ def calibrate(model: onnx.ModelProto, inp: str, shape, target: float) -> tuple[i
 
 def write_suite(d: Path, models: dict[str, Path]) -> Path:
     d.mkdir(parents=True, exist_ok=True)
-    lines = ["schema_version: 1", "suite: flow", "defaults:", "  backends: [onnxruntime]",
-             "  threads: 1", f"  measure: {MEASURE}", "models:"]
+    lines = [
+        "schema_version: 1",
+        "suite: flow",
+        "defaults:",
+        "  backends: [onnxruntime]",
+        "  threads: 1",
+        f"  measure: {MEASURE}",
+        "models:",
+    ]
     for name, path in models.items():
         inp, shape = MODELS[name]
-        lines += [f"  - name: {name}", f"    source: {path}", "    inputs:",
-                  f"      {inp}: {{shape: {shape}, dist: normal, seed: 0}}"]
+        lines += [
+            f"  - name: {name}",
+            f"    source: {path}",
+            "    inputs:",
+            f"      {inp}: {{shape: {shape}, dist: normal, seed: 0}}",
+        ]
     p = d / "suite.yaml"
     p.write_text("\n".join(lines) + "\n")
     return p
@@ -167,9 +185,14 @@ def write_suite(d: Path, models: dict[str, Path]) -> Path:
 
 def guard_run(suite: Path, out: Path, work: Path) -> dict:
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
-    proc = subprocess.run([sys.executable, "-m", "guard.cli", "run", str(suite), "--json",
-                           str(out), "--no-track"], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "guard.cli", "run", str(suite), "--json", str(out), "--no-track"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode not in (0, 1) or not out.is_file():
         sys.exit(f"guard run {suite} exited {proc.returncode}: {proc.stderr[-2000:]}")
     return load_results(out)
@@ -177,9 +200,13 @@ def guard_run(suite: Path, out: Path, work: Path) -> dict:
 
 def guard_compare(base: Path, head: Path) -> int:
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
-    return subprocess.run([sys.executable, "-m", "guard.cli", "compare", str(base), str(head),
-                           "--quiet"], env=env, capture_output=True, text=True,
-                          timeout=300).returncode
+    return subprocess.run(
+        [sys.executable, "-m", "guard.cli", "compare", str(base), str(head), "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).returncode
 
 
 def _conditions(r: dict) -> tuple[float | None, float | None]:
@@ -196,13 +223,19 @@ def trial_rows(base: dict, head: dict, cfg: RegressConfig) -> list[dict]:
         (cb, sb), (ch, sh) = _conditions(b[row["model"]]), _conditions(h[row["model"]])
         conts = [c for c in (cb, ch) if c is not None]
         shares = [s for s in (sb, sh) if s is not None]
-        out.append({"model": row["model"], "verdict": row["verdict"], "ratio": row["ratio"],
-                    "mde_pct": (row["stats"] or {}).get("mde_pct"), "reason": row["reason"],
-                    "contention": max(conts) if conts else None,
-                    "contention_sides": [cb, ch],
-                    "cpu_share": min(shares) if shares else None,
-                    "noise_pct": [b[row["model"]].get("noise_pct"),
-                                  h[row["model"]].get("noise_pct")]})
+        out.append(
+            {
+                "model": row["model"],
+                "verdict": row["verdict"],
+                "ratio": row["ratio"],
+                "mde_pct": (row["stats"] or {}).get("mde_pct"),
+                "reason": row["reason"],
+                "contention": max(conts) if conts else None,
+                "contention_sides": [cb, ch],
+                "cpu_share": min(shares) if shares else None,
+                "noise_pct": [b[row["model"]].get("noise_pct"), h[row["model"]].get("noise_pct")],
+            }
+        )
     return out
 
 
@@ -213,18 +246,23 @@ def summarize(rows: list[dict]) -> dict:
         if not sel:
             continue
         n = len(sel)
-        by = {v: sum(r["verdict"] == v for r in sel)
-              for v in ("regressed", "pass", "inconclusive", "improved")}
+        by = {
+            v: sum(r["verdict"] == v for r in sel)
+            for v in ("regressed", "pass", "inconclusive", "improved")
+        }
         conts = sorted(r["contention"] for r in sel if r["contention"] is not None)
         shares = sorted(r["cpu_share"] for r in sel if r["cpu_share"] is not None)
-        out[model] = {"rows": n, **by, "regressed_rate": by["regressed"] / n,
-                      "contention_median": conts[len(conts) // 2] if conts else None,
-                      "cpu_share_median": shares[len(shares) // 2] if shares else None}
+        out[model] = {
+            "rows": n,
+            **by,
+            "regressed_rate": by["regressed"] / n,
+            "contention_median": conts[len(conts) // 2] if conts else None,
+            "cpu_share_median": shares[len(shares) // 2] if shares else None,
+        }
     return out
 
 
-def run_condition(name: str, suites: dict[str, Path], n: int, work: Path,
-                  cotenant: bool) -> dict:
+def run_condition(name: str, suites: dict[str, Path], n: int, work: Path, cotenant: bool) -> dict:
     tenant = None
     if cotenant:
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -235,35 +273,39 @@ def run_condition(name: str, suites: dict[str, Path], n: int, work: Path,
     try:
         variants = list(suites)
         for i in range(n):
-            order = variants[i % len(variants):] + variants[:i % len(variants)]
+            order = variants[i % len(variants) :] + variants[: i % len(variants)]
             for v in order:
                 out = work / f"{name}-{v}-{i}.json"
                 docs[v].append((out, guard_run(suites[v], out, work)))
-            print(f"  {name}: {i + 1}/{n} rounds of processes ({time.time() - t0:.0f} s)",
-                  file=sys.stderr)
+            print(
+                f"  {name}: {i + 1}/{n} rounds of processes ({time.time() - t0:.0f} s)",
+                file=sys.stderr,
+            )
     finally:
         if tenant is not None:
             tenant.kill()
             tenant.wait()
     cfg = RegressConfig()
     base = docs["base"]
-    aa = [row for (_, a), (_, b) in itertools.combinations(base, 2)
-          for row in trial_rows(a, b, cfg)]
-    result: dict = {"condition": name, "cotenant": cotenant, "processes_per_variant": n,
-                    "elapsed_s": time.time() - t0,
-                    "aa": {"pairs": len(base) * (len(base) - 1) // 2, "summary": summarize(aa),
-                           "rows": aa}}
+    aa = [
+        row for (_, a), (_, b) in itertools.combinations(base, 2) for row in trial_rows(a, b, cfg)
+    ]
+    result: dict = {
+        "condition": name,
+        "cotenant": cotenant,
+        "processes_per_variant": n,
+        "elapsed_s": time.time() - t0,
+        "aa": {"pairs": len(base) * (len(base) - 1) // 2, "summary": summarize(aa), "rows": aa},
+    }
     for v in suites:
         if v == "base":
             continue
         rows = [row for (_, a) in base for (_, b) in docs[v] for row in trial_rows(a, b, cfg)]
-        result[v] = {"pairs": len(base) * len(docs[v]), "summary": summarize(rows),
-                     "rows": rows}
+        result[v] = {"pairs": len(base) * len(docs[v]), "summary": summarize(rows), "rows": rows}
     # The user's command line on disjoint-enough pairs: the done-when exit codes.
     result["cli"] = {
         "aa_exit_codes": [guard_compare(base[i][0], base[(i + 1) % n][0]) for i in range(n)],
-        "slow10_exit_codes": [guard_compare(base[i][0], docs["slow10"][i][0])
-                              for i in range(n)],
+        "slow10_exit_codes": [guard_compare(base[i][0], docs["slow10"][i][0]) for i in range(n)],
     }
     return result
 
@@ -295,24 +337,33 @@ def main(argv: list[str] | None = None) -> int:
             injected[name][v] = {"target": target, "cols": cols, "measured_ratio": ratio}
             print(f"{name} {v}: {cols} cols, measured {ratio:.3f}", file=sys.stderr)
     suites = {v: write_suite(work / v, models) for v, models in variants.items()}
-    results = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
-               "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
-               "measure": MEASURE, "injected": injected, "conditions": []}
+    results = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+        "measure": MEASURE,
+        "injected": injected,
+        "conditions": [],
+    }
     for cond in args.conditions.split(","):
         results["conditions"].append(
-            run_condition(cond, suites, args.processes, work, cotenant=cond == "cotenant"))
+            run_condition(cond, suites, args.processes, work, cotenant=cond == "cotenant")
+        )
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
     for c in results["conditions"]:
         print(f"== {c['condition']} ({c['elapsed_s']:.0f} s)")
         for part in ("aa", "slow5", "slow10"):
             s = c[part]["summary"]["all"]
-            print(f"  {part}: {s['rows']} rows over {c[part]['pairs']} pairs: "
-                  f"{s['regressed']} regressed, {s['pass']} pass, {s['inconclusive']} "
-                  f"inconclusive, {s['improved']} improved; contention median "
-                  f"{s['contention_median']}")
-        print(f"  cli: A/A exit codes {c['cli']['aa_exit_codes']}, slow10 exit codes "
-              f"{c['cli']['slow10_exit_codes']}")
+            print(
+                f"  {part}: {s['rows']} rows over {c[part]['pairs']} pairs: "
+                f"{s['regressed']} regressed, {s['pass']} pass, {s['inconclusive']} "
+                f"inconclusive, {s['improved']} improved; contention median "
+                f"{s['contention_median']}"
+            )
+        print(
+            f"  cli: A/A exit codes {c['cli']['aa_exit_codes']}, slow10 exit codes "
+            f"{c['cli']['slow10_exit_codes']}"
+        )
     return 0
 
 

@@ -114,11 +114,13 @@ def _cli(args: list[str], uri: str, cwd: Path) -> Callable[[], int]:
     env = dict(os.environ, MLFLOW_TRACKING_URI=uri, MLFLOW_DISABLE_TELEMETRY="true")
 
     def run() -> int:
-        proc = subprocess.run([GUARD, *args], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=1800)
+        proc = subprocess.run(
+            [GUARD, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800
+        )
         if proc.returncode not in (0, 1):
-            raise RuntimeError(f"guard {' '.join(args)} exited {proc.returncode}: "
-                               f"{proc.stderr.strip()[-500:]}")
+            raise RuntimeError(
+                f"guard {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}"
+            )
         return proc.returncode
 
     return run
@@ -132,8 +134,9 @@ def head_doc(n: int) -> dict[str, Any]:
     return doc
 
 
-def measure(uri: str, filler: Filler, size: int, work: Path, roots: set[int],
-            scan_max: int) -> dict[str, Any]:
+def measure(
+    uri: str, filler: Filler, size: int, work: Path, roots: set[int], scan_max: int
+) -> dict[str, Any]:
     from guard.compare.baseline import latest_on_branch
     from guard.track.index import baseline_on_branch
 
@@ -144,8 +147,10 @@ def measure(uri: str, filler: Filler, size: int, work: Path, roots: set[int],
     row: dict[str, Any] = {"runs": filler.runs, "invocations": filler.invocations}
     times, others, cpus = [], [], []
     for _ in range(3):
-        dt, oth, doc = _timed(lambda: baseline_on_branch(uri, "default", "main", wanted,
-                                                         fallback=latest_on_branch), roots)
+        dt, oth, doc = _timed(
+            lambda: baseline_on_branch(uri, "default", "main", wanted, fallback=latest_on_branch),
+            roots,
+        )
         times.append(dt)
         others.append(oth)
         cpus.append(CPU_S[0])
@@ -158,12 +163,12 @@ def measure(uri: str, filler: Filler, size: int, work: Path, roots: set[int],
         row["lookup_scan_s"], row["lookup_scan_contention"] = dt, oth
         row["lookup_scan_cpu_s"] = CPU_S[0]
         same = [(r["model"], r["backend"], r["latency_ms"]["p50"]) for r in doc["results"]]
-        row["index_equals_scan"] = same == [(r["model"], r["backend"], r["latency_ms"]["p50"])
-                                            for r in scan["results"]]
+        row["index_equals_scan"] = same == [
+            (r["model"], r["backend"], r["latency_ms"]["p50"]) for r in scan["results"]
+        ]
     commands = {
         "compare_cli": ["compare", str(head_path), "--quiet"],
-        "history_cli": ["history", "default", "--model", "resnet50", "--backend",
-                        "onnxruntime"],
+        "history_cli": ["history", "default", "--model", "resnet50", "--backend", "onnxruntime"],
         "dashboard_cli": ["dashboard", "default", "--out", str(work / "dash.html")],
     }
     for name, args in commands.items():
@@ -221,9 +226,9 @@ def _postgres_pids(pg: Any) -> set[int]:
 
 def _artifact_dir(location: str, work: Path, server: Any) -> Path:
     if location.startswith("file://"):
-        return Path(location[len("file://"):])
+        return Path(location[len("file://") :])
     if location.startswith("mlflow-artifacts:/"):
-        return server.artifacts / location[len("mlflow-artifacts:/"):].lstrip("/")
+        return server.artifacts / location[len("mlflow-artifacts:/") :].lstrip("/")
     raise RuntimeError(f"unexpected artifact location {location}")
 
 
@@ -234,8 +239,12 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=HERE / "results" / "history_bench.json")
     p.add_argument("--workdir", type=Path, help="where the stores live (default: a temp dir)")
     p.add_argument("--nice", type=int, default=10, help="niceness (default %(default)s)")
-    p.add_argument("--scan-max", type=int, default=10_000,
-                   help="time the old scan only up to this many runs (it is minutes beyond)")
+    p.add_argument(
+        "--scan-max",
+        type=int,
+        default=10_000,
+        help="time the old scan only up to this many runs (it is minutes beyond)",
+    )
     args = p.parse_args()
     os.nice(args.nice)
     # SIGTERM stops the benchmark through its finally blocks (server and cluster stopped).
@@ -248,8 +257,11 @@ def main() -> int:
         rows += bench_store(kind, sizes, base, args.scan_max)
     out = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "python": platform.python_version()},
+        "host": {
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": rows,
     }

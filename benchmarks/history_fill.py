@@ -47,8 +47,7 @@ def _vary(template: dict[str, Any], i: int, rng: random.Random) -> dict[str, Any
     arch = "x86_64" if i % 2 == 0 else "aarch64"
     started_ms = T0_MS + i * SPACING_MS
     doc["started"] = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started_ms / 1000))
-    doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S+00:00",
-                                    time.gmtime(started_ms / 1000 + 60))
+    doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(started_ms / 1000 + 60))
     doc["git"] = {"commit": commit, "dirty": False, "branch": branch}
     drift = 1.0 + 0.02 * math.sin(i / 200.0)
     for r in doc["results"]:
@@ -70,37 +69,76 @@ def _vary(template: dict[str, Any], i: int, rng: random.Random) -> dict[str, Any
     return doc
 
 
-def _metric_rows(run_id: str, values: dict[str, float], history: list[tuple[int, float]],
-                 ts: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _metric_rows(
+    run_id: str, values: dict[str, float], history: list[tuple[int, float]], ts: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rows, latest = [], []
     for key, v in values.items():
         nan = not math.isfinite(v)
-        row = {"key": key, "value": 0.0 if nan else v, "timestamp": ts, "step": 0,
-               "is_nan": nan, "run_uuid": run_id}
+        row = {
+            "key": key,
+            "value": 0.0 if nan else v,
+            "timestamp": ts,
+            "step": 0,
+            "is_nan": nan,
+            "run_uuid": run_id,
+        }
         rows.append(row)
         latest.append(dict(row))
     for step, v in history:
-        rows.append({"key": "latency_ms.sample", "value": v, "timestamp": ts, "step": step,
-                     "is_nan": False, "run_uuid": run_id})
+        rows.append(
+            {
+                "key": "latency_ms.sample",
+                "value": v,
+                "timestamp": ts,
+                "step": step,
+                "is_nan": False,
+                "run_uuid": run_id,
+            }
+        )
     if history:
         step, v = history[-1]
-        latest.append({"key": "latency_ms.sample", "value": v, "timestamp": ts, "step": step,
-                       "is_nan": False, "run_uuid": run_id})
+        latest.append(
+            {
+                "key": "latency_ms.sample",
+                "value": v,
+                "timestamp": ts,
+                "step": step,
+                "is_nan": False,
+                "run_uuid": run_id,
+            }
+        )
     return rows, latest
 
 
 def _run_row(run_id: str, name: str, eid: int, start: int, artifact_uri: str) -> dict[str, Any]:
-    return {"run_uuid": run_id, "name": name, "source_type": "LOCAL", "source_name": "guard",
-            "entry_point_name": "", "user_id": "guard", "status": "FINISHED",
-            "start_time": start, "end_time": start + 60_000, "deleted_time": None,
-            "source_version": "", "lifecycle_stage": "active", "artifact_uri": artifact_uri,
-            "experiment_id": eid}
+    return {
+        "run_uuid": run_id,
+        "name": name,
+        "source_type": "LOCAL",
+        "source_name": "guard",
+        "entry_point_name": "",
+        "user_id": "guard",
+        "status": "FINISHED",
+        "start_time": start,
+        "end_time": start + 60_000,
+        "deleted_time": None,
+        "source_version": "",
+        "lifecycle_stage": "active",
+        "artifact_uri": artifact_uri,
+        "experiment_id": eid,
+    }
 
 
 def _tag_rows(run_id: str, name: str, tags: dict[str, str]) -> list[dict[str, Any]]:
     """MLflow's own run tags (as its client sets them), then guard's (which may set some)."""
-    merged = {"mlflow.runName": name, "mlflow.user": "guard", "mlflow.source.type": "LOCAL",
-              "mlflow.source.name": "guard", **tags}
+    merged = {
+        "mlflow.runName": name,
+        "mlflow.user": "guard",
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.name": "guard",
+        **tags,
+    }
     return [{"key": k, "value": v, "run_uuid": run_id} for k, v in merged.items()]
 
 
@@ -111,8 +149,9 @@ class Filler:
     server: its --artifacts-destination joined with the experiment id).
     """
 
-    def __init__(self, tracking_uri: str, db_uri: str, suite: str, artifact_dir: Path,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, tracking_uri: str, db_uri: str, suite: str, artifact_dir: Path, seed: int = 0
+    ) -> None:
         import sqlalchemy
         from mlflow import MlflowClient
 
@@ -142,15 +181,22 @@ class Filler:
     def _invocation(self, i: int) -> dict[str, list[dict[str, Any]]]:
         doc = _vary(self.template, i, self.rng)
         start = T0_MS + i * SPACING_MS
-        out: dict[str, list[dict[str, Any]]] = {"runs": [], "tags": [], "params": [],
-                                                 "metrics": [], "latest_metrics": []}
+        out: dict[str, list[dict[str, Any]]] = {
+            "runs": [],
+            "tags": [],
+            "params": [],
+            "metrics": [],
+            "latest_metrics": [],
+        }
         pid = uuid.uuid4().hex
         pname = f"{doc['suite']}@{doc['git']['commit'][:10]}"
         arch = records.host_arch(doc) or "x86_64"
         out["runs"].append(_run_row(pid, pname, self.eid, start, self._art_uri(pid)))
         out["tags"] += _tag_rows(pid, pname, records.parent_tags(doc, arch, results_sha256(doc)))
-        out["params"] += [{"key": "suite", "value": doc["suite"], "run_uuid": pid},
-                          {"key": "schema_version", "value": "1", "run_uuid": pid}]
+        out["params"] += [
+            {"key": "suite", "value": doc["suite"], "run_uuid": pid},
+            {"key": "schema_version", "value": "1", "run_uuid": pid},
+        ]
         rows, latest = _metric_rows(pid, records.parent_metrics(doc), [], start)
         out["metrics"] += rows
         out["latest_metrics"] += latest
@@ -160,13 +206,19 @@ class Filler:
             name = records.child_name(r)
             cstart = start + 1000 * (k + 1)
             out["runs"].append(_run_row(cid, name, self.eid, cstart, self._art_uri(cid)))
-            tags = {"mlflow.parentRunId": pid, **records.child_tags(r, doc),
-                    **index.result_tags(r, doc)}
+            tags = {
+                "mlflow.parentRunId": pid,
+                **records.child_tags(r, doc),
+                **index.result_tags(r, doc),
+            }
             out["tags"] += _tag_rows(cid, name, tags)
-            out["params"] += [{"key": k2, "value": v, "run_uuid": cid}
-                              for k2, v in records.manifest_params(r.get("manifest")).items()]
-            rows, latest = _metric_rows(cid, records.result_metrics(r),
-                                        records.sample_history(r), cstart)
+            out["params"] += [
+                {"key": k2, "value": v, "run_uuid": cid}
+                for k2, v in records.manifest_params(r.get("manifest")).items()
+            ]
+            rows, latest = _metric_rows(
+                cid, records.result_metrics(r), records.sample_history(r), cstart
+            )
             out["metrics"] += rows
             out["latest_metrics"] += latest
             self._write_artifact(cid, "result.json", r)
@@ -183,13 +235,18 @@ class Filler:
     def _insert(self, invocations: list[dict[str, list[dict[str, Any]]]]) -> None:
         from mlflow.store.tracking.dbmodels import models as m
 
-        tables = {"runs": m.SqlRun, "tags": m.SqlTag, "params": m.SqlParam,
-                  "metrics": m.SqlMetric, "latest_metrics": m.SqlLatestMetric}
+        tables = {
+            "runs": m.SqlRun,
+            "tags": m.SqlTag,
+            "params": m.SqlParam,
+            "metrics": m.SqlMetric,
+            "latest_metrics": m.SqlLatestMetric,
+        }
         with self.engine.begin() as conn:
             for name, model in tables.items():
                 rows = [row for inv in invocations for row in inv[name]]
                 for start in range(0, len(rows), 5000):
-                    conn.execute(model.__table__.insert(), rows[start:start + 5000])
+                    conn.execute(model.__table__.insert(), rows[start : start + 5000])
 
     def experiment(self) -> str:
         return experiment_name(self.template["suite"])

@@ -27,9 +27,12 @@ def chain(n: int, path: Path) -> Path:
         out = "y" if i == n - 1 else f"t{i}"
         nodes.append(helper.make_node(ops[i % 4], [prev], [out], name=f"n{i}"))
         prev = out
-    g = helper.make_graph(nodes, "chain",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])])
+    g = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
@@ -51,8 +54,11 @@ def main(sizes: list[int]) -> None:
             compile_model(path, {"x": (1, 16)})
             wall = time.perf_counter() - t0
             others = (_busy() - busy0) - (time.process_time() - own0)
-            print(f"{n:>7} nodes: {wall:6.1f} s (other processes used {others / wall:.1f} "
-                  f"CPUs meanwhile)", flush=True)
+            print(
+                f"{n:>7} nodes: {wall:6.1f} s (other processes used {others / wall:.1f} "
+                f"CPUs meanwhile)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -120,7 +120,9 @@ def interleaved(sessions: list, feeds: dict, rounds: int = 15, round_s: float = 
 
 
 def _max_err(a: list, b: list) -> float:
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b, strict=True))
+    return max(
+        float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b, strict=True)
+    )
 
 
 def main() -> int:
@@ -165,7 +167,9 @@ def main() -> int:
         if entry.name == "transformer":
             feats = host.split("-mattr=")[1].split()[0].split(",")
             drop = next(f for f in ("+sha", "+aes", "+popcnt", feats[-1]) if f in feats)
-            other = host.replace(drop + ",", "") if drop + "," in host else host.replace("," + drop, "")
+            other = (
+                host.replace(drop + ",", "") if drop + "," in host else host.replace("," + drop, "")
+            )
             miss, mi = build("bundled", path, spec.shapes, d / "drop", other, cache)
             (a, b), share = interleaved([tuned, miss], feeds, args.rounds)
             traps.append({"trap": f"target: {drop} removed", "model": entry.name,
@@ -187,7 +191,9 @@ def main() -> int:
             print(traps[-1], flush=True)
         if entry.name == "ffn":
             shapes = {"x": (1, 127, 256)}
-            feeds127 = {"x": np.random.default_rng(0).standard_normal((1, 127, 256)).astype(np.float32)}
+            feeds127 = {
+                "x": np.random.default_rng(0).standard_normal((1, 127, 256)).astype(np.float32)
+            }
             miss, mi = build("bundled", path, shapes, d / "seq127", host, cache)
             # What a hit would have given: the 128 entries re-keyed to 127.
             c = load(cache)
@@ -196,7 +202,9 @@ def main() -> int:
                 if e.key.op == "gemm" and dict(e.key.shape).get("M") == 128:
                     k = TaskKey(e.key.op, tuple((n, 127 if n == "M" else v) for n, v in e.key.shape),
                                 e.key.dtype, e.key.target, e.key.compiler)  # fmt: skip
-                    rekeyed.append(Entry(k, e.schedule, e.time_s, e.default_schedule, e.default_time_s))
+                    rekeyed.append(
+                        Entry(k, e.schedule, e.time_s, e.default_schedule, e.default_time_s)
+                    )
             merge_into(tmp / "rekeyed.json", rekeyed)
             hit, hi = build("bundled", path, shapes, d / "seq127hit", host, tmp / "rekeyed.json")
             (a, b), share = interleaved([hit, miss], feeds127, args.rounds)

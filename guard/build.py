@@ -76,16 +76,14 @@ def tuning_cache_pin(path: str, entry: ModelEntry) -> dict[str, Any]:
     for f in files:
         h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode() + b"\0")
         h.update(f.read_bytes())
-    return {"path": str(p), "sha256": h.hexdigest(), "entries": None, "hits": None,
-            "misses": None}
+    return {"path": str(p), "sha256": h.hexdigest(), "entries": None, "hits": None, "misses": None}
 
 
 def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def _backend_options(entry: ModelEntry, backend_name: str) -> tuple[dict[str, Any],
-                                                                     dict[str, str]]:
+def _backend_options(entry: ModelEntry, backend_name: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The options passed to the backend, and the extra keys that only key the artefact."""
     options = dict(entry.options.get(backend_name, {}))
     key_only: dict[str, str] = {}
@@ -215,25 +213,30 @@ def _install(tmp: Path, final: Path) -> tuple[dict[str, Any], BuildInfo] | None:
             shutil.rmtree(tmp, ignore_errors=True)
             return theirs
         # Damaged: move it aside in one step (readers see it or nothing), then retry.
-        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.trash.{os.getpid()}.",
-                                      dir=final.parent))
+        trash = Path(
+            tempfile.mkdtemp(prefix=f".{final.name}.trash.{os.getpid()}.", dir=final.parent)
+        )
         try:
             os.rename(final, trash / "old")
         except FileNotFoundError:
             pass
         finally:
             shutil.rmtree(trash, ignore_errors=True)
-    raise UsageError("another process keeps replacing this artefact", where=str(final),
-                     hint="Run one guard per working directory at a time, or retry.")
+    raise UsageError(
+        "another process keeps replacing this artefact",
+        where=str(final),
+        hint="Run one guard per working directory at a time, or retry.",
+    )
 
 
 def _disk_problem(exc: BaseException, where: Path, model: Path) -> UsageError | None:
     """A full or read-only disk behind a build failure, as the user's problem to fix."""
     if isinstance(exc, OSError) and exc.errno in USER_OS_ERRNOS:
-        return UsageError(f"cannot write the artefact: {describe_os_error(exc)}",
-                          where=str(exc.filename or where),
-                          hint="Free space or permissions there (or run guard in another "
-                               "directory).")
+        return UsageError(
+            f"cannot write the artefact: {describe_os_error(exc)}",
+            where=str(exc.filename or where),
+            hint="Free space or permissions there (or run guard in another directory).",
+        )
     try:
         st = os.statvfs(where)
         free = st.f_bavail * st.f_frsize
@@ -245,7 +248,9 @@ def _disk_problem(exc: BaseException, where: Path, model: Path) -> UsageError | 
         return UsageError(
             f"the build failed with only {free >> 20} MiB free on the artefact disk (it needs "
             f"about {need >> 20} MiB): no space left on the device",
-            where=str(where), hint="Free space there (or run guard in another directory).")
+            where=str(where),
+            hint="Free space there (or run guard in another directory).",
+        )
     return None
 
 
@@ -258,8 +263,9 @@ def _build_in_child(backend: Backend, req: BuildRequest) -> BuildInfo:
     return info
 
 
-def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend_name: str,
-                   workdir: Path) -> tuple[Path, dict[str, Any], BuildInfo, bool]:
+def build_artefact(
+    backend: Backend, entry: ModelEntry, spec: ModelSpec, backend_name: str, workdir: Path
+) -> tuple[Path, dict[str, Any], BuildInfo, bool]:
     """Build (or reuse) the content-addressed artefact for one model and backend.
 
     Returns (artefact dir, manifest, build info, reused).
@@ -269,9 +275,16 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
     cache_path = options.pop("tuning_cache", None)
     cache_pin = tuning_cache_pin(cache_path, entry) if cache_path else None
     manifest = mf.build_manifest(
-        compiler=compiler, runtime=runtime, target_raw=entry.target, threads=entry.threads,
-        model_path=spec.path, model_opset=spec.opset, model_inputs=spec.inputs_manifest(),
-        tuning_cache=cache_pin, model_sha256=spec.sha256)
+        compiler=compiler,
+        runtime=runtime,
+        target_raw=entry.target,
+        threads=entry.threads,
+        model_path=spec.path,
+        model_opset=spec.opset,
+        model_inputs=spec.inputs_manifest(),
+        tuning_cache=cache_pin,
+        model_sha256=spec.sha256,
+    )
     if cache_pin is not None:
         # The cache's content hash is part of the key: a changed cache is a new artefact.
         key_only["tuning_cache_sha256"] = cache_pin["sha256"]
@@ -285,41 +298,66 @@ def build_artefact(backend: Backend, entry: ModelEntry, spec: ModelSpec, backend
         clean_stale(final.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", dir=final.parent))
     except OSError as exc:
-        raise UsageError(f"cannot create the artefact directory: {describe_os_error(exc)}",
-                         where=str(final.parent),
-                         hint="Free space or permissions there (or run guard in another "
-                              "directory).") from None
+        raise UsageError(
+            f"cannot create the artefact directory: {describe_os_error(exc)}",
+            where=str(final.parent),
+            hint="Free space or permissions there (or run guard in another directory).",
+        ) from None
     try:
-        req = BuildRequest(model_path=spec.path, input_shapes=dict(spec.shapes),
-                           target_raw=entry.target,
-                           target_canonical=manifest["target"]["canonical"],
-                           threads=entry.threads, out_dir=tmp,
-                           tuning_cache=Path(cache_pin["path"]) if cache_pin else None,
-                           options=options, inputs=make_inputs(spec, dict(entry.inputs)))
+        req = BuildRequest(
+            model_path=spec.path,
+            input_shapes=dict(spec.shapes),
+            target_raw=entry.target,
+            target_canonical=manifest["target"]["canonical"],
+            threads=entry.threads,
+            out_dir=tmp,
+            tuning_cache=Path(cache_pin["path"]) if cache_pin else None,
+            options=options,
+            inputs=make_inputs(spec, dict(entry.inputs)),
+        )
         try:
-            info = run_isolated(_build_in_child, backend, req,
-                                what=f"the {backend_name} build of {entry.name}",
-                                where=entry.where, timeout_s=entry.build_timeout_s)
+            info = run_isolated(
+                _build_in_child,
+                backend,
+                req,
+                what=f"the {backend_name} build of {entry.name}",
+                where=entry.where,
+                timeout_s=entry.build_timeout_s,
+            )
         except Exception as exc:
             # A full disk surfaces as whatever the backend makes of a short write (onnxruntime
             # says INVALID_PROTOBUF about the user's model): say what it is.
-            disk = None if is_isolated_failure(exc) else _disk_problem(exc, final.parent,
-                                                                           spec.path)
+            disk = None if is_isolated_failure(exc) else _disk_problem(exc, final.parent, spec.path)
             if disk is not None:
                 raise disk from None
             raise
         # The backend may pin more than its versions (pipeline name, optimisation level).
         manifest = mf.build_manifest(
-            compiler=info.compiler, runtime=info.runtime, target_raw=entry.target,
-            threads=entry.threads, model_path=spec.path, model_opset=spec.opset,
-            model_inputs=spec.inputs_manifest(), model_sha256=spec.sha256,
-            tuning_cache={**(cache_pin or {}), **info.tuning} if (info.tuning or cache_pin)
-            else None)
+            compiler=info.compiler,
+            runtime=info.runtime,
+            target_raw=entry.target,
+            threads=entry.threads,
+            model_path=spec.path,
+            model_opset=spec.opset,
+            model_inputs=spec.inputs_manifest(),
+            model_sha256=spec.sha256,
+            tuning_cache={**(cache_pin or {}), **info.tuning}
+            if (info.tuning or cache_pin)
+            else None,
+        )
         mf.write_manifest(tmp / "manifest.json", manifest)
-        _atomic_json(tmp / "build.json",
-                     {"payload": info.payload, "compiler": info.compiler,
-                      "runtime": info.runtime, "session_options": info.session_options,
-                      "tuning": info.tuning, "graph": info.graph, "warnings": info.warnings})
+        _atomic_json(
+            tmp / "build.json",
+            {
+                "payload": info.payload,
+                "compiler": info.compiler,
+                "runtime": info.runtime,
+                "session_options": info.session_options,
+                "tuning": info.tuning,
+                "graph": info.graph,
+                "warnings": info.warnings,
+            },
+        )
         _write_hashes(tmp)
         theirs = _install(tmp, final)
     except OSError as exc:

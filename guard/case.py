@@ -79,12 +79,14 @@ class Case:
         """A fresh session of the same artefact (a new round of measurement)."""
         from guard.emulate.load import load_session
 
-        return load_session(get_backend(self.backend), self.artefact, self.entry.threads,
-                            self.manifest)
+        return load_session(
+            get_backend(self.backend), self.artefact, self.entry.threads, self.manifest
+        )
 
 
-def load_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, backend_name: str,
-              workdir: Path) -> Case:
+def load_case(
+    entry: ModelEntry, spec: ModelSpec, golden: Golden, backend_name: str, workdir: Path
+) -> Case:
     """Build (or reuse) the artefact and load it, fed with the golden's inputs.
 
     An artefact for an architecture this host cannot run is loaded under emulation
@@ -94,9 +96,19 @@ def load_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, backend_name: 
 
     backend = get_backend(backend_name)
     art, manifest, info, reused = build_artefact(backend, entry, spec, backend_name, workdir)
-    return Case(entry.name, backend_name, entry.target, entry, spec, art, manifest, info,
-                reused, load_session(backend, art, entry.threads, manifest),
-                dict(golden.inputs))
+    return Case(
+        entry.name,
+        backend_name,
+        entry.target,
+        entry,
+        spec,
+        art,
+        manifest,
+        info,
+        reused,
+        load_session(backend, art, entry.threads, manifest),
+        dict(golden.inputs),
+    )
 
 
 def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
@@ -117,8 +129,11 @@ def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
         for b in entry.backends:
             case = load_case(entry, spec, golden, b, workdir)
             if getattr(case.session, "latency_status", None) == "emulated":
-                print(f"guard: {entry.name} [{b}] on {entry.target}: runs only under emulation "
-                      "here, so it is not timed; left out", file=sys.stderr)
+                print(
+                    f"guard: {entry.name} [{b}] on {entry.target}: runs only under emulation "
+                    "here, so it is not timed; left out",
+                    file=sys.stderr,
+                )
                 continue
             out.append(case)
     return out
@@ -153,10 +168,13 @@ def result_dict(
 ) -> dict[str, Any]:
     """One result of the results contract; every result, errors included, has these keys."""
     return {
-        "model": entry.name, "backend": backend, "target": entry.target,
+        "model": entry.name,
+        "backend": backend,
+        "target": entry.target,
         "verdict": ck.verdict(checks, error),
         "checks": [c.to_dict() for c in checks],
-        "error": error, "error_kind": error_kind,
+        "error": error,
+        "error_kind": error_kind,
         "manifest": manifest,
         "latency_ms": latency_ms,
         # "measured", or "emulated" (foreign-arch code run under qemu: latency_ms is null)
@@ -181,8 +199,12 @@ def error_result(entry: ModelEntry, backend: str, exc: BaseException) -> dict[st
     """The result of a (model, backend) guard could not run: the error as a ``run`` check."""
     msg = str(exc) if isinstance(exc, GuardError) else f"internal error: {exc!r}"
     return result_dict(
-        entry, backend, checks=[ck.Check("run", "error", None, None, msg)], error=msg,
-        error_kind="usage" if isinstance(exc, UsageError) else "internal")
+        entry,
+        backend,
+        checks=[ck.Check("run", "error", None, None, msg)],
+        error=msg,
+        error_kind="usage" if isinstance(exc, UsageError) else "internal",
+    )
 
 
 def _accuracy(entry: ModelEntry, session: Session, spec: ModelSpec) -> tuple[float, int]:
@@ -199,13 +221,17 @@ def _accuracy(entry: ModelEntry, session: Session, spec: ModelSpec) -> tuple[flo
     name = spec.inputs[0].name
     batch = spec.shapes[name][0] if spec.shapes[name] else 1
     if tuple(x.shape[1:]) != tuple(spec.shapes[name][1:]):
-        raise ModelError(f"dataset {cfg['dataset']} samples have shape {list(x.shape[1:])}, "
-                         f"input {name!r} wants {list(spec.shapes[name][1:])}",
-                         where=f"{entry.where}.checks.accuracy")
+        raise ModelError(
+            f"dataset {cfg['dataset']} samples have shape {list(x.shape[1:])}, "
+            f"input {name!r} wants {list(spec.shapes[name][1:])}",
+            where=f"{entry.where}.checks.accuracy",
+        )
     dtype = spec.inputs[0].dtype
     preds = []
     n = len(x) - len(x) % batch  # whole batches only: the artefact's shapes are static
-    feeds = [{name: np.ascontiguousarray(x[i:i + batch], dtype=dtype)} for i in range(0, n, batch)]
+    feeds = [
+        {name: np.ascontiguousarray(x[i : i + batch], dtype=dtype)} for i in range(0, n, batch)
+    ]
     run_many = getattr(session, "run_many", None)  # emulated: one emulator start, not n
     outs = run_many(feeds) if run_many is not None else [session.run(f) for f in feeds]
     for out in outs:
@@ -221,10 +247,13 @@ def _host_arch(manifest: dict[str, Any]) -> str:
         return os.uname().machine
 
 
-def _against_baseline(entry: ModelEntry, backend: str, head: dict[str, Any],
-                      bound: float | None,
-                      baseline: dict[str, Any] | None) -> tuple[dict[str, Any] | None,
-                                                                 str | None]:
+def _against_baseline(
+    entry: ModelEntry,
+    backend: str,
+    head: dict[str, Any],
+    bound: float | None,
+    baseline: dict[str, Any] | None,
+) -> tuple[dict[str, Any] | None, str | None]:
     """(comparison, None) against the --baseline results file, or (None, why not).
 
     ``head`` is this result's measurement as the results file will hold it (manifest,
@@ -237,9 +266,14 @@ def _against_baseline(entry: ModelEntry, backend: str, head: dict[str, Any],
         return None, None
     manifest = head["manifest"]
     key = (entry.name, backend, manifest["target"]["canonical"])
-    base = next((r for r in baseline.get("results", [])
-                 if r.get("verdict") != "error" and r.get("manifest")
-                 and row_key(r) == key), None)
+    base = next(
+        (
+            r
+            for r in baseline.get("results", [])
+            if r.get("verdict") != "error" and r.get("manifest") and row_key(r) == key
+        ),
+        None,
+    )
     if base is None:
         return None, f"the baseline has no result for {key[0]} [{key[1]}] on this target"
     why = host_incompatibility(base["manifest"], manifest)
@@ -249,10 +283,17 @@ def _against_baseline(entry: ModelEntry, backend: str, head: dict[str, Any],
     return (comp.to_dict(), None) if comp is not None else (None, reason)
 
 
-def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: str,
-             backend_name: str, *, workdir: Path,
-             clock: Callable[[], float] = time.perf_counter,
-             baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_case(
+    entry: ModelEntry,
+    spec: ModelSpec,
+    golden: Golden,
+    golden_status: str,
+    backend_name: str,
+    *,
+    workdir: Path,
+    clock: Callable[[], float] = time.perf_counter,
+    baseline: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Build, load, check numerics, measure and judge one (model, backend): one result."""
     case = load_case(entry, spec, golden, backend_name, workdir)
     manifest, info, session, feeds = case.manifest, case.build, case.session, case.feeds
@@ -264,9 +305,13 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
         numerics["golden_model_changed"] = True
     # The outputs themselves (compact), so guard compare can tell two architectures' drift.
     numerics["outputs"] = encode_outputs([np.asarray(g) for g in got], session.output_names)
-    facts = ck.Facts(backend=backend_name, arch=_host_arch(manifest), numerics=numerics,
-                     baseline_given=baseline is not None,
-                     tuning=manifest.get("tuning_cache") or {})
+    facts = ck.Facts(
+        backend=backend_name,
+        arch=_host_arch(manifest),
+        numerics=numerics,
+        baseline_given=baseline is not None,
+        tuning=manifest.get("tuning_cache") or {},
+    )
     if "accuracy" in entry.checks:
         try:
             facts.accuracy, facts.accuracy_n = _accuracy(entry, session, spec)
@@ -300,22 +345,32 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
         "manifest": manifest,
         "rounds": timings.rounds_dict(),
         "noise_pct": timings.noise_pct(),
-        "measurement": {"warmup_iters": timings.warmup_iters, "truncated": timings.truncated,
-                        "stopped_by": timings.stopped_by, "contention": timings.contention,
-                        "cpu_share": timings.cpu_share,
-                        "preempted_fraction": timings.preempted_fraction, "rounds": cfg.rounds,
-                        "config": dict(entry.measure)},
+        "measurement": {
+            "warmup_iters": timings.warmup_iters,
+            "truncated": timings.truncated,
+            "stopped_by": timings.stopped_by,
+            "contention": timings.contention,
+            "cpu_share": timings.cpu_share,
+            "preempted_fraction": timings.preempted_fraction,
+            "rounds": cfg.rounds,
+            "config": dict(entry.measure),
+        },
     }
     bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
     facts.regress, facts.regress_reason = _against_baseline(
-        entry, backend_name, measured, bound, baseline)
+        entry, backend_name, measured, bound, baseline
+    )
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
-    post["warnings"] = list(dict.fromkeys([*post.get("warnings", []), *timings.warnings,
-                                           *(f"build: {w}" for w in info.warnings)]))
+    post["warnings"] = list(
+        dict.fromkeys(
+            [*post.get("warnings", []), *timings.warnings, *(f"build: {w}" for w in info.warnings)]
+        )
+    )
     post["before"] = {k: pre.get(k) for k in ("loadavg", "warnings")}
     result = result_dict(
-        entry, backend_name,
+        entry,
+        backend_name,
         checks=ck.evaluate(entry.checks, facts),
         manifest=manifest,
         latency_ms=stats,
@@ -340,8 +395,9 @@ def run_case(entry: ModelEntry, spec: ModelSpec, golden: Golden, golden_status: 
     return result
 
 
-def _emulated_result(entry: ModelEntry, backend_name: str, case: Case, facts: ck.Facts,
-                     numerics: dict[str, Any]) -> dict[str, Any]:
+def _emulated_result(
+    entry: ModelEntry, backend_name: str, case: Case, facts: ck.Facts, numerics: dict[str, Any]
+) -> dict[str, Any]:
     """The result of an artefact run under emulation: everything but latency is checked."""
     session: Any = case.session
     reason = str(session.latency_reason)
@@ -351,13 +407,17 @@ def _emulated_result(entry: ModelEntry, backend_name: str, case: Case, facts: ck
     facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
     facts.latency_skipped = facts.regress_reason = reason
     return result_dict(
-        entry, backend_name,
+        entry,
+        backend_name,
         checks=ck.evaluate(entry.checks, facts),
         manifest=case.manifest,
         latency_ms=None,
         latency_status="emulated",
-        measurement={"emulated": True, "emulator": getattr(session, "emulator", None),
-                     "reason": reason},
+        measurement={
+            "emulated": True,
+            "emulator": getattr(session, "emulator", None),
+            "reason": reason,
+        },
         partitions=partitions,
         arena_bytes=memory.arena_bytes,
         arena_lower_bound_bytes=memory.lower_bound_bytes,

@@ -39,8 +39,9 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
-def latency_checks(cfg: dict[str, Any], stats: dict[str, float], arch: str,
-                   truncated: bool) -> list[Check]:
+def latency_checks(
+    cfg: dict[str, Any], stats: dict[str, float], arch: str, truncated: bool
+) -> list[Check]:
     out = []
     for key in ("p50_ms", "p90_ms", "p99_ms"):
         if key not in cfg:
@@ -48,14 +49,17 @@ def latency_checks(cfg: dict[str, Any], stats: dict[str, float], arch: str,
         bound = latency_bound(cfg[key], arch)
         name = f"latency.{key[:-3]}"
         if bound is None:
-            out.append(Check(name, "skip", stats.get(key[:-3]), None,
-                             f"no {key} bound for arch {arch}"))
+            out.append(
+                Check(name, "skip", stats.get(key[:-3]), None, f"no {key} bound for arch {arch}")
+            )
             continue
         value = stats[key[:-3]]
         ok = value <= bound
         status = "pass" if ok else "fail"
-        msg = (f"{key[:-3]} {_fmt(value)} ms {'<=' if ok else '>'} bound {_fmt(bound)} ms "
-               f"({arch}, n={stats['n']})")
+        msg = (
+            f"{key[:-3]} {_fmt(value)} ms {'<=' if ok else '>'} bound {_fmt(bound)} ms "
+            f"({arch}, n={stats['n']})"
+        )
         if truncated:
             status = "inconclusive"
             msg += "; measurement hit max_time_s before min_iters, so the verdict is inconclusive"
@@ -65,26 +69,40 @@ def latency_checks(cfg: dict[str, Any], stats: dict[str, float], arch: str,
 
 def skipped_latency_checks(cfg: dict[str, Any], arch: str, reason: str) -> list[Check]:
     """The latency bounds of a result whose latency was not measured: skipped, never passed."""
-    return [Check(f"latency.{key[:-3]}", "skip", None, latency_bound(cfg[key], arch), reason)
-            for key in ("p50_ms", "p90_ms", "p99_ms") if key in cfg]
+    return [
+        Check(f"latency.{key[:-3]}", "skip", None, latency_bound(cfg[key], arch), reason)
+        for key in ("p50_ms", "p90_ms", "p99_ms")
+        if key in cfg
+    ]
 
 
-def regress_check(bound_pct: float, comparison: dict[str, Any] | None,
-                  reason: str | None = None) -> Check:
+def regress_check(
+    bound_pct: float, comparison: dict[str, Any] | None, reason: str | None = None
+) -> Check:
     """Head vs baseline: a regression must be significant *and* larger than the bound."""
     if comparison is None:
-        return Check("latency.regress", "skip", None, bound_pct,
-                     reason or "no baseline given (guard run --baseline r.json, or guard "
-                               "compare)")
+        return Check(
+            "latency.regress",
+            "skip",
+            None,
+            bound_pct,
+            reason or "no baseline given (guard run --baseline r.json, or guard compare)",
+        )
     v = comparison["verdict"]
-    status = {"regressed": "fail", "pass": "pass", "improved": "pass",
-              "inconclusive": "inconclusive"}[v]
+    status = {
+        "regressed": "fail",
+        "pass": "pass",
+        "improved": "pass",
+        "inconclusive": "inconclusive",
+    }[v]
     lo, hi = comparison["ci"]
     units = "rounds" if comparison.get("method") == "welch-rounds" else "n"
-    msg = (f"latency ratio head/base {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}, "
-           f"{units}={comparison['n_base']}/{comparison['n_head']}): {v} against a "
-           f"{comparison['threshold_pct']:.3g}% bound; detectable effect "
-           f"{comparison['mde_pct']:.3g}%; {comparison['reason']}")
+    msg = (
+        f"latency ratio head/base {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}, "
+        f"{units}={comparison['n_base']}/{comparison['n_head']}): {v} against a "
+        f"{comparison['threshold_pct']:.3g}% bound; detectable effect "
+        f"{comparison['mde_pct']:.3g}%; {comparison['reason']}"
+    )
     return Check("latency.regress", status, comparison["ratio"], bound_pct, msg)
 
 
@@ -96,31 +114,48 @@ def tolerance_bounds(cfg: dict[str, Any]) -> dict[str, float]:
 def tolerance_check(cfg: dict[str, Any], numerics: dict[str, Any]) -> Check:
     bound = tolerance_bounds(cfg)
     if numerics.get("golden_status") == "created":
-        return Check("tolerance", "created", numerics.get("max_abs_err"), bound,
-                     "golden created on this run by the reference; nothing to compare yet")
+        return Check(
+            "tolerance",
+            "created",
+            numerics.get("max_abs_err"),
+            bound,
+            "golden created on this run by the reference; nothing to compare yet",
+        )
     if "error" in numerics:
         return Check("tolerance", "fail", None, bound, numerics["error"])
     ok = bool(numerics["allclose"])
-    msg = (f"max abs err {numerics['max_abs_err']:.3g}, max rel err "
-           f"{numerics['max_rel_err']:.3g} {'within' if ok else 'outside'} "
-           f"rtol={bound['rtol']:g} atol={bound['atol']:g}")
+    msg = (
+        f"max abs err {numerics['max_abs_err']:.3g}, max rel err "
+        f"{numerics['max_rel_err']:.3g} {'within' if ok else 'outside'} "
+        f"rtol={bound['rtol']:g} atol={bound['atol']:g}"
+    )
     if not numerics.get("bit_exact"):
         msg += "; output hash differs from the golden's"
     return Check("tolerance", "pass" if ok else "fail", numerics["max_abs_err"], bound, msg)
 
 
-def accuracy_check(cfg: dict[str, Any], accuracy: float | None, n: int | None,
-                   reason: str | None = None) -> Check:
+def accuracy_check(
+    cfg: dict[str, Any], accuracy: float | None, n: int | None, reason: str | None = None
+) -> Check:
     bound = cfg.get("min_top1")
     if accuracy is None:
         return Check("accuracy", "error", None, bound, reason or "accuracy was not measured")
     if bound is None:
-        return Check("accuracy", "pass", accuracy, None,
-                     f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}); no min_top1 bound")
+        return Check(
+            "accuracy",
+            "pass",
+            accuracy,
+            None,
+            f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}); no min_top1 bound",
+        )
     ok = accuracy >= bound
-    return Check("accuracy", "pass" if ok else "fail", accuracy, bound,
-                 f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}) "
-                 f"{'>=' if ok else '<'} {bound:.4f}")
+    return Check(
+        "accuracy",
+        "pass" if ok else "fail",
+        accuracy,
+        bound,
+        f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}) {'>=' if ok else '<'} {bound:.4f}",
+    )
 
 
 def partitions_check(cfg: dict[str, Any], partitions: dict[str, Any]) -> Check:
@@ -129,8 +164,10 @@ def partitions_check(cfg: dict[str, Any], partitions: dict[str, Any]) -> Check:
     if count is None:
         return Check("partitions", "skip", None, bound, "backend does not report partitions")
     ok = count <= bound
-    msg = (f"{count} partition(s) {'<=' if ok else '>'} max {bound}; "
-           f"{partitions.get('fallback_nodes', 0)} node(s) on the fallback")
+    msg = (
+        f"{count} partition(s) {'<=' if ok else '>'} max {bound}; "
+        f"{partitions.get('fallback_nodes', 0)} node(s) on the fallback"
+    )
     return Check("partitions", "pass" if ok else "fail", count, bound, msg)
 
 
@@ -140,8 +177,13 @@ def arena_check(cfg: dict[str, Any], arena: int | None, lower: int | None) -> Ch
         return Check("arena", "skip", None, bound, "backend does not report an arena size")
     ok = arena <= bound
     lb = f" (liveness lower bound {lower:,} B)" if lower else ""
-    return Check("arena", "pass" if ok else "fail", arena, bound,
-                 f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}")
+    return Check(
+        "arena",
+        "pass" if ok else "fail",
+        arena,
+        bound,
+        f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}",
+    )
 
 
 def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> Check:
@@ -151,21 +193,38 @@ def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> C
         if backend in TUNED_BACKENDS:
             # A backend that needs tuning, built without a cache, runs every op on the
             # untuned fallback schedule: that is a 0% hit rate, and it must be loud.
-            return Check("tuning", "fail", 0.0, bound,
-                         f"backend {backend} was built without a tuning cache: every op runs "
-                         f"an untuned schedule; set options.{backend}.tuning_cache")
-        return Check("tuning", "skip", None, bound,
-                     f"backend {backend} uses no tuning cache here")
+            return Check(
+                "tuning",
+                "fail",
+                0.0,
+                bound,
+                f"backend {backend} was built without a tuning cache: every op runs "
+                f"an untuned schedule; set options.{backend}.tuning_cache",
+            )
+        return Check("tuning", "skip", None, bound, f"backend {backend} uses no tuning cache here")
     total = hits + misses
     rate = hits / total if total else 1.0
     ok = rate >= bound
-    return Check("tuning", "pass" if ok else "fail", rate, bound,
-                 f"tuning-cache hit rate {rate:.3f} ({hits}/{total}) "
-                 f"{'>=' if ok else '<'} {bound:.3f}"
-                 + (f"; hit kernels measured {tuning['kernel_speedup']:.2f}x faster than "
-                    "their default schedules" if tuning.get("kernel_speedup") else "")
-                 + ("" if ok else f"; {misses} op(s) fell back to untuned schedules"
-                    + _missed_text(tuning.get("missed"))))
+    return Check(
+        "tuning",
+        "pass" if ok else "fail",
+        rate,
+        bound,
+        f"tuning-cache hit rate {rate:.3f} ({hits}/{total}) "
+        f"{'>=' if ok else '<'} {bound:.3f}"
+        + (
+            f"; hit kernels measured {tuning['kernel_speedup']:.2f}x faster than "
+            "their default schedules"
+            if tuning.get("kernel_speedup")
+            else ""
+        )
+        + (
+            ""
+            if ok
+            else f"; {misses} op(s) fell back to untuned schedules"
+            + _missed_text(tuning.get("missed"))
+        ),
+    )
 
 
 def _missed_text(missed: Any, listed: int = 3) -> str:
@@ -236,8 +295,9 @@ def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
     tol = tolerance_bounds(cfg.get("tolerance", {}))
     out = [tolerance_check(tol, facts.numerics)]
     if "accuracy" in cfg:
-        out.append(accuracy_check(cfg["accuracy"], facts.accuracy, facts.accuracy_n,
-                                  facts.accuracy_error))
+        out.append(
+            accuracy_check(cfg["accuracy"], facts.accuracy, facts.accuracy_n, facts.accuracy_error)
+        )
     latency = cfg.get("latency", {})
     if "latency" in cfg and facts.latency_ms is not None:
         out += latency_checks(latency, facts.latency_ms, facts.arch, facts.truncated)

@@ -105,8 +105,7 @@ def register(subparsers: Any) -> None:
     a.add_argument(
         "--env-cache",
         type=Path,
-        help="where ref checkouts and venvs live (default ~/.cache/guard/envs, or "
-        "GUARD_ENV_CACHE)",
+        help="where ref checkouts and venvs live (default ~/.cache/guard/envs, or GUARD_ENV_CACHE)",
     )
     a.add_argument(
         "--budget-s",

@@ -19,30 +19,38 @@ DOCS: dict[str, tuple[str, list[str]]] = {
         "passed, 1 a check failed, 2 the suite, a model or a path could not be used, "
         "3 guard failed. Tracking that fails is a warning (results kept for `guard track "
         "push`) unless --require-tracking.",
-        ["guard run suites/smoke.yaml --json r.json --junit junit.xml",
-         "guard run suites/smoke.yaml --baseline main.json --markdown summary.md",
-         "guard run --tracking-uri http://127.0.0.1:5000 --require-tracking"],
+        [
+            "guard run suites/smoke.yaml --json r.json --junit junit.xml",
+            "guard run suites/smoke.yaml --baseline main.json --markdown summary.md",
+            "guard run --tracking-uri http://127.0.0.1:5000 --require-tracking",
+        ],
     ),
     "golden update": (
         "Re-create the goldens of a suite's models with the reference (onnxruntime, every "
         "graph optimisation off), recording who, when, why and the old and new hashes. A "
         "golden whose model, inputs and outputs are unchanged is left as it is.",
-        ["guard golden update suites/smoke.yaml --reason 'onnxruntime 1.32 changed GELU fusion'",
-         "guard golden update suites/smoke.yaml --model mlp --reason 'new seed'"],
+        [
+            "guard golden update suites/smoke.yaml --reason 'onnxruntime 1.32 changed GELU fusion'",
+            "guard golden update suites/smoke.yaml --model mlp --reason 'new seed'",
+        ],
     ),
     "manifest diff": (
         "What differs between two manifests, pinned fields first. Exit 1 when a pinned "
         "field differs (the artefacts are not comparable), 0 otherwise, 2 when a manifest "
         "cannot be read.",
-        ["guard manifest diff .guard/artefacts/mlp/onnxruntime/KEY_A/manifest.json "
-         ".guard/artefacts/mlp/onnxruntime/KEY_B/manifest.json",
-         "guard manifest diff a/manifest.json b/manifest.json --json"],
+        [
+            "guard manifest diff .guard/artefacts/mlp/onnxruntime/KEY_A/manifest.json "
+            ".guard/artefacts/mlp/onnxruntime/KEY_B/manifest.json",
+            "guard manifest diff a/manifest.json b/manifest.json --json",
+        ],
     ),
     "track push": (
         "Send a results file kept locally (when a tracking server was unreachable) to a "
         "tracking store; a file already logged there is not logged twice.",
-        ["guard track push .guard/pending/smoke-20261201T084100Z.json "
-         "--tracking-uri http://127.0.0.1:5000"],
+        [
+            "guard track push .guard/pending/smoke-20261201T084100Z.json "
+            "--tracking-uri http://127.0.0.1:5000"
+        ],
     ),
     "tune": (
         "Tune the bundled compiler's GEMM and convolution schedules of a suite's bundled "
@@ -50,13 +58,17 @@ DOCS: dict[str, tuple[str, list[str]]] = {
         "spent by each task's share of the FLOPs, candidates ranked by a cost model, "
         "survivors measured on one thread); or, with --db, MetaSchedule-tune its tvm "
         "models into a JSON database for options.tvm.tuning_cache (the nightly job).",
-        ["guard tune suites/tuned.yaml --budget-s 60",
-         "guard tune suites/tvm.yaml --db .guard/tuning --trials 64"],
+        [
+            "guard tune suites/tuned.yaml --budget-s 60",
+            "guard tune suites/tvm.yaml --db .guard/tuning --trials 64",
+        ],
     ),
     "dashboard": (
         "",
-        ["guard dashboard smoke --out dashboards/smoke.html",
-         "guard dashboard suites/smoke.yaml --tracking-uri http://127.0.0.1:5000"],
+        [
+            "guard dashboard smoke --out dashboards/smoke.html",
+            "guard dashboard suites/smoke.yaml --tracking-uri http://127.0.0.1:5000",
+        ],
     ),
     "zoo list": (
         "List the built-in models (zoo:<name> in a suite's source).",
@@ -65,14 +77,18 @@ DOCS: dict[str, tuple[str, list[str]]] = {
     "partition": (
         "How a model partitions on the bundled compiler's backends or a delegate profile: "
         "the partitions, the nodes that fall back and why.",
-        ["guard partition zoo:resnet50 --profile npu-int8",
-         "guard partition model.onnx --input x=1,3,224,224 --json"],
+        [
+            "guard partition zoo:resnet50 --profile npu-int8",
+            "guard partition model.onnx --input x=1,3,224,224 --json",
+        ],
     ),
     "compare": (
         "",
-        ["guard compare base.json head.json --markdown compare.md",
-         "guard compare head.json --baseline-branch main",
-         "guard compare run:0123abcd head.json --strict"],
+        [
+            "guard compare base.json head.json --markdown compare.md",
+            "guard compare head.json --baseline-branch main",
+            "guard compare run:0123abcd head.json --strict",
+        ],
     ),
     "ab": (
         "",
@@ -80,8 +96,10 @@ DOCS: dict[str, tuple[str, list[str]]] = {
     ),
     "bump": (
         "",
-        ["guard bump onnxruntime==1.31.1 onnxruntime==1.32.0 suites/smoke.yaml",
-         "guard bump --base-pyproject main-pyproject.toml suites/smoke.yaml"],
+        [
+            "guard bump onnxruntime==1.31.1 onnxruntime==1.32.0 suites/smoke.yaml",
+            "guard bump --base-pyproject main-pyproject.toml suites/smoke.yaml",
+        ],
     ),
     "calibrate": (
         "",
@@ -90,8 +108,10 @@ DOCS: dict[str, tuple[str, list[str]]] = {
     "history": (
         "Change points (PELT on log values, as the dashboard draws them) and creep toward "
         "the bound in a model's MLflow history, one series per backend, target and arch.",
-        ["guard history smoke --model mlp",
-         "guard history suites/smoke.yaml --model mlp --backend onnxruntime --json h.json"],
+        [
+            "guard history smoke --model mlp",
+            "guard history suites/smoke.yaml --model mlp --backend onnxruntime --json h.json",
+        ],
     ),
     "merge": (
         "",
@@ -99,13 +119,17 @@ DOCS: dict[str, tuple[str, list[str]]] = {
     ),
     "doctor": (
         "",
-        ["guard doctor base.json head.json --markdown doctor.md",
-         "guard doctor branch:main head.json --model mlp --json why.json"],
+        [
+            "guard doctor base.json head.json --markdown doctor.md",
+            "guard doctor branch:main head.json --model mlp --json why.json",
+        ],
     ),
     "reduce": (
         "",
-        ["guard reduce --suite suites/smoke.yaml --model mlp --backend bundled --accuracy "
-         "--out repro/"],
+        [
+            "guard reduce --suite suites/smoke.yaml --model mlp --backend bundled --accuracy "
+            "--out repro/"
+        ],
     ),
 }
 
@@ -117,12 +141,21 @@ class HelpFormatter(argparse.HelpFormatter):
         out: list[str] = []
         for block in text.split("\n\n"):
             lines = block.splitlines()
-            if lines and all(line.startswith("  ") or not line.strip() for line in lines[1:]) \
-                    and any(line.startswith("  ") for line in lines):
+            if (
+                lines
+                and all(line.startswith("  ") or not line.strip() for line in lines[1:])
+                and any(line.startswith("  ") for line in lines)
+            ):
                 out.append("\n".join(indent + line for line in lines))
             else:
-                out.append(textwrap.fill(" ".join(block.split()), width,
-                                         initial_indent=indent, subsequent_indent=indent))
+                out.append(
+                    textwrap.fill(
+                        " ".join(block.split()),
+                        width,
+                        initial_indent=indent,
+                        subsequent_indent=indent,
+                    )
+                )
         return "\n\n".join(out)
 
 
@@ -151,5 +184,8 @@ def document(parser: argparse.ArgumentParser) -> None:
 
 def undocumented(parser: argparse.ArgumentParser) -> list[str]:
     """Leaf subcommands still lacking a description or an example (the help test's list)."""
-    return [path for path, sub in _subcommands(parser)
-            if not sub.description or "examples:" not in (sub.epilog or "")]
+    return [
+        path
+        for path, sub in _subcommands(parser)
+        if not sub.description or "examples:" not in (sub.epilog or "")
+    ]

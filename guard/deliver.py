@@ -27,8 +27,12 @@ from typing import Any
 from guard.errors import EXIT_BAD_INPUT, GuardError, UsageError
 from guard.fsutil import describe_os_error
 
-_FLAGS = (("json_path", "--json"), ("junit_path", "--junit"), ("markdown_path", "--markdown"),
-          ("html_path", "--html"))
+_FLAGS = (
+    ("json_path", "--json"),
+    ("junit_path", "--junit"),
+    ("markdown_path", "--markdown"),
+    ("html_path", "--html"),
+)
 
 
 def check_outputs(opts: Any) -> None:
@@ -46,19 +50,31 @@ def check_outputs(opts: Any) -> None:
             raise UsageError("the path is a symlink loop", where=where) from None
         parent = resolved.parent
         if not parent.is_dir():
-            raise UsageError(f"output directory {parent} does not exist", where=where,
-                             hint="Create it or choose another path.")
+            raise UsageError(
+                f"output directory {parent} does not exist",
+                where=where,
+                hint="Create it or choose another path.",
+            )
         if resolved.is_dir():
-            raise UsageError("is a directory, not a file", where=where,
-                             hint="Give a file name, e.g. results.json.")
+            raise UsageError(
+                "is a directory, not a file",
+                where=where,
+                hint="Give a file name, e.g. results.json.",
+            )
         if resolved.exists() and not resolved.is_file():
             raise UsageError("exists and is not a regular file", where=where)
         if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"directory {parent} is not writable", where=where,
-                             hint="Choose a writable directory.")
+            raise UsageError(
+                f"directory {parent} is not writable",
+                where=where,
+                hint="Choose a writable directory.",
+            )
         if resolved in seen:
-            raise UsageError(f"the same file as {seen[resolved]}", where=where,
-                             hint="Give each report its own path.")
+            raise UsageError(
+                f"the same file as {seen[resolved]}",
+                where=where,
+                hint="Give each report its own path.",
+            )
         seen[resolved] = flag
 
 
@@ -124,8 +140,12 @@ def write_reports(doc: dict[str, Any], opts: Any) -> list[str]:
     """Write every requested report; return one line per report that could not be written."""
     from guard import report
 
-    writers = {"json_path": report.write_json, "junit_path": report.write_junit,
-               "markdown_path": report.write_markdown, "html_path": report.write_html}
+    writers = {
+        "json_path": report.write_json,
+        "junit_path": report.write_junit,
+        "markdown_path": report.write_markdown,
+        "html_path": report.write_html,
+    }
     problems = []
     for attr, flag in _FLAGS:
         p = getattr(opts, attr, None)
@@ -140,17 +160,27 @@ def write_reports(doc: dict[str, Any], opts: Any) -> list[str]:
     return problems
 
 
-def finish(doc: dict[str, Any], code: int, *, uri: str | None, tracking_problem: str | None,
-           opts: Any, stop: Interruption,
-           after_log: Callable[[dict[str, Any]], None] | None = None) -> int:
+def finish(
+    doc: dict[str, Any],
+    code: int,
+    *,
+    uri: str | None,
+    tracking_problem: str | None,
+    opts: Any,
+    stop: Interruption,
+    after_log: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
     """Reports first, then tracking (or keeping the results for later), then the console."""
     from guard import report, track
 
     try:
         if stop.signal is not None:
             doc["interrupted"] = stop.signal
-            _say(f"guard: interrupted by {stop.signal}: reporting the "
-                 f"{len(doc.get('results') or [])} result(s) measured so far", opts.console)
+            _say(
+                f"guard: interrupted by {stop.signal}: reporting the "
+                f"{len(doc.get('results') or [])} result(s) measured so far",
+                opts.console,
+            )
         doc["exit_code"] = stop.exit_code or code
         problems = write_reports(doc, opts)
         if uri is not None:
@@ -158,8 +188,10 @@ def finish(doc: dict[str, Any], code: int, *, uri: str | None, tracking_problem:
                 with stop:  # a signal while logging: track marks the runs KILLED
                     try:
                         receipt = track.log_results(doc, uri)
-                        doc["tracking"] = {"uri": uri, **{k: v for k, v in receipt.items()
-                                                          if k != "uri"}}
+                        doc["tracking"] = {
+                            "uri": uri,
+                            **{k: v for k, v in receipt.items() if k != "uri"},
+                        }
                         if after_log is not None:
                             after_log(receipt)
                     except Exception as exc:  # noqa: BLE001 - never lose results to tracking
@@ -167,25 +199,34 @@ def finish(doc: dict[str, Any], code: int, *, uri: str | None, tracking_problem:
             if stop.signal is not None and "tracking" not in doc:
                 doc["interrupted"] = stop.signal
                 tracking_problem = tracking_problem or (
-                    f"interrupted by {stop.signal} before the results were logged")
+                    f"interrupted by {stop.signal} before the results were logged"
+                )
             if tracking_problem is not None:
                 doc["tracking"] = {"uri": uri, "error": tracking_problem}
                 try:
                     kept = track.keep_results(doc, opts.workdir)
                 except GuardError as exc:
                     json_ok = getattr(opts, "json_path", None) is not None and not any(
-                        line.startswith("--json ") for line in problems)
-                    where = (f"the results are in {opts.json_path}" if json_ok else
-                             "pass --json PATH to keep the results when tracking fails")
-                    _say(f"guard: error: tracking failed ({tracking_problem}) and {exc}; "
-                         f"{where}", opts.console)
+                        line.startswith("--json ") for line in problems
+                    )
+                    where = (
+                        f"the results are in {opts.json_path}"
+                        if json_ok
+                        else "pass --json PATH to keep the results when tracking fails"
+                    )
+                    _say(
+                        f"guard: error: tracking failed ({tracking_problem}) and {exc}; {where}",
+                        opts.console,
+                    )
                     code = max(code, EXIT_BAD_INPUT)  # nothing kept to push later
                 else:
                     doc["tracking"]["kept"] = str(kept)
                     if stop.signal is not None:
-                        _say(f"guard: {tracking_problem} to {uri}: results kept at {kept}; send "
-                             f"them later with: guard track push {kept} --tracking-uri {uri}",
-                             opts.console)
+                        _say(
+                            f"guard: {tracking_problem} to {uri}: results kept at {kept}; send "
+                            f"them later with: guard track push {kept} --tracking-uri {uri}",
+                            opts.console,
+                        )
                     else:
                         _say(track.unreachable_message(uri, kept), opts.console)
                 # Kept, and the push command printed: the checks decide the exit code,

@@ -54,8 +54,9 @@ def read_bounded(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) 
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise BoundedReadError(p, "is a symlink loop", errno.ELOOP) from None
-        raise BoundedReadError(p, f"cannot be read: {exc.strerror or exc}",
-                               exc.errno or errno.EIO) from None
+        raise BoundedReadError(
+            p, f"cannot be read: {exc.strerror or exc}", exc.errno or errno.EIO
+        ) from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -64,23 +65,27 @@ def read_bounded(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) 
             raise BoundedReadError(p, "is not a regular file (a device, FIFO or socket)")
         if st.st_size > limit:
             raise BoundedReadError(
-                p, f"is {st.st_size} bytes, over guard's limit of {limit} bytes for this file",
-                errno.EFBIG)
+                p,
+                f"is {st.st_size} bytes, over guard's limit of {limit} bytes for this file",
+                errno.EFBIG,
+            )
         chunks: list[bytes] = []
         total = 0
         while True:
             try:
                 chunk = os.read(fd, min(1 << 20, limit + 1 - total))
             except OSError as exc:
-                raise BoundedReadError(p, f"cannot be read: {exc.strerror or exc}",
-                                       exc.errno or errno.EIO) from None
+                raise BoundedReadError(
+                    p, f"cannot be read: {exc.strerror or exc}", exc.errno or errno.EIO
+                ) from None
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
                 raise BoundedReadError(
-                    p, f"is over guard's limit of {limit} bytes for this file", errno.EFBIG)
+                    p, f"is over guard's limit of {limit} bytes for this file", errno.EFBIG
+                )
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -155,14 +160,30 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 def describe_os_error(exc: OSError) -> str:
     """A short reason for an OSError a user can fix (full disk, read-only, permissions)."""
-    names = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system",
-             errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
-             errno.EDQUOT: "disk quota exceeded", errno.ELOOP: "a symlink loop",
-             errno.ENAMETOOLONG: "file name too long"}
+    names = {
+        errno.ENOSPC: "no space left on the device",
+        errno.EROFS: "read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.ELOOP: "a symlink loop",
+        errno.ENAMETOOLONG: "file name too long",
+    }
     return names.get(exc.errno or 0, exc.strerror or str(exc))
 
 
 # OSError numbers that mean the user's environment, not guard, is at fault.
-USER_OS_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM,
-                            errno.EDQUOT, errno.ELOOP, errno.ENAMETOOLONG, errno.EFBIG,
-                            errno.ENOTDIR, errno.EISDIR})
+USER_OS_ERRNOS = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EROFS,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EDQUOT,
+        errno.ELOOP,
+        errno.ENAMETOOLONG,
+        errno.EFBIG,
+        errno.ENOTDIR,
+        errno.EISDIR,
+    }
+)

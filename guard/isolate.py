@@ -67,9 +67,14 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, wfd: int) -> None:
             data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - an unpicklable value or exception
             exc = payload[1] if payload[0] == "err" else None
-            data = pickle.dumps(("text", type(exc).__name__ if exc else "result",
-                                 str(exc) if exc else "the step returned an unpicklable value",
-                                 isinstance(exc, UsageError)))
+            data = pickle.dumps(
+                (
+                    "text",
+                    type(exc).__name__ if exc else "result",
+                    str(exc) if exc else "the step returned an unpicklable value",
+                    isinstance(exc, UsageError),
+                )
+            )
         with os.fdopen(wfd, "wb") as w:
             w.write(data)
     except BaseException:  # noqa: BLE001 - never return into the parent's stack
@@ -92,9 +97,16 @@ def _kill_group(pid: int) -> None:
             continue
 
 
-def run_isolated(fn: Callable[..., T], *args: Any, what: str, timeout_s: float | None = None,
-                 where: str | None = None, hint: str | None = None,
-                 clock: Callable[[], float] = time.monotonic, **kwargs: Any) -> T:
+def run_isolated(
+    fn: Callable[..., T],
+    *args: Any,
+    what: str,
+    timeout_s: float | None = None,
+    where: str | None = None,
+    hint: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    **kwargs: Any,
+) -> T:
     """``fn(*args, **kwargs)`` in a forked child; its value, or its exception re-raised.
 
     ``what`` names the step for messages ("the onnxruntime build of resnet50"); ``where``
@@ -124,8 +136,10 @@ def run_isolated(fn: Callable[..., T], *args: Any, what: str, timeout_s: float |
                 raise StepTimeoutError(
                     f"{what} ran past its time limit of {timeout_s:g} s and was stopped",
                     where=where,
-                    hint=hint or "Raise build_timeout_s in the suite (defaults or the model) if "
-                    "the model is that large, or simplify the model.")
+                    hint=hint
+                    or "Raise build_timeout_s in the suite (defaults or the model) if "
+                    "the model is that large, or simplify the model.",
+                )
             chunk = os.read(rfd, 1 << 20)
             if not chunk:
                 break
@@ -153,17 +167,18 @@ def run_isolated(fn: Callable[..., T], *args: Any, what: str, timeout_s: float |
             "or tvm); the other models are unaffected",
             where=where,
             hint="The model trips a bug in a native library: check it with onnx.checker and "
-            "onnxruntime, re-export it, or report it upstream with the model.")
+            "onnxruntime, re-export it, or report it upstream with the model.",
+        )
     data = b"".join(chunks)
     if not data:
         code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
-        raise InternalError(f"{what} ended without a result (exit status {code})",
-                            where=where)
+        raise InternalError(f"{what} ended without a result (exit status {code})", where=where)
     try:
         payload = pickle.loads(data)  # noqa: S301 - written by our own child, above
     except Exception as exc:  # noqa: BLE001
-        raise InternalError(f"{what}: its result could not be read back ({exc})",
-                            where=where) from None
+        raise InternalError(
+            f"{what}: its result could not be read back ({exc})", where=where
+        ) from None
     if payload[0] == "ok":
         return payload[1]
     if payload[0] == "text":
@@ -182,5 +197,11 @@ def is_isolated_failure(exc: BaseException) -> bool:
     return isinstance(exc, NativeCrashError | StepTimeoutError)
 
 
-__all__ = ["ENV_DISABLE", "GuardError", "NativeCrashError", "StepTimeoutError",
-           "is_isolated_failure", "run_isolated"]
+__all__ = [
+    "ENV_DISABLE",
+    "GuardError",
+    "NativeCrashError",
+    "StepTimeoutError",
+    "is_isolated_failure",
+    "run_isolated",
+]

@@ -27,21 +27,29 @@ def _load(path: Path) -> dict[str, Any]:
     try:
         doc = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise UsageError("results file not found", where=str(path),
-                         hint="Pass the files each shard wrote with --json.") from None
+        raise UsageError(
+            "results file not found",
+            where=str(path),
+            hint="Pass the files each shard wrote with --json.",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read results file: {exc}", where=str(path)) from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
-                         where=str(path)) from None
+        raise UsageError(
+            f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", where=str(path)
+        ) from None
     if not isinstance(doc, dict):
         raise UsageError("a results file must be a JSON object", where=str(path))
     if doc.get("schema_version") != SCHEMA_VERSION:
-        raise UsageError(f"results schema_version is {doc.get('schema_version')!r}, this guard "
-                         f"merges {SCHEMA_VERSION}", where=str(path),
-                         hint="Merge files written by one guard version.")
+        raise UsageError(
+            f"results schema_version is {doc.get('schema_version')!r}, this guard "
+            f"merges {SCHEMA_VERSION}",
+            where=str(path),
+            hint="Merge files written by one guard version.",
+        )
     if not isinstance(doc.get("results"), list) or not all(
-            isinstance(r, dict) for r in doc["results"]):
+        isinstance(r, dict) for r in doc["results"]
+    ):
         raise UsageError("'results' must be a list of objects", where=str(path))
     return doc
 
@@ -53,8 +61,10 @@ def _same(docs: Sequence[tuple[Path, dict[str, Any]]], what: str, get: Any) -> N
         seen.setdefault(repr(get(doc)), path)
     if len(seen) > 1:
         shown = "; ".join(f"{p}: {v}" for v, p in list(seen.items())[:4])
-        raise UsageError(f"cannot merge results of different {what}: {shown}",
-                         hint="Merge only the shards of one run (same suite, commit and plan).")
+        raise UsageError(
+            f"cannot merge results of different {what}: {shown}",
+            hint="Merge only the shards of one run (same suite, commit and plan).",
+        )
 
 
 def _commit(doc: Mapping[str, Any]) -> Any:
@@ -79,12 +89,18 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
     sharded = [(p, d) for p, d in docs if _shard(d)]
     if sharded and len(sharded) != len(docs):
         unsharded = next(p for p, d in docs if not _shard(d))
-        raise UsageError(f"cannot merge a sharded run with an unsharded one: {unsharded} has "
-                         f"no shard block, {sharded[0][0]} has one")
+        raise UsageError(
+            f"cannot merge a sharded run with an unsharded one: {unsharded} has "
+            f"no shard block, {sharded[0][0]} has one"
+        )
     if sharded:
         _same(docs, "shard counts", lambda d: _shard(d).get("count"))
-        _same(docs, "shard plans (the shards were balanced from different timings; pin them "
-              "with --shard-times FILE)", lambda d: _shard(d).get("plan_sha256"))
+        _same(
+            docs,
+            "shard plans (the shards were balanced from different timings; pin them "
+            "with --shard-times FILE)",
+            lambda d: _shard(d).get("plan_sha256"),
+        )
         _same(docs, "invocations", lambda d: _shard(d).get("invocation_id"))
         by_index: dict[Any, Path] = {}
         for p, d in docs:
@@ -99,8 +115,10 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
         for r in d["results"]:
             key = case_key(r)
             if key in owner:
-                raise UsageError(f"case {'/'.join(key)} is in both {owner[key]} and {p}",
-                                 hint="Each case belongs to one shard: merge one run's shards.")
+                raise UsageError(
+                    f"case {'/'.join(key)} is in both {owner[key]} and {p}",
+                    hint="Each case belongs to one shard: merge one run's shards.",
+                )
             owner[key] = p
             results.append(r)
 
@@ -110,20 +128,24 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
         first = _shard(sharded[0][1])
         order = [tuple(c) for c in first.get("suite_cases") or ()]  # type: ignore[misc]
         count = int(first.get("count") or 0)
-        missing_shards = sorted(set(range(1, count + 1)) - {_shard(d).get("index")
-                                                           for _, d in docs})
+        missing_shards = sorted(
+            set(range(1, count + 1)) - {_shard(d).get("index") for _, d in docs}
+        )
         if missing_shards and not allow_missing:
             raise UsageError(
                 f"shard(s) {', '.join(map(str, missing_shards))} of {count} missing: got "
                 + ", ".join(f"{_shard(d).get('index')} ({p})" for p, d in docs),
                 hint="Pass every shard's file, or --allow-missing to merge what there is "
-                "(the missing cases become error results).")
+                "(the missing cases become error results).",
+            )
         for p, d in docs:
             planned = {tuple(c) for c in _shard(d).get("cases") or ()}
             for r in d["results"]:
                 if planned and case_key(r) not in planned:
-                    raise UsageError(f"{p} holds {'/'.join(case_key(r))}, which its shard "
-                                     f"{_shard(d).get('index')}/{count} was not planned to run")
+                    raise UsageError(
+                        f"{p} holds {'/'.join(case_key(r))}, which its shard "
+                        f"{_shard(d).get('index')}/{count} was not planned to run"
+                    )
         got = set(owner)
         for c in order:
             if c not in got:
@@ -172,8 +194,13 @@ def _missing_result(case: tuple[str, str, str], missing: Sequence[int]) -> dict[
     model, backend, target = case
     msg = f"no results: its shard ({', '.join(map(str, missing))}) produced no results file"
     return {
-        "model": model, "backend": backend, "target": target, "verdict": "error",
-        "error_kind": "internal", "error": msg,
-        "checks": [{"name": "run", "status": "error", "value": None, "bound": None,
-                    "message": msg}],
+        "model": model,
+        "backend": backend,
+        "target": target,
+        "verdict": "error",
+        "error_kind": "internal",
+        "error": msg,
+        "checks": [
+            {"name": "run", "status": "error", "value": None, "bound": None, "message": msg}
+        ],
     }

@@ -29,10 +29,18 @@ MAX_INPUT_BYTES = 2 * 1024**3
 MAX_MODEL_BYTES = 2 * 1024**3
 # Element types guard can make input data for (from the seeds in the suite).
 _FEEDABLE = {
-    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
-    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
-    onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
-    onnx.TensorProto.UINT32, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL,
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.UINT64,
+    onnx.TensorProto.BOOL,
 }
 
 
@@ -60,8 +68,9 @@ class ModelSpec:
     notes: tuple[str, ...] = field(default=())  # one line each, e.g. a -1 dim bound
 
     def inputs_manifest(self) -> dict[str, dict]:
-        return {i.name: {"dtype": str(i.dtype), "shape": list(self.shapes[i.name])}
-                for i in self.inputs}
+        return {
+            i.name: {"dtype": str(i.dtype), "shape": list(self.shapes[i.name])} for i in self.inputs
+        }
 
 
 def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
@@ -75,13 +84,17 @@ def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
         if Path(loc).is_absolute() or not target.is_relative_to(base):
             raise ModelError(
                 f"tensor {tensor.name!r} points its external data at {loc!r}, outside the "
-                f"model's directory", where=str(path),
+                f"model's directory",
+                where=str(path),
                 hint="Keep external data files next to the model; guard refuses paths that "
-                     "escape it.")
+                "escape it.",
+            )
         if not target.is_file():
-            raise ModelError(f"tensor {tensor.name!r} needs external data file {loc!r}, which "
-                             f"does not exist", where=str(path),
-                             hint="Copy the .data file next to the model.")
+            raise ModelError(
+                f"tensor {tensor.name!r} needs external data file {loc!r}, which does not exist",
+                where=str(path),
+                hint="Copy the .data file next to the model.",
+            )
 
 
 def _find_cycle(graph: onnx.GraphProto) -> str | None:
@@ -91,8 +104,9 @@ def _find_cycle(graph: onnx.GraphProto) -> str | None:
         for o in n.output:
             if o:
                 produced_by[o] = i
-    deps = {i: {produced_by[x] for x in n.input if x in produced_by}
-            for i, n in enumerate(graph.node)}
+    deps = {
+        i: {produced_by[x] for x in n.input if x in produced_by} for i, n in enumerate(graph.node)
+    }
     state: dict[int, int] = {}  # 1 visiting, 2 done
 
     def visit(start: int) -> int | None:
@@ -126,11 +140,15 @@ def load_model(path: Path) -> onnx.ModelProto:
     try:
         data = read_bounded(path, MAX_MODEL_BYTES)
     except FileNotFoundError:
-        raise ModelError("model file not found", where=str(path),
-                         hint="Check the 'source' path (relative to the suite file).") from None
+        raise ModelError(
+            "model file not found",
+            where=str(path),
+            hint="Check the 'source' path (relative to the suite file).",
+        ) from None
     except BoundedReadError as exc:
-        raise ModelError(exc.reason, where=str(path),
-                         hint="Point 'source' at an .onnx file.") from None
+        raise ModelError(
+            exc.reason, where=str(path), hint="Point 'source' at an .onnx file."
+        ) from None
     except OSError as exc:
         raise ModelError(f"cannot read model: {describe_os_error(exc)}", where=str(path)) from None
     if not data:
@@ -138,25 +156,39 @@ def load_model(path: Path) -> onnx.ModelProto:
     try:
         model = onnx.load_from_string(data)
     except (DecodeError, ValueError, RuntimeError) as exc:
-        raise ModelError(f"is not a valid ONNX model (truncated or not ONNX: {exc})",
-                         where=str(path), hint="Re-export or re-download the model.") from None
+        raise ModelError(
+            f"is not a valid ONNX model (truncated or not ONNX: {exc})",
+            where=str(path),
+            hint="Re-export or re-download the model.",
+        ) from None
     if not model.HasField("graph") or not model.graph.node:
-        raise ModelError("is not a valid ONNX model (no graph or no nodes; truncated or not "
-                         "ONNX?)", where=str(path), hint="Re-export the model.")
+        raise ModelError(
+            "is not a valid ONNX model (no graph or no nodes; truncated or not ONNX?)",
+            where=str(path),
+            hint="Re-export the model.",
+        )
     _check_external_data(model, path)
-    if any(t.data_location == onnx.TensorProto.EXTERNAL
-           for t in external_data_helper._get_all_tensors(model)):
+    if any(
+        t.data_location == onnx.TensorProto.EXTERNAL
+        for t in external_data_helper._get_all_tensors(model)
+    ):
         external_data_helper.load_external_data_for_model(model, str(path.parent))
     cyc = _find_cycle(model.graph)
     if cyc is not None:
-        raise ModelError(f"graph has a cycle through node {cyc!r}", where=str(path),
-                         hint="ONNX graphs must be acyclic; re-export the model.")
+        raise ModelError(
+            f"graph has a cycle through node {cyc!r}",
+            where=str(path),
+            hint="ONNX graphs must be acyclic; re-export the model.",
+        )
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid"
-        raise ModelError(f"fails the ONNX checker: {first}", where=str(path),
-                         hint="Fix the model or re-export it.") from None
+        raise ModelError(
+            f"fails the ONNX checker: {first}",
+            where=str(path),
+            hint="Fix the model or re-export it.",
+        ) from None
     return model
 
 
@@ -171,12 +203,16 @@ def graph_inputs(model: onnx.ModelProto) -> list[GraphInput]:
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"input {vi.name!r} is not a tensor; guard binds tensor inputs only")
         if tt.elem_type not in _FEEDABLE:
-            name = onnx.TensorProto.DataType.Name(tt.elem_type) \
-                if tt.elem_type in onnx.TensorProto.DataType.values() else str(tt.elem_type)
+            name = (
+                onnx.TensorProto.DataType.Name(tt.elem_type)
+                if tt.elem_type in onnx.TensorProto.DataType.values()
+                else str(tt.elem_type)
+            )
             raise ModelError(
                 f"input {vi.name!r} has element type {name}; guard can feed float, integer "
                 "and bool inputs only",
-                hint="Declare the input's elem_type in the model (re-export it).")
+                hint="Declare the input's elem_type in the model (re-export it).",
+            )
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
         dims: list[int | str | None] = []
         negative: list[int] = []
@@ -202,8 +238,7 @@ def opset_of(model: onnx.ModelProto) -> int:
     return 0
 
 
-def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec],
-         where: str) -> ModelSpec:
+def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where: str) -> ModelSpec:
     """Bind every input's dims from the suite; an unbound dynamic dim is an error."""
     try:
         inputs = graph_inputs(model)
@@ -213,11 +248,17 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec],
     for k in specs:
         if k not in names:
             lower = {n.lower(): n for n in names}
-            close = ([lower[k.lower()]] if k.lower() in lower
-                     else difflib.get_close_matches(k, sorted(names), n=1))
-            hint = f"Did you mean {close[0]!r}?" if close else f"Inputs: {', '.join(sorted(names))}."
-            raise ModelError(f"inputs.{k}: the model has no input named {k!r}", where=where,
-                             hint=hint)
+            close = (
+                [lower[k.lower()]]
+                if k.lower() in lower
+                else difflib.get_close_matches(k, sorted(names), n=1)
+            )
+            hint = (
+                f"Did you mean {close[0]!r}?" if close else f"Inputs: {', '.join(sorted(names))}."
+            )
+            raise ModelError(
+                f"inputs.{k}: the model has no input named {k!r}", where=where, hint=hint
+            )
     shapes: dict[str, tuple[int, ...]] = {}
     notes: list[str] = []
     for gi in inputs:
@@ -226,40 +267,61 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec],
             if len(spec.shape) != len(gi.dims):
                 raise ModelError(
                     f"inputs.{gi.name}.shape: rank {len(spec.shape)} given, the model's input "
-                    f"has rank {len(gi.dims)} {_fmt_dims(gi.dims)}", where=where)
+                    f"has rank {len(gi.dims)} {_fmt_dims(gi.dims)}",
+                    where=where,
+                )
             for ax, (want, have) in enumerate(zip(spec.shape, gi.dims, strict=True)):
                 if isinstance(have, int) and have != want:
                     raise ModelError(
                         f"inputs.{gi.name}.shape[{ax}]: the model fixes this dim to {have}, "
-                        f"the suite says {want}", where=where)
+                        f"the suite says {want}",
+                        where=where,
+                    )
             shape = tuple(spec.shape)
             for ax in gi.negative_axes:
-                notes.append(f"{path}: input {gi.name!r} declares dim {ax} as a negative "
-                             f"dim_value (a converter's spelling of dynamic); bound to "
-                             f"{shape[ax]} from the suite")
+                notes.append(
+                    f"{path}: input {gi.name!r} declares dim {ax} as a negative "
+                    f"dim_value (a converter's spelling of dynamic); bound to "
+                    f"{shape[ax]} from the suite"
+                )
         else:
             for ax, d in enumerate(gi.dims):
                 if not isinstance(d, int):
-                    label = (f" ({d!r})" if d else
-                             " (declared negative: dynamic)" if ax in gi.negative_axes else "")
+                    label = (
+                        f" ({d!r})"
+                        if d
+                        else " (declared negative: dynamic)"
+                        if ax in gi.negative_axes
+                        else ""
+                    )
                     raise ModelError(
                         f"input {gi.name!r} dim {ax}{label} is dynamic and unbound",
                         where=where,
                         hint=f"Bind it in the suite: inputs: {{{gi.name}: {{shape: "
-                             f"{_example_shape(gi.dims)}}}}}.")
+                        f"{_example_shape(gi.dims)}}}}}.",
+                    )
             shape = tuple(int(d) for d in gi.dims)  # type: ignore[arg-type]
         nbytes = float(np.prod(shape, dtype=np.float64)) * gi.dtype.itemsize
         if nbytes > MAX_INPUT_BYTES:
             raise ModelError(
                 f"input {gi.name!r} with shape {list(shape)} needs {nbytes / 2**30:.1f} GiB, over "
-                f"guard's {MAX_INPUT_BYTES / 2**30:.0f} GiB limit per input", where=where,
-                hint="Check the shape in the suite's inputs block.")
+                f"guard's {MAX_INPUT_BYTES / 2**30:.0f} GiB limit per input",
+                where=where,
+                hint="Check the shape in the suite's inputs block.",
+            )
         shapes[gi.name] = shape
     for note in notes:
         print(f"guard: note: {note}", file=sys.stderr)
-    return ModelSpec(path=path, sha256=file_sha256(path), opset=opset_of(model),
-                     ir_version=int(model.ir_version), inputs=tuple(inputs), shapes=shapes,
-                     outputs=tuple(o.name for o in model.graph.output), notes=tuple(notes))
+    return ModelSpec(
+        path=path,
+        sha256=file_sha256(path),
+        opset=opset_of(model),
+        ir_version=int(model.ir_version),
+        inputs=tuple(inputs),
+        shapes=shapes,
+        outputs=tuple(o.name for o in model.graph.output),
+        notes=tuple(notes),
+    )
 
 
 def _fmt_dims(dims: tuple[int | str | None, ...]) -> str:
@@ -281,7 +343,8 @@ def make_inputs(spec: ModelSpec, specs: dict[str, InputSpec]) -> dict[str, np.nd
         except (OverflowError, ValueError) as exc:  # e.g. value 1000 for an int8 input
             raise ModelError(
                 f"inputs.{gi.name}: cannot make {s.dist} data of dtype {gi.dtype} "
-                f"({str(exc).splitlines()[0][:120]})", where=str(spec.path),
+                f"({str(exc).splitlines()[0][:120]})",
+                where=str(spec.path),
                 hint="Give values that fit the input's dtype in the suite's inputs block.",
             ) from None
         # not ascontiguousarray: it turns a 0-d scalar input into shape (1,)
@@ -298,8 +361,7 @@ def _fill(s: InputSpec, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
         for k in ("value", "low", "high"):
             if k in p and not info.min <= p[k] <= info.max:
                 # numpy would wrap it silently (1000 -> -24 in int8): a wrong input, not data.
-                raise ValueError(f"{k} {p[k]:g} is outside {dt}'s range [{info.min}, "
-                                 f"{info.max}]")
+                raise ValueError(f"{k} {p[k]:g} is outside {dt}'s range [{info.min}, {info.max}]")
     if s.dist == "zeros":
         arr = np.zeros(shape, dtype=dt)
     elif s.dist == "ones":

@@ -61,8 +61,9 @@ class RunOptions:
 def git_info(cwd: Path) -> dict[str, Any]:
     def git(*args: str) -> str | None:
         try:
-            out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                                 timeout=10)
+            out = subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         return out.stdout.strip() if out.returncode == 0 else None
@@ -71,8 +72,11 @@ def git_info(cwd: Path) -> dict[str, Any]:
     if commit is None:
         return {"commit": None, "dirty": None, "branch": None}
     status = git("status", "--porcelain", "--untracked-files=no")
-    branch = os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") \
+    branch = (
+        os.environ.get("GITHUB_HEAD_REF")
+        or os.environ.get("GITHUB_REF_NAME")
         or git("rev-parse", "--abbrev-ref", "HEAD")
+    )
     return {"commit": commit, "dirty": bool(status), "branch": branch}
 
 
@@ -90,8 +94,10 @@ def _selected(suite: Suite, opts: RunOptions) -> list[tuple[ModelEntry, tuple[st
     names = {m.name for m in suite.models}
     for m in opts.models:
         if m not in names:
-            raise UsageError(f"--model {m!r}: no such model in suite {suite.name}",
-                             hint=f"Models: {', '.join(sorted(names))}.")
+            raise UsageError(
+                f"--model {m!r}: no such model in suite {suite.name}",
+                hint=f"Models: {', '.join(sorted(names))}.",
+            )
     out = []
     for entry in suite.models:
         if opts.models and entry.name not in opts.models:
@@ -100,9 +106,11 @@ def _selected(suite: Suite, opts: RunOptions) -> list[tuple[ModelEntry, tuple[st
         if backends:
             out.append((entry, backends))
     if not out:
-        raise UsageError(f"nothing to run: --backend {', '.join(opts.backends)} matches no "
-                         f"backend of the selected models in suite {suite.name}",
-                         hint="Check the suite's backends lists.")
+        raise UsageError(
+            f"nothing to run: --backend {', '.join(opts.backends)} matches no "
+            f"backend of the selected models in suite {suite.name}",
+            hint="Check the suite's backends lists.",
+        )
     return out
 
 
@@ -118,8 +126,9 @@ def _index(uri: str, doc: dict[str, Any], receipt: dict[str, Any], console: Any)
     """log_results wrote the baseline index tags and linked a shard to its invocation
     (guard.track.index); the results are logged either way, so a failure is a warning."""
     if receipt.get("index_error"):
-        _say(f"warning: results logged to {uri}, but not indexed: {receipt['index_error']}",
-             console)
+        _say(
+            f"warning: results logged to {uri}, but not indexed: {receipt['index_error']}", console
+        )
 
 
 def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[str, Any], int]:
@@ -145,21 +154,26 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
             track.check_reachable(uri)
         except GuardError as exc:
             tracking_problem = str(exc)
-            _say(f"warning: {exc} (measuring anyway; results will be kept "
-                                "locally)", opts.console)
+            _say(f"warning: {exc} (measuring anyway; results will be kept locally)", opts.console)
 
     shard_block: dict[str, Any] | None = None
     if opts.shard is not None:
         from guard.shard import shard_work
 
         work, shard_block, problem = shard_work(
-            suite, work, opts.shard, times_path=opts.shard_times,
-            uri=uri if tracking_problem is None else None, invocation_id=opts.invocation_id,
-            git=git_info(suite.directory))
+            suite,
+            work,
+            opts.shard,
+            times_path=opts.shard_times,
+            uri=uri if tracking_problem is None else None,
+            invocation_id=opts.invocation_id,
+            git=git_info(suite.directory),
+        )
         if problem is not None:
             tracking_problem = problem
-            _say(f"warning: {problem} (measuring anyway; results will be kept locally)",
-                 opts.console)
+            _say(
+                f"warning: {problem} (measuring anyway; results will be kept locally)", opts.console
+            )
 
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     store = golden_store(suite, opts.golden_root)
@@ -186,15 +200,26 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
                 t1 = _wall()
                 began = _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
                 try:
-                    results.append(run_case(entry, spec, golden, gstatus, b, workdir=opts.workdir,
-                                            clock=opts.clock, baseline=opts.baseline))
+                    results.append(
+                        run_case(
+                            entry,
+                            spec,
+                            golden,
+                            gstatus,
+                            b,
+                            workdir=opts.workdir,
+                            clock=opts.clock,
+                            baseline=opts.baseline,
+                        )
+                    )
                 except Exception as exc:  # noqa: BLE001
                     results.append(error_result(entry, b, exc))
                 results[-1].setdefault("duration_s", round(prep_s + _wall() - t1, 3))
                 # The case's build, load, numerics and measurement (its MLflow run's span).
                 results[-1].setdefault("started", began)
                 results[-1].setdefault(
-                    "finished", _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"))
+                    "finished", _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+                )
                 bar.advance()
 
     doc: dict[str, Any] = {
@@ -215,6 +240,13 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
             _say(f"guard: error: {r['model']} [{r['backend']}]: {r['error']}", opts.console)
 
     # Durable first: the reports are on disk before tracking is tried (guard.deliver).
-    code = finish(doc, code, uri=uri, tracking_problem=tracking_problem, opts=opts, stop=stop,
-                  after_log=lambda receipt: _index(uri, doc, receipt, opts.console))
+    code = finish(
+        doc,
+        code,
+        uri=uri,
+        tracking_problem=tracking_problem,
+        opts=opts,
+        stop=stop,
+        after_log=lambda receipt: _index(uri, doc, receipt, opts.console),
+    )
     return doc, code

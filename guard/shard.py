@@ -45,14 +45,18 @@ def parse_shard(text: str) -> ShardSpec:
     """``K/N`` with 1 <= K <= N; anything else is a UsageError naming the spec."""
     m = _SPEC.match(str(text))
     if not m:
-        raise UsageError(f"--shard {text!r}: expected K/N with whole numbers, e.g. 1/4",
-                         hint="K is this shard (1-based), N the number of shards.")
+        raise UsageError(
+            f"--shard {text!r}: expected K/N with whole numbers, e.g. 1/4",
+            hint="K is this shard (1-based), N the number of shards.",
+        )
     k, n = int(m.group(1)), int(m.group(2))
     if n < 1 or n > MAX_SHARDS:
         raise UsageError(f"--shard {text!r}: the shard count must be 1..{MAX_SHARDS}, got {n}")
     if k < 1 or k > n:
-        raise UsageError(f"--shard {text!r}: the shard index must be 1..{n}, got {k}",
-                         hint="Shards are numbered from 1: --shard 1/4 ... --shard 4/4.")
+        raise UsageError(
+            f"--shard {text!r}: the shard index must be 1..{n}, got {k}",
+            hint="Shards are numbered from 1: --shard 1/4 ... --shard 4/4.",
+        )
     return ShardSpec(k, n)
 
 
@@ -103,8 +107,10 @@ class Plan:
     @property
     def sha256(self) -> str:
         """Identity of the split (which case goes where), not of the weights' exact values."""
-        body = json.dumps([self.count, [list(c) for c in self.cases], list(self.assignment)],
-                          separators=(",", ":"))
+        body = json.dumps(
+            [self.count, [list(c) for c in self.cases], list(self.assignment)],
+            separators=(",", ":"),
+        )
         return hashlib.sha256(body.encode()).hexdigest()
 
     def describe(self, index: int) -> dict[str, Any]:
@@ -120,8 +126,12 @@ class Plan:
         }
 
 
-def plan(cases: Sequence[Case], count: int, times: Mapping[Case, float] | None = None,
-         source: str = "count") -> Plan:
+def plan(
+    cases: Sequence[Case],
+    count: int,
+    times: Mapping[Case, float] | None = None,
+    source: str = "count",
+) -> Plan:
     """Longest-processing-time-first assignment of ``cases`` to ``count`` shards."""
     if len(set(cases)) != len(cases):
         dupes = sorted({c for c in cases if list(cases).count(c) > 1})
@@ -153,11 +163,16 @@ def resolve_invocation_id(flag: str | None, env: Mapping[str, str], machine: str
     return None
 
 
-def shard_work(suite: Any, work: list[tuple[Any, tuple[str, ...]]], spec_text: str, *,
-               times_path: Any = None, uri: str | None = None,
-               invocation_id: str | None = None,
-               git: Mapping[str, Any] | None = None) -> tuple[list[tuple[Any, tuple[str, ...]]],
-                                                               dict[str, Any], str | None]:
+def shard_work(
+    suite: Any,
+    work: list[tuple[Any, tuple[str, ...]]],
+    spec_text: str,
+    *,
+    times_path: Any = None,
+    uri: str | None = None,
+    invocation_id: str | None = None,
+    git: Mapping[str, Any] | None = None,
+) -> tuple[list[tuple[Any, tuple[str, ...]]], dict[str, Any], str | None]:
     """This shard's part of ``work`` (``(entry, backends)`` in suite order), the ``shard``
     block of its results document, and a tracking problem (None when all went well).
 
@@ -179,7 +194,8 @@ def shard_work(suite: Any, work: list[tuple[Any, tuple[str, ...]]], spec_text: s
         raise UsageError(
             f"--shard {spec}: the shards of one run need a shared invocation id",
             hint="Pass the same --invocation-id ID (or GUARD_INVOCATION_ID) to every shard, "
-            "or --no-track.")
+            "or --no-track.",
+        )
     cases = [(entry.name, b, entry.target) for entry, backends in work for b in backends]
     problem: str | None = None
     opened: tuple[str, int] | None = None
@@ -200,8 +216,9 @@ def shard_work(suite: Any, work: list[tuple[Any, tuple[str, ...]]], spec_text: s
     elif uri is not None and problem is None:
         from guard.track.index import case_times
 
-        times = case_times(uri, suite.name, cases, before_ms=opened[1] if opened else None,
-                           exclude_invocation=inv)
+        times = case_times(
+            uri, suite.name, cases, before_ms=opened[1] if opened else None, exclude_invocation=inv
+        )
         source = f"mlflow:{uri}"
     p = plan(cases, spec.count, times, source)
     mine = set(p.shard_cases(spec.index))

@@ -34,16 +34,45 @@ ARCHES = ("x86_64", "aarch64")
 DISTS = ("normal", "uniform", "zeros", "ones", "const")
 
 _TOP_KEYS = {"schema_version", "suite", "description", "defaults", "models"}
-_DEFAULT_KEYS = {"backends", "target", "targets", "threads", "measure", "checks", "profile", "options",
-                 "build_timeout_s"}
-_MODEL_KEYS = {"name", "source", "inputs", "backends", "target", "targets", "threads", "measure", "checks",
-               "profile", "options", "description", "build_timeout_s"}
+_DEFAULT_KEYS = {
+    "backends",
+    "target",
+    "targets",
+    "threads",
+    "measure",
+    "checks",
+    "profile",
+    "options",
+    "build_timeout_s",
+}
+_MODEL_KEYS = {
+    "name",
+    "source",
+    "inputs",
+    "backends",
+    "target",
+    "targets",
+    "threads",
+    "measure",
+    "checks",
+    "profile",
+    "options",
+    "description",
+    "build_timeout_s",
+}
 # Backends whose options a suite may set (guard.backends.REGISTRY, without importing it).
 _OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm"}
 _INPUT_KEYS = {"shape", "dist", "seed", "mean", "std", "low", "high", "value"}
 # The same keys as guard.bench.MeasureConfig, which validates the values again.
-_MEASURE_KEYS = {"warmup_s", "min_iters", "min_time_s", "max_time_s", "max_warmup_iters",
-                 "max_iters", "rounds"}
+_MEASURE_KEYS = {
+    "warmup_s",
+    "min_iters",
+    "min_time_s",
+    "max_time_s",
+    "max_warmup_iters",
+    "max_iters",
+    "rounds",
+}
 # check name -> allowed keys
 _CHECK_KEYS: dict[str, set[str]] = {
     "latency": {"p50_ms", "p90_ms", "p99_ms", "regress_pct"},
@@ -55,7 +84,9 @@ _CHECK_KEYS: dict[str, set[str]] = {
 }
 # Keys a check block cannot do without (the others have defaults).
 _REQUIRED_CHECK_KEYS: dict[str, tuple[str, ...]] = {
-    "accuracy": ("dataset",), "partitions": ("max",), "arena": ("max_bytes",),
+    "accuracy": ("dataset",),
+    "partitions": ("max",),
+    "arena": ("max_bytes",),
     "tuning": ("min_hit_rate",),
 }
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -79,8 +110,12 @@ def _show(value: Any) -> str:
     text = _REPR.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
+
 DEFAULT_MEASURE: dict[str, float] = {
-    "warmup_s": 0.5, "min_iters": 20, "min_time_s": 1.0, "max_time_s": 20.0,
+    "warmup_s": 0.5,
+    "min_iters": 20,
+    "min_time_s": 1.0,
+    "max_time_s": 20.0,
 }
 
 
@@ -141,8 +176,9 @@ class _Ctx:
         self.path = path
 
     def err(self, key: str, message: str, hint: str | None = None) -> SuiteError:
-        return SuiteError(message, where=f"{self.path}: {key}" if key else str(self.path),
-                          hint=hint)
+        return SuiteError(
+            message, where=f"{self.path}: {key}" if key else str(self.path), hint=hint
+        )
 
     def mapping(self, value: Any, key: str, allowed: set[str]) -> dict[str, Any]:
         if value is None:
@@ -154,18 +190,29 @@ class _Ctx:
                 raise self.err(key, f"key {_show(k)} is not a string")
             if k not in allowed:
                 shown = k if len(k) <= 60 else k[:57] + "..."
-                raise self.err(f"{key}.{shown}" if key else shown, "unknown key",
-                               _suggest(k[:100], allowed))
+                raise self.err(
+                    f"{key}.{shown}" if key else shown, "unknown key", _suggest(k[:100], allowed)
+                )
         return value
 
-    def number(self, value: Any, key: str, *, positive: bool = False, integer: bool = False,
-               minimum: float | None = None) -> float:
+    def number(
+        self,
+        value: Any,
+        key: str,
+        *,
+        positive: bool = False,
+        integer: bool = False,
+        minimum: float | None = None,
+    ) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.err(key, f"expected a number, got {_show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise self.err(key, f"expected a finite number, got {_show(value)}",
-                           "Infinite or NaN bounds would switch the check off; remove the key "
-                           "or give a number.")
+            raise self.err(
+                key,
+                f"expected a finite number, got {_show(value)}",
+                "Infinite or NaN bounds would switch the check off; remove the key "
+                "or give a number.",
+            )
         if abs(value) > MAX_INT:
             raise self.err(key, f"{_show(value)} is out of range (at most {MAX_INT})")
         if integer and not float(value).is_integer():
@@ -188,12 +235,18 @@ def _parse_measure(ctx: _Ctx, raw: Any, key: str, base: dict[str, float]) -> dic
     block = ctx.mapping(raw, key, _MEASURE_KEYS)
     out = dict(base)
     for k, v in block.items():
-        out[k] = ctx.number(v, f"{key}.{k}", integer=k in ("min_iters", "max_warmup_iters", "max_iters", "rounds"),
-                            minimum=0 if k == "warmup_s" else None,
-                            positive=k != "warmup_s")
+        out[k] = ctx.number(
+            v,
+            f"{key}.{k}",
+            integer=k in ("min_iters", "max_warmup_iters", "max_iters", "rounds"),
+            minimum=0 if k == "warmup_s" else None,
+            positive=k != "warmup_s",
+        )
     if out["min_time_s"] > out["max_time_s"]:
-        raise ctx.err(f"{key}.min_time_s", f"min_time_s ({out['min_time_s']}) exceeds "
-                      f"max_time_s ({out['max_time_s']})")
+        raise ctx.err(
+            f"{key}.min_time_s",
+            f"min_time_s ({out['min_time_s']}) exceeds max_time_s ({out['max_time_s']})",
+        )
     return out
 
 
@@ -204,8 +257,9 @@ def _parse_arch_bound(ctx: _Ctx, value: Any, key: str) -> float | dict[str, floa
     return ctx.number(value, key, positive=True)
 
 
-def _parse_checks(ctx: _Ctx, raw: Any, key: str,
-                  base: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _parse_checks(
+    ctx: _Ctx, raw: Any, key: str, base: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
     block = ctx.mapping(raw, key, set(_CHECK_KEYS))
     out = {k: dict(v) for k, v in base.items()}
     for name, body in block.items():
@@ -226,17 +280,27 @@ def _parse_checks(ctx: _Ctx, raw: Any, key: str,
                 if f > 1.0:
                     raise ctx.err(kk, f"is a fraction in [0, 1], got {_show(v)}")
                 merged[k] = f
-            elif (name, k) in {("partitions", "max"), ("arena", "max_bytes"),
-                               ("accuracy", "limit")}:
+            elif (name, k) in {
+                ("partitions", "max"),
+                ("arena", "max_bytes"),
+                ("accuracy", "limit"),
+            }:
                 merged[k] = ctx.number(v, kk, integer=True, minimum=0)
             else:
                 merged[k] = ctx.number(v, kk, minimum=0.0)
         for need in _REQUIRED_CHECK_KEYS.get(name, ()):
             if need not in merged:
-                example = {"dataset": "zoo:digits-test", "max": 1, "max_bytes": 30000000,
-                           "min_hit_rate": 1.0}[need]
-                raise ctx.err(ck, f"needs {need!r}",
-                              f"e.g. {name}: {{{need}: {example}}}, or remove the block.")
+                example = {
+                    "dataset": "zoo:digits-test",
+                    "max": 1,
+                    "max_bytes": 30000000,
+                    "min_hit_rate": 1.0,
+                }[need]
+                raise ctx.err(
+                    ck,
+                    f"needs {need!r}",
+                    f"e.g. {name}: {{{need}: {example}}}, or remove the block.",
+                )
         out[name] = merged
     return out
 
@@ -246,10 +310,13 @@ def _parse_dataset(ctx: _Ctx, value: Any, key: str) -> str:
         raise ctx.err(key, f"expected a dataset name like 'zoo:digits-test', got {_show(value)}")
     from guard.zoo.registry import DATASETS  # the data set names only: no data is loaded
 
-    bare = value[len("zoo:"):]
+    bare = value[len("zoo:") :]
     if bare not in DATASETS:
-        raise ctx.err(key, f"unknown dataset {_show(value)}",
-                      f"Known: {', '.join('zoo:' + d for d in sorted(DATASETS))}.")
+        raise ctx.err(
+            key,
+            f"unknown dataset {_show(value)}",
+            f"Known: {', '.join('zoo:' + d for d in sorted(DATASETS))}.",
+        )
     return value
 
 
@@ -259,16 +326,23 @@ def _parse_options(ctx: _Ctx, raw: Any, key: str) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for backend, body in block.items():
         if body is not None and not isinstance(body, dict):
-            raise ctx.err(f"{key}.{backend}", f"expected a mapping of option to value, got "
-                          f"{_show(body)}", "e.g. options: {bundled: {tuning_cache: PATH}}.")
+            raise ctx.err(
+                f"{key}.{backend}",
+                f"expected a mapping of option to value, got {_show(body)}",
+                "e.g. options: {bundled: {tuning_cache: PATH}}.",
+            )
         for k in body or {}:
             if not isinstance(k, str):
                 raise ctx.err(f"{key}.{backend}", f"key {_show(k)} is not a string")
         cache = (body or {}).get("tuning_cache")
-        if cache is not None and (not isinstance(cache, str) or not cache.strip() or "\x00" in cache):
-            raise ctx.err(f"{key}.{backend}.tuning_cache", f"expected a path (relative to the "
-                          f"suite file), got {_show(cache)}",
-                          "e.g. options: {bundled: {tuning_cache: ../.guard/bundled-tuning.json}}.")
+        if cache is not None and (
+            not isinstance(cache, str) or not cache.strip() or "\x00" in cache
+        ):
+            raise ctx.err(
+                f"{key}.{backend}.tuning_cache",
+                f"expected a path (relative to the suite file), got {_show(cache)}",
+                "e.g. options: {bundled: {tuning_cache: ../.guard/bundled-tuning.json}}.",
+            )
         body = dict(body or {})
         # Option values the backends take as strings (or a list of them): a number or a
         # mapping is a typo, said here with the key, not a TypeError at build time.
@@ -276,11 +350,16 @@ def _parse_options(ctx: _Ctx, raw: Any, key: str) -> dict[str, dict[str, Any]]:
             if k in body and (not isinstance(body[k], str) or not body[k].strip()):
                 raise ctx.err(f"{key}.{backend}.{k}", f"expected a name, got {_show(body[k])}")
         providers = body.get("providers")
-        if "providers" in body and (not isinstance(providers, list) or not providers or not all(
-                isinstance(p, str) and p for p in providers)):
-            raise ctx.err(f"{key}.{backend}.providers", f"expected a list of execution "
-                          f"provider names, got {_show(providers)}",
-                          "e.g. providers: [CPUExecutionProvider].")
+        if "providers" in body and (
+            not isinstance(providers, list)
+            or not providers
+            or not all(isinstance(p, str) and p for p in providers)
+        ):
+            raise ctx.err(
+                f"{key}.{backend}.providers",
+                f"expected a list of execution provider names, got {_show(providers)}",
+                "e.g. providers: [CPUExecutionProvider].",
+            )
         out[backend] = body
     return out
 
@@ -311,22 +390,31 @@ def _parse_inputs(ctx: _Ctx, raw: Any, key: str) -> dict[str, InputSpec]:
             dims = []
             for i, d in enumerate(shape):
                 if isinstance(d, bool) or not isinstance(d, int) or d < 0 or d > MAX_INT:
-                    raise ctx.err(f"{ik}.shape[{i}]", f"expected a non-negative integer, got {_show(d)}")
+                    raise ctx.err(
+                        f"{ik}.shape[{i}]", f"expected a non-negative integer, got {_show(d)}"
+                    )
                 dims.append(d)
             shape = tuple(dims)
         dist = body.get("dist", "normal")
         if dist not in DISTS:
-            raise ctx.err(f"{ik}.dist", f"unknown distribution {_show(dist)}",
-                          _suggest(str(dist), set(DISTS)))
+            raise ctx.err(
+                f"{ik}.dist", f"unknown distribution {_show(dist)}", _suggest(str(dist), set(DISTS))
+            )
         seed = ctx.number(body.get("seed", 0), f"{ik}.seed", integer=True, minimum=0)
         params: dict[str, float] = {}
-        allowed_params = {"normal": {"mean", "std"}, "uniform": {"low", "high"},
-                          "const": {"value"}}.get(dist, set())
+        allowed_params = {
+            "normal": {"mean", "std"},
+            "uniform": {"low", "high"},
+            "const": {"value"},
+        }.get(dist, set())
         for p in ("mean", "std", "low", "high", "value"):
             if p in body:
                 if p not in allowed_params:
-                    raise ctx.err(f"{ik}.{p}", f"does not apply to dist {_show(dist)}",
-                                  f"{dist!r} takes: {', '.join(sorted(allowed_params)) or 'nothing'}.")
+                    raise ctx.err(
+                        f"{ik}.{p}",
+                        f"does not apply to dist {_show(dist)}",
+                        f"{dist!r} takes: {', '.join(sorted(allowed_params)) or 'nothing'}.",
+                    )
                 params[p] = ctx.number(body[p], f"{ik}.{p}")
         if dist == "const" and "value" not in params:
             raise ctx.err(f"{ik}.value", "dist 'const' needs a value")
@@ -351,8 +439,9 @@ def _resolve_source(ctx: _Ctx, source: Any, key: str, suite_dir: Path) -> str:
     try:
         return str(p.resolve())
     except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError on a symlink loop
-        raise ctx.err(key, f"{_show(source)} is a symlink loop",
-                      "Point 'source' at an .onnx file.") from None
+        raise ctx.err(
+            key, f"{_show(source)} is a symlink loop", "Point 'source' at an .onnx file."
+        ) from None
 
 
 def parse_suite(data: Any, path: Path) -> Suite:
@@ -363,17 +452,23 @@ def parse_suite(data: Any, path: Path) -> Suite:
         raise ctx.err("schema_version", "missing", f"Add 'schema_version: {SCHEMA_VERSION}'.")
     version = top["schema_version"]
     if isinstance(version, bool) or not isinstance(version, int) or version != SCHEMA_VERSION:
-        raise ctx.err("schema_version", f"unsupported version {_show(top['schema_version'])}",
-                      f"This guard reads schema_version {SCHEMA_VERSION}.")
+        raise ctx.err(
+            "schema_version",
+            f"unsupported version {_show(top['schema_version'])}",
+            f"This guard reads schema_version {SCHEMA_VERSION}.",
+        )
     name = top.get("suite")
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ctx.err("suite", f"expected a name of letters, digits, '_', '-', '.', got {_show(name)}")
+        raise ctx.err(
+            "suite", f"expected a name of letters, digits, '_', '-', '.', got {_show(name)}"
+        )
     d = ctx.mapping(top.get("defaults"), "defaults", _DEFAULT_KEYS)
     backends = ctx.string_list(d.get("backends", ["onnxruntime"]), "defaults.backends")
     targets = _parse_targets(ctx, d, "defaults", ("host",))
     threads = _threads(ctx, d.get("threads", 1), "defaults.threads")
-    build_timeout = _build_timeout(ctx, d.get("build_timeout_s", DEFAULT_BUILD_TIMEOUT_S),
-                                   "defaults.build_timeout_s")
+    build_timeout = _build_timeout(
+        ctx, d.get("build_timeout_s", DEFAULT_BUILD_TIMEOUT_S), "defaults.build_timeout_s"
+    )
     measure = _parse_measure(ctx, d.get("measure"), "defaults.measure", DEFAULT_MEASURE)
     checks = _parse_checks(ctx, d.get("checks"), "defaults.checks", {})
     profile = _parse_profile(ctx, d.get("profile"), "defaults.profile")
@@ -406,41 +501,53 @@ def parse_suite(data: Any, path: Path) -> Suite:
         mdesc = m.get("description", "")
         if not isinstance(mdesc, str):
             raise ctx.err(f"{mk}.description", f"expected a string, got {_show(mdesc)}")
-        models.extend(ModelEntry(
-            name=mname,
-            source=_resolve_source(ctx, m["source"], f"{mk}.source", path.parent),
-            inputs=_parse_inputs(ctx, m.get("inputs"), f"{mk}.inputs"),
-            backends=ctx.string_list(m["backends"], f"{mk}.backends") if "backends" in m
-            else backends,
-            target=mt,
-            threads=_threads(ctx, m["threads"], f"{mk}.threads") if "threads" in m else threads,
-            measure=_parse_measure(ctx, m.get("measure"), f"{mk}.measure", measure),
-            checks=_parse_checks(ctx, m.get("checks"), f"{mk}.checks", checks),
-            profile=_parse_profile(ctx, m["profile"], f"{mk}.profile") if "profile" in m
-            else profile,
-            options=merged_opts,
-            build_timeout_s=_build_timeout(ctx, m["build_timeout_s"], f"{mk}.build_timeout_s")
-            if "build_timeout_s" in m else build_timeout,
-            where=f"{path}: {mk} ({mname})" + (f" [{mt}]" if len(mtargets) > 1 else ""),
-            suite_dir=path.parent,
-        ) for mt in mtargets)
+        models.extend(
+            ModelEntry(
+                name=mname,
+                source=_resolve_source(ctx, m["source"], f"{mk}.source", path.parent),
+                inputs=_parse_inputs(ctx, m.get("inputs"), f"{mk}.inputs"),
+                backends=ctx.string_list(m["backends"], f"{mk}.backends")
+                if "backends" in m
+                else backends,
+                target=mt,
+                threads=_threads(ctx, m["threads"], f"{mk}.threads") if "threads" in m else threads,
+                measure=_parse_measure(ctx, m.get("measure"), f"{mk}.measure", measure),
+                checks=_parse_checks(ctx, m.get("checks"), f"{mk}.checks", checks),
+                profile=_parse_profile(ctx, m["profile"], f"{mk}.profile")
+                if "profile" in m
+                else profile,
+                options=merged_opts,
+                build_timeout_s=_build_timeout(ctx, m["build_timeout_s"], f"{mk}.build_timeout_s")
+                if "build_timeout_s" in m
+                else build_timeout,
+                where=f"{path}: {mk} ({mname})" + (f" [{mt}]" if len(mtargets) > 1 else ""),
+                suite_dir=path.parent,
+            )
+            for mt in mtargets
+        )
     return Suite(name=name, path=path, sha256="", models=tuple(models), description=description)
 
 
-def _parse_targets(ctx: _Ctx, block: dict[str, Any], key: str,
-                   inherited: tuple[str, ...]) -> tuple[str, ...]:
+def _parse_targets(
+    ctx: _Ctx, block: dict[str, Any], key: str, inherited: tuple[str, ...]
+) -> tuple[str, ...]:
     """``target: T`` or ``targets: [T, ...]`` of a defaults or model block (not both)."""
     if "target" in block and "targets" in block:
-        raise ctx.err(f"{key}.targets", "give either target or targets, not both",
-                      "targets: [host, ...] lists several; target: is the one-target spelling.")
+        raise ctx.err(
+            f"{key}.targets",
+            "give either target or targets, not both",
+            "targets: [host, ...] lists several; target: is the one-target spelling.",
+        )
     if "target" in block:
         values, where = [block["target"]], f"{key}.target"
     elif "targets" in block:
         values, where = block["targets"], f"{key}.targets"
         if not isinstance(values, list) or not values:
-            raise ctx.err(where, f"expected a non-empty list of target strings, got "
-                          f"{_show(values)}",
-                          'e.g. targets: [host, "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"]')
+            raise ctx.err(
+                where,
+                f"expected a non-empty list of target strings, got {_show(values)}",
+                'e.g. targets: [host, "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"]',
+            )
     else:
         return inherited
     out: list[str] = []
@@ -457,8 +564,11 @@ def _parse_targets(ctx: _Ctx, block: dict[str, Any], key: str,
 def _threads(ctx: _Ctx, value: Any, key: str) -> int:
     n = int(ctx.number(value, key, integer=True, positive=True))
     if n > MAX_THREADS:
-        raise ctx.err(key, f"{n} threads is more than guard allows ({MAX_THREADS})",
-                      "Give the number of threads the deployment uses, e.g. 1 or 4.")
+        raise ctx.err(
+            key,
+            f"{n} threads is more than guard allows ({MAX_THREADS})",
+            "Give the number of threads the deployment uses, e.g. 1 or 4.",
+        )
     return n
 
 
@@ -489,8 +599,9 @@ def _check_expansion(root: yaml.Node) -> None:
             kids = _children(node)
             weight[nid] = 1 + sum(weight[id(k)] for k in kids)
             if weight[nid] > MAX_YAML_NODES:
-                raise yaml.YAMLError(f"aliases expand to more than {MAX_YAML_NODES} values "
-                                     "(an alias bomb?)")
+                raise yaml.YAMLError(
+                    f"aliases expand to more than {MAX_YAML_NODES} values (an alias bomb?)"
+                )
             continue
         if nid in weight:
             continue
@@ -515,11 +626,13 @@ def load_suite(path: str | Path) -> Suite:
     try:
         raw = read_bounded(p, MAX_SUITE_BYTES)
     except FileNotFoundError:
-        raise SuiteError("suite file not found", where=str(p),
-                         hint="Pass a path to a suite .yaml (see suites/).") from None
+        raise SuiteError(
+            "suite file not found", where=str(p), hint="Pass a path to a suite .yaml (see suites/)."
+        ) from None
     except BoundedReadError as exc:
-        raise SuiteError(exc.reason, where=str(p),
-                         hint="Pass a suite .yaml file (see suites/).") from None
+        raise SuiteError(
+            exc.reason, where=str(p), hint="Pass a suite .yaml file (see suites/)."
+        ) from None
     try:
         text = raw.decode("utf-8")
         data = yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
@@ -538,8 +651,13 @@ def load_suite(path: str | Path) -> Suite:
     except RecursionError:
         raise SuiteError("nested too deeply to be a suite", where=str(p)) from None
     # The suite hash pins the file's exact bytes: a changed bound is a changed suite.
-    return Suite(name=suite.name, path=suite.path, sha256=hashlib.sha256(raw).hexdigest(),
-                 models=suite.models, description=suite.description)
+    return Suite(
+        name=suite.name,
+        path=suite.path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        models=suite.models,
+        description=suite.description,
+    )
 
 
 def latency_bound(value: float | dict[str, float] | None, arch: str) -> float | None:

@@ -36,10 +36,28 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("artefacts", ("guard.golden", "guard.build")),
     ("documents", ("guard.compare", "guard.report", "guard.shard")),
     ("case", ("guard.case",)),
-    ("commands", ("guard.run", "guard.deliver", "guard.merge", "guard.doctor", "guard.reduce",
-                  "guard.compare.ab_worker")),
-    ("cli", ("guard.cli", "guard.cli_compare", "guard.cli_doctor", "guard.cli_help",
-             "guard.cli_scale", "guard.cli_tune")),
+    (
+        "commands",
+        (
+            "guard.run",
+            "guard.deliver",
+            "guard.merge",
+            "guard.doctor",
+            "guard.reduce",
+            "guard.compare.ab_worker",
+        ),
+    ),
+    (
+        "cli",
+        (
+            "guard.cli",
+            "guard.cli_compare",
+            "guard.cli_doctor",
+            "guard.cli_help",
+            "guard.cli_scale",
+            "guard.cli_tune",
+        ),
+    ),
 ]
 
 # Inside the compiler, the same rule over its own three levels: the IR imports nothing
@@ -48,12 +66,40 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # the artefact and runtime).
 COMPILER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ir", tuple(f"guard.compiler.{m}" for m in ("ir", "ops", "layout", "shapes", "text"))),
-    ("graph", ("guard.compiler",) + tuple(f"guard.compiler.{m}" for m in (
-        "frontend", "reference", "verify", "passes", "pipeline", "diff", "schedule",
-        "memory"))),
-    ("back end", tuple(f"guard.compiler.{m}" for m in (
-        "support", "partition", "plan", "codegen", "tuning", "weights", "runtime",
-        "artefact", "conformance"))),
+    (
+        "graph",
+        ("guard.compiler",)
+        + tuple(
+            f"guard.compiler.{m}"
+            for m in (
+                "frontend",
+                "reference",
+                "verify",
+                "passes",
+                "pipeline",
+                "diff",
+                "schedule",
+                "memory",
+            )
+        ),
+    ),
+    (
+        "back end",
+        tuple(
+            f"guard.compiler.{m}"
+            for m in (
+                "support",
+                "partition",
+                "plan",
+                "codegen",
+                "tuning",
+                "weights",
+                "runtime",
+                "artefact",
+                "conformance",
+            )
+        ),
+    ),
 ]
 
 # (importing module, imported module) -> why the upward edge is still there.
@@ -68,18 +114,23 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 
 # Each cycle that still exists, as the set of modules in its strongly connected component.
 CYCLES_ALLOWED: dict[frozenset[str], str] = {
-    frozenset({"guard.compiler.codegen.gemm", "guard.compiler.codegen.gemm_emit"}):
-        "type-only (TYPE_CHECKING): the loop-nest emitter split out of gemm.py annotates the "
-        "GemmKernel that drives it; the seam is a Protocol of what the emitter reads",
-    frozenset({"guard.compiler.codegen.conv", "guard.compiler.codegen.conv_gemm",
-               "guard.compiler.codegen.conv_depthwise"}):
-        "type-only (TYPE_CHECKING): the emitters split out of conv.py annotate the ConvKernel "
-        "that drives them; the seam is a Protocol of what they read, as for gemm",
-    frozenset({"guard.track.index", "guard.track.invocation", "guard.track.log",
-               "guard.track.query"}):
-        "log calls index.annotate_logged after logging, and index, invocation and query "
-        "read log's private client helpers (_client, _http_limits, _translated); the seam "
-        "is a track/client.py holding those",
+    frozenset(
+        {"guard.compiler.codegen.gemm", "guard.compiler.codegen.gemm_emit"}
+    ): "type-only (TYPE_CHECKING): the loop-nest emitter split out of gemm.py annotates the "
+    "GemmKernel that drives it; the seam is a Protocol of what the emitter reads",
+    frozenset(
+        {
+            "guard.compiler.codegen.conv",
+            "guard.compiler.codegen.conv_gemm",
+            "guard.compiler.codegen.conv_depthwise",
+        }
+    ): "type-only (TYPE_CHECKING): the emitters split out of conv.py annotate the ConvKernel "
+    "that drives them; the seam is a Protocol of what they read, as for gemm",
+    frozenset(
+        {"guard.track.index", "guard.track.invocation", "guard.track.log", "guard.track.query"}
+    ): "log calls index.annotate_logged after logging, and index, invocation and query "
+    "read log's private client helpers (_client, _http_limits, _translated); the seam "
+    "is a track/client.py holding those",
 }
 
 
@@ -93,15 +144,16 @@ def _modules(pkg: Path) -> dict[str, Path]:
     return out
 
 
-def _targets(mod: str, is_pkg: bool, node: ast.Import | ast.ImportFrom,
-             mods: dict[str, Path]) -> list[str]:
+def _targets(
+    mod: str, is_pkg: bool, node: ast.Import | ast.ImportFrom, mods: dict[str, Path]
+) -> list[str]:
     names: list[str] = []
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
     else:
         if node.level:  # relative: resolve against this module's package
             base = mod.split(".") if is_pkg else mod.split(".")[:-1]
-            base = base[:len(base) - (node.level - 1)]
+            base = base[: len(base) - (node.level - 1)]
             pkg = ".".join(base + ([node.module] if node.module else []))
         else:
             pkg = node.module or ""
@@ -124,8 +176,9 @@ def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
-                graph[mod].update(t for t in _targets(mod, path.name == "__init__.py", node,
-                                                      mods) if t != mod)
+                graph[mod].update(
+                    t for t in _targets(mod, path.name == "__init__.py", node, mods) if t != mod
+                )
     return graph
 
 
@@ -181,9 +234,14 @@ def layer_of(mod: str, layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> in
 
 def upward_edges(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     up = {(a, b) for a, bs in graph.items() for b in bs if layer_of(b) > layer_of(a)}
-    inside = {(a, b) for a, bs in graph.items() if a.startswith("guard.compiler")
-              for b in bs if b.startswith("guard.compiler")
-              and layer_of(b, COMPILER_LAYERS) > layer_of(a, COMPILER_LAYERS)}
+    inside = {
+        (a, b)
+        for a, bs in graph.items()
+        if a.startswith("guard.compiler")
+        for b in bs
+        if b.startswith("guard.compiler")
+        and layer_of(b, COMPILER_LAYERS) > layer_of(a, COMPILER_LAYERS)
+    }
     return up | inside
 
 
@@ -213,19 +271,26 @@ def test_lower_layers_never_import_upper_ones():
     up = upward_edges(guard_graph())
     new = sorted(up - set(UPWARD_ALLOWED))
     assert not new, "imports against the layer direction (docs/ARCHITECTURE.md):\n" + "\n".join(
-        f"  {_name(a)} imports {_name(b)}" for a, b in new)
+        f"  {_name(a)} imports {_name(b)}" for a, b in new
+    )
     gone = sorted(set(UPWARD_ALLOWED) - up)
-    assert not gone, f"these allowed upward imports are gone: delete them from UPWARD_ALLOWED: {gone}"
+    assert not gone, (
+        f"these allowed upward imports are gone: delete them from UPWARD_ALLOWED: {gone}"
+    )
 
 
 def test_no_new_import_cycles():
     found = cycles(guard_graph())
     new = [c for c in found if c not in CYCLES_ALLOWED]
-    assert not new, "import cycles between guard's modules (break them along a seam):\n" + \
-        "\n".join("  " + " <-> ".join(sorted(c)) for c in new)
+    assert not new, (
+        "import cycles between guard's modules (break them along a seam):\n"
+        + "\n".join("  " + " <-> ".join(sorted(c)) for c in new)
+    )
     gone = [c for c in CYCLES_ALLOWED if c not in found]
-    assert not gone, "these allowed cycles are gone or changed: update CYCLES_ALLOWED:\n" + \
-        "\n".join("  " + " <-> ".join(sorted(c)) for c in gone)
+    assert not gone, (
+        "these allowed cycles are gone or changed: update CYCLES_ALLOWED:\n"
+        + "\n".join("  " + " <-> ".join(sorted(c)) for c in gone)
+    )
 
 
 # ---------------------------------------------------------------------------- the checker
@@ -240,15 +305,18 @@ def _graph_of(files: dict[str, str], tmp: Path) -> dict[str, set[str]]:
 
 
 def test_checker_sees_function_level_relative_and_type_checking_imports(tmp_path):
-    g = _graph_of({
-        "guard/__init__.py": "",
-        "guard/a/__init__.py": "",
-        "guard/a/x.py": "def f():\n    from guard.a import y\n",
-        "guard/a/y.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                        "    from .z import Z\n",
-        "guard/a/z.py": "import guard.a.x as x\nfrom guard.errors import GuardError\n",
-        "guard/errors.py": "",
-    }, tmp_path)
+    g = _graph_of(
+        {
+            "guard/__init__.py": "",
+            "guard/a/__init__.py": "",
+            "guard/a/x.py": "def f():\n    from guard.a import y\n",
+            "guard/a/y.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from .z import Z\n",
+            "guard/a/z.py": "import guard.a.x as x\nfrom guard.errors import GuardError\n",
+            "guard/errors.py": "",
+        },
+        tmp_path,
+    )
     assert g["guard.a.x"] == {"guard.a.y"}
     assert g["guard.a.y"] == {"guard.a.z"}
     assert g["guard.a.z"] == {"guard.a.x", "guard.errors"}
@@ -256,13 +324,16 @@ def test_checker_sees_function_level_relative_and_type_checking_imports(tmp_path
 
 
 def test_checker_flags_an_upward_import(tmp_path):
-    g = _graph_of({
-        "guard/__init__.py": "",
-        "guard/compiler/__init__.py": "",
-        "guard/compiler/ir.py": "def f():\n    from guard.backends.base import Session\n",
-        "guard/backends/__init__.py": "",
-        "guard/backends/base.py": "from guard.compiler import ir\n",
-    }, tmp_path)
+    g = _graph_of(
+        {
+            "guard/__init__.py": "",
+            "guard/compiler/__init__.py": "",
+            "guard/compiler/ir.py": "def f():\n    from guard.backends.base import Session\n",
+            "guard/backends/__init__.py": "",
+            "guard/backends/base.py": "from guard.compiler import ir\n",
+        },
+        tmp_path,
+    )
     assert upward_edges(g) == {("guard.compiler.ir", "guard.backends.base")}
     assert cycles(g) == [frozenset({"guard.compiler.ir", "guard.backends.base"})]
     g["guard.compiler.ir"] = {"guard.compiler.plan"}  # inside the compiler: IR -> back end

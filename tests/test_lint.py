@@ -25,19 +25,25 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_check_is_clean():
-    out = subprocess.run([_tool("ruff"), "check", "--no-cache", "guard", "tests", "benchmarks"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [_tool("ruff"), "check", "--no-cache", "guard", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
 
 
-# ---- FORMAT CHECK: expected to fail until `ruff format guard tests benchmarks` is applied
-# repo-wide (done once, by whoever lands the tree, when nobody else is editing); then delete
-# the xfail mark below. strict=True: once the tree is formatted, the mark itself fails.
-@pytest.mark.xfail(strict=True, reason="the tree is not ruff-formatted yet (ruff format "
-                                       "guard tests benchmarks, then remove this mark)")
+# The tree is ruff-formatted; a change that is not fails here (run `ruff format`).
 def test_ruff_format_is_clean():
-    out = subprocess.run([_tool("ruff"), "format", "--check", "--no-cache", "guard", "tests",
-                          "benchmarks"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [_tool("ruff"), "format", "--check", "--no-cache", "guard", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
 
 
@@ -45,7 +51,19 @@ def test_ruff_format_is_clean():
 def test_mypy_is_clean_on_the_clean_packages(tmp_path):
     # follow_imports=silent: modules outside the list are read for their types, and their
     # own errors are not this test's (they are counted in the report, not hidden here).
-    out = subprocess.run([sys.executable, "-m", "mypy", "--follow-imports=silent",
-                          "--cache-dir", str(tmp_path / "mypy"), *CLEAN_PACKAGES],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(tmp_path / "mypy"),
+            *CLEAN_PACKAGES,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]

@@ -171,8 +171,10 @@ def test_pull_requests_ab_the_head_against_its_merge_base_on_the_same_runner():
     assert "continue-on-error" not in ab  # a regression fails the job (exit 1)
     assert "--strict" not in run  # ... and only a regression: inconclusive is reported
     # head and merge base, by sha, from the event (through env, never inline expressions)
-    assert ab["env"] == {"BASE_SHA": "${{ github.event.pull_request.base.sha }}",
-                         "HEAD_SHA": "${{ github.event.pull_request.head.sha }}"}
+    assert ab["env"] == {
+        "BASE_SHA": "${{ github.event.pull_request.base.sha }}",
+        "HEAD_SHA": "${{ github.event.pull_request.head.sha }}",
+    }
     assert 'merge_base="$(git merge-base "$BASE_SHA" "$HEAD_SHA")"' in run
     assert '--base-ref "$merge_base" --head-ref "$HEAD_SHA"' in run
     assert "suites/smoke.yaml" in run and "--markdown ab.md" in run and "--json ab.json" in run
@@ -229,7 +231,9 @@ def test_sharded_workflow_fans_out_per_arch_and_merges():
     assert matrix["arch"] == ["x86_64", "aarch64"]
     assert matrix["shard"] == list(range(1, int(wf["env"]["SHARDS"]) + 1))
     assert {(i["arch"], i["runner"]) for i in matrix["include"]} == {
-        ("x86_64", "ubuntu-24.04"), ("aarch64", "ubuntu-24.04-arm")}
+        ("x86_64", "ubuntu-24.04"),
+        ("aarch64", "ubuntu-24.04-arm"),
+    }
     assert shard["strategy"]["fail-fast"] is False
     inv = shard["env"]["GUARD_INVOCATION_ID"]
     assert all(x in inv for x in ("github.run_id", "github.run_attempt", "matrix.arch"))
@@ -253,8 +257,7 @@ def test_sharded_workflow_fans_out_per_arch_and_merges():
     mrun = next(s["run"] for s in _steps(wf, "merge") if "guard merge" in s.get("run", ""))
     margs = build_parser().parse_args(_guard_args(mrun.strip(), {}))
     assert margs.func.__name__ == "cmd_merge" and margs.files == ["shards/shard-*.json"]
-    assert (margs.json, margs.junit, margs.markdown) == ("results.json", "junit.xml",
-                                                         "summary.md")
+    assert (margs.json, margs.junit, margs.markdown) == ("results.json", "junit.xml", "summary.md")
     steps = _steps(wf, "merge")
     summary = next(s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", ""))
     assert summary["if"] == "always()" and "summary.md" in summary["run"]

@@ -44,9 +44,14 @@ class PartitionInfo:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PartitionInfo:
         """The inverse of to_dict (what a backend stored in its artefact)."""
-        return cls(count=d["count"], delegated_nodes=d["delegated_nodes"],
-                   fallback_nodes=d["fallback_nodes"], by_provider=dict(d["by_provider"]),
-                   details=list(d["details"]), how=d["how"])
+        return cls(
+            count=d["count"],
+            delegated_nodes=d["delegated_nodes"],
+            fallback_nodes=d["fallback_nodes"],
+            by_provider=dict(d["by_provider"]),
+            details=list(d["details"]),
+            how=d["how"],
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,8 +76,12 @@ class MemoryInfo:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MemoryInfo:
         """From the {arena_bytes, lower_bound_bytes, how, extra} a backend stored."""
-        return cls(arena_bytes=d["arena_bytes"], lower_bound_bytes=d["lower_bound_bytes"],
-                   how=d["how"], extra=dict(d.get("extra", {})))
+        return cls(
+            arena_bytes=d["arena_bytes"],
+            lower_bound_bytes=d["lower_bound_bytes"],
+            how=d["how"],
+            extra=dict(d.get("extra", {})),
+        )
 
 
 @dataclass

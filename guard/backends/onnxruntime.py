@@ -49,12 +49,19 @@ def _ort():
     return onnxruntime
 
 
-def session_options(threads: int, level: str = "all", *, profile_dir: Path | None = None,
-                    optimized_path: Path | None = None):
+def session_options(
+    threads: int,
+    level: str = "all",
+    *,
+    profile_dir: Path | None = None,
+    optimized_path: Path | None = None,
+):
     ort = _ort()
     if level not in _LEVELS:
-        raise ModelError(f"options.onnxruntime.graph_optimization_level: unknown level {level!r}",
-                         hint=f"Use one of: {', '.join(_LEVELS)}.")
+        raise ModelError(
+            f"options.onnxruntime.graph_optimization_level: unknown level {level!r}",
+            hint=f"Use one of: {', '.join(_LEVELS)}.",
+        )
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVELS[level])
     so.intra_op_num_threads = threads
@@ -77,8 +84,11 @@ def _ort_text(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         # pybind11 could not decode ORT's message (it quoted invalid UTF-8 from the model).
         raw = exc.object if isinstance(exc.object, bytes) else b""
-        return raw.decode("utf-8", "replace").strip().splitlines()[0][:300] if raw.strip() \
+        return (
+            raw.decode("utf-8", "replace").strip().splitlines()[0][:300]
+            if raw.strip()
             else "an error message that is not valid UTF-8"
+        )
     text = str(exc).strip()
     return text.splitlines()[0][:500] if text else repr(exc)
 
@@ -86,10 +96,17 @@ def _ort_text(exc: BaseException) -> str:
 def _classify_ort_error(exc: Exception, model: Path) -> Exception:
     text = _ort_text(exc)
     low = text.lower()
-    if "not_implemented" in low or "could not find an implementation" in low \
-            or "no opset import for domain" in low or "is not a registered function" in low:
-        return UnsupportedOpError(f"onnxruntime cannot run an operator: {text}", where=str(model),
-                                  hint="Replace the operator or use a backend that supports it.")
+    if (
+        "not_implemented" in low
+        or "could not find an implementation" in low
+        or "no opset import for domain" in low
+        or "is not a registered function" in low
+    ):
+        return UnsupportedOpError(
+            f"onnxruntime cannot run an operator: {text}",
+            where=str(model),
+            hint="Replace the operator or use a backend that supports it.",
+        )
     return ModelError(f"onnxruntime rejected the model: {text}", where=str(model))
 
 
@@ -104,8 +121,9 @@ class OrtSession:
         # was recorded (re-applying passes to an optimised graph is idempotent).
         so = session_options(threads, meta["session_options"]["graph_optimization_level"])
         try:
-            self._sess = ort.InferenceSession(str(artefact_dir / PAYLOAD), so,
-                                              providers=meta["session_options"]["providers"])
+            self._sess = ort.InferenceSession(
+                str(artefact_dir / PAYLOAD), so, providers=meta["session_options"]["providers"]
+            )
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception zoo
             raise _classify_ort_error(exc, artefact_dir / PAYLOAD) from None
         self.input_names = [i.name for i in self._sess.get_inputs()]
@@ -118,8 +136,9 @@ class OrtSession:
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception zoo
             # A model that loads but fails at run time (a Reshape to an impossible shape,
             # an index out of range) is the model's problem: exit 2, naming it.
-            raise ModelError(f"onnxruntime failed running the model: {_ort_text(exc)}",
-                             where=self._where) from None
+            raise ModelError(
+                f"onnxruntime failed running the model: {_ort_text(exc)}", where=self._where
+            ) from None
 
     def partitions(self) -> PartitionInfo:
         return PartitionInfo.from_dict(self._meta["partitions"])
@@ -164,8 +183,9 @@ def _partitions(sess, model: Any) -> dict[str, Any]:
     # CPU wheel, CPU is the only provider and everything is "delegated" to it).
     delegate = sess.get_providers()[0]
     delegated = by_provider.get(delegate, 0)
-    details = sorted(({"provider": ep[g[0]], "nodes": len(g)} for g in merged),
-                     key=lambda d: -d["nodes"])
+    details = sorted(
+        ({"provider": ep[g[0]], "nodes": len(g)} for g in merged), key=lambda d: -d["nodes"]
+    )
     return {
         # Every partition counts, fallback ones included (as in the bundled compiler), so
         # `partitions: {max: 1}` cannot pass a graph that split across providers.
@@ -175,8 +195,8 @@ def _partitions(sess, model: Any) -> dict[str, Any]:
         "by_provider": by_provider,
         "details": details,
         "how": "ORT's recorded node-to-provider assignment (session.record_ep_graph_assignment_info) "
-               "over the optimised graph: connected same-provider subgraphs, merged per provider "
-               "while the collapsed graph stays acyclic; count = partitions on every provider.",
+        "over the optimised graph: connected same-provider subgraphs, merged per provider "
+        "while the collapsed graph stays acyclic; count = partitions on every provider.",
     }
 
 
@@ -191,8 +211,9 @@ def _reachable(succ: dict[int, set[int]], start: int) -> set[int]:
     return seen
 
 
-def _merge_acyclic(groups: list[list[int]], ep: list[str], nodes: list[Any],
-                   producer: dict[str, int]) -> list[list[int]]:
+def _merge_acyclic(
+    groups: list[list[int]], ep: list[str], nodes: list[Any], producer: dict[str, int]
+) -> list[list[int]]:
     """Merge same-provider groups when no path between them leaves the provider.
 
     Two disconnected CPU chains are one partition (nothing crosses a boundary between
@@ -208,10 +229,17 @@ def _merge_acyclic(groups: list[list[int]], ep: list[str], nodes: list[Any],
                 if j is not None and owner[j] != owner[i]:
                     succ[owner[j]].add(owner[i])
         reach = {g: _reachable(succ, g) for g in succ}
-        pair = next(((a, b) for a in range(len(groups)) for b in range(a + 1, len(groups))
-                     if ep[groups[a][0]] == ep[groups[b][0]]
-                     and not any(b in reach[c] for c in reach[a] if c != b)
-                     and not any(a in reach[c] for c in reach[b] if c != a)), None)
+        pair = next(
+            (
+                (a, b)
+                for a in range(len(groups))
+                for b in range(a + 1, len(groups))
+                if ep[groups[a][0]] == ep[groups[b][0]]
+                and not any(b in reach[c] for c in reach[a] if c != b)
+                and not any(a in reach[c] for c in reach[b] if c != a)
+            ),
+            None,
+        )
         if pair is None:
             return groups
         a, b = pair
@@ -247,8 +275,9 @@ def _parse_arena_log(log: str) -> dict[str, int | None]:
     return {"arena_bytes": total_after - total_before, "largest_block_bytes": largest_request}
 
 
-def _probe_feeds(model: Any, shapes: dict[str, tuple[int, ...]],
-                 inputs: dict[str, Any] | None) -> dict[str, np.ndarray]:
+def _probe_feeds(
+    model: Any, shapes: dict[str, tuple[int, ...]], inputs: dict[str, Any] | None
+) -> dict[str, np.ndarray]:
     """The probe's feeds: the suite's bound inputs, else zeros of each input's shape."""
     from onnx.helper import tensor_dtype_to_np_dtype
 
@@ -275,10 +304,16 @@ def _probe_error(stderr: str) -> str:
     return lines[-1] if lines else "no output"
 
 
-def _memory(model_path: Path, model: Any, threads: int, level: str,
-            shapes: dict[str, tuple[int, ...]],
-            providers: list[str], work_dir: Path | None = None,
-            inputs: dict[str, Any] | None = None) -> dict:
+def _memory(
+    model_path: Path,
+    model: Any,
+    threads: int,
+    level: str,
+    shapes: dict[str, tuple[int, ...]],
+    providers: list[str],
+    work_dir: Path | None = None,
+    inputs: dict[str, Any] | None = None,
+) -> dict:
     """Probe one model's memory in a child process: liveness lower bound and arena growth.
 
     The probe runs the model on ``inputs`` (the suite's bound values). Its scratch files
@@ -289,17 +324,32 @@ def _memory(model_path: Path, model: Any, threads: int, level: str,
         spec = Path(tmp) / "spec.json"
         feeds_path = Path(tmp) / "inputs.npz"
         np.savez(feeds_path, **_probe_feeds(model, shapes, inputs))
-        spec.write_text(json.dumps({"model": str(model_path), "threads": threads,
-                                    "level": level, "providers": providers, "work_dir": tmp,
-                                    "inputs": str(feeds_path)}))
-        proc = subprocess.run([sys.executable, "-m", "guard.backends.ort_probe", str(spec)],
-                              capture_output=True, text=True, timeout=600)
+        spec.write_text(
+            json.dumps(
+                {
+                    "model": str(model_path),
+                    "threads": threads,
+                    "level": level,
+                    "providers": providers,
+                    "work_dir": tmp,
+                    "inputs": str(feeds_path),
+                }
+            )
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "guard.backends.ort_probe", str(spec)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     if proc.returncode != 0:
-        raise ModelError(f"onnxruntime memory probe failed: {_probe_error(proc.stderr)}",
-                         where=str(model_path),
-                         hint="The model could not run on the suite's inputs: check their "
-                              "values (e.g. inputs: {sr: {shape: [], dist: const, value: "
-                              "16000}}).")
+        raise ModelError(
+            f"onnxruntime memory probe failed: {_probe_error(proc.stderr)}",
+            where=str(model_path),
+            hint="The model could not run on the suite's inputs: check their "
+            "values (e.g. inputs: {sr: {shape: [], dist: const, value: "
+            "16000}}).",
+        )
     order = json.loads(proc.stdout.strip().splitlines()[-1])["order"]
     arena = _parse_arena_log(proc.stderr)
     by_name = {n.name: n for n in model.graph.node}
@@ -327,12 +377,15 @@ def _memory(model_path: Path, model: Any, threads: int, level: str,
         "arena_bytes": arena["arena_bytes"],
         "lower_bound_bytes": peak,
         "how": "arena: bytes ORT's CPU BFCArena reserved across three inferences of a fresh "
-               "session (its verbose log's 'Total allocated bytes', after minus before the "
-               "first run; includes the memory-pattern block and allocator rounding); lower "
-               "bound: max over ORT's executed node order of live output bytes (sizes from "
-               "ORT's profiler, each freed after its last consumer)",
-        "extra": {"naive_bytes": naive, "profiled_nodes": len(order),
-                  "largest_block_bytes": arena["largest_block_bytes"]},
+        "session (its verbose log's 'Total allocated bytes', after minus before the "
+        "first run; includes the memory-pattern block and allocator rounding); lower "
+        "bound: max over ORT's executed node order of live output bytes (sizes from "
+        "ORT's profiler, each freed after its last consumer)",
+        "extra": {
+            "naive_bytes": naive,
+            "profiled_nodes": len(order),
+            "largest_block_bytes": arena["largest_block_bytes"],
+        },
     }
 
 
@@ -350,12 +403,16 @@ class OnnxRuntimeBackend:
         level = str(opts.pop("graph_optimization_level", "all"))
         providers = list(opts.pop("providers", [FALLBACK_PROVIDER]))
         if opts:
-            raise ModelError(f"options.onnxruntime: unknown option(s) {sorted(opts)}",
-                             hint="Known: graph_optimization_level, providers.")
+            raise ModelError(
+                f"options.onnxruntime: unknown option(s) {sorted(opts)}",
+                hint="Known: graph_optimization_level, providers.",
+            )
         unknown = [p for p in providers if p not in ort.get_available_providers()]
         if unknown:
-            raise ModelError(f"options.onnxruntime.providers: {unknown} not available here",
-                             hint=f"Available: {ort.get_available_providers()}.")
+            raise ModelError(
+                f"options.onnxruntime.providers: {unknown} not available here",
+                hint=f"Available: {ort.get_available_providers()}.",
+            )
         payload = req.out_dir / PAYLOAD
         so = session_options(req.threads, level, optimized_path=payload)
         try:
@@ -367,8 +424,16 @@ class OnnxRuntimeBackend:
         # The optimised graph, read once: its edges give partitions and liveness.
         optimised = onnx.load(str(payload), load_external_data=False)
         partitions = _partitions(sess, optimised)
-        memory = _memory(payload, optimised, req.threads, level, req.input_shapes, providers,
-                         work_dir=req.out_dir, inputs=req.inputs)
+        memory = _memory(
+            payload,
+            optimised,
+            req.threads,
+            level,
+            req.input_shapes,
+            providers,
+            work_dir=req.out_dir,
+            inputs=req.inputs,
+        )
         session_opts = {
             "graph_optimization_level": level,
             "intra_op_num_threads": req.threads,
@@ -377,13 +442,18 @@ class OnnxRuntimeBackend:
             "allow_spinning": False,
             "providers": sess.get_providers(),
         }
-        meta = {"schema_version": 1, "session_options": session_opts, "partitions": partitions,
-                "memory": memory}
+        meta = {
+            "schema_version": 1,
+            "session_options": session_opts,
+            "partitions": partitions,
+            "memory": memory,
+        }
         (req.out_dir / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
         compiler, runtime = self.versions()
         compiler["graph_optimization_level"] = level
-        return BuildInfo(payload=PAYLOAD, compiler=compiler, runtime=runtime,
-                         session_options=session_opts)
+        return BuildInfo(
+            payload=PAYLOAD, compiler=compiler, runtime=runtime, session_options=session_opts
+        )
 
     def load(self, artefact_dir: Path, threads: int) -> OrtSession:
         return OrtSession(artefact_dir, threads)

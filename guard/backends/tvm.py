@@ -66,11 +66,19 @@ def _set_threads(threads: int) -> dict[str, Any]:
         os.sched_setaffinity(0, saved)
     got = int(tvm_ffi.get_global_func("runtime.NumThreads")())
     if got != threads:
-        warnings.warn(f"tvm: asked for {threads} runtime threads, TVM's pool runs {got} (it was "
-                      "started smaller earlier in this process and cannot grow)", stacklevel=3)
-    return {"threads": threads, "runtime_num_threads": got,
-            "TVM_NUM_THREADS": os.environ["TVM_NUM_THREADS"], "TVM_BIND_THREADS": "0",
-            "config_threadpool": [1, threads], "env_set_before_tvm_import": not already}
+        warnings.warn(
+            f"tvm: asked for {threads} runtime threads, TVM's pool runs {got} (it was "
+            "started smaller earlier in this process and cannot grow)",
+            stacklevel=3,
+        )
+    return {
+        "threads": threads,
+        "runtime_num_threads": got,
+        "TVM_NUM_THREADS": os.environ["TVM_NUM_THREADS"],
+        "TVM_BIND_THREADS": "0",
+        "config_threadpool": [1, threads],
+        "env_set_before_tvm_import": not already,
+    }
 
 
 # -- build -----------------------------------------------------------------------------------
@@ -85,8 +93,10 @@ def _compile(mod, target, database, captured: dict[str, Any]):
     lower = cpu.dataflow_lower_passes(target)
     finalize = cpu.finalize_passes(target)
     if not finalize or finalize[0].info.name != "StaticPlanBlockMemory":
-        raise ModelError("TVM's CPU finalize passes no longer start with StaticPlanBlockMemory",
-                         hint="guard's tvm backend needs updating for this TVM version.")
+        raise ModelError(
+            "TVM's CPU finalize passes no longer start with StaticPlanBlockMemory",
+            hint="guard's tvm backend needs updating for this TVM version.",
+        )
 
     @tvm.transform.module_pass(opt_level=0, name="guard_tvm_pipeline")
     def _pipeline(m, _ctx):
@@ -95,9 +105,12 @@ def _compile(mod, target, database, captured: dict[str, Any]):
             if database is not None:
                 m = relax.transform.MetaScheduleApplyDatabase()(m)
                 captured["applied"] = sum(
-                    1 for _, f in m.functions.items()
-                    if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None
-                    and bool(f.attrs.get("tirx.is_scheduled", False)))
+                    1
+                    for _, f in m.functions.items()
+                    if isinstance(f, tvm.tirx.PrimFunc)
+                    and f.attrs is not None
+                    and bool(f.attrs.get("tirx.is_scheduled", False))
+                )
             m = tvm.transform.Sequential([*lower, finalize[0]])(m)
             captured["plan"] = tvm_memory.planned_storage(m)
             return tvm.transform.Sequential(finalize[1:])(m)
@@ -138,15 +151,21 @@ class TvmSession:
 
         meta = json.loads((artefact_dir / META).read_text())
         if meta.get("schema_version") != SCHEMA_VERSION:
-            raise ModelError(f"unknown schema_version {meta.get('schema_version')!r}",
-                             where=str(artefact_dir / META), hint="Rebuild the artefact.")
+            raise ModelError(
+                f"unknown schema_version {meta.get('schema_version')!r}",
+                where=str(artefact_dir / META),
+                hint="Rebuild the artefact.",
+            )
         self._meta = meta
         try:
             lib = tvm.runtime.load_module(str(artefact_dir / PAYLOAD))
         except Exception as exc:  # noqa: BLE001
             first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-            raise ModelError(f"cannot load the compiled library: {first}",
-                             where=str(artefact_dir / PAYLOAD), hint="Rebuild it.") from None
+            raise ModelError(
+                f"cannot load the compiled library: {first}",
+                where=str(artefact_dir / PAYLOAD),
+                hint="Rebuild it.",
+            ) from None
         self._dev = tvm.cpu(0)
         self._vm = relax.VirtualMachine(lib, self._dev)
         self._main = self._vm["main"]
@@ -157,8 +176,10 @@ class TvmSession:
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         import tvm
 
-        args = [tvm.runtime.tensor(np.ascontiguousarray(feeds[n], dtype=self._dtypes[n]),
-                                   self._dev) for n in self.input_names]
+        args = [
+            tvm.runtime.tensor(np.ascontiguousarray(feeds[n], dtype=self._dtypes[n]), self._dev)
+            for n in self.input_names
+        ]
         out = self._main(*args)
         if isinstance(out, tvm.runtime.Tensor):
             return [out.numpy()]
@@ -179,9 +200,11 @@ class TvmBackend:
 
     def build(self, req: BuildRequest) -> BuildInfo:
         if req.options:
-            raise ModelError(f"options.tvm: unknown option(s) {sorted(req.options)}",
-                             hint="The tvm backend takes no options; pass the tuning cache "
-                                  "as the build's tuning_cache.")
+            raise ModelError(
+                f"options.tvm: unknown option(s) {sorted(req.options)}",
+                hint="The tvm backend takes no options; pass the tuning cache "
+                "as the build's tuning_cache.",
+            )
         threading = _set_threads(req.threads)
         import onnx
 
@@ -195,19 +218,28 @@ class TvmBackend:
         database = None
         if req.tuning_cache is not None:
             tasks = tvm_tuning.extract_tasks(tvm_tuning.prepare(mod, target), target)
-            found = tvm_tuning.lookup(Path(req.tuning_cache), tasks, target,
-                                      target_has_num_cores="num-cores" in target.export())
+            found = tvm_tuning.lookup(
+                Path(req.tuning_cache),
+                tasks,
+                target,
+                target_has_num_cores="num-cores" in target.export(),
+            )
             database = found.database
             tuning = found.to_dict()
             tuning["tasks"] = len(tasks)
             tuning["target"] = req.target_canonical
             if found.misses:
-                other = (f"; {found.other_target} of them are in the cache for another target"
-                         if found.other_target else "")
+                other = (
+                    f"; {found.other_target} of them are in the cache for another target"
+                    if found.other_target
+                    else ""
+                )
                 warnings.warn(
                     f"tvm tuning cache {req.tuning_cache}: {found.misses} of {len(tasks)} "
                     f"tasks missed for target {req.target_canonical!r}{other}; they compile "
-                    f"untuned: {', '.join(found.missed[:5])}", stacklevel=2)
+                    f"untuned: {', '.join(found.missed[:5])}",
+                    stacklevel=2,
+                )
         captured: dict[str, Any] = {}
         t1 = time.perf_counter()
         try:
@@ -216,8 +248,9 @@ class TvmBackend:
             raise
         except (RuntimeError, ValueError) as exc:  # TVM's errors; a guard bug propagates
             first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-            raise ModelError(f"TVM failed to compile the model: {first}",
-                             where=str(req.model_path)) from None
+            raise ModelError(
+                f"TVM failed to compile the model: {first}", where=str(req.model_path)
+            ) from None
         t_compile = time.perf_counter() - t1
         if database is not None:
             tuning["applied"] = captured.get("applied", 0)
@@ -226,7 +259,8 @@ class TvmBackend:
                     f"tuning cache: {tuning['hits']} task(s) matched but "
                     f"{tuning['applied']} schedule(s) were applied",
                     where=str(req.tuning_cache),
-                    hint="guard's look-up and TVM's disagree; report this with the cache.")
+                    hint="guard's look-up and TVM's disagree; report this with the cache.",
+                )
         ex.export_library(str(req.out_dir / PAYLOAD))
         n_nodes = len(model.graph.node)
         plan = captured.get("plan", {})
@@ -234,49 +268,85 @@ class TvmBackend:
         arena = plan.get("storage_bytes") if not plan.get("dynamic_storages") else None
         memory = {
             "arena_bytes": arena,
-            "lower_bound_bytes": live["lower_bound_bytes"] if live["lower_bound_bytes"] >= 0
+            "lower_bound_bytes": live["lower_bound_bytes"]
+            if live["lower_bound_bytes"] >= 0
             else None,
             "how": "arena: sum of the static relax.memory.alloc_storage sizes TVM's "
-                   "StaticPlanBlockMemory planned for the relax VM (intermediates only; graph "
-                   "outputs are allocated apart, see extra.output_bytes; weights and the VM's "
-                   "own overhead are not counted); lower bound: peak, over the ONNX graph's "
-                   "node order, of live intermediate and output tensor bytes from ONNX shape "
-                   "inference with the bound input shapes (each freed after its last "
-                   "consumer). TVM fuses nodes, so its plan may go below the ONNX bound.",
-            "extra": {"output_bytes": plan.get("unplanned_tensor_bytes"),
-                      "storages": plan.get("storages"),
-                      "dynamic_storages": plan.get("dynamic_storages"),
-                      "liveness_unknown_tensors": live["unknown_tensors"]},
+            "StaticPlanBlockMemory planned for the relax VM (intermediates only; graph "
+            "outputs are allocated apart, see extra.output_bytes; weights and the VM's "
+            "own overhead are not counted); lower bound: peak, over the ONNX graph's "
+            "node order, of live intermediate and output tensor bytes from ONNX shape "
+            "inference with the bound input shapes (each freed after its last "
+            "consumer). TVM fuses nodes, so its plan may go below the ONNX bound.",
+            "extra": {
+                "output_bytes": plan.get("unplanned_tensor_bytes"),
+                "storages": plan.get("storages"),
+                "dynamic_storages": plan.get("dynamic_storages"),
+                "liveness_unknown_tensors": live["unknown_tensors"],
+            },
         }
         partitions = {
-            "count": 1, "delegated_nodes": n_nodes, "fallback_nodes": 0,
+            "count": 1,
+            "delegated_nodes": n_nodes,
+            "fallback_nodes": 0,
             "by_provider": {"tvm:llvm": n_nodes},
             "details": [{"provider": "tvm:llvm", "nodes": n_nodes}],
             "how": "TVM compiles the whole relax module for one llvm target: one partition "
-                   "holding every ONNX node (count of the ONNX graph's nodes); there is no "
-                   "fallback provider.",
+            "holding every ONNX node (count of the ONNX graph's nodes); there is no "
+            "fallback provider.",
         }
-        session_opts = {**threading, "device": "cpu(0)", "executor": "relax.VirtualMachine",
-                        "pipeline": PIPELINE, "opt_level": 3,
-                        "tuning_applied": database is not None}
-        meta = {"schema_version": SCHEMA_VERSION, "inputs": ins, "outputs": outs,
-                "input_shapes": {k: list(v) for k, v in req.input_shapes.items()},
-                "target_canonical": req.target_canonical, "target": str(target),
-                "session_options": session_opts, "partitions": partitions, "memory": memory,
-                "tuning": tuning,
-                "timings_s": {"import": round(t_import, 4), "compile": round(t_compile, 4)}}
+        session_opts = {
+            **threading,
+            "device": "cpu(0)",
+            "executor": "relax.VirtualMachine",
+            "pipeline": PIPELINE,
+            "opt_level": 3,
+            "tuning_applied": database is not None,
+        }
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "inputs": ins,
+            "outputs": outs,
+            "input_shapes": {k: list(v) for k, v in req.input_shapes.items()},
+            "target_canonical": req.target_canonical,
+            "target": str(target),
+            "session_options": session_opts,
+            "partitions": partitions,
+            "memory": memory,
+            "tuning": tuning,
+            "timings_s": {"import": round(t_import, 4), "compile": round(t_compile, 4)},
+        }
         (req.out_dir / META).write_text(json.dumps(meta, indent=2, sort_keys=True))
         compiler, runtime = _versions()
         compiler["pipeline"] = PIPELINE
-        return BuildInfo(payload=PAYLOAD, compiler=compiler, runtime=runtime,
-                         session_options=session_opts, tuning=tuning)
+        return BuildInfo(
+            payload=PAYLOAD,
+            compiler=compiler,
+            runtime=runtime,
+            session_options=session_opts,
+            tuning=tuning,
+        )
 
     def load(self, artefact_dir: Path, threads: int) -> TvmSession:
         return TvmSession(Path(artefact_dir), threads)
 
 
-def tune(model_path, input_shapes, target_canonical, db_dir, max_trials_global: int,
-         num_trials_per_iter: int = 2, **kw) -> dict[str, Any]:
+def tune(
+    model_path,
+    input_shapes,
+    target_canonical,
+    db_dir,
+    max_trials_global: int,
+    num_trials_per_iter: int = 2,
+    **kw,
+) -> dict[str, Any]:
     """Small MetaSchedule tuning into a JSON database: see guard.backends.tvm_tuning.tune."""
-    return tvm_tuning.tune(model_path, input_shapes, target_canonical, db_dir,
-                           max_trials_global, num_trials_per_iter, **kw)
+    return tvm_tuning.tune(
+        model_path,
+        input_shapes,
+        target_canonical,
+        db_dir,
+        max_trials_global,
+        num_trials_per_iter,
+        **kw,
+    )

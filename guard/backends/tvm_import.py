@@ -43,15 +43,19 @@ def tvm_target(canonical: str, num_cores: int | None = None) -> tvm.target.Targe
         return tvm.target.Target(d)
     except Exception as exc:  # noqa: BLE001
         first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-        raise ModelError(f"TVM refuses target {canonical!r}: {first}",
-                         hint="Check the suite's target spelling.") from None
+        raise ModelError(
+            f"TVM refuses target {canonical!r}: {first}", hint="Check the suite's target spelling."
+        ) from None
 
 
 def graph_io(model: onnx.ModelProto) -> tuple[list[tuple[str, str]], list[str]]:
     """[(input name, numpy dtype)] of the real inputs (not initializers), output names."""
     inits = {i.name for i in model.graph.initializer}
-    ins = [(i.name, np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)).name)
-           for i in model.graph.input if i.name not in inits]
+    ins = [
+        (i.name, np.dtype(helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type)).name)
+        for i in model.graph.input
+        if i.name not in inits
+    ]
     return ins, [o.name for o in model.graph.output]
 
 
@@ -67,18 +71,29 @@ def import_onnx(model_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> t
     ins, _ = graph_io(model)
     missing = [n for n, _ in ins if n not in input_shapes]
     if missing:
-        raise ModelError(f"no bound shape for input(s) {missing}", where=str(model_path),
-                         hint="Bind every graph input's shape in the suite.")
+        raise ModelError(
+            f"no bound shape for input(s) {missing}",
+            where=str(model_path),
+            hint="Bind every graph input's shape in the suite.",
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the frontend warns through the checker
-            return from_onnx(model, shape_dict={n: list(input_shapes[n]) for n, _ in ins},
-                             dtype_dict=dict(ins), keep_params_in_input=False)
+            return from_onnx(
+                model,
+                shape_dict={n: list(input_shapes[n]) for n, _ in ins},
+                dtype_dict=dict(ins),
+                keep_params_in_input=False,
+            )
     except tvm.error.OpNotImplemented as exc:
         text = " ".join(str(exc).split())
-        raise UnsupportedOpError(f"TVM's relax ONNX frontend: {text}", where=str(model_path),
-                                 hint="Replace the operator or use another backend.") from None
+        raise UnsupportedOpError(
+            f"TVM's relax ONNX frontend: {text}",
+            where=str(model_path),
+            hint="Replace the operator or use another backend.",
+        ) from None
     except Exception as exc:  # noqa: BLE001
         first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-        raise ModelError(f"TVM's relax ONNX frontend failed: {first}",
-                         where=str(model_path)) from None
+        raise ModelError(
+            f"TVM's relax ONNX frontend failed: {first}", where=str(model_path)
+        ) from None

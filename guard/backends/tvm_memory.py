@@ -20,8 +20,12 @@ def planned_storage(mod) -> dict[str, int]:
     import tvm
     from tvm import relax
 
-    storage = {"storage_bytes": 0, "storages": 0, "dynamic_storages": 0,
-               "unplanned_tensor_bytes": 0}
+    storage = {
+        "storage_bytes": 0,
+        "storages": 0,
+        "dynamic_storages": 0,
+        "unplanned_tensor_bytes": 0,
+    }
 
     @relax.expr_functor.visitor
     class _Visit(relax.PyExprVisitor):

@@ -94,16 +94,21 @@ def open_db(db_dir: Path):
     wl, rec = db_paths(db_dir)
     missing = [p.name for p in (wl, rec) if not p.is_file()]
     if missing:
-        raise UsageError(f"tuning cache {db_dir}: missing {', '.join(missing)}",
-                         hint="Point tuning_cache at a MetaSchedule JSON database directory "
-                              "(made by guard.backends.tvm_tuning.tune).")
+        raise UsageError(
+            f"tuning cache {db_dir}: missing {', '.join(missing)}",
+            hint="Point tuning_cache at a MetaSchedule JSON database directory "
+            "(made by guard.backends.tvm_tuning.tune).",
+        )
     try:
-        return ms.database.JSONDatabase(path_workload=str(wl), path_tuning_record=str(rec),
-                                        allow_missing=False)
+        return ms.database.JSONDatabase(
+            path_workload=str(wl), path_tuning_record=str(rec), allow_missing=False
+        )
     except Exception as exc:  # noqa: BLE001 - TVM raises its own error types
         first = (str(exc).strip().splitlines() or [repr(exc)])[-1]
-        raise UsageError(f"tuning cache {db_dir}: cannot be read: {first}",
-                         hint="Re-create it with guard.backends.tvm_tuning.tune.") from None
+        raise UsageError(
+            f"tuning cache {db_dir}: cannot be read: {first}",
+            hint="Re-create it with guard.backends.tvm_tuning.tune.",
+        ) from None
 
 
 def _target_key(target, drop_num_cores: bool) -> str:
@@ -141,13 +146,18 @@ class Lookup:
     database: Any = None  # ms.database.MemoryDatabase holding only the matching records
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "entries": self.entries,
-                "hits": self.hits, "misses": self.misses,
-                "missed": self.missed[:MAX_MISSED_LISTED],
-                "misses_tuned_for_other_target": self.other_target,
-                "misses_failed_trials_only": self.failed_only,
-                "failed_records": self.failed_records,
-                "tuned_num_cores": self.tuned_num_cores}
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "entries": self.entries,
+            "hits": self.hits,
+            "misses": self.misses,
+            "missed": self.missed[:MAX_MISSED_LISTED],
+            "misses_tuned_for_other_target": self.other_target,
+            "misses_failed_trials_only": self.failed_only,
+            "failed_records": self.failed_records,
+            "tuned_num_cores": self.tuned_num_cores,
+        }
 
 
 def lookup(db_dir: Path, tasks: list, target, target_has_num_cores: bool) -> Lookup:
@@ -159,8 +169,12 @@ def lookup(db_dir: Path, tasks: list, target, target_has_num_cores: bool) -> Loo
     sha = db_sha256(db_dir) if all((db_dir / n).is_file() for n in DB_FILES) else ""
     db = open_db(db_dir)
     records = list(db.get_all_tuning_records())
-    out = Lookup(path=str(db_dir), sha256=sha, entries=len(records),
-                 failed_records=sum(1 for r in records if not _valid(r)))
+    out = Lookup(
+        path=str(db_dir),
+        sha256=sha,
+        entries=len(records),
+        failed_records=sum(1 for r in records if not _valid(r)),
+    )
     want = _target_key(target, drop_num_cores=not target_has_num_cores)
     by_hash: dict[int, list] = {}
     for r in records:
@@ -169,10 +183,17 @@ def lookup(db_dir: Path, tasks: list, target, target_has_num_cores: bool) -> Loo
     cores: set[int] = set()
     for task in tasks:
         mod = task.dispatched[0]
-        same_wl = [r for r in by_hash.get(tvm_ffi.structural_hash(mod), [])
-                   if tvm_ffi.structural_equal(r.workload.mod, mod)]
-        same_target = [r for r in same_wl if r.target is not None and _target_key(
-            r.target, drop_num_cores=not target_has_num_cores) == want]
+        same_wl = [
+            r
+            for r in by_hash.get(tvm_ffi.structural_hash(mod), [])
+            if tvm_ffi.structural_equal(r.workload.mod, mod)
+        ]
+        same_target = [
+            r
+            for r in same_wl
+            if r.target is not None
+            and _target_key(r.target, drop_num_cores=not target_has_num_cores) == want
+        ]
         good = [r for r in same_target if _valid(r)]
         if not good:
             out.misses += 1
@@ -182,8 +203,9 @@ def lookup(db_dir: Path, tasks: list, target, target_has_num_cores: bool) -> Loo
             continue
         best = min(good, key=lambda r: _mean(r.run_secs))
         wl = mem.commit_workload(mod)
-        mem.commit_tuning_record(ms.database.TuningRecord(
-            best.trace, wl, best.run_secs, best.target, best.args_info))
+        mem.commit_tuning_record(
+            ms.database.TuningRecord(best.trace, wl, best.run_secs, best.target, best.args_info)
+        )
         nc = best.target.export().get("num-cores")
         if nc is not None:
             cores.add(int(nc))
@@ -202,8 +224,9 @@ _PROBE = "import tvm; tvm.ir.save_json(tvm.tirx.IntImm('int32', 1)); print('ok')
 @functools.lru_cache(maxsize=1)
 def serialization_ok() -> tuple[bool, str]:
     """Whether this install can serialise TIR (MetaSchedule needs it to write a database)."""
-    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300
+    )
     if proc.returncode == 0 and "ok" in proc.stdout:
         return True, ""
     try:
@@ -212,14 +235,22 @@ def serialization_ok() -> tuple[bool, str]:
         ffi = version("apache-tvm-ffi")
     except Exception:  # noqa: BLE001
         ffi = "unknown"
-    why = (f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}")
+    why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
     return False, f"tvm.ir.save_json of a TIR node dies ({why}) with apache-tvm-ffi {ffi}"
 
 
-def tune(model_path: Path | str, input_shapes: dict[str, tuple[int, ...]] | dict[str, list[int]],
-         target_canonical: str, db_dir: Path | str, max_trials_global: int,
-         num_trials_per_iter: int = 2, *, num_cores: int | None = None, seed: int = 0,
-         op_names: list[str] | None = None) -> dict[str, Any]:
+def tune(
+    model_path: Path | str,
+    input_shapes: dict[str, tuple[int, ...]] | dict[str, list[int]],
+    target_canonical: str,
+    db_dir: Path | str,
+    max_trials_global: int,
+    num_trials_per_iter: int = 2,
+    *,
+    num_cores: int | None = None,
+    seed: int = 0,
+    op_names: list[str] | None = None,
+) -> dict[str, Any]:
     """Run a small MetaSchedule search for a model into the JSON database at ``db_dir``.
 
     Random search (``replay-trace``) with a random cost model: MetaSchedule's default
@@ -233,9 +264,11 @@ def tune(model_path: Path | str, input_shapes: dict[str, tuple[int, ...]] | dict
 
     ok, why = serialization_ok()
     if not ok:
-        raise UsageError(f"cannot write a MetaSchedule database: {why}",
-                         hint="Pin apache-tvm-ffi==0.1.14.post1 (0.1.15.x crashes in ToJSONGraph "
-                              "with apache-tvm 0.27.0.post1).")
+        raise UsageError(
+            f"cannot write a MetaSchedule database: {why}",
+            hint="Pin apache-tvm-ffi==0.1.14.post1 (0.1.15.x crashes in ToJSONGraph "
+            "with apache-tvm 0.27.0.post1).",
+        )
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -251,31 +284,55 @@ def tune(model_path: Path | str, input_shapes: dict[str, tuple[int, ...]] | dict
         raise ModelError("no tuning tasks were extracted", where=str(model_path))
     contexts = []
     for i, task in enumerate(tasks):
-        space = ms.space_generator.PostOrderApply(sch_rules="llvm", postprocs="llvm",
-                                                  mutator_probs={})
-        contexts.append(ms.TuneContext(
-            mod=task.dispatched[0], target=task.target, space_generator=space,
-            search_strategy="replay-trace", task_name=task.task_name, num_threads=1,
-            rand_state=seed + i))
+        space = ms.space_generator.PostOrderApply(
+            sch_rules="llvm", postprocs="llvm", mutator_probs={}
+        )
+        contexts.append(
+            ms.TuneContext(
+                mod=task.dispatched[0],
+                target=task.target,
+                space_generator=space,
+                search_strategy="replay-trace",
+                task_name=task.task_name,
+                num_threads=1,
+                rand_state=seed + i,
+            )
+        )
     wl, rec = db_paths(db_dir)
-    database = ms.database.JSONDatabase(path_workload=str(wl), path_tuning_record=str(rec),
-                                        allow_missing=True)
+    database = ms.database.JSONDatabase(
+        path_workload=str(wl), path_tuning_record=str(rec), allow_missing=True
+    )
     with tempfile.TemporaryDirectory(prefix="guard-tvm-tune-") as work:
         ms.tune_tasks(
-            tasks=contexts, task_weights=[float(t.weight) for t in tasks], work_dir=work,
-            max_trials_global=max_trials_global, num_trials_per_iter=num_trials_per_iter,
+            tasks=contexts,
+            task_weights=[float(t.weight) for t in tasks],
+            work_dir=work,
+            max_trials_global=max_trials_global,
+            num_trials_per_iter=num_trials_per_iter,
             # Generous timeouts: on a shared 2-core machine a worker's start alone can take
             # seconds, and a timed-out trial is stored as a failure.
             builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=300),
             runner=ms.runner.LocalRunner(
                 timeout_sec=300,
                 evaluator_config=ms.runner.EvaluatorConfig(
-                    number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False)),
-            database=database, cost_model="random", task_scheduler="round-robin",
-            measure_callbacks=[ms.measure_callback.AddToDatabase(),
-                               ms.measure_callback.RemoveBuildArtifact()])
+                    number=3, repeat=1, min_repeat_ms=0, enable_cpu_cache_flush=False
+                ),
+            ),
+            database=database,
+            cost_model="random",
+            task_scheduler="round-robin",
+            measure_callbacks=[
+                ms.measure_callback.AddToDatabase(),
+                ms.measure_callback.RemoveBuildArtifact(),
+            ],
+        )
     found = lookup(db_dir, tasks, target, target_has_num_cores=True)
-    return {"tasks": [t.task_name for t in tasks], "records": found.entries,
-            "failed_records": found.failed_records, "tasks_without_valid_record": found.missed,
-            "seconds": round(time.perf_counter() - t0, 3), "target": str(target),
-            "tvm_version": tvm.__version__}
+    return {
+        "tasks": [t.task_name for t in tasks],
+        "records": found.entries,
+        "failed_records": found.failed_records,
+        "tasks_without_valid_record": found.missed,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "target": str(target),
+        "tvm_version": tvm.__version__,
+    }

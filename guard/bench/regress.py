@@ -269,22 +269,32 @@ def _bias(
         b = CONTENTION_EFFECT * abs(cb - ch)
         bias += b
         if b >= 0.005:
-            why.append(f"contention differs (base {cb:.0%}, head {ch:.0%} of the spare CPU "
-                       f"used by other processes: up to {b:.0%} from a co-tenant alone)")
+            why.append(
+                f"contention differs (base {cb:.0%}, head {ch:.0%} of the spare CPU "
+                f"used by other processes: up to {b:.0%} from a co-tenant alone)"
+            )
     for side, share, frac in zip(("base", "head"), cpu_share, preempted, strict=True):
         if frac is not None and frac < MEDIAN_SAFE:
             continue  # waiting sat in a few calls: outliers the round medians ignore
         if share is not None and 0 < share < CPU_SHARE_WARN:
             b = 1.0 / share - 1.0
             bias += b
-            why.append(f"{side} was preempted (its worst round got {share:.0%} of a core: up "
-                       f"to {b:.0%} of waiting in its samples)")
+            why.append(
+                f"{side} was preempted (its worst round got {share:.0%} of a core: up "
+                f"to {b:.0%} of waiting in its samples)"
+            )
     return bias, why
 
 
 def _discount(
-    verdict: str, reason: str, ratio: float, lo: float, hi: float, bias: float,
-    why: list[str], cfg: RegressConfig,
+    verdict: str,
+    reason: str,
+    ratio: float,
+    lo: float,
+    hi: float,
+    bias: float,
+    why: list[str],
+    cfg: RegressConfig,
 ) -> tuple[str, str]:
     """The verdict once the measuring conditions' bias is allowed for (see module docstring)."""
     if bias <= 0 or verdict == INCONCLUSIVE:
@@ -325,8 +335,11 @@ def compare_rounds(
     b, h = _finite_positive(base, "base"), _finite_positive(head, "head")
     if min(b.size, h.size) < cfg.min_rounds:
         c = _too_few(b.size, h.size, cfg, method, a)
-        return replace(c, reason=f"too few rounds ({b.size} base, {h.size} head; need "
-                                 f"{cfg.min_rounds}): set defaults.measure.rounds")
+        return replace(
+            c,
+            reason=f"too few rounds ({b.size} base, {h.size} head; need "
+            f"{cfg.min_rounds}): set defaults.measure.rounds",
+        )
     xb, xh = np.log(b), np.log(h)
     d = float(xh.mean() - xb.mean())
     ratio = math.exp(d)

@@ -334,10 +334,18 @@ class RoundTimings:
         out = []
         for t in self.rounds:
             st = summarize(t.samples_s)
-            out.append({"samples_ms": [s * 1e3 for s in t.samples_s], "p50": st["p50"],
-                        "n": st["n"], "warmup_iters": t.warmup_iters,
-                        "stopped_by": t.stopped_by, "contention": t.contention,
-                        "cpu_share": t.cpu_share, "preemptions": t.preemptions})
+            out.append(
+                {
+                    "samples_ms": [s * 1e3 for s in t.samples_s],
+                    "p50": st["p50"],
+                    "n": st["n"],
+                    "warmup_iters": t.warmup_iters,
+                    "stopped_by": t.stopped_by,
+                    "contention": t.contention,
+                    "cpu_share": t.cpu_share,
+                    "preemptions": t.preemptions,
+                }
+            )
         return out
 
 
@@ -359,5 +367,6 @@ def measure_rounds(
 ) -> RoundTimings:
     """``cfg.rounds`` rounds; ``load(i)`` returns round i's callable (a fresh session)."""
     per = cfg.per_round()
-    return RoundTimings([measure(load(i), per, clock, cpu_times=cpu_times)
-                         for i in range(cfg.rounds)], cfg)
+    return RoundTimings(
+        [measure(load(i), per, clock, cpu_times=cpu_times) for i in range(cfg.rounds)], cfg
+    )

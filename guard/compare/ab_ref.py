@@ -56,14 +56,15 @@ WORKER = Path(__file__).with_name("ab_worker.py")
 
 def _git(repo: Path, *args: str) -> str:
     try:
-        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as exc:
         raise UsageError(f"git {' '.join(args)} failed: {exc}", where=str(repo)) from None
     if proc.returncode != 0:
-        raise UsageError(f"git {' '.join(args)}: {last_lines(proc.stderr or proc.stdout, 1)}",
-                         where=str(repo),
-                         hint="Fetch the ref first (CI: actions/checkout with fetch-depth: 0).")
+        raise UsageError(
+            f"git {' '.join(args)}: {last_lines(proc.stderr or proc.stdout, 1)}",
+            where=str(repo),
+            hint="Fetch the ref first (CI: actions/checkout with fetch-depth: 0).",
+        )
     return proc.stdout.strip()
 
 
@@ -82,11 +83,14 @@ def checkout(repo: Path, sha: str, cache: Path) -> Path:
         return dest
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".src-{sha[:16]}.", dir=cache))
-    proc = subprocess.run(["git", "archive", "--format=tar", sha], cwd=repo,
-                          capture_output=True, timeout=600)
+    proc = subprocess.run(
+        ["git", "archive", "--format=tar", sha], cwd=repo, capture_output=True, timeout=600
+    )
     if proc.returncode != 0:
-        raise UsageError(f"git archive {sha[:12]}: {last_lines(proc.stderr.decode(errors='replace'))}",
-                         where=str(repo))
+        raise UsageError(
+            f"git archive {sha[:12]}: {last_lines(proc.stderr.decode(errors='replace'))}",
+            where=str(repo),
+        )
     with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
         tar.extractall(tmp, filter="data")
     (tmp / ".guard-complete").write_text(sha + "\n")
@@ -105,8 +109,9 @@ def _pyproject(src: Path) -> dict[str, Any]:
 
 
 def is_guard_tree(src: Path) -> bool:
-    return (src / "guard" / "__init__.py").is_file() and \
-        _pyproject(src).get("project", {}).get("name") == "guard"
+    return (src / "guard" / "__init__.py").is_file() and _pyproject(src).get("project", {}).get(
+        "name"
+    ) == "guard"
 
 
 @dataclass
@@ -119,15 +124,17 @@ class Side:
     env: str | None = None  # the venv built for it, when its pins differ
 
 
-def make_side(label: str, src: Path, sha: str | None, *, python: str, env_cache: Path,
-              runner: Any = None) -> Side:
+def make_side(
+    label: str, src: Path, sha: str | None, *, python: str, env_cache: Path, runner: Any = None
+) -> Side:
     """The side's interpreter and guard (see the module docstring)."""
     guard_src = src if is_guard_tree(src) else REPO_ROOT
     reqs = list(_pyproject(src).get("project", {}).get("dependencies", []))
     if not reqs or sorted(reqs) == sorted(pinned_requirements()):
         return Side(label, src, python, guard_src, sha)
-    env = ensure_env(reqs, label=f"ref-{(sha or 'worktree')[:12]}", python=python,
-                     cache=env_cache, runner=runner)
+    env = ensure_env(
+        reqs, label=f"ref-{(sha or 'worktree')[:12]}", python=python, cache=env_cache, runner=runner
+    )
     return Side(label, src, str(env / "bin" / "python"), guard_src, sha, str(env))
 
 
@@ -142,14 +149,21 @@ class WorkerProc:
     def start(cls, side: Side, threads: int) -> WorkerProc:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(side.guard_src), env.get("PYTHONPATH")) if p)
+            p for p in (str(side.guard_src), env.get("PYTHONPATH")) if p
+        )
         env.pop("VIRTUAL_ENV", None)
         for k in THREAD_ENV_VARS:
             env[k] = str(threads)
         log = tempfile.TemporaryFile(mode="w+")
-        proc = subprocess.Popen([side.python, str(WORKER)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                                cwd=str(side.src))
+        proc = subprocess.Popen(
+            [side.python, str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+            cwd=str(side.src),
+        )
         return cls(side, proc, log)
 
     def ask(self, **req: Any) -> dict[str, Any]:
@@ -162,8 +176,9 @@ class WorkerProc:
             line = ""
         if not line:
             self.log.seek(0)
-            raise InternalError(f"the {self.side.label} worker died: "
-                                f"{last_lines(self.log.read()) or 'no output'}")
+            raise InternalError(
+                f"the {self.side.label} worker died: {last_lines(self.log.read()) or 'no output'}"
+            )
         reply = json.loads(line)
         if not reply.pop("ok"):
             cls = UsageError if reply.get("kind") == "usage" else InternalError
@@ -195,14 +210,27 @@ def _key(c: dict[str, Any]) -> tuple[str, str, str]:
 
 
 def _facts(c: dict[str, Any]) -> dict[str, Any]:
-    return {"partitions": c.get("partitions"), "arena_bytes": c.get("arena_bytes"),
-            "outputs": _outputs(c.get("outputs_npz"))}
+    return {
+        "partitions": c.get("partitions"),
+        "arena_bytes": c.get("arena_bytes"),
+        "outputs": _outputs(c.get("outputs_npz")),
+    }
 
 
-def _pair(wb: WorkerProc, wh: WorkerProc, ib: int, ih: int, cfg: RegressConfig,
-          budget_s: float, warmup_s: float, min_sample_s: float) -> ABOutcome:
-    inner = min(wb.ask(op="warm", case=ib, seconds=warmup_s, min_sample_s=min_sample_s)["inner"],
-                wh.ask(op="warm", case=ih, seconds=warmup_s, min_sample_s=min_sample_s)["inner"])
+def _pair(
+    wb: WorkerProc,
+    wh: WorkerProc,
+    ib: int,
+    ih: int,
+    cfg: RegressConfig,
+    budget_s: float,
+    warmup_s: float,
+    min_sample_s: float,
+) -> ABOutcome:
+    inner = min(
+        wb.ask(op="warm", case=ib, seconds=warmup_s, min_sample_s=min_sample_s)["inner"],
+        wh.ask(op="warm", case=ih, seconds=warmup_s, min_sample_s=min_sample_s)["inner"],
+    )
     count = [0]
 
     def sample(n: int) -> tuple[list[float], list[float]]:
@@ -221,8 +249,9 @@ def _pair(wb: WorkerProc, wh: WorkerProc, ib: int, ih: int, cfg: RegressConfig,
 
     workers_cpu = [wb.ask(op="cpu")["cpu_s"] + wh.ask(op="cpu")["cpu_s"]]
     before = read_cpu_times()
-    res = measure_until_conclusive(sample, paired=True, config=cfg, budget_s=budget_s,
-                                   initial=50, max_looks=7)
+    res = measure_until_conclusive(
+        sample, paired=True, config=cfg, budget_s=budget_s, initial=50, max_looks=7
+    )
     after = read_cpu_times()
     workers_cpu.append(wb.ask(op="cpu")["cpu_s"] + wh.ask(op="cpu")["cpu_s"])
     # The workers' CPU is ours, not a co-tenant's.
@@ -258,16 +287,28 @@ def run_ref_ab(
     sides = []
     for label, ref in (("base", base_ref), ("head", head_ref)):
         if ref is None:
-            sides.append(make_side(label, repo, None, python=python, env_cache=cache,
-                                   runner=runner))
+            sides.append(
+                make_side(label, repo, None, python=python, env_cache=cache, runner=runner)
+            )
             continue
         sha = resolve_ref(repo, ref)
-        sides.append(make_side(label, checkout(repo, sha, src_cache), sha, python=python,
-                               env_cache=cache, runner=runner))
+        sides.append(
+            make_side(
+                label,
+                checkout(repo, sha, src_cache),
+                sha,
+                python=python,
+                env_cache=cache,
+                runner=runner,
+            )
+        )
     for s in sides:
         if not (s.src / rel).is_file():
-            raise UsageError(f"{rel} does not exist at {s.label} ({s.sha or 'working tree'})",
-                             where=str(suite), hint="A/B a suite both commits have.")
+            raise UsageError(
+                f"{rel} does not exist at {s.label} ({s.sha or 'working tree'})",
+                where=str(suite),
+                hint="A/B a suite both commits have.",
+            )
     workers: list[WorkerProc] = []
     try:
         for s in sides:
@@ -293,16 +334,33 @@ def run_ref_ab(
                 cfg = replace(cfg, regress_pct=float(hc["regress_pct"]))
             cfg = with_noise(cfg, (noise or {}).get("/".join(key)))
             outcome = _pair(wb, wh, ib, ih, cfg, budget_s, warmup_s, min_sample_s)
-            rows.append(ab_row(key, outcome, bc.get("manifest") or {}, hc.get("manifest") or {},
-                               _facts(bc), _facts(hc)))
+            rows.append(
+                ab_row(
+                    key,
+                    outcome,
+                    bc.get("manifest") or {},
+                    hc.get("manifest") or {},
+                    _facts(bc),
+                    _facts(hc),
+                )
+            )
     finally:
         for w in workers:
             w.close()
-    labels = tuple(f"{r} ({s.sha[:12]})" if s.sha else "working tree"
-                   for r, s in zip((base_ref, head_ref), sides, strict=True))
+    labels = tuple(
+        f"{r} ({s.sha[:12]})" if s.sha else "working tree"
+        for r, s in zip((base_ref, head_ref), sides, strict=True)
+    )
     doc = ab_document(rows, config, (labels[0], labels[1]))
     doc["mode"] = "interleaved-ab-refs"
-    doc["refs"] = {s.label: {"ref": r, "sha": s.sha, "guard": str(s.guard_src),
-                             "python": s.python, "env": s.env}
-                   for r, s in zip((base_ref, head_ref), sides, strict=True)}
+    doc["refs"] = {
+        s.label: {
+            "ref": r,
+            "sha": s.sha,
+            "guard": str(s.guard_src),
+            "python": s.python,
+            "env": s.env,
+        }
+        for r, s in zip((base_ref, head_ref), sides, strict=True)
+    }
     return doc

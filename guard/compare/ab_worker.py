@@ -49,11 +49,16 @@ def _outputs_b64(case: Any) -> str | None:
 
 
 def _describe(case: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {"model": case.model, "backend": case.backend, "target": case.target,
-                         "manifest": case.manifest}
+    d: dict[str, Any] = {
+        "model": case.model,
+        "backend": case.backend,
+        "target": case.target,
+        "manifest": case.manifest,
+    }
     entry = getattr(case, "entry", None)
     d["regress_pct"] = ((getattr(entry, "checks", None) or {}).get("latency") or {}).get(
-        "regress_pct")
+        "regress_pct"
+    )
     try:
         d["partitions"] = case.session.partitions().to_dict()
     except Exception:  # noqa: BLE001 - a backend that cannot describe them is still timed

@@ -140,5 +140,11 @@ def load_side(
     # guard's index answers in one search per case; runs logged before it go to the scan.
     from guard.track.index import baseline_on_branch
 
-    return baseline_on_branch(uri, str(suite), branch, list(other["results"]),
-                              fallback=latest_on_branch, exclude_commit=str(own) if own else None)
+    return baseline_on_branch(
+        uri,
+        str(suite),
+        branch,
+        list(other["results"]),
+        fallback=latest_on_branch,
+        exclude_commit=str(own) if own else None,
+    )

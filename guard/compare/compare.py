@@ -118,10 +118,17 @@ def _validate_samples(r: Mapping[str, Any], field: str, where: str) -> None:
         if why:
             raise UsageError(f"{field}.rounds[{j}].samples_ms{why}", where=where, hint=hint)
         p50 = rd.get("p50")
-        if isinstance(p50, bool) or not isinstance(p50, int | float) or not math.isfinite(p50) \
-                or p50 <= 0:
-            raise UsageError(f"{field}.rounds[{j}].p50 is {p50!r}, not a finite positive "
-                             "latency in ms", where=where, hint=hint)
+        if (
+            isinstance(p50, bool)
+            or not isinstance(p50, int | float)
+            or not math.isfinite(p50)
+            or p50 <= 0
+        ):
+            raise UsageError(
+                f"{field}.rounds[{j}].p50 is {p50!r}, not a finite positive latency in ms",
+                where=where,
+                hint=hint,
+            )
 
 
 def canonical_target(r: Mapping[str, Any]) -> str:

@@ -111,8 +111,10 @@ def partition_report(
     if kernels:
         rep["kernels"] = kernels
         distinct = len({k for _, k, _ in kernels})
-        text += (f"\n  generated kernels: {distinct} distinct for {len(kernels)} node(s) "
-                 "(node -> kernel)")
+        text += (
+            f"\n  generated kernels: {distinct} distinct for {len(kernels)} node(s) "
+            "(node -> kernel)"
+        )
         for node, kernel, op in kernels[:40]:
             text += f"\n    {node} -> {kernel} ({op})"
         if len(kernels) > 40:

@@ -157,8 +157,9 @@ class PartitionTarget:
     description: str = ""
 
 
-CPU = PartitionTarget("cpu", Anything(), fallback=True,
-                      description="reference interpreter; runs every imported op")
+CPU = PartitionTarget(
+    "cpu", Anything(), fallback=True, description="reference interpreter; runs every imported op"
+)
 NATIVE = PartitionTarget(
     "native",
     AllOf((NoControlFlow(), StaticShapes(), HasEmitter())),

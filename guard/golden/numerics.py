@@ -28,14 +28,21 @@ def _classifier_logits(a: np.ndarray) -> np.ndarray | None:
     return squeezed
 
 
-def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], rtol: float,
-                    atol: float) -> dict[str, Any]:
+def compare_outputs(
+    got: list[np.ndarray], want: list[np.ndarray], rtol: float, atol: float
+) -> dict[str, Any]:
     """Per-model numerics summary against the golden outputs (same order)."""
     if len(got) != len(want):
-        return {"error": f"backend returned {len(got)} outputs, the golden has {len(want)}",
-                "allclose": False, "max_abs_err": None, "max_rel_err": None,
-                "output_sha256": outputs_sha256(got), "golden_sha256": outputs_sha256(want),
-                "bit_exact": False, "top1": None}
+        return {
+            "error": f"backend returned {len(got)} outputs, the golden has {len(want)}",
+            "allclose": False,
+            "max_abs_err": None,
+            "max_rel_err": None,
+            "output_sha256": outputs_sha256(got),
+            "golden_sha256": outputs_sha256(want),
+            "bit_exact": False,
+            "top1": None,
+        }
     max_abs = 0.0
     max_rel = 0.0
     ok = True
@@ -69,9 +76,15 @@ def compare_outputs(got: list[np.ndarray], want: list[np.ndarray], rtol: float,
         if g_logits is not None and w_logits is not None:
             top1 = float(np.mean(np.argmax(g_logits, axis=1) == np.argmax(w_logits, axis=1)))
     got_sha, want_sha = outputs_sha256([np.asarray(g) for g in got]), outputs_sha256(want)
-    out = {"allclose": ok, "max_abs_err": max_abs, "max_rel_err": max_rel,
-           "output_sha256": got_sha, "golden_sha256": want_sha,
-           "bit_exact": got_sha == want_sha, "top1": top1}
+    out = {
+        "allclose": ok,
+        "max_abs_err": max_abs,
+        "max_rel_err": max_rel,
+        "output_sha256": got_sha,
+        "golden_sha256": want_sha,
+        "bit_exact": got_sha == want_sha,
+        "top1": top1,
+    }
     if shape_error:
         out["error"] = shape_error
     return out

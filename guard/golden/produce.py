@@ -85,9 +85,14 @@ def ensure_golden(
     feeds = make_inputs(spec, dict(entry.inputs))
     # onnxruntime's session creation on the user's model is native code that a malformed
     # model can crash: in a child, so a crash is this model's error, not the run's end.
-    outs, producer = run_isolated(reference_outputs, path, feeds,
-                                  what=f"the golden reference run (onnxruntime) of {entry.name}",
-                                  where=entry.where, timeout_s=entry.build_timeout_s)
+    outs, producer = run_isolated(
+        reference_outputs,
+        path,
+        feeds,
+        what=f"the golden reference run (onnxruntime) of {entry.name}",
+        where=entry.where,
+        timeout_s=entry.build_timeout_s,
+    )
     named = dict(zip(spec.outputs, outs, strict=True))
     golden = store.save(
         entry.name,

@@ -33,8 +33,10 @@ from guard.errors import UsageError
 from guard.fsutil import USER_OS_ERRNOS, atomic_write_bytes, describe_os_error, read_bounded_text
 
 SCHEMA_VERSION = 1
-_RESTORE = ("Restore it from git, or re-create it: guard golden update <suite> --model <name> "
-            "--reason '...'.")
+_RESTORE = (
+    "Restore it from git, or re-create it: guard golden update <suite> --model <name> "
+    "--reason '...'."
+)
 
 
 class GoldenCorruptError(UsageError):
@@ -80,15 +82,21 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     # Keys are positional (a0, a1, ...) so any tensor name is safe; names live in the JSON.
     # numpy's stub types the keyword arrays as if one could be named allow_pickle (bool).
-    np.savez_compressed(buf, **{f"a{i}": np.asarray(v, order="C")  # type: ignore[arg-type]
-                                for i, v in enumerate(arrays.values())})
+    np.savez_compressed(
+        buf,
+        **{
+            f"a{i}": np.asarray(v, order="C")  # type: ignore[arg-type]
+            for i, v in enumerate(arrays.values())
+        },
+    )
     return buf.getvalue()
 
 
 def _who() -> str:
     try:
-        out = subprocess.run(["git", "config", "user.name"], capture_output=True, text=True,
-                             timeout=5)
+        out = subprocess.run(
+            ["git", "config", "user.name"], capture_output=True, text=True, timeout=5
+        )
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
@@ -122,20 +130,26 @@ class GoldenStore:
             meta = json.loads(read_bounded_text(meta_path))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             reason = getattr(exc, "reason", None) or str(exc).splitlines()[0][:200]
-            raise GoldenCorruptError(f"golden is unreadable: {reason}", where=str(meta_path),
-                                     hint=_RESTORE) from None
+            raise GoldenCorruptError(
+                f"golden is unreadable: {reason}", where=str(meta_path), hint=_RESTORE
+            ) from None
         if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
             version = meta.get("schema_version") if isinstance(meta, dict) else None
-            raise GoldenCorruptError(f"golden schema_version {str(version)[:20]!r} is not "
-                                     f"{SCHEMA_VERSION}", where=str(meta_path), hint=_RESTORE)
+            raise GoldenCorruptError(
+                f"golden schema_version {str(version)[:20]!r} is not {SCHEMA_VERSION}",
+                where=str(meta_path),
+                hint=_RESTORE,
+            )
         try:
             return self._arrays(model, d, meta)
         except GoldenCorruptError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise GoldenCorruptError(f"golden.json is incomplete or edited ({type(exc).__name__}"
-                                     f": {str(exc)[:100]})", where=str(meta_path),
-                                     hint=_RESTORE) from None
+            raise GoldenCorruptError(
+                f"golden.json is incomplete or edited ({type(exc).__name__}: {str(exc)[:100]})",
+                where=str(meta_path),
+                hint=_RESTORE,
+            ) from None
 
     def load_replaceable(self, model: str) -> tuple[Golden | None, str | None]:
         """(golden, None), or (None, why) when the one on disk is corrupt: for an update."""
@@ -153,8 +167,9 @@ class GoldenStore:
                     arrs = [z[f"a{i}"] for i in range(len(meta[part]))]
             except Exception as exc:  # noqa: BLE001 - zip, zlib, npy header: all corruption
                 why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-                raise GoldenCorruptError(f"golden {part} are missing or corrupt: {why}",
-                                         where=str(p), hint=_RESTORE) from None
+                raise GoldenCorruptError(
+                    f"golden {part} are missing or corrupt: {why}", where=str(p), hint=_RESTORE
+                ) from None
             named = {}
             # golden.json is written with sorted keys; the arrays are in graph order, which
             # "order" records (goldens written before it existed had one input/output).
@@ -162,30 +177,60 @@ class GoldenStore:
             for name, a in zip(names, arrs, strict=True):
                 info = meta[part][name]
                 if array_sha256(a) != info["sha256"]:
-                    raise GoldenCorruptError(f"golden {part[:-1]} {name!r} does not match its "
-                                             "recorded sha256 (edited or corrupt)",
-                                             where=str(p), hint=_RESTORE)
+                    raise GoldenCorruptError(
+                        f"golden {part[:-1]} {name!r} does not match its "
+                        "recorded sha256 (edited or corrupt)",
+                        where=str(p),
+                        hint=_RESTORE,
+                    )
                 named[name] = a
             arrays[part] = named
         return Golden(model=model, inputs=arrays["inputs"], outputs=arrays["outputs"], meta=meta)
 
-    def save(self, model: str, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray],
-             *, producer: dict[str, Any], model_sha256: str, reason: str | None,
-             previous: Golden | None = None) -> Golden:
+    def save(
+        self,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: dict[str, np.ndarray],
+        *,
+        producer: dict[str, Any],
+        model_sha256: str,
+        reason: str | None,
+        previous: Golden | None = None,
+    ) -> Golden:
         d = self._dir(model)
         try:
-            return self._save(d, model, inputs, outputs, producer=producer,
-                              model_sha256=model_sha256, reason=reason, previous=previous)
+            return self._save(
+                d,
+                model,
+                inputs,
+                outputs,
+                producer=producer,
+                model_sha256=model_sha256,
+                reason=reason,
+                previous=previous,
+            )
         except OSError as exc:
             if exc.errno not in USER_OS_ERRNOS:
                 raise
-            raise UsageError(f"cannot write the golden: {describe_os_error(exc)}", where=str(d),
-                             hint="Make the golden directory writable (or pass --golden-dir "
-                                  "DIR).") from None
+            raise UsageError(
+                f"cannot write the golden: {describe_os_error(exc)}",
+                where=str(d),
+                hint="Make the golden directory writable (or pass --golden-dir DIR).",
+            ) from None
 
-    def _save(self, d: Path, model: str, inputs: dict[str, np.ndarray],
-              outputs: dict[str, np.ndarray], *, producer: dict[str, Any], model_sha256: str,
-              reason: str | None, previous: Golden | None) -> Golden:
+    def _save(
+        self,
+        d: Path,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: dict[str, np.ndarray],
+        *,
+        producer: dict[str, Any],
+        model_sha256: str,
+        reason: str | None,
+        previous: Golden | None,
+    ) -> Golden:
         new = Golden(model=model, inputs=inputs, outputs=outputs)
         if previous is not None and _same_content(previous, new, model_sha256):
             # An update that changes nothing writes nothing and adds no history entry.
@@ -193,13 +238,16 @@ class GoldenStore:
         d.mkdir(parents=True, exist_ok=True)
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         history = list(previous.meta.get("history", [])) if previous else []
-        history.append({
-            "who": _who(), "when": now,
-            "why": reason or "created on first run",
-            "old_sha256": previous.sha256 if previous else None,
-            "new_sha256": new.sha256,
-            "producer": producer,
-        })
+        history.append(
+            {
+                "who": _who(),
+                "when": now,
+                "why": reason or "created on first run",
+                "old_sha256": previous.sha256 if previous else None,
+                "new_sha256": new.sha256,
+                "producer": producer,
+            }
+        )
         meta = {
             "schema_version": SCHEMA_VERSION,
             "model": model,
@@ -209,17 +257,22 @@ class GoldenStore:
             "updated": now,
             "outputs_sha256": new.sha256,
             "order": {"inputs": list(inputs), "outputs": list(outputs)},
-            "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape),
-                           "sha256": array_sha256(v)} for k, v in inputs.items()},
-            "outputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape),
-                            "sha256": array_sha256(v)} for k, v in outputs.items()},
+            "inputs": {
+                k: {"dtype": str(v.dtype), "shape": list(v.shape), "sha256": array_sha256(v)}
+                for k, v in inputs.items()
+            },
+            "outputs": {
+                k: {"dtype": str(v.dtype), "shape": list(v.shape), "sha256": array_sha256(v)}
+                for k, v in outputs.items()
+            },
             "history": history,
         }
         new.meta = meta
         atomic_write_bytes(d / "inputs.npz", _npz_bytes(inputs))
         atomic_write_bytes(d / "outputs.npz", _npz_bytes(outputs))
-        atomic_write_bytes(d / "golden.json",
-                            (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode())
+        atomic_write_bytes(
+            d / "golden.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
+        )
         return new
 
 

@@ -120,9 +120,11 @@ def tuning_cache_record(tc: Mapping[str, Any] | None) -> dict[str, Any]:
     # Observations some backends add (the bundled cache's missed keys with their nearest
     # key and how it differs, its task count): kept when present, never pinned.
     extra = {k: _copy(tc[k]) for k in TUNING_CACHE_OPTIONAL_KEYS if tc.get(k) is not None}
-    return {k: tc.get(k) for k in TUNING_CACHE_KEYS} | extra | {
-        "path": None if tc.get("path") is None else str(tc["path"])
-    }
+    return (
+        {k: tc.get(k) for k in TUNING_CACHE_KEYS}
+        | extra
+        | {"path": None if tc.get("path") is None else str(tc["path"])}
+    )
 
 
 def build_manifest(

@@ -247,7 +247,9 @@ def row(result: Mapping[str, Any]) -> Row:
         backend=text(result.get("backend"), "?"),
         verdict=verdict(result),
         p50="emulated" if emulated else fmt_num(get(result, "latency_ms", "p50")),
-        p90=(_code_arch(result) or "emulated") if emulated else fmt_num(get(result, "latency_ms", "p90")),
+        p90=(_code_arch(result) or "emulated")
+        if emulated
+        else fmt_num(get(result, "latency_ms", "p90")),
         partitions=partitions,
         arena=arena,
         max_abs_err=fmt_err(get(result, "numerics", "max_abs_err")),

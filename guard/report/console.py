@@ -121,8 +121,9 @@ class ProgressHandle:
     """What :func:`progress` yields: ``step(label)`` names the work now under way,
     ``advance()`` marks one unit done. Both are safe to call any number of times."""
 
-    def __init__(self, total: int, bar: Progress | None, task: TaskID | None,
-                 log: Console | None = None):
+    def __init__(
+        self, total: int, bar: Progress | None, task: TaskID | None, log: Console | None = None
+    ):
         self.total = max(int(total), 0)
         self.completed = 0
         self.label = ""
@@ -136,8 +137,12 @@ class ProgressHandle:
             self._bar.update(self._task, description=self.label)
             self._bar.refresh()
         elif self._log is not None:
-            self._log.print(f"guard: [{self.completed + 1}/{self.total}] {self.label}",
-                            markup=False, highlight=False, soft_wrap=True)
+            self._log.print(
+                f"guard: [{self.completed + 1}/{self.total}] {self.label}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
     def advance(self) -> None:
         self.completed += 1

@@ -47,8 +47,10 @@ def check_database(uri: str, timeout_s: float = 5.0) -> None:
     try:
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError:
-        raise TrackingError(f"tracking database {redact(uri)}: the port is not a number",
-                            hint="fix --tracking-uri / MLFLOW_TRACKING_URI.") from None
+        raise TrackingError(
+            f"tracking database {redact(uri)}: the port is not a number",
+            hint="fix --tracking-uri / MLFLOW_TRACKING_URI.",
+        ) from None
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
             return

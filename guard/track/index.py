@@ -41,8 +41,14 @@ def baseline_key(result: Mapping[str, Any], branch: str | None) -> str | None:
         return None
     manifest = result.get("manifest") if isinstance(result.get("manifest"), Mapping) else {}
     host = manifest.get("host") if isinstance(manifest.get("host"), Mapping) else {}
-    parts = [INDEX_VERSION, str(branch), str(result.get("model")), str(result.get("backend")),
-             canonical_target(result), *(str(host.get(f)) for f in _HOST_FIELDS)]
+    parts = [
+        INDEX_VERSION,
+        str(branch),
+        str(result.get("model")),
+        str(result.get("backend")),
+        canonical_target(result),
+        *(str(host.get(f)) for f in _HOST_FIELDS),
+    ]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:40]
 
 
@@ -93,8 +99,9 @@ def _experiment(client: Any, suite: str) -> Any:
     return client.get_experiment_by_name(experiment_name(suite))
 
 
-def latest_result_run(client: Any, experiment_id: str, key: str,
-                      exclude_commit: str | None = None) -> Any:
+def latest_result_run(
+    client: Any, experiment_id: str, key: str, exclude_commit: str | None = None
+) -> Any:
     """The newest FINISHED result run with this baseline key (of another commit than
     ``exclude_commit``), or None.
 
@@ -105,13 +112,16 @@ def latest_result_run(client: Any, experiment_id: str, key: str,
     where = f"tags.`{BASELINE_KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'"
 
     def newest(condition: str) -> Any:
-        runs = client.search_runs([experiment_id], filter_string=condition, max_results=1,
-                                  order_by=["attributes.start_time DESC"])
+        runs = client.search_runs(
+            [experiment_id],
+            filter_string=condition,
+            max_results=1,
+            order_by=["attributes.start_time DESC"],
+        )
         return runs[0] if runs else None
 
     run = newest(where)
-    if run is None or not exclude_commit or run.data.tags.get("guard.git.commit") != \
-            exclude_commit:
+    if run is None or not exclude_commit or run.data.tags.get("guard.git.commit") != exclude_commit:
         return run
     if "'" in exclude_commit:
         return None
@@ -185,9 +195,15 @@ def baseline_on_branch(
     return {"schema_version": 1, "suite": suite, "git": {"branch": branch}, "results": results}
 
 
-def case_times(uri: str, suite: str, cases: Sequence[tuple[str, str, str]], *,
-               before_ms: int | None = None, exclude_invocation: str | None = None,
-               per_case: int = 4) -> dict[tuple[str, str, str], float]:
+def case_times(
+    uri: str,
+    suite: str,
+    cases: Sequence[tuple[str, str, str]],
+    *,
+    before_ms: int | None = None,
+    exclude_invocation: str | None = None,
+    per_case: int = 4,
+) -> dict[tuple[str, str, str], float]:
     """Seconds per case (``duration_s``) from the newest result runs of the suite.
 
     Only runs that started before ``before_ms`` and are not of ``exclude_invocation`` count,

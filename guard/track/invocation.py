@@ -48,8 +48,14 @@ def _safe(value: str) -> str:
     return value
 
 
-def _create(client: Any, experiment_id: str, suite: str, invocation_id: str, count: Any,
-            git: Mapping[str, Any] | None) -> str:
+def _create(
+    client: Any,
+    experiment_id: str,
+    suite: str,
+    invocation_id: str,
+    count: Any,
+    git: Mapping[str, Any] | None,
+) -> str:
     commit = str((git or {}).get("commit") or "nogit")[:10]
     tags = {
         "guard.level": "invocation",
@@ -60,15 +66,20 @@ def _create(client: Any, experiment_id: str, suite: str, invocation_id: str, cou
         "guard.git.commit": (git or {}).get("commit"),
         "guard.git.branch": (git or {}).get("branch"),
     }
-    run = client.create_run(experiment_id, start_time=int(time.time() * 1000),
-                            run_name=f"{suite}@{commit} ({count} shards, {invocation_id})")
-    _log_batch(client, run.info.run_id,
-               tags={k: tag_value(v) for k, v in tags.items() if v is not None})
+    run = client.create_run(
+        experiment_id,
+        start_time=int(time.time() * 1000),
+        run_name=f"{suite}@{commit} ({count} shards, {invocation_id})",
+    )
+    _log_batch(
+        client, run.info.run_id, tags={k: tag_value(v) for k, v in tags.items() if v is not None}
+    )
     return str(run.info.run_id)
 
 
-def ensure_invocation(uri: str, suite: str, invocation_id: str, count: int,
-                      git: Mapping[str, Any] | None = None) -> tuple[str, int]:
+def ensure_invocation(
+    uri: str, suite: str, invocation_id: str, count: int, git: Mapping[str, Any] | None = None
+) -> tuple[str, int]:
     """The invocation run of ``invocation_id``, created when there is none yet: its run id
     and start time (ms).
 
@@ -85,8 +96,9 @@ def ensure_invocation(uri: str, suite: str, invocation_id: str, count: int,
         return str(found[0].info.run_id), int(found[0].info.start_time)
 
 
-def link_shard(client: Any, experiment_id: str, shard_run_id: str,
-               doc: Mapping[str, Any]) -> str | None:
+def link_shard(
+    client: Any, experiment_id: str, shard_run_id: str, doc: Mapping[str, Any]
+) -> str | None:
     """Make ``shard_run_id`` (the run a shard logged) a child of its invocation's run."""
     from mlflow.entities import RunStatus
 
@@ -96,32 +108,46 @@ def link_shard(client: Any, experiment_id: str, shard_run_id: str,
         return None
     found = _candidates(client, experiment_id, str(inv))
     if not found:  # pushed later, into a store that never saw the shard start
-        _create(client, experiment_id, str(doc.get("suite")), str(inv), shard.get("count"),
-                doc.get("git") if isinstance(doc.get("git"), Mapping) else None)
+        _create(
+            client,
+            experiment_id,
+            str(doc.get("suite")),
+            str(inv),
+            shard.get("count"),
+            doc.get("git") if isinstance(doc.get("git"), Mapping) else None,
+        )
         found = _candidates(client, experiment_id, str(inv))
     canonical = str(found[0].info.run_id)
     k, n = shard.get("index"), shard.get("count")
     verdicts = [r.get("verdict") for r in doc.get("results") or () if isinstance(r, Mapping)]
     from guard.track.records import worst_verdict
 
-    _log_batch(client, shard_run_id, tags={
-        "mlflow.parentRunId": canonical,
-        "guard.level": "shard",
-        "guard.shard": f"{k}/{n}",
-        INVOCATION_TAG: tag_value(inv),
-    })
-    _log_batch(client, canonical, tags={
-        "guard.shard_plan_sha256": tag_value(shard.get("plan_sha256")),
-        f"guard.shard.{k}.run_id": shard_run_id,
-        f"guard.shard.{k}.verdict": worst_verdict(verdicts),
-        f"guard.shard.{k}.results": str(len(verdicts)),
-    })
+    _log_batch(
+        client,
+        shard_run_id,
+        tags={
+            "mlflow.parentRunId": canonical,
+            "guard.level": "shard",
+            "guard.shard": f"{k}/{n}",
+            INVOCATION_TAG: tag_value(inv),
+        },
+    )
+    _log_batch(
+        client,
+        canonical,
+        tags={
+            "guard.shard_plan_sha256": tag_value(shard.get("plan_sha256")),
+            f"guard.shard.{k}.run_id": shard_run_id,
+            f"guard.shard.{k}.verdict": worst_verdict(verdicts),
+            f"guard.shard.{k}.results": str(len(verdicts)),
+        },
+    )
     for spare in found[1:]:
         spare_id = str(spare.info.run_id)
         _log_batch(client, spare_id, tags={"guard.superseded_by": canonical})
-        for child in client.search_runs([experiment_id],
-                                        f"tags.mlflow.parentRunId = '{spare_id}'",
-                                        max_results=1000):
+        for child in client.search_runs(
+            [experiment_id], f"tags.mlflow.parentRunId = '{spare_id}'", max_results=1000
+        ):
             _log_batch(client, child.info.run_id, tags={"mlflow.parentRunId": canonical})
         client.delete_run(spare_id)
     if canonical and found[0].info.status != RunStatus.to_string(RunStatus.FINISHED):
@@ -140,24 +166,32 @@ def record_merged(uri: str, doc: Mapping[str, Any]) -> str:
     merged = doc.get("merged") if isinstance(doc.get("merged"), Mapping) else {}
     inv = merged.get("invocation_id")
     if not inv:
-        raise UsageError("the merged results carry no invocation id: nothing to record",
-                         hint="Only shards run with --invocation-id (or "
-                         "GUARD_INVOCATION_ID) log under one invocation.")
+        raise UsageError(
+            "the merged results carry no invocation id: nothing to record",
+            hint="Only shards run with --invocation-id (or "
+            "GUARD_INVOCATION_ID) log under one invocation.",
+        )
     suite = str(doc.get("suite"))
     with _http_limits(), _translated(uri, f"recording the merge of invocation {inv!r}"):
         client = _client(uri)
         eid = _experiment_id(client, uri, suite)
         found = _candidates(client, eid, str(inv))
         if not found:
-            raise UsageError(f"no invocation run {inv!r} in guard/{suite} at {uri}",
-                             hint="Were the shards logged there? Push kept ones first "
-                             "(guard track push).")
+            raise UsageError(
+                f"no invocation run {inv!r} in guard/{suite} at {uri}",
+                hint="Were the shards logged there? Push kept ones first (guard track push).",
+            )
         run_id = str(found[0].info.run_id)
         results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
-        _log_batch(client, run_id, metric_entities(parent_metrics(doc)), tags={
-            "guard.verdict": worst_verdict([r.get("verdict") for r in results]),
-            "guard.merged": "true",
-            "guard.exit_code": str(doc.get("exit_code")),
-        })
+        _log_batch(
+            client,
+            run_id,
+            metric_entities(parent_metrics(doc)),
+            tags={
+                "guard.verdict": worst_verdict([r.get("verdict") for r in results]),
+                "guard.merged": "true",
+                "guard.exit_code": str(doc.get("exit_code")),
+            },
+        )
         client.log_dict(run_id, dict(doc), "results.json")
     return run_id

@@ -240,8 +240,9 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
     }
 
 
-def _end_children(client: Any, experiment_id: str, parent_id: str, known: list[str],
-                  status: str) -> None:
+def _end_children(
+    client: Any, experiment_id: str, parent_id: str, known: list[str], status: str
+) -> None:
     """Give the children of a parent that did not finish its status (KILLED or FAILED).
 
     Children logged before the failure are not a tracked invocation either: readers
@@ -250,9 +251,14 @@ def _end_children(client: Any, experiment_id: str, parent_id: str, known: list[s
     """
     ids = set(known)
     try:
-        ids |= {r.info.run_id for r in client.search_runs(
-            [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
-            max_results=10_000)}
+        ids |= {
+            r.info.run_id
+            for r in client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
+                max_results=10_000,
+            )
+        }
     except Exception:  # noqa: BLE001 - the store is failing: mark what we know
         pass
     for child_id in sorted(ids):

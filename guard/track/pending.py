@@ -32,8 +32,9 @@ _MAX_NAMES = 10_000
 def keep(doc: Mapping[str, Any], pending: Path) -> Path:
     """Write ``doc`` to a new, unique file in ``pending``; return its path."""
     stamp = str(doc.get("started") or time.strftime("%Y%m%dT%H%M%S"))
-    safe = "".join(c if c.isalnum() or c in "-_." else "-"
-                   for c in f"{doc.get('suite')}-{stamp}")[:150]
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{doc.get('suite')}-{stamp}")[
+        :150
+    ]
     text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
     try:
         pending.mkdir(parents=True, exist_ok=True)
@@ -48,8 +49,10 @@ def keep(doc: Mapping[str, Any], pending: Path) -> Path:
             f"cannot keep results locally in {pending}: {describe_os_error(exc)}",
             hint="free space or permissions there, or write them with --json PATH.",
         ) from None
-    raise TrackingError(f"cannot keep results locally in {pending}: {_MAX_NAMES} files "
-                        f"named {safe}* exist", hint="push or remove old pending results.")
+    raise TrackingError(
+        f"cannot keep results locally in {pending}: {_MAX_NAMES} files named {safe}* exist",
+        hint="push or remove old pending results.",
+    )
 
 
 @contextlib.contextmanager

@@ -43,8 +43,9 @@ def head_revision() -> str | None:
     spec = importlib.util.find_spec("mlflow")
     if spec is None or not spec.submodule_search_locations:
         return None
-    versions = Path(next(iter(spec.submodule_search_locations))) / "store" / "db_migrations" \
-        / "versions"
+    versions = (
+        Path(next(iter(spec.submodule_search_locations))) / "store" / "db_migrations" / "versions"
+    )
     revisions: set[str] = set()
     parents: set[str] = set()
     for f in versions.glob("*.py"):
@@ -110,7 +111,8 @@ def _writable(uri: str, db: Path) -> None:
     if problem is not None:
         raise TrackingError(
             f"local tracking store {uri}: {problem}",
-            hint="make it writable, or pass --tracking-uri (results are kept in --json PATH).")
+            hint="make it writable, or pass --tracking-uri (results are kept in --json PATH).",
+        )
 
 
 def _create(uri: str, db: Path, artifact_root: str | None) -> None:
@@ -134,28 +136,32 @@ def _create(uri: str, db: Path, artifact_root: str | None) -> None:
         for f in db.parent.glob(f"{tmp.name}*"):
             f.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise TrackingError(f"cannot create the local tracking store {db}: "
-                                f"{describe_os_error(exc)}",
-                                hint="free space or permissions there, or pass "
-                                     "--tracking-uri.") from None
+            raise TrackingError(
+                f"cannot create the local tracking store {db}: {describe_os_error(exc)}",
+                hint="free space or permissions there, or pass --tracking-uri.",
+            ) from None
         if isinstance(exc, Exception):
             text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise TrackingError(f"cannot create the local tracking store {db}: {text}",
-                                hint="free space or permissions there, or pass "
-                                     "--tracking-uri.") from None
+            raise TrackingError(
+                f"cannot create the local tracking store {db}: {text}",
+                hint="free space or permissions there, or pass --tracking-uri.",
+            ) from None
         raise
     finally:
         for lg, level in zip(quiet, levels, strict=True):
             lg.setLevel(level)
 
 
-def ensure_local_store(uri: str, db: Path, artifact_root: str | None = None,
-                       say: object = None) -> None:
+def ensure_local_store(
+    uri: str, db: Path, artifact_root: str | None = None, say: object = None
+) -> None:
     """Make sure the sqlite store at ``db`` is usable: create it whole, or say what to do."""
     db = db.resolve()
     if not db.parent.is_dir():
-        raise TrackingError(f"tracking store {uri}: directory {db.parent} does not exist",
-                            hint="create it, or pass another --tracking-uri.")
+        raise TrackingError(
+            f"tracking store {uri}: directory {db.parent} does not exist",
+            hint="create it, or pass another --tracking-uri.",
+        )
     _writable(uri, db)
     if db.exists() and _at_head(db):
         return
@@ -172,8 +178,10 @@ def ensure_local_store(uri: str, db: Path, artifact_root: str | None = None,
             aside = db.with_name(f"{db.name}.broken-{time.strftime('%Y%m%dT%H%M%S')}")
             os.replace(db, aside)
             if callable(say):
-                say(f"note: the local tracking store {db} was left half-created (schema "
-                    f"{rev or 'none'}); moved it to {aside} and created a new one")
+                say(
+                    f"note: the local tracking store {db} was left half-created (schema "
+                    f"{rev or 'none'}); moved it to {aside} and created a new one"
+                )
             _create(uri, db, artifact_root)
             return
         found = rev or "an unknown version"
@@ -181,4 +189,5 @@ def ensure_local_store(uri: str, db: Path, artifact_root: str | None = None,
             f"local tracking store {db} holds {runs} run(s) but its schema is at {found}, not "
             f"MLflow's {head_revision()} (an upgrade was interrupted, or another MLflow wrote it)",
             hint=f"finish the migration: mlflow db upgrade {uri} (after copying the file), "
-                 f"or move it aside: mv {db} {db}.broken")
+            f"or move it aside: mv {db} {db}.broken",
+        )

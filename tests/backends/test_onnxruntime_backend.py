@@ -16,9 +16,15 @@ from guard.errors import ModelError, UnsupportedOpError
 
 def _req(model, out, **options):
     out.mkdir()
-    return BuildRequest(model_path=model, input_shapes={"x": (1, 192, 28, 28)},
-                        target_raw="host", target_canonical="llvm", threads=1, out_dir=out,
-                        options=options)
+    return BuildRequest(
+        model_path=model,
+        input_shapes={"x": (1, 192, 28, 28)},
+        target_raw="host",
+        target_canonical="llvm",
+        threads=1,
+        out_dir=out,
+        options=options,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +60,10 @@ def test_optimisation_levels_change_the_payload(block, tmp_path):
     be = get_backend("onnxruntime")
     be.build(_req(block, tmp_path / "all"))
     be.build(_req(block, tmp_path / "off", graph_optimization_level="disabled"))
-    ops = {k: [n.op_type for n in onnx.load(tmp_path / k / "model.opt.onnx").graph.node]
-           for k in ("all", "off")}
+    ops = {
+        k: [n.op_type for n in onnx.load(tmp_path / k / "model.opt.onnx").graph.node]
+        for k in ("all", "off")
+    }
     assert "Relu" in ops["off"] and ops["all"] != ops["off"]
 
 
@@ -70,12 +78,19 @@ def test_unknown_option_and_level_are_usage_errors(block, tmp_path):
 
 
 def test_unsupported_operator_names_it(tmp_path):
-    g = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["y"], domain="ai.example")],
-                          "g", [helper.make_tensor_value_info("x", 1, [1, 192, 28, 28])],
-                          [helper.make_tensor_value_info("y", 1, [1, 192, 28, 28])])
+    g = helper.make_graph(
+        [helper.make_node("Frobnicate", ["x"], ["y"], domain="ai.example")],
+        "g",
+        [helper.make_tensor_value_info("x", 1, [1, 192, 28, 28])],
+        [helper.make_tensor_value_info("y", 1, [1, 192, 28, 28])],
+    )
     path = tmp_path / "f.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
-                                                  helper.make_opsetid("ai.example", 1)]), path)
+    onnx.save(
+        helper.make_model(
+            g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.example", 1)]
+        ),
+        path,
+    )
     with pytest.raises(UnsupportedOpError) as ei:
         get_backend("onnxruntime").build(_req(path, tmp_path / "a"))
     assert "Frobnicate" in str(ei.value) or "ai.example" in str(ei.value)

@@ -35,14 +35,19 @@ def _mlp(path: Path) -> Path:
     w1 = rng.standard_normal((8, 32)).astype(np.float32)
     b1 = rng.standard_normal(8).astype(np.float32)
     g = helper.make_graph(
-        [helper.make_node("Gemm", ["x", "w0", "b0"], ["h"], transB=1, name="fc0"),
-         helper.make_node("Relu", ["h"], ["r"], name="relu0"),
-         helper.make_node("Gemm", ["r", "w1", "b1"], ["y"], transB=1, name="fc1")],
+        [
+            helper.make_node("Gemm", ["x", "w0", "b0"], ["h"], transB=1, name="fc0"),
+            helper.make_node("Relu", ["h"], ["r"], name="relu0"),
+            helper.make_node("Gemm", ["r", "w1", "b1"], ["y"], transB=1, name="fc1"),
+        ],
         "mlp_small",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
-        [numpy_helper.from_array(a, n) for a, n in ((w0, "w0"), (b0, "b0"), (w1, "w1"),
-                                                     (b1, "b1"))])
+        [
+            numpy_helper.from_array(a, n)
+            for a, n in ((w0, "w0"), (b0, "b0"), (w1, "w1"), (b1, "b1"))
+        ],
+    )
     return _save(g, path)
 
 
@@ -52,10 +57,12 @@ def _gemm(path: Path) -> Path:
     w = rng.standard_normal((32, 16)).astype(np.float32)
     b = rng.standard_normal(32).astype(np.float32)
     g = helper.make_graph(
-        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, name="fc")], "gemm",
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, name="fc")],
+        "gemm",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
     return _save(g, path)
 
 
@@ -67,8 +74,15 @@ def _ort(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 def _build(backend, model: Path, shapes, out: Path, target: str, cache: Path | None = None):
     out.mkdir(parents=True, exist_ok=True)
-    req = BuildRequest(model_path=model, input_shapes=shapes, target_raw="host",
-                       target_canonical=target, threads=1, out_dir=out, tuning_cache=cache)
+    req = BuildRequest(
+        model_path=model,
+        input_shapes=shapes,
+        target_raw="host",
+        target_canonical=target,
+        threads=1,
+        out_dir=out,
+        tuning_cache=cache,
+    )
     return backend.build(req)
 
 
@@ -85,12 +99,13 @@ def host() -> str:
 
 
 def test_import_does_not_import_tvm():
-    code = ("import sys, guard, guard.backends, guard.backends.tvm, guard.backends.tvm_tuning; "
-            "b = guard.backends.get_backend('tvm'); "
-            "assert b.name == 'tvm'; "
-            "print(sorted(m for m in sys.modules if m == 'tvm' or m.startswith('tvm.')))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import sys, guard, guard.backends, guard.backends.tvm, guard.backends.tvm_tuning; "
+        "b = guard.backends.get_backend('tvm'); "
+        "assert b.name == 'tvm'; "
+        "print(sorted(m for m in sys.modules if m == 'tvm' or m.startswith('tvm.')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
 
@@ -103,9 +118,9 @@ def test_thread_pool_resizes_both_ways_and_leaves_affinity_alone():
         "h = host_cores(); got = [_set_threads(n)['runtime_num_threads'] for n in (1, h, 1)]; "
         "w = warnings.catch_warnings(record=True); ws = w.__enter__(); "
         "warnings.simplefilter('always'); big = _set_threads(h + 1)['runtime_num_threads']; "
-        "print(got == [1, h, 1], big == h, len(ws), os.sched_getaffinity(0) == a)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+        "print(got == [1, h, 1], big == h, len(ws), os.sched_getaffinity(0) == a)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True True 1 True"
 
@@ -145,19 +160,29 @@ def test_small_mlp_matches_onnxruntime(backend, host, tmp_path):
 def test_two_inputs_int64_and_two_outputs_keep_graph_order(backend, host, tmp_path):
     table = np.arange(24, dtype=np.float32).reshape(6, 4)
     g = helper.make_graph(
-        [helper.make_node("Neg", ["x"], ["first"]),
-         helper.make_node("Gather", ["table", "idx"], ["second"], axis=0)], "io",
-        [helper.make_tensor_value_info("idx", TensorProto.INT64, [3]),
-         helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
-        [helper.make_tensor_value_info("first", TensorProto.FLOAT, [2, 5]),
-         helper.make_tensor_value_info("second", TensorProto.FLOAT, [3, 4])],
-        [numpy_helper.from_array(table, "table")])
+        [
+            helper.make_node("Neg", ["x"], ["first"]),
+            helper.make_node("Gather", ["table", "idx"], ["second"], axis=0),
+        ],
+        "io",
+        [
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [3]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+        ],
+        [
+            helper.make_tensor_value_info("first", TensorProto.FLOAT, [2, 5]),
+            helper.make_tensor_value_info("second", TensorProto.FLOAT, [3, 4]),
+        ],
+        [numpy_helper.from_array(table, "table")],
+    )
     model = _save(g, tmp_path / "io.onnx")
     _build(backend, model, {"idx": (3,), "x": (2, 5)}, tmp_path / "art", host)
     sess = backend.load(tmp_path / "art", 1)
     assert sess.input_names == ["idx", "x"] and sess.output_names == ["first", "second"]
-    feeds = {"x": np.random.default_rng(5).standard_normal((2, 5)).astype(np.float32),
-             "idx": np.array([5, 0, 2], dtype=np.int64)}
+    feeds = {
+        "x": np.random.default_rng(5).standard_normal((2, 5)).astype(np.float32),
+        "idx": np.array([5, 0, 2], dtype=np.int64),
+    }
     got, want = sess.run(feeds), _ort(model, feeds)
     assert [a.shape for a in got] == [(2, 5), (3, 4)]
     for a, b in zip(got, want, strict=True):
@@ -172,18 +197,20 @@ def test_zoo_mlp_matches_onnxruntime(backend, host, tmp_path):
     _build(backend, model, {"x": (1, 256)}, tmp_path / "art", host)
     sess = backend.load(tmp_path / "art", 1)
     x = np.random.default_rng(3).standard_normal((1, 256)).astype(np.float32)
-    np.testing.assert_allclose(sess.run({"x": x})[0], _ort(model, {"x": x})[0],
-                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        sess.run({"x": x})[0], _ort(model, {"x": x})[0], rtol=RTOL, atol=ATOL
+    )
     meta = json.loads((tmp_path / "art" / "tvm.json").read_text())
     assert meta["schema_version"] == 1 and meta["target_canonical"] == host
 
 
 def test_unsupported_op_is_one_line_and_names_op_and_file(backend, host, tmp_path):
     g = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["r"]),
-         helper.make_node("DFT", ["r"], ["y"])], "dft",
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("DFT", ["r"], ["y"])],
+        "dft",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 2])])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 2])],
+    )
     model = _save(g, tmp_path / "dft.onnx")
     with pytest.raises(UnsupportedOpError) as exc:
         _build(backend, model, {"x": (1, 8, 1)}, tmp_path / "art", host)
@@ -197,9 +224,15 @@ def test_unknown_option_is_refused(backend, host, tmp_path):
 
     model = _mlp(tmp_path / "mlp.onnx")
     (tmp_path / "art").mkdir()
-    req = BuildRequest(model_path=model, input_shapes={"x": (1, 16)}, target_raw="host",
-                       target_canonical=host, threads=1, out_dir=tmp_path / "art",
-                       options={"opt_level": 2})
+    req = BuildRequest(
+        model_path=model,
+        input_shapes={"x": (1, 16)},
+        target_raw="host",
+        target_canonical=host,
+        threads=1,
+        out_dir=tmp_path / "art",
+        options={"opt_level": 2},
+    )
     with pytest.raises(ModelError, match="opt_level"):
         backend.build(req)
 
@@ -271,7 +304,9 @@ def test_tvm_own_lookup_ignores_the_target(host, tuned):
     (task,) = tvm_tuning.extract_tasks(tvm_tuning.prepare(mod, other), other)
     database = ms.database.JSONDatabase(
         path_workload=str(db / "database_workload.json"),
-        path_tuning_record=str(db / "database_tuning_record.json"), allow_missing=False)
+        path_tuning_record=str(db / "database_tuning_record.json"),
+        allow_missing=False,
+    )
     rec = database.query_tuning_record(task.dispatched[0], other, task.task_name)
     assert rec is not None and str(rec.target) != str(other)
     assert rec.target.export()["mcpu"] != other.export()["mcpu"]

@@ -231,25 +231,35 @@ def test_round_noise_is_the_spread_of_round_medians() -> None:
     import math
 
     assert round_noise_pct([1.0]) is None
-    assert round_noise_pct([1.0, math.e ** 0.02]) == pytest.approx(100 * 0.02 / math.sqrt(2))
+    assert round_noise_pct([1.0, math.e**0.02]) == pytest.approx(100 * 0.02 / math.sqrt(2))
     clock = FakeClock()
     costs = {0: 0.25, 1: 0.5}  # the second session is twice as slow: that is round noise
-    rt = measure_rounds(lambda i: Workload(clock, [costs[i]]),
-                        MeasureConfig(warmup_s=0.0, min_iters=2, min_time_s=0.0, rounds=2),
-                        clock, cpu_times=lambda: None)
+    rt = measure_rounds(
+        lambda i: Workload(clock, [costs[i]]),
+        MeasureConfig(warmup_s=0.0, min_iters=2, min_time_s=0.0, rounds=2),
+        clock,
+        cpu_times=lambda: None,
+    )
     assert rt.noise_pct() == pytest.approx(100 * math.log(2) / math.sqrt(2))
 
 
 def test_rounds_report_worst_contention_and_cpu_share() -> None:
     # per round: before, after. Round 1 got its core; round 2 only half of it.
-    readings = iter([
-        CpuTimes(10.0, 100.0, 1.0, wall_s=1.0), CpuTimes(11.0, 102.0, 2.0, wall_s=2.0),
-        CpuTimes(20.0, 200.0, 3.0, wall_s=10.0), CpuTimes(22.0, 202.0, 3.5, wall_s=11.0),
-    ])
+    readings = iter(
+        [
+            CpuTimes(10.0, 100.0, 1.0, wall_s=1.0),
+            CpuTimes(11.0, 102.0, 2.0, wall_s=2.0),
+            CpuTimes(20.0, 200.0, 3.0, wall_s=10.0),
+            CpuTimes(22.0, 202.0, 3.5, wall_s=11.0),
+        ]
+    )
     clock = FakeClock()
-    rt = measure_rounds(lambda i: Workload(clock, [0.25]),
-                        MeasureConfig(warmup_s=0.0, min_iters=2, min_time_s=0.0, rounds=2),
-                        clock, cpu_times=lambda: next(readings))
+    rt = measure_rounds(
+        lambda i: Workload(clock, [0.25]),
+        MeasureConfig(warmup_s=0.0, min_iters=2, min_time_s=0.0, rounds=2),
+        clock,
+        cpu_times=lambda: next(readings),
+    )
     assert [t.cpu_share for t in rt.rounds] == [pytest.approx(1.0), pytest.approx(0.5)]
     assert rt.cpu_share == pytest.approx(0.5)
     assert rt.contention == pytest.approx(1.0)  # round 2: 1.5 s of others' in 1.5 s spare
@@ -271,16 +281,21 @@ def test_rounds_key_is_validated() -> None:
 
 
 def test_preemptions_are_counted_per_round_as_a_share_of_calls() -> None:
-    readings = iter([
-        CpuTimes(10.0, 100.0, 1.0, wall_s=1.0, switches=5),
-        CpuTimes(11.0, 102.0, 2.0, wall_s=2.0, switches=6),  # 1 switch over 4 calls
-        CpuTimes(20.0, 200.0, 3.0, wall_s=10.0, switches=6),
-        CpuTimes(22.0, 202.0, 3.5, wall_s=11.0, switches=16),  # 10 switches: every call
-    ])
+    readings = iter(
+        [
+            CpuTimes(10.0, 100.0, 1.0, wall_s=1.0, switches=5),
+            CpuTimes(11.0, 102.0, 2.0, wall_s=2.0, switches=6),  # 1 switch over 4 calls
+            CpuTimes(20.0, 200.0, 3.0, wall_s=10.0, switches=6),
+            CpuTimes(22.0, 202.0, 3.5, wall_s=11.0, switches=16),  # 10 switches: every call
+        ]
+    )
     clock = FakeClock()
-    rt = measure_rounds(lambda i: Workload(clock, [0.25]),
-                        MeasureConfig(warmup_s=0.0, min_iters=8, min_time_s=0.0, rounds=2),
-                        clock, cpu_times=lambda: next(readings))
+    rt = measure_rounds(
+        lambda i: Workload(clock, [0.25]),
+        MeasureConfig(warmup_s=0.0, min_iters=8, min_time_s=0.0, rounds=2),
+        clock,
+        cpu_times=lambda: next(readings),
+    )
     assert [t.preemptions for t in rt.rounds] == [1, 10]
     assert [t.preempted_fraction for t in rt.rounds] == [0.5, 1.0]
     assert rt.preempted_fraction == 1.0

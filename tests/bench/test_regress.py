@@ -257,18 +257,21 @@ def rounds_side(rng, n_rounds=5, factor=1.0, round_sigma=0.01, offset_sigma=0.0)
 
 def test_rounds_aa_false_regressions_stay_under_alpha():
     rng = np.random.default_rng(40)
-    verdicts = [R.compare_rounds(rounds_side(rng), rounds_side(rng)).verdict
-                for _ in range(400)]
+    verdicts = [R.compare_rounds(rounds_side(rng), rounds_side(rng)).verdict for _ in range(400)]
     assert verdicts.count(R.REGRESSED) / len(verdicts) <= 0.01
     assert verdicts.count(R.PASS) / len(verdicts) >= 0.9
 
 
 def test_rounds_ten_percent_is_regressed_and_five_percent_mostly():
     rng = np.random.default_rng(41)
-    ten = [R.compare_rounds(rounds_side(rng), rounds_side(rng, factor=1.10)).verdict
-           for _ in range(200)]
-    five = [R.compare_rounds(rounds_side(rng), rounds_side(rng, factor=1.05)).verdict
-            for _ in range(200)]
+    ten = [
+        R.compare_rounds(rounds_side(rng), rounds_side(rng, factor=1.10)).verdict
+        for _ in range(200)
+    ]
+    five = [
+        R.compare_rounds(rounds_side(rng), rounds_side(rng, factor=1.05)).verdict
+        for _ in range(200)
+    ]
     assert ten.count(R.REGRESSED) / 200 >= 0.95
     assert five.count(R.REGRESSED) / 200 >= 0.8
 

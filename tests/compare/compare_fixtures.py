@@ -33,8 +33,15 @@ def rounds_of(samples: list[float], n_rounds: int = 5) -> list[dict[str, Any]]:
     out = []
     for chunk in np.array_split(np.asarray(samples, dtype=float), n_rounds):
         c = [float(x) for x in chunk]
-        out.append({"samples_ms": c, "p50": float(np.median(c)), "n": len(c),
-                    "contention": None, "cpu_share": None})
+        out.append(
+            {
+                "samples_ms": c,
+                "p50": float(np.median(c)),
+                "n": len(c),
+                "contention": None,
+                "cpu_share": None,
+            }
+        )
     return out
 
 

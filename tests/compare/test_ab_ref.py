@@ -43,14 +43,20 @@ def matmul_model(path: Path, extra: int) -> None:
     if extra:
         nodes.append(helper.make_node("ReduceSum", [prev], ["z_slow"], keepdims=0))
         outputs.append(helper.make_tensor_value_info("z_slow", TensorProto.FLOAT, []))
-    g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [16, 128])], outputs, [w])
+    g = helper.make_graph(
+        nodes,
+        "mm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 128])],
+        outputs,
+        [w],
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -73,8 +79,19 @@ def test_head_commit_slower_than_its_base_regresses_aa_passes(repo, tmp_path, mo
     base_sha = git(repo, "rev-parse", "HEAD")
     out = tmp_path / "aa.json"
     # A/A: the base commit against the unchanged working tree.
-    code = main(["ab", str(repo / "suite.yaml"), "--base-ref", "HEAD", "--budget-s", "3",
-                 "--json", str(out), "--quiet"])
+    code = main(
+        [
+            "ab",
+            str(repo / "suite.yaml"),
+            "--base-ref",
+            "HEAD",
+            "--budget-s",
+            "3",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
     doc = json.loads(out.read_text())
     assert code == 0 and doc["mode"] == "interleaved-ab-refs", doc["rows"]
     assert doc["refs"]["base"]["sha"] == base_sha and doc["refs"]["head"]["sha"] is None
@@ -85,8 +102,21 @@ def test_head_commit_slower_than_its_base_regresses_aa_passes(repo, tmp_path, mo
     matmul_model(repo / "mm.onnx", 6)  # head: seven MatMuls where base has one
     git(repo, "commit", "-qam", "slower")
     out = tmp_path / "slow.json"
-    code = main(["ab", str(repo / "suite.yaml"), "--base-ref", "HEAD~1", "--head-ref", "HEAD",
-                 "--budget-s", "3", "--json", str(out), "--quiet"])
+    code = main(
+        [
+            "ab",
+            str(repo / "suite.yaml"),
+            "--base-ref",
+            "HEAD~1",
+            "--head-ref",
+            "HEAD",
+            "--budget-s",
+            "3",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
     doc = json.loads(out.read_text())
     (row,) = doc["rows"]
     assert code == 1 and row["verdict"] == "regressed" and row["ratio"] > 2, row
@@ -103,8 +133,19 @@ def test_bad_refs_and_missing_suites_exit_2(repo, tmp_path, monkeypatch, capsys)
     assert main(["ab", str(repo / "other.yaml"), "--base-ref", "HEAD"]) == 2
     assert "does not exist at base" in capsys.readouterr().err
     assert main(["ab", str(repo / "suite.yaml"), "--head-ref", "HEAD"]) == 2
-    assert main(["ab", str(repo / "suite.yaml"), "--base-ref", "HEAD",
-                 "--base", str(repo / "suite.yaml")]) == 2
+    assert (
+        main(
+            [
+                "ab",
+                str(repo / "suite.yaml"),
+                "--base-ref",
+                "HEAD",
+                "--base",
+                str(repo / "suite.yaml"),
+            ]
+        )
+        == 2
+    )
 
 
 class FakeRunner:
@@ -126,22 +167,37 @@ def test_a_side_runs_its_own_guard_and_a_venv_only_when_its_pins_differ(tmp_path
     (src / "guard" / "__init__.py").write_text("")
     same = ab_ref.pinned_requirements()
     (src / "pyproject.toml").write_text(
-        '[project]\nname = "guard"\ndependencies = ' + json.dumps(same) + "\n")
-    side = ab_ref.make_side("base", src, "a" * 40, python="/usr/bin/python3",
-                            env_cache=tmp_path / "envs", runner=FakeRunner())
+        '[project]\nname = "guard"\ndependencies = ' + json.dumps(same) + "\n"
+    )
+    side = ab_ref.make_side(
+        "base",
+        src,
+        "a" * 40,
+        python="/usr/bin/python3",
+        env_cache=tmp_path / "envs",
+        runner=FakeRunner(),
+    )
     assert side.guard_src == src and side.python == "/usr/bin/python3" and side.env is None
 
     other = [*same[:-1], "numpy==1.0.0"] if same else ["numpy==1.0.0"]
     (src / "pyproject.toml").write_text(
-        '[project]\nname = "guard"\ndependencies = ' + json.dumps(other) + "\n")
+        '[project]\nname = "guard"\ndependencies = ' + json.dumps(other) + "\n"
+    )
     runner = FakeRunner()
-    side = ab_ref.make_side("base", src, "a" * 40, python="/usr/bin/python3",
-                            env_cache=tmp_path / "envs", runner=runner)
+    side = ab_ref.make_side(
+        "base", src, "a" * 40, python="/usr/bin/python3", env_cache=tmp_path / "envs", runner=runner
+    )
     assert side.env is not None and side.python == str(Path(side.env) / "bin" / "python")
     assert any("numpy==1.0.0" in c for c in runner.calls[-1])
 
     user_repo = tmp_path / "user"
     user_repo.mkdir()
-    side = ab_ref.make_side("head", user_repo, None, python="/usr/bin/python3",
-                            env_cache=tmp_path / "envs", runner=FakeRunner())
+    side = ab_ref.make_side(
+        "head",
+        user_repo,
+        None,
+        python="/usr/bin/python3",
+        env_cache=tmp_path / "envs",
+        runner=FakeRunner(),
+    )
     assert side.guard_src == ab_ref.REPO_ROOT  # not a guard tree: this guard on both sides

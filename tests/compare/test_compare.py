@@ -179,8 +179,7 @@ def test_rounds_not_iterations_are_the_units():
     def side(levels):
         rounds = [list(2.0 * lv * np.exp(rng.normal(0, 0.002, 400))) for lv in levels]
         r = result("mlp", np.concatenate(rounds))
-        r["rounds"] = [{"samples_ms": x, "p50": float(np.median(x)), "n": len(x)}
-                       for x in rounds]
+        r["rounds"] = [{"samples_ms": x, "p50": float(np.median(x)), "n": len(x)} for x in rounds]
         return r
 
     b, h = side(base_levels), side(head_levels)
@@ -230,8 +229,9 @@ def test_preemption_in_few_calls_keeps_the_verdict():
 def test_another_suite_is_refused_with_a_clear_line():
     rng = np.random.default_rng(15)
     with pytest.raises(UsageError, match="suite 'smoke'.*suite 'default'"):
-        C.compare_docs(doc(result("mlp", lat(rng))),
-                       doc(result("mlp", lat(rng)), suite="default"), CFG)
+        C.compare_docs(
+            doc(result("mlp", lat(rng))), doc(result("mlp", lat(rng)), suite="default"), CFG
+        )
 
 
 @pytest.mark.parametrize(
@@ -258,8 +258,18 @@ def test_hand_edited_samples_are_refused_naming_the_field(tmp_path, edit, field)
 
 
 def test_error_results_owe_no_samples(tmp_path):
-    d = doc({"model": "m", "backend": "onnxruntime", "target": "host", "verdict": "error",
-             "error": "x", "latency_ms": None, "samples_ms": [], "rounds": None})
+    d = doc(
+        {
+            "model": "m",
+            "backend": "onnxruntime",
+            "target": "host",
+            "verdict": "error",
+            "error": "x",
+            "latency_ms": None,
+            "samples_ms": [],
+            "rounds": None,
+        }
+    )
     path = tmp_path / "r.json"
     path.write_text(json.dumps(d))
     assert C.load_results(path)["results"][0]["verdict"] == "error"

@@ -59,10 +59,13 @@ def test_long_chain_is_fused_in_linear_work(monkeypatch) -> None:
 
     n = 3000
     body = "\n".join(f"        t{i + 1} = {('Relu', 'Neg', 'Abs')[i % 3]}(t{i})" for i in range(n))
-    g = graph_of(HEADER + f"""
+    g = graph_of(
+        HEADER
+        + f"""
     g (float[4] t0) => (float[4] t{n}) {{
 {body}
-    }}""")
+    }}"""
+    )
     calls = {"consumers": 0}
     real = Graph.consumers
 

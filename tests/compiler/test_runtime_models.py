@@ -197,8 +197,10 @@ def test_every_zoo_model_plans_tightly_and_runs_exactly(summary_line):
             if not np.array_equal(out[k], ref[k], equal_nan=True):
                 failures.append(f"{name}: output {k} differs from the reference")
     geomean = math.exp(sum(math.log(r) for r in ratios.values()) / len(ratios))
-    summary_line(f"bundled arena / lower bound (zoo, O2, native): "
-                 f"{ {k: round(v, 4) for k, v in ratios.items()} } geomean {geomean:.4f}")
+    summary_line(
+        f"bundled arena / lower bound (zoo, O2, native): "
+        f"{ {k: round(v, 4) for k, v in ratios.items()} } geomean {geomean:.4f}"
+    )
     assert not failures, "\n".join(failures)
 
 
@@ -225,8 +227,10 @@ def test_the_nine_onnx_light_topologies_as_shipped(summary_line):
         feeds = feeds_for(g)
         out, ref = Runtime.from_plan(compiled).run(feeds), run_reference(g, feeds)
         failures += [f"{path.stem}: {k} differs" for k in ref if not np.array_equal(out[k], ref[k])]
-    summary_line(f"bundled arena / lower bound (light files as shipped): "
-                 f"{ {k: round(v, 4) for k, v in ratios.items()} }")
+    summary_line(
+        f"bundled arena / lower bound (light files as shipped): "
+        f"{ {k: round(v, 4) for k, v in ratios.items()} }"
+    )
     assert not failures, "\n".join(failures)
 
 

@@ -47,7 +47,8 @@ def ffn_model(path: Path) -> Path:
 def write_suite(d: Path, name: str, seq: int = 128, target: str = "host") -> Path:
     """One suite name per input shape: the variants share the first run's golden outputs."""
     p = d / f"{name}.yaml"
-    p.write_text(textwrap.dedent(f"""\
+    p.write_text(
+        textwrap.dedent(f"""\
         schema_version: 1
         suite: tuned{"" if seq == 128 else seq}
         defaults:
@@ -64,7 +65,8 @@ def write_suite(d: Path, name: str, seq: int = 128, target: str = "host") -> Pat
             source: ffn.onnx
             inputs:
               x: {{shape: [1, {seq}, 64], dist: normal, seed: 0}}
-        """))
+        """)
+    )
     return p
 
 
@@ -152,8 +154,10 @@ def test_a_corrupt_cache_is_exit_2_naming_the_file(tuned, monkeypatch, capsys):
     bad = tuned / "bad"
     bad.mkdir()
     (bad / "ffn.onnx").write_bytes((tuned / "ffn.onnx").read_bytes())
-    (bad / "cache.json").write_text('{"kind": "guard-bundled-tuning-cache", "schema_version": 1, '
-                                    '"entries": [{"key": 1}], "entries_sha256": "x"}')
+    (bad / "cache.json").write_text(
+        '{"kind": "guard-bundled-tuning-cache", "schema_version": 1, '
+        '"entries": [{"key": 1}], "entries_sha256": "x"}'
+    )
     code = main(["run", str(write_suite(bad, "bad")), "--no-track"])
     err = capsys.readouterr().err
     assert code == 2 and "entries_sha256 does not match" in err and "Traceback" not in err

@@ -14,18 +14,34 @@ from pathlib import Path
 
 from spine_helpers import FAST_MEASURE, small_convnet, write_suite
 
-__all__ = ["FAST_MEASURE", "guard_subprocess", "kill_when", "small_convnet", "suite_of",
-           "write_suite"]
+__all__ = [
+    "FAST_MEASURE",
+    "guard_subprocess",
+    "kill_when",
+    "small_convnet",
+    "suite_of",
+    "write_suite",
+]
 
 
-def suite_of(tmp_path: Path, models: dict[str, Path], backends: str = "[onnxruntime]",
-             extra: str = "", name: str = "faults") -> Path:
+def suite_of(
+    tmp_path: Path,
+    models: dict[str, Path],
+    backends: str = "[onnxruntime]",
+    extra: str = "",
+    name: str = "faults",
+) -> Path:
     """A suite with one entry per (name, model file), bound like small_convnet."""
-    entries = "".join(f"""
+    entries = "".join(
+        f"""
       - name: {n}
         source: {p}
-        inputs: {{x: {{shape: [1, 3, 16, 16]}}}}""" for n, p in models.items())
-    return write_suite(tmp_path, f"""
+        inputs: {{x: {{shape: [1, 3, 16, 16]}}}}"""
+        for n, p in models.items()
+    )
+    return write_suite(
+        tmp_path,
+        f"""
     schema_version: 1
     suite: {name}
     defaults:
@@ -33,7 +49,9 @@ def suite_of(tmp_path: Path, models: dict[str, Path], backends: str = "[onnxrunt
       measure: {FAST_MEASURE}
       {extra}
     models:{entries}
-    """, name=f"{name}.yaml")
+    """,
+        name=f"{name}.yaml",
+    )
 
 
 # Runs guard's CLI after applying PATCH (Python source) in the same process: the way to put
@@ -47,27 +65,36 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def guard_subprocess(argv: list[str], cwd: Path, patch: str = "", env: dict | None = None,
-                     **popen) -> subprocess.Popen:
+def guard_subprocess(
+    argv: list[str], cwd: Path, patch: str = "", env: dict | None = None, **popen
+) -> subprocess.Popen:
     """Start ``guard ARGV`` in a new process group with PATCH applied first."""
     code = _RUNNER.format(argv=argv, patch=textwrap.dedent(patch))
     full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
-    full_env.pop("MLFLOW_TRACKING_URI", None) if "MLFLOW_TRACKING_URI" not in (env or {}) \
-        else None
-    return subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **popen)
+    full_env.pop("MLFLOW_TRACKING_URI", None) if "MLFLOW_TRACKING_URI" not in (env or {}) else None
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
 
 
-def kill_when(proc: subprocess.Popen, marker: Path, sig: int = signal.SIGKILL,
-              timeout_s: float = 120) -> None:
+def kill_when(
+    proc: subprocess.Popen, marker: Path, sig: int = signal.SIGKILL, timeout_s: float = 120
+) -> None:
     """Send ``sig`` to the process group of ``proc`` once ``marker`` exists."""
     deadline = time.monotonic() + timeout_s
     while not marker.exists():
         if proc.poll() is not None:
             out, err = proc.communicate()
-            raise AssertionError(f"guard ended (rc {proc.returncode}) before the fault "
-                                 f"point: {err[-2000:]}")
+            raise AssertionError(
+                f"guard ended (rc {proc.returncode}) before the fault point: {err[-2000:]}"
+            )
         if time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
             raise AssertionError("the fault point was never reached")

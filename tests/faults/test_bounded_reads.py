@@ -39,21 +39,28 @@ def test_read_bounded_refuses_what_is_not_a_small_regular_file(tmp_path):
         read_bounded(tmp_path / "missing.json")
 
 
-@pytest.mark.parametrize("argv", [
-    ["manifest", "diff", "{p}", "{p}"],
-    ["compare", "{p}", "{p}"],
-    ["track", "push", "{p}", "--tracking-uri", "sqlite:///{tmp}/x.db"],
-    ["run", "{suite}", "--no-track", "--baseline", "{p}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["manifest", "diff", "{p}", "{p}"],
+        ["compare", "{p}", "{p}"],
+        ["track", "push", "{p}", "--tracking-uri", "sqlite:///{tmp}/x.db"],
+        ["run", "{suite}", "--no-track", "--baseline", "{p}"],
+    ],
+)
 def test_commands_refuse_hostile_documents_in_one_line(tmp_path, argv):
     # In a subprocess with a timeout: a regression would block on the FIFO or eat memory.
     suite = tmp_path / "s.yaml"
     suite.write_text("schema_version: 1\nsuite: s\nmodels: [{name: m, source: m.onnx}]\n")
     for name, p in _hostile(tmp_path).items():
         args = [a.format(p=p, tmp=tmp_path, suite=suite) for a in argv]
-        proc = subprocess.run([sys.executable, "-m", "guard.cli", *args], capture_output=True,
-                              text=True, timeout=120,
-                              env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "guard.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        )
         assert proc.returncode == 2, (name, proc.stderr)
         assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, name
         errors = [line for line in proc.stderr.splitlines() if line.startswith("guard: error:")]

@@ -23,8 +23,10 @@ def _dotdirs(workdir: Path) -> list[Path]:
 
 
 def _two_models(tmp_path: Path) -> dict[str, Path]:
-    return {"good": small_convnet(tmp_path / "good.onnx"),
-            "bad": small_convnet(tmp_path / "bad.onnx")}
+    return {
+        "good": small_convnet(tmp_path / "good.onnx"),
+        "bad": small_convnet(tmp_path / "bad.onnx"),
+    }
 
 
 def _run(suite: Path, out: Path, *extra: str) -> tuple[int, list[dict]]:
@@ -52,8 +54,7 @@ def test_native_crash_in_one_build_is_that_models_error(tmp_path, workdir, monke
     assert "Traceback" not in capsys.readouterr().err
 
 
-def test_native_crash_in_the_golden_reference_is_that_models_error(tmp_path, workdir,
-                                                                   monkeypatch):
+def test_native_crash_in_the_golden_reference_is_that_models_error(tmp_path, workdir, monkeypatch):
     import guard.backends.onnxruntime as ortb
 
     real = ortb.reference_session
@@ -95,8 +96,11 @@ def _artefact(res: dict) -> Path:
 
 
 def test_edited_ort_meta_is_rebuilt_not_trusted(tmp_path, workdir):
-    suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")},
-                     extra="checks: {arena: {max_bytes: 100000000}}")
+    suite = suite_of(
+        tmp_path,
+        {"m": small_convnet(tmp_path / "m.onnx")},
+        extra="checks: {arena: {max_bytes: 100000000}}",
+    )
     code, (first,) = _run(suite, tmp_path / "a.json")
     assert code == 0
     meta = _artefact(first) / "ort.json"
@@ -125,8 +129,10 @@ def test_tampered_bundled_artefact_is_rebuilt(tmp_path, workdir):
     code, (first,) = _run(suite, tmp_path / "a.json")
     assert code == 0
     art = _artefact(first)
-    victim = max((p for p in art.rglob("*") if p.is_file() and p.name != "hashes.json"),
-                 key=lambda p: p.stat().st_size)
+    victim = max(
+        (p for p in art.rglob("*") if p.is_file() and p.name != "hashes.json"),
+        key=lambda p: p.stat().st_size,
+    )
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
     code, (second,) = _run(suite, tmp_path / "b.json")
     assert code == 0 and second["artefact_reused"] is False and second["verdict"] == "pass"
@@ -140,8 +146,11 @@ def test_tampered_tvm_artefact_is_rebuilt(tmp_path, workdir):
     code, (first,) = _run(suite, tmp_path / "a.json")
     assert code == 0, first
     art = _artefact(first)
-    victim = next(p for p in art.iterdir() if p.suffix == ".json" and p.name not in
-                  ("hashes.json", "manifest.json", "build.json"))
+    victim = next(
+        p
+        for p in art.iterdir()
+        if p.suffix == ".json" and p.name not in ("hashes.json", "manifest.json", "build.json")
+    )
     victim.write_text(victim.read_text().replace("1", "2", 1))
     code, (second,) = _run(suite, tmp_path / "b.json")
     assert code == 0 and second["artefact_reused"] is False
@@ -197,8 +206,9 @@ def test_kill_mid_build_leaves_nothing_the_next_run_trips_on(tmp_path, workdir):
         return _run(cmd, *a, **k)
     subprocess.run = run
     """
-    proc = guard_subprocess(["run", str(suite), "--no-track"], workdir, patch,
-                            env={"TMPDIR": str(systmp)})
+    proc = guard_subprocess(
+        ["run", str(suite), "--no-track"], workdir, patch, env={"TMPDIR": str(systmp)}
+    )
     kill_when(proc, marker)
     proc.wait(timeout=60)
     assert [p for p in systmp.iterdir() if p.name.startswith("guard-")] == []  # no probe dirs
@@ -209,15 +219,20 @@ def test_kill_mid_build_leaves_nothing_the_next_run_trips_on(tmp_path, workdir):
 
 
 def test_concurrent_runs_on_one_workdir_share_one_artefact(tmp_path, workdir):
-    suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")},
-                     backends="[onnxruntime, bundled]")
+    suite = suite_of(
+        tmp_path, {"m": small_convnet(tmp_path / "m.onnx")}, backends="[onnxruntime, bundled]"
+    )
     # The golden first, so the racers only race on artefacts.
     assert main(["run", str(suite), "--no-track", "--backend", "onnxruntime"]) == 0
     import shutil
 
     shutil.rmtree(workdir / ".guard" / "artefacts")
-    procs = [guard_subprocess(["run", str(suite), "--no-track", "--json",
-                               str(tmp_path / f"r{i}.json")], workdir) for i in range(3)]
+    procs = [
+        guard_subprocess(
+            ["run", str(suite), "--no-track", "--json", str(tmp_path / f"r{i}.json")], workdir
+        )
+        for i in range(3)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
@@ -233,8 +248,12 @@ def _mount(target: Path, opts: str) -> bool:
     if os.geteuid() != 0:
         return False
     target.mkdir(exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(target)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(target)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 @pytest.fixture
@@ -246,8 +265,9 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_full_disk_during_the_build_names_the_disk_not_the_model(tmp_path, small_disk, capsys,
-                                                                  monkeypatch):
+def test_full_disk_during_the_build_names_the_disk_not_the_model(
+    tmp_path, small_disk, capsys, monkeypatch
+):
     monkeypatch.chdir(small_disk)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")})
@@ -280,8 +300,9 @@ def test_read_only_artefact_dir_is_exit_2_naming_it(tmp_path, workdir, capsys):
         err = capsys.readouterr().err
         (res,) = results(tmp_path / "r.json")
         assert code == 2 and "internal error" not in err and "Traceback" not in err
-        assert "artefact" in res["error"] and ("read-only" in res["error"]
-                                               or "permission" in res["error"])
+        assert "artefact" in res["error"] and (
+            "read-only" in res["error"] or "permission" in res["error"]
+        )
     finally:
         if os.geteuid() == 0:
             subprocess.run(["umount", "-l", str(arts)], check=False)

@@ -15,13 +15,13 @@ DEAD_SERVER = "http://127.0.0.1:9"  # discard port: nothing answers
 
 
 def _suite(tmp_path, n: int = 1):
-    return suite_of(tmp_path, {f"m{i}": small_convnet(tmp_path / f"m{i}.onnx")
-                               for i in range(n)})
+    return suite_of(tmp_path, {f"m{i}": small_convnet(tmp_path / f"m{i}.onnx") for i in range(n)})
 
 
 @pytest.mark.parametrize("flag", ["--json", "--junit", "--markdown", "--html"])
-def test_output_path_that_is_a_directory_is_refused_before_measuring(tmp_path, workdir, capsys,
-                                                                     flag):
+def test_output_path_that_is_a_directory_is_refused_before_measuring(
+    tmp_path, workdir, capsys, flag
+):
     out = tmp_path / "out"
     out.mkdir()
     assert main(["run", str(_suite(tmp_path)), "--no-track", flag, str(out)]) == 2
@@ -32,14 +32,26 @@ def test_output_path_that_is_a_directory_is_refused_before_measuring(tmp_path, w
 
 def test_one_path_for_two_reports_is_refused(tmp_path, workdir, capsys):
     out = tmp_path / "r.out"
-    assert main(["run", str(_suite(tmp_path)), "--no-track", "--json", str(out),
-                 "--junit", str(out)]) == 2
+    assert (
+        main(["run", str(_suite(tmp_path)), "--no-track", "--json", str(out), "--junit", str(out)])
+        == 2
+    )
     assert "the same file as --json" in capsys.readouterr().err
 
 
 def test_missing_output_directory_is_refused(tmp_path, workdir, capsys):
-    assert main(["run", str(_suite(tmp_path)), "--no-track", "--json",
-                 str(tmp_path / "nope" / "r.json")]) == 2
+    assert (
+        main(
+            [
+                "run",
+                str(_suite(tmp_path)),
+                "--no-track",
+                "--json",
+                str(tmp_path / "nope" / "r.json"),
+            ]
+        )
+        == 2
+    )
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -49,8 +61,18 @@ def test_results_survive_when_pending_cannot_be_written(tmp_path, workdir, capsy
     (workdir / ".guard").mkdir()
     (workdir / ".guard" / "pending").write_text("a file where a directory should be")
     out = tmp_path / "r.json"
-    code = main(["run", str(_suite(tmp_path, 2)), "--tracking-uri", DEAD_SERVER,
-                 "--json", str(out), "--junit", str(tmp_path / "r.xml")])
+    code = main(
+        [
+            "run",
+            str(_suite(tmp_path, 2)),
+            "--tracking-uri",
+            DEAD_SERVER,
+            "--json",
+            str(out),
+            "--junit",
+            str(tmp_path / "r.xml"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     doc = json.loads(out.read_text())

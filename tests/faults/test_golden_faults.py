@@ -13,8 +13,7 @@ from guard.cli import main
 
 
 @pytest.mark.parametrize("damage", ["zip", "truncate", "json"])
-def test_corrupt_golden_is_exit_2_and_golden_update_replaces_it(tmp_path, workdir, capsys,
-                                                                damage):
+def test_corrupt_golden_is_exit_2_and_golden_update_replaces_it(tmp_path, workdir, capsys, damage):
     suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")})
     assert main(["run", str(suite), "--no-track"]) == 0
     gdir = tmp_path / "goldens" / "faults" / "m"
@@ -42,8 +41,13 @@ def test_unwritable_golden_dir_is_exit_2_naming_it(tmp_path, workdir, capsys):
     gdir.mkdir()
     root = os.geteuid() == 0
     if root:
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(gdir)],
-                          capture_output=True).returncode != 0:
+        if (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(gdir)],
+                capture_output=True,
+            ).returncode
+            != 0
+        ):
             pytest.skip("cannot mount a read-only tmpfs")
     else:
         gdir.chmod(0o555)

@@ -17,7 +17,9 @@ from guard.suite import InputSpec
 
 
 def _suite(tmp_path: Path, model: Path, inputs: str, backends: str = "[onnxruntime]") -> Path:
-    return write_suite(tmp_path, f"""
+    return write_suite(
+        tmp_path,
+        f"""
     schema_version: 1
     suite: edge
     defaults:
@@ -27,21 +29,24 @@ def _suite(tmp_path: Path, model: Path, inputs: str, backends: str = "[onnxrunti
       - name: m
         source: {model}
         {inputs}
-    """)
+    """,
+    )
 
 
 def test_negative_dim_is_dynamic_and_bound_from_the_suite(tmp_path, workdir, capsys):
     # A common converter writes the batch dim as dim_value: -1; onnxruntime runs it.
     model = small_convnet(tmp_path / "neg.onnx", batch=-1)
     assert onnx.load(model).graph.input[0].type.tensor_type.shape.dim[0].dim_value == -1
-    suite = _suite(tmp_path, model, "inputs: {x: {shape: [1, 3, 16, 16]}}",
-                   "[onnxruntime, bundled]")
+    suite = _suite(
+        tmp_path, model, "inputs: {x: {shape: [1, 3, 16, 16]}}", "[onnxruntime, bundled]"
+    )
     code = main(["run", str(suite), "--no-track", "--json", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
     assert code == 0, err
     notes = [line for line in err.splitlines() if line.startswith("guard: note:")]
-    assert len(notes) == 1 and "'x'" in notes[0] and "dim 0" in notes[0] and "bound to 1" \
-        in notes[0]
+    assert (
+        len(notes) == 1 and "'x'" in notes[0] and "dim 0" in notes[0] and "bound to 1" in notes[0]
+    )
     doc = json.loads((tmp_path / "r.json").read_text())
     assert [r["verdict"] for r in doc["results"]] == ["pass", "pass"]
 
@@ -69,9 +74,14 @@ def _identity(path: Path, elem_type: int) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("elem", "name"), [(TensorProto.UNDEFINED, "UNDEFINED"),
-                                            (TensorProto.STRING, "STRING"),
-                                            (TensorProto.COMPLEX64, "COMPLEX64")])
+@pytest.mark.parametrize(
+    ("elem", "name"),
+    [
+        (TensorProto.UNDEFINED, "UNDEFINED"),
+        (TensorProto.STRING, "STRING"),
+        (TensorProto.COMPLEX64, "COMPLEX64"),
+    ],
+)
 def test_input_dtype_guard_cannot_feed_is_exit_2(tmp_path, workdir, capsys, elem, name):
     model = _identity(tmp_path / "id.onnx", elem)
     suite = _suite(tmp_path, model, "")
@@ -101,8 +111,16 @@ def test_onnxruntime_run_time_failure_is_a_model_error(tmp_path):
     out = tmp_path / "art"
     out.mkdir()
     be = OnnxRuntimeBackend()
-    be.build(BuildRequest(model_path=model, input_shapes={"x": (1, 3, 16, 16)}, target_raw="host",
-                          target_canonical="host", threads=1, out_dir=out))
+    be.build(
+        BuildRequest(
+            model_path=model,
+            input_shapes={"x": (1, 3, 16, 16)},
+            target_raw="host",
+            target_canonical="host",
+            threads=1,
+            out_dir=out,
+        )
+    )
     sess = be.load(out, 1)
     import numpy as np
 
@@ -114,10 +132,10 @@ def test_onnxruntime_run_time_failure_is_a_model_error(tmp_path):
     assert _ort_text(bad) == "Node (\ufffd\ufffd) failed"
 
 
-@pytest.mark.parametrize("inputs", ["{dist: const, value: 1000}",
-                                    "{dist: uniform, low: 0, high: 100000}"])
-def test_input_values_outside_the_dtype_are_exit_2_not_wrapped(tmp_path, workdir, capsys,
-                                                              inputs):
+@pytest.mark.parametrize(
+    "inputs", ["{dist: const, value: 1000}", "{dist: uniform, low: 0, high: 100000}"]
+)
+def test_input_values_outside_the_dtype_are_exit_2_not_wrapped(tmp_path, workdir, capsys, inputs):
     # numpy would wrap 1000 to -24 in int8 and the run would measure wrong data.
     model = _identity(tmp_path / "id8.onnx", TensorProto.INT8)
     suite = _suite(tmp_path, model, f"inputs: {{x: {inputs}}}")

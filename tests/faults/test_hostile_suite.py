@@ -32,45 +32,83 @@ def suite(tmp_path: Path, d: str = "", m: str = "", sv: str = "1") -> Path:
     return p
 
 
-@pytest.mark.parametrize(("d", "m", "sv", "key", "words"), [
-    ("options: {bundled: 5}", "", "1", "defaults.options.bundled", "expected a mapping"),
-    ("", "options: {tvm: [1]}", "1", "models[0].options.tvm", "expected a mapping"),
-    ("options: {bundld: {}}", "", "1", "defaults.options.bundld", "Did you mean 'bundled'"),
-    ("checks: {arena: {}}", "", "1", "defaults.checks.arena", "needs 'max_bytes'"),
-    ("checks: {partitions: {}}", "", "1", "defaults.checks.partitions", "needs 'max'"),
-    ("checks: {tuning: {}}", "", "1", "defaults.checks.tuning", "needs 'min_hit_rate'"),
-    ("profile: 1", "", "1", "defaults.profile", "expected a delegate profile"),
-    ("", "profile: [a]", "1", "models[0].profile", "expected a delegate profile"),
-    ("threads: 1.0e+30", "", "1", "defaults.threads", "out of range"),
-    ("threads: 1e30", "", "1", "defaults.threads", "expected a number"),
-    ("threads: 100000", "", "1", "defaults.threads", "more than guard allows"),
-    ("", "threads: 5000", "1", "models[0].threads", "more than guard allows"),
-    ("checks: {accuracy: {dataset: 'zoo:nope'}}", "", "1", "defaults.checks.accuracy.dataset",
-     "unknown dataset 'zoo:nope'"),
-    ("checks: {accuracy: {dataset: digits-test}}", "", "1",
-     "defaults.checks.accuracy.dataset", "expected a dataset name"),
-    ("checks: {tolerance: {rtol: .inf}}", "", "1", "defaults.checks.tolerance.rtol", "finite"),
-    ("checks: {tolerance: {atol: .inf}}", "", "1", "defaults.checks.tolerance.atol", "finite"),
-    ("checks: {tolerance: {atol: .nan}}", "", "1", "defaults.checks.tolerance.atol", "finite"),
-    ("checks: {latency: {p50_ms: .inf}}", "", "1", "defaults.checks.latency.p50_ms", "finite"),
-    ("checks: {latency: {p90_ms: {x86_64: .inf}}}", "", "1",
-     "defaults.checks.latency.p90_ms.x86_64", "finite"),
-    ("measure: {max_time_s: .inf}", "", "1", "defaults.measure.max_time_s", "finite"),
-    ("", "", "true", "schema_version", "unsupported version True"),
-    ("", "", "1.0", "schema_version", "unsupported version 1.0"),
-    ("build_timeout_s: 0", "", "1", "defaults.build_timeout_s", "must be > 0"),
-    ("build_timeout_s: .inf", "", "1", "defaults.build_timeout_s", "finite"),
-    ("", "inputs: {x: {shape: [1.0e+300]}}", "1", "models[0].inputs.x.shape[0]",
-     "non-negative integer"),
-    ("", "description: [1, 2]", "1", "models[0].description", "expected a string"),
-    ("", "inputs: {1: {shape: [1]}}", "1", "models[0].inputs", "is not a string"),
-    ("options: {onnxruntime: {providers: 5}}", "", "1", "defaults.options.onnxruntime.providers",
-     "expected a list of execution provider names"),
-    ("options: {bundled: {profile: 5}}", "", "1", "defaults.options.bundled.profile",
-     "expected a name"),
-    ("", "options: {bundled: {pipeline: {a: 1}}}", "1", "models[0].options.bundled.pipeline",
-     "expected a name"),
-])
+@pytest.mark.parametrize(
+    ("d", "m", "sv", "key", "words"),
+    [
+        ("options: {bundled: 5}", "", "1", "defaults.options.bundled", "expected a mapping"),
+        ("", "options: {tvm: [1]}", "1", "models[0].options.tvm", "expected a mapping"),
+        ("options: {bundld: {}}", "", "1", "defaults.options.bundld", "Did you mean 'bundled'"),
+        ("checks: {arena: {}}", "", "1", "defaults.checks.arena", "needs 'max_bytes'"),
+        ("checks: {partitions: {}}", "", "1", "defaults.checks.partitions", "needs 'max'"),
+        ("checks: {tuning: {}}", "", "1", "defaults.checks.tuning", "needs 'min_hit_rate'"),
+        ("profile: 1", "", "1", "defaults.profile", "expected a delegate profile"),
+        ("", "profile: [a]", "1", "models[0].profile", "expected a delegate profile"),
+        ("threads: 1.0e+30", "", "1", "defaults.threads", "out of range"),
+        ("threads: 1e30", "", "1", "defaults.threads", "expected a number"),
+        ("threads: 100000", "", "1", "defaults.threads", "more than guard allows"),
+        ("", "threads: 5000", "1", "models[0].threads", "more than guard allows"),
+        (
+            "checks: {accuracy: {dataset: 'zoo:nope'}}",
+            "",
+            "1",
+            "defaults.checks.accuracy.dataset",
+            "unknown dataset 'zoo:nope'",
+        ),
+        (
+            "checks: {accuracy: {dataset: digits-test}}",
+            "",
+            "1",
+            "defaults.checks.accuracy.dataset",
+            "expected a dataset name",
+        ),
+        ("checks: {tolerance: {rtol: .inf}}", "", "1", "defaults.checks.tolerance.rtol", "finite"),
+        ("checks: {tolerance: {atol: .inf}}", "", "1", "defaults.checks.tolerance.atol", "finite"),
+        ("checks: {tolerance: {atol: .nan}}", "", "1", "defaults.checks.tolerance.atol", "finite"),
+        ("checks: {latency: {p50_ms: .inf}}", "", "1", "defaults.checks.latency.p50_ms", "finite"),
+        (
+            "checks: {latency: {p90_ms: {x86_64: .inf}}}",
+            "",
+            "1",
+            "defaults.checks.latency.p90_ms.x86_64",
+            "finite",
+        ),
+        ("measure: {max_time_s: .inf}", "", "1", "defaults.measure.max_time_s", "finite"),
+        ("", "", "true", "schema_version", "unsupported version True"),
+        ("", "", "1.0", "schema_version", "unsupported version 1.0"),
+        ("build_timeout_s: 0", "", "1", "defaults.build_timeout_s", "must be > 0"),
+        ("build_timeout_s: .inf", "", "1", "defaults.build_timeout_s", "finite"),
+        (
+            "",
+            "inputs: {x: {shape: [1.0e+300]}}",
+            "1",
+            "models[0].inputs.x.shape[0]",
+            "non-negative integer",
+        ),
+        ("", "description: [1, 2]", "1", "models[0].description", "expected a string"),
+        ("", "inputs: {1: {shape: [1]}}", "1", "models[0].inputs", "is not a string"),
+        (
+            "options: {onnxruntime: {providers: 5}}",
+            "",
+            "1",
+            "defaults.options.onnxruntime.providers",
+            "expected a list of execution provider names",
+        ),
+        (
+            "options: {bundled: {profile: 5}}",
+            "",
+            "1",
+            "defaults.options.bundled.profile",
+            "expected a name",
+        ),
+        (
+            "",
+            "options: {bundled: {pipeline: {a: 1}}}",
+            "1",
+            "models[0].options.bundled.pipeline",
+            "expected a name",
+        ),
+    ],
+)
 def test_bad_suite_key_is_one_line_exit_2(tmp_path, capsys, d, m, sv, key, words):
     p = suite(tmp_path, d, m, sv)
     with pytest.raises(SuiteError) as info:
@@ -114,9 +152,11 @@ def test_alias_bomb_is_refused_quickly_and_never_expanded(tmp_path, capsys):
 
 def test_small_aliases_still_work(tmp_path):
     p = tmp_path / "s.yaml"
-    p.write_text("schema_version: 1\nsuite: s\ndefaults:\n  measure: &m {min_iters: 3}\n"
-                 "models:\n  - {name: a, source: a.onnx, measure: *m}\n"
-                 "  - {name: b, source: b.onnx, measure: *m}\n")
+    p.write_text(
+        "schema_version: 1\nsuite: s\ndefaults:\n  measure: &m {min_iters: 3}\n"
+        "models:\n  - {name: a, source: a.onnx, measure: *m}\n"
+        "  - {name: b, source: b.onnx, measure: *m}\n"
+    )
     s = load_suite(p)
     assert s.models[1].measure["min_iters"] == 3
 
@@ -168,8 +208,12 @@ def test_fifo_as_suite_does_not_block(tmp_path):
     fifo = tmp_path / "s.yaml"
     os.mkfifo(fifo)
     # In a subprocess: a regression would block forever, which a timeout turns into a failure.
-    proc = subprocess.run([sys.executable, "-m", "guard.cli", "run", str(fifo), "--no-track"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "guard.cli", "run", str(fifo), "--no-track"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "not a regular file" in proc.stderr and "Traceback" not in proc.stderr
 

@@ -52,8 +52,11 @@ def test_value_and_exception_come_back():
 @pytest.mark.parametrize("sig", [signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS])
 def test_a_signal_in_the_child_is_a_model_error_naming_it(sig):
     with pytest.raises(NativeCrashError) as info:
-        run_isolated(lambda: os.kill(os.getpid(), sig), what="the tvm import of m",
-                     where="s.yaml: models[0] (m)")
+        run_isolated(
+            lambda: os.kill(os.getpid(), sig),
+            what="the tvm import of m",
+            where="s.yaml: models[0] (m)",
+        )
     msg = str(info.value)
     assert signal.Signals(sig).name in msg and "the tvm import of m" in msg
     assert msg.startswith("s.yaml: models[0] (m):") and info.value.exit_code == 2

@@ -31,8 +31,7 @@ def _keep(args):
 
 
 def test_concurrent_pending_files_never_overwrite(tmp_path):
-    doc = {"schema_version": 1, "suite": "s", "started": "2026-12-01T08:00:00+00:00",
-           "results": []}
+    doc = {"schema_version": 1, "suite": "s", "started": "2026-12-01T08:00:00+00:00", "results": []}
     with multiprocessing.get_context("fork").Pool(8) as pool:
         paths = pool.map(_keep, [(doc, tmp_path, i) for i in range(32)])
     assert len(set(paths)) == 32
@@ -46,8 +45,10 @@ def test_four_concurrent_runs_with_the_server_down_keep_four_result_sets(tmp_pat
     """Issue 16 serious case 1, re-run: 4 runs at once, tracking down, nothing lost."""
     suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")})
     assert main(["run", str(suite), "--no-track"]) == 0  # golden and artefact in place
-    procs = [guard_subprocess(["run", str(suite), "--tracking-uri", DEAD_SERVER], workdir)
-             for _ in range(4)]
+    procs = [
+        guard_subprocess(["run", str(suite), "--tracking-uri", DEAD_SERVER], workdir)
+        for _ in range(4)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0 and "results kept at" in err, err  # kept: checks decide
@@ -90,16 +91,19 @@ def test_kill_while_the_store_is_created_leaves_a_usable_store(tmp_path, workdir
 @pytest.mark.slow
 def test_concurrent_first_runs_create_the_store_once(tmp_path):
     db = tmp_path / "mlflow.db"
-    code = ("import sys; from pathlib import Path; from guard.track.uri import check_reachable;"
-            f"check_reachable({_sqlite_uri(db)!r})")
-    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    code = (
+        "import sys; from pathlib import Path; from guard.track.uri import check_reachable;"
+        f"check_reachable({_sqlite_uri(db)!r})"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
     con = sqlite3.connect(db)
-    assert con.execute("select version_num from alembic_version").fetchone()[0] \
-        == head_revision()
+    assert con.execute("select version_num from alembic_version").fetchone()[0] == head_revision()
     assert con.execute("select count(*) from experiments").fetchone()[0] == 1
 
 
@@ -126,8 +130,7 @@ def test_half_created_store_without_runs_is_recreated(tmp_path):
     assert len(notes) == 1 and "moved it to" in notes[0]
     assert list(tmp_path.glob("mlflow.db.broken-*"))
     con = sqlite3.connect(db)
-    assert con.execute("select version_num from alembic_version").fetchone()[0] \
-        == head_revision()
+    assert con.execute("select version_num from alembic_version").fetchone()[0] == head_revision()
 
 
 @pytest.mark.slow
@@ -148,8 +151,9 @@ def test_half_migrated_store_with_runs_says_which_command_fixes_it(tmp_path, cap
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_while_logging_marks_runs_killed_and_keeps_results(tmp_path, workdir, sig):
     """Issue 16 item 9: a kill during MLflow logging used to keep nothing."""
-    suite = suite_of(tmp_path, {"a": small_convnet(tmp_path / "a.onnx"),
-                                "b": small_convnet(tmp_path / "b.onnx")})
+    suite = suite_of(
+        tmp_path, {"a": small_convnet(tmp_path / "a.onnx"), "b": small_convnet(tmp_path / "b.onnx")}
+    )
     marker = tmp_path / "logging"
     patch = f"""
     import pathlib
@@ -193,8 +197,10 @@ def test_concurrent_pushes_of_one_file_log_it_once(tmp_path, workdir):
     assert main(["run", str(suite), "--no-track", "--json", str(out)]) == 0
     db = workdir / ".guard" / "mlflow.db"
     ensure_local_store(_sqlite_uri(db), db)  # the store exists: the race is on the push
-    procs = [guard_subprocess(["track", "push", str(out), "--tracking-uri", _sqlite_uri(db)],
-                              workdir) for _ in range(2)]
+    procs = [
+        guard_subprocess(["track", "push", str(out), "--tracking-uri", _sqlite_uri(db)], workdir)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert sum("already logged" in o for o, _ in outs) == 1
@@ -210,16 +216,29 @@ def test_read_only_guard_dir_fails_fast_and_keeps_json(tmp_path, workdir, capsys
     gd.mkdir()
     root = os.geteuid() == 0
     if root:
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(gd)],
-                          capture_output=True).returncode != 0:
+        if (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(gd)], capture_output=True
+            ).returncode
+            != 0
+        ):
             pytest.skip("cannot mount a read-only tmpfs")
     else:
         gd.chmod(0o555)
     try:
         out = tmp_path / "r.json"
         t0 = time.monotonic()
-        code = main(["run", str(suite), "--json", str(out), "--golden-dir",
-                     str(tmp_path / "goldens"), "--no-track"])
+        code = main(
+            [
+                "run",
+                str(suite),
+                "--json",
+                str(out),
+                "--golden-dir",
+                str(tmp_path / "goldens"),
+                "--no-track",
+            ]
+        )
         assert code == 2  # the artefact cannot be built in a read-only .guard either
         code = main(["run", str(suite), "--json", str(out)])
         elapsed = time.monotonic() - t0
@@ -240,9 +259,13 @@ def test_full_disk_while_the_store_is_created_leaves_nothing_half_made(tmp_path)
     """Issue 16 serious case 4: a full disk during the first creation of mlflow.db."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
-            capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("needs root to mount a size-limited tmpfs")
     try:
         db = disk / "mlflow.db"
@@ -252,7 +275,9 @@ def test_full_disk_while_the_store_is_created_leaves_nothing_half_made(tmp_path)
         assert not db.exists() and not list(disk.glob(".mlflow.db.*.creating*"))
         subprocess.run(["mount", "-o", "remount,size=16m", str(disk)], check=True)
         ensure_local_store(_sqlite_uri(db), db)  # with space, the next run just works
-        assert sqlite3.connect(db).execute("select version_num from alembic_version") \
-            .fetchone()[0] == head_revision()
+        assert (
+            sqlite3.connect(db).execute("select version_num from alembic_version").fetchone()[0]
+            == head_revision()
+        )
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)

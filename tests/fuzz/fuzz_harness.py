@@ -48,11 +48,12 @@ FAST_MEASURE = {"warmup_s": 0.0, "min_iters": 3, "min_time_s": 0.001, "max_time_
 def convnet() -> onnx.ModelProto:
     """Conv → Relu → GlobalAveragePool → Flatten → Gemm → Softmax (as the spine tests)."""
     rng = np.random.default_rng(0)
-    init = [numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32),
-                                    "w"),
-            numpy_helper.from_array(np.zeros(8, np.float32), "b"),
-            numpy_helper.from_array((rng.standard_normal((10, 8)) * 0.5).astype(np.float32), "fw"),
-            numpy_helper.from_array(np.zeros(10, np.float32), "fb")]
+    init = [
+        numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "b"),
+        numpy_helper.from_array((rng.standard_normal((10, 8)) * 0.5).astype(np.float32), "fw"),
+        numpy_helper.from_array(np.zeros(10, np.float32), "fb"),
+    ]
     nodes = [
         helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
         helper.make_node("Relu", ["c"], ["r"], name="relu"),
@@ -61,19 +62,25 @@ def convnet() -> onnx.ModelProto:
         helper.make_node("Gemm", ["f", "fw", "fb"], ["l"], transB=1, name="fc"),
         helper.make_node("Softmax", ["l"], ["y"], axis=1, name="softmax"),
     ]
-    g = helper.make_graph(nodes, "conv",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], init)
+    g = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        init,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def shapeops() -> onnx.ModelProto:
     """Shape arithmetic with axes initializers: what onnx's data propagation works on."""
-    init = [numpy_helper.from_array(np.array([0], np.int64), "axes0"),
-            numpy_helper.from_array(np.array([1], np.int64), "start"),
-            numpy_helper.from_array(np.array([3], np.int64), "end"),
-            numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
-            numpy_helper.from_array(np.array([2], np.int64), "axes2")]
+    init = [
+        numpy_helper.from_array(np.array([0], np.int64), "axes0"),
+        numpy_helper.from_array(np.array([1], np.int64), "start"),
+        numpy_helper.from_array(np.array([3], np.int64), "end"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+        numpy_helper.from_array(np.array([2], np.int64), "axes2"),
+    ]
     nodes = [
         helper.make_node("Shape", ["x"], ["s"], name="shape"),
         helper.make_node("Slice", ["s", "start", "end", "axes0"], ["hw"], name="slice"),
@@ -84,9 +91,13 @@ def shapeops() -> onnx.ModelProto:
         helper.make_node("Squeeze", ["u", "axes2"], ["sq"], name="squeeze"),
         helper.make_node("Relu", ["sq"], ["y"], name="relu"),
     ]
-    g = helper.make_graph(nodes, "shapeops",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 768])], init)
+    g = helper.make_graph(
+        nodes,
+        "shapeops",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 768])],
+        init,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -100,11 +111,16 @@ def int_inputs() -> onnx.ModelProto:
         helper.make_node("Mul", ["e", "m2"], ["y"], name="mul"),
     ]
     init.append(numpy_helper.from_array(np.array([2], np.int64), "ax"))
-    g = helper.make_graph(nodes, "ints",
-                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
-                           helper.make_tensor_value_info("mask", TensorProto.BOOL, [1, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4])],
-                          init)
+    g = helper.make_graph(
+        nodes,
+        "ints",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3]),
+            helper.make_tensor_value_info("mask", TensorProto.BOOL, [1, 3]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4])],
+        init,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -113,12 +129,16 @@ SEEDS = {"convnet": convnet, "shapeops": shapeops, "int_inputs": int_inputs}
 SEED_INPUTS: dict[str, dict[str, Any]] = {
     "convnet": {"x": {"shape": [1, 3, 16, 16], "dist": "normal", "seed": 0}},
     "shapeops": {"x": {"shape": [1, 3, 16, 16], "dist": "normal", "seed": 0}},
-    "int_inputs": {"ids": {"shape": [1, 3], "dist": "uniform", "low": 0, "high": 9},
-                   "mask": {"shape": [1, 3], "dist": "ones"}},
+    "int_inputs": {
+        "ids": {"shape": [1, 3], "dist": "uniform", "low": 0, "high": 9},
+        "mask": {"shape": [1, 3], "dist": "ones"},
+    },
 }
-OPTIONS = {"onnxruntime": ["graph_optimization_level", "providers", "tuning_cache"],
-           "bundled": ["profile", "pipeline", "tuning_cache"],
-           "tvm": ["tuning_cache", "opt_level"]}
+OPTIONS = {
+    "onnxruntime": ["graph_optimization_level", "providers", "tuning_cache"],
+    "bundled": ["profile", "pipeline", "tuning_cache"],
+    "tvm": ["tuning_cache", "opt_level"],
+}
 
 
 def base_suite(backends: list[str] | None = None) -> dict[str, Any]:
@@ -129,41 +149,140 @@ def base_suite(backends: list[str] | None = None) -> dict[str, Any]:
             "backends": backends or ["onnxruntime"],
             "threads": 1,
             "measure": dict(FAST_MEASURE),
-            "checks": {"tolerance": {"rtol": 1e-3, "atol": 1e-4}, "partitions": {"max": 4},
-                       "latency": {"p50_ms": 1000}},
+            "checks": {
+                "tolerance": {"rtol": 1e-3, "atol": 1e-4},
+                "partitions": {"max": 4},
+                "latency": {"p50_ms": 1000},
+            },
         },
-        "models": [{"name": "m", "source": "model.onnx",
-                    "inputs": {"x": {"shape": [1, 3, 16, 16], "dist": "normal", "seed": 0}}}],
+        "models": [
+            {
+                "name": "m",
+                "source": "model.onnx",
+                "inputs": {"x": {"shape": [1, 3, 16, 16], "dist": "normal", "seed": 0}},
+            }
+        ],
     }
 
 
 # ---------------------------------------------------------------------------- strategies
 
-SUITE_KEYS = ["schema_version", "suite", "description", "defaults", "models", "backends",
-              "target", "threads", "measure", "checks", "profile", "options", "build_timeout_s",
-              "name", "source", "inputs", "shape", "dist", "seed", "mean", "std", "low", "high",
-              "value", "warmup_s", "min_iters", "min_time_s", "max_time_s", "max_iters",
-              "rounds", "latency", "tolerance", "accuracy", "partitions", "arena", "tuning",
-              "p50_ms", "p90_ms", "regress_pct", "rtol", "atol", "dataset", "min_top1",
-              "limit", "max", "max_bytes", "min_hit_rate", "x86_64", "aarch64", "onnxruntime",
-              "bundled", "tvm", "tuning_cache", "graph_optimization_level", "providers"]
-WORDS = ["zoo:mlp", "zoo:nope", "zoo:digits-test", "onnxruntime", "bundled", "host",
-         "llvm -mtriple=aarch64-linux-gnu -mattr=+neon", "llvm -mcpu=nonsense", "/dev/zero",
-         "/dev/null", "model.onnx", "../model.onnx", "missing.onnx", "const", "uniform", "ones",
-         "disabled", "all", "x", "m", "", " ", "\x00", "é", "a" * 300, "1e30", ".inf", "null",
-         "true", "[1, 2]", "{a: 1}", "*ref", "&a", "!!python/object:os.system", "%YAML"]
+SUITE_KEYS = [
+    "schema_version",
+    "suite",
+    "description",
+    "defaults",
+    "models",
+    "backends",
+    "target",
+    "threads",
+    "measure",
+    "checks",
+    "profile",
+    "options",
+    "build_timeout_s",
+    "name",
+    "source",
+    "inputs",
+    "shape",
+    "dist",
+    "seed",
+    "mean",
+    "std",
+    "low",
+    "high",
+    "value",
+    "warmup_s",
+    "min_iters",
+    "min_time_s",
+    "max_time_s",
+    "max_iters",
+    "rounds",
+    "latency",
+    "tolerance",
+    "accuracy",
+    "partitions",
+    "arena",
+    "tuning",
+    "p50_ms",
+    "p90_ms",
+    "regress_pct",
+    "rtol",
+    "atol",
+    "dataset",
+    "min_top1",
+    "limit",
+    "max",
+    "max_bytes",
+    "min_hit_rate",
+    "x86_64",
+    "aarch64",
+    "onnxruntime",
+    "bundled",
+    "tvm",
+    "tuning_cache",
+    "graph_optimization_level",
+    "providers",
+]
+WORDS = [
+    "zoo:mlp",
+    "zoo:nope",
+    "zoo:digits-test",
+    "onnxruntime",
+    "bundled",
+    "host",
+    "llvm -mtriple=aarch64-linux-gnu -mattr=+neon",
+    "llvm -mcpu=nonsense",
+    "/dev/zero",
+    "/dev/null",
+    "model.onnx",
+    "../model.onnx",
+    "missing.onnx",
+    "const",
+    "uniform",
+    "ones",
+    "disabled",
+    "all",
+    "x",
+    "m",
+    "",
+    " ",
+    "\x00",
+    "é",
+    "a" * 300,
+    "1e30",
+    ".inf",
+    "null",
+    "true",
+    "[1, 2]",
+    "{a: 1}",
+    "*ref",
+    "&a",
+    "!!python/object:os.system",
+    "%YAML",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(),
+    st.none(),
+    st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.sampled_from([0, 1, -1, 2, 3, 16, 2**31, 2**63, 10**30]),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from(WORDS), st.text(max_size=12),
+    st.sampled_from(WORDS),
+    st.text(max_size=12),
 )
-values = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=5),
-    st.dictionaries(st.one_of(st.sampled_from(SUITE_KEYS), st.text(max_size=6), st.integers()),
-                    inner, max_size=4)), max_leaves=12)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.dictionaries(
+            st.one_of(st.sampled_from(SUITE_KEYS), st.text(max_size=6), st.integers()),
+            inner,
+            max_size=4,
+        ),
+    ),
+    max_leaves=12,
+)
 
 
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
@@ -195,8 +314,11 @@ def suite_edits(draw: st.DrawFn, suite: dict[str, Any]) -> dict[str, Any]:
             backend = draw(st.sampled_from(sorted(OPTIONS)))
             key = draw(st.sampled_from([*OPTIONS[backend], "nosuch"]))
             where = draw(st.sampled_from(["defaults", "model"]))
-            block = doc.get("defaults") if where == "defaults" else next(
-                iter(doc.get("models") or []), None)
+            block = (
+                doc.get("defaults")
+                if where == "defaults"
+                else next(iter(doc.get("models") or []), None)
+            )
             if isinstance(block, dict):
                 opts = block.setdefault("options", {})
                 if isinstance(opts, dict):
@@ -253,27 +375,67 @@ def text_damage(draw: st.DrawFn, text: str) -> bytes:
         data = data[: draw(st.integers(0, len(data)))]
     elif kind == "insert":
         i = draw(st.integers(0, len(data)))
-        data[i:i] = draw(st.sampled_from([b"&a ", b"*a", b": :", b"\t", b"\xff\xfe", b"{",
-                                          b"- ", b"!!binary ", b"---\n", b"? "]))
+        data[i:i] = draw(
+            st.sampled_from(
+                [
+                    b"&a ",
+                    b"*a",
+                    b": :",
+                    b"\t",
+                    b"\xff\xfe",
+                    b"{",
+                    b"- ",
+                    b"!!binary ",
+                    b"---\n",
+                    b"? ",
+                ]
+            )
+        )
     elif kind == "bomb":
         levels = draw(st.integers(2, 9))
-        data = bytearray(f"{_bomb(levels)}\n".encode()) + data.replace(
-            b"models:", f"models: *l{levels}\nxmodels:".encode(), 1) if draw(st.booleans()) \
+        data = (
+            bytearray(f"{_bomb(levels)}\n".encode())
+            + data.replace(b"models:", f"models: *l{levels}\nxmodels:".encode(), 1)
+            if draw(st.booleans())
             else bytearray(f"{_bomb(levels)}\n".encode()) + data
+        )
     elif kind == "nest":
         depth = draw(st.sampled_from([10, 1000, 50_000]))
         data += b"\ndeep: " + b"[" * depth + b"]" * draw(st.sampled_from([0, depth]))
     else:
         data = data.replace(b"threads: 1", b"threads: &t 1", 1).replace(
-            b"min_iters: 3", b"min_iters: *t", 1)
+            b"min_iters: 3", b"min_iters: *t", 1
+        )
     return bytes(data)
 
 
 ELEM_TYPES = list(range(0, 27))
 DIMS = [-5, -1, 0, 1, 2, 3, 7, 16, 2**31, 2**40]
-OPS = ["Relu", "Conv", "Gemm", "Reshape", "Unsqueeze", "Squeeze", "Concat", "Slice",
-       "Gather", "Softmax", "Identity", "Add", "MatMul", "Transpose", "NoSuchOp", "Loop",
-       "If", "Cast", "Expand", "Tile", "ConstantOfShape", "TopK", "Resize"]
+OPS = [
+    "Relu",
+    "Conv",
+    "Gemm",
+    "Reshape",
+    "Unsqueeze",
+    "Squeeze",
+    "Concat",
+    "Slice",
+    "Gather",
+    "Softmax",
+    "Identity",
+    "Add",
+    "MatMul",
+    "Transpose",
+    "NoSuchOp",
+    "Loop",
+    "If",
+    "Cast",
+    "Expand",
+    "Tile",
+    "ConstantOfShape",
+    "TopK",
+    "Resize",
+]
 
 
 @st.composite
@@ -283,8 +445,11 @@ def model_edits(draw: st.DrawFn, model: onnx.ModelProto) -> bytes:
     m.CopyFrom(model)
     g = m.graph
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["dim", "elem", "init", "attr", "op", "edge", "opset",
-                                     "ir", "drop", "dup"]))
+        kind = draw(
+            st.sampled_from(
+                ["dim", "elem", "init", "attr", "op", "edge", "opset", "ir", "drop", "dup"]
+            )
+        )
         if kind == "dim":
             vis = list(g.input) + list(g.output)
             vi = draw(st.sampled_from(vis))
@@ -319,13 +484,15 @@ def model_edits(draw: st.DrawFn, model: onnx.ModelProto) -> bytes:
                 flat = arr.reshape(-1)
                 j = draw(st.integers(0, flat.size - 1))
                 v = draw(st.sampled_from([-100, -5, -2, -1, 0, 1, 2, 3, 5, 100, 2**40]))
-                flat[j] = v if arr.dtype.kind in "iu" else draw(
-                    st.sampled_from([np.nan, np.inf, -np.inf, 0.0, 1e38, float(v)]))
+                flat[j] = (
+                    v
+                    if arr.dtype.kind in "iu"
+                    else draw(st.sampled_from([np.nan, np.inf, -np.inf, 0.0, 1e38, float(v)]))
+                )
                 t.CopyFrom(numpy_helper.from_array(arr, t.name))
             elif how == "shape":
                 del t.dims[:]
-                t.dims.extend(draw(st.lists(st.sampled_from([0, 1, 2, 3, 8, 100]),
-                                            max_size=4)))
+                t.dims.extend(draw(st.lists(st.sampled_from([0, 1, 2, 3, 8, 100]), max_size=4)))
             elif t.raw_data:
                 t.raw_data = t.raw_data[: draw(st.integers(0, len(t.raw_data)))]
         elif kind == "attr":
@@ -337,8 +504,7 @@ def model_edits(draw: st.DrawFn, model: onnx.ModelProto) -> bytes:
                     a.i = draw(st.sampled_from([-100, -2, -1, 0, 1, 2, 5, 2**40]))
                 elif a.type == onnx.AttributeProto.INTS:
                     del a.ints[:]
-                    a.ints.extend(draw(st.lists(st.sampled_from([-3, -1, 0, 1, 2, 7]),
-                                                max_size=6)))
+                    a.ints.extend(draw(st.lists(st.sampled_from([-3, -1, 0, 1, 2, 7]), max_size=6)))
                 elif a.type == onnx.AttributeProto.FLOAT:
                     a.f = draw(st.floats(allow_nan=True, allow_infinity=True, width=32))
         elif kind == "op" and len(g.node):
@@ -460,8 +626,10 @@ def run_case(case: Case, root: Path, timeout_s: float = CASE_TIMEOUT_S) -> Outco
             break
         if time.monotonic() - t0 > timeout_s:
             timed_out = True
-            for kill in (lambda: os.killpg(pid, signal.SIGKILL),
-                         lambda: os.kill(pid, signal.SIGKILL)):
+            for kill in (
+                lambda: os.killpg(pid, signal.SIGKILL),
+                lambda: os.kill(pid, signal.SIGKILL),
+            ):
                 try:
                     kill()
                     break
@@ -493,8 +661,10 @@ def violations(out: Outcome) -> list[str]:
     if "Traceback" in out.stderr:
         bad.append("traceback on stderr")
     if "internal error" in out.stderr:
-        bad.append("internal error: " + next(
-            (line for line in out.stderr.splitlines() if "internal error" in line), "")[:300])
+        bad.append(
+            "internal error: "
+            + next((line for line in out.stderr.splitlines() if "internal error" in line), "")[:300]
+        )
     if out.rc == 2 and "guard: error:" not in out.stderr:
         bad.append("exit 2 without a 'guard: error:' line")
     return bad
@@ -514,8 +684,16 @@ def load_corpus(corpus: Path = CORPUS) -> list[tuple[str, Case]]:
     out = []
     for d in sorted(p for p in corpus.iterdir() if p.is_dir()) if corpus.is_dir() else []:
         model = d / "model.onnx"
-        out.append((d.name, Case((d / "suite.yaml").read_bytes(),
-                                 model.read_bytes() if model.exists() else b"", d.name)))
+        out.append(
+            (
+                d.name,
+                Case(
+                    (d / "suite.yaml").read_bytes(),
+                    model.read_bytes() if model.exists() else b"",
+                    d.name,
+                ),
+            )
+        )
     return out
 
 
@@ -532,12 +710,21 @@ class FuzzReport:
 
     def summary(self) -> str:
         codes = ", ".join(f"{k}: {v}" for k, v in sorted(self.exit_codes.items()))
-        return (f"{self.cases} cases in {self.seconds:.0f} s ({codes}); "
-                f"{len(self.breaches)} contract breach(es)")
+        return (
+            f"{self.cases} cases in {self.seconds:.0f} s ({codes}); "
+            f"{len(self.breaches)} contract breach(es)"
+        )
 
 
-def fuzz(seconds: float, root: Path, *, backends: tuple[str, ...] = ("onnxruntime",),
-         corpus: Path = CORPUS, batch: int = 20, log: Any = None) -> FuzzReport:
+def fuzz(
+    seconds: float,
+    root: Path,
+    *,
+    backends: tuple[str, ...] = ("onnxruntime",),
+    corpus: Path = CORPUS,
+    batch: int = 20,
+    log: Any = None,
+) -> FuzzReport:
     """Generate and run cases with hypothesis until ``seconds`` have passed.
 
     hypothesis draws the cases (batches of ``batch`` examples, fresh randomness each);
@@ -556,8 +743,13 @@ def fuzz(seconds: float, root: Path, *, backends: tuple[str, ...] = ("onnxruntim
     breaches: list[tuple[str, list[str]]] = []
     count = 0
 
-    @settings(max_examples=batch, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=batch,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(cases(backends))
     def one(case: Case) -> None:
         nonlocal count
@@ -579,6 +771,8 @@ def fuzz(seconds: float, root: Path, *, backends: tuple[str, ...] = ("onnxruntim
     while time.monotonic() < end:
         one()
         if log:
-            log(f"{count} cases, {time.monotonic() - t0:.0f} s, codes {dict(codes)}, "
-                f"{len(breaches)} breach(es)")
+            log(
+                f"{count} cases, {time.monotonic() - t0:.0f} s, codes {dict(codes)}, "
+                f"{len(breaches)} breach(es)"
+            )
     return FuzzReport(time.monotonic() - t0, count, dict(codes), dict(kinds), breaches)

@@ -20,15 +20,22 @@ from fuzz_harness import CORPUS, fuzz  # noqa: E402
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--minutes", type=float, default=60.0)
-    p.add_argument("--backend", action="append", help="backends to draw from "
-                   "(default onnxruntime; repeatable: bundled, tvm)")
+    p.add_argument(
+        "--backend",
+        action="append",
+        help="backends to draw from (default onnxruntime; repeatable: bundled, tvm)",
+    )
     p.add_argument("--corpus", type=Path, default=CORPUS)
     p.add_argument("--json", type=Path, help="write the summary as JSON here")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="guard-fuzz-") as root:
-        report = fuzz(args.minutes * 60, Path(root), backends=tuple(args.backend or
-                                                                     ["onnxruntime"]),
-                      corpus=args.corpus, log=lambda s: print(s, flush=True))
+        report = fuzz(
+            args.minutes * 60,
+            Path(root),
+            backends=tuple(args.backend or ["onnxruntime"]),
+            corpus=args.corpus,
+            log=lambda s: print(s, flush=True),
+        )
     print(f"fuzz: {report.summary()}")
     if args.json:
         args.json.write_text(json.dumps(report.__dict__, indent=2, default=str) + "\n")

@@ -42,5 +42,6 @@ def test_fuzz_for_a_bounded_time(tmp_path):
     report = fuzz(seconds, tmp_path)
     print(f"fuzz: {report.summary()}")
     assert report.cases > 0
-    assert report.breaches == [], report.summary() + "\n" + "\n".join(
-        f"{d}: {why}" for d, why in report.breaches)
+    assert report.breaches == [], (
+        report.summary() + "\n" + "\n".join(f"{d}: {why}" for d, why in report.breaches)
+    )

@@ -35,8 +35,10 @@ def free_port() -> int:
 
 def pg_bindir() -> Path | None:
     """Debian's PostgreSQL server binaries (newest version), or None when not installed."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
-                   key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
+    )
     if found:
         return Path(found[-1]).parent
     on_path = shutil.which("pg_ctl")
@@ -46,8 +48,10 @@ def pg_bindir() -> Path | None:
 def missing_reason() -> str | None:
     """Why the stack cannot start here (for a skip), or None when it can."""
     if pg_bindir() is None:
-        return ("PostgreSQL server binaries not found (Debian: apt-get install -y postgresql; "
-                ".ci/run installs it)")
+        return (
+            "PostgreSQL server binaries not found (Debian: apt-get install -y postgresql; "
+            ".ci/run installs it)"
+        )
     try:
         import psycopg  # noqa: F401
     except ImportError:
@@ -102,22 +106,61 @@ class PostgresCluster:
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres")
             shutil.chown(self.data, "postgres")
-        subprocess.run(_as_db_user([str(bindir / "initdb"), "-D", str(self.data), "-A", "trust",
-                                    "-U", PG_USER, "--no-sync", "-E", "UTF8"]),
-                       check=True, capture_output=True, timeout=timeout_s)
-        opts = (f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 "
-                "-c fsync=off -c max_connections=200")
-        subprocess.run(_as_db_user([str(bindir / "pg_ctl"), "-D", str(self.data), "-o", opts,
-                                    "-l", str(self.data / "server.log"), "-w", "-t",
-                                    str(int(timeout_s)), "start"]),
-                       check=True, capture_output=True, timeout=timeout_s + 10)
+        subprocess.run(
+            _as_db_user(
+                [
+                    str(bindir / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-A",
+                    "trust",
+                    "-U",
+                    PG_USER,
+                    "--no-sync",
+                    "-E",
+                    "UTF8",
+                ]
+            ),
+            check=True,
+            capture_output=True,
+            timeout=timeout_s,
+        )
+        opts = (
+            f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c max_connections=200"
+        )
+        subprocess.run(
+            _as_db_user(
+                [
+                    str(bindir / "pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-o",
+                    opts,
+                    "-l",
+                    str(self.data / "server.log"),
+                    "-w",
+                    "-t",
+                    str(int(timeout_s)),
+                    "start",
+                ]
+            ),
+            check=True,
+            capture_output=True,
+            timeout=timeout_s + 10,
+        )
         return self
 
     def stop(self, remove: bool = True) -> None:
         bindir = pg_bindir()
         if bindir is not None and (self.data / "postmaster.pid").exists():
-            subprocess.run(_as_db_user([str(bindir / "pg_ctl"), "-D", str(self.data), "-m",
-                                        "fast", "-w", "stop"]), capture_output=True, timeout=60)
+            subprocess.run(
+                _as_db_user(
+                    [str(bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]
+                ),
+                capture_output=True,
+                timeout=60,
+            )
         if remove and self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -161,25 +204,42 @@ class MlflowServer:
 
     def start(self, timeout_s: float = 120.0) -> MlflowServer:
         self.root.mkdir(parents=True, exist_ok=True)
-        cmd = [mlflow_executable(), "server", "--host", "127.0.0.1", "--port", str(self.port),
-               "--workers", str(self.workers), "--backend-store-uri", self.backend_uri,
-               "--artifacts-destination", str(self.artifacts)]
-        env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false",
-                   MLFLOW_DISABLE_TELEMETRY="true")
+        cmd = [
+            mlflow_executable(),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+            "--backend-store-uri",
+            self.backend_uri,
+            "--artifacts-destination",
+            str(self.artifacts),
+        ]
+        env = dict(
+            os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true"
+        )
         env.pop("MLFLOW_TRACKING_URI", None)
-        with open(self.root / "server.out", "ab") as out, \
-                open(self.root / "server.err", "ab") as err:
-            self.proc = subprocess.Popen(cmd, cwd=self.root, env=env, stdout=out, stderr=err,
-                                         start_new_session=True)
+        with (
+            open(self.root / "server.out", "ab") as out,
+            open(self.root / "server.err", "ab") as err,
+        ):
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.root, env=env, stdout=out, stderr=err, start_new_session=True
+            )
         started = time.monotonic()
         while not healthy(self.url):
             if self.proc.poll() is not None:
-                raise RuntimeError(f"mlflow server exited with {self.proc.returncode}: "
-                                   f"{self.err_tail()}")
+                raise RuntimeError(
+                    f"mlflow server exited with {self.proc.returncode}: {self.err_tail()}"
+                )
             if time.monotonic() - started > timeout_s:
                 self.stop()
-                raise RuntimeError(f"mlflow server not healthy after {timeout_s:.0f} s: "
-                                   f"{self.err_tail()}")
+                raise RuntimeError(
+                    f"mlflow server not healthy after {timeout_s:.0f} s: {self.err_tail()}"
+                )
             time.sleep(0.25)
         return self
 

@@ -18,10 +18,16 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("uri,scheme", [
-    ("postgresql://u@h/db", "postgresql"), ("postgresql+psycopg://u@h:1/db", "postgresql"),
-    ("mysql+pymysql://u@h/db", "mysql"), ("sqlite:///x.db", None), ("http://h:5000", None),
-])
+@pytest.mark.parametrize(
+    "uri,scheme",
+    [
+        ("postgresql://u@h/db", "postgresql"),
+        ("postgresql+psycopg://u@h:1/db", "postgresql"),
+        ("mysql+pymysql://u@h/db", "mysql"),
+        ("sqlite:///x.db", None),
+        ("http://h:5000", None),
+    ],
+)
 def test_database_schemes(uri, scheme):
     assert database_scheme(uri) == scheme
 

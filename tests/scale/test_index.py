@@ -19,16 +19,39 @@ pytestmark = pytest.mark.slow  # a fresh sqlite store costs seconds (migrations)
 CASES = [("mlp", "onnxruntime"), ("mlp", "bundled")]
 
 
-def _doc(commit: str, branch: str = "main", arch: str = "x86_64", p50: float = 1.0,
-         duration: float = 1.0, started: str = "2026-12-01T08:00:00+00:00", shard=None):
-    results = [{"model": m, "backend": b, "target": "host", "verdict": "pass", "checks": [],
-                "manifest": {"host": {"arch": arch, "cpu": "cpu", "threads": 1},
-                             "target": {"raw": "host", "canonical": "llvm -mcpu=x"},
-                             "sha256": f"{arch}-{b}"},
-                "latency_ms": {"p50": p50}, "duration_s": duration}
-               for m, b in CASES]
-    doc = {"schema_version": 1, "suite": "idx", "started": started,
-           "git": {"commit": commit, "dirty": False, "branch": branch}, "results": results}
+def _doc(
+    commit: str,
+    branch: str = "main",
+    arch: str = "x86_64",
+    p50: float = 1.0,
+    duration: float = 1.0,
+    started: str = "2026-12-01T08:00:00+00:00",
+    shard=None,
+):
+    results = [
+        {
+            "model": m,
+            "backend": b,
+            "target": "host",
+            "verdict": "pass",
+            "checks": [],
+            "manifest": {
+                "host": {"arch": arch, "cpu": "cpu", "threads": 1},
+                "target": {"raw": "host", "canonical": "llvm -mcpu=x"},
+                "sha256": f"{arch}-{b}",
+            },
+            "latency_ms": {"p50": p50},
+            "duration_s": duration,
+        }
+        for m, b in CASES
+    ]
+    doc = {
+        "schema_version": 1,
+        "suite": "idx",
+        "started": started,
+        "git": {"commit": commit, "dirty": False, "branch": branch},
+        "results": results,
+    }
     if shard:
         doc["shard"] = shard
     return doc
@@ -59,15 +82,13 @@ def test_newest_compatible_run_on_the_branch(uri):
     log_results(_doc("a" * 40, p50=1.0, started="2026-12-01T08:00:00+00:00"), uri)
     log_results(_doc("b" * 40, p50=2.0, started="2026-12-01T09:00:00+00:00"), uri)
     # Newer, but another host class and another branch: never a baseline for x86_64 main.
-    log_results(_doc("c" * 40, arch="aarch64", p50=9.0, started="2026-12-01T10:00:00+00:00"),
-                uri)
+    log_results(_doc("c" * 40, arch="aarch64", p50=9.0, started="2026-12-01T10:00:00+00:00"), uri)
     log_results(_doc("d" * 40, branch="pr", p50=8.0, started="2026-12-01T11:00:00+00:00"), uri)
     head = _doc("e" * 40, branch="pr")["results"]
     base = baseline_on_branch(uri, "idx", "main", head, fallback=_no_scan)
     assert [r["latency_ms"]["p50"] for r in base["results"]] == [2.0, 2.0]
     # HEAD's own commit is never its baseline: the one before it is.
-    base = baseline_on_branch(uri, "idx", "main", head, fallback=_no_scan,
-                              exclude_commit="b" * 40)
+    base = baseline_on_branch(uri, "idx", "main", head, fallback=_no_scan, exclude_commit="b" * 40)
     assert [r["latency_ms"]["p50"] for r in base["results"]] == [1.0, 1.0]
     with pytest.raises(UsageError, match="no baseline runs"):
         baseline_on_branch(uri, "idx", "nowhere", head, fallback=None)
@@ -90,8 +111,15 @@ def test_runs_logged_before_the_index_fall_back_to_the_scan(uri):
 
 def test_case_times_ignore_the_invocation_itself_and_later_runs(uri):
     log_results(_doc("a" * 40, duration=3.0), uri)
-    log_results(_doc("b" * 40, duration=7.0, started="2026-12-01T09:00:00+00:00",
-                     shard={"index": 1, "count": 2, "invocation_id": "inv"}), uri)
+    log_results(
+        _doc(
+            "b" * 40,
+            duration=7.0,
+            started="2026-12-01T09:00:00+00:00",
+            shard={"index": 1, "count": 2, "invocation_id": "inv"},
+        ),
+        uri,
+    )
     wanted = [(m, b, "host") for m, b in CASES]
     assert set(case_times(uri, "idx", wanted).values()) == {7.0}
     assert set(case_times(uri, "idx", wanted, exclude_invocation="inv").values()) == {3.0}
@@ -115,11 +143,14 @@ def test_concurrent_shards_end_under_one_invocation_run(uri):
     for t in threads:
         t.join()
     assert not errors
-    docs = [_doc(c * 40, shard={"index": k, "count": 3, "invocation_id": "inv-9",
-                                "plan_sha256": "p"}) for k, c in ((1, "a"), (2, "b"), (3, "c"))]
+    docs = [
+        _doc(c * 40, shard={"index": k, "count": 3, "invocation_id": "inv-9", "plan_sha256": "p"})
+        for k, c in ((1, "a"), (2, "b"), (3, "c"))
+    ]
     receipts = [log_results(d, uri) for d in docs]
-    parents = client.search_runs([eid], "tags.`guard.invocation_id` = 'inv-9' and "
-                                 "tags.`guard.level` = 'invocation'")
+    parents = client.search_runs(
+        [eid], "tags.`guard.invocation_id` = 'inv-9' and tags.`guard.level` = 'invocation'"
+    )
     assert len(parents) == 1  # spare candidates (if the starts raced) are gone
     parent = parents[0]
     assert parent.info.run_id in {run_id for run_id, _ in opened}
@@ -139,10 +170,20 @@ def test_merge_is_recorded_on_the_invocation_run(uri, tmp_path):
     from guard.cli import main
     from guard.track.query import load_artifact_dict
 
-    docs = [_doc("a" * 40, shard={"index": k, "count": 2, "invocation_id": "inv-m",
-                                  "plan_sha256": "p", "cases": [list(c) + ["host"]],
-                                  "suite_cases": [[m, b, "host"] for m, b in CASES]})
-            for k, c in ((1, CASES[0]), (2, CASES[1]))]
+    docs = [
+        _doc(
+            "a" * 40,
+            shard={
+                "index": k,
+                "count": 2,
+                "invocation_id": "inv-m",
+                "plan_sha256": "p",
+                "cases": [list(c) + ["host"]],
+                "suite_cases": [[m, b, "host"] for m, b in CASES],
+            },
+        )
+        for k, c in ((1, CASES[0]), (2, CASES[1]))
+    ]
     for k, d in enumerate(docs):
         d["results"] = [d["results"][k]]
         log_results(d, uri)

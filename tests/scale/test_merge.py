@@ -13,29 +13,43 @@ from guard.errors import UsageError
 from guard.merge import merge_documents
 from guard.shard import plan
 
-CASES = [("mlp", "onnxruntime", "host"), ("mlp", "bundled", "host"),
-         ("digits", "onnxruntime", "host"), ("digits", "bundled", "host")]
+CASES = [
+    ("mlp", "onnxruntime", "host"),
+    ("mlp", "bundled", "host"),
+    ("digits", "onnxruntime", "host"),
+    ("digits", "bundled", "host"),
+]
 
 
 def _result(case, verdict="pass"):
     m, b, t = case
-    return {"model": m, "backend": b, "target": t, "verdict": verdict,
-            "checks": [{"name": "latency.p50_ms", "status": verdict, "value": 1.0,
-                        "bound": 2.0, "message": ""}],
-            "latency_ms": {"p50": 1.0}, "duration_s": 1.0}
+    return {
+        "model": m,
+        "backend": b,
+        "target": t,
+        "verdict": verdict,
+        "checks": [
+            {"name": "latency.p50_ms", "status": verdict, "value": 1.0, "bound": 2.0, "message": ""}
+        ],
+        "latency_ms": {"p50": 1.0},
+        "duration_s": 1.0,
+    }
 
 
 def _shards(tmp_path: Path, n: int = 2, verdicts=None, override=None) -> list[Path]:
     p = plan(CASES, n, None)
     paths = []
     for k in range(1, n + 1):
-        doc = {"schema_version": 1, "suite": "scale", "suite_sha256": "abc",
-               "started": f"2026-12-01T08:0{k}:00+00:00",
-               "finished": f"2026-12-01T08:1{k}:00+00:00",
-               "git": {"commit": "c0ffee", "dirty": False, "branch": "main"},
-               "results": [_result(c, (verdicts or {}).get(c, "pass"))
-                           for c in p.shard_cases(k)],
-               "shard": {**p.describe(k), "invocation_id": "inv-1"}}
+        doc = {
+            "schema_version": 1,
+            "suite": "scale",
+            "suite_sha256": "abc",
+            "started": f"2026-12-01T08:0{k}:00+00:00",
+            "finished": f"2026-12-01T08:1{k}:00+00:00",
+            "git": {"commit": "c0ffee", "dirty": False, "branch": "main"},
+            "results": [_result(c, (verdicts or {}).get(c, "pass")) for c in p.shard_cases(k)],
+            "shard": {**p.describe(k), "invocation_id": "inv-1"},
+        }
         for key, value in (override or {}).get(k, {}).items():
             doc[key] = value
         path = tmp_path / f"r{k}.json"
@@ -47,8 +61,7 @@ def _shards(tmp_path: Path, n: int = 2, verdicts=None, override=None) -> list[Pa
 def test_merged_file_is_one_run_in_suite_order(tmp_path):
     # Given in reverse: the merge still puts results in the suite's order.
     merged = merge_documents(list(reversed(_shards(tmp_path, 3))))
-    assert [tuple(r[k] for k in ("model", "backend", "target")) for r in merged["results"]] \
-        == CASES
+    assert [tuple(r[k] for k in ("model", "backend", "target")) for r in merged["results"]] == CASES
     assert merged["started"] == "2026-12-01T08:01:00+00:00"
     assert merged["finished"] == "2026-12-01T08:13:00+00:00"
     assert merged["exit_code"] == 0
@@ -58,8 +71,19 @@ def test_merged_file_is_one_run_in_suite_order(tmp_path):
 def test_exit_code_and_reports_as_for_one_run(tmp_path, capsys):
     paths = _shards(tmp_path, 2, verdicts={CASES[3]: "fail"})
     out = tmp_path / "all.json"
-    code = main(["merge", *map(str, paths), "--json", str(out), "--junit",
-                 str(tmp_path / "j.xml"), "--markdown", str(tmp_path / "s.md"), "--quiet"])
+    code = main(
+        [
+            "merge",
+            *map(str, paths),
+            "--json",
+            str(out),
+            "--junit",
+            str(tmp_path / "j.xml"),
+            "--markdown",
+            str(tmp_path / "s.md"),
+            "--quiet",
+        ]
+    )
     assert code == 1
     doc = json.loads(out.read_text())
     assert doc["exit_code"] == 1 and len(doc["results"]) == 4
@@ -69,11 +93,14 @@ def test_exit_code_and_reports_as_for_one_run(tmp_path, capsys):
     assert main(["compare", str(out), str(out), "--quiet"]) in (0, 1)
 
 
-@pytest.mark.parametrize("key,value,what", [
-    ("suite", "other", "suites"),
-    ("git", {"commit": "deadbeef", "dirty": False}, "commits"),
-    ("suite_sha256", "zzz", "suite files"),
-])
+@pytest.mark.parametrize(
+    "key,value,what",
+    [
+        ("suite", "other", "suites"),
+        ("git", {"commit": "deadbeef", "dirty": False}, "commits"),
+        ("suite_sha256", "zzz", "suite files"),
+    ],
+)
 def test_refuses_mixed_runs_naming_the_files(tmp_path, capsys, key, value, what):
     paths = _shards(tmp_path, 2, override={2: {key: value}})
     assert main(["merge", *map(str, paths), "--json", str(tmp_path / "all.json")]) == 2
@@ -111,8 +138,7 @@ def test_missing_shard_refused_or_turned_into_errors(tmp_path):
 
 
 def test_a_case_in_two_files_is_refused(tmp_path):
-    a = {"schema_version": 1, "suite": "s", "git": {"commit": "c"},
-         "results": [_result(CASES[0])]}
+    a = {"schema_version": 1, "suite": "s", "git": {"commit": "c"}, "results": [_result(CASES[0])]}
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     pa.write_text(json.dumps(a))
     pb.write_text(json.dumps(copy.deepcopy(a)))

@@ -9,12 +9,16 @@ import pytest
 from guard.errors import EXIT_BAD_INPUT, UsageError
 from guard.shard import parse_shard, plan, resolve_invocation_id, times_from_results, weights
 
-CASES = [(m, b, "host") for m in ("resnet50", "squeezenet", "mlp", "digits", "transformer")
-         for b in ("onnxruntime", "bundled")]
+CASES = [
+    (m, b, "host")
+    for m in ("resnet50", "squeezenet", "mlp", "digits", "transformer")
+    for b in ("onnxruntime", "bundled")
+]
 
 
-@pytest.mark.parametrize("text,k,n", [("1/4", 1, 4), ("4/4", 4, 4), (" 2 / 3 ", 2, 3),
-                                      ("1/1", 1, 1)])
+@pytest.mark.parametrize(
+    "text,k,n", [("1/4", 1, 4), ("4/4", 4, 4), (" 2 / 3 ", 2, 3), ("1/1", 1, 1)]
+)
 def test_parse_accepts_k_of_n(text, k, n):
     spec = parse_shard(text)
     assert (spec.index, spec.count) == (k, n)
@@ -89,9 +93,12 @@ def test_plan_hash_changes_only_with_the_assignment():
 
 
 def test_times_from_results_reads_duration_s():
-    doc = {"results": [{"model": "mlp", "backend": "bundled", "target": "host",
-                        "duration_s": 1.5},
-                       {"model": "x", "backend": "y", "target": "host", "duration_s": "fast"}]}
+    doc = {
+        "results": [
+            {"model": "mlp", "backend": "bundled", "target": "host", "duration_s": 1.5},
+            {"model": "x", "backend": "y", "target": "host", "duration_s": "fast"},
+        ]
+    }
     assert times_from_results(doc) == {("mlp", "bundled", "host"): 1.5}
 
 

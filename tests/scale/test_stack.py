@@ -38,8 +38,9 @@ def stack(tmp_path_factory):
         server.start()
     except RuntimeError as exc:
         pg.stop()
-        pytest.fail(f"mlflow server on PostgreSQL did not start: {exc}\n{pg.log_tail()}",
-                    pytrace=False)
+        pytest.fail(
+            f"mlflow server on PostgreSQL did not start: {exc}\n{pg.log_tail()}", pytrace=False
+        )
     try:
         yield pg, server
     finally:
@@ -55,15 +56,19 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _guard(args: list[str], cwd: Path, timeout: float = 600, **env: str):
-    return subprocess.run([GUARD, *args], cwd=cwd, env=_env(**env), capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [GUARD, *args], cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _git_repo(path: Path) -> None:
     """A committed checkout on branch main: runs carry a commit and a branch."""
     path.mkdir(parents=True, exist_ok=True)
-    for cmd in (["init", "-q", "-b", "main"], ["add", "."],
-                ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "suite"]):
+    for cmd in (
+        ["init", "-q", "-b", "main"],
+        ["add", "."],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "suite"],
+    ):
         subprocess.run(["git", *cmd], cwd=path, check=True, capture_output=True)
 
 
@@ -95,23 +100,44 @@ def test_four_shards_concurrently_merge_into_one_run(stack, tmp_path):
         suite = write_suite(repo, "sharded")
     _git_repo(repo)
     # One unsharded run first: the reference content (and warm caches and goldens).
-    single = _guard(["run", str(suite), "--no-track", "--json", str(tmp_path / "single.json")],
-                    repo)
+    single = _guard(
+        ["run", str(suite), "--no-track", "--json", str(tmp_path / "single.json")], repo
+    )
     assert single.returncode == 0, single.stderr
     inv = "stack-test-1"
 
     def shard(k: int):
-        return _guard(["run", str(suite), "--shard", f"{k}/4", "--invocation-id", inv,
-                       "--tracking-uri", server.url, "--json", str(tmp_path / f"r{k}.json")],
-                      repo)
+        return _guard(
+            [
+                "run",
+                str(suite),
+                "--shard",
+                f"{k}/4",
+                "--invocation-id",
+                inv,
+                "--tracking-uri",
+                server.url,
+                "--json",
+                str(tmp_path / f"r{k}.json"),
+            ],
+            repo,
+        )
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         procs = list(pool.map(shard, range(1, 5)))
     for k, p in enumerate(procs, 1):
         assert p.returncode == 0, f"shard {k}: {p.stderr}"
     merged_path = tmp_path / "all.json"
-    m = _guard(["merge", *(str(tmp_path / f"r{k}.json") for k in range(1, 5)), "--json",
-                str(merged_path), "--quiet"], repo)
+    m = _guard(
+        [
+            "merge",
+            *(str(tmp_path / f"r{k}.json") for k in range(1, 5)),
+            "--json",
+            str(merged_path),
+            "--quiet",
+        ],
+        repo,
+    )
     assert m.returncode == 0, m.stderr
 
     merged = json.loads(merged_path.read_text())
@@ -120,24 +146,28 @@ def test_four_shards_concurrently_merge_into_one_run(stack, tmp_path):
     cases = [(r["model"], r["backend"], r["target"]) for r in ref["results"]]
     assert chosen or set(cases) == CASES
     assert merged["suite"] == ref["suite"] and merged["git"]["commit"] == ref["git"]["commit"]
-    assert [[r[k] for k in STABLE] for r in merged["results"]] == \
-        [[r[k] for k in STABLE] for r in ref["results"]]
+    assert [[r[k] for k in STABLE] for r in merged["results"]] == [
+        [r[k] for k in STABLE] for r in ref["results"]
+    ]
     for a, b in zip(merged["results"], ref["results"], strict=True):
         assert a["manifest"]["sha256"] == b["manifest"]["sha256"]  # same pins, same artefact
         assert a["numerics"]["output_sha256"] == b["numerics"]["output_sha256"]
         assert {c["name"] for c in a["checks"]} == {c["name"] for c in b["checks"]}
 
     # Read everything back from the server: nothing lost, nothing twice, one tree.
-    parents = _runs(server, name, f"tags.`guard.invocation_id` = '{inv}' "
-                    "and tags.`guard.level` = 'invocation'")
+    parents = _runs(
+        server, name, f"tags.`guard.invocation_id` = '{inv}' and tags.`guard.level` = 'invocation'"
+    )
     assert len(parents) == 1, [p.info.run_id for p in parents]
     parent = parents[0].info.run_id
     shards = _runs(server, name, "tags.`guard.level` = 'shard'")
     assert sorted(s.data.tags["guard.shard"] for s in shards) == [f"{k}/4" for k in range(1, 5)]
     assert {s.data.tags["mlflow.parentRunId"] for s in shards} == {parent}
     results = _runs(server, name, "tags.`guard.level` = 'result'")
-    keys = Counter((r.data.tags["guard.model"], r.data.tags["guard.backend"],
-                    r.data.tags["guard.target"]) for r in results)
+    keys = Counter(
+        (r.data.tags["guard.model"], r.data.tags["guard.backend"], r.data.tags["guard.target"])
+        for r in results
+    )
     assert keys == Counter(cases)  # every case once
     shard_ids = {s.info.run_id for s in shards}
     assert {r.data.tags["mlflow.parentRunId"] for r in results} <= shard_ids
@@ -148,13 +178,26 @@ def test_four_shards_concurrently_merge_into_one_run(stack, tmp_path):
     # A later commit's run finds its baseline on main through guard's index: the shards'.
     (repo / "later.txt").write_text("a later commit\n")
     subprocess.run(["git", "add", "later.txt"], cwd=repo, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m",
-                    "later"], cwd=repo, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "later"],
+        cwd=repo,
+        check=True,
+    )
     head_path = tmp_path / "head.json"
     later = _guard(["run", str(suite), "--no-track", "--json", str(head_path)], repo)
     assert later.returncode == 0, later.stderr
-    cmp = _guard(["compare", str(head_path), "--tracking-uri", server.url, "--quiet",
-                  "--json", str(tmp_path / "cmp.json")], repo)
+    cmp = _guard(
+        [
+            "compare",
+            str(head_path),
+            "--tracking-uri",
+            server.url,
+            "--quiet",
+            "--json",
+            str(tmp_path / "cmp.json"),
+        ],
+        repo,
+    )
     assert cmp.returncode in (0, 1), cmp.stderr  # a verdict, not "no baseline"
     rows = json.loads((tmp_path / "cmp.json").read_text())["rows"]
     assert {(r["model"], r["backend"]) for r in rows} == {(m, b) for m, b, _ in cases}
@@ -165,17 +208,35 @@ def test_eight_writers_and_a_server_restart_lose_nothing(stack, tmp_path):
     could not be sent is kept and pushed, exactly once (a second push sends nothing)."""
     _, server = stack
     suite = write_suite(tmp_path, "writers")
-    warm = _guard(["run", str(suite), "--no-track", "--model", "mlp", "--backend",
-                   "onnxruntime"], tmp_path)
+    warm = _guard(
+        ["run", str(suite), "--no-track", "--model", "mlp", "--backend", "onnxruntime"], tmp_path
+    )
     assert warm.returncode == 0, warm.stderr
     dirs = [tmp_path / f"w{i}" for i in range(8)]
     for d in dirs:
         d.mkdir()
+
     def start(d: Path) -> subprocess.Popen[str]:
-        return subprocess.Popen([GUARD, "run", str(suite), "--model", "mlp", "--backend",
-                                 "onnxruntime", "--tracking-uri",
-                                 server.url, "--json", str(d / "r.json")], cwd=d, env=_env(),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [
+                GUARD,
+                "run",
+                str(suite),
+                "--model",
+                "mlp",
+                "--backend",
+                "onnxruntime",
+                "--tracking-uri",
+                server.url,
+                "--json",
+                str(d / "r.json"),
+            ],
+            cwd=d,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     first = [start(d) for d in dirs[:4]]
     # The server goes away once the first writer has logged, while the others run; four
@@ -202,8 +263,11 @@ def test_eight_writers_and_a_server_restart_lose_nothing(stack, tmp_path):
         assert again.returncode == 0 and "already" in again.stdout, again.stdout
 
     docs = [json.loads((d / "r.json").read_text()) for d in dirs]
-    parents = [p for p in _runs(server, "writers", "tags.`guard.level` = 'invocation'")
-               if p.info.status == "FINISHED"]
+    parents = [
+        p
+        for p in _runs(server, "writers", "tags.`guard.level` = 'invocation'")
+        if p.info.status == "FINISHED"
+    ]
     from guard.track.log import results_sha256
 
     want = Counter(results_sha256(d) for d in docs)
@@ -219,8 +283,10 @@ def test_database_uri_straight_to_postgres_and_unreachable(stack, tmp_path):
     server that does not: measured anyway, kept, and the push command printed."""
     pg, _ = stack
     suite = write_suite(tmp_path, "direct")
-    ok = _guard(["run", str(suite), "--model", "mlp", "--backend", "onnxruntime",
-                 "--tracking-uri", pg.uri], tmp_path)
+    ok = _guard(
+        ["run", str(suite), "--model", "mlp", "--backend", "onnxruntime", "--tracking-uri", pg.uri],
+        tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr
     from mlflow import MlflowClient
 
@@ -231,8 +297,11 @@ def test_database_uri_straight_to_postgres_and_unreachable(stack, tmp_path):
     from scale_stack import free_port
 
     dead = f"postgresql://guard@127.0.0.1:{free_port()}/postgres"
-    down = _guard(["run", str(suite), "--model", "mlp", "--backend", "onnxruntime",
-                   "--tracking-uri", dead], tmp_path, timeout=120)
+    down = _guard(
+        ["run", str(suite), "--model", "mlp", "--backend", "onnxruntime", "--tracking-uri", dead],
+        tmp_path,
+        timeout=120,
+    )
     assert down.returncode == 0, down.stderr
     assert "cannot reach tracking database" in down.stderr
     assert "guard track push" in down.stderr and "Traceback" not in down.stderr

@@ -30,10 +30,13 @@ def small_convnet(path: Path, *, batch: int | str = 1, opset: int = 17) -> Path:
         helper.make_node("Gemm", ["f", "fw", "fb"], ["l"], transB=1, name="fc"),
         helper.make_node("Softmax", ["l"], ["y"], axis=1, name="softmax"),
     ]
-    g = helper.make_graph(nodes, "small",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
-                          [w, b, fw, fb])
+    g = helper.make_graph(
+        nodes,
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
+        [w, b, fw, fb],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     onnx.save(m, path)
     return path

@@ -16,7 +16,9 @@ from guard.cli import main
 
 
 def suite_for(tmp_path: Path, source: str, inputs: str = "", extra: str = "") -> Path:
-    return write_suite(tmp_path, f"""
+    return write_suite(
+        tmp_path,
+        f"""
     schema_version: 1
     suite: bad
     defaults:
@@ -26,7 +28,8 @@ def suite_for(tmp_path: Path, source: str, inputs: str = "", extra: str = "") ->
       - name: m
         source: {source}
         {inputs}
-    {extra}""")
+    {extra}""",
+    )
 
 
 def run_expect(args: list[str], code: int, capsys) -> str:
@@ -53,8 +56,17 @@ def test_truncated_model(tmp_path, workdir, capsys):
     good = small_convnet(tmp_path / "good.onnx")
     bad = tmp_path / "trunc.onnx"
     bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    err = run_expect(["run", str(suite_for(tmp_path, str(bad))), "--no-track", "--json",
-                      str(tmp_path / "r.json")], 2, capsys)
+    err = run_expect(
+        [
+            "run",
+            str(suite_for(tmp_path, str(bad))),
+            "--no-track",
+            "--json",
+            str(tmp_path / "r.json"),
+        ],
+        2,
+        capsys,
+    )
     (line,) = error_lines(err)
     assert "trunc.onnx" in line and "not a valid ONNX model" in line
     doc = json.loads((tmp_path / "r.json").read_text())
@@ -87,10 +99,16 @@ def test_external_data_escaping_the_model_dir(tmp_path, workdir, capsys):
 
 
 def test_cycle_names_a_node(tmp_path, workdir, capsys):
-    nodes = [helper.make_node("Relu", ["x2"], ["a"], name="first"),
-             helper.make_node("Add", ["a", "x"], ["x2"], name="second")]
-    g = helper.make_graph(nodes, "cyc", [helper.make_tensor_value_info("x", 1, [2])],
-                          [helper.make_tensor_value_info("a", 1, [2])])
+    nodes = [
+        helper.make_node("Relu", ["x2"], ["a"], name="first"),
+        helper.make_node("Add", ["a", "x"], ["x2"], name="second"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "cyc",
+        [helper.make_tensor_value_info("x", 1, [2])],
+        [helper.make_tensor_value_info("a", 1, [2])],
+    )
     path = tmp_path / "cycle.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     err = run_expect(["run", str(suite_for(tmp_path, str(path))), "--no-track"], 2, capsys)
@@ -100,11 +118,16 @@ def test_cycle_names_a_node(tmp_path, workdir, capsys):
 
 def test_operator_no_backend_supports(tmp_path, workdir, capsys):
     nodes = [helper.make_node("FancyOp", ["x"], ["y"], name="fancy", domain="com.example")]
-    g = helper.make_graph(nodes, "u", [helper.make_tensor_value_info("x", 1, [2])],
-                          [helper.make_tensor_value_info("y", 1, [2])])
+    g = helper.make_graph(
+        nodes,
+        "u",
+        [helper.make_tensor_value_info("x", 1, [2])],
+        [helper.make_tensor_value_info("y", 1, [2])],
+    )
     path = tmp_path / "custom.onnx"
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
-                                            helper.make_opsetid("com.example", 1)])
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]
+    )
     onnx.save(m, path)
     err = run_expect(["run", str(suite_for(tmp_path, str(path))), "--no-track"], 2, capsys)
     (line,) = error_lines(err)
@@ -147,14 +170,14 @@ def test_unknown_input_name_suggests(tmp_path, workdir, capsys):
 def test_hostile_output_path(tmp_path, workdir, capsys):
     path = small_convnet(tmp_path / "net.onnx")
     s = suite_for(tmp_path, str(path))
-    err = run_expect(["run", str(s), "--no-track", "--json", "/nonexistent/dir/r.json"], 2,
-                     capsys)
+    err = run_expect(["run", str(s), "--no-track", "--json", "/nonexistent/dir/r.json"], 2, capsys)
     assert "/nonexistent/dir" in err and len(err.strip().splitlines()) == 1
 
 
 def test_missing_model_file(tmp_path, workdir, capsys):
-    err = run_expect(["run", str(suite_for(tmp_path, "nope/missing.onnx")), "--no-track"], 2,
-                     capsys)
+    err = run_expect(
+        ["run", str(suite_for(tmp_path, "nope/missing.onnx")), "--no-track"], 2, capsys
+    )
     (line,) = error_lines(err)
     assert "missing.onnx" in line and "not found" in line
 
@@ -192,16 +215,28 @@ def test_bad_suite_leaves_nothing(tmp_path, workdir, capsys):
 def test_integer_and_scalar_inputs(tmp_path, workdir):
     """Integer inputs from 'uniform' draw integers; scalar inputs bind with shape []."""
     emb = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "emb")
-    nodes = [helper.make_node("Gather", ["emb", "ids"], ["g"], name="gather"),
-             helper.make_node("Mul", ["g", "scale"], ["y"], name="mul")]
-    g = helper.make_graph(nodes, "ints",
-                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "T"]),
-                           helper.make_tensor_value_info("scale", TensorProto.FLOAT, [])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T", 4])], [emb])
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["g"], name="gather"),
+        helper.make_node("Mul", ["g", "scale"], ["y"], name="mul"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "ints",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, "T"]),
+            helper.make_tensor_value_info("scale", TensorProto.FLOAT, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "T", 4])],
+        [emb],
+    )
     path = tmp_path / "ints.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-    s = suite_for(tmp_path, str(path), "inputs: {ids: {shape: [1, 6], dist: uniform, low: 0, "
-                  "high: 9, seed: 4}, scale: {shape: [], dist: const, value: 2}}")
+    s = suite_for(
+        tmp_path,
+        str(path),
+        "inputs: {ids: {shape: [1, 6], dist: uniform, low: 0, "
+        "high: 9, seed: 4}, scale: {shape: [], dist: const, value: 2}}",
+    )
     assert main(["run", str(s), "--no-track", "--json", str(tmp_path / "r.json")]) == 0
     gold = np.load(tmp_path / "goldens" / "bad" / "m" / "inputs.npz")
     ids, scale = gold["a0"], gold["a1"]

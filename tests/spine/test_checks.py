@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from guard import checks as ck
 
-STATS = {"min": 1.0, "p50": 2.0, "p90": 3.0, "p99": 4.0, "mean": 2.1, "stdev": 0.5, "cv": 0.2,
-         "n": 30}
+STATS = {
+    "min": 1.0,
+    "p50": 2.0,
+    "p90": 3.0,
+    "p99": 4.0,
+    "mean": 2.1,
+    "stdev": 0.5,
+    "cv": 0.2,
+    "n": 30,
+}
 
 
 def test_latency_bounds_per_arch():
@@ -41,8 +49,13 @@ def test_partitions_arena_tuning():
 
 
 def test_tolerance_and_accuracy():
-    good = {"allclose": True, "max_abs_err": 1e-7, "max_rel_err": 1e-6, "bit_exact": False,
-            "golden_status": "compared"}
+    good = {
+        "allclose": True,
+        "max_abs_err": 1e-7,
+        "max_rel_err": 1e-6,
+        "bit_exact": False,
+        "golden_status": "compared",
+    }
     t = ck.tolerance_check({"rtol": 1e-4, "atol": 1e-5}, good)
     assert t.status == "pass" and "output hash differs" in t.message
     created = ck.tolerance_check({}, {**good, "golden_status": "created"})

@@ -25,15 +25,22 @@ def sample_rate_model(path: Path) -> Path:
     sr = helper.make_tensor_value_info("sr", TensorProto.INT64, [])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
     good = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y_then"])], "then", [],
-        [helper.make_tensor_value_info("y_then", TensorProto.FLOAT, [2, 3])])
+        [helper.make_node("Relu", ["x"], ["y_then"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("y_then", TensorProto.FLOAT, [2, 3])],
+    )
     bad = helper.make_graph(
-        [helper.make_node("Reshape", ["x", "bad_shape"], ["y_else"])], "else", [],
+        [helper.make_node("Reshape", ["x", "bad_shape"], ["y_else"])],
+        "else",
+        [],
         [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, [4])],
-        [numpy_helper.from_array(np.array([4], np.int64), "bad_shape")])
+        [numpy_helper.from_array(np.array([4], np.int64), "bad_shape")],
+    )
     nodes = [
-        helper.make_node("Constant", [], ["rate"], value=numpy_helper.from_array(
-            np.array(16000, np.int64))),
+        helper.make_node(
+            "Constant", [], ["rate"], value=numpy_helper.from_array(np.array(16000, np.int64))
+        ),
         helper.make_node("Equal", ["sr", "rate"], ["ok"]),
         helper.make_node("If", ["ok"], ["y"], then_branch=good, else_branch=bad),
     ]
@@ -45,7 +52,9 @@ def sample_rate_model(path: Path) -> Path:
 
 
 def suite(tmp_path: Path, model: Path, rate: int) -> Path:
-    return write_suite(tmp_path, f"""
+    return write_suite(
+        tmp_path,
+        f"""
     schema_version: 1
     suite: vad
     defaults:
@@ -58,7 +67,9 @@ def suite(tmp_path: Path, model: Path, rate: int) -> Path:
         inputs:
           x: {{shape: [2, 3], dist: normal, seed: 0}}
           sr: {{shape: [], dist: const, value: {rate}}}
-    """, name=f"vad-{rate}.yaml")
+    """,
+        name=f"vad-{rate}.yaml",
+    )
 
 
 def test_probe_runs_on_the_suites_sample_rate(tmp_path, workdir):

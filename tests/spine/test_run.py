@@ -10,8 +10,17 @@ from spine_helpers import FAST_MEASURE, write_suite
 
 from guard.cli import main
 
-PINS = ["compiler", "runtime", "driver", "target", "tuning_cache", "model", "host", "guard",
-        "sha256"]
+PINS = [
+    "compiler",
+    "runtime",
+    "driver",
+    "target",
+    "tuning_cache",
+    "model",
+    "host",
+    "guard",
+    "sha256",
+]
 
 
 def suite_text(model: Path, extra_checks: str = "", backends: str = "[onnxruntime]") -> str:
@@ -68,8 +77,7 @@ def test_run_writes_contract_and_creates_then_compares_golden(tmp_path, workdir,
     assert r2["manifest"]["sha256"] == r["manifest"]["sha256"]
 
 
-def test_impossible_latency_bound_exits_1_and_names_the_check(tmp_path, workdir, convnet,
-                                                              capsys):
+def test_impossible_latency_bound_exits_1_and_names_the_check(tmp_path, workdir, convnet, capsys):
     suite = write_suite(tmp_path, suite_text(convnet, "latency: {p50_ms: 0.000001}"))
     code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
     assert code == 1
@@ -161,7 +169,8 @@ def test_tuning_cache_is_pinned_and_keys_the_artefact(tmp_path, workdir, convnet
     cache = tmp_path / "tuning.json"
     cache.write_text('{"records": 1}')
     text = suite_text(convnet).replace(
-        "    models:", "      options: {onnxruntime: {tuning_cache: tuning.json}}\n    models:")
+        "    models:", "      options: {onnxruntime: {tuning_cache: tuning.json}}\n    models:"
+    )
     suite = write_suite(tmp_path, text)
     code, doc = run_json([str(suite), "--no-track"], tmp_path / "a.json")
     assert code == 0
@@ -185,9 +194,11 @@ def test_bundled_with_a_delegate_profile_gates_partitions(tmp_path, workdir, con
     prof.write_text(
         "schema_version: 1\nname: no-gap\ndescription: a delegate without GlobalAveragePool\n"
         "ops: '*'\nexclude_ops: [GlobalAveragePool]\ndtypes: [float32]\n"
-        "min_partition_size: 1\n")
+        "min_partition_size: 1\n"
+    )
     text = suite_text(convnet, backends="[bundled]").replace(
-        "    models:", "      profile: no-gap.yaml\n    models:")
+        "    models:", "      profile: no-gap.yaml\n    models:"
+    )
     suite = write_suite(tmp_path, text)
     code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
     (r,) = doc["results"]
@@ -230,30 +241,37 @@ def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, 
     text = suite_text(convnet).replace("min_iters: 5", "min_iters: 30")
     suite = write_suite(tmp_path, text)
     code, base = run_json([str(suite), "--no-track"], tmp_path / "base.json")
-    assert code == 0 and not any(c["name"] == "latency.regress"
-                                 for c in base["results"][0]["checks"])
+    assert code == 0 and not any(
+        c["name"] == "latency.regress" for c in base["results"][0]["checks"]
+    )
     fast = json.loads((tmp_path / "base.json").read_text())
     _scale(fast["results"][0], 1 / 3)
     (tmp_path / "fast.json").write_text(json.dumps(fast))
-    code, doc = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "fast.json")],
-                         tmp_path / "head.json")
+    code, doc = run_json(
+        [str(suite), "--no-track", "--baseline", str(tmp_path / "fast.json")],
+        tmp_path / "head.json",
+    )
     reg = next(c for c in doc["results"][0]["checks"] if c["name"] == "latency.regress")
-    assert reg["bound"] == DEFAULT_REGRESS_PCT and f"a {DEFAULT_REGRESS_PCT:g}% bound" in reg[
-        "message"]
+    assert (
+        reg["bound"] == DEFAULT_REGRESS_PCT
+        and f"a {DEFAULT_REGRESS_PCT:g}% bound" in reg["message"]
+    )
     # Judged, not skipped: a 3x slower HEAD fails, unless this machine's rounds were too
     # noisy to tell (then inconclusive, with why); speed itself is never asserted here.
     assert reg["status"] in ("fail", "inconclusive"), reg
     assert (code == 1) == (reg["status"] == "fail")
 
 
-def test_hand_edited_baseline_samples_exit_2_naming_file_and_field(tmp_path, workdir, convnet,
-                                                                   capsys):
+def test_hand_edited_baseline_samples_exit_2_naming_file_and_field(
+    tmp_path, workdir, convnet, capsys
+):
     suite = write_suite(tmp_path, suite_text(convnet))
     run_json([str(suite), "--no-track"], tmp_path / "base.json")
     base = json.loads((tmp_path / "base.json").read_text())
-    for field, edit in (("samples_ms", lambda r: r.update(samples_ms=[])),
-                        ("rounds[1].samples_ms", lambda r: r["rounds"][1].update(
-                            samples_ms=[1.0, float("nan")]))):
+    for field, edit in (
+        ("samples_ms", lambda r: r.update(samples_ms=[])),
+        ("rounds[1].samples_ms", lambda r: r["rounds"][1].update(samples_ms=[1.0, float("nan")])),
+    ):
         bad = json.loads(json.dumps(base))
         edit(bad["results"][0])
         path = tmp_path / "bad.json"
@@ -267,15 +285,18 @@ def test_hand_edited_baseline_samples_exit_2_naming_file_and_field(tmp_path, wor
 
 def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet):
     text = suite_text(convnet, "latency: {regress_pct: 10}").replace(
-        "min_iters: 5", "min_iters: 30")
+        "min_iters: 5", "min_iters: 30"
+    )
     suite = write_suite(tmp_path, text)
     code, base = run_json([str(suite), "--no-track"], tmp_path / "base.json")
     reg = next(c for c in base["results"][0]["checks"] if c["name"] == "latency.regress")
     assert code == 0 and reg["status"] == "skip" and "no baseline" in reg["message"]
 
     # The same artefact against itself: not a regression.
-    code, head = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "base.json")],
-                          tmp_path / "head.json")
+    code, head = run_json(
+        [str(suite), "--no-track", "--baseline", str(tmp_path / "base.json")],
+        tmp_path / "head.json",
+    )
     reg = next(c for c in head["results"][0]["checks"] if c["name"] == "latency.regress")
     assert reg["status"] in ("pass", "inconclusive"), reg
     assert reg["status"] != "fail"
@@ -284,8 +305,10 @@ def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet)
     fast = json.loads((tmp_path / "base.json").read_text())
     _scale(fast["results"][0], 1 / 3)
     (tmp_path / "fast.json").write_text(json.dumps(fast))
-    code, doc = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "fast.json")],
-                         tmp_path / "slow.json")
+    code, doc = run_json(
+        [str(suite), "--no-track", "--baseline", str(tmp_path / "fast.json")],
+        tmp_path / "slow.json",
+    )
     reg = next(c for c in doc["results"][0]["checks"] if c["name"] == "latency.regress")
     assert code == 1 and reg["status"] == "fail" and reg["value"] > 2, reg
     assert "regressed" in reg["message"]
@@ -294,8 +317,9 @@ def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet)
     other = json.loads((tmp_path / "base.json").read_text())
     other["results"][0]["manifest"]["host"]["cpu"] = "Some Other CPU"
     (tmp_path / "other.json").write_text(json.dumps(other))
-    code, doc = run_json([str(suite), "--no-track", "--baseline", str(tmp_path / "other.json")],
-                         tmp_path / "o.json")
+    code, doc = run_json(
+        [str(suite), "--no-track", "--baseline", str(tmp_path / "other.json")], tmp_path / "o.json"
+    )
     reg = next(c for c in doc["results"][0]["checks"] if c["name"] == "latency.regress")
     assert reg["status"] == "skip" and "baseline refused: host.cpu differs" in reg["message"]
 
@@ -306,13 +330,22 @@ def test_golden_keeps_graph_order_of_unsorted_names(tmp_path, workdir):
     import onnx
     from onnx import helper
 
-    nodes = [helper.make_node("Relu", ["zin"], ["zout"]),
-             helper.make_node("Neg", ["ain"], ["aout"])]
-    g = helper.make_graph(nodes, "order",
-                          [helper.make_tensor_value_info("zin", 1, [2, 3]),
-                           helper.make_tensor_value_info("ain", 1, [4])],
-                          [helper.make_tensor_value_info("zout", 1, [2, 3]),
-                           helper.make_tensor_value_info("aout", 1, [4])])
+    nodes = [
+        helper.make_node("Relu", ["zin"], ["zout"]),
+        helper.make_node("Neg", ["ain"], ["aout"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "order",
+        [
+            helper.make_tensor_value_info("zin", 1, [2, 3]),
+            helper.make_tensor_value_info("ain", 1, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("zout", 1, [2, 3]),
+            helper.make_tensor_value_info("aout", 1, [4]),
+        ],
+    )
     path = tmp_path / "order.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     suite = write_suite(tmp_path, suite_text(path, backends="[onnxruntime, bundled]"))
@@ -323,8 +356,7 @@ def test_golden_keeps_graph_order_of_unsorted_names(tmp_path, workdir):
         assert r["numerics"]["golden_status"] == "compared" and r["numerics"]["bit_exact"]
 
 
-def test_build_warnings_reach_the_report_and_survive_reuse(tmp_path, workdir, convnet,
-                                                          monkeypatch):
+def test_build_warnings_reach_the_report_and_survive_reuse(tmp_path, workdir, convnet, monkeypatch):
     """A warning raised while building (e.g. tuning-cache misses) becomes a result warning,
     also when the artefact is reused later, instead of a stray Python warning line."""
     import warnings

@@ -12,13 +12,16 @@ from guard.cli import main
 
 @pytest.mark.slow
 @pytest.mark.server
-def test_run_against_real_server_reads_back_parent_and_children(tmp_path, workdir,
-                                                                 mlflow_server, monkeypatch):
+def test_run_against_real_server_reads_back_parent_and_children(
+    tmp_path, workdir, mlflow_server, monkeypatch
+):
     import mlflow
 
     a = small_convnet(tmp_path / "a.onnx")
     b = small_convnet(tmp_path / "b.onnx", opset=13)
-    suite = write_suite(tmp_path, f"""
+    suite = write_suite(
+        tmp_path,
+        f"""
     schema_version: 1
     suite: spine-served
     defaults:
@@ -28,7 +31,8 @@ def test_run_against_real_server_reads_back_parent_and_children(tmp_path, workdi
     models:
       - {{name: a, source: {a}}}
       - {{name: b, source: {b}}}
-    """)
+    """,
+    )
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     code = main(["run", str(suite), "--json", str(tmp_path / "r.json")])
     doc = json.loads((tmp_path / "r.json").read_text())

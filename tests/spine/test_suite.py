@@ -65,30 +65,53 @@ def test_good_suite_applies_defaults_and_overrides(tmp_path):
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("schema_version: 1\nsuite: x\nmodels: [{name: a, sorce: zoo:mlp}]",
-         "models[0].sorce: unknown key. Did you mean 'source'?"),
-        ("schema_version: 2\nsuite: x\nmodels: [{name: a, source: zoo:mlp}]",
-         "schema_version: unsupported version 2"),
+        (
+            "schema_version: 1\nsuite: x\nmodels: [{name: a, sorce: zoo:mlp}]",
+            "models[0].sorce: unknown key. Did you mean 'source'?",
+        ),
+        (
+            "schema_version: 2\nsuite: x\nmodels: [{name: a, source: zoo:mlp}]",
+            "schema_version: unsupported version 2",
+        ),
         ("suite: x\nmodels: [{name: a, source: zoo:mlp}]", "schema_version: missing"),
         ("schema_version: 1\nsuite: x\nmodels: []", "models: expected a non-empty list"),
-        ("schema_version: 1\nsuite: x\ndefaults: {mesure: {}}\nmodels: [{name: a, source: zoo:mlp}]",
-         "defaults.mesure: unknown key. Did you mean 'measure'?"),
-        ("schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, checks: {latency: {p50: 3}}}]",
-         "models[0].checks.latency.p50: unknown key. Did you mean 'p50_ms'?"),
-        ("schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, checks: {latency: {p50_ms: -1}}}]",
-         "models[0].checks.latency.p50_ms: must be > 0"),
-        ("schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, inputs: {x: {dist: gaussian}}}]",
-         "models[0].inputs.x.dist: unknown distribution 'gaussian'"),
-        ("schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, inputs: {x: {shape: [1, -3]}}}]",
-         "models[0].inputs.x.shape[1]: expected a non-negative integer"),
-        ("schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp}, {name: a, source: zoo:mlp}]",
-         "models[1].name: duplicate model name 'a'"),
-        ("schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, inputs: {x: {dist: const}}}]",
-         "models[0].inputs.x.value: dist 'const' needs a value"),
-        ("schema_version: 1\nsuite: x\ndefaults: {measure: {min_time_s: 5, max_time_s: 1}}\n"
-         "models: [{name: a, source: zoo:mlp}]", "min_time_s (5.0) exceeds max_time_s"),
-        ("schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, checks: {tuning: {min_hit_rate: 2}}}]",
-         "is a fraction in [0, 1]"),
+        (
+            "schema_version: 1\nsuite: x\ndefaults: {mesure: {}}\nmodels: [{name: a, source: zoo:mlp}]",
+            "defaults.mesure: unknown key. Did you mean 'measure'?",
+        ),
+        (
+            "schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, checks: {latency: {p50: 3}}}]",
+            "models[0].checks.latency.p50: unknown key. Did you mean 'p50_ms'?",
+        ),
+        (
+            "schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, checks: {latency: {p50_ms: -1}}}]",
+            "models[0].checks.latency.p50_ms: must be > 0",
+        ),
+        (
+            "schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, inputs: {x: {dist: gaussian}}}]",
+            "models[0].inputs.x.dist: unknown distribution 'gaussian'",
+        ),
+        (
+            "schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, inputs: {x: {shape: [1, -3]}}}]",
+            "models[0].inputs.x.shape[1]: expected a non-negative integer",
+        ),
+        (
+            "schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp}, {name: a, source: zoo:mlp}]",
+            "models[1].name: duplicate model name 'a'",
+        ),
+        (
+            "schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, inputs: {x: {dist: const}}}]",
+            "models[0].inputs.x.value: dist 'const' needs a value",
+        ),
+        (
+            "schema_version: 1\nsuite: x\ndefaults: {measure: {min_time_s: 5, max_time_s: 1}}\n"
+            "models: [{name: a, source: zoo:mlp}]",
+            "min_time_s (5.0) exceeds max_time_s",
+        ),
+        (
+            "schema_version: 1\nsuite: x\nmodels: [{name: a, source: zoo:mlp, checks: {tuning: {min_hit_rate: 2}}}]",
+            "is a fraction in [0, 1]",
+        ),
         ("schema_version: 1\nsuite: x\nmodels:\n  - name: a\n   source: zoo:mlp\n", "invalid YAML"),
     ],
 )

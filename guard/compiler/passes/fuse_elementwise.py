@@ -58,8 +58,11 @@ class FuseElementwise(Pass):
                 stats["num_ops_fused"] += n + 1
         changed = stats["num_ops_fused"] > 0
         if changed:
-            graph.nodes = [state.placed.get(id(n), n) for n in graph.nodes
-                           if id(n) not in state.gone or id(n) in state.placed]
+            graph.nodes = [
+                state.placed.get(id(n), n)
+                for n in graph.nodes
+                if id(n) not in state.gone or id(n) in state.placed
+            ]
             graph.prune_values()
         return PassResult(changed, stats)
 

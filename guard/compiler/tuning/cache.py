@@ -132,8 +132,13 @@ def _entry(raw: Any, i: int, path: Path) -> Entry:
         if not (math.isfinite(raw[k]) and raw[k] > 0):
             raise bad(f"{k} {raw[k]!r} is not a positive time")
     for pair in raw["shape"]:
-        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
-                and isinstance(pair[1], (int, str)) and not isinstance(pair[1], bool)):
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], (int, str))
+            and not isinstance(pair[1], bool)
+        ):
             raise bad(f"shape entry {pair!r} is not a [dim name, value] pair")
     key = TaskKey.from_dict(raw)
     if key.text != raw["key"]:
@@ -153,7 +158,9 @@ def parse(data: bytes, path: Path) -> TuningCache:
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CacheError(f"tuning cache {path} is not JSON: {exc}", where=str(path), hint=hint) from None
+        raise CacheError(
+            f"tuning cache {path} is not JSON: {exc}", where=str(path), hint=hint
+        ) from None
     if not isinstance(doc, Mapping) or doc.get("kind") != KIND:
         raise CacheError(
             f"tuning cache {path} is not a guard bundled tuning cache (kind {KIND!r} missing)",
@@ -173,7 +180,9 @@ def parse(data: bytes, path: Path) -> TuningCache:
         )
     rows = doc.get("entries")
     if not isinstance(rows, list):
-        raise CacheError(f"tuning cache {path}: 'entries' is not a list", where=str(path), hint=hint)
+        raise CacheError(
+            f"tuning cache {path}: 'entries' is not a list", where=str(path), hint=hint
+        )
     if doc.get("entries_sha256") != entries_sha256(rows):
         raise CacheError(
             f"tuning cache {path}: entries_sha256 does not match its entries (edited by hand "

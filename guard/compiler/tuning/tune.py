@@ -261,7 +261,9 @@ class Compiled:
         gen = compile_module(module, target)
         self.compile_s = time.perf_counter() - t0
         self._obj = LoadedObject(gen.object_code, target)
-        self._buffers = [self._buffer(task, j, o, rng) for j, o in enumerate((*k.inputs, *k.outputs))]
+        self._buffers = [
+            self._buffer(task, j, o, rng) for j, o in enumerate((*k.inputs, *k.outputs))
+        ]
         ptrs = [0 if a is None else a.ctypes.data for a in self._buffers]
         proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(ptrs)))
         self._fn = proto(self._obj.address("guard_tune_kernel"))
@@ -362,12 +364,20 @@ def tune_tasks(
 
         entries.append(
             Entry(
-                t.key, win.schedule, win.median, default.schedule, default.median,
+                t.key,
+                win.schedule,
+                win.median,
+                default.schedule,
+                default.median,
                 {
                     "measured": {
-                        "warmup_rounds": WARMUP_ROUNDS, "reps": reps, "threads": 1,
-                        "candidates": len(res), "budget_s": round(secs, 3),
-                        "flops_share": round(t.total_flops / total_flops, 4), "count": t.count,
+                        "warmup_rounds": WARMUP_ROUNDS,
+                        "reps": reps,
+                        "threads": 1,
+                        "candidates": len(res),
+                        "budget_s": round(secs, 3),
+                        "flops_share": round(t.total_flops / total_flops, 4),
+                        "count": t.count,
                     },
                     "tuned_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 },
