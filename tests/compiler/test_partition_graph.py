@@ -240,7 +240,7 @@ def test_partitions_are_connected_convex_and_respect_support(case):
 def test_gpu_lite_splits_alexnet_at_its_lrns():
     """A delegate lacking an op used mid-network: the report shows the split and names it."""
     from guard import zoo
-    from guard.compiler.partition import partition_report
+    from guard.compiler.plan import partition_report
 
     rep, text = partition_report(zoo.model_path("alexnet"), {}, "gpu-lite")
     native, _ = partition_report(zoo.model_path("alexnet"), {}, None)

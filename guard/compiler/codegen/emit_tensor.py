@@ -263,3 +263,27 @@ def _relayout_blocked(
             ost = [c * hw, blk * hw, hw, w, 1]
             ist = [cb * hw * blk, hw * blk, 1, w * blk, blk]
             strided_copy(b, shape, y, full, ost, x, full * blk, ist, 4)
+
+
+class Fill(Emitter):
+    """``Fill`` (ConstantOfShape too large to fold): out[i] = value for every element.
+
+    The value is stored as its bit pattern in an integer of the element's width, so one
+    loop serves every dtype (bool, integers, float32) and LLVM turns it into a memset or
+    vector stores.
+    """
+
+    ops = frozenset({"Fill"})
+
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
+        out = k.outputs[0]
+        size = _itemsize(k)
+        n = int(np.prod(out.shape, dtype=np.int64))
+        bits = np.array(k.attrs["value"], dtype=out.dtype).reshape(1)
+        pattern = int(bits.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size])[0])
+        ty = _INT[size]
+        value = ir.Constant(ty, pattern)
+        with loop(b, 0, n, 1, "f") as i:
+            b.store(value, b.gep(outs[0], [i], source_etype=ty, inbounds=True))

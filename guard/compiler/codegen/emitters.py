@@ -22,10 +22,10 @@ def table() -> dict[str, Emitter]:
     from guard.compiler.codegen.emit_norm import Norm
     from guard.compiler.codegen.emit_pool import Pool
     from guard.compiler.codegen.emit_reduce import Reduce
-    from guard.compiler.codegen.emit_tensor import Copy
+    from guard.compiler.codegen.emit_tensor import Copy, Fill
 
     out: dict[str, Emitter] = {}
-    for e in (Elementwise(), Copy(), Gemm(), Conv(), Pool(), Norm(), Reduce()):
+    for e in (Elementwise(), Copy(), Fill(), Gemm(), Conv(), Pool(), Norm(), Reduce()):
         for op in e.ops:
             out[op] = e
     return out

@@ -355,3 +355,16 @@ def test_relayouts_to_and_from_blocked(h, w):
     ]
     g, code = run_both(model(nodes, [("x", [2, 16, h, w])], ["y"], inits), "O2", seeds=(0,))
     assert [s.op for s in code.plan.steps()].count("Relayout") == 2
+
+
+@pytest.mark.parametrize("shape", [[1], [3, 37], [2, 5, 17]])
+def test_fill_from_constant_of_shape(shape):
+    """ConstantOfShape left unfolded (O0) is a Fill kernel: every element is the value."""
+    shp = np.array(shape, dtype=np.int64)
+    value = helper.make_tensor("v", TensorProto.FLOAT, [1], [0.625])
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shp"], ["c"], value=value),
+        helper.make_node("Add", ["x", "c"], ["y"]),
+    ]
+    g, code = run_both(model(nodes, [("x", shape)], ["y"], [("shp", shp)]), "O0", seeds=(0,))
+    assert "Fill" in {n.op for n in g.nodes}
