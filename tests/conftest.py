@@ -24,6 +24,13 @@ import pytest
 
 SERVER_START_TIMEOUT_S = 60.0
 
+# A test run started in the background by a non-interactive shell (`pytest &`, some CI
+# runners) inherits SIGINT as ignored, and so would every guard process the tests start:
+# the interrupt tests would then measure the shell, not guard. Give SIGINT its normal
+# meaning (KeyboardInterrupt here, the default in exec'd children), as at a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
