@@ -133,21 +133,26 @@ class Runtime:
             return self._native.run_main(self._checked_feeds(feeds), self.view, self.output_names)
         return self._run_steps(feeds)
 
+    def _feed(self, feeds: Mapping[str, np.ndarray], name: str) -> tuple[Any, np.ndarray]:
+        """Input ``name``'s tensor info and its feed, refused when missing or misshapen."""
+        if name not in feeds:
+            raise ModelError(
+                f"no feed for input {name!r}", hint=f"Inputs: {', '.join(self.input_names)}."
+            )
+        info = self.view.tensors[name]
+        arr = np.asarray(feeds[name])
+        if tuple(arr.shape) != tuple(info.shape):
+            raise ModelError(
+                f"feed {name!r} has shape {list(arr.shape)}, the artefact was built for "
+                f"{list(info.shape)}",
+                hint="Rebuild for this shape or feed the bound shape.",
+            )
+        return info, arr
+
     def _checked_feeds(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         out = []
         for name in self.input_names:
-            if name not in feeds:
-                raise ModelError(
-                    f"no feed for input {name!r}", hint=f"Inputs: {', '.join(self.input_names)}."
-                )
-            info = self.view.tensors[name]
-            arr = np.asarray(feeds[name])
-            if tuple(arr.shape) != tuple(info.shape):
-                raise ModelError(
-                    f"feed {name!r} has shape {list(arr.shape)}, the artefact was built for "
-                    f"{list(info.shape)}",
-                    hint="Rebuild for this shape or feed the bound shape.",
-                )
+            info, arr = self._feed(feeds, name)
             if name in self._slot_views:
                 out.append(np.ascontiguousarray(arr, dtype=info.dtype))
         return out
@@ -164,18 +169,7 @@ class Runtime:
 
     def _run_steps(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name in self.input_names:
-            if name not in feeds:
-                raise ModelError(
-                    f"no feed for input {name!r}", hint=f"Inputs: {', '.join(self.input_names)}."
-                )
-            info = self.view.tensors[name]
-            arr = np.asarray(feeds[name])
-            if tuple(arr.shape) != tuple(info.shape):
-                raise ModelError(
-                    f"feed {name!r} has shape {list(arr.shape)}, the artefact was built for "
-                    f"{list(info.shape)}",
-                    hint="Rebuild for this shape or feed the bound shape.",
-                )
+            info, arr = self._feed(feeds, name)
             if name in self._slot_views:
                 self._slot_views[name][...] = arr.astype(info.dtype, copy=False)
         for node, execute in self._steps:
