@@ -13,7 +13,7 @@ FusedConv/FusedGemm/FusedMatMul on their accumulator tiles.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import llvmlite.ir as ir
 
@@ -35,8 +35,8 @@ from guard.compiler.codegen.irutil import (
 from guard.compiler.schedule import GraphView, OpNode
 
 Attrs = Mapping[str, Any]
-B = ir.IRBuilder
-V = ir.Value
+B: TypeAlias = ir.IRBuilder
+V: TypeAlias = ir.Value
 
 
 def _gelu(b: B, x: V, a: Attrs) -> V:

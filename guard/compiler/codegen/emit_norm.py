@@ -12,6 +12,9 @@ x / (bias + alpha/size * sum x^2)^beta with the power as exp(-beta * log(t)) (t 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 import llvmlite.ir as ir
 import numpy as np
 
@@ -51,7 +54,7 @@ def _mask_fill(b: ir.IRBuilder, v: ir.Value, lanes: int, fill: float) -> ir.Valu
     return b.select(mask, v, const(v.type, fill))
 
 
-def _for_row(b: ir.IRBuilder, n: int, w: int, body) -> None:  # type: ignore[no-untyped-def]
+def _for_row(b: ir.IRBuilder, n: int, w: int, body: Callable[[ir.Value, int], None]) -> None:
     full = n // w * w
     if full:
         with loop(b, 0, full, w, "v") as j:
@@ -113,7 +116,17 @@ class Norm(Emitter):
         else:
             self._lrn(b, ins[0], outs[0], shape, W, k.attrs)
 
-    def _softmax(self, b, x, y, outer, A, inner, W, log) -> None:  # type: ignore[no-untyped-def]
+    def _softmax(
+        self,
+        b: ir.IRBuilder,
+        x: ir.Value,
+        y: ir.Value,
+        outer: int,
+        A: int,
+        inner: int,
+        W: int,
+        log: bool,
+    ) -> None:
         if inner == 1:
             ty = vec(W)
             with loop(b, 0, outer, 1, "o") as o:
@@ -121,7 +134,7 @@ class Norm(Emitter):
                 mx = entry_alloca(b, ty)
                 b.store(const(ty, float("-inf")), mx)
 
-                def pmax(j, lanes):  # type: ignore[no-untyped-def]
+                def pmax(j: ir.Value, lanes: int) -> None:
                     v = _mask_fill(
                         b, load_lanes(b, x, add(b, row, j), W, lanes), lanes, float("-inf")
                     )
@@ -132,7 +145,7 @@ class Norm(Emitter):
                 sm = entry_alloca(b, ty)
                 b.store(const(ty, 0.0), sm)
 
-                def pexp(j, lanes):  # type: ignore[no-untyped-def]
+                def pexp(j: ir.Value, lanes: int) -> None:
                     z = b.fsub(load_lanes(b, x, add(b, row, j), W, lanes), top)
                     e = _mask_fill(b, m.exp(b, z), lanes, 0.0)
                     b.store(b.fadd(b.load(sm, typ=ty), e, flags=REDUCE_FLAGS), sm)
@@ -145,7 +158,7 @@ class Norm(Emitter):
                 else:
                     scale = splat(b, b.fdiv(ir.Constant(F32, 1.0), total), W)
 
-                def pscale(j, lanes):  # type: ignore[no-untyped-def]
+                def pscale(j: ir.Value, lanes: int) -> None:
                     v = load_lanes(b, y, add(b, row, j), W, lanes)
                     store_lanes(
                         b, b.fsub(v, scale) if log else b.fmul(v, scale), y, add(b, row, j), lanes
@@ -157,7 +170,7 @@ class Norm(Emitter):
         with loop(b, 0, outer, 1, "o") as o:
             base = b.mul(o, i64(A * inner))
 
-            def lanes_body(j, lanes):  # type: ignore[no-untyped-def]
+            def lanes_body(j: ir.Value, lanes: int) -> None:
                 mx = entry_alloca(b, ty)
                 b.store(const(ty, float("-inf")), mx)
                 with loop(b, 0, A, 1, "a") as a:
@@ -181,7 +194,16 @@ class Norm(Emitter):
 
             _for_row(b, inner, W, lanes_body)
 
-    def _layernorm(self, b, ins, y, outer, D, W, eps) -> None:  # type: ignore[no-untyped-def]
+    def _layernorm(
+        self,
+        b: ir.IRBuilder,
+        ins: Sequence[ir.Value | None],
+        y: ir.Value,
+        outer: int,
+        D: int,
+        W: int,
+        eps: float,
+    ) -> None:
         x, scale = ins[0], ins[1]
         bias = ins[2] if len(ins) > 2 else None
         ty = vec(W)
@@ -190,7 +212,7 @@ class Norm(Emitter):
             sm = entry_alloca(b, ty)
             b.store(const(ty, 0.0), sm)
 
-            def psum(j, lanes):  # type: ignore[no-untyped-def]
+            def psum(j: ir.Value, lanes: int) -> None:
                 v = load_lanes(b, x, add(b, row, j), W, lanes)
                 b.store(b.fadd(b.load(sm, typ=ty), v, flags=REDUCE_FLAGS), sm)
 
@@ -199,7 +221,7 @@ class Norm(Emitter):
             sq = entry_alloca(b, ty)
             b.store(const(ty, 0.0), sq)
 
-            def pvar(j, lanes):  # type: ignore[no-untyped-def]
+            def pvar(j: ir.Value, lanes: int) -> None:
                 d = _mask_fill(
                     b, b.fsub(load_lanes(b, x, add(b, row, j), W, lanes), mean), lanes, 0.0
                 )
@@ -213,7 +235,7 @@ class Norm(Emitter):
             )
             invv = splat(b, inv, W)
 
-            def pout(j, lanes):  # type: ignore[no-untyped-def]
+            def pout(j: ir.Value, lanes: int) -> None:
                 d = b.fsub(load_lanes(b, x, add(b, row, j), W, lanes), mean)
                 v = b.fmul(b.fmul(d, invv), load_lanes(b, scale, j, W, lanes))
                 if bias is not None:
@@ -222,7 +244,15 @@ class Norm(Emitter):
 
             _for_row(b, D, W, pout)
 
-    def _lrn(self, b, x, y, shape, W, a) -> None:  # type: ignore[no-untyped-def]
+    def _lrn(
+        self,
+        b: ir.IRBuilder,
+        x: ir.Value,
+        y: ir.Value,
+        shape: tuple[int, ...],
+        W: int,
+        a: Mapping[str, Any],
+    ) -> None:
         n_, C, H, Wd = shape
         HW = H * Wd
         size = int(a["size"])
@@ -236,7 +266,7 @@ class Norm(Emitter):
                 b.icmp_signed(">", add(b, c, hi), i64(C - 1)), i64(C), add(b, c, hi + 1)
             )
 
-            def body(j, lanes):  # type: ignore[no-untyped-def]
+            def body(j: ir.Value, lanes: int) -> None:
                 sm = entry_alloca(b, ty)
                 b.store(const(ty, 0.0), sm)
                 cc_ptr = entry_alloca(b, ir.IntType(64))

@@ -9,7 +9,7 @@ the padded input with ``count_include_pad`` (ONNX's rule, ceil_mode windows incl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import llvmlite.ir as ir
 
@@ -98,7 +98,7 @@ class Pool(Emitter):
         x, y = ins[0], outs[0]
         full = C // L * L
 
-        def sweep(body) -> None:  # type: ignore[no-untyped-def]
+        def sweep(body: Callable[[ir.Value, int], None]) -> None:
             if full:
                 with loop(b, 0, full, L, "cv") as c:
                     body(c, L)

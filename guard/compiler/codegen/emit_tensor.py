@@ -164,9 +164,9 @@ class Copy(Emitter):
             out = k.outputs[0].shape
             strided_copy(b, out, outs[0], 0, strides(out), ins[0], 0, [st[p] for p in perm], size)
         elif k.op == "Relayout":
-            r = relayout_strides(xs, a["from"], a["to"])
-            assert r is not None
-            shape, in_st = r
+            rel = relayout_strides(xs, a["from"], a["to"])
+            assert rel is not None
+            shape, in_st = rel
             blk = block_of(a["to"]) or block_of(a["from"])
             if (
                 size == 4

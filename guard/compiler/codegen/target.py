@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from guard.errors import ModelError
+
+if TYPE_CHECKING:
+    import llvmlite.binding
 
 OPT_LEVEL = 3
 
@@ -51,7 +55,7 @@ class CodegenTarget:
     def feature_string(self) -> str:
         return ",".join(self.features)
 
-    def target_machine(self):  # type: ignore[no-untyped-def]
+    def target_machine(self) -> llvmlite.binding.TargetMachine:
         """A fresh TargetMachine (an execution engine takes ownership of the one it gets)."""
         import llvmlite.binding as llvm
 
