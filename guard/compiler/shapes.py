@@ -267,7 +267,7 @@ def infer(node: Node, graph: Graph) -> TypeList | None:
         x = _v(vals, 0)
         x0 = Value(x.name, from_layout_shape(x.shape, layout), x.dtype)
         if node.op == "FusedConv":
-            ((s, d),) = _conv(node, [x0] + vals[1 : node.attrs["anchor_inputs"]])
+            ((s, d),) = _conv(node, [x0, *vals[1 : node.attrs["anchor_inputs"]]])
             return _program_type(node, vals, Value("acc", to_layout_shape(s, layout), d))
-        return [(to_layout_shape(s, layout), d) for s, d in fn(node, [x0] + vals[1:])]
+        return [(to_layout_shape(s, layout), d) for s, d in fn(node, [x0, *vals[1:]])]
     return fn(node, vals)

@@ -45,6 +45,7 @@ def _data(c: Constant) -> str:
     if c.size > INLINE_MAX_ELEMENTS:
         return "external"
     flat = c.data.reshape(-1)
+    items: list[bool] | list[int] | list[float]
     if c.dtype.kind == "b":
         items = [bool(x) for x in flat]
     elif c.dtype.kind in "iu":

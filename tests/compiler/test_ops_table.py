@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from guard.compiler import layout, memory, ops, schedule, shapes
+from guard.compiler import layout, memory_alias, ops, schedule, shapes
 from guard.compiler.reference import KERNELS
 
 
@@ -16,8 +16,8 @@ def test_every_ir_op_has_a_row_and_every_row_is_an_ir_op():
 
 
 def test_consumers_read_the_table():
-    assert memory.VIEW_OPS == ops.ops_where(view="alias") == {"Identity", "Reshape"}
-    assert memory.INPLACE_OPS == ops.ops_where(inplace=True)
+    assert memory_alias.VIEW_OPS == ops.ops_where(view="alias") == {"Identity", "Reshape"}
+    assert memory_alias.INPLACE_OPS == ops.ops_where(inplace=True)
     assert layout.LAYOUT_OPS == ops.ops_where(layout=True)
     assert schedule.CONTROL_FLOW_OPS == {"If", "Loop", "Scan"}
     assert shapes.ELEMENTWISE == ops.ELEMENTWISE_OPS
