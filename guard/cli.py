@@ -383,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     from guard import cli_compare
 
     cli_compare.register(sub)
+    from guard import cli_calibrate
+
+    cli_calibrate.register(sub)
     from guard import cli_scale
 
     cli_scale.register(sub)

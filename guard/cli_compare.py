@@ -1,4 +1,4 @@
-"""CLI for comparisons: compare, ab, bump, calibrate, history.
+"""CLI for comparisons: compare, ab, bump, history.
 
 guard/cli.py calls ``register(subparsers)``; each command's ``func(args) -> int`` returns
 the exit code and raises GuardError subclasses for input it cannot use.
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.bench.regress import DEFAULT_REGRESS_PCT, RegressConfig
+from guard.cli_calibrate import noise_for
 from guard.errors import UsageError
 
 
@@ -54,7 +55,7 @@ def _tracking_arg(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add compare, ab, bump, calibrate and history to guard's subcommands."""
+    """Add compare, ab, bump and history to guard's subcommands."""
     c = subparsers.add_parser(
         "compare",
         help="is HEAD worse than BASE, beyond noise? (results files or MLflow)",
@@ -163,20 +164,6 @@ def register(subparsers: Any) -> None:
     _report_args(b)
     b.set_defaults(func=cmd_bump)
 
-    k = subparsers.add_parser(
-        "calibrate",
-        help="A/A noise of each artefact against itself; thresholds follow it",
-        description="Runs interleaved A/A comparisons of every (model, backend) against itself "
-        "and stores the per-benchmark noise locally (.guard/noise/<suite>.json) and in MLflow.",
-    )
-    k.add_argument("suite", type=Path)
-    k.add_argument("--rounds", type=int, default=20, help="A/A comparisons per case")
-    k.add_argument("--round-s", type=float, default=1.0, help="seconds per A/A comparison")
-    k.add_argument("--out", type=Path, help="noise file (default .guard/noise/<suite>.json)")
-    k.add_argument("--no-track", action="store_true", help="do not log to MLflow")
-    _tracking_arg(k)
-    k.set_defaults(func=cmd_calibrate)
-
     h = subparsers.add_parser(
         "history", help="change points in a model's MLflow history, and creep toward its bound"
     )
@@ -200,26 +187,6 @@ def register(subparsers: Any) -> None:
 def _config(args: argparse.Namespace) -> RegressConfig:
     pct = DEFAULT_REGRESS_PCT if args.regress_pct is None else args.regress_pct
     return RegressConfig(regress_pct=pct, alpha=args.alpha)
-
-
-def _noise(
-    args: argparse.Namespace, suite: str | None, kind: str = "sequential"
-) -> dict[str, float] | None:
-    """Calibrated noise: --noise, else .guard/noise/<suite>.json, else the newest
-    calibration run in MLflow when a tracking URI was given (flag or environment)."""
-    import os
-
-    from guard.bench.calibrate import default_noise_path, latest_noise, load_noise
-
-    if args.noise is not None:
-        return load_noise(args.noise, kind)
-    if not suite:
-        return None
-    local = default_noise_path(Path.cwd(), suite)
-    if local.is_file():
-        return load_noise(local, kind)
-    uri = getattr(args, "tracking_uri", None) or os.environ.get("MLFLOW_TRACKING_URI")
-    return latest_noise(uri, suite, kind) if uri else None
 
 
 def _emit(cmp: dict[str, Any], args: argparse.Namespace, title: str) -> None:
@@ -255,7 +222,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base,
         head,
         _config(args),
-        noise=_noise(args, head.get("suite")),
+        noise=noise_for(args, head.get("suite")),
         suite_thresholds=args.regress_pct is None,
         base_label=base_spec,
         head_label=head_spec,
@@ -303,7 +270,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             args.base_ref,
             args.head_ref,
             config=_config(args),
-            noise=_noise(args, suite.name, "paired"),
+            noise=noise_for(args, suite.name, "paired"),
             budget_s=args.budget_s,
             suite_thresholds=args.regress_pct is None,
             env_cache=args.env_cache,
@@ -317,7 +284,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     cmp = run_case_pairs(
         pairs,
         _config(args),
-        noise=_noise(args, suite_name, "paired"),
+        noise=noise_for(args, suite_name, "paired"),
         budget_s=args.budget_s,
         suite_thresholds=args.regress_pct is None,
         labels=(f"{bs}@{bw}", f"{hs}@{hw}"),
@@ -379,23 +346,6 @@ def cmd_bump(args: argparse.Namespace) -> int:
         cmp, code = run_bump(pins[0], pins[1], suite, **kw)
     _emit(cmp, args, "guard bump")
     return code
-
-
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from guard.bench.calibrate import calibrate_suite
-
-    doc, path = calibrate_suite(
-        args.suite,
-        rounds=args.rounds,
-        round_s=args.round_s,
-        out=args.out,
-        track=not args.no_track,
-        tracking_uri=args.tracking_uri,
-    )
-    for key, e in doc["entries"].items():
-        print(f"{key}: noise {e['noise_pct']:.2f}% (A/A p99 |ratio-1| over {e['rounds']} rounds)")
-    print(f"wrote {path}")
-    return 0
 
 
 def cmd_history(args: argparse.Namespace) -> int:

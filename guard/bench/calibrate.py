@@ -13,6 +13,8 @@ that swings 8% between identical runs is not judged on 3%.
 
 The noise file (``.guard/noise/<suite>.json``, schema_version 1) maps
 "model/backend/target" to both levels; it is also logged to MLflow as a calibration run.
+The command that calibrates a whole suite (``guard calibrate``) is guard.calibrate: this
+module times callables and never loads a suite or builds an artefact.
 """
 
 from __future__ import annotations
@@ -255,52 +257,3 @@ def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:
         finally:
             _terminate(client, run.info.run_id, status, None)
     return str(run.info.run_id)
-
-
-def _reloader(case: Any) -> Callable[[], Callable[[], object]]:
-    """Fresh sessions of a pipeline case's artefact, fed the case's inputs."""
-    from guard.backends import get_backend
-
-    def reload() -> Callable[[], object]:
-        session = get_backend(case.backend).load(case.artefact, case.entry.threads)
-        return lambda: session.run(case.feeds)
-
-    return reload
-
-
-def calibrate_suite(
-    suite_path: Path,
-    *,
-    rounds: int = 20,
-    round_s: float = 1.0,
-    out: Path | None = None,
-    track: bool = True,
-    tracking_uri: str | None = None,
-    workdir: Path | None = None,
-) -> tuple[dict[str, Any], Path]:
-    """Calibrate every case of a suite; write the noise file (and log it unless ``track`` is off)."""
-    from guard.case import prepare_cases
-    from guard.suite import load_suite
-
-    workdir = Path(workdir or Path.cwd())
-    suite = load_suite(suite_path)
-    uri = None
-    if track:
-        from guard.track import check_reachable, resolve_uri
-
-        # Before minutes of measuring: a bad URI or a server that does not answer is known now.
-        uri = resolve_uri(tracking_uri, workdir)
-        check_reachable(uri)
-    entries: dict[str, Any] = {}
-    host: dict[str, Any] = {}
-    for case in prepare_cases(suite_path, workdir):
-        canonical = (case.manifest.get("target") or {}).get("canonical", case.target)
-        entries[f"{case.model}/{case.backend}/{canonical}"] = calibrate_fn(
-            case.run_once, rounds=rounds, round_s=round_s, reload=_reloader(case)
-        )
-        host = dict(case.manifest.get("host") or {})
-    path = out or default_noise_path(workdir, suite.name)
-    doc = save_noise(path, suite.name, entries, host)
-    if uri is not None:
-        log_noise(uri, suite.name, doc)
-    return doc, path

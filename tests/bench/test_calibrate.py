@@ -158,25 +158,6 @@ def test_log_noise_writes_one_calibration_run(tmp_path):
     assert K.latest_noise(uri, "other-suite") is None
 
 
-@pytest.mark.slow
-def test_calibrate_cli_on_the_smoke_suite(tmp_path, monkeypatch, capsys):
-    """Real pipeline cases, short rounds: a noise file compare then picks up by default."""
-    from pathlib import Path
-
-    from guard.cli import main
-
-    suite = Path(__file__).resolve().parents[2] / "suites" / "smoke.yaml"
-    monkeypatch.chdir(tmp_path)
-    code = main(["calibrate", str(suite), "--rounds", "3", "--round-s", "0.15", "--no-track"])
-    assert code == 0
-    noise = K.load_noise(K.default_noise_path(tmp_path, "smoke"))
-    assert {k.split("/")[0] for k in noise} == {"mlp", "digits", "inception_block"}
-    # The size of the noise is a property of the machine (a busy second core doubles it), not
-    # of the code: assert it was measured, not how quiet the machine was.
-    assert all(math.isfinite(v) and v >= 0 for v in noise.values())
-    assert "wrote" in capsys.readouterr().out
-
-
 def test_reload_brings_load_to_load_differences_into_the_noise():
     """Each fresh load is off by up to +-6% (memory placement); one load with itself is not."""
     clock, rng = Clock(), np.random.default_rng(3)
@@ -190,24 +171,3 @@ def test_reload_brings_load_to_load_differences_into_the_noise():
     fresh = K.calibrate_fn(fn, rounds=12, round_s=0.3, warmup_s=0.01, clock=clock, reload=reload)
     assert same["noise_pct"] < 1.5 < 4 < fresh["noise_pct"]
     assert fresh["paired_noise_pct"] > 4 and fresh["reloaded"] is True
-
-
-def test_calibrate_checks_the_tracking_uri_before_measuring(tmp_path, monkeypatch):
-    import socket
-    from pathlib import Path
-
-    import guard.case
-    from guard.errors import TrackingError
-
-    def measured(*a, **k):
-        raise AssertionError("measured before the tracking URI was checked")
-
-    monkeypatch.setattr(guard.case, "prepare_cases", measured)
-    suite = Path(__file__).resolve().parents[2] / "suites" / "smoke.yaml"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with pytest.raises(TrackingError, match="cannot reach"):
-        K.calibrate_suite(suite, tracking_uri=f"http://127.0.0.1:{port}", workdir=tmp_path)
-    with pytest.raises(TrackingError, match="not a tracking URI"):
-        K.calibrate_suite(suite, tracking_uri="localhost:5000", workdir=tmp_path)
