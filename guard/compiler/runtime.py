@@ -212,7 +212,7 @@ class NativeCalls:
             vp(weights.__array_interface__["data"][0] if weights.size else 0),
             vp(native.packed.__array_interface__["data"][0] if native.packed.size else 0),
         )
-        self.main = None
+        self.main: Callable[..., None] | None = None  # guard_main, when every partition is native
         n_in, n_out = len(self.plan.inputs), len(self.plan.outputs)
         self._in = (vp * max(n_in, 1))()
         self._out = (vp * max(n_out, 1))()
@@ -253,6 +253,10 @@ class NativeCalls:
     def run_main(
         self, inputs: list[np.ndarray], view: GraphView, output_names: list[str]
     ) -> dict[str, np.ndarray]:
+        if self.main is None:
+            raise InternalError(
+                "run_main on an artefact without guard_main (a partition is not native)"
+            )
         outs = self._bind(inputs, view, output_names)
         self.main(*self._bufs, self._in, self._out)
         return outs

@@ -61,6 +61,23 @@ def test_must_not_fire_on_different_inputs_or_runtime_weights() -> None:
     assert ops(g2) == ["MatMul"] * 3 and not res.changed
 
 
+def test_must_not_fire_on_a_runtime_gemm_bias() -> None:
+    # The bias is a graph input: there is nothing to concatenate at compile time.
+    g = graph_of(
+        HEADER
+        + """
+    g (float[2, 3] x, float[2] b1) => (float[2, 2] a, float[2, 2] b) {
+        w1 = Constant <value = float[2, 3] {1, 2, 3, 4, 5, 6}> ()
+        w2 = Constant <value = float[2, 3] {0, 1, 0, 1, 0, 1}> ()
+        b2 = Constant <value = float[2] {3, 4}> ()
+        a = Gemm <transB = 1> (x, w1, b1)
+        b = Gemm <transB = 1> (x, w2, b2)
+    }"""
+    )
+    g2, res = apply(FuseHorizontal(), g)
+    assert ops(g2) == ["Gemm", "Gemm"] and not res.changed
+
+
 def test_bias_adds_merge_into_one_add_before_the_split() -> None:
     g = graph_of(
         HEADER

@@ -194,8 +194,8 @@ class AssignLayout(Pass):
         renamed: dict[str, str] = {}
         new_nodes: list[Node] = []
         pending_in = {v: self._convert(g, v, "NCHW", lay) for v in ins}
-        for v, node in pending_in.items():
-            renamed[v] = node.outputs[0]
+        for name, node in pending_in.items():
+            renamed[name] = node.outputs[0]
         inserted_in: set[str] = set()
         out_set = set(outs)
         for n in g.nodes:

@@ -22,7 +22,7 @@ class EliminateCommonSubexpressions(Pass):
 
     def run(self, graph: Graph) -> PassResult:
         merged_consts = 0
-        seen_c: dict[tuple, str] = {}
+        seen_c: dict[tuple[str, tuple[int, ...], bytes], str] = {}
         for name, c in list(graph.constants.items()):
             if c.nbytes > self.max_const_bytes or name in graph.outputs:
                 continue
@@ -33,18 +33,18 @@ class EliminateCommonSubexpressions(Pass):
             else:
                 seen_c[key] = name
         eliminated = 0
-        seen: dict[tuple, list[str]] = {}
+        seen: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
         keep = []
         for node in graph.nodes:
-            key = (node.op, tuple(node.inputs), attrs_key(node.attrs))
-            first = seen.get(key)
+            nkey = (node.op, tuple(node.inputs), attrs_key(node.attrs))
+            first = seen.get(nkey)
             if first is not None and not any(o in graph.outputs for o in node.outputs):
                 for o, f in zip(node.outputs, first, strict=True):
                     bypass(graph, node, o, f)
                 eliminated += 1
                 continue
             if first is None:
-                seen[key] = list(node.outputs)
+                seen[nkey] = list(node.outputs)
             keep.append(node)
         graph.nodes = keep
         if eliminated or merged_consts:

@@ -6,8 +6,9 @@ classic case: one GEMM reads ``x`` once). Gemm siblings must share every attribu
 biases (when all have one, per column) are concatenated too; with ``transB=1`` the weights
 concatenate along rows. When every MatMul sibling is read only by an ``Add`` of a constant
 bias over its columns, the biases concatenate too, into one Add after the wide MatMul
-(fuse_elementwise then makes it the MatMul's epilogue). Declines non-constant weights, mixed dtypes and lone ops; the
-numbers are unchanged because each output column is computed from the same row and column.
+(fuse_elementwise then makes it the MatMul's epilogue). Declines non-constant weights or
+Gemm biases, mixed dtypes and lone ops; the numbers are unchanged because each output
+column is computed from the same row and column.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ import numpy as np
 
 from guard.compiler.ir import Graph, Node
 from guard.compiler.passes.base import Pass, PassResult, attrs_key, single_consumer
+
+
+def _const(graph: Graph, name: str) -> np.ndarray:
+    c = graph.const(name)
+    assert c is not None, f"{name!r} was grouped as a constant"
+    return c
 
 
 @dataclass
@@ -36,6 +43,8 @@ class FuseHorizontal(Pass):
             if n.op == "Gemm" and n.attrs.get("transA", 0):
                 continue
             has_bias = len(n.inputs) > 2
+            if has_bias and graph.const(n.inputs[2]) is None:
+                continue  # a bias computed at run time cannot be concatenated here
             k = w.shape[1] if n.op == "Gemm" and n.attrs.get("transB", 0) else w.shape[0]
             key = (n.op, n.inputs[0], k, w.dtype.str, attrs_key(n.attrs), has_bias)
             groups.setdefault(key, []).append(n)
@@ -95,11 +104,11 @@ class FuseHorizontal(Pass):
     ) -> None:
         first = nodes[0]
         trans_b = first.op == "Gemm" and first.attrs.get("transB", 0)
-        ws = [graph.const(n.inputs[1]) for n in nodes]
-        w = np.concatenate(ws, axis=0 if trans_b else -1)  # type: ignore[arg-type]
+        ws = [_const(graph, n.inputs[1]) for n in nodes]
+        w = np.concatenate(ws, axis=0 if trans_b else -1)
         inputs = [first.inputs[0], graph.add_constant(None, w, "hfuse_w").name]
         if len(first.inputs) > 2:
-            b = np.concatenate([graph.const(n.inputs[2]).reshape(-1) for n in nodes])  # type: ignore[union-attr]
+            b = np.concatenate([_const(graph, n.inputs[2]).reshape(-1) for n in nodes])
             inputs.append(graph.add_constant(None, b, "hfuse_b").name)
         outs = [graph.values[n.outputs[0]] for n in nodes]
         sizes = [o.shape[-1] for o in outs]
