@@ -10,7 +10,8 @@ function ops are expanded on the next round (at most ``rounds``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol, cast
 
 import onnx
 import onnx.defs
@@ -18,6 +19,22 @@ import onnx.inliner
 import onnx.shape_inference
 
 DOMAIN = "guard.expand"
+
+
+class _FunctionSchema(Protocol):
+    """The members of onnx.defs.OpSchema that onnx's stubs (1.23) leave out; the extension
+    module has them (see its ``__doc__`` strings), so schemas are cast to this."""
+
+    has_function: bool
+    function_opset_versions: list[int]
+    has_context_dependent_function: bool
+    context_dependent_function_opset_versions: list[int]
+
+    def get_function_with_opset_version(self, opset: int, /) -> bytes: ...
+
+    def get_context_dependent_function_with_opset_version(
+        self, opset: int, node: bytes, input_types: Sequence[bytes], /
+    ) -> bytes: ...
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -34,7 +51,7 @@ def _body(
     node: onnx.NodeProto, opset: int, types: dict[str, onnx.TypeProto]
 ) -> onnx.FunctionProto | None:
     try:
-        schema = onnx.defs.get_schema(node.op_type, opset, node.domain)
+        schema = cast(_FunctionSchema, onnx.defs.get_schema(node.op_type, opset, node.domain))
     except onnx.defs.SchemaError:
         return None
     if schema.has_function:
