@@ -29,6 +29,7 @@ from guard.errors import GuardError, ModelError, UsageError
 from guard.golden import Golden, compare_outputs, top1_accuracy
 from guard.golden.produce import ensure_golden, golden_store
 from guard.model import ModelSpec, bind, load_model
+from guard.round_runner import PROCESS, isolated_rounds, round_isolation
 from guard.suite import ModelEntry, load_suite
 
 # ---------------------------------------------------------------------------- models
@@ -324,16 +325,23 @@ def run_case(
     cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
     pre = preflight(entry.threads)
 
+    isolation = round_isolation(backend_name)
+
     def load(i: int) -> Callable[[], object]:
-        # Round 0 times the session already loaded; every later round a fresh load, whose
-        # first call (lazy initialisation) is untimed, as the numerics call was for round 0.
+        # In-process, round 0 times the session already loaded; every other round is a
+        # fresh load, whose first call (lazy initialisation) is untimed, as the numerics
+        # call was for round 0.
         s = session
-        if i > 0:
+        if i > 0 or isolation == PROCESS:
             s = case.reload()
             s.run(feeds)
         return lambda: s.run(feeds)
 
-    timings = measure_rounds(load, cfg, clock)
+    if isolation == PROCESS:
+        runner = isolated_rounds(cfg, entry.name, backend_name, entry.where)
+        timings = measure_rounds(load, cfg, clock, run_round=runner)
+    else:
+        timings = measure_rounds(load, cfg, clock)
     post = preflight(entry.threads, contention=timings.contention)
     stats = timings.stats()
     partitions = session.partitions().to_dict()
@@ -341,7 +349,7 @@ def run_case(
     facts.latency_ms, facts.truncated = stats, timings.truncated
     facts.partitions = partitions
     facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
-    measured = {
+    measured: dict[str, Any] = {
         "manifest": manifest,
         "rounds": timings.rounds_dict(),
         "noise_pct": timings.noise_pct(),
@@ -353,6 +361,7 @@ def run_case(
             "cpu_share": timings.cpu_share,
             "preempted_fraction": timings.preempted_fraction,
             "rounds": cfg.rounds,
+            "round_isolation": isolation,
             "config": dict(entry.measure),
         },
     }

@@ -306,7 +306,7 @@ def _discount(
         PASS: hi * f < 1.0 + t,
     }[verdict]
     if holds:
-        return verdict, f"{reason} (holds with {'; '.join(why)})"
+        return verdict, f"{reason} (holds with {'; '.join(why)})" if why else reason
     return INCONCLUSIVE, (
         f"{'; '.join(why)}: the measured {(ratio - 1) * 100:+.1f}% cannot be told from the "
         f"measuring conditions at a {t * 100:.1f}% threshold (would be {verdict})"

@@ -25,6 +25,15 @@ each round warms up for ``warmup_s / rounds`` and times ``min_time_s / rounds`` 
 differ by more than two halves of one loop (memory placement, allocator state, a
 co-tenant arriving); the spread between rounds is what a comparison of two results files
 can honestly lean on, not the thousands of iterations inside one round.
+
+That only holds if the rounds differ the way two processes do. Measured on the 2-core
+runner (squeezenet on onnxruntime, 1 thread, 8 medians of 1 s each): eight separate
+processes spread 4.2% (SD of log medians), eight fresh sessions in one process 0.9-1.2%,
+eight sessions each loaded in a forked child 1.3-4.1%. Fresh sessions in one process
+reuse the allocator's warm pages and so share most of one placement; a forked child maps
+its own. guard.case therefore runs each round (load, warm-up, loop) in a forked child
+(``run_round``), and a round spread that used to hide the process-to-process offset
+now contains it.
 """
 
 from __future__ import annotations
@@ -358,15 +367,30 @@ def round_noise_pct(round_p50s: list[float | int | None]) -> float | None:
     return 100.0 * math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
 
 
+RoundRunner = Callable[[int, Callable[[], Timings]], Timings]
+
+
+def _in_process(i: int, job: Callable[[], Timings]) -> Timings:
+    return job()
+
+
 def measure_rounds(
     load: Callable[[int], Callable[[], object]],
     cfg: MeasureConfig,
     clock: Clock = time.perf_counter,
     *,
     cpu_times: Callable[[], CpuTimes | None] = read_cpu_times,
+    run_round: RoundRunner = _in_process,
 ) -> RoundTimings:
-    """``cfg.rounds`` rounds; ``load(i)`` returns round i's callable (a fresh session)."""
+    """``cfg.rounds`` rounds; ``load(i)`` returns round i's callable (a fresh session).
+
+    ``run_round(i, job)`` runs round i's whole job (load, warm-up, timed loop) and returns
+    its ``Timings``: in this process by default; guard.case runs each in a forked child,
+    so that every round gets its own memory placement (see the module docstring).
+    """
     per = cfg.per_round()
-    return RoundTimings(
-        [measure(load(i), per, clock, cpu_times=cpu_times) for i in range(cfg.rounds)], cfg
-    )
+
+    def job(i: int) -> Callable[[], Timings]:
+        return lambda: measure(load(i), per, clock, cpu_times=cpu_times)
+
+    return RoundTimings([run_round(i, job(i)) for i in range(cfg.rounds)], cfg)
