@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guard.doctor import steps_graph, steps_host, steps_run, steps_tuning
-from guard.doctor.facts import SYSFS_CACHE, Side, host_caches
+from guard.doctor import (
+    steps_graph,
+    steps_host,
+    steps_kernels,
+    steps_options,
+    steps_reduce,
+    steps_run,
+    steps_tuning,
+)
+from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
 from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Finding
 from guard.errors import UsageError
 
@@ -33,8 +40,8 @@ STEPS: list[tuple[str, Callable[..., Finding]]] = [
     ("schedule cache", steps_tuning.step6_tuning),  # a miss is a 2-10x slower schedule
     ("dynamic shapes", steps_graph.step7_dynamic_shapes),  # fixed shape as the control
     ("arena vs caches", steps_host.step8_arena),  # past a cache level: bandwidth-bound
-    ("numerics options", steps_host.step9_numerics_options),  # flags that disable fusions
-    ("kernels", steps_host.step10_kernels),  # one kernel is often 80% of the time
+    ("numerics options", steps_options.step9_numerics_options),  # flags that disable fusions
+    ("kernels", steps_kernels.step10_kernels),  # one kernel is often 80% of the time
 ]
 
 
@@ -46,23 +53,6 @@ def _host_cpu() -> str | None:
         return str(host_cpu()["model"])
     except Exception:  # noqa: BLE001 - an unreadable host is a missing fact
         return None
-
-
-@dataclass
-class Context:
-    """What every step may read besides the two results."""
-
-    caches: list[dict[str, Any]] = field(default_factory=list)
-    host_cpu: str | None = None
-    suite_path: str | None = None
-    docs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def model_path(self, side: Side) -> Path | None:
-        return steps_graph.model_file(side.doc, side.result)
-
-    def model_source(self, side: Side) -> str | None:
-        p = self.model_path(side)
-        return str(p) if p is not None else None
 
 
 def _key(r: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -151,7 +141,7 @@ def diagnose_pair(base: Side | None, head: Side, ctx: Context) -> list[Finding]:
         return errored
     findings = [fn(base, head, ctx) for _, fn in STEPS]
     _not_slower(findings, base, head)
-    findings.append(steps_host.step11_reduce(base, head, ctx, findings))
+    findings.append(steps_reduce.step11_reduce(base, head, ctx, findings))
     return findings
 
 

@@ -2,6 +2,7 @@
 
 Every reader returns ``None`` for a fact that is not recorded (a key absent or null), so a
 step can say ``unknown: <field>`` instead of guessing. Nothing here judges; the steps do.
+``Context`` is what every step may read besides the two results (the host, the suite).
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from guard.case import resolve_model
+from guard.fsutil import file_sha256
+from guard.suite import load_suite
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 
@@ -58,6 +63,41 @@ class Side:
             if isinstance(c, Mapping) and c.get("name") == name:
                 return c
         return None
+
+
+def model_file(doc: Mapping[str, Any], result: Mapping[str, Any]) -> Path | None:
+    """The result's model file, found through the suite the results document names, when
+    its sha256 matches the manifest's (so it is the model that was built)."""
+    sp = doc.get("suite_path")
+    want = ((result.get("manifest") or {}).get("model") or {}).get("sha256")
+    if not sp or not want or not Path(sp).is_file():
+        return None
+    try:
+        suite = load_suite(Path(sp))
+        entry = next((m for m in suite.models if m.name == result.get("model")), None)
+        if entry is None:
+            return None
+        p = resolve_model(entry)
+        return p if p.is_file() and file_sha256(p) == want else None
+    except Exception:  # noqa: BLE001 - a suite that changed since is a missing fact
+        return None
+
+
+@dataclass
+class Context:
+    """What every step may read besides the two results."""
+
+    caches: list[dict[str, Any]] = field(default_factory=list)
+    host_cpu: str | None = None
+    suite_path: str | None = None
+    docs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def model_path(self, side: Side) -> Path | None:
+        return model_file(side.doc, side.result)
+
+    def model_source(self, side: Side) -> str | None:
+        p = self.model_path(side)
+        return str(p) if p is not None else None
 
 
 def splits(side: Side) -> tuple[list[dict[str, Any]] | None, str]:

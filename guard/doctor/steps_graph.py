@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from guard.doctor.facts import Side, layout_notes, optimised_onnx_ops, splits
+from guard.doctor.facts import Context, Side, layout_notes, optimised_onnx_ops, splits
 from guard.doctor.finding import CAUSE, SUSPECT, Finding, unknown
 
 LAYOUT_OPS = ("Transpose", "Relayout", "ReorderInput", "ReorderOutput")  # ORT's NCHWc: Reorder*
@@ -35,7 +34,7 @@ def _delta(b: Mapping[str, int], h: Mapping[str, int]) -> dict[str, list[int]]:
     }
 
 
-def step4_graph_diff(base: Side | None, head: Side, ctx: Any) -> Finding:
+def step4_graph_diff(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(4, "graph diff (what the compiler added)")
     ha, hwhere = _ops_after(head)
     ba, _ = _ops_after(base) if base else (None, "")
@@ -139,7 +138,7 @@ def _conversions(s: Side) -> tuple[int | None, str]:
     return None, ""
 
 
-def step5_layout(base: Side | None, head: Side, ctx: Any) -> Finding:
+def step5_layout(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(5, "layout (transposes and relayouts)")
     hc, where = _conversions(head)
     bc, _ = _conversions(base) if base else (None, "")
@@ -200,7 +199,7 @@ def step5_layout(base: Side | None, head: Side, ctx: Any) -> Finding:
 # -- step 7 -----------------------------------------------------------------------------------
 
 
-def _declared_dims(s: Side, ctx: Any) -> dict[str, list[Any]] | None:
+def _declared_dims(s: Side, ctx: Context) -> dict[str, list[Any]] | None:
     """The model's own input dims (dim_param names kept), when its file can be found."""
     rec = s.get("manifest.model.inputs")
     if isinstance(rec, Mapping) and all(
@@ -221,7 +220,7 @@ def _declared_dims(s: Side, ctx: Any) -> dict[str, list[Any]] | None:
     return {i.name: list(i.dims) for i in ins}
 
 
-def step7_dynamic_shapes(base: Side | None, head: Side, ctx: Any) -> Finding:
+def step7_dynamic_shapes(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(7, "dynamic shapes")
     bound = head.get("manifest.model.inputs")
     if not isinstance(bound, Mapping):
@@ -274,25 +273,3 @@ def step7_dynamic_shapes(base: Side | None, head: Side, ctx: Any) -> Finding:
         if declared is None:
             f.summary += "; the model's own dims were not checked (model file not found)"
     return f
-
-
-def model_file(doc: Mapping[str, Any], result: Mapping[str, Any]) -> Path | None:
-    """The result's model file, found through the suite the results document names, when
-    its sha256 matches the manifest's (so it is the model that was built)."""
-    sp = doc.get("suite_path")
-    want = ((result.get("manifest") or {}).get("model") or {}).get("sha256")
-    if not sp or not want or not Path(sp).is_file():
-        return None
-    try:
-        from guard.case import resolve_model
-        from guard.fsutil import file_sha256
-        from guard.suite import load_suite
-
-        suite = load_suite(Path(sp))
-        entry = next((m for m in suite.models if m.name == result.get("model")), None)
-        if entry is None:
-            return None
-        p = resolve_model(entry)
-        return p if p.is_file() and file_sha256(p) == want else None
-    except Exception:  # noqa: BLE001 - a suite that changed since is a missing fact
-        return None

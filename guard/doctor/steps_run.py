@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guard.doctor.facts import Side, splits
+from guard.doctor.facts import Context, Side, splits
 from guard.doctor.finding import CAUSE, OK, SUSPECT, Finding, unknown
 
 CONTENDED = 0.20  # other processes' share of the spare CPU above which timings move 2x
@@ -27,7 +27,7 @@ def _shapes(s: Side) -> dict[str, Any] | None:
     return {k: v.get("shape") for k, v in sorted(ins.items()) if isinstance(v, dict)}
 
 
-def step1_measurement(base: Side | None, head: Side, ctx: Any) -> Finding:
+def step1_measurement(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(1, "measurement")
     if not head.manifest:
         return unknown(
@@ -136,7 +136,7 @@ def _reference(s: Side) -> str:
     return f" ({', '.join(used)})" if used else ""
 
 
-def step2_compiled(base: Side | None, head: Side, ctx: Any) -> Finding:
+def step2_compiled(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(2, "compiled at all")
     if head.get("partitions") is None:
         return unknown(
@@ -165,7 +165,7 @@ def step2_compiled(base: Side | None, head: Side, ctx: Any) -> Finding:
     elif base is not None and (hf or 0) > (bf or 0):
         f.status = SUSPECT
         f.summary = (
-            f"{hf - (bf or 0)} more node(s) on the fallback than base ({bf} -> {hf})"
+            f"{(hf or 0) - (bf or 0)} more node(s) on the fallback than base ({bf} -> {hf})"
             + _reference(head)
         )
         f.action = "Step 3 names the nodes and why the delegate declined them."
@@ -187,7 +187,7 @@ def _why(s: dict[str, Any]) -> str:
     return "; ".join(reasons) if reasons else "reason not recorded"
 
 
-def step3_partitions(base: Side | None, head: Side, ctx: Any) -> Finding:
+def step3_partitions(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(3, "partitions")
     bc = base.get("partitions.count") if base else None
     hc = head.get("partitions.count")

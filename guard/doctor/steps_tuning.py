@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guard.doctor.facts import Side
+from guard.doctor.facts import Context, Side
 from guard.doctor.finding import CAUSE, NA, SUSPECT, Finding, unknown
 
 
@@ -68,7 +68,7 @@ def _missed(tc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def step6_tuning(base: Side | None, head: Side, ctx: Any) -> Finding:
+def step6_tuning(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(6, "schedule cache (tuning)")
     tcs = [(s, s.get("manifest.tuning_cache") or {}) for s in (base, head) if s is not None]
     if not any(tc.get("path") or tc.get("sha256") for _, tc in tcs):

@@ -1,0 +1,163 @@
+"""Step 10: per-kernel time (the bundled backend's kernels, an onnxruntime profile), and
+the kernel that moved most between base and head."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from guard.doctor.facts import Context, Side
+from guard.doctor.finding import CAUSE, SUSPECT, Finding, unknown
+
+
+class KernelTime(TypedDict, total=False):
+    """One kernel's time: milliseconds and share of the total (each None when the record
+    lacks it), and the label a finding shows (its name and the nodes it runs)."""
+
+    ms: float | None
+    share: float | None
+    label: str
+
+
+def _kernels(s: Side) -> tuple[dict[str, KernelTime] | None, str]:
+    """{kernel name: {ms, share}} from the result's ``kernels`` or an onnxruntime profile."""
+    ks = s.get("kernels")
+    if isinstance(ks, Mapping):  # {"top": [...], ...} or {name: {...}}
+        ks = (
+            ks.get("top")
+            if isinstance(ks.get("top"), list)
+            else [
+                {"name": k, **(v if isinstance(v, Mapping) else {"ms": v})} for k, v in ks.items()
+            ]
+        )
+    if isinstance(ks, list) and ks:
+        out: dict[str, KernelTime] = {}
+        for k in ks:
+            if not isinstance(k, Mapping):
+                continue
+            name = str(k.get("name") or k.get("kernel") or k.get("node") or "?")
+            nodes = [str(n) for n in k.get("nodes") or []]
+            label = name
+            if nodes:
+                # Kernel names are per-artefact indices (k3_relayout); the nodes a kernel
+                # runs are what stays the same between two builds, so they are the key.
+                shown = ", ".join(nodes[:2]) + (f" +{len(nodes) - 2}" if len(nodes) > 2 else "")
+                label = f"{name} ({k.get('op') or '?'}: {shown})"
+                name = f"{k.get('op') or ''}@{','.join(nodes)}"
+            ms = next(
+                (
+                    float(k[f]) * m
+                    for f, m in (
+                        ("ms", 1),
+                        ("time_ms", 1),
+                        ("mean_ms", 1),
+                        ("us", 1e-3),
+                        ("time_us", 1e-3),
+                        ("seconds", 1e3),
+                        ("s", 1e3),
+                    )
+                    if isinstance(k.get(f), (int, float))
+                ),
+                None,
+            )
+            share = next(
+                (float(k[f]) for f in ("share", "fraction") if isinstance(k.get(f), (int, float))),
+                None,
+            )
+            if share is None and isinstance(k.get("pct"), (int, float)):
+                share = float(k["pct"]) / 100
+            out[name] = {"ms": ms, "share": share, "label": label}
+        return out, "result kernels"
+    art = s.artefact
+    if art is not None:
+        for prof in sorted(art.glob("ort_profile*.json")):
+            try:
+                events = json.loads(prof.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            per: dict[str, float] = {}
+            for e in events:
+                if (
+                    isinstance(e, Mapping)
+                    and e.get("cat") == "Node"
+                    and str(e.get("name", "")).endswith("_kernel_time")
+                ):
+                    node = str(e["name"])[: -len("_kernel_time")]
+                    per[node] = per.get(node, 0.0) + float(e.get("dur", 0)) / 1e3
+            if per:
+                total = sum(per.values())
+                return (
+                    {k: {"ms": v, "share": v / total} for k, v in per.items()},
+                    f"onnxruntime profile {prof.name}",
+                )
+    return None, ""
+
+
+def _ms(k: Mapping[str, Any] | None) -> float:
+    return float((k or {}).get("ms") or 0.0)
+
+
+def step10_kernels(base: Side | None, head: Side, ctx: Context) -> Finding:
+    f = Finding(10, "kernels")
+    hk, where = _kernels(head)
+    bk, _ = _kernels(base) if base else (None, "")
+    if hk is None or (base is not None and bk is None):
+        miss = [
+            f"{s.label} kernels" for s, k in ((base, bk), (head, hk)) if s is not None and k is None
+        ]
+        return unknown(
+            10,
+            f.title,
+            miss,
+            "Per-kernel time comes from the bundled backend's "
+            "generated code (result `kernels`) or an onnxruntime per-node profile; "
+            "neither was recorded for this result.",
+        )
+    f.add("read from", None, where)
+    labels = {n: str(k.get("label") or n) for n, k in (*(bk or {}).items(), *hk.items())}
+    top = sorted(hk.items(), key=lambda kv: -_ms(kv[1]))[:5]
+    for name, k in top:
+        b = (bk or {}).get(name)
+        f.add(
+            f"kernel {labels[name]} ms (share)",
+            None if b is None else f"{_ms(b):.4g} ({(b.get('share') or 0):.0%})",
+            f"{_ms(k):.4g} ({(k.get('share') or 0):.0%})",
+        )
+    if base is None:
+        key, k = top[0]
+        name = labels[key]
+        share = k.get("share") or 0.0
+        if share >= 0.5:
+            f.status = SUSPECT
+            f.summary = f"one kernel, {name}, takes {share:.0%} of the time"
+            f.action = f"Profile {name}: its schedule, vector width and tiling."
+        else:
+            f.summary = f"top kernel {name} takes {share:.0%}"
+        return f
+    moves = {n: _ms(hk.get(n)) - _ms((bk or {}).get(n)) for n in {*hk, *(bk or {})}}
+    key, delta = max(moves.items(), key=lambda kv: kv[1])
+    total = sum(d for d in moves.values())
+    b_ms, h_ms = _ms((bk or {}).get(key)), _ms(hk.get(key))
+    name = labels[key]
+    f.add("moved most", None, f"{name}: {b_ms:.4g} -> {h_ms:.4g} ms ({delta:+.4g} ms)")
+    f.add("all kernels' change", None, f"{total:+.4g} ms")
+    if delta > 0 and total > 0 and delta >= 0.5 * total:
+        f.status = CAUSE
+        f.summary = (
+            f"kernel {name} went {b_ms:.4g} -> {h_ms:.4g} ms ({h_ms / b_ms:.1f}x)"
+            if b_ms
+            else f"new kernel {name} takes {h_ms:.4g} ms"
+        )
+        f.summary += f", {delta / total:.0%} of the kernels' total slowdown"
+        f.action = (
+            f"Compare {name}'s generated code in both artefacts (the optimised LLVM IR "
+            "is kept next to the object): vector width, tiling, a lost epilogue."
+        )
+    elif delta > 0 and b_ms and h_ms > 1.2 * b_ms:
+        f.status = SUSPECT
+        f.summary = f"kernel {name} {b_ms:.4g} -> {h_ms:.4g} ms, not most of the change"
+        f.action = "Several kernels moved; check the measurement (step 1) first."
+    else:
+        f.summary = "no kernel got slower by more than noise"
+    return f
