@@ -38,7 +38,30 @@ class UsageError(GuardError):
     exit_code = EXIT_BAD_INPUT
 
 
-class SuiteError(UsageError):
+class SchemaError(UsageError):
+    """A document guard reads (suite, results, manifest, ...) breaks its contract (exit 2).
+
+    ``where`` is the file (or ``run:<id>``), ``field`` the dotted key at fault, so the
+    message reads ``results.json: results[0].rounds: must be a non-empty list``.
+    guard.schema builds these; the per-document errors (SuiteError, ManifestError, ...)
+    are its subclasses.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        where: str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ):
+        self.file = where
+        self.field = field
+        located = ": ".join(part for part in (where, field) if part) or None
+        super().__init__(message, where=located, hint=hint)
+
+
+class SuiteError(SchemaError):
     """A suite file is malformed: names the file and the key."""
 
 

@@ -16,42 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from guard.errors import UsageError
+from guard.schema import RESULTS_SCHEMA_VERSION, read_json, results_document, section
 from guard.shard import case_key
-
-SCHEMA_VERSION = 1
 
 
 def _load(path: Path) -> dict[str, Any]:
-    import json
-
-    try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UsageError(
-            "results file not found",
-            where=str(path),
-            hint="Pass the files each shard wrote with --json.",
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read results file: {exc}", where=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", where=str(path)
-        ) from None
-    if not isinstance(doc, dict):
-        raise UsageError("a results file must be a JSON object", where=str(path))
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise UsageError(
-            f"results schema_version is {doc.get('schema_version')!r}, this guard "
-            f"merges {SCHEMA_VERSION}",
-            where=str(path),
-            hint="Merge files written by one guard version.",
-        )
-    if not isinstance(doc.get("results"), list) or not all(
-        isinstance(r, dict) for r in doc["results"]
-    ):
-        raise UsageError("'results' must be a list of objects", where=str(path))
-    return doc
+    doc = read_json(path, what="results file", hint="Pass the files each shard wrote with --json.")
+    return results_document(doc, path, hint="Merge files written by one guard version.")
 
 
 def _same(docs: Sequence[tuple[Path, dict[str, Any]]], what: str, get: Any) -> None:
@@ -68,7 +39,7 @@ def _same(docs: Sequence[tuple[Path, dict[str, Any]]], what: str, get: Any) -> N
 
 
 def _commit(doc: Mapping[str, Any]) -> Any:
-    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    git = section(doc, "git")
     return git.get("commit")
 
 
@@ -126,7 +97,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
     order: list[tuple[str, str, str]] = []
     if sharded:
         first = _shard(sharded[0][1])
-        order = [tuple(c) for c in first.get("suite_cases") or ()]  # type: ignore[misc]
+        order = [tuple(c) for c in first.get("suite_cases") or ()]
         count = int(first.get("count") or 0)
         missing_shards = sorted(
             set(range(1, count + 1)) - {_shard(d).get("index") for _, d in docs}
@@ -155,7 +126,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
 
     base = docs[0][1]
     merged: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": RESULTS_SCHEMA_VERSION,
         "suite": base.get("suite"),
         "suite_path": base.get("suite_path"),
         "suite_sha256": base.get("suite_sha256"),
@@ -181,7 +152,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
 
 
 def _merged_git(docs: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
-    gits = [d.get("git") for _, d in docs if isinstance(d.get("git"), Mapping)]
+    gits = [d["git"] for _, d in docs if isinstance(d.get("git"), Mapping)]
     if not gits:
         return {"commit": None, "dirty": None, "branch": None}
     out = dict(gits[0])

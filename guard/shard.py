@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
 import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from guard.errors import UsageError
+from guard.compare.compare import load_results
+from guard.errors import GuardError, UsageError
+from guard.suite import ModelEntry, Suite
+from guard.track.index import case_times
+from guard.track.invocation import ensure_invocation
 
 # One case of a suite: (model, backend, target as written in the suite).
 Case = tuple[str, str, str]
@@ -164,15 +171,15 @@ def resolve_invocation_id(flag: str | None, env: Mapping[str, str], machine: str
 
 
 def shard_work(
-    suite: Any,
-    work: list[tuple[Any, tuple[str, ...]]],
+    suite: Suite,
+    work: list[tuple[ModelEntry, tuple[str, ...]]],
     spec_text: str,
     *,
-    times_path: Any = None,
+    times_path: str | Path | None = None,
     uri: str | None = None,
     invocation_id: str | None = None,
     git: Mapping[str, Any] | None = None,
-) -> tuple[list[tuple[Any, tuple[str, ...]]], dict[str, Any], str | None]:
+) -> tuple[list[tuple[ModelEntry, tuple[str, ...]]], dict[str, Any], str | None]:
     """This shard's part of ``work`` (``(entry, backends)`` in suite order), the ``shard``
     block of its results document, and a tracking problem (None when all went well).
 
@@ -182,12 +189,6 @@ def shard_work(
     still plan from the same history. ``times_path`` (a results file, e.g. the last merged
     run) replaces the history; without either, shards balance by count.
     """
-    import os
-    import platform
-    from pathlib import Path
-
-    from guard.errors import GuardError
-
     spec = parse_shard(spec_text)
     inv = resolve_invocation_id(invocation_id, os.environ, platform.machine())
     if inv is None and uri is not None and spec.count > 1:
@@ -200,8 +201,6 @@ def shard_work(
     problem: str | None = None
     opened: tuple[str, int] | None = None
     if uri is not None and inv is not None:
-        from guard.track.invocation import ensure_invocation
-
         try:
             opened = ensure_invocation(uri, suite.name, inv, spec.count, git)
         except GuardError as exc:
@@ -209,13 +208,9 @@ def shard_work(
     times: dict[Case, float] | None = None
     source = "count"
     if times_path is not None:
-        from guard.compare.compare import load_results
-
         times = times_from_results(load_results(Path(times_path)))
         source = f"results:{times_path}"
     elif uri is not None and problem is None:
-        from guard.track.index import case_times
-
         times = case_times(
             uri, suite.name, cases, before_ms=opened[1] if opened else None, exclude_invocation=inv
         )

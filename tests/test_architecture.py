@@ -121,11 +121,6 @@ CYCLES_ALLOWED: dict[frozenset[str], str] = {
         }
     ): "type-only (TYPE_CHECKING): the emitters split out of conv.py annotate the ConvKernel "
     "that drives them; the seam is a Protocol of what they read, as for gemm",
-    frozenset(
-        {"guard.track.index", "guard.track.invocation", "guard.track.log", "guard.track.query"}
-    ): "log calls index.annotate_logged after logging, and index, invocation and query "
-    "read log's private client helpers (_client, _http_limits, _translated); the seam "
-    "is a track/client.py holding those",
 }
 
 

@@ -13,7 +13,7 @@ A side is named on the command line as:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,10 @@ from guard.compare.compare import (
     validate_results,
 )
 from guard.errors import UsageError
+from guard.schema import RESULTS_SCHEMA_VERSION
+from guard.track import find_runs
+from guard.track.client import mlflow_client, translated
+from guard.track.index import baseline_on_branch
 
 BRANCH_PREFIXES = ("branch:", "mlflow:")
 # The column of find_runs' frame holding a run's commit (guard.track.records tags it).
@@ -38,21 +42,15 @@ def is_mlflow_spec(spec: str) -> bool:
 def _load_artifact(uri: str, artifact_uri: str, name: str) -> Any:
     import mlflow
 
-    from guard.track.log import _translated
-
-    with _translated(uri, f"reading {name} of a baseline run"):
+    with translated(uri, f"reading {name} of a baseline run"):
         mlflow.set_tracking_uri(uri)
         return mlflow.artifacts.load_dict(f"{artifact_uri.rstrip('/')}/{name}")
 
 
 def load_run(uri: str, run_id: str) -> dict[str, Any]:
     """The results document an invocation run carries."""
-    from mlflow import MlflowClient
-
-    from guard.track.log import _translated
-
-    with _translated(uri, f"reading run {run_id}"):
-        run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    with translated(uri, f"reading run {run_id}"):
+        run = mlflow_client(uri).get_run(run_id)
     doc = _load_artifact(uri, run.info.artifact_uri, "results.json")
     validate_results(doc, f"run:{run_id}")
     return doc
@@ -65,8 +63,8 @@ def latest_on_branch(
     wanted: list[Mapping[str, Any]],
     *,
     max_candidates: int = 20,
-    finder: Any = None,
-    loader: Any = None,
+    finder: Callable[..., Any] | None = None,
+    loader: Callable[[str], Any] | None = None,
     exclude_commit: str | None = None,
 ) -> dict[str, Any]:
     """A baseline document assembled from the newest compatible result run per key.
@@ -76,8 +74,7 @@ def latest_on_branch(
     ``finder``/``loader`` default to guard.track.find_runs and MLflow's artifact download;
     tests pass fakes.
     """
-    if finder is None:
-        from guard.track import find_runs as finder
+    finder = finder or find_runs
     load = loader or (lambda artifact_uri: _load_artifact(uri, artifact_uri, "result.json"))
     results = []
     for head_r in wanted:
@@ -108,7 +105,12 @@ def latest_on_branch(
             f"no baseline runs of suite {suite!r} on branch {branch!r} in {uri}",
             hint="Run `guard run` on that branch with tracking on, or pass a results file.",
         )
-    return {"schema_version": 1, "suite": suite, "git": {"branch": branch}, "results": results}
+    return {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "suite": suite,
+        "git": {"branch": branch},
+        "results": results,
+    }
 
 
 def load_side(
@@ -138,8 +140,6 @@ def load_side(
         raise UsageError(f"{spec}: which suite? pass --suite")
     own = (other.get("git") or {}).get("commit")
     # guard's index answers in one search per case; runs logged before it go to the scan.
-    from guard.track.index import baseline_on_branch
-
     return baseline_on_branch(
         uri,
         str(suite),

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from guard.errors import GuardError, UsageError
+from guard.schema import RESULTS_SCHEMA_VERSION, section
+from guard.track import invocation
 from guard.track.batch import _log_batch
-from guard.track.log import _client, _http_limits, _translated, experiment_name
+from guard.track.client import experiment_name, http_limits, mlflow_client, translated
+from guard.track.query import scoped_tracking_uri
 
 BASELINE_KEY_TAG = "guard.baseline_key"
 INDEX_VERSION = "1"  # part of the hashed key: a changed key recipe never matches old runs
@@ -30,8 +35,8 @@ LOOKUP_WORKERS = 8
 
 
 def canonical_target(result: Mapping[str, Any]) -> str:
-    manifest = result.get("manifest") if isinstance(result.get("manifest"), Mapping) else {}
-    tgt = manifest.get("target") if isinstance(manifest.get("target"), Mapping) else {}
+    manifest = section(result, "manifest")
+    tgt = section(manifest, "target")
     return str(tgt.get("canonical") or result.get("target"))
 
 
@@ -39,8 +44,8 @@ def baseline_key(result: Mapping[str, Any], branch: str | None) -> str | None:
     """The index key of a result on a branch; None when the branch is unknown."""
     if not branch:
         return None
-    manifest = result.get("manifest") if isinstance(result.get("manifest"), Mapping) else {}
-    host = manifest.get("host") if isinstance(manifest.get("host"), Mapping) else {}
+    manifest = section(result, "manifest")
+    host = section(manifest, "host")
     parts = [
         INDEX_VERSION,
         str(branch),
@@ -54,13 +59,13 @@ def baseline_key(result: Mapping[str, Any], branch: str | None) -> str | None:
 
 def result_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, str]:
     """The index tags of one result run."""
-    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    git = section(doc, "git")
     tags: dict[str, str] = {}
     key = baseline_key(result, git.get("branch"))
     if key:
         tags[BASELINE_KEY_TAG] = key
-    shard = doc.get("shard") if isinstance(doc.get("shard"), Mapping) else None
-    if shard and shard.get("invocation_id"):
+    shard = section(doc, "shard")
+    if shard.get("invocation_id"):
         tags["guard.invocation_id"] = str(shard["invocation_id"])
     return tags
 
@@ -68,12 +73,10 @@ def result_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, 
 def annotate(uri: str, doc: Mapping[str, Any], receipt: Mapping[str, Any]) -> None:
     """Write the index tags on the runs ``log_results`` just created, and link a shard's
     run to its invocation (guard.track.invocation)."""
-    from guard.track import invocation
-
     child_ids = list(receipt.get("child_run_ids") or ())
     results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
-    with _http_limits(), _translated(uri, "indexing the logged runs"):
-        client = _client(uri)
+    with http_limits(), translated(uri, "indexing the logged runs"):
+        client = mlflow_client(uri)
         for run_id, result in zip(child_ids, results, strict=False):
             tags = result_tags(result, doc)
             if tags:
@@ -86,8 +89,6 @@ def annotate(uri: str, doc: Mapping[str, Any], receipt: Mapping[str, Any]) -> No
 def annotate_logged(uri: str, doc: Mapping[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
     """:func:`annotate` for ``log_results``: the results are logged already, so a failure
     here is reported in the receipt (``index_error``) rather than raised."""
-    from guard.errors import GuardError
-
     try:
         annotate(uri, doc, receipt)
     except GuardError as exc:
@@ -147,11 +148,6 @@ def baseline_on_branch(
     at all, only incompatible ones) stand. Runs of ``exclude_commit`` (the head's own
     commit) are never a baseline.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from guard.errors import UsageError
-    from guard.track.query import scoped_tracking_uri
-
     if loader is None:
         import mlflow
 
@@ -160,11 +156,11 @@ def baseline_on_branch(
 
     found: list[dict[str, Any] | None] = []
     with (
-        _http_limits(),
-        _translated(uri, f"looking up baselines of suite {suite!r}"),
+        http_limits(),
+        translated(uri, f"looking up baselines of suite {suite!r}"),
         scoped_tracking_uri(uri),  # once for all threads: artifact URIs resolve against it
     ):
-        client = _client(uri)
+        client = mlflow_client(uri)
         experiment = _experiment(client, suite)
 
         def one(head_r: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -192,7 +188,12 @@ def baseline_on_branch(
             f"no baseline runs of suite {suite!r} on branch {branch!r} in {uri}",
             hint="Run `guard run` on that branch with tracking on, or pass a results file.",
         )
-    return {"schema_version": 1, "suite": suite, "git": {"branch": branch}, "results": results}
+    return {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "suite": suite,
+        "git": {"branch": branch},
+        "results": results,
+    }
 
 
 def case_times(
@@ -211,16 +212,14 @@ def case_times(
     bounded to a few runs per case; a store that cannot answer gives no times (the shards
     balance by count) rather than failing the run.
     """
-    from guard.errors import GuardError
-
     wanted = set(cases)
     out: dict[tuple[str, str, str], float] = {}
     where = "tags.`guard.level` = 'result' and attributes.status = 'FINISHED'"
     if before_ms is not None:
         where += f" and attributes.start_time < {int(before_ms)}"
     try:
-        with _http_limits(), _translated(uri, f"reading case times of suite {suite!r}"):
-            client = _client(uri)
+        with http_limits(), translated(uri, f"reading case times of suite {suite!r}"):
+            client = mlflow_client(uri)
             experiment = _experiment(client, suite)
             if experiment is None:
                 return out
@@ -238,5 +237,5 @@ def case_times(
             continue
         case = (tags.get("guard.model"), tags.get("guard.backend"), tags.get("guard.target"))
         if case in wanted and case not in out and "duration_s" in metrics:
-            out[case] = float(metrics["duration_s"])  # type: ignore[index]
+            out[case] = float(metrics["duration_s"])
     return out

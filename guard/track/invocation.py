@@ -23,9 +23,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from guard.track.batch import _log_batch
-from guard.track.log import _client, _experiment_id, _http_limits, _translated
-from guard.track.records import tag_value
+from guard.errors import UsageError
+from guard.schema import section
+from guard.track.batch import _log_batch, metric_entities
+from guard.track.client import experiment_id, http_limits, mlflow_client, translated
+from guard.track.records import parent_metrics, tag_value, worst_verdict
 
 INVOCATION_TAG = "guard.invocation_id"
 
@@ -41,8 +43,6 @@ def _candidates(client: Any, experiment_id: str, invocation_id: str) -> list[Any
 
 
 def _safe(value: str) -> str:
-    from guard.errors import UsageError
-
     if "'" in value:
         raise UsageError(f"invocation id {value!r} may not contain a quote")
     return value
@@ -86,9 +86,9 @@ def ensure_invocation(
     Raises TrackingError when the store cannot be reached: the caller measures anyway and
     keeps results locally.
     """
-    with _http_limits(), _translated(uri, f"opening invocation {invocation_id!r}"):
-        client = _client(uri)
-        eid = _experiment_id(client, uri, suite)
+    with http_limits(), translated(uri, f"opening invocation {invocation_id!r}"):
+        client = mlflow_client(uri)
+        eid = experiment_id(client, uri, suite)
         found = _candidates(client, eid, invocation_id)
         if not found:
             _create(client, eid, suite, invocation_id, count, git)
@@ -102,7 +102,7 @@ def link_shard(
     """Make ``shard_run_id`` (the run a shard logged) a child of its invocation's run."""
     from mlflow.entities import RunStatus
 
-    shard = doc.get("shard") if isinstance(doc.get("shard"), Mapping) else {}
+    shard = section(doc, "shard")
     inv = shard.get("invocation_id")
     if not inv:
         return None
@@ -114,14 +114,12 @@ def link_shard(
             str(doc.get("suite")),
             str(inv),
             shard.get("count"),
-            doc.get("git") if isinstance(doc.get("git"), Mapping) else None,
+            section(doc, "git") or None,
         )
         found = _candidates(client, experiment_id, str(inv))
     canonical = str(found[0].info.run_id)
     k, n = shard.get("index"), shard.get("count")
     verdicts = [r.get("verdict") for r in doc.get("results") or () if isinstance(r, Mapping)]
-    from guard.track.records import worst_verdict
-
     _log_batch(
         client,
         shard_run_id,
@@ -159,11 +157,7 @@ def record_merged(uri: str, doc: Mapping[str, Any]) -> str:
     """Put a merged results document (guard merge) on its invocation's run: the worst
     verdict, the counts, and ``results.json``, so ``run:<id>`` of the invocation is the
     whole run. Writing it again overwrites it (idempotent). Returns the run id."""
-    from guard.errors import UsageError
-    from guard.track.batch import metric_entities
-    from guard.track.records import parent_metrics, worst_verdict
-
-    merged = doc.get("merged") if isinstance(doc.get("merged"), Mapping) else {}
+    merged = section(doc, "merged")
     inv = merged.get("invocation_id")
     if not inv:
         raise UsageError(
@@ -172,9 +166,9 @@ def record_merged(uri: str, doc: Mapping[str, Any]) -> str:
             "GUARD_INVOCATION_ID) log under one invocation.",
         )
     suite = str(doc.get("suite"))
-    with _http_limits(), _translated(uri, f"recording the merge of invocation {inv!r}"):
-        client = _client(uri)
-        eid = _experiment_id(client, uri, suite)
+    with http_limits(), translated(uri, f"recording the merge of invocation {inv!r}"):
+        client = mlflow_client(uri)
+        eid = experiment_id(client, uri, suite)
         found = _candidates(client, eid, str(inv))
         if not found:
             raise UsageError(

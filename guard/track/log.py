@@ -13,44 +13,35 @@ Results that could not be sent are kept as JSON (``keep_results``) and sent late
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import platform
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from guard.errors import InternalError, TrackingError
-from guard.fsutil import BoundedReadError, read_bounded_text
+from guard.schema import read_json, results_document, section
 from guard.track import records
 from guard.track.batch import _log_batch, metric_entities
-from guard.track.pending import PENDING_DIR, keep, push_lock
-from guard.track.uri import (
-    GUARD_DIR,
-    _quiet_mlflow,
-    artifact_root,
-    check_reachable,
-    is_http,
-    run_url,
+from guard.track.client import (
+    experiment_id,
+    experiment_name,
+    http_limits,
+    mlflow_client,
+    translated,
 )
+from guard.track.index import annotate_logged
+from guard.track.pending import PENDING_DIR, keep, push_lock
+from guard.track.uri import GUARD_DIR, check_reachable, run_url
 
-SCHEMA_VERSION = 1
-# Over HTTP, MLflow retries a failed request 7 times with doubling backoff (minutes).
-# guard has a local fallback, so it gives up sooner unless the user chose otherwise.
-_HTTP_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
-}
-
-
-def experiment_name(suite: str) -> str:
-    return f"guard/{suite}"
-
+# The client helpers under the names they had when they lived here (guard.track.client
+# now): readers outside guard.track (the dashboard, calibration, benchmarks) import them.
+_client = mlflow_client
+_experiment_id = experiment_id
+_http_limits = http_limits
+_translated = translated
 
 # The identity of a measurement. Keys a caller adds after logging (the pipeline's
 # "tracking" receipt, "exit_code") must not make a pushed copy look like a new invocation.
@@ -63,88 +54,6 @@ def results_sha256(doc: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@contextlib.contextmanager
-def _http_limits() -> Iterator[None]:
-    added = {k: v for k, v in _HTTP_DEFAULTS.items() if k not in os.environ}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for key in added:
-            os.environ.pop(key, None)
-
-
-@contextlib.contextmanager
-def _translated(uri: str, action: str) -> Iterator[None]:
-    """Failures of the store become one-line TrackingErrors naming the URI and what to do."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        import requests
-
-        network_errors: tuple[type[BaseException], ...] = (requests.RequestException,)
-    except ImportError:  # pragma: no cover - mlflow depends on requests
-        network_errors = ()
-    try:
-        yield
-    except MlflowException as exc:
-        if getattr(exc, "error_code", None) == "INVALID_PARAMETER_VALUE":
-            # The store is fine: it refused a key or value guard built. guard's bug, exit 3.
-            raise InternalError(
-                f"MLflow refused what guard logged while {action}: {_first_line(exc.message)}",
-                hint="This is a bug in guard: please report it with this line.",
-            ) from exc
-        raise TrackingError(
-            f"tracking store {uri} failed while {action}: {_first_line(exc.message)}",
-            hint=_hint(uri),
-        ) from exc
-    except (*network_errors, OSError) as exc:
-        raise TrackingError(
-            f"tracking store {uri} failed while {action}: {_first_line(str(exc))}",
-            hint=_hint(uri),
-        ) from exc
-
-
-def _first_line(text: str, limit: int = 300) -> str:
-    line = next((s.strip() for s in str(text).splitlines() if s.strip()), "unknown error")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _hint(uri: str) -> str:
-    if is_http(uri):
-        return (
-            "check the server and --tracking-uri / MLFLOW_TRACKING_URI; "
-            "keep the results JSON and send it later with `guard track push`."
-        )
-    return "check that the store is writable, or pass another --tracking-uri."
-
-
-def _client(uri: str) -> Any:
-    _quiet_mlflow()
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
-
-
-def _experiment_id(client: Any, uri: str, suite: str) -> str:
-    from mlflow.exceptions import MlflowException
-
-    name = experiment_name(suite)
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        if found.lifecycle_stage == "deleted":
-            client.restore_experiment(found.experiment_id)
-        return str(found.experiment_id)
-    try:
-        return str(client.create_experiment(name, artifact_location=artifact_root(uri)))
-    except MlflowException:
-        # Another guard created it between our lookup and create.
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return str(found.experiment_id)
-
-
 def _started_ms(doc: Mapping[str, Any]) -> int:
     started = doc.get("started")
     if isinstance(started, str):
@@ -155,22 +64,11 @@ def _started_ms(doc: Mapping[str, Any]) -> int:
     return int(time.time() * 1000)
 
 
+_REWRITE = "write it with a matching guard (`guard run --json PATH`)."
+
+
 def _validate(doc: Any, where: str) -> dict[str, Any]:
-    if not isinstance(doc, dict):
-        raise TrackingError("a results document must be a JSON object", where=where)
-    version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise TrackingError(
-            f"results schema_version is {version!r}, this guard reads {SCHEMA_VERSION}",
-            where=where,
-            hint="write it with a matching guard (`guard run --json PATH`).",
-        )
-    if not isinstance(doc.get("suite"), str) or not doc["suite"]:
-        raise TrackingError("results have no 'suite' name", where=where)
-    results = doc.get("results")
-    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
-        raise TrackingError("'results' must be a list of objects", where=where)
-    return doc
+    return results_document(doc, where, hint=_REWRITE, require_suite=True)
 
 
 def log_results(
@@ -183,26 +81,22 @@ def log_results(
     """
     doc = _validate(doc, "results")
     check_reachable(uri)  # a server or database that does not answer fails fast
-    with _http_limits(), _translated(uri, f"logging suite {doc['suite']!r}"):
+    with http_limits(), translated(uri, f"logging suite {doc['suite']!r}"):
         receipt = _log(doc, uri, artefact_dirs or {})
-    from guard.track.index import annotate_logged  # baseline index, shard -> invocation link
-
-    return annotate_logged(uri, doc, receipt)
+    return annotate_logged(uri, doc, receipt)  # baseline index, shard -> invocation link
 
 
 def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[str, Any]:
     from mlflow.entities import RunStatus
 
-    client = _client(uri)
-    experiment_id = _experiment_id(client, uri, doc["suite"])
-    git = doc.get("git") if isinstance(doc.get("git"), dict) else {}
+    client = mlflow_client(uri)
+    eid = experiment_id(client, uri, doc["suite"])
+    git = section(doc, "git")
     short = str(git.get("commit") or "nogit")[:10]
     started = _started_ms(doc)
     arch = records.host_arch(doc) or platform.machine()
 
-    parent = client.create_run(
-        experiment_id, start_time=started, run_name=f"{doc['suite']}@{short}"
-    )
+    parent = client.create_run(eid, start_time=started, run_name=f"{doc['suite']}@{short}")
     parent_id = parent.info.run_id
     child_ids: list[str] = []
     status = RunStatus.to_string(RunStatus.FAILED)
@@ -221,7 +115,7 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
         client.log_dict(parent_id, doc, "results.json")
         for index, result in enumerate(doc["results"]):
             child_ids.append(
-                _log_child(client, experiment_id, parent_id, doc, result, artefact_dirs.get(index))
+                _log_child(client, eid, parent_id, doc, result, artefact_dirs.get(index))
             )
         status = RunStatus.to_string(RunStatus.FINISHED)
     except KeyboardInterrupt:
@@ -229,14 +123,14 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
         raise
     finally:
         if status != RunStatus.to_string(RunStatus.FINISHED):
-            _end_children(client, experiment_id, parent_id, child_ids, status)
+            _end_children(client, eid, parent_id, child_ids, status)
         _terminate(client, parent_id, status, records.iso_ms(doc.get("finished")))
     return {
-        "experiment_id": experiment_id,
+        "experiment_id": eid,
         "parent_run_id": parent_id,
         "child_run_ids": child_ids,
         "uri": uri,
-        "run_url": run_url(uri, experiment_id, parent_id),
+        "run_url": run_url(uri, eid, parent_id),
     }
 
 
@@ -328,18 +222,7 @@ def _terminate(client: Any, run_id: str, status: str, end_ms: int | None) -> Non
 def load_results(path: Path) -> dict[str, Any]:
     """Read and validate a results JSON written by ``guard run --json`` or ``keep_results``."""
     path = Path(path)
-    try:
-        doc = json.loads(read_bounded_text(path))  # a regular file under a size limit
-    except FileNotFoundError as exc:
-        raise TrackingError("results file not found", where=str(path)) from exc
-    except BoundedReadError as exc:
-        raise TrackingError(exc.reason, where=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TrackingError(f"cannot read results file: {exc}", where=str(path)) from exc
-    except json.JSONDecodeError as exc:
-        raise TrackingError(
-            f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", where=str(path)
-        ) from exc
+    doc = read_json(path, what="results file")
     return _validate(doc, str(path))
 
 
@@ -352,7 +235,7 @@ def push(results_path: Path, uri: str) -> dict[str, Any]:
         doc = load_results(results_path)
         check_reachable(uri)  # a server or database that does not answer fails fast
         digest = results_sha256(doc)
-        with _http_limits(), _translated(uri, f"looking up {results_path}"):
+        with http_limits(), translated(uri, f"looking up {results_path}"):
             existing = _find_parent(uri, doc["suite"], digest)
         if existing is not None:
             url = run_url(uri, existing["experiment_id"], existing["parent_run_id"])
@@ -361,7 +244,7 @@ def push(results_path: Path, uri: str) -> dict[str, Any]:
 
 
 def _find_parent(uri: str, suite: str, digest: str) -> dict[str, Any] | None:
-    client = _client(uri)
+    client = mlflow_client(uri)
     experiment = client.get_experiment_by_name(experiment_name(suite))
     if experiment is None:
         return None

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from guard.errors import TrackingError
-from guard.track.log import _http_limits, _translated, experiment_name
+from guard.track.client import experiment_name, http_limits, translated
 from guard.track.uri import _quiet_mlflow
 
 # find_runs keyword -> the tag it filters on.
@@ -43,7 +43,8 @@ def scoped_tracking_uri(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(saved_global)
+        # None (no URI was set) unsets it again: mlflow handles None, its annotation says str.
+        mlflow.set_tracking_uri(saved_global)  # type: ignore[arg-type]
         if saved_env is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
@@ -108,8 +109,8 @@ def find_runs(
         finished = "attributes.status = 'FINISHED'"
         where = f"{where} and {finished}" if where else finished
     with (
-        _http_limits(),
-        _translated(uri, f"searching runs of suite {suite!r}"),
+        http_limits(),
+        translated(uri, f"searching runs of suite {suite!r}"),
         scoped_tracking_uri(uri),
     ):
         experiment = mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name(
@@ -140,8 +141,8 @@ def load_artifact_dict(uri: str, artifact_uri: str, name: str) -> Any:
     import mlflow
 
     with (
-        _http_limits(),
-        _translated(uri, f"reading {name} of run artifacts {artifact_uri}"),
+        http_limits(),
+        translated(uri, f"reading {name} of run artifacts {artifact_uri}"),
         scoped_tracking_uri(uri),
     ):
         return mlflow.artifacts.load_dict(f"{artifact_uri.rstrip('/')}/{name}")

@@ -3,11 +3,10 @@
 Pure functions over plain dicts, so the mapping is testable without a store. Any field may
 be None or missing and unknown keys are tolerated: a None value is simply not a metric.
 
-Keys are made legal for MLflow (alphanumerics, ``_ - . space``; no ``/`` so a key never
-reads as a path); values are truncated to MLflow's limits rather than rejected. A None is
-never written as the string ``'null'``: it is left out. A target string (a host's canonical
-target runs to ~330 characters) is shortened for keys by :func:`target_key` (a readable
-head and a hash); the full string is kept as a param.
+Keys and values are made legal for MLflow by guard.track.keys (its names are importable
+from here too). A None is never written as the string ``'null'``: it is left out. A long
+target string is shortened in keys (``keys.target_key``); the full string is kept as a
+param.
 
 Per (model, backend, target) *series* metrics also go on the invocation (parent) run as
 ``<series>/<metric>`` (:func:`series_metrics`), so MLflow's own chart view plots one series
@@ -21,16 +20,27 @@ import hashlib
 import json
 import math
 import os
-import re
 import statistics
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-# MLflow's limits (mlflow.utils.validation; a test pins them to the installed MLflow).
-# Copied rather than imported so that importing guard.track does not import mlflow.
-MAX_ENTITY_KEY_LENGTH = 250
-MAX_PARAM_VAL_LENGTH = 6000
-MAX_TAG_VAL_LENGTH = 8000
+from guard.schema import section
+from guard.track.keys import (
+    MAX_ENTITY_KEY_LENGTH,
+    as_number,
+    clean_key,
+    flatten,
+    param_value,
+    result_series,
+    tag_value,
+    target_key,
+)
+
+# Names of guard.track.keys that readers of records (the JUnit report, calibration, the
+# tests) take from here, re-exported explicitly.
+from guard.track.keys import MAX_PARAM_VAL_LENGTH as MAX_PARAM_VAL_LENGTH
+from guard.track.keys import MAX_TAG_VAL_LENGTH as MAX_TAG_VAL_LENGTH
+from guard.track.keys import series_key as series_key
 
 # Raw per-iteration samples go in as the history of one metric (step = iteration index).
 # A fast model produces tens of thousands, and each point is a row in the store (~0.1 ms
@@ -38,51 +48,8 @@ MAX_TAG_VAL_LENGTH = 8000
 # whole run. The full list stays in result.json.
 MAX_SAMPLE_STEPS = 2_000
 
-_BAD_KEY_CHARS = re.compile(r"[^\w.\- ]")
 _VERDICT_ORDER = ("error", "fail", "inconclusive", "pass")
 FAILED_STATUSES = ("fail", "error")
-
-
-def clean_key(key: str) -> str:
-    cleaned = _BAD_KEY_CHARS.sub("_", str(key)).strip(" ")
-    if cleaned in ("", ".", ".."):
-        cleaned = cleaned.replace(".", "_") or "_"
-    return cleaned[:MAX_ENTITY_KEY_LENGTH]
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-
-
-def param_value(value: Any) -> str:
-    return _text(value)[:MAX_PARAM_VAL_LENGTH]
-
-
-def tag_value(value: Any) -> str:
-    return _text(value)[:MAX_TAG_VAL_LENGTH]
-
-
-def as_number(value: Any) -> float | None:
-    """A metric value, or None for anything that is not a number (bools count as 0/1)."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float):
-        return float(value)
-    try:  # numpy scalars and the like
-        return float(value) if hasattr(value, "__float__") and not isinstance(value, str) else None
-    except (TypeError, ValueError):
-        return None
-
-
-def flatten(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Dotted keys for the leaves of nested dicts; lists and scalars are leaves."""
-    if isinstance(tree, Mapping):
-        if not tree and prefix:
-            yield prefix, tree
-        for key, value in tree.items():
-            yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
-    elif prefix:
-        yield prefix, tree
 
 
 def manifest_params(manifest: Any) -> dict[str, str]:
@@ -96,36 +63,6 @@ def manifest_params(manifest: Any) -> dict[str, str]:
             continue
         params.setdefault(clean_key(key), param_value(value))
     return params
-
-
-# Above this length (or with characters a key cannot hold) a target is shortened for keys.
-TARGET_KEY_MAX = 40
-_KEY_HEAD = re.compile(r"[^\w.\-]+")
-
-
-def target_key(target: Any) -> str:
-    """A short, legal, stable spelling of a target string for metric keys.
-
-    ``host`` stays ``host``; ``llvm -mtriple=aarch64-linux-gnu -mattr=+neon`` (or a 330
-    character canonical target) becomes a readable head plus 10 hex digits of its sha256,
-    e.g. ``llvm_-mtriple_aarch64-lin-3f1c0a9b2e``. The full string goes in a param.
-    """
-    text = str(target) if target is not None and str(target) else "?"
-    if len(text) <= TARGET_KEY_MAX and clean_key(text) == text and " " not in text:
-        return text
-    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
-    head = _KEY_HEAD.sub("_", text)[:24].strip("_.-") or "target"
-    return f"{head}-{digest}"
-
-
-def series_key(model: Any, backend: Any, target: Any) -> str:
-    """``model.backend.target_key``: one series of a suite, legal as a key and a prefix."""
-    parts = [_KEY_HEAD.sub("_", str(x or "?")).strip("_") or "_" for x in (model, backend)]
-    return clean_key(".".join([*parts, target_key(target)]))
-
-
-def result_series(result: Mapping[str, Any]) -> str:
-    return series_key(result.get("model"), result.get("backend"), result.get("target"))
 
 
 # The per-result metrics that are also written on the parent, one column per series.
@@ -200,8 +137,8 @@ def tuning_hit_rate(result: Mapping[str, Any]) -> float | None:
 def result_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     """Scalar metrics of one result: latency, numerics errors, partitions, arena, tuning."""
     metrics: dict[str, float] = {}
-    for section in ("latency_ms", "numerics", "partitions", "preflight"):
-        metrics.update(_numeric_leaves(result.get(section), section))
+    for name in ("latency_ms", "numerics", "partitions", "preflight"):
+        metrics.update(_numeric_leaves(result.get(name), name))
     if "latency_ms.p10" not in metrics and isinstance(result.get("latency_ms"), Mapping):
         # The lower edge of the band a dashboard draws around p50; results store p90 and up.
         samples = [n for n in map(as_number, result.get("samples_ms") or ()) if n is not None]
@@ -275,8 +212,8 @@ def child_name(result: Mapping[str, Any]) -> str:
 
 
 def child_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, str]:
-    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
-    manifest = result.get("manifest") if isinstance(result.get("manifest"), Mapping) else {}
+    git = section(doc, "git")
+    manifest = section(result, "manifest")
     tags = {
         "guard.level": "result",
         "guard.suite": doc.get("suite"),
@@ -312,7 +249,7 @@ def user() -> str | None:
 
 def system_tags(doc: Mapping[str, Any], run_name: str) -> dict[str, Any]:
     """MLflow's own tags, so its UI shows the source, user, commit and name of each run."""
-    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    git = section(doc, "git")
     recorded = doc.get("user") if isinstance(doc.get("user"), str) else None
     return {
         "mlflow.runName": run_name,
@@ -335,7 +272,7 @@ def host_arch(doc: Mapping[str, Any]) -> str | None:
 
 
 def parent_tags(doc: Mapping[str, Any], arch: str, results_sha256: str) -> dict[str, str]:
-    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    git = section(doc, "git")
     results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
     dirty = git.get("dirty")
     tags = {
@@ -356,14 +293,14 @@ def parent_tags(doc: Mapping[str, Any], arch: str, results_sha256: str) -> dict[
 
 
 def parent_name(doc: Mapping[str, Any]) -> str:
-    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    git = section(doc, "git")
     return f"{doc.get('suite')}@{str(git.get('commit') or 'nogit')[:10]}"
 
 
 def invocation_note(doc: Mapping[str, Any]) -> str:
     """The run description MLflow shows: what ran, at which commit, and what failed."""
     results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
-    git = doc.get("git") if isinstance(doc.get("git"), Mapping) else {}
+    git = section(doc, "git")
     lines = [
         f"guard run of suite **{doc.get('suite')}** at commit "
         f"`{str(git.get('commit') or 'unknown')[:12]}`: {len(results)} result(s), "
@@ -409,8 +346,8 @@ def result_span(result: Mapping[str, Any], doc: Mapping[str, Any]) -> tuple[int 
 
 def inputs_dataset(result: Mapping[str, Any]) -> dict[str, str] | None:
     """The model's fixed inputs as an MLflow dataset (name, digest, source, schema)."""
-    manifest = result.get("manifest") if isinstance(result.get("manifest"), Mapping) else {}
-    model = manifest.get("model") if isinstance(manifest.get("model"), Mapping) else None
+    manifest = section(result, "manifest")
+    model = section(manifest, "model")
     if not model:
         return None
     inputs = model.get("inputs") or {}

@@ -8,12 +8,15 @@ MLflow 3 silently picks ``./mlflow.db`` (or ``./mlruns``) in whatever the workin
 from __future__ import annotations
 
 import os
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from guard.errors import TrackingError
+from guard.track.dburi import check_database
+from guard.track.store import ensure_local_store
 
 GUARD_DIR = ".guard"
 DB_NAME = "mlflow.db"
@@ -101,12 +104,8 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     if not is_http(uri):
         db = sqlite_path(uri)
         if db is not None:
-            from guard.track.store import ensure_local_store
-
             # Created whole under a lock, or a clear message with the command to run.
             ensure_local_store(uri, db, artifact_root(uri), say=_note)
-        from guard.track.dburi import check_database
-
         check_database(uri, timeout_s)  # postgresql:// etc.: a database that does not answer
         return
     url = uri.rstrip("/") + "/health"
@@ -130,8 +129,6 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
 
 
 def _note(message: str) -> None:
-    import sys
-
     print(message, file=sys.stderr)
 
 

@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 from track_docs import TRIPLES, make_doc
 
-from guard.errors import EXIT_BAD_INPUT, TrackingError
+from guard.errors import EXIT_BAD_INPUT, SchemaError, TrackingError
 from guard.track import (
     find_runs,
     keep_results,
@@ -185,16 +185,24 @@ def test_push_sends_kept_results_once(sqlite_uri: str, tmp_path: Path):
     [
         (None, "results file not found"),
         ("{not json", "not valid JSON"),
-        ('{"schema_version": 2, "suite": "s", "results": []}', "schema_version is 2"),
-        ('{"schema_version": 1, "results": []}', "no 'suite'"),
-        ('{"schema_version": 1, "suite": "s", "results": [1]}', "list of objects"),
+        (
+            '{"schema_version": 2, "suite": "s", "results": []}',
+            "schema_version: unsupported version 2 .this guard reads results schema_version 1",
+        ),
+        ('{"schema_version": 1, "results": []}', "suite: expected a non-empty name, got None"),
+        ('{"schema_version": 1, "suite": "s", "results": {}}', "results: expected a list"),
+        (
+            '{"schema_version": 1, "suite": "s", "results": [1]}',
+            r"results\[0\]: expected an object",
+        ),
+        ("[]", "a results document must be a JSON object"),
     ],
 )
 def test_push_rejects_bad_files(tmp_path: Path, content, match):
     path = tmp_path / "results.json"
     if content is not None:
         path.write_text(content)
-    with pytest.raises(TrackingError, match=match) as err:
+    with pytest.raises(SchemaError, match=match) as err:
         push(path, f"sqlite:///{tmp_path}/never.db")
     assert str(path) in str(err.value) and err.value.exit_code == EXIT_BAD_INPUT
     assert not (tmp_path / "never.db").exists()

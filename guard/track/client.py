@@ -1,0 +1,118 @@
+"""The MLflow client and the guards around every call guard makes to a tracking store.
+
+Everything in guard.track (and the few readers outside it: dashboards, baselines,
+calibration) opens the store through here: :func:`mlflow_client`, with
+:func:`http_limits` (give up on an unreachable server in seconds, not MLflow's minutes of
+retries) and :func:`translated` (a store failure becomes one ``TrackingError`` line naming
+the URI and what to do). It sits below the modules that log (log), index (index,
+invocation) and query (query), so none of them imports another for its client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from guard.errors import InternalError, TrackingError
+from guard.track.uri import _quiet_mlflow, artifact_root, is_http
+
+# Over HTTP, MLflow retries a failed request 7 times with doubling backoff (minutes).
+# guard has a local fallback, so it gives up sooner unless the user chose otherwise.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+
+
+def experiment_name(suite: str) -> str:
+    """One experiment per suite: ``guard/<suite>``."""
+    return f"guard/{suite}"
+
+
+@contextlib.contextmanager
+def http_limits() -> Iterator[None]:
+    """MLflow's HTTP retry settings of :data:`HTTP_DEFAULTS`, unless the user set them."""
+    added = {k: v for k, v in HTTP_DEFAULTS.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+@contextlib.contextmanager
+def translated(uri: str, action: str) -> Iterator[None]:
+    """Failures of the store become one-line TrackingErrors naming the URI and what to do."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        import requests
+
+        network_errors: tuple[type[BaseException], ...] = (requests.RequestException,)
+    except ImportError:  # pragma: no cover - mlflow depends on requests
+        network_errors = ()
+    failures: tuple[type[BaseException], ...] = (*network_errors, OSError)
+    try:
+        yield
+    except MlflowException as exc:
+        if getattr(exc, "error_code", None) == "INVALID_PARAMETER_VALUE":
+            # The store is fine: it refused a key or value guard built. guard's bug, exit 3.
+            raise InternalError(
+                f"MLflow refused what guard logged while {action}: {first_line(exc.message)}",
+                hint="This is a bug in guard: please report it with this line.",
+            ) from exc
+        raise TrackingError(
+            f"tracking store {uri} failed while {action}: {first_line(exc.message)}",
+            hint=_hint(uri),
+        ) from exc
+    except failures as exc:
+        raise TrackingError(
+            f"tracking store {uri} failed while {action}: {first_line(str(exc))}",
+            hint=_hint(uri),
+        ) from exc
+
+
+def first_line(text: str, limit: int = 300) -> str:
+    line = next((s.strip() for s in str(text).splitlines() if s.strip()), "unknown error")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _hint(uri: str) -> str:
+    if is_http(uri):
+        return (
+            "check the server and --tracking-uri / MLFLOW_TRACKING_URI; "
+            "keep the results JSON and send it later with `guard track push`."
+        )
+    return "check that the store is writable, or pass another --tracking-uri."
+
+
+def mlflow_client(uri: str) -> Any:
+    """An ``mlflow.MlflowClient`` for ``uri`` (mlflow is imported here, when first needed)."""
+    _quiet_mlflow()
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def experiment_id(client: Any, uri: str, suite: str) -> str:
+    """The id of the suite's experiment, created (or restored from deleted) when needed."""
+    from mlflow.exceptions import MlflowException
+
+    name = experiment_name(suite)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        if found.lifecycle_stage == "deleted":
+            client.restore_experiment(found.experiment_id)
+        return str(found.experiment_id)
+    try:
+        return str(client.create_experiment(name, artifact_location=artifact_root(uri)))
+    except MlflowException:
+        # Another guard created it between our lookup and create.
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return str(found.experiment_id)
