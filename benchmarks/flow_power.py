@@ -56,7 +56,7 @@ MODELS = {  # zoo name -> (input name, shape)
     "inception_v1": ("data_0", [1, 3, 224, 224]),
 }
 MAX_COLS = 8192  # a 256 x 8192 weight is 8 MiB: a calibration fooled by a busy machine stays sane
-MEASURE = "{warmup_s: 0.25, min_iters: 10, min_time_s: 1.0, max_time_s: 10, rounds: 5}"
+MEASURE = "{{warmup_s: 0.25, min_iters: 10, min_time_s: 1.0, max_time_s: 10, rounds: {rounds}}}"
 COTENANT = (
     "import numpy as np\n"
     "a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)\n"
@@ -159,7 +159,7 @@ def calibrate(model: onnx.ModelProto, inp: str, shape, target: float) -> tuple[i
     return cols, interleaved_ratio(model, add_branch(model, inp, cols), feeds, 4.0)
 
 
-def write_suite(d: Path, models: dict[str, Path]) -> Path:
+def write_suite(d: Path, models: dict[str, Path], measure: str) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     lines = [
         "schema_version: 1",
@@ -167,7 +167,7 @@ def write_suite(d: Path, models: dict[str, Path]) -> Path:
         "defaults:",
         "  backends: [onnxruntime]",
         "  threads: 1",
-        f"  measure: {MEASURE}",
+        f"  measure: {measure}",
         "models:",
     ]
     for name, path in models.items():
@@ -313,6 +313,7 @@ def run_condition(name: str, suites: dict[str, Path], n: int, work: Path, cotena
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--processes", type=int, default=10, help="guard run processes per variant")
+    ap.add_argument("--rounds", type=int, default=10, help="rounds per result (guard's default)")
     ap.add_argument("--conditions", default="no-cotenant,cotenant")
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
     ap.add_argument("--out", type=Path, required=True)
@@ -336,11 +337,12 @@ def main(argv: list[str] | None = None) -> int:
             variants[v][name] = p
             injected[name][v] = {"target": target, "cols": cols, "measured_ratio": ratio}
             print(f"{name} {v}: {cols} cols, measured {ratio:.3f}", file=sys.stderr)
-    suites = {v: write_suite(work / v, models) for v, models in variants.items()}
+    measure = MEASURE.format(rounds=args.rounds)
+    suites = {v: write_suite(work / v, models, measure) for v, models in variants.items()}
     results = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
-        "measure": MEASURE,
+        "measure": measure,
         "injected": injected,
         "conditions": [],
     }

@@ -70,7 +70,7 @@ class MeasureConfig:
     max_time_s: float = 20.0
     max_warmup_iters: int = 1000
     max_iters: int = 100_000
-    rounds: int = 5
+    rounds: int = 10
 
     def __post_init__(self) -> None:
         _validate(self, "measure")

@@ -277,7 +277,7 @@ def test_rounds_key_is_validated() -> None:
     with pytest.raises(UsageError, match="rounds"):
         MeasureConfig.from_dict({"rounds": 2.5}, where="suite.yaml: defaults.measure")
     assert MeasureConfig.from_dict({"rounds": 3}, where="m").rounds == 3
-    assert MeasureConfig().rounds == 5
+    assert MeasureConfig().rounds == 10
 
 
 def test_preemptions_are_counted_per_round_as_a_share_of_calls() -> None:
