@@ -3,8 +3,8 @@
 A ``Case`` is one built, loaded (model, backend, target), what ``guard ab`` and
 ``guard calibrate`` time. ``run_case`` produces one result of the results contract
 (docs/ARCHITECTURE.md): numerics against the golden, the measurement, partitions and
-memory, gathered into one ``checks.Facts`` record and judged by ``checks.evaluate``.
-Every result dict, errors included, is assembled by ``result_dict`` with one key set.
+memory, gathered into one ``checks.Facts`` record and judged by ``checks.evaluate``,
+then assembled by ``guard.result.result_dict`` (one key set for every result).
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from guard.backends.base import BuildInfo, Session
 from guard.bench import MeasureConfig, measure_rounds, preflight
 from guard.build import build_artefact
 from guard.compare.crossarch import encode_outputs
-from guard.errors import GuardError, ModelError, UsageError
-from guard.golden import Golden, compare_outputs, top1_accuracy
+from guard.errors import GuardError, ModelError
+from guard.golden import Golden, compare_outputs
+from guard.golden.accuracy import session_accuracy
 from guard.golden.produce import ensure_golden, golden_store
 from guard.model import ModelSpec, bind, load_model
+from guard.result import result_dict
 from guard.round_runner import PROCESS, isolated_rounds, round_isolation
 from guard.suite import ModelEntry, load_suite
 
@@ -143,104 +145,6 @@ def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
 # ---------------------------------------------------------------------------- one result
 
 
-def result_dict(
-    entry: ModelEntry,
-    backend: str,
-    *,
-    checks: list[ck.Check],
-    error: str | None = None,
-    error_kind: str | None = None,
-    manifest: dict[str, Any] | None = None,
-    latency_ms: dict[str, Any] | None = None,
-    latency_status: str | None = None,
-    samples_ms: list[float] | None = None,
-    rounds: list[dict[str, Any]] | None = None,
-    noise_pct: float | None = None,
-    measurement: dict[str, Any] | None = None,
-    partitions: dict[str, Any] | None = None,
-    arena_bytes: int | None = None,
-    arena_lower_bound_bytes: int | None = None,
-    memory: dict[str, Any] | None = None,
-    numerics: dict[str, Any] | None = None,
-    preflight: dict[str, Any] | None = None,
-    artefact: str | None = None,
-    artefact_reused: bool | None = None,
-    graph: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One result of the results contract; every result, errors included, has these keys."""
-    return {
-        "model": entry.name,
-        "backend": backend,
-        "target": entry.target,
-        "verdict": ck.verdict(checks, error),
-        "checks": [c.to_dict() for c in checks],
-        "error": error,
-        "error_kind": error_kind,
-        "manifest": manifest,
-        "latency_ms": latency_ms,
-        # "measured", or "emulated" (foreign-arch code run under qemu: latency_ms is null)
-        "latency_status": latency_status,
-        "samples_ms": list(samples_ms or []),
-        "rounds": rounds,  # per round (a fresh session each): samples_ms, p50, n, contention
-        "noise_pct": noise_pct,  # between-round spread: 100 x SD of the rounds' log medians
-        "measurement": measurement,
-        "partitions": partitions,
-        "arena_bytes": arena_bytes,
-        "arena_lower_bound_bytes": arena_lower_bound_bytes,
-        "memory": memory,
-        "numerics": numerics,
-        "preflight": preflight,
-        "artefact": artefact,
-        "artefact_reused": artefact_reused,
-        "graph": graph,
-    }
-
-
-def error_result(entry: ModelEntry, backend: str, exc: BaseException) -> dict[str, Any]:
-    """The result of a (model, backend) guard could not run: the error as a ``run`` check."""
-    msg = str(exc) if isinstance(exc, GuardError) else f"internal error: {exc!r}"
-    return result_dict(
-        entry,
-        backend,
-        checks=[ck.Check("run", "error", None, None, msg)],
-        error=msg,
-        error_kind="usage" if isinstance(exc, UsageError) else "internal",
-    )
-
-
-def _accuracy(entry: ModelEntry, session: Session, spec: ModelSpec) -> tuple[float, int]:
-    from guard import zoo  # datasets live with the zoo: only when an accuracy check asks
-
-    cfg = entry.checks["accuracy"]
-    try:
-        x, y = zoo.load_dataset(cfg["dataset"])
-    except GuardError as exc:
-        raise ModelError(str(exc), where=f"{entry.where}.checks.accuracy.dataset") from None
-    limit = cfg.get("limit")
-    if limit:
-        x, y = x[:limit], y[:limit]
-    name = spec.inputs[0].name
-    batch = spec.shapes[name][0] if spec.shapes[name] else 1
-    if tuple(x.shape[1:]) != tuple(spec.shapes[name][1:]):
-        raise ModelError(
-            f"dataset {cfg['dataset']} samples have shape {list(x.shape[1:])}, "
-            f"input {name!r} wants {list(spec.shapes[name][1:])}",
-            where=f"{entry.where}.checks.accuracy",
-        )
-    dtype = spec.inputs[0].dtype
-    preds = []
-    n = len(x) - len(x) % batch  # whole batches only: the artefact's shapes are static
-    feeds = [
-        {name: np.ascontiguousarray(x[i : i + batch], dtype=dtype)} for i in range(0, n, batch)
-    ]
-    run_many = getattr(session, "run_many", None)  # emulated: one emulator start, not n
-    outs = run_many(feeds) if run_many is not None else [session.run(f) for f in feeds]
-    for out in outs:
-        preds.append(np.asarray(out[0]).reshape(batch, -1))
-    logits = np.concatenate(preds) if preds else np.zeros((0, 1))
-    return top1_accuracy(logits, y[:n]), n
-
-
 def _host_arch(manifest: dict[str, Any]) -> str:
     try:
         return mf.target_arch(manifest["target"]["canonical"])
@@ -315,7 +219,7 @@ def run_case(
     )
     if "accuracy" in entry.checks:
         try:
-            facts.accuracy, facts.accuracy_n = _accuracy(entry, session, spec)
+            facts.accuracy, facts.accuracy_n = session_accuracy(entry, session, spec)
             numerics["accuracy"] = facts.accuracy
         except GuardError as exc:
             facts.accuracy_error = str(exc)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.bench import set_threads
-from guard.case import error_result, prepare_model, run_case
+from guard.case import prepare_model, run_case
 from guard.deliver import Interruption, check_outputs, finish
 from guard.errors import (
     EXIT_BAD_INPUT,
@@ -31,6 +31,7 @@ from guard.errors import (
     UsageError,
 )
 from guard.golden.produce import ensure_golden, golden_store
+from guard.result import error_result
 from guard.suite import ModelEntry, Suite, load_suite
 
 RESULTS_SCHEMA_VERSION = 1

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("backends", ("guard.backends", "guard.emulate")),
     ("artefacts", ("guard.golden", "guard.build", "guard.round_runner")),
     ("documents", ("guard.compare", "guard.report", "guard.shard")),
-    ("case", ("guard.case",)),
+    ("case", ("guard.case", "guard.result")),
     (
         "commands",
         (
