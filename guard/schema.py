@@ -117,7 +117,7 @@ class Schema:
         at = self.at(file)
         if not isinstance(doc, dict):
             raise at.fail(
-                f"a {self.kind} document must be a JSON object, got {_type_name(doc)}",
+                f"not a JSON object ({_type_name(doc)}), so not a {self.kind} document",
                 self.hint,
             )
         self.check_version(doc, at)

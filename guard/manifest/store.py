@@ -18,15 +18,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.errors import UsageError
-from guard.fsutil import BoundedReadError, atomic_write_text, read_bounded_text
+from guard.errors import SchemaError, UsageError
+from guard.fsutil import atomic_write_text
 from guard.manifest.pins import REQUIRED, SCHEMA_VERSION, canonical_json, manifest_sha256
+from guard.schema import Schema, read_json
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+_REBUILD = "delete the artefact directory and rebuild it."
 
 
-class ManifestError(UsageError):
+class ManifestError(SchemaError):
     """A manifest file cannot be used; the message names the file and what to do."""
+
+
+MANIFEST = Schema("manifest", SCHEMA_VERSION, _REBUILD, error=ManifestError)
 
 
 def artefact_key(manifest: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> str:
@@ -78,59 +83,36 @@ def write_manifest(path: Path, m: Mapping[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _validate_shape(doc: Any, path: Path) -> None:
-    rebuild = "delete the artefact directory and rebuild it."
-    if not isinstance(doc, dict):
-        raise ManifestError("manifest is not a JSON object", where=str(path), hint=rebuild)
-    version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ManifestError(
-            f"schema_version {version!r} is not supported (this guard reads {SCHEMA_VERSION})",
-            where=str(path),
-            hint=rebuild,
-        )
+def _validate_shape(doc: Any, path: Path) -> dict[str, Any]:
+    doc = MANIFEST.check(doc, path)
+    at = MANIFEST.at(path)
     for section, keys in REQUIRED.items():
-        block = doc.get(section)
-        if not isinstance(block, dict):
-            raise ManifestError(f"missing section {section!r}", where=str(path), hint=rebuild)
+        if not isinstance(doc.get(section), dict):
+            raise at.key(section).fail("missing (a section of every manifest)", _REBUILD)
         for k in keys:
-            if k not in block:
-                raise ManifestError(f"missing key {section}.{k}", where=str(path), hint=rebuild)
+            if k not in doc[section]:
+                raise at.key(section).key(k).fail("missing (a pin of every manifest)", _REBUILD)
+    return doc
 
 
 def load_manifest(path: Path) -> dict[str, Any]:
     """Read and validate a manifest.json; refuse one whose pins no longer hash to sha256."""
     path = Path(path)
-    rebuild = "delete the artefact directory and rebuild it."
-    try:
-        text = read_bounded_text(path)  # a regular file under a size limit
-    except BoundedReadError as exc:
-        raise ManifestError(exc.reason, where=str(path), hint=rebuild) from None
-    except UnicodeDecodeError:
-        raise ManifestError("not UTF-8 text", where=str(path), hint=rebuild) from None
-    except OSError as exc:
-        raise ManifestError(
-            f"cannot read manifest ({exc.strerror or exc})", where=str(path), hint=rebuild
-        ) from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ManifestError(
-            f"not valid JSON (line {exc.lineno}: {exc.msg})", where=str(path), hint=rebuild
-        ) from None
-    _validate_shape(doc, path)
+    doc = _validate_shape(
+        read_json(path, what="manifest", hint=_REBUILD, error=ManifestError), path
+    )
     recorded = doc.get("sha256")
+    at = MANIFEST.at(path).key("sha256")
     if not isinstance(recorded, str):
-        raise ManifestError("missing key sha256", where=str(path), hint=rebuild)
+        raise at.fail("missing (the hash that seals the manifest)", _REBUILD)
     try:
         actual = manifest_sha256(doc)
     except (TypeError, ValueError) as exc:
-        raise ManifestError(f"pinned fields cannot be hashed ({exc})", where=str(path)) from None
+        raise MANIFEST.at(path).fail(f"pinned fields cannot be hashed ({exc})", _REBUILD) from None
     if actual != recorded:
-        raise ManifestError(
-            f"sha256 {recorded[:16]}... does not match its pinned fields ({actual[:16]}...): "
+        raise at.fail(
+            f"{recorded[:16]}... does not match its pinned fields ({actual[:16]}...): "
             "the manifest was edited or corrupted, so the artefact cannot be trusted",
-            where=str(path),
-            hint=rebuild,
+            _REBUILD,
         )
     return doc

@@ -195,7 +195,7 @@ def test_push_sends_kept_results_once(sqlite_uri: str, tmp_path: Path):
             '{"schema_version": 1, "suite": "s", "results": [1]}',
             r"results\[0\]: expected an object",
         ),
-        ("[]", "a results document must be a JSON object"),
+        ("[]", r"not a JSON object \(a list\), so not a results document"),
     ],
 )
 def test_push_rejects_bad_files(tmp_path: Path, content, match):
