@@ -462,14 +462,17 @@ def measure_until_conclusive(
 
     Looks happen at ``initial * 2**k`` samples per side. Each look tests at
     ``alpha / max_looks`` so the whole procedure keeps its false-positive rate. Samples
-    are drawn ``initial`` at a time until ``budget_s`` (wall time for both sides together,
-    measured with ``clock``) is spent; the look after the deadline is the last.
+    are drawn in chunks of ``initial // 5`` (at least ``min_samples``) until ``budget_s``
+    (wall time for both sides together, measured with ``clock``) is spent; the look after
+    the deadline is the last, with what was drawn by then. A model slow enough that the
+    first look's samples overrun the budget is judged on fewer than ``initial``.
     """
     cfg = config or RegressConfig()
     if initial < 1 or max_looks < 1:
         raise UsageError("initial and max_looks must be >= 1")
     judge = compare_paired if paired else compare_unpaired
     look_alpha = cfg.alpha / max_looks
+    chunk = min(initial, max(cfg.min_samples, initial // 5))
     base: list[float] = []
     head: list[float] = []
     looks: list[Look] = []
@@ -478,10 +481,10 @@ def measure_until_conclusive(
     comp: Comparison | None = None
     stopped = "max_looks"
     for _ in range(max_looks):
-        # Draw in chunks of ``initial`` and stop at the deadline, so a machine that turns
+        # Draw in chunks and stop at the deadline, so a slow model or a machine that turns
         # busy mid-batch overruns the budget by at most one chunk.
-        while len(base) < want and (not base or clock() - t0 < budget_s):
-            nb, nh = sample(min(initial, want - len(base)))
+        while len(base) < want and (len(base) < chunk or clock() - t0 < budget_s):
+            nb, nh = sample(min(chunk, want - len(base)))
             base.extend(float(x) for x in nb)
             head.extend(float(x) for x in nh)
         comp = judge(base, head, cfg, alpha=look_alpha)

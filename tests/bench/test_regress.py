@@ -325,3 +325,18 @@ def test_preemption_that_touched_few_calls_does_not_bound_the_verdict():
     assert many.verdict == R.INCONCLUSIVE and "head was preempted" in many.reason
     unknown = R.compare_rounds(b, h, cpu_share=(0.1, 0.1))  # older files: no count, bounded
     assert unknown.verdict == R.INCONCLUSIVE
+
+
+def test_adaptive_first_look_respects_the_budget_for_a_slow_model():
+    """Each pair costs 0.5 s: the first look must not wait for all ``initial`` pairs."""
+    rng = np.random.default_rng(15)
+    clock = FakeClock()
+
+    def sample(n):
+        clock.t += n * 0.5
+        return latencies(rng, n), latencies(rng, n)
+
+    res = R.measure_until_conclusive(sample, paired=True, budget_s=6.0, initial=50, clock=clock)
+    assert res.stopped in ("budget", "conclusive") and len(res.looks) == 1
+    assert 8 <= len(res.base) <= 20  # chunks of 10: stops within one chunk of the 6 s budget
+    assert res.elapsed_s <= 6.0 + 10 * 0.5
