@@ -205,6 +205,41 @@ def dropout(
         ctx.emit("Fill", [], {"shape": shape, "value": True, "dtype": "bool"}, outs[1:2])
 
 
+def is_nan(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
+    ctx.emit("IsNaN", ins[:1], {}, outs)
+
+
+def is_inf(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    detect_negative: int = 1,
+    detect_positive: int = 1,
+) -> None:
+    ctx.emit(
+        "IsInf",
+        ins[:1],
+        {"detect_negative": detect_negative, "detect_positive": detect_positive},
+        outs,
+    )
+
+
+def swish(ctx: ImportContext, ins: list[str], outs: list[str], alpha: float = 1.0) -> None:
+    ctx.emit("Swish", ins[:1], {"alpha": alpha}, outs)
+
+
+def bit_cast(ctx: ImportContext, ins: list[str], outs: list[str], to: int = 1) -> None:
+    x = ctx.type(ins[0])
+    dt = np_dtype(to, ctx.where())
+    if dt.itemsize != x.dtype.itemsize:
+        raise ctx.error(
+            f"BitCast between {x.dtype} and {dt} changes the element size",
+            hint="Only same-size bit casts are supported.",
+        )
+    ctx.inferred[outs[0]] = (x.shape, dt)
+    ctx.emit("BitCast", ins[:1], {"to": dtype_name(dt)}, outs)
+
+
 CONVERTERS: dict[str, dict[int, Any]] = {
     **{op: {1: _unary(op)} for op in UNARY_NO_ATTRS},
     **{op: {1: _binary(op)} for op in BINARY},
@@ -225,4 +260,8 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     "CastLike": {15: cast_like},
     "Clip": {1: clip_v1, 11: clip_v11},
     "Dropout": {1: dropout},
+    "IsNaN": {9: is_nan},
+    "IsInf": {10: is_inf},
+    "Swish": {24: swish},
+    "BitCast": {26: bit_cast},
 }

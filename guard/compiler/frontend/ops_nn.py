@@ -1,4 +1,5 @@
-"""Converters for NN ops: Conv, pooling, normalisation, Gemm/MatMul, softmax family."""
+"""Converters for NN ops: Conv and ConvTranspose, pooling, Gemm/MatMul, the softmax family
+and the losses built on it (normalizations are in ops_norm)."""
 
 from __future__ import annotations
 
@@ -131,43 +132,6 @@ def global_pool(op: str) -> Any:
     return conv_gp
 
 
-def batch_norm(
-    ctx: ImportContext,
-    ins: list[str],
-    outs: list[str],
-    epsilon: float = 1e-5,
-    momentum: float = 0.9,
-    spatial: int = 1,
-    training_mode: int = 0,
-    is_test: int = 0,
-    consumed_inputs: Any = None,
-) -> None:
-    if training_mode or any(o for o in outs[1:]):
-        raise ctx.error(
-            "BatchNormalization in training mode is not compiled",
-            hint="Export the model in eval mode.",
-        )
-    ctx.emit("BatchNormalization", ins[:5], {"epsilon": epsilon}, outs[:1])
-
-
-def instance_norm(
-    ctx: ImportContext, ins: list[str], outs: list[str], epsilon: float = 1e-5
-) -> None:
-    ctx.emit("InstanceNormalization", ins[:3], {"epsilon": epsilon}, outs)
-
-
-def lrn(
-    ctx: ImportContext,
-    ins: list[str],
-    outs: list[str],
-    alpha: float = 1e-4,
-    beta: float = 0.75,
-    bias: float = 1.0,
-    size: int = 1,
-) -> None:
-    ctx.emit("LRN", ins[:1], {"alpha": alpha, "beta": beta, "bias": bias, "size": size}, outs)
-
-
 def gemm(
     ctx: ImportContext,
     ins: list[str],
@@ -211,39 +175,80 @@ def _softmax(op: str, new_semantics: bool) -> Any:
     return conv_sm
 
 
-def layer_norm(
+def nll_loss(
     ctx: ImportContext,
     ins: list[str],
     outs: list[str],
-    axis: int = -1,
-    epsilon: float = 1e-5,
-    stash_type: int = 1,
+    ignore_index: int | None = None,
+    reduction: str = "mean",
 ) -> None:
-    x = ctx.type(ins[0])
-    r = len(x.shape)
     ctx.emit(
-        "LayerNormalization",
+        "NegativeLogLikelihoodLoss",
         [i for i in ins[:3] if i],
-        {"axis": axis % r, "epsilon": epsilon},
+        {"ignore_index": ignore_index, "reduction": reduction},
+        outs,
+    )
+
+
+def softmax_ce_loss(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    ignore_index: int | None = None,
+    reduction: str = "mean",
+) -> None:
+    # loss = NLL(log_softmax(scores, axis=1), labels, weights)
+    log_prob = outs[1:2] if len(outs) > 1 and outs[1] else None
+    (lp,) = ctx.emit("LogSoftmax", ins[:1], {"axis": 1}, log_prob)
+    ctx.emit(
+        "NegativeLogLikelihoodLoss",
+        [lp, *[i for i in ins[1:3] if i]],
+        {"ignore_index": ignore_index, "reduction": reduction},
         outs[:1],
     )
-    if any(o for o in outs[1:]):
-        # Mean and InvStdDev (training outputs) as plain ops over the normalised axes.
-        axes = list(range(axis % r, r))
-        (mean,) = ctx.emit(
-            "ReduceMean",
-            ins[:1],
-            {"axes": axes, "keepdims": 1},
-            outs[1:2] if len(outs) > 1 and outs[1] else None,
+
+
+def conv_transpose(
+    ctx: ImportContext,
+    ins: list[str],
+    outs: list[str],
+    auto_pad: str = "NOTSET",
+    dilations: list[int] | None = None,
+    group: int = 1,
+    kernel_shape: list[int] | None = None,
+    output_padding: list[int] | None = None,
+    output_shape: list[int] | None = None,
+    pads: list[int] | None = None,
+    strides: list[int] | None = None,
+) -> None:
+    x, w = ctx.type(ins[0]), ctx.type(ins[1])
+    k = len(x.shape) - 2
+    ks = list(kernel_shape or w.shape[2:])
+    s = list(strides or [1] * k)
+    d = list(dilations or [1] * k)
+    op = list(output_padding or [0] * k)
+    p = list(pads or [0] * (2 * k))
+    if output_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = (
+            list(output_shape)[-k:] if output_shape else [x.shape[2 + i] * s[i] for i in range(k)]
         )
-        (d,) = ctx.emit("Sub", [ins[0], mean], {})
-        (sq,) = ctx.emit("Mul", [d, d], {})
-        (var,) = ctx.emit("ReduceMean", [sq], {"axes": axes, "keepdims": 1})
-        eps = ctx.add_const(ctx.fresh("ln_eps"), np.asarray(epsilon, x.dtype))
-        (ve,) = ctx.emit("Add", [var, eps], {})
-        (sd,) = ctx.emit("Sqrt", [ve], {})
-        if len(outs) > 2 and outs[2]:
-            ctx.emit("Reciprocal", [sd], {}, outs[2:3])
+        p = [0] * (2 * k)
+        for i in range(k):
+            total = s[i] * (x.shape[2 + i] - 1) + op[i] + (ks[i] - 1) * d[i] + 1 - target[i]
+            half = total // 2
+            if auto_pad == "SAME_UPPER":
+                p[i], p[i + k] = half, total - half
+            else:
+                p[i], p[i + k] = total - half, half
+    elif auto_pad == "VALID":
+        p = [0] * (2 * k)
+    attrs = {"group": group, "strides": s, "dilations": d, "output_padding": op, "pads": p}
+    out = [ctx.type(ins[0]).shape[0], w.shape[1] * group] + [
+        s[i] * (x.shape[2 + i] - 1) + op[i] + (ks[i] - 1) * d[i] + 1 - p[i] - p[i + k]
+        for i in range(k)
+    ]
+    ctx.inferred[outs[0]] = (tuple(out), x.dtype)
+    ctx.emit("ConvTranspose", [i for i in ins[:3] if i], attrs, outs)
 
 
 CONVERTERS: dict[str, dict[int, Any]] = {
@@ -253,13 +258,12 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     "LpPool": {2: _pool("LpPool")},
     "GlobalAveragePool": {1: global_pool("GlobalAveragePool")},
     "GlobalMaxPool": {1: global_pool("GlobalMaxPool")},
-    "BatchNormalization": {1: batch_norm},
-    "InstanceNormalization": {1: instance_norm},
-    "LRN": {1: lrn},
     "Gemm": {1: gemm},
     "MatMul": {1: matmul},
     "Softmax": {1: _softmax("Softmax", False), 13: _softmax("Softmax", True)},
     "LogSoftmax": {1: _softmax("LogSoftmax", False), 13: _softmax("LogSoftmax", True)},
     "Hardmax": {1: _softmax("Hardmax", False), 13: _softmax("Hardmax", True)},
-    "LayerNormalization": {17: layer_norm},
+    "NegativeLogLikelihoodLoss": {12: nll_loss},
+    "SoftmaxCrossEntropyLoss": {12: softmax_ce_loss},
+    "ConvTranspose": {1: conv_transpose},
 }

@@ -73,4 +73,5 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     "ArgMax": {1: _arg("ArgMax")},
     "ArgMin": {1: _arg("ArgMin")},
     "CumSum": {11: cumulative("CumSum")},
+    "CumProd": {26: cumulative("CumProd")},
 }

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext
+from guard.compiler.frontend.context import ImportContext, np_dtype
 from guard.compiler.ir import dtype_name
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -339,6 +339,14 @@ def space_to_depth(
     ctx.emit("Reshape", [t], {"shape": [n, c * b * b, h // b, w // b]}, outs)
 
 
+def eye_like(
+    ctx: ImportContext, ins: list[str], outs: list[str], dtype: int | None = None, k: int = 0
+) -> None:
+    x = ctx.type(ins[0])
+    dt = np_dtype(dtype, ctx.where()) if dtype is not None else x.dtype
+    ctx.add_const(outs[0], np.eye(x.shape[0], x.shape[1], k=k, dtype=dt))
+
+
 CONVERTERS: dict[str, dict[int, Any]] = {
     "Reshape": {1: reshape_v1, 5: reshape_v5},
     "Flatten": {1: flatten},
@@ -360,4 +368,5 @@ CONVERTERS: dict[str, dict[int, Any]] = {
     "Range": {11: range_},
     "DepthToSpace": {1: depth_to_space},
     "SpaceToDepth": {1: space_to_depth},
+    "EyeLike": {9: eye_like},
 }

@@ -12,8 +12,10 @@ from typing import Any
 
 from guard.compiler.frontend import (
     ops_elementwise,
-    ops_extra,
+    ops_index,
+    ops_linalg,
     ops_nn,
+    ops_norm,
     ops_quant,
     ops_recurrent,
     ops_reduce,
@@ -27,12 +29,14 @@ CONVERTERS: dict[str, dict[int, Converter]] = {}
 for _family in (
     ops_elementwise,
     ops_nn,
+    ops_norm,
     ops_tensor,
+    ops_index,
     ops_reduce,
     ops_resize,
     ops_recurrent,
     ops_quant,
-    ops_extra,
+    ops_linalg,
 ):
     for _op, _versions in _family.CONVERTERS.items():
         CONVERTERS.setdefault(_op, {}).update(_versions)

@@ -6,53 +6,61 @@ last use, and checks every result against the type the IR recorded for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 
 from guard.compiler import layout
 from guard.compiler.ir import Constant, Graph
-from guard.compiler.reference import elementwise, extra, nn, recurrent, resize, tensor
+from guard.compiler.reference import (
+    elementwise,
+    index,
+    linalg,
+    nn,
+    norm,
+    quant,
+    recurrent,
+    resize,
+    tensor,
+)
+from guard.compiler.reference.base import Attrs, Kernel, Xs, arg
 from guard.errors import InternalError, ModelError
-
-Kernel = Callable[[list[np.ndarray | None], dict[str, Any]], list[np.ndarray]]
 
 KERNELS: dict[str, Kernel] = {
     **{op: elementwise.kernel(op) for op in elementwise.ELEMENTWISE_OPS},
     "FusedElementwise": elementwise.fused_elementwise,
+    **elementwise.KERNELS,
     **nn.KERNELS,
+    **norm.KERNELS,
     **tensor.KERNELS,
-    **extra.KERNELS,
+    **index.KERNELS,
+    **linalg.KERNELS,
+    **quant.KERNELS,
     **recurrent.KERNELS,
     "Resize": resize.resize,
     "GridSample": resize.grid_sample,
 }
 
 
-def _relayout(xs: list[np.ndarray | None], a: dict[str, Any]) -> list[np.ndarray]:
-    x = xs[0]
-    assert x is not None
-    return [layout.to_layout(layout.to_nchw(x, a["from"]), a["to"])]
+def _relayout(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    return [layout.to_layout(layout.to_nchw(arg(xs), a["from"]), a["to"])]
 
 
 KERNELS["Relayout"] = _relayout
 
 
-def _in_layout(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any]) -> list[np.ndarray]:
+def _in_layout(op: str, inputs: Xs, attrs: Attrs) -> list[np.ndarray]:
     """Run a layout-carrying op: its first input and output are in attrs["layout"]."""
     lay = attrs["layout"]
-    x = inputs[0]
-    assert x is not None
-    args = [layout.to_nchw(x, lay), *inputs[1:]]
+    args: Xs = [layout.to_nchw(arg(inputs), lay), *inputs[1:]]
     if op == "FusedConv":
         n = attrs["anchor_inputs"]
         (acc,) = nn.conv(args[:n], attrs)
-        return [elementwise.run_program(attrs["program"], inputs, layout.to_layout(acc, lay))]  # type: ignore[arg-type]
+        return [elementwise.run_program(attrs["program"], inputs, layout.to_layout(acc, lay))]
     return [layout.to_layout(y, lay) for y in KERNELS[op](args, attrs)]
 
 
-def run_node(op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any]) -> list[np.ndarray]:
+def run_node(op: str, inputs: Xs, attrs: Attrs) -> list[np.ndarray]:
     if attrs.get("layout", "NCHW") != "NCHW" and op in layout.LAYOUT_OPS:
         return _in_layout(op, inputs, attrs)
     return KERNELS[op](inputs, attrs)

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.ir import dtype_from_name, is_float
-
-Attrs = dict[str, Any]
+from guard.compiler.reference.base import Attrs, Xs, arg
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -206,16 +205,17 @@ def apply(op: str, args: list[np.ndarray], attrs: Attrs) -> np.ndarray:
     return out.astype(want, copy=False)
 
 
-def run_program(
-    program: list[dict[str, Any]], inputs: list[np.ndarray], acc: np.ndarray | None
-) -> np.ndarray:
+def run_program(program: list[dict[str, Any]], inputs: Xs, acc: np.ndarray | None) -> np.ndarray:
     steps: list[np.ndarray] = []
+
+    def operand(ref: int | str) -> np.ndarray:
+        if ref == "acc":
+            assert acc is not None, "an epilogue reads acc outside a fused anchor"
+            return acc
+        return steps[int(ref[1:])] if isinstance(ref, str) else arg(inputs, ref)
+
     for step in program:
-        args = [
-            acc if ref == "acc" else (steps[int(ref[1:])] if isinstance(ref, str) else inputs[ref])
-            for ref in step["args"]
-        ]
-        steps.append(apply(step["op"], args, step.get("attrs", {})))  # type: ignore[arg-type]
+        steps.append(apply(step["op"], [operand(r) for r in step["args"]], step.get("attrs", {})))
     return steps[-1]
 
 
@@ -236,4 +236,25 @@ def kernel(op: str) -> Callable[[list[np.ndarray | None], Attrs], list[np.ndarra
 
 
 def fused_elementwise(xs: list[np.ndarray | None], a: Attrs) -> list[np.ndarray]:
-    return [run_program(a["program"], xs, None)]  # type: ignore[arg-type]
+    return [run_program(a["program"], xs, None)]
+
+
+def is_nan(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    return [np.isnan(arg(xs))]
+
+
+def is_inf(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = arg(xs)
+    pos = np.isposinf(x) if a.get("detect_positive", 1) else np.zeros(x.shape, bool)
+    neg = np.isneginf(x) if a.get("detect_negative", 1) else np.zeros(x.shape, bool)
+    return [pos | neg]
+
+
+def bit_cast(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x = arg(xs)
+    return [np.asarray(x, order="C").view(dtype_from_name(a["to"]))]
+
+
+# Elementwise in shape but outside the fusable table above: a boolean test and a
+# reinterpretation of the bytes.
+KERNELS = {"IsNaN": is_nan, "IsInf": is_inf, "BitCast": bit_cast}

@@ -7,16 +7,14 @@ matmul per group, so it is the oracle, not the fast path.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from guard.compiler.ir import value_range
+from guard.compiler.reference.base import Attrs, Kernel, Xs, arg
 from guard.compiler.reference.elementwise import run_program
-
-Attrs = dict[str, Any]
-Xs = list[np.ndarray | None]
 
 
 def _windows(xp: np.ndarray, ks: list[int], strides: list[int], dil: list[int]) -> np.ndarray:
@@ -92,7 +90,7 @@ def _pool_out(x: np.ndarray, a: Attrs) -> tuple[int, ...]:
     return shape[2:]
 
 
-def _taps(xp: np.ndarray, a: Attrs, out: tuple[int, ...]):  # type: ignore[no-untyped-def]
+def _taps(xp: np.ndarray, a: Attrs, out: tuple[int, ...]) -> Iterator[np.ndarray]:
     """Yield one strided view per kernel offset: each is the (N, C, *out) tensor of the
     inputs that offset reads (faster than reducing a window view)."""
     k = xp.ndim - 2
@@ -170,43 +168,6 @@ def global_max_pool(xs: Xs, a: Attrs) -> list[np.ndarray]:
     return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
 
 
-def _chan(v: np.ndarray, nd: int) -> np.ndarray:
-    return v.reshape((1, -1) + (1,) * (nd - 2))
-
-
-def batch_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x, s, b, m, v = xs[:5]
-    assert x is not None and s is not None and b is not None and m is not None and v is not None
-    inv = s / np.sqrt(v + np.asarray(a["epsilon"], v.dtype))
-    y = (x - _chan(m, x.ndim)) * _chan(inv, x.ndim) + _chan(b, x.ndim)
-    return [y.astype(x.dtype)]
-
-
-def instance_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x, s, b = xs[:3]
-    assert x is not None and s is not None and b is not None
-    axes = tuple(range(2, x.ndim))
-    mean = x.mean(axis=axes, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-    y = (x - mean) / np.sqrt(var + np.asarray(a["epsilon"], x.dtype)) * _chan(s, x.ndim) + _chan(
-        b, x.ndim
-    )
-    return [y.astype(x.dtype)]
-
-
-def lrn(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x = xs[0]
-    assert x is not None
-    size = a["size"]
-    c = x.shape[1]
-    sq = x.astype(np.float64) ** 2
-    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
-    padded = np.pad(sq, [(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))
-    s = sum(padded[:, i : i + c] for i in range(size))
-    y = x / (a["bias"] + a["alpha"] / size * s) ** a["beta"]
-    return [y.astype(x.dtype)]
-
-
 def gemm(xs: Xs, a: Attrs) -> list[np.ndarray]:
     A, B, C = xs[0], xs[1], xs[2] if len(xs) > 2 else None
     assert A is not None and B is not None
@@ -252,28 +213,73 @@ def hardmax(xs: Xs, a: Attrs) -> list[np.ndarray]:
     return [y]
 
 
-def layer_norm(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x, s = xs[0], xs[1]
+def nll_loss(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    x, t = arg(xs), arg(xs, 1).astype(np.int64)
+    w = xs[2] if len(xs) > 2 else None
+    ignore = a.get("ignore_index")
+    ignored = (t == ignore) if ignore is not None else np.zeros(t.shape, bool)
+    safe = np.where(ignored, 0, t)
+    picked = np.take_along_axis(x, safe[:, None], axis=1)[:, 0]
+    wt = (w[safe] if w is not None else np.ones(t.shape, x.dtype)) * ~ignored
+    loss = -picked * wt
+    red = a.get("reduction", "mean")
+    if red == "none":
+        return [loss.astype(x.dtype)]
+    if red == "sum":
+        return [np.asarray(loss.sum(), x.dtype)]
+    return [np.asarray(loss.sum() / wt.sum(), x.dtype)]
+
+
+def conv_transpose(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    import itertools
+
+    x, w = arg(xs), arg(xs, 1)
     b = xs[2] if len(xs) > 2 else None
-    assert x is not None and s is not None
-    axes = tuple(range(a["axis"], x.ndim))
-    mean = x.mean(axis=axes, keepdims=True)
-    d = x - mean
-    var = (d * d).mean(axis=axes, keepdims=True)
-    y = d / np.sqrt(var + np.asarray(a["epsilon"], x.dtype)) * s
+    g = a["group"]
+    k = x.ndim - 2
+    n, c = x.shape[:2]
+    mg = w.shape[1]
+    ks, s, d = list(w.shape[2:]), a["strides"], a["dilations"]
+    full = [
+        s[i] * (x.shape[2 + i] - 1) + (ks[i] - 1) * d[i] + 1 + a["output_padding"][i]
+        for i in range(k)
+    ]
+    y = np.zeros((n, g * mg, *full), np.float64)
+    cg = c // g
+    for gi in range(g):
+        xg = x[:, gi * cg : (gi + 1) * cg].astype(np.float64)
+        wg = w[gi * cg : (gi + 1) * cg].astype(np.float64)
+        for offs in itertools.product(*(range(kk) for kk in ks)):
+            tap: tuple[slice | int, ...] = (slice(None), slice(None), *offs)
+            contrib = np.tensordot(xg, wg[tap], axes=([1], [0]))
+            contrib = np.moveaxis(contrib, -1, 1)
+            idx = (slice(None), slice(gi * mg, (gi + 1) * mg)) + tuple(
+                slice(o * d[i], o * d[i] + s[i] * (x.shape[2 + i] - 1) + 1, s[i])
+                for i, o in enumerate(offs)
+            )
+            y[idx] += contrib
+    pads = a["pads"]
+    # Negative pads (an output_shape larger than the full result) grow the output with zeros.
+    grow = [(0, 0), (0, 0)] + [(max(-pads[i], 0), max(-pads[i + k], 0)) for i in range(k)]
+    if any(g0 or g1 for g0, g1 in grow):
+        y = np.pad(y, grow)
+    crop = (slice(None), slice(None)) + tuple(
+        slice(max(pads[i], 0), y.shape[2 + i] - max(pads[i + k], 0)) for i in range(k)
+    )
+    y = y[crop]
     if b is not None:
-        y = y + b
-    return [y.astype(x.dtype)]
+        y = y + b.reshape((1, -1) + (1,) * k)
+    return [np.asarray(y.astype(x.dtype), order="C")]
 
 
 ANCHORS = {"FusedConv": conv, "FusedGemm": gemm, "FusedMatMul": matmul}
 
 
-def _fused(anchor_op: str):  # type: ignore[no-untyped-def]
+def _fused(anchor_op: str) -> Kernel:
     def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
         n = a["anchor_inputs"]
         (acc,) = ANCHORS[anchor_op](xs[:n], a)
-        return [run_program(a["program"], xs, acc)]  # type: ignore[arg-type]
+        return [run_program(a["program"], xs, acc)]
 
     return k
 
@@ -285,14 +291,12 @@ KERNELS = {
     "LpPool": lp_pool,
     "GlobalAveragePool": global_average_pool,
     "GlobalMaxPool": global_max_pool,
-    "BatchNormalization": batch_norm,
-    "InstanceNormalization": instance_norm,
-    "LRN": lrn,
     "Gemm": gemm,
     "MatMul": matmul,
     "Softmax": softmax,
     "LogSoftmax": log_softmax,
     "Hardmax": hardmax,
-    "LayerNormalization": layer_norm,
+    "ConvTranspose": conv_transpose,
+    "NegativeLogLikelihoodLoss": nll_loss,
     **{op: _fused(op) for op in ANCHORS},
 }

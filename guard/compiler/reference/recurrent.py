@@ -8,12 +8,10 @@ final state is the one at its last valid step (the reverse direction starts ther
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-Attrs = dict[str, Any]
-Xs = list[np.ndarray | None]
+from guard.compiler.reference.base import Attrs, Xs
 
 
 def _act(name: str, alpha: float | None, beta: float | None) -> Callable[[np.ndarray], np.ndarray]:
@@ -98,7 +96,9 @@ def _run(kind: str, xs: Xs, a: Attrs) -> list[np.ndarray]:
         h = h0[d].astype(np.float64) if h0 is not None else np.zeros((batch, hs))
         c = c0[d].astype(np.float64) if c0 is not None else np.zeros((batch, hs))
         pd = p[d].astype(np.float64) if p is not None else np.zeros(3 * hs)
-        f, g = acts[d][0], acts[d][1] if len(acts[d]) > 1 else None
+        # RNN has one activation (g is unused there); GRU and LSTM have two or three.
+        f = acts[d][0]
+        g = acts[d][1] if len(acts[d]) > 1 else f
         for step in range(seq):
             # Row-wise time index: reverse runs each row from its own last valid step.
             t = np.where(reverse, lens_v - 1 - step, step) if reverse else np.full(batch, step)
@@ -120,9 +120,9 @@ def _run(kind: str, xs: Xs, a: Attrs) -> list[np.ndarray]:
                 z = f(cl(gx[:, :hs] + gh[:, :hs]))
                 rr = f(cl(gx[:, hs : 2 * hs] + gh[:, hs : 2 * hs]))
                 if a.get("linear_before_reset", 0):
-                    hh = g(cl(gx[:, 2 * hs :] + rr * gh[:, 2 * hs :]))  # type: ignore[misc]
+                    hh = g(cl(gx[:, 2 * hs :] + rr * gh[:, 2 * hs :]))
                 else:
-                    hh = g(cl(gx[:, 2 * hs :] + (rr * h) @ rd[2 * hs :].T + rb[2 * hs :]))  # type: ignore[misc]
+                    hh = g(cl(gx[:, 2 * hs :] + (rr * h) @ rd[2 * hs :].T + rb[2 * hs :]))
                 h_new, c_new = (1 - z) * hh + z * h, c
             else:
                 hfn = acts[d][2]
@@ -135,7 +135,7 @@ def _run(kind: str, xs: Xs, a: Attrs) -> list[np.ndarray]:
                 fg = f(cl(pre[:, 2 * hs : 3 * hs] + pd[2 * hs :] * c))
                 if a.get("input_forget", 0):
                     fg = 1 - i
-                cc = g(cl(pre[:, 3 * hs :]))  # type: ignore[misc]
+                cc = g(cl(pre[:, 3 * hs :]))
                 c_new = fg * c + i * cc
                 o = f(cl(pre[:, hs : 2 * hs] + pd[hs : 2 * hs] * c_new))
                 h_new = o * hfn(c_new)

@@ -11,11 +11,9 @@ the weights renormalised with ``exclude_outside``. ``tf_crop_and_resize`` sample
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-Attrs = dict[str, Any]
+from guard.compiler.reference.base import Attrs
 
 
 def _coords(mode: str, n_out: int, n_in: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
@@ -163,6 +161,7 @@ def grid_sample(xs: list[np.ndarray | None], a: Attrs) -> list[np.ndarray]:
             v = v * ok[..., None]
         return v
 
+    out: np.ndarray | float
     if mode == "nearest":
         out = fetch([np.rint(p).astype(np.int64) for p in pos])
     else:

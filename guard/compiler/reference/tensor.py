@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from guard.compiler.ir import dtype_from_name, value_range
-
-Attrs = dict[str, Any]
-Xs = list[np.ndarray | None]
-
-
-def _x(xs: Xs, i: int = 0) -> np.ndarray:
-    x = xs[i]
-    assert x is not None
-    return x
+from guard.compiler.reference.base import Attrs, Xs, arg
 
 
 def _slice(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x = _x(xs)
+    x = arg(xs)
     idx = [slice(None)] * x.ndim
     for ax, s, e, st in zip(a["axes"], a["starts"], a["ends"], a["steps"], strict=True):
         idx[ax] = slice(s, e, st)
@@ -27,14 +19,14 @@ def _slice(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 
 def _split(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x = _x(xs)
+    x = arg(xs)
     cuts = np.cumsum(a["split"])[:-1]
     return list(np.split(x, cuts, axis=a["axis"]))
 
 
 def _reduce(fn: Any) -> Any:
     def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
-        x = _x(xs)
+        x = arg(xs)
         with np.errstate(all="ignore"):
             y = fn(x, tuple(a["axes"]), bool(a.get("keepdims", 1)))
         return [np.asarray(y).astype(x.dtype, copy=False)]
@@ -44,7 +36,7 @@ def _reduce(fn: Any) -> Any:
 
 def _arg(fn: Any) -> Any:
     def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
-        x = _x(xs)
+        x = arg(xs)
         (ax,) = a["axes"]
         if a.get("select_last_index", 0):
             flipped = np.flip(x, ax)
@@ -63,7 +55,7 @@ def cumulative(scan: Any, identity_like: Any) -> Any:
     ``reverse`` and ``exclusive`` (shift by one, ``identity_like`` fills the first slot)."""
 
     def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
-        x = _x(xs)
+        x = arg(xs)
         ax = a["axis"]
         if a.get("reverse", 0):
             x = np.flip(x, ax)
@@ -79,8 +71,15 @@ def cumulative(scan: Any, identity_like: Any) -> Any:
     return k
 
 
+_PAD_MODES: dict[str, Literal["reflect", "edge", "wrap"]] = {
+    "reflect": "reflect",
+    "edge": "edge",
+    "wrap": "wrap",
+}
+
+
 def _pad(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x = _x(xs)
+    x = arg(xs)
     n = x.ndim
     pads = a["pads"]
     # Negative pads crop; do the positive part with np.pad, then slice.
@@ -89,39 +88,40 @@ def _pad(xs: Xs, a: Attrs) -> list[np.ndarray]:
     if mode == "constant":
         y = np.pad(x, widths, constant_values=np.asarray(a.get("value", 0), x.dtype))
     else:
-        y = np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
+        y = np.pad(x, widths, mode=_PAD_MODES[mode])
     idx = tuple(slice(max(-pads[i], 0), y.shape[i] - max(-pads[i + n], 0)) for i in range(n))
     return [y[idx]]
 
 
 def _gather_elements(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x, idx = _x(xs), _x(xs, 1)
+    x, idx = arg(xs), arg(xs, 1)
     ax = a["axis"]
     idx = np.where(idx < 0, idx + x.shape[ax], idx)
     return [np.take_along_axis(x, idx, axis=ax)]
 
 
-def _lowest(dt: np.dtype) -> object:
+def _lowest(dt: np.dtype) -> float:
     return value_range(dt)[0]
 
 
-def _highest(dt: np.dtype) -> object:
+def _highest(dt: np.dtype) -> float:
     return value_range(dt)[1]
 
 
 KERNELS = {
-    "Reshape": lambda xs, a: [_x(xs).reshape(a["shape"])],
-    "Transpose": lambda xs, a: [np.asarray(np.transpose(_x(xs), a["perm"]), order="C")],
+    "Reshape": lambda xs, a: [arg(xs).reshape(a["shape"])],
+    "Transpose": lambda xs, a: [np.asarray(np.transpose(arg(xs), a["perm"]), order="C")],
     "Concat": lambda xs, a: [np.concatenate([x for x in xs if x is not None], axis=a["axis"])],
     "Split": _split,
     "Slice": _slice,
-    "Gather": lambda xs, a: [np.take(_x(xs), _x(xs, 1).astype(np.int64), axis=a["axis"])],
+    "Gather": lambda xs, a: [np.take(arg(xs), arg(xs, 1).astype(np.int64), axis=a["axis"])],
     "GatherElements": _gather_elements,
-    "Expand": lambda xs, a: [np.array(_x(xs) * np.ones(a["shape"], _x(xs).dtype))],
-    "Tile": lambda xs, a: [np.tile(_x(xs), a["repeats"])],
+    "Expand": lambda xs, a: [np.array(arg(xs) * np.ones(a["shape"], arg(xs).dtype))],
+    "Tile": lambda xs, a: [np.tile(arg(xs), a["repeats"])],
     "Pad": _pad,
     "Fill": lambda xs, a: [np.full(a["shape"], a["value"], dtype=dtype_from_name(a["dtype"]))],
     "CumSum": cumulative(np.cumsum, np.zeros_like),
+    "CumProd": cumulative(np.cumprod, np.ones_like),
     "ReduceMean": _reduce(lambda x, ax, k: np.mean(x, axis=ax, keepdims=k)),
     "ReduceSum": _reduce(lambda x, ax, k: np.sum(x, axis=ax, keepdims=k)),
     # An empty reduction yields the identity (-inf / +inf, or the dtype's extremes).
