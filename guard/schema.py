@@ -32,7 +32,8 @@ from guard.fsutil import MAX_DOCUMENT_BYTES, BoundedReadError, read_bounded_text
 RESULTS_SCHEMA_VERSION = 1
 
 _REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 2, 4, 4, 40, 40
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 2, 4, 4, 4
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 40, 40, 40
 
 
 def show(value: Any) -> str:

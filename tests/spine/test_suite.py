@@ -155,6 +155,6 @@ def test_measure_keys_match_the_harness():
     import dataclasses
 
     from guard.bench import MeasureConfig
-    from guard.suite import _MEASURE_KEYS
+    from guard.suite.blocks import MEASURE_KEYS
 
-    assert _MEASURE_KEYS == {f.name for f in dataclasses.fields(MeasureConfig)}
+    assert MEASURE_KEYS == {f.name for f in dataclasses.fields(MeasureConfig)}
