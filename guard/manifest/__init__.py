@@ -1,6 +1,7 @@
 """guard.manifest: the pins that make two artefacts comparable, and their hash.
 
 - target: canonical target strings (``canonicalize``, ``parse_target``, ``target_arch``)
+- cpu: this machine's CPU (``host_cpu``) and the CPU and feature names LLVM knows
 - capture: driver, host and guard facts of this machine
 - pins: ``build_manifest``, the pinned-field list and the sha256 over it
 - store: content-addressed artefact directories, atomic write, verified load

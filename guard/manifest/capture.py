@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import guard
-from guard.manifest.target import host_cpu
+from guard.manifest.cpu import host_cpu
 
 _GUARD_SRC = Path(guard.__file__).resolve().parent
 _SUBPROCESS_TIMEOUT_S = 10.0

@@ -27,32 +27,21 @@ LLVM names differently (``+fp16`` is LLVM's ``fullfp16``, ``+fp`` is ``fp-armv8`
 ``+simd`` is ``neon``, ``+rdma`` is ``rdm``) are translated first, so
 ``-mattr=+fp16`` and ``-mattr=+fullfp16`` are one target.
 
-Host facts come from /proc/cpuinfo under an injectable ``root``: ``flags`` on x86_64,
-``Features`` on aarch64, translated to LLVM feature names and restricted to the
-instruction-set features that change generated code (mitigation and virtualisation
-flags change with the kernel, not the code, and would split caches for nothing). The
-CPU name is LLVM's host CPU name (llvmlite) when reading the real root; otherwise, and
-if llvmlite is unavailable, it is derived from cpuinfo: the AArch64 part number, or the
-x86-64 micro-architecture level (x86-64-v2/v3/v4) the flags satisfy. Both are names
-LLVM and TVM accept. (On AArch64 Linux, LLVM's own host feature detection reads the same
-``Features`` line, so cpuinfo and LLVM agree.)
+What ``host`` resolves to (this machine's arch, CPU and features, from /proc/cpuinfo and
+LLVM) and LLVM's name lists live in guard.manifest.cpu.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 import json
-import os
-import platform
 import re
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from guard.errors import UsageError
+from guard.manifest.cpu import ARCH_ALIASES, host_cpu, known_list, llvm_known
 
 _EXAMPLE = (
     'write "host", "native", "llvm -mtriple=aarch64-linux-gnu -mattr=+neon" '
@@ -70,55 +59,11 @@ _ATTRS = {
     "fast-math-reassoc": "bool",
 }  # fmt: skip
 ARCHES = ("x86_64", "aarch64")
-_ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_-]*$")
-
-# /proc/cpuinfo flag -> LLVM feature, for the flags that change generated code.
-_X86_FEATURES = {
-    "sse": "sse", "sse2": "sse2", "pni": "sse3", "ssse3": "ssse3", "sse4_1": "sse4.1",
-    "sse4_2": "sse4.2", "popcnt": "popcnt", "avx": "avx", "avx2": "avx2", "fma": "fma",
-    "f16c": "f16c", "bmi1": "bmi", "bmi2": "bmi2", "abm": "lzcnt", "movbe": "movbe",
-    "aes": "aes", "pclmulqdq": "pclmul", "sha_ni": "sha", "gfni": "gfni", "vaes": "vaes",
-    "vpclmulqdq": "vpclmulqdq", "avx512f": "avx512f", "avx512cd": "avx512cd",
-    "avx512bw": "avx512bw", "avx512dq": "avx512dq", "avx512vl": "avx512vl",
-    "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi", "avx512_vbmi2": "avx512vbmi2",
-    "avx512_vnni": "avx512vnni", "avx512_bitalg": "avx512bitalg",
-    "avx512_vpopcntdq": "avx512vpopcntdq", "avx512_bf16": "avx512bf16",
-    "avx512_fp16": "avx512fp16", "avx_vnni": "avxvnni", "amx_tile": "amx-tile",
-    "amx_int8": "amx-int8", "amx_bf16": "amx-bf16",
-}  # fmt: skip
-_AARCH64_FEATURES = {
-    "fp": "fp-armv8", "asimd": "neon", "aes": "aes", "sha2": "sha2", "sha3": "sha3",
-    "crc32": "crc", "atomics": "lse", "asimdrdm": "rdm", "asimddp": "dotprod",
-    "asimdhp": "fullfp16", "asimdfhm": "fp16fml", "sve": "sve", "sve2": "sve2",
-    "i8mm": "i8mm", "bf16": "bf16", "sme": "sme", "lrcpc": "rcpc",
-}  # fmt: skip
-# /proc/cpuinfo "CPU implementer" 0x41 (Arm) "CPU part" -> LLVM CPU name.
-_ARM_PARTS = {
-    "0xd03": "cortex-a53", "0xd05": "cortex-a55", "0xd07": "cortex-a57", "0xd08": "cortex-a72",
-    "0xd0a": "cortex-a75", "0xd0b": "cortex-a76", "0xd0c": "neoverse-n1", "0xd0d": "cortex-a77",
-    "0xd40": "neoverse-v1", "0xd41": "cortex-a78", "0xd49": "neoverse-n2",
-    "0xd4f": "neoverse-v2", "0xd8e": "neoverse-n3", "0xd84": "neoverse-v3",
-}  # fmt: skip
-# x86-64 micro-architecture levels (psABI), as cpuinfo flags.
-_X86_LEVELS = (
-    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
-    ("x86-64-v3", {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe"}),
-    ("x86-64-v2", {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"}),
-)
-
 
 # gcc/clang -march extension spellings LLVM's AArch64 backend names differently.
 _AARCH64_FEATURE_ALIASES = {"fp16": "fullfp16", "fp": "fp-armv8", "simd": "neon", "rdma": "rdm"}
 _DEFAULT_CPU = "generic"  # LLVM's CPU when none is named: spelling it names the same target
-
-# Prints LLVM's CPU and feature table for one triple on stderr. LLVM prints that table
-# once per process, hence a child process per triple.
-_HELP_SCRIPT = (
-    "import sys, llvmlite.binding as llvm\n"
-    "llvm.initialize_all_targets()\n"
-    "llvm.Target.from_triple(sys.argv[1]).create_target_machine(cpu='help', features='')\n"
-)
 
 
 class TargetError(UsageError):
@@ -129,102 +74,6 @@ def _bad(raw: object, why: str) -> TargetError:
     return TargetError(f"target {raw!r}: {why};", hint=_EXAMPLE)
 
 
-# -- host facts -----------------------------------------------------------------------------
-
-
-def _cpuinfo_fields(text: str) -> dict[str, str]:
-    """The first value of each key in /proc/cpuinfo (the first CPU describes them all)."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            out.setdefault(key.strip(), value.strip())
-    return out
-
-
-@functools.lru_cache(maxsize=8)
-def host_cpu(root: Path = Path("/")) -> dict[str, Any]:
-    """{"arch", "model", "mcpu", "features"} of the machine whose /proc is under ``root``."""
-    try:
-        info = _cpuinfo_fields((root / "proc" / "cpuinfo").read_text())
-    except OSError:
-        info = {}
-    if "flags" in info:
-        arch = "x86_64"
-    elif "Features" in info or "CPU implementer" in info:
-        arch = "aarch64"
-    else:
-        arch = _ARCH_ALIASES.get(platform.machine().lower(), platform.machine().lower())
-    if arch == "x86_64":
-        flags = set(info.get("flags", "").split())
-        features = sorted({_X86_FEATURES[f] for f in flags if f in _X86_FEATURES})
-        level = next((name for name, need in _X86_LEVELS if need <= flags), "x86-64")
-        fallback_cpu = level
-        model = info.get("model name")
-    else:
-        flags = set(info.get("Features", "").split())
-        features = sorted({_AARCH64_FEATURES[f] for f in flags if f in _AARCH64_FEATURES})
-        part = info.get("CPU part", "").lower()
-        fallback_cpu = (
-            _ARM_PARTS.get(part, "generic") if info.get("CPU implementer") == "0x41" else "generic"
-        )
-        model = info.get("model name") or (
-            f"implementer {info['CPU implementer']} part {part}"
-            if "CPU implementer" in info
-            else None
-        )
-    mcpu = _llvm_host_cpu_name() if root == Path("/") else None
-    return {
-        "arch": arch,
-        "model": model,
-        "mcpu": mcpu or fallback_cpu,
-        "features": [f"+{f}" for f in features],
-    }
-
-
-def _llvm_host_cpu_name() -> str | None:
-    try:
-        import llvmlite.binding as llvm
-    except ImportError:
-        return None
-    name = str(llvm.get_host_cpu_name())
-    return None if name in ("", "generic") else name
-
-
-@functools.lru_cache(maxsize=4)
-def llvm_known(triple: str) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(CPU names, feature names) LLVM knows for ``triple``; None without a usable llvmlite."""
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _HELP_SCRIPT, triple],
-            capture_output=True, text=True, timeout=60, check=False,
-            env={**os.environ, "PYTHONWARNINGS": "ignore"},
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    cpus: set[str] = set()
-    features: set[str] = set()
-    table: set[str] | None = None
-    for line in proc.stderr.splitlines():
-        if line.startswith("Available CPUs"):
-            table = cpus
-        elif line.startswith("Available features"):
-            table = features
-        elif line.startswith("  ") and table is not None and " - " in line:
-            table.add(line.split()[0])
-        elif line and not line.startswith(" "):
-            table = None  # the usage lines after the tables
-    if not cpus or not features:
-        return None
-    return frozenset(cpus), frozenset(features)
-
-
-def _known_list(names: frozenset[str], wanted: str) -> str:
-    close = difflib.get_close_matches(wanted, sorted(names), n=3)
-    hint = f"did you mean {', '.join(close)}? " if close else ""
-    return f"{hint}known: {', '.join(sorted(names))}"
-
-
 def _check_llvm_names(mtriple: str, mcpu: str | None, mattr: list[str], raw: object) -> None:
     """Refuse a CPU or feature the LLVM that compiles this target does not know."""
     known = llvm_known(mtriple)
@@ -232,13 +81,13 @@ def _check_llvm_names(mtriple: str, mcpu: str | None, mattr: list[str], raw: obj
         return  # no llvmlite here: the backend that compiles will say so itself
     cpus, features = known
     if mcpu is not None and mcpu not in cpus:
-        raise _bad(raw, f"unknown mcpu {mcpu!r} for {mtriple} ({_known_list(cpus, mcpu)})")
+        raise _bad(raw, f"unknown mcpu {mcpu!r} for {mtriple} ({known_list(cpus, mcpu)})")
     for item in mattr:
         name = item[1:]
         if name not in features:
             raise _bad(
                 raw, f"unknown mattr feature {name!r} for {mtriple} "
-                f"({_known_list(features, name)})"
+                f"({known_list(features, name)})"
             )  # fmt: skip
 
 
@@ -318,7 +167,7 @@ def _normalize_triple(triple: str, raw: object) -> str:
     parts = triple.strip().lower().split("-")
     if len(parts) < 2 or not all(parts):
         raise _bad(raw, f"mtriple {triple!r} is not arch-vendor-os[-env]")
-    arch = _ARCH_ALIASES.get(parts[0])
+    arch = ARCH_ALIASES.get(parts[0])
     if arch is None:
         raise _bad(raw, f"mtriple arch {parts[0]!r} is not one of {', '.join(ARCHES)}")
     rest = parts[1:]
@@ -450,7 +299,7 @@ def target_arch(canonical: str) -> str:
     m = re.search(r"(?:^|\s)-mtriple=([^\s]+)", canonical)
     if not m:
         raise _bad(canonical, "has no -mtriple; pass it through canonicalize() first")
-    arch = _ARCH_ALIASES.get(m.group(1).split("-")[0].lower())
+    arch = ARCH_ALIASES.get(m.group(1).split("-")[0].lower())
     if arch is None:
         raise _bad(canonical, f"mtriple {m.group(1)!r} is not for one of {', '.join(ARCHES)}")
     return arch

@@ -9,9 +9,9 @@ import pytest
 from manifest_fakes import make_root
 
 from guard.errors import UsageError
+from guard.manifest.cpu import host_cpu
 from guard.manifest.target import (
     canonicalize,
-    host_cpu,
     parse_target,
     target_arch,
     to_tvm_dict,
@@ -133,7 +133,7 @@ def test_aarch64_spellings_round_trip(x86_root: Path, spelling: object, canonica
 
 
 def test_llvm_names_come_from_llvm() -> None:
-    from guard.manifest.target import llvm_known
+    from guard.manifest.cpu import llvm_known
 
     known = llvm_known("aarch64-linux-gnu")
     assert known is not None
