@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from guard.backends.onnxruntime import DONE_MARK, ERROR_MARK, RUN_MARK, session_options
+from guard.backends.ort_memory import DONE_MARK, ERROR_MARK, RUN_MARK
+from guard.backends.ort_session import session_options
 
 
 def _probe(spec: dict) -> dict:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from guard.compiler.grouping import Groups, absorb_isolated, group_connected
 from guard.compiler.schedule import GraphView, topological_order
 from guard.compiler.support import PartitionTarget
 
@@ -70,89 +71,14 @@ class PartitionPlan:
         return tuple(p for p in self.partitions if p.delegated)
 
 
-class _Groups:
-    """Union of nodes into groups, keeping the collapsed graph (group successor sets)."""
-
-    def __init__(self) -> None:
-        self.of: dict[int, int] = {}
-        self.members: dict[int, list[int]] = {}
-        self.succ: dict[int, set[int]] = {}
-        self.pred: dict[int, set[int]] = {}
-
-    def add(self, node: int, preds: Sequence[int]) -> None:
-        self.of[node] = node
-        self.members[node] = [node]
-        self.succ[node] = set()
-        self.pred[node] = {self.of[p] for p in preds}
-        for gp in self.pred[node]:
-            self.succ[gp].add(node)
-
-    def _reaches_indirectly(self, a: int, b: int) -> bool:
-        """A path a -> x -> ... -> b in the collapsed graph with x not b."""
-        seen, stack = {a, b}, [s for s in self.succ[a] if s != b]
-        while stack:
-            x = stack.pop()
-            if x in seen:
-                continue
-            seen.add(x)
-            for s in self.succ[x]:
-                if s == b:
-                    return True
-                stack.append(s)
-        return False
-
-    def blocker(self, a: int, b: int) -> bool:
-        return self._reaches_indirectly(a, b) or self._reaches_indirectly(b, a)
-
-    def merge(self, a: int, b: int) -> int:
-        keep, gone = (a, b) if len(self.members[a]) >= len(self.members[b]) else (b, a)
-        for n in self.members.pop(gone):
-            self.of[n] = keep
-            self.members[keep].append(n)
-        for s in self.succ.pop(gone):
-            self.pred[s].discard(gone)
-            if s != keep:
-                self.pred[s].add(keep)
-                self.succ[keep].add(s)
-        for p in self.pred.pop(gone):
-            self.succ[p].discard(gone)
-            if p != keep:
-                self.succ[p].add(keep)
-                self.pred[keep].add(p)
-        self.succ[keep].discard(keep)
-        self.pred[keep].discard(keep)
-        return keep
-
-
-def _group(g: GraphView, assign: Sequence[str]) -> tuple[_Groups, dict[tuple[int, int], str]]:
-    groups = _Groups()
-    cycle_splits: dict[tuple[int, int], str] = {}
-    for i in range(len(g.nodes)):
-        groups.add(i, g.preds[i])
-        for p in sorted(g.preds[i], reverse=True):
-            if assign[p] != assign[i]:
-                continue
-            a, b = groups.of[i], groups.of[p]
-            if a == b:
-                continue
-            if groups.blocker(a, b):
-                cycle_splits.setdefault(
-                    (i, p),
-                    f"joining the {assign[i]} partition of {g.nodes[p].name!r} would make the "
-                    "partition graph cyclic (a path leaves it and comes back)",
-                )
-                continue
-            groups.merge(a, b)
-    # A node with no edges at all (dead, or reading only constants with no reader) cannot
-    # cost a boundary: it joins the largest partition of its backend instead of counting.
-    for i in range(len(g.nodes)):
-        if g.preds[i] or g.succs[i] or len(groups.members[groups.of[i]]) > 1:
-            continue
-        same = [
-            k for k, m in groups.members.items() if k != groups.of[i] and assign[m[0]] == assign[i]
-        ]
-        if same:
-            groups.merge(max(same, key=lambda k: len(groups.members[k])), groups.of[i])
+def _group(g: GraphView, assign: Sequence[str]) -> tuple[Groups, dict[tuple[int, int], str]]:
+    groups, refused = group_connected(g.preds, assign)
+    cycle_splits = {
+        (i, p): f"joining the {assign[i]} partition of {g.nodes[p].name!r} would make the "
+        "partition graph cyclic (a path leaves it and comes back)"
+        for i, p in refused
+    }
+    absorb_isolated(groups, g.preds, g.succs, assign)
     return groups, cycle_splits
 
 
@@ -200,9 +126,9 @@ def partition(g: GraphView, backends: Sequence[PartitionTarget]) -> PartitionPla
     group_of = tuple(ids[r] for r in raw_of)
     parts = []
     for raw, pid in sorted(ids.items(), key=lambda kv: kv[1]):
-        members = tuple(sorted(groups.members[raw]))
-        b = by_name[assign[members[0]]]
-        parts.append(Partition(pid, b.name, not b.fallback, members))
+        nodes = tuple(sorted(groups.members[raw]))
+        b = by_name[assign[nodes[0]]]
+        parts.append(Partition(pid, b.name, not b.fallback, nodes))
     boundaries = []
     for v, cons in g.consumers.items():
         p = g.producer.get(v)

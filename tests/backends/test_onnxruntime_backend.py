@@ -105,23 +105,23 @@ def test_unknown_backend_lists_the_known_ones():
 
 
 def test_partition_merging_respects_boundaries():
+    # The grouping is the compiler's (guard.compiler.grouping) over ORT's provider record.
     from types import SimpleNamespace as N
 
-    from guard.backends.onnxruntime import _merge_acyclic
+    from guard.backends.onnxruntime import provider_groups
 
     def graph(edges):  # node i reads the outputs named in edges[i]
-        nodes = [N(input=ins, output=[f"t{i}"]) for i, ins in enumerate(edges)]
-        return nodes, {f"t{i}": i for i in range(len(nodes))}
+        return [N(input=ins, output=[f"t{i}"]) for i, ins in enumerate(edges)]
 
     # CPU -> DELEGATE -> CPU: the two CPU regions cannot merge (a cycle through the delegate).
-    nodes, prod = graph([[], ["t0"], ["t1"]])
-    ep = ["CPU", "DEL", "CPU"]
-    assert len(_merge_acyclic([[0], [1], [2]], ep, nodes, prod)) == 3
+    assert provider_groups(graph([[], ["t0"], ["t1"]]), ["CPU", "DEL", "CPU"]) == [[0], [1], [2]]
+    # ... nor when the CPU side also reads the first CPU node directly.
+    nodes = graph([[], ["t0"], ["t0", "t1"]])
+    assert provider_groups(nodes, ["CPU", "DEL", "CPU"]) == [[0], [1], [2]]
     # Two disconnected CPU chains: one partition, nothing crosses between them.
-    nodes, prod = graph([[], ["t0"], [], ["t2"]])
-    assert _merge_acyclic([[0, 1], [2, 3]], ["CPU"] * 4, nodes, prod) == [[0, 1, 2, 3]]
+    assert provider_groups(graph([[], ["t0"], [], ["t2"]]), ["CPU"] * 4) == [[0, 1, 2, 3]]
     # A CPU node beside a delegate chain (no path through the delegate): merges with CPU.
-    nodes, prod = graph([[], ["t0"], ["t0"], ["t1"]])
-    ep = ["CPU", "DEL", "CPU", "DEL"]
-    merged = _merge_acyclic([[0], [1], [2], [3]], ep, nodes, prod)
-    assert sorted(map(sorted, merged)) == [[0, 2], [1, 3]]
+    nodes = graph([[], ["t0"], ["t0"], ["t1"]])
+    assert provider_groups(nodes, ["CPU", "DEL", "CPU", "DEL"]) == [[0, 2], [1, 3]]
+    # A graph input or initializer (no producer) is no edge.
+    assert provider_groups(graph([["x"], ["x", "w"]]), ["CPU", "CPU"]) == [[0, 1]]
