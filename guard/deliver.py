@@ -22,10 +22,13 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from guard.errors import EXIT_BAD_INPUT, GuardError, UsageError
 from guard.fsutil import describe_os_error
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _FLAGS = (
     ("json_path", "--json"),
@@ -35,7 +38,19 @@ _FLAGS = (
 )
 
 
-def check_outputs(opts: Any) -> None:
+class DeliveryOptions(Protocol):
+    """What the end of a run reads of its options (guard.run.RunOptions has them all)."""
+
+    workdir: Path
+    json_path: Path | None
+    junit_path: Path | None
+    markdown_path: Path | None
+    html_path: Path | None
+    console: Console | None
+    require_tracking: bool
+
+
+def check_outputs(opts: DeliveryOptions) -> None:
     """Refuse output paths that cannot be written, before anything runs (UsageError)."""
     seen: dict[Path, str] = {}
     for attr, flag in _FLAGS:
@@ -129,14 +144,15 @@ class Interruption:
             self._installed = False
 
 
-def _say(message: str, console: Any = None) -> None:
+def say(message: str, console: Console | None = None) -> None:
+    """One line to stderr (or the given rich console): warnings the user must see."""
     if console is not None:
         console.print(message, markup=False, highlight=False)
     else:
         print(message, file=sys.stderr)
 
 
-def write_reports(doc: dict[str, Any], opts: Any) -> list[str]:
+def write_reports(doc: dict[str, Any], opts: DeliveryOptions) -> list[str]:
     """Write every requested report; return one line per report that could not be written."""
     from guard import report
 
@@ -166,7 +182,7 @@ def finish(
     *,
     uri: str | None,
     tracking_problem: str | None,
-    opts: Any,
+    opts: DeliveryOptions,
     stop: Interruption,
     after_log: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
@@ -176,7 +192,7 @@ def finish(
     try:
         if stop.signal is not None:
             doc["interrupted"] = stop.signal
-            _say(
+            say(
                 f"guard: interrupted by {stop.signal}: reporting the "
                 f"{len(doc.get('results') or [])} result(s) measured so far",
                 opts.console,
@@ -206,7 +222,7 @@ def finish(
                 try:
                     kept = track.keep_results(doc, opts.workdir)
                 except GuardError as exc:
-                    json_ok = getattr(opts, "json_path", None) is not None and not any(
+                    json_ok = opts.json_path is not None and not any(
                         line.startswith("--json ") for line in problems
                     )
                     where = (
@@ -214,7 +230,7 @@ def finish(
                         if json_ok
                         else "pass --json PATH to keep the results when tracking fails"
                     )
-                    _say(
+                    say(
                         f"guard: error: tracking failed ({tracking_problem}) and {exc}; {where}",
                         opts.console,
                     )
@@ -222,21 +238,21 @@ def finish(
                 else:
                     doc["tracking"]["kept"] = str(kept)
                     if stop.signal is not None:
-                        _say(
+                        say(
                             f"guard: {tracking_problem} to {uri}: results kept at {kept}; send "
                             f"them later with: guard track push {kept} --tracking-uri {uri}",
                             opts.console,
                         )
                     else:
-                        _say(track.unreachable_message(uri, kept), opts.console)
+                        say(track.unreachable_message(uri, kept), opts.console)
                 # Kept, and the push command printed: the checks decide the exit code,
                 # unless --require-tracking made tracking part of it (README: exit codes).
-                if getattr(opts, "require_tracking", False):
+                if opts.require_tracking:
                     code = max(code, EXIT_BAD_INPUT)
             doc["exit_code"] = stop.exit_code or code
             problems = write_reports(doc, opts)
         for line in problems:
-            _say(f"guard: error: {line}", opts.console)
+            say(f"guard: error: {line}", opts.console)
         if problems:
             code = max(code, EXIT_BAD_INPUT)
             doc["exit_code"] = stop.exit_code or code

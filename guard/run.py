@@ -12,16 +12,15 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guard.bench import set_threads
 from guard.case import prepare_model, run_case
-from guard.deliver import Interruption, check_outputs, finish
+from guard.deliver import Interruption, check_outputs, finish, say
 from guard.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
@@ -33,6 +32,9 @@ from guard.errors import (
 from guard.golden.produce import ensure_golden, golden_store
 from guard.result import error_result
 from guard.suite import ModelEntry, Suite, load_suite
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 RESULTS_SCHEMA_VERSION = 1
 _wall = time.perf_counter  # case durations (not measurements: those use RunOptions.clock)
@@ -49,7 +51,7 @@ class RunOptions:
     track: bool = True
     golden_root: Path | None = None  # default: <suite dir>/goldens/<suite>
     clock: Callable[[], float] = time.perf_counter
-    console: Any = None  # rich Console, or None for the default
+    console: Console | None = None  # None: the default console (stderr for warnings)
     models: tuple[str, ...] = ()  # run only these models (all when empty)
     backends: tuple[str, ...] = ()  # run only these backends (all when empty)
     baseline: dict[str, Any] | None = None  # a results document to judge regress_pct against
@@ -115,21 +117,11 @@ def _selected(suite: Suite, opts: RunOptions) -> list[tuple[ModelEntry, tuple[st
     return out
 
 
-def _say(message: str, console: Any = None) -> None:
-    """One line to stderr (or the given rich console): warnings the user must see."""
-    if console is not None:
-        console.print(message, markup=False, highlight=False)
-    else:
-        print(message, file=sys.stderr)
-
-
-def _index(uri: str, doc: dict[str, Any], receipt: dict[str, Any], console: Any) -> None:
+def _index(uri: str, receipt: dict[str, Any], console: Console | None) -> None:
     """log_results wrote the baseline index tags and linked a shard to its invocation
     (guard.track.index); the results are logged either way, so a failure is a warning."""
     if receipt.get("index_error"):
-        _say(
-            f"warning: results logged to {uri}, but not indexed: {receipt['index_error']}", console
-        )
+        say(f"warning: results logged to {uri}, but not indexed: {receipt['index_error']}", console)
 
 
 def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[str, Any], int]:
@@ -155,7 +147,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
             track.check_reachable(uri)
         except GuardError as exc:
             tracking_problem = str(exc)
-            _say(f"warning: {exc} (measuring anyway; results will be kept locally)", opts.console)
+            say(f"warning: {exc} (measuring anyway; results will be kept locally)", opts.console)
 
     shard_block: dict[str, Any] | None = None
     if opts.shard is not None:
@@ -172,7 +164,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         )
         if problem is not None:
             tracking_problem = problem
-            _say(
+            say(
                 f"warning: {problem} (measuring anyway; results will be kept locally)", opts.console
             )
 
@@ -238,7 +230,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     code = exit_code_for(results)
     for r in results:
         if r["verdict"] == "error":
-            _say(f"guard: error: {r['model']} [{r['backend']}]: {r['error']}", opts.console)
+            say(f"guard: error: {r['model']} [{r['backend']}]: {r['error']}", opts.console)
 
     # Durable first: the reports are on disk before tracking is tried (guard.deliver).
     code = finish(
@@ -248,6 +240,6 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         tracking_problem=tracking_problem,
         opts=opts,
         stop=stop,
-        after_log=lambda receipt: _index(uri, doc, receipt, opts.console),
+        after_log=None if uri is None else lambda receipt: _index(uri, receipt, opts.console),
     )
     return doc, code

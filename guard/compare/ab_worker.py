@@ -19,20 +19,24 @@ seconds, min_sample_s} -> {inner}; ``time`` {case, inner} -> {ms}; ``cpu`` -> {c
 from __future__ import annotations
 
 import base64
+import importlib
 import io
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-def _prepare_cases() -> Any:
+def _prepare_cases() -> Callable[[Path, Path], list[Any]]:
+    """The side's own ``prepare_cases``: guard.case's, or guard.pipeline's in a side's tree
+    from before guard/pipeline.py was split by job (imported by name: this tree has none)."""
     try:
         from guard.case import prepare_cases
-    except ImportError:  # a guard tree from before guard/pipeline.py was split by job
-        from guard.pipeline import prepare_cases  # type: ignore[no-redef]
+    except ImportError:
+        return importlib.import_module("guard.pipeline").prepare_cases
     return prepare_cases
 
 

@@ -57,7 +57,7 @@ def _miss_cause(r: Mapping[str, Any]) -> str | None:
     the bundled compiler's, records it per miss): the most common difference, with its
     count when not every miss shares it."""
     missed = ((r.get("manifest") or {}).get("tuning_cache") or {}).get("missed") or []
-    diffs = [m.get("differs") for m in missed if isinstance(m, Mapping) and m.get("differs")]
+    diffs = [str(m["differs"]) for m in missed if isinstance(m, Mapping) and m.get("differs")]
     if not diffs:
         return None
     top = max(sorted(set(diffs)), key=diffs.count)

@@ -117,7 +117,7 @@ class _EmulatedNative:
     )
 
     def __init__(self, plan: Any, packed: np.ndarray, server: PartitionServer,
-                 shared: np.ndarray) -> None:  # fmt: skip
+                 shared: np.memmap) -> None:  # fmt: skip
         self.plan = plan
         self.packed = packed
         self.server = server

@@ -148,7 +148,7 @@ def to_junit(doc: Any) -> ET.Element:
     # The root takes the counts strict schemas allow there (Jenkins' junit-10.xsd has no
     # "skipped" on <testsuites>); skipped lives on the <testsuite>.
     root = ET.Element(
-        "testsuites", name="guard", **{k: v for k, v in attrs.items() if k != "skipped"}
+        "testsuites", {"name": "guard", **{k: v for k, v in attrs.items() if k != "skipped"}}
     )
     root.append(suite)
     return root
