@@ -49,6 +49,8 @@ def _shard(doc: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> dict[str, Any]:
     """The merged results document of ``paths`` (see the module docstring)."""
+    # Lazy: guard.run brings the case, golden and backend layers with it, and a merge
+    # needs only the exit-code rule.
     from guard.run import exit_code_for
 
     if not paths:

@@ -7,9 +7,9 @@ runs in MLflow) when known, else 1 (balance by count). A case without a time get
 median of the known times, so a new model is neither free nor a giant.
 
 The plan is longest-processing-time first: cases sorted by weight (descending, ties in suite
-order), each given to the least loaded shard (ties to the lowest index). That is within 4/3
-of the best possible makespan and, unlike round-robin, does not put two slow models in one
-shard. Its sha256 is recorded in every shard's results, so ``guard merge`` can tell shards
+order), each given to the least loaded shard (ties to the one with fewer cases, then the
+lowest index, so equal weights spread evenly). That is within 4/3 of the best possible
+makespan and, unlike round-robin, does not put two slow models in one shard. Its sha256 is recorded in every shard's results, so ``guard merge`` can tell shards
 planned from different timings (which could lose or repeat a case) and refuse them.
 """
 

@@ -3,8 +3,8 @@
 MLflow can log straight into a database, without a server. When that database does not
 answer, MLflow's engine retries for nearly two minutes and then raises a driver error; guard
 instead checks once, before measuring, that the host accepts connections, and treats a
-database that does not like a server that does not: measure anyway, keep the results
-locally, say how to push them.
+database that does not answer like a server that does not: measure anyway, keep the
+results locally, say how to push them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``keep`` writes ``.guard/pending/<suite>-<started>.json``, or ``-2``, ``-3``... when that
 name is taken: the name is claimed by a hard link of a complete temporary file, which fails
 when the name exists, so concurrent runs that started in the same second each keep their
-own file (it used to be exists-then-replace, and one result set overwrote another).
+own file (checking that a name is free and then writing it would let one result set
+overwrite another).
 
 ``push_lock`` serialises pushes of one results file on this machine (an exclusive
 ``flock`` on the file itself): the second of two simultaneous pushes finds the first one's

@@ -126,10 +126,6 @@ def find_runs(
         )
 
 
-# Kept for callers written against the private name.
-_scoped_tracking_uri = scoped_tracking_uri
-
-
 def load_artifact_dict(uri: str, artifact_uri: str, name: str) -> Any:
     """A JSON artifact of a run (e.g. ``results.json`` of a parent, ``result.json`` of a
     child), given the run's ``artifact_uri`` as find_runs returns it.

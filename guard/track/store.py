@@ -1,8 +1,8 @@
 """The embedded tracking store (``sqlite:///.../.guard/mlflow.db``): created whole, or not at all.
 
 MLflow creates a sqlite store by running some fifty schema migrations in place. A kill, a
-full disk or a second guard starting at the same moment used to leave it mid-migration,
-and every later run then failed with "unreachable". Here:
+full disk or a second guard starting at the same moment would leave it mid-migration, and
+every later run would fail with "unreachable". Here:
 
 - a store is created by migrating a temporary file beside it, which is renamed into place
   only when complete, under an exclusive lock (``.mlflow.db.lock``): concurrent first runs
