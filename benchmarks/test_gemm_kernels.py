@@ -4,7 +4,9 @@ For each zoo-like shape, three sides are timed in the same process, interleaved 
 of ABC, the order rotating each round, so drift and a co-tenant hit all three):
 
 - ``guard``: the kernel from guard/compiler/codegen (default schedule), JIT-compiled for
-  the host at O3, called through ctypes with cached addresses;
+  the host at O3, called through ctypes with cached addresses; a convolution is the
+  model path's direct convolution (emit_conv.py) in the layout O2 gives it (NCHW<W>c
+  when the channels fill whole blocks, else NCHW; the relayout of x is not timed);
 - ``sgemm``: numpy's OpenBLAS ``sgemm`` (1 thread) on the same GEMM, or for a
   convolution on its im2col GEMM (``[K/g, C/g*R*S] @ [C/g*R*S, OH*OW]`` per group and
   image, im2col itself not timed): the reference rate of this machine on these FLOPs;
@@ -49,8 +51,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from guard.bench.preflight import contention_between, read_cpu_times  # noqa: E402
-from guard.compiler.codegen.conv import ConvKernel  # noqa: E402
+from guard.compiler import layout  # noqa: E402
+from guard.compiler.codegen.base import Kernel  # noqa: E402
+from guard.compiler.codegen.conv_schedule import Geometry, default_conv_schedule  # noqa: E402
+from guard.compiler.codegen.emit_conv import Conv, conv_function  # noqa: E402
 from guard.compiler.codegen.gemm import GemmKernel, register_blas_symbol  # noqa: E402
+from guard.compiler.codegen.kernel_plan import Operand  # noqa: E402
 from tests.compiler.codegen._jit import Jitted  # noqa: E402
 
 GEMMS = {  # name: (M, N, K, kwargs)
@@ -235,6 +241,23 @@ def bench_gemm(name: str, M: int, N: int, K: int, kw: dict, rng, width: int, rou
     }
 
 
+def conv_kernel(
+    C: int, H: int, K: int, R: int, stride: int, pad: int, group: int, width: int
+) -> tuple[Kernel, Geometry, str]:
+    """The model path's Conv kernel for one layer, in the layout the O2 pipeline gives a
+    convolution whose channels fill whole blocks (NCHW<W>c), else NCHW."""
+    lay = f"NCHW{width}c" if C % width == 0 and K % width == 0 else "NCHW"
+    attrs = {"layout": lay, "group": group, "strides": [stride] * 2, "dilations": [1, 1],
+             "pads": [pad] * 4}  # fmt: skip
+    xshape = layout.to_layout_shape((1, C, H, H), lay)
+    wshape = (K, C // group, R, R)
+    geo = Geometry(attrs, xshape, wshape, width)
+    yshape = layout.to_layout_shape((1, K, geo.OH, geo.OW), lay)
+    op = lambda n, sh: Operand(n, "arena", 0, tuple(sh), "float32")  # noqa: E731
+    ins = (op("x", xshape), op("w", wshape), op("b", (K,)))
+    return Kernel("Conv", attrs, ins, (op("y", yshape),), width), geo, lay
+
+
 def bench_conv(
     name: str,
     C: int,
@@ -250,40 +273,30 @@ def bench_conv(
 ) -> dict:
     from llvmlite import ir
 
-    k = ConvKernel(
-        1,
-        C,
-        H,
-        H,
-        K,
-        R,
-        R,
-        strides=(stride, stride),
-        pads=(pad,) * 4,
-        group=group,
-        vector_width=width,
-    )
+    k, geo, lay = conv_kernel(C, H, K, R, stride, pad, group, width)
+    sched = default_conv_schedule(geo)
     module = ir.Module("bench")
-    k.emit(module, "c")
+    conv_function(module, "c", k, sched)
     t = time.perf_counter()
     jit = Jitted(module)
     compile_s = time.perf_counter() - t
     x = rng.standard_normal((1, C, H, H)).astype(np.float32)
     w = (rng.standard_normal((K, C // group, R, R)) * 0.1).astype(np.float32)
     bias = rng.standard_normal(K).astype(np.float32)
-    y = np.empty((1, K, k.OH, k.OW), np.float32)
-    wp = k.pack_weights(w)
+    xl = layout.to_layout(x, lay)
+    y = np.empty(k.outputs[0].shape, np.float32)
+    wp = Conv().pack("Conv", k.attrs, 1, w, [xl.shape], width)
     f = _proto()(jit.address("c"))
-    args = (x.ctypes.data, wp.ctypes.data, bias.ctypes.data, y.ctypes.data)
+    args = (xl.ctypes.data, wp.ctypes.data, bias.ctypes.data, y.ctypes.data)
     sess, feeds = _ort_conv(x, w, bias, stride, pad, group)
     f(*args)
     ref = sess.run(None, feeds)[0]
-    err = float(np.abs(y - ref).max() / (np.abs(ref).max() + 1e-30))
+    err = float(np.abs(layout.to_nchw(y, lay) - ref).max() / (np.abs(ref).max() + 1e-30))
     # the im2col GEMM at the same FLOPs, per group (im2col itself not timed)
     crs = (C // group) * R * R
     wa = [rng.standard_normal((K // group, crs)).astype(np.float32) for _ in range(group)]
-    xc = [rng.standard_normal((crs, k.OH * k.OW)).astype(np.float32) for _ in range(group)]
-    outs = [np.empty((K // group, k.OH * k.OW), np.float32) for _ in range(group)]
+    xc = [rng.standard_normal((crs, geo.OH * geo.OW)).astype(np.float32) for _ in range(group)]
+    outs = [np.empty((K // group, geo.OH * geo.OW), np.float32) for _ in range(group)]
 
     def sgemm() -> None:
         for g in range(group):
@@ -294,12 +307,13 @@ def bench_conv(
         Side("sgemm", sgemm, [], []),
         Side("ort", lambda: sess.run(None, feeds), [], []),
     ]
-    out = _interleaved(sides, k.flops, rounds)
+    out = _interleaved(sides, geo.flops, rounds)
     return {
         "kind": "conv",
         "name": name,
         "shape": [C, H, K, R, stride, pad, group],
-        "schedule": repr(k.sched),
+        "layout": lay,
+        "schedule": repr(sched),
         "compile_s": compile_s,
         "max_rel_err_vs_ort": err,
         **out,
@@ -344,23 +358,17 @@ def resnet50_convs() -> list[tuple[int, int, int, int, int, int]]:
 
 
 def compile_time_resnet50(width: int) -> dict:
-    """All 53 resnet50 convolutions (with a Relu epilogue each, as FusedConv) in one
-    module: emit, then O3 and object code for the host, as an AOT build does."""
+    """All 53 resnet50 convolutions in one module (the model path's emitter, default
+    schedules): emit, then O3 and object code for the host, as an AOT build does."""
     import llvmlite.binding as llvm
     from llvmlite import ir
-
-    def relu(b, v):
-        zero = ir.Constant(v.type, 0.0)
-        return b.select(b.fcmp_ordered(">", v, zero), v, zero)
 
     t0, c0 = time.perf_counter(), time.thread_time()
     module = ir.Module("resnet50_convs")
     layers = resnet50_convs()
     for i, (c, hw, k, r, st, pd) in enumerate(layers):
-        kern = ConvKernel(
-            1, c, hw, hw, k, r, r, strides=(st, st), pads=(pd,) * 4, vector_width=width
-        )
-        kern.emit(module, f"conv{i}", epilogue=relu)
+        kern, geo, _ = conv_kernel(c, hw, k, r, st, pd, 1, width)
+        conv_function(module, f"conv{i}", kern, default_conv_schedule(geo))
     emit_cpu = time.thread_time() - c0
     tm = llvm.Target.from_default_triple().create_target_machine(
         cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
@@ -375,7 +383,6 @@ def compile_time_resnet50(width: int) -> dict:
         "total_cpu_s": time.thread_time() - c0,
         "total_wall_s": time.perf_counter() - t0,
         "object_bytes": len(obj),
-        "micro_kernels": sum(1 for f in module.functions if f.name.startswith("guard.ukr")),
     }
 
 
@@ -439,8 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     cs = res["resnet50_convs_compile"]
     print(
         f"resnet50's {cs['convolutions']} convolutions in one module: emit + O3 + object "
-        f"{cs['total_cpu_s']:.2f} s CPU ({cs['total_wall_s']:.2f} s wall), {cs['micro_kernels']} "
-        f"micro-kernels, object {cs['object_bytes'] / 1e6:.2f} MB"
+        f"{cs['total_cpu_s']:.2f} s CPU ({cs['total_wall_s']:.2f} s wall), "
+        f"object {cs['object_bytes'] / 1e6:.2f} MB"
     )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ def tune_bundled(args: argparse.Namespace, suite: Any, out: Any = print) -> int:
     from guard.compiler.artefact import compiler_version
     from guard.compiler.codegen.target import codegen_target, runnable_here
     from guard.compiler.tuning.cache import merge_into
+    from guard.compiler.tuning.dispatch import weighted_speedup
     from guard.compiler.tuning.tune import extract_tasks, tune_tasks
     from guard.manifest import canonicalize
 
@@ -80,11 +81,8 @@ def tune_bundled(args: argparse.Namespace, suite: Any, out: Any = print) -> int:
         cache = merge_into(path, entries)
         done.update((str(path), t.key.text) for t in todo)
         written[path] = len(cache)
-        n = [int(e.extra.get("measured", {}).get("count", 1)) for e in entries]
-        tuned = sum(c * e.time_s for c, e in zip(n, entries, strict=True))
-        gain = (f", kernel time default/tuned "
-                f"{sum(c * e.default_time_s for c, e in zip(n, entries, strict=True)) / tuned:.2f}x"
-                if tuned > 0 else "")  # fmt: skip
+        gain = (f", kernel time default/tuned {weighted_speedup(entries):.2f}x (weighted by "
+                "runtime share)" if entries else "")  # fmt: skip
         out(f"{entry.name}: {len(entries)} entr(ies) in {time.perf_counter() - t0:.0f} s"
             f"{gain} -> {path}")  # fmt: skip
     for p, n in written.items():

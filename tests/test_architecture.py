@@ -108,20 +108,7 @@ COMPILER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 # Each cycle that still exists, as the set of modules in its strongly connected component.
-CYCLES_ALLOWED: dict[frozenset[str], str] = {
-    frozenset(
-        {"guard.compiler.codegen.gemm", "guard.compiler.codegen.gemm_emit"}
-    ): "type-only (TYPE_CHECKING): the loop-nest emitter split out of gemm.py annotates the "
-    "GemmKernel that drives it; the seam is a Protocol of what the emitter reads",
-    frozenset(
-        {
-            "guard.compiler.codegen.conv",
-            "guard.compiler.codegen.conv_gemm",
-            "guard.compiler.codegen.conv_depthwise",
-        }
-    ): "type-only (TYPE_CHECKING): the emitters split out of conv.py annotate the ConvKernel "
-    "that drives them; the seam is a Protocol of what they read, as for gemm",
-}
+CYCLES_ALLOWED: dict[frozenset[str], str] = {}
 
 
 def _modules(pkg: Path) -> dict[str, Path]:

@@ -7,10 +7,11 @@ import multiprocessing as mp
 
 import pytest
 
+from guard.compiler.codegen.conv_schedule import ConvSchedule
 from guard.compiler.codegen.gemm import GemmSchedule
+from guard.compiler.tuning import schedules
 from guard.compiler.tuning.cache import CacheError, Entry, load, merge_into
 from guard.compiler.tuning.keys import TaskKey, differences, nearest
-from guard.compiler.tuning.schedules import ConvTile
 from guard.compiler.tuning.tune import MIN_SHARE, Measured, Task, allocate, choose
 
 T16 = "llvm -mattr=+avx,+avx2,+avx512f,+fma -mcpu=znver4 -mtriple=x86_64-linux-gnu"
@@ -129,10 +130,19 @@ def test_two_concurrent_writers_lose_no_entries(tmp_path):
     assert len(load(p)) == 60
 
 
-def test_conv_tile_schedule_is_validated():
-    ConvTile(14).validate(16)
+def test_conv_schedule_is_validated_and_old_entries_still_load():
+    ConvSchedule(14).validate(16)
     with pytest.raises(ValueError, match="ow_block=31"):
-        ConvTile(31).validate(16)
+        ConvSchedule(31).validate(16)
+    target = "llvm -mcpu=skylake-avx512 -mtriple=x86_64-linux-gnu"
+    # an entry tuned when ow_block was the only knob means what it meant then
+    assert schedules.from_dict("conv", {"ow_block": 12}, target) == ConvSchedule(
+        ow_block=12, oc_block=1, unroll=1, loop_order="kv_oh"
+    )
+    full = ConvSchedule(ow_block=7, oc_block=3, unroll=2, loop_order="oh_kv")
+    assert schedules.from_dict("conv", schedules.to_dict(full), target) == full
+    with pytest.raises(ValueError, match="spills"):
+        schedules.from_dict("conv", {"ow_block": 14, "oc_block": 3}, target)
 
 
 def _task(name: str, flops: int, count: int = 1) -> Task:
@@ -231,3 +241,37 @@ def test_tune_without_a_cache_path_or_for_a_foreign_target_is_exit_2(tmp_path, c
     err = capsys.readouterr().err
     assert "cannot tune for target" in err and "aarch64" in err
     assert not (tmp_path / "c.json").exists()
+
+
+def test_miss_warning_names_only_what_differs(tmp_path):
+    """The warning shows the shape and the differing attribute, not the ~350-character
+    target; the full keys stay in the summary's ``missed`` records."""
+    from guard.compiler.tuning.dispatch import Dispatch
+
+    cache = merge_into(tmp_path / "c.json", [entry(key())])
+    d = Dispatch(cache, T16.replace(",+fma", ""), "0.1.0")
+    d.choose(d.key("gemm", list(key().shape)), None)
+    with pytest.warns(UserWarning) as rec:
+        d.warn_misses("c.json")
+    msg = str(rec[0].message)
+    assert "target differs: +fma removed" in msg
+    assert "-mcpu=znver4" not in msg and "gemm float32 [M=128," in msg
+    (missed,) = d.summary()["missed"]
+    assert missed["key"].endswith(f"target={T16.replace(',+fma', '')} compiler=0.1.0")
+
+
+def test_kernel_speedup_is_weighted_by_runtime_share(tmp_path):
+    """Two hit tasks: one run 10 times at 1.0x, one once at 3.0x. Weighted by count x
+    time the model's tuned kernels are (10*2 + 1*3) / (10*2 + 1*1) = 1.095x faster,
+    not the 2.0x an unweighted mean of the two speedups would claim."""
+    from guard.compiler.tuning.dispatch import Dispatch, weighted_speedup
+
+    s = GemmSchedule(mr=6, nr=32, kc=32, mc=132, nc=64)
+    common = Entry(key(1), s, 2.0, s, 2.0, {"measured": {"count": 10}})
+    rare = Entry(key(2), s, 1.0, s, 3.0, {"measured": {"count": 1}})
+    assert weighted_speedup([common, rare]) == round(23 / 21, 3)
+    cache = merge_into(tmp_path / "c.json", [common, rare])
+    d = Dispatch(cache, T16, "0.1.0")
+    for k in (key(1), key(2)):
+        d.choose(k, None)
+    assert d.summary()["kernel_speedup"] == round(23 / 21, 3)

@@ -171,7 +171,7 @@ class Gemm(Emitter):
                 bias_kind, bias_index = "row", bj
         return gs, bias_kind, bias_index, prog, reads
 
-    def pack(self, op, attrs, index, value, shapes, vector_width):  # type: ignore[no-untyped-def]
+    def pack(self, op, attrs, index, value, shapes, vector_width):
         if index != 1:
             return None
         gs, bias_kind, *_ = self._plan(op, attrs, shapes)

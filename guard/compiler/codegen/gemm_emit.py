@@ -1,18 +1,16 @@
-"""The blocked loop nest of one generated GEMM call (gemm.py's GemmKernel, which
-documents the algorithm): macro-blocks, k-chunks, micro-tiles and the repacking of a
-run-time ``[N,K]`` B."""
+"""The blocked loop nest of one generated GEMM call: macro-blocks, k-chunks, micro-tiles
+and the repacking of a run-time ``[N,K]`` B. gemm.py's GemmKernel documents the
+algorithm and drives it; this module reads the kernel through gemm_schedule.GemmSpec."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from llvmlite import ir
 
-from .microkernel import (
-    ACCUMULATE,
+from .gemm_schedule import GemmSpec
+from .microkernel import ACCUMULATE, FINISH, micro_kernel
+from .vecops import (
     F32,
     F32P,
-    FINISH,
     I32,
     I64,
     Epilogue,
@@ -22,15 +20,11 @@ from .microkernel import (
     imul,
     lane_mask,
     masked_gather,
-    micro_kernel,
     splat_int,
     tiles,
     vector_type,
     vstore,
 )
-
-if TYPE_CHECKING:
-    from .gemm import GemmKernel
 
 REPACK_LIMIT_BYTES = 512 * 1024  # stack buffer for one repacked block of a run-time B^T
 
@@ -40,7 +34,7 @@ class GemmEmitter:
 
     def __init__(
         self,
-        kernel: GemmKernel,
+        kernel: GemmSpec,
         name: str,
         epilogue: Epilogue | None,
         b_packed: bool,

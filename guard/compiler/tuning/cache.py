@@ -43,7 +43,7 @@ from guard.errors import UsageError
 SCHEMA_VERSION = 1
 KIND = "guard-bundled-tuning-cache"
 MAX_CACHE_BYTES = 64 * 1024 * 1024
-_ENTRY_FIELDS = {
+_ENTRY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "key": str, "op": str, "shape": list, "dtype": str, "target": str, "compiler": str,
     "schedule": dict, "time_s": (int, float), "default_schedule": dict,
     "default_time_s": (int, float),

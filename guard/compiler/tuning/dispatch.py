@@ -2,7 +2,7 @@
 
 A dispatch context (TVM's ``autotvm.apply_history_best`` / ``DispatchContext`` pattern)
 is active around one build: each GEMM and convolution emitter asks it for the schedule
-of its task (:func:`gemm_schedule`, :func:`conv_tile`) and gets the cache's entry on an
+of its task (:func:`gemm_schedule`, :func:`conv_schedule`) and gets the cache's entry on an
 exact key match (a hit) or the default heuristic (a miss, recorded with the nearest key
 in the cache and how it differs). With no context active, every emitter uses its
 default: plain ``generate`` and ``jit`` are unchanged.
@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from guard.compiler.tuning.cache import TuningCache
+from guard.compiler.codegen.conv_schedule import ConvSchedule, Geometry, default_conv_schedule
+from guard.compiler.codegen.gemm_schedule import default_gemm_schedule
+from guard.compiler.tuning.cache import Entry, TuningCache
 from guard.compiler.tuning.keys import TaskKey, differences, nearest
 
 MAX_MISSED_RECORDED = 50
@@ -98,18 +100,19 @@ class Dispatch:
             "tasks": len(self.looked),
             "missed": missed[:MAX_MISSED_RECORDED],
         }
-        hit = [self.cache.get(x.key) for x in self.looked.values() if x.hit and self.cache]
-        hit = [e for e in hit if e is not None]
+        hit = [e for e in (self._entry(x.key) for x in self.looked.values() if x.hit) if e]
         if hit:
-            # What tuning measured for the hit tasks (each kernel alone, one call each):
-            # default schedules' time over the tuned schedules' time.
-            out["kernel_speedup"] = round(
-                sum(e.default_time_s for e in hit) / sum(e.time_s for e in hit), 3
-            )
+            # What tuning measured for the hit tasks (each kernel alone): their default
+            # schedules' time over their tuned time, weighted by share of runtime.
+            out["kernel_speedup"] = weighted_speedup(hit)
         return out
 
+    def _entry(self, key: TaskKey) -> Entry | None:
+        return self.cache.get(key) if self.cache is not None else None
+
     def warn_misses(self, where: str) -> None:
-        """One warning per missed task: the key, the nearest key and how it differs."""
+        """One warning per missed task: its shape, and how the nearest key differs (only
+        the attribute that differs: the full keys are in :meth:`summary`'s ``missed``)."""
         for x in self.looked.values():
             if x.hit:
                 continue
@@ -118,11 +121,20 @@ class Dispatch:
             else:
                 why = f"nearest {x.nearest.short()}: {'; '.join(x.differs)}"
             warnings.warn(
-                f"bundled tuning cache {where}: miss for {x.key.short()} "
-                f"(target {x.key.target}, compiler {x.key.compiler}); {why}; "
-                "using the default schedule",
+                f"bundled tuning cache {where}: miss for {x.key.short()}; {why}; "
+                "using the default schedule (full keys: the manifest's tuning_cache.missed)",
                 stacklevel=2,
             )
+
+
+def weighted_speedup(entries: Sequence[Entry]) -> float:
+    """Default over tuned kernel time of ``entries``, each task weighted by its share of
+    the model's runtime: its per-call times times the steps that run it (``count``, as
+    the tuner recorded it from the model's kernel plan; 1 if absent)."""
+    n = [max(1, int(e.extra.get("measured", {}).get("count", 1))) for e in entries]
+    tuned = sum(c * e.time_s for c, e in zip(n, entries, strict=True))
+    default = sum(c * e.default_time_s for c, e in zip(n, entries, strict=True))
+    return round(default / tuned, 3) if tuned > 0 else 1.0
 
 
 @contextlib.contextmanager
@@ -149,7 +161,7 @@ def gemm_shape(gs: Any) -> list[tuple[str, int | str]]:
     ]  # fmt: skip
 
 
-def conv_shape(geo: Any) -> list[tuple[str, int | str]]:
+def conv_shape(geo: Geometry) -> list[tuple[str, int | str]]:
     """The full shape signature of a convolution task (emit_conv.Geometry)."""
     return [
         ("N", geo.N), ("C", geo.C), ("H", geo.H), ("W", geo.W), ("K", geo.K),
@@ -161,8 +173,6 @@ def conv_shape(geo: Any) -> list[tuple[str, int | str]]:
 
 def gemm_schedule(gs: Any, vector_width: int) -> Any:
     """The GemmSchedule for one GEMM: the cache's on a hit, else the default heuristic."""
-    from guard.compiler.codegen.gemm import default_gemm_schedule
-
     default = default_gemm_schedule(gs.M, gs.N, gs.K, vector_width)
     d = _ACTIVE.get()
     if d is None:
@@ -170,11 +180,11 @@ def gemm_schedule(gs: Any, vector_width: int) -> Any:
     return d.choose(d.key("gemm", gemm_shape(gs)), default)
 
 
-def conv_tile(geo: Any) -> int:
-    """Output columns per register tile for one direct convolution (``Geometry.T``)."""
-    from guard.compiler.tuning.schedules import ConvTile
-
+def conv_schedule(geo: Geometry) -> ConvSchedule:
+    """The ConvSchedule for one direct convolution: the cache's on a hit, else the default."""
+    default = default_conv_schedule(geo)
     d = _ACTIVE.get()
-    if d is None or geo.L <= 1:  # the scalar path (L == 1) has no tile knob
-        return int(geo.T)
-    return int(d.choose(d.key("conv", conv_shape(geo)), ConvTile(int(geo.T))).ow_block)
+    if d is None or geo.L <= 1:  # the scalar path (L == 1) is not tuned
+        return default
+    chosen: ConvSchedule = d.choose(d.key("conv", conv_shape(geo)), default)
+    return chosen

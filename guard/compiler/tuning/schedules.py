@@ -2,41 +2,29 @@
 
 - ``gemm``: :class:`guard.compiler.codegen.gemm.GemmSchedule` (micro-tile ``mr x nr``,
   cache blocks ``kc/mc/nc``, k-unroll, loop order, ``use_blas``).
-- ``conv``: :class:`ConvTile`, the knob of the direct convolution the code generator
-  emits for every Conv/FusedConv (guard/compiler/codegen/emit_conv.py): ``ow_block``
-  output columns per register tile (one accumulator vector each, lanes along output
-  channels). Its default is the emitter's own heuristic.
+- ``conv``: :class:`guard.compiler.codegen.conv_schedule.ConvSchedule`, the knobs of the
+  direct convolution the code generator emits for every Conv/FusedConv
+  (guard/compiler/codegen/emit_conv.py): output columns and output-channel vectors per
+  register tile, reduction unroll, loop order. An entry written before the last three
+  existed names only ``ow_block``; the others' defaults are what the emitter did then.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from typing import Any
 
+from guard.compiler.codegen.conv_schedule import ConvSchedule
+from guard.compiler.codegen.gemm_schedule import GemmSchedule
 from guard.compiler.tuning.keys import _target_fields
-
-
-@dataclass(frozen=True)
-class ConvTile:
-    ow_block: int
-
-    def validate(self, vector_width: int) -> None:
-        registers = 32 if vector_width >= 16 else 16
-        if not 1 <= self.ow_block <= registers - 2:
-            raise ValueError(
-                f"ConvTile.ow_block={self.ow_block} must be 1..{registers - 2} "
-                f"(accumulators plus a weight vector and a broadcast in {registers} registers)"
-            )
 
 
 def schedule_class(op: str) -> type:
     if op == "gemm":
-        from guard.compiler.codegen.gemm import GemmSchedule
-
         return GemmSchedule
     if op == "conv":
-        return ConvTile
+        return ConvSchedule
     raise ValueError(f"unknown op {op!r} (expected gemm or conv)")
 
 

@@ -10,10 +10,11 @@
    budget is split in that proportion. A task below ``MIN_SHARE`` of the FLOPs gets only
    the floor: its default and the cost model's first choice, measured briefly.
 3. **Candidates** (:func:`gemm_candidates`, :func:`conv_candidates`): the schedule space
-   (micro-tile, k-chunk, loop order; output columns per tile) is pruned analytically:
-   tiles that spill the register file are dropped, the rest ranked by a cost model
-   (padding waste of the tile against the shape, FMAs per load, independent FMA chains,
-   k-chunks that leave L1). The default schedule is always measured.
+   (GEMM: micro-tile, k-chunk, loop order; convolution: output columns and
+   output-channel vectors per tile, unroll, loop order) is pruned analytically: tiles
+   that spill the register file are dropped, the rest ranked by a cost model (padding
+   waste of the tile against the shape, FMAs per load, independent FMA chains, k-chunks
+   that leave L1). The default schedule is always measured.
 4. **Measurement** (:func:`measure`): each candidate is compiled alone (the emitter's own
    code, the schedule forced through the dispatch context) for the canonical target and
    timed in this process on one thread: warm-up calls discarded, then ``reps`` rounds
@@ -40,10 +41,11 @@ from typing import Any
 
 import numpy as np
 
+from guard.compiler.codegen.conv_schedule import Geometry, conv_space, default_conv_schedule
+from guard.compiler.codegen.gemm_schedule import GemmSchedule, default_gemm_schedule
 from guard.compiler.tuning.cache import Entry
 from guard.compiler.tuning.dispatch import Dispatch, applied, conv_shape, gemm_shape
 from guard.compiler.tuning.keys import TaskKey
-from guard.compiler.tuning.schedules import ConvTile
 
 GEMM_OPS = frozenset({"Gemm", "FusedGemm", "MatMul", "FusedMatMul"})
 CONV_OPS = frozenset({"Conv", "FusedConv"})
@@ -89,10 +91,8 @@ def extract_tasks(
     """The GEMM and convolution tasks of one model for one canonical target."""
     from guard.compiler import import_onnx, optimize, verify
     from guard.compiler.codegen.base import Kernel
-    from guard.compiler.codegen.emit_conv import Geometry
     from guard.compiler.codegen.emit_gemm import GemmShape
     from guard.compiler.codegen.emitters import emitter_for
-    from guard.compiler.codegen.gemm import default_gemm_schedule
     from guard.compiler.codegen.kernel_plan import build_kernel_plan
     from guard.compiler.codegen.target import codegen_target
     from guard.compiler.plan import plan
@@ -131,8 +131,8 @@ def extract_tasks(
             if geo.L <= 1:
                 continue
             key = d.key("conv", conv_shape(geo))
-            flops = 2 * geo.N * geo.K * geo.OH * geo.OW * geo.Cg * geo.R * geo.S
-            default, shape = ConvTile(int(geo.T)), geo
+            flops = geo.flops
+            default, shape = default_conv_schedule(geo), geo
         else:
             continue
         if key.text in tasks:
@@ -181,8 +181,6 @@ def gemm_cost(M: int, N: int, K: int, s: Any, width: int) -> float:
 
 def gemm_candidates(M: int, N: int, K: int, width: int, default: Any, limit: int) -> list[Any]:
     """The default first, then the best ``limit`` schedules by :func:`gemm_cost`."""
-    from guard.compiler.codegen.gemm import GemmSchedule
-
     regs = _registers(width)
     n_vecs = -(-N // width)
     pool = []
@@ -204,23 +202,31 @@ def gemm_candidates(M: int, N: int, K: int, width: int, default: Any, limit: int
     return [default] + [s for _, s in pool[:limit]]
 
 
-def conv_cost(geo: Any, t: int) -> float:
-    """Predicted relative time of a direct convolution with ``t`` columns per tile."""
-    ow = geo.OW
-    waste = (-(-ow // t) * t) / ow if t <= ow else t / ow
-    chains = min(1.0, t / 8.0)
-    loads = 1.0 + 1.0 / t  # one weight vector per t FMAs
-    return waste / chains * loads
+def conv_cost(geo: Any, s: Any) -> float:
+    """Predicted relative time of a ConvSchedule (lower is better; 1.0 ~ peak FMA rate):
+    column padding of the tile against the row, independent FMA chains (latency 4 x 2
+    ports), FMAs per load (a weight vector per output-channel vector, a broadcast per
+    column, or per column and vector when the vectors read different groups), and
+    register pressure near the file's size. The
+    unroll and the loop order are left to measurement: a hair's penalty keeps the
+    plain variant of each tile first."""
+    t, kb = s.ow_block, min(s.oc_block, geo.KV)
+    ow = max(geo.OW, 1)
+    waste = (-(-ow // t) * t) / ow
+    chains = min(1.0, kb * t / 8.0)
+    loads = kb + t * (1 if geo.vectors_share_input(kb) else kb)
+    intensity = min(1.0, (kb * t / loads) / 1.5)
+    extra = 1.0 + 0.01 * (s.unroll != 1) + 0.01 * (s.loop_order != "kv_oh")
+    # A tile that leaves under 4 vector registers for addresses and temporaries spills in
+    # LLVM's hands even though it "fits" (measured here: 2 x 14 columns ran at 0.3x).
+    spills = 3.0 if kb * (t + 1) + 1 > _registers(geo.L) - 4 else 1.0
+    return waste / (chains * intensity) * extra * spills
 
 
 def conv_candidates(geo: Any, default: Any, limit: int) -> list[Any]:
-    regs = _registers(geo.L)
-    pool = [
-        (conv_cost(geo, t), ConvTile(t))
-        for t in range(2, regs - 1)
-        if t != default.ow_block and t <= max(geo.OW, 2)
-    ]
-    pool.sort(key=lambda cs: (cs[0], cs[1].ow_block))
+    """The default first, then the best ``limit`` points of conv_space by conv_cost."""
+    pool = [(conv_cost(geo, s), s) for s in conv_space(geo) if s != default]
+    pool.sort(key=lambda cs: (cs[0], repr(cs[1])))
     return [default] + [s for _, s in pool[:limit]]
 
 

@@ -294,15 +294,14 @@ def test_emits_an_aarch64_neon_object() -> None:
     """The kernels are target-neutral IR: LLVM lowers the W=4 variants to NEON."""
     import llvmlite.binding as llvm
 
-    from guard.compiler.codegen.conv import ConvKernel
+    from tests.compiler.codegen.test_conv import neon_conv_kernels
 
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     module = ir.Module()
     module.triple = "aarch64-unknown-linux-gnu"
     GemmKernel(9, 10, 11, bias="row", vector_width=4).emit(module, "g", epilogue=relu_plus_one)
-    ConvKernel(1, 3, 6, 7, 5, 3, 3, pads=(1, 1, 1, 1), vector_width=4).emit(module, "c")
-    ConvKernel(1, 4, 6, 7, 4, 3, 3, strides=(2, 2), group=4, vector_width=4).emit(module, "dw")
+    neon_conv_kernels(module)
     tm = llvm.Target.from_triple(module.triple).create_target_machine(
         cpu="generic", features="+neon", opt=3
     )
