@@ -47,6 +47,15 @@ it still holds with the ratio and its CI moved by a factor 1 + B against it; oth
 row is ``inconclusive`` and says which condition it could not see past. A rounds row that
 stays inconclusive names the smallest slowdown its rounds could have detected.
 
+Preemption has a second estimator. A 1-thread session's CPU time per call (the process's
+CPU time over a round's timed loop, divided by its calls) is the call's work without the
+time it spent waiting for a core. When preemption is what left the wall-time verdict
+inconclusive and both sides carry it for every round, the rounds are judged on it with
+the same test (method ``welch-rounds-cpu``, the reason saying so); a contention
+difference still discounts that verdict, since a co-tenant slows the work itself through
+shared caches and memory bandwidth. With more threads a process's CPU time sums every
+thread's (spinning included), so it is not used.
+
 Optional stopping inflates false positives, so the adaptive driver spends ``alpha`` over
 its looks (Bonferroni over a geometric schedule of at most ``max_looks`` looks).
 """
@@ -322,12 +331,15 @@ def compare_rounds(
     contention: tuple[Sequence[float | None], Sequence[float | None]] = ((), ()),
     cpu_share: tuple[float | None, float | None] = (None, None),
     preempted: tuple[float | None, float | None] = (None, None),
+    cpu: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> Comparison:
     """Judge two results files on their rounds: ``base``/``head`` are round medians (ms).
 
     ``contention`` holds each side's per-round contention and ``cpu_share`` each side's
     worst round's share of a core; either can make the comparison inconclusive (see the
-    module docstring).
+    module docstring). ``cpu`` holds each side's per-round CPU time per call of a
+    1-thread session: when preemption alone left the wall-time verdict inconclusive,
+    the rounds are judged on it instead (method ``welch-rounds-cpu``).
     """
     cfg = config or RegressConfig()
     a = cfg.alpha if alpha is None else alpha
@@ -364,14 +376,52 @@ def compare_rounds(
     verdict, reason = _decide(ratio, lo, hi, p_slower, p_faster, cfg, a)
     thr = math.log1p(cfg.threshold_pct / 100.0)
     mde = (math.exp(max(thr + t_p * se, (t_a + t_p) * se)) - 1.0) * 100.0
-    bias, why = _bias((_mean(contention[0]), _mean(contention[1])), cpu_share, preempted)
+    conditions = (_mean(contention[0]), _mean(contention[1]))
+    bias, why = _bias(conditions, cpu_share, preempted)
+    was = verdict
     verdict, reason = _discount(verdict, reason, ratio, lo, hi, bias, why, cfg)
+    if verdict == INCONCLUSIVE and cpu is not None:
+        by_cpu = _on_cpu_time(cpu, cfg, a, contention, bias - _bias(conditions, (None, None))[0])
+        if by_cpu is not None:
+            preempted_why = "; ".join(w for w in why if "preempted" in w)
+            return replace(
+                by_cpu,
+                reason=f"judged on CPU time per call ({preempted_why}; wall time said "
+                f"{was} {(ratio - 1) * 100:+.1f}%): {by_cpu.reason}",
+            )
     if verdict == INCONCLUSIVE:
         reason += f"; these rounds could detect a slowdown of {mde:.1f}% or more"
     return Comparison(
         verdict, ratio, (lo, hi), p_slower, p_faster, cfg.threshold_pct, mde,
         int(b.size), int(h.size), method, a, reason,
     )  # fmt: skip
+
+
+def _on_cpu_time(
+    cpu: tuple[Sequence[float], Sequence[float]],
+    cfg: RegressConfig,
+    alpha: float,
+    contention: tuple[Sequence[float | None], Sequence[float | None]],
+    preemption_bias: float,
+) -> Comparison | None:
+    """The rounds judged on CPU time per call, when that settles what preemption did not.
+
+    Only where preemption was what made the wall-time verdict inconclusive, every round of
+    both sides has a CPU time, and the CPU-time verdict is conclusive; a contention
+    difference still discounts it (a co-tenant slows a call's work too, through the
+    shared caches and memory).
+    """
+    cb, ch = (np.asarray(x, dtype=float) for x in cpu)
+    if preemption_bias <= 0 or min(cb.size, ch.size) < cfg.min_rounds:
+        return None
+    if not (np.all(np.isfinite(cb)) and np.all(np.isfinite(ch))):
+        return None
+    if np.any(cb <= 0) or np.any(ch <= 0):
+        return None
+    comp = compare_rounds(list(cb), list(ch), cfg, alpha=alpha, contention=contention)
+    if comp.verdict == INCONCLUSIVE:
+        return None
+    return replace(comp, method="welch-rounds-cpu")
 
 
 def median_ci(x: np.ndarray, alpha: float) -> tuple[float, float]:

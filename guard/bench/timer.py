@@ -176,6 +176,7 @@ class Timings:
     config: MeasureConfig = field(default_factory=MeasureConfig)
     cpu_share: float | None = None  # own CPU time / wall time over the loop (1.0: never preempted)
     preemptions: int | None = None  # involuntary context switches during the loop
+    cpu_per_call_s: float | None = None  # own CPU time over the loop / calls (no waiting)
 
     @property
     def preempted_fraction(self) -> float | None:
@@ -270,6 +271,7 @@ def measure(
         config=cfg,
         cpu_share=cpu_share_between(before, after),
         preemptions=preemptions_between(before, after),
+        cpu_per_call_s=cpu_per_call(before, after, len(samples)),
     )
 
 
@@ -353,9 +355,24 @@ class RoundTimings:
                     "contention": t.contention,
                     "cpu_share": t.cpu_share,
                     "preemptions": t.preemptions,
+                    "cpu_ms_per_call": (
+                        None if t.cpu_per_call_s is None else t.cpu_per_call_s * 1e3
+                    ),
                 }
             )
         return out
+
+
+def cpu_per_call(before: CpuTimes | None, after: CpuTimes | None, calls: int) -> float | None:
+    """This process's CPU time per timed call (seconds); None if unknown or not measurable.
+
+    It is the work of a call without the time spent waiting for a core: what a 1-thread
+    round can still be judged on when another process preempted it (guard.bench.regress).
+    """
+    if before is None or after is None or calls < 1:
+        return None
+    own = after.own_s - before.own_s
+    return own / calls if own > 0 else None
 
 
 def round_noise_pct(round_p50s: list[float | int | None]) -> float | None:

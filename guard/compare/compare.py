@@ -117,6 +117,19 @@ def _validate_samples(r: Mapping[str, Any], field: str, where: str) -> None:
         why = _bad_samples(rd.get("samples_ms"))
         if why:
             raise UsageError(f"{field}.rounds[{j}].samples_ms{why}", where=where, hint=hint)
+        cpu = rd.get("cpu_ms_per_call")
+        if cpu is not None and (
+            isinstance(cpu, bool)
+            or not isinstance(cpu, int | float)
+            or not math.isfinite(cpu)
+            or cpu <= 0
+        ):
+            raise UsageError(
+                f"{field}.rounds[{j}].cpu_ms_per_call is {cpu!r}, not a finite positive "
+                "CPU time in ms (or null)",
+                where=where,
+                hint=hint,
+            )
         p50 = rd.get("p50")
         if (
             isinstance(p50, bool)
@@ -193,6 +206,24 @@ def round_contention(r: Mapping[str, Any]) -> list[float | None]:
     return [rd.get("contention") for rd in r.get("rounds") or () if isinstance(rd, Mapping)]
 
 
+def round_cpu(r: Mapping[str, Any]) -> list[float] | None:
+    """Per-round CPU time per call (ms) of a 1-thread result; None where any is missing.
+
+    With more threads a process's CPU time sums its threads' (spinning included): it is
+    no stand-in for one call's latency, so it is not offered.
+    """
+    threads = ((r.get("manifest") or {}).get("host") or {}).get("threads")
+    rounds = r.get("rounds")
+    if threads != 1 or not isinstance(rounds, list) or not rounds:
+        return None
+    out = [
+        float(x)
+        for rd in rounds
+        if isinstance(rd, Mapping) and isinstance(x := rd.get("cpu_ms_per_call"), int | float)
+    ]
+    return out if len(out) == len(rounds) else None
+
+
 def _measured(r: Mapping[str, Any], key: str) -> float | None:
     c = (r.get("measurement") or {}).get(key)
     return float(c) if isinstance(c, int | float) and not isinstance(c, bool) else None
@@ -216,8 +247,13 @@ def latency_comparison(
         cpu_share=(_measured(base_r, "cpu_share"), _measured(head_r, "cpu_share")),
         preempted=(_measured(base_r, "preempted_fraction"),
                    _measured(head_r, "preempted_fraction")),
+        cpu=_both(round_cpu(base_r), round_cpu(head_r)),
     )  # fmt: skip
     return comp, comp.reason
+
+
+def _both(b: list[float] | None, h: list[float] | None) -> tuple[list[float], list[float]] | None:
+    return (b, h) if b is not None and h is not None else None
 
 
 def _p90_ratio(b: list[float] | None, h: list[float] | None) -> float | None:

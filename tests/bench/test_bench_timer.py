@@ -300,3 +300,18 @@ def test_preemptions_are_counted_per_round_as_a_share_of_calls() -> None:
     assert [t.preempted_fraction for t in rt.rounds] == [0.5, 1.0]
     assert rt.preempted_fraction == 1.0
     assert [r["preemptions"] for r in rt.rounds_dict()] == [1, 10]
+
+
+def test_cpu_time_per_call_is_taken_over_the_timed_loop() -> None:
+    readings = iter([CpuTimes(10.0, 100.0, 1.0), CpuTimes(11.0, 102.0, 1.5)])
+    clock = FakeClock()
+    t = measure(
+        Workload(clock, [0.25]),
+        MeasureConfig(warmup_s=0.0, min_iters=4, min_time_s=0.0),
+        clock,
+        cpu_times=lambda: next(readings),
+    )
+    assert len(t.samples_s) == 4 and t.cpu_per_call_s == pytest.approx(0.5 / 4)
+    cfg = MeasureConfig(rounds=2, min_time_s=0.0)
+    rt = measure_rounds(lambda i: lambda: None, cfg, cpu_times=lambda: None)
+    assert [rd["cpu_ms_per_call"] for rd in rt.rounds_dict()] == [None, None]

@@ -327,6 +327,27 @@ def test_preemption_that_touched_few_calls_does_not_bound_the_verdict():
     assert unknown.verdict == R.INCONCLUSIVE
 
 
+def test_preempted_rounds_are_judged_on_cpu_time_per_call():
+    """Wall time of a preempted 1-thread side holds waiting; its CPU time per call does not."""
+    rng = np.random.default_rng(44)
+    b_wall, h_wall = rounds_side(rng), rounds_side(rng, factor=1.6)  # head waited for a core
+    b_cpu, h_cpu = rounds_side(rng), rounds_side(rng, factor=1.10)  # and really is 10% slower
+    slower = R.compare_rounds(b_wall, h_wall, cpu_share=(1.0, 0.5), cpu=(b_cpu, h_cpu))
+    assert slower.verdict == R.REGRESSED and slower.method == "welch-rounds-cpu"
+    assert slower.ratio == pytest.approx(
+        float(np.exp(np.mean(np.log(h_cpu)) - np.mean(np.log(b_cpu))))
+    )
+    assert "judged on CPU time per call (head was preempted" in slower.reason
+    same = R.compare_rounds(b_wall, h_wall, cpu_share=(1.0, 0.5), cpu=(b_cpu, b_cpu))
+    assert same.verdict == R.PASS and same.method == "welch-rounds-cpu"
+    # a contention difference is not preemption: CPU time is slowed by a co-tenant too
+    busy = R.compare_rounds(b_cpu, h_cpu, contention=([0.0] * 5, [1.0] * 5), cpu=(b_cpu, h_cpu))
+    assert busy.verdict == R.INCONCLUSIVE and busy.method == "welch-rounds"
+    # a quiet comparison is judged on wall time as before, CPU time or not
+    quiet = R.compare_rounds(b_cpu, h_cpu, cpu=(b_wall, h_wall))
+    assert quiet.method == "welch-rounds" and quiet.verdict == R.REGRESSED
+
+
 def test_adaptive_first_look_respects_the_budget_for_a_slow_model():
     """Each pair costs 0.5 s: the first look must not wait for all ``initial`` pairs."""
     rng = np.random.default_rng(15)

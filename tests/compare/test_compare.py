@@ -226,6 +226,30 @@ def test_preemption_in_few_calls_keeps_the_verdict():
     assert row["verdict"] == "regressed", row["reason"]
 
 
+def test_a_preempted_one_thread_side_is_judged_on_cpu_time_per_call():
+    """Head waited for a core (wall +50%); its CPU time per call shows the real +10%."""
+    rng = np.random.default_rng(18)
+
+    def side(wall_factor, cpu_factor, threads=1):
+        r = result("mlp", lat(rng, n=400, factor=wall_factor))
+        r["manifest"]["host"]["threads"] = threads
+        for rd in r["rounds"]:
+            rd["cpu_ms_per_call"] = 2.0 * cpu_factor * float(np.exp(rng.normal(0, 0.01)))
+        return r
+
+    b, h = side(1.0, 1.0), side(1.5, 1.10)
+    h["measurement"] = {"cpu_share": 0.6}
+    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    assert row["verdict"] == "regressed" and row["stats"]["method"] == "welch-rounds-cpu"
+    assert "judged on CPU time per call (head was preempted" in row["reason"]
+    assert row["ratio"] == pytest.approx(1.10, rel=0.03)
+    # two threads: CPU time sums the threads', no stand-in for latency: inconclusive
+    b2, h2 = side(1.0, 1.0, threads=2), side(1.5, 1.10, threads=2)
+    h2["measurement"] = {"cpu_share": 0.6}
+    (row2,) = C.compare_docs(doc(b2), doc(h2), CFG)["rows"]
+    assert row2["verdict"] == "inconclusive" and "head was preempted" in row2["reason"]
+
+
 def test_another_suite_is_refused_with_a_clear_line():
     rng = np.random.default_rng(15)
     with pytest.raises(UsageError, match="suite 'smoke'.*suite 'default'"):
@@ -243,6 +267,10 @@ def test_another_suite_is_refused_with_a_clear_line():
         (lambda r: r["rounds"][0].update(p50=float("nan")), "results[0].rounds[0].p50"),
         (lambda r: r["rounds"][0].update(p50=-1.0), "results[0].rounds[0].p50"),
         (lambda r: r.update(rounds=[]), "results[0].rounds must be a non-empty list"),
+        (
+            lambda r: r["rounds"][1].update(cpu_ms_per_call=float("nan")),
+            "results[0].rounds[1].cpu_ms_per_call",
+        ),
     ],
 )
 def test_hand_edited_samples_are_refused_naming_the_field(tmp_path, edit, field):
