@@ -12,7 +12,10 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
+    from mlflow import MlflowClient
 
 # mlflow.utils.validation; pinned to the installed MLflow by a test.
 MAX_METRICS_PER_BATCH = 1000
@@ -78,7 +81,7 @@ def metric_entities(
 
 
 def _log_batch(
-    client: Any,
+    client: MlflowClient,
     run_id: str,
     metrics: Iterable[Any] = (),
     params: Mapping[str, str] | None = None,

@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from guard.errors import InternalError, TrackingError
 from guard.track.uri import _quiet_mlflow, artifact_root, is_http
+
+if TYPE_CHECKING:  # mlflow itself is imported when a client is made
+    from mlflow import MlflowClient
 
 # Over HTTP, MLflow retries a failed request 7 times with doubling backoff (minutes).
 # guard has a local fallback, so it gives up sooner unless the user chose otherwise.
@@ -90,7 +93,7 @@ def _hint(uri: str) -> str:
     return "check that the store is writable, or pass another --tracking-uri."
 
 
-def mlflow_client(uri: str) -> Any:
+def mlflow_client(uri: str) -> MlflowClient:
     """An ``mlflow.MlflowClient`` for ``uri`` (mlflow is imported here, when first needed)."""
     _quiet_mlflow()
     from mlflow import MlflowClient
@@ -98,7 +101,7 @@ def mlflow_client(uri: str) -> Any:
     return MlflowClient(tracking_uri=uri)
 
 
-def experiment_id(client: Any, uri: str, suite: str) -> str:
+def experiment_id(client: MlflowClient, uri: str, suite: str) -> str:
     """The id of the suite's experiment, created (or restored from deleted) when needed."""
     from mlflow.exceptions import MlflowException
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guard.errors import GuardError, UsageError
 from guard.schema import RESULTS_SCHEMA_VERSION, section
@@ -27,6 +27,10 @@ from guard.track import invocation
 from guard.track.batch import _log_batch
 from guard.track.client import experiment_name, http_limits, mlflow_client, translated
 from guard.track.query import scoped_tracking_uri
+
+if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
+    from mlflow import MlflowClient
+    from mlflow.entities import Experiment, Run
 
 BASELINE_KEY_TAG = "guard.baseline_key"
 INDEX_VERSION = "1"  # part of the hashed key: a changed key recipe never matches old runs
@@ -97,13 +101,13 @@ def annotate_logged(uri: str, doc: Mapping[str, Any], receipt: dict[str, Any]) -
     return receipt
 
 
-def _experiment(client: Any, suite: str) -> Any:
+def _experiment(client: MlflowClient, suite: str) -> Experiment | None:
     return client.get_experiment_by_name(experiment_name(suite))
 
 
 def latest_result_run(
-    client: Any, experiment_id: str, key: str, exclude_commit: str | None = None
-) -> Any:
+    client: MlflowClient, experiment_id: str, key: str, exclude_commit: str | None = None
+) -> Run | None:
     """The newest FINISHED result run with this baseline key (of another commit than
     ``exclude_commit``), or None.
 
@@ -113,7 +117,7 @@ def latest_result_run(
     """
     where = f"tags.`{BASELINE_KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'"
 
-    def newest(condition: str) -> Any:
+    def newest(condition: str) -> Run | None:
         runs = client.search_runs(
             [experiment_id],
             filter_string=condition,

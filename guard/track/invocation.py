@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guard.errors import UsageError
 from guard.schema import section
@@ -29,10 +29,14 @@ from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import experiment_id, http_limits, mlflow_client, translated
 from guard.track.records import parent_metrics, tag_value, worst_verdict
 
+if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
 INVOCATION_TAG = "guard.invocation_id"
 
 
-def _candidates(client: Any, experiment_id: str, invocation_id: str) -> list[Any]:
+def _candidates(client: MlflowClient, experiment_id: str, invocation_id: str) -> list[Run]:
     runs = client.search_runs(
         [experiment_id],
         filter_string=f"tags.`{INVOCATION_TAG}` = '{_safe(invocation_id)}' "
@@ -49,7 +53,7 @@ def _safe(value: str) -> str:
 
 
 def _create(
-    client: Any,
+    client: MlflowClient,
     experiment_id: str,
     suite: str,
     invocation_id: str,
@@ -97,7 +101,7 @@ def ensure_invocation(
 
 
 def link_shard(
-    client: Any, experiment_id: str, shard_run_id: str, doc: Mapping[str, Any]
+    client: MlflowClient, experiment_id: str, shard_run_id: str, doc: Mapping[str, Any]
 ) -> str | None:
     """Make ``shard_run_id`` (the run a shard logged) a child of its invocation's run."""
     from mlflow.entities import RunStatus

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guard.schema import read_json, results_document, section
 from guard.track import records
@@ -35,6 +35,9 @@ from guard.track.client import (
 from guard.track.index import annotate_logged
 from guard.track.pending import PENDING_DIR, keep, push_lock
 from guard.track.uri import GUARD_DIR, check_reachable, run_url
+
+if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
+    from mlflow import MlflowClient
 
 # The client helpers under the names they had when they lived here (guard.track.client
 # now): readers outside guard.track (the dashboard, calibration, benchmarks) import them.
@@ -135,7 +138,7 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
 
 
 def _end_children(
-    client: Any, experiment_id: str, parent_id: str, known: list[str], status: str
+    client: MlflowClient, experiment_id: str, parent_id: str, known: list[str], status: str
 ) -> None:
     """Give the children of a parent that did not finish its status (KILLED or FAILED).
 
@@ -160,7 +163,7 @@ def _end_children(
 
 
 def _log_child(
-    client: Any,
+    client: MlflowClient,
     experiment_id: str,
     parent_id: str,
     doc: Mapping[str, Any],
@@ -199,7 +202,7 @@ def _log_child(
     return str(run_id)
 
 
-def _log_inputs(client: Any, run_id: str, result: Mapping[str, Any]) -> None:
+def _log_inputs(client: MlflowClient, run_id: str, result: Mapping[str, Any]) -> None:
     """The model's fixed inputs as the run's dataset (MLflow's Datasets column)."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
@@ -210,7 +213,7 @@ def _log_inputs(client: Any, run_id: str, result: Mapping[str, Any]) -> None:
     client.log_inputs(run_id, datasets=[DatasetInput(Dataset(**found), tags=[context])])
 
 
-def _terminate(client: Any, run_id: str, status: str, end_ms: int | None) -> None:
+def _terminate(client: MlflowClient, run_id: str, status: str, end_ms: int | None) -> None:
     """End a run; if even that fails, the original error (if any) is the one raised."""
     try:
         client.set_terminated(run_id, status=status, end_time=end_ms)
