@@ -8,7 +8,6 @@ to allocate.
 
 from __future__ import annotations
 
-import difflib
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,8 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper
 
+from guard.compiler.frontend import prepare
+from guard.compiler.frontend.prepare import GraphInput
 from guard.errors import ModelError
 from guard.fsutil import BoundedReadError, describe_os_error, file_sha256, read_bounded
 from guard.suite import InputSpec
@@ -42,16 +43,6 @@ _FEEDABLE = {
     onnx.TensorProto.UINT64,
     onnx.TensorProto.BOOL,
 }
-
-
-@dataclass(frozen=True)
-class GraphInput:
-    name: str
-    dtype: np.dtype
-    dims: tuple[int | str | None, ...]  # int, dim_param name, or None (unnamed dynamic)
-    # Axes the model declares with a negative dim_value: some converters spell "dynamic"
-    # as -1, and onnxruntime treats it so. guard does too (bindable from the suite).
-    negative_axes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,43 +88,6 @@ def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
             )
 
 
-def _find_cycle(graph: onnx.GraphProto) -> str | None:
-    """Name a node on a cycle (or that reads a value nothing produces before it), if any."""
-    produced_by: dict[str, int] = {}
-    for i, n in enumerate(graph.node):
-        for o in n.output:
-            if o:
-                produced_by[o] = i
-    deps = {
-        i: {produced_by[x] for x in n.input if x in produced_by} for i, n in enumerate(graph.node)
-    }
-    state: dict[int, int] = {}  # 1 visiting, 2 done
-
-    def visit(start: int) -> int | None:
-        stack = [(start, iter(deps[start]))]
-        state[start] = 1
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                state[node] = 2
-                stack.pop()
-            elif state.get(nxt) == 1:
-                return nxt
-            elif nxt not in state:
-                state[nxt] = 1
-                stack.append((nxt, iter(deps[nxt])))
-        return None
-
-    for i in range(len(graph.node)):
-        if i not in state:
-            hit = visit(i)
-            if hit is not None:
-                n = graph.node[hit]
-                return n.name or f"#{hit} ({n.op_type})"
-    return None
-
-
 def load_model(path: Path) -> onnx.ModelProto:
     """Load and structurally check an ONNX file, with one-line errors."""
     path = Path(path)
@@ -173,13 +127,7 @@ def load_model(path: Path) -> onnx.ModelProto:
         for t in external_data_helper._get_all_tensors(model)
     ):
         external_data_helper.load_external_data_for_model(model, str(path.parent))
-    cyc = _find_cycle(model.graph)
-    if cyc is not None:
-        raise ModelError(
-            f"graph has a cycle through node {cyc!r}",
-            where=str(path),
-            hint="ONNX graphs must be acyclic; re-export the model.",
-        )
+    prepare.toposort(model.graph, str(path))  # a cycle is a ModelError naming its nodes
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
@@ -192,43 +140,26 @@ def load_model(path: Path) -> onnx.ModelProto:
     return model
 
 
-def graph_inputs(model: onnx.ModelProto) -> list[GraphInput]:
-    """Real data inputs (IR<4 lists initializers as inputs too: skip those)."""
-    inits = {t.name for t in model.graph.initializer}
-    out = []
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type"):
-            raise ModelError(f"input {vi.name!r} is not a tensor; guard binds tensor inputs only")
-        if tt.elem_type not in _FEEDABLE:
-            name = (
-                onnx.TensorProto.DataType.Name(tt.elem_type)
-                if tt.elem_type in onnx.TensorProto.DataType.values()
-                else str(tt.elem_type)
-            )
-            raise ModelError(
-                f"input {vi.name!r} has element type {name}; guard can feed float, integer "
-                "and bool inputs only",
-                hint="Declare the input's elem_type in the model (re-export it).",
-            )
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        dims: list[int | str | None] = []
-        negative: list[int] = []
-        for ax, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value"):
-                if d.dim_value < 0:
-                    negative.append(ax)
-                    dims.append(None)
-                else:
-                    dims.append(int(d.dim_value))
-            elif d.HasField("dim_param"):
-                dims.append(d.dim_param)
-            else:
-                dims.append(None)
-        out.append(GraphInput(vi.name, dtype, tuple(dims), tuple(negative)))
-    return out
+def _feedable_dtype(elem_type: int, name: str, where: str | None) -> np.dtype:
+    if elem_type not in _FEEDABLE:
+        type_name = (
+            onnx.TensorProto.DataType.Name(elem_type)
+            if elem_type in onnx.TensorProto.DataType.values()
+            else str(elem_type)
+        )
+        raise ModelError(
+            f"input {name!r} has element type {type_name}; guard can feed float, integer "
+            "and bool inputs only",
+            where=where,
+            hint="Declare the input's elem_type in the model (re-export it).",
+        )
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def graph_inputs(model: onnx.ModelProto, where: str | None = None) -> list[GraphInput]:
+    """Real data inputs (IR<4 lists initializers as inputs too: skip those), of a dtype
+    guard can make data for."""
+    return prepare.graph_inputs(model, lambda t, name: _feedable_dtype(t, name, where), where)
 
 
 def opset_of(model: onnx.ModelProto) -> int:
@@ -240,67 +171,13 @@ def opset_of(model: onnx.ModelProto) -> int:
 
 def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where: str) -> ModelSpec:
     """Bind every input's dims from the suite; an unbound dynamic dim is an error."""
-    try:
-        inputs = graph_inputs(model)
-    except ModelError as exc:
-        raise ModelError(str(exc), where=where) from None
-    names = {i.name for i in inputs}
-    for k in specs:
-        if k not in names:
-            lower = {n.lower(): n for n in names}
-            close = (
-                [lower[k.lower()]]
-                if k.lower() in lower
-                else difflib.get_close_matches(k, sorted(names), n=1)
-            )
-            hint = (
-                f"Did you mean {close[0]!r}?" if close else f"Inputs: {', '.join(sorted(names))}."
-            )
-            raise ModelError(
-                f"inputs.{k}: the model has no input named {k!r}", where=where, hint=hint
-            )
-    shapes: dict[str, tuple[int, ...]] = {}
-    notes: list[str] = []
+    inputs = graph_inputs(model, where)
+    shapes, bound_notes = prepare.bind_shapes(
+        inputs, {k: spec.shape for k, spec in specs.items()}, where
+    )
+    notes = [f"{path}: {n}" for n in bound_notes]
     for gi in inputs:
-        spec = specs.get(gi.name)
-        if spec is not None and spec.shape is not None:
-            if len(spec.shape) != len(gi.dims):
-                raise ModelError(
-                    f"inputs.{gi.name}.shape: rank {len(spec.shape)} given, the model's input "
-                    f"has rank {len(gi.dims)} {_fmt_dims(gi.dims)}",
-                    where=where,
-                )
-            for ax, (want, have) in enumerate(zip(spec.shape, gi.dims, strict=True)):
-                if isinstance(have, int) and have != want:
-                    raise ModelError(
-                        f"inputs.{gi.name}.shape[{ax}]: the model fixes this dim to {have}, "
-                        f"the suite says {want}",
-                        where=where,
-                    )
-            shape = tuple(spec.shape)
-            for ax in gi.negative_axes:
-                notes.append(
-                    f"{path}: input {gi.name!r} declares dim {ax} as a negative "
-                    f"dim_value (a converter's spelling of dynamic); bound to "
-                    f"{shape[ax]} from the suite"
-                )
-        else:
-            for ax, d in enumerate(gi.dims):
-                if not isinstance(d, int):
-                    label = (
-                        f" ({d!r})"
-                        if d
-                        else " (declared negative: dynamic)"
-                        if ax in gi.negative_axes
-                        else ""
-                    )
-                    raise ModelError(
-                        f"input {gi.name!r} dim {ax}{label} is dynamic and unbound",
-                        where=where,
-                        hint=f"Bind it in the suite: inputs: {{{gi.name}: {{shape: "
-                        f"{_example_shape(gi.dims)}}}}}.",
-                    )
-            shape = tuple(int(d) for d in gi.dims)  # type: ignore[arg-type]
+        shape = shapes[gi.name]
         nbytes = float(np.prod(shape, dtype=np.float64)) * gi.dtype.itemsize
         if nbytes > MAX_INPUT_BYTES:
             raise ModelError(
@@ -309,7 +186,6 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where:
                 where=where,
                 hint="Check the shape in the suite's inputs block.",
             )
-        shapes[gi.name] = shape
     for note in notes:
         print(f"guard: note: {note}", file=sys.stderr)
     return ModelSpec(
@@ -322,14 +198,6 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where:
         outputs=tuple(o.name for o in model.graph.output),
         notes=tuple(notes),
     )
-
-
-def _fmt_dims(dims: tuple[int | str | None, ...]) -> str:
-    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
-
-
-def _example_shape(dims: tuple[int | str | None, ...]) -> str:
-    return "[" + ", ".join(str(d) if isinstance(d, int) else "1" for d in dims) + "]"
 
 
 def make_inputs(spec: ModelSpec, specs: dict[str, InputSpec]) -> dict[str, np.ndarray]:

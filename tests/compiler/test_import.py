@@ -132,7 +132,7 @@ def test_unbound_dynamic_dim_is_named() -> None:
         [vi("x", F, ["batch", 4])],
         [vi("y", F, ["batch", 4])],
     )
-    with pytest.raises(ModelError, match=r"unbound dynamic dim 'batch' \(dim 0\) of input 'x'"):
+    with pytest.raises(ModelError, match=r"input 'x' dim 0 \('batch'\) is dynamic and unbound"):
         import_onnx(m)
     assert import_onnx(m, {"x": (3, 4)}).values["y"].shape == (3, 4)
 
@@ -161,6 +161,33 @@ def test_cycle_is_an_error() -> None:
     )
     with pytest.raises(ModelError, match=r"cycle through 2 nodes \(Relu 'r1', Neg 'r2'\)"):
         import_onnx(m)
+
+
+def test_cycle_names_only_the_nodes_on_it() -> None:
+    # r3 reads the cycle but is not on it: it is not named, nor counted.
+    m = _model(
+        [
+            helper.make_node("Relu", ["b"], ["a"], name="r1"),
+            helper.make_node("Neg", ["a"], ["b"], name="r2"),
+            helper.make_node("Abs", ["a"], ["c"], name="r3"),
+        ],
+        [vi("x", F, [2])],
+        [vi("c", F, [2])],
+    )
+    with pytest.raises(ModelError, match=r"cycle through 2 nodes \(Relu 'r1', Neg 'r2'\)"):
+        import_onnx(m)
+
+
+def test_a_bound_shape_must_keep_the_models_fixed_dims() -> None:
+    m = _model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [vi("x", F, ["batch", 4])],
+        [vi("y", F, ["batch", 4])],
+    )
+    with pytest.raises(ModelError, match=r"inputs.x.shape\[1\]: the model fixes this dim to 4"):
+        import_onnx(m, {"x": (3, 5)})
+    with pytest.raises(ModelError, match=r"inputs.xx: the model has no input named 'xx'"):
+        import_onnx(m, {"xx": (3, 4)})
 
 
 def test_control_flow_is_not_compiled_and_says_so() -> None:

@@ -1,9 +1,16 @@
 """Model preparation before conversion: bind input shapes, strip large initializers for
-shape inference, and sort the nodes (a cycle is an error naming its nodes)."""
+shape inference, and sort the nodes (a cycle is an error naming its nodes).
+
+The binder (``graph_inputs`` + ``bind_shapes``) and the sort (``toposort``) are guard's only
+ones: guard.model binds a suite's inputs and checks a loaded model for cycles with them.
+"""
 
 from __future__ import annotations
 
+import difflib
 import heapq
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -14,61 +21,148 @@ from guard.compiler.ir import Shape
 from guard.errors import ModelError
 
 
-def bind_inputs(
-    model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None, source: str
-) -> list[tuple[str, Shape, np.dtype]]:
-    inits = {i.name for i in model.graph.initializer}
-    given = dict(input_shapes or {})
-    bound = []
-    for inp in model.graph.input:
-        if inp.name in inits:
+@dataclass(frozen=True)
+class GraphInput:
+    """One data input of a model as it declares it (initializers listed as inputs skipped)."""
+
+    name: str
+    dtype: np.dtype
+    dims: tuple[int | str | None, ...]  # int, dim_param name, or None (unnamed dynamic)
+    # Axes the model declares with a negative dim_value: some converters spell "dynamic"
+    # as -1, and onnxruntime treats it so. guard does too (bindable from the suite).
+    negative_axes: tuple[int, ...] = ()
+    ranked: bool = True  # False: the model declares no shape at all (any rank)
+
+
+def graph_inputs(
+    model: onnx.ModelProto, dtype_of: Callable[[int, str], np.dtype], where: str | None = None
+) -> list[GraphInput]:
+    """The model's data inputs; ``dtype_of(elem_type, input_name)`` gives each dtype (or
+    raises the caller's error for a dtype it cannot take)."""
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for vi in model.graph.input:
+        if vi.name in inits:
             continue
-        tt = inp.type.tensor_type
-        if not inp.type.HasField("tensor_type"):
+        if not vi.type.HasField("tensor_type"):
             raise ModelError(
-                f"graph input {inp.name!r} is not a tensor",
-                where=source,
-                hint="The bundled compiler takes tensor inputs only.",
+                f"input {vi.name!r} is not a tensor; guard binds tensor inputs only", where=where
             )
-        dtype = np_dtype(tt.elem_type, f"{source}: input {inp.name!r}")
-        if inp.name in given:
-            shape = tuple(int(d) for d in given.pop(inp.name))
-            if tt.HasField("shape") and len(tt.shape.dim) != len(shape):
-                raise ModelError(
-                    f"input {inp.name!r} has rank {len(tt.shape.dim)} but was bound to "
-                    f"{list(shape)}",
-                    where=source,
-                    hint="Give one size per dim.",
-                )
-        else:
-            if not tt.HasField("shape"):
-                raise ModelError(
-                    f"input {inp.name!r} has no shape",
-                    where=source,
-                    hint="Bind it with input_shapes (suite `inputs: {name: {shape: ...}}`).",
-                )
-            dims = []
-            for k, d in enumerate(tt.shape.dim):
-                if d.HasField("dim_value") and d.dim_value > 0:
-                    dims.append(int(d.dim_value))
-                elif d.HasField("dim_value") and d.dim_value == 0:
-                    dims.append(0)
+        tt = vi.type.tensor_type
+        dims: list[int | str | None] = []
+        negative: list[int] = []
+        for ax, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                if d.dim_value < 0:
+                    negative.append(ax)
+                    dims.append(None)
                 else:
-                    label = d.dim_param or "?"
+                    dims.append(int(d.dim_value))
+            elif d.HasField("dim_param"):
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        dtype = dtype_of(tt.elem_type, vi.name)
+        out.append(GraphInput(vi.name, dtype, tuple(dims), tuple(negative), tt.HasField("shape")))
+    return out
+
+
+def _fmt_dims(dims: tuple[int | str | None, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _example_shape(dims: tuple[int | str | None, ...]) -> str:
+    return "[" + ", ".join(str(d) if isinstance(d, int) else "1" for d in dims) + "]"
+
+
+def bind_shapes(
+    inputs: Sequence[GraphInput], given: Mapping[str, Sequence[int] | None], where: str
+) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """Every input's static shape: the given one (checked against the model's rank and
+    fixed dims) or the model's own; an unbound dynamic dim is an error naming it.
+
+    ``given`` maps input names to shapes (``None``: named, shape not given). Returns the
+    shapes and one note per negative dim bound from ``given``.
+    """
+    names = {i.name for i in inputs}
+    for k in given:
+        if k not in names:
+            lower = {n.lower(): n for n in names}
+            close = (
+                [lower[k.lower()]]
+                if k.lower() in lower
+                else difflib.get_close_matches(k, sorted(names), n=1)
+            )
+            hint = (
+                f"Did you mean {close[0]!r}?" if close else f"Inputs: {', '.join(sorted(names))}."
+            )
+            raise ModelError(
+                f"inputs.{k}: the model has no input named {k!r}", where=where, hint=hint
+            )
+    shapes: dict[str, tuple[int, ...]] = {}
+    notes: list[str] = []
+    for gi in inputs:
+        want = given.get(gi.name)
+        if want is not None:
+            shape = tuple(int(d) for d in want)
+            if gi.ranked and len(shape) != len(gi.dims):
+                raise ModelError(
+                    f"inputs.{gi.name}.shape: rank {len(shape)} given, the model's input "
+                    f"has rank {len(gi.dims)} {_fmt_dims(gi.dims)}",
+                    where=where,
+                )
+            for ax, (w, have) in enumerate(zip(shape, gi.dims, strict=False)):
+                if isinstance(have, int) and have != w:
                     raise ModelError(
-                        f"unbound dynamic dim {label!r} (dim {k}) of input {inp.name!r}",
-                        where=source,
-                        hint="Bind it with input_shapes (suite `inputs: {name: {shape: ...}}`).",
+                        f"inputs.{gi.name}.shape[{ax}]: the model fixes this dim to {have}, "
+                        f"the suite says {w}",
+                        where=where,
                     )
-            shape = tuple(dims)
-        bound.append((inp.name, shape, dtype))
-    if given:
-        raise ModelError(
-            f"input_shapes names {sorted(given)} which are not graph inputs",
-            where=source,
-            hint=f"Graph inputs: {[b[0] for b in bound]}.",
-        )
-    return bound
+            for ax in gi.negative_axes:
+                notes.append(
+                    f"input {gi.name!r} declares dim {ax} as a negative dim_value (a "
+                    f"converter's spelling of dynamic); bound to {shape[ax]} from the suite"
+                )
+        elif not gi.ranked:
+            raise ModelError(
+                f"input {gi.name!r} declares no shape",
+                where=where,
+                hint=f"Bind it in the suite: inputs: {{{gi.name}: {{shape: [...]}}}}.",
+            )
+        else:
+            static: list[int] = []
+            for ax, d in enumerate(gi.dims):
+                if not isinstance(d, int):
+                    label = (
+                        f" ({d!r})"
+                        if d
+                        else " (declared negative: dynamic)"
+                        if ax in gi.negative_axes
+                        else ""
+                    )
+                    raise ModelError(
+                        f"input {gi.name!r} dim {ax}{label} is dynamic and unbound",
+                        where=where,
+                        hint=f"Bind it in the suite: inputs: {{{gi.name}: {{shape: "
+                        f"{_example_shape(gi.dims)}}}}}.",
+                    )
+                static.append(d)
+            shape = tuple(static)
+        shapes[gi.name] = shape
+    return shapes, notes
+
+
+def bind_inputs(
+    model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None, source: str
+) -> list[tuple[str, Shape, np.dtype]]:
+    """(name, static shape, dtype) per data input, for the importer (see bind_shapes)."""
+
+    def dtype_of(elem_type: int, name: str) -> np.dtype:
+        return np_dtype(elem_type, f"{source}: input {name!r}")
+
+    inputs = graph_inputs(model, dtype_of, source)
+    shapes, _ = bind_shapes(inputs, dict(input_shapes or {}), source)
+    return [(gi.name, shapes[gi.name], gi.dtype) for gi in inputs]
 
 
 def without_big_initializers(proto: onnx.ModelProto, max_elements: int = 4096) -> onnx.ModelProto:
@@ -98,7 +192,15 @@ def without_big_initializers(proto: onnx.ModelProto, max_elements: int = 4096) -
     return light
 
 
-def toposort(graph: onnx.GraphProto, source: str, known: set[str]) -> list[onnx.NodeProto]:
+def toposort(
+    graph: onnx.GraphProto, source: str, known: Set[str] = frozenset()
+) -> list[onnx.NodeProto]:
+    """The nodes in dependency order (Kahn's, earliest ready first: a sorted graph keeps its
+    order); a cycle is a ModelError naming the nodes on it.
+
+    A node depends on the producer of each input not in ``known`` (values defined before
+    any node runs: graph inputs, initializers, an enclosing graph's values).
+    """
     producers = {o: idx for idx, n in enumerate(graph.node) for o in n.output if o}
     indeg = []
     users: dict[int, list[int]] = {}
@@ -107,7 +209,6 @@ def toposort(graph: onnx.GraphProto, source: str, known: set[str]) -> list[onnx.
         indeg.append(len(deps))
         for d in deps:
             users.setdefault(d, []).append(idx)
-    # Kahn's algorithm taking the earliest ready node first: a sorted model keeps its order.
     ready = [i for i, d in enumerate(indeg) if d == 0]
     heapq.heapify(ready)
     order = []
@@ -119,10 +220,18 @@ def toposort(graph: onnx.GraphProto, source: str, known: set[str]) -> list[onnx.
             if indeg[u] == 0:
                 heapq.heappush(ready, u)
     if len(order) != len(graph.node):
-        stuck = [graph.node[i] for i in range(len(graph.node)) if indeg[i] > 0]
-        names = ", ".join(f"{n.op_type} {n.name or n.output[0]!r}" for n in stuck[:5])
+        # Left over: the nodes on a cycle and those downstream of one. Peel off, repeatedly,
+        # the nodes nothing left over reads: what remains is on (or between) cycles.
+        stuck = {i for i in range(len(graph.node)) if indeg[i] > 0}
+        while True:
+            sinks = {i for i in stuck if not any(u in stuck for u in users.get(i, []))}
+            if not sinks or sinks == stuck:
+                break
+            stuck -= sinks
+        on_cycle = [graph.node[i] for i in sorted(stuck)]
+        names = ", ".join(f"{n.op_type} {n.name or n.output[0]!r}" for n in on_cycle[:5])
         raise ModelError(
-            f"the graph has a cycle through {len(stuck)} nodes ({names})",
+            f"the graph has a cycle through {len(on_cycle)} nodes ({names})",
             where=source,
             hint="ONNX graphs must be acyclic; re-export the model.",
         )
