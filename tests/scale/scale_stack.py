@@ -6,7 +6,9 @@ the cluster is created in a temporary directory with trust authentication for on
 listens only on 127.0.0.1 at a free port, and is stopped and deleted afterwards. initdb
 refuses to run as root, so as root the cluster runs as the ``postgres`` system user.
 
-Everything here starts real processes and stops them by their own process group.
+Everything here starts real processes and stops them by their own process group. The
+``mlflow server`` in front of the cluster is tests/mlflow_proc.py's ``MlflowServer`` (the
+one tests/conftest.py's fixture starts over sqlite), re-exported here.
 """
 
 from __future__ import annotations
@@ -14,23 +16,22 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# tests/, where mlflow_proc lives: on sys.path under pytest already, not for a benchmark
+# that puts only this directory there (benchmarks/history_bench.py).
+_TESTS = str(Path(__file__).resolve().parents[1])
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
+
+from mlflow_proc import MlflowServer, free_port  # noqa: E402
+
+__all__ = ["MlflowServer", "PostgresCluster", "free_port", "missing_reason", "pg_bindir"]
+
 PG_USER = "guard"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pg_bindir() -> Path | None:
@@ -167,109 +168,5 @@ class PostgresCluster:
     def log_tail(self, n: int = 2000) -> str:
         try:
             return (self.data / "server.log").read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-
-def mlflow_executable() -> str:
-    candidate = Path(sys.executable).with_name("mlflow")
-    return str(candidate) if candidate.exists() else "mlflow"
-
-
-def healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=1.0) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-@dataclass
-class MlflowServer:
-    """``mlflow server`` on 127.0.0.1 with a backend store URI and a local artifact root."""
-
-    backend_uri: str
-    root: Path
-    port: int = field(default_factory=free_port)
-    workers: int = 1
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def artifacts(self) -> Path:
-        return self.root / "artifacts"
-
-    def start(self, timeout_s: float = 120.0) -> MlflowServer:
-        self.root.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            mlflow_executable(),
-            "server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--workers",
-            str(self.workers),
-            "--backend-store-uri",
-            self.backend_uri,
-            "--artifacts-destination",
-            str(self.artifacts),
-        ]
-        env = dict(
-            os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true"
-        )
-        env.pop("MLFLOW_TRACKING_URI", None)
-        with (
-            open(self.root / "server.out", "ab") as out,
-            open(self.root / "server.err", "ab") as err,
-        ):
-            self.proc = subprocess.Popen(
-                cmd, cwd=self.root, env=env, stdout=out, stderr=err, start_new_session=True
-            )
-        started = time.monotonic()
-        while not healthy(self.url):
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"mlflow server exited with {self.proc.returncode}: {self.err_tail()}"
-                )
-            if time.monotonic() - started > timeout_s:
-                self.stop()
-                raise RuntimeError(
-                    f"mlflow server not healthy after {timeout_s:.0f} s: {self.err_tail()}"
-                )
-            time.sleep(0.25)
-        return self
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            pgid = os.getpgid(proc.pid)
-        except ProcessLookupError:
-            return
-        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline:
-                try:
-                    os.killpg(pgid, 0)
-                except ProcessLookupError:
-                    return
-                time.sleep(0.1)
-
-    def err_tail(self, n: int = 2000) -> str:
-        try:
-            return (self.root / "server.err").read_text(errors="replace")[-n:]
         except OSError:
             return ""
