@@ -24,7 +24,9 @@ import numpy as np
 
 from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
 from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decline, run_program
+from guard.compiler.codegen.gemm import GemmKernel
 from guard.compiler.schedule import GraphView, OpNode
+from guard.compiler.tuning.dispatch import gemm_schedule
 
 Shape = tuple[int, ...]
 
@@ -98,9 +100,6 @@ class GemmShape:
         self.out_shape = (self.M, self.N)
 
     def kernel(self, vector_width: int, bias: str) -> Any:
-        from guard.compiler.codegen.gemm import GemmKernel
-        from guard.compiler.tuning.dispatch import gemm_schedule
-
         # The schedule: the tuning cache's on a hit, else the default heuristic (packing
         # and emission both ask, so the packed B always matches the kernel's tile).
         return GemmKernel(

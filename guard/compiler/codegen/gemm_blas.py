@@ -16,6 +16,7 @@ import ctypes
 import glob
 import os
 
+import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
@@ -61,7 +62,6 @@ def blas_sgemm_address() -> int:
 
 def register_blas_symbol() -> None:
     """Make ``scipy_cblas_sgemm64_`` resolvable by llvmlite's JIT and object loader."""
-    import llvmlite.binding as llvm
 
     llvm.add_symbol(BLAS_SYMBOL, blas_sgemm_address())
 

@@ -39,6 +39,7 @@ from typing import Any
 from guard.compiler.tuning import schedules
 from guard.compiler.tuning.keys import OPS, TaskKey
 from guard.errors import UsageError
+from guard.fsutil import BoundedReadError, atomic_write_text, read_bounded
 
 SCHEMA_VERSION = 1
 KIND = "guard-bundled-tuning-cache"
@@ -205,7 +206,6 @@ def _entry_dup(path: Path, i: int, key: str) -> CacheError:
 
 
 def load(path: str | os.PathLike[str]) -> TuningCache:
-    from guard.fsutil import BoundedReadError, read_bounded
 
     p = Path(path)
     try:
@@ -236,7 +236,6 @@ def merge_into(path: str | os.PathLike[str], new: list[Entry]) -> TuningCache:
     A key already in the file is replaced by the new measurement; other entries are kept,
     including those another ``guard tune`` wrote while this one was measuring.
     """
-    from guard.fsutil import atomic_write_text
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

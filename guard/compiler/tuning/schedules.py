@@ -17,6 +17,7 @@ from typing import Any
 
 from guard.compiler.codegen.conv_schedule import ConvSchedule
 from guard.compiler.codegen.gemm_schedule import GemmSchedule
+from guard.compiler.codegen.target import CodegenTarget
 from guard.compiler.tuning.keys import _target_fields
 
 
@@ -30,7 +31,6 @@ def schedule_class(op: str) -> type:
 
 def vector_width_of(target: str) -> int:
     """Float lanes the code generator uses for a canonical target (as CodegenTarget says)."""
-    from guard.compiler.codegen.target import CodegenTarget
 
     f = _target_fields(target)
     return CodegenTarget(

@@ -14,7 +14,10 @@
    output-channel vectors per tile, unroll, loop order) is pruned analytically: tiles
    that spill the register file are dropped, the rest ranked by a cost model (padding
    waste of the tile against the shape, FMAs per load, independent FMA chains, k-chunks
-   that leave L1). The default schedule is always measured.
+   that leave L1). The default schedule is always measured. ``use_blas`` is not
+   searched: it binds the artefact to numpy's bundled ILP64 OpenBLAS symbol in the
+   running process (absent where numpy links another BLAS, and in the static harness of
+   emulated runs), with a thread pool outside the session's thread count.
 4. **Measurement** (:func:`measure`): each candidate is compiled alone (the emitter's own
    code, the schedule forced through the dispatch context) for the canonical target and
    timed in this process on one thread: warm-up calls discarded, then ``reps`` rounds
@@ -39,13 +42,25 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import llvmlite.ir as ir
 import numpy as np
 
+from guard.compiler import import_onnx, optimize, verify
+from guard.compiler.codegen.base import Kernel
 from guard.compiler.codegen.conv_schedule import Geometry, conv_space, default_conv_schedule
+from guard.compiler.codegen.emit_gemm import GemmShape
+from guard.compiler.codegen.emitters import emitter_for
 from guard.compiler.codegen.gemm_schedule import GemmSchedule, default_gemm_schedule
+from guard.compiler.codegen.irutil import PTR, VOID
+from guard.compiler.codegen.kernel_plan import build_kernel_plan
+from guard.compiler.codegen.module import LoadedObject, compile_module
+from guard.compiler.codegen.target import codegen_target
+from guard.compiler.plan import plan
+from guard.compiler.tuning import schedules as sch
 from guard.compiler.tuning.cache import Entry
 from guard.compiler.tuning.dispatch import Dispatch, applied, conv_shape, gemm_shape
 from guard.compiler.tuning.keys import TaskKey
+from guard.compiler.weights import pack_weights
 
 GEMM_OPS = frozenset({"Gemm", "FusedGemm", "MatMul", "FusedMatMul"})
 CONV_OPS = frozenset({"Conv", "FusedConv"})
@@ -89,15 +104,6 @@ def extract_tasks(
     pipeline: str = "O2", profile: Any = None,
 ) -> list[Task]:  # fmt: skip
     """The GEMM and convolution tasks of one model for one canonical target."""
-    from guard.compiler import import_onnx, optimize, verify
-    from guard.compiler.codegen.base import Kernel
-    from guard.compiler.codegen.emit_gemm import GemmShape
-    from guard.compiler.codegen.emitters import emitter_for
-    from guard.compiler.codegen.kernel_plan import build_kernel_plan
-    from guard.compiler.codegen.target import codegen_target
-    from guard.compiler.plan import plan
-    from guard.compiler.weights import pack_weights
-
     optimised, _ = optimize(import_onnx(model_path, dict(input_shapes)), pipeline)
     verify(optimised)
     compiled = plan(optimised, profile)
@@ -245,12 +251,6 @@ class Compiled:
     """One task's kernel compiled alone with one schedule, with buffers to call it on."""
 
     def __init__(self, task: Task, schedule: Any, target: Any, rng: np.random.Generator) -> None:
-        import llvmlite.ir as ir
-
-        from guard.compiler.codegen.emitters import emitter_for
-        from guard.compiler.codegen.irutil import PTR, VOID
-        from guard.compiler.codegen.module import LoadedObject, compile_module
-
         k = task.kernel
         n_in, n_out = len(k.inputs), len(k.outputs)
         module = ir.Module(name="guard_tune")
@@ -366,8 +366,6 @@ def tune_tasks(
         res = measure(t, cands, target, reps=reps, clock=clock,
                       deadline=start + secs if secs > 0 else None)  # fmt: skip
         win, default = choose(res)
-        from guard.compiler.tuning import schedules as sch
-
         entries.append(
             Entry(
                 t.key,
