@@ -158,3 +158,10 @@ def test_measure_keys_match_the_harness():
     from guard.suite.blocks import MEASURE_KEYS
 
     assert MEASURE_KEYS == {f.name for f in dataclasses.fields(MeasureConfig)}
+
+
+def test_option_backends_match_the_registry():
+    from guard.backends import REGISTRY
+    from guard.suite.blocks import OPTION_BACKENDS
+
+    assert OPTION_BACKENDS == set(REGISTRY)
