@@ -1,4 +1,9 @@
-"""guard's command line: thin. Parses arguments, calls guard.run, sets the exit code.
+"""guard's command line: thin. Parses arguments, calls one command, sets the exit code.
+
+``guard run`` and ``guard tune`` are parsed here; every other command lives in a
+``cli_<topic>.py`` whose ``register(subparsers)`` ``build_parser`` calls (cli_artefacts:
+golden, manifest, zoo, partition; cli_track: track, dashboard; cli_compare, cli_calibrate,
+cli_scale, cli_doctor), and cli_help adds every command's description and examples.
 
 Every error a user can cause prints one line (``guard: error: ...``) and exits with the
 documented code: 2 for a suite, model, path or server that cannot be used, 3 for guard's
@@ -8,7 +13,6 @@ own failures (run with GUARD_DEBUG=1 for the traceback).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,7 +20,6 @@ from pathlib import Path
 from guard import __version__
 from guard.errors import (
     EXIT_BAD_INPUT,
-    EXIT_CHECK_FAILED,
     EXIT_INTERNAL,
     EXIT_OK,
     GuardError,
@@ -71,76 +74,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
-def _cmd_golden_update(args: argparse.Namespace) -> int:
-    from guard.case import prepare_model
-    from guard.golden.produce import ensure_golden, golden_store
-    from guard.suite import load_suite
-
-    if not args.reason or not args.reason.strip():
-        raise UsageError(
-            "--reason must say why the golden changes",
-            hint="e.g. --reason 'onnxruntime 1.32 changed GELU fusion'.",
-        )
-    suite = load_suite(args.suite)
-    store = golden_store(suite, Path(args.golden_dir) if args.golden_dir else None)
-    names = {m.name for m in suite.models}
-    for m in args.model or ():
-        if m not in names:
-            raise UsageError(
-                f"--model {m!r}: no such model in suite {suite.name}",
-                hint=f"Models: {', '.join(sorted(names))}.",
-            )
-    for entry in suite.models:
-        if args.model and entry.name not in args.model:
-            continue
-        old, _ = store.load_replaceable(entry.name)
-        spec, path = prepare_model(entry)
-        golden, status = ensure_golden(store, entry, spec, path, update_reason=args.reason)
-        if (
-            old is not None
-            and golden.sha256 == old.sha256
-            and golden.meta.get("updated") == old.meta.get("updated")
-        ):
-            print(
-                f"{entry.name}: golden unchanged {old.sha256[:12]} (same model, inputs and "
-                "outputs: nothing written)"
-            )
-            continue
-        old_sha = old.sha256[:12] if old else "none"
-        print(f"{entry.name}: golden {status} {old_sha} -> {golden.sha256[:12]} ({args.reason})")
-    return EXIT_OK
-
-
-def _cmd_manifest_diff(args: argparse.Namespace) -> int:
-    from guard.manifest import load_manifest
-    from guard.manifest.diff import diff_manifests, format_diff
-    from guard.manifest.pins import is_pinned
-
-    a, b = load_manifest(Path(args.a)), load_manifest(Path(args.b))
-    d = diff_manifests(a, b)
-    if args.json:
-        print(json.dumps(d, indent=2, sort_keys=True, default=str))
-    else:
-        print(format_diff(d))
-    # diff(1)'s convention: 1 when they differ where it matters (a pin: not comparable).
-    return EXIT_CHECK_FAILED if any(is_pinned(f) for f in d) else EXIT_OK
-
-
-def _cmd_track_push(args: argparse.Namespace) -> int:
-    from guard.track import push, resolve_uri
-
-    uri = resolve_uri(args.tracking_uri, Path.cwd())
-    receipt = push(Path(args.path), uri)
-    if receipt.get("already_tracked"):
-        print(
-            f"{args.path} is already logged at {uri} (parent run "
-            f"{receipt.get('parent_run_id')}): nothing sent"
-        )
-    else:
-        print(f"pushed {args.path} to {uri}: parent run {receipt.get('parent_run_id')}")
-    return EXIT_OK
-
-
 def _cmd_tune(args: argparse.Namespace) -> int:
     from guard.backends.tvm_tuning import tune
     from guard.case import prepare_model
@@ -179,59 +112,6 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             f"{len(out.get('tasks_without_valid_record') or [])} without a valid schedule, "
             f"{out.get('seconds', 0):.0f} s -> {args.db}"
         )
-    return EXIT_OK
-
-
-def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from guard.report.dashboard import write_dashboard
-    from guard.track import resolve_uri
-
-    uri = resolve_uri(args.tracking_uri, Path.cwd())
-    out = Path(args.out) if args.out else Path("dashboards") / f"{Path(args.suite).stem}.html"
-    if not args.out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    counts = write_dashboard(args.suite, uri, out)
-    what = {"empty": "no runs logged yet", "deleted": "the experiment was deleted"}
-    detail = what.get(counts["state"]) or (
-        f"{counts['series']} series, {counts['results']} result run(s), "
-        f"{counts['invocations']} invocation(s), {counts['regressions']} change point(s)"
-    )
-    print(f"wrote {out}: guard/{counts['suite']}: {detail}")
-    return EXIT_OK
-
-
-def _cmd_zoo_list(args: argparse.Namespace) -> int:
-    from guard import zoo
-
-    for name in zoo.list_models():
-        d = zoo.describe(name)
-        print(f"zoo:{name:24s} {d.get('description', '')}")
-    return EXIT_OK
-
-
-def _cmd_partition(args: argparse.Namespace) -> int:
-    from guard.compiler.plan import partition_report
-
-    shapes = {}
-    for item in args.input or ():
-        name, _, dims = item.partition("=")
-        try:
-            shapes[name] = tuple(int(d) for d in dims.split(",") if d)
-        except ValueError:
-            raise UsageError(f"--input {item!r}: expected NAME=D0,D1,...") from None
-    model = args.model
-    if model.startswith("zoo:"):
-        from guard import zoo
-
-        model = zoo.model_path(model[4:])
-    from guard.isolate import run_isolated
-
-    # The importer runs onnx's C++ shape inference on the user's file: a crash there is one
-    # error line naming the model and the signal, not a core dump.
-    report, text = run_isolated(
-        partition_report, Path(model), shapes or None, args.profile, what=f"partitioning {model}"
-    )
-    print(json.dumps(report, indent=2, default=str) if args.json else text)
     return EXIT_OK
 
 
@@ -282,30 +162,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.set_defaults(func=_cmd_run)
 
-    g = sub.add_parser("golden", help="manage goldens")
-    gsub = g.add_subparsers(dest="golden_command", metavar="ACTION", required=True)
-    gu = gsub.add_parser("update", help="re-create goldens with the reference, recording why")
-    gu.add_argument("suite")
-    gu.add_argument("--reason", required=True, help="why the golden changes (recorded)")
-    gu.add_argument("--model", action="append", metavar="NAME", help="only this model")
-    gu.add_argument("--golden-dir", metavar="DIR")
-    gu.set_defaults(func=_cmd_golden_update)
-
-    m = sub.add_parser("manifest", help="inspect manifests")
-    msub = m.add_subparsers(dest="manifest_command", metavar="ACTION", required=True)
-    md = msub.add_parser("diff", help="what differs between two manifests, pins first")
-    md.add_argument("a")
-    md.add_argument("b")
-    md.add_argument("--json", action="store_true")
-    md.set_defaults(func=_cmd_manifest_diff)
-
-    t = sub.add_parser("track", help="MLflow tracking")
-    tsub = t.add_subparsers(dest="track_command", metavar="ACTION", required=True)
-    tp = tsub.add_parser("push", help="send a results file kept locally to a tracking server")
-    tp.add_argument("path")
-    tp.add_argument("--tracking-uri", metavar="URI")
-    tp.set_defaults(func=_cmd_track_push)
-
     tu = sub.add_parser(
         "tune",
         help="tune a suite's models into a tuning cache (the nightly "
@@ -340,46 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--model", action="append", metavar="NAME", help="only this model")
     tu.set_defaults(func=_cmd_tune)
 
-    db = sub.add_parser(
-        "dashboard",
-        help="an interactive HTML dashboard of a suite's MLflow history",
-        description="Writes one self-contained HTML page (no network needed to view it): per "
-        "(model, backend, target, arch) the p50 trend with its p10-p90 band, the suite's bound, "
-        "change points (as guard history finds them), manifest changes, arena, partitions and "
-        "max error; a regressions list; filters; links to the MLflow runs.",
-    )
-    db.add_argument(
-        "suite",
-        help="suite name (experiment guard/<suite>) or suite file (its "
-        "bounds are drawn); an unknown one is exit 2",
-    )
-    db.add_argument(
-        "--out", metavar="PATH", help="where to write the page (default: dashboards/<suite>.html)"
-    )
-    db.add_argument(
-        "--tracking-uri",
-        metavar="URI",
-        help="MLflow URI (default: $MLFLOW_TRACKING_URI, else .guard/mlflow.db)",
-    )
-    db.set_defaults(func=_cmd_dashboard)
+    from guard import cli_artefacts
 
-    z = sub.add_parser("zoo", help="the built-in models")
-    zsub = z.add_subparsers(dest="zoo_command", metavar="ACTION", required=True)
-    zl = zsub.add_parser("list", help="list zoo models")
-    zl.set_defaults(func=_cmd_zoo_list)
+    cli_artefacts.register(sub)
+    from guard import cli_track
 
-    pa = sub.add_parser(
-        "partition",
-        help="how a model partitions on the bundled compiler's backends or a delegate profile",
-    )
-    pa.add_argument("model", help="an .onnx file or zoo:<name>")
-    pa.add_argument("--profile", help="delegate profile name or YAML file")
-    pa.add_argument(
-        "--input", action="append", metavar="NAME=D0,D1,..", help="bind an input's shape"
-    )
-    pa.add_argument("--json", action="store_true")
-    pa.set_defaults(func=_cmd_partition)
-
+    cli_track.register(sub)
     from guard import cli_compare
 
     cli_compare.register(sub)

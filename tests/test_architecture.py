@@ -52,11 +52,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "cli",
         (
             "guard.cli",
+            "guard.cli_artefacts",
             "guard.cli_calibrate",
             "guard.cli_compare",
             "guard.cli_doctor",
             "guard.cli_help",
             "guard.cli_scale",
+            "guard.cli_track",
             "guard.cli_tune",
         ),
     ),
