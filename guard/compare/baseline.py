@@ -26,8 +26,8 @@ from guard.compare.compare import (
 )
 from guard.errors import UsageError
 from guard.schema import RESULTS_SCHEMA_VERSION
-from guard.track import find_runs
-from guard.track.client import mlflow_client, translated
+from guard.track import find_runs, load_artifact_dict
+from guard.track.client import http_limits, mlflow_client, translated
 from guard.track.index import baseline_on_branch
 
 BRANCH_PREFIXES = ("branch:", "mlflow:")
@@ -39,19 +39,11 @@ def is_mlflow_spec(spec: str) -> bool:
     return spec.startswith(("run:", *BRANCH_PREFIXES))
 
 
-def _load_artifact(uri: str, artifact_uri: str, name: str) -> Any:
-    import mlflow
-
-    with translated(uri, f"reading {name} of a baseline run"):
-        mlflow.set_tracking_uri(uri)
-        return mlflow.artifacts.load_dict(f"{artifact_uri.rstrip('/')}/{name}")
-
-
 def load_run(uri: str, run_id: str) -> dict[str, Any]:
     """The results document an invocation run carries."""
-    with translated(uri, f"reading run {run_id}"):
+    with http_limits(), translated(uri, f"reading run {run_id}"):
         run = mlflow_client(uri).get_run(run_id)
-    doc = _load_artifact(uri, run.info.artifact_uri, "results.json")
+    doc = load_artifact_dict(uri, run.info.artifact_uri, "results.json")
     validate_results(doc, f"run:{run_id}")
     return doc
 
@@ -75,7 +67,7 @@ def latest_on_branch(
     tests pass fakes.
     """
     finder = finder or find_runs
-    load = loader or (lambda artifact_uri: _load_artifact(uri, artifact_uri, "result.json"))
+    load = loader or (lambda artifact_uri: load_artifact_dict(uri, artifact_uri, "result.json"))
     results = []
     for head_r in wanted:
         key = row_key(head_r)
