@@ -6,7 +6,7 @@ have the same shape and a diff says "null -> 535.104" rather than nothing.
 
 Files are read under an injectable ``root`` (tests use a fake /proc). Captures that cost
 a subprocess (nvidia-smi, git) are cached per process: they do not change during a run,
-and the pipeline builds a manifest per (model, backend).
+and a run builds a manifest per (model, backend, target).
 """
 
 from __future__ import annotations

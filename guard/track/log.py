@@ -46,7 +46,7 @@ _experiment_id = experiment_id
 _http_limits = http_limits
 _translated = translated
 
-# The identity of a measurement. Keys a caller adds after logging (the pipeline's
+# The identity of a measurement. Keys a caller adds after logging (guard.deliver's
 # "tracking" receipt, "exit_code") must not make a pushed copy look like a new invocation.
 _IDENTITY_KEYS = ("schema_version", "suite", "started", "git", "suite_sha256", "results")
 

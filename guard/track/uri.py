@@ -140,7 +140,7 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str | None:
 
 
 def unreachable_message(uri: str, path: Path | str) -> str:
-    """The one line the pipeline prints when results could not be sent."""
+    """The one line a run prints (guard.deliver) when results could not be sent."""
     return (
         f"tracking server {uri} unreachable: results kept at {path}; "
         f"send them later with: guard track push {path} --tracking-uri {uri}"
