@@ -38,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from guard.compiler.graph_view import view_of_graph
 from guard.compiler.memory import MemoryPlan
 from guard.compiler.plan import COMPILER_NAME, CompiledPlan, plan
 from guard.compiler.runtime import Executor, Runtime
-from guard.compiler.schedule import view_of_graph
 from guard.compiler.weights import WEIGHTS_SCHEMA_VERSION, WeightsLayout, pack_weights
 from guard.errors import ModelError
 

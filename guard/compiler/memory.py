@@ -10,7 +10,7 @@ and codegen only read.
    the peak: each concat, split or slice elision that raises the lower bound is undone
    here (checked one at a time, in schedule order), and ``MemoryPlan.copies`` says why
    each view-able node stayed a copy.
-2. Liveness of a buffer: the union of its tensors' live intervals (schedule.liveness).
+2. Liveness of a buffer: the union of its tensors' live intervals (graph_view.liveness).
 3. Greedy offsets (guard.compiler.memory_place): buffers largest first, each at the
    lowest 64-byte-aligned offset that collides with no placed buffer whose interval
    overlaps its own; three tie-breaks and two alternative orders are tried, the lowest
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from guard.compiler.graph_view import ALIGNMENT, GraphView, Interval, align, liveness
 from guard.compiler.memory_alias import SLICE_VIEW_OPS, Aliasing, alias_buffers
 from guard.compiler.memory_place import best_placement, peak
-from guard.compiler.schedule import ALIGNMENT, GraphView, Interval, align, liveness
 
 SCHEMA_VERSION = 1
 

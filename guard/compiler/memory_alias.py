@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from guard.compiler import ops
-from guard.compiler.schedule import ALIGNMENT, GraphView, Interval, OpNode
+from guard.compiler.graph_view import ALIGNMENT, GraphView, Interval, OpNode
 
 # Which ops may alias or write in place is the op-traits table's answer (guard.compiler.ops);
 # whether they do, for this schedule, is this module's, and the frozen MemoryPlan is the

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from guard.compiler.schedule import Interval
+from guard.compiler.graph_view import Interval
 
 K = TypeVar("K")
 # (aligned size, live interval, buffer id) -> sort key: the order buffers are placed in.

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from guard.compiler.graph_view import GraphView
 from guard.compiler.grouping import Groups, absorb_isolated, group_connected
-from guard.compiler.schedule import GraphView, topological_order
+from guard.compiler.schedule import topological_order
 from guard.compiler.support import PartitionTarget
 
 # -- the partitioner ----------------------------------------------------------------------

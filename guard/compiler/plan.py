@@ -15,9 +15,10 @@ from typing import Any
 
 from guard.compiler import import_onnx, optimize
 from guard.compiler.codegen.kernel_plan import build_kernel_plan
+from guard.compiler.graph_view import GraphView, view_of_graph
 from guard.compiler.memory import MemoryPlan, plan_memory
 from guard.compiler.partition import PartitionPlan, format_report, partition, report_dict
-from guard.compiler.schedule import GraphView, Schedule, schedule, view_of_graph
+from guard.compiler.schedule import Schedule, schedule
 from guard.compiler.support import PartitionTarget, backends_for
 
 COMPILER_NAME = "guard-compiler"

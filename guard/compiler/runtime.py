@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from guard.compiler.graph_view import ALIGNMENT, GraphView
 from guard.compiler.memory import MemoryPlan
-from guard.compiler.schedule import ALIGNMENT, GraphView
 from guard.compiler.weights import WeightsLayout, pack_weights, weight_views
 from guard.errors import InternalError, ModelError
 

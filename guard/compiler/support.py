@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from guard.compiler.schedule import CONTROL_FLOW_OPS, GraphView, OpNode
+from guard.compiler.graph_view import CONTROL_FLOW_OPS, GraphView, OpNode
 from guard.errors import UsageError
 
 # -- support predicates -------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.schedule import ALIGNMENT, align
+from guard.compiler.graph_view import ALIGNMENT, align
 
 WEIGHTS_SCHEMA_VERSION = 1  # of weights.json, the index WeightsLayout.to_dict writes
 

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from guard.compiler.graph_view import GraphView, OpNode, TensorInfo, peak_live_bytes
 from guard.compiler.memory import MemoryPlan, check_plan, plan_memory
-from guard.compiler.schedule import GraphView, OpNode, TensorInfo, peak_live_bytes, schedule
+from guard.compiler.schedule import schedule
 
 KiB = 1024
 

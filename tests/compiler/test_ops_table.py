@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from guard.compiler import layout, memory_alias, ops, schedule, shapes
+from guard.compiler import graph_view, layout, memory_alias, ops, shapes
 from guard.compiler.reference import KERNELS
 
 
@@ -19,7 +19,7 @@ def test_consumers_read_the_table():
     assert memory_alias.VIEW_OPS == ops.ops_where(view="alias") == {"Identity", "Reshape"}
     assert memory_alias.INPLACE_OPS == ops.ops_where(inplace=True)
     assert layout.LAYOUT_OPS == ops.ops_where(layout=True)
-    assert schedule.CONTROL_FLOW_OPS == {"If", "Loop", "Scan"}
+    assert graph_view.CONTROL_FLOW_OPS == {"If", "Loop", "Scan"}
     assert shapes.ELEMENTWISE == ops.ELEMENTWISE_OPS
     assert shapes.COMPARE == ops.family("compare")
 

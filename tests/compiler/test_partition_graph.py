@@ -7,8 +7,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guard.compiler.graph_view import GraphView, OpNode, TensorInfo
 from guard.compiler.partition import format_report, partition, report_dict
-from guard.compiler.schedule import GraphView, OpNode, TensorInfo, topological_order
+from guard.compiler.schedule import topological_order
 from guard.compiler.support import (
     CPU,
     NATIVE,
@@ -257,8 +258,8 @@ def test_ir_control_flow_goes_to_the_fallback_and_keeps_captures_alive():
     """An If whose branch reads an outer value: the view adds the capture as an input."""
     import numpy as np
 
+    from guard.compiler.graph_view import liveness, view_of_graph
     from guard.compiler.ir import Graph
-    from guard.compiler.schedule import liveness, view_of_graph
 
     g = Graph("outer")
     g.add_input("x", (1, 8), np.float32)

@@ -6,16 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard.compiler.schedule import (
+from guard.compiler.graph_view import (
     GraphView,
     Interval,
     OpNode,
     TensorInfo,
     liveness,
     peak_live_bytes,
-    schedule,
-    topological_order,
 )
+from guard.compiler.schedule import schedule, topological_order
 from guard.errors import ModelError
 
 

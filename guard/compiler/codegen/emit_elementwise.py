@@ -32,7 +32,7 @@ from guard.compiler.codegen.irutil import (
     store_lanes,
     vec,
 )
-from guard.compiler.schedule import GraphView, OpNode
+from guard.compiler.graph_view import GraphView, OpNode
 
 Attrs = Mapping[str, Any]
 B: TypeAlias = ir.IRBuilder

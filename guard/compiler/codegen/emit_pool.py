@@ -27,8 +27,8 @@ from guard.compiler.codegen.irutil import (
     splat,
     store_lanes,
 )
+from guard.compiler.graph_view import GraphView, OpNode
 from guard.compiler.layout import block_of
-from guard.compiler.schedule import GraphView, OpNode
 
 
 def logical(shape: Sequence[int], layout: str) -> tuple[int, int, int, int]:

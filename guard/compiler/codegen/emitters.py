@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 from guard.compiler.codegen.base import Emitter
-from guard.compiler.schedule import GraphView, OpNode
+from guard.compiler.graph_view import GraphView, OpNode
 
 
 @functools.cache

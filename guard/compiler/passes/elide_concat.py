@@ -36,8 +36,8 @@ class ElideConcat(Pass):
     name = "elide_concat"
 
     def run(self, graph: Graph) -> PassResult:
+        from guard.compiler.graph_view import view_of_graph
         from guard.compiler.memory import plan_memory
-        from guard.compiler.schedule import view_of_graph
 
         stats = dict.fromkeys(("num_views", "num_concats", "num_splits", "num_declined"), 0)
         stats["bytes_elided"] = 0
