@@ -11,6 +11,8 @@ import pytest
 from guard.cli import main
 from guard.errors import UsageError
 from guard.report import dashboard as D
+from guard.report import dashboard_charts as C
+from guard.report import dashboard_series as S
 
 
 def _row(model="m", backend="b", target="host", arch="x86_64", t="2026-01-01", **metrics):
@@ -23,7 +25,7 @@ def _row(model="m", backend="b", target="host", arch="x86_64", t="2026-01-01", *
 
 def test_series_split_by_backend_target_and_arch_oldest_first():
     rows = [_row(t="2026-01-03"), _row(t="2026-01-01"), _row(backend="o"), _row(arch="aarch64")]
-    series = D.group_series(rows)
+    series = S.group_series(rows)
     assert [(s.backend, s.arch, len(s.points)) for s in series] == [
         ("b", "aarch64", 1),
         ("b", "x86_64", 2),
@@ -37,24 +39,24 @@ def test_pin_changes_name_the_field_and_both_values():
     for r, v in zip(rows, ("1.31.1", "1.31.1", "1.32.0"), strict=True):
         r["params.runtime.version"] = v
         r["params.tuning_cache.hits"] = "7"  # counters are not pins
-    (s,) = D.group_series(rows)
-    (change,) = D.pin_changes(s.points)
+    (s,) = S.group_series(rows)
+    (change,) = S.pin_changes(s.points)
     assert change["index"] == 2 and change["changes"] == ["runtime.version: 1.31.1 → 1.32.0"]
 
 
 def test_latency_axis_is_log_and_spans_data_and_bound():
-    axis = D.latency_axis([0.0366, 0.0379], 20.0)
+    axis = C.latency_axis([0.0366, 0.0379], 20.0)
     lo, hi = axis["range"]
     assert axis["type"] == "log" and lo < -1.43 and hi > 1.3  # 0.0366 ms and 20 ms inside
-    narrow = D.latency_axis([0.0366, 0.0379], None)["range"]
+    narrow = C.latency_axis([0.0366, 0.0379], None)["range"]
     assert narrow[1] - narrow[0] >= 1.0  # a 4% wiggle is not stretched over the whole height
 
 
 def test_change_points_come_from_guard_history():
     rows = [_row(t=f"2026-01-0{i + 1}", latency_ms__p50=v)
             for i, v in enumerate([2.0, 2.04, 1.98, 2.02, 4.1])]  # fmt: skip
-    (s,) = D.group_series(rows)
-    D.analyse_series(s)
+    (s,) = S.group_series(rows)
+    S.analyse_series(s)
     (step,) = s.steps
     assert step["index"] == 4 and step["pct"] == pytest.approx(103, abs=2)
 
@@ -156,8 +158,8 @@ def test_links_to_mlflow_runs_on_a_server_only():
 
 def test_points_carry_their_mlflow_url_for_a_click():
     rows = [_row(t=f"2026-01-0{i + 1}", latency_ms__p50=2.0) for i in range(2)]
-    (s,) = D.group_series(rows)
-    fig = D.series_figure(s, D._mlflow_link("http://127.0.0.1:5000", "3"))
+    (s,) = S.group_series(rows)
+    fig = C.series_figure(s, D._mlflow_link("http://127.0.0.1:5000", "3"))
     p50 = next(t for t in fig.data if t.name == "p50")
     assert [c[6] for c in p50.customdata] == [
         f"http://127.0.0.1:5000/#/experiments/3/runs/{p.run_id}" for p in s.points

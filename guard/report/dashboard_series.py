@@ -1,0 +1,173 @@
+"""The dashboard's data: MLflow result runs -> points -> one series per (model, backend,
+target, arch), with the change points ``guard history`` finds and the manifest pins that
+changed between two points. guard.report.dashboard draws and pages them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from guard.compare.history import analyse
+
+# The pins whose change is drawn as a marker: a manifest section (its params' prefix).
+PIN_FIELDS = ("compiler", "runtime", "driver", "tuning_cache", "model")
+_PIN_SKIP = (
+    "tuning_cache.hits",
+    "tuning_cache.misses",
+    "tuning_cache.entries",
+    "tuning_cache.path",
+    "model.sha256",
+)  # fmt: skip (inputs say what changed)
+
+
+@dataclass
+class Point:
+    run_id: str
+    parent_run_id: str | None
+    time: _dt.datetime
+    commit: str
+    branch: str
+    manifest_sha256: str
+    verdict: str
+    metrics: dict[str, float]
+    pins: dict[str, str]
+
+    @property
+    def short(self) -> str:
+        return self.commit[:10] if self.commit else "nogit"
+
+
+@dataclass
+class Series:
+    model: str
+    backend: str
+    target: str
+    arch: str
+    points: list[Point]
+    bound: float | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    pin_changes: list[dict[str, Any]] = field(default_factory=list)
+    analysis_note: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.model} [{self.backend}] {self.target} ({self.arch})"
+
+    @property
+    def slug(self) -> str:
+        return "s" + hashlib.sha256(self.key.encode()).hexdigest()[:12]
+
+
+def as_number(x: Any) -> float | None:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def as_text(x: Any) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return str(x)
+
+
+def as_time(x: Any) -> _dt.datetime:
+    if isinstance(x, _dt.datetime):
+        return x if x.tzinfo else x.replace(tzinfo=_dt.UTC)
+    if hasattr(x, "to_pydatetime"):
+        return as_time(x.to_pydatetime())
+    try:
+        return _dt.datetime.fromisoformat(str(x)).astimezone(_dt.UTC)
+    except ValueError:
+        return _dt.datetime.fromtimestamp(0, _dt.UTC)
+
+
+def point_from_row(row: Mapping[str, Any]) -> Point:
+    """One child run (a row of find_runs) as a point of its series."""
+    metrics = {
+        k[len("metrics.") :]: v
+        for k, raw in row.items()
+        if isinstance(k, str) and k.startswith("metrics.") and (v := as_number(raw)) is not None
+    }
+    pins = {}
+    for k, raw in row.items():
+        if not (isinstance(k, str) and k.startswith("params.")):
+            continue
+        name = k[len("params.") :]
+        if name.split(".", 1)[0] in PIN_FIELDS and name not in _PIN_SKIP and as_text(raw):
+            pins[name] = as_text(raw)
+    return Point(
+        run_id=as_text(row.get("run_id")),
+        parent_run_id=as_text(row.get("tags.mlflow.parentRunId")) or None,
+        time=as_time(row.get("start_time")),
+        commit=as_text(row.get("tags.guard.git.commit")),
+        branch=as_text(row.get("tags.guard.git.branch")),
+        manifest_sha256=as_text(row.get("tags.guard.manifest_sha256")),
+        verdict=as_text(row.get("tags.guard.verdict")) or "?",
+        metrics=metrics,
+        pins=pins,
+    )
+
+
+def _arch(row: Mapping[str, Any]) -> str:
+    return as_text(row.get("tags.guard.arch")) or as_text(row.get("params.host.arch")) or "?"
+
+
+def group_series(rows: Sequence[Mapping[str, Any]]) -> list[Series]:
+    """Child-run rows grouped per (model, backend, target, arch), oldest point first."""
+    groups: dict[tuple[str, str, str, str], list[Point]] = {}
+    for r in rows:
+        key = (as_text(r.get("tags.guard.model")) or "?", as_text(r.get("tags.guard.backend")) or "?",
+               as_text(r.get("tags.guard.target")) or "?", _arch(r))  # fmt: skip
+        groups.setdefault(key, []).append(point_from_row(r))
+    out = []
+    for (model, backend, target, arch), points in sorted(groups.items()):
+        points.sort(key=lambda p: p.time)
+        out.append(Series(model, backend, target, arch, points))
+    return out
+
+
+def pin_changes(points: Sequence[Point]) -> list[dict[str, Any]]:
+    """Where a pinned field differs from the previous point: index, time and what changed."""
+    out = []
+    for i in range(1, len(points)):
+        before, after = points[i - 1].pins, points[i].pins
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        if changed:
+            what = [f"{k}: {before.get(k, '-')} → {after.get(k, '-')}" for k in changed]
+            out.append({"index": i, "time": points[i].time, "changes": what,
+                        "commit": points[i].short})  # fmt: skip
+    return out
+
+
+def analyse_series(series: Series) -> None:
+    """Change points of p50 (guard.compare.history.analyse), the bound's creep, pin markers."""
+    series.pin_changes = pin_changes(series.points)
+    pts = [p for p in series.points if (p.metrics.get("latency_ms.p50") or 0) > 0]
+    if len(pts) < 2:
+        series.analysis_note = "one run so far: a trend and change points need at least two"
+        return
+    values = [p.metrics["latency_ms.p50"] for p in pts]
+    a = analyse(values, labels=[p.short for p in pts], bound=series.bound)
+    for step in a["steps"]:
+        i = step["index"]
+        series.steps.append({
+            **step,
+            "point": series.points.index(pts[i]),
+            "time": pts[i].time,
+            "from_commit": pts[i - 1].short,
+            "to_commit": pts[i].short,
+            "from_time": pts[i - 1].time,
+            "run_id": pts[i].run_id,
+        })  # fmt: skip
+    consumed = a.get("headroom_consumed")
+    if consumed is not None and math.isfinite(consumed):
+        series.analysis_note = f"headroom to the bound consumed: {max(0.0, consumed):.0%}"
+    elif consumed is not None:
+        series.analysis_note = "at or past the bound"
