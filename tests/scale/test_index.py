@@ -10,9 +10,10 @@ from mlflow import MlflowClient
 
 from guard.errors import UsageError
 from guard.track import log_results, resolve_uri
+from guard.track.client import experiment_id, mlflow_client
 from guard.track.index import BASELINE_KEY_TAG, baseline_key, baseline_on_branch, case_times
 from guard.track.invocation import ensure_invocation, link_shard
-from guard.track.log import _client, _experiment_id, _log
+from guard.track.log import _log
 
 pytestmark = pytest.mark.slow  # a fresh sqlite store costs seconds (migrations)
 
@@ -127,8 +128,8 @@ def test_case_times_ignore_the_invocation_itself_and_later_runs(uri):
 
 
 def test_concurrent_shards_end_under_one_invocation_run(uri):
-    client = _client(uri)
-    eid = _experiment_id(client, uri, "idx")
+    client = mlflow_client(uri)
+    eid = experiment_id(client, uri, "idx")
     opened, errors = [], []
 
     def start():

@@ -8,7 +8,7 @@ from mlflow.entities import Param
 
 from guard.track import batch
 from guard.track.batch import _log_batch, chunk, metric_entities
-from guard.track.log import _experiment_id
+from guard.track.client import experiment_id
 
 
 def _limits_hold(chunks):
@@ -35,7 +35,7 @@ def test_chunks_respect_every_limit():
 
 def test_log_batch_above_the_limits_round_trips(sqlite_uri: str):
     client = MlflowClient(sqlite_uri)
-    run_id = client.create_run(_experiment_id(client, sqlite_uri, "batch")).info.run_id
+    run_id = client.create_run(experiment_id(client, sqlite_uri, "batch")).info.run_id
     params = {f"param.{i:03d}": f"value {i}" for i in range(250)}
     tags = {f"tag.{i:03d}": str(i) for i in range(150)}
     scalars = {f"metric.{i}": float(i) for i in range(20)}

@@ -20,7 +20,7 @@ from guard.track import (
     push,
 )
 from guard.track.batch import _log_batch, metric_entities
-from guard.track.log import _experiment_id
+from guard.track.client import experiment_id
 from guard.track.query import scoped_tracking_uri
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -67,7 +67,7 @@ def test_one_parent_with_a_nested_run_per_result(mlflow_server: str, capfd):
 
 def test_batches_above_the_server_limits(mlflow_server: str):
     client = MlflowClient(mlflow_server)
-    run_id = client.create_run(_experiment_id(client, mlflow_server, "batch")).info.run_id
+    run_id = client.create_run(experiment_id(client, mlflow_server, "batch")).info.run_id
     params = {f"param.{i:03d}": f"{i}" + "v" * 5990 for i in range(250)}
     tags = {f"tag.{i:03d}": f"{i}" + "t" * 7990 for i in range(150)}  # > 1 MB in all
     # MLflow 3.17's client already splits by count, and its server does not enforce the 1 MB
