@@ -3,8 +3,9 @@
 ``run_suite`` is what ``guard run`` calls. For every selected (model, backend) of the suite
 it binds the model, fetches or creates its golden and hands the case to
 ``guard.case.run_case`` for one result. A model that cannot be used becomes an ``error``
-result and the run goes on: nothing already measured is lost. The results document is
-always kept locally before tracking is tried.
+result and the run goes on: nothing already measured is lost. The reports asked for are
+on disk before tracking is tried, and results that cannot be logged are kept locally for
+``guard track push`` (guard.deliver).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ checked exactly as on the host; latency is reported as not measured (``latency_m
 - tools: which emulator and cross compiler an arch needs, and their Debian packages
 - runner: build (cached by hash) and run the static runner; crashes and hangs as errors
 - session: ``EmulatedSession``, the Session protocol over an ``EntryPoint``
+- bundled: sessions over bundled artefacts, all-native or with host partitions
+- load: ``load_session``, native when the artefact runs here, else emulated
 """
 
 from guard.emulate.runner import EmulationFailed, PartitionServer, build_runner, run_main

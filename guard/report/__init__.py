@@ -1,7 +1,9 @@
 """guard.report: console table and progress bar, results JSON, JUnit XML, Markdown, HTML.
 
-Every writer takes the results document (docs/ARCHITECTURE.md, results contract v1) and tolerates
-missing or None fields, as an ``error`` result may have them. Files are written atomically.
+Every writer takes the results document (docs/ARCHITECTURE.md, results contract v1) and
+tolerates missing or None fields, as an ``error`` result may have them. Files are written
+atomically. The MLflow dashboard (guard.report.dashboard) reads runs, not a results
+document, and is imported on its own.
 """
 
 from guard.report.console import ProgressHandle, progress, render_console, results_table
