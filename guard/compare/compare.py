@@ -16,7 +16,6 @@ offset.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -38,11 +37,11 @@ from guard.bench.regress import (
 from guard.compare import crossarch
 from guard.compare.attribution import attribute
 from guard.errors import UsageError
-from guard.fsutil import BoundedReadError, read_bounded_text
 from guard.manifest.diff import diff_manifests
 from guard.manifest.pins import is_pinned
+from guard.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, results_document
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the comparison document (results files: guard.schema)
 HOST_FIELDS = ("arch", "cpu", "threads")
 
 
@@ -50,97 +49,68 @@ class IncompatibleBaselineError(UsageError):
     """The baseline was measured on a different host class; the reason says which field."""
 
 
+_RERUN = "Re-run `guard run --json` with this guard version."
+_EDITED = "The results file was edited or truncated; re-run `guard run --json`."
+_RESULTS = Schema("results", RESULTS_SCHEMA_VERSION, _RERUN)
+_COMPARISON = Schema(
+    "comparison", SCHEMA_VERSION, "Re-run `guard compare --json` with this guard version."
+)
+
+
 def load_results(path: str | Path) -> dict[str, Any]:
-    """Read and validate a results document (schema_version 1)."""
-    p = Path(path)
-    try:
-        doc = json.loads(read_bounded_text(p))  # a regular file under a size limit
-    except FileNotFoundError:
-        raise UsageError("no such results file", where=str(p)) from None
-    except BoundedReadError as e:
-        raise UsageError(e.reason, where=str(p)) from None
-    except UnicodeDecodeError:
-        raise UsageError("not a UTF-8 JSON results file", where=str(p)) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise UsageError(f"not a readable JSON results file ({e})", where=str(p)) from None
-    validate_results(doc, str(p))
+    """Read and validate a results document (guard.schema: errors name file and field)."""
+    doc = read_json(path, what="results file", hint="Pass a `guard run --json` output.")
+    validate_results(doc, str(path))
     return doc
 
 
 def validate_results(doc: Any, where: str) -> None:
-    if not isinstance(doc, dict):
-        raise UsageError("a results document must be a JSON object", where=where)
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise UsageError(
-            f"schema_version is {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}",
-            where=where,
-            hint="Re-run `guard run --json` with this guard version.",
-        )
-    results = doc.get("results")
-    if not isinstance(results, list):
-        raise UsageError("key 'results' must be a list", where=where)
-    for i, r in enumerate(results):
-        if not isinstance(r, dict) or not all(k in r for k in ("model", "backend", "target")):
-            raise UsageError(f"results[{i}] needs model, backend and target", where=where)
-        _validate_samples(r, f"results[{i}]", where)
+    """A results document of this version whose measured results have usable samples."""
+    doc = results_document(doc, where, hint=_RERUN)
+    at = _RESULTS.at(where).key("results")
+    for i, r in enumerate(doc["results"]):
+        if not all(k in r for k in ("model", "backend", "target")):
+            raise at.item(i).fail("needs model, backend and target", _EDITED)
+        _validate_samples(r, at.item(i))
 
 
-def _bad_samples(values: Any) -> str | None:
-    """Why a samples list cannot be used, or None when it is non-empty finite positives."""
-    if not isinstance(values, list):
-        return f" must be a list of latencies in ms, got {type(values).__name__}"
-    if not values:
-        return " is empty"
+def _check_samples(values: Any, at: At) -> None:
+    """A non-empty list of finite positive latencies (ms), or the error naming the item."""
+    if not isinstance(values, list) or not values:
+        raise at.fail("must be a non-empty list of latencies in ms", _EDITED)
     for j, x in enumerate(values):
-        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= 0:
-            return f"[{j}] is {x!r}, not a finite positive latency in ms"
-    return None
+        if not _positive(x):
+            raise at.item(j).fail(f"{x!r} is not a finite positive latency in ms", _EDITED)
 
 
-def _validate_samples(r: Mapping[str, Any], field: str, where: str) -> None:
+def _positive(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+def _validate_samples(r: Mapping[str, Any], at: At) -> None:
     """A measured result's samples (and its rounds') must be usable: exit 2 naming the field."""
     if r.get("verdict") == "error" or r.get("latency_ms") is None:
         return  # nothing was measured: no samples are owed
-    hint = "The results file was edited or truncated; re-run `guard run --json`."
     if "samples_ms" in r:
-        why = _bad_samples(r["samples_ms"])
-        if why:
-            raise UsageError(f"{field}.samples_ms{why}", where=where, hint=hint)
+        _check_samples(r["samples_ms"], at.key("samples_ms"))
     rounds = r.get("rounds")
     if rounds is None:
         return
     if not isinstance(rounds, list) or not rounds:
-        raise UsageError(f"{field}.rounds must be a non-empty list", where=where, hint=hint)
+        raise at.key("rounds").fail("must be a non-empty list", _EDITED)
     for j, rd in enumerate(rounds):
+        rat = at.key("rounds").item(j)
         if not isinstance(rd, Mapping):
-            raise UsageError(f"{field}.rounds[{j}] must be an object", where=where, hint=hint)
-        why = _bad_samples(rd.get("samples_ms"))
-        if why:
-            raise UsageError(f"{field}.rounds[{j}].samples_ms{why}", where=where, hint=hint)
-        cpu = rd.get("cpu_ms_per_call")
-        if cpu is not None and (
-            isinstance(cpu, bool)
-            or not isinstance(cpu, int | float)
-            or not math.isfinite(cpu)
-            or cpu <= 0
-        ):
-            raise UsageError(
-                f"{field}.rounds[{j}].cpu_ms_per_call is {cpu!r}, not a finite positive "
-                "CPU time in ms (or null)",
-                where=where,
-                hint=hint,
+            raise rat.fail("must be an object", _EDITED)
+        _check_samples(rd.get("samples_ms"), rat.key("samples_ms"))
+        if not _positive(rd.get("p50")):
+            raise rat.key("p50").fail(
+                f"{rd.get('p50')!r} is not a finite positive latency in ms", _EDITED
             )
-        p50 = rd.get("p50")
-        if (
-            isinstance(p50, bool)
-            or not isinstance(p50, int | float)
-            or not math.isfinite(p50)
-            or p50 <= 0
-        ):
-            raise UsageError(
-                f"{field}.rounds[{j}].p50 is {p50!r}, not a finite positive latency in ms",
-                where=where,
-                hint=hint,
+        cpu = rd.get("cpu_ms_per_call")
+        if cpu is not None and not _positive(cpu):
+            raise rat.key("cpu_ms_per_call").fail(
+                f"{cpu!r} is not a finite positive CPU time in ms (or null)", _EDITED
             )
 
 
@@ -427,11 +397,7 @@ def exit_code(comparison: Mapping[str, Any], *, strict: bool = False) -> int:
 
 def validate_comparison(doc: Any, where: str) -> None:
     """Check a loaded comparison document against the v1 contract."""
-    if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
-        raise UsageError(
-            f"not a comparison document with schema_version {SCHEMA_VERSION}", where=where
-        )
-    if not isinstance(doc.get("rows"), list) or not isinstance(doc.get("manifest_diff"), dict):
-        raise UsageError(
-            "a comparison document needs 'rows' (list) and 'manifest_diff'", where=where
-        )
+    at = _COMPARISON.at(where)
+    _COMPARISON.check(doc, where)
+    at.key("rows").objects(doc.get("rows"))
+    at.key("manifest_diff").mapping(doc.get("manifest_diff"))

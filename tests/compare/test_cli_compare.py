@@ -68,7 +68,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, pair, capsys):
     a, _, _ = pair
     assert main(["compare", a, str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err
-    assert "missing.json: no such results file" in err and err.count("\n") == 1
+    assert "missing.json: results file not found" in err and err.count("\n") == 1
     other = write(
         tmp_path / "other.json",
         doc(result("mlp", lat(np.random.default_rng(2)), manifest=manifest(host__cpu="Graviton4"))),
