@@ -66,13 +66,13 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, wfd: int) -> None:
         try:
             data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - an unpicklable value or exception
-            exc = payload[1] if payload[0] == "err" else None
+            raised = payload[1] if payload[0] == "err" else None
             data = pickle.dumps(
                 (
                     "text",
-                    type(exc).__name__ if exc else "result",
-                    str(exc) if exc else "the step returned an unpicklable value",
-                    isinstance(exc, UsageError),
+                    type(raised).__name__ if raised else "result",
+                    str(raised) if raised else "the step returned an unpicklable value",
+                    isinstance(raised, UsageError),
                 )
             )
         with os.fdopen(wfd, "wb") as w:
@@ -185,11 +185,11 @@ def run_isolated(
         _, name, message, usage = payload
         cls = UsageError if usage else InternalError
         raise cls(f"{name}: {message}" if name != "result" else message, where=where)
-    exc, tb = payload[1], payload[2]
-    if isinstance(exc, BaseException):
-        exc.add_note(f"in the isolated child process:\n{tb}")
-        raise exc
-    raise InternalError(f"{what} failed: {exc!r}", where=where)
+    raised, tb = payload[1], payload[2]
+    if isinstance(raised, BaseException):
+        raised.add_note(f"in the isolated child process:\n{tb}")
+        raise raised
+    raise InternalError(f"{what} failed: {raised!r}", where=where)
 
 
 def is_isolated_failure(exc: BaseException) -> bool:
