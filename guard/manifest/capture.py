@@ -58,7 +58,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 
 def blas_build() -> dict[str, Any] | None:
     """numpy's BLAS as built: {"name", "version", "config"} from numpy.show_config."""
-    import numpy as np
+    import numpy as np  # lazy: only a manifest being built needs it, not target parsing
 
     try:
         cfg = np.show_config(mode="dicts")

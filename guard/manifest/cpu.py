@@ -123,7 +123,7 @@ def host_cpu(root: Path = Path("/")) -> dict[str, Any]:
 
 
 def _llvm_host_cpu_name() -> str | None:
-    try:
+    try:  # llvmlite is optional here: without it the CPU name is derived from cpuinfo
         import llvmlite.binding as llvm
     except ImportError:
         return None

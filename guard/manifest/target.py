@@ -183,7 +183,7 @@ def _normalize_triple(triple: str, raw: object) -> str:
 
 def _triple_os(triple: str) -> str:
     """The OS of a triple as LLVM's triple parser reads it (``unknown`` if none)."""
-    try:
+    try:  # llvmlite is optional here: without it, a plain reading of the triple
         import llvmlite.binding as llvm
 
         return str(llvm.get_triple_parts(triple).OS)

@@ -1,11 +1,13 @@
-"""The MLflow client and the guards around every call guard makes to a tracking store.
+"""The MLflow client, and the two guards around every call guard makes to a tracking store.
 
-Everything in guard.track (and the few readers outside it: dashboards, baselines,
-calibration) opens the store through here: :func:`mlflow_client`, with
-:func:`http_limits` (give up on an unreachable server in seconds, not MLflow's minutes of
-retries) and :func:`translated` (a store failure becomes one ``TrackingError`` line naming
-the URI and what to do). It sits below the modules that log (log), index (index,
-invocation) and query (query), so none of them imports another for its client.
+guard.track (and the readers outside it: the dashboard, baselines, calibration) makes its
+clients with :func:`mlflow_client` and wraps each call in :func:`http_limits` (give up on
+an unreachable server in seconds, not MLflow's minutes of retries) and :func:`translated`
+(a store failure becomes one ``TrackingError`` line naming the URI and what to do). The
+fluent calls that read MLflow's global URI (``mlflow.search_runs``, artifact downloads)
+run inside guard.track.query's ``scoped_tracking_uri``. This module sits below the ones
+that log (log), index (index, invocation) and query (query), so none of them imports
+another for its client.
 """
 
 from __future__ import annotations

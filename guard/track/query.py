@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from guard.errors import TrackingError
-from guard.track.client import experiment_name, http_limits, translated
+from guard.track.client import experiment_name, http_limits, mlflow_client, translated
 from guard.track.uri import _quiet_mlflow
 
 # find_runs keyword -> the tag it filters on.
@@ -100,7 +100,7 @@ def find_runs(
     """
     _quiet_mlflow()
     import mlflow
-    import pandas as pd
+    import pandas as pd  # lazy, as mlflow is: the frame mlflow.search_runs returns
 
     where = filter_string(level, **filters)
     if not include_unfinished:
@@ -113,9 +113,7 @@ def find_runs(
         translated(uri, f"searching runs of suite {suite!r}"),
         scoped_tracking_uri(uri),
     ):
-        experiment = mlflow.MlflowClient(tracking_uri=uri).get_experiment_by_name(
-            experiment_name(suite)
-        )
+        experiment = mlflow_client(uri).get_experiment_by_name(experiment_name(suite))
         if experiment is None:
             return pd.DataFrame()
         return mlflow.search_runs(

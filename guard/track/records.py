@@ -22,6 +22,7 @@ import math
 import os
 import statistics
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from guard.schema import section
@@ -325,8 +326,6 @@ def parent_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
 
 def iso_ms(value: Any) -> int | None:
     """Milliseconds since the epoch of an ISO 8601 time, or None."""
-    from datetime import datetime
-
     if not isinstance(value, str) or not value:
         return None
     try:
