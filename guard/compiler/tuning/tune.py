@@ -20,7 +20,8 @@
    emulated runs), with a thread pool outside the session's thread count.
 4. **Measurement** (:func:`measure`): each candidate is compiled alone (the emitter's own
    code, the schedule forced through the dispatch context) for the canonical target and
-   timed in this process on one thread: warm-up calls discarded, then ``reps`` rounds
+   timed in this process on one thread, by this thread's CPU time (a co-tenant that
+   preempts us is not counted; wall time would be): warm-up calls discarded, ``reps`` rounds
    that visit every candidate once each (interleaved, so a noisy neighbour slows all
    candidates alike), each round long enough for the clock. The fastest median wins only
    if it beats the default's by more than ``MARGIN`` and in ``PAIRED_WINS`` of the rounds;
@@ -211,7 +212,7 @@ def gemm_candidates(M: int, N: int, K: int, width: int, default: Any, limit: int
 def conv_cost(geo: Any, s: Any) -> float:
     """Predicted relative time of a ConvSchedule (lower is better; 1.0 ~ peak FMA rate):
     column padding of the tile against the row, independent FMA chains (latency 4 x 2
-    ports), FMAs per load (a weight vector per output-channel vector, a broadcast per
+    ports, with room: 16), FMAs per load (a weight vector per output-channel vector, a broadcast per
     column, or per column and vector when the vectors read different groups), and
     register pressure near the file's size. The
     unroll and the loop order are left to measurement: a hair's penalty keeps the
@@ -219,9 +220,9 @@ def conv_cost(geo: Any, s: Any) -> float:
     t, kb = s.ow_block, min(s.oc_block, geo.KV)
     ow = max(geo.OW, 1)
     waste = (-(-ow // t) * t) / ow
-    chains = min(1.0, kb * t / 8.0)
+    chains = min(1.0, kb * t / 16.0)
     loads = kb + t * (1 if geo.vectors_share_input(kb) else kb)
-    intensity = min(1.0, (kb * t / loads) / 1.5)
+    intensity = min(1.0, (kb * t / loads) / 2.0)
     extra = 1.0 + 0.01 * (s.unroll != 1) + 0.01 * (s.loop_order != "kv_oh")
     # A tile that leaves under 4 vector registers for addresses and temporaries spills in
     # LLVM's hands even though it "fits" (measured here: 2 x 14 columns ran at 0.3x).
@@ -298,12 +299,14 @@ class Compiled:
 def measure(
     task: Task, schedules: Sequence[Any], target: Any, *, reps: int = 7,
     clock: Callable[[], float] = time.perf_counter, deadline: float | None = None,
-    compile_one: Callable[..., Any] = Compiled,
+    compile_one: Callable[..., Any] = Compiled, timer: Callable[[], float] | None = None,
 ) -> list[Measured]:  # fmt: skip
     """Compile each schedule, then time them interleaved; per-call seconds per round.
 
     ``deadline`` (a ``clock()`` value) stops adding candidates once passed (the default,
-    first in ``schedules``, is always compiled and measured)."""
+    first in ``schedules``, is always compiled and measured). ``timer`` times the calls
+    (default: ``clock``)."""
+    timer = timer or clock
     rng = np.random.default_rng(0)
     built: list[tuple[Measured, Any]] = []
     for i, s in enumerate(schedules):
@@ -314,16 +317,16 @@ def measure(
     # Calls per round: enough that one round of the slowest candidate is >= MIN_ROUND_S.
     per_call = []
     for _, c in built:
-        t0 = clock()
+        t0 = timer()
         c.call(1)
-        per_call.append(max(clock() - t0, 1e-9))
+        per_call.append(max(timer() - t0, 1e-9))
     calls = max(1, min(10_000, int(MIN_ROUND_S / max(per_call)) + 1))
     for r in range(WARMUP_ROUNDS + reps):
         order = built if r % 2 == 0 else built[::-1]  # alternate who goes first
         for m, c in order:
-            t0 = clock()
+            t0 = timer()
             c.call(calls)
-            dt = (clock() - t0) / calls
+            dt = (timer() - t0) / calls
             if r >= WARMUP_ROUNDS:
                 m.samples.append(dt)
     return [m for m, _ in built]
@@ -352,7 +355,7 @@ def choose(results: Sequence[Measured]) -> tuple[Measured, Measured]:
 def tune_tasks(
     tasks: Sequence[Task], target: Any, budget_s: float, *, reps: int = 7,
     floor_candidates: int = 1, clock: Callable[[], float] = time.perf_counter,
-    log: Callable[[str], None] = lambda s: None,
+    timer: Callable[[], float] = time.thread_time, log: Callable[[str], None] = lambda s: None,
 ) -> list[Entry]:  # fmt: skip
     """An entry for every task: the budget spent by share, candidates ranked, measured."""
     share = allocate(tasks, budget_s)
@@ -363,7 +366,7 @@ def tune_tasks(
         secs = share[t.key.text]
         limit = floor_candidates if secs <= 0 else 64
         cands = candidates(t, limit)
-        res = measure(t, cands, target, reps=reps, clock=clock,
+        res = measure(t, cands, target, reps=reps, clock=clock, timer=timer,
                       deadline=start + secs if secs > 0 else None)  # fmt: skip
         win, default = choose(res)
         entries.append(
@@ -378,6 +381,7 @@ def tune_tasks(
                         "warmup_rounds": WARMUP_ROUNDS,
                         "reps": reps,
                         "threads": 1,
+                        "clock": getattr(timer, "__name__", "timer"),
                         "candidates": len(res),
                         "budget_s": round(secs, 3),
                         "flops_share": round(t.total_flops / total_flops, 4),
