@@ -9,7 +9,8 @@ real but harmless 0.3% on 50,000 samples; size alone is a coin toss on one noisy
 Three designs, three estimators:
 
 - rounds (two results files, two processes measured at different times): the independent
-  units are the *rounds* (each a freshly loaded session, see guard.bench.timer), not the
+  units are the *rounds* (each a session loaded in a forked child, see guard.bench.timer
+  and guard.round_runner), not the
   iterations. Within one process, thousands of iterations share one memory placement,
   one clock state and one co-tenant; between two processes those differ, and treating
   every iteration as independent turns a 5% process-to-process offset into p=1e-159.
@@ -58,6 +59,10 @@ thread's (spinning included), so it is not used.
 
 Optional stopping inflates false positives, so the adaptive driver spends ``alpha`` over
 its looks (Bonferroni over a geometric schedule of at most ``max_looks`` looks).
+
+Where each lives: guard.bench.verdicts (the config, the ``Comparison`` record, the
+significant-and-large rule, the unpaired test), guard.bench.rounds_stats (rounds) and
+guard.bench.paired (paired, and the adaptive driver); this module names them all.
 """
 
 from __future__ import annotations
