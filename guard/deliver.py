@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from guard import report, track
 from guard.errors import EXIT_BAD_INPUT, GuardError, UsageError
 from guard.fsutil import describe_os_error
 
@@ -154,8 +155,6 @@ def say(message: str, console: Console | None = None) -> None:
 
 def write_reports(doc: dict[str, Any], opts: DeliveryOptions) -> list[str]:
     """Write every requested report; return one line per report that could not be written."""
-    from guard import report
-
     writers = {
         "json_path": report.write_json,
         "junit_path": report.write_junit,
@@ -187,8 +186,6 @@ def finish(
     after_log: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
     """Reports first, then tracking (or keeping the results for later), then the console."""
-    from guard import report, track
-
     try:
         if stop.signal is not None:
             doc["interrupted"] = stop.signal

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from guard import report, track
 from guard.bench import set_threads
 from guard.case import prepare_model, run_case
 from guard.deliver import Interruption, check_outputs, finish, say
@@ -32,6 +33,7 @@ from guard.errors import (
 )
 from guard.golden.produce import ensure_golden, golden_store
 from guard.result import error_result
+from guard.shard import parse_shard, shard_work
 from guard.suite import ModelEntry, Suite, load_suite
 
 if TYPE_CHECKING:
@@ -131,12 +133,8 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     Raises GuardError only for problems with the suite itself (exit 2) or the output
     paths; per-model problems become ``error`` results.
     """
-    from guard import report, track  # track imports mlflow: only when a run reports
-
     opts = opts or RunOptions()
     if opts.shard is not None:
-        from guard.shard import parse_shard
-
         parse_shard(opts.shard)  # a bad K/N is refused before anything runs
     suite = load_suite(suite_path)
     work = _selected(suite, opts)
@@ -152,8 +150,6 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
 
     shard_block: dict[str, Any] | None = None
     if opts.shard is not None:
-        from guard.shard import shard_work
-
         work, shard_block, problem = shard_work(
             suite,
             work,

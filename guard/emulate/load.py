@@ -15,6 +15,7 @@ from typing import Any
 from guard.backends.base import Backend, Session
 from guard.emulate.tools import host_arch, needs_emulation, toolchain
 from guard.errors import UsageError
+from guard.manifest.target import target_arch
 
 # backend name -> "module:function(artefact_dir, threads) -> Session" for a foreign arch.
 EMULATED_LOADERS = {"bundled": "guard.emulate.bundled:load_emulated"}
@@ -22,7 +23,6 @@ EMULATED_LOADERS = {"bundled": "guard.emulate.bundled:load_emulated"}
 
 def artefact_arch(manifest: dict[str, Any]) -> str:
     """The architecture the artefact's code is for (its canonical target's triple)."""
-    from guard.manifest.target import target_arch
 
     return target_arch(str(manifest["target"]["canonical"]))
 

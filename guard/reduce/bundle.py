@@ -28,6 +28,9 @@ import numpy as np
 import onnx
 import yaml
 
+from guard.errors import UsageError
+from guard.fsutil import file_sha256
+from guard.golden.store import GoldenStore
 from guard.suite import ModelEntry
 
 SCHEMA_VERSION = 1
@@ -98,13 +101,9 @@ def write_bundle(
     base_backend: str | None = None,
 ) -> Path:
     """Write the bundle atomically; returns OUT."""
-    from guard.fsutil import file_sha256
-    from guard.golden.store import GoldenStore
 
     out = out.resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        from guard.errors import UsageError
-
         raise UsageError(
             "the bundle directory exists and is not empty",
             where=str(out),

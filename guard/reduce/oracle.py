@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from guard.backends import get_backend
 from guard.backends.base import Backend, Session
+from guard.bench.regress import RegressConfig
+from guard.build import build_artefact
+from guard.checks import tolerance_bounds
+from guard.compare.ab import run_ab
 from guard.errors import GuardError
+from guard.golden import compare_outputs
+from guard.golden.produce import reference_outputs
+from guard.model import bind, load_model
 from guard.suite import InputSpec, ModelEntry
 
 
@@ -44,17 +53,12 @@ class Builder:
     def __init__(
         self, entry: ModelEntry, backend_name: str, workdir: Path, backend: Backend | None = None
     ) -> None:
-        from guard.backends import get_backend
-
         self.entry = entry
         self.backend_name = backend_name
         self.backend = backend if backend is not None else get_backend(backend_name)
         self.workdir = workdir
 
     def build(self, path: Path, feeds: Mapping[str, np.ndarray]) -> tuple[Path, dict[str, Any]]:
-        from guard.build import build_artefact
-        from guard.model import bind, load_model
-
         e = entry_for(self.entry, path, feeds)
         spec = bind(load_model(path), path, dict(e.inputs), e.where)
         art, manifest, _, _ = build_artefact(self.backend, e, spec, self.backend_name, self.workdir)
@@ -82,21 +86,15 @@ class AccuracyOracle:
     mode = "accuracy"
 
     def __init__(self, builder: Builder) -> None:
-        from guard.checks import tolerance_bounds
-
         self.builder = builder
         self.tol = tolerance_bounds(builder.entry.checks.get("tolerance", {}))
 
     def expected(self, path: Path, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        from guard.golden.produce import reference_outputs
-
         outs, _ = reference_outputs(path, dict(feeds))
         return outs
 
     @_guarded
     def observe(self, path: Path, feeds: Mapping[str, np.ndarray]) -> Observation:
-        from guard.golden import compare_outputs
-
         want = self.expected(path, feeds)
         sess, _ = self.builder.session(path, feeds)
         got = [np.asarray(g) for g in sess.run(dict(feeds))]
@@ -177,11 +175,6 @@ class LatencyOracle:
 
     @_guarded
     def observe(self, path: Path, feeds: Mapping[str, np.ndarray]) -> Observation:
-        import time
-
-        from guard.bench.regress import RegressConfig
-        from guard.compare.ab import run_ab
-
         hs, _ = self.head.session(path, feeds)
         bs, _ = self.base.session(path, feeds)
         f = dict(feeds)

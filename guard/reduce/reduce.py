@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,8 +25,14 @@ from typing import Any
 import numpy as np
 import onnx
 
+from guard.backends import REGISTRY
 from guard.backends.base import Backend
+from guard.case import prepare_model
 from guard.errors import EXIT_CHECK_FAILED, GuardError, UsageError
+from guard.fsutil import atomic_write_text
+from guard.golden.produce import golden_store, reference_outputs
+from guard.model import make_inputs
+from guard.reduce.bundle import write_bundle
 from guard.reduce.ddmin import ddmin
 from guard.reduce.oracle import (
     AccuracyOracle,
@@ -81,7 +89,6 @@ def _backend_name(entry: ModelEntry, wanted: str | None) -> str:
 def _latency_base(spec: Path | str | None, entry: ModelEntry, bname: str) -> tuple[ModelEntry, str]:
     """The base of a latency reduction: a suite variant file (the same backend built
     another way) or another backend's name (the backend pair: head on ``bname``)."""
-    from guard.backends import REGISTRY
 
     if spec is None:
         raise UsageError("--latency needs the base: a suite variant file or a backend name")
@@ -110,10 +117,6 @@ def _latency_base(spec: Path | str | None, entry: ModelEntry, bname: str) -> tup
 def _full_model(
     suite: Suite, entry: ModelEntry, model_file: str | None
 ) -> tuple[Path, dict[str, np.ndarray]]:
-    from guard.case import prepare_model
-    from guard.golden.produce import golden_store
-    from guard.model import make_inputs
-
     if model_file:
         entry = dataclasses.replace(
             entry,
@@ -245,7 +248,6 @@ def reduce_model(
         final = cut(mg, red.nodes, values)
         final_obs = observe(red.nodes)
         final_path = _write_cut(final.model, work)
-        from guard.golden.produce import reference_outputs
 
         expected, producer = reference_outputs(final_path, dict(final.feeds))
         doc = summary(
@@ -283,8 +285,6 @@ def _bundle(
     readme: str,
     base_bname: str,
 ) -> Path:
-    from guard.reduce.bundle import write_bundle
-
     return write_bundle(
         out,
         model=final.model,
@@ -301,9 +301,6 @@ def _bundle(
 
 
 def reduce_command(args: Any) -> int:
-    import json
-    import sys
-
     mode = "accuracy" if args.accuracy else "partitions" if args.partitions else "latency"
     if args.max_tests < 1:
         raise UsageError(f"--max-tests must be >= 1, got {args.max_tests}")
@@ -329,8 +326,6 @@ def reduce_command(args: Any) -> int:
         progress=lambda m: print(f"guard reduce: {m}", file=sys.stderr),
     )
     if args.json is not None:
-        from guard.fsutil import atomic_write_text
-
         atomic_write_text(
             args.json,
             json.dumps({"schema_version": 1, **s}, indent=2, sort_keys=True, default=str) + "\n",

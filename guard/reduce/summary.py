@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from guard.checks import tolerance_bounds
 from guard.reduce.oracle import Observation
 from guard.reduce.subgraph import ModelGraph
 from guard.suite import ModelEntry
@@ -65,8 +66,6 @@ def summary(
     if mode == "accuracy":
         checks["tolerance"] = dict(entry.checks.get("tolerance") or {})
         if not checks["tolerance"]:
-            from guard.checks import tolerance_bounds
-
             checks["tolerance"] = tolerance_bounds({})
     elif mode == "partitions":
         checks["partitions"] = {"max": int((entry.checks.get("partitions") or {}).get("max", 1))}

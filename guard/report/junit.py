@@ -23,6 +23,7 @@ from typing import Any
 
 from guard.report import _summary as S
 from guard.report._io import atomic_write_text, check_target
+from guard.track.records import target_key
 
 # Characters XML 1.0 forbids even escaped; a stray one would make the whole file unreadable.
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -47,7 +48,6 @@ def _case_name(check: str, result: Mapping[str, Any]) -> str:
     target = S.text(result.get("target"), "host")
     if target == "host":
         return check
-    from guard.track.records import target_key
 
     return f"{check} [{target if len(target) <= 64 else target_key(target)}]"
 
