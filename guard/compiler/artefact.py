@@ -38,12 +38,18 @@ from typing import Any
 
 import numpy as np
 
+import guard
+from guard.compiler import parse_graph, print_graph
+from guard.compiler.codegen.build import NativeProgram, generate
+from guard.compiler.codegen.kernel_plan import KernelPlan
+from guard.compiler.codegen.target import CodegenTarget, codegen_target, runnable_here
 from guard.compiler.graph_view import view_of_graph
 from guard.compiler.memory import MemoryPlan
 from guard.compiler.plan import COMPILER_NAME, CompiledPlan, plan
 from guard.compiler.runtime import Executor, Runtime
 from guard.compiler.weights import WEIGHTS_SCHEMA_VERSION, WeightsLayout, pack_weights
 from guard.errors import ModelError
+from guard.fsutil import atomic_write_text
 
 SCHEMA_VERSION = 2  # 2: generated code (kernels.o/.ll/.json, packed.bin, codegen pins)
 KIND = "guard-bundled-artefact"
@@ -65,8 +71,6 @@ def _dump(path: Path, data: Any) -> None:
 
 
 def compiler_version() -> str:
-    import guard
-
     return str(getattr(guard, "__version__", "0"))
 
 
@@ -79,8 +83,6 @@ def save_artefact(
     profile: str | Path | None = None,
 ) -> dict[str, Any]:
     """Write the artefact for a CompiledPlan (or an IR graph, planned here); the manifest."""
-    from guard.compiler import print_graph
-
     compiled = (
         plan_or_graph if isinstance(plan_or_graph, CompiledPlan) else plan(plan_or_graph, profile)
     )
@@ -138,7 +140,6 @@ def save_artefact(
         "codegen": codegen,
         "files": {name: _sha256(out / name) for name in files},
     }
-    from guard.fsutil import atomic_write_text
 
     atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
@@ -150,9 +151,6 @@ def _write_native(
     """Generate, write kernels.o/.ll/.json and packed.bin; the manifest's codegen pins."""
     import llvmlite
     import llvmlite.binding as llvm
-
-    from guard.compiler.codegen.build import generate
-    from guard.compiler.codegen.target import codegen_target
 
     tgt = codegen_target(target)
     code = generate(compiled, layout, tgt)
@@ -203,8 +201,6 @@ def _refuse(path: Path, msg: str) -> ModelError:
 
 def load_artefact(art_dir: str | Path, *, native: bool = True) -> LoadedArtefact:
     """Validate and load an artefact directory; refuses a tampered or foreign one."""
-    from guard.compiler import parse_graph
-
     root = Path(art_dir)
     mpath = root / MANIFEST
     if not mpath.is_file():
@@ -280,10 +276,6 @@ def load_artefact(art_dir: str | Path, *, native: bool = True) -> LoadedArtefact
 
 def _load_native(root: Path, codegen: dict[str, Any]) -> Any:
     """Map kernels.o (no compilation), after checking it can run on this machine."""
-    from guard.compiler.codegen.build import NativeProgram
-    from guard.compiler.codegen.kernel_plan import KernelPlan
-    from guard.compiler.codegen.target import CodegenTarget, runnable_here
-
     built = CodegenTarget(str(codegen["triple"]), str(codegen["cpu"]), tuple(codegen["features"]))
     why = runnable_here(built)
     if why:

@@ -25,6 +25,9 @@ import onnx
 from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
+from guard.compiler import import_onnx, optimize, run_reference, verify
+from guard.compiler.codegen.build import jit
+from guard.compiler.plan import plan
 from guard.errors import ModelError
 
 
@@ -55,15 +58,12 @@ class GuardBackendRep(BackendRep):
         self._cache: dict[tuple, Any] = {}
 
     def _compile(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> Any:
-        from guard.compiler import import_onnx, optimize, verify
-
         g = import_onnx(model, shapes)
         g2, _ = optimize(g, self.pipeline)
         verify(g2)
         return g2
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
-
         if isinstance(inputs, dict):
             arrays = [np.asarray(inputs[n]) for n in self.input_names]
         else:
@@ -108,12 +108,8 @@ class GuardBackendRep(BackendRep):
         return tuple(out[o] for o in self.output_names)
 
     def _execute(self, graph: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from guard.compiler import run_reference
-
         if not self.native:
             return run_reference(graph, feeds)
-        from guard.compiler.codegen.build import jit
-        from guard.compiler.plan import plan
 
         compiled = plan(graph)
         self.all_native = compiled.partition_report["fallback_nodes"] == 0

@@ -28,7 +28,7 @@ from guard.compiler.passes.recompose_gelu import RecomposeGelu
 from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
 from guard.compiler.passes.simplify_algebra import SimplifyAlgebra
 from guard.compiler.verify import verify
-from guard.errors import InternalError
+from guard.errors import InternalError, UsageError
 
 
 class PassError(InternalError):
@@ -127,8 +127,6 @@ def optimize(
     """Run the named pipeline (or explicit ``entries``) on a clone of ``graph``."""
     if entries is None:
         if pipeline not in PIPELINES:
-            from guard.errors import UsageError
-
             raise UsageError(
                 f"unknown pipeline {pipeline!r}", hint=f"Use one of: {', '.join(PIPELINES)}."
             )

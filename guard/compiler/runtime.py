@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from guard.compiler.codegen.kernel_plan import KernelPlan
 from guard.compiler.graph_view import ALIGNMENT, GraphView
 from guard.compiler.memory import MemoryPlan
+from guard.compiler.reference import run_node
 from guard.compiler.weights import WeightsLayout, pack_weights, weight_views
 from guard.errors import InternalError, ModelError
 
@@ -41,9 +43,17 @@ Executor = Callable[[str, list[np.ndarray | None], dict[str, Any]], list[np.ndar
 def reference_executor(
     op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any]
 ) -> list[np.ndarray]:
-    from guard.compiler.reference import run_node
-
     return run_node(op, inputs, attrs)
+
+
+class NativeEntries(Protocol):
+    """What the runtime reads of generated code mapped into this process
+    (guard.compiler.codegen.build.NativeProgram, which builds Runtimes in ``jit``)."""
+
+    plan: KernelPlan
+    packed: np.ndarray
+
+    def address(self, name: str) -> int: ...
 
 
 class Runtime:
@@ -58,7 +68,7 @@ class Runtime:
         weights_blob: np.ndarray,
         weights_layout: WeightsLayout,
         executors: Mapping[str, Executor] | None = None,
-        native: Any | None = None,
+        native: NativeEntries | None = None,
     ) -> None:
         self.view = view
         self.memory = memory
@@ -199,7 +209,7 @@ class NativeCalls:
     an inference with every partition native is one foreign call of ``guard_main``.
     """
 
-    def __init__(self, native: Any, arena: np.ndarray, weights: np.ndarray) -> None:
+    def __init__(self, native: NativeEntries, arena: np.ndarray, weights: np.ndarray) -> None:
         import ctypes
 
         self._ct = ctypes

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.ir import Graph, Node, Shape, Value, dtype_from_name
+from guard.compiler.layout import LAYOUT_OPS, from_layout_shape, to_layout_shape
 from guard.compiler.ops import ELEMENTWISE_OPS, family
 
 TypeList = list[tuple[Shape, np.dtype]]
@@ -244,8 +245,6 @@ SHAPE_FNS: dict[str, ShapeFn] = {
 
 
 def _relayout(node: Node, vals: list[Value | None]) -> TypeList:
-    from guard.compiler.layout import from_layout_shape, to_layout_shape
-
     x = _v(vals, 0)
     nchw = from_layout_shape(x.shape, node.attrs["from"])
     return [(to_layout_shape(nchw, node.attrs["to"]), x.dtype)]
@@ -256,8 +255,6 @@ SHAPE_FNS["Relayout"] = _relayout
 
 def infer(node: Node, graph: Graph) -> TypeList | None:
     """Output types of ``node`` from its inputs' types; None when the op has no function."""
-    from guard.compiler.layout import LAYOUT_OPS, from_layout_shape, to_layout_shape
-
     fn = SHAPE_FNS.get(node.op)
     if fn is None:
         return None

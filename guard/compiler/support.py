@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from guard.compiler.codegen import emitters
 from guard.compiler.graph_view import CONTROL_FLOW_OPS, GraphView, OpNode
 from guard.errors import UsageError
 
@@ -136,10 +137,9 @@ class HasEmitter(Support):
     def decline(self, node: OpNode, g: GraphView) -> str | None:
         if any(v and not g.tensors[v].static for v in (*node.inputs, *node.outputs)):
             return None  # StaticShapes declines it, with the tensor named
-        from guard.compiler.codegen.emitters import decline
 
         try:
-            return decline(node, g)
+            return emitters.decline(node, g)
         except (KeyError, ValueError, TypeError, IndexError) as exc:  # an attribute it cannot read
             return f"no emitter for {node.op} with these attributes ({type(exc).__name__}: {exc})"
 

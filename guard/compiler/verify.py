@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from guard.compiler.ir import Constant, Graph
+from guard.compiler.reference import KERNELS
 from guard.compiler.shapes import infer
 from guard.errors import InternalError
 
@@ -20,8 +21,6 @@ class VerifyError(InternalError):
 def verify(graph: Graph, *, known_ops: set[str] | None = None) -> None:
     """Raise VerifyError on the first broken invariant; return None when the graph holds."""
     if known_ops is None:
-        from guard.compiler.reference import KERNELS
-
         known_ops = set(KERNELS)
 
     def fail(msg: str) -> VerifyError:

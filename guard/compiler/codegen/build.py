@@ -16,9 +16,11 @@ import numpy as np
 
 from guard.compiler.codegen.emitters import emitter_for
 from guard.compiler.codegen.kernel_plan import KernelPlan, build_kernel_plan
-from guard.compiler.codegen.module import Generated, build_module, compile_module
-from guard.compiler.codegen.target import CodegenTarget
-from guard.compiler.weights import WeightsLayout
+from guard.compiler.codegen.module import Generated, LoadedObject, build_module, compile_module
+from guard.compiler.codegen.target import CodegenTarget, host_target
+from guard.compiler.plan import CompiledPlan
+from guard.compiler.runtime import Runtime
+from guard.compiler.weights import WeightsLayout, pack_weights
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,9 @@ class NativeCode:
     target: CodegenTarget
 
 
-def generate(compiled: Any, weights_layout: WeightsLayout, target: CodegenTarget) -> NativeCode:
+def generate(
+    compiled: CompiledPlan, weights_layout: WeightsLayout, target: CodegenTarget
+) -> NativeCode:
     """Machine code for every native partition of ``compiled`` (a CompiledPlan)."""
     view = compiled.view
     constants = {k: c.data for k, c in compiled.graph.constants.items()}
@@ -53,8 +57,6 @@ class NativeProgram:
     def __init__(
         self, plan: KernelPlan, packed: np.ndarray, object_code: bytes, target: CodegenTarget
     ) -> None:
-        from guard.compiler.codegen.module import LoadedObject
-
         self.plan = plan
         self.packed = packed
         self._obj = LoadedObject(object_code, target)
@@ -63,12 +65,8 @@ class NativeProgram:
         return self._obj.address(name)
 
 
-def jit(compiled: Any, target: CodegenTarget | None = None) -> tuple[Any, NativeCode]:
+def jit(compiled: CompiledPlan, target: CodegenTarget | None = None) -> tuple[Runtime, NativeCode]:
     """A Runtime for ``compiled`` running generated code (tests, benchmarks, no artefact)."""
-    from guard.compiler.codegen.target import host_target
-    from guard.compiler.runtime import Runtime
-    from guard.compiler.weights import pack_weights
-
     target = target or host_target()
     blob, layout = pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
     code = generate(compiled, layout, target)

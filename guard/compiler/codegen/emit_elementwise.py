@@ -19,6 +19,7 @@ import llvmlite.ir as ir
 
 from guard.compiler.codegen import mathfn as m
 from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
+from guard.compiler.codegen.base import strides as row_strides
 from guard.compiler.codegen.irutil import (
     I32,
     add,
@@ -209,8 +210,6 @@ def emit_pointwise(
     compute: Callable[[list[V]], V],
 ) -> None:
     """out[i] = compute([operand_j[i] ...]) over out_shape, innermost loop vectorised."""
-    from guard.compiler.codegen.base import strides as row_strides
-
     all_st = [list(s) for _, s in operands] + [row_strides(out_shape)]
     dims, sts = merge_dims(out_shape, all_st)
     inner = dims[-1]

@@ -16,7 +16,7 @@ import numpy as np
 
 from guard.compiler.codegen.base import Emitter, Kernel, strides
 from guard.compiler.codegen.emit_elementwise import merge_dims
-from guard.compiler.codegen.irutil import add, i64, loop
+from guard.compiler.codegen.irutil import add, i64, load, loop, store
 from guard.compiler.graph_view import GraphView, OpNode
 from guard.compiler.layout import block_of
 
@@ -223,7 +223,6 @@ def _relayout_blocked(
     """NCHW <-> NCHW<blk>c with blk the vector width: blk x blk tiles (blk channels x blk
     columns) moved as blk vector loads, an in-register transpose and blk vector stores;
     the columns past the last whole tile go through the strided copy."""
-    from guard.compiler.codegen.irutil import load, store
 
     if to_blocked:
         n_, c, h, w = xs

@@ -11,19 +11,18 @@ from __future__ import annotations
 import functools
 
 from guard.compiler.codegen.base import Emitter
+from guard.compiler.codegen.emit_conv import Conv
+from guard.compiler.codegen.emit_elementwise import Elementwise
+from guard.compiler.codegen.emit_gemm import Gemm
+from guard.compiler.codegen.emit_norm import Norm
+from guard.compiler.codegen.emit_pool import Pool
+from guard.compiler.codegen.emit_reduce import Reduce
+from guard.compiler.codegen.emit_tensor import Copy, Fill
 from guard.compiler.graph_view import GraphView, OpNode
 
 
 @functools.cache
 def table() -> dict[str, Emitter]:
-    from guard.compiler.codegen.emit_conv import Conv
-    from guard.compiler.codegen.emit_elementwise import Elementwise
-    from guard.compiler.codegen.emit_gemm import Gemm
-    from guard.compiler.codegen.emit_norm import Norm
-    from guard.compiler.codegen.emit_pool import Pool
-    from guard.compiler.codegen.emit_reduce import Reduce
-    from guard.compiler.codegen.emit_tensor import Copy, Fill
-
     out: dict[str, Emitter] = {}
     for e in (Elementwise(), Copy(), Fill(), Gemm(), Conv(), Pool(), Norm(), Reduce()):
         for op in e.ops:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from guard.errors import ModelError
+from guard.manifest.target import parse_target
 
 if TYPE_CHECKING:
     import llvmlite.binding
@@ -81,8 +82,6 @@ class CodegenTarget:
 
 def codegen_target(canonical: str) -> CodegenTarget:
     """The target of a canonical (or raw: it is canonicalised) target string."""
-    from guard.manifest.target import parse_target
-
     d = parse_target(canonical)
     triple = str(d["mtriple"])
     if not triple.startswith(("x86_64", "aarch64")):

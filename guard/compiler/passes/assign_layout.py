@@ -25,6 +25,7 @@ from guard.compiler.layout import (
     LAYOUT_OPS,
     block_of,
     channel_axis,
+    from_layout_shape,
     relayout_constant,
     to_layout_shape,
 )  # fmt: skip
@@ -253,6 +254,4 @@ class AssignLayout(Pass):
 
 
 def _from(shape: tuple[int, ...], frm: str) -> tuple[int, ...]:
-    from guard.compiler.layout import from_layout_shape
-
     return from_layout_shape(shape, frm)

@@ -8,6 +8,7 @@ runs the passes in order and, when asked, verifies after each one.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -87,6 +88,4 @@ def single_consumer(graph: Graph, value: str, consumers: dict[str, list[Node]]) 
 
 
 def attrs_key(attrs: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(attrs, sort_keys=True, default=str)

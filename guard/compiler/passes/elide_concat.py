@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guard.compiler import ops
+from guard.compiler.graph_view import view_of_graph
 from guard.compiler.ir import Graph
+from guard.compiler.memory import plan_memory
 from guard.compiler.passes.base import Pass, PassResult
 
 _STAT = {
@@ -36,9 +38,6 @@ class ElideConcat(Pass):
     name = "elide_concat"
 
     def run(self, graph: Graph) -> PassResult:
-        from guard.compiler.graph_view import view_of_graph
-        from guard.compiler.memory import plan_memory
-
         stats = dict.fromkeys(("num_views", "num_concats", "num_splits", "num_declined"), 0)
         stats["bytes_elided"] = 0
         notes: list[str] = []

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from guard.compiler.ir import value_range
+from guard.compiler.ir import Node, Value, value_range
 from guard.compiler.reference.base import Attrs, Kernel, Xs, arg
 from guard.compiler.reference.elementwise import run_program
+from guard.compiler.shapes import _pool
 
 
 def _windows(xp: np.ndarray, ks: list[int], strides: list[int], dil: list[int]) -> np.ndarray:
@@ -83,9 +84,6 @@ def _ceil_extra(x: np.ndarray, a: Attrs, out_shape: tuple[int, ...]) -> list[int
 
 
 def _pool_out(x: np.ndarray, a: Attrs) -> tuple[int, ...]:
-    from guard.compiler.ir import Node, Value
-    from guard.compiler.shapes import _pool
-
     (shape, _), *_ = _pool(Node("MaxPool", ["x"], ["y"], a), [Value("x", x.shape, x.dtype)])
     return shape[2:]
 
@@ -231,8 +229,6 @@ def nll_loss(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 
 def conv_transpose(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    import itertools
-
     x, w = arg(xs), arg(xs, 1)
     b = xs[2] if len(xs) > 2 else None
     g = a["group"]

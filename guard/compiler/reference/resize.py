@@ -11,6 +11,8 @@ the weights renormalised with ``exclude_outside``. ``tf_crop_and_resize`` sample
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from guard.compiler.reference.base import Attrs
@@ -131,7 +133,6 @@ def grid_sample(xs: list[np.ndarray | None], a: Attrs) -> list[np.ndarray]:
     """GridSample: sample X [N, C, *spatial] at grid [N, *out, r] (last dim x, y, z: the
     spatial dims in reverse). Coordinates in [-1, 1] unnormalise by ``align_corners``;
     ``padding_mode`` zeros / border / reflection; ``mode`` nearest / linear / cubic."""
-    import itertools
 
     x, grid = xs[0], xs[1]
     assert x is not None and grid is not None
