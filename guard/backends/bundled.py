@@ -14,12 +14,20 @@ never imports guard/backends.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
+from guard.compiler import graph_diff, import_onnx, optimize, verify
+from guard.compiler.artefact import MANIFEST, compiler_version, load_artefact, save_artefact
+from guard.compiler.pipeline import pipeline_names
+from guard.compiler.plan import COMPILER_NAME, plan
+from guard.compiler.runtime import RUNTIME_NAME
+from guard.compiler.tuning.cache import load
+from guard.compiler.tuning.dispatch import Dispatch, applied
 from guard.errors import ModelError
 
 
@@ -30,13 +38,10 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     ``pipeline`` (default O2) and ``profile`` (a shipped profile name or a YAML path;
     default: the native backend). ``options.bundled.tuning_cache`` arrives as
     ``req.tuning_cache``: GEMM and convolution schedules come from it on exact key
-    matches, the default heuristic otherwise (each miss warned, counted in ``tuning``). Pins: compiler = guard's compiler version, the pipeline
-    name, the canonical target and the profile.
+    matches, the default heuristic otherwise (each miss warned, counted in ``tuning``).
+    Pins: compiler = guard's compiler version, the pipeline name, the canonical target and
+    the profile.
     """
-    from guard.compiler import graph_diff, import_onnx, optimize, verify
-    from guard.compiler.artefact import MANIFEST, save_artefact
-    from guard.compiler.pipeline import pipeline_names
-    from guard.compiler.plan import plan
 
     opts = dict(req.options)
     pipeline = str(opts.pop("pipeline", "O2"))
@@ -86,16 +91,13 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
 
 
 @contextlib.contextmanager
-def _tuning(req: BuildRequest) -> Any:
+def _tuning(req: BuildRequest) -> Iterator[Dispatch | None]:
     """The tuning cache's dispatch context around code generation (None without a cache).
 
     The cache is validated whole before the build uses any of it (guard.compiler.tuning.cache)."""
     if req.tuning_cache is None:
         yield None
         return
-    from guard.compiler.artefact import compiler_version
-    from guard.compiler.tuning.cache import load
-    from guard.compiler.tuning.dispatch import Dispatch, applied
 
     cache = load(req.tuning_cache)
     with applied(Dispatch(cache, req.target_canonical, compiler_version())) as d:
@@ -103,9 +105,6 @@ def _tuning(req: BuildRequest) -> Any:
 
 
 def runtime_pins() -> dict[str, Any]:
-    from guard.compiler.artefact import compiler_version
-    from guard.compiler.runtime import RUNTIME_NAME
-
     return {"name": RUNTIME_NAME, "version": compiler_version(), "numpy": np.__version__}
 
 
@@ -113,8 +112,6 @@ class ArtefactSession:
     """A loaded bundled artefact behind the Session protocol (guard.backends.base)."""
 
     def __init__(self, art_dir: str | Path, executors: dict[str, Any] | None = None) -> None:
-        from guard.compiler.artefact import load_artefact
-
         self.loaded = load_artefact(art_dir)
         self._runtime = self.loaded.runtime(executors)
         self.input_names = list(self._runtime.input_names)
@@ -220,9 +217,6 @@ class BundledBackend:
     name = "bundled"
 
     def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        from guard.compiler.artefact import compiler_version
-        from guard.compiler.plan import COMPILER_NAME
-
         return {"name": COMPILER_NAME, "version": compiler_version()}, runtime_pins()
 
     def build(self, req: BuildRequest) -> BuildInfo:

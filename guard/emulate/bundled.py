@@ -27,7 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from guard.backends.base import MemoryInfo, PartitionInfo
+from guard.backends.base import MemoryInfo, PartitionInfo, Session
+from guard.backends.bundled import ArtefactSession, BundledSession
+from guard.compiler.artefact import LoadedArtefact, load_artefact
+from guard.compiler.codegen.kernel_plan import KernelPlan
+from guard.compiler.schedule import ALIGNMENT, view_of_graph
 from guard.emulate.runner import (
     DEFAULT_TIMEOUT_S,
     PartitionServer,
@@ -38,10 +42,8 @@ from guard.emulate.session import EmulatedSession, EntryPoint, TensorSlot
 from guard.emulate.tools import toolchain
 
 
-def _metadata_session(loaded: Any) -> Any:
+def _metadata_session(loaded: LoadedArtefact) -> ArtefactSession:
     """The bundled backend's own partitions/memory reader over a loaded artefact."""
-    from guard.backends.bundled import ArtefactSession
-
     reader = ArtefactSession.__new__(ArtefactSession)  # no runtime: the object is foreign
     reader.loaded = loaded
     return reader
@@ -51,15 +53,12 @@ def _arch_of(codegen: dict[str, Any]) -> str:
     return str(codegen["triple"]).split("-")[0]
 
 
-def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None = None) -> Any:
+def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None = None) -> Session:
     """A session that runs ``artefact_dir``'s generated code under the emulator.
 
     ``timeout_s`` bounds each emulator start (default: ``emulation_timeout_s()``).
     """
     timeout_s = timeout_s if timeout_s is not None else emulation_timeout_s()
-    from guard.compiler.artefact import load_artefact
-    from guard.compiler.codegen.kernel_plan import KernelPlan
-    from guard.compiler.schedule import ALIGNMENT, view_of_graph
 
     root = Path(artefact_dir)
     loaded = load_artefact(root, native=False)
@@ -67,8 +66,6 @@ def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None =
     if not codegen:
         # No generated code (every partition on the reference interpreter): nothing is
         # architecture-specific, so the artefact runs here as it would there.
-        from guard.backends.bundled import BundledSession
-
         return BundledSession(root, threads)
     plan = KernelPlan.from_dict(_read_json(root / "kernels.json"))
     meta = _metadata_session(loaded)
@@ -116,7 +113,7 @@ class _EmulatedNative:
         None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
     )
 
-    def __init__(self, plan: Any, packed: np.ndarray, server: PartitionServer,
+    def __init__(self, plan: KernelPlan, packed: np.ndarray, server: PartitionServer,
                  shared: np.memmap) -> None:  # fmt: skip
         self.plan = plan
         self.packed = packed
@@ -153,7 +150,8 @@ class MixedEmulatedSession:
 
     latency_status = "emulated"
 
-    def __init__(self, loaded: Any, plan: Any, meta: Any, arch: str, *, what: str,
+    def __init__(self, loaded: LoadedArtefact, plan: KernelPlan, meta: ArtefactSession,
+                 arch: str, *, what: str,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:  # fmt: skip
         root = Path(loaded.path)
         self.what = what
@@ -164,7 +162,6 @@ class MixedEmulatedSession:
         runner = build_runner(root / "kernels.o", arch, parts=parts, what=what)
         self._dir = tempfile.TemporaryDirectory(prefix="guard-arena-")
         arena_file = Path(self._dir.name) / "arena.bin"
-        from guard.compiler.schedule import ALIGNMENT
 
         size = int(loaded.memory.arena_bytes) + ALIGNMENT  # the runtime's arena, byte for byte
         arena_file.write_bytes(bytes(size))
