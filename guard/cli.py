@@ -3,7 +3,9 @@
 ``guard run`` and ``guard tune`` are parsed here; every other command lives in a
 ``cli_<topic>.py`` whose ``register(subparsers)`` ``build_parser`` calls (cli_artefacts:
 golden, manifest, zoo, partition; cli_track: track, dashboard; cli_compare, cli_calibrate,
-cli_scale, cli_doctor), and cli_help adds every command's description and examples.
+cli_scale, cli_doctor), and cli_help adds every command's description and examples. A
+command's own modules are imported inside its ``cmd_*`` function, when it runs: parsing
+(``--help``, a bad flag) never builds the compiler, the backends or the tracking client.
 
 Every error a user can cause prints one line (``guard: error: ...``) and exits with the
 documented code: 2 for a suite, model, path or server that cannot be used, 3 for guard's
