@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from guard.case import prepare_model
+from guard.compiler.artefact import compiler_version
+from guard.compiler.codegen.target import codegen_target, runnable_here
+from guard.compiler.tuning.cache import merge_into
+from guard.compiler.tuning.dispatch import weighted_speedup
+from guard.compiler.tuning.tune import extract_tasks, tune_tasks
 from guard.errors import EXIT_OK, UsageError
+from guard.manifest import canonicalize
+from guard.suite import ModelEntry, Suite
 
 
-def cache_path_of(entry: Any, override: str | None) -> Path:
+def cache_path_of(entry: ModelEntry, override: str | None) -> Path:
     if override:
         return Path(override).resolve()
     raw = (entry.options.get("bundled") or {}).get("tuning_cache")
@@ -34,15 +42,7 @@ def cache_path_of(entry: Any, override: str | None) -> Path:
     return (p if p.is_absolute() else entry.suite_dir / p).resolve()
 
 
-def tune_bundled(args: argparse.Namespace, suite: Any, out: Any = print) -> int:
-    from guard.case import prepare_model
-    from guard.compiler.artefact import compiler_version
-    from guard.compiler.codegen.target import codegen_target, runnable_here
-    from guard.compiler.tuning.cache import merge_into
-    from guard.compiler.tuning.dispatch import weighted_speedup
-    from guard.compiler.tuning.tune import extract_tasks, tune_tasks
-    from guard.manifest import canonicalize
-
+def tune_bundled(args: argparse.Namespace, suite: Suite, out: Callable[[str], None] = print) -> int:
     chosen = [m for m in suite.models if "bundled" in m.backends
               and (not args.model or m.name in args.model)]  # fmt: skip
     if not chosen:
