@@ -27,6 +27,7 @@ from guard.doctor import (
 from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
 from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Finding
 from guard.errors import UsageError
+from guard.manifest.target import host_cpu
 
 SCHEMA_VERSION = 1
 
@@ -48,8 +49,6 @@ STEPS: list[tuple[str, Callable[..., Finding]]] = [
 def _host_cpu() -> str | None:
     """This machine's CPU model as manifests spell it (host.cpu)."""
     try:
-        from guard.manifest.target import host_cpu
-
         return str(host_cpu()["model"])
     except Exception:  # noqa: BLE001 - an unreadable host is a missing fact
         return None

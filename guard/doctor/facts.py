@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from guard.case import resolve_model
 from guard.fsutil import file_sha256
 from guard.suite import load_suite
@@ -140,8 +142,6 @@ def optimised_onnx_ops(side: Side) -> dict[str, int] | None:
     art = side.artefact
     if art is None or not (art / "model.opt.onnx").is_file():
         return None
-    import onnx
-
     try:
         m = onnx.load(str(art / "model.opt.onnx"), load_external_data=False)
     except Exception:  # noqa: BLE001 - a damaged payload is a missing fact, not a crash

@@ -6,6 +6,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 from guard.doctor.finding import LABELS
 
 _STYLE = {
@@ -89,11 +93,7 @@ def to_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render_console(doc: Mapping[str, Any], console: Any = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
+def render_console(doc: Mapping[str, Any], console: Console | None = None) -> None:
     con = console or Console()
     pair = doc.get("base") is not None
     for case in doc.get("cases") or []:

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import onnx
+
 from guard.doctor.facts import Context, Side, layout_notes, optimised_onnx_ops, splits
 from guard.doctor.finding import CAUSE, SUSPECT, Finding, unknown
+from guard.model import graph_inputs
 
 LAYOUT_OPS = ("Transpose", "Relayout", "ReorderInput", "ReorderOutput")  # ORT's NCHWc: Reorder*
 OVERHEAD_OPS = ("QuantizeLinear", "DequantizeLinear", "Cast", "Identity", "Copy",
@@ -209,10 +212,6 @@ def _declared_dims(s: Side, ctx: Context) -> dict[str, list[Any]] | None:
     path = ctx.model_path(s)
     if path is None:
         return None
-    import onnx
-
-    from guard.model import graph_inputs
-
     try:
         ins = graph_inputs(onnx.load(str(path), load_external_data=False))
     except Exception:  # noqa: BLE001 - an unreadable model is a missing fact
