@@ -12,33 +12,15 @@ Public API (others build on it)::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+from guard.compiler.diff import graph_diff
 from guard.compiler.frontend import import_onnx
 from guard.compiler.ir import Constant, Graph, Node, Value
+from guard.compiler.pipeline import PipelineReport, optimize
 from guard.compiler.reference import run_reference
 from guard.compiler.text import parse_graph, print_graph
 from guard.compiler.verify import VerifyError, verify
 
-if TYPE_CHECKING:
-    from guard.compiler.pipeline import PipelineReport
-
-
-def optimize(graph: Graph, pipeline: str = "O2", **kw: Any) -> tuple[Graph, PipelineReport]:
-    """Run a named pipeline (O0/O1/O2) on a copy of ``graph``."""
-    from guard.compiler.pipeline import optimize as _optimize
-
-    return _optimize(graph, pipeline, **kw)
-
-
-def graph_diff(before: Graph, after: Graph, report: PipelineReport | None = None) -> dict[str, Any]:
-    """Input graph vs final graph (see guard/compiler/diff.py)."""
-    from guard.compiler.diff import graph_diff as _graph_diff
-
-    return _graph_diff(before, after, report)
-
-
 __all__ = [
     "Constant", "Graph", "Node", "Value", "VerifyError", "graph_diff", "import_onnx",
-    "optimize", "parse_graph", "print_graph", "run_reference", "verify",
+    "PipelineReport", "optimize", "parse_graph", "print_graph", "run_reference", "verify",
 ]  # fmt: skip

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from guard.compiler.ir import Graph
+from guard.compiler.pipeline import PipelineReport
 
 ADDED_KINDS = (
     "Transpose",
@@ -38,7 +39,7 @@ _ELIMINATED = {
 }
 
 
-def graph_diff(before: Graph, after: Graph, report: Any = None) -> dict[str, Any]:
+def graph_diff(before: Graph, after: Graph, report: PipelineReport | None = None) -> dict[str, Any]:
     ob, oa = before.op_counts(), after.op_counts()
     added = {
         op: oa.get(op, 0) - ob.get(op, 0) for op in ADDED_KINDS if oa.get(op, 0) > ob.get(op, 0)

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 Shape = tuple[int, ...]
@@ -91,7 +92,6 @@ def value_range(dtype: np.dtype) -> tuple[float, float]:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return info.min, info.max
-    import ml_dtypes
 
     if is_float(dtype):
         f = ml_dtypes.finfo(dtype)

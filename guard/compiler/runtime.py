@@ -16,6 +16,7 @@ from ``run_reference``.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -210,8 +211,6 @@ class NativeCalls:
     """
 
     def __init__(self, native: NativeEntries, arena: np.ndarray, weights: np.ndarray) -> None:
-        import ctypes
-
         self._ct = ctypes
         self.native = native
         self.plan = native.plan

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from guard.compiler.ir import dtype_from_name, is_float
@@ -51,7 +52,6 @@ def _cast(x: np.ndarray, a: Attrs) -> np.ndarray:
     if a["to"].startswith("f8") and a.get("saturate", 1) and x.dtype.kind in "fV":
         # Saturating float8 cast: out-of-range values and infinities clamp to the largest
         # finite value; NaN stays NaN.
-        import ml_dtypes
 
         big = float(ml_dtypes.finfo(to).max)
         return np.clip(x.astype(np.float32), -big, big).astype(to)
