@@ -27,7 +27,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -153,7 +153,7 @@ def _create(uri: str, db: Path, artifact_root: str | None) -> None:
 
 
 def ensure_local_store(
-    uri: str, db: Path, artifact_root: str | None = None, say: object = None
+    uri: str, db: Path, artifact_root: str | None = None, say: Callable[[str], None] | None = None
 ) -> None:
     """Make sure the sqlite store at ``db`` is usable: create it whole, or say what to do."""
     db = db.resolve()
@@ -177,7 +177,7 @@ def ensure_local_store(
             # file for inspection and start over.
             aside = db.with_name(f"{db.name}.broken-{time.strftime('%Y%m%dT%H%M%S')}")
             os.replace(db, aside)
-            if callable(say):
+            if say is not None:
                 say(
                     f"note: the local tracking store {db} was left half-created (schema "
                     f"{rev or 'none'}); moved it to {aside} and created a new one"
