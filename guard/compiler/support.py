@@ -126,7 +126,9 @@ class StaticShapes(Support):
 class NoControlFlow(Support):
     def decline(self, node: OpNode, g: GraphView) -> str | None:
         if node.op in CONTROL_FLOW_OPS or node.has_subgraph:
-            return f"control flow ({node.op} with a subgraph) runs only on the fallback"
+            # The importer refuses control flow, so only a hand-built IR graph gets here;
+            # the fallback has no kernel for it either (run_reference names the node).
+            return f"control flow ({node.op} with a subgraph) is not compiled"
         return None
 
 
