@@ -29,6 +29,10 @@ from typing import Any
 
 from guard.errors import UsageError
 from guard.fsutil import atomic_write_text
+from guard.track.batch import _log_batch, metric_entities
+from guard.track.client import experiment_id, experiment_name, mlflow_client, translated
+from guard.track.log import _terminate
+from guard.track.records import clean_key, series_key
 
 SCHEMA_VERSION = 1
 Z99 = 2.3263478740408408
@@ -182,11 +186,9 @@ def noise_entries(doc: Any, kind: str, where: str) -> dict[str, float]:
 
 def latest_noise(uri: str, suite: str, kind: str = "sequential") -> dict[str, float] | None:
     """The newest calibration run's noise in guard/<suite>, or None when there is none."""
-    import mlflow
+    import mlflow  # heavy: only when the newest calibration is looked up
 
-    from guard.track.log import _translated, experiment_name
-
-    with _translated(uri, f"looking up the noise calibration of suite {suite!r}"):
+    with translated(uri, f"looking up the noise calibration of suite {suite!r}"):
         client = mlflow.MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name(experiment_name(suite))
         if exp is None:
@@ -210,8 +212,6 @@ def noise_metric_names(key: str) -> tuple[str, str, dict[str, str]]:
     A target is shortened by guard.track.records.target_key (a host's canonical target runs
     to ~330 characters, over MLflow's 250-character key limit); the full key is a param.
     """
-    from guard.track.records import clean_key, series_key
-
     model, _, rest = key.partition("/")
     backend, _, target = rest.partition("/")
     series = series_key(model, backend, target)
@@ -225,14 +225,11 @@ def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:
     The run ends FINISHED, or FAILED (KILLED on Ctrl-C) when anything in between fails: it
     is never left RUNNING.
     """
-    from mlflow.entities import RunStatus
+    from mlflow.entities import RunStatus  # heavy: only when a calibration is logged
 
-    from guard.track.batch import _log_batch, metric_entities
-    from guard.track.log import _client, _experiment_id, _terminate, _translated
-
-    with _translated(uri, f"logging noise calibration of suite {suite!r}"):
-        client = _client(uri)
-        run = client.create_run(_experiment_id(client, uri, suite), run_name=f"{suite}@calibration")
+    with translated(uri, f"logging noise calibration of suite {suite!r}"):
+        client = mlflow_client(uri)
+        run = client.create_run(experiment_id(client, uri, suite), run_name=f"{suite}@calibration")
         status = RunStatus.to_string(RunStatus.FAILED)
         try:
             metrics: dict[str, float] = {}

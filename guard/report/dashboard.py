@@ -29,6 +29,10 @@ from guard.errors import UsageError
 from guard.report._io import atomic_write_text, check_target
 from guard.report.dashboard_charts import series_figure
 from guard.report.dashboard_series import Series, analyse_series, as_text, as_time, group_series
+from guard.suite import load_suite
+from guard.track import find_runs
+from guard.track.client import experiment_name, mlflow_client, translated
+from guard.track.uri import is_http, run_url
 
 TEMPLATE = "dashboard.html.j2"
 MAX_RUNS = 5000  # per run level: newest first (find_runs)
@@ -39,8 +43,6 @@ MAX_RUNS = 5000  # per run level: newest first (find_runs)
 
 def resolve_suite(arg: str, cwd: Path | None = None) -> tuple[str, Any]:
     """(suite name, loaded Suite or None) for a suite file, a shipped suite or a bare name."""
-    from guard.suite import load_suite
-
     cwd = Path(cwd or Path.cwd())
     p = Path(arg)
     if arg.endswith((".yaml", ".yml")) or p.is_file():
@@ -80,8 +82,6 @@ def bound_for(suite: Any, series: Series) -> float | None:
 
 
 def _mlflow_link(uri: str, experiment_id: str | None) -> Callable[[str], str | None]:
-    from guard.track.uri import is_http, run_url
-
     def link(run_id: str) -> str | None:
         if not run_id or experiment_id is None or not is_http(uri):
             return None
@@ -92,11 +92,8 @@ def _mlflow_link(uri: str, experiment_id: str | None) -> Callable[[str], str | N
 
 def build_context(suite_name: str, suite: Any, uri: str) -> dict[str, Any]:
     """Everything the template shows; queries MLflow once per run level."""
-    from guard.track import find_runs
-    from guard.track.log import _client, _translated, experiment_name
-
-    with _translated(uri, f"reading experiment {experiment_name(suite_name)!r}"):
-        exp = _client(uri).get_experiment_by_name(experiment_name(suite_name))
+    with translated(uri, f"reading experiment {experiment_name(suite_name)!r}"):
+        exp = mlflow_client(uri).get_experiment_by_name(experiment_name(suite_name))
     ctx: dict[str, Any] = {
         "suite": suite_name, "uri": uri, "experiment": experiment_name(suite_name),
         "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -194,7 +191,7 @@ def build_context(suite_name: str, suite: Any, uri: str) -> dict[str, Any]:
 def render(ctx: Mapping[str, Any]) -> str:
     import jinja2
     from markupsafe import Markup
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # heavy (plotly): only when a page is rendered
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("guard.report", "templates"),
