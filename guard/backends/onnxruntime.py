@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -30,6 +30,9 @@ from guard.backends.ort_session import (
 )
 from guard.compiler.grouping import group_connected, merge_while_acyclic
 from guard.errors import ModelError
+
+if TYPE_CHECKING:
+    import onnxruntime
 
 PAYLOAD = "model.opt.onnx"
 META = "ort.json"
@@ -190,7 +193,7 @@ class OnnxRuntimeBackend:
         return OrtSession(artefact_dir, threads)
 
 
-def reference_session(model_path: Path, threads: int = 1):
+def reference_session(model_path: Path, threads: int = 1) -> onnxruntime.InferenceSession:
     """An ORT session with every graph optimisation off: the golden reference producer."""
     ort = _ort()
     so = session_options(threads, "disabled")
