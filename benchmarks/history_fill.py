@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from guard.track import index, records
-from guard.track.log import experiment_name, results_sha256
+from guard.track.client import experiment_name
+from guard.track.log import results_sha256
 
 TEMPLATE = Path(__file__).resolve().parent / "results" / "history_template.json"
 SPACING_MS = 10 * 60 * 1000  # one invocation every ten minutes of simulated time
@@ -155,10 +156,10 @@ class Filler:
         import sqlalchemy
         from mlflow import MlflowClient
 
-        from guard.track.log import _experiment_id
+        from guard.track.client import experiment_id
 
         client = MlflowClient(tracking_uri)
-        self.eid = int(_experiment_id(client, tracking_uri, suite))
+        self.eid = int(experiment_id(client, tracking_uri, suite))
         self.location = client.get_experiment(str(self.eid)).artifact_location.rstrip("/")
         self.artifact_dir = Path(artifact_dir)
         self.engine = sqlalchemy.create_engine(db_uri)

@@ -39,13 +39,6 @@ from guard.track.uri import GUARD_DIR, check_reachable, run_url
 if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
     from mlflow import MlflowClient
 
-# The client helpers under the names they had when they lived here (guard.track.client
-# now): readers outside guard.track (the dashboard, calibration, benchmarks) import them.
-_client = mlflow_client
-_experiment_id = experiment_id
-_http_limits = http_limits
-_translated = translated
-
 # The identity of a measurement. Keys a caller adds after logging (guard.deliver's
 # "tracking" receipt, "exit_code") must not make a pushed copy look like a new invocation.
 _IDENTITY_KEYS = ("schema_version", "suite", "started", "git", "suite_sha256", "results")
