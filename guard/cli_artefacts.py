@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
 from guard.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add golden, manifest, zoo and partition to guard's subcommands."""
     g = subparsers.add_parser("golden", help="manage goldens")
     gsub = g.add_subparsers(dest="golden_command", metavar="ACTION", required=True)

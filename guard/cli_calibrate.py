@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 from guard.bench.calibrate import default_noise_path, latest_noise, load_noise
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add calibrate to guard's subcommands."""
     k = subparsers.add_parser(
         "calibrate",

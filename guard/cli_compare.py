@@ -54,7 +54,7 @@ def _tracking_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add compare, ab, bump and history to guard's subcommands."""
     c = subparsers.add_parser(
         "compare",

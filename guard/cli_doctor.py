@@ -10,12 +10,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from guard.errors import UsageError
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add doctor and reduce to guard's subcommands."""
     d = subparsers.add_parser(
         "doctor",

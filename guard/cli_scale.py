@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = subparsers.choices.get("run")
     if run is not None:
         g = run.add_argument_group("sharding (guard.shard)")

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from guard.errors import EXIT_OK
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add track and dashboard to guard's subcommands."""
     t = subparsers.add_parser("track", help="MLflow tracking")
     tsub = t.add_subparsers(dest="track_command", metavar="ACTION", required=True)
