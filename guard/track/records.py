@@ -3,8 +3,8 @@
 Pure functions over plain dicts, so the mapping is testable without a store. Any field may
 be None or missing and unknown keys are tolerated: a None value is simply not a metric.
 
-Keys and values are made legal for MLflow by guard.track.keys (its names are importable
-from here too). A None is never written as the string ``'null'``: it is left out. A long
+Keys and values are made legal for MLflow by guard.track.keys (the names readers of
+records use, such as ``clean_key`` and ``target_key``, are importable from here too). A None is never written as the string ``'null'``: it is left out. A long
 target string is shortened in keys (``keys.target_key``); the full string is kept as a
 param.
 
