@@ -36,8 +36,8 @@ SCHEMA_VERSION = 1
 SUITE = Schema(
     "suite",
     SCHEMA_VERSION,
-    f"Add 'schema_version: {SCHEMA_VERSION}' and write the suite to that contract "
-    "(docs/ARCHITECTURE.md).",
+    f"A suite starts with 'schema_version: {SCHEMA_VERSION}' and follows that contract "
+    "(docs/ARCHITECTURE.md, suites/smoke.yaml).",
     error=SuiteError,
 )
 
