@@ -174,8 +174,9 @@ def baseline_on_branch(
                 return None
             run = latest_result_run(client, experiment.experiment_id, key, exclude_commit)
             cand = loader(run.info.artifact_uri) if run is not None else None
-            ok = isinstance(cand, Mapping) and cand.get("model") == head_r.get("model")
-            return dict(cand) if ok else None  # type: ignore[arg-type]
+            if not isinstance(cand, Mapping) or cand.get("model") != head_r.get("model"):
+                return None
+            return dict(cand)
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(wanted)))) as pool:
             found = list(pool.map(one, wanted))
