@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from guard.errors import ModelError
@@ -61,7 +62,7 @@ def _parse_arena_log(log: str) -> dict[str, int | None]:
 
 
 def _probe_feeds(
-    model: Any, shapes: dict[str, tuple[int, ...]], inputs: dict[str, Any] | None
+    model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], inputs: dict[str, Any] | None
 ) -> dict[str, np.ndarray]:
     """The probe's feeds: the suite's bound inputs, else zeros of each input's shape."""
     init = {i.name for i in model.graph.initializer}
@@ -89,7 +90,7 @@ def _probe_error(stderr: str) -> str:
 
 def probe_memory(
     model_path: Path,
-    model: Any,
+    model: onnx.ModelProto,
     threads: int,
     level: str,
     shapes: dict[str, tuple[int, ...]],

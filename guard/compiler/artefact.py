@@ -44,6 +44,7 @@ from guard.compiler.codegen.build import NativeProgram, generate
 from guard.compiler.codegen.kernel_plan import KernelPlan
 from guard.compiler.codegen.target import CodegenTarget, codegen_target, runnable_here
 from guard.compiler.graph_view import view_of_graph
+from guard.compiler.ir import Graph
 from guard.compiler.memory import MemoryPlan
 from guard.compiler.plan import COMPILER_NAME, CompiledPlan, plan
 from guard.compiler.runtime import Executor, Runtime
@@ -75,7 +76,7 @@ def compiler_version() -> str:
 
 
 def save_artefact(
-    plan_or_graph: Any,
+    plan_or_graph: CompiledPlan | Graph,
     out_dir: str | Path,
     *,
     pipeline: str = "O2",

@@ -27,6 +27,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from guard.compiler import import_onnx, optimize, run_reference, verify
 from guard.compiler.codegen.build import jit
+from guard.compiler.ir import Graph
 from guard.compiler.plan import plan
 from guard.errors import ModelError
 
@@ -57,7 +58,7 @@ class GuardBackendRep(BackendRep):
         self.specialised = False
         self._cache: dict[tuple, Any] = {}
 
-    def _compile(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> Any:
+    def _compile(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> Graph:
         g = import_onnx(model, shapes)
         g2, _ = optimize(g, self.pipeline)
         verify(g2)
@@ -107,7 +108,7 @@ class GuardBackendRep(BackendRep):
         out = self._execute(graph, feeds)
         return tuple(out[o] for o in self.output_names)
 
-    def _execute(self, graph: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _execute(self, graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if not self.native:
             return run_reference(graph, feeds)
 

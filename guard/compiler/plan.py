@@ -16,6 +16,7 @@ from typing import Any
 from guard.compiler import import_onnx, optimize
 from guard.compiler.codegen.kernel_plan import build_kernel_plan
 from guard.compiler.graph_view import GraphView, view_of_graph
+from guard.compiler.ir import Graph
 from guard.compiler.memory import MemoryPlan, plan_memory
 from guard.compiler.partition import PartitionPlan, format_report, partition, report_dict
 from guard.compiler.schedule import Schedule, schedule
@@ -52,7 +53,7 @@ class CompiledPlan:
         return {**self.memory.summary(), "schedule": self.schedule.to_dict()}
 
 
-def plan(graph: Any, profile: str | Path | PartitionTarget | None = None) -> CompiledPlan:
+def plan(graph: Graph, profile: str | Path | PartitionTarget | None = None) -> CompiledPlan:
     """Partition, schedule (partition-contiguous) and memory-plan an IR graph."""
     view = view_of_graph(graph)
     backends = tuple(backends_for(profile))

@@ -240,7 +240,7 @@ class NativeCalls:
             for p in self.plan.partitions
         }
 
-    def partition_call(self, pid: int) -> Any:
+    def partition_call(self, pid: int) -> Callable[[], None]:
         fn = self._parts.get(pid)
         bufs = self._bufs
         if fn is None:  # a native partition whose nodes were all elided

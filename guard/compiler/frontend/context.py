@@ -9,16 +9,21 @@ and the binder (prepare.py) use both; none of them imports the importer back.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from guard.compiler.ir import Graph, Shape, dtype_name
+from guard.compiler.ir import Graph, Shape, Value, dtype_name
 from guard.compiler.reference import run_node
 from guard.compiler.shapes import infer
 from guard.errors import ModelError
+
+# A converter: (ctx, node inputs, node outputs, **the node's attributes with the spec's
+# defaults) -> None; it emits IR nodes through the context.
+Converter = Callable[..., None]
 
 
 def np_dtype(elem_type: int, where: str) -> np.dtype:
@@ -60,7 +65,7 @@ class ImportContext:
         return ModelError(msg, where=self.where(), hint=hint)
 
     # -- values -------------------------------------------------------------------------
-    def type(self, name: str) -> Any:
+    def type(self, name: str) -> Value:
         v = self.g.values.get(name)
         if v is None:
             raise self.error(f"input {name!r} is not defined")

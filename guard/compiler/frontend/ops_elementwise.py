@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext, np_dtype
+from guard.compiler.frontend.context import Converter, ImportContext, np_dtype
 from guard.compiler.ir import dtype_name
 
 UNARY_NO_ATTRS = [
@@ -22,14 +22,14 @@ BINARY = [
 ]  # fmt: skip
 
 
-def _unary(op: str) -> Any:
+def _unary(op: str) -> Converter:
     def conv(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
         ctx.emit(op, ins[:1], {}, outs)
 
     return conv
 
 
-def _binary(op: str) -> Any:
+def _binary(op: str) -> Converter:
     def conv(ctx: ImportContext, ins: list[str], outs: list[str], **legacy: Any) -> None:
         b = ins[1]
         if legacy.get("broadcast") and legacy.get("axis") is not None:
@@ -44,7 +44,7 @@ def _binary(op: str) -> Any:
     return conv
 
 
-def _variadic(op: str) -> Any:
+def _variadic(op: str) -> Converter:
     def conv(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
         args = [i for i in ins if i]
         if len(args) == 1:
@@ -240,7 +240,7 @@ def bit_cast(ctx: ImportContext, ins: list[str], outs: list[str], to: int = 1) -
     ctx.emit("BitCast", ins[:1], {"to": dtype_name(dt)}, outs)
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     **{op: {1: _unary(op)} for op in UNARY_NO_ATTRS},
     **{op: {1: _binary(op)} for op in BINARY},
     **{op: {1: _variadic(op)} for op in ("Sum", "Mean", "Max", "Min")},

@@ -4,11 +4,9 @@ constants; output types come from ONNX shape inference)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext
+from guard.compiler.frontend.context import Converter, ImportContext
 
 
 def trilu(ctx: ImportContext, ins: list[str], outs: list[str], upper: int = 1) -> None:
@@ -68,7 +66,7 @@ def reverse_sequence(
     ctx.emit("ReverseSequence", ins[:2], {"batch_axis": batch_axis, "time_axis": time_axis}, outs)
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     "Trilu": {14: trilu}, "OneHot": {9: one_hot}, "GatherND": {11: gather_nd},
     "ScatterElements": {11: scatter_elements}, "Scatter": {9: scatter_elements},
     "ScatterND": {11: scatter_nd}, "TopK": {1: top_k}, "ReverseSequence": {10: reverse_sequence},

@@ -3,11 +3,9 @@ Hann/Hamming/Blackman windows (folded to constants: their size must be a constan
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext, np_dtype
+from guard.compiler.frontend.context import Converter, ImportContext, np_dtype
 
 
 def einsum(ctx: ImportContext, ins: list[str], outs: list[str], equation: str = "") -> None:
@@ -62,7 +60,7 @@ def dft_v20(
     _dft(ctx, ins, outs, axis, inverse, onesided)
 
 
-def _window(kind: str) -> Any:
+def _window(kind: str) -> Converter:
     def conv(
         ctx: ImportContext,
         ins: list[str],
@@ -84,7 +82,7 @@ def _window(kind: str) -> Any:
     return conv
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     "Einsum": {12: einsum}, "Det": {11: det}, "DFT": {17: dft_v17, 20: dft_v20},
     "HannWindow": {17: _window("hann")}, "HammingWindow": {17: _window("hamming")},
     "BlackmanWindow": {17: _window("blackman")},

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext
+from guard.compiler.frontend.context import Converter, ImportContext
 
 
 def _resolve_pads(
@@ -83,7 +83,7 @@ def conv(
     ctx.emit("Conv", [i for i in ins[:3] if i], attrs, outs)
 
 
-def _pool(op: str) -> Any:
+def _pool(op: str) -> Converter:
     def conv_pool(
         ctx: ImportContext,
         ins: list[str],
@@ -125,7 +125,7 @@ def _pool(op: str) -> Any:
     return conv_pool
 
 
-def global_pool(op: str) -> Any:
+def global_pool(op: str) -> Converter:
     def conv_gp(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
         ctx.emit(op, ins[:1], {}, outs)
 
@@ -150,7 +150,7 @@ def matmul(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("MatMul", ins[:2], {}, outs)
 
 
-def _softmax(op: str, new_semantics: bool) -> Any:
+def _softmax(op: str, new_semantics: bool) -> Converter:
     def conv_sm(
         ctx: ImportContext, ins: list[str], outs: list[str], axis: int | None = None
     ) -> None:
@@ -251,7 +251,7 @@ def conv_transpose(
     ctx.emit("ConvTranspose", [i for i in ins[:3] if i], attrs, outs)
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     "Conv": {1: conv},
     "MaxPool": {1: _pool("MaxPool")},
     "AveragePool": {1: _pool("AveragePool")},

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext
+from guard.compiler.frontend.context import Converter, ImportContext
 
 
 def batch_norm(
@@ -120,7 +120,7 @@ def mvn(ctx: ImportContext, ins: list[str], outs: list[str], axes: list[int] | N
     )
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     "BatchNormalization": {1: batch_norm}, "InstanceNormalization": {1: instance_norm},
     "LRN": {1: lrn}, "LayerNormalization": {17: layer_norm},
     "LpNormalization": {1: lp_norm}, "RMSNormalization": {23: rms_norm},

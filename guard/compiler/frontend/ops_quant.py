@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext, np_dtype
+from guard.compiler.frontend.context import Converter, ImportContext, np_dtype
 from guard.compiler.frontend.ops_nn import conv_attrs
 from guard.compiler.ir import dtype_name
 
@@ -26,9 +26,7 @@ def quantize(
     if len(ins) > 2 and ins[2]:
         to = ctx.type(ins[2]).dtype
     else:
-        to = np.dtype(np.uint8) if not output_dtype else None
-        if to is None:
-            to = np_dtype(output_dtype, ctx.where())
+        to = np_dtype(output_dtype, ctx.where()) if output_dtype else np.dtype(np.uint8)
     attrs = {"axis": axis % max(r, 1), "to": dtype_name(to), "block_size": block_size}
     ctx.emit("QuantizeLinear", ins[:3], attrs, outs)
 
@@ -54,7 +52,7 @@ def qlinear_matmul(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
     ctx.emit("QLinearMatMul", list(ins), {}, outs)
 
 
-def _integer_conv(op: str, w_index: int) -> Any:
+def _integer_conv(op: str, w_index: int) -> Converter:
     """ConvInteger (weights at input 1) and QLinearConv (weights at input 3)."""
 
     def conv(
@@ -76,7 +74,7 @@ def _integer_conv(op: str, w_index: int) -> Any:
     return conv
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     "QuantizeLinear": {10: quantize}, "DequantizeLinear": {10: dequantize},
     "MatMulInteger": {10: matmul_integer}, "QLinearMatMul": {10: qlinear_matmul},
     "ConvInteger": {10: _integer_conv("ConvInteger", 1)},

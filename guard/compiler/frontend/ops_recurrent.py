@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from guard.compiler.frontend.context import ImportContext
+from guard.compiler.frontend.context import Converter, ImportContext
 
 DEFAULT_ACTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
 
 
-def _recurrent(kind: str) -> Any:
+def _recurrent(kind: str) -> Converter:
     def conv(
         ctx: ImportContext,
         ins: list[str],
@@ -60,6 +58,6 @@ def _recurrent(kind: str) -> Any:
     return conv
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     "RNN": {1: _recurrent("RNN")}, "GRU": {1: _recurrent("GRU")}, "LSTM": {1: _recurrent("LSTM")},
 }  # fmt: skip

@@ -4,15 +4,13 @@ everything unless ``noop_with_empty_axes``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from guard.compiler.frontend.context import ImportContext
+from guard.compiler.frontend.context import Converter, ImportContext
 from guard.compiler.shapes import REDUCE
 
 REDUCE_AXES_INPUT_SINCE = {"ReduceSum": 13}
 
 
-def _reduce(op: str, axes_as_input_since: int) -> Any:
+def _reduce(op: str, axes_as_input_since: int) -> Converter:
     def conv(
         ctx: ImportContext,
         ins: list[str],
@@ -35,7 +33,7 @@ def _reduce(op: str, axes_as_input_since: int) -> Any:
     return conv
 
 
-def _arg(op: str) -> Any:
+def _arg(op: str) -> Converter:
     def conv(
         ctx: ImportContext,
         ins: list[str],
@@ -55,7 +53,7 @@ def _arg(op: str) -> Any:
     return conv
 
 
-def cumulative(op: str) -> Any:
+def cumulative(op: str) -> Converter:
     """CumSum and CumProd: the axis is a constant input."""
 
     def conv(
@@ -68,7 +66,7 @@ def cumulative(op: str) -> Any:
     return conv
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     **{op: {1: _reduce(op, REDUCE_AXES_INPUT_SINCE.get(op, 18))} for op in REDUCE},
     "ArgMax": {1: _arg("ArgMax")},
     "ArgMin": {1: _arg("ArgMin")},

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext
+from guard.compiler.frontend.context import Converter, ImportContext
 
 
 def _resize_common(
@@ -134,7 +134,7 @@ def upsample(
     _resize_common(ctx, ins, outs, scales=scales, sizes=None, roi=None, attrs=attrs)
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {"Resize": {10: resize}, "Upsample": {7: upsample}}
+CONVERTERS: dict[str, dict[int, Converter]] = {"Resize": {10: resize}, "Upsample": {7: upsample}}
 
 
 def grid_sample(

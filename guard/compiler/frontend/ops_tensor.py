@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.frontend.context import ImportContext, np_dtype
+from guard.compiler.frontend.context import Converter, ImportContext, np_dtype
 from guard.compiler.ir import dtype_name
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -347,7 +347,7 @@ def eye_like(
     ctx.add_const(outs[0], np.eye(x.shape[0], x.shape[1], k=k, dtype=dt))
 
 
-CONVERTERS: dict[str, dict[int, Any]] = {
+CONVERTERS: dict[str, dict[int, Converter]] = {
     "Reshape": {1: reshape_v1, 5: reshape_v5},
     "Flatten": {1: flatten},
     "Squeeze": {1: squeeze_v1, 13: squeeze_v13},

@@ -7,9 +7,6 @@ how a converter for, say, Squeeze's axes-as-attribute (opset 1) and axes-as-inpu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from guard.compiler.frontend import (
     ops_elementwise,
     ops_index,
@@ -22,8 +19,7 @@ from guard.compiler.frontend import (
     ops_resize,
     ops_tensor,
 )  # fmt: skip
-
-Converter = Callable[..., Any]
+from guard.compiler.frontend.context import Converter
 
 CONVERTERS: dict[str, dict[int, Converter]] = {}
 for _family in (

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 
 from guard.compiler.ir import dtype_from_name, value_range
-from guard.compiler.reference.base import Attrs, Xs, arg
+from guard.compiler.reference.base import Attrs, Kernel, Xs, arg
 
 
 def _slice(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -24,7 +25,7 @@ def _split(xs: Xs, a: Attrs) -> list[np.ndarray]:
     return list(np.split(x, cuts, axis=a["axis"]))
 
 
-def _reduce(fn: Any) -> Any:
+def _reduce(fn: Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray | np.generic]) -> Kernel:
     def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
         x = arg(xs)
         with np.errstate(all="ignore"):
@@ -34,7 +35,7 @@ def _reduce(fn: Any) -> Any:
     return k
 
 
-def _arg(fn: Any) -> Any:
+def _arg(fn: Callable[..., np.ndarray]) -> Kernel:
     def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
         x = arg(xs)
         (ax,) = a["axes"]
@@ -50,7 +51,9 @@ def _arg(fn: Any) -> Any:
     return k
 
 
-def cumulative(scan: Any, identity_like: Any) -> Any:
+def cumulative(
+    scan: Callable[..., np.ndarray], identity_like: Callable[[np.ndarray], np.ndarray]
+) -> Kernel:
     """A CumSum-like kernel: ``scan`` (np.cumsum, np.cumprod) along ``axis``, honouring
     ``reverse`` and ``exclusive`` (shift by one, ``identity_like`` fills the first slot)."""
 
