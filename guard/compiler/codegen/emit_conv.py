@@ -35,10 +35,11 @@ the store, any other runs as one pointwise pass over the output.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import llvmlite.ir as ir
+import numpy as np
 
 from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
 from guard.compiler.codegen.conv_schedule import ConvSchedule, Geometry
@@ -105,8 +106,11 @@ class Conv(Emitter):
             return program_decline(node.attrs["program"])
         return None
 
-    def pack(self, op, attrs, index, value, shapes, vector_width):
-        if index != 1:
+    def pack(
+        self, op: str, attrs: Mapping[str, Any], index: int, value: np.ndarray,
+        shapes: Sequence[tuple[int, ...] | None], vector_width: int,
+    ) -> np.ndarray | None:  # fmt: skip
+        if index != 1 or shapes[0] is None:
             return None
         return Geometry(attrs, shapes[0], value.shape, vector_width).pack(value)
 
@@ -153,6 +157,8 @@ class Conv(Emitter):
 
 
 Epilogue = Callable[[ir.IRBuilder, ir.Value], ir.Value]
+Accs = list[list[ir.Value]]  # [vector][column] accumulator slots
+XStrides = tuple[int, int, int, int, int]  # channel block, channel lane, h, w, block size
 
 
 class _Vec:
@@ -292,7 +298,10 @@ class _DirectConv:
         b = self.b
         return add(b, row, iw * sxw if isinstance(iw, int) else b.mul(iw, i64(sxw)))
 
-    def _reduce_dense(self, accs, vecs, xn, ih0, ow0, T, xs) -> None:
+    def _reduce_dense(
+        self, accs: Accs, vecs: list[_Vec], xn: ir.Value, ih0: ir.Value, ow0: ir.Value | int,
+        T: int, xs: XStrides,
+    ) -> None:  # fmt: skip
         g, b = self.g, self.b
         sxcb, sxcl, sxh, sxw, bx = xs
         L = g.L
@@ -334,7 +343,10 @@ class _DirectConv:
         for c in range(steps, g.Cg):
             channel(i64(c))
 
-    def _reduce_depthwise(self, accs, vecs, xn, ih0, ow0, T, xs) -> None:
+    def _reduce_depthwise(
+        self, accs: Accs, vecs: list[_Vec], xn: ir.Value, ih0: ir.Value, ow0: ir.Value | int,
+        T: int, xs: XStrides,
+    ) -> None:  # fmt: skip
         g, b = self.g, self.b
         sxcb, sxcl, sxh, sxw, bx = xs
         L = g.L

@@ -170,7 +170,10 @@ class Gemm(Emitter):
                 bias_kind, bias_index = "row", bj
         return gs, bias_kind, bias_index, prog, reads
 
-    def pack(self, op, attrs, index, value, shapes, vector_width):
+    def pack(
+        self, op: str, attrs: Mapping[str, Any], index: int, value: np.ndarray,
+        shapes: Sequence[tuple[int, ...] | None], vector_width: int,
+    ) -> np.ndarray | None:  # fmt: skip
         if index != 1:
             return None
         gs, bias_kind, *_ = self._plan(op, attrs, shapes)

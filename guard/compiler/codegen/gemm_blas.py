@@ -26,6 +26,7 @@ from .vecops import (
     F32P,
     I32,
     I64,
+    Epilogue,
     for_loop,
     fptr,
     iadd,
@@ -66,7 +67,10 @@ def register_blas_symbol() -> None:
     llvm.add_symbol(BLAS_SYMBOL, blas_sgemm_address())
 
 
-def emit_blas_call(k: GemmSpec, builder, a, b, bias, c, epilogue, b_packed, res=None) -> None:
+def emit_blas_call(
+    k: GemmSpec, builder: ir.IRBuilder, a: ir.Value, b: ir.Value, bias: ir.Value, c: ir.Value,
+    epilogue: Epilogue | None, b_packed: bool, res: ir.Value | None = None,
+) -> None:  # fmt: skip
     """C = op(A) @ B by one ``scipy_cblas_sgemm64_`` call, then bias and epilogue as a
     vector pass over C (a residual is copied into C first and the call adds to it)."""
     M, N, K = k.M, k.N, k.K

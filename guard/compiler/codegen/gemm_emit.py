@@ -4,6 +4,8 @@ algorithm and drives it; this module reads the kernel through gemm_schedule.Gemm
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from llvmlite import ir
 
 from .gemm_schedule import GemmSpec
@@ -38,7 +40,7 @@ class GemmEmitter:
         name: str,
         epilogue: Epilogue | None,
         b_packed: bool,
-        epilogue_key=None,
+        epilogue_key: Hashable | None = None,
     ) -> None:
         self.k = kernel
         self.s = kernel.sched
@@ -53,7 +55,9 @@ class GemmEmitter:
         self.epilogue_key = epilogue_key
         self.res: ir.Value | None = None  # this batch element's residual, laid out like C
 
-    def emit(self, builder: ir.IRBuilder, a, b, bias, c) -> None:
+    def emit(
+        self, builder: ir.IRBuilder, a: ir.Value, b: ir.Value, bias: ir.Value, c: ir.Value
+    ) -> None:
         k, s = self.k, self.s
         M, N, K = k.M, k.N, k.K
         kc = min(s.kc, K)
@@ -109,8 +113,10 @@ class GemmEmitter:
         tiles(builder, N, s.nc, macro)
 
     def _macro_kernel(
-        self, builder, a, b, bias, c, n_start, n_size, m_start, m_size, k0, klen, kind, local_b
-    ) -> None:
+        self, builder: ir.IRBuilder, a: ir.Value, b: ir.Value, bias: ir.Value, c: ir.Value,
+        n_start: ir.Value, n_size: int, m_start: ir.Value, m_size: int, k0: ir.Value,
+        klen: int, kind: str, local_b: bool,
+    ) -> None:  # fmt: skip
         k, s, W = self.k, self.s, self.W
         M, N, K, nr = k.M, k.N, k.K, s.nr
 
@@ -195,7 +201,10 @@ class GemmEmitter:
                 ),
             )
 
-    def _repack(self, builder, b, scratch, n_start, n_size, k0, klen) -> None:
+    def _repack(
+        self, builder: ir.IRBuilder, b: ir.Value, scratch: ir.Value, n_start: ir.Value,
+        n_size: int, k0: ir.Value, klen: int,
+    ) -> None:  # fmt: skip
         """Gather ``B[n_start:+n_size, k0:+klen]`` (B stored ``[N,K]``) into ``[panel][k][nr]``."""
         K, W, nr = self.k.K, self.W, self.s.nr
         lanes = ir.Constant(ir.VectorType(I64, W), [i * K for i in range(W)])
