@@ -190,6 +190,17 @@ def test_a_bound_shape_must_keep_the_models_fixed_dims() -> None:
         import_onnx(m, {"xx": (3, 4)})
 
 
+def test_an_input_without_a_shape_must_be_bound() -> None:
+    m = _model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", F, None)],
+        [vi("y", F, [2, 3])],
+    )
+    with pytest.raises(ModelError, match=r"input 'x' declares no shape"):
+        import_onnx(m)
+    assert import_onnx(m, {"x": (2, 3)}).values["y"].shape == (2, 3)
+
+
 def test_control_flow_is_not_compiled_and_says_so() -> None:
     branch = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["o"])], "b", [], [vi("o", F, [2])]
