@@ -294,7 +294,7 @@ def test_emits_an_aarch64_neon_object() -> None:
     """The kernels are target-neutral IR: LLVM lowers the W=4 variants to NEON."""
     import llvmlite.binding as llvm
 
-    from tests.compiler.codegen.test_conv import neon_conv_kernels
+    from .test_conv import neon_conv_kernels
 
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
