@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from guard.backends.base import Session
 from guard.bench.preflight import contention_between, read_cpu_times
 from guard.bench.regress import (
     AdaptiveResult,
@@ -139,22 +140,27 @@ def run_ab(
     return ABOutcome(res, inner, contention_between(before, read_cpu_times()))
 
 
-def case_facts(case: Any) -> dict[str, Any]:
-    """What a loaded case can say besides time: partitions, arena, outputs (duck-typed)."""
+def case_facts(case: object) -> dict[str, Any]:
+    """What a loaded case can say besides time: partitions, arena, outputs (duck-typed: a
+    guard.case.Case, or a worker's stand-in; a fact it cannot give is left out)."""
     facts: dict[str, Any] = {"manifest": getattr(case, "manifest", None) or {}}
-    session = getattr(case, "session", None)
+    session: Session | None = getattr(case, "session", None)
+    if session is None:
+        return facts
     try:
-        facts["partitions"] = session.partitions().to_dict()  # type: ignore[union-attr]
+        facts["partitions"] = session.partitions().to_dict()
     except Exception:  # noqa: BLE001 - a backend that cannot describe them still gets timed
         pass
     try:
-        facts["arena_bytes"] = session.memory().arena_bytes  # type: ignore[union-attr]
+        facts["arena_bytes"] = session.memory().arena_bytes
     except Exception:  # noqa: BLE001
         pass
-    try:
-        facts["outputs"] = [np.asarray(o) for o in session.run(case.feeds)]  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001
-        pass
+    feeds = getattr(case, "feeds", None)
+    if feeds is not None:
+        try:
+            facts["outputs"] = [np.asarray(o) for o in session.run(feeds)]
+        except Exception:  # noqa: BLE001
+            pass
     return facts
 
 

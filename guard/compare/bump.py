@@ -93,7 +93,7 @@ def changed_pins(
 
     b, h = pins(base), pins(head)
     return [
-        (h.get(k, b.get(k))[0], b[k][1] if k in b else None, h[k][1] if k in h else None)  # type: ignore[index]
+        ((h[k] if k in h else b[k])[0], b[k][1] if k in b else None, h[k][1] if k in h else None)
         for k in sorted(set(b) | set(h))
         if b.get(k, (None, None))[1] != h.get(k, (None, None))[1]
     ]

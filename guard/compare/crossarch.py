@@ -221,8 +221,10 @@ def output_drift(
             out.update(max_abs=0.0, max_rel=0.0, allclose=True,
                        how="output hashes are equal")  # fmt: skip
             return out
-        errs = [rn.get("max_abs_err"), on.get("max_abs_err")]
-        bound = sum(errs) if all(isinstance(e, int | float) for e in errs) else None  # type: ignore[arg-type]
+        errs = [
+            e for e in (rn.get("max_abs_err"), on.get("max_abs_err")) if isinstance(e, int | float)
+        ]
+        bound = sum(errs) if len(errs) == 2 else None
         out["max_abs_bound"] = bound
         out["how"] = (
             "a side carries no outputs; the drift is at most the sum of both errors "
