@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ import numpy as np
 
 from guard.errors import UsageError
 from guard.fsutil import atomic_write_text
+from guard.suite import Suite, load_suite
+from guard.track import find_runs, resolve_uri
 
 SCHEMA_VERSION = 1
 SIGMA_FLOOR = 0.01  # log units: 1%
@@ -49,7 +52,7 @@ def change_points(
     values: Sequence[float], *, penalty: float | None = None, min_size: int | None = None
 ) -> list[int]:
     """Indices where a new segment starts (PELT, L2 cost on log values)."""
-    import ruptures
+    import ruptures  # heavy (and scipy below): imported when a series is analysed
 
     y = np.log(np.asarray(values, dtype=float))
     min_size = default_min_size(y.size) if min_size is None else min_size
@@ -67,7 +70,7 @@ def change_points(
 
 def trend(values: Sequence[float], alpha: float = 0.01) -> dict[str, Any]:
     """Theil-Sen slope of log values (% per run) and whether Kendall's tau finds a trend."""
-    from scipy import stats
+    from scipy import stats  # heavy: imported when a trend is tested
 
     y = np.log(np.asarray(values, dtype=float))
     if y.size < 4:
@@ -163,10 +166,10 @@ def series_from_runs(frame: Any, metric: str) -> tuple[list[float], list[str]]:
     return [float(x) for x in f[col]], labels
 
 
-def suite_bound(suite: Any, model: str, metric: str, arch: str | None = None) -> float | None:
+def suite_bound(
+    suite: Suite | None, model: str, metric: str, arch: str | None = None
+) -> float | None:
     """The suite's latency bound for ``latency_ms.pNN`` (per-arch bounds: this machine's)."""
-    import platform
-
     if not metric.startswith("latency_ms.p"):
         return None
     key = metric.split(".", 1)[1] + "_ms"
@@ -200,14 +203,10 @@ def split_series(frame: Any) -> list[tuple[dict[str, str], Any]]:
 
 
 def history_command(args: argparse.Namespace) -> int:
-    from guard.track import find_runs, resolve_uri
-
     suite = args.suite
     bound = args.bound
     loaded = None
     if suite.endswith((".yaml", ".yml")):
-        from guard.suite import load_suite
-
         loaded = load_suite(Path(suite))
         suite = loaded.name
     uri = resolve_uri(args.tracking_uri, Path.cwd())

@@ -29,7 +29,7 @@ from guard.errors import UsageError
 from guard.report._io import atomic_write_text, check_target
 from guard.report.dashboard_charts import series_figure
 from guard.report.dashboard_series import Series, analyse_series, as_text, as_time, group_series
-from guard.suite import load_suite
+from guard.suite import Suite, load_suite
 from guard.track import find_runs
 from guard.track.client import experiment_name, mlflow_client, translated
 from guard.track.uri import is_http, run_url
@@ -41,7 +41,7 @@ MAX_RUNS = 5000  # per run level: newest first (find_runs)
 # ---------------------------------------------------------------------------- suite, bounds
 
 
-def resolve_suite(arg: str, cwd: Path | None = None) -> tuple[str, Any]:
+def resolve_suite(arg: str, cwd: Path | None = None) -> tuple[str, Suite | None]:
     """(suite name, loaded Suite or None) for a suite file, a shipped suite or a bare name."""
     cwd = Path(cwd or Path.cwd())
     p = Path(arg)
@@ -72,7 +72,7 @@ def _shipped_suites() -> Path:
     return installed if installed.is_dir() else checkout
 
 
-def bound_for(suite: Any, series: Series) -> float | None:
+def bound_for(suite: Suite | None, series: Series) -> float | None:
     if suite is None:
         return None
     return suite_bound(suite, series.model, "latency_ms.p50", series.arch)
@@ -90,7 +90,7 @@ def _mlflow_link(uri: str, experiment_id: str | None) -> Callable[[str], str | N
     return link
 
 
-def build_context(suite_name: str, suite: Any, uri: str) -> dict[str, Any]:
+def build_context(suite_name: str, suite: Suite | None, uri: str) -> dict[str, Any]:
     """Everything the template shows; queries MLflow once per run level."""
     with translated(uri, f"reading experiment {experiment_name(suite_name)!r}"):
         exp = mlflow_client(uri).get_experiment_by_name(experiment_name(suite_name))
