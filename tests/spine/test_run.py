@@ -292,14 +292,15 @@ def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet)
     reg = next(c for c in base["results"][0]["checks"] if c["name"] == "latency.regress")
     assert code == 0 and reg["status"] == "skip" and "no baseline" in reg["message"]
 
-    # The same artefact against itself: not a regression.
+    # The same artefact against itself: judged on both files' rounds. (Whether an A/A
+    # pair passes depends on this machine's load; its false-alarm rate is measured in
+    # benchmarks/flow_power.py, and the statistics are tested on synthetic rounds.)
     code, head = run_json(
         [str(suite), "--no-track", "--baseline", str(tmp_path / "base.json")],
         tmp_path / "head.json",
     )
     reg = next(c for c in head["results"][0]["checks"] if c["name"] == "latency.regress")
-    assert reg["status"] in ("pass", "inconclusive"), reg
-    assert reg["status"] != "fail"
+    assert reg["status"] != "skip" and "rounds=10/10" in reg["message"], reg
 
     # A baseline three times faster than HEAD: significant and large, so it fails.
     fast = json.loads((tmp_path / "base.json").read_text())
