@@ -1,9 +1,10 @@
 """Reading guard's versioned documents: one error type, naming the file and the field.
 
 Everything guard persists carries ``schema_version`` (suites, results, manifests, goldens,
-tuning caches, ...) and is validated when it is read back. This module is the one way to
-do that: a :class:`Schema` says which version of a kind of document this guard reads and
-what a user should do with a file of another version; :func:`read_json` reads a bounded
+tuning caches, ...) and is validated when it is read back. This module is what the readers
+share for that (suites, results, comparisons, manifests and goldens read through it): a
+:class:`Schema` says which version of a kind of document this guard reads and what a user
+should do with a file of another version; :func:`read_json` reads a bounded
 JSON file; :class:`At` is a position in a document (the file and a dotted field such as
 ``results[0].rounds``) that checks a value's type and builds the error. Every failure is
 one :class:`~guard.errors.SchemaError` (exit 2) reading ``FILE: FIELD: what is wrong``,

@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from guard.errors import UsageError
+from guard.errors import SchemaError, UsageError
 from guard.fsutil import USER_OS_ERRNOS, atomic_write_bytes, describe_os_error, read_bounded_text
+from guard.schema import Schema
 
 SCHEMA_VERSION = 1
 _RESTORE = (
@@ -39,8 +40,11 @@ _RESTORE = (
 )
 
 
-class GoldenCorruptError(UsageError):
+class GoldenCorruptError(SchemaError):
     """A golden on disk is unreadable, incomplete or edited; ``golden update`` replaces it."""
+
+
+_GOLDEN = Schema("golden", SCHEMA_VERSION, _RESTORE, error=GoldenCorruptError)
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -133,13 +137,7 @@ class GoldenStore:
             raise GoldenCorruptError(
                 f"golden is unreadable: {reason}", where=str(meta_path), hint=_RESTORE
             ) from None
-        if not isinstance(meta, dict) or meta.get("schema_version") != SCHEMA_VERSION:
-            version = meta.get("schema_version") if isinstance(meta, dict) else None
-            raise GoldenCorruptError(
-                f"golden schema_version {str(version)[:20]!r} is not {SCHEMA_VERSION}",
-                where=str(meta_path),
-                hint=_RESTORE,
-            )
+        meta = _GOLDEN.check(meta, meta_path)
         try:
             return self._arrays(model, d, meta)
         except GoldenCorruptError:
