@@ -33,13 +33,13 @@ from guard.errors import (
 )
 from guard.golden.produce import ensure_golden, golden_store
 from guard.result import error_result
+from guard.schema import RESULTS_SCHEMA_VERSION
 from guard.shard import parse_shard, shard_work
 from guard.suite import ModelEntry, Suite, load_suite
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-RESULTS_SCHEMA_VERSION = 1
 _wall = time.perf_counter  # case durations (not measurements: those use RunOptions.clock)
 
 
