@@ -22,6 +22,7 @@ import yaml
 from guard.compiler.codegen import emitters
 from guard.compiler.graph_view import CONTROL_FLOW_OPS, GraphView, OpNode
 from guard.errors import UsageError
+from guard.schema import Schema
 
 # -- support predicates -------------------------------------------------------------------
 
@@ -173,6 +174,11 @@ NATIVE = PartitionTarget(
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 PROFILE_SCHEMA_VERSION = 1
+_PROFILE = Schema(
+    "delegate profile",
+    PROFILE_SCHEMA_VERSION,
+    f"Write it for schema_version {PROFILE_SCHEMA_VERSION} (see guard/compiler/profiles/*.yaml).",
+)
 _PROFILE_KEYS = {
     "schema_version", "name", "description", "ops", "exclude_ops", "dtypes", "attributes",
     "dynamic_shapes", "control_flow", "min_partition_size", "boundary", "codegen",
@@ -210,8 +216,7 @@ def profile_from_dict(data: Any, where: str = "<profile>") -> PartitionTarget:
 
     if not isinstance(data, dict):
         raise UsageError("a profile must be a mapping", where=where)
-    if data.get("schema_version") != PROFILE_SCHEMA_VERSION:
-        raise bad("schema_version", f"got {data.get('schema_version')!r}, expected 1")
+    _PROFILE.check_version(data, _PROFILE.at(where))
     unknown = set(data) - _PROFILE_KEYS
     if unknown:
         raise bad(sorted(unknown)[0], f"unknown key; known: {', '.join(sorted(_PROFILE_KEYS))}")
