@@ -34,10 +34,12 @@ from guard.backends import tvm_memory, tvm_tuning
 from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
 from guard.backends.tvm_import import graph_io, host_cores, import_onnx, tvm_target
 from guard.errors import ModelError
+from guard.schema import Schema
 
 PAYLOAD = "model.so"
 META = "tvm.json"
 SCHEMA_VERSION = 1
+_META = Schema("tvm artefact metadata", SCHEMA_VERSION, "Rebuild the artefact.")
 PIPELINE = "tvm-relax-default-cpu"
 
 
@@ -149,14 +151,7 @@ class TvmSession:
         import tvm
         from tvm import relax
 
-        meta = json.loads((artefact_dir / META).read_text())
-        if meta.get("schema_version") != SCHEMA_VERSION:
-            raise ModelError(
-                f"unknown schema_version {meta.get('schema_version')!r}",
-                where=str(artefact_dir / META),
-                hint="Rebuild the artefact.",
-            )
-        self._meta = meta
+        meta = self._meta = _META.load(artefact_dir / META)
         try:
             lib = tvm.runtime.load_module(str(artefact_dir / PAYLOAD))
         except Exception as exc:  # noqa: BLE001
