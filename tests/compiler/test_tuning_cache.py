@@ -103,7 +103,8 @@ def test_the_first_bad_entry_is_named(tmp_path):
         ("{not json", "is not JSON"),
         ('{"kind": "x"}', "not a guard bundled tuning cache"),
         ('{"kind": "guard-bundled-tuning-cache", "schema_version": 9, "entries": []}',
-         "has schema_version 9; this guard reads up to 1"),
+         r"schema_version: unsupported version 9 \(this guard reads tuning cache schema_version 1\)"
+         r"\. Upgrade guard"),
     ],
 )  # fmt: skip
 def test_corrupt_and_newer_caches_are_one_line(tmp_path, text, match):

@@ -38,8 +38,9 @@ from typing import Any
 
 from guard.compiler.tuning import schedules
 from guard.compiler.tuning.keys import OPS, TaskKey
-from guard.errors import UsageError
+from guard.errors import SchemaError
 from guard.fsutil import BoundedReadError, atomic_write_text, read_bounded
+from guard.schema import Schema
 
 SCHEMA_VERSION = 1
 KIND = "guard-bundled-tuning-cache"
@@ -51,8 +52,18 @@ _ENTRY_FIELDS: dict[str, type | tuple[type, ...]] = {
 }  # fmt: skip
 
 
-class CacheError(UsageError):
+class CacheError(SchemaError):
     """A tuning cache that cannot be used (exit 2): the path and the first bad entry."""
+
+
+# Older layouts load too; a newer one needs a newer guard.
+_CACHE = Schema(
+    "tuning cache",
+    SCHEMA_VERSION,
+    "Upgrade guard, or re-tune with this one (`guard tune SUITE`).",
+    up_to=True,
+    error=CacheError,
+)
 
 
 @dataclass(frozen=True)
@@ -169,16 +180,7 @@ def parse(data: bytes, path: Path) -> TuningCache:
             hint="options.bundled.tuning_cache names the file `guard tune` writes; "
             "a TVM database goes to options.tvm.tuning_cache.",
         )
-    version = doc.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise CacheError(f"tuning cache {path}: schema_version {version!r} is not an integer",
-                         where=str(path), hint=hint)  # fmt: skip
-    if version > SCHEMA_VERSION:
-        raise CacheError(
-            f"tuning cache {path} has schema_version {version}; this guard reads up to "
-            f"{SCHEMA_VERSION}: upgrade guard, or re-tune with this one",
-            where=str(path),
-        )
+    _CACHE.check_version(doc, _CACHE.at(path))
     rows = doc.get("entries")
     if not isinstance(rows, list):
         raise CacheError(
