@@ -30,12 +30,15 @@ from guard.backends.ort_session import (
 )
 from guard.compiler.grouping import group_connected, merge_while_acyclic
 from guard.errors import ModelError
+from guard.schema import Schema
 
 if TYPE_CHECKING:
     import onnxruntime
 
 PAYLOAD = "model.opt.onnx"
 META = "ort.json"
+SCHEMA_VERSION = 1
+_META = Schema("onnxruntime artefact metadata", SCHEMA_VERSION, "Rebuild the artefact.")
 
 
 class OrtSession:
@@ -43,8 +46,7 @@ class OrtSession:
 
     def __init__(self, artefact_dir: Path, threads: int):
         ort = _ort()
-        meta = json.loads((artefact_dir / META).read_text())
-        self._meta = meta
+        meta = self._meta = _META.load(artefact_dir / META)
         # The payload is already optimised; keep the same level so that what runs is what
         # was recorded (re-applying passes to an optimised graph is idempotent).
         so = session_options(threads, meta["session_options"]["graph_optimization_level"])
@@ -177,7 +179,7 @@ class OnnxRuntimeBackend:
             "providers": sess.get_providers(),
         }
         meta = {
-            "schema_version": 1,
+            "schema_version": SCHEMA_VERSION,
             "session_options": session_opts,
             "partitions": partitions,
             "memory": memory,
