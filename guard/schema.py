@@ -2,7 +2,8 @@
 
 Everything guard persists carries ``schema_version`` (suites, results, manifests, goldens,
 tuning caches, ...) and is validated when it is read back. This module is what the readers
-share for that (suites, results, comparisons, manifests and goldens read through it): a
+share for that (suites, results, comparisons, manifests, goldens, delegate profiles, the
+bundled tuning cache and the onnxruntime and tvm artefact records read through it): a
 :class:`Schema` says which version of a kind of document this guard reads and what a user
 should do with a file of another version; :func:`read_json` reads a bounded
 JSON file; :class:`At` is a position in a document (the file and a dotted field such as
