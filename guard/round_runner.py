@@ -1,7 +1,7 @@
 """Where a result's measurement rounds run: each in a forked child, or all in this process.
 
-guard.bench.timer explains why (a round spread that contains the process-to-process
-offset). A round in a child loads its own session from the artefact, warms it up, runs
+guard.bench.timer explains why (a round spread that holds more of the
+process-to-process spread, and what it still cannot hold). A round in a child loads its own session from the artefact, warms it up, runs
 its timed loop and sends its ``Timings`` back over guard.isolate's pipe; a child that
 crashes or hangs fails that result as any isolated step does. Rounds run in this process
 when isolation is switched off (``GUARD_NO_ISOLATE=1``, for a debugger or a profiler),

@@ -32,8 +32,11 @@ processes spread 4.2% (SD of log medians), eight fresh sessions in one process 0
 eight sessions each loaded in a forked child 1.3-4.1%. Fresh sessions in one process
 reuse the allocator's warm pages and so share most of one placement; a forked child maps
 its own. guard.case therefore runs each round (load, warm-up, loop) in a forked child
-(``run_round``), and a round spread that used to hide the process-to-process offset
-now contains it.
+(``run_round``), so a round spread holds more of what differs between processes. Not
+all of it: what a fork inherits (code and library pages, the interpreter's heap) and a
+disturbance that lasts the whole process (a noisy neighbour for tens of seconds) are
+common to every round of one process; benchmarks/README.md (flow_power) measures how
+often that decides a two-process comparison.
 """
 
 from __future__ import annotations
