@@ -13,7 +13,8 @@ regressions. So each side gets:
 - its guard: a side whose tree is guard itself (``guard/__init__.py`` and a pyproject
   naming project ``guard``) runs that tree's guard, first on ``PYTHONPATH``; any other
   repository (a team's suites and models) runs this guard on both sides;
-- a worker process (guard/compare/ab_worker.py) that builds and loads the side's cases.
+- a worker process (guard/compare/ab_worker.py) that builds and loads the side's cases,
+  pinned, like the other side's, to the same first ``threads`` cores (``measuring_cpus``).
 
 The coordinator then times the two workers' cases in alternating pairs (AB, BA, ...) with
 ``guard ab``'s adaptive paired statistics (guard.bench.regress.measure_until_conclusive),
@@ -138,6 +139,20 @@ def make_side(
     return Side(label, src, str(env / "bin" / "python"), guard_src, sha, str(env))
 
 
+def measuring_cpus(threads: int) -> set[int] | None:
+    """The cores both workers are pinned to: the first ``threads`` this process may use.
+
+    The two workers never run at once (their calls alternate), so sharing cores costs
+    nothing; pinning them to the *same* cores keeps a per-core difference (a busy
+    hyperthread sibling on the host, another clock) from becoming a base-vs-head offset
+    that pairing cannot cancel. None where affinity cannot be set.
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    return set(allowed[: max(1, threads)]) if allowed else None
+
+
 @dataclass
 class WorkerProc:
     side: Side
@@ -164,6 +179,9 @@ class WorkerProc:
             env=env,
             cwd=str(side.src),
         )
+        cpus = measuring_cpus(threads)
+        if cpus:
+            os.sched_setaffinity(proc.pid, cpus)
         return cls(side, proc, log)
 
     def ask(self, **req: Any) -> dict[str, Any]:
