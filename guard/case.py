@@ -31,7 +31,7 @@ from guard.golden.accuracy import session_accuracy
 from guard.golden.produce import ensure_golden, golden_store
 from guard.model import ModelSpec, bind, load_model
 from guard.result import result_dict
-from guard.round_runner import PROCESS, isolated_rounds, round_isolation
+from guard.round_runner import PROCESS, isolated_rounds, measuring_cpus, round_isolation
 from guard.suite import ModelEntry, load_suite
 
 # ---------------------------------------------------------------------------- models
@@ -242,7 +242,7 @@ def run_case(
         return lambda: s.run(feeds)
 
     if isolation == PROCESS:
-        runner = isolated_rounds(cfg, entry.name, backend_name, entry.where)
+        runner = isolated_rounds(cfg, entry.name, backend_name, entry.where, entry.threads)
         timings = measure_rounds(load, cfg, clock, run_round=runner)
     else:
         timings = measure_rounds(load, cfg, clock)
@@ -266,6 +266,7 @@ def run_case(
             "preempted_fraction": timings.preempted_fraction,
             "rounds": cfg.rounds,
             "round_isolation": isolation,
+            "cpus": sorted(measuring_cpus(entry.threads) or ()) if isolation == PROCESS else None,
             "config": dict(entry.measure),
         },
     }

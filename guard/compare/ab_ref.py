@@ -51,6 +51,7 @@ from guard.compare.bump import (
 )
 from guard.compare.compare import host_incompatibility
 from guard.errors import InternalError, UsageError
+from guard.round_runner import measuring_cpus
 
 WORKER = Path(__file__).with_name("ab_worker.py")
 
@@ -137,20 +138,6 @@ def make_side(
         reqs, label=f"ref-{(sha or 'worktree')[:12]}", python=python, cache=env_cache, runner=runner
     )
     return Side(label, src, str(env / "bin" / "python"), guard_src, sha, str(env))
-
-
-def measuring_cpus(threads: int) -> set[int] | None:
-    """The cores both workers are pinned to: the first ``threads`` this process may use.
-
-    The two workers never run at once (their calls alternate), so sharing cores costs
-    nothing; pinning them to the *same* cores keeps a per-core difference (a busy
-    hyperthread sibling on the host, another clock) from becoming a base-vs-head offset
-    that pairing cannot cancel. None where affinity cannot be set.
-    """
-    if not hasattr(os, "sched_getaffinity"):
-        return None
-    allowed = sorted(os.sched_getaffinity(0))
-    return set(allowed[: max(1, threads)]) if allowed else None
 
 
 @dataclass

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from guard.cli import main
 from guard.compare import ab_ref
+from guard.round_runner import measuring_cpus
 
 SUITE = """\
 schema_version: 1
@@ -209,6 +210,6 @@ def test_a_side_runs_its_own_guard_and_a_venv_only_when_its_pins_differ(tmp_path
 
 
 def test_both_workers_measure_on_the_same_cores():
-    cpus = ab_ref.measuring_cpus(1)
+    cpus = measuring_cpus(1)
     assert cpus is not None and len(cpus) == 1 and cpus <= os.sched_getaffinity(0)
-    assert ab_ref.measuring_cpus(64) == os.sched_getaffinity(0)  # never more than allowed
+    assert measuring_cpus(64) == os.sched_getaffinity(0)  # never more than allowed
