@@ -47,6 +47,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from guard.bench.calibrate import load_noise
 from guard.bench.regress import RegressConfig
 from guard.compare.compare import compare_docs, load_results
 
@@ -198,10 +199,11 @@ def guard_run(suite: Path, out: Path, work: Path) -> dict:
     return load_results(out)
 
 
-def guard_compare(base: Path, head: Path) -> int:
+def guard_compare(base: Path, head: Path, noise: Path | None = None) -> int:
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
+    extra = ["--noise", str(noise)] if noise is not None else []
     return subprocess.run(
-        [sys.executable, "-m", "guard.cli", "compare", str(base), str(head), "--quiet"],
+        [sys.executable, "-m", "guard.cli", "compare", str(base), str(head), "--quiet", *extra],
         env=env,
         capture_output=True,
         text=True,
@@ -214,8 +216,10 @@ def _conditions(r: dict) -> tuple[float | None, float | None]:
     return m.get("contention"), m.get("cpu_share")
 
 
-def trial_rows(base: dict, head: dict, cfg: RegressConfig) -> list[dict]:
-    cmp = compare_docs(base, head, cfg)
+def trial_rows(
+    base: dict, head: dict, cfg: RegressConfig, run_noise: dict[str, float] | None = None
+) -> list[dict]:
+    cmp = compare_docs(base, head, cfg, run_noise=run_noise)
     b = {r["model"]: r for r in base["results"]}
     h = {r["model"]: r for r in head["results"]}
     out = []
@@ -262,7 +266,46 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def run_condition(name: str, suites: dict[str, Path], n: int, work: Path, cotenant: bool) -> dict:
+def calibrate_runs(suite: Path, runs: int, work: Path) -> tuple[Path, dict[str, float]]:
+    """`guard calibrate SUITE --rounds 0 --runs K`: each result's run noise, into a file."""
+    out = work / "noise.json"
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
+    cmd = [sys.executable, "-m", "guard.cli", "calibrate", str(suite), "--rounds", "0"]
+    cmd += ["--runs", str(runs), "--no-track", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        sys.exit(f"guard calibrate exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return out, load_noise(out, "run")
+
+
+def _parts(base: list, docs: dict, run_noise: dict[str, float] | None) -> dict:
+    cfg = RegressConfig()
+    aa = [
+        row
+        for (_, a), (_, b) in itertools.combinations(base, 2)
+        for row in trial_rows(a, b, cfg, run_noise)
+    ]
+    out: dict = {
+        "aa": {"pairs": len(base) * (len(base) - 1) // 2, "summary": summarize(aa), "rows": aa}
+    }
+    for v in docs:
+        if v == "base":
+            continue
+        rows = [
+            row for (_, a) in base for (_, b) in docs[v] for row in trial_rows(a, b, cfg, run_noise)
+        ]
+        out[v] = {"pairs": len(base) * len(docs[v]), "summary": summarize(rows), "rows": rows}
+    return out
+
+
+def run_condition(
+    name: str,
+    suites: dict[str, Path],
+    n: int,
+    work: Path,
+    cotenant: bool,
+    noise: tuple[Path, dict[str, float]] | None = None,
+) -> dict:
     tenant = None
     if cotenant:
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -285,28 +328,30 @@ def run_condition(name: str, suites: dict[str, Path], n: int, work: Path, cotena
         if tenant is not None:
             tenant.kill()
             tenant.wait()
-    cfg = RegressConfig()
     base = docs["base"]
-    aa = [
-        row for (_, a), (_, b) in itertools.combinations(base, 2) for row in trial_rows(a, b, cfg)
-    ]
     result: dict = {
         "condition": name,
         "cotenant": cotenant,
         "processes_per_variant": n,
         "elapsed_s": time.time() - t0,
-        "aa": {"pairs": len(base) * (len(base) - 1) // 2, "summary": summarize(aa), "rows": aa},
+        **_parts(base, docs, None),
     }
-    for v in suites:
-        if v == "base":
-            continue
-        rows = [row for (_, a) in base for (_, b) in docs[v] for row in trial_rows(a, b, cfg)]
-        result[v] = {"pairs": len(base) * len(docs[v]), "summary": summarize(rows), "rows": rows}
     # The user's command line on disjoint-enough pairs: the done-when exit codes.
     result["cli"] = {
         "aa_exit_codes": [guard_compare(base[i][0], base[(i + 1) % n][0]) for i in range(n)],
         "slow10_exit_codes": [guard_compare(base[i][0], docs["slow10"][i][0]) for i in range(n)],
     }
+    if noise is not None:  # the same pairs, judged with each model's calibrated run noise
+        path, run_noise = noise
+        result["calibrated"] = _parts(base, docs, run_noise)
+        result["calibrated"]["cli"] = {
+            "aa_exit_codes": [
+                guard_compare(base[i][0], base[(i + 1) % n][0], path) for i in range(n)
+            ],
+            "slow10_exit_codes": [
+                guard_compare(base[i][0], docs["slow10"][i][0], path) for i in range(n)
+            ],
+        }
     return result
 
 
@@ -316,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=10, help="rounds per result (guard's default)")
     ap.add_argument("--conditions", default="no-cotenant,cotenant")
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
+    ap.add_argument(
+        "--calibrate-runs",
+        type=int,
+        default=5,
+        help="`guard calibrate --runs K` on the base suite first, and every condition "
+        "judged both ways (default %(default)s; 0: not calibrated)",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     from guard.zoo import model_path
@@ -346,26 +398,40 @@ def main(argv: list[str] | None = None) -> int:
         "injected": injected,
         "conditions": [],
     }
+    noise = None
+    if args.calibrate_runs:
+        t0 = time.time()
+        noise = calibrate_runs(suites["base"], args.calibrate_runs, work)
+        results["calibration"] = {
+            "runs": args.calibrate_runs,
+            "run_noise_pct": noise[1],
+            "elapsed_s": time.time() - t0,
+        }
+        print(f"calibrated run noise: {noise[1]}", file=sys.stderr)
     for cond in args.conditions.split(","):
         results["conditions"].append(
-            run_condition(cond, suites, args.processes, work, cotenant=cond == "cotenant")
+            run_condition(cond, suites, args.processes, work, cond == "cotenant", noise)
         )
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
     for c in results["conditions"]:
         print(f"== {c['condition']} ({c['elapsed_s']:.0f} s)")
-        for part in ("aa", "slow5", "slow10"):
-            s = c[part]["summary"]["all"]
+        for label, judged in (("default", c), ("calibrated", c.get("calibrated"))):
+            if judged is None:
+                continue
+            print(f" {label}:")
+            for part in ("aa", "slow5", "slow10"):
+                s = judged[part]["summary"]["all"]
+                print(
+                    f"  {part}: {s['rows']} rows over {judged[part]['pairs']} pairs: "
+                    f"{s['regressed']} regressed, {s['pass']} pass, {s['inconclusive']} "
+                    f"inconclusive, {s['improved']} improved; contention median "
+                    f"{s['contention_median']}"
+                )
             print(
-                f"  {part}: {s['rows']} rows over {c[part]['pairs']} pairs: "
-                f"{s['regressed']} regressed, {s['pass']} pass, {s['inconclusive']} "
-                f"inconclusive, {s['improved']} improved; contention median "
-                f"{s['contention_median']}"
+                f"  cli: A/A exit codes {judged['cli']['aa_exit_codes']}, slow10 exit codes "
+                f"{judged['cli']['slow10_exit_codes']}"
             )
-        print(
-            f"  cli: A/A exit codes {c['cli']['aa_exit_codes']}, slow10 exit codes "
-            f"{c['cli']['slow10_exit_codes']}"
-        )
     return 0
 
 

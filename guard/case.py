@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +22,24 @@ from guard import checks as ck
 from guard import manifest as mf
 from guard.backends import get_backend
 from guard.backends.base import BuildInfo, Session
-from guard.bench import MeasureConfig, measure_rounds, preflight
+from guard.bench import MeasureConfig, RoundTimings, Timings, measure, preflight
+from guard.bench.host_speed import host_ms
 from guard.build import build_artefact
 from guard.compare.crossarch import encode_outputs
-from guard.errors import GuardError, ModelError
+from guard.errors import GuardError, InternalError, ModelError
 from guard.golden import Golden, compare_outputs
 from guard.golden.accuracy import session_accuracy
 from guard.golden.produce import ensure_golden, golden_store
 from guard.model import ModelSpec, bind, load_model
 from guard.result import result_dict
-from guard.round_runner import PROCESS, isolated_rounds, measuring_cpus, round_isolation
+from guard.round_runner import (
+    WORKER,
+    RoundJob,
+    RoundWorkers,
+    measuring_cpus,
+    round_isolation,
+    worker_count,
+)
 from guard.suite import ModelEntry, load_suite
 
 # ---------------------------------------------------------------------------- models
@@ -188,7 +196,61 @@ def _against_baseline(
     return (comp.to_dict(), None) if comp is not None else (None, reason)
 
 
-def run_case(
+@dataclass
+class PendingResult:
+    """A result whose build, numerics and facts are in and whose rounds are still measured.
+
+    guard.run measures the rounds of all its results interleaved (round 1 of every
+    result, then round 2, ...: guard.round_runner says why); ``measure_round`` measures
+    one and ``finish_result`` judges the result on the rounds it got.
+    """
+
+    entry: ModelEntry
+    backend: str
+    case: Case
+    facts: ck.Facts
+    numerics: dict[str, Any]
+    cfg: MeasureConfig
+    pre: dict[str, Any]
+    isolation: str
+    rounds: list[Timings] = field(default_factory=list)
+
+    def job(self) -> RoundJob:
+        c = self.case
+        return RoundJob(
+            c.model, self.backend, self.entry.where, c.artefact, c.manifest,
+            self.entry.threads, c.feeds, self.cfg,
+        )  # fmt: skip
+
+    def _session_round(self, i: int) -> Callable[[], object]:
+        # Round 0 times the session already loaded; every other round is a fresh load,
+        # whose first call (lazy initialisation) is untimed, as the numerics call was for
+        # round 0.
+        s = self.case.session
+        if i > 0:
+            s = self.case.reload()
+            s.run(self.case.feeds)
+        feeds = self.case.feeds
+        return lambda: s.run(feeds)
+
+    def measure_round(
+        self,
+        i: int,
+        *,
+        workers: RoundWorkers | None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """Measure round ``i``: in its round worker, or here when isolation is off."""
+        if self.isolation == WORKER and workers is not None:
+            self.rounds.append(workers.measure(i, self.job()))
+        else:
+            probe = host_ms if clock is time.perf_counter else None  # a fake clock: no probe
+            self.rounds.append(
+                measure(self._session_round(i), self.cfg.per_round(), clock, host=probe)
+            )
+
+
+def begin_result(
     entry: ModelEntry,
     spec: ModelSpec,
     golden: Golden,
@@ -196,12 +258,15 @@ def run_case(
     backend_name: str,
     *,
     workdir: Path,
-    clock: Callable[[], float] = time.perf_counter,
-    baseline: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Build, load, check numerics, measure and judge one (model, backend): one result."""
+    clock_injected: bool = False,
+) -> PendingResult | dict[str, Any]:
+    """Build, load and check the numerics of one (model, backend): a result to measure.
+
+    A result that is not timed here (an artefact that runs under emulation) comes back
+    finished, as a result dict.
+    """
     case = load_case(entry, spec, golden, backend_name, workdir)
-    manifest, info, session, feeds = case.manifest, case.build, case.session, case.feeds
+    manifest, session, feeds = case.manifest, case.session, case.feeds
     got = session.run(feeds)
     tol = ck.tolerance_bounds(entry.checks.get("tolerance", {}))
     numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list, **tol)
@@ -214,7 +279,7 @@ def run_case(
         backend=backend_name,
         arch=_host_arch(manifest),
         numerics=numerics,
-        baseline_given=baseline is not None,
+        baseline_given=False,
         tuning=manifest.get("tuning_cache") or {},
     )
     if "accuracy" in entry.checks:
@@ -225,27 +290,21 @@ def run_case(
             facts.accuracy_error = str(exc)
     if getattr(session, "latency_status", None) == "emulated":
         return _emulated_result(entry, backend_name, case, facts, numerics)
-
     cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
-    pre = preflight(entry.threads)
+    return PendingResult(
+        entry, backend_name, case, facts, numerics, cfg, preflight(entry.threads),
+        round_isolation(clock_injected),
+    )  # fmt: skip
 
-    isolation = round_isolation(backend_name)
 
-    def load(i: int) -> Callable[[], object]:
-        # In-process, round 0 times the session already loaded; every other round is a
-        # fresh load, whose first call (lazy initialisation) is untimed, as the numerics
-        # call was for round 0.
-        s = session
-        if i > 0 or isolation == PROCESS:
-            s = case.reload()
-            s.run(feeds)
-        return lambda: s.run(feeds)
-
-    if isolation == PROCESS:
-        runner = isolated_rounds(cfg, entry.name, backend_name, entry.where, entry.threads)
-        timings = measure_rounds(load, cfg, clock, run_round=runner)
-    else:
-        timings = measure_rounds(load, cfg, clock)
+def finish_result(p: PendingResult, *, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Judge a result on the rounds it got (all of them, or fewer after an interruption)."""
+    if not p.rounds:
+        raise InternalError(f"{p.entry.name} [{p.backend}] has no measured round to judge")
+    entry, backend_name, case, facts, numerics = p.entry, p.backend, p.case, p.facts, p.numerics
+    manifest, info, session = case.manifest, case.build, case.session
+    facts.baseline_given = baseline is not None
+    timings = RoundTimings(list(p.rounds), p.cfg)
     post = preflight(entry.threads, contention=timings.contention)
     stats = timings.stats()
     partitions = session.partitions().to_dict()
@@ -264,24 +323,34 @@ def run_case(
             "contention": timings.contention,
             "cpu_share": timings.cpu_share,
             "preempted_fraction": timings.preempted_fraction,
-            "rounds": cfg.rounds,
-            "round_isolation": isolation,
-            "cpus": sorted(measuring_cpus(entry.threads) or ()) if isolation == PROCESS else None,
+            "rounds": len(p.rounds),
+            "round_isolation": p.isolation,
+            "round_order": "interleaved",
+            "cpus": sorted(measuring_cpus(entry.threads) or ()) if p.isolation == WORKER else None,
             "config": dict(entry.measure),
         },
     }
+    missing = p.cfg.rounds - len(p.rounds)
     bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
     facts.regress, facts.regress_reason = _against_baseline(
         entry, backend_name, measured, bound, baseline
     )
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
+    interrupted = (
+        [f"interrupted after {len(p.rounds)} of {p.cfg.rounds} rounds"] if missing > 0 else []
+    )
     post["warnings"] = list(
         dict.fromkeys(
-            [*post.get("warnings", []), *timings.warnings, *(f"build: {w}" for w in info.warnings)]
+            [
+                *post.get("warnings", []),
+                *timings.warnings,
+                *interrupted,
+                *(f"build: {w}" for w in info.warnings),
+            ]
         )
     )
-    post["before"] = {k: pre.get(k) for k in ("loadavg", "warnings")}
+    post["before"] = {k: p.pre.get(k) for k in ("loadavg", "warnings")}
     result = result_dict(
         entry,
         backend_name,
@@ -305,8 +374,40 @@ def run_case(
     )
     kernels = getattr(session, "kernels", None)  # bundled: top generated kernels by share
     if callable(kernels):
-        result["kernels"] = kernels(feeds)
+        result["kernels"] = kernels(case.feeds)
     return result
+
+
+def run_case(
+    entry: ModelEntry,
+    spec: ModelSpec,
+    golden: Golden,
+    golden_status: str,
+    backend_name: str,
+    *,
+    workdir: Path,
+    clock: Callable[[], float] = time.perf_counter,
+    baseline: dict[str, Any] | None = None,
+    workers: RoundWorkers | None = None,
+) -> dict[str, Any]:
+    """One result on its own: ``begin_result``, every round in turn, ``finish_result``.
+
+    ``workers`` are the run's round workers; without them the case starts its own.
+    """
+    pending = begin_result(
+        entry, spec, golden, golden_status, backend_name, workdir=workdir,
+        clock_injected=clock is not time.perf_counter,
+    )  # fmt: skip
+    if isinstance(pending, dict):
+        return pending
+    if workers is None and pending.isolation == WORKER:
+        with RoundWorkers(worker_count(pending.cfg.rounds), (backend_name,)) as own:
+            for i in range(pending.cfg.rounds):
+                pending.measure_round(i, workers=own, clock=clock)
+    else:
+        for i in range(pending.cfg.rounds):
+            pending.measure_round(i, workers=workers, clock=clock)
+    return finish_result(pending, baseline=baseline)
 
 
 def _emulated_result(

@@ -17,12 +17,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add calibrate to guard's subcommands."""
     k = subparsers.add_parser(
         "calibrate",
-        help="A/A noise of each artefact against itself; thresholds follow it",
+        help="noise of each artefact (A/A, and run to run); thresholds and compare follow it",
         description="Runs interleaved A/A comparisons of every (model, backend) against itself "
-        "and stores the per-benchmark noise locally (.guard/noise/<suite>.json) and in MLflow.",
+        "(--rounds), and the whole suite --runs times as guard run measures it, and stores "
+        "the per-benchmark noise locally (.guard/noise/<suite>.json) and in MLflow: the A/A "
+        "noise raises a row's threshold; the run noise (how far a whole run's level wanders "
+        "beyond its rounds) widens guard compare's test for that row.",
     )
     k.add_argument("suite", type=Path)
-    k.add_argument("--rounds", type=int, default=20, help="A/A comparisons per case")
+    k.add_argument("--rounds", type=int, default=20, help="A/A comparisons per case (0: none)")
+    k.add_argument(
+        "--runs",
+        type=int,
+        default=5,
+        help="whole runs of the suite for the run noise (default %(default)s; 0: none)",
+    )
     k.add_argument("--round-s", type=float, default=1.0, help="seconds per A/A comparison")
     k.add_argument("--out", type=Path, help="noise file (default .guard/noise/<suite>.json)")
     k.add_argument("--no-track", action="store_true", help="do not log to MLflow")
@@ -40,12 +49,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         args.suite,
         rounds=args.rounds,
         round_s=args.round_s,
+        runs=args.runs,
         out=args.out,
         track=not args.no_track,
         tracking_uri=args.tracking_uri,
     )
     for key, e in doc["entries"].items():
-        print(f"{key}: noise {e['noise_pct']:.2f}% (A/A p99 |ratio-1| over {e['rounds']} rounds)")
+        parts = []
+        if "noise_pct" in e:
+            parts.append(
+                f"noise {e['noise_pct']:.2f}% (A/A p99 |ratio-1| over {e['rounds']} rounds)"
+            )
+        if "run_noise_pct" in e:
+            parts.append(
+                f"run noise {e['run_noise_pct']:.2f}% (SD beyond rounds, {e['runs']} runs)"
+            )
+        print(f"{key}: {'; '.join(parts)}")
     print(f"wrote {path}")
     return 0
 

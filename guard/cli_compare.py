@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from guard.bench.regress import DEFAULT_REGRESS_PCT, RegressConfig
+from guard.bench.regress import DEFAULT_REGRESS_PCT, DEFAULT_RUN_NOISE_PCT, RegressConfig
 from guard.cli_calibrate import noise_for
 from guard.errors import UsageError
 
@@ -78,6 +78,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="branch whose MLflow runs are the baseline when none is given (default %(default)s)",
     )
     c.add_argument("--suite", help="suite name for branch: sides (default: the other side's)")
+    c.add_argument(
+        "--run-noise-pct",
+        type=float,
+        default=None,
+        help="SD in %% of a whole run's level that its rounds cannot see (a disturbance "
+        "longer than the run), added to each side (default: each result's from `guard "
+        f"calibrate --runs`, else {DEFAULT_RUN_NOISE_PCT}; 0 trusts the rounds)",
+    )
     _tracking_arg(c)
     _stats_args(c)
     _report_args(c)
@@ -186,7 +194,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _config(args: argparse.Namespace) -> RegressConfig:
     pct = DEFAULT_REGRESS_PCT if args.regress_pct is None else args.regress_pct
-    return RegressConfig(regress_pct=pct, alpha=args.alpha)
+    run_noise = getattr(args, "run_noise_pct", None)
+    return RegressConfig(
+        regress_pct=pct,
+        alpha=args.alpha,
+        run_noise_pct=DEFAULT_RUN_NOISE_PCT if run_noise is None else run_noise,
+    )
 
 
 def _emit(cmp: dict[str, Any], args: argparse.Namespace, title: str) -> None:
@@ -223,6 +236,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         head,
         _config(args),
         noise=noise_for(args, head.get("suite")),
+        # An explicit --run-noise-pct is the user's word for every row; else calibration's.
+        run_noise=noise_for(args, head.get("suite"), "run") if args.run_noise_pct is None else None,
         suite_thresholds=args.regress_pct is None,
         base_label=base_spec,
         head_label=head_spec,

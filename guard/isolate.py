@@ -45,7 +45,7 @@ class StepTimeoutError(UsageError):
     """A step ran past its time limit and was killed."""
 
 
-def _signal_name(num: int) -> str:
+def signal_name(num: int) -> str:
     try:
         return signal.Signals(num).name
     except ValueError:
@@ -163,7 +163,7 @@ def run_isolated(
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         raise NativeCrashError(
-            f"{what} crashed: killed by {_signal_name(sig)} in native code (onnx, onnxruntime "
+            f"{what} crashed: killed by {signal_name(sig)} in native code (onnx, onnxruntime "
             "or tvm); the other models are unaffected",
             where=where,
             hint="The model trips a bug in a native library: check it with onnx.checker and "

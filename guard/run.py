@@ -1,9 +1,11 @@
 """The run: suite → (model, backend) cases → results document → reports, MLflow, exit code.
 
 ``run_suite`` is what ``guard run`` calls. For every selected (model, backend) of the suite
-it binds the model, fetches or creates its golden and hands the case to
-``guard.case.run_case`` for one result. A model that cannot be used becomes an ``error``
-result and the run goes on: nothing already measured is lost. The reports asked for are
+it binds the model, fetches or creates its golden, builds and checks it
+(``guard.case.begin_result``); then it measures the rounds of all results interleaved,
+round 1 of each before round 2 of any, each round in a round worker of its own
+(guard.round_runner), and judges each result (``finish_result``). A model that cannot be
+used becomes an ``error`` result and the run goes on: nothing already measured is lost. The reports asked for are
 on disk before tracking is tried, and results that cannot be logged are kept locally for
 ``guard track push`` (guard.deliver).
 """
@@ -20,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guard import report, track
-from guard.bench import set_threads
-from guard.case import prepare_model, run_case
+from guard.bench import MeasureConfig, set_threads
+from guard.case import PendingResult, begin_result, finish_result, prepare_model
 from guard.deliver import Interruption, check_outputs, finish, say
 from guard.errors import (
     EXIT_BAD_INPUT,
@@ -33,6 +35,7 @@ from guard.errors import (
 )
 from guard.golden.produce import ensure_golden, golden_store
 from guard.result import error_result
+from guard.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
 from guard.schema import RESULTS_SCHEMA_VERSION
 from guard.shard import parse_shard, shard_work
 from guard.suite import ModelEntry, Suite, load_suite
@@ -127,6 +130,144 @@ def _index(uri: str, receipt: dict[str, Any], console: Console | None) -> None:
         say(f"warning: results logged to {uri}, but not indexed: {receipt['index_error']}", console)
 
 
+@dataclass
+class _Slot:
+    """One (model, backend) of the run: its result, or the result still being measured."""
+
+    entry: ModelEntry
+    backend: str
+    began: str
+    seconds: float  # wall time spent on it so far (what guard.shard balances by)
+    pending: PendingResult | None = None
+    result: dict[str, Any] | None = None
+
+
+def _run_work(
+    work: list[tuple[ModelEntry, tuple[str, ...]]],
+    store: Any,
+    opts: RunOptions,
+    results: list[dict[str, Any]],
+) -> None:
+    """Every case of ``work`` into ``results``: built and checked in order, then measured
+    round-robin.
+
+    Round ``i`` of every result is measured before round ``i + 1`` of any, each by round
+    worker ``i`` (guard.round_runner), so a result's rounds span the run. A case that
+    fails anywhere becomes an ``error`` result and the run goes on. On an interruption,
+    every result judged so far is kept, with the rounds it got.
+    """
+    slots: list[_Slot] = []
+    injected = opts.clock is not time.perf_counter
+    isolated = round_isolation(injected) == WORKER
+    rounds = max((_rounds_of(e) for e, _ in work), default=0)
+    total = sum(len(b) for _, b in work) * (1 + rounds)
+    with report.progress(total, opts.console) as bar:
+        with RoundWorkers(worker_count(rounds), _backends(work)) as workers:
+            try:
+                for entry, backends in work:
+                    _begin(entry, backends, store, opts, slots, bar, injected)
+                    if isolated:  # their interpreters start while the rest builds
+                        workers.start([s.entry.threads for s in slots if s.pending])
+                if isolated:
+                    bar.step("starting round workers")
+                    workers.wait_ready()
+                for i in range(rounds):
+                    bar.step(f"round {i + 1} of {rounds}")
+                    for slot in slots:
+                        if slot.pending is None or i >= slot.pending.cfg.rounds:
+                            continue
+                        set_threads(slot.entry.threads)
+                        t0 = _wall()
+                        try:
+                            slot.pending.measure_round(i, workers=workers, clock=opts.clock)
+                        except Exception as exc:  # noqa: BLE001 - that result only
+                            slot.pending, slot.result = (
+                                None,
+                                error_result(slot.entry, slot.backend, exc),
+                            )
+                        slot.seconds += _wall() - t0
+                        bar.advance()
+            finally:  # an interruption keeps every result with the rounds it got
+                for slot in slots:
+                    _finish(slot, opts)
+                results.extend(s.result for s in slots if s.result is not None)
+
+
+def _rounds_of(entry: ModelEntry) -> int:
+    """The rounds a model entry asks for (0 where its measure block is invalid)."""
+    try:
+        return MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure").rounds
+    except GuardError:
+        return 0
+
+
+def _backends(work: list[tuple[ModelEntry, tuple[str, ...]]]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(b for _, bs in work for b in bs))
+
+
+def _begin(
+    entry: ModelEntry,
+    backends: tuple[str, ...],
+    store: Any,
+    opts: RunOptions,
+    slots: list[_Slot],
+    bar: Any,
+    injected: bool,
+) -> None:
+    """Prepare one model and begin its results (build, load, numerics); errors become results."""
+    set_threads(entry.threads)
+    t0 = _wall()
+    now = lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")  # noqa: E731
+    began = now()
+    try:
+        spec, path = prepare_model(entry)
+        golden, gstatus = ensure_golden(store, entry, spec, path)
+    except Exception as exc:  # noqa: BLE001 - becomes an error result, run goes on
+        for b in backends:
+            slots.append(_Slot(entry, b, began, 0.0, result=error_result(entry, b, exc)))
+            bar.advance()
+        return
+    # Preparation is shared by the model's backends: each carries its share.
+    prep_s = (_wall() - t0) / len(backends)
+    for b in backends:
+        bar.step(f"{entry.name} [{b}]")
+        t1 = _wall()
+        slot = _Slot(entry, b, began if b == backends[0] else now(), prep_s)
+        try:
+            got = begin_result(
+                entry, spec, golden, gstatus, b, workdir=opts.workdir, clock_injected=injected
+            )
+        except Exception as exc:  # noqa: BLE001
+            got = error_result(entry, b, exc)
+        if isinstance(got, PendingResult):
+            slot.pending = got
+        else:
+            slot.result = got
+        slot.seconds += _wall() - t1
+        slots.append(slot)
+        bar.advance()
+
+
+def _finish(slot: _Slot, opts: RunOptions) -> None:
+    """Judge a measured result (or drop one interrupted before its first round)."""
+    p, slot.pending = slot.pending, None
+    t0 = _wall()
+    if p is not None:
+        if not p.rounds:
+            return  # interrupted before it was measured: nothing of it to report
+        try:
+            slot.result = finish_result(p, baseline=opts.baseline)
+        except Exception as exc:  # noqa: BLE001
+            slot.result = error_result(slot.entry, slot.backend, exc)
+    if slot.result is None:
+        return
+    slot.seconds += _wall() - t0
+    # The case's build, load, numerics and measurement (its MLflow run's span).
+    slot.result.setdefault("duration_s", round(slot.seconds, 3))
+    slot.result.setdefault("started", slot.began)
+    slot.result.setdefault("finished", _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"))
+
+
 def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[str, Any], int]:
     """Run a whole suite; returns the results document and the exit code.
 
@@ -168,50 +309,9 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     store = golden_store(suite, opts.golden_root)
     results: list[dict[str, Any]] = []
-    total = sum(len(b) for _, b in work)
-    stop = Interruption()  # SIGINT/SIGTERM end the loop; what was measured is reported
-    with report.progress(total, opts.console) as bar, stop:
-        for entry, backends in work:
-            set_threads(entry.threads)
-            t0 = _wall()
-            try:
-                spec, path = prepare_model(entry)
-                golden, gstatus = ensure_golden(store, entry, spec, path)
-            except Exception as exc:  # noqa: BLE001 - becomes an error result, run goes on
-                for b in backends:
-                    results.append(error_result(entry, b, exc))
-                    bar.advance()
-                continue
-            # Wall seconds per case (preparation shared by the model's backends): what
-            # guard.shard balances the next sharded run by.
-            prep_s = (_wall() - t0) / len(backends)
-            for b in backends:
-                bar.step(f"{entry.name} [{b}]")
-                t1 = _wall()
-                began = _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
-                try:
-                    results.append(
-                        run_case(
-                            entry,
-                            spec,
-                            golden,
-                            gstatus,
-                            b,
-                            workdir=opts.workdir,
-                            clock=opts.clock,
-                            baseline=opts.baseline,
-                        )
-                    )
-                except Exception as exc:  # noqa: BLE001
-                    results.append(error_result(entry, b, exc))
-                results[-1].setdefault("duration_s", round(prep_s + _wall() - t1, 3))
-                # The case's build, load, numerics and measurement (its MLflow run's span).
-                results[-1].setdefault("started", began)
-                results[-1].setdefault(
-                    "finished", _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
-                )
-                bar.advance()
-
+    stop = Interruption()  # SIGINT/SIGTERM end the run; what was measured is reported
+    with stop:
+        _run_work(work, store, opts, results)
     doc: dict[str, Any] = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "suite": suite.name,

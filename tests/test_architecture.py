@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("records", ("guard.manifest", "guard.zoo", "guard.track", "guard.bench")),
     ("domain", ("guard.compiler", "guard.suite", "guard.model", "guard.checks")),
     ("backends", ("guard.backends", "guard.emulate")),
-    ("artefacts", ("guard.golden", "guard.build", "guard.round_runner")),
+    ("artefacts", ("guard.golden", "guard.build", "guard.round_runner", "guard.round_worker")),
     ("documents", ("guard.compare", "guard.report", "guard.shard")),
     ("case", ("guard.case", "guard.result")),
     (

@@ -6,12 +6,13 @@ import math
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import guard.calibrate
-from guard.bench.calibrate import default_noise_path, load_noise
+from guard.bench.calibrate import default_noise_path, load_noise, run_noise_pct
 from guard.cli import main
-from guard.errors import TrackingError
+from guard.errors import TrackingError, UsageError
 
 SMOKE = Path(__file__).resolve().parents[1] / "suites" / "smoke.yaml"
 
@@ -27,12 +28,44 @@ def test_calibrate_cli_on_the_smoke_suite(tmp_path, monkeypatch, capsys):
     # The size of the noise is a property of the machine (a busy second core doubles it), not
     # of the code: assert it was measured, not how quiet the machine was.
     assert all(math.isfinite(v) and v >= 0 for v in noise.values())
+    run_noise = load_noise(default_noise_path(tmp_path, "smoke"), "run")
+    assert set(run_noise) == set(noise)  # --runs 5 by default: every result's run noise
+    assert all(math.isfinite(v) and v >= 0 for v in run_noise.values())
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == f"wrote {default_noise_path(tmp_path, 'smoke')}"
     assert all(
-        " noise " in line and "% (A/A p99 |ratio-1| over 3 rounds)" in line
+        " noise " in line
+        and "% (A/A p99 |ratio-1| over 3 rounds)" in line
+        and "% (SD beyond rounds, 5 runs)" in line
         for line in out.splitlines()[:-1]
     )
+
+
+def test_run_noise_is_what_whole_runs_add_beyond_their_rounds():
+    """Runs whose rounds agree with each other but whose levels differ by ~2%."""
+    rng = np.random.default_rng(0)
+    levels = [10.0 * np.exp(rng.normal(0, 0.02)) for _ in range(40)]
+    runs = [list(level * np.exp(rng.normal(0, 0.01, 10))) for level in levels]
+    assert 1.4 < run_noise_pct(runs) < 2.6
+    same = [list(10.0 * np.exp(rng.normal(0, 0.01, 10))) for _ in range(40)]
+    assert run_noise_pct(same) < 0.3  # levels that wander only as rounds predict: ~0
+    with pytest.raises(UsageError, match="at least 3 runs"):
+        run_noise_pct(runs[:2])
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--rounds", "0", "--runs", "0"], "nothing to calibrate"),
+        (["--runs", "2"], "--runs must be 0 or at least 3"),
+    ],
+)
+def test_calibrate_refuses_what_cannot_be_estimated(tmp_path, monkeypatch, capsys, argv, says):
+    monkeypatch.chdir(tmp_path)
+    assert main(["calibrate", str(SMOKE), "--no-track", *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / ".guard").exists()  # refused before anything was built
 
 
 def test_calibrate_checks_the_tracking_uri_before_measuring(tmp_path, monkeypatch):

@@ -11,8 +11,15 @@ a robust one-sided 99% bound on how far an unchanged artefact's ratio wanders. T
 regression test takes ``max(regress_pct, noise_pct)`` as its threshold, so a benchmark
 that swings 8% between identical runs is not judged on 3%.
 
+A third level comes from whole runs (``guard calibrate --runs K``): K runs of the suite,
+each result measured in its rounds as ``guard run`` measures it, and ``run_noise_pct``, the
+SD of a run's level beyond what its rounds predict (a disturbance that outlasts a run
+moves all of its rounds, so the rounds cannot see it). Comparisons of two results files
+add it to each side's variance (guard.bench.rounds_stats).
+
 The noise file (``.guard/noise/<suite>.json``, schema_version 1) maps
-"model/backend/target" to both levels; it is also logged to MLflow as a calibration run.
+"model/backend/target" to the levels measured; it is also logged to MLflow as a
+calibration run.
 The command that calibrates a whole suite (``guard calibrate``) is guard.calibrate: this
 module times callables and never loads a suite or builds an artefact.
 """
@@ -26,6 +33,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from guard.errors import UsageError
 from guard.fsutil import atomic_write_text
@@ -130,6 +139,25 @@ def calibrate_fn(
     }
 
 
+def run_noise_pct(runs: Sequence[Sequence[float]]) -> float:
+    """The SD (%) of a whole run's level beyond what its rounds predict.
+
+    ``runs`` holds each run's round medians. One-way random effects on their logs, by the
+    method of moments: tau^2 = var(run means) - mean(within-run variance / rounds), 0 when
+    the runs agree as well as their rounds say they should.
+    """
+    logs = [np.log(np.asarray(r, dtype=float)) for r in runs if len(r) >= 2]
+    if len(logs) < 3:
+        raise UsageError(
+            f"run noise needs at least 3 runs of at least 2 rounds, got {len(logs)}",
+            hint="Run `guard calibrate --runs 5` (or more).",
+        )
+    means = np.array([x.mean() for x in logs])
+    within = float(np.mean([x.var(ddof=1) / x.size for x in logs]))
+    tau2 = max(0.0, float(means.var(ddof=1)) - within)
+    return float(np.expm1(math.sqrt(tau2)) * 100.0)
+
+
 def default_noise_path(workdir: Path, suite: str) -> Path:
     return Path(workdir) / ".guard" / "noise" / f"{suite}.json"
 
@@ -150,7 +178,7 @@ def save_noise(
 
 
 def load_noise(path: Path, kind: str = "sequential") -> dict[str, float]:
-    """{"model/backend/target": noise_pct} from a noise file; ``kind`` sequential or paired."""
+    """{"model/backend/target": noise} from a noise file; ``kind`` sequential, paired or run."""
     where = str(path)
     try:
         doc = json.loads(Path(path).read_text())
@@ -164,7 +192,11 @@ def load_noise(path: Path, kind: str = "sequential") -> dict[str, float]:
 
 
 def noise_entries(doc: Any, kind: str, where: str) -> dict[str, float]:
-    """Validate a noise document (schema_version 1) and pick one noise level per key."""
+    """Validate a noise document (schema_version 1) and pick one noise level per key.
+
+    An entry without that level (a calibration that did not measure it: ``--rounds 0`` or
+    ``--runs 0``, or a file from before ``--runs``) contributes no key.
+    """
     if not isinstance(doc, dict) or doc.get("schema_version") != SCHEMA_VERSION:
         raise UsageError(
             f"schema_version must be {SCHEMA_VERSION}",
@@ -174,11 +206,15 @@ def noise_entries(doc: Any, kind: str, where: str) -> dict[str, float]:
     entries = doc.get("entries")
     if not isinstance(entries, dict):
         raise UsageError("key 'entries' must be a mapping", where=where)
-    field = {"sequential": "noise_pct", "paired": "paired_noise_pct"}[kind]
+    field = {"sequential": "noise_pct", "paired": "paired_noise_pct", "run": "run_noise_pct"}[kind]
     out = {}
     for key, e in entries.items():
-        v = e.get(field) if isinstance(e, dict) else None
-        if not isinstance(v, int | float) or v < 0:
+        if not isinstance(e, dict):
+            raise UsageError(f"entries.{key} must be a mapping", where=where)
+        if field not in e:
+            continue
+        v = e[field]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
             raise UsageError(f"entries.{key}.{field} must be a number >= 0", where=where)
         out[key] = float(v)
     return out
@@ -236,8 +272,11 @@ def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:
             params: dict[str, str] = {}
             for key, e in doc["entries"].items():
                 seq, paired, key_params = noise_metric_names(key)
-                metrics[seq] = e["noise_pct"]
-                metrics[paired] = e["paired_noise_pct"]
+                for name, field in ((seq, "noise_pct"), (paired, "paired_noise_pct")):
+                    if field in e:
+                        metrics[name] = e[field]
+                if "run_noise_pct" in e:
+                    metrics[seq.replace("noise_pct/", "run_noise_pct/", 1)] = e["run_noise_pct"]
                 params.update(key_params)
             _log_batch(
                 client,

@@ -8,16 +8,19 @@ real but harmless 0.3% on 50,000 samples; size alone is a coin toss on one noisy
 
 Three designs, three estimators:
 
-- rounds (two results files, two processes measured at different times): the independent
-  units are the *rounds* (each a session loaded in a forked child, see guard.bench.timer
-  and guard.round_runner), not the
-  iterations. Within one process, thousands of iterations share one memory placement,
-  one clock state and one co-tenant; between two processes those differ, and treating
-  every iteration as independent turns a 5% process-to-process offset into p=1e-159.
-  The estimate is the difference of the mean log round medians; its standard error is
-  Welch's from the two sides' round-to-round variances, floored by the calibrated noise
-  when ``guard calibrate`` measured one (``noise_pct``); the test is Welch's t on the log
-  round medians, with its CI and minimum detectable effect from the t distribution.
+- rounds (two results files, two runs measured at different times): the independent
+  units are the *rounds* (each in a round worker of its own, interleaved over the run's
+  results: see guard.bench.timer and guard.round_runner), not the iterations. Within one
+  process, thousands of iterations share one memory placement, one clock state and one
+  co-tenant; between two processes those differ, and treating every iteration as
+  independent turns a 5% process-to-process offset into p=1e-159. The estimate is the
+  difference of the mean log round medians; its standard error is Welch's from the two
+  sides' round-to-round variances, floored by the calibrated noise when ``guard
+  calibrate`` measured one (``noise_pct``), plus for each side the variance of a whole
+  run's level that no round of it can see (``run_noise_pct``, default
+  ``DEFAULT_RUN_NOISE_PCT``: a disturbance that outlasts the run moves every round of it);
+  the test is Welch's t on the log round medians, with its CI and minimum detectable
+  effect from the t distribution.
 - unpaired samples (``compare_unpaired``, iterations as units): ratio of medians,
   Mann-Whitney U each way, percentile bootstrap CI. Only sound when the samples are
   independent draws (simulations, tests); results files are judged on rounds.
@@ -80,6 +83,7 @@ from guard.bench.paired import (
 from guard.bench.rounds_stats import CONTENTION_EFFECT, MEDIAN_SAFE, compare_rounds
 from guard.bench.verdicts import (
     DEFAULT_REGRESS_PCT,
+    DEFAULT_RUN_NOISE_PCT,
     IMPROVED,
     INCONCLUSIVE,
     PASS,
@@ -106,6 +110,7 @@ def judge(
 __all__ = [
     "CONTENTION_EFFECT",
     "DEFAULT_REGRESS_PCT",
+    "DEFAULT_RUN_NOISE_PCT",
     "IMPROVED",
     "INCONCLUSIVE",
     "MEDIAN_SAFE",

@@ -84,6 +84,37 @@ def _bias(
     return bias, why
 
 
+def _host_bias(
+    host: tuple[Sequence[float], Sequence[float]] | None, alpha: float
+) -> tuple[float, list[str]]:
+    """How far the host's own speed (guard.bench.host_speed) alone can move the ratio.
+
+    The part of the probe's base-to-head change beyond its own noise (the one-sided
+    ``alpha`` Welch bound on its log rounds): 0 when the machine ran as fast for both.
+    """
+    if host is None:
+        return 0.0, []
+    hb, hh = (np.log(np.asarray(x, dtype=float)) for x in host)
+    if min(hb.size, hh.size) < 2:
+        return 0.0, []
+    d = float(hh.mean() - hb.mean())
+    ub, uh = float(hb.var(ddof=1)) / hb.size, float(hh.var(ddof=1)) / hh.size
+    den = ub**2 / (hb.size - 1) + uh**2 / (hh.size - 1)
+    t = float(stats.t.ppf(1 - alpha, (ub + uh) ** 2 / den)) if den > 0 else 0.0
+    excess = abs(d) - t * math.sqrt(ub + uh)
+    if excess <= 0:
+        return 0.0, []
+    b = math.expm1(excess)
+    if b < 0.005:
+        return b, []
+    way = "slower" if d > 0 else "faster"
+    return b, [
+        f"the host ran {math.expm1(abs(d)):.0%} {way} during head (host-speed probe "
+        f"{math.exp(hb.mean()):.2f} -> {math.exp(hh.mean()):.2f} ms: up to {b:.0%} from "
+        "the machine alone)"
+    ]
+
+
 def _discount(
     verdict: str,
     reason: str,
@@ -121,6 +152,7 @@ def compare_rounds(
     cpu_share: tuple[float | None, float | None] = (None, None),
     preempted: tuple[float | None, float | None] = (None, None),
     cpu: tuple[Sequence[float], Sequence[float]] | None = None,
+    host: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> Comparison:
     """Judge two results files on their rounds: ``base``/``head`` are round medians (ms).
 
@@ -128,7 +160,9 @@ def compare_rounds(
     worst round's share of a core; either can make the comparison inconclusive (see the
     module docstring). ``cpu`` holds each side's per-round CPU time per call of a
     1-thread session: when preemption alone left the wall-time verdict inconclusive,
-    the rounds are judged on it instead (method ``welch-rounds-cpu``).
+    the rounds are judged on it instead (method ``welch-rounds-cpu``). ``host`` holds each
+    side's per-round host-speed readings: a change in the machine's own speed bounds the
+    verdict as a contention difference does.
     """
     cfg = config or RegressConfig()
     a = cfg.alpha if alpha is None else alpha
@@ -151,14 +185,18 @@ def compare_rounds(
         floor = (math.log1p(cfg.noise_pct / 100.0) / _Z99) ** 2 / 2.0
         vb, vh = max(vb, floor), max(vh, floor)
     ub, uh = vb / b.size, vh / h.size
-    se = math.sqrt(ub + uh)
+    run_var = math.log1p(cfg.run_noise_pct / 100.0) ** 2  # each side's run level
+    se = math.sqrt(ub + uh + 2.0 * run_var)
     if se == 0.0:
         lo = hi = ratio
         p_slower = 0.0 if d > 0 else 1.0
         p_faster = 0.0 if d < 0 else 1.0
         t_a = t_p = 0.0
     else:
-        df = (ub + uh) ** 2 / (ub**2 / (b.size - 1) + uh**2 / (h.size - 1))
+        # Welch-Satterthwaite degrees of freedom; the run term is a known variance, so it
+        # adds to the total but nothing to the estimate's own uncertainty.
+        den = ub**2 / (b.size - 1) + uh**2 / (h.size - 1)
+        df = (ub + uh + 2.0 * run_var) ** 2 / den if den > 0 else math.inf
         t_a, t_p = float(stats.t.ppf(1 - a, df)), float(stats.t.ppf(cfg.power, df))
         lo, hi = math.exp(d - t_a * se), math.exp(d + t_a * se)
         p_slower, p_faster = float(stats.t.sf(d / se, df)), float(stats.t.cdf(d / se, df))
@@ -167,10 +205,13 @@ def compare_rounds(
     mde = (math.exp(max(thr + t_p * se, (t_a + t_p) * se)) - 1.0) * 100.0
     conditions = (_mean(contention[0]), _mean(contention[1]))
     bias, why = _bias(conditions, cpu_share, preempted)
+    preemption_bias = bias - _bias(conditions, (None, None))[0]
+    host_bias, host_why = _host_bias(host, a)
+    bias, why = bias + host_bias, why + host_why
     was = verdict
     verdict, reason = _discount(verdict, reason, ratio, lo, hi, bias, why, cfg)
-    if verdict == INCONCLUSIVE and cpu is not None:
-        by_cpu = _on_cpu_time(cpu, cfg, a, contention, bias - _bias(conditions, (None, None))[0])
+    if verdict == INCONCLUSIVE and cpu is not None and not host_why:
+        by_cpu = _on_cpu_time(cpu, cfg, a, contention, preemption_bias)
         if by_cpu is not None:
             preempted_why = "; ".join(w for w in why if "preempted" in w)
             return replace(

@@ -29,13 +29,14 @@ can honestly lean on, not the thousands of iterations inside one round.
 That only holds if the rounds differ the way two processes do. Measured on the 2-core
 runner (squeezenet on onnxruntime, 1 thread, 8 medians of 1 s each): eight separate
 processes spread 4.2% (SD of log medians), eight fresh sessions in one process 0.9-1.2%,
-eight sessions each loaded in a forked child 1.3-4.1%. Fresh sessions in one process
-reuse the allocator's warm pages and so share most of one placement; a forked child maps
-its own. guard.case therefore runs each round (load, warm-up, loop) in a forked child
-(``run_round``), so a round spread holds more of what differs between processes. Not
-all of it: what a fork inherits (code and library pages, the interpreter's heap) and a
-disturbance that lasts the whole process (a noisy neighbour for tens of seconds) are
-common to every round of one process; benchmarks/README.md (flow_power) measures how
+eight sessions each loaded in a forked child 1.3-4.1%: what a fork inherits (code and
+library pages at the same addresses, the interpreter's heap) is common to every round.
+guard.run therefore measures each round in a round worker, a fresh interpreter of its
+own (guard.round_runner), and interleaves the rounds of all results, so that a result's
+rounds also span the run. With ten `guard run` processes of three models (flow_power),
+the spread of the processes' means over what their rounds predict (F = between / within
+variance of the mean) fell from 2-20 with forked rounds to 1.4-3.8. What is left is a
+disturbance that lasts longer than a run; benchmarks/README.md (flow_power) measures how
 often that decides a two-process comparison.
 """
 
@@ -180,6 +181,7 @@ class Timings:
     cpu_share: float | None = None  # own CPU time / wall time over the loop (1.0: never preempted)
     preemptions: int | None = None  # involuntary context switches during the loop
     cpu_per_call_s: float | None = None  # own CPU time over the loop / calls (no waiting)
+    host_ms: float | None = None  # the host-speed probe around the loop (guard.bench.host_speed)
 
     @property
     def preempted_fraction(self) -> float | None:
@@ -231,14 +233,18 @@ def measure(
     clock: Clock = time.perf_counter,
     *,
     cpu_times: Callable[[], CpuTimes | None] = read_cpu_times,
+    host: Callable[[], float] | None = None,
 ) -> Timings:
     """Warm up ``fn`` (discarded), then time it per call until the targets in ``cfg`` hold.
 
     Each sample is ``clock()`` after the call minus ``clock()`` before it, so the loop's
     own bookkeeping is outside the samples. The elapsed-time targets count only timed
     calls' wall time from the start of the timed loop (bookkeeping included), which is
-    what bounds how long a benchmark takes.
+    what bounds how long a benchmark takes. ``host`` (guard.bench.host_speed.host_ms) is
+    read before the warm-up (which then re-warms the caches it touched) and after the
+    loop; ``host_ms`` is their geometric mean.
     """
+    h0 = host() if host is not None else None
     warmup_iters = 0
     start = clock()
     while warmup_iters < cfg.max_warmup_iters and clock() - start < cfg.warmup_s:
@@ -265,6 +271,7 @@ def measure(
             stopped_by = "max_iters"
             break
     after = cpu_times()
+    host_ms = math.sqrt(h0 * host()) if host is not None and h0 is not None else None
     return Timings(
         samples_s=samples,
         warmup_iters=warmup_iters,
@@ -275,6 +282,7 @@ def measure(
         cpu_share=cpu_share_between(before, after),
         preemptions=preemptions_between(before, after),
         cpu_per_call_s=cpu_per_call(before, after, len(samples)),
+        host_ms=host_ms,
     )
 
 
@@ -361,6 +369,7 @@ class RoundTimings:
                     "cpu_ms_per_call": (
                         None if t.cpu_per_call_s is None else t.cpu_per_call_s * 1e3
                     ),
+                    "host_ms": t.host_ms,
                 }
             )
         return out
@@ -405,8 +414,8 @@ def measure_rounds(
     """``cfg.rounds`` rounds; ``load(i)`` returns round i's callable (a fresh session).
 
     ``run_round(i, job)`` runs round i's whole job (load, warm-up, timed loop) and returns
-    its ``Timings``: in this process by default; guard.case runs each in a forked child,
-    so that every round gets its own memory placement (see the module docstring).
+    its ``Timings``: in this process by default. (guard.run measures its rounds in round
+    workers instead, interleaved over the results: see the module docstring.)
     """
     per = cfg.per_round()
 

@@ -27,6 +27,13 @@ VERDICTS = (PASS, REGRESSED, IMPROVED, INCONCLUSIVE)
 # ``guard compare`` and ``guard run --baseline`` use it for a model whose suite sets no
 # ``checks.latency.regress_pct``.
 DEFAULT_REGRESS_PCT = 3.0
+# The SD of a whole run's level that its rounds cannot see (a disturbance that outlasts
+# the run), per side, where `guard calibrate --runs` measured none for the result. On the
+# 2-vCPU runner (benchmarks/README.md, flow_power) ten `guard run` processes' means spread
+# beyond what their rounds predict by 0.7% (mlp, inception_v1) to 1.6% (squeezenet):
+# the default is below the quietest of them, so it never costs a result power that its
+# own calibration would give back.
+DEFAULT_RUN_NOISE_PCT = 0.5
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,9 @@ class RegressConfig:
     alpha: float = 0.01
     noise_pct: float | None = None
     noise_k: float = 1.0
+    # SD (%) of a run's level that its rounds cannot see (a disturbance longer than the
+    # run): added to each side's variance of the mean (guard.bench.rounds_stats).
+    run_noise_pct: float = DEFAULT_RUN_NOISE_PCT
     power: float = 0.8
     n_boot: int = 2000
     min_samples: int = 8
@@ -50,6 +60,8 @@ class RegressConfig:
             raise UsageError(f"regress_pct must be >= 0, got {self.regress_pct}")
         if self.noise_pct is not None and self.noise_pct < 0:
             raise UsageError(f"noise_pct must be >= 0, got {self.noise_pct}")
+        if not 0 <= self.run_noise_pct < 100:
+            raise UsageError(f"run_noise_pct must be in [0, 100), got {self.run_noise_pct}")
 
     @property
     def threshold_pct(self) -> float:

@@ -112,6 +112,11 @@ def _validate_samples(r: Mapping[str, Any], at: At) -> None:
             raise rat.key("cpu_ms_per_call").fail(
                 f"{cpu!r} is not a finite positive CPU time in ms (or null)", _EDITED
             )
+        host = rd.get("host_ms")
+        if host is not None and not _positive(host):
+            raise rat.key("host_ms").fail(
+                f"{host!r} is not a finite positive host-speed reading in ms (or null)", _EDITED
+            )
 
 
 def canonical_target(r: Mapping[str, Any]) -> str:
@@ -176,6 +181,19 @@ def round_contention(r: Mapping[str, Any]) -> list[float | None]:
     return [rd.get("contention") for rd in r.get("rounds") or () if isinstance(rd, Mapping)]
 
 
+def round_host(r: Mapping[str, Any]) -> list[float] | None:
+    """Per-round host-speed probe readings (ms); None where any is missing (older files)."""
+    rounds = r.get("rounds")
+    if not isinstance(rounds, list) or not rounds:
+        return None
+    out = [
+        float(x)
+        for rd in rounds
+        if isinstance(rd, Mapping) and isinstance(x := rd.get("host_ms"), int | float)
+    ]
+    return out if len(out) == len(rounds) else None
+
+
 def round_cpu(r: Mapping[str, Any]) -> list[float] | None:
     """Per-round CPU time per call (ms) of a 1-thread result; None where any is missing.
 
@@ -218,6 +236,7 @@ def latency_comparison(
         preempted=(_measured(base_r, "preempted_fraction"),
                    _measured(head_r, "preempted_fraction")),
         cpu=_both(round_cpu(base_r), round_cpu(head_r)),
+        host=_both(round_host(base_r), round_host(head_r)),
     )  # fmt: skip
     return comp, comp.reason
 
@@ -294,12 +313,17 @@ def _noise_for(noise: Mapping[str, float] | None, key: tuple[str, str, str]) -> 
     return noise.get("/".join(key))
 
 
+def _with_run_noise(cfg: RegressConfig, run_noise_pct: float | None) -> RegressConfig:
+    return cfg if run_noise_pct is None else replace(cfg, run_noise_pct=run_noise_pct)
+
+
 def compare_docs(
     base: Mapping[str, Any],
     head: Mapping[str, Any],
     config: RegressConfig | None = None,
     *,
     noise: Mapping[str, float] | None = None,
+    run_noise: Mapping[str, float] | None = None,
     suite_thresholds: bool = True,
     base_label: str = "base",
     head_label: str = "head",
@@ -307,7 +331,10 @@ def compare_docs(
     """The comparison document (schema_version 1) for two results documents.
 
     ``noise`` maps "model/backend/target" to a calibrated A/A noise percentage
-    (``guard calibrate``); it raises that row's threshold. With ``suite_thresholds``, a
+    (``guard calibrate``); it raises that row's threshold. ``run_noise`` maps the same keys
+    to a calibrated run noise (``guard calibrate --runs``: the SD of a whole run's level
+    beyond its rounds), which replaces ``config.run_noise_pct`` for that row. With
+    ``suite_thresholds``, a
     model's ``checks.latency.regress_pct`` (carried in HEAD's results as the
     ``latency.regress`` check's bound) replaces ``config.regress_pct`` for its row. Raises
     IncompatibleBaselineError when a matched pair ran on different host classes.
@@ -340,9 +367,12 @@ def compare_docs(
         compare_rows(
             b_rows[k],
             h_rows[k],
-            with_noise(
-                _suite_threshold(cfg, h_rows[k]) if suite_thresholds else cfg,
-                _noise_for(noise, k),
+            _with_run_noise(
+                with_noise(
+                    _suite_threshold(cfg, h_rows[k]) if suite_thresholds else cfg,
+                    _noise_for(noise, k),
+                ),
+                _noise_for(run_noise, k),
             ),
         )
         for k in both
@@ -366,7 +396,9 @@ def compare_docs(
             "regress_pct": cfg.regress_pct,
             "alpha": cfg.alpha,
             "noise_k": cfg.noise_k,
+            "run_noise_pct": cfg.run_noise_pct,
             "calibrated_noise": dict(noise or {}),
+            "calibrated_run_noise": dict(run_noise or {}),
         },
         "manifest_diff": doc_diff,
         "rows": rows,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -257,9 +258,14 @@ def rounds_side(rng, n_rounds=5, factor=1.0, round_sigma=0.01, offset_sigma=0.0)
 
 def test_rounds_aa_false_regressions_stay_under_alpha():
     rng = np.random.default_rng(40)
-    verdicts = [R.compare_rounds(rounds_side(rng), rounds_side(rng)).verdict for _ in range(400)]
+    pairs = [(rounds_side(rng), rounds_side(rng)) for _ in range(400)]
+    exact = R.RegressConfig(run_noise_pct=0.0)  # these runs share no offset: trust the rounds
+    verdicts = [R.compare_rounds(b, h, exact).verdict for b, h in pairs]
     assert verdicts.count(R.REGRESSED) / len(verdicts) <= 0.01
     assert verdicts.count(R.PASS) / len(verdicts) >= 0.9
+    # The default run noise (a disturbance the rounds cannot see) costs some passes only.
+    default = [R.compare_rounds(b, h).verdict for b, h in pairs]
+    assert default.count(R.REGRESSED) == 0 and default.count(R.PASS) / len(default) >= 0.75
 
 
 def test_rounds_ten_percent_is_regressed_and_five_percent_mostly():
@@ -274,6 +280,26 @@ def test_rounds_ten_percent_is_regressed_and_five_percent_mostly():
     ]
     assert ten.count(R.REGRESSED) / 200 >= 0.95
     assert five.count(R.REGRESSED) / 200 >= 0.8
+
+
+def test_run_noise_covers_an_offset_that_every_round_of_a_run_shares():
+    """A disturbance that outlasts a run moves all its rounds: the rounds cannot see it,
+    ``run_noise_pct`` can. Trusting the rounds alone (0) flags such A/A pairs far more
+    often than alpha; with the run's level counted the rate is back at alpha (1%, one-sided;
+    the rounds' estimated variance adds a little)."""
+    rng = np.random.default_rng(43)
+    pairs = [
+        (rounds_side(rng, 10, offset_sigma=0.02), rounds_side(rng, 10, offset_sigma=0.02))
+        for _ in range(1000)
+    ]
+    blind = [R.compare_rounds(b, h, R.RegressConfig(run_noise_pct=0.0)).verdict for b, h in pairs]
+    seen = [R.compare_rounds(b, h, R.RegressConfig(run_noise_pct=2.0)).verdict for b, h in pairs]
+    assert blind.count(R.REGRESSED) / 1000 >= 0.05
+    assert seen.count(R.REGRESSED) / 1000 <= 0.02
+    c = R.compare_rounds(*pairs[0], R.RegressConfig(run_noise_pct=2.0))
+    assert c.mde_pct > R.compare_rounds(*pairs[0], R.RegressConfig(run_noise_pct=0.0)).mde_pct
+    with pytest.raises(UsageError, match="run_noise_pct"):
+        R.RegressConfig(run_noise_pct=-1.0)
 
 
 def test_calibrated_noise_floors_the_round_variance():
@@ -305,6 +331,24 @@ def test_measuring_conditions_bound_the_verdict():
     aa = R.compare_rounds(b, b, contention=([0.0] * 5, [1.0] * 5))
     assert aa.verdict == R.INCONCLUSIVE and "would be pass" in aa.reason
     assert "could detect a slowdown of" in aa.reason
+
+
+def test_a_slower_host_bounds_the_verdict_and_a_steady_one_does_not():
+    """The host-speed probe: a machine that ran 15% slower during head can explain +10%."""
+    rng = np.random.default_rng(45)
+    b, h = rounds_side(rng, 10), rounds_side(rng, 10, factor=1.10)
+    steady = (rounds_side(rng, 10, round_sigma=0.05), rounds_side(rng, 10, round_sigma=0.05))
+    slowed = (steady[0], [x * 1.15 for x in steady[1]])
+    assert R.compare_rounds(b, h, host=steady).verdict == R.REGRESSED
+    c = R.compare_rounds(b, h, host=slowed)
+    assert c.verdict == R.INCONCLUSIVE
+    assert re.search(r"the host ran 1\d% slower during head \(host-speed probe", c.reason)
+    # an A/A whose host wandered is not a pass either: the host could hide a regression
+    aa = R.compare_rounds(b, b, host=slowed)
+    assert aa.verdict == R.INCONCLUSIVE and "would be pass" in aa.reason
+    # preempted wall time is not re-judged on CPU time when the host itself changed speed
+    pre = R.compare_rounds(b, h, cpu_share=(1.0, 0.5), cpu=(b, h), host=slowed)
+    assert pre.method == "welch-rounds" and pre.verdict == R.INCONCLUSIVE
 
 
 def test_rounds_need_finite_positive_medians():

@@ -94,6 +94,24 @@ def test_noise_file_raises_threshold(pair, tmp_path):
     assert main(["compare", a, slow, "--quiet", "--noise", str(noise)]) == 0
 
 
+def test_calibrated_run_noise_widens_its_row_and_the_flag_overrides_it(pair, tmp_path):
+    """A +12% head: judged regressed on its rounds; a calibration saying whole runs of mlp
+    wander by 8% makes that row inconclusive, and --run-noise-pct 0 trusts the rounds."""
+    a, _, slow = pair
+    from guard.bench.calibrate import save_noise
+
+    noise = tmp_path / "noise.json"
+    key = "mlp/onnxruntime/llvm -mcpu=sapphirerapids"
+    save_noise(noise, "smoke", {key: {"run_noise_pct": 8.0, "runs": 5}})
+    out = tmp_path / "c.json"
+    assert main(["compare", a, slow, "--quiet", "--noise", str(noise), "--json", str(out)]) == 0
+    cmp = json.loads(out.read_text())
+    row = next(r for r in cmp["rows"] if r["model"] == "mlp")
+    assert row["verdict"] == "inconclusive" and cmp["config"]["calibrated_run_noise"] == {key: 8.0}
+    assert main(["compare", a, slow, "--quiet", "--noise", str(noise), "--run-noise-pct", "0"]) == 1
+    assert main(["compare", a, slow, "--quiet", "--run-noise-pct", "-1"]) == 2
+
+
 @pytest.mark.slow
 def test_branch_baseline_picks_newest_compatible_run(tmp_path, capsys):
     """Real sqlite MLflow store: main has an old same-host run and a newer other-host run."""

@@ -274,6 +274,7 @@ def test_another_suite_is_refused_with_a_clear_line():
             lambda r: r["rounds"][1].update(cpu_ms_per_call=float("nan")),
             "results[0].rounds[1].cpu_ms_per_call",
         ),
+        (lambda r: r["rounds"][4].update(host_ms=0), "results[0].rounds[4].host_ms"),
     ],
 )
 def test_hand_edited_samples_are_refused_naming_the_field(tmp_path, edit, field):

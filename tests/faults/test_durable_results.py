@@ -103,21 +103,20 @@ def test_results_are_written_before_tracking_is_tried(tmp_path, workdir, monkeyp
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_during_measurement_reports_what_was_measured(tmp_path, workdir, sig):
+    # Rounds are interleaved over the results: stop in the second sweep, at m1's round 2,
+    # when m0 has two rounds and m1 and m2 one each.
     suite = _suite(tmp_path, 3)
-    marker = tmp_path / "second-model"
+    marker = tmp_path / "second-sweep"
     patch = f"""
     import pathlib
     import guard.case as case
-    _run_case = case.run_case
-    calls = []
-    def run_case(entry, *a, **k):
-        calls.append(entry.name)
-        if len(calls) == 2:
+    _measure_round = case.PendingResult.measure_round
+    def measure_round(self, i, **k):
+        if i == 1 and self.entry.name == "m1":
             pathlib.Path({str(marker)!r}).touch()
             time.sleep(600)
-        return _run_case(entry, *a, **k)
-    import guard.run
-    guard.run.run_case = run_case
+        return _measure_round(self, i, **k)
+    case.PendingResult.measure_round = measure_round
     """
     out = tmp_path / "r.json"
     proc = guard_subprocess(["run", str(suite), "--no-track", "--json", str(out)], workdir, patch)
@@ -126,6 +125,8 @@ def test_signal_during_measurement_reports_what_was_measured(tmp_path, workdir, 
     assert proc.returncode == 128 + sig, err
     doc = json.loads(out.read_text())
     assert doc["interrupted"] == signal.Signals(sig).name
-    assert [r["model"] for r in doc["results"]] == ["m0"]
-    assert doc["results"][0]["verdict"] == "pass"
+    assert [r["model"] for r in doc["results"]] == ["m0", "m1", "m2"]
+    assert [len(r["rounds"]) for r in doc["results"]] == [2, 1, 1]
+    assert all(r["verdict"] == "pass" for r in doc["results"])
+    assert "interrupted after 2 of 10 rounds" in doc["results"][0]["preflight"]["warnings"]
     assert "Traceback" not in err and f"interrupted by {signal.Signals(sig).name}" in err
