@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flow_power import COTENANT, MODELS, write_suite
+from flow_power import COTENANT, MEASURE, MODELS, write_suite
 
 VARIANTS = (("aa", "base"), ("slow5", "slow5"), ("slow10", "slow10"))
 
@@ -57,7 +57,8 @@ def make_repo(root: Path, models_from: Path) -> tuple[Path, dict[str, str]]:
             src = models_from / (f"{name}.onnx" if variant == "base" else f"{name}-{variant}.onnx")
             shutil.copyfile(src, repo / f"{name}.onnx")
             models[name] = Path(f"{name}.onnx")
-        write_suite(repo, models)
+        # guard's default measure, as flow_power's suites (the budget is guard ab's own)
+        write_suite(repo, models, MEASURE.format(rounds=10))
         git(repo, "add", ".")
         git(repo, "commit", "-qm", variant)
         shas[variant] = git(repo, "rev-parse", "HEAD")

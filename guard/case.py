@@ -259,6 +259,7 @@ def begin_result(
     *,
     workdir: Path,
     clock_injected: bool = False,
+    baseline_given: bool = False,
 ) -> PendingResult | dict[str, Any]:
     """Build, load and check the numerics of one (model, backend): a result to measure.
 
@@ -279,7 +280,7 @@ def begin_result(
         backend=backend_name,
         arch=_host_arch(manifest),
         numerics=numerics,
-        baseline_given=False,
+        baseline_given=baseline_given,
         tuning=manifest.get("tuning_cache") or {},
     )
     if "accuracy" in entry.checks:
@@ -396,7 +397,7 @@ def run_case(
     """
     pending = begin_result(
         entry, spec, golden, golden_status, backend_name, workdir=workdir,
-        clock_injected=clock is not time.perf_counter,
+        clock_injected=clock is not time.perf_counter, baseline_given=baseline is not None,
     )  # fmt: skip
     if isinstance(pending, dict):
         return pending

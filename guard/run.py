@@ -235,8 +235,9 @@ def _begin(
         slot = _Slot(entry, b, began if b == backends[0] else now(), prep_s)
         try:
             got = begin_result(
-                entry, spec, golden, gstatus, b, workdir=opts.workdir, clock_injected=injected
-            )
+                entry, spec, golden, gstatus, b, workdir=opts.workdir,
+                clock_injected=injected, baseline_given=opts.baseline is not None,
+            )  # fmt: skip
         except Exception as exc:  # noqa: BLE001
             got = error_result(entry, b, exc)
         if isinstance(got, PendingResult):

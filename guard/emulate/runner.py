@@ -16,7 +16,6 @@ import hashlib
 import os
 import re
 import select
-import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from guard.emulate.tools import compiler_identity, require
 from guard.errors import InternalError, ModelError, UsageError
+from guard.isolate import signal_name
 
 RUNNER_SOURCE = Path(__file__).with_name("runner.c")
 # Per emulator start. Emulation is slow: resnet50 took ~3 minutes here (shared 2-core
@@ -142,13 +142,6 @@ def build_runner(
     return exe
 
 
-def _signal_name(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return f"signal {num}"
-
-
 def _check_exit(code: int | None, stderr: str, emulator: str, what: str) -> None:
     """Raise EmulationFailed for a runner that was killed by a signal or failed."""
     if code == 0 or code is None:
@@ -157,7 +150,7 @@ def _check_exit(code: int | None, stderr: str, emulator: str, what: str) -> None
     if code < 0 or code >= 128:
         num = -code if code < 0 else code - 128
         raise EmulationFailed(
-            f"crashed with {_signal_name(num)} under {emulator}"
+            f"crashed with {signal_name(num)} under {emulator}"
             + (f" ({tail[-200:]})" if tail else ""),
             where=what,
             hint="The generated code is at fault: this is a guard bug.",
