@@ -181,17 +181,22 @@ def round_contention(r: Mapping[str, Any]) -> list[float | None]:
     return [rd.get("contention") for rd in r.get("rounds") or () if isinstance(rd, Mapping)]
 
 
-def round_host(r: Mapping[str, Any]) -> list[float] | None:
-    """Per-round host-speed probe readings (ms); None where any is missing (older files)."""
+def _every_round(r: Mapping[str, Any], key: str) -> list[float] | None:
+    """Every round's numeric ``key``; None where the result has no rounds or any lacks it."""
     rounds = r.get("rounds")
     if not isinstance(rounds, list) or not rounds:
         return None
     out = [
         float(x)
         for rd in rounds
-        if isinstance(rd, Mapping) and isinstance(x := rd.get("host_ms"), int | float)
+        if isinstance(rd, Mapping) and isinstance(x := rd.get(key), int | float)
     ]
     return out if len(out) == len(rounds) else None
+
+
+def round_host(r: Mapping[str, Any]) -> list[float] | None:
+    """Per-round host-speed probe readings (ms); None where any is missing (older files)."""
+    return _every_round(r, "host_ms")
 
 
 def round_cpu(r: Mapping[str, Any]) -> list[float] | None:
@@ -201,15 +206,7 @@ def round_cpu(r: Mapping[str, Any]) -> list[float] | None:
     no stand-in for one call's latency, so it is not offered.
     """
     threads = ((r.get("manifest") or {}).get("host") or {}).get("threads")
-    rounds = r.get("rounds")
-    if threads != 1 or not isinstance(rounds, list) or not rounds:
-        return None
-    out = [
-        float(x)
-        for rd in rounds
-        if isinstance(rd, Mapping) and isinstance(x := rd.get("cpu_ms_per_call"), int | float)
-    ]
-    return out if len(out) == len(rounds) else None
+    return _every_round(r, "cpu_ms_per_call") if threads == 1 else None
 
 
 def _measured(r: Mapping[str, Any], key: str) -> float | None:
