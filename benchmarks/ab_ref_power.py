@@ -58,7 +58,7 @@ def make_repo(root: Path, models_from: Path) -> tuple[Path, dict[str, str]]:
             shutil.copyfile(src, repo / f"{name}.onnx")
             models[name] = Path(f"{name}.onnx")
         # guard's default measure, as flow_power's suites (the budget is guard ab's own)
-        write_suite(repo, models, MEASURE.format(rounds=10))
+        write_suite(repo, models, MEASURE.format(rounds=10, min_time_s=1.0))
         git(repo, "add", ".")
         git(repo, "commit", "-qm", variant)
         shas[variant] = git(repo, "rev-parse", "HEAD")

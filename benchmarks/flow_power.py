@@ -57,7 +57,9 @@ MODELS = {  # zoo name -> (input name, shape)
     "inception_v1": ("data_0", [1, 3, 224, 224]),
 }
 MAX_COLS = 8192  # a 256 x 8192 weight is 8 MiB: a calibration fooled by a busy machine stays sane
-MEASURE = "{{warmup_s: 0.25, min_iters: 10, min_time_s: 1.0, max_time_s: 10, rounds: {rounds}}}"
+MEASURE = (
+    "{{warmup_s: 0.25, min_iters: 10, min_time_s: {min_time_s}, max_time_s: 30, rounds: {rounds}}}"
+)
 COTENANT = (
     "import numpy as np\n"
     "a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)\n"
@@ -359,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--processes", type=int, default=10, help="guard run processes per variant")
     ap.add_argument("--rounds", type=int, default=10, help="rounds per result (guard's default)")
+    ap.add_argument(
+        "--min-time-s", type=float, default=1.0, help="timed seconds per result, all rounds"
+    )
     ap.add_argument("--conditions", default="no-cotenant,cotenant")
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
     ap.add_argument(
@@ -389,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             variants[v][name] = p
             injected[name][v] = {"target": target, "cols": cols, "measured_ratio": ratio}
             print(f"{name} {v}: {cols} cols, measured {ratio:.3f}", file=sys.stderr)
-    measure = MEASURE.format(rounds=args.rounds)
+    measure = MEASURE.format(rounds=args.rounds, min_time_s=args.min_time_s)
     suites = {v: write_suite(work / v, models, measure) for v, models in variants.items()}
     results = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),

@@ -25,6 +25,7 @@ from guard.bench.calibrate import (
     save_noise,
 )
 from guard.case import Case, prepare_cases
+from guard.compare.compare import round_host
 from guard.errors import UsageError
 from guard.suite import load_suite
 from guard.track import check_reachable, resolve_uri
@@ -42,8 +43,10 @@ def reloader(case: Case) -> Callable[[], Callable[[], object]]:
 
 def run_levels(
     suite_path: Path, runs: int, workdir: Path
-) -> tuple[dict[str, list[list[float]]], dict[str, Any]]:
-    """Each result's round medians (ms) in ``runs`` whole runs of the suite, by noise key.
+) -> tuple[dict[str, list[list[float]]], dict[str, Any], dict[str, list[list[tuple[float, ...]]]]]:
+    """Each result's round medians (ms) in ``runs`` whole runs of the suite, by noise key,
+    the host, and each result's per-round host-speed readings (ms) where every round of
+    every one of its runs has one.
 
     A result that errored or was not measured in a run (emulated) is left out of it.
     """
@@ -52,6 +55,7 @@ def run_levels(
     from guard.run import RunOptions, run_suite
 
     levels: dict[str, list[list[float]]] = {}
+    probes: dict[str, list[list[tuple[float, ...]] | None]] = {}
     host: dict[str, Any] = {}
     for i in range(runs):
         quiet = Console(file=io.StringIO())  # a run's report is not calibrate's output
@@ -73,9 +77,12 @@ def run_levels(
                 continue
             manifest = r.get("manifest") or {}
             canonical = (manifest.get("target") or {}).get("canonical", r.get("target"))
-            levels.setdefault(f"{r['model']}/{r['backend']}/{canonical}", []).append(medians)
+            key = f"{r['model']}/{r['backend']}/{canonical}"
+            levels.setdefault(key, []).append(medians)
+            probes.setdefault(key, []).append(round_host(r))
             host = dict(manifest.get("host") or host)
-    return levels, host
+    complete = {k: [p for p in v if p is not None] for k, v in probes.items() if None not in v}
+    return levels, host, complete
 
 
 def calibrate_suite(
@@ -123,18 +130,20 @@ def calibrate_suite(
             )
             host = dict(case.manifest.get("host") or {})
     if runs:
-        levels, run_host = run_levels(suite_path, runs, workdir)
+        levels, run_host, probes = run_levels(suite_path, runs, workdir)
         host = host or run_host
         for key, per_run in levels.items():
             if len(per_run) < 3:
                 continue  # measured in too few of the runs to say anything
-            entries.setdefault(key, {}).update(
-                {
-                    "run_noise_pct": run_noise_pct(per_run),
-                    "runs": len(per_run),
-                    "run_round_medians_ms": per_run,
-                }
-            )
+            readings = probes.get(key)
+            entry: dict[str, Any] = {
+                "run_noise_pct": run_noise_pct(per_run, readings),
+                "runs": len(per_run),
+                "run_round_medians_ms": per_run,
+            }
+            if readings is not None:
+                entry["run_host_ms"] = readings
+            entries.setdefault(key, {}).update(entry)
     path = out or default_noise_path(workdir, suite.name)
     doc = save_noise(path, suite.name, entries, host)
     if uri is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from guard import manifest as mf
 from guard.backends import get_backend
 from guard.backends.base import BuildInfo, Session
 from guard.bench import MeasureConfig, RoundTimings, Timings, measure, preflight
-from guard.bench.host_speed import host_ms
+from guard.bench.host_speed import PROBE, read
 from guard.build import build_artefact
 from guard.compare.crossarch import encode_outputs
 from guard.errors import GuardError, InternalError, ModelError
@@ -166,13 +166,16 @@ def _against_baseline(
     head: dict[str, Any],
     bound: float | None,
     baseline: dict[str, Any] | None,
+    noise: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(comparison, None) against the --baseline results file, or (None, why not).
 
     ``head`` is this result's measurement as the results file will hold it (manifest,
-    rounds, measurement): judged exactly as ``guard compare`` judges two files.
+    rounds, measurement): judged exactly as ``guard compare`` judges two files, with the
+    suite's calibrated noise (``noise``: "model/backend/target" -> its noise file entry)
+    where ``guard calibrate`` measured it.
     """
-    from guard.bench.regress import RegressConfig
+    from guard.bench.regress import DEFAULT_RUN_NOISE_PCT, RegressConfig
     from guard.compare.compare import host_incompatibility, latency_comparison, row_key
 
     if baseline is None or bound is None:
@@ -192,7 +195,13 @@ def _against_baseline(
     why = host_incompatibility(base["manifest"], manifest)
     if why:
         return None, f"baseline refused: {why}"
-    comp, reason = latency_comparison(base, head, RegressConfig(regress_pct=bound))
+    calibrated = (noise or {}).get("/".join(key)) or {}
+    cfg = RegressConfig(
+        regress_pct=bound,
+        noise_pct=calibrated.get("noise_pct"),
+        run_noise_pct=calibrated.get("run_noise_pct", DEFAULT_RUN_NOISE_PCT),
+    )
+    comp, reason = latency_comparison(base, head, cfg)
     return (comp.to_dict(), None) if comp is not None else (None, reason)
 
 
@@ -244,7 +253,7 @@ class PendingResult:
         if self.isolation == WORKER and workers is not None:
             self.rounds.append(workers.measure(i, self.job()))
         else:
-            probe = host_ms if clock is time.perf_counter else None  # a fake clock: no probe
+            probe = read if clock is time.perf_counter else None  # a fake clock: no probe
             self.rounds.append(
                 measure(self._session_round(i), self.cfg.per_round(), clock, host=probe)
             )
@@ -298,7 +307,12 @@ def begin_result(
     )  # fmt: skip
 
 
-def finish_result(p: PendingResult, *, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+def finish_result(
+    p: PendingResult,
+    *,
+    baseline: dict[str, Any] | None = None,
+    noise: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, Any]:
     """Judge a result on the rounds it got (all of them, or fewer after an interruption)."""
     if not p.rounds:
         raise InternalError(f"{p.entry.name} [{p.backend}] has no measured round to judge")
@@ -326,6 +340,7 @@ def finish_result(p: PendingResult, *, baseline: dict[str, Any] | None = None) -
             "preempted_fraction": timings.preempted_fraction,
             "rounds": len(p.rounds),
             "round_isolation": p.isolation,
+            "host_probe": PROBE if any(t.host for t in p.rounds) else None,
             "round_order": "interleaved",
             "cpus": sorted(measuring_cpus(entry.threads) or ()) if p.isolation == WORKER else None,
             "config": dict(entry.measure),
@@ -334,7 +349,7 @@ def finish_result(p: PendingResult, *, baseline: dict[str, Any] | None = None) -
     missing = p.cfg.rounds - len(p.rounds)
     bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
     facts.regress, facts.regress_reason = _against_baseline(
-        entry, backend_name, measured, bound, baseline
+        entry, backend_name, measured, bound, baseline, noise
     )
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guard.bench.regress import DEFAULT_REGRESS_PCT
+from guard.bench.verdicts import on_rounds
 from guard.suite import latency_bound
 
 # Backends whose speed depends on a tuned-schedule cache.
@@ -96,7 +97,7 @@ def regress_check(
         "inconclusive": "inconclusive",
     }[v]
     lo, hi = comparison["ci"]
-    units = "rounds" if comparison.get("method") == "welch-rounds" else "n"
+    units = "rounds" if on_rounds(comparison.get("method")) else "n"
     msg = (
         f"latency ratio head/base {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}, "
         f"{units}={comparison['n_base']}/{comparison['n_head']}): {v} against a "

@@ -31,7 +31,7 @@ from typing import Any
 def measure_round(req: dict[str, Any]) -> Any:
     """One round: a fresh session of ``req["artefact"]``, warmed up and timed."""
     from guard.backends import get_backend
-    from guard.bench.host_speed import host_ms
+    from guard.bench.host_speed import read
     from guard.bench.timer import measure
     from guard.emulate.load import load_session
 
@@ -42,7 +42,7 @@ def measure_round(req: dict[str, Any]) -> Any:
     feeds = req["feeds"]
     try:
         session.run(feeds)
-        return measure(lambda: session.run(feeds), req["config"], time.perf_counter, host=host_ms)
+        return measure(lambda: session.run(feeds), req["config"], time.perf_counter, host=read)
     finally:
         session = None  # the next round's session is this round's size again, not twice
         gc.collect()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from guard import report, track
 from guard.bench import MeasureConfig, set_threads
+from guard.bench.calibrate import default_noise_path, load_noise
 from guard.case import PendingResult, begin_result, finish_result, prepare_model
 from guard.deliver import Interruption, check_outputs, finish, say
 from guard.errors import (
@@ -147,9 +148,10 @@ def _run_work(
     store: Any,
     opts: RunOptions,
     results: list[dict[str, Any]],
+    noise: dict[str, dict[str, float]] | None = None,
 ) -> None:
     """Every case of ``work`` into ``results``: built and checked in order, then measured
-    round-robin.
+    round-robin; ``noise`` is the suite's calibrated noise, for ``--baseline``.
 
     Round ``i`` of every result is measured before round ``i + 1`` of any, each by round
     worker ``i`` (guard.round_runner), so a result's rounds span the run. A case that
@@ -189,7 +191,7 @@ def _run_work(
                         bar.advance()
             finally:  # an interruption keeps every result with the rounds it got
                 for slot in slots:
-                    _finish(slot, opts)
+                    _finish(slot, opts, noise or {})
                 results.extend(s.result for s in slots if s.result is not None)
 
 
@@ -249,7 +251,20 @@ def _begin(
         bar.advance()
 
 
-def _finish(slot: _Slot, opts: RunOptions) -> None:
+def baseline_noise(workdir: Path, suite: str) -> dict[str, dict[str, float]]:
+    """The suite's calibrated noise (``guard calibrate``'s file in ``workdir``) by
+    "model/backend/target": what ``--baseline`` judges with, as ``guard compare`` does."""
+    path = default_noise_path(workdir, suite)
+    if not path.is_file():
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for kind, name in (("sequential", "noise_pct"), ("run", "run_noise_pct")):
+        for key, value in load_noise(path, kind).items():
+            out.setdefault(key, {})[name] = value
+    return out
+
+
+def _finish(slot: _Slot, opts: RunOptions, noise: dict[str, dict[str, float]]) -> None:
     """Judge a measured result (or drop one interrupted before its first round)."""
     p, slot.pending = slot.pending, None
     t0 = _wall()
@@ -257,7 +272,7 @@ def _finish(slot: _Slot, opts: RunOptions) -> None:
         if not p.rounds:
             return  # interrupted before it was measured: nothing of it to report
         try:
-            slot.result = finish_result(p, baseline=opts.baseline)
+            slot.result = finish_result(p, baseline=opts.baseline, noise=noise)
         except Exception as exc:  # noqa: BLE001
             slot.result = error_result(slot.entry, slot.backend, exc)
     if slot.result is None:
@@ -307,12 +322,14 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
                 f"warning: {problem} (measuring anyway; results will be kept locally)", opts.console
             )
 
+    # --baseline judges with the suite's calibrated noise; a bad noise file is exit 2 now
+    noise = baseline_noise(opts.workdir, suite.name) if opts.baseline is not None else None
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     store = golden_store(suite, opts.golden_root)
     results: list[dict[str, Any]] = []
     stop = Interruption()  # SIGINT/SIGTERM end the run; what was measured is reported
     with stop:
-        _run_work(work, store, opts, results)
+        _run_work(work, store, opts, results, noise)
     doc: dict[str, Any] = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "suite": suite.name,

@@ -53,6 +53,23 @@ def test_run_noise_is_what_whole_runs_add_beyond_their_rounds():
         run_noise_pct(runs[:2])
 
 
+def test_run_noise_leaves_out_what_the_host_probe_saw():
+    """Runs on a machine whose speed moved 8% between them, the model feeling half of it:
+    their levels spread ~4%, but at equal host speed they agree as their rounds predict."""
+    rng = np.random.default_rng(1)
+    runs, hosts = [], []
+    for _ in range(40):
+        log_host = rng.normal(0, 0.08) + rng.normal(0, 0.05, 10)
+        hosts.append(list(4.0 * np.exp(log_host)))
+        runs.append(list(10.0 * np.exp(0.5 * log_host + rng.normal(0, 0.01, 10))))
+    assert run_noise_pct(runs) > 3.0
+    assert run_noise_pct(runs, hosts) < 0.5
+    # a second probe the model does not feel changes nothing; one reading short, no adjusting
+    two = [[(h, 1.0 + 0.1 * rng.random()) for h in hs] for hs in hosts]
+    assert run_noise_pct(runs, two) < 0.5
+    assert run_noise_pct(runs, [*hosts[:-1], hosts[-1][:-1]]) > 3.0
+
+
 @pytest.mark.parametrize(
     ("argv", "says"),
     [

@@ -139,23 +139,58 @@ def calibrate_fn(
     }
 
 
-def run_noise_pct(runs: Sequence[Sequence[float]]) -> float:
+def run_noise_pct(
+    runs: Sequence[Sequence[float]], hosts: Sequence[Sequence[Any]] | None = None
+) -> float:
     """The SD (%) of a whole run's level beyond what its rounds predict.
 
     ``runs`` holds each run's round medians. One-way random effects on their logs, by the
     method of moments: tau^2 = var(run means) - mean(within-run variance / rounds), 0 when
-    the runs agree as well as their rounds say they should.
+    the runs agree as well as their rounds say they should. ``hosts`` holds each run's
+    per-round host-speed readings (guard.bench.host_speed.read: a number or a tuple of
+    probes per round): then the logs are first adjusted for host speed with the pooled
+    within-run slopes, as a comparison of two results files adjusts them
+    (guard.bench.rounds_stats), so the run noise is what the probes cannot see.
     """
-    logs = [np.log(np.asarray(r, dtype=float)) for r in runs if len(r) >= 2]
-    if len(logs) < 3:
+    if len([r for r in runs if len(r) >= 2]) < 3:
         raise UsageError(
-            f"run noise needs at least 3 runs of at least 2 rounds, got {len(logs)}",
+            f"run noise needs at least 3 runs of at least 2 rounds, got "
+            f"{len([r for r in runs if len(r) >= 2])}",
             hint="Run `guard calibrate --runs 5` (or more).",
         )
-    means = np.array([x.mean() for x in logs])
-    within = float(np.mean([x.var(ddof=1) / x.size for x in logs]))
+    logs = [np.log(np.asarray(r, dtype=float)) for r in runs]
+    df = [x.size - 1 for x in logs]
+    probes = _probe_logs(hosts, logs)
+    if probes is not None:
+        cx = np.vstack([p - p.mean(axis=0) for p in probes])
+        cy = np.concatenate([x - x.mean() for x in logs])
+        xtx = cx.T @ cx
+        if np.linalg.cond(xtx) < 1e12:
+            slopes = np.linalg.solve(xtx, cx.T @ cy)
+            logs = [x - p @ slopes for x, p in zip(logs, probes, strict=True)]
+            df[0] -= slopes.size  # the slopes' degrees of freedom
+    keep = [i for i, x in enumerate(logs) if x.size >= 2]
+    means = np.array([logs[i].mean() for i in keep])
+    pooled = sum(float(((logs[i] - logs[i].mean()) ** 2).sum()) for i in keep)
+    s2 = pooled / max(1, sum(df[i] for i in keep))
+    within = float(np.mean([s2 / logs[i].size for i in keep]))
     tau2 = max(0.0, float(means.var(ddof=1)) - within)
     return float(np.expm1(math.sqrt(tau2)) * 100.0)
+
+
+def _probe_logs(hosts: Sequence[Sequence[Any]] | None, logs: list[np.ndarray]) -> list | None:
+    """Each run's readings as (rounds, probes) arrays of logs, or None unless every round of
+    every run has a finite positive reading of the same probes."""
+    if hosts is None or len(hosts) != len(logs):
+        return None
+    out = []
+    for h, x in zip(hosts, logs, strict=True):
+        a = np.asarray(h, dtype=float)
+        a = a.reshape(-1, 1) if a.ndim == 1 else a
+        if a.ndim != 2 or a.shape[0] != x.size or not np.all(np.isfinite(a)) or np.any(a <= 0):
+            return None
+        out.append(np.log(a))
+    return out if len({a.shape[1] for a in out}) == 1 else None
 
 
 def default_noise_path(workdir: Path, suite: str) -> Path:

@@ -20,7 +20,13 @@ Three designs, three estimators:
   run's level that no round of it can see (``run_noise_pct``, default
   ``DEFAULT_RUN_NOISE_PCT``: a disturbance that outlasts the run moves every round of it);
   the test is Welch's t on the log round medians, with its CI and minimum detectable
-  effect from the t distribution.
+  effect from the t distribution. When every round of both sides carries a host-speed
+  reading (guard.bench.host_speed), the difference is taken at equal host speed instead:
+  an analysis of covariance of the log round medians on the log readings, its slope
+  pooled from the rounds within each side, its standard error the residual one plus the
+  slope's own uncertainty (method ``ancova-rounds-host``). A shared VM's speed drifts by
+  5-25% over minutes, so two runs minutes apart differ by that much before any change to
+  the model; the probe sees most of it.
 - unpaired samples (``compare_unpaired``, iterations as units): ratio of medians,
   Mann-Whitney U each way, percentile bootstrap CI. Only sound when the samples are
   independent draws (simulations, tests); results files are judged on rounds.

@@ -1,4 +1,5 @@
-"""Two results files judged on their rounds (Welch's t on log round medians).
+"""Two results files judged on their rounds (Welch's t on log round medians, adjusted for
+the host's speed where the rounds carry its probe).
 
 The design is in guard.bench.regress's docstring: rounds as the independent units,
 calibrated noise as a floor, the measuring conditions (contention, preemption) as a bias
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -36,6 +38,8 @@ CONTENTION_EFFECT = 0.28
 MEDIAN_SAFE = 0.25
 # One-sided 99% normal quantile: calibrated noise is a 99% bound on |A/A ratio - 1|.
 _Z99 = 2.3263478740408408
+# Each side's per-round host-speed readings: a number per round, or a tuple of probes.
+HostReadings = tuple[Sequence[Any], Sequence[Any]]
 
 
 def _finite_positive(values: Sequence[float], side: str) -> np.ndarray:
@@ -84,9 +88,7 @@ def _bias(
     return bias, why
 
 
-def _host_bias(
-    host: tuple[Sequence[float], Sequence[float]] | None, alpha: float
-) -> tuple[float, list[str]]:
+def _host_bias(host: HostReadings | None, alpha: float) -> tuple[float, list[str]]:
     """How far the host's own speed (guard.bench.host_speed) alone can move the ratio.
 
     The part of the probe's base-to-head change beyond its own noise (the one-sided
@@ -94,7 +96,10 @@ def _host_bias(
     """
     if host is None:
         return 0.0, []
-    hb, hh = (np.log(np.asarray(x, dtype=float)) for x in host)
+    sides = [_readings(x, len(x)) for x in host]
+    if sides[0] is None or sides[1] is None:
+        return 0.0, []
+    hb, hh = sides[0][:, 0], sides[1][:, 0]  # the interpreter-and-memory probe
     if min(hb.size, hh.size) < 2:
         return 0.0, []
     d = float(hh.mean() - hb.mean())
@@ -113,6 +118,142 @@ def _host_bias(
         f"{math.exp(hb.mean()):.2f} -> {math.exp(hh.mean()):.2f} ms: up to {b:.0%} from "
         "the machine alone)"
     ]
+
+
+@dataclass(frozen=True)
+class HostAdjusted:
+    """A difference of mean log round medians adjusted for the host's speed (ANCOVA).
+
+    ``d`` is the adjusted head - base difference; its variance is ``s2 * scale``, where
+    ``s2`` is the residual variance of one round (``df`` degrees of freedom). ``slopes``
+    are the pooled within-side slopes of log round median on each probe's log reading and
+    ``dx`` each probe's head - base change in log.
+    """
+
+    d: float
+    s2: float
+    scale: float  # 1/n_base + 1/n_head + dx' (X'X)^-1 dx: the estimate's variance over s2
+    df: int
+    slopes: tuple[float, ...]
+    dx: tuple[float, ...]
+    reliability: tuple[float, ...] = ()  # each probe's real share of its within-side variance
+    under: float = 0.0  # how far the slopes' dilution can leave the ratio (a bias bound)
+
+
+def _readings(x: Sequence[Any], n: int) -> np.ndarray | None:
+    """One side's readings as an (n rounds, k probes) array of logs; None unless each of
+    its n rounds has a finite positive reading of every probe."""
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    a = a.reshape(-1, 1) if a.ndim == 1 else a
+    if a.ndim != 2 or a.shape[0] != n or a.shape[1] == 0:
+        return None
+    if not (np.all(np.isfinite(a)) and np.all(a > 0)):
+        return None
+    return np.log(a)
+
+
+def _errors(x: Sequence[Any], n: int, k: int) -> np.ndarray | None:
+    """One side's per-round error variances of the log mean reading, (n, k); None unless
+    every round has a finite non-negative one for each of the k probes."""
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    a = a.reshape(-1, 1) if a.ndim == 1 else a
+    if a.shape != (n, k) or not (np.all(np.isfinite(a)) and np.all(a >= 0)):
+        return None
+    return a
+
+
+# Below this share of a probe's within-side variance being real (not its readings' own
+# error), its slope cannot be estimated from the rounds.
+MIN_RELIABILITY = 0.2
+
+
+def host_adjusted(
+    xb: np.ndarray,
+    xh: np.ndarray,
+    host: HostReadings | None,
+    error: HostReadings | None = None,
+) -> HostAdjusted | None:
+    """The rounds' difference adjusted for host speed, or None where it cannot be estimated.
+
+    Model: log round median = side level + sum_k slope_k x log reading_k + error, the
+    slopes common to both sides and estimated from the rounds' variation within each side
+    (the pooled within-group slopes of an analysis of covariance). The probes (guard.bench.
+    host_speed) are read around and through every round, so a round on a slower machine
+    has slower readings; the slopes say how much of that a model feels (on the 2-vCPU
+    runner, 0.5-0.8 of the interpreter probe for a call dominated by interpreter overhead,
+    0.1-0.3 for a convolution, which feels the vector-unit probe instead), and the adjusted
+    difference is what is left once each side's mean readings are accounted for. Its
+    variance carries the slopes' own uncertainty (``dx' (X'X)^-1 dx``), so probes that
+    moved between the sides while staying flat within each widen the interval instead of
+    deciding it. None unless every round of both sides has a reading of every probe, and
+    there are at least 3 degrees of freedom left.
+
+    ``error`` holds each round's error variance of its log mean reading per probe (the
+    spread of the round's several readings over their count). A reading that is partly
+    noise flattens a slope fitted on it by its reliability, the real share of its
+    within-side variance (regression dilution: on the 2-vCPU runner the within-run slopes
+    were half the between-run ones), so the adjustment leaves up to slope x change x
+    (1 / reliability - 1) of the host's change in the estimate: ``under``, which the
+    comparison treats as a bias bound, as it does contention (reliability floored at
+    ``MIN_RELIABILITY``).
+    """
+    if host is None:
+        return None
+    hb, hh = _readings(host[0], xb.size), _readings(host[1], xh.size)
+    if hb is None or hh is None or hb.shape[1] != hh.shape[1]:
+        return None
+    k = hb.shape[1]
+    df = int(xb.size + xh.size - 2 - k)
+    if df < 3:
+        return None
+    cx = np.vstack([hb - hb.mean(axis=0), hh - hh.mean(axis=0)])
+    cy = np.concatenate([xb - xb.mean(), xh - xh.mean()])
+    xtx = cx.T @ cx
+    if np.linalg.cond(xtx) > 1e12:
+        return None  # a probe flat within both sides (or two probes that move as one)
+    slopes = np.linalg.solve(xtx, cx.T @ cy)
+    dx = hh.mean(axis=0) - hb.mean(axis=0)
+    d = float(xh.mean() - xb.mean() - dx @ slopes)
+    res = cy - cx @ slopes
+    s2 = float(res @ res) / df
+    scale = 1.0 / xb.size + 1.0 / xh.size + float(dx @ np.linalg.solve(xtx, dx))
+    eb = _errors(error[0], xb.size, k) if error is not None else None
+    eh = _errors(error[1], xh.size, k) if error is not None else None
+    reliability: tuple[float, ...] = ()
+    under = 0.0
+    if eb is not None and eh is not None:
+        # E[centred sum of squares] = the real one + (n - 1) / n x the readings' error
+        noise = eb.sum(axis=0) * (xb.size - 1) / xb.size + eh.sum(axis=0) * (xh.size - 1) / xh.size
+        lam = np.clip(1.0 - noise / np.diag(xtx), MIN_RELIABILITY, 1.0)
+        reliability = tuple(float(v) for v in lam)
+        # A slope fitted on readings a share lam of which is real is lam x the true one:
+        # what the adjustment leaves of the host's change, at most.
+        under = float(np.abs(slopes * dx) @ (1.0 / lam - 1.0))
+    return HostAdjusted(
+        d, s2, scale, df, tuple(float(b) for b in slopes), tuple(float(v) for v in dx),
+        reliability, math.expm1(under),
+    )  # fmt: skip
+
+
+def _adjusted_note(adj: HostAdjusted, xb: np.ndarray, xh: np.ndarray) -> str:
+    """What the host-speed adjustment did, for the verdict's reason."""
+    raw = math.expm1(float(xh.mean() - xb.mean())) * 100.0
+    names = ("interpreter", "vector")
+    read = " and ".join(
+        f"{math.expm1(v) * 100.0:+.1f}% ({names[i] if i < len(names) else f'probe {i}'})"
+        for i, v in enumerate(adj.dx)
+    )
+    slopes = ", ".join(f"{b:.2f}" for b in adj.slopes)
+    return (
+        f" (adjusted for host speed: the probes read {read} during head, slopes {slopes}; "
+        f"unadjusted {raw:+.1f}%)"
+    )
 
 
 def _discount(
@@ -152,7 +293,8 @@ def compare_rounds(
     cpu_share: tuple[float | None, float | None] = (None, None),
     preempted: tuple[float | None, float | None] = (None, None),
     cpu: tuple[Sequence[float], Sequence[float]] | None = None,
-    host: tuple[Sequence[float], Sequence[float]] | None = None,
+    host: HostReadings | None = None,
+    host_error: HostReadings | None = None,
 ) -> Comparison:
     """Judge two results files on their rounds: ``base``/``head`` are round medians (ms).
 
@@ -161,8 +303,11 @@ def compare_rounds(
     module docstring). ``cpu`` holds each side's per-round CPU time per call of a
     1-thread session: when preemption alone left the wall-time verdict inconclusive,
     the rounds are judged on it instead (method ``welch-rounds-cpu``). ``host`` holds each
-    side's per-round host-speed readings: a change in the machine's own speed bounds the
-    verdict as a contention difference does.
+    side's per-round host-speed readings: with one for every round, the difference is
+    adjusted for the machine's own speed (``host_adjusted``, method
+    ``ancova-rounds-host``; ``host_error`` holds each round's error variance of its mean
+    readings, which corrects the slopes for the readings' own noise); otherwise a change
+    in the readings bounds the verdict as a contention difference does.
     """
     cfg = config or RegressConfig()
     a = cfg.alpha if alpha is None else alpha
@@ -176,27 +321,38 @@ def compare_rounds(
             f"{cfg.min_rounds}): set defaults.measure.rounds",
         )
     xb, xh = np.log(b), np.log(h)
-    d = float(xh.mean() - xb.mean())
-    ratio = math.exp(d)
-    vb, vh = float(xb.var(ddof=1)), float(xh.var(ddof=1))
+    floor = 0.0
     if cfg.noise_pct:
         # The calibrated A/A noise bounds |log ratio| of two loads at 99%; one load's own
         # variance is half of that ratio's.
         floor = (math.log1p(cfg.noise_pct / 100.0) / _Z99) ** 2 / 2.0
-        vb, vh = max(vb, floor), max(vh, floor)
-    ub, uh = vb / b.size, vh / h.size
     run_var = math.log1p(cfg.run_noise_pct / 100.0) ** 2  # each side's run level
-    se = math.sqrt(ub + uh + 2.0 * run_var)
+    adj = host_adjusted(xb, xh, host, host_error)
+    if adj is not None:
+        method = "ancova-rounds-host"
+        d = adj.d
+        est_var = max(adj.s2, floor) * adj.scale
+        est_df = float(adj.df)
+    else:
+        d = float(xh.mean() - xb.mean())
+        ub = max(float(xb.var(ddof=1)), floor) / b.size
+        uh = max(float(xh.var(ddof=1)), floor) / h.size
+        est_var = ub + uh
+        # Welch-Satterthwaite degrees of freedom of the two sides' variances
+        den = ub**2 / (b.size - 1) + uh**2 / (h.size - 1)
+        est_df = est_var**2 / den if den > 0 else math.inf
+    ratio = math.exp(d)
+    total = est_var + 2.0 * run_var
+    se = math.sqrt(total)
     if se == 0.0:
         lo = hi = ratio
         p_slower = 0.0 if d > 0 else 1.0
         p_faster = 0.0 if d < 0 else 1.0
         t_a = t_p = 0.0
     else:
-        # Welch-Satterthwaite degrees of freedom; the run term is a known variance, so it
-        # adds to the total but nothing to the estimate's own uncertainty.
-        den = ub**2 / (b.size - 1) + uh**2 / (h.size - 1)
-        df = (ub + uh + 2.0 * run_var) ** 2 / den if den > 0 else math.inf
+        # The run term is a known variance: it adds to the total but nothing to the
+        # estimate's own uncertainty (Satterthwaite with one known term).
+        df = total**2 / (est_var**2 / est_df) if est_var > 0 and est_df > 0 else math.inf
         t_a, t_p = float(stats.t.ppf(1 - a, df)), float(stats.t.ppf(cfg.power, df))
         lo, hi = math.exp(d - t_a * se), math.exp(d + t_a * se)
         p_slower, p_faster = float(stats.t.sf(d / se, df)), float(stats.t.cdf(d / se, df))
@@ -206,12 +362,23 @@ def compare_rounds(
     conditions = (_mean(contention[0]), _mean(contention[1]))
     bias, why = _bias(conditions, cpu_share, preempted)
     preemption_bias = bias - _bias(conditions, (None, None))[0]
-    host_bias, host_why = _host_bias(host, a)
-    bias, why = bias + host_bias, why + host_why
+    if adj is None:
+        host_bias, host_why = _host_bias(host, a)
+        bias, why = bias + host_bias, why + host_why
+    else:
+        host_why = []
+        reason += _adjusted_note(adj, xb, xh)
+        if adj.under >= 0.005:
+            bias += adj.under
+            why.append(
+                f"the probes' readings are partly noise ({', '.join(f'{r:.0%}' for r in adj.reliability)} "
+                f"real within the sides), so the adjustment can leave up to {adj.under:.0%} of "
+                "the host's change"
+            )
     was = verdict
     verdict, reason = _discount(verdict, reason, ratio, lo, hi, bias, why, cfg)
     if verdict == INCONCLUSIVE and cpu is not None and not host_why:
-        by_cpu = _on_cpu_time(cpu, cfg, a, contention, preemption_bias)
+        by_cpu = _on_cpu_time(cpu, cfg, a, contention, preemption_bias, host, host_error)
         if by_cpu is not None:
             preempted_why = "; ".join(w for w in why if "preempted" in w)
             return replace(
@@ -233,6 +400,8 @@ def _on_cpu_time(
     alpha: float,
     contention: tuple[Sequence[float | None], Sequence[float | None]],
     preemption_bias: float,
+    host: HostReadings | None,
+    host_error: HostReadings | None = None,
 ) -> Comparison | None:
     """The rounds judged on CPU time per call, when that settles what preemption did not.
 
@@ -248,7 +417,10 @@ def _on_cpu_time(
         return None
     if np.any(cb <= 0) or np.any(ch <= 0):
         return None
-    comp = compare_rounds(list(cb), list(ch), cfg, alpha=alpha, contention=contention)
+    comp = compare_rounds(
+        list(cb), list(ch), cfg, alpha=alpha, contention=contention, host=host,
+        host_error=host_error,
+    )  # fmt: skip
     if comp.verdict == INCONCLUSIVE:
         return None
-    return replace(comp, method="welch-rounds-cpu")
+    return replace(comp, method=f"{comp.method}-cpu")

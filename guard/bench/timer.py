@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from guard.bench.host_speed import READ_EVERY_S
 from guard.bench.preflight import (
     CpuTimes,
     contention_between,
@@ -181,7 +182,9 @@ class Timings:
     cpu_share: float | None = None  # own CPU time / wall time over the loop (1.0: never preempted)
     preemptions: int | None = None  # involuntary context switches during the loop
     cpu_per_call_s: float | None = None  # own CPU time over the loop / calls (no waiting)
-    host_ms: float | None = None  # the host-speed probe around the loop (guard.bench.host_speed)
+    # the host-speed probes' geometric means over the round (guard.bench.host_speed.read)
+    host: tuple[float, ...] | None = None
+    host_readings: list[tuple[float, ...]] = field(default_factory=list)  # every reading
 
     @property
     def preempted_fraction(self) -> float | None:
@@ -233,18 +236,24 @@ def measure(
     clock: Clock = time.perf_counter,
     *,
     cpu_times: Callable[[], CpuTimes | None] = read_cpu_times,
-    host: Callable[[], float] | None = None,
+    host: Callable[[], float | tuple[float, ...]] | None = None,
 ) -> Timings:
     """Warm up ``fn`` (discarded), then time it per call until the targets in ``cfg`` hold.
 
     Each sample is ``clock()`` after the call minus ``clock()`` before it, so the loop's
     own bookkeeping is outside the samples. The elapsed-time targets count only timed
     calls' wall time from the start of the timed loop (bookkeeping included), which is
-    what bounds how long a benchmark takes. ``host`` (guard.bench.host_speed.host_ms) is
-    read before the warm-up (which then re-warms the caches it touched) and after the
-    loop; ``host_ms`` is their geometric mean.
+    what bounds how long a benchmark takes. ``host`` (guard.bench.host_speed.read: one
+    reading per probe) is read before the warm-up (which then re-warms the caches it
+    touched), every ``READ_EVERY_S`` of the timed loop (each reading followed by one
+    untimed call that re-warms the caches, the pair kept out of the samples and of the
+    elapsed-time targets) and after the loop; ``Timings.host`` holds each probe's geometric
+    mean. The machine's speed moves within seconds here (consecutive readings correlate at
+    0.7-0.8), so readings spread through the loop see the speed the samples saw.
     """
-    h0 = host() if host is not None else None
+    readings: list[tuple[float, ...]] = []
+    if host is not None:
+        readings.append(_reading(host()))
     warmup_iters = 0
     start = clock()
     while warmup_iters < cfg.max_warmup_iters and clock() - start < cfg.warmup_s:
@@ -255,12 +264,15 @@ def measure(
     before = cpu_times()
     loop_start = clock()
     stopped_by = "target"
+    aside = 0.0  # probe readings and their re-warming calls: not the loop's own time
+    probe_cpu, rewarms = 0.0, 0
+    next_probe = loop_start + READ_EVERY_S
     while True:
         t0 = clock()
         fn()
         t1 = clock()
         samples.append(t1 - t0)
-        elapsed = t1 - loop_start
+        elapsed = t1 - loop_start - aside
         n = len(samples)
         if n >= cfg.min_iters and elapsed >= cfg.min_time_s:
             break
@@ -270,8 +282,23 @@ def measure(
         if n >= cfg.max_iters:
             stopped_by = "max_iters"
             break
+        if host is not None and t1 >= next_probe:
+            c0 = time.process_time()
+            readings.append(_reading(host()))
+            probe_cpu += time.process_time() - c0
+            fn()
+            rewarms += 1
+            t2 = clock()
+            aside += t2 - t1
+            next_probe = t2 + READ_EVERY_S
     after = cpu_times()
-    host_ms = math.sqrt(h0 * host()) if host is not None and h0 is not None else None
+    means = None
+    if readings and host is not None:
+        readings.append(_reading(host()))
+        means = tuple(
+            math.exp(sum(math.log(r[k]) for r in readings) / len(readings))
+            for k in range(len(readings[0]))
+        )
     return Timings(
         samples_s=samples,
         warmup_iters=warmup_iters,
@@ -281,8 +308,9 @@ def measure(
         config=cfg,
         cpu_share=cpu_share_between(before, after),
         preemptions=preemptions_between(before, after),
-        cpu_per_call_s=cpu_per_call(before, after, len(samples)),
-        host_ms=host_ms,
+        cpu_per_call_s=cpu_per_call(before, after, len(samples) + rewarms, probe_cpu),
+        host=means,
+        host_readings=readings,
     )
 
 
@@ -369,21 +397,37 @@ class RoundTimings:
                     "cpu_ms_per_call": (
                         None if t.cpu_per_call_s is None else t.cpu_per_call_s * 1e3
                     ),
-                    "host_ms": t.host_ms,
+                    **host_fields(t.host),
+                    "host_readings": [list(r) for r in t.host_readings],
                 }
             )
         return out
 
 
-def cpu_per_call(before: CpuTimes | None, after: CpuTimes | None, calls: int) -> float | None:
+def _reading(r: float | tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(r) if isinstance(r, tuple) else (r,)
+
+
+def host_fields(host: tuple[float, ...] | None) -> dict[str, float | None]:
+    """A round's probe readings as the results file keeps them (``host_ms``, ``simd_ms``)."""
+    names = ("host_ms", "simd_ms")
+    vals = tuple(host or ())
+    return {n: (vals[i] if i < len(vals) else None) for i, n in enumerate(names)}
+
+
+def cpu_per_call(
+    before: CpuTimes | None, after: CpuTimes | None, calls: int, aside_s: float = 0.0
+) -> float | None:
     """This process's CPU time per timed call (seconds); None if unknown or not measurable.
 
     It is the work of a call without the time spent waiting for a core: what a 1-thread
     round can still be judged on when another process preempted it (guard.bench.regress).
+    ``aside_s`` is CPU time spent between ``before`` and ``after`` on other work (the
+    host-speed probe's readings).
     """
     if before is None or after is None or calls < 1:
         return None
-    own = after.own_s - before.own_s
+    own = after.own_s - before.own_s - aside_s
     return own / calls if own > 0 else None
 
 

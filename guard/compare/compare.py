@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -112,11 +112,21 @@ def _validate_samples(r: Mapping[str, Any], at: At) -> None:
             raise rat.key("cpu_ms_per_call").fail(
                 f"{cpu!r} is not a finite positive CPU time in ms (or null)", _EDITED
             )
-        host = rd.get("host_ms")
-        if host is not None and not _positive(host):
-            raise rat.key("host_ms").fail(
-                f"{host!r} is not a finite positive host-speed reading in ms (or null)", _EDITED
+        readings = rd.get("host_readings")
+        if readings is not None and not (
+            isinstance(readings, list)
+            and all(isinstance(x, list) and x and all(_positive(v) for v in x) for x in readings)
+        ):
+            raise rat.key("host_readings").fail(
+                "must be a list of readings, each a list of finite positive ms", _EDITED
             )
+        for probe in HOST_PROBES:
+            reading = rd.get(probe)
+            if reading is not None and not _positive(reading):
+                raise rat.key(probe).fail(
+                    f"{reading!r} is not a finite positive host-speed reading in ms (or null)",
+                    _EDITED,
+                )
 
 
 def canonical_target(r: Mapping[str, Any]) -> str:
@@ -194,9 +204,37 @@ def _every_round(r: Mapping[str, Any], key: str) -> list[float] | None:
     return out if len(out) == len(rounds) else None
 
 
-def round_host(r: Mapping[str, Any]) -> list[float] | None:
-    """Per-round host-speed probe readings (ms); None where any is missing (older files)."""
-    return _every_round(r, "host_ms")
+_T = TypeVar("_T")
+# The host-speed probes a round records (guard.bench.host_speed.read), in order.
+HOST_PROBES = ("host_ms", "simd_ms")
+
+
+def round_host(r: Mapping[str, Any]) -> list[tuple[float, ...]] | None:
+    """Per-round host-speed readings (ms), one tuple per round of every probe that each
+    round has; None where no probe is in every round (older files, an injected clock)."""
+    cols = [c for c in (_every_round(r, p) for p in HOST_PROBES) if c is not None]
+    return [tuple(x) for x in zip(*cols, strict=True)] if cols else None
+
+
+def round_host_error(r: Mapping[str, Any]) -> list[tuple[float, ...]] | None:
+    """Per-round error variance of each probe's log mean reading (the variance of the
+    round's log readings over their count); None where any round has fewer than two."""
+    rounds, means = r.get("rounds"), round_host(r)
+    if not isinstance(rounds, list) or means is None:
+        return None
+    out = []
+    for rd, mean in zip(rounds, means, strict=True):
+        readings = rd.get("host_readings") if isinstance(rd, Mapping) else None
+        if not isinstance(readings, list) or len(readings) < 2:
+            return None
+        try:
+            logs = np.log(np.asarray(readings, dtype=float))
+        except (TypeError, ValueError):
+            return None
+        if logs.ndim != 2 or logs.shape[1] != len(mean) or not np.all(np.isfinite(logs)):
+            return None
+        out.append(tuple(float(v) for v in logs.var(axis=0, ddof=1) / logs.shape[0]))
+    return out
 
 
 def round_cpu(r: Mapping[str, Any]) -> list[float] | None:
@@ -226,6 +264,17 @@ def latency_comparison(
             "session): its iterations are not independent, so no latency verdict; re-run "
             "`guard run --json` with this guard"
         )
+    host = _both(round_host(base_r), round_host(head_r))
+    probes = (_probe(base_r), _probe(head_r))
+    note = ""
+    if host is not None and probes[0] != probes[1]:
+        # Readings of two different probes (another interpreter, another guard) say
+        # nothing about how the machine's speed changed between the runs.
+        host = None
+        note = (
+            f"; host speed not allowed for: the probes differ (base {probes[0] or 'unnamed'}, "
+            f"head {probes[1] or 'unnamed'})"
+        )
     comp = compare_rounds(
         bp, hp, config,
         contention=(round_contention(base_r), round_contention(head_r)),
@@ -233,12 +282,20 @@ def latency_comparison(
         preempted=(_measured(base_r, "preempted_fraction"),
                    _measured(head_r, "preempted_fraction")),
         cpu=_both(round_cpu(base_r), round_cpu(head_r)),
-        host=_both(round_host(base_r), round_host(head_r)),
+        host=host,
+        host_error=_both(round_host_error(base_r), round_host_error(head_r)) if host else None,
     )  # fmt: skip
+    if note:
+        comp = replace(comp, reason=comp.reason + note)
     return comp, comp.reason
 
 
-def _both(b: list[float] | None, h: list[float] | None) -> tuple[list[float], list[float]] | None:
+def _probe(r: Mapping[str, Any]) -> str | None:
+    p = (r.get("measurement") or {}).get("host_probe")
+    return p if isinstance(p, str) else None
+
+
+def _both(b: _T | None, h: _T | None) -> tuple[_T, _T] | None:
     return (b, h) if b is not None and h is not None else None
 
 

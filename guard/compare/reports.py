@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from guard.bench.verdicts import on_rounds
 from guard.compare import crossarch
 from guard.fsutil import atomic_write_text
 
@@ -70,7 +71,7 @@ def row_cells(r: Mapping[str, Any]) -> list[str]:
     stats = r.get("stats") or {}
     mde = stats.get("mde_pct")
     n = f"{stats.get('n_base', '?')}/{stats.get('n_head', '?')}" if "n_base" in stats else "n/a"
-    if stats.get("method") == "welch-rounds":
+    if on_rounds(stats.get("method")):
         n += " rounds"
     num = r.get("numerics") or {}
     return [

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Iterator
 import pytest
 
 from guard.bench import CpuTimes, MeasureConfig, Timings, measure, measure_rounds, summarize
-from guard.bench.timer import round_noise_pct
+from guard.bench.host_speed import READ_EVERY_S
+from guard.bench.timer import RoundTimings, round_noise_pct
 from guard.errors import UsageError
 
 
@@ -315,3 +316,44 @@ def test_cpu_time_per_call_is_taken_over_the_timed_loop() -> None:
     cfg = MeasureConfig(rounds=2, min_time_s=0.0)
     rt = measure_rounds(lambda i: lambda: None, cfg, cpu_times=lambda: None)
     assert [rd["cpu_ms_per_call"] for rd in rt.rounds_dict()] == [None, None]
+
+
+def test_host_probe_is_read_through_the_loop_and_kept_out_of_its_samples() -> None:
+    """Readings before the warm-up, every READ_EVERY_S of loop and after it; each one in the
+    loop takes time and is followed by an untimed re-warming call, neither in the samples
+    nor in the elapsed-time target."""
+    clock = FakeClock()
+    work = Workload(clock, [0.0625])
+    values = iter([2.0, 8.0, 2.0, 8.0, 2.0, 8.0, 2.0, 8.0, 2.0, 8.0, 2.0, 8.0])
+    taken: list[float] = []
+
+    def probe() -> float:
+        clock.t += 0.03125  # a reading costs time on the same clock
+        taken.append(next(values))
+        return taken[-1]
+
+    cfg = MeasureConfig(warmup_s=0.0, min_iters=1, min_time_s=1.0)
+    t = measure(work, cfg, clock, cpu_times=lambda: None, host=probe)
+    assert t.samples_s == [0.0625] * 16  # 1 s of timed calls, the probe's time left out
+    rewarms = work.calls - 16
+    assert READ_EVERY_S == 0.2  # 4 calls of loop between readings: after calls 4, 8 and 12
+    assert rewarms == 3 and len(taken) == rewarms + 2
+    geo = 1.0
+    for v in taken:
+        geo *= v ** (1.0 / len(taken))
+    assert t.host == pytest.approx((geo,))
+    assert measure(Workload(FakeClock(), [0.0625]), cfg, FakeClock()).host is None
+
+
+def test_each_probe_is_averaged_on_its_own_and_kept_under_its_name() -> None:
+    clock = FakeClock()
+    values = iter([(2.0, 1.0), (8.0, 4.0)] * 8)
+    cfg = MeasureConfig(warmup_s=0.0, min_iters=3, min_time_s=0.0)  # 0.19 s: no reading inside
+    t = measure(
+        Workload(clock, [0.0625]), cfg, clock, cpu_times=lambda: None, host=lambda: next(values)
+    )
+    assert t.host == pytest.approx((4.0, 2.0))  # (2 x 8) ** 0.5 and (1 x 4) ** 0.5
+    (rd,) = RoundTimings([t], cfg).rounds_dict()
+    assert rd["host_ms"] == pytest.approx(4.0) and rd["simd_ms"] == pytest.approx(2.0)
+    (bare,) = RoundTimings([measure(lambda: None, cfg)], cfg).rounds_dict()
+    assert bare["host_ms"] is None and bare["simd_ms"] is None

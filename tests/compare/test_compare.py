@@ -13,7 +13,8 @@ from guard.compare import compare as C
 from guard.compare.reports import to_html, to_markdown, write_reports
 from guard.errors import UsageError
 
-CFG = RegressConfig(n_boot=300)
+# These results are one process's samples cut into rounds: no run offset to allow for.
+CFG = RegressConfig(n_boot=300, run_noise_pct=0.0)
 
 
 def test_aa_pair_passes_and_exit_0():
@@ -275,6 +276,7 @@ def test_another_suite_is_refused_with_a_clear_line():
             "results[0].rounds[1].cpu_ms_per_call",
         ),
         (lambda r: r["rounds"][4].update(host_ms=0), "results[0].rounds[4].host_ms"),
+        (lambda r: r["rounds"][3].update(simd_ms="fast"), "results[0].rounds[3].simd_ms"),
     ],
 )
 def test_hand_edited_samples_are_refused_naming_the_field(tmp_path, edit, field):
@@ -380,3 +382,37 @@ def test_suite_regress_pct_from_heads_checks():
     assert row["stats"]["threshold_pct"] == 10.0 and row["verdict"] != "regressed"
     row = C.compare_docs(doc(b), doc(h), CFG, suite_thresholds=False)["rows"][0]
     assert row["stats"]["threshold_pct"] == 3.0 and row["verdict"] == "regressed"
+
+
+def test_host_speed_is_allowed_for_only_between_the_same_probe():
+    """Rounds that read a machine 15% slower during head, the model feeling half of it:
+    adjusted when both files name the same probe, not when the probes differ (another
+    interpreter runs the loop at another speed)."""
+    rng = np.random.default_rng(14)
+
+    def side(speed, probe):
+        log_host = np.log(speed) + rng.normal(0, 0.08, 5)
+        rounds = [list(2.0 * np.exp(0.5 * lh + rng.normal(0, 0.002, 200))) for lh in log_host]
+        r = result("mlp", np.concatenate(rounds), measurement={"host_probe": probe})
+        r["rounds"] = [
+            {
+                "samples_ms": x,
+                "p50": float(np.median(x)),
+                "n": len(x),
+                "host_ms": 4 * np.exp(lh),
+                "simd_ms": 0.8 * np.exp(rng.normal(0, 0.05)),
+            }
+            for x, lh in zip(rounds, log_host, strict=True)
+        ]
+        return r
+
+    b, h = side(1.0, "loop; CPython 3.11.7"), side(1.15, "loop; CPython 3.11.7")
+    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    assert row["stats"]["method"] == "ancova-rounds-host" and row["verdict"] != "regressed"
+    assert "adjusted for host speed" in row["reason"]
+    h["measurement"]["host_probe"] = "loop; CPython 3.12.1"
+    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    assert row["stats"]["method"] == "welch-rounds"
+    assert (
+        "host speed not allowed for: the probes differ (base loop; CPython 3.11.7" in row["reason"]
+    )

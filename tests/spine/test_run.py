@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from spine_helpers import FAST_MEASURE, write_suite
 
+from guard.bench.host_speed import PROBE
 from guard.cli import main
 
 PINS = [
@@ -232,6 +233,9 @@ def test_results_carry_rounds_and_their_noise(tmp_path, workdir, convnet):
     assert r["samples_ms"] == [s for rd in r["rounds"] for s in rd["samples_ms"]]
     assert isinstance(r["noise_pct"], float) and r["noise_pct"] >= 0
     assert {"contention", "cpu_share", "p50"} <= set(r["rounds"][0])
+    # every round carries the host-speed probe's reading, and the result names the probe
+    assert all(isinstance(rd["host_ms"], float) and rd["host_ms"] > 0 for rd in r["rounds"])
+    assert r["measurement"]["host_probe"] == PROBE
 
 
 def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, convnet):
@@ -260,6 +264,33 @@ def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, 
     # noisy to tell (then inconclusive, with why); speed itself is never asserted here.
     assert reg["status"] in ("fail", "inconclusive"), reg
     assert (code == 1) == (reg["status"] == "fail")
+
+
+def test_baseline_is_judged_with_the_suites_calibrated_noise(tmp_path, workdir, convnet):
+    """--baseline reads `guard calibrate`'s noise file as `guard compare` does: its A/A
+    noise raises the threshold, its run noise replaces the default."""
+    from guard.bench.calibrate import default_noise_path, save_noise
+
+    suite = write_suite(tmp_path, suite_text(convnet).replace("min_iters: 5", "min_iters: 6"))
+    code, base = run_json([str(suite), "--no-track"], tmp_path / "base.json")
+    (r,) = base["results"]
+    key = f"{r['model']}/{r['backend']}/{r['manifest']['target']['canonical']}"
+    save_noise(
+        default_noise_path(workdir, base["suite"]),
+        base["suite"],
+        {key: {"noise_pct": 40.0, "rounds": 3, "run_noise_pct": 7.0, "runs": 3}},
+    )
+    code, doc = run_json(
+        [str(suite), "--no-track", "--baseline", str(tmp_path / "base.json")],
+        tmp_path / "head.json",
+    )
+    reg = next(c for c in doc["results"][0]["checks"] if c["name"] == "latency.regress")
+    assert "against a 40% bound" in reg["message"], reg
+    default_noise_path(workdir, base["suite"]).write_text("{not json")
+    bad = tmp_path / "bad.json"
+    code = main(["run", str(suite), "--no-track", "--baseline", str(tmp_path / "base.json"),
+                 "--json", str(bad)])  # fmt: skip
+    assert code == 2 and not bad.exists()
 
 
 def test_hand_edited_baseline_samples_exit_2_naming_file_and_field(
