@@ -26,8 +26,8 @@ Contention per trial is the larger of the two processes' contention for that mod
 processes' share of the spare CPU in the worst round, from /proc/stat minus guard's own
 CPU) and the smaller CPU share (guard's own CPU time over wall time in its worst round).
 
-    .venv/bin/python benchmarks/flow_power.py --processes 10 \
-        --out benchmarks/results/flow_power.json
+    .venv/bin/python benchmarks/flow_power.py --processes 10 --calibrate-runs 0 \
+        --min-time-s 3 --out benchmarks/results/flow_power_host_adjusted.json
 """
 
 from __future__ import annotations

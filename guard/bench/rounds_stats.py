@@ -168,8 +168,8 @@ def _errors(x: Sequence[Any], n: int, k: int) -> np.ndarray | None:
     return a
 
 
-# Below this share of a probe's within-side variance being real (not its readings' own
-# error), its slope cannot be estimated from the rounds.
+# The least real share of a probe's within-side variance (the rest its readings' own
+# error) that the dilution bound assumes: below it, 1 / reliability - 1 has no bound.
 MIN_RELIABILITY = 0.2
 
 
@@ -306,8 +306,8 @@ def compare_rounds(
     side's per-round host-speed readings: with one for every round, the difference is
     adjusted for the machine's own speed (``host_adjusted``, method
     ``ancova-rounds-host``; ``host_error`` holds each round's error variance of its mean
-    readings, which corrects the slopes for the readings' own noise); otherwise a change
-    in the readings bounds the verdict as a contention difference does.
+    readings, from which what the slopes' dilution can leave bounds the verdict);
+    otherwise a change in the readings bounds the verdict as a contention difference does.
     """
     cfg = config or RegressConfig()
     a = cfg.alpha if alpha is None else alpha
@@ -367,7 +367,6 @@ def compare_rounds(
         bias, why = bias + host_bias, why + host_why
     else:
         host_why = []
-        reason += _adjusted_note(adj, xb, xh)
         if adj.under >= 0.005:
             bias += adj.under
             why.append(
@@ -377,6 +376,8 @@ def compare_rounds(
             )
     was = verdict
     verdict, reason = _discount(verdict, reason, ratio, lo, hi, bias, why, cfg)
+    if adj is not None:
+        reason += _adjusted_note(adj, xb, xh)
     if verdict == INCONCLUSIVE and cpu is not None and not host_why:
         by_cpu = _on_cpu_time(cpu, cfg, a, contention, preemption_bias, host, host_error)
         if by_cpu is not None:

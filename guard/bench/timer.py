@@ -49,7 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from guard.bench.host_speed import READ_EVERY_S
+from guard.bench.host_speed import PROBES, READ_EVERY_S
 from guard.bench.preflight import (
     CpuTimes,
     contention_between,
@@ -409,10 +409,9 @@ def _reading(r: float | tuple[float, ...]) -> tuple[float, ...]:
 
 
 def host_fields(host: tuple[float, ...] | None) -> dict[str, float | None]:
-    """A round's probe readings as the results file keeps them (``host_ms``, ``simd_ms``)."""
-    names = ("host_ms", "simd_ms")
+    """A round's probe readings as the results file keeps them (``PROBES``)."""
     vals = tuple(host or ())
-    return {n: (vals[i] if i < len(vals) else None) for i, n in enumerate(names)}
+    return {n: (vals[i] if i < len(vals) else None) for i, n in enumerate(PROBES)}
 
 
 def cpu_per_call(

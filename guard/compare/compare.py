@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from guard.bench.host_speed import PROBES
 from guard.bench.regress import (
     IMPROVED,
     INCONCLUSIVE,
@@ -120,7 +121,7 @@ def _validate_samples(r: Mapping[str, Any], at: At) -> None:
             raise rat.key("host_readings").fail(
                 "must be a list of readings, each a list of finite positive ms", _EDITED
             )
-        for probe in HOST_PROBES:
+        for probe in PROBES:
             reading = rd.get(probe)
             if reading is not None and not _positive(reading):
                 raise rat.key(probe).fail(
@@ -205,14 +206,12 @@ def _every_round(r: Mapping[str, Any], key: str) -> list[float] | None:
 
 
 _T = TypeVar("_T")
-# The host-speed probes a round records (guard.bench.host_speed.read), in order.
-HOST_PROBES = ("host_ms", "simd_ms")
 
 
 def round_host(r: Mapping[str, Any]) -> list[tuple[float, ...]] | None:
     """Per-round host-speed readings (ms), one tuple per round of every probe that each
     round has; None where no probe is in every round (older files, an injected clock)."""
-    cols = [c for c in (_every_round(r, p) for p in HOST_PROBES) if c is not None]
+    cols = [c for c in (_every_round(r, p) for p in PROBES) if c is not None]
     return [tuple(x) for x in zip(*cols, strict=True)] if cols else None
 
 
