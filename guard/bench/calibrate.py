@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from guard.bench.rounds_stats import log_readings, pooled_slopes
 from guard.errors import UsageError
 from guard.fsutil import atomic_write_text
 from guard.track.batch import _log_batch, metric_entities
@@ -152,23 +153,20 @@ def run_noise_pct(
     within-run slopes, as a comparison of two results files adjusts them
     (guard.bench.rounds_stats), so the run noise is what the probes cannot see.
     """
-    if len([r for r in runs if len(r) >= 2]) < 3:
+    usable = sum(1 for r in runs if len(r) >= 2)
+    if usable < 3:
         raise UsageError(
-            f"run noise needs at least 3 runs of at least 2 rounds, got "
-            f"{len([r for r in runs if len(r) >= 2])}",
+            f"run noise needs at least 3 runs of at least 2 rounds, got {usable}",
             hint="Run `guard calibrate --runs 5` (or more).",
         )
     logs = [np.log(np.asarray(r, dtype=float)) for r in runs]
     df = [x.size - 1 for x in logs]
     probes = _probe_logs(hosts, logs)
-    if probes is not None:
-        cx = np.vstack([p - p.mean(axis=0) for p in probes])
-        cy = np.concatenate([x - x.mean() for x in logs])
-        xtx = cx.T @ cx
-        if np.linalg.cond(xtx) < 1e12:
-            slopes = np.linalg.solve(xtx, cx.T @ cy)
-            logs = [x - p @ slopes for x, p in zip(logs, probes, strict=True)]
-            df[0] -= slopes.size  # the slopes' degrees of freedom
+    fit = pooled_slopes(logs, probes) if probes is not None else None
+    if probes is not None and fit is not None:
+        slopes = fit[0]
+        logs = [x - p @ slopes for x, p in zip(logs, probes, strict=True)]
+        df[0] -= slopes.size  # the slopes' degrees of freedom
     keep = [i for i, x in enumerate(logs) if x.size >= 2]
     means = np.array([logs[i].mean() for i in keep])
     pooled = sum(float(((logs[i] - logs[i].mean()) ** 2).sum()) for i in keep)
@@ -183,14 +181,10 @@ def _probe_logs(hosts: Sequence[Sequence[Any]] | None, logs: list[np.ndarray]) -
     every run has a finite positive reading of the same probes."""
     if hosts is None or len(hosts) != len(logs):
         return None
-    out = []
-    for h, x in zip(hosts, logs, strict=True):
-        a = np.asarray(h, dtype=float)
-        a = a.reshape(-1, 1) if a.ndim == 1 else a
-        if a.ndim != 2 or a.shape[0] != x.size or not np.all(np.isfinite(a)) or np.any(a <= 0):
-            return None
-        out.append(np.log(a))
-    return out if len({a.shape[1] for a in out}) == 1 else None
+    out = [log_readings(h, x.size) for h, x in zip(hosts, logs, strict=True)]
+    if any(a is None for a in out):
+        return None
+    return out if len({a.shape[1] for a in out if a is not None}) == 1 else None
 
 
 def default_noise_path(workdir: Path, suite: str) -> Path:

@@ -96,7 +96,7 @@ def _host_bias(host: HostReadings | None, alpha: float) -> tuple[float, list[str
     """
     if host is None:
         return 0.0, []
-    sides = [_readings(x, len(x)) for x in host]
+    sides = [log_readings(x, len(x)) for x in host]
     if sides[0] is None or sides[1] is None:
         return 0.0, []
     hb, hh = sides[0][:, 0], sides[1][:, 0]  # the interpreter-and-memory probe
@@ -140,7 +140,7 @@ class HostAdjusted:
     under: float = 0.0  # how far the slopes' dilution can leave the ratio (a bias bound)
 
 
-def _readings(x: Sequence[Any], n: int) -> np.ndarray | None:
+def log_readings(x: Sequence[Any], n: int) -> np.ndarray | None:
     """One side's readings as an (n rounds, k probes) array of logs; None unless each of
     its n rounds has a finite positive reading of every probe."""
     try:
@@ -171,6 +171,20 @@ def _errors(x: Sequence[Any], n: int, k: int) -> np.ndarray | None:
 # The least real share of a probe's within-side variance (the rest its readings' own
 # error) that the dilution bound assumes: below it, 1 / reliability - 1 has no bound.
 MIN_RELIABILITY = 0.2
+
+
+def pooled_slopes(
+    ys: Sequence[np.ndarray], xs: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The pooled within-group slopes of ``ys`` on ``xs`` (each group's (n, k) covariates
+    centred on its own mean): (slopes, X'X, centred X, centred y), or None where X'X is
+    singular (a covariate flat within every group, or two that move as one)."""
+    cx = np.vstack([x - x.mean(axis=0) for x in xs])
+    cy = np.concatenate([y - y.mean() for y in ys])
+    xtx = cx.T @ cx
+    if np.linalg.cond(xtx) > 1e12:
+        return None
+    return np.linalg.solve(xtx, cx.T @ cy), xtx, cx, cy
 
 
 def host_adjusted(
@@ -205,19 +219,17 @@ def host_adjusted(
     """
     if host is None:
         return None
-    hb, hh = _readings(host[0], xb.size), _readings(host[1], xh.size)
+    hb, hh = log_readings(host[0], xb.size), log_readings(host[1], xh.size)
     if hb is None or hh is None or hb.shape[1] != hh.shape[1]:
         return None
     k = hb.shape[1]
     df = int(xb.size + xh.size - 2 - k)
     if df < 3:
         return None
-    cx = np.vstack([hb - hb.mean(axis=0), hh - hh.mean(axis=0)])
-    cy = np.concatenate([xb - xb.mean(), xh - xh.mean()])
-    xtx = cx.T @ cx
-    if np.linalg.cond(xtx) > 1e12:
+    fit = pooled_slopes([xb, xh], [hb, hh])
+    if fit is None:
         return None  # a probe flat within both sides (or two probes that move as one)
-    slopes = np.linalg.solve(xtx, cx.T @ cy)
+    slopes, xtx, cx, cy = fit
     dx = hh.mean(axis=0) - hb.mean(axis=0)
     d = float(xh.mean() - xb.mean() - dx @ slopes)
     res = cy - cx @ slopes
