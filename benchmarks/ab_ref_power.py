@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flow_power import COTENANT, MEASURE, MODELS, write_suite
+from flow_power import CONDITIONS, MEASURE, MODELS, condition_list, start_cotenant, write_suite
 
 VARIANTS = (("aa", "base"), ("slow5", "slow5"), ("slow10", "slow10"))
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--injected", type=Path, help="flow_power.py's results (injected ratios)")
     ap.add_argument("--trials", type=int, default=6, help="guard ab invocations per variant")
     ap.add_argument("--budget-s", type=float, default=6.0, help="guard ab --budget-s")
-    ap.add_argument("--conditions", default="no-cotenant,cotenant")
+    ap.add_argument("--conditions", type=condition_list, default=list(CONDITIONS))
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="guard-abref-"))
@@ -155,12 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         "injected": injected,
         "conditions": [],
     }
-    for cond in args.conditions.split(","):
-        tenant = None
-        if cond == "cotenant":
-            env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-            tenant = subprocess.Popen([sys.executable, "-c", COTENANT], env=env)
-            time.sleep(1.0)
+    for cond in args.conditions:
+        tenant = start_cotenant(cond)
         parts: dict = {"condition": cond}
         t0 = time.time()
         try:

@@ -3,7 +3,9 @@
 What a user does on a shared runner: run the suite in one process, later run it again in
 another, and ask `guard compare BASE HEAD`. This benchmark does exactly that, over three
 onnxruntime models of very different size (zoo mlp ~0.04 ms, squeezenet ~8 ms,
-inception_v1 ~30 ms; 1 thread), with and without a co-tenant process busy on the other core.
+inception_v1 ~30 ms; 1 thread), with and without a co-tenant process busy on the other core
+(``--conditions``: no-cotenant, cotenant pinned to the cores guard does not measure on, and
+cotenant-any, the same process left to the scheduler).
 
 Slowdowns are injected as benchmarks/regress_power.py injects them: an extra branch whose
 output is an extra graph output, so the model's own output is bit-identical and the
@@ -50,6 +52,7 @@ from onnx import TensorProto, helper, numpy_helper
 from guard.bench.calibrate import load_noise
 from guard.bench.regress import RegressConfig
 from guard.compare.compare import compare_docs, load_results
+from guard.round_runner import measuring_cpus
 
 MODELS = {  # zoo name -> (input name, shape)
     "mlp": ("x", [1, 256]),
@@ -65,6 +68,40 @@ COTENANT = (
     "a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)\n"
     "while True:\n    a = np.tanh(a @ a)\n"
 )
+# The co-tenant conditions: "cotenant" is one busy process on the other core (pinned to
+# the cores guard does not measure on); "cotenant-any" leaves it to the scheduler, which
+# now and then puts it on guard's core between rounds (worst rounds then get 80-90% of
+# the core), a harder condition than the other core alone.
+CONDITIONS = ("no-cotenant", "cotenant", "cotenant-any")
+
+
+def condition_list(text: str) -> list[str]:
+    """``--conditions``: comma-separated names from CONDITIONS (an argparse type)."""
+    names = text.split(",")
+    unknown = sorted(set(names) - set(CONDITIONS))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown condition(s) {', '.join(unknown)}: use {', '.join(CONDITIONS)}"
+        )
+    return names
+
+
+def start_cotenant(condition: str) -> subprocess.Popen | None:
+    """The condition's co-tenant process (1 BLAS thread), or None for "no-cotenant"."""
+    if condition == "no-cotenant":
+        return None
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    cpus = None
+    if condition == "cotenant" and hasattr(os, "sched_getaffinity"):
+        measured = measuring_cpus(1) or set()
+        cpus = (os.sched_getaffinity(0) - measured) or None
+    tenant = subprocess.Popen(
+        [sys.executable, "-c", COTENANT],
+        env=env,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+    )
+    time.sleep(1.0)
+    return tenant
 
 
 def add_branch(model: onnx.ModelProto, inp: str, cols: int) -> onnx.ModelProto:
@@ -305,14 +342,9 @@ def run_condition(
     suites: dict[str, Path],
     n: int,
     work: Path,
-    cotenant: bool,
     noise: tuple[Path, dict[str, float]] | None = None,
 ) -> dict:
-    tenant = None
-    if cotenant:
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        tenant = subprocess.Popen([sys.executable, "-c", COTENANT], env=env)
-        time.sleep(1.0)
+    tenant = start_cotenant(name)
     docs: dict[str, list[tuple[Path, dict]]] = {v: [] for v in suites}
     t0 = time.time()
     try:
@@ -333,7 +365,7 @@ def run_condition(
     base = docs["base"]
     result: dict = {
         "condition": name,
-        "cotenant": cotenant,
+        "cotenant": name != "no-cotenant",
         "processes_per_variant": n,
         "elapsed_s": time.time() - t0,
         **_parts(base, docs, None),
@@ -364,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--min-time-s", type=float, default=1.0, help="timed seconds per result, all rounds"
     )
-    ap.add_argument("--conditions", default="no-cotenant,cotenant")
+    ap.add_argument("--conditions", type=condition_list, default=list(CONDITIONS))
     ap.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
     ap.add_argument(
         "--calibrate-runs",
@@ -413,10 +445,8 @@ def main(argv: list[str] | None = None) -> int:
             "elapsed_s": time.time() - t0,
         }
         print(f"calibrated run noise: {noise[1]}", file=sys.stderr)
-    for cond in args.conditions.split(","):
-        results["conditions"].append(
-            run_condition(cond, suites, args.processes, work, cond == "cotenant", noise)
-        )
+    for cond in args.conditions:
+        results["conditions"].append(run_condition(cond, suites, args.processes, work, noise))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
     for c in results["conditions"]:

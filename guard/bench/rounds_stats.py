@@ -126,8 +126,9 @@ class HostAdjusted:
 
     ``d`` is the adjusted head - base difference; its variance is ``s2 * scale``, where
     ``s2`` is the residual variance of one round (``df`` degrees of freedom). ``slopes``
-    are the pooled within-side slopes of log round median on each probe's log reading and
-    ``dx`` each probe's head - base change in log.
+    are the pooled within-side slopes of log round median on each probe's log reading
+    (taken halfway to undiluted where the readings' error is known) and ``dx`` each
+    probe's head - base change in log.
     """
 
     d: float
@@ -137,7 +138,7 @@ class HostAdjusted:
     slopes: tuple[float, ...]
     dx: tuple[float, ...]
     reliability: tuple[float, ...] = ()  # each probe's real share of its within-side variance
-    under: float = 0.0  # how far the slopes' dilution can leave the ratio (a bias bound)
+    under: float = 0.0  # how far the slopes' dilution can still move the ratio (a bias bound)
 
 
 def log_readings(x: Sequence[Any], n: int) -> np.ndarray | None:
@@ -212,10 +213,14 @@ def host_adjusted(
     spread of the round's several readings over their count). A reading that is partly
     noise flattens a slope fitted on it by its reliability, the real share of its
     within-side variance (regression dilution: on the 2-vCPU runner the within-run slopes
-    were half the between-run ones), so the adjustment leaves up to slope x change x
-    (1 / reliability - 1) of the host's change in the estimate: ``under``, which the
-    comparison treats as a bias bound, as it does contention (reliability floored at
-    ``MIN_RELIABILITY``).
+    were half the between-run ones). The reliability estimated from the readings' spread
+    is a lower bound on the real one (a round's readings also differ because the machine's
+    speed really moved within it), so the true slope lies between the fitted one and the
+    fitted one over the reliability (floored at ``MIN_RELIABILITY``). The adjustment takes
+    each slope at the middle of that range, which halves the worst case either way, and
+    ``under``, half the range times the probe's change, is what that can still leave of
+    the host's change in the estimate: the comparison treats it as a bias bound, as it
+    does contention. The slopes' own uncertainty is scaled with them.
     """
     if host is None:
         return None
@@ -244,9 +249,15 @@ def host_adjusted(
         noise = eb.sum(axis=0) * (xb.size - 1) / xb.size + eh.sum(axis=0) * (xh.size - 1) / xh.size
         lam = np.clip(1.0 - noise / np.diag(xtx), MIN_RELIABILITY, 1.0)
         reliability = tuple(float(v) for v in lam)
-        # A slope fitted on readings a share lam of which is real is lam x the true one:
-        # what the adjustment leaves of the host's change, at most.
-        under = float(np.abs(slopes * dx) @ (1.0 / lam - 1.0))
+        # A slope fitted on readings a share lam of which is real is lam x the true one,
+        # lam at least the estimate: the true slope is in [slope, slope / lam]. Take the
+        # middle; half the range, times the probe's change, is what can be left.
+        stretch = (1.0 + 1.0 / lam) / 2.0
+        under = float(np.abs(slopes * dx) @ (1.0 / lam - 1.0)) / 2.0
+        d -= float(dx @ (slopes * (stretch - 1.0)))
+        slopes = slopes * stretch
+        sdx = stretch * dx
+        scale = 1.0 / xb.size + 1.0 / xh.size + float(sdx @ np.linalg.solve(xtx, sdx))
     return HostAdjusted(
         d, s2, scale, df, tuple(float(b) for b in slopes), tuple(float(v) for v in dx),
         reliability, math.expm1(under),
@@ -383,8 +394,8 @@ def compare_rounds(
             bias += adj.under
             why.append(
                 f"the probes' readings are partly noise ({', '.join(f'{r:.0%}' for r in adj.reliability)} "
-                f"real within the sides), so the adjustment can leave up to {adj.under:.0%} of "
-                "the host's change"
+                f"real within the sides), so the slopes, taken halfway to undiluted, can "
+                f"leave up to {adj.under:.0%} of the host's change"
             )
     was = verdict
     verdict, reason = _discount(verdict, reason, ratio, lo, hi, bias, why, cfg)

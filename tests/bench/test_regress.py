@@ -447,7 +447,8 @@ def test_readings_that_are_partly_noise_bound_the_adjusted_verdict():
     assert [c.verdict for c in bounded].count(R.REGRESSED) / len(bounded) <= 0.05
     held = next(c for c in bounded if c.verdict == R.INCONCLUSIVE and "partly noise" in c.reason)
     assert re.search(
-        r"\(\d+% real within the sides\), so the adjustment can leave up to", held.reason
+        r"\(\d+% real within the sides\), so the slopes, taken halfway to undiluted, can leave up to",
+        held.reason,
     )
     # the same machine at the same speed for both runs: nothing left to bound
     b, h = noisy_probe_runs(rng, 1.0), noisy_probe_runs(rng, 1.0)
