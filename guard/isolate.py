@@ -59,22 +59,7 @@ def _child(fn: Callable[..., Any], args: tuple, kwargs: dict, wfd: int) -> None:
         faulthandler.disable()  # a crash is reported by the parent in one line
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        try:
-            payload: tuple = ("ok", fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
-            payload = ("err", exc, traceback.format_exc())
-        try:
-            data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 - an unpicklable value or exception
-            raised = payload[1] if payload[0] == "err" else None
-            data = pickle.dumps(
-                (
-                    "text",
-                    type(raised).__name__ if raised else "result",
-                    str(raised) if raised else "the step returned an unpicklable value",
-                    isinstance(raised, UsageError),
-                )
-            )
+        data = packed(outcome(fn, *args, **kwargs))
         with os.fdopen(wfd, "wb") as w:
             w.write(data)
     except BaseException:  # noqa: BLE001 - never return into the parent's stack
@@ -179,15 +164,59 @@ def run_isolated(
         raise InternalError(
             f"{what}: its result could not be read back ({exc})", where=where
         ) from None
+    return unpacked(payload, what, where=where, origin="the isolated child process")
+
+
+def outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    """What calling ``fn`` came to, to send to the parent: ``("ok", value)`` or
+    ``("err", exception, traceback)``."""
+    try:
+        return ("ok", fn(*args, **kwargs))
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+        return ("err", exc, traceback.format_exc())
+
+
+def packed(payload: tuple[Any, ...]) -> bytes:
+    """``payload`` pickled; a value or exception that cannot be pickled travels as text:
+    ``("text", type name or "result", message, whether it was a UsageError)``."""
+    try:
+        return pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - an unpicklable value or exception
+        raised = payload[1] if payload[0] == "err" else None
+        return pickle.dumps(
+            (
+                "text",
+                type(raised).__name__ if raised else "result",
+                str(raised) if raised else "the step returned an unpicklable value",
+                isinstance(raised, UsageError),
+            )
+        )
+
+
+def unpacked(
+    payload: tuple[Any, ...], what: str, *, where: str | None, origin: str, prefix: bool = False
+) -> Any:
+    """The value of an ``outcome`` that came back from ``origin`` (a child, a worker), or
+    its exception raised here: guard's own as it was, any other with the child's
+    traceback as a note, and a ``SystemExit`` (a library that exits instead of raising)
+    as an ``InternalError``, so that it fails the step, not this process. ``prefix`` puts
+    ``what`` before a message that travelled as text."""
     if payload[0] == "ok":
         return payload[1]
     if payload[0] == "text":
         _, name, message, usage = payload
         cls = UsageError if usage else InternalError
-        raise cls(f"{name}: {message}" if name != "result" else message, where=where)
+        text = f"{name}: {message}" if name != "result" else message
+        raise cls(f"{what}: {text}" if prefix else text, where=where)
     raised, tb = payload[1], payload[2]
+    if isinstance(raised, GuardError):
+        raise raised  # guard's own one-line error: where it was raised says nothing more
+    if isinstance(raised, BaseException) and not isinstance(raised, Exception):
+        raise InternalError(
+            f"{what} ended with {type(raised).__name__}({raised}) in {origin}", where=where
+        )
     if isinstance(raised, BaseException):
-        raised.add_note(f"in the isolated child process:\n{tb}")
+        raised.add_note(f"in {origin}:\n{tb}")
         raise raised
     raise InternalError(f"{what} failed: {raised!r}", where=where)
 

@@ -39,8 +39,8 @@ import guard
 from guard.bench import MeasureConfig
 from guard.bench.preflight import THREAD_ENV_VARS
 from guard.bench.timer import Timings
-from guard.errors import GuardError, InternalError, UsageError
-from guard.isolate import ENV_DISABLE, NativeCrashError, StepTimeoutError, signal_name
+from guard.errors import InternalError, UsageError
+from guard.isolate import ENV_DISABLE, NativeCrashError, StepTimeoutError, signal_name, unpacked
 
 WORKER = "worker"
 SESSION = "session"
@@ -255,20 +255,10 @@ class RoundWorkers:
                 f"{what}: its round worker ended without a result (exit status {code})",
                 where=job.where,
             ) from None
-        if reply[0] == "ok":
-            timings: Timings = reply[1]
-            return timings
-        if reply[0] == "text":
-            _, name, message, usage = reply
-            cls = UsageError if usage else InternalError
-            raise cls(f"{what}: {name}: {message}", where=job.where)
-        raised, tb = reply[1], reply[2]
-        if isinstance(raised, GuardError):
-            raise raised
-        if isinstance(raised, BaseException):
-            raised.add_note(f"in round worker {w.proc.pid}:\n{tb}")
-            raise raised
-        raise InternalError(f"{what} failed: {raised!r}", where=job.where)
+        timings: Timings = unpacked(
+            reply, what, where=job.where, origin=f"round worker {w.proc.pid}", prefix=True
+        )
+        return timings
 
     def close(self) -> None:
         workers, self._workers = list(self._workers.values()), {}

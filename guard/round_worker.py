@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import gc
 import os
-import pickle
 import sys
 import time
-import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -48,18 +46,9 @@ def measure_round(req: dict[str, Any]) -> Any:
         gc.collect()
 
 
-def _reply(exc: BaseException) -> tuple[Any, ...]:
-    from guard.errors import UsageError
-
-    payload = ("err", exc, traceback.format_exc())
-    try:
-        pickle.dumps(payload)
-    except Exception:  # noqa: BLE001 - an exception that cannot travel goes as text
-        return ("text", type(exc).__name__, str(exc), isinstance(exc, UsageError))
-    return payload
-
-
 def serve(inbox: Connection, outbox: Connection) -> int:
+    from guard.isolate import outcome, packed
+
     outbox.send(("ready", os.getpid()))
     while True:
         try:
@@ -68,11 +57,8 @@ def serve(inbox: Connection, outbox: Connection) -> int:
             return 0
         if req is None:
             return 0
-        try:
-            reply: tuple[Any, ...] = ("ok", measure_round(req))
-        except Exception as exc:  # noqa: BLE001 - the parent turns it into the result's error
-            reply = _reply(exc)
-        outbox.send(reply)
+        # the reply is guard.isolate's: an outcome, pickled, text where it cannot travel
+        outbox.send_bytes(packed(outcome(measure_round, req)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from spine_helpers import small_convnet, write_suite  # noqa: E402
 
 from guard.bench import MeasureConfig  # noqa: E402
 from guard.case import prepare_cases  # noqa: E402
-from guard.errors import UsageError  # noqa: E402
+from guard.errors import InternalError, UsageError  # noqa: E402
 from guard.isolate import ENV_DISABLE, NativeCrashError, StepTimeoutError  # noqa: E402
 from guard.round_runner import (  # noqa: E402
     SESSION,
@@ -45,6 +45,13 @@ def load_session(backend, artefact, threads, manifest):
         os.kill(os.getpid(), signal.SIGSEGV)
     if "hang" in os.environ.get("GUARD_TEST_FAULT", ""):
         time.sleep(3600)
+    if "refuse" in os.environ.get("GUARD_TEST_FAULT", ""):
+        from guard.errors import UsageError
+        raise UsageError("the artefact was refused", where="suite.yaml: models[0]")
+    if "odd" in os.environ.get("GUARD_TEST_FAULT", ""):
+        class OddError(Exception):  # defined here: it cannot be pickled back
+            pass
+        raise OddError("nothing to send back")
     return _real(backend, artefact, threads, manifest)
 load.load_session = load_session
 """
@@ -146,3 +153,29 @@ def test_worker_count_defaults_to_one_per_round_and_refuses_nonsense(monkeypatch
     monkeypatch.setenv("GUARD_ROUND_WORKERS", "zero")
     with pytest.raises(UsageError, match="GUARD_ROUND_WORKERS must be a positive integer"):
         worker_count(10)
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "message"),
+    [
+        ("refuse", UsageError, r"^suite.yaml: models\[0\]: the artefact was refused$"),
+        (
+            "odd",
+            InternalError,
+            r"^suite.yaml: models\[0\]: round 1 of 3 of m on onnxruntime: OddError: nothing to send back$",
+        ),
+    ],
+)
+def test_an_error_in_a_round_comes_back_as_itself_or_as_text(
+    job, site, monkeypatch, fault, error, message
+):
+    """A worker's exception is raised here as it was raised there; one that cannot be
+    pickled comes back as text naming the round (guard.isolate's reply, shared)."""
+    monkeypatch.setenv("GUARD_TEST_FAULT", fault)
+    with RoundWorkers(1, ("onnxruntime",)) as workers:
+        with pytest.raises(error, match=message) as info:
+            workers.measure(0, job)
+        assert info.value.exit_code == (2 if error is UsageError else 3)
+        monkeypatch.delenv("GUARD_TEST_FAULT")
+        workers._drop(0, 1)  # the armed worker goes; a fresh one measures
+        assert workers.measure(0, job).samples_s

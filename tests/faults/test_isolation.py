@@ -13,7 +13,7 @@ import pytest
 from faults_helpers import small_convnet
 
 from guard.cli import main
-from guard.errors import ModelError, UsageError
+from guard.errors import InternalError, ModelError, UsageError
 from guard.isolate import NativeCrashError, StepTimeoutError, run_isolated
 
 
@@ -47,6 +47,14 @@ def test_value_and_exception_come_back():
         run_isolated(bad, what="step")
     assert str(info.value) == str(error())
     assert info.value.exit_code == 2
+
+
+def test_a_step_that_exits_fails_the_step_not_the_process():
+    def exits():
+        raise SystemExit(4)  # what a library that calls sys.exit does
+
+    with pytest.raises(InternalError, match=r"^step ended with SystemExit\(4\) in the isolated"):
+        run_isolated(exits, what="step")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS])
