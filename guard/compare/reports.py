@@ -94,6 +94,33 @@ def row_cells(r: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def unresolved_rounds(cmp: Mapping[str, Any]) -> str:
+    """A line for rows judged on two runs' rounds that could not resolve their threshold:
+    what those runs could see, and the comparison that can (one runner, interleaved).
+    Empty when there are none."""
+    mdes = []
+    for r in cmp.get("rows") or []:
+        stats = r.get("stats") or {}
+        mde, thr = stats.get("mde_pct"), stats.get("threshold_pct")
+        if (
+            r.get("verdict") == "inconclusive"
+            and on_rounds(stats.get("method"))
+            and mde is not None
+            and thr is not None
+            and math.isfinite(mde)
+            and mde > thr
+        ):
+            mdes.append(mde)
+    if not mdes:
+        return ""
+    span = f"{min(mdes):.1f}%" if len(mdes) == 1 else f"{min(mdes):.1f}-{max(mdes):.1f}%"
+    return (
+        f"{len(mdes)} inconclusive row(s) could only have flagged a slowdown of {span} or "
+        "more (their rounds' spread plus what a machine does between two runs). To gate a change, time both commits interleaved on one runner: "
+        "`guard ab SUITE --base-ref BASE`."
+    )
+
+
 HEADERS = [
     "model / backend", "verdict", "latency", "CI", "MDE", "n", "arena bytes",
     "partitions", "outputs; max abs err", "tuning hits", "attribution",
@@ -125,6 +152,9 @@ def to_markdown(cmp: Mapping[str, Any], title: str = "guard compare") -> str:
     cross = crossarch.markdown_lines(cmp.get("cross_arch") or [])
     if cross:
         lines += ["", *cross]
+    unresolved = unresolved_rounds(cmp)
+    if unresolved:
+        lines += ["", unresolved]
     cfg = cmp.get("config") or {}
     lines += [
         "",

@@ -416,3 +416,29 @@ def test_host_speed_is_allowed_for_only_between_the_same_probe():
     assert (
         "host speed not allowed for: the probes differ (base loop; CPython 3.11.7" in row["reason"]
     )
+
+
+def test_rounds_that_cannot_resolve_the_threshold_point_to_the_interleaved_comparison():
+    """Two runs whose levels wander: inconclusive, and the report says what would resolve
+    it; a pair that resolves its threshold gets no such line."""
+    rng = np.random.default_rng(12)
+
+    def side(levels):
+        rounds = [list(2.0 * lv * np.exp(rng.normal(0, 0.002, 400))) for lv in levels]
+        r = result("mlp", np.concatenate(rounds))
+        r["rounds"] = [{"samples_ms": x, "p50": float(np.median(x)), "n": len(x)} for x in rounds]
+        return r
+
+    cmp = C.compare_docs(
+        doc(side([1.00, 1.05, 0.97, 1.04, 0.99])), doc(side([1.06, 1.01, 1.08, 1.03, 1.07])), CFG
+    )
+    (row,) = cmp["rows"]
+    assert row["verdict"] == "inconclusive"
+    md = to_markdown(cmp)
+    mde = row["stats"]["mde_pct"]
+    assert f"1 inconclusive row(s) could only have flagged a slowdown of {mde:.1f}% or more" in md
+    assert "`guard ab SUITE --base-ref BASE`" in md
+    steady = [1.0, 1.001, 0.999, 1.0, 1.0]
+    quiet = C.compare_docs(doc(side(steady)), doc(side(steady)), CFG)
+    assert quiet["rows"][0]["verdict"] == "pass"
+    assert "could only have flagged" not in to_markdown(quiet)
