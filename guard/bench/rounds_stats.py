@@ -239,7 +239,7 @@ def host_adjusted(
     d = float(xh.mean() - xb.mean() - dx @ slopes)
     res = cy - cx @ slopes
     s2 = float(res @ res) / df
-    scale = 1.0 / xb.size + 1.0 / xh.size + float(dx @ np.linalg.solve(xtx, dx))
+    sdx = dx  # the probes' change as the slopes' uncertainty sees it (scaled with them)
     eb = _errors(error[0], xb.size, k) if error is not None else None
     eh = _errors(error[1], xh.size, k) if error is not None else None
     reliability: tuple[float, ...] = ()
@@ -257,7 +257,7 @@ def host_adjusted(
         d -= float(dx @ (slopes * (stretch - 1.0)))
         slopes = slopes * stretch
         sdx = stretch * dx
-        scale = 1.0 / xb.size + 1.0 / xh.size + float(sdx @ np.linalg.solve(xtx, sdx))
+    scale = 1.0 / xb.size + 1.0 / xh.size + float(sdx @ np.linalg.solve(xtx, sdx))
     return HostAdjusted(
         d, s2, scale, df, tuple(float(b) for b in slopes), tuple(float(v) for v in dx),
         reliability, math.expm1(under),
