@@ -17,6 +17,15 @@ from guard.errors import UsageError
 CFG = RegressConfig(n_boot=300, run_noise_pct=0.0)
 
 
+def wandering(rng, levels):
+    """One process's result whose rounds sit at ``levels`` (x 2 ms), each round 400 tight
+    iterations: a process-to-process offset that no iteration inside it can see."""
+    rounds = [list(2.0 * lv * np.exp(rng.normal(0, 0.002, 400))) for lv in levels]
+    r = result("mlp", np.concatenate(rounds))
+    r["rounds"] = [{"samples_ms": x, "p50": float(np.median(x)), "n": len(x)} for x in rounds]
+    return r
+
+
 def test_aa_pair_passes_and_exit_0():
     rng = np.random.default_rng(1)
     base = doc(result("mlp", lat(rng)), result("cnn", lat(rng, ms=5)))
@@ -177,13 +186,7 @@ def test_rounds_not_iterations_are_the_units():
     base_levels = [1.00, 1.05, 0.97, 1.04, 0.99]
     head_levels = [1.06, 1.01, 1.08, 1.03, 1.07]
 
-    def side(levels):
-        rounds = [list(2.0 * lv * np.exp(rng.normal(0, 0.002, 400))) for lv in levels]
-        r = result("mlp", np.concatenate(rounds))
-        r["rounds"] = [{"samples_ms": x, "p50": float(np.median(x)), "n": len(x)} for x in rounds]
-        return r
-
-    b, h = side(base_levels), side(head_levels)
+    b, h = wandering(rng, base_levels), wandering(rng, head_levels)
     pooled = compare_unpaired(b["samples_ms"], h["samples_ms"], CFG)
     assert pooled.verdict == "regressed" and pooled.p_slower < 1e-20
     (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
@@ -423,14 +426,10 @@ def test_rounds_that_cannot_resolve_the_threshold_point_to_the_interleaved_compa
     it; a pair that resolves its threshold gets no such line."""
     rng = np.random.default_rng(12)
 
-    def side(levels):
-        rounds = [list(2.0 * lv * np.exp(rng.normal(0, 0.002, 400))) for lv in levels]
-        r = result("mlp", np.concatenate(rounds))
-        r["rounds"] = [{"samples_ms": x, "p50": float(np.median(x)), "n": len(x)} for x in rounds]
-        return r
-
     cmp = C.compare_docs(
-        doc(side([1.00, 1.05, 0.97, 1.04, 0.99])), doc(side([1.06, 1.01, 1.08, 1.03, 1.07])), CFG
+        doc(wandering(rng, [1.00, 1.05, 0.97, 1.04, 0.99])),
+        doc(wandering(rng, [1.06, 1.01, 1.08, 1.03, 1.07])),
+        CFG,
     )
     (row,) = cmp["rows"]
     assert row["verdict"] == "inconclusive"
@@ -439,6 +438,6 @@ def test_rounds_that_cannot_resolve_the_threshold_point_to_the_interleaved_compa
     assert f"1 inconclusive row(s) could only have flagged a slowdown of {mde:.1f}% or more" in md
     assert "`guard ab SUITE --base-ref BASE`" in md
     steady = [1.0, 1.001, 0.999, 1.0, 1.0]
-    quiet = C.compare_docs(doc(side(steady)), doc(side(steady)), CFG)
+    quiet = C.compare_docs(doc(wandering(rng, steady)), doc(wandering(rng, steady)), CFG)
     assert quiet["rows"][0]["verdict"] == "pass"
     assert "could only have flagged" not in to_markdown(quiet)
