@@ -272,6 +272,7 @@ def trial_rows(
                 "verdict": row["verdict"],
                 "ratio": row["ratio"],
                 "mde_pct": (row["stats"] or {}).get("mde_pct"),
+                "ci": row.get("ci"),
                 "reason": row["reason"],
                 "contention": max(conts) if conts else None,
                 "contention_sides": [cb, ch],
