@@ -72,7 +72,7 @@ def trial(repo: Path, base: str, head: str, out: Path, budget_s: float, cache: P
         [
             sys.executable,
             "-m",
-            "guard.cli",
+            "guard.cli.main",
             "ab",
             str(repo / "suite.yaml"),
             "--base-ref",

@@ -37,7 +37,7 @@ models:
 
 
 def guard(*args: str, cwd: Path) -> int:
-    cmd = [sys.executable, "-m", "guard.cli", *args]
+    cmd = [sys.executable, "-m", "guard.cli.main", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True).returncode
 
 

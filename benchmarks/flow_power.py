@@ -49,10 +49,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from guard.bench.calibrate import load_noise
-from guard.bench.regress import RegressConfig
 from guard.compare.compare import compare_docs, load_results
-from guard.round_runner import measuring_cpus
+from guard.measure.round_runner import measuring_cpus
+from guard.stats.calibrate import load_noise
+from guard.stats.regress import RegressConfig
 
 MODELS = {  # zoo name -> (input name, shape)
     "mlp": ("x", [1, 256]),
@@ -226,7 +226,16 @@ def write_suite(d: Path, models: dict[str, Path], measure: str) -> Path:
 def guard_run(suite: Path, out: Path, work: Path) -> dict:
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
     proc = subprocess.run(
-        [sys.executable, "-m", "guard.cli", "run", str(suite), "--json", str(out), "--no-track"],
+        [
+            sys.executable,
+            "-m",
+            "guard.cli.main",
+            "run",
+            str(suite),
+            "--json",
+            str(out),
+            "--no-track",
+        ],
         cwd=work,
         env=env,
         capture_output=True,
@@ -242,7 +251,16 @@ def guard_compare(base: Path, head: Path, noise: Path | None = None) -> int:
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
     extra = ["--noise", str(noise)] if noise is not None else []
     return subprocess.run(
-        [sys.executable, "-m", "guard.cli", "compare", str(base), str(head), "--quiet", *extra],
+        [
+            sys.executable,
+            "-m",
+            "guard.cli.main",
+            "compare",
+            str(base),
+            str(head),
+            "--quiet",
+            *extra,
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -310,7 +328,7 @@ def calibrate_runs(suite: Path, runs: int, work: Path) -> tuple[Path, dict[str, 
     """`guard calibrate SUITE --rounds 0 --runs K`: each result's run noise, into a file."""
     out = work / "noise.json"
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
-    cmd = [sys.executable, "-m", "guard.cli", "calibrate", str(suite), "--rounds", "0"]
+    cmd = [sys.executable, "-m", "guard.cli.main", "calibrate", str(suite), "--rounds", "0"]
     cmd += ["--runs", str(runs), "--no-track", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:

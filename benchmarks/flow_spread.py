@@ -34,7 +34,7 @@ from pathlib import Path
 
 from scipy import stats
 
-from guard.bench.verdicts import DEFAULT_RUN_NOISE_PCT, RegressConfig
+from guard.stats.verdicts import DEFAULT_RUN_NOISE_PCT, RegressConfig
 
 _CI = re.compile(r"CI \[([-+\d.]+)%, ([-+\d.]+)%\]")
 ALPHA = RegressConfig().alpha

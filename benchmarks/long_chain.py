@@ -45,7 +45,7 @@ def _busy() -> float:
 
 
 def main(sizes: list[int]) -> None:
-    from guard.compiler.plan import compile_model
+    from guard.compiler.partition.plan import compile_model
 
     with tempfile.TemporaryDirectory() as tmp:
         for n in sizes:

@@ -38,10 +38,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from guard.bench.calibrate import calibrate_fn
-from guard.bench.preflight import contention_between, read_cpu_times
-from guard.bench.regress import REGRESSED, RegressConfig, compare_unpaired, with_noise
 from guard.compare.ab import run_ab, warm
+from guard.measure.preflight import contention_between, read_cpu_times
+from guard.stats.calibrate import calibrate_fn
+from guard.stats.regress import REGRESSED, RegressConfig, compare_unpaired, with_noise
 
 BATCH, WIDTH, LAYERS = 16, 512, 4
 

@@ -29,7 +29,7 @@ import pytest
 from guard.backends import get_backend
 from guard.backends.base import BuildRequest
 from guard.manifest import canonicalize
-from guard.model import bind, load_model, make_inputs
+from guard.suite.model import bind, load_model, make_inputs
 
 MODELS = {
     "mlp": {"x": [1, 256]},

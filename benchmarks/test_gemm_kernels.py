@@ -53,13 +53,13 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from guard.bench.preflight import contention_between, read_cpu_times  # noqa: E402
-from guard.compiler import layout  # noqa: E402
 from guard.compiler.codegen.base import Kernel  # noqa: E402
-from guard.compiler.codegen.conv_schedule import Geometry, default_conv_schedule  # noqa: E402
-from guard.compiler.codegen.emit_conv import Conv, conv_function  # noqa: E402
-from guard.compiler.codegen.gemm import GemmKernel, register_blas_symbol  # noqa: E402
+from guard.compiler.codegen.conv.emitter import Conv, conv_function  # noqa: E402
+from guard.compiler.codegen.conv.schedule import Geometry, default_conv_schedule  # noqa: E402
+from guard.compiler.codegen.gemm.driver import GemmKernel, register_blas_symbol  # noqa: E402
 from guard.compiler.codegen.kernel_plan import Operand  # noqa: E402
+from guard.compiler.ir import layout  # noqa: E402
+from guard.measure.preflight import contention_between, read_cpu_times  # noqa: E402
 from tests.compiler.codegen._jit import Jitted  # noqa: E402
 
 GEMMS = {  # name: (M, N, K, kwargs)

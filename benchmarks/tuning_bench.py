@@ -108,7 +108,7 @@ def interleaved(sessions: list, feeds: dict, rounds: int = 15, round_s: float = 
     """Per-call medians (seconds of this thread's CPU time: every side runs in the calling
     thread at 1 thread, so a co-tenant's preemption is not counted) per session, and
     other processes' CPU share meanwhile."""
-    from guard.bench.preflight import contention_between, read_cpu_times
+    from guard.measure.preflight import contention_between, read_cpu_times
 
     for s in sessions:
         s.run(feeds)
@@ -149,13 +149,13 @@ def main() -> int:
     args = ap.parse_args()
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     import guard
-    from guard.case import prepare_model
-    from guard.cli import main as guard_main
+    from guard.cli.main import main as guard_main
     from guard.compiler.tuning.cache import Entry, load, merge_into
     from guard.compiler.tuning.keys import TaskKey
     from guard.manifest import canonicalize
-    from guard.model import make_inputs
+    from guard.run.case import prepare_model
     from guard.suite import load_suite
+    from guard.suite.model import make_inputs
 
     load_before = os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="guard-tuning-bench-"))

@@ -26,85 +26,48 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "guard"
 
-# Lowest first. A module belongs to the layer of its longest matching prefix; inside one
-# layer imports go either way (cycles are checked separately).
+# The layer table: guard's packages, lowest first. A module belongs to the layer of its
+# package (the longest matching prefix); inside one layer imports go either way (cycles are
+# checked separately). Every package under guard/ is in exactly one layer, and guard/ holds
+# no loose modules but __init__, __main__ and a version (test_the_tree_is_the_layer_table).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("guard", "guard.errors", "guard.fsutil", "guard.isolate")),
-    ("records", ("guard.manifest", "guard.zoo", "guard.track", "guard.bench")),
-    ("domain", ("guard.compiler", "guard.suite", "guard.model", "guard.checks")),
+    ("core", ("guard", "guard.core")),
+    ("records", ("guard.manifest", "guard.zoo", "guard.track")),
+    ("compiler", ("guard.compiler",)),
+    ("suite", ("guard.suite",)),
     ("backends", ("guard.backends", "guard.emulate")),
-    ("artefacts", ("guard.golden", "guard.build", "guard.round_runner", "guard.round_worker")),
-    ("documents", ("guard.compare", "guard.report", "guard.shard")),
-    ("case", ("guard.case", "guard.result")),
+    ("measure", ("guard.measure",)),
+    ("stats", ("guard.stats",)),
+    ("goldens", ("guard.golden",)),
+    ("results", ("guard.results",)),
+    ("documents", ("guard.compare", "guard.report")),
+    ("run", ("guard.run",)),
+    ("diagnosis", ("guard.doctor", "guard.reduce")),
+    ("cli", ("guard.cli",)),
+]
+
+# Inside the compiler, the same rule over its own packages: the IR imports nothing else of
+# the compiler; the reference interpreter only the IR; graph planning (view, schedule,
+# memory) neither the importer nor the passes; the importer and passes never the back end
+# (partitioning, code generation, tuning, the runtime and its artefact).
+COMPILER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("ir", ("guard.compiler.ir",)),
+    ("reference", ("guard.compiler.reference",)),
+    ("graph", ("guard.compiler.graph",)),
+    ("frontend and passes", ("guard.compiler", "guard.compiler.frontend", "guard.compiler.passes")),
     (
-        "commands",
+        "back end",
         (
-            "guard.run",
-            "guard.deliver",
-            "guard.calibrate",
-            "guard.merge",
-            "guard.doctor",
-            "guard.reduce",
-            "guard.compare.ab_worker",
-        ),
-    ),
-    (
-        "cli",
-        (
-            "guard.cli",
-            "guard.cli_artefacts",
-            "guard.cli_calibrate",
-            "guard.cli_compare",
-            "guard.cli_doctor",
-            "guard.cli_help",
-            "guard.cli_scale",
-            "guard.cli_track",
-            "guard.cli_tune",
+            "guard.compiler.partition",
+            "guard.compiler.codegen",
+            "guard.compiler.tuning",
+            "guard.compiler.runtime",
         ),
     ),
 ]
 
-# Inside the compiler, the same rule over its own three levels: the IR imports nothing
-# else of the compiler; graph-level code (import, reference, passes, scheduling, memory
-# planning) never imports the back end (support, partitioning, the plan, codegen, tuning,
-# the artefact and runtime).
-COMPILER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("ir", tuple(f"guard.compiler.{m}" for m in ("ir", "ops", "layout", "shapes", "text"))),
-    (
-        "graph",
-        ("guard.compiler",)
-        + tuple(
-            f"guard.compiler.{m}"
-            for m in (
-                "frontend",
-                "reference",
-                "verify",
-                "passes",
-                "pipeline",
-                "diff",
-                "schedule",
-                "memory",
-            )
-        ),
-    ),
-    (
-        "back end",
-        tuple(
-            f"guard.compiler.{m}"
-            for m in (
-                "support",
-                "partition",
-                "plan",
-                "codegen",
-                "tuning",
-                "weights",
-                "runtime",
-                "artefact",
-                "conformance",
-            )
-        ),
-    ),
-]
+# Modules allowed directly under guard/ (everything else lives in a layer's package).
+TOP_LEVEL_MODULES = {"__init__", "__main__", "version"}
 
 # (importing module, imported module) -> why the upward edge is still there.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
@@ -239,6 +202,33 @@ def guard_graph() -> dict[str, set[str]]:
     return import_graph()
 
 
+def _packages(root: Path) -> set[str]:
+    return {
+        ".".join(d.relative_to(PKG.parent).parts)
+        for d in root.iterdir()
+        if d.is_dir() and (d / "__init__.py").is_file()
+    }
+
+
+def test_the_tree_is_the_layer_table():
+    """The folder tree is the layer table: each package of guard/ (and of guard/compiler/)
+    is named in exactly one layer, every named package exists, and no loose module sits
+    beside them."""
+    for root, table in ((PKG, LAYERS), (PKG / "compiler", COMPILER_LAYERS)):
+        own = ".".join(root.relative_to(PKG.parent).parts)
+        named = [p for _, pkgs in table for p in pkgs if p not in ("guard", own)]
+        assert len(named) == len(set(named)), f"a package is in two layers: {named}"
+        on_disk = _packages(root)
+        assert set(named) == on_disk, (
+            f"layer table and {root.relative_to(PKG.parent)}/ disagree: "
+            f"not in a layer {sorted(on_disk - set(named))}, no such package {sorted(set(named) - on_disk)}"
+        )
+    loose = {p.stem for p in PKG.glob("*.py")} - TOP_LEVEL_MODULES
+    assert not loose, (
+        f"loose modules in guard/: {sorted(loose)}; move each into its layer's package"
+    )
+
+
 def test_every_module_has_a_layer():
     for mod in guard_graph():
         layer_of(mod)
@@ -291,14 +281,14 @@ def test_checker_sees_function_level_relative_and_type_checking_imports(tmp_path
             "guard/a/x.py": "def f():\n    from guard.a import y\n",
             "guard/a/y.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
             "    from .z import Z\n",
-            "guard/a/z.py": "import guard.a.x as x\nfrom guard.errors import GuardError\n",
-            "guard/errors.py": "",
+            "guard/a/z.py": "import guard.a.x as x\nfrom guard.core.errors import GuardError\n",
+            "guard/core/errors.py": "",
         },
         tmp_path,
     )
     assert g["guard.a.x"] == {"guard.a.y"}
     assert g["guard.a.y"] == {"guard.a.z"}
-    assert g["guard.a.z"] == {"guard.a.x", "guard.errors"}
+    assert g["guard.a.z"] == {"guard.a.x", "guard.core.errors"}
     assert cycles(g) == [frozenset({"guard.a.x", "guard.a.y", "guard.a.z"})]
 
 
@@ -307,13 +297,16 @@ def test_checker_flags_an_upward_import(tmp_path):
         {
             "guard/__init__.py": "",
             "guard/compiler/__init__.py": "",
-            "guard/compiler/ir.py": "def f():\n    from guard.backends.base import Session\n",
+            "guard/compiler/ir/__init__.py": "",
+            "guard/compiler/ir/core.py": "def f():\n    from guard.backends.base import Session\n",
             "guard/backends/__init__.py": "",
-            "guard/backends/base.py": "from guard.compiler import ir\n",
+            "guard/backends/base.py": "from guard.compiler.ir import core\n",
         },
         tmp_path,
     )
-    assert upward_edges(g) == {("guard.compiler.ir", "guard.backends.base")}
-    assert cycles(g) == [frozenset({"guard.compiler.ir", "guard.backends.base"})]
-    g["guard.compiler.ir"] = {"guard.compiler.plan"}  # inside the compiler: IR -> back end
-    assert upward_edges(g) == {("guard.compiler.ir", "guard.compiler.plan")}
+    assert upward_edges(g) == {("guard.compiler.ir.core", "guard.backends.base")}
+    assert cycles(g) == [frozenset({"guard.compiler.ir.core", "guard.backends.base"})]
+    g["guard.compiler.ir.core"] = {
+        "guard.compiler.partition.plan"
+    }  # inside the compiler: IR -> back end
+    assert upward_edges(g) == {("guard.compiler.ir.core", "guard.compiler.partition.plan")}

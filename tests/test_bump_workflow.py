@@ -91,7 +91,7 @@ def test_gate_is_the_pull_request_author_and_trigger_is_pyproject():
 
 def test_workflow_command_line_parses_with_guards_cli(tmp_path, monkeypatch, capsys):
     """The guard invocation in the workflow uses flags guard really has."""
-    from guard.cli import build_parser
+    from guard.cli.main import build_parser
 
     wf = yaml.safe_load(WORKFLOW.read_text())
     step = next(s for s in wf["jobs"]["bump"]["steps"] if s.get("run", "").startswith("guard bump"))

@@ -1,4 +1,4 @@
-"""``guard calibrate``: the command over guard.bench.calibrate's A/A statistic."""
+"""``guard calibrate``: the command over guard.stats.calibrate's A/A statistic."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import guard.calibrate
-from guard.bench.calibrate import default_noise_path, load_noise, run_noise_pct
-from guard.cli import main
-from guard.errors import TrackingError, UsageError
+import guard.run.calibrate
+from guard.cli.main import main
+from guard.core.errors import TrackingError, UsageError
+from guard.stats.calibrate import default_noise_path, load_noise, run_noise_pct
 
 SMOKE = Path(__file__).resolve().parents[1] / "suites" / "smoke.yaml"
 
@@ -89,16 +89,16 @@ def test_calibrate_checks_the_tracking_uri_before_measuring(tmp_path, monkeypatc
     def measured(*a, **k):
         raise AssertionError("measured before the tracking URI was checked")
 
-    monkeypatch.setattr(guard.calibrate, "prepare_cases", measured)
+    monkeypatch.setattr(guard.run.calibrate, "prepare_cases", measured)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(TrackingError, match="cannot reach"):
-        guard.calibrate.calibrate_suite(
+        guard.run.calibrate.calibrate_suite(
             SMOKE, tracking_uri=f"http://127.0.0.1:{port}", workdir=tmp_path
         )
     with pytest.raises(TrackingError, match="not a tracking URI"):
-        guard.calibrate.calibrate_suite(SMOKE, tracking_uri="localhost:5000", workdir=tmp_path)
+        guard.run.calibrate.calibrate_suite(SMOKE, tracking_uri="localhost:5000", workdir=tmp_path)
 
 
 def test_calibrate_bad_suite_is_one_line_exit_2(tmp_path, capsys):

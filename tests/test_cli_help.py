@@ -6,8 +6,8 @@ import shlex
 
 import pytest
 
-from guard import cli_help
-from guard.cli import build_parser, main
+from guard.cli import help as cli_help
+from guard.cli.main import build_parser, main
 
 
 def test_every_subcommand_has_a_description_and_an_example():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from guard.errors import GuardError, UsageError
+from guard.core.errors import GuardError, UsageError
 
 
 def test_message_and_hint_are_two_sentences():

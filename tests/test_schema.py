@@ -1,4 +1,4 @@
-"""guard.schema: one reader for versioned documents, one error naming the file and field."""
+"""guard.core.schema: one reader for versioned documents, one error naming the file and field."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.errors import EXIT_BAD_INPUT, SchemaError, SuiteError, UsageError
-from guard.manifest.store import ManifestError
-from guard.schema import (
+from guard.core.errors import EXIT_BAD_INPUT, SchemaError, SuiteError, UsageError
+from guard.core.schema import (
     RESULTS_SCHEMA_VERSION,
     At,
     Schema,
@@ -18,6 +17,7 @@ from guard.schema import (
     section,
     show,
 )
+from guard.manifest.store import ManifestError
 
 DOC = Schema("widget", 2, "Re-create it with `guard widget`.")
 

@@ -223,7 +223,7 @@ def _guard_args(line: str, env: dict[str, str]) -> list[str]:
 def test_sharded_workflow_fans_out_per_arch_and_merges():
     """Four shards per architecture, one shared invocation id each, then a merge job per
     architecture that writes the summary and whose exit code is the run's."""
-    from guard.cli import build_parser
+    from guard.cli.main import build_parser
 
     wf = _load(SHARDED_YML)
     shard, merge = wf["jobs"]["shard"], wf["jobs"]["merge"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from guard.backends.base import Backend
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 
 # name -> "module:factory"; imported only when the suite asks for the backend.
 REGISTRY: dict[str, str] = {

@@ -2,12 +2,12 @@
 
 Build = import → optimise (pipeline O0/O1/O2) → partition (native backend or a delegate
 profile, with the reference interpreter as fallback) → schedule → plan one arena → write a
-self-contained artefact (guard.compiler.artefact: IR text, flat weights + index, partition
+self-contained artefact (guard.compiler.runtime.artefact: IR text, flat weights + index, partition
 report, frozen memory plan, hashes; no pickle). Load = verify every hash, then run the
-partitions in schedule order over one preallocated arena (guard.compiler.runtime).
+partitions in schedule order over one preallocated arena (guard.compiler.runtime.engine).
 
 This file is the adapter (BuildRequest in, BuildInfo out; a Session over a loaded
-artefact); the artefact layout lives in guard/compiler/artefact.py, and guard/compiler
+artefact); the artefact layout lives in guard/compiler/runtime/artefact.py, and guard/compiler
 never imports guard/backends.
 """
 
@@ -22,13 +22,13 @@ import numpy as np
 
 from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
 from guard.compiler import graph_diff, import_onnx, optimize, verify
-from guard.compiler.artefact import MANIFEST, compiler_version, load_artefact, save_artefact
-from guard.compiler.pipeline import pipeline_names
-from guard.compiler.plan import COMPILER_NAME, plan
-from guard.compiler.runtime import RUNTIME_NAME
+from guard.compiler.partition.plan import COMPILER_NAME, plan
+from guard.compiler.passes.pipeline import pipeline_names
+from guard.compiler.runtime.artefact import MANIFEST, compiler_version, load_artefact, save_artefact
+from guard.compiler.runtime.engine import RUNTIME_NAME
 from guard.compiler.tuning.cache import load
 from guard.compiler.tuning.dispatch import Dispatch, applied
-from guard.errors import ModelError
+from guard.core.errors import ModelError
 
 
 def build_bundled(req: BuildRequest) -> BuildInfo:

@@ -2,7 +2,7 @@
 
 Partitions come from ORT's own record of which execution provider each node of the
 optimised graph was assigned to (``session.record_ep_graph_assignment_info``), grouped by
-the compiler's partition grouping (guard.compiler.grouping): connected same-provider
+the compiler's partition grouping (guard.compiler.graph.grouping): connected same-provider
 subgraphs that keep the collapsed graph acyclic, then merged per provider while it stays
 acyclic. Memory comes from a profiled probe at build time (guard.backends.ort_memory): the
 liveness lower bound over ORT's executed node order, and the bytes ORT's CPU arena
@@ -28,9 +28,9 @@ from guard.backends.ort_session import (
     _ort_text,
     session_options,
 )
-from guard.compiler.grouping import group_connected, merge_while_acyclic
-from guard.errors import ModelError
-from guard.schema import Schema
+from guard.compiler.graph.grouping import group_connected, merge_while_acyclic
+from guard.core.errors import ModelError
+from guard.core.schema import Schema
 
 if TYPE_CHECKING:
     import onnxruntime

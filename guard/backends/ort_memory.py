@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx.helper import tensor_dtype_to_np_dtype
 
-from guard.errors import ModelError
+from guard.core.errors import ModelError
 
 # Lines the memory probe (guard.backends.ort_probe) writes into its stderr, around ORT's
 # verbose log: the runs start, the runs are done, and (on failure) ORT's own error.

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from guard.errors import ModelError, UnsupportedOpError
+from guard.core.errors import ModelError, UnsupportedOpError
 
 if TYPE_CHECKING:
     import onnxruntime  # imported on first use at run time: loading it costs ~0.2 s

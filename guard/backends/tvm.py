@@ -33,8 +33,8 @@ import numpy as np
 from guard.backends import tvm_memory, tvm_tuning
 from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
 from guard.backends.tvm_import import graph_io, host_cores, import_onnx, tvm_target
-from guard.errors import ModelError
-from guard.schema import Schema
+from guard.core.errors import ModelError
+from guard.core.schema import Schema
 
 PAYLOAD = "model.so"
 META = "tvm.json"

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from guard.errors import ModelError, UnsupportedOpError
+from guard.core.errors import ModelError, UnsupportedOpError
 from guard.manifest.target import to_tvm_dict
 
 if TYPE_CHECKING:

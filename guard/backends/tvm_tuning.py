@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.backends.tvm_import import host_cores, import_onnx, tvm_target
-from guard.errors import ModelError, UsageError
+from guard.core.errors import ModelError, UsageError
 
 DB_FILES = ("database_tuning_record.json", "database_workload.json")
 MAX_MISSED_LISTED = 20

@@ -21,17 +21,17 @@ from typing import Any
 import numpy as np
 
 from guard.backends.base import Session
-from guard.bench.preflight import contention_between, read_cpu_times
-from guard.bench.regress import (
+from guard.compare.attribution import attribute
+from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest_diff
+from guard.core.errors import UsageError
+from guard.measure.preflight import contention_between, read_cpu_times
+from guard.stats.regress import (
     AdaptiveResult,
     RegressConfig,
     Sampler,
     measure_until_conclusive,
     with_noise,
 )
-from guard.compare.attribution import attribute
-from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest_diff
-from guard.errors import UsageError
 
 Clock = Callable[[], float]
 
@@ -142,7 +142,7 @@ def run_ab(
 
 def case_facts(case: object) -> dict[str, Any]:
     """What a loaded case can say besides time: partitions, arena, outputs (duck-typed: a
-    guard.case.Case, or a worker's stand-in; a fact it cannot give is left out)."""
+    guard.run.case.Case, or a worker's stand-in; a fact it cannot give is left out)."""
     facts: dict[str, Any] = {"manifest": getattr(case, "manifest", None) or {}}
     session: Session | None = getattr(case, "session", None)
     if session is None:

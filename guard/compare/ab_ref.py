@@ -13,11 +13,11 @@ regressions. So each side gets:
 - its guard: a side whose tree is guard itself (``guard/__init__.py`` and a pyproject
   naming project ``guard``) runs that tree's guard, first on ``PYTHONPATH``; any other
   repository (a team's suites and models) runs this guard on both sides;
-- a worker process (guard/compare/ab_worker.py) that builds and loads the side's cases,
+- a worker process (guard/run/ab_worker.py) that builds and loads the side's cases,
   pinned, like the other side's, to the same first ``threads`` cores (``measuring_cpus``).
 
 The coordinator then times the two workers' cases in alternating pairs (AB, BA, ...) with
-``guard ab``'s adaptive paired statistics (guard.bench.regress.measure_until_conclusive),
+``guard ab``'s adaptive paired statistics (guard.stats.regress.measure_until_conclusive),
 and writes the same comparison document as ``guard ab``.
 """
 
@@ -39,8 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from guard.bench.preflight import THREAD_ENV_VARS, contention_between, read_cpu_times
-from guard.bench.regress import RegressConfig, measure_until_conclusive, with_noise
 from guard.compare.ab import ABOutcome, ab_document, ab_row
 from guard.compare.bump import (
     REPO_ROOT,
@@ -50,10 +48,12 @@ from guard.compare.bump import (
     pinned_requirements,
 )
 from guard.compare.compare import host_incompatibility
-from guard.errors import InternalError, UsageError
-from guard.round_runner import measuring_cpus
+from guard.core.errors import InternalError, UsageError
+from guard.measure.preflight import THREAD_ENV_VARS, contention_between, read_cpu_times
+from guard.measure.round_runner import measuring_cpus
+from guard.stats.regress import RegressConfig, measure_until_conclusive, with_noise
 
-WORKER = Path(__file__).with_name("ab_worker.py")
+WORKER = Path(__file__).parents[1] / "run" / "ab_worker.py"
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-# guard.bench.preflight warns above 20%; a verdict measured like that deserves a note.
+# guard.measure.preflight warns above 20%; a verdict measured like that deserves a note.
 CONTENTION_NOTE = 0.2
 _MANIFEST_ORDER = ("runtime.", "compiler.", "driver.", "tuning_cache.", "model.", "target.")
 

@@ -24,8 +24,8 @@ from guard.compare.compare import (
     row_key,
     validate_results,
 )
-from guard.errors import UsageError
-from guard.schema import RESULTS_SCHEMA_VERSION
+from guard.core.errors import UsageError
+from guard.core.schema import RESULTS_SCHEMA_VERSION
 from guard.track import find_runs, load_artifact_dict
 from guard.track.client import http_limits, mlflow_client, translated
 from guard.track.index import baseline_on_branch

@@ -6,7 +6,7 @@ source tree through PYTHONPATH, so both sides run the same instrument and only t
 dependency differs. Venvs are cached by a key over (interpreter, the resolved
 requirement list) and only reused when their install completed (a marker file).
 
-Each side runs ``python -m guard.cli run SUITE --json ... --no-track`` in a subprocess in
+Each side runs ``python -m guard.cli.main run SUITE --json ... --no-track`` in a subprocess in
 its own work directory, so artefacts built against one version are never reused by the
 other. The comparison's manifest diff gets the bumped package first, since a package
 that is not a manifest pin (numpy) would otherwise not show at all.
@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from guard.bench.regress import RegressConfig
 from guard.compare.compare import compare_docs, exit_code, load_results, row_key
 from guard.compare.reports import write_reports
-from guard.errors import UsageError
+from guard.core.errors import UsageError
+from guard.stats.regress import RegressConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
@@ -159,7 +159,7 @@ def run_suite_in_env(
         p for p in (str(REPO_ROOT), envvars.get("PYTHONPATH")) if p
     )
     envvars.pop("VIRTUAL_ENV", None)
-    cmd = [str(env / "bin" / "python"), "-m", "guard.cli", "run", str(suite.resolve()),
+    cmd = [str(env / "bin" / "python"), "-m", "guard.cli.main", "run", str(suite.resolve()),
            "--json", str(json_path.resolve()), "--no-track"]  # fmt: skip
     try:
         proc = (runner or subprocess.run)(

@@ -6,7 +6,7 @@ nothing about the code; and only when both documents are runs of the same suite.
 Everything else in the manifest (compiler, runtime, driver, tuning cache, model) is the
 subject of the comparison and is listed first.
 
-Latency is judged on the results' *rounds* (guard.bench.regress.compare_rounds): each
+Latency is judged on the results' *rounds* (guard.stats.regress.compare_rounds): each
 round is one freshly loaded session, so rounds, not iterations, are the independent units
 of two processes. A result without rounds (a results file written before guard measured
 in rounds) gets no latency verdict: its row is ``inconclusive`` and says so, because its
@@ -24,8 +24,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from guard.bench.host_speed import PROBES
-from guard.bench.regress import (
+from guard.compare import crossarch
+from guard.compare.attribution import attribute
+from guard.core.errors import UsageError
+from guard.core.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, results_document
+from guard.manifest.diff import diff_manifests
+from guard.manifest.pins import is_pinned
+from guard.measure.host_speed import PROBES
+from guard.stats.regress import (
     IMPROVED,
     INCONCLUSIVE,
     PASS,
@@ -35,14 +41,8 @@ from guard.bench.regress import (
     compare_rounds,
     with_noise,
 )
-from guard.compare import crossarch
-from guard.compare.attribution import attribute
-from guard.errors import UsageError
-from guard.manifest.diff import diff_manifests
-from guard.manifest.pins import is_pinned
-from guard.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, results_document
 
-SCHEMA_VERSION = 1  # the comparison document (results files: guard.schema)
+SCHEMA_VERSION = 1  # the comparison document (results files: guard.core.schema)
 HOST_FIELDS = ("arch", "cpu", "threads")
 
 
@@ -59,7 +59,7 @@ _COMPARISON = Schema(
 
 
 def load_results(path: str | Path) -> dict[str, Any]:
-    """Read and validate a results document (guard.schema: errors name file and field)."""
+    """Read and validate a results document (guard.core.schema: errors name file and field)."""
     doc = read_json(path, what="results file", hint="Pass a `guard run --json` output.")
     validate_results(doc, str(path))
     return doc
@@ -170,7 +170,7 @@ def _hit_rate(r: Mapping[str, Any]) -> float | None:
 
 
 def _contention(r: Mapping[str, Any]) -> float | None:
-    """Share of spare CPU other processes used while this result was timed (guard.bench)."""
+    """Share of spare CPU other processes used while this result was timed (guard.measure)."""
     c = (r.get("measurement") or {}).get("contention")
     return float(c) if isinstance(c, int | float) else None
 

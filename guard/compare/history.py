@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from guard.errors import UsageError
-from guard.fsutil import atomic_write_text
+from guard.core.errors import UsageError
+from guard.core.fsutil import atomic_write_text
 from guard.suite import Suite, load_suite
 from guard.track import find_runs, resolve_uri
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.bench.verdicts import on_rounds
 from guard.compare import crossarch
-from guard.fsutil import atomic_write_text
+from guard.core.fsutil import atomic_write_text
+from guard.stats.verdicts import on_rounds
 
 _ICON = {
     "pass": "pass",

@@ -12,13 +12,13 @@ Public API (others build on it)::
 
 from __future__ import annotations
 
-from guard.compiler.diff import graph_diff
 from guard.compiler.frontend import import_onnx
-from guard.compiler.ir import Constant, Graph, Node, Value
-from guard.compiler.pipeline import PipelineReport, optimize
+from guard.compiler.ir.core import Constant, Graph, Node, Value
+from guard.compiler.ir.text import parse_graph, print_graph
+from guard.compiler.passes.diff import graph_diff
+from guard.compiler.passes.pipeline import PipelineReport, optimize
+from guard.compiler.passes.verify import VerifyError, verify
 from guard.compiler.reference import run_reference
-from guard.compiler.text import parse_graph, print_graph
-from guard.compiler.verify import VerifyError, verify
 
 __all__ = [
     "Constant", "Graph", "Node", "Value", "VerifyError", "graph_diff", "import_onnx",

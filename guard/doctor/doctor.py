@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from guard.core.errors import UsageError
 from guard.doctor import (
     steps_graph,
     steps_host,
@@ -26,7 +27,6 @@ from guard.doctor import (
 )
 from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
 from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Finding
-from guard.errors import UsageError
 from guard.manifest.target import host_cpu
 
 SCHEMA_VERSION = 1

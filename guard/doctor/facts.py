@@ -16,8 +16,8 @@ from typing import Any
 
 import onnx
 
-from guard.case import resolve_model
-from guard.fsutil import file_sha256
+from guard.core.fsutil import file_sha256
+from guard.run.case import resolve_model
 from guard.suite import load_suite
 
 SYSFS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")

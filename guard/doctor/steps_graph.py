@@ -9,7 +9,7 @@ import onnx
 
 from guard.doctor.facts import Context, Side, layout_notes, optimised_onnx_ops, splits
 from guard.doctor.finding import CAUSE, SUSPECT, Finding, unknown
-from guard.model import graph_inputs
+from guard.suite.model import graph_inputs
 
 LAYOUT_OPS = ("Transpose", "Relayout", "ReorderInput", "ReorderOutput")  # ORT's NCHWc: Reorder*
 OVERHEAD_OPS = ("QuantizeLinear", "DequantizeLinear", "Cast", "Identity", "Copy",

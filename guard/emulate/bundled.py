@@ -29,9 +29,9 @@ import numpy as np
 
 from guard.backends.base import MemoryInfo, PartitionInfo, Session
 from guard.backends.bundled import ArtefactSession, BundledSession
-from guard.compiler.artefact import LoadedArtefact, load_artefact
 from guard.compiler.codegen.kernel_plan import KernelPlan
-from guard.compiler.schedule import ALIGNMENT, view_of_graph
+from guard.compiler.graph.schedule import ALIGNMENT, view_of_graph
+from guard.compiler.runtime.artefact import LoadedArtefact, load_artefact
 from guard.emulate.runner import (
     DEFAULT_TIMEOUT_S,
     PartitionServer,

@@ -1,6 +1,6 @@
 """Load an artefact for this host: natively when it can run here, else under emulation.
 
-``load_session`` is what ``guard run`` (guard.case) calls instead of ``backend.load``: the
+``load_session`` is what ``guard run`` (guard.run.case) calls instead of ``backend.load``: the
 canonical target's triple decides. Only a backend that builds code for a target (bundled)
 can be run under emulation; any other backend asked for a foreign architecture is refused
 with one line saying what to do.
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from guard.backends.base import Backend, Session
+from guard.core.errors import UsageError
 from guard.emulate.tools import host_arch, needs_emulation, toolchain
-from guard.errors import UsageError
 from guard.manifest.target import target_arch
 
 # backend name -> "module:function(artefact_dir, threads) -> Session" for a foreign arch.

@@ -21,9 +21,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from guard.core.errors import InternalError, ModelError, UsageError
+from guard.core.isolate import signal_name
 from guard.emulate.tools import compiler_identity, require
-from guard.errors import InternalError, ModelError, UsageError
-from guard.isolate import signal_name
 
 RUNNER_SOURCE = Path(__file__).with_name("runner.c")
 # Per emulator start. Emulation is slow: resnet50 took ~3 minutes here (shared 2-core

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from guard.backends.base import MemoryInfo, PartitionInfo
+from guard.core.errors import ModelError
 from guard.emulate.runner import DEFAULT_TIMEOUT_S, build_runner, run_main
 from guard.emulate.tools import toolchain
-from guard.errors import ModelError
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from guard.backends.base import Session
-from guard.errors import GuardError, ModelError
+from guard.core.errors import GuardError, ModelError
 from guard.golden.numerics import top1_accuracy
-from guard.model import ModelSpec
 from guard.suite import ModelEntry
+from guard.suite.model import ModelSpec
 
 
 def session_accuracy(entry: ModelEntry, session: Session, spec: ModelSpec) -> tuple[float, int]:

@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from guard.errors import ModelError
+from guard.core.errors import ModelError
+from guard.core.isolate import run_isolated
 from guard.golden.store import Golden, GoldenStore
-from guard.isolate import run_isolated
-from guard.model import ModelSpec, make_inputs
 from guard.suite import ModelEntry, Suite
+from guard.suite.model import ModelSpec, make_inputs
 
 
 def golden_store(suite: Suite, root: Path | None = None) -> GoldenStore:

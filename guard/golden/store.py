@@ -29,9 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from guard.errors import SchemaError, UsageError
-from guard.fsutil import USER_OS_ERRNOS, atomic_write_bytes, describe_os_error, read_bounded_text
-from guard.schema import Schema
+from guard.core.errors import SchemaError, UsageError
+from guard.core.fsutil import (
+    USER_OS_ERRNOS,
+    atomic_write_bytes,
+    describe_os_error,
+    read_bounded_text,
+)
+from guard.core.schema import Schema
 
 SCHEMA_VERSION = 1
 _RESTORE = (

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.fsutil import file_sha256
+from guard.core.fsutil import file_sha256
 from guard.manifest.capture import capture_driver, capture_guard, capture_host
 from guard.manifest.target import canonicalize
 

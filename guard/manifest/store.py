@@ -18,10 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.errors import SchemaError, UsageError
-from guard.fsutil import atomic_write_text
+from guard.core.errors import SchemaError, UsageError
+from guard.core.fsutil import atomic_write_text
+from guard.core.schema import Schema, read_json
 from guard.manifest.pins import REQUIRED, SCHEMA_VERSION, canonical_json, manifest_sha256
-from guard.schema import Schema, read_json
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _REBUILD = "delete the artefact directory and rebuild it."

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 from guard.manifest.cpu import ARCH_ALIASES, host_cpu, known_list, llvm_known
 
 _EXAMPLE = (

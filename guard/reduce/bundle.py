@@ -28,8 +28,8 @@ import numpy as np
 import onnx
 import yaml
 
-from guard.errors import UsageError
-from guard.fsutil import file_sha256
+from guard.core.errors import UsageError
+from guard.core.fsutil import file_sha256
 from guard.golden.store import GoldenStore
 from guard.suite import ModelEntry
 

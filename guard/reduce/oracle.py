@@ -1,7 +1,7 @@
 """What "still shows the problem" means for a (cut) model: one oracle per reduce mode.
 
 Every oracle builds the cut the way the suite entry builds the model (the entry's backend,
-target, threads, options and profile, through guard.build.build_artefact), so the cut
+target, threads, options and profile, through guard.run.build.build_artefact), so the cut
 reaches the same compiler path. A cut that fails to build or run shows a different
 problem, and does not count.
 """
@@ -20,15 +20,15 @@ import numpy as np
 
 from guard.backends import get_backend
 from guard.backends.base import Backend, Session
-from guard.bench.regress import RegressConfig
-from guard.build import build_artefact
-from guard.checks import tolerance_bounds
 from guard.compare.ab import run_ab
-from guard.errors import GuardError
+from guard.core.errors import GuardError
 from guard.golden import compare_outputs
 from guard.golden.produce import reference_outputs
-from guard.model import bind, load_model
+from guard.results.checks import tolerance_bounds
+from guard.run.build import build_artefact
+from guard.stats.regress import RegressConfig
 from guard.suite import InputSpec, ModelEntry
+from guard.suite.model import bind, load_model
 
 
 @dataclass

@@ -27,11 +27,9 @@ import onnx
 
 from guard.backends import REGISTRY
 from guard.backends.base import Backend
-from guard.case import prepare_model
-from guard.errors import EXIT_CHECK_FAILED, GuardError, UsageError
-from guard.fsutil import atomic_write_text
+from guard.core.errors import EXIT_CHECK_FAILED, GuardError, UsageError
+from guard.core.fsutil import atomic_write_text
 from guard.golden.produce import golden_store, reference_outputs
-from guard.model import make_inputs
 from guard.reduce.bundle import write_bundle
 from guard.reduce.ddmin import ddmin
 from guard.reduce.oracle import (
@@ -43,7 +41,9 @@ from guard.reduce.oracle import (
 )
 from guard.reduce.subgraph import CutError, ModelGraph, cut, record_intermediates
 from guard.reduce.summary import describe, readme, summary
+from guard.run.case import prepare_model
 from guard.suite import ModelEntry, Suite, load_suite
+from guard.suite.model import make_inputs
 
 DEFAULT_REGRESS_PCT = 5.0
 

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from guard.errors import ModelError
+from guard.core.errors import ModelError
 
 SHAPE_OPS = ("Shape", "Size")
 RANDOM_OPS = (

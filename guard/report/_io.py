@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from guard import fsutil
-from guard.errors import InternalError, UsageError
+from guard.core import fsutil
+from guard.core.errors import InternalError, UsageError
 
 _DEFAULT_MODE = 0o644
 
@@ -45,7 +45,7 @@ def check_target(path: str | os.PathLike[str]) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically (guard.fsutil); return the path written.
+    """Write ``text`` (UTF-8) to ``path`` atomically (guard.core.fsutil); return the path written.
 
     The target is checked first (parent exists, not a directory), so a bad path is a
     UsageError naming it rather than an OSError.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.compare.history import suite_bound
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 from guard.report._io import atomic_write_text, check_target
 from guard.report.dashboard_charts import series_figure
 from guard.report.dashboard_series import Series, analyse_series, as_text, as_time, group_series

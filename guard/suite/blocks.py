@@ -44,7 +44,7 @@ MODEL_KEYS = {
 # Backends whose options a suite may set (guard.backends.REGISTRY, without importing it).
 OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm"}
 INPUT_KEYS = {"shape", "dist", "seed", "mean", "std", "low", "high", "value"}
-# The same keys as guard.bench.MeasureConfig, which validates the values again.
+# The same keys as guard.measure.MeasureConfig, which validates the values again.
 MEASURE_KEYS = {
     "warmup_s",
     "min_iters",

@@ -1,6 +1,6 @@
 """Where a suite error is, and the checks every value of a suite goes through.
 
-:class:`Fields` carries the suite file; its errors are guard.schema's ``FILE: KEY: what``
+:class:`Fields` carries the suite file; its errors are guard.core.schema's ``FILE: KEY: what``
 (a SuiteError, exit 2), a misspelt key gets the closest allowed one, and a shown value is
 cut short (an aliased or huge value is never expanded into a message).
 """
@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from guard.errors import SuiteError
-from guard.schema import show
+from guard.core.errors import SuiteError
+from guard.core.schema import show
 
 MAX_THREADS = 1024
 MAX_INT = 2**53  # integers beyond this are typos (and not exact as floats)
@@ -33,7 +33,7 @@ class Fields:
         self.path = path
 
     def err(self, key: str, message: str, hint: str | None = None) -> SuiteError:
-        """``FILE: KEY: message`` (guard.schema's form), a SuiteError (exit 2)."""
+        """``FILE: KEY: message`` (guard.core.schema's form), a SuiteError (exit 2)."""
         return SuiteError(message, where=str(self.path), field=key or None, hint=hint)
 
     def mapping(self, value: Any, key: str, allowed: set[str]) -> dict[str, Any]:

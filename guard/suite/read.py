@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from guard.errors import SuiteError
-from guard.fsutil import BoundedReadError, read_bounded
+from guard.core.errors import SuiteError
+from guard.core.fsutil import BoundedReadError, read_bounded
 from guard.suite.entries import Suite
 from guard.suite.resolve import parse_suite
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from guard.errors import SuiteError
-from guard.schema import Schema
+from guard.core.errors import SuiteError
+from guard.core.schema import Schema
 from guard.suite.blocks import (
     DEFAULT_KEYS,
     MODEL_KEYS,

@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from guard.errors import InternalError, TrackingError
+from guard.core.errors import InternalError, TrackingError
 from guard.track.uri import _quiet_mlflow, artifact_root, is_http
 
 if TYPE_CHECKING:  # mlflow itself is imported when a client is made

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 import urllib.parse
 
-from guard.errors import TrackingError
+from guard.core.errors import TrackingError
 
 DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mssql": 1433}
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from guard.errors import GuardError, UsageError
-from guard.schema import RESULTS_SCHEMA_VERSION, section
+from guard.core.errors import GuardError, UsageError
+from guard.core.schema import RESULTS_SCHEMA_VERSION, section
 from guard.track import invocation
 from guard.track.batch import _log_batch
 from guard.track.client import experiment_name, http_limits, mlflow_client, translated

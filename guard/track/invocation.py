@@ -4,7 +4,7 @@
 ``guard/<suite>``::
 
     invocation run   guard.level=invocation, guard.invocation_id=ID, guard.shard_count=N
-      shard run      guard.level=shard, guard.shard=K/N (what an unsharded run logs as
+      shard run      guard.level=shard, guard.run.shard=K/N (what an unsharded run logs as
         result run   its invocation), one per (model, backend, target), as always
 
 MLflow has no unique constraint guard could use to create the invocation run exactly
@@ -23,8 +23,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from guard.errors import UsageError
-from guard.schema import section
+from guard.core.errors import UsageError
+from guard.core.schema import section
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import experiment_id, http_limits, mlflow_client, translated
 from guard.track.records import parent_metrics, tag_value, worst_verdict

@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from guard.schema import read_json, results_document, section
+from guard.core.schema import read_json, results_document, section
 from guard.track import records
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import (
@@ -39,7 +39,7 @@ from guard.track.uri import GUARD_DIR, check_reachable, run_url
 if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
     from mlflow import MlflowClient
 
-# The identity of a measurement. Keys a caller adds after logging (guard.deliver's
+# The identity of a measurement. Keys a caller adds after logging (guard.run.deliver's
 # "tracking" receipt, "exit_code") must not make a pushed copy look like a new invocation.
 _IDENTITY_KEYS = ("schema_version", "suite", "started", "git", "suite_sha256", "results")
 

@@ -23,8 +23,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.errors import TrackingError
-from guard.fsutil import describe_os_error, exclusive_write_text
+from guard.core.errors import TrackingError
+from guard.core.fsutil import describe_os_error, exclusive_write_text
 
 PENDING_DIR = "pending"
 _MAX_NAMES = 10_000

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from guard.errors import TrackingError
+from guard.core.errors import TrackingError
 from guard.track.client import experiment_name, http_limits, mlflow_client, translated
 from guard.track.uri import _quiet_mlflow
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from guard.schema import section
+from guard.core.schema import section
 from guard.track.keys import (
     MAX_ENTITY_KEY_LENGTH,
     as_number,

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from guard.errors import TrackingError
-from guard.fsutil import describe_os_error
+from guard.core.errors import TrackingError
+from guard.core.fsutil import describe_os_error
 
 _REV_RE = re.compile(r"^(down_)?revision\s*(?::\s*[^=]+)?=\s*(.+)$", re.MULTILINE)
 

@@ -14,7 +14,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from guard.errors import TrackingError
+from guard.core.errors import TrackingError
 from guard.track.dburi import check_database
 from guard.track.store import ensure_local_store
 
@@ -140,7 +140,7 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str | None:
 
 
 def unreachable_message(uri: str, path: Path | str) -> str:
-    """The one line a run prints (guard.deliver) when results could not be sent."""
+    """The one line a run prints (guard.run.deliver) when results could not be sent."""
     return (
         f"tracking server {uri} unreachable: results kept at {path}; "
         f"send them later with: guard track push {path} --tracking-uri {uri}"

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import onnx
 
-from guard.errors import InternalError, UsageError
-from guard.fsutil import atomic_write_bytes
+from guard.core.errors import InternalError, UsageError
+from guard.core.fsutil import atomic_write_bytes
 from guard.zoo.registry import ZooModel, spec
 
 log = logging.getLogger(__name__)

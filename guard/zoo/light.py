@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from guard.errors import ModelError
+from guard.core.errors import ModelError
 from guard.zoo import _tensors as T
 
 VERSION = "1"

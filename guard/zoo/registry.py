@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 from guard.zoo import digits, inception_block, light, mlp, transformer
 
 Dims = list[int | str]

@@ -11,7 +11,7 @@ from onnx import helper
 
 from guard.backends import get_backend
 from guard.backends.base import BuildRequest
-from guard.errors import ModelError, UnsupportedOpError
+from guard.core.errors import ModelError, UnsupportedOpError
 
 
 def _req(model, out, **options):
@@ -98,14 +98,14 @@ def test_unsupported_operator_names_it(tmp_path):
 
 
 def test_unknown_backend_lists_the_known_ones():
-    from guard.errors import UsageError
+    from guard.core.errors import UsageError
 
     with pytest.raises(UsageError, match="Use one of: bundled, onnxruntime, tvm"):
         get_backend("tensorrt")
 
 
 def test_partition_merging_respects_boundaries():
-    # The grouping is the compiler's (guard.compiler.grouping) over ORT's provider record.
+    # The grouping is the compiler's (guard.compiler.graph.grouping) over ORT's provider record.
     from types import SimpleNamespace as N
 
     from guard.backends.onnxruntime import provider_groups

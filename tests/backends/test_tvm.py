@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.backends.base import BuildRequest
-from guard.errors import UnsupportedOpError
+from guard.core.errors import UnsupportedOpError
 from guard.manifest.target import canonicalize
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -220,7 +220,7 @@ def test_unsupported_op_is_one_line_and_names_op_and_file(backend, host, tmp_pat
 
 
 def test_unknown_option_is_refused(backend, host, tmp_path):
-    from guard.errors import ModelError
+    from guard.core.errors import ModelError
 
     model = _mlp(tmp_path / "mlp.onnx")
     (tmp_path / "art").mkdir()

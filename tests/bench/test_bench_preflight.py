@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from guard.bench import preflight, read_cpu_times, set_threads
-from guard.bench.preflight import THREAD_ENV_VARS, CpuTimes, contention_between
-from guard.errors import UsageError
+from guard.core.errors import UsageError
+from guard.measure import preflight, read_cpu_times, set_threads
+from guard.measure.preflight import THREAD_ENV_VARS, CpuTimes, contention_between
 
 
 def fake_root(tmp_path: Path, loadavg: str | None, governors: dict[int, str]) -> Path:

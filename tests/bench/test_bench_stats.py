@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from guard.bench import summarize
-from guard.errors import UsageError
+from guard.core.errors import UsageError
+from guard.measure import summarize
 
 
 def test_four_samples_hand_computed() -> None:

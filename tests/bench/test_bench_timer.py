@@ -6,10 +6,10 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
-from guard.bench import CpuTimes, MeasureConfig, Timings, measure, measure_rounds, summarize
-from guard.bench.host_speed import READ_EVERY_S
-from guard.bench.timer import RoundTimings, round_noise_pct
-from guard.errors import UsageError
+from guard.core.errors import UsageError
+from guard.measure import CpuTimes, MeasureConfig, Timings, measure, measure_rounds, summarize
+from guard.measure.host_speed import READ_EVERY_S
+from guard.measure.timer import RoundTimings, round_noise_pct
 
 
 class FakeClock:

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from guard.bench import calibrate as K
-from guard.errors import UsageError
+from guard.core.errors import UsageError
+from guard.stats import calibrate as K
 
 
 class Clock:
@@ -120,7 +120,7 @@ def test_log_noise_with_a_long_canonical_target(tmp_path):
 def test_log_noise_never_leaves_a_run_running(tmp_path, monkeypatch):
     import mlflow
 
-    from guard.errors import TrackingError
+    from guard.core.errors import TrackingError
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     doc = K.save_noise(

@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from guard.bench import regress as R
-from guard.errors import UsageError
+from guard.core.errors import UsageError
+from guard.stats import regress as R
 
 
 def latencies(rng: np.random.Generator, n: int, factor: float = 1.0, sigma: float = 0.05):

@@ -13,11 +13,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spine"))
 from spine_helpers import small_convnet, write_suite  # noqa: E402
 
-from guard.bench import MeasureConfig  # noqa: E402
-from guard.case import prepare_cases  # noqa: E402
-from guard.errors import InternalError, UsageError  # noqa: E402
-from guard.isolate import ENV_DISABLE, NativeCrashError, StepTimeoutError  # noqa: E402
-from guard.round_runner import (  # noqa: E402
+from guard.core.errors import InternalError, UsageError  # noqa: E402
+from guard.core.isolate import ENV_DISABLE, NativeCrashError, StepTimeoutError  # noqa: E402
+from guard.measure import MeasureConfig  # noqa: E402
+from guard.measure.round_runner import (  # noqa: E402
     SESSION,
     WORKER,
     RoundJob,
@@ -26,6 +25,7 @@ from guard.round_runner import (  # noqa: E402
     round_isolation,
     worker_count,
 )
+from guard.run.case import prepare_cases  # noqa: E402
 
 CFG = MeasureConfig(warmup_s=0.0, min_iters=6, min_time_s=0.0, max_time_s=2.0, rounds=3)
 # Loaded first by every worker started from a test below (sitecustomize on PYTHONPATH): a
@@ -46,7 +46,7 @@ def load_session(backend, artefact, threads, manifest):
     if "hang" in os.environ.get("GUARD_TEST_FAULT", ""):
         time.sleep(3600)
     if "refuse" in os.environ.get("GUARD_TEST_FAULT", ""):
-        from guard.errors import UsageError
+        from guard.core.errors import UsageError
         raise UsageError("the artefact was refused", where="suite.yaml: models[0]")
     if "odd" in os.environ.get("GUARD_TEST_FAULT", ""):
         class OddError(Exception):  # defined here: it cannot be pickled back
@@ -135,7 +135,7 @@ def test_a_round_whose_worker_crashes_names_the_round_and_the_next_gets_a_new_on
 
 
 def test_a_round_that_hangs_is_stopped_at_its_limit(job, site, monkeypatch):
-    import guard.round_runner as rr
+    import guard.measure.round_runner as rr
 
     monkeypatch.setattr(rr, "ROUND_TIMEOUT_S", 3.0)
     monkeypatch.setattr(rr, "START_TIMEOUT_S", 20.0)
@@ -170,7 +170,7 @@ def test_an_error_in_a_round_comes_back_as_itself_or_as_text(
     job, site, monkeypatch, fault, error, message
 ):
     """A worker's exception is raised here as it was raised there; one that cannot be
-    pickled comes back as text naming the round (guard.isolate's reply, shared)."""
+    pickled comes back as text naming the round (guard.core.isolate's reply, shared)."""
     monkeypatch.setenv("GUARD_TEST_FAULT", fault)
     with RoundWorkers(1, ("onnxruntime",)) as workers:
         with pytest.raises(error, match=message) as info:

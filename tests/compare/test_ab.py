@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from guard.bench.regress import RegressConfig
 from guard.compare import ab
-from guard.errors import UsageError
+from guard.core.errors import UsageError
+from guard.stats.regress import RegressConfig
 
 
 class Clock:

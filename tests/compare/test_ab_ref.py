@@ -12,9 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from guard.cli import main
+from guard.cli.main import main
 from guard.compare import ab_ref
-from guard.round_runner import measuring_cpus
+from guard.measure.round_runner import measuring_cpus
 
 SUITE = """\
 schema_version: 1

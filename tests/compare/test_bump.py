@@ -10,7 +10,7 @@ import pytest
 from compare_fixtures import doc, lat, manifest, result
 
 from guard.compare import bump
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 
 REQS = ["numpy==2.4.6", "onnxruntime==1.32.0", "scipy==1.17.1"]
 
@@ -38,7 +38,7 @@ class FakeRunner:
                     cmd, 1, "", "ERROR: No matching distribution found for onnxruntime==0.0.1"
                 )
             return subprocess.CompletedProcess(cmd, 0, "", "")
-        assert cmd[1:4] == ["-m", "guard.cli", "run"] and "--no-track" in cmd
+        assert cmd[1:4] == ["-m", "guard.cli.main", "run"] and "--no-track" in cmd
         assert kw["env"]["PYTHONPATH"].split(":")[0] == str(bump.REPO_ROOT)
         env_name = cmd[0].split("/")[-3]
         version = env_name.split("-")[1]
@@ -150,7 +150,7 @@ def test_argument_errors(tmp_path, suite):
 
 def test_failed_suite_run_is_reported(tmp_path, suite):
     def runner(cmd, **kw):
-        if "guard.cli" in cmd:
+        if "guard.cli.main" in cmd:
             return subprocess.CompletedProcess(cmd, 2, "", "guard: error: smoke.yaml: models: bad")
         return FakeRunner()(cmd, **kw)
 
@@ -177,7 +177,7 @@ def test_changed_pins_between_requirement_sets():
 
 
 def test_cli_bump_from_two_pyprojects(tmp_path, suite, monkeypatch, capsys):
-    from guard.cli import main
+    from guard.cli.main import main
 
     base = tmp_path / "base.toml"
     head = tmp_path / "head.toml"
@@ -211,7 +211,7 @@ def test_rounds_run_abba_and_pool_samples(tmp_path, suite):
     cmp, _ = bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite, rounds=3,
                            env_cache=tmp_path / "envs", out_dir=tmp_path / "out", runner=runner,
                            base_requirements=REQS)  # fmt: skip
-    order = [c[0].split("/")[-3].split("-")[1] for c in runner.calls if "guard.cli" in c]
+    order = [c[0].split("/")[-3].split("-")[1] for c in runner.calls if "guard.cli.main" in c]
     assert order == ["1.31.1", "1.32.0", "1.32.0", "1.31.1", "1.31.1", "1.32.0"]
     # Three runs of five rounds per side: the rounds of every process are the units.
     assert cmp["rows"][0]["stats"]["n_base"] == cmp["rows"][0]["stats"]["n_head"] == 15

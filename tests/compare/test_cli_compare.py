@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from compare_fixtures import doc, lat, manifest, result
 
-from guard.cli import main
+from guard.cli.main import main
 
 
 def write(path, d):
@@ -83,7 +83,7 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, pair, capsys):
 
 def test_noise_file_raises_threshold(pair, tmp_path):
     a, _, slow = pair
-    from guard.bench.calibrate import save_noise
+    from guard.stats.calibrate import save_noise
 
     noise = tmp_path / "noise.json"
     save_noise(
@@ -98,7 +98,7 @@ def test_calibrated_run_noise_widens_its_row_and_the_flag_overrides_it(pair, tmp
     """A +12% head: judged regressed on its rounds; a calibration saying whole runs of mlp
     wander by 8% makes that row inconclusive, and --run-noise-pct 0 trusts the rounds."""
     a, _, slow = pair
-    from guard.bench.calibrate import save_noise
+    from guard.stats.calibrate import save_noise
 
     noise = tmp_path / "noise.json"
     key = "mlp/onnxruntime/llvm -mcpu=sapphirerapids"
@@ -172,7 +172,7 @@ def test_baseline_flag(pair):
 
 @pytest.mark.slow
 def test_noise_from_the_newest_mlflow_calibration(pair, tmp_path, monkeypatch):
-    from guard.bench.calibrate import log_noise, save_noise
+    from guard.stats.calibrate import log_noise, save_noise
 
     a, _, slow = pair
     monkeypatch.chdir(tmp_path)  # no local .guard/noise here

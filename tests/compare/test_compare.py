@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from compare_fixtures import doc, lat, manifest, result
 
-from guard.bench.regress import RegressConfig
 from guard.compare import compare as C
 from guard.compare.reports import to_html, to_markdown, write_reports
-from guard.errors import UsageError
+from guard.core.errors import UsageError
+from guard.stats.regress import RegressConfig
 
 # These results are one process's samples cut into rounds: no run offset to allow for.
 CFG = RegressConfig(n_boot=300, run_noise_pct=0.0)
@@ -180,7 +180,7 @@ def test_rounds_not_iterations_are_the_units():
     """Two processes whose rounds wander by a few percent (a process-to-process offset),
     each round with thousands of tight iterations: pooled iterations call the +4% a
     significant regression; the rounds see an offset they cannot tell from noise."""
-    from guard.bench.regress import compare_unpaired
+    from guard.stats.regress import compare_unpaired
 
     rng = np.random.default_rng(12)
     base_levels = [1.00, 1.05, 0.97, 1.04, 0.99]

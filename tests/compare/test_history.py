@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from guard.compare import history as H
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 
 
 def test_one_step_is_found_where_it_happened():
@@ -74,7 +74,7 @@ def test_history_cli_on_a_real_store(tmp_path, capsys):
     """Ten runs logged to sqlite MLflow, a +15% step after the sixth."""
     from compare_fixtures import doc, result
 
-    from guard.cli import main
+    from guard.cli.main import main
     from guard.track import log_results
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -104,7 +104,7 @@ def test_history_keeps_backends_and_targets_apart(tmp_path, capsys):
     mixed into one series, the switch between backends read as a +138% step."""
     from compare_fixtures import doc, result
 
-    from guard.cli import main
+    from guard.cli.main import main
     from guard.track import log_results
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -10,9 +10,15 @@ import numpy as np
 import pytest
 
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.artefact import CODEGEN_FILES, FILES, MANIFEST, load_artefact, save_artefact
-from guard.compiler.plan import plan
-from guard.errors import ModelError
+from guard.compiler.partition.plan import plan
+from guard.compiler.runtime.artefact import (
+    CODEGEN_FILES,
+    FILES,
+    MANIFEST,
+    load_artefact,
+    save_artefact,
+)
+from guard.core.errors import ModelError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_runtime_models import feeds_for, small_model  # noqa: E402
@@ -83,7 +89,7 @@ def test_an_object_for_another_cpu_is_refused_naming_both(built):
 
 def test_an_interrupted_build_leaves_no_manifest(built, monkeypatch, tmp_path):
     g, compiled, _, art = built
-    import guard.compiler.artefact as artefact
+    import guard.compiler.runtime.artefact as artefact
 
     def boom(*a, **k):
         raise KeyboardInterrupt

@@ -13,7 +13,7 @@ from onnx import helper, numpy_helper
 import guard
 from guard.backends import get_backend
 from guard.backends.base import BuildRequest
-from guard.errors import ModelError
+from guard.core.errors import ModelError
 
 
 def _model(path: Path) -> Path:

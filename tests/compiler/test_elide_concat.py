@@ -33,8 +33,8 @@ def test_marks_views_where_placement_is_possible_and_explains_the_rest() -> None
 
 def test_marks_are_the_memory_plans_answer() -> None:
     # One truth: the pass marks exactly the nodes the planner elides, nothing of its own.
-    from guard.compiler.graph_view import view_of_graph
-    from guard.compiler.memory import plan_memory
+    from guard.compiler.graph.memory import plan_memory
+    from guard.compiler.graph.view import view_of_graph
 
     g = graph_of(
         HEADER

@@ -55,7 +55,7 @@ def test_long_chain_is_fused_in_linear_work(monkeypatch) -> None:
     Recomputing both per fused chain made a 10^5-node chain take minutes (issue 16).
     The work is counted, not timed; benchmarks/ has the seconds.
     """
-    from guard.compiler.ir import Graph
+    from guard.compiler.ir.core import Graph
 
     n = 3000
     body = "\n".join(f"        t{i + 1} = {('Relu', 'Neg', 'Abs')[i % 3]}(t{i})" for i in range(n))

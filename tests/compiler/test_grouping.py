@@ -1,10 +1,10 @@
-"""guard.compiler.grouping: the one partition grouping (bundled partitioner, onnxruntime)."""
+"""guard.compiler.graph.grouping: the one partition grouping (bundled partitioner, onnxruntime)."""
 
 from __future__ import annotations
 
 import pytest
 
-from guard.compiler.grouping import absorb_isolated, group_connected, merge_while_acyclic
+from guard.compiler.graph.grouping import absorb_isolated, group_connected, merge_while_acyclic
 
 
 def _groups(preds: list[list[int]], assign: list[str], *, merge: bool = False) -> list[list[int]]:

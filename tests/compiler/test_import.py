@@ -9,7 +9,7 @@ import pytest
 from onnx import helper
 
 from guard.compiler import import_onnx, optimize, run_reference, verify
-from guard.errors import ModelError, UnsupportedOpError
+from guard.core.errors import ModelError, UnsupportedOpError
 
 ENCODER = """<ir_version: 9, opset_import: ["" : 20]>
 enc (float[B, S, 8] x, int64[B, S] ids, bool[B, S] mask) => (float[B, S, 8] y, float[B, S, 4] parts, int64[B, S] pos) {

@@ -7,8 +7,8 @@ import onnx.parser
 import pytest
 
 from guard.compiler import Graph, import_onnx, parse_graph, print_graph, run_reference, verify
-from guard.compiler.verify import VerifyError
-from guard.errors import ModelError
+from guard.compiler.passes.verify import VerifyError
+from guard.core.errors import ModelError
 
 
 def small_graph() -> Graph:

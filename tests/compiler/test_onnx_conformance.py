@@ -1,5 +1,5 @@
 """onnx's backend conformance suite (node/model cases generated in memory by onnx 1.23)
-against the bundled compiler, through guard.compiler.conformance.GuardBackend.
+against the bundled compiler, through guard.compiler.runtime.conformance.GuardBackend.
 
 CPU cases only. The cases listed in onnx_conformance_xfail.txt are expected failures
 (unsupported ops and dtypes, control flow, sequences...); an unexpected pass fails the run
@@ -21,7 +21,7 @@ os.environ.setdefault("ONNX_HOME", tempfile.mkdtemp(prefix="onnx_home_"))
 
 import onnx.backend.test  # noqa: E402
 
-from guard.compiler.conformance import GuardBackend  # noqa: E402
+from guard.compiler.runtime.conformance import GuardBackend  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ os.environ.setdefault("ONNX_HOME", tempfile.mkdtemp(prefix="onnx_home_"))
 
 import onnx.backend.test  # noqa: E402
 
-from guard.compiler.conformance import GuardNativeBackend  # noqa: E402
+from guard.compiler.runtime.conformance import GuardNativeBackend  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

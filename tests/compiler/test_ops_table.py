@@ -1,11 +1,13 @@
-"""The op-traits table (guard.compiler.ops): every IR op has a row, every row is an IR op,
+"""The op-traits table (guard.compiler.ir.ops): every IR op has a row, every row is an IR op,
 and the planner, the layout pass and the fuser read their sets from it."""
 
 from __future__ import annotations
 
 import pytest
 
-from guard.compiler import graph_view, layout, memory_alias, ops, shapes
+from guard.compiler.graph import memory_alias
+from guard.compiler.graph import view as graph_view
+from guard.compiler.ir import layout, ops, shapes
 from guard.compiler.reference import KERNELS
 
 

@@ -7,10 +7,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard.compiler.graph_view import GraphView, OpNode, TensorInfo
-from guard.compiler.partition import format_report, partition, report_dict
-from guard.compiler.schedule import topological_order
-from guard.compiler.support import (
+from guard.compiler.graph.schedule import topological_order
+from guard.compiler.graph.view import GraphView, OpNode, TensorInfo
+from guard.compiler.partition.assign import format_report, partition, report_dict
+from guard.compiler.partition.support import (
     CPU,
     NATIVE,
     AllOf,
@@ -26,7 +26,7 @@ from guard.compiler.support import (
     load_profile,
     profile_from_dict,
 )
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 
 
 def chain(ops, dtype="float32", size=256):
@@ -241,7 +241,7 @@ def test_partitions_are_connected_convex_and_respect_support(case):
 def test_gpu_lite_splits_alexnet_at_its_lrns():
     """A delegate lacking an op used mid-network: the report shows the split and names it."""
     from guard import zoo
-    from guard.compiler.plan import partition_report
+    from guard.compiler.partition.plan import partition_report
 
     rep, text = partition_report(zoo.model_path("alexnet"), {}, "gpu-lite")
     native, _ = partition_report(zoo.model_path("alexnet"), {}, None)
@@ -258,8 +258,8 @@ def test_ir_control_flow_goes_to_the_fallback_and_keeps_captures_alive():
     """An If whose branch reads an outer value: the view adds the capture as an input."""
     import numpy as np
 
-    from guard.compiler.graph_view import liveness, view_of_graph
-    from guard.compiler.ir import Graph
+    from guard.compiler.graph.view import liveness, view_of_graph
+    from guard.compiler.ir.core import Graph
 
     g = Graph("outer")
     g.add_input("x", (1, 8), np.float32)

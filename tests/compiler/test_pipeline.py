@@ -5,10 +5,10 @@ import json
 import pytest
 
 from guard.compiler import graph_diff, optimize, print_graph
-from guard.compiler.diff import format_diff
-from guard.compiler.ir import Graph
+from guard.compiler.ir.core import Graph
 from guard.compiler.passes.base import Pass, PassResult
-from guard.compiler.pipeline import PIPELINES, FixedPoint, PassError
+from guard.compiler.passes.diff import format_diff
+from guard.compiler.passes.pipeline import PIPELINES, FixedPoint, PassError
 
 from ._helpers import HEADER, assert_same_outputs, graph_of
 

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guard.compiler import Graph, optimize, parse_graph, print_graph, run_reference, verify
-from guard.compiler.pipeline import PIPELINES, FixedPoint
-from guard.compiler.shapes import infer
-from guard.compiler.text import INLINE_MAX_ELEMENTS
+from guard.compiler.ir.shapes import infer
+from guard.compiler.ir.text import INLINE_MAX_ELEMENTS
+from guard.compiler.passes.pipeline import PIPELINES, FixedPoint
 
 UNARY = ["Relu", "Neg", "Abs", "Sigmoid", "Tanh", "Erf", "Identity"]
 BINARY = ["Add", "Sub", "Mul", "Max", "Min"]

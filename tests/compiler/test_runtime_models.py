@@ -19,11 +19,16 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.memory import check_plan
-from guard.compiler.plan import partition_report, plan
-from guard.compiler.runtime import Runtime
-from guard.compiler.weights import WEIGHTS_SCHEMA_VERSION, WeightsLayout, pack_weights, weight_views
-from guard.errors import ModelError
+from guard.compiler.graph.memory import check_plan
+from guard.compiler.partition.plan import partition_report, plan
+from guard.compiler.runtime.engine import Runtime
+from guard.compiler.runtime.weights import (
+    WEIGHTS_SCHEMA_VERSION,
+    WeightsLayout,
+    pack_weights,
+    weight_views,
+)
+from guard.core.errors import ModelError
 
 
 def small_model() -> onnx.ModelProto:
@@ -91,7 +96,7 @@ def test_runtime_with_a_split_partition_equals_reference():
     calls: list[str] = []
 
     def spy(name):
-        from guard.compiler.runtime import reference_executor
+        from guard.compiler.runtime.engine import reference_executor
 
         def run(op, args, attrs):
             calls.append(f"{name}:{op}")
@@ -107,7 +112,7 @@ def test_runtime_with_a_split_partition_equals_reference():
 
 def test_runtime_detects_a_corrupted_plan():
     """Equality with the reference is a real check: a plan with all tensors at 0 breaks it."""
-    from guard.compiler.memory import MemoryPlan
+    from guard.compiler.graph.memory import MemoryPlan
 
     g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
     compiled = plan(g)
@@ -237,7 +242,7 @@ def test_the_nine_onnx_light_topologies_as_shipped(summary_line):
 @st.composite
 def random_ir_graphs(draw):
     """Random IR graphs over (1, c) / (c, 1) float tensors: views, slices, in-place ops."""
-    from guard.compiler.ir import Graph
+    from guard.compiler.ir.core import Graph
 
     g = Graph("random")
     g.add_input("x0", (1, draw(st.integers(1, 48))), np.float32)
@@ -302,8 +307,8 @@ def test_runtime_equals_reference_on_random_ir_graphs(g):
 
 
 def test_an_executor_that_returns_the_wrong_type_is_caught():
-    from guard.compiler.runtime import reference_executor
-    from guard.errors import InternalError
+    from guard.compiler.runtime.engine import reference_executor
+    from guard.core.errors import InternalError
 
     g = import_onnx(small_model(), {"x": (1, 4, 8, 8)})
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard.compiler.graph_view import (
+from guard.compiler.graph.schedule import schedule, topological_order
+from guard.compiler.graph.view import (
     GraphView,
     Interval,
     OpNode,
@@ -14,8 +15,7 @@ from guard.compiler.graph_view import (
     liveness,
     peak_live_bytes,
 )
-from guard.compiler.schedule import schedule, topological_order
-from guard.errors import ModelError
+from guard.core.errors import ModelError
 
 
 def two_towers() -> GraphView:

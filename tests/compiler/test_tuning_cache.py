@@ -7,8 +7,8 @@ import multiprocessing as mp
 
 import pytest
 
-from guard.compiler.codegen.conv_schedule import ConvSchedule
-from guard.compiler.codegen.gemm import GemmSchedule
+from guard.compiler.codegen.conv.schedule import ConvSchedule
+from guard.compiler.codegen.gemm.driver import GemmSchedule
 from guard.compiler.tuning import schedules
 from guard.compiler.tuning.cache import CacheError, Entry, load, merge_into
 from guard.compiler.tuning.keys import TaskKey, differences, nearest
@@ -211,7 +211,7 @@ def test_measure_interleaves_discards_warmup_and_respects_the_deadline():
 
 @pytest.mark.parametrize("value", ["5", "''", "[a]"])
 def test_suite_refuses_a_tuning_cache_that_is_not_a_path(tmp_path, value):
-    from guard.errors import SuiteError
+    from guard.core.errors import SuiteError
     from guard.suite import load_suite
 
     p = tmp_path / "s.yaml"
@@ -231,7 +231,7 @@ def _suite(tmp_path, options: str, target: str = "host"):
 
 
 def test_tune_without_a_cache_path_or_for_a_foreign_target_is_exit_2(tmp_path, capsys):
-    from guard.cli import main
+    from guard.cli.main import main
 
     assert main(["tune", str(_suite(tmp_path, ""))]) == 2
     err = capsys.readouterr().err

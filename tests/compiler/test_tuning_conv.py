@@ -14,9 +14,9 @@ from onnx import TensorProto, helper, numpy_helper
 from guard.backends import get_backend
 from guard.backends.base import BuildRequest
 from guard.compiler import import_onnx, run_reference
-from guard.compiler.artefact import compiler_version
-from guard.compiler.codegen.conv_schedule import conv_space
+from guard.compiler.codegen.conv.schedule import conv_space
 from guard.compiler.codegen.target import codegen_target
+from guard.compiler.runtime.artefact import compiler_version
 from guard.compiler.tuning.cache import Entry, merge_into
 from guard.compiler.tuning.tune import extract_tasks, measure
 from guard.manifest import canonicalize

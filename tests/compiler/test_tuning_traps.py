@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from guard.cli import main
+from guard.cli.main import main
 from guard.manifest import canonicalize
 
 pytestmark = pytest.mark.slow

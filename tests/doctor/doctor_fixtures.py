@@ -98,7 +98,7 @@ def suite_doc(model_file: str, channels: int = 16, **entry: Any) -> dict[str, An
 
 def run_one(tmp: Path, tag: str, model: onnx.ModelProto, **entry: Any) -> dict[str, Any]:
     """One real `guard run` of a one-model suite in ``tmp/tag``; returns the results doc."""
-    from guard.run import RunOptions, run_suite
+    from guard.run.runner import RunOptions, run_suite
 
     d = tmp / tag
     d.mkdir(parents=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from doctor_fixtures import conv_net, fake_sysfs, finding, run_one, variant
 
-from guard.cli import main
+from guard.cli.main import main
 from guard.doctor import SCHEMA_VERSION, diagnose
 from guard.doctor.facts import fits_in, host_caches
 from guard.doctor.render import to_markdown

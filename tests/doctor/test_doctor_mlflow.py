@@ -9,7 +9,7 @@ import pytest
 import yaml
 from doctor_fixtures import conv_net, suite_doc
 
-from guard.cli import main
+from guard.cli.main import main
 
 
 @pytest.mark.slow

@@ -19,13 +19,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from guard.backends import get_backend
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.artefact import load_artefact, save_artefact
-from guard.compiler.plan import plan
+from guard.compiler.partition.plan import plan
+from guard.compiler.runtime.artefact import load_artefact, save_artefact
+from guard.core.errors import ModelError, UsageError
 from guard.emulate import EmulatedSession, host_arch
 from guard.emulate.bundled import MixedEmulatedSession, load_emulated
 from guard.emulate.load import load_session
 from guard.emulate.tools import TOOLCHAINS
-from guard.errors import ModelError, UsageError
 from guard.manifest.target import canonicalize
 
 OTHER = "x86_64" if host_arch() == "aarch64" else "aarch64"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.cli import main
+from guard.cli.main import main
 from guard.emulate import host_arch
 from guard.emulate.tools import TOOLCHAINS
 

@@ -10,6 +10,7 @@ import pytest
 from emulate_fakes import N, emit_object, entry_module, needs_tools, weights
 
 from guard.backends.base import MemoryInfo, PartitionInfo
+from guard.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ModelError
 from guard.emulate import (
     EmulatedSession,
     EmulationFailed,
@@ -21,7 +22,6 @@ from guard.emulate import (
     needs_emulation,
     require,
 )
-from guard.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, ModelError
 
 
 def _entry(tmp_path: Path, kind: str = "ok") -> EntryPoint:
@@ -200,8 +200,8 @@ def test_partition_server_reports_a_crash(tmp_path: Path) -> None:
 
 
 def test_emulation_timeout_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from guard.core.errors import UsageError
     from guard.emulate.runner import DEFAULT_TIMEOUT_S, emulation_timeout_s
-    from guard.errors import UsageError
 
     monkeypatch.delenv("GUARD_EMULATE_TIMEOUT_S", raising=False)
     assert emulation_timeout_s() == DEFAULT_TIMEOUT_S

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.errors import SuiteError
+from guard.core.errors import SuiteError
 from guard.suite import load_suite
 
 ARM = "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"

@@ -60,7 +60,7 @@ _RUNNER = """
 import os, sys, time
 sys.argv = ["guard", *{argv!r}]
 {patch}
-from guard.cli import main
+from guard.cli.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

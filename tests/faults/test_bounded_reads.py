@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.fsutil import MAX_DOCUMENT_BYTES, BoundedReadError, read_bounded
+from guard.core.fsutil import MAX_DOCUMENT_BYTES, BoundedReadError, read_bounded
 
 
 def _hostile(tmp_path: Path) -> dict[str, Path]:
@@ -55,7 +55,7 @@ def test_commands_refuse_hostile_documents_in_one_line(tmp_path, argv):
     for name, p in _hostile(tmp_path).items():
         args = [a.format(p=p, tmp=tmp_path, suite=suite) for a in argv]
         proc = subprocess.run(
-            [sys.executable, "-m", "guard.cli", *args],
+            [sys.executable, "-m", "guard.cli.main", *args],
             capture_output=True,
             text=True,
             timeout=120,

@@ -13,8 +13,8 @@ import pytest
 from faults_helpers import guard_subprocess, kill_when, results, small_convnet, suite_of
 
 from guard.backends.onnxruntime import OnnxRuntimeBackend
-from guard.build import _install, _reuse, clean_stale
-from guard.cli import main
+from guard.cli.main import main
+from guard.run.build import _install, _reuse, clean_stale
 
 
 def _dotdirs(workdir: Path) -> list[Path]:

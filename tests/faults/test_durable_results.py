@@ -9,7 +9,7 @@ import signal
 import pytest
 from faults_helpers import guard_subprocess, kill_when, small_convnet, suite_of
 
-from guard.cli import main
+from guard.cli.main import main
 
 DEAD_SERVER = "http://127.0.0.1:9"  # discard port: nothing answers
 
@@ -109,7 +109,7 @@ def test_signal_during_measurement_reports_what_was_measured(tmp_path, workdir, 
     marker = tmp_path / "second-sweep"
     patch = f"""
     import pathlib
-    import guard.case as case
+    import guard.run.case as case
     _measure_round = case.PendingResult.measure_round
     def measure_round(self, i, **k):
         if i == 1 and self.entry.name == "m1":

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from faults_helpers import small_convnet, suite_of
 
-from guard.cli import main
+from guard.cli.main import main
 
 
 @pytest.mark.parametrize("damage", ["zip", "truncate", "json"])

@@ -10,10 +10,10 @@ import pytest
 from onnx import TensorProto, helper
 from spine_helpers import FAST_MEASURE, small_convnet, write_suite
 
-from guard.cli import main
-from guard.errors import ModelError
-from guard.model import bind, load_model
+from guard.cli.main import main
+from guard.core.errors import ModelError
 from guard.suite import InputSpec
+from guard.suite.model import bind, load_model
 
 
 def _suite(tmp_path: Path, model: Path, inputs: str, backends: str = "[onnxruntime]") -> Path:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.cli import main
-from guard.errors import SuiteError
+from guard.cli.main import main
+from guard.core.errors import SuiteError
 from guard.suite import MAX_SUITE_BYTES, load_suite
 
 BASE = """schema_version: {sv}
@@ -209,7 +209,7 @@ def test_fifo_as_suite_does_not_block(tmp_path):
     os.mkfifo(fifo)
     # In a subprocess: a regression would block forever, which a timeout turns into a failure.
     proc = subprocess.run(
-        [sys.executable, "-m", "guard.cli", "run", str(fifo), "--no-track"],
+        [sys.executable, "-m", "guard.cli.main", "run", str(fifo), "--no-track"],
         capture_output=True,
         text=True,
         timeout=60,

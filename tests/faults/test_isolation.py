@@ -1,4 +1,4 @@
-"""guard.isolate: a crash or hang in a risky step costs one result, never the process."""
+"""guard.core.isolate: a crash or hang in a risky step costs one result, never the process."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from faults_helpers import small_convnet
 
-from guard.cli import main
-from guard.errors import InternalError, ModelError, UsageError
-from guard.isolate import NativeCrashError, StepTimeoutError, run_isolated
+from guard.cli.main import main
+from guard.core.errors import InternalError, ModelError, UsageError
+from guard.core.isolate import NativeCrashError, StepTimeoutError, run_isolated
 
 
 def _running(pid: int) -> bool:
@@ -104,7 +104,7 @@ def test_interrupt_in_the_parent_takes_the_child_down(tmp_path):
 
 
 def test_guard_partition_survives_a_crashing_importer(tmp_path, monkeypatch, capsys):
-    import guard.compiler.plan as part
+    import guard.compiler.partition.plan as part
 
     model = small_convnet(tmp_path / "m.onnx")
     monkeypatch.setattr(part, "partition_report", lambda *a, **k: os.abort())

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from faults_helpers import guard_subprocess, kill_when, small_convnet, suite_of
 
-from guard.cli import main
-from guard.errors import TrackingError
+from guard.cli.main import main
+from guard.core.errors import TrackingError
 from guard.track import keep_results
 from guard.track.store import ensure_local_store, head_revision
 

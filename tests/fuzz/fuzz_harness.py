@@ -590,7 +590,7 @@ def _child(case_dir: Path, argv: list[str]) -> None:  # pragma: no cover - forke
         for var in ("MLFLOW_TRACKING_URI", "GUARD_DEBUG", "GUARD_NO_ISOLATE"):
             os.environ.pop(var, None)
         os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
-        from guard.cli import main
+        from guard.cli.main import main
 
         code = main(argv)
     except SystemExit as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from guard.cli import main
+from guard.cli.main import main
 from guard.golden import GoldenStore
 
 SUITE = """schema_version: 1

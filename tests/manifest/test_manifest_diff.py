@@ -95,7 +95,7 @@ def _write(path, manifest):
 
 def test_cli_exit_code_follows_diff_convention(tmp_path, capsys) -> None:
     """1 when a pin differs (the artefacts are not comparable), 0 when none does."""
-    from guard.cli import main
+    from guard.cli.main import main
 
     a = _write(tmp_path / "a.json", BASE)
     assert main(["manifest", "diff", a, _write(tmp_path / "b.json", head())]) == 1

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 from guard.manifest import (
     PINNED_FIELDS,
     ManifestError,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from manifest_fakes import make_root
 
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 from guard.manifest.cpu import host_cpu
 from guard.manifest.target import (
     canonicalize,

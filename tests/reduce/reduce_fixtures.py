@@ -11,7 +11,7 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.backends.bundled import ArtefactSession, BundledBackend
-from guard.compiler.runtime import reference_executor
+from guard.compiler.runtime.engine import reference_executor
 
 MEASURE = {"warmup_s": 0.01, "min_iters": 5, "min_time_s": 0.02, "max_time_s": 1.0}
 

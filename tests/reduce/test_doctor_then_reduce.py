@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from reduce_fixtures import lrn_net, write_suite
 
-from guard.cli import main
+from guard.cli.main import main
 
 CHECKS = {"partitions": {"max": 1}, "tolerance": {"rtol": 1e-4, "atol": 1e-5}}
 

@@ -21,8 +21,8 @@ from reduce_fixtures import (
 )
 
 from guard.backends.bundled import BundledBackend
-from guard.cli import main
-from guard.compiler.runtime import reference_executor
+from guard.cli.main import main
+from guard.compiler.runtime.engine import reference_executor
 from guard.reduce import NotReproduced, reduce_model
 from guard.reduce.ddmin import ddmin
 from guard.reduce.oracle import AccuracyOracle, Builder

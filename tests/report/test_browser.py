@@ -65,7 +65,7 @@ def _open(browser, path: Path, ready: str) -> Opened:
 def test_dashboard_renders_its_charts(browser, tmp_path, monkeypatch, doc):
     from test_report_dashboard import _log_history
 
-    from guard.cli import main
+    from guard.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'm.db'}"

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from guard.cli import main
-from guard.errors import UsageError
+from guard.cli.main import main
+from guard.core.errors import UsageError
 from guard.report import dashboard as D
 from guard.report import dashboard_charts as C
 from guard.report import dashboard_series as S

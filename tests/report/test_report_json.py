@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guard.errors import InternalError, UsageError
+from guard.core.errors import InternalError, UsageError
 from guard.report import write_json
 
 

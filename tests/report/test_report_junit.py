@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 from guard.report import write_junit
 
 XSD = xmlschema.XMLSchema(Path(__file__).with_name("junit.xsd"))

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from guard.errors import EXIT_BAD_INPUT, TrackingError
+from guard.core.errors import EXIT_BAD_INPUT, TrackingError
 from guard.track import check_reachable
 from guard.track.dburi import check_database, database_scheme, redact
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 from mlflow import MlflowClient
 
-from guard.errors import UsageError
+from guard.core.errors import UsageError
 from guard.track import log_results, resolve_uri
 from guard.track.client import experiment_id, mlflow_client
 from guard.track.index import BASELINE_KEY_TAG, baseline_key, baseline_on_branch, case_times
@@ -160,7 +160,7 @@ def test_concurrent_shards_end_under_one_invocation_run(uri):
     assert sorted(s.data.tags["guard.shard"] for s in shards) == ["1/3", "2/3", "3/3"]
     assert {s.data.tags["mlflow.parentRunId"] for s in shards} == {parent.info.run_id}
     assert {s.info.run_id for s in shards} == {r["parent_run_id"] for r in receipts}
-    assert parent.data.tags["guard.shard.2.results"] == "2"
+    assert parent.data.tags["guard.run.shard.2.results"] == "2"
     # Linking again (a re-push) changes nothing.
     assert link_shard(client, eid, receipts[0]["parent_run_id"], docs[0]) == parent.info.run_id
 
@@ -168,7 +168,7 @@ def test_concurrent_shards_end_under_one_invocation_run(uri):
 def test_merge_is_recorded_on_the_invocation_run(uri, tmp_path):
     import json
 
-    from guard.cli import main
+    from guard.cli.main import main
     from guard.track.query import load_artifact_dict
 
     docs = [

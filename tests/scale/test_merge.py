@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from guard.cli import main
-from guard.errors import UsageError
-from guard.merge import merge_documents
-from guard.shard import plan
+from guard.cli.main import main
+from guard.core.errors import UsageError
+from guard.run.merge import merge_documents
+from guard.run.shard import plan
 
 CASES = [
     ("mlp", "onnxruntime", "host"),

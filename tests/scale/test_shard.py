@@ -1,4 +1,4 @@
-"""guard.shard: parsing K/N, and a plan that is deterministic, complete and balanced."""
+"""guard.run.shard: parsing K/N, and a plan that is deterministic, complete and balanced."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from guard.errors import EXIT_BAD_INPUT, UsageError
-from guard.shard import parse_shard, plan, resolve_invocation_id, times_from_results, weights
+from guard.core.errors import EXIT_BAD_INPUT, UsageError
+from guard.run.shard import parse_shard, plan, resolve_invocation_id, times_from_results, weights
 
 CASES = [
     (m, b, "host")
@@ -113,7 +113,7 @@ def test_invocation_id_precedence():
 
 @pytest.mark.parametrize("spec", ["3/2", "0/4", "a/b"])
 def test_guard_run_refuses_a_bad_shard_before_anything_runs(tmp_path, capsys, spec):
-    from guard.cli import main
+    from guard.cli.main import main
 
     code = main(["run", str(tmp_path / "no-such-suite.yaml"), "--shard", spec, "--no-track"])
     err = capsys.readouterr().err

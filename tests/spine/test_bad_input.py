@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from spine_helpers import FAST_MEASURE, small_convnet, write_suite
 
-from guard.cli import main
+from guard.cli.main import main
 
 
 def suite_for(tmp_path: Path, source: str, inputs: str = "", extra: str = "") -> Path:

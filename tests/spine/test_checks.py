@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from guard import checks as ck
+from guard.results import checks as ck
 
 STATS = {
     "min": 1.0,

@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from spine_helpers import FAST_MEASURE, write_suite
 
-from guard.cli import main
+from guard.cli.main import main
 
 
 def sample_rate_model(path: Path) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from spine_helpers import FAST_MEASURE, write_suite
 
-from guard.bench.host_speed import PROBE
-from guard.cli import main
+from guard.cli.main import main
+from guard.measure.host_speed import PROBE
 
 PINS = [
     "compiler",
@@ -240,7 +240,7 @@ def test_results_carry_rounds_and_their_noise(tmp_path, workdir, convnet):
 
 def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, convnet):
     """--baseline with no latency.regress_pct in the suite still judges (issue 12)."""
-    from guard.bench.regress import DEFAULT_REGRESS_PCT
+    from guard.stats.regress import DEFAULT_REGRESS_PCT
 
     text = suite_text(convnet).replace("min_iters: 5", "min_iters: 30")
     suite = write_suite(tmp_path, text)
@@ -269,7 +269,7 @@ def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, 
 def test_baseline_is_judged_with_the_suites_calibrated_noise(tmp_path, workdir, convnet):
     """--baseline reads `guard calibrate`'s noise file as `guard compare` does: its A/A
     noise raises the threshold, its run noise replaces the default."""
-    from guard.bench.calibrate import default_noise_path, save_noise
+    from guard.stats.calibrate import default_noise_path, save_noise
 
     suite = write_suite(tmp_path, suite_text(convnet).replace("min_iters: 5", "min_iters: 6"))
     code, base = run_json([str(suite), "--no-track"], tmp_path / "base.json")

@@ -7,7 +7,7 @@ import json
 import pytest
 from spine_helpers import FAST_MEASURE, small_convnet, write_suite
 
-from guard.cli import main
+from guard.cli.main import main
 
 
 @pytest.mark.slow

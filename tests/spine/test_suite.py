@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.errors import SuiteError
+from guard.core.errors import SuiteError
 from guard.suite import load_suite
 
 GOOD = """
@@ -154,7 +154,7 @@ def test_shipped_suites_load():
 def test_measure_keys_match_the_harness():
     import dataclasses
 
-    from guard.bench import MeasureConfig
+    from guard.measure import MeasureConfig
     from guard.suite.blocks import MEASURE_KEYS
 
     assert MEASURE_KEYS == {f.name for f in dataclasses.fields(MeasureConfig)}

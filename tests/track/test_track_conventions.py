@@ -15,8 +15,8 @@ from mlflow import MlflowClient
 from mlflow.utils import validation as v
 from track_docs import make_doc
 
-from guard.cli import main
-from guard.errors import EXIT_BAD_INPUT, TrackingError
+from guard.cli.main import main
+from guard.core.errors import EXIT_BAD_INPUT, TrackingError
 from guard.track import log_results, records, resolve_uri
 
 LONG_TARGET = "llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=znver4 -mattr=" + ",".join(
@@ -155,7 +155,7 @@ def test_a_value_mlflow_refuses_is_guards_bug_not_the_store(sqlite_uri, monkeypa
     """It used to say 'check that the store is writable' (exit 2) for guard's own bad key."""
     from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
-    from guard.errors import EXIT_INTERNAL, InternalError
+    from guard.core.errors import EXIT_INTERNAL, InternalError
 
     def refuse(self, *a, **k):
         raise mlflow.exceptions.MlflowException("Invalid metric name", INVALID_PARAMETER_VALUE)

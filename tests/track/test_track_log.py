@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 from track_docs import TRIPLES, make_doc
 
-from guard.errors import EXIT_BAD_INPUT, SchemaError, TrackingError
+from guard.core.errors import EXIT_BAD_INPUT, SchemaError, TrackingError
 from guard.track import (
     find_runs,
     keep_results,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from track_docs import make_doc
 
-from guard.errors import EXIT_BAD_INPUT, TrackingError
+from guard.core.errors import EXIT_BAD_INPUT, TrackingError
 from guard.track import check_reachable, keep_results, log_results, push, unreachable_message
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import guard.zoo as zoo
-from guard.errors import InternalError, UsageError
+from guard.core.errors import InternalError, UsageError
 from guard.zoo import cache, registry
 
 LIGHT = [

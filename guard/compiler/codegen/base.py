@@ -17,7 +17,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from guard.compiler.codegen.kernel_plan import Operand
-from guard.compiler.graph_view import GraphView, OpNode
+from guard.compiler.graph.view import GraphView, OpNode
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Plan, then emit: a CompiledPlan in, machine code for its native partitions out.
 
-:func:`generate` builds the kernel plan from the frozen plans only (guard.compiler.plan),
+:func:`generate` builds the kernel plan from the frozen plans only (guard.compiler.partition.plan),
 packs the constants the kernels want re-laid, emits one LLVM module, optimises it at O3
 with the new pass builder and lowers it to an object for the canonical target. The
 result is what the artefact stores: the object, the optimised IR text, the kernel plan
@@ -18,9 +18,9 @@ from guard.compiler.codegen.emitters import emitter_for
 from guard.compiler.codegen.kernel_plan import KernelPlan, build_kernel_plan
 from guard.compiler.codegen.module import Generated, LoadedObject, build_module, compile_module
 from guard.compiler.codegen.target import CodegenTarget, host_target
-from guard.compiler.plan import CompiledPlan
-from guard.compiler.runtime import Runtime
-from guard.compiler.weights import WeightsLayout, pack_weights
+from guard.compiler.partition.plan import CompiledPlan
+from guard.compiler.runtime.engine import Runtime
+from guard.compiler.runtime.weights import WeightsLayout, pack_weights
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from guard.compiler.codegen.irutil import (
     store_lanes,
     vec,
 )
-from guard.compiler.graph_view import GraphView, OpNode
+from guard.compiler.graph.view import GraphView, OpNode
 
 Attrs = Mapping[str, Any]
 B: TypeAlias = ir.IRBuilder

@@ -35,7 +35,7 @@ from guard.compiler.codegen.irutil import (
     store_lanes,
     vec,
 )
-from guard.compiler.graph_view import GraphView, OpNode
+from guard.compiler.graph.view import GraphView, OpNode
 
 
 def _prod(s: tuple[int, ...]) -> int:

@@ -27,8 +27,8 @@ from guard.compiler.codegen.irutil import (
     splat,
     store_lanes,
 )
-from guard.compiler.graph_view import GraphView, OpNode
-from guard.compiler.layout import block_of
+from guard.compiler.graph.view import GraphView, OpNode
+from guard.compiler.ir.layout import block_of
 
 
 def logical(shape: Sequence[int], layout: str) -> tuple[int, int, int, int]:

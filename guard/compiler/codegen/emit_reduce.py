@@ -18,7 +18,7 @@ from guard.compiler.codegen import mathfn as m
 from guard.compiler.codegen.base import Emitter, Kernel, float32_only, strides
 from guard.compiler.codegen.emit_elementwise import merge_dims
 from guard.compiler.codegen.irutil import F32, REDUCE_FLAGS, add, i64, load, loop, store
-from guard.compiler.graph_view import GraphView, OpNode
+from guard.compiler.graph.view import GraphView, OpNode
 
 _INIT = {"ReduceMax": float("-inf"), "ReduceMin": float("inf")}
 

@@ -17,8 +17,8 @@ import numpy as np
 from guard.compiler.codegen.base import Emitter, Kernel, strides
 from guard.compiler.codegen.emit_elementwise import merge_dims
 from guard.compiler.codegen.irutil import add, i64, load, loop, store
-from guard.compiler.graph_view import GraphView, OpNode
-from guard.compiler.layout import block_of
+from guard.compiler.graph.view import GraphView, OpNode
+from guard.compiler.ir.layout import block_of
 
 _INT = {1: ir.IntType(8), 2: ir.IntType(16), 4: ir.IntType(32), 8: ir.IntType(64)}
 

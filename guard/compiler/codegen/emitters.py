@@ -11,14 +11,14 @@ from __future__ import annotations
 import functools
 
 from guard.compiler.codegen.base import Emitter
-from guard.compiler.codegen.emit_conv import Conv
+from guard.compiler.codegen.conv.emitter import Conv
 from guard.compiler.codegen.emit_elementwise import Elementwise
-from guard.compiler.codegen.emit_gemm import Gemm
 from guard.compiler.codegen.emit_norm import Norm
 from guard.compiler.codegen.emit_pool import Pool
 from guard.compiler.codegen.emit_reduce import Reduce
 from guard.compiler.codegen.emit_tensor import Copy, Fill
-from guard.compiler.graph_view import GraphView, OpNode
+from guard.compiler.codegen.gemm.emitter import Gemm
+from guard.compiler.graph.view import GraphView, OpNode
 
 
 @functools.cache

@@ -26,7 +26,7 @@ from guard.compiler.codegen.base import Kernel
 from guard.compiler.codegen.irutil import I64, PTR, VOID, byte_ptr, i64
 from guard.compiler.codegen.kernel_plan import KernelPlan, Operand, Step
 from guard.compiler.codegen.target import CodegenTarget
-from guard.errors import InternalError
+from guard.core.errors import InternalError
 
 
 @dataclass(frozen=True)

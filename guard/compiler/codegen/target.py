@@ -15,7 +15,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from guard.errors import ModelError
+from guard.core.errors import ModelError
 from guard.manifest.target import parse_target
 
 if TYPE_CHECKING:

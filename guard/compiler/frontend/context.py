@@ -16,10 +16,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from guard.compiler.ir import Graph, Shape, Value, dtype_name
+from guard.compiler.ir.core import Graph, Shape, Value, dtype_name
+from guard.compiler.ir.shapes import infer
 from guard.compiler.reference import run_node
-from guard.compiler.shapes import infer
-from guard.errors import ModelError
+from guard.core.errors import ModelError
 
 # A converter: (ctx, node inputs, node outputs, **the node's attributes with the spec's
 # defaults) -> None; it emits IR nodes through the context.

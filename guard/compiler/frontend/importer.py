@@ -22,8 +22,8 @@ from guard.compiler.frontend.context import ImportContext, np_dtype
 from guard.compiler.frontend.functions import expand_functions
 from guard.compiler.frontend.prepare import bind_inputs, toposort, without_big_initializers
 from guard.compiler.frontend.registry import lookup
-from guard.compiler.ir import Constant, Graph, Shape
-from guard.errors import ModelError, UnsupportedOpError
+from guard.compiler.ir.core import Constant, Graph, Shape
+from guard.core.errors import ModelError, UnsupportedOpError
 
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.frontend.context import Converter, ImportContext, np_dtype
-from guard.compiler.ir import dtype_name
+from guard.compiler.ir.core import dtype_name
 
 UNARY_NO_ATTRS = [
     "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Reciprocal",

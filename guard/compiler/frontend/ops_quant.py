@@ -9,7 +9,7 @@ import numpy as np
 
 from guard.compiler.frontend.context import Converter, ImportContext, np_dtype
 from guard.compiler.frontend.ops_nn import conv_attrs
-from guard.compiler.ir import dtype_name
+from guard.compiler.ir.core import dtype_name
 
 
 def quantize(

@@ -5,7 +5,7 @@ everything unless ``noop_with_empty_axes``."""
 from __future__ import annotations
 
 from guard.compiler.frontend.context import Converter, ImportContext
-from guard.compiler.shapes import REDUCE
+from guard.compiler.ir.shapes import REDUCE
 
 REDUCE_AXES_INPUT_SINCE = {"ReduceSum": 13}
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.frontend.context import Converter, ImportContext, np_dtype
-from guard.compiler.ir import dtype_name
+from guard.compiler.ir.core import dtype_name
 
 INT64_MAX = np.iinfo(np.int64).max
 

@@ -2,7 +2,7 @@
 shape inference, and sort the nodes (a cycle is an error naming its nodes).
 
 The binder (``graph_inputs`` + ``bind_shapes``) and the sort (``toposort``) are guard's only
-ones: guard.model binds a suite's inputs and checks a loaded model for cycles with them.
+ones: guard.suite.model binds a suite's inputs and checks a loaded model for cycles with them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import onnx
 from onnx import helper
 
 from guard.compiler.frontend.context import np_dtype
-from guard.compiler.ir import Shape
-from guard.errors import ModelError
+from guard.compiler.ir.core import Shape
+from guard.core.errors import ModelError
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from guard.compiler.ir import Graph, Node, Value
-from guard.compiler.layout import (
+from guard.compiler.ir.core import Graph, Node, Value
+from guard.compiler.ir.layout import (
     LAYOUT_OPS,
     block_of,
     channel_axis,
@@ -29,8 +29,8 @@ from guard.compiler.layout import (
     relayout_constant,
     to_layout_shape,
 )  # fmt: skip
+from guard.compiler.ir.shapes import ELEMENTWISE
 from guard.compiler.passes.base import Pass, PassResult
-from guard.compiler.shapes import ELEMENTWISE
 
 
 @dataclass

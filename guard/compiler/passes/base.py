@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from guard.compiler.ir import Constant, Graph, Node, Value
+from guard.compiler.ir.core import Constant, Graph, Node, Value
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """elide_concat: say which Concat, Split, Slice and Reshape nodes will move no bytes.
 
-One truth for views: the memory planner (guard.compiler.memory) holds the only rules for
+One truth for views: the memory planner (guard.compiler.graph.memory) holds the only rules for
 aliasing (views, concat/split/slice slices, in place), and the frozen ``MemoryPlan`` it
 returns is what the runtime and the code generator read. This pass asks the planner, for
 the graph's own order, and records its answer on the graph:
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from guard.compiler import ops
-from guard.compiler.graph_view import view_of_graph
-from guard.compiler.ir import Graph
-from guard.compiler.memory import plan_memory
+from guard.compiler.graph.memory import plan_memory
+from guard.compiler.graph.view import view_of_graph
+from guard.compiler.ir import ops
+from guard.compiler.ir.core import Graph
 from guard.compiler.passes.base import Pass, PassResult
 
 _STAT = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from guard.compiler.ir import Graph
+from guard.compiler.ir.core import Graph
 from guard.compiler.passes.base import Pass, PassResult
 
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from guard.compiler.ir import Graph, Node
+from guard.compiler.ir.core import Graph, Node
+from guard.compiler.ir.shapes import ELEMENTWISE
 from guard.compiler.passes.base import Pass, PassResult, single_consumer
-from guard.compiler.shapes import ELEMENTWISE
 
 ANCHORS = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul"}
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from guard.compiler.ir import Graph, Node
+from guard.compiler.ir.core import Graph, Node
 from guard.compiler.passes.base import Pass, PassResult, scalar_const
 
 

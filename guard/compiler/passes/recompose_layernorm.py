@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from guard.compiler.ir import Graph, Node
+from guard.compiler.ir.core import Graph, Node
 from guard.compiler.passes.base import Pass, PassResult, scalar_const
 
 

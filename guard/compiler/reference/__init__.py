@@ -10,8 +10,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from guard.compiler import layout
-from guard.compiler.ir import Constant, Graph
+from guard.compiler.ir import layout
+from guard.compiler.ir.core import Constant, Graph
 from guard.compiler.reference import (
     elementwise,
     index,
@@ -24,7 +24,7 @@ from guard.compiler.reference import (
     tensor,
 )
 from guard.compiler.reference.base import Attrs, Kernel, Xs, arg
-from guard.errors import InternalError, ModelError
+from guard.core.errors import InternalError, ModelError
 
 KERNELS: dict[str, Kernel] = {
     **{op: elementwise.kernel(op) for op in elementwise.ELEMENTWISE_OPS},

@@ -14,7 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from guard.compiler.ir import dtype_from_name, is_float
+from guard.compiler.ir.core import dtype_from_name, is_float
 from guard.compiler.reference.base import Attrs, Xs, arg
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guard.compiler.ir import is_float
+from guard.compiler.ir.core import is_float
 from guard.compiler.reference.base import Attrs, Xs, arg
 
 

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from guard.compiler.ir import Node, Value, value_range
+from guard.compiler.ir.core import Node, Value, value_range
+from guard.compiler.ir.shapes import _pool
 from guard.compiler.reference.base import Attrs, Kernel, Xs, arg
 from guard.compiler.reference.elementwise import run_program
-from guard.compiler.shapes import _pool
 
 
 def _windows(xp: np.ndarray, ks: list[int], strides: list[int], dil: list[int]) -> np.ndarray:

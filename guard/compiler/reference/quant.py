@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guard.compiler.ir import dtype_from_name, is_float, value_range
+from guard.compiler.ir.core import dtype_from_name, is_float, value_range
 from guard.compiler.reference.base import Attrs, Xs, arg
 from guard.compiler.reference.nn import conv
 

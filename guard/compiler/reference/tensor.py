@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from guard.compiler.ir import dtype_from_name, value_range
+from guard.compiler.ir.core import dtype_from_name, value_range
 from guard.compiler.reference.base import Attrs, Kernel, Xs, arg
 
 

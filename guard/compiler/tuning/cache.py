@@ -38,9 +38,9 @@ from typing import Any
 
 from guard.compiler.tuning import schedules
 from guard.compiler.tuning.keys import OPS, TaskKey
-from guard.errors import SchemaError
-from guard.fsutil import BoundedReadError, atomic_write_text, read_bounded
-from guard.schema import Schema
+from guard.core.errors import SchemaError
+from guard.core.fsutil import BoundedReadError, atomic_write_text, read_bounded
+from guard.core.schema import Schema
 
 SCHEMA_VERSION = 1
 KIND = "guard-bundled-tuning-cache"

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from guard.compiler.codegen.conv_schedule import ConvSchedule, Geometry, default_conv_schedule
-from guard.compiler.codegen.gemm_schedule import default_gemm_schedule
+from guard.compiler.codegen.conv.schedule import ConvSchedule, Geometry, default_conv_schedule
+from guard.compiler.codegen.gemm.schedule import default_gemm_schedule
 from guard.compiler.tuning.cache import Entry, TuningCache
 from guard.compiler.tuning.keys import TaskKey, differences, nearest
 

@@ -1,10 +1,10 @@
 """Schedules as plain data: to and from the cache's JSON, validated per op.
 
-- ``gemm``: :class:`guard.compiler.codegen.gemm.GemmSchedule` (micro-tile ``mr x nr``,
+- ``gemm``: :class:`guard.compiler.codegen.gemm.driver.GemmSchedule` (micro-tile ``mr x nr``,
   cache blocks ``kc/mc/nc``, k-unroll, loop order, ``use_blas``).
-- ``conv``: :class:`guard.compiler.codegen.conv_schedule.ConvSchedule`, the knobs of the
+- ``conv``: :class:`guard.compiler.codegen.conv.schedule.ConvSchedule`, the knobs of the
   direct convolution the code generator emits for every Conv/FusedConv
-  (guard/compiler/codegen/emit_conv.py): output columns and output-channel vectors per
+  (guard/compiler/codegen/conv/emitter.py): output columns and output-channel vectors per
   register tile, reduction unroll, loop order. An entry written before the last three
   existed names only ``ow_block``; the others' defaults are what the emitter did then.
 """
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, fields
 from typing import Any
 
-from guard.compiler.codegen.conv_schedule import ConvSchedule
-from guard.compiler.codegen.gemm_schedule import GemmSchedule
+from guard.compiler.codegen.conv.schedule import ConvSchedule
+from guard.compiler.codegen.gemm.schedule import GemmSchedule
 from guard.compiler.codegen.target import CodegenTarget
 from guard.compiler.tuning.keys import _target_fields
 

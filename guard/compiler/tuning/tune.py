@@ -48,20 +48,20 @@ import numpy as np
 
 from guard.compiler import import_onnx, optimize, verify
 from guard.compiler.codegen.base import Kernel
-from guard.compiler.codegen.conv_schedule import Geometry, conv_space, default_conv_schedule
-from guard.compiler.codegen.emit_gemm import GemmShape
+from guard.compiler.codegen.conv.schedule import Geometry, conv_space, default_conv_schedule
 from guard.compiler.codegen.emitters import emitter_for
-from guard.compiler.codegen.gemm_schedule import GemmSchedule, default_gemm_schedule
+from guard.compiler.codegen.gemm.emitter import GemmShape
+from guard.compiler.codegen.gemm.schedule import GemmSchedule, default_gemm_schedule
 from guard.compiler.codegen.irutil import PTR, VOID
 from guard.compiler.codegen.kernel_plan import build_kernel_plan
 from guard.compiler.codegen.module import LoadedObject, compile_module
 from guard.compiler.codegen.target import codegen_target
-from guard.compiler.plan import plan
+from guard.compiler.partition.plan import plan
+from guard.compiler.runtime.weights import pack_weights
 from guard.compiler.tuning import schedules as sch
 from guard.compiler.tuning.cache import Entry
 from guard.compiler.tuning.dispatch import Dispatch, applied, conv_shape, gemm_shape
 from guard.compiler.tuning.keys import TaskKey
-from guard.compiler.weights import pack_weights
 
 GEMM_OPS = frozenset({"Gemm", "FusedGemm", "MatMul", "FusedMatMul"})
 CONV_OPS = frozenset({"Conv", "FusedConv"})

@@ -14,16 +14,16 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from guard.compiler import layout
 from guard.compiler.codegen.base import Kernel
-from guard.compiler.codegen.conv_schedule import (
+from guard.compiler.codegen.conv.emitter import Conv, conv_function
+from guard.compiler.codegen.conv.schedule import (
     ConvSchedule,
     Geometry,
     conv_space,
     default_conv_schedule,
 )
-from guard.compiler.codegen.emit_conv import Conv, conv_function
 from guard.compiler.codegen.kernel_plan import Operand
+from guard.compiler.ir import layout
 from guard.compiler.reference import nn
 
 from ._jit import Jitted, host_vector_width

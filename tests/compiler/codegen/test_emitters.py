@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.codegen.build import jit
-from guard.compiler.plan import plan
+from guard.compiler.partition.plan import plan
 
 RTOL, ATOL = 1e-4, 1e-5
 # An element that cancels out of large terms carries the rounding of those terms, not of

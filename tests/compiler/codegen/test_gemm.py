@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from guard.compiler.codegen.gemm import (
+from guard.compiler.codegen.gemm.driver import (
     GemmKernel,
     GemmSchedule,
     default_gemm_schedule,

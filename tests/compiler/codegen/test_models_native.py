@@ -11,7 +11,7 @@ import pytest
 from guard import zoo
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.codegen.build import jit
-from guard.compiler.plan import plan
+from guard.compiler.partition.plan import plan
 
 RTOL, ATOL = 1e-4, 1e-5
 

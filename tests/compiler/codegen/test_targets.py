@@ -10,9 +10,9 @@ from onnx import helper
 from guard.compiler import import_onnx, optimize
 from guard.compiler.codegen.build import generate
 from guard.compiler.codegen.target import CodegenTarget, codegen_target, host_target, runnable_here
-from guard.compiler.plan import plan
-from guard.compiler.weights import pack_weights
-from guard.errors import UsageError
+from guard.compiler.partition.plan import plan
+from guard.compiler.runtime.weights import pack_weights
+from guard.core.errors import UsageError
 
 from .test_emitters import model, rnd
 

@@ -1,0 +1,93 @@
+"""CLI for running past one machine: ``guard run --shard K/N`` and ``guard merge``.
+
+guard/cli/main.py calls ``register(subparsers)``: it adds the shard options to ``guard run``
+and the ``merge`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = subparsers.choices.get("run")
+    if run is not None:
+        g = run.add_argument_group("sharding (guard.run.shard)")
+        g.add_argument(
+            "--shard",
+            metavar="K/N",
+            help="run only shard K of N: a deterministic slice of the (model, "
+            "backend, target) cases, balanced by the previous run's times",
+        )
+        g.add_argument(
+            "--shard-times",
+            metavar="RESULTS.json",
+            help="balance by this results file's duration_s (e.g. the last merged "
+            "run) instead of the MLflow history",
+        )
+        g.add_argument(
+            "--invocation-id",
+            metavar="ID",
+            help="the shared id of all shards of one run (default "
+            "$GUARD_INVOCATION_ID; on GitHub Actions the workflow run)",
+        )
+
+    m = subparsers.add_parser(
+        "merge",
+        help="join the results files of a sharded run into one",
+        description="guard merge r1.json r2.json ... --json all.json. Refuses (exit 2) files "
+        "of different suites, commits, schema versions or shard plans, and a case in two "
+        "files. The merged file is a results file: reports, verdicts and the exit code are "
+        "those of one run (0 pass, 1 a check failed, 2 bad input, 3 guard failed).",
+    )
+    m.add_argument("files", nargs="+", metavar="RESULTS.json")
+    m.add_argument("--json", metavar="PATH", help="write the merged results file")
+    m.add_argument("--junit", metavar="PATH", help="write JUnit XML")
+    m.add_argument("--markdown", metavar="PATH", help="write a Markdown summary")
+    m.add_argument("--html", metavar="PATH", help="write an HTML report")
+    m.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="merge even when a shard's file is missing: its cases become error results (exit 3)",
+    )
+    m.add_argument("--quiet", action="store_true", help="do not print the console table")
+    m.add_argument(
+        "--tracking-uri",
+        metavar="URI",
+        help="also put the merged results on the shards' invocation run there "
+        "(verdict, counts, results.json)",
+    )
+    m.set_defaults(func=cmd_merge)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    from guard import report
+    from guard.core.errors import UsageError
+    from guard.run.merge import merge_documents
+
+    outputs = [Path(p) for p in (args.json, args.junit, args.markdown, args.html) if p]
+    for p in outputs:
+        if not p.resolve().parent.is_dir():
+            raise UsageError(
+                f"output directory {p.resolve().parent} does not exist",
+                where=str(p),
+                hint="Create it or choose another path.",
+            )
+    doc = merge_documents([Path(f) for f in args.files], allow_missing=args.allow_missing)
+    if args.json:
+        report.write_json(doc, Path(args.json))
+    if args.junit:
+        report.write_junit(doc, Path(args.junit))
+    if args.markdown:
+        report.write_markdown(doc, Path(args.markdown))
+    if args.html:
+        report.write_html(doc, Path(args.html))
+    if not args.quiet:
+        report.render_console(doc)
+    if args.tracking_uri:
+        from guard.track.invocation import record_merged
+
+        run_id = record_merged(args.tracking_uri, doc)
+        print(f"recorded the merged results on invocation run {run_id} at {args.tracking_uri}")
+    return int(doc["exit_code"])

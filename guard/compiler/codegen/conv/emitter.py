@@ -1,0 +1,145 @@
+"""Conv and FusedConv: a direct convolution, register-tiled, in the graph's layout.
+
+The one convolution emitter of the code generator. Vector lanes run along output
+channels (``L`` = the target's width; the weights are packed at build time as
+``[K/L][C/g][R][S][L]``, zero-padded past K, so a weight vector is one aligned-in-order
+load). A tile is ``T`` output columns of one output row times ``KB`` output-channel
+vectors: ``KB * T`` accumulators stay in registers while the reduction runs over input
+channels, kernel rows and kernel columns; each step loads ``KB`` weight vectors and
+``T`` input scalars (broadcast; an embedded-broadcast memory operand on AVX-512) and
+issues ``KB * T`` FMAs. ``T``, ``KB``, the unroll of the input-channel loop and the loop
+order (channel blocks outside rows, or rows outside blocks) are the schedule
+(conv_schedule.py: :class:`ConvSchedule`, its default heuristic and the space the tuner
+searches); the tuning cache supplies it on a hit (guard/compiler/tuning/dispatch.py).
+
+Modes: ``dense`` (group 1, or channels per group a multiple of L), ``depthwise``
+(one input and one output channel per group, in a layout whose channels are contiguous:
+the input is a vector load too), and ``grouped`` (anything else: each group's output
+channels get their own vectors, the last one of each group masked; weights packed
+``[g][K/g/L][C/g][R][S][L]``; in a blocked output a vector that straddles a block is
+stored lane by lane).
+
+Padding: columns whose taps all fall inside the input are the interior, tiled ``T`` wide
+in a loop without bounds checks; the border tiles sit at compile-time columns, so each
+tap of each of their columns is known to be inside or outside the input and the outside
+ones are simply not emitted (peeled, no run-time checks, still ``T`` columns wide).
+Rows are checked once per kernel row, outside the column loop.
+
+Outputs go to NCHW<b>c / NHWC as vector stores (the last vector masked when K is not a
+multiple of L), to NCHW as lane-strided stores. Vectors of a tile that lie in different
+groups read their own input channels (one broadcast per vector); K not a multiple of
+``KB`` vectors ends in one shorter block. The bias (input 2) starts the
+accumulators; an epilogue program that reads no other tensor runs in registers before
+the store, any other runs as one pointwise pass over the output.
+
+Files: this one is the emitter (decline, weight packing, the epilogue, the schedule from
+the tuning cache); conv_direct.py emits the loop nest and the register tile;
+conv_schedule.py holds the geometry, the knobs and the default heuristic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import llvmlite.ir as ir
+import numpy as np
+
+from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
+from guard.compiler.codegen.conv.direct import DirectConv
+from guard.compiler.codegen.conv.schedule import ConvSchedule, Geometry
+from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decline, run_program
+from guard.compiler.graph.schedule import GraphView, OpNode
+from guard.compiler.ir.layout import block_of
+from guard.compiler.tuning.dispatch import conv_schedule
+
+
+def conv_function(module: ir.Module, name: str, k: Kernel, sched: ConvSchedule) -> ir.Function:
+    """``void name(ptr x, ptr packed_w, ptr bias_or_null, ptr y)``: one Conv kernel with
+    ``sched``, outside any model (the tests' and benchmarks' entry)."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType()] * 4), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    xo, wo = k.inputs[0], k.inputs[1]
+    assert xo is not None and wo is not None
+    geo = Geometry(k.attrs, xo.shape, wo.shape, k.vector_width)
+    ins: list[ir.Value | None] = [fn.args[0], fn.args[1], fn.args[2] if len(k.inputs) > 2 else None]
+    Conv().emit_scheduled(b, ins, [fn.args[3]], k, geo, sched)
+    b.ret_void()
+    return fn
+
+
+def _program_parts(attrs: Mapping[str, Any]) -> tuple[list, bool]:
+    prog = list(attrs.get("program", []))
+    reads = any(isinstance(r, int) for s in prog for r in s["args"])
+    return prog, reads
+
+
+class Conv(Emitter):
+    ops = frozenset({"Conv", "FusedConv"})
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        why = float32_only(node, g)
+        if why:
+            return why
+        w = g.tensors[node.args[1]]
+        if len(w.shape) != 4:
+            return f"no emitter for {node.op} with {len(w.shape) - 2} spatial dims (2-D only)"
+        if w.kind != "const":
+            return f"no emitter for {node.op} with run-time weights"
+        if len(node.args) > 2 and node.args[2] and g.tensors[node.args[2]].kind != "const":
+            return f"no emitter for {node.op} with a run-time bias"
+        lay = node.attrs.get("layout", "NCHW")
+        if lay not in ("NCHW", "NHWC") and not block_of(lay):
+            return f"no emitter for {node.op} in layout {lay}"
+        if node.op == "FusedConv":
+            return program_decline(node.attrs["program"])
+        return None
+
+    def pack(
+        self, op: str, attrs: Mapping[str, Any], index: int, value: np.ndarray,
+        shapes: Sequence[tuple[int, ...] | None], vector_width: int,
+    ) -> np.ndarray | None:  # fmt: skip
+        if index != 1 or shapes[0] is None:
+            return None
+        return Geometry(attrs, shapes[0], value.shape, vector_width).pack(value)
+
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
+        xo, wo = k.inputs[0], k.inputs[1]
+        assert xo is not None and wo is not None  # w packed; its Operand keeps OIHW
+        geo = Geometry(k.attrs, xo.shape, wo.shape, k.vector_width)
+        # The tuning cache's schedule on a hit, else the default heuristic.
+        self.emit_scheduled(b, ins, outs, k, geo, conv_schedule(geo))
+
+    def emit_scheduled(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel,
+        geo: Geometry, sched: ConvSchedule,
+    ) -> None:  # fmt: skip
+        """``emit`` with an explicit schedule (tests and benchmarks sweep the space)."""
+        sched.validate(geo.L)
+        prog, reads = _program_parts(k.attrs) if k.op == "FusedConv" else ([], False)
+        has_bias = (
+            len(ins) > 2
+            and ins[2] is not None
+            and (k.op == "Conv" or int(k.attrs["anchor_inputs"]) > 2)
+        )
+        epilogue = (
+            (lambda bld, v: run_program(bld, prog, v, lambda j: v)) if prog and not reads else None
+        )
+        DirectConv(
+            geo, sched, b, ins[0], ins[1], ins[2] if has_bias else None, outs[0], epilogue
+        ).emit()
+        if prog and reads:
+            out = k.outputs[0]
+            refs = sorted({r for s in prog for r in s["args"] if isinstance(r, int)})
+            operands = [(outs[0], bcast_strides(out.shape, out.shape))]
+            for j in refs:
+                o = k.inputs[j]
+                assert o is not None and ins[j] is not None
+                operands.append((ins[j], bcast_strides(o.shape, out.shape)))
+
+            def compute(vals: list[ir.Value]) -> ir.Value:
+                return run_program(b, prog, vals[0], lambda j: vals[1 + refs.index(j)])
+
+            emit_pointwise(b, out.shape, operands, outs[0], k.vector_width, compute)

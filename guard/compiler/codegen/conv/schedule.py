@@ -1,0 +1,226 @@
+"""The direct convolution's geometry and schedule: what the emitter, the packer and the
+tuner agree on (guard/compiler/codegen/conv/emitter.py emits it).
+
+:class:`Geometry` is everything about one convolution that follows from its attributes,
+shapes and the target's vector width ``L``: the mode (``dense``, ``depthwise``,
+``grouped``), the output vectors ``KV`` (lanes along output channels), the interior
+columns, the element strides of each layout, and the packing of the weights as
+``[KV][C/g][R][S][L]`` (independent of the schedule, so every schedule reads one packed
+constant).
+
+:class:`ConvSchedule` is the knob space of the register tile:
+
+- ``ow_block``: output columns per tile (``T``), one accumulator vector per column and
+  output-channel vector;
+- ``oc_block``: output-channel vectors per tile (``KB``): each broadcast input scalar
+  feeds ``KB`` FMAs, each weight vector ``T``; ``KB * T`` accumulators plus ``KB``
+  weight vectors and one broadcast must fit the register file, or the tile spills;
+- ``unroll``: input channels per step of the reduction loop (dense and grouped modes;
+  the depthwise kernel has no channel loop and ignores it);
+- ``loop_order``: ``"kv_oh"`` runs the output-channel blocks outside the output rows (a
+  block's weights stay in L1 across rows), ``"oh_kv"`` the rows outside the blocks (an
+  input row band stays in L1 across blocks).
+
+:func:`default_conv_schedule` is the heuristic every build uses without a tuning cache.
+:func:`conv_space` enumerates every valid point for one geometry (the tuner's candidates,
+and the test that checks each against the reference kernel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from guard.compiler.ir.layout import block_of
+
+LOOP_ORDERS = ("kv_oh", "oh_kv")
+UNROLLS = (1, 2, 4)
+MAX_OC_BLOCK = 4
+
+
+def vector_registers(width: int) -> int:
+    """Architectural vector registers for a width: AVX-512 and NEON 32, AVX2 16."""
+    return 16 if width == 8 else 32
+
+
+@dataclass(frozen=True)
+class ConvSchedule:
+    """One point of the direct convolution's knob space (see the module docstring).
+
+    The defaults of the later fields are the emitter's behaviour before they existed, so
+    a cache entry that names only ``ow_block`` means what it meant when it was tuned."""
+
+    ow_block: int
+    oc_block: int = 1
+    unroll: int = 1
+    loop_order: str = "kv_oh"
+
+    def validate(self, vector_width: int) -> None:
+        regs = vector_registers(vector_width)
+        if self.ow_block < 1 or self.oc_block < 1:
+            raise ValueError(f"ConvSchedule ow_block and oc_block must be positive: {self}")
+        if vector_width > 1 and self.oc_block * (self.ow_block + 1) + 1 > regs:
+            raise ValueError(
+                f"ConvSchedule oc_block={self.oc_block} x ow_block={self.ow_block} spills: "
+                f"{self.oc_block} x ({self.ow_block} accumulators + a weight vector) + a "
+                f"broadcast must fit {regs} vector registers"
+            )
+        if not 1 <= self.unroll <= 8:
+            raise ValueError(f"ConvSchedule.unroll={self.unroll} must be 1..8")
+        if self.loop_order not in LOOP_ORDERS:
+            raise ValueError(
+                f"ConvSchedule.loop_order={self.loop_order!r}: expected one of {LOOP_ORDERS}"
+            )
+
+
+class Geometry:
+    """Everything about one convolution that the emitter and the packer agree on."""
+
+    def __init__(
+        self, attrs: Mapping[str, Any], xshape: Sequence[int], wshape: Sequence[int], width: int
+    ) -> None:
+        self.layout = str(attrs.get("layout", "NCHW"))
+        lay = self.layout
+        if lay == "NCHW":
+            self.N, self.C, self.H, self.W = xshape
+        elif lay == "NHWC":
+            self.N, self.H, self.W, self.C = xshape
+        else:
+            n, cb, h, w, blk = xshape
+            self.N, self.C, self.H, self.W = n, cb * blk, h, w
+        self.K, self.Cg, self.R, self.S = wshape
+        self.g = int(attrs["group"])
+        self.Kg = self.K // self.g
+        self.sh, self.sw = attrs["strides"]
+        self.dh, self.dw = attrs["dilations"]
+        self.pt, self.pl, self.pb, self.pr = attrs["pads"]
+        self.OH = (self.H + self.pt + self.pb - self.dh * (self.R - 1) - 1) // self.sh + 1
+        self.OW = (self.W + self.pl + self.pr - self.dw * (self.S - 1) - 1) // self.sw + 1
+        self.block = block_of(lay) or 0
+        self.L = width
+        chan_contig = lay == "NHWC" or (self.block and self.block % width == 0)
+        if self.g == 1 or (self.Kg % width == 0 and (chan_contig or lay == "NCHW")):
+            self.mode = "dense"
+        elif self.Cg == 1 and self.Kg == 1 and chan_contig:
+            self.mode = "depthwise"
+        else:
+            # Groups whose channel count is not a multiple of L: each group gets its own
+            # vectors, the last one of a group masked (zero weights past the group).
+            self.mode = "grouped"
+        self.KVg = -(-self.Kg // self.L)  # vectors per group (grouped mode)
+        self.KV = self.g * self.KVg if self.mode == "grouped" else -(-self.K // self.L)
+        # Lanes of the last vector (of K, or of each group in grouped mode).
+        self.tail = (self.Kg if self.mode == "grouped" else self.K) - (
+            (self.KVg if self.mode == "grouped" else self.KV) - 1
+        ) * self.L
+        # Interior columns: every tap of every column inside [0, W).
+        lo = -(-self.pl // self.sw) if self.pl > 0 else 0
+        hi_num = self.W - 1 - self.dw * (self.S - 1) + self.pl
+        hi = hi_num // self.sw + 1 if hi_num >= 0 else 0
+        self.ow_lo, self.ow_hi = min(lo, self.OW), max(min(hi, self.OW), min(lo, self.OW))
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.N * self.K * self.OH * self.OW * self.Cg * self.R * self.S
+
+    def vectors_share_input(self, oc_block: int) -> bool:
+        """Whether the ``oc_block`` vectors of every tile lie in one group, so that they
+        read the same input channels (one broadcast feeds all of them)."""
+        if self.mode == "depthwise":
+            return False
+        if self.g == 1:
+            return True
+        per_group = self.Kg // self.L if self.mode == "dense" else self.KVg
+        return per_group % oc_block == 0
+
+    def x_strides(self) -> tuple[int, int, int, int, int, int]:
+        """(n, channel block, channel lane, h, w, block size) element strides of x."""
+        return _strides(self.layout, self.C, self.H, self.W, self.block)
+
+    def y_strides(self) -> tuple[int, int, int, int, int, int]:
+        return _strides(self.layout, self.K, self.OH, self.OW, self.block)
+
+    def pack(self, w: np.ndarray) -> np.ndarray:
+        L, K = self.L, self.K
+        w = np.asarray(w, np.float32)
+        if self.mode == "depthwise":
+            # [KV][R][S][L]: lane = channel
+            dw = np.zeros((self.KV * L, self.R, self.S), np.float32)
+            dw[:K] = w[:, 0]
+            return np.ascontiguousarray(
+                dw.reshape(self.KV, L, self.R, self.S).transpose(0, 2, 3, 1)
+            )
+        if self.mode == "grouped":
+            # [g][KVg][Cg][R][S][L]: each group's output channels padded to whole vectors
+            per = np.zeros((self.g, self.KVg * L, self.Cg, self.R, self.S), np.float32)
+            per[:, : self.Kg] = w.reshape(self.g, self.Kg, self.Cg, self.R, self.S)
+            pad = per.reshape(self.KV * L, self.Cg, self.R, self.S)
+        else:
+            pad = np.zeros((self.KV * L, self.Cg, self.R, self.S), np.float32)
+            pad[:K] = w
+        return np.ascontiguousarray(
+            pad.reshape(self.KV, L, self.Cg, self.R, self.S).transpose(0, 2, 3, 4, 1)
+        )
+
+
+def _strides(lay: str, C: int, H: int, W: int, b: int) -> tuple[int, int, int, int, int, int]:
+    if lay == "NCHW":
+        return C * H * W, H * W, 0, W, 1, 1
+    if lay == "NHWC":
+        return H * W * C, 0, 1, W * C, C, C
+    return C * H * W, H * W * b, 1, W * b, b, b
+
+
+def default_conv_schedule(geo: Geometry) -> ConvSchedule:
+    """The heuristic: correct for any shape, and near the best measured tile here.
+
+    A row at least ``T`` = 14 columns wide (12 with 16 registers) gets 14-column tiles of
+    one output-channel vector: enough independent FMA chains to hide the FMA latency,
+    the reduction not unrolled (LLVM and the out-of-order core do that). A narrower row
+    cannot fill such a tile, so the tile trades columns for output-channel vectors that
+    share each broadcast input (when they read the same input channels): the best of
+    column fill (``OW`` over the padded columns), independent chains (16 saturate two
+    FMA ports of latency 4 with room) and FMAs per load, among tiles that leave 4
+    registers for addresses (fuller tiles spill in LLVM's hands). Measured here (thread
+    CPU time, AVX-512): resnet50's 3x3 512->512 at 7x7 ran 1.09x faster with 7 columns x
+    3 vectors than with 7 x 1; at 13x13 (squeezenet) 7 x 3 and 13 x 1 ran alike and 13 x 2
+    (29 registers) at 0.75-0.8x of them.
+    """
+    if geo.L <= 1:
+        return ConvSchedule(ow_block=8)
+    regs = vector_registers(geo.L)
+    wide = 14 if regs >= 32 else 12
+    if geo.OW >= wide:
+        return ConvSchedule(ow_block=wide)
+    best, best_score = ConvSchedule(ow_block=max(1, geo.OW)), -1.0
+    for kb in range(1, min(MAX_OC_BLOCK, geo.KV) + 1):
+        if kb > 1 and not geo.vectors_share_input(kb):
+            break
+        for t in range(1, geo.OW + 1):
+            if kb * (t + 1) + 1 > regs - 4:
+                break
+            fill = geo.OW / (-(-geo.OW // t) * t)
+            score = fill * min(1.0, kb * t / 16) * min(1.0, kb * t / (kb + t) / 2)
+            if score > best_score + 1e-9:
+                best, best_score = ConvSchedule(ow_block=t, oc_block=kb), score
+    return best
+
+
+def conv_space(geo: Geometry) -> list[ConvSchedule]:
+    """Every distinct valid schedule for ``geo``: tiles that fit the registers, no wider
+    than the output row nor taller than its vectors, each unroll that changes the code
+    (none for depthwise) and both loop orders."""
+    if geo.L <= 1:
+        return [ConvSchedule(ow_block=t) for t in range(1, min(geo.OW, 16) + 1)]
+    regs = vector_registers(geo.L)
+    unrolls = (1,) if geo.mode == "depthwise" else tuple(u for u in UNROLLS if u <= geo.Cg)
+    out = []
+    for kb in range(1, min(MAX_OC_BLOCK, geo.KV) + 1):
+        for t in range(1, min(geo.OW, (regs - 1) // kb - 1) + 1):
+            for u in unrolls:
+                for order in LOOP_ORDERS:
+                    out.append(ConvSchedule(ow_block=t, oc_block=kb, unroll=u, loop_order=order))
+    return out

@@ -1,0 +1,230 @@
+"""The blocked loop nest of one generated GEMM call: macro-blocks, k-chunks, micro-tiles
+and the repacking of a run-time ``[N,K]`` B. gemm.py's GemmKernel documents the
+algorithm and drives it; this module reads the kernel through gemm_schedule.GemmSpec."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from llvmlite import ir
+
+from guard.compiler.codegen.gemm.microkernel import ACCUMULATE, FINISH, micro_kernel
+from guard.compiler.codegen.gemm.schedule import GemmSpec
+from guard.compiler.codegen.vecops import (
+    F32,
+    F32P,
+    I32,
+    I64,
+    Epilogue,
+    for_loop,
+    fptr,
+    iadd,
+    imul,
+    lane_mask,
+    masked_gather,
+    splat_int,
+    tiles,
+    vector_type,
+    vstore,
+)
+
+REPACK_LIMIT_BYTES = 512 * 1024  # stack buffer for one repacked block of a run-time B^T
+
+
+class GemmEmitter:
+    """Emits the blocked loop nest of one GEMM call and its memoised micro-kernels."""
+
+    def __init__(
+        self,
+        kernel: GemmSpec,
+        name: str,
+        epilogue: Epilogue | None,
+        b_packed: bool,
+        epilogue_key: Hashable | None = None,
+    ) -> None:
+        self.k = kernel
+        self.s = kernel.sched
+        self.name = name
+        self.epilogue = epilogue
+        self.W = kernel.vector_width
+        # Unpacked B: streamed row by row when stored [K,N]; an [N,K] B is gathered into a
+        # packed stack buffer per (kc, nc) block (transposing while streaming would need
+        # a gather per FMA).
+        self.stream_b = not b_packed and not kernel.trans_b
+        self.repack_b = not b_packed and kernel.trans_b
+        self.epilogue_key = epilogue_key
+        self.res: ir.Value | None = None  # this batch element's residual, laid out like C
+
+    def emit(
+        self, builder: ir.IRBuilder, a: ir.Value, b: ir.Value, bias: ir.Value, c: ir.Value
+    ) -> None:
+        k, s = self.k, self.s
+        M, N, K = k.M, k.N, k.K
+        kc = min(s.kc, K)
+        chunks = -(-K // kc)
+        scratch = None
+        if self.repack_b:
+            nc_eff = min(s.nc, -(-N // s.nr) * s.nr)
+            if kc * nc_eff * 4 > REPACK_LIMIT_BYTES:
+                raise ValueError(
+                    f"GemmSchedule kc={kc} x nc={nc_eff} needs a {kc * nc_eff * 4} B stack buffer "
+                    f"to repack a run-time [N,K] B, over the {REPACK_LIMIT_BYTES} B limit: lower kc or nc"
+                )
+            arr = ir.ArrayType(F32, kc * nc_eff)
+            with builder.goto_entry_block():
+                slot = builder.alloca(arr, name="bpack")
+                slot.align = 64
+            scratch = builder.bitcast(slot, F32P)
+
+        def macro(n_start: ir.Value, n_size: int) -> None:
+            def chunk(k0: ir.Value, klen: int, kind: str) -> None:
+                bsrc = b
+                if scratch is not None:
+                    self._repack(builder, b, scratch, n_start, n_size, k0, klen)
+                    bsrc = scratch
+
+                def mblock(m_start: ir.Value, m_size: int) -> None:
+                    self._macro_kernel(
+                        builder,
+                        a,
+                        bsrc,
+                        bias,
+                        c,
+                        n_start,
+                        n_size,
+                        m_start,
+                        m_size,
+                        k0,
+                        klen,
+                        kind,
+                        scratch is not None,
+                    )
+
+                tiles(builder, M, s.mc, mblock)
+
+            if chunks == 1:
+                chunk(ir.Constant(I64, 0), K, "only")
+                return
+            chunk(ir.Constant(I64, 0), kc, "first")
+            if chunks > 2:
+                for_loop(builder, kc, (chunks - 1) * kc, kc, lambda k0: chunk(k0, kc, "mid"))
+            chunk(ir.Constant(I64, (chunks - 1) * kc), K - (chunks - 1) * kc, "last")
+
+        tiles(builder, N, s.nc, macro)
+
+    def _macro_kernel(
+        self, builder: ir.IRBuilder, a: ir.Value, b: ir.Value, bias: ir.Value, c: ir.Value,
+        n_start: ir.Value, n_size: int, m_start: ir.Value, m_size: int, k0: ir.Value,
+        klen: int, kind: str, local_b: bool,
+    ) -> None:  # fmt: skip
+        k, s, W = self.k, self.s, self.W
+        M, N, K, nr = k.M, k.N, k.K, s.nr
+
+        def tile(n_off: ir.Value, width: int, m_off: ir.Value, rows: int) -> None:
+            n0 = iadd(builder, n_start, n_off)
+            m0 = iadd(builder, m_start, m_off)
+            if k.trans_a:
+                pa = fptr(builder, a, iadd(builder, imul(builder, k0, M), m0))
+            else:
+                pa = fptr(builder, a, iadd(builder, imul(builder, m0, K), k0))
+            if local_b:  # packed scratch holds this (kc, nc) block only: [panel][k][nr]
+                pb = fptr(builder, b, imul(builder, n_off, klen))
+            elif self.stream_b:
+                pb = fptr(builder, b, iadd(builder, imul(builder, k0, N), n0))
+            else:  # packed: panel n0/nr starts at (n0/nr)*K*nr = n0*K
+                pb = fptr(builder, b, iadd(builder, imul(builder, n0, K), imul(builder, k0, nr)))
+            pc = fptr(builder, c, iadd(builder, imul(builder, m0, N), n0))
+            pbias = bias
+            if k.bias == "row":
+                pbias = fptr(builder, bias, n0)
+            elif k.bias == "col":
+                pbias = fptr(builder, bias, m0)
+            elif k.bias == "full":
+                pbias = fptr(builder, bias, iadd(builder, imul(builder, m0, N), n0))
+            nvec = -(-width // W)
+            ukr = micro_kernel(
+                builder.module,
+                rows,
+                nvec,
+                width - (nvec - 1) * W,
+                W,
+                k.bias,
+                self.epilogue,
+                s.unroll,
+                mask_b=self.stream_b,
+                epilogue_key=self.epilogue_key,
+                residual=self.res is not None,
+            )
+            if self.res is None:
+                pres = ir.Constant(F32P, None)
+            else:
+                pres = fptr(builder, self.res, iadd(builder, imul(builder, m0, N), n0))
+            lda_row, lda_k = (1, M) if k.trans_a else (K, 1)
+            ldb = N if self.stream_b else nr
+            flags = {"only": FINISH, "first": 0, "mid": ACCUMULATE, "last": ACCUMULATE | FINISH}[
+                kind
+            ]
+            builder.call(
+                ukr,
+                [
+                    pa,
+                    pb,
+                    pc,
+                    pbias,
+                    ir.Constant(I64, klen),
+                    ir.Constant(I64, lda_row),
+                    ir.Constant(I64, lda_k),
+                    ir.Constant(I64, ldb),
+                    ir.Constant(I64, N),
+                    ir.Constant(I32, flags),
+                    ir.Constant(I32, width - (nvec - 1) * W),
+                    pres,
+                ],
+            )
+
+        if s.loop_order == "nm":
+            tiles(
+                builder,
+                n_size,
+                nr,
+                lambda n_off, w: tiles(
+                    builder, m_size, s.mr, lambda m_off, r: tile(n_off, w, m_off, r)
+                ),
+            )
+        else:
+            tiles(
+                builder,
+                m_size,
+                s.mr,
+                lambda m_off, r: tiles(
+                    builder, n_size, nr, lambda n_off, w: tile(n_off, w, m_off, r)
+                ),
+            )
+
+    def _repack(
+        self, builder: ir.IRBuilder, b: ir.Value, scratch: ir.Value, n_start: ir.Value,
+        n_size: int, k0: ir.Value, klen: int,
+    ) -> None:  # fmt: skip
+        """Gather ``B[n_start:+n_size, k0:+klen]`` (B stored ``[N,K]``) into ``[panel][k][nr]``."""
+        K, W, nr = self.k.K, self.W, self.s.nr
+        lanes = ir.Constant(ir.VectorType(I64, W), [i * K for i in range(W)])
+
+        def panel(n_off: ir.Value, width: int) -> None:
+            nvec = -(-width // W)
+            dst_panel = fptr(builder, scratch, imul(builder, n_off, klen))
+            row0 = imul(builder, iadd(builder, n_start, n_off), K)
+
+            def krow(kk: ir.Value) -> None:
+                base = fptr(builder, b, iadd(builder, row0, iadd(builder, k0, kk)))
+                dst = fptr(builder, dst_panel, imul(builder, kk, nr))
+                for j in range(nvec):
+                    valid = min(W, width - j * W)
+                    idx = builder.add(lanes, splat_int(builder, ir.Constant(I64, j * W * K), W))
+                    v = masked_gather(builder, base, idx, lane_mask(W, valid))
+                    vstore(builder, v, fptr(builder, dst, j * W))
+                for j in range(nvec, nr // W):  # keep the padded lanes finite
+                    vstore(builder, ir.Constant(vector_type(W), 0.0), fptr(builder, dst, j * W))
+
+            for_loop(builder, 0, klen, 1, krow)
+
+        tiles(builder, n_size, nr, panel)

@@ -1,0 +1,176 @@
+"""Named pipelines: literal ordered lists of passes, each with a one-line why.
+
+A ``FixedPoint`` entry repeats its passes until none changes anything, at most ``cap``
+rounds; hitting the cap is a warning in the report (something keeps rewriting). A pass that
+raises is reported as ``PassError`` naming the pass and the passes that ran before it; with
+``verify_each=True`` (tests) the verifier runs after every pass and its failure is reported
+the same way.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from guard.compiler.ir.core import Graph
+from guard.compiler.passes.assign_layout import AssignLayout
+from guard.compiler.passes.base import Pass
+from guard.compiler.passes.elide_concat import ElideConcat
+from guard.compiler.passes.eliminate_common_subexpressions import EliminateCommonSubexpressions
+from guard.compiler.passes.eliminate_dead_code import EliminateDeadCode
+from guard.compiler.passes.fold_batchnorm import FoldBatchnorm
+from guard.compiler.passes.fold_constants import FoldConstants
+from guard.compiler.passes.fuse_elementwise import FuseElementwise
+from guard.compiler.passes.fuse_horizontal import FuseHorizontal
+from guard.compiler.passes.recompose_gelu import RecomposeGelu
+from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
+from guard.compiler.passes.simplify_algebra import SimplifyAlgebra
+from guard.compiler.passes.verify import verify
+from guard.core.errors import InternalError, UsageError
+
+
+class PassError(InternalError):
+    """A pass raised or broke the IR; the message names it and the passes before it."""
+
+
+@dataclass
+class FixedPoint:
+    """Repeat ``passes`` until nothing changes, at most ``cap`` rounds."""
+
+    passes: list[tuple[Pass, str]]
+    cap: int = 4
+    name: str = "cleanup"
+
+
+@dataclass
+class PassRecord:
+    name: str
+    changed: bool
+    stats: dict[str, int]
+    notes: list[str]
+    seconds: float
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "changed": self.changed,
+            **self.stats,
+            "seconds": round(self.seconds, 4),
+            "why": self.why,
+            "notes": self.notes[:20],
+        }
+
+
+@dataclass
+class PipelineReport:
+    pipeline: str
+    passes: list[PassRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "passes": [p.to_dict() for p in self.passes],
+            "warnings": list(self.warnings),
+        }
+
+
+def _cleanup() -> FixedPoint:
+    return FixedPoint(
+        [
+            (FoldConstants(), "evaluate what is known at compile time (shape arithmetic, weights)"),
+            (SimplifyAlgebra(), "remove identities and compose transposes/reshapes"),
+            (EliminateCommonSubexpressions(), "compute each value once"),
+            (EliminateDeadCode(), "drop what no output needs"),
+        ],
+        cap=4,
+    )
+
+
+Entry = tuple[Pass, str] | FixedPoint
+
+PIPELINES: dict[str, Any] = {
+    # O0: the imported graph as is (the reference for every other pipeline).
+    "O0": lambda: [],
+    # O1: cleanup only; no change of structure a person would have to re-learn.
+    "O1": lambda: [_cleanup()],
+    # O2: everything, in dependency order.
+    "O2": lambda: [
+        _cleanup(),
+        (RecomposeLayernorm(), "one LayerNormalization kernel instead of 9 ops per norm"),
+        (RecomposeGelu(), "one Gelu instead of the 5-op erf form"),
+        (FoldBatchnorm(), "BN is a per-channel affine: fold it into the Conv/Gemm weights"),
+        _cleanup(),
+        (FuseHorizontal(), "siblings reading one input become one wider GEMM (read x once)"),
+        (FuseElementwise(), "epilogues and elementwise chains never write intermediates"),
+        (AssignLayout(), "blocked/NHWC layouts for conv regions, conversions at the edges"),
+        (ElideConcat(), "mark concat/split/reshape the planner can place as views"),
+        (EliminateDeadCode(), "drop what the rewrites left unused"),
+    ],
+}
+
+
+def pipeline_names() -> list[str]:
+    return list(PIPELINES)
+
+
+def optimize(
+    graph: Graph,
+    pipeline: str = "O2",
+    *,
+    verify_each: bool = False,
+    entries: list[Entry] | None = None,
+) -> tuple[Graph, PipelineReport]:
+    """Run the named pipeline (or explicit ``entries``) on a clone of ``graph``."""
+    if entries is None:
+        if pipeline not in PIPELINES:
+            raise UsageError(
+                f"unknown pipeline {pipeline!r}", hint=f"Use one of: {', '.join(PIPELINES)}."
+            )
+        entries = PIPELINES[pipeline]()
+    g = graph.clone()
+    report = PipelineReport(pipeline)
+    ran: list[str] = []
+
+    def run_one(p: Pass, why: str) -> bool:
+        t0 = time.perf_counter()
+        try:
+            result = p.run(g)
+            if verify_each:
+                verify(g)
+        except Exception as exc:
+            before = ", ".join(ran) or "none"
+            raise PassError(
+                f"pass {p.name} failed (passes before it: {before}): {type(exc).__name__}: {exc}"
+            ) from exc
+        ran.append(p.name)
+        report.passes.append(
+            PassRecord(
+                p.name,
+                result.changed,
+                dict(result.stats),
+                list(result.notes),
+                time.perf_counter() - t0,
+                why,
+            )
+        )
+        return result.changed
+
+    for entry in entries:
+        if isinstance(entry, FixedPoint):
+            for _ in range(entry.cap):
+                if not any([run_one(p, why) for p, why in entry.passes]):
+                    break
+            else:
+                msg = (
+                    f"{pipeline}: fixed point {entry.name!r} hit its cap of {entry.cap} "
+                    "rounds and was still changing the graph"
+                )
+                report.warnings.append(msg)
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        else:
+            run_one(*entry)
+    return g, report

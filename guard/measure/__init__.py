@@ -1,0 +1,26 @@
+"""guard.measure: the measurement harness.
+
+- timer: MeasureConfig, measure() with an injected clock, Timings (raw samples kept),
+  measure_rounds() over freshly loaded sessions
+- summary: summarize() raw samples into min/p50/p90/p99/mean/stdev/cv/n
+- preflight: machine facts (load, governor, affinity, contention) and their warnings
+- host_speed: the host-speed probes timed beside every round
+- round_runner, round_worker: where rounds run (a fresh interpreter each, or in process)
+"""
+
+from guard.measure.preflight import CpuTimes, preflight, read_cpu_times, set_threads
+from guard.measure.summary import summarize
+from guard.measure.timer import MeasureConfig, RoundTimings, Timings, measure, measure_rounds
+
+__all__ = [
+    "CpuTimes",
+    "MeasureConfig",
+    "RoundTimings",
+    "Timings",
+    "measure",
+    "measure_rounds",
+    "preflight",
+    "read_cpu_times",
+    "set_threads",
+    "summarize",
+]

@@ -1,0 +1,316 @@
+"""Checks: each gate records its value, bound, status and one line saying why.
+
+Statuses: ``pass``, ``fail``, ``skip`` (not applicable here, with the reason), ``created``
+(a golden was created on this run: nothing to compare against yet), ``error``.
+A result's facts (numerics, accuracy, latency, baseline comparison, partitions, memory,
+tuning) are gathered into one ``Facts`` record; ``evaluate`` runs every configured check
+from it in one call. Adding a check means touching this module and the suite schema only.
+
+A result's verdict is ``error`` if guard could not run it, ``fail`` if any check
+failed, ``inconclusive`` if a latency bound was only met or missed on a truncated
+measurement, else ``pass``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from guard.stats.regress import DEFAULT_REGRESS_PCT
+from guard.stats.verdicts import on_rounds
+from guard.suite import latency_bound
+
+# Backends whose speed depends on a tuned-schedule cache.
+TUNED_BACKENDS = frozenset({"tvm"})
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    value: Any
+    bound: Any
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def latency_checks(
+    cfg: dict[str, Any], stats: dict[str, float], arch: str, truncated: bool
+) -> list[Check]:
+    out = []
+    for key in ("p50_ms", "p90_ms", "p99_ms"):
+        if key not in cfg:
+            continue
+        bound = latency_bound(cfg[key], arch)
+        name = f"latency.{key[:-3]}"
+        if bound is None:
+            out.append(
+                Check(name, "skip", stats.get(key[:-3]), None, f"no {key} bound for arch {arch}")
+            )
+            continue
+        value = stats[key[:-3]]
+        ok = value <= bound
+        status = "pass" if ok else "fail"
+        msg = (
+            f"{key[:-3]} {_fmt(value)} ms {'<=' if ok else '>'} bound {_fmt(bound)} ms "
+            f"({arch}, n={stats['n']})"
+        )
+        if truncated:
+            status = "inconclusive"
+            msg += "; measurement hit max_time_s before min_iters, so the verdict is inconclusive"
+        out.append(Check(name, status, value, bound, msg))
+    return out
+
+
+def skipped_latency_checks(cfg: dict[str, Any], arch: str, reason: str) -> list[Check]:
+    """The latency bounds of a result whose latency was not measured: skipped, never passed."""
+    return [
+        Check(f"latency.{key[:-3]}", "skip", None, latency_bound(cfg[key], arch), reason)
+        for key in ("p50_ms", "p90_ms", "p99_ms")
+        if key in cfg
+    ]
+
+
+def regress_check(
+    bound_pct: float, comparison: dict[str, Any] | None, reason: str | None = None
+) -> Check:
+    """Head vs baseline: a regression must be significant *and* larger than the bound."""
+    if comparison is None:
+        return Check(
+            "latency.regress",
+            "skip",
+            None,
+            bound_pct,
+            reason or "no baseline given (guard run --baseline r.json, or guard compare)",
+        )
+    v = comparison["verdict"]
+    status = {
+        "regressed": "fail",
+        "pass": "pass",
+        "improved": "pass",
+        "inconclusive": "inconclusive",
+    }[v]
+    lo, hi = comparison["ci"]
+    units = "rounds" if on_rounds(comparison.get("method")) else "n"
+    msg = (
+        f"latency ratio head/base {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}, "
+        f"{units}={comparison['n_base']}/{comparison['n_head']}): {v} against a "
+        f"{comparison['threshold_pct']:.3g}% bound; detectable effect "
+        f"{comparison['mde_pct']:.3g}%; {comparison['reason']}"
+    )
+    return Check("latency.regress", status, comparison["ratio"], bound_pct, msg)
+
+
+def tolerance_bounds(cfg: dict[str, Any]) -> dict[str, float]:
+    """The suite's tolerance block with the contract's defaults (rtol 1e-4, atol 1e-5)."""
+    return {"rtol": cfg.get("rtol", 1e-4), "atol": cfg.get("atol", 1e-5)}
+
+
+def tolerance_check(cfg: dict[str, Any], numerics: dict[str, Any]) -> Check:
+    bound = tolerance_bounds(cfg)
+    if numerics.get("golden_status") == "created":
+        return Check(
+            "tolerance",
+            "created",
+            numerics.get("max_abs_err"),
+            bound,
+            "golden created on this run by the reference; nothing to compare yet",
+        )
+    if "error" in numerics:
+        return Check("tolerance", "fail", None, bound, numerics["error"])
+    ok = bool(numerics["allclose"])
+    msg = (
+        f"max abs err {numerics['max_abs_err']:.3g}, max rel err "
+        f"{numerics['max_rel_err']:.3g} {'within' if ok else 'outside'} "
+        f"rtol={bound['rtol']:g} atol={bound['atol']:g}"
+    )
+    if not numerics.get("bit_exact"):
+        msg += "; output hash differs from the golden's"
+    return Check("tolerance", "pass" if ok else "fail", numerics["max_abs_err"], bound, msg)
+
+
+def accuracy_check(
+    cfg: dict[str, Any], accuracy: float | None, n: int | None, reason: str | None = None
+) -> Check:
+    bound = cfg.get("min_top1")
+    if accuracy is None:
+        return Check("accuracy", "error", None, bound, reason or "accuracy was not measured")
+    if bound is None:
+        return Check(
+            "accuracy",
+            "pass",
+            accuracy,
+            None,
+            f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}); no min_top1 bound",
+        )
+    ok = accuracy >= bound
+    return Check(
+        "accuracy",
+        "pass" if ok else "fail",
+        accuracy,
+        bound,
+        f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}) {'>=' if ok else '<'} {bound:.4f}",
+    )
+
+
+def partitions_check(cfg: dict[str, Any], partitions: dict[str, Any]) -> Check:
+    bound = cfg["max"]
+    count = partitions.get("count")
+    if count is None:
+        return Check("partitions", "skip", None, bound, "backend does not report partitions")
+    ok = count <= bound
+    msg = (
+        f"{count} partition(s) {'<=' if ok else '>'} max {bound}; "
+        f"{partitions.get('fallback_nodes', 0)} node(s) on the fallback"
+    )
+    return Check("partitions", "pass" if ok else "fail", count, bound, msg)
+
+
+def arena_check(cfg: dict[str, Any], arena: int | None, lower: int | None) -> Check:
+    bound = cfg["max_bytes"]
+    if arena is None:
+        return Check("arena", "skip", None, bound, "backend does not report an arena size")
+    ok = arena <= bound
+    lb = f" (liveness lower bound {lower:,} B)" if lower else ""
+    return Check(
+        "arena",
+        "pass" if ok else "fail",
+        arena,
+        bound,
+        f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}",
+    )
+
+
+def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> Check:
+    bound = cfg["min_hit_rate"]
+    hits, misses = tuning.get("hits"), tuning.get("misses")
+    if hits is None or misses is None:
+        if backend in TUNED_BACKENDS:
+            # A backend that needs tuning, built without a cache, runs every op on the
+            # untuned fallback schedule: that is a 0% hit rate, and it must be loud.
+            return Check(
+                "tuning",
+                "fail",
+                0.0,
+                bound,
+                f"backend {backend} was built without a tuning cache: every op runs "
+                f"an untuned schedule; set options.{backend}.tuning_cache",
+            )
+        return Check("tuning", "skip", None, bound, f"backend {backend} uses no tuning cache here")
+    total = hits + misses
+    rate = hits / total if total else 1.0
+    ok = rate >= bound
+    return Check(
+        "tuning",
+        "pass" if ok else "fail",
+        rate,
+        bound,
+        f"tuning-cache hit rate {rate:.3f} ({hits}/{total}) "
+        f"{'>=' if ok else '<'} {bound:.3f}"
+        + (
+            f"; hit kernels measured {tuning['kernel_speedup']:.2f}x faster than "
+            "their default schedules"
+            if tuning.get("kernel_speedup")
+            else ""
+        )
+        + (
+            ""
+            if ok
+            else f"; {misses} op(s) fell back to untuned schedules"
+            + _missed_text(tuning.get("missed"))
+        ),
+    )
+
+
+def _missed_text(missed: Any, listed: int = 3) -> str:
+    """'; missed: KEY (nearest KEY: target differs: +sve added), ...' for a keyed cache."""
+    if not isinstance(missed, list) or not missed:
+        return ""
+    parts = []
+    for m in missed[:listed]:
+        if isinstance(m, dict):
+            # Keys end in " target=<canonical target> compiler=<version>": the differs
+            # phrase names what changed there, so the key is shown without them.
+            s = str(m.get("key")).split(" target=")[0]
+            if m.get("differs"):
+                near = str(m.get("nearest") or "").split(" target=")[0]
+                s += f" ({m['differs']}" + (f"; nearest {near})" if near else ")")
+            parts.append(s)
+        else:
+            parts.append(str(m))
+    more = f" and {len(missed) - listed} more" if len(missed) > listed else ""
+    return "; missed: " + ", ".join(parts) + more
+
+
+def verdict(checks: list[Check], error: str | None = None) -> str:
+    if error:
+        return "error"
+    statuses = {c.status for c in checks}
+    if "error" in statuses:
+        return "error"
+    if "fail" in statuses:
+        return "fail"
+    if "inconclusive" in statuses:
+        return "inconclusive"
+    return "pass"
+
+
+def regress_bound(latency_cfg: dict[str, Any], baseline_given: bool) -> float | None:
+    """The regress bound in percent: the suite's ``latency.regress_pct``; with a baseline
+    given and no bound set, guard.stats.regress.DEFAULT_REGRESS_PCT (never nothing)."""
+    if "regress_pct" in latency_cfg:
+        return float(latency_cfg["regress_pct"])
+    return DEFAULT_REGRESS_PCT if baseline_given else None
+
+
+@dataclass
+class Facts:
+    """What one run of one (model, backend, target) established; checks read only this."""
+
+    backend: str
+    arch: str
+    numerics: dict[str, Any]
+    latency_ms: dict[str, Any] | None = None
+    truncated: bool = False
+    accuracy: float | None = None
+    accuracy_n: int | None = None
+    accuracy_error: str | None = None
+    baseline_given: bool = False
+    regress: dict[str, Any] | None = None  # Comparison.to_dict() against the baseline
+    regress_reason: str | None = None  # why there is no comparison
+    latency_skipped: str | None = None  # why latency was not measured (e.g. emulated)
+    partitions: dict[str, Any] = field(default_factory=dict)
+    arena_bytes: int | None = None
+    arena_lower_bound_bytes: int | None = None
+    tuning: dict[str, Any] = field(default_factory=dict)
+
+
+def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
+    """Every check the suite configures for this entry, in report order, from the facts."""
+    tol = tolerance_bounds(cfg.get("tolerance", {}))
+    out = [tolerance_check(tol, facts.numerics)]
+    if "accuracy" in cfg:
+        out.append(
+            accuracy_check(cfg["accuracy"], facts.accuracy, facts.accuracy_n, facts.accuracy_error)
+        )
+    latency = cfg.get("latency", {})
+    if "latency" in cfg and facts.latency_ms is not None:
+        out += latency_checks(latency, facts.latency_ms, facts.arch, facts.truncated)
+    elif "latency" in cfg and facts.latency_skipped:
+        out += skipped_latency_checks(latency, facts.arch, facts.latency_skipped)
+    bound = regress_bound(latency, facts.baseline_given)
+    if bound is not None:
+        out.append(regress_check(bound, facts.regress, facts.regress_reason))
+    if "partitions" in cfg:
+        out.append(partitions_check(cfg["partitions"], facts.partitions))
+    if "arena" in cfg:
+        out.append(arena_check(cfg["arena"], facts.arena_bytes, facts.arena_lower_bound_bytes))
+    if "tuning" in cfg:
+        out.append(tuning_check(cfg["tuning"], facts.tuning, facts.backend))
+    return out

@@ -1,0 +1,78 @@
+"""One result of the results contract (docs/ARCHITECTURE.md), errors included.
+
+Every result dict guard writes is assembled here by ``result_dict``, with one key set:
+a measured result, an emulated one and an error differ only in which values are null.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.core.errors import GuardError, UsageError
+from guard.results import checks as ck
+from guard.suite import ModelEntry
+
+
+def result_dict(
+    entry: ModelEntry,
+    backend: str,
+    *,
+    checks: list[ck.Check],
+    error: str | None = None,
+    error_kind: str | None = None,
+    manifest: dict[str, Any] | None = None,
+    latency_ms: dict[str, Any] | None = None,
+    latency_status: str | None = None,
+    samples_ms: list[float] | None = None,
+    rounds: list[dict[str, Any]] | None = None,
+    noise_pct: float | None = None,
+    measurement: dict[str, Any] | None = None,
+    partitions: dict[str, Any] | None = None,
+    arena_bytes: int | None = None,
+    arena_lower_bound_bytes: int | None = None,
+    memory: dict[str, Any] | None = None,
+    numerics: dict[str, Any] | None = None,
+    preflight: dict[str, Any] | None = None,
+    artefact: str | None = None,
+    artefact_reused: bool | None = None,
+    graph: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One result of the results contract; every result, errors included, has these keys."""
+    return {
+        "model": entry.name,
+        "backend": backend,
+        "target": entry.target,
+        "verdict": ck.verdict(checks, error),
+        "checks": [c.to_dict() for c in checks],
+        "error": error,
+        "error_kind": error_kind,
+        "manifest": manifest,
+        "latency_ms": latency_ms,
+        # "measured", or "emulated" (foreign-arch code run under qemu: latency_ms is null)
+        "latency_status": latency_status,
+        "samples_ms": list(samples_ms or []),
+        "rounds": rounds,  # per round (a fresh session each): samples_ms, p50, n, contention
+        "noise_pct": noise_pct,  # between-round spread: 100 x SD of the rounds' log medians
+        "measurement": measurement,
+        "partitions": partitions,
+        "arena_bytes": arena_bytes,
+        "arena_lower_bound_bytes": arena_lower_bound_bytes,
+        "memory": memory,
+        "numerics": numerics,
+        "preflight": preflight,
+        "artefact": artefact,
+        "artefact_reused": artefact_reused,
+        "graph": graph,
+    }
+
+
+def error_result(entry: ModelEntry, backend: str, exc: BaseException) -> dict[str, Any]:
+    """The result of a (model, backend) guard could not run: the error as a ``run`` check."""
+    msg = str(exc) if isinstance(exc, GuardError) else f"internal error: {exc!r}"
+    return result_dict(
+        entry,
+        backend,
+        checks=[ck.Check("run", "error", None, None, msg)],
+        error=msg,
+        error_kind="usage" if isinstance(exc, UsageError) else "internal",
+    )

@@ -1,0 +1,461 @@
+"""Cases and one result: bind a model entry, build and load it, run it, judge it.
+
+A ``Case`` is one built, loaded (model, backend, target), what ``guard ab`` and
+``guard calibrate`` time. ``run_case`` produces one result of the results contract
+(docs/ARCHITECTURE.md): numerics against the golden, the measurement, partitions and
+memory, gathered into one ``checks.Facts`` record and judged by ``checks.evaluate``,
+then assembled by ``guard.results.result.result_dict`` (one key set for every result).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard import manifest as mf
+from guard.backends import get_backend
+from guard.backends.base import BuildInfo, Session
+from guard.compare.crossarch import encode_outputs
+from guard.core.errors import GuardError, InternalError, ModelError
+from guard.golden import Golden, compare_outputs
+from guard.golden.accuracy import session_accuracy
+from guard.golden.produce import ensure_golden, golden_store
+from guard.measure import MeasureConfig, RoundTimings, Timings, measure, preflight
+from guard.measure.host_speed import PROBE, read
+from guard.measure.round_runner import (
+    WORKER,
+    RoundJob,
+    RoundWorkers,
+    measuring_cpus,
+    round_isolation,
+    worker_count,
+)
+from guard.results import checks as ck
+from guard.results.result import result_dict
+from guard.run.build import build_artefact
+from guard.suite import ModelEntry, load_suite
+from guard.suite.model import ModelSpec, bind, load_model
+
+# ---------------------------------------------------------------------------- models
+
+
+def resolve_model(entry: ModelEntry, cache_dir: Path | None = None) -> Path:
+    """The .onnx file of an entry: a zoo model (built on first use) or the suite's path."""
+    if entry.source.startswith("zoo:"):
+        from guard import zoo  # the zoo builds models with onnx helpers: only when asked
+
+        try:
+            return zoo.model_path(entry.source[4:], cache_dir)
+        except GuardError as exc:
+            raise ModelError(str(exc), where=f"{entry.where}.source") from None
+    return Path(entry.source)
+
+
+def prepare_model(entry: ModelEntry) -> tuple[ModelSpec, Path]:
+    """Load and bind an entry's model (shapes and input descriptions from the suite)."""
+    path = resolve_model(entry)
+    model = load_model(path)
+    return bind(model, path, dict(entry.inputs), entry.where), path
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Case:
+    """One built, loaded (model, backend, target) ready to run: what ab/calibrate time."""
+
+    model: str
+    backend: str
+    target: str
+    entry: ModelEntry
+    spec: ModelSpec
+    artefact: Path
+    manifest: dict[str, Any]
+    build: BuildInfo
+    reused: bool
+    session: Session
+    feeds: dict[str, np.ndarray]
+
+    def run_once(self) -> None:
+        self.session.run(self.feeds)
+
+    def reload(self) -> Session:
+        """A fresh session of the same artefact (a new round of measurement)."""
+        from guard.emulate.load import load_session
+
+        return load_session(
+            get_backend(self.backend), self.artefact, self.entry.threads, self.manifest
+        )
+
+
+def load_case(
+    entry: ModelEntry, spec: ModelSpec, golden: Golden, backend_name: str, workdir: Path
+) -> Case:
+    """Build (or reuse) the artefact and load it, fed with the golden's inputs.
+
+    An artefact for an architecture this host cannot run is loaded under emulation
+    (guard.emulate): its session says ``latency_status = "emulated"``.
+    """
+    from guard.emulate.load import load_session
+
+    backend = get_backend(backend_name)
+    art, manifest, info, reused = build_artefact(backend, entry, spec, backend_name, workdir)
+    return Case(
+        entry.name,
+        backend_name,
+        entry.target,
+        entry,
+        spec,
+        art,
+        manifest,
+        info,
+        reused,
+        load_session(backend, art, entry.threads, manifest),
+        dict(golden.inputs),
+    )
+
+
+def prepare_cases(suite_path: Path, workdir: Path | None = None) -> list[Case]:
+    """Build and load every (model, backend, target) of a suite, with the golden's inputs.
+
+    These cases are timed (guard ab, guard calibrate): one that only runs under emulation
+    (a foreign-architecture target) is left out, with one line saying so.
+    """
+    import sys
+
+    suite = load_suite(suite_path)
+    workdir = Path(workdir or Path.cwd())
+    store = golden_store(suite)
+    out = []
+    for entry in suite.models:
+        spec, path = prepare_model(entry)
+        golden, _ = ensure_golden(store, entry, spec, path)
+        for b in entry.backends:
+            case = load_case(entry, spec, golden, b, workdir)
+            if getattr(case.session, "latency_status", None) == "emulated":
+                print(
+                    f"guard: {entry.name} [{b}] on {entry.target}: runs only under emulation "
+                    "here, so it is not timed; left out",
+                    file=sys.stderr,
+                )
+                continue
+            out.append(case)
+    return out
+
+
+# ---------------------------------------------------------------------------- one result
+
+
+def _host_arch(manifest: dict[str, Any]) -> str:
+    try:
+        return mf.target_arch(manifest["target"]["canonical"])
+    except Exception:  # noqa: BLE001 - fall back to the host's arch
+        return os.uname().machine
+
+
+def _against_baseline(
+    entry: ModelEntry,
+    backend: str,
+    head: dict[str, Any],
+    bound: float | None,
+    baseline: dict[str, Any] | None,
+    noise: Mapping[str, Mapping[str, float]] | None = None,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(comparison, None) against the --baseline results file, or (None, why not).
+
+    ``head`` is this result's measurement as the results file will hold it (manifest,
+    rounds, measurement): judged exactly as ``guard compare`` judges two files, with the
+    suite's calibrated noise (``noise``: "model/backend/target" -> its noise file entry)
+    where ``guard calibrate`` measured it.
+    """
+    from guard.compare.compare import host_incompatibility, latency_comparison, row_key
+    from guard.stats.regress import DEFAULT_RUN_NOISE_PCT, RegressConfig
+
+    if baseline is None or bound is None:
+        return None, None
+    manifest = head["manifest"]
+    key = (entry.name, backend, manifest["target"]["canonical"])
+    base = next(
+        (
+            r
+            for r in baseline.get("results", [])
+            if r.get("verdict") != "error" and r.get("manifest") and row_key(r) == key
+        ),
+        None,
+    )
+    if base is None:
+        return None, f"the baseline has no result for {key[0]} [{key[1]}] on this target"
+    why = host_incompatibility(base["manifest"], manifest)
+    if why:
+        return None, f"baseline refused: {why}"
+    calibrated = (noise or {}).get("/".join(key)) or {}
+    cfg = RegressConfig(
+        regress_pct=bound,
+        noise_pct=calibrated.get("noise_pct"),
+        run_noise_pct=calibrated.get("run_noise_pct", DEFAULT_RUN_NOISE_PCT),
+    )
+    comp, reason = latency_comparison(base, head, cfg)
+    return (comp.to_dict(), None) if comp is not None else (None, reason)
+
+
+@dataclass
+class PendingResult:
+    """A result whose build, numerics and facts are in and whose rounds are still measured.
+
+    guard.run.runner measures the rounds of all its results interleaved (round 1 of every
+    result, then round 2, ...: guard.measure.round_runner says why); ``measure_round`` measures
+    one and ``finish_result`` judges the result on the rounds it got.
+    """
+
+    entry: ModelEntry
+    backend: str
+    case: Case
+    facts: ck.Facts
+    numerics: dict[str, Any]
+    cfg: MeasureConfig
+    pre: dict[str, Any]
+    isolation: str
+    rounds: list[Timings] = field(default_factory=list)
+
+    def job(self) -> RoundJob:
+        c = self.case
+        return RoundJob(
+            c.model, self.backend, self.entry.where, c.artefact, c.manifest,
+            self.entry.threads, c.feeds, self.cfg,
+        )  # fmt: skip
+
+    def _session_round(self, i: int) -> Callable[[], object]:
+        # Round 0 times the session already loaded; every other round is a fresh load,
+        # whose first call (lazy initialisation) is untimed, as the numerics call was for
+        # round 0.
+        s = self.case.session
+        if i > 0:
+            s = self.case.reload()
+            s.run(self.case.feeds)
+        feeds = self.case.feeds
+        return lambda: s.run(feeds)
+
+    def measure_round(
+        self,
+        i: int,
+        *,
+        workers: RoundWorkers | None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """Measure round ``i``: in its round worker, or here when isolation is off."""
+        if self.isolation == WORKER and workers is not None:
+            self.rounds.append(workers.measure(i, self.job()))
+        else:
+            probe = read if clock is time.perf_counter else None  # a fake clock: no probe
+            self.rounds.append(
+                measure(self._session_round(i), self.cfg.per_round(), clock, host=probe)
+            )
+
+
+def begin_result(
+    entry: ModelEntry,
+    spec: ModelSpec,
+    golden: Golden,
+    golden_status: str,
+    backend_name: str,
+    *,
+    workdir: Path,
+    clock_injected: bool = False,
+    baseline_given: bool = False,
+) -> PendingResult | dict[str, Any]:
+    """Build, load and check the numerics of one (model, backend): a result to measure.
+
+    A result that is not timed here (an artefact that runs under emulation) comes back
+    finished, as a result dict.
+    """
+    case = load_case(entry, spec, golden, backend_name, workdir)
+    manifest, session, feeds = case.manifest, case.session, case.feeds
+    got = session.run(feeds)
+    tol = ck.tolerance_bounds(entry.checks.get("tolerance", {}))
+    numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list, **tol)
+    numerics["golden_status"] = golden_status
+    if golden.meta.get("model_sha256") not in (None, spec.sha256):
+        numerics["golden_model_changed"] = True
+    # The outputs themselves (compact), so guard compare can tell two architectures' drift.
+    numerics["outputs"] = encode_outputs([np.asarray(g) for g in got], session.output_names)
+    facts = ck.Facts(
+        backend=backend_name,
+        arch=_host_arch(manifest),
+        numerics=numerics,
+        baseline_given=baseline_given,
+        tuning=manifest.get("tuning_cache") or {},
+    )
+    if "accuracy" in entry.checks:
+        try:
+            facts.accuracy, facts.accuracy_n = session_accuracy(entry, session, spec)
+            numerics["accuracy"] = facts.accuracy
+        except GuardError as exc:
+            facts.accuracy_error = str(exc)
+    if getattr(session, "latency_status", None) == "emulated":
+        return _emulated_result(entry, backend_name, case, facts, numerics)
+    cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
+    return PendingResult(
+        entry, backend_name, case, facts, numerics, cfg, preflight(entry.threads),
+        round_isolation(clock_injected),
+    )  # fmt: skip
+
+
+def finish_result(
+    p: PendingResult,
+    *,
+    baseline: dict[str, Any] | None = None,
+    noise: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, Any]:
+    """Judge a result on the rounds it got (all of them, or fewer after an interruption)."""
+    if not p.rounds:
+        raise InternalError(f"{p.entry.name} [{p.backend}] has no measured round to judge")
+    entry, backend_name, case, facts, numerics = p.entry, p.backend, p.case, p.facts, p.numerics
+    manifest, info, session = case.manifest, case.build, case.session
+    facts.baseline_given = baseline is not None
+    timings = RoundTimings(list(p.rounds), p.cfg)
+    post = preflight(entry.threads, contention=timings.contention)
+    stats = timings.stats()
+    partitions = session.partitions().to_dict()
+    memory = session.memory()
+    facts.latency_ms, facts.truncated = stats, timings.truncated
+    facts.partitions = partitions
+    facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
+    measured: dict[str, Any] = {
+        "manifest": manifest,
+        "rounds": timings.rounds_dict(),
+        "noise_pct": timings.noise_pct(),
+        "measurement": {
+            "warmup_iters": timings.warmup_iters,
+            "truncated": timings.truncated,
+            "stopped_by": timings.stopped_by,
+            "contention": timings.contention,
+            "cpu_share": timings.cpu_share,
+            "preempted_fraction": timings.preempted_fraction,
+            "rounds": len(p.rounds),
+            "round_isolation": p.isolation,
+            "host_probe": PROBE if any(t.host for t in p.rounds) else None,
+            "round_order": "interleaved",
+            "cpus": sorted(measuring_cpus(entry.threads) or ()) if p.isolation == WORKER else None,
+            "config": dict(entry.measure),
+        },
+    }
+    missing = p.cfg.rounds - len(p.rounds)
+    bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
+    facts.regress, facts.regress_reason = _against_baseline(
+        entry, backend_name, measured, bound, baseline, noise
+    )
+    # The facts after the loop (with its contention) decide the warnings; the ones from
+    # before are kept as facts, not repeated as warnings.
+    interrupted = (
+        [f"interrupted after {len(p.rounds)} of {p.cfg.rounds} rounds"] if missing > 0 else []
+    )
+    post["warnings"] = list(
+        dict.fromkeys(
+            [
+                *post.get("warnings", []),
+                *timings.warnings,
+                *interrupted,
+                *(f"build: {w}" for w in info.warnings),
+            ]
+        )
+    )
+    post["before"] = {k: p.pre.get(k) for k in ("loadavg", "warnings")}
+    result = result_dict(
+        entry,
+        backend_name,
+        checks=ck.evaluate(entry.checks, facts),
+        manifest=manifest,
+        latency_ms=stats,
+        latency_status="measured",
+        samples_ms=[s * 1e3 for s in timings.samples_s],
+        rounds=measured["rounds"],
+        noise_pct=measured["noise_pct"],
+        measurement=measured["measurement"],
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+        memory={"how": memory.how, **memory.extra},
+        numerics=numerics,
+        preflight=post,
+        artefact=str(case.artefact),
+        artefact_reused=case.reused,
+        graph=info.graph,
+    )
+    kernels = getattr(session, "kernels", None)  # bundled: top generated kernels by share
+    if callable(kernels):
+        result["kernels"] = kernels(case.feeds)
+    return result
+
+
+def run_case(
+    entry: ModelEntry,
+    spec: ModelSpec,
+    golden: Golden,
+    golden_status: str,
+    backend_name: str,
+    *,
+    workdir: Path,
+    clock: Callable[[], float] = time.perf_counter,
+    baseline: dict[str, Any] | None = None,
+    workers: RoundWorkers | None = None,
+) -> dict[str, Any]:
+    """One result on its own: ``begin_result``, every round in turn, ``finish_result``.
+
+    ``workers`` are the run's round workers; without them the case starts its own.
+    """
+    pending = begin_result(
+        entry, spec, golden, golden_status, backend_name, workdir=workdir,
+        clock_injected=clock is not time.perf_counter, baseline_given=baseline is not None,
+    )  # fmt: skip
+    if isinstance(pending, dict):
+        return pending
+    if workers is None and pending.isolation == WORKER:
+        with RoundWorkers(worker_count(pending.cfg.rounds), (backend_name,)) as own:
+            for i in range(pending.cfg.rounds):
+                pending.measure_round(i, workers=own, clock=clock)
+    else:
+        for i in range(pending.cfg.rounds):
+            pending.measure_round(i, workers=workers, clock=clock)
+    return finish_result(pending, baseline=baseline)
+
+
+def _emulated_result(
+    entry: ModelEntry, backend_name: str, case: Case, facts: ck.Facts, numerics: dict[str, Any]
+) -> dict[str, Any]:
+    """The result of an artefact run under emulation: everything but latency is checked."""
+    session: Any = case.session
+    reason = str(session.latency_reason)
+    partitions = session.partitions().to_dict()
+    memory = session.memory()
+    facts.partitions = partitions
+    facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
+    facts.latency_skipped = facts.regress_reason = reason
+    return result_dict(
+        entry,
+        backend_name,
+        checks=ck.evaluate(entry.checks, facts),
+        manifest=case.manifest,
+        latency_ms=None,
+        latency_status="emulated",
+        measurement={
+            "emulated": True,
+            "emulator": getattr(session, "emulator", None),
+            "reason": reason,
+        },
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+        memory={"how": memory.how, **memory.extra},
+        numerics=numerics,
+        preflight={"warnings": [f"build: {w}" for w in case.build.warnings]},
+        artefact=str(case.artefact),
+        artefact_reused=case.reused,
+        graph=case.build.graph,
+    )

@@ -1,0 +1,255 @@
+"""Loading a model safely, binding its dynamic dims, and making its inputs from seeds.
+
+Everything here turns bad input into one ModelError line that names the file and the
+input, dim or node at fault: a truncated file, bytes that are not ONNX, external data that
+points outside the model's directory, a cycle, an unbound dynamic dim, an input too large
+to allocate.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper
+
+from guard.compiler.frontend import prepare
+from guard.compiler.frontend.prepare import GraphInput
+from guard.core.errors import ModelError
+from guard.core.fsutil import BoundedReadError, describe_os_error, file_sha256, read_bounded
+from guard.suite import InputSpec
+
+# Inputs larger than this are refused before allocation: a typo'd dim (1, 3, 22400, 224)
+# should be a clear message, not the OOM killer.
+MAX_INPUT_BYTES = 2 * 1024**3
+# A serialised ONNX protobuf cannot exceed 2 GiB (larger weights live in external data).
+MAX_MODEL_BYTES = 2 * 1024**3
+# Element types guard can make input data for (from the seeds in the suite).
+_FEEDABLE = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT32,
+    onnx.TensorProto.UINT64,
+    onnx.TensorProto.BOOL,
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A validated model with every input bound to a static shape."""
+
+    path: Path
+    sha256: str
+    opset: int
+    ir_version: int
+    inputs: tuple[GraphInput, ...]
+    shapes: dict[str, tuple[int, ...]]
+    outputs: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())  # one line each, e.g. a -1 dim bound
+
+    def inputs_manifest(self) -> dict[str, dict]:
+        return {
+            i.name: {"dtype": str(i.dtype), "shape": list(self.shapes[i.name])} for i in self.inputs
+        }
+
+
+def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
+    base = path.parent.resolve()
+    for tensor in external_data_helper._get_all_tensors(model):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        loc = info.get("location", "")
+        target = (base / loc).resolve()
+        if Path(loc).is_absolute() or not target.is_relative_to(base):
+            raise ModelError(
+                f"tensor {tensor.name!r} points its external data at {loc!r}, outside the "
+                f"model's directory",
+                where=str(path),
+                hint="Keep external data files next to the model; guard refuses paths that "
+                "escape it.",
+            )
+        if not target.is_file():
+            raise ModelError(
+                f"tensor {tensor.name!r} needs external data file {loc!r}, which does not exist",
+                where=str(path),
+                hint="Copy the .data file next to the model.",
+            )
+
+
+def load_model(path: Path) -> onnx.ModelProto:
+    """Load and structurally check an ONNX file, with one-line errors."""
+    path = Path(path)
+    try:
+        data = read_bounded(path, MAX_MODEL_BYTES)
+    except FileNotFoundError:
+        raise ModelError(
+            "model file not found",
+            where=str(path),
+            hint="Check the 'source' path (relative to the suite file).",
+        ) from None
+    except BoundedReadError as exc:
+        raise ModelError(
+            exc.reason, where=str(path), hint="Point 'source' at an .onnx file."
+        ) from None
+    except OSError as exc:
+        raise ModelError(f"cannot read model: {describe_os_error(exc)}", where=str(path)) from None
+    if not data:
+        raise ModelError("is empty, not an ONNX model", where=str(path))
+    try:
+        model = onnx.load_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelError(
+            f"is not a valid ONNX model (truncated or not ONNX: {exc})",
+            where=str(path),
+            hint="Re-export or re-download the model.",
+        ) from None
+    if not model.HasField("graph") or not model.graph.node:
+        raise ModelError(
+            "is not a valid ONNX model (no graph or no nodes; truncated or not ONNX?)",
+            where=str(path),
+            hint="Re-export the model.",
+        )
+    _check_external_data(model, path)
+    if any(
+        t.data_location == onnx.TensorProto.EXTERNAL
+        for t in external_data_helper._get_all_tensors(model)
+    ):
+        external_data_helper.load_external_data_for_model(model, str(path.parent))
+    prepare.toposort(model.graph, str(path))  # a cycle is a ModelError naming its nodes
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid"
+        raise ModelError(
+            f"fails the ONNX checker: {first}",
+            where=str(path),
+            hint="Fix the model or re-export it.",
+        ) from None
+    return model
+
+
+def _feedable_dtype(elem_type: int, name: str, where: str | None) -> np.dtype:
+    if elem_type not in _FEEDABLE:
+        type_name = (
+            onnx.TensorProto.DataType.Name(elem_type)
+            if elem_type in onnx.TensorProto.DataType.values()
+            else str(elem_type)
+        )
+        raise ModelError(
+            f"input {name!r} has element type {type_name}; guard can feed float, integer "
+            "and bool inputs only",
+            where=where,
+            hint="Declare the input's elem_type in the model (re-export it).",
+        )
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def graph_inputs(model: onnx.ModelProto, where: str | None = None) -> list[GraphInput]:
+    """Real data inputs (IR<4 lists initializers as inputs too: skip those), of a dtype
+    guard can make data for."""
+    return prepare.graph_inputs(model, lambda t, name: _feedable_dtype(t, name, where), where)
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return 0
+
+
+def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where: str) -> ModelSpec:
+    """Bind every input's dims from the suite; an unbound dynamic dim is an error."""
+    inputs = graph_inputs(model, where)
+    shapes, bound_notes = prepare.bind_shapes(
+        inputs, {k: spec.shape for k, spec in specs.items()}, where
+    )
+    notes = [f"{path}: {n}" for n in bound_notes]
+    for gi in inputs:
+        shape = shapes[gi.name]
+        nbytes = float(np.prod(shape, dtype=np.float64)) * gi.dtype.itemsize
+        if nbytes > MAX_INPUT_BYTES:
+            raise ModelError(
+                f"input {gi.name!r} with shape {list(shape)} needs {nbytes / 2**30:.1f} GiB, over "
+                f"guard's {MAX_INPUT_BYTES / 2**30:.0f} GiB limit per input",
+                where=where,
+                hint="Check the shape in the suite's inputs block.",
+            )
+    for note in notes:
+        print(f"guard: note: {note}", file=sys.stderr)
+    return ModelSpec(
+        path=path,
+        sha256=file_sha256(path),
+        opset=opset_of(model),
+        ir_version=int(model.ir_version),
+        inputs=tuple(inputs),
+        shapes=shapes,
+        outputs=tuple(o.name for o in model.graph.output),
+        notes=tuple(notes),
+    )
+
+
+def make_inputs(spec: ModelSpec, specs: dict[str, InputSpec]) -> dict[str, np.ndarray]:
+    """Deterministic input data from each input's seed and distribution (dtype from the model)."""
+    feeds: dict[str, np.ndarray] = {}
+    for gi in spec.inputs:
+        s = specs.get(gi.name) or InputSpec(gi.name, None)
+        shape = spec.shapes[gi.name]
+        try:
+            arr = _fill(s, shape, gi.dtype)
+        except (OverflowError, ValueError) as exc:  # e.g. value 1000 for an int8 input
+            raise ModelError(
+                f"inputs.{gi.name}: cannot make {s.dist} data of dtype {gi.dtype} "
+                f"({str(exc).splitlines()[0][:120]})",
+                where=str(spec.path),
+                hint="Give values that fit the input's dtype in the suite's inputs block.",
+            ) from None
+        # not ascontiguousarray: it turns a 0-d scalar input into shape (1,)
+        feeds[gi.name] = np.array(arr, dtype=gi.dtype, order="C").reshape(shape)
+    return feeds
+
+
+def _fill(s: InputSpec, shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    """The data of one input: its distribution, drawn from its seed, in its dtype."""
+    rng = np.random.default_rng(s.seed)
+    p = s.params
+    if np.issubdtype(dt, np.integer):
+        info = np.iinfo(dt)
+        for k in ("value", "low", "high"):
+            if k in p and not info.min <= p[k] <= info.max:
+                # numpy would wrap it silently (1000 -> -24 in int8): a wrong input, not data.
+                raise ValueError(f"{k} {p[k]:g} is outside {dt}'s range [{info.min}, {info.max}]")
+    if s.dist == "zeros":
+        arr = np.zeros(shape, dtype=dt)
+    elif s.dist == "ones":
+        arr = np.ones(shape, dtype=dt)
+    elif s.dist == "const":
+        arr = np.full(shape, p["value"], dtype=dt)
+    elif dt == np.bool_:
+        arr = rng.random(shape) < 0.5
+    elif s.dist == "uniform":
+        low, high = p.get("low", 0.0), p.get("high", 1.0)
+        if np.issubdtype(dt, np.integer):
+            arr = rng.integers(int(low), int(high), size=shape, endpoint=True).astype(dt)
+        else:
+            arr = rng.uniform(low, high, size=shape).astype(dt)
+    else:  # normal
+        mean, std = p.get("mean", 0.0), p.get("std", 1.0)
+        if np.issubdtype(dt, np.integer):
+            # Integer inputs (token ids, indices) from a normal draw make little sense;
+            # give small non-negative integers unless the suite says otherwise.
+            arr = np.abs(np.rint(rng.normal(mean, std, size=shape))).astype(dt)
+        else:
+            arr = rng.normal(mean, std, size=shape).astype(dt)
+    return arr
