@@ -134,6 +134,7 @@ def test_a_round_whose_worker_crashes_names_the_round_and_the_next_gets_a_new_on
         assert workers.measure(1, crashing).samples_s  # a new worker, started unarmed
 
 
+@pytest.mark.slow
 def test_a_round_that_hangs_is_stopped_at_its_limit(job, site, monkeypatch):
     import guard.measure.round_runner as rr
 

@@ -48,6 +48,7 @@ def test_read_bounded_refuses_what_is_not_a_small_regular_file(tmp_path):
         ["run", "{suite}", "--no-track", "--baseline", "{p}"],
     ],
 )
+@pytest.mark.slow
 def test_commands_refuse_hostile_documents_in_one_line(tmp_path, argv):
     # In a subprocess with a timeout: a regression would block on the FIFO or eat memory.
     suite = tmp_path / "s.yaml"

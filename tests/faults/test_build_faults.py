@@ -34,6 +34,7 @@ def _run(suite: Path, out: Path, *extra: str) -> tuple[int, list[dict]]:
     return code, json.loads(out.read_text())["results"]
 
 
+@pytest.mark.slow
 def test_native_crash_in_one_build_is_that_models_error(tmp_path, workdir, monkeypatch, capsys):
     real = OnnxRuntimeBackend.build
 
@@ -54,6 +55,7 @@ def test_native_crash_in_one_build_is_that_models_error(tmp_path, workdir, monke
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_native_crash_in_the_golden_reference_is_that_models_error(tmp_path, workdir, monkeypatch):
     import guard.backends.onnxruntime as ortb
 
@@ -95,6 +97,7 @@ def _artefact(res: dict) -> Path:
     return Path(res["artefact"])
 
 
+@pytest.mark.slow
 def test_edited_ort_meta_is_rebuilt_not_trusted(tmp_path, workdir):
     suite = suite_of(
         tmp_path,
@@ -112,6 +115,7 @@ def test_edited_ort_meta_is_rebuilt_not_trusted(tmp_path, workdir):
     assert second["arena_bytes"] == first["arena_bytes"] != 1
 
 
+@pytest.mark.slow
 def test_corrupted_ort_payload_is_rebuilt(tmp_path, workdir):
     suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")})
     code, (first,) = _run(suite, tmp_path / "a.json")
@@ -123,6 +127,7 @@ def test_corrupted_ort_payload_is_rebuilt(tmp_path, workdir):
     assert code == 0 and second["artefact_reused"] is False and second["verdict"] == "pass"
 
 
+@pytest.mark.slow
 def test_tampered_bundled_artefact_is_rebuilt(tmp_path, workdir):
     # It used to say "guard run rebuilds it" and then refuse on every run.
     suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")}, backends="[bundled]")
@@ -156,6 +161,7 @@ def test_tampered_tvm_artefact_is_rebuilt(tmp_path, workdir):
     assert code == 0 and second["artefact_reused"] is False
 
 
+@pytest.mark.slow
 def test_install_keeps_a_whole_artefact_and_replaces_a_damaged_one(tmp_path, workdir):
     suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")})
     code, (first,) = _run(suite, tmp_path / "a.json")
@@ -190,6 +196,7 @@ def test_stale_temporary_dirs_of_dead_guards_are_removed(tmp_path):
     assert live.exists() and new_unnamed.exists()
 
 
+@pytest.mark.slow
 def test_kill_mid_build_leaves_nothing_the_next_run_trips_on(tmp_path, workdir):
     """SIGKILL while onnxruntime's memory probe runs: debris only inside .guard, cleaned."""
     suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")})
@@ -218,6 +225,7 @@ def test_kill_mid_build_leaves_nothing_the_next_run_trips_on(tmp_path, workdir):
     assert [p for p in _dotdirs(workdir) if p.parent.name != "goldens"] == []
 
 
+@pytest.mark.slow
 def test_concurrent_runs_on_one_workdir_share_one_artefact(tmp_path, workdir):
     suite = suite_of(
         tmp_path, {"m": small_convnet(tmp_path / "m.onnx")}, backends="[onnxruntime, bundled]"

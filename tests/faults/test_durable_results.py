@@ -55,6 +55,7 @@ def test_missing_output_directory_is_refused(tmp_path, workdir, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_results_survive_when_pending_cannot_be_written(tmp_path, workdir, capsys):
     # The tracking server is down and .guard/pending cannot be created: --json still has
     # every result, and the message says so (it used to raise before writing --json).
@@ -82,6 +83,7 @@ def test_results_survive_when_pending_cannot_be_written(tmp_path, workdir, capsy
     assert (tmp_path / "r.xml").is_file()
 
 
+@pytest.mark.slow
 def test_results_are_written_before_tracking_is_tried(tmp_path, workdir, monkeypatch):
     import guard.track as track
 
@@ -101,6 +103,7 @@ def test_results_are_written_before_tracking_is_tried(tmp_path, workdir, monkeyp
     assert json.loads(open(kept).read())["results"][0]["verdict"] == "pass"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_during_measurement_reports_what_was_measured(tmp_path, workdir, sig):
     # Rounds are interleaved over the results: stop in the second sweep, at m1's round 2,

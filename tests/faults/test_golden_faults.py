@@ -12,6 +12,7 @@ from faults_helpers import small_convnet, suite_of
 from guard.cli.main import main
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["zip", "truncate", "json"])
 def test_corrupt_golden_is_exit_2_and_golden_update_replaces_it(tmp_path, workdir, capsys, damage):
     suite = suite_of(tmp_path, {"m": small_convnet(tmp_path / "m.onnx")})

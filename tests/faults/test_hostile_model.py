@@ -33,6 +33,7 @@ def _suite(tmp_path: Path, model: Path, inputs: str, backends: str = "[onnxrunti
     )
 
 
+@pytest.mark.slow
 def test_negative_dim_is_dynamic_and_bound_from_the_suite(tmp_path, workdir, capsys):
     # A common converter writes the batch dim as dim_value: -1; onnxruntime runs it.
     model = small_convnet(tmp_path / "neg.onnx", batch=-1)

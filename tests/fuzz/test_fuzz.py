@@ -20,6 +20,7 @@ def test_corpus_case_keeps_the_contract(tmp_path, name, case):
     assert violations(out) == [], f"{name}: {out.stderr[-3000:]}"
 
 
+@pytest.mark.slow
 def test_the_contract_check_catches_breaches(tmp_path):
     """The oracle is not vacuous: a valid case passes, an internal error is caught."""
     import yaml

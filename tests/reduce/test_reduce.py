@@ -213,6 +213,7 @@ def test_bad_input_is_one_line_exit_2(
 # -- partitions: an op the native backend declines (the done-when path) -----------------------
 
 
+@pytest.mark.slow
 def test_reduce_of_a_declined_op_bundles_a_suite_that_fails_partitions(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

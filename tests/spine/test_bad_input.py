@@ -188,6 +188,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_unreachable_tracking_server_keeps_results(tmp_path, workdir, capsys):
     path = small_convnet(tmp_path / "net.onnx")
     uri = f"http://127.0.0.1:{_closed_port()}"
@@ -212,6 +213,7 @@ def test_bad_suite_leaves_nothing(tmp_path, workdir, capsys):
     assert_nothing_written(tmp_path, workdir)
 
 
+@pytest.mark.slow
 def test_integer_and_scalar_inputs(tmp_path, workdir):
     """Integer inputs from 'uniform' draw integers; scalar inputs bind with shape []."""
     emb = numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(10, 4), "emb")

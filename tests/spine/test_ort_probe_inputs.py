@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 from spine_helpers import FAST_MEASURE, write_suite
 
@@ -72,6 +73,7 @@ def suite(tmp_path: Path, model: Path, rate: int) -> Path:
     )
 
 
+@pytest.mark.slow
 def test_probe_runs_on_the_suites_sample_rate(tmp_path, workdir):
     model = sample_rate_model(tmp_path / "vad.onnx")
     out = tmp_path / "r.json"
@@ -81,6 +83,7 @@ def test_probe_runs_on_the_suites_sample_rate(tmp_path, workdir):
     assert r["arena_lower_bound_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_probe_failure_reports_onnxruntimes_error(tmp_path, workdir, capsys):
     model = sample_rate_model(tmp_path / "vad.onnx")
     out = tmp_path / "r.json"

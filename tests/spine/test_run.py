@@ -48,6 +48,7 @@ def run_json(args: list[str], out: Path) -> tuple[int, dict]:
     return code, json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_run_writes_contract_and_creates_then_compares_golden(tmp_path, workdir, convnet):
     suite = write_suite(tmp_path, suite_text(convnet))
     code, doc = run_json([str(suite), "--no-track"], tmp_path / "r1.json")
@@ -78,6 +79,7 @@ def test_run_writes_contract_and_creates_then_compares_golden(tmp_path, workdir,
     assert r2["manifest"]["sha256"] == r["manifest"]["sha256"]
 
 
+@pytest.mark.slow
 def test_impossible_latency_bound_exits_1_and_names_the_check(tmp_path, workdir, convnet, capsys):
     suite = write_suite(tmp_path, suite_text(convnet, "latency: {p50_ms: 0.000001}"))
     code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
@@ -91,6 +93,7 @@ def test_impossible_latency_bound_exits_1_and_names_the_check(tmp_path, workdir,
     assert "latency.p50" in out.out + out.err
 
 
+@pytest.mark.slow
 def test_golden_update_records_reason_and_hashes(tmp_path, workdir, convnet):
     suite = write_suite(tmp_path, suite_text(convnet))
     assert main(["run", str(suite), "--no-track"]) == 0
@@ -118,6 +121,7 @@ def test_golden_update_records_reason_and_hashes(tmp_path, workdir, convnet):
     assert main(["golden", "update", str(suite), "--reason", "  "]) == 2
 
 
+@pytest.mark.slow
 def test_tampered_golden_is_refused(tmp_path, workdir, convnet, capsys):
     suite = write_suite(tmp_path, suite_text(convnet))
     assert main(["run", str(suite), "--no-track"]) == 0
@@ -130,6 +134,7 @@ def test_tampered_golden_is_refused(tmp_path, workdir, convnet, capsys):
     assert "does not match its recorded sha256" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_manifest_diff_cli(tmp_path, workdir, convnet, capsys):
     suite = write_suite(tmp_path, suite_text(convnet))
     code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
@@ -166,6 +171,7 @@ def test_run_logs_to_embedded_mlflow_store(tmp_path, workdir, convnet):
     assert children[0].data.tags["guard.verdict"] == "pass"
 
 
+@pytest.mark.slow
 def test_tuning_cache_is_pinned_and_keys_the_artefact(tmp_path, workdir, convnet):
     cache = tmp_path / "tuning.json"
     cache.write_text('{"records": 1}')
@@ -188,6 +194,7 @@ def test_tuning_cache_is_pinned_and_keys_the_artefact(tmp_path, workdir, convnet
     assert main(["run", str(suite), "--no-track"]) == 2
 
 
+@pytest.mark.slow
 def test_bundled_with_a_delegate_profile_gates_partitions(tmp_path, workdir, convnet):
     """A profile (path relative to the suite) lacking an op mid-network splits the graph,
     and the partitions check fails naming the count; the profile's bytes key the artefact."""
@@ -223,6 +230,7 @@ def _scale(r: dict, factor: float) -> None:
         rd["p50"] *= factor
 
 
+@pytest.mark.slow
 def test_results_carry_rounds_and_their_noise(tmp_path, workdir, convnet):
     text = suite_text(convnet).replace("min_iters: 5", "min_iters: 6, rounds: 3")
     code, doc = run_json([str(write_suite(tmp_path, text)), "--no-track"], tmp_path / "r.json")
@@ -238,6 +246,7 @@ def test_results_carry_rounds_and_their_noise(tmp_path, workdir, convnet):
     assert r["measurement"]["host_probe"] == PROBE
 
 
+@pytest.mark.slow
 def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, convnet):
     """--baseline with no latency.regress_pct in the suite still judges (issue 12)."""
     from guard.stats.regress import DEFAULT_REGRESS_PCT
@@ -266,6 +275,7 @@ def test_baseline_without_regress_pct_uses_the_default_bound(tmp_path, workdir, 
     assert (code == 1) == (reg["status"] == "fail")
 
 
+@pytest.mark.slow
 def test_baseline_is_judged_with_the_suites_calibrated_noise(tmp_path, workdir, convnet):
     """--baseline reads `guard calibrate`'s noise file as `guard compare` does: its A/A
     noise raises the threshold, its run noise replaces the default."""
@@ -293,6 +303,7 @@ def test_baseline_is_judged_with_the_suites_calibrated_noise(tmp_path, workdir, 
     assert code == 2 and not bad.exists()
 
 
+@pytest.mark.slow
 def test_hand_edited_baseline_samples_exit_2_naming_file_and_field(
     tmp_path, workdir, convnet, capsys
 ):
@@ -314,6 +325,7 @@ def test_hand_edited_baseline_samples_exit_2_naming_file_and_field(
         assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet):
     text = suite_text(convnet, "latency: {regress_pct: 10}").replace(
         "min_iters: 5", "min_iters: 30"
@@ -356,6 +368,7 @@ def test_regress_pct_against_a_baseline_results_file(tmp_path, workdir, convnet)
     assert reg["status"] == "skip" and "baseline refused: host.cpu differs" in reg["message"]
 
 
+@pytest.mark.slow
 def test_golden_keeps_graph_order_of_unsorted_names(tmp_path, workdir):
     """Inputs and outputs whose names are not in sorted order survive the golden round trip
     (golden.json sorts its keys; the arrays keep graph order)."""
@@ -388,6 +401,7 @@ def test_golden_keeps_graph_order_of_unsorted_names(tmp_path, workdir):
         assert r["numerics"]["golden_status"] == "compared" and r["numerics"]["bit_exact"]
 
 
+@pytest.mark.slow
 def test_build_warnings_reach_the_report_and_survive_reuse(tmp_path, workdir, convnet, monkeypatch):
     """A warning raised while building (e.g. tuning-cache misses) becomes a result warning,
     also when the artefact is reused later, instead of a stray Python warning line."""
