@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import textwrap
+from collections.abc import Iterator
 
 # "command [action]" -> (description used when the command sets none, examples)
 DOCS: dict[str, tuple[str, list[str]]] = {
@@ -159,7 +160,9 @@ class HelpFormatter(argparse.HelpFormatter):
         return "\n\n".join(out)
 
 
-def _subcommands(parser: argparse.ArgumentParser, prefix: str = ""):
+def _subcommands(
+    parser: argparse.ArgumentParser, prefix: str = ""
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
