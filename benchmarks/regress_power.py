@@ -31,17 +31,20 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+from scipy import stats
 
 from guard.compare.ab import run_ab, warm
 from guard.measure.preflight import contention_between, read_cpu_times
 from guard.stats.calibrate import calibrate_fn
-from guard.stats.regress import REGRESSED, RegressConfig, compare_unpaired, with_noise
+from guard.stats.regress import REGRESSED, Comparison, RegressConfig, with_noise
+from guard.stats.verdicts import clean_samples, decide, mde_pct, too_few
 
 BATCH, WIDTH, LAYERS = 16, 512, 4
 
@@ -150,6 +153,49 @@ def trial_ab(base: bytes, head: bytes, cfg: RegressConfig, budget_s: float) -> d
         "elapsed_s": out.result.elapsed_s,
         "contention": out.contention,
     }
+
+
+def compare_unpaired(
+    base: Sequence[float],
+    head: Sequence[float],
+    config: RegressConfig | None = None,
+    *,
+    alpha: float | None = None,
+) -> Comparison:
+    """Judge two independent sample sets (ms) as iterations: Mann-Whitney U each way and a
+    percentile bootstrap CI of the ratio of medians, through guard's rule (``decide``).
+
+    guard itself no longer judges iterations (results files are judged on rounds, guard ab
+    on pairs); this is the sequential mode's subject, kept here so the mode reproduces."""
+    cfg = config or RegressConfig()
+    a = cfg.alpha if alpha is None else alpha
+    method = "mann-whitney+bootstrap"
+    b, h = clean_samples(base, "base"), clean_samples(head, "head")
+    if min(b.size, h.size) < cfg.min_samples:
+        return too_few(b.size, h.size, cfg, method, a)
+    ratio = float(np.median(h) / np.median(b))
+    p_slower = float(stats.mannwhitneyu(h, b, alternative="greater").pvalue)
+    p_faster = float(stats.mannwhitneyu(h, b, alternative="less").pvalue)
+    if np.all(h == h[0]) and np.all(b == b[0]):
+        lo = hi = ratio  # degenerate: no spread, the bootstrap has nothing to say
+    else:
+        res = stats.bootstrap(
+            (h, b),
+            lambda x, y, axis: np.median(x, axis=axis) / np.median(y, axis=axis),
+            paired=False,
+            vectorized=True,
+            n_resamples=cfg.n_boot,
+            batch=max(1, int(2e7 // max(h.size, b.size))),
+            confidence_level=1 - 2 * a,
+            method="percentile",
+            rng=np.random.default_rng(cfg.seed),
+        )
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    verdict, reason = decide(ratio, lo, hi, p_slower, p_faster, cfg, a)
+    return Comparison(
+        verdict, ratio, (lo, hi), p_slower, p_faster, cfg.threshold_pct,
+        mde_pct(lo, hi, cfg, a), int(b.size), int(h.size), method, a, reason,
+    )  # fmt: skip
 
 
 def trial_sequential(base: bytes, head: bytes, cfg: RegressConfig, per_side_s: float) -> dict:

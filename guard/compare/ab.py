@@ -130,7 +130,6 @@ def run_ab(
     before = read_cpu_times()
     res = measure_until_conclusive(
         interleaved_sampler(base_fn, head_fn, inner=inner, clock=clock),
-        paired=True,
         config=config,
         budget_s=budget_s,
         initial=initial,

@@ -254,9 +254,7 @@ def _pair(
 
     workers_cpu = [wb.ask(op="cpu")["cpu_s"] + wh.ask(op="cpu")["cpu_s"]]
     before = read_cpu_times()
-    res = measure_until_conclusive(
-        sample, paired=True, config=cfg, budget_s=budget_s, initial=50, max_looks=7
-    )
+    res = measure_until_conclusive(sample, config=cfg, budget_s=budget_s, initial=50, max_looks=7)
     after = read_cpu_times()
     workers_cpu.append(wb.ask(op="cpu")["cpu_s"] + wh.ask(op="cpu")["cpu_s"])
     # The workers' CPU is ours, not a co-tenant's.

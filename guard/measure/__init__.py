@@ -1,7 +1,7 @@
 """guard.measure: the measurement harness.
 
 - timer: MeasureConfig, measure() with an injected clock, Timings (raw samples kept),
-  measure_rounds() over freshly loaded sessions
+  RoundTimings over the rounds of one result
 - summary: summarize() raw samples into min/p50/p90/p99/mean/stdev/cv/n
 - preflight: machine facts (load, governor, affinity, contention) and their warnings
 - host_speed: the host-speed probes timed beside every round
@@ -10,7 +10,7 @@
 
 from guard.measure.preflight import CpuTimes, preflight, read_cpu_times, set_threads
 from guard.measure.summary import summarize
-from guard.measure.timer import MeasureConfig, RoundTimings, Timings, measure, measure_rounds
+from guard.measure.timer import MeasureConfig, RoundTimings, Timings, measure
 
 __all__ = [
     "CpuTimes",
@@ -18,7 +18,6 @@ __all__ = [
     "RoundTimings",
     "Timings",
     "measure",
-    "measure_rounds",
     "preflight",
     "read_cpu_times",
     "set_threads",

@@ -19,9 +19,9 @@ process's own share of a core (``cpu_share``: below 1 it was preempted, so the s
 hold time it spent waiting).
 
 Rounds: a result is measured in ``rounds`` rounds, each on a freshly loaded session
-(``measure_rounds``). The loop's time and iteration targets are totals over the rounds:
-each round warms up for ``warmup_s / rounds`` and times ``min_time_s / rounds`` (at most
-``max_time_s / rounds``) and at least ``ceil(min_iters / rounds)`` calls. Two processes
+(guard.run.case measures each in a round worker and gathers them in ``RoundTimings``).
+The loop's time and iteration targets are totals over the rounds: each round warms up
+for ``warmup_s / rounds`` and times ``min_time_s / rounds`` (at most ``max_time_s / rounds``) and at least ``ceil(min_iters / rounds)`` calls. Two processes
 differ by more than two halves of one loop (memory placement, allocator state, a
 co-tenant arriving); the spread between rounds is what a comparison of two results files
 can honestly lean on, not the thousands of iterations inside one round.
@@ -437,32 +437,3 @@ def round_noise_pct(round_p50s: list[float | int | None]) -> float | None:
         return None
     mean = sum(logs) / len(logs)
     return 100.0 * math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-
-
-RoundRunner = Callable[[int, Callable[[], Timings]], Timings]
-
-
-def _in_process(i: int, job: Callable[[], Timings]) -> Timings:
-    return job()
-
-
-def measure_rounds(
-    load: Callable[[int], Callable[[], object]],
-    cfg: MeasureConfig,
-    clock: Clock = time.perf_counter,
-    *,
-    cpu_times: Callable[[], CpuTimes | None] = read_cpu_times,
-    run_round: RoundRunner = _in_process,
-) -> RoundTimings:
-    """``cfg.rounds`` rounds; ``load(i)`` returns round i's callable (a fresh session).
-
-    ``run_round(i, job)`` runs round i's whole job (load, warm-up, timed loop) and returns
-    its ``Timings``: in this process by default. (guard.run.runner measures its rounds in round
-    workers instead, interleaved over the results: see the module docstring.)
-    """
-    per = cfg.per_round()
-
-    def job(i: int) -> Callable[[], Timings]:
-        return lambda: measure(load(i), per, clock, cpu_times=cpu_times)
-
-    return RoundTimings([run_round(i, job(i)) for i in range(cfg.rounds)], cfg)

@@ -1,7 +1,8 @@
 """Cases and one result: bind a model entry, build and load it, run it, judge it.
 
 A ``Case`` is one built, loaded (model, backend, target), what ``guard ab`` and
-``guard calibrate`` time. ``run_case`` produces one result of the results contract
+``guard calibrate`` time. ``begin_result`` / ``measure_round`` / ``finish_result`` produce
+one result of the results contract
 (docs/ARCHITECTURE.md): numerics against the golden, the measurement, partitions and
 memory, gathered into one ``checks.Facts`` record and judged by ``checks.evaluate``,
 then assembled by ``guard.results.result.result_dict`` (one key set for every result).
@@ -34,7 +35,6 @@ from guard.measure.round_runner import (
     RoundWorkers,
     measuring_cpus,
     round_isolation,
-    worker_count,
 )
 from guard.results import checks as ck
 from guard.results.result import result_dict
@@ -392,38 +392,6 @@ def finish_result(
     if callable(kernels):
         result["kernels"] = kernels(case.feeds)
     return result
-
-
-def run_case(
-    entry: ModelEntry,
-    spec: ModelSpec,
-    golden: Golden,
-    golden_status: str,
-    backend_name: str,
-    *,
-    workdir: Path,
-    clock: Callable[[], float] = time.perf_counter,
-    baseline: dict[str, Any] | None = None,
-    workers: RoundWorkers | None = None,
-) -> dict[str, Any]:
-    """One result on its own: ``begin_result``, every round in turn, ``finish_result``.
-
-    ``workers`` are the run's round workers; without them the case starts its own.
-    """
-    pending = begin_result(
-        entry, spec, golden, golden_status, backend_name, workdir=workdir,
-        clock_injected=clock is not time.perf_counter, baseline_given=baseline is not None,
-    )  # fmt: skip
-    if isinstance(pending, dict):
-        return pending
-    if workers is None and pending.isolation == WORKER:
-        with RoundWorkers(worker_count(pending.cfg.rounds), (backend_name,)) as own:
-            for i in range(pending.cfg.rounds):
-                pending.measure_round(i, workers=own, clock=clock)
-    else:
-        for i in range(pending.cfg.rounds):
-            pending.measure_round(i, workers=workers, clock=clock)
-    return finish_result(pending, baseline=baseline)
 
 
 def _emulated_result(

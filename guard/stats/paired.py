@@ -22,7 +22,6 @@ from guard.stats.verdicts import (
     Comparison,
     RegressConfig,
     clean_samples,
-    compare_unpaired,
     decide,
     mde_pct,
     too_few,
@@ -106,7 +105,6 @@ class AdaptiveResult:
 def measure_until_conclusive(
     sample: Sampler,
     *,
-    paired: bool,
     config: RegressConfig | None = None,
     budget_s: float = 10.0,
     initial: int = 50,
@@ -125,7 +123,6 @@ def measure_until_conclusive(
     cfg = config or RegressConfig()
     if initial < 1 or max_looks < 1:
         raise UsageError("initial and max_looks must be >= 1")
-    judge = compare_paired if paired else compare_unpaired
     look_alpha = cfg.alpha / max_looks
     chunk = min(initial, max(cfg.min_samples, initial // 5))
     base: list[float] = []
@@ -142,7 +139,7 @@ def measure_until_conclusive(
             nb, nh = sample(min(chunk, want - len(base)))
             base.extend(float(x) for x in nb)
             head.extend(float(x) for x in nh)
-        comp = judge(base, head, cfg, alpha=look_alpha)
+        comp = compare_paired(base, head, cfg, alpha=look_alpha)
         elapsed = clock() - t0
         looks.append(Look(len(base), elapsed, comp.verdict, comp.ratio))
         if comp.verdict != INCONCLUSIVE:

@@ -1,12 +1,20 @@
 """Regression statistics: is HEAD slower than BASE, beyond noise?
 
-A verdict needs two things (asv's rule): the difference is *significant* (a one-sided
-non-parametric test rejects "no change" at ``alpha`` and the confidence interval of the
-ratio excludes 1) and it is *large* (the point estimate of head/base exceeds
-``1 + threshold``). Either alone is wrong on shared runners: significance alone flags a
-real but harmless 0.3% on 50,000 samples; size alone is a coin toss on one noisy mean.
+The rule, stated as asv states ``_is_result_better`` (asv/commands/compare.py: "a is better
+than b" when ``a < b / factor`` and, where statistics are available,
+``statistics.is_different`` says the two differ):
 
-Three designs, three estimators:
+    HEAD regressed against BASE  iff  head/base >= 1 + t  (large)
+                                 and  p_slower < alpha and CI_low(head/base) > 1  (significant)
+
+with ``t = max(regress_pct, noise_k * noise_pct) / 100``; ``improved`` is the mirror
+(head/base <= 1 / (1 + t), p_faster < alpha, CI_high < 1). One place applies it:
+guard.stats.verdicts.decide, whichever design produced the estimate. Either half alone is
+wrong on shared runners: significance alone flags a real but harmless 0.3% on 50,000
+samples; size alone is a coin toss on one noisy mean.
+
+Two designs, two estimators (iterations of one process are never the units: they share
+its memory placement, clock state and co-tenant):
 
 - rounds (two results files, two runs measured at different times): the independent
   units are the *rounds* (each in a round worker of its own, interleaved over the run's
@@ -27,9 +35,6 @@ Three designs, three estimators:
   slope's own uncertainty (method ``ancova-rounds-host``). A shared VM's speed drifts by
   5-25% over minutes, so two runs minutes apart differ by that much before any change to
   the model; the probe sees most of it.
-- unpaired samples (``compare_unpaired``, iterations as units): ratio of medians,
-  Mann-Whitney U each way, percentile bootstrap CI. Only sound when the samples are
-  independent draws (simulations, tests); results files are judged on rounds.
 - paired (interleaved A/B in one process): per-pair log ratios log(h_i / b_i), whose
   median is the estimate; Wilcoxon signed-rank each way; a distribution-free CI for that
   median from binomial order statistics. Pairing cancels drift and contention bursts that
@@ -69,14 +74,12 @@ thread's (spinning included), so it is not used.
 Optional stopping inflates false positives, so the adaptive driver spends ``alpha`` over
 its looks (Bonferroni over a geometric schedule of at most ``max_looks`` looks).
 
-Where each lives: guard.stats.verdicts (the config, the ``Comparison`` record, the
-significant-and-large rule, the unpaired test), guard.stats.rounds_stats (rounds) and
+Where each lives, all in this package: guard.stats.verdicts (the config, the
+``Comparison`` record, the rule above), guard.stats.rounds_stats (rounds) and
 guard.stats.paired (paired, and the adaptive driver); this module names them all.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from guard.stats.paired import (
     AdaptiveResult,
@@ -97,21 +100,8 @@ from guard.stats.verdicts import (
     VERDICTS,
     Comparison,
     RegressConfig,
-    compare_unpaired,
     with_noise,
 )
-
-
-def judge(
-    base: Sequence[float],
-    head: Sequence[float],
-    config: RegressConfig | None = None,
-    *,
-    paired: bool = False,
-) -> Comparison:
-    """Dispatch to the paired or unpaired comparison."""
-    return (compare_paired if paired else compare_unpaired)(base, head, config)
-
 
 __all__ = [
     "CONTENTION_EFFECT",
@@ -130,8 +120,6 @@ __all__ = [
     "Sampler",
     "compare_paired",
     "compare_rounds",
-    "compare_unpaired",
-    "judge",
     "measure_until_conclusive",
     "median_ci",
     "with_noise",

@@ -1,4 +1,4 @@
-"""What a comparison says: the verdicts, the judging config and the unpaired test.
+"""What a comparison says: the verdicts, the judging config and the rule.
 
 guard.stats.regress explains the three designs (rounds, unpaired samples, paired); this
 module holds what they share: ``RegressConfig`` (threshold, alpha, power, calibrated
@@ -159,45 +159,6 @@ def too_few(n_base: int, n_head: int, cfg: RegressConfig, method: str, alpha: fl
         alpha=alpha,
         reason=f"too few samples ({n_base} base, {n_head} head; need {cfg.min_samples})",
     )
-
-
-def compare_unpaired(
-    base: Sequence[float],
-    head: Sequence[float],
-    config: RegressConfig | None = None,
-    *,
-    alpha: float | None = None,
-) -> Comparison:
-    """Judge two independent sample sets (ms). ``alpha`` overrides ``config.alpha``."""
-    cfg = config or RegressConfig()
-    a = cfg.alpha if alpha is None else alpha
-    method = "mann-whitney+bootstrap"
-    b, h = clean_samples(base, "base"), clean_samples(head, "head")
-    if min(b.size, h.size) < cfg.min_samples:
-        return too_few(b.size, h.size, cfg, method, a)
-    ratio = float(np.median(h) / np.median(b))
-    p_slower = float(stats.mannwhitneyu(h, b, alternative="greater").pvalue)
-    p_faster = float(stats.mannwhitneyu(h, b, alternative="less").pvalue)
-    if np.all(h == h[0]) and np.all(b == b[0]):
-        lo = hi = ratio  # degenerate: no spread, the bootstrap has nothing to say
-    else:
-        res = stats.bootstrap(
-            (h, b),
-            lambda x, y, axis: np.median(x, axis=axis) / np.median(y, axis=axis),
-            paired=False,
-            vectorized=True,
-            n_resamples=cfg.n_boot,
-            batch=max(1, int(2e7 // max(h.size, b.size))),
-            confidence_level=1 - 2 * a,
-            method="percentile",
-            rng=np.random.default_rng(cfg.seed),
-        )
-        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    verdict, reason = decide(ratio, lo, hi, p_slower, p_faster, cfg, a)
-    return Comparison(
-        verdict, ratio, (lo, hi), p_slower, p_faster, cfg.threshold_pct,
-        mde_pct(lo, hi, cfg, a), int(b.size), int(h.size), method, a, reason,
-    )  # fmt: skip
 
 
 def with_noise(config: RegressConfig, noise_pct: float | None) -> RegressConfig:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 
 import pytest
 
 from guard.core.errors import UsageError
-from guard.measure import CpuTimes, MeasureConfig, Timings, measure, measure_rounds, summarize
+from guard.measure import CpuTimes, MeasureConfig, Timings, measure, summarize
 from guard.measure.host_speed import READ_EVERY_S
 from guard.measure.timer import RoundTimings, round_noise_pct
 
@@ -204,6 +205,14 @@ def test_direct_construction_is_validated_too() -> None:
 
 
 # -- rounds ------------------------------------------------------------------------------
+
+
+def measure_rounds(load, cfg, clock=time.perf_counter, *, cpu_times):
+    """Rounds as a run gathers them: round i times ``load(i)`` with the per-round targets."""
+    per = cfg.per_round()
+    return RoundTimings(
+        [measure(load(i), per, clock, cpu_times=cpu_times) for i in range(cfg.rounds)], cfg
+    )
 
 
 def test_rounds_split_the_loop_targets_and_load_a_session_each() -> None:

@@ -178,17 +178,13 @@ def test_a_results_file_without_rounds_gets_no_latency_verdict():
 
 def test_rounds_not_iterations_are_the_units():
     """Two processes whose rounds wander by a few percent (a process-to-process offset),
-    each round with thousands of tight iterations: pooled iterations call the +4% a
-    significant regression; the rounds see an offset they cannot tell from noise."""
-    from guard.stats.regress import compare_unpaired
-
+    each round with thousands of tight iterations: pooled, the iterations would call the
+    +4% significant; the rounds see an offset they cannot tell from noise."""
     rng = np.random.default_rng(12)
     base_levels = [1.00, 1.05, 0.97, 1.04, 0.99]
     head_levels = [1.06, 1.01, 1.08, 1.03, 1.07]
 
     b, h = wandering(rng, base_levels), wandering(rng, head_levels)
-    pooled = compare_unpaired(b["samples_ms"], h["samples_ms"], CFG)
-    assert pooled.verdict == "regressed" and pooled.p_slower < 1e-20
     (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
     assert row["verdict"] == "inconclusive" and row["stats"]["method"] == "welch-rounds"
     assert row["stats"]["n_base"] == row["stats"]["n_head"] == 5

@@ -146,8 +146,3 @@ def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     e = exp(b, b.fsub(const(ty, 0.0), b.fmul(ax, ax)))
     y = b.fsub(const(ty, 1.0), b.fmul(p, e))
     return intrinsic(b, "copysign", ty, [y, x])
-
-
-def powf(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
-    """x**y for x > 0 as exp(y*log(x)) (x <= 0 gives NaN; callers decline other cases)."""
-    return exp(b, b.fmul(y, log(b, x)))

@@ -109,15 +109,6 @@ class GemmShape:
         )  # fmt: skip
 
 
-def _row_bias(shape: Shape | None, m: int, n: int) -> bool:
-    return (
-        shape is not None
-        and _prod(shape) == n
-        and (len(shape) == 1 or shape[-1] == n)
-        and not (m == 1 and False)
-    )
-
-
 class Gemm(Emitter):
     ops = frozenset({"Gemm", "FusedGemm", "MatMul", "FusedMatMul"})
 
