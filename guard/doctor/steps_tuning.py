@@ -13,23 +13,15 @@ from typing import Any
 
 from guard.doctor.facts import Context, Side
 from guard.doctor.finding import CAUSE, NA, SUSPECT, Finding, unknown
-
-
-def _target_fields(t: str) -> dict[str, Any]:
-    """'llvm -mcpu=x -mattr=+a,+b' -> {kind: llvm, mcpu: x, mattr: {+a, +b}}."""
-    out: dict[str, Any] = {}
-    for i, tok in enumerate(t.split()):
-        if i == 0 and not tok.startswith("-"):
-            out["kind"] = tok
-            continue
-        k, _, v = tok.lstrip("-").partition("=")
-        out[k] = set(v.split(",")) if k == "mattr" else v
-    return out
+from guard.manifest.target import TargetError, target_fields
 
 
 def target_difference(a: str, b: str) -> str:
     """How target string ``b`` differs from ``a``: "mattr +sve added; mcpu x -> y"."""
-    fa, fb = _target_fields(a), _target_fields(b)
+    try:
+        fa, fb = target_fields(a), target_fields(b)
+    except TargetError as exc:
+        return f"cannot compare them here: {exc}"
     parts = []
     for k in sorted({*fa, *fb}):
         va, vb = fa.get(k), fb.get(k)

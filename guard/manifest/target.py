@@ -294,6 +294,18 @@ def canonicalize(
     return _format(parse_target(raw, root=root, where=where))
 
 
+def target_fields(target: str) -> dict[str, Any]:
+    """A recorded target's attributes for comparing two of them: ``parse_target``'s dict,
+    with mattr as a set (``{"kind": "llvm", "mtriple": ..., "mattr": {"+neon"}, ...}``).
+
+    A TargetError says why the string cannot be read here (e.g. a CPU this LLVM does not
+    know); callers that only describe a difference turn it into words, not a failure.
+    """
+    fields = parse_target(target)
+    fields["mattr"] = set(fields.get("mattr") or ())
+    return fields
+
+
 def target_arch(canonical: str) -> str:
     """The architecture a canonical target compiles for: "x86_64" or "aarch64"."""
     m = re.search(r"(?:^|\s)-mtriple=([^\s]+)", canonical)

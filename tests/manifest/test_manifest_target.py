@@ -313,3 +313,21 @@ def test_bad_targets_name_the_string_and_show_a_valid_one(
 def test_where_prefixes_the_error(x86_root: Path) -> None:
     with pytest.raises(UsageError, match=r"^smoke.yaml: models\[0\].target: target 'llvm -x='"):
         canonicalize("llvm -x=", root=x86_root, where="smoke.yaml: models[0].target")
+
+
+def test_target_fields_is_parse_target_with_mattr_as_a_set() -> None:
+    """The tuning-cache and doctor diffs read targets through parse_target (one parser)."""
+    from guard.compiler.tuning.keys import target_difference as key_difference
+    from guard.doctor.steps_tuning import target_difference as doctor_difference
+    from guard.manifest.target import target_fields
+
+    a = target_fields("llvm -mtriple=aarch64-linux-gnu -mattr=+sve")
+    b = target_fields("llvm -mattr=+sve,+neon -mtriple=aarch64-unknown-linux-gnu")
+    assert a == b == {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": {"+neon", "+sve"}}
+    neon = "llvm -mattr=+neon -mtriple=aarch64-linux-gnu"
+    sve = "llvm -mattr=+neon,+sve -mtriple=aarch64-linux-gnu"
+    assert key_difference(sve, neon) == ["+sve added"]
+    assert doctor_difference(neon, sve) == "mattr +sve added"
+    bad = "llvm -mcpu=no-such-cpu -mtriple=aarch64-linux-gnu"
+    assert key_difference(bad, neon)[0].startswith("unreadable here (")
+    assert doctor_difference(neon, bad).startswith("cannot compare them here: ")

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from guard.manifest.target import TargetError, target_fields
+
 OPS = ("gemm", "conv")
 
 
@@ -58,21 +60,12 @@ class TaskKey:
         )
 
 
-def _target_fields(t: str) -> dict[str, Any]:
-    """'llvm -mcpu=x -mattr=+a,+b -mtriple=t' -> {kind, mcpu, mattr: set, mtriple}."""
-    out: dict[str, Any] = {}
-    for i, tok in enumerate(t.split()):
-        if i == 0 and not tok.startswith("-"):
-            out["kind"] = tok
-            continue
-        k, _, v = tok.lstrip("-").partition("=")
-        out[k] = set(filter(None, v.split(","))) if k == "mattr" else v
-    return out
-
-
 def target_difference(want: str, have: str) -> list[str]:
     """How ``want`` (the build's target) differs from ``have`` (the cache's): '+sve added'."""
-    fw, fh = _target_fields(want), _target_fields(have)
+    try:
+        fw, fh = target_fields(want), target_fields(have)
+    except TargetError as exc:
+        return [f"unreadable here ({exc})"]
     parts: list[str] = []
     for k in sorted({*fw, *fh}):
         vw, vh = fw.get(k), fh.get(k)

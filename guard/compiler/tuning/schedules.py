@@ -18,7 +18,7 @@ from typing import Any
 from guard.compiler.codegen.conv.schedule import ConvSchedule
 from guard.compiler.codegen.gemm.schedule import GemmSchedule
 from guard.compiler.codegen.target import CodegenTarget
-from guard.compiler.tuning.keys import _target_fields
+from guard.manifest.target import target_fields
 
 
 def schedule_class(op: str) -> type:
@@ -32,7 +32,7 @@ def schedule_class(op: str) -> type:
 def vector_width_of(target: str) -> int:
     """Float lanes the code generator uses for a canonical target (as CodegenTarget says)."""
 
-    f = _target_fields(target)
+    f = target_fields(target)
     return CodegenTarget(
         str(f.get("mtriple", "x86_64-linux-gnu")), str(f.get("mcpu") or "generic"),
         tuple(sorted(f.get("mattr") or ())),
