@@ -8,7 +8,6 @@ ones: guard.suite.model binds a suite's inputs and checks a loaded model for cyc
 from __future__ import annotations
 
 import difflib
-import heapq
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from onnx import helper
 
 from guard.compiler.frontend.context import np_dtype
 from guard.compiler.ir.core import Shape
+from guard.compiler.ir.order import topological
 from guard.core.errors import ModelError
 
 
@@ -202,27 +202,19 @@ def toposort(
     any node runs: graph inputs, initializers, an enclosing graph's values).
     """
     producers = {o: idx for idx, n in enumerate(graph.node) for o in n.output if o}
-    indeg = []
-    users: dict[int, list[int]] = {}
-    for idx, n in enumerate(graph.node):
-        deps = {producers[i] for i in n.input if i and i in producers and i not in known}
-        indeg.append(len(deps))
-        for d in deps:
-            users.setdefault(d, []).append(idx)
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        idx = heapq.heappop(ready)
-        order.append(idx)
-        for u in users.get(idx, []):
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, u)
+    preds = [
+        {producers[i] for i in n.input if i and i in producers and i not in known}
+        for n in graph.node
+    ]
+    order = topological(preds)
     if len(order) != len(graph.node):
         # Left over: the nodes on a cycle and those downstream of one. Peel off, repeatedly,
         # the nodes nothing left over reads: what remains is on (or between) cycles.
-        stuck = {i for i in range(len(graph.node)) if indeg[i] > 0}
+        users: dict[int, list[int]] = {}
+        for idx, deps in enumerate(preds):
+            for d in deps:
+                users.setdefault(d, []).append(idx)
+        stuck = set(range(len(graph.node))) - set(order)
         while True:
             sinks = {i for i in stuck if not any(u in stuck for u in users.get(i, []))}
             if not sinks or sinks == stuck:

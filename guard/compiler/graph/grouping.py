@@ -18,8 +18,9 @@ stays with the caller.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
+
+from guard.compiler.ir.order import topological
 
 
 class Groups:
@@ -79,29 +80,6 @@ class Groups:
         return keep
 
 
-def _topological(preds: Sequence[Sequence[int]]) -> list[int]:
-    """Kahn's order, smallest index first: ``range(n)`` when the nodes are already sorted."""
-    succs: list[list[int]] = [[] for _ in preds]
-    indeg = [0] * len(preds)
-    for i, ps in enumerate(preds):
-        for p in set(ps):
-            succs[p].append(i)
-            indeg[i] += 1
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for s in succs[i]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(ready, s)
-    if len(order) != len(preds):
-        raise ValueError("the node graph has a cycle: it cannot be grouped")
-    return order
-
-
 def group_connected(
     preds: Sequence[Sequence[int]], assign: Sequence[str]
 ) -> tuple[Groups, list[tuple[int, int]]]:
@@ -112,7 +90,10 @@ def group_connected(
     """
     groups = Groups()
     refused: list[tuple[int, int]] = []
-    for i in _topological(preds):
+    order = topological(preds)
+    if len(order) != len(preds):
+        raise ValueError("the node graph has a cycle: it cannot be grouped")
+    for i in order:
         groups.add(i, preds[i])
         for p in sorted(preds[i], reverse=True):
             if assign[p] != assign[i]:
