@@ -7,6 +7,7 @@ and the ``merge`` command.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -63,26 +64,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_merge(args: argparse.Namespace) -> int:
     from guard import report
-    from guard.core.errors import UsageError
+    from guard.core.errors import EXIT_BAD_INPUT
     from guard.run.merge import merge_documents
 
-    outputs = [Path(p) for p in (args.json, args.junit, args.markdown, args.html) if p]
-    for p in outputs:
-        if not p.resolve().parent.is_dir():
-            raise UsageError(
-                f"output directory {p.resolve().parent} does not exist",
-                where=str(p),
-                hint="Create it or choose another path.",
-            )
+    outputs = {
+        "--json": args.json,
+        "--junit": args.junit,
+        "--markdown": args.markdown,
+        "--html": args.html,
+    }
+    report.check_outputs(outputs)  # a bad output path is exit 2 before any file is read
     doc = merge_documents([Path(f) for f in args.files], allow_missing=args.allow_missing)
-    if args.json:
-        report.write_json(doc, Path(args.json))
-    if args.junit:
-        report.write_junit(doc, Path(args.junit))
-    if args.markdown:
-        report.write_markdown(doc, Path(args.markdown))
-    if args.html:
-        report.write_html(doc, Path(args.html))
+    problems = report.write_reports(doc, outputs)
+    for line in problems:
+        print(f"guard: error: {line}", file=sys.stderr)
     if not args.quiet:
         report.render_console(doc)
     if args.tracking_uri:
@@ -90,4 +85,4 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
         run_id = record_merged(args.tracking_uri, doc)
         print(f"recorded the merged results on invocation run {run_id} at {args.tracking_uri}")
-    return int(doc["exit_code"])
+    return max(int(doc["exit_code"]), EXIT_BAD_INPUT) if problems else int(doc["exit_code"])

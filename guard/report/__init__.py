@@ -11,9 +11,11 @@ from guard.report.html_report import to_html, write_html
 from guard.report.json_report import write_json
 from guard.report.junit import to_junit, write_junit
 from guard.report.markdown import to_markdown, write_markdown
+from guard.report.outputs import check_outputs, write_reports
 
 __all__ = [
     "ProgressHandle",
+    "check_outputs",
     "progress",
     "render_console",
     "results_table",
@@ -24,4 +26,5 @@ __all__ = [
     "write_json",
     "write_junit",
     "write_markdown",
+    "write_reports",
 ]

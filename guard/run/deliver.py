@@ -16,7 +16,6 @@ What ``guard run`` promises about its results, whatever fails:
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -25,18 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from guard import report, track
-from guard.core.errors import EXIT_BAD_INPUT, GuardError, UsageError
-from guard.core.fsutil import describe_os_error
+from guard.core.errors import EXIT_BAD_INPUT, GuardError
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-_FLAGS = (
-    ("json_path", "--json"),
-    ("junit_path", "--junit"),
-    ("markdown_path", "--markdown"),
-    ("html_path", "--html"),
-)
 
 
 class DeliveryOptions(Protocol):
@@ -51,47 +42,14 @@ class DeliveryOptions(Protocol):
     require_tracking: bool
 
 
-def check_outputs(opts: DeliveryOptions) -> None:
-    """Refuse output paths that cannot be written, before anything runs (UsageError)."""
-    seen: dict[Path, str] = {}
-    for attr, flag in _FLAGS:
-        p = getattr(opts, attr, None)
-        if p is None:
-            continue
-        target = Path(p)
-        where = f"{flag} {p}"
-        try:
-            resolved = target.resolve()
-        except (RuntimeError, OSError):
-            raise UsageError("the path is a symlink loop", where=where) from None
-        parent = resolved.parent
-        if not parent.is_dir():
-            raise UsageError(
-                f"output directory {parent} does not exist",
-                where=where,
-                hint="Create it or choose another path.",
-            )
-        if resolved.is_dir():
-            raise UsageError(
-                "is a directory, not a file",
-                where=where,
-                hint="Give a file name, e.g. results.json.",
-            )
-        if resolved.exists() and not resolved.is_file():
-            raise UsageError("exists and is not a regular file", where=where)
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(
-                f"directory {parent} is not writable",
-                where=where,
-                hint="Choose a writable directory.",
-            )
-        if resolved in seen:
-            raise UsageError(
-                f"the same file as {seen[resolved]}",
-                where=where,
-                hint="Give each report its own path.",
-            )
-        seen[resolved] = flag
+def outputs(opts: DeliveryOptions) -> dict[str, Path | None]:
+    """The report paths of a run, by flag (guard.report.outputs writes them)."""
+    return {
+        "--json": opts.json_path,
+        "--junit": opts.junit_path,
+        "--markdown": opts.markdown_path,
+        "--html": opts.html_path,
+    }
 
 
 class Interruption:
@@ -153,28 +111,6 @@ def say(message: str, console: Console | None = None) -> None:
         print(message, file=sys.stderr)
 
 
-def write_reports(doc: dict[str, Any], opts: DeliveryOptions) -> list[str]:
-    """Write every requested report; return one line per report that could not be written."""
-    writers = {
-        "json_path": report.write_json,
-        "junit_path": report.write_junit,
-        "markdown_path": report.write_markdown,
-        "html_path": report.write_html,
-    }
-    problems = []
-    for attr, flag in _FLAGS:
-        p = getattr(opts, attr, None)
-        if p is None:
-            continue
-        try:
-            writers[attr](doc, Path(p))
-        except GuardError as exc:
-            problems.append(f"{flag} {p}: {exc}")
-        except OSError as exc:
-            problems.append(f"{flag} {p}: cannot write it: {describe_os_error(exc)}")
-    return problems
-
-
 def finish(
     doc: dict[str, Any],
     code: int,
@@ -195,7 +131,7 @@ def finish(
                 opts.console,
             )
         doc["exit_code"] = stop.exit_code or code
-        problems = write_reports(doc, opts)
+        problems = report.write_reports(doc, outputs(opts))
         if uri is not None:
             if tracking_problem is None and stop.signal is None:
                 with stop:  # a signal while logging: track marks the runs KILLED
@@ -247,7 +183,7 @@ def finish(
                 if opts.require_tracking:
                     code = max(code, EXIT_BAD_INPUT)
             doc["exit_code"] = stop.exit_code or code
-            problems = write_reports(doc, opts)
+            problems = report.write_reports(doc, outputs(opts))
         for line in problems:
             say(f"guard: error: {line}", opts.console)
         if problems:

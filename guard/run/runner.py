@@ -36,7 +36,7 @@ from guard.measure import MeasureConfig, set_threads
 from guard.measure.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
 from guard.results.result import error_result
 from guard.run.case import PendingResult, begin_result, finish_result, prepare_model
-from guard.run.deliver import Interruption, check_outputs, finish, say
+from guard.run.deliver import Interruption, finish, outputs, say
 from guard.run.shard import parse_shard, shard_work
 from guard.stats.calibrate import default_noise_path, load_noise
 from guard.suite import ModelEntry, Suite, load_suite
@@ -295,7 +295,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         parse_shard(opts.shard)  # a bad K/N is refused before anything runs
     suite = load_suite(suite_path)
     work = _selected(suite, opts)
-    check_outputs(opts)  # a bad output path is exit 2 now, not after the whole run
+    report.check_outputs(outputs(opts))  # a bad output path is exit 2 now, not after the whole run
     uri = track.resolve_uri(opts.tracking_uri, opts.workdir) if opts.track else None
     tracking_problem: str | None = None
     if uri is not None:

@@ -152,3 +152,28 @@ def test_unreadable_inputs_name_the_file(tmp_path, capsys):
     assert main(["merge", str(bad)]) == 2
     assert str(bad) in capsys.readouterr().err
     assert main(["merge", str(tmp_path / "absent.json")]) == 2
+
+
+def test_reports_go_through_the_report_package_as_for_a_run(tmp_path, capsys):
+    """guard merge checks and writes its reports with guard.report.outputs, like guard run:
+    a path given twice, or a directory, is refused (exit 2, naming the flag) before any
+    report is written."""
+    paths = _shards(tmp_path)
+    same = str(tmp_path / "r.out")
+    assert main(["merge", *map(str, paths), "--json", same, "--html", same, "--quiet"]) == 2
+    assert "--html" in capsys.readouterr().err and not Path(same).exists()
+    (tmp_path / "ro").mkdir()
+    code = main(
+        ["merge", *map(str, paths), "--json", str(tmp_path / "all.json"), "--quiet"]
+        + ["--markdown", str(tmp_path / "s.md"), "--junit", str(tmp_path / "j.xml")]
+        + ["--html", str(tmp_path / "ro")]
+    )
+    assert code == 2 and "is a directory, not a file" in capsys.readouterr().err
+    assert not (tmp_path / "all.json").exists() and not (tmp_path / "s.md").exists()
+    code = main(
+        ["merge", *map(str, paths), "--json", str(tmp_path / "all.json"), "--quiet"]
+        + ["--junit", str(tmp_path / "j.xml")]
+    )
+    assert code == 0
+    assert json.loads((tmp_path / "all.json").read_text())["results"]
+    assert (tmp_path / "j.xml").read_text().startswith("<?xml")
