@@ -49,7 +49,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from guard.compare.compare import compare_docs, load_results
+from guard.compare.compare import compare_docs
+from guard.core.results_file import load_results
 from guard.measure.round_runner import measuring_cpus
 from guard.stats.calibrate import load_noise
 from guard.stats.regress import RegressConfig

@@ -52,7 +52,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     suite = Path(args.suite) if args.suite else default_suite()
     baseline = None
     if args.baseline:
-        from guard.compare.compare import load_results
+        from guard.core.results_file import load_results
 
         baseline = load_results(args.baseline)
     opts = RunOptions(

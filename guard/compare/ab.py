@@ -24,6 +24,7 @@ from guard.backends.base import Session
 from guard.compare.attribution import attribute
 from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest_diff
 from guard.core.errors import UsageError
+from guard.core.result_key import ResultKey
 from guard.measure.preflight import contention_between, read_cpu_times
 from guard.stats.regress import (
     AdaptiveResult,
@@ -184,7 +185,7 @@ def _output_diff(b: Mapping[str, Any], h: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def ab_row(
-    key: tuple[str, str, str],
+    key: ResultKey,
     outcome: ABOutcome,
     base_manifest: Mapping[str, Any],
     head_manifest: Mapping[str, Any],
@@ -199,9 +200,9 @@ def ab_row(
     if outcome.result.base and outcome.result.head:
         p90 = float(np.percentile(outcome.result.head, 90) / np.percentile(outcome.result.base, 90))
     row: dict[str, Any] = {
-        "model": key[0],
-        "backend": key[1],
-        "target": key[2],
+        "model": key.model,
+        "backend": key.backend,
+        "target": key.target,
         "verdict": c.verdict,
         "ratio": c.ratio,
         "ci": list(c.ci),
@@ -282,15 +283,16 @@ def run_case_pairs(
         why = host_incompatibility(b.manifest or {}, h.manifest or {})
         if why:
             raise UsageError(f"{b.model}/{b.backend}: cannot A/B across hosts: {why}")
-        canonical = ((b.manifest or {}).get("target") or {}).get("canonical") or b.target
-        key = (str(b.model), str(b.backend), str(canonical))
+        key = ResultKey.of(
+            {"model": b.model, "backend": b.backend, "target": b.target, "manifest": b.manifest}
+        )
         cfg = config
         suite_pct = (
             (getattr(getattr(h, "entry", None), "checks", None) or {}).get("latency") or {}
         ).get("regress_pct")
         if suite_thresholds and isinstance(suite_pct, int | float):
             cfg = replace(cfg, regress_pct=float(suite_pct))
-        cfg = with_noise(cfg, (noise or {}).get("/".join(key)))
+        cfg = with_noise(cfg, (noise or {}).get(str(key)))
         outcome = run_ab(b.run_once, h.run_once, cfg, budget_s=budget_s, warmup_s=warmup_s)
         rows.append(
             ab_row(key, outcome, b.manifest or {}, h.manifest or {}, case_facts(b), case_facts(h))

@@ -49,6 +49,7 @@ from guard.compare.bump import (
 )
 from guard.compare.compare import host_incompatibility
 from guard.core.errors import InternalError, UsageError
+from guard.core.result_key import ResultKey
 from guard.measure.preflight import THREAD_ENV_VARS, contention_between, read_cpu_times
 from guard.measure.round_runner import measuring_cpus
 from guard.stats.regress import RegressConfig, measure_until_conclusive, with_noise
@@ -209,11 +210,6 @@ def _outputs(npz_b64: str | None) -> list[np.ndarray] | None:
         return [z[f"arr_{i}"] for i in range(len(z.files))]
 
 
-def _key(c: dict[str, Any]) -> tuple[str, str, str]:
-    canonical = ((c.get("manifest") or {}).get("target") or {}).get("canonical") or c["target"]
-    return (str(c["model"]), str(c["backend"]), str(canonical))
-
-
 def _facts(c: dict[str, Any]) -> dict[str, Any]:
     return {
         "partitions": c.get("partitions"),
@@ -321,21 +317,23 @@ def run_ref_ab(
             work.mkdir(parents=True, exist_ok=True)
             w.cases = w.ask(op="prepare", suite=str(s.src / rel), workdir=str(work))["cases"]
         wb, wh = workers
-        heads = {_key(c): i for i, c in enumerate(wh.cases)}
-        pairs = [(i, heads[_key(c)]) for i, c in enumerate(wb.cases) if _key(c) in heads]
+        heads = {ResultKey.of(c): i for i, c in enumerate(wh.cases)}
+        pairs = [
+            (i, heads[ResultKey.of(c)]) for i, c in enumerate(wb.cases) if ResultKey.of(c) in heads
+        ]
         if not pairs:
             raise UsageError(f"{rel}: base and head share no (model, backend, target)")
         rows = []
         for ib, ih in pairs:
             bc, hc = wb.cases[ib], wh.cases[ih]
-            key = _key(bc)
+            key = ResultKey.of(bc)
             why = host_incompatibility(bc.get("manifest") or {}, hc.get("manifest") or {})
             if why:
-                raise UsageError(f"{'/'.join(key)}: cannot A/B across hosts: {why}")
+                raise UsageError(f"{key}: cannot A/B across hosts: {why}")
             cfg = config
             if suite_thresholds and isinstance(hc.get("regress_pct"), int | float):
                 cfg = replace(cfg, regress_pct=float(hc["regress_pct"]))
-            cfg = with_noise(cfg, (noise or {}).get("/".join(key)))
+            cfg = with_noise(cfg, (noise or {}).get(str(key)))
             outcome = _pair(wb, wh, ib, ih, cfg, budget_s, warmup_s, min_sample_s)
             rows.append(
                 ab_row(

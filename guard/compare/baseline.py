@@ -17,14 +17,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.compare.compare import (
-    IncompatibleBaselineError,
-    host_incompatibility,
-    load_results,
-    row_key,
-    validate_results,
-)
+from guard.compare.compare import IncompatibleBaselineError, host_incompatibility
 from guard.core.errors import UsageError
+from guard.core.result_key import ResultKey
+from guard.core.results_file import load_results, validate_results
 from guard.core.schema import RESULTS_SCHEMA_VERSION
 from guard.track import find_runs, load_artifact_dict
 from guard.track.client import http_limits, mlflow_client, translated
@@ -70,7 +66,7 @@ def latest_on_branch(
     load = loader or (lambda artifact_uri: load_artifact_dict(uri, artifact_uri, "result.json"))
     results = []
     for head_r in wanted:
-        key = row_key(head_r)
+        key = ResultKey.of(head_r)
         frame = finder(uri, suite, model=head_r["model"], backend=head_r["backend"], branch=branch)
         if frame is None or len(frame) == 0:
             continue  # a model new on this side: compare reports it as only_head
@@ -79,7 +75,7 @@ def latest_on_branch(
             frame = frame[frame[COMMIT_COLUMN] != exclude_commit]
         for artifact_uri in list(frame["artifact_uri"])[:max_candidates]:
             cand = load(artifact_uri)
-            if not isinstance(cand, Mapping) or row_key(cand) != key:
+            if not isinstance(cand, Mapping) or ResultKey.of(cand) != key:
                 continue
             why = host_incompatibility(cand.get("manifest") or {}, head_r.get("manifest") or {})
             if why is None:
@@ -89,7 +85,7 @@ def latest_on_branch(
         else:
             if refused:
                 raise IncompatibleBaselineError(
-                    f"no compatible baseline for {'/'.join(key)} on branch {branch!r}: {refused}",
+                    f"no compatible baseline for {key} on branch {branch!r}: {refused}",
                     hint="Run the suite on this host class on that branch first.",
                 )
     if not results:

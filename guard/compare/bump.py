@@ -25,9 +25,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from guard.compare.compare import compare_docs, exit_code, load_results, row_key
+from guard.compare.compare import compare_docs, exit_code
 from guard.compare.reports import write_reports
 from guard.core.errors import UsageError
+from guard.core.result_key import ResultKey
+from guard.core.results_file import load_results
 from guard.stats.regress import RegressConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -185,10 +187,10 @@ def merge_rounds(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     every process of that side.
     """
     merged = copy.deepcopy(docs[0])
-    by_key = {row_key(r): r for r in merged["results"]}
+    by_key = {ResultKey.of(r): r for r in merged["results"]}
     for d in docs[1:]:
         for r in d["results"]:
-            into = by_key.get(row_key(r))
+            into = by_key.get(ResultKey.of(r))
             if into is None:
                 continue
             if isinstance(r.get("samples_ms"), list):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -27,10 +26,11 @@ import numpy as np
 from guard.compare import crossarch
 from guard.compare.attribution import attribute
 from guard.core.errors import UsageError
-from guard.core.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, results_document
+from guard.core.result_key import ResultKey
+from guard.core.results_file import PROBES
+from guard.core.schema import Schema
 from guard.manifest.diff import diff_manifests
 from guard.manifest.pins import is_pinned
-from guard.measure.host_speed import PROBES
 from guard.stats.regress import (
     IMPROVED,
     INCONCLUSIVE,
@@ -50,93 +50,9 @@ class IncompatibleBaselineError(UsageError):
     """The baseline was measured on a different host class; the reason says which field."""
 
 
-_RERUN = "Re-run `guard run --json` with this guard version."
-_EDITED = "The results file was edited or truncated; re-run `guard run --json`."
-_RESULTS = Schema("results", RESULTS_SCHEMA_VERSION, _RERUN)
 _COMPARISON = Schema(
     "comparison", SCHEMA_VERSION, "Re-run `guard compare --json` with this guard version."
 )
-
-
-def load_results(path: str | Path) -> dict[str, Any]:
-    """Read and validate a results document (guard.core.schema: errors name file and field)."""
-    doc = read_json(path, what="results file", hint="Pass a `guard run --json` output.")
-    validate_results(doc, str(path))
-    return doc
-
-
-def validate_results(doc: Any, where: str) -> None:
-    """A results document of this version whose measured results have usable samples."""
-    doc = results_document(doc, where, hint=_RERUN)
-    at = _RESULTS.at(where).key("results")
-    for i, r in enumerate(doc["results"]):
-        if not all(k in r for k in ("model", "backend", "target")):
-            raise at.item(i).fail("needs model, backend and target", _EDITED)
-        _validate_samples(r, at.item(i))
-
-
-def _check_samples(values: Any, at: At) -> None:
-    """A non-empty list of finite positive latencies (ms), or the error naming the item."""
-    if not isinstance(values, list) or not values:
-        raise at.fail("must be a non-empty list of latencies in ms", _EDITED)
-    for j, x in enumerate(values):
-        if not _positive(x):
-            raise at.item(j).fail(f"{x!r} is not a finite positive latency in ms", _EDITED)
-
-
-def _positive(x: Any) -> bool:
-    return not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x) and x > 0
-
-
-def _validate_samples(r: Mapping[str, Any], at: At) -> None:
-    """A measured result's samples (and its rounds') must be usable: exit 2 naming the field."""
-    if r.get("verdict") == "error" or r.get("latency_ms") is None:
-        return  # nothing was measured: no samples are owed
-    if "samples_ms" in r:
-        _check_samples(r["samples_ms"], at.key("samples_ms"))
-    rounds = r.get("rounds")
-    if rounds is None:
-        return
-    if not isinstance(rounds, list) or not rounds:
-        raise at.key("rounds").fail("must be a non-empty list", _EDITED)
-    for j, rd in enumerate(rounds):
-        rat = at.key("rounds").item(j)
-        if not isinstance(rd, Mapping):
-            raise rat.fail("must be an object", _EDITED)
-        _check_samples(rd.get("samples_ms"), rat.key("samples_ms"))
-        if not _positive(rd.get("p50")):
-            raise rat.key("p50").fail(
-                f"{rd.get('p50')!r} is not a finite positive latency in ms", _EDITED
-            )
-        cpu = rd.get("cpu_ms_per_call")
-        if cpu is not None and not _positive(cpu):
-            raise rat.key("cpu_ms_per_call").fail(
-                f"{cpu!r} is not a finite positive CPU time in ms (or null)", _EDITED
-            )
-        readings = rd.get("host_readings")
-        if readings is not None and not (
-            isinstance(readings, list)
-            and all(isinstance(x, list) and x and all(_positive(v) for v in x) for x in readings)
-        ):
-            raise rat.key("host_readings").fail(
-                "must be a list of readings, each a list of finite positive ms", _EDITED
-            )
-        for probe in PROBES:
-            reading = rd.get(probe)
-            if reading is not None and not _positive(reading):
-                raise rat.key(probe).fail(
-                    f"{reading!r} is not a finite positive host-speed reading in ms (or null)",
-                    _EDITED,
-                )
-
-
-def canonical_target(r: Mapping[str, Any]) -> str:
-    tgt = (r.get("manifest") or {}).get("target") or {}
-    return str(tgt.get("canonical") or r.get("target"))
-
-
-def row_key(r: Mapping[str, Any]) -> tuple[str, str, str]:
-    return (str(r["model"]), str(r["backend"]), canonical_target(r))
 
 
 def host_incompatibility(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -> str | None:
@@ -324,7 +240,7 @@ def compare_rows(
     row: dict[str, Any] = {
         "model": base_r["model"],
         "backend": base_r["backend"],
-        "target": canonical_target(base_r),
+        "target": ResultKey.of(base_r).target,
         "verdict": verdict,
         "ratio": ratio,
         "ci": ci,
@@ -360,10 +276,10 @@ def _suite_threshold(cfg: RegressConfig, head_r: Mapping[str, Any]) -> RegressCo
     return cfg
 
 
-def _noise_for(noise: Mapping[str, float] | None, key: tuple[str, str, str]) -> float | None:
+def _noise_for(noise: Mapping[str, float] | None, key: ResultKey) -> float | None:
     if not noise:
         return None
-    return noise.get("/".join(key))
+    return noise.get(str(key))
 
 
 def _with_run_noise(cfg: RegressConfig, run_noise_pct: float | None) -> RegressConfig:
@@ -401,8 +317,8 @@ def compare_docs(
             where=base_label,
             hint="Pass a baseline of the same suite (its `suite:` name).",
         )
-    b_rows = {row_key(r): r for r in base["results"]}
-    h_rows = {row_key(r): r for r in head["results"]}
+    b_rows = {ResultKey.of(r): r for r in base["results"]}
+    h_rows = {ResultKey.of(r): r for r in head["results"]}
     both = [k for k in h_rows if k in b_rows]
     # A pair on two architectures, or with an emulated side, is compared for consistency
     # (guard.compare.crossarch: outputs, partitions, arena), never for latency, so it is
@@ -412,7 +328,7 @@ def compare_docs(
         why = host_incompatibility(b_rows[k].get("manifest") or {}, h_rows[k].get("manifest") or {})
         if why:
             raise IncompatibleBaselineError(
-                f"baseline for {'/'.join(k)} is not comparable: {why}",
+                f"baseline for {k} is not comparable: {why}",
                 where=base_label,
                 hint="Compare against a baseline measured on the same host class.",
             )
@@ -462,11 +378,11 @@ def compare_docs(
             "compared": len(rows),
             "by_verdict": by_verdict,
             "geomean_ratio": float(np.exp(np.mean(np.log(ratios)))) if ratios else None,
-            "only_base": ["/".join(k) for k in b_rows if k not in h_rows],
-            "only_head": ["/".join(k) for k in h_rows if k not in b_rows],
+            "only_base": [str(k) for k in b_rows if k not in h_rows],
+            "only_head": [str(k) for k in h_rows if k not in b_rows],
             "cross_arch": {v: sum(r["verdict"] == v for r in cross) for v in crossarch.VERDICTS},
             "without_rounds": [
-                "/".join(row_key(r)) for r in rows if r["stats"].get("method") is None
+                str(ResultKey.of(r)) for r in rows if r["stats"].get("method") is None
             ],
         },
     }

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import UsageError
+from guard.core.result_key import ResultKey
 from guard.doctor import (
     steps_graph,
     steps_host,
@@ -54,10 +55,6 @@ def _host_cpu() -> str | None:
         return None
 
 
-def _key(r: Mapping[str, Any]) -> tuple[str, str, str]:
-    return (str(r.get("model")), str(r.get("backend")), str(r.get("target")))
-
-
 def _pick(
     doc: Mapping[str, Any], models: tuple[str, ...], backends: tuple[str, ...], where: str
 ) -> dict[tuple[str, str, str], Mapping[str, Any]]:
@@ -67,7 +64,7 @@ def _pick(
             continue
         if backends and r.get("backend") not in backends:
             continue
-        out[_key(r)] = r
+        out[ResultKey.of(r).case] = r  # the suite's spelling: see ResultKey.case
     if not out:
         have = sorted({f"{r.get('model')} [{r.get('backend')}]" for r in doc.get("results") or []})
         raise UsageError(

@@ -49,8 +49,6 @@ _COPY_BYTES = 4 << 20
 _COPIES = 4
 _MATMUL_N = 48  # 48^3 stays under OpenBLAS's threshold for threading a product
 _MATMULS = 256
-# The probes as a round of the results file names them, in the order ``read`` returns them.
-PROBES = ("host_ms", "simd_ms")
 # How often the timing loop reads the probes (seconds of timed loop; guard.measure.timer).
 READ_EVERY_S = 0.2
 # What the readings are readings of: a comparison adjusts for them only between results

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from guard.core.errors import UsageError
-from guard.measure.host_speed import PROBES, READ_EVERY_S
+from guard.core.results_file import PROBES
+from guard.measure.host_speed import READ_EVERY_S
 from guard.measure.preflight import (
     CpuTimes,
     contention_between,

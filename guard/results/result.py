@@ -1,7 +1,8 @@
 """One result of the results contract (docs/ARCHITECTURE.md), errors included.
 
-Every result dict guard writes is assembled here by ``result_dict``, with one key set:
-a measured result, an emulated one and an error differ only in which values are null.
+Every result dict guard writes is assembled here by ``result_dict``, as one
+``guard.results.record.Result``, with one key set: a measured result, an emulated one and
+an error differ only in which values are null.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from guard.core.errors import GuardError, UsageError
 from guard.results import checks as ck
+from guard.results.record import Result
 from guard.suite import ModelEntry
 
 
@@ -36,34 +38,37 @@ def result_dict(
     artefact: str | None = None,
     artefact_reused: bool | None = None,
     graph: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One result of the results contract; every result, errors included, has these keys."""
-    return {
-        "model": entry.name,
-        "backend": backend,
-        "target": entry.target,
-        "verdict": ck.verdict(checks, error),
-        "checks": [c.to_dict() for c in checks],
-        "error": error,
-        "error_kind": error_kind,
-        "manifest": manifest,
-        "latency_ms": latency_ms,
-        # "measured", or "emulated" (foreign-arch code run under qemu: latency_ms is null)
-        "latency_status": latency_status,
-        "samples_ms": list(samples_ms or []),
-        "rounds": rounds,  # per round (a fresh session each): samples_ms, p50, n, contention
-        "noise_pct": noise_pct,  # between-round spread: 100 x SD of the rounds' log medians
-        "measurement": measurement,
-        "partitions": partitions,
-        "arena_bytes": arena_bytes,
-        "arena_lower_bound_bytes": arena_lower_bound_bytes,
-        "memory": memory,
-        "numerics": numerics,
-        "preflight": preflight,
-        "artefact": artefact,
-        "artefact_reused": artefact_reused,
-        "graph": graph,
-    }
+    """One result of the results contract, built once as a ``Result`` and serialised by
+    ``Result.to_dict``; every result, errors included, has the contract's keys, and
+    ``extra`` (e.g. ``kernels``) follows them."""
+    return Result(
+        model=entry.name,
+        backend=backend,
+        target=entry.target,
+        verdict=ck.verdict(checks, error),
+        checks=[c.to_dict() for c in checks],
+        error=error,
+        error_kind=error_kind,
+        manifest=manifest,
+        latency_ms=latency_ms,
+        latency_status=latency_status,
+        samples_ms=list(samples_ms or []),
+        rounds=rounds,
+        noise_pct=noise_pct,
+        measurement=measurement,
+        partitions=partitions,
+        arena_bytes=arena_bytes,
+        arena_lower_bound_bytes=arena_lower_bound_bytes,
+        memory=memory,
+        numerics=numerics,
+        preflight=preflight,
+        artefact=artefact,
+        artefact_reused=artefact_reused,
+        graph=graph,
+        extra=dict(extra or {}),
+    ).to_dict()
 
 
 def error_result(entry: ModelEntry, backend: str, exc: BaseException) -> dict[str, Any]:

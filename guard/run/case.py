@@ -175,27 +175,28 @@ def _against_baseline(
     suite's calibrated noise (``noise``: "model/backend/target" -> its noise file entry)
     where ``guard calibrate`` measured it.
     """
-    from guard.compare.compare import host_incompatibility, latency_comparison, row_key
+    from guard.compare.compare import host_incompatibility, latency_comparison
+    from guard.core.result_key import ResultKey
     from guard.stats.regress import DEFAULT_RUN_NOISE_PCT, RegressConfig
 
     if baseline is None or bound is None:
         return None, None
     manifest = head["manifest"]
-    key = (entry.name, backend, manifest["target"]["canonical"])
+    key = ResultKey(entry.name, backend, manifest["target"]["canonical"])
     base = next(
         (
             r
             for r in baseline.get("results", [])
-            if r.get("verdict") != "error" and r.get("manifest") and row_key(r) == key
+            if r.get("verdict") != "error" and r.get("manifest") and ResultKey.of(r) == key
         ),
         None,
     )
     if base is None:
-        return None, f"the baseline has no result for {key[0]} [{key[1]}] on this target"
+        return None, f"the baseline has no result for {key.model} [{key.backend}] on this target"
     why = host_incompatibility(base["manifest"], manifest)
     if why:
         return None, f"baseline refused: {why}"
-    calibrated = (noise or {}).get("/".join(key)) or {}
+    calibrated = (noise or {}).get(str(key)) or {}
     cfg = RegressConfig(
         regress_pct=bound,
         noise_pct=calibrated.get("noise_pct"),
@@ -367,7 +368,8 @@ def finish_result(
         )
     )
     post["before"] = {k: p.pre.get(k) for k in ("loadavg", "warnings")}
-    result = result_dict(
+    kernels = getattr(session, "kernels", None)  # bundled: top generated kernels by share
+    return result_dict(
         entry,
         backend_name,
         checks=ck.evaluate(entry.checks, facts),
@@ -387,11 +389,8 @@ def finish_result(
         artefact=str(case.artefact),
         artefact_reused=case.reused,
         graph=info.graph,
+        extra={"kernels": kernels(case.feeds)} if callable(kernels) else None,
     )
-    kernels = getattr(session, "kernels", None)  # bundled: top generated kernels by share
-    if callable(kernels):
-        result["kernels"] = kernels(case.feeds)
-    return result
 
 
 def _emulated_result(

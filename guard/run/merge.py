@@ -16,13 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import UsageError
-from guard.core.schema import RESULTS_SCHEMA_VERSION, read_json, results_document, section
-from guard.run.shard import case_key
-
-
-def _load(path: Path) -> dict[str, Any]:
-    doc = read_json(path, what="results file", hint="Pass the files each shard wrote with --json.")
-    return results_document(doc, path, hint="Merge files written by one guard version.")
+from guard.core.result_key import ResultKey
+from guard.core.results_file import load_results
+from guard.core.schema import RESULTS_SCHEMA_VERSION, section
 
 
 def _same(docs: Sequence[tuple[Path, dict[str, Any]]], what: str, get: Any) -> None:
@@ -55,7 +51,17 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
 
     if not paths:
         raise UsageError("nothing to merge: pass the shards' results files")
-    docs = [(Path(p), _load(Path(p))) for p in paths]
+    docs = [
+        (
+            Path(p),
+            load_results(
+                p,
+                hint="Pass the files each shard wrote with --json.",
+                version_hint="Merge files written by one guard version.",
+            ),
+        )
+        for p in paths
+    ]
     _same(docs, "suites", lambda d: d.get("suite"))
     _same(docs, "suite files", lambda d: d.get("suite_sha256"))
     _same(docs, "commits", _commit)
@@ -86,7 +92,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
     results: list[dict[str, Any]] = []
     for p, d in docs:
         for r in d["results"]:
-            key = case_key(r)
+            key = ResultKey.of(r).case
             if key in owner:
                 raise UsageError(
                     f"case {'/'.join(key)} is in both {owner[key]} and {p}",
@@ -114,9 +120,9 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
         for p, d in docs:
             planned = {tuple(c) for c in _shard(d).get("cases") or ()}
             for r in d["results"]:
-                if planned and case_key(r) not in planned:
+                if planned and ResultKey.of(r).case not in planned:
                     raise UsageError(
-                        f"{p} holds {'/'.join(case_key(r))}, which its shard "
+                        f"{p} holds {'/'.join(ResultKey.of(r).case)}, which its shard "
                         f"{_shard(d).get('index')}/{count} was not planned to run"
                     )
         got = set(owner)
@@ -124,7 +130,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
             if c not in got:
                 results.append(_missing_result(c, missing_shards))
     position = {c: i for i, c in enumerate(order)}
-    results.sort(key=lambda r: position.get(case_key(r), len(position)))
+    results.sort(key=lambda r: position.get(ResultKey.of(r).case, len(position)))
 
     base = docs[0][1]
     merged: dict[str, Any] = {

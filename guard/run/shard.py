@@ -26,14 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guard.compare.compare import load_results
 from guard.core.errors import GuardError, UsageError
+from guard.core.result_key import Case, ResultKey
+from guard.core.results_file import load_results
 from guard.suite import ModelEntry, Suite
 from guard.track.index import case_times
 from guard.track.invocation import ensure_invocation
-
-# One case of a suite: (model, backend, target as written in the suite).
-Case = tuple[str, str, str]
 
 _SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
 MAX_SHARDS = 1024
@@ -67,10 +65,6 @@ def parse_shard(text: str) -> ShardSpec:
     return ShardSpec(k, n)
 
 
-def case_key(result: Mapping[str, Any]) -> Case:
-    return (str(result.get("model")), str(result.get("backend")), str(result.get("target")))
-
-
 def times_from_results(doc: Mapping[str, Any]) -> dict[Case, float]:
     """Seconds per case from a results document (``duration_s`` of each result)."""
     out: dict[Case, float] = {}
@@ -79,7 +73,7 @@ def times_from_results(doc: Mapping[str, Any]) -> dict[Case, float]:
             continue
         d = r.get("duration_s")
         if isinstance(d, int | float) and not isinstance(d, bool) and d >= 0:
-            out[case_key(r)] = float(d)
+            out[ResultKey.of(r).case] = float(d)
     return out
 
 

@@ -5,7 +5,7 @@ per (model, backend, target). Every run-data write goes through one batch primit
 (guard.track.batch._log_batch). mlflow itself is imported only when a function needs it.
 """
 
-from guard.track.log import keep_results, load_results, log_results, push
+from guard.track.log import keep_results, log_results, push
 from guard.track.query import find_runs, load_artifact_dict, scoped_tracking_uri
 from guard.track.uri import check_reachable, resolve_uri, unreachable_message
 
@@ -14,7 +14,6 @@ __all__ = [
     "find_runs",
     "keep_results",
     "load_artifact_dict",
-    "load_results",
     "log_results",
     "push",
     "resolve_uri",

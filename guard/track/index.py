@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from guard.core.errors import GuardError, UsageError
+from guard.core.result_key import ResultKey
 from guard.core.schema import RESULTS_SCHEMA_VERSION, section
 from guard.track import invocation
 from guard.track.batch import _log_batch
@@ -39,12 +40,6 @@ _HOST_FIELDS = ("arch", "cpu", "threads")  # guard.compare.compare.HOST_FIELDS
 LOOKUP_WORKERS = 8
 
 
-def canonical_target(result: Mapping[str, Any]) -> str:
-    manifest = section(result, "manifest")
-    tgt = section(manifest, "target")
-    return str(tgt.get("canonical") or result.get("target"))
-
-
 def baseline_key(result: Mapping[str, Any], branch: str | None) -> str | None:
     """The index key of a result on a branch; None when the branch is unknown."""
     if not branch:
@@ -56,7 +51,7 @@ def baseline_key(result: Mapping[str, Any], branch: str | None) -> str | None:
         str(branch),
         str(result.get("model")),
         str(result.get("backend")),
-        canonical_target(result),
+        ResultKey.of(result).target,
         *(str(host.get(f)) for f in _HOST_FIELDS),
     ]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:40]

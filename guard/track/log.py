@@ -22,7 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from guard.core.schema import read_json, results_document, section
+from guard.core.results_file import load_results
+from guard.core.schema import results_document, section
 from guard.track import records
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import (
@@ -215,20 +216,13 @@ def _terminate(client: MlflowClient, run_id: str, status: str, end_ms: int | Non
             raise
 
 
-def load_results(path: Path) -> dict[str, Any]:
-    """Read and validate a results JSON written by ``guard run --json`` or ``keep_results``."""
-    path = Path(path)
-    doc = read_json(path, what="results file")
-    return _validate(doc, str(path))
-
-
 def push(results_path: Path, uri: str) -> dict[str, Any]:
     """Send results kept earlier; a document already tracked at ``uri`` is not logged twice.
 
     Returns log_results' dict plus ``"already_tracked": bool``.
     """
     with push_lock(Path(results_path)):  # two pushes of one file: the second logs nothing
-        doc = load_results(results_path)
+        doc = load_results(results_path, version_hint=_REWRITE, require_suite=True)
         check_reachable(uri)  # a server or database that does not answer fails fast
         digest = results_sha256(doc)
         with http_limits(), translated(uri, f"looking up {results_path}"):

@@ -11,6 +11,7 @@ from compare_fixtures import doc, lat, manifest, result
 from guard.compare import compare as C
 from guard.compare.reports import to_html, to_markdown, write_reports
 from guard.core.errors import UsageError
+from guard.core.results_file import load_results
 from guard.stats.regress import RegressConfig
 
 # These results are one process's samples cut into rounds: no run offset to allow for.
@@ -285,7 +286,7 @@ def test_hand_edited_samples_are_refused_naming_the_field(tmp_path, edit, field)
     path = tmp_path / "edited.json"
     path.write_text(json.dumps(d))  # json writes inf/nan as Infinity/NaN, as a hand edit might
     with pytest.raises(UsageError) as e:
-        C.load_results(path)
+        load_results(path)
     assert field in str(e.value) and str(path) in str(e.value)
     assert e.value.exit_code == 2
 
@@ -305,7 +306,7 @@ def test_error_results_owe_no_samples(tmp_path):
     )
     path = tmp_path / "r.json"
     path.write_text(json.dumps(d))
-    assert C.load_results(path)["results"][0]["verdict"] == "error"
+    assert load_results(path)["results"][0]["verdict"] == "error"
 
 
 def test_calibrated_noise_raises_row_threshold():
@@ -320,17 +321,17 @@ def test_calibrated_noise_raises_row_threshold():
 
 def test_load_results_errors_name_the_file(tmp_path):
     with pytest.raises(UsageError, match="nope.json: results file not found"):
-        C.load_results(tmp_path / "nope.json")
+        load_results(tmp_path / "nope.json")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema_version": 2, "results": []}))
     with pytest.raises(UsageError, match=r"bad\.json: schema_version: unsupported version 2"):
-        C.load_results(bad)
+        load_results(bad)
     bad.write_text("{not json")
     with pytest.raises(UsageError, match=r"bad\.json: not valid JSON \(line 1"):
-        C.load_results(bad)
+        load_results(bad)
     bad.write_text(json.dumps({"schema_version": 1, "results": [{"model": "x"}]}))
     with pytest.raises(UsageError, match=r"bad\.json: results\[0\]: needs model"):
-        C.load_results(bad)
+        load_results(bad)
 
 
 def test_write_reports_json_has_no_nan(tmp_path):

@@ -1,0 +1,112 @@
+"""The one loader of results files: every reader (compare, baselines, merge, track push,
+shard times) reads a ``guard run --json`` file through ``load_results``. It sits in the
+lowest layer because guard.track, below the results package, reads them too.
+
+It checks the frame (an object of ``RESULTS_SCHEMA_VERSION`` whose ``results`` is a list of
+objects: guard.core.schema), that each result names its model, backend and target, and
+that a measured result's samples and rounds are usable latencies; anything else is exit 2
+naming the file and the field. The document comes back as it was read: results are not
+rewritten (guard.results.record.Result reads any of them losslessly).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from guard.core.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, results_document
+
+# The host-speed probes as a round of the results file names them (guard.measure.host_speed
+# takes its readings in this order).
+PROBES = ("host_ms", "simd_ms")
+
+_RERUN = "Re-run `guard run --json` with this guard version."
+_EDITED = "The results file was edited or truncated; re-run `guard run --json`."
+_RESULTS = Schema("results", RESULTS_SCHEMA_VERSION, _RERUN)
+
+
+def load_results(
+    path: str | Path,
+    *,
+    hint: str = "Pass a `guard run --json` output.",
+    version_hint: str = _RERUN,
+    require_suite: bool = False,
+) -> dict[str, Any]:
+    """Read and validate a results document (errors name the file and the field).
+
+    ``hint`` is added where the file is missing or unreadable, ``version_hint`` where it is
+    of another schema version; ``require_suite`` refuses a document without a suite name
+    (tracking files it under the suite's experiment).
+    """
+    doc = read_json(path, what="results file", hint=hint)
+    validate_results(doc, str(path), hint=version_hint, require_suite=require_suite)
+    return doc
+
+
+def validate_results(
+    doc: Any, where: str, *, hint: str = _RERUN, require_suite: bool = False
+) -> None:
+    """A results document of this version whose measured results have usable samples."""
+    doc = results_document(doc, where, hint=hint, require_suite=require_suite)
+    at = _RESULTS.at(where).key("results")
+    for i, r in enumerate(doc["results"]):
+        if not all(k in r for k in ("model", "backend", "target")):
+            raise at.item(i).fail("needs model, backend and target", _EDITED)
+        _validate_samples(r, at.item(i))
+
+
+def _check_samples(values: Any, at: At) -> None:
+    """A non-empty list of finite positive latencies (ms), or the error naming the item."""
+    if not isinstance(values, list) or not values:
+        raise at.fail("must be a non-empty list of latencies in ms", _EDITED)
+    for j, x in enumerate(values):
+        if not _positive(x):
+            raise at.item(j).fail(f"{x!r} is not a finite positive latency in ms", _EDITED)
+
+
+def _positive(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+def _validate_samples(r: Mapping[str, Any], at: At) -> None:
+    """A measured result's samples (and its rounds') must be usable: exit 2 naming the field."""
+    if r.get("verdict") == "error" or r.get("latency_ms") is None:
+        return  # nothing was measured: no samples are owed
+    if "samples_ms" in r:
+        _check_samples(r["samples_ms"], at.key("samples_ms"))
+    rounds = r.get("rounds")
+    if rounds is None:
+        return
+    if not isinstance(rounds, list) or not rounds:
+        raise at.key("rounds").fail("must be a non-empty list", _EDITED)
+    for j, rd in enumerate(rounds):
+        rat = at.key("rounds").item(j)
+        if not isinstance(rd, Mapping):
+            raise rat.fail("must be an object", _EDITED)
+        _check_samples(rd.get("samples_ms"), rat.key("samples_ms"))
+        if not _positive(rd.get("p50")):
+            raise rat.key("p50").fail(
+                f"{rd.get('p50')!r} is not a finite positive latency in ms", _EDITED
+            )
+        cpu = rd.get("cpu_ms_per_call")
+        if cpu is not None and not _positive(cpu):
+            raise rat.key("cpu_ms_per_call").fail(
+                f"{cpu!r} is not a finite positive CPU time in ms (or null)", _EDITED
+            )
+        readings = rd.get("host_readings")
+        if readings is not None and not (
+            isinstance(readings, list)
+            and all(isinstance(x, list) and x and all(_positive(v) for v in x) for x in readings)
+        ):
+            raise rat.key("host_readings").fail(
+                "must be a list of readings, each a list of finite positive ms", _EDITED
+            )
+        for probe in PROBES:
+            reading = rd.get(probe)
+            if reading is not None and not _positive(reading):
+                raise rat.key(probe).fail(
+                    f"{reading!r} is not a finite positive host-speed reading in ms (or null)",
+                    _EDITED,
+                )
