@@ -40,7 +40,8 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from scipy import stats
 
-from guard.compare.ab import run_ab, warm
+from guard.compare.ab import run_ab
+from guard.measure.calls import warm_up
 from guard.measure.preflight import contention_between, read_cpu_times
 from guard.stats.calibrate import calibrate_fn
 from guard.stats.regress import REGRESSED, Comparison, RegressConfig, with_noise
@@ -101,8 +102,8 @@ def session(model: bytes):
 
 def interleaved_median_ratio(fa, fb, seconds: float) -> float:
     """Median of per-pair ratios fb/fa over ``seconds`` of alternating calls (calibration)."""
-    warm(fa, 0.3)
-    warm(fb, 0.3)
+    warm_up(fa, 0.3, min_calls=1)
+    warm_up(fb, 0.3, min_calls=1)
     ratios, t_end, i = [], time.perf_counter() + seconds, 0
     while time.perf_counter() < t_end:
         first, second = (fa, fb) if i % 2 == 0 else (fb, fa)
@@ -200,7 +201,7 @@ def compare_unpaired(
 
 def trial_sequential(base: bytes, head: bytes, cfg: RegressConfig, per_side_s: float) -> dict:
     def collect(fn) -> list[float]:
-        warm(fn, 0.2)
+        warm_up(fn, 0.2, min_calls=1)
         s, t_end = [], time.perf_counter() + per_side_s
         while time.perf_counter() < t_end:
             t0 = time.perf_counter()

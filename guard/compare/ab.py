@@ -25,6 +25,7 @@ from guard.compare.attribution import attribute
 from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest_diff
 from guard.core.errors import UsageError
 from guard.core.result_key import ResultKey
+from guard.measure.calls import choose_inner, warm_up
 from guard.measure.preflight import contention_between, read_cpu_times
 from guard.stats.regress import (
     AdaptiveResult,
@@ -35,33 +36,6 @@ from guard.stats.regress import (
 )
 
 Clock = Callable[[], float]
-
-
-def warm(fn: Callable[[], object], warmup_s: float, clock: Clock = time.perf_counter) -> int:
-    """Call ``fn`` for ``warmup_s`` (at least once); returns the number of calls."""
-    n, t0 = 0, clock()
-    while n == 0 or clock() - t0 < warmup_s:
-        fn()
-        n += 1
-    return n
-
-
-def choose_inner(
-    fn: Callable[[], object],
-    min_sample_s: float,
-    clock: Clock = time.perf_counter,
-    cap: int = 10_000,
-) -> int:
-    """Calls per sample so that one sample lasts at least ``min_sample_s`` (doubling search)."""
-    inner = 1
-    while inner < cap:
-        t0 = clock()
-        for _ in range(inner):
-            fn()
-        if clock() - t0 >= min_sample_s:
-            break
-        inner *= 2
-    return min(inner, cap)
 
 
 def interleaved_sampler(
@@ -123,8 +97,8 @@ def run_ab(
 
     ``budget_s`` covers both sides' measurement (so <= budget_s/2 per side).
     """
-    warm(base_fn, warmup_s, clock)
-    warm(head_fn, warmup_s, clock)
+    warm_up(base_fn, warmup_s, clock, min_calls=1)
+    warm_up(head_fn, warmup_s, clock, min_calls=1)
     inner = min(
         choose_inner(base_fn, min_sample_s, clock), choose_inner(head_fn, min_sample_s, clock)
     )

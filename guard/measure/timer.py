@@ -51,6 +51,7 @@ from typing import Any
 
 from guard.core.errors import UsageError
 from guard.core.results_file import PROBES
+from guard.measure.calls import warm_up
 from guard.measure.host_speed import READ_EVERY_S
 from guard.measure.preflight import (
     CpuTimes,
@@ -255,11 +256,7 @@ def measure(
     readings: list[tuple[float, ...]] = []
     if host is not None:
         readings.append(_reading(host()))
-    warmup_iters = 0
-    start = clock()
-    while warmup_iters < cfg.max_warmup_iters and clock() - start < cfg.warmup_s:
-        fn()
-        warmup_iters += 1
+    warmup_iters = warm_up(fn, cfg.warmup_s, clock, max_calls=cfg.max_warmup_iters)
 
     samples: list[float] = []
     before = cpu_times()

@@ -9,6 +9,7 @@ import pytest
 
 from guard.compare import ab
 from guard.core.errors import UsageError
+from guard.measure.calls import choose_inner, warm_up
 from guard.stats.regress import RegressConfig
 
 
@@ -47,14 +48,14 @@ def test_sampler_alternates_order_and_times_inner_calls():
 
 def test_choose_inner_reaches_min_sample_time():
     clock = Clock()
-    assert ab.choose_inner(costly(clock, 0.1), 1e-3, clock) == 16  # 16 x 0.1 ms >= 1 ms
-    assert ab.choose_inner(costly(clock, 5.0), 1e-3, clock) == 1
+    assert choose_inner(costly(clock, 0.1), 1e-3, clock) == 16  # 16 x 0.1 ms >= 1 ms
+    assert choose_inner(costly(clock, 5.0), 1e-3, clock) == 1
 
 
 def test_warm_calls_at_least_once():
     clock = Clock()
-    assert ab.warm(costly(clock, 100.0), 0.0, clock) == 1
-    assert ab.warm(costly(clock, 1.0), 0.01, clock) == 10
+    assert warm_up(costly(clock, 100.0), 0.0, clock, min_calls=1) == 1
+    assert warm_up(costly(clock, 1.0), 0.01, clock, min_calls=1) == 10
 
 
 @pytest.mark.parametrize(
