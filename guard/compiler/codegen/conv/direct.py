@@ -12,10 +12,12 @@ from guard.compiler.codegen.irutil import (
     F32,
     add,
     const,
+    elem_ptr,
     entry_alloca,
     fma,
     i64,
     in_range,
+    lane_mask,
     load,
     loop,
     masked_load,
@@ -140,7 +142,7 @@ class DirectConv:
         with b.if_else(last) as (then, other):
             with then:
                 bt = b.block
-                vt = masked_load(b, base, idx, g.L, lanes)
+                vt = masked_load(b, elem_ptr(b, base, idx), g.L, lane_mask(g.L, lanes))
             with other:
                 bo = b.block
                 vo = load(b, base, idx, g.L)

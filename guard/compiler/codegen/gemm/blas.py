@@ -21,20 +21,20 @@ import numpy as np
 from llvmlite import ir
 
 from guard.compiler.codegen.gemm.schedule import GemmSpec
-from guard.compiler.codegen.vecops import (
+from guard.compiler.codegen.irutil import (
     F32,
     F32P,
     I32,
     I64,
     Epilogue,
+    add,
+    declare,
+    elem_ptr,
     for_loop,
-    fptr,
-    iadd,
-    imul,
-    intrinsic,
     lane_mask,
     masked_load,
     masked_store,
+    mul,
     splat,
     tiles,
     vload,
@@ -76,7 +76,7 @@ def emit_blas_call(
     M, N, K = k.M, k.N, k.K
     i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
     i64 = lambda v: ir.Constant(I64, v)  # noqa: E731
-    sgemm = intrinsic(
+    sgemm = declare(
         builder.module,
         BLAS_SYMBOL,
         ir.VoidType(),
@@ -91,16 +91,16 @@ def emit_blas_call(
         # C = R first, then sgemm with beta 1: correct when R is C itself (in place)
         def copy_row(m: ir.Value) -> None:
             def vec(n: ir.Value, width: int) -> None:
-                off = iadd(builder, imul(builder, m, N), n)
+                off = add(builder, mul(builder, m, N), n)
                 if width < W:
                     mask = lane_mask(W, width)
-                    v = masked_load(builder, fptr(builder, res, off), W, mask)
-                    masked_store(builder, v, fptr(builder, c, off), mask)
+                    v = masked_load(builder, elem_ptr(builder, res, off), W, mask)
+                    masked_store(builder, v, elem_ptr(builder, c, off), mask)
                 else:
                     vstore(
                         builder,
-                        vload(builder, fptr(builder, res, off), W),
-                        fptr(builder, c, off),
+                        vload(builder, elem_ptr(builder, res, off), W),
+                        elem_ptr(builder, c, off),
                     )
 
             tiles(builder, N, W, vec)
@@ -129,19 +129,19 @@ def emit_blas_call(
         return
 
     def row(m: ir.Value) -> None:
-        crow = fptr(builder, c, imul(builder, m, N))
+        crow = elem_ptr(builder, c, mul(builder, m, N))
         bcol = (
-            splat(builder, builder.load(fptr(builder, bias, m), typ=F32), W)
+            splat(builder, builder.load(elem_ptr(builder, bias, m), typ=F32), W)
             if k.bias == "col"
             else None
         )
 
         def vec(n: ir.Value, width: int) -> None:
             mask = lane_mask(W, width) if width < W else None
-            p = fptr(builder, crow, n)
+            p = elem_ptr(builder, crow, n)
             v = masked_load(builder, p, W, mask) if mask is not None else vload(builder, p, W)
             if k.bias == "row":
-                bp = fptr(builder, bias, n)
+                bp = elem_ptr(builder, bias, n)
                 v = builder.fadd(
                     v,
                     masked_load(builder, bp, W, mask)
@@ -149,7 +149,7 @@ def emit_blas_call(
                     else vload(builder, bp, W),
                 )
             elif k.bias == "full":
-                bp = fptr(builder, bias, iadd(builder, imul(builder, m, N), n))
+                bp = elem_ptr(builder, bias, add(builder, mul(builder, m, N), n))
                 v = builder.fadd(
                     v,
                     masked_load(builder, bp, W, mask)

@@ -31,7 +31,7 @@ the "packed" B is plain row-major ``op(B)`` ``[K, N]``, and bias and epilogue ru
 vector pass over C after the call.
 
 Files: gemm_schedule.py holds the knobs and the default heuristic, gemm_emit.py the loop
-nest, microkernel.py the micro-kernel, vecops.py the vector helpers, gemm_blas.py the
+nest, microkernel.py the micro-kernel, irutil.py the IR helpers, gemm_blas.py the
 BLAS call.
 """
 
@@ -51,7 +51,7 @@ from guard.compiler.codegen.gemm.schedule import (
     default_gemm_schedule,
     vector_registers,
 )
-from guard.compiler.codegen.vecops import F32P, Epilogue, for_loop, fptr, imul
+from guard.compiler.codegen.irutil import F32P, Epilogue, elem_ptr, for_loop, mul
 
 __all__ = [
     "BLAS_SYMBOL",
@@ -176,10 +176,10 @@ class GemmKernel:
         packed_stride = self.packed_size() if (b_packed and sb) else sb
 
         def one(bi: ir.Value) -> None:
-            pa = fptr(builder, a, imul(builder, bi, sa))
-            pb = fptr(builder, b, imul(builder, bi, packed_stride if b_packed else sb))
-            pc = fptr(builder, c, imul(builder, bi, sc))
-            pr = None if res is None else fptr(builder, res, imul(builder, bi, sc))
+            pa = elem_ptr(builder, a, mul(builder, bi, sa))
+            pb = elem_ptr(builder, b, mul(builder, bi, packed_stride if b_packed else sb))
+            pc = elem_ptr(builder, c, mul(builder, bi, sc))
+            pr = None if res is None else elem_ptr(builder, res, mul(builder, bi, sc))
             if self.sched.use_blas:
                 emit_blas_call(self, builder, pa, pb, bias, pc, epilogue, b_packed, pr)
             else:

@@ -10,21 +10,21 @@ from llvmlite import ir
 
 from guard.compiler.codegen.gemm.microkernel import ACCUMULATE, FINISH, micro_kernel
 from guard.compiler.codegen.gemm.schedule import GemmSpec
-from guard.compiler.codegen.vecops import (
+from guard.compiler.codegen.irutil import (
     F32,
     F32P,
     I32,
     I64,
     Epilogue,
+    add,
+    elem_ptr,
     for_loop,
-    fptr,
-    iadd,
-    imul,
     lane_mask,
     masked_gather,
-    splat_int,
+    mul,
+    splat,
     tiles,
-    vector_type,
+    vec,
     vstore,
 )
 
@@ -121,26 +121,26 @@ class GemmEmitter:
         M, N, K, nr = k.M, k.N, k.K, s.nr
 
         def tile(n_off: ir.Value, width: int, m_off: ir.Value, rows: int) -> None:
-            n0 = iadd(builder, n_start, n_off)
-            m0 = iadd(builder, m_start, m_off)
+            n0 = add(builder, n_start, n_off)
+            m0 = add(builder, m_start, m_off)
             if k.trans_a:
-                pa = fptr(builder, a, iadd(builder, imul(builder, k0, M), m0))
+                pa = elem_ptr(builder, a, add(builder, mul(builder, k0, M), m0))
             else:
-                pa = fptr(builder, a, iadd(builder, imul(builder, m0, K), k0))
+                pa = elem_ptr(builder, a, add(builder, mul(builder, m0, K), k0))
             if local_b:  # packed scratch holds this (kc, nc) block only: [panel][k][nr]
-                pb = fptr(builder, b, imul(builder, n_off, klen))
+                pb = elem_ptr(builder, b, mul(builder, n_off, klen))
             elif self.stream_b:
-                pb = fptr(builder, b, iadd(builder, imul(builder, k0, N), n0))
+                pb = elem_ptr(builder, b, add(builder, mul(builder, k0, N), n0))
             else:  # packed: panel n0/nr starts at (n0/nr)*K*nr = n0*K
-                pb = fptr(builder, b, iadd(builder, imul(builder, n0, K), imul(builder, k0, nr)))
-            pc = fptr(builder, c, iadd(builder, imul(builder, m0, N), n0))
+                pb = elem_ptr(builder, b, add(builder, mul(builder, n0, K), mul(builder, k0, nr)))
+            pc = elem_ptr(builder, c, add(builder, mul(builder, m0, N), n0))
             pbias = bias
             if k.bias == "row":
-                pbias = fptr(builder, bias, n0)
+                pbias = elem_ptr(builder, bias, n0)
             elif k.bias == "col":
-                pbias = fptr(builder, bias, m0)
+                pbias = elem_ptr(builder, bias, m0)
             elif k.bias == "full":
-                pbias = fptr(builder, bias, iadd(builder, imul(builder, m0, N), n0))
+                pbias = elem_ptr(builder, bias, add(builder, mul(builder, m0, N), n0))
             nvec = -(-width // W)
             ukr = micro_kernel(
                 builder.module,
@@ -158,7 +158,7 @@ class GemmEmitter:
             if self.res is None:
                 pres = ir.Constant(F32P, None)
             else:
-                pres = fptr(builder, self.res, iadd(builder, imul(builder, m0, N), n0))
+                pres = elem_ptr(builder, self.res, add(builder, mul(builder, m0, N), n0))
             lda_row, lda_k = (1, M) if k.trans_a else (K, 1)
             ldb = N if self.stream_b else nr
             flags = {"only": FINISH, "first": 0, "mid": ACCUMULATE, "last": ACCUMULATE | FINISH}[
@@ -211,19 +211,19 @@ class GemmEmitter:
 
         def panel(n_off: ir.Value, width: int) -> None:
             nvec = -(-width // W)
-            dst_panel = fptr(builder, scratch, imul(builder, n_off, klen))
-            row0 = imul(builder, iadd(builder, n_start, n_off), K)
+            dst_panel = elem_ptr(builder, scratch, mul(builder, n_off, klen))
+            row0 = mul(builder, add(builder, n_start, n_off), K)
 
             def krow(kk: ir.Value) -> None:
-                base = fptr(builder, b, iadd(builder, row0, iadd(builder, k0, kk)))
-                dst = fptr(builder, dst_panel, imul(builder, kk, nr))
+                base = elem_ptr(builder, b, add(builder, row0, add(builder, k0, kk)))
+                dst = elem_ptr(builder, dst_panel, mul(builder, kk, nr))
                 for j in range(nvec):
                     valid = min(W, width - j * W)
-                    idx = builder.add(lanes, splat_int(builder, ir.Constant(I64, j * W * K), W))
+                    idx = builder.add(lanes, splat(builder, ir.Constant(I64, j * W * K), W))
                     v = masked_gather(builder, base, idx, lane_mask(W, valid))
-                    vstore(builder, v, fptr(builder, dst, j * W))
+                    vstore(builder, v, elem_ptr(builder, dst, j * W))
                 for j in range(nvec, nr // W):  # keep the padded lanes finite
-                    vstore(builder, ir.Constant(vector_type(W), 0.0), fptr(builder, dst, j * W))
+                    vstore(builder, ir.Constant(vec(W), 0.0), elem_ptr(builder, dst, j * W))
 
             for_loop(builder, 0, klen, 1, krow)
 

@@ -7,7 +7,7 @@ the unroll and whether a residual is added; strides, k count, chunk kind and the
 lane count are arguments, so one module shares each variant across every GEMM that uses
 it: compile time grows with the number of distinct tiles, not with the number of
 layers. Loops over tiles and packing passes live in functions marked ``optsize`` and
-call it (noinline). Vector helpers are in vecops.py.
+call it (noinline). IR helpers are in irutil.py.
 """
 
 from __future__ import annotations
@@ -16,21 +16,20 @@ from collections.abc import Hashable
 
 from llvmlite import ir
 
-from guard.compiler.codegen.vecops import (
+from guard.compiler.codegen.irutil import (
     F32,
     F32P,
     I32,
     I64,
     Epilogue,
+    elem_ptr,
     fma,
     for_loop_dynamic,
-    fptr,
     masked_load,
     masked_store,
     select_when,
     splat,
-    splat_int,
-    vector_type,
+    vec,
     vload,
     vstore,
 )
@@ -104,21 +103,21 @@ def micro_kernel(
     tail_mask = None
     if has_tail:
         lanes = ir.Constant(ir.VectorType(I32, W), list(range(W)))
-        tail_mask = bld.icmp_unsigned("<", lanes, splat_int(bld, tail_lanes, W))
-    vt = vector_type(W)
-    a_rows = [fptr(bld, pa, bld.mul(lda_row, ir.Constant(I64, i))) for i in range(rows)]
+        tail_mask = bld.icmp_unsigned("<", lanes, splat(bld, tail_lanes, W))
+    vt = vec(W)
+    a_rows = [elem_ptr(bld, pa, bld.mul(lda_row, ir.Constant(I64, i))) for i in range(rows)]
 
     def step(kk: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-        brow = fptr(bld, pb, bld.mul(kk, ldb))
+        brow = elem_ptr(bld, pb, bld.mul(kk, ldb))
         bv = []
         for j in range(nvec):
-            p = fptr(bld, brow, j * W)
+            p = elem_ptr(bld, brow, j * W)
             last_masked = mask_b and j == nvec - 1 and tail_mask is not None
             bv.append(masked_load(bld, p, W, tail_mask) if last_masked else vload(bld, p, W))
         koff = bld.mul(kk, lda_k)
         out = list(acc)
         for i in range(rows):
-            av = splat(bld, bld.load(fptr(bld, a_rows[i], koff), typ=F32), W)
+            av = splat(bld, bld.load(elem_ptr(bld, a_rows[i], koff), typ=F32), W)
             for j in range(nvec):
                 out[i * nvec + j] = fma(bld, av, bv[j], out[i * nvec + j])
         return out
@@ -142,10 +141,10 @@ def micro_kernel(
     else:
         acc = for_loop_dynamic(bld, klen, acc, step)
 
-    c_rows = [fptr(bld, pc, bld.mul(ldc, ir.Constant(I64, i))) for i in range(rows)]
+    c_rows = [elem_ptr(bld, pc, bld.mul(ldc, ir.Constant(I64, i))) for i in range(rows)]
 
     def cptr(i: int, j: int) -> ir.Value:
-        return fptr(bld, c_rows[i], j * W)
+        return elem_ptr(bld, c_rows[i], j * W)
 
     def load_masked(p: ir.Value, j: int) -> ir.Value:
         return (
@@ -169,7 +168,9 @@ def micro_kernel(
             for i in range(rows):
                 for j in range(nvec):
                     off = bld.add(bld.mul(ldc, ir.Constant(I64, i)), ir.Constant(I64, j * W))
-                    out.append(bld.fadd(acc[i * nvec + j], load_masked(fptr(bld, pres, off), j)))
+                    out.append(
+                        bld.fadd(acc[i * nvec + j], load_masked(elem_ptr(bld, pres, off), j))
+                    )
             return out
 
         first = bld.icmp_unsigned(
@@ -187,10 +188,14 @@ def micro_kernel(
     def finish() -> list[ir.Value]:
         out = []
         bias_vecs = (
-            [load_masked(fptr(bld, pbias, j * W), j) for j in range(nvec)] if bias == "row" else []
+            [load_masked(elem_ptr(bld, pbias, j * W), j) for j in range(nvec)]
+            if bias == "row"
+            else []
         )
         for i in range(rows):
-            bcol = splat(bld, bld.load(fptr(bld, pbias, i), typ=F32), W) if bias == "col" else None
+            bcol = (
+                splat(bld, bld.load(elem_ptr(bld, pbias, i), typ=F32), W) if bias == "col" else None
+            )
             for j in range(nvec):
                 v = acc[i * nvec + j]
                 if bias == "row":
@@ -199,7 +204,7 @@ def micro_kernel(
                     v = bld.fadd(
                         v,
                         load_masked(
-                            fptr(
+                            elem_ptr(
                                 bld,
                                 pbias,
                                 bld.add(bld.mul(ldc, ir.Constant(I64, i)), ir.Constant(I64, j * W)),
@@ -237,7 +242,7 @@ def epilogue_fingerprint(epilogue: Epilogue, width: int) -> Hashable:
     distinct closures (one per fused node) get one key, so they share micro-kernels
     instead of multiplying compile time by the number of layers."""
     scratch = ir.Module("epilogue_fingerprint")
-    vt = vector_type(width)
+    vt = vec(width)
     fn = ir.Function(scratch, ir.FunctionType(vt, [vt]), "e")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     try:
