@@ -13,31 +13,22 @@ from typing import Any
 
 from guard.doctor.facts import Context, Side
 from guard.doctor.finding import CAUSE, NA, SUSPECT, Finding, unknown
-from guard.manifest.target import TargetError, target_fields
+from guard.manifest.target import TargetError, target_changes
 
 
 def target_difference(a: str, b: str) -> str:
     """How target string ``b`` differs from ``a``: "mattr +sve added; mcpu x -> y"."""
     try:
-        fa, fb = target_fields(a), target_fields(b)
+        changes = target_changes(a, b)
     except TargetError as exc:
         return f"cannot compare them here: {exc}"
     parts = []
-    for k in sorted({*fa, *fb}):
-        va, vb = fa.get(k), fb.get(k)
-        if va == vb:
+    for k, x, y in changes:
+        if k != "mattr":
+            parts.append(f"{k} {x} -> {y}")
             continue
-        if k == "mattr":
-            added, removed = (
-                sorted((vb or set()) - (va or set())),
-                sorted((va or set()) - (vb or set())),
-            )
-            if added:
-                parts.append(f"mattr {','.join(added)} added")
-            if removed:
-                parts.append(f"mattr {','.join(removed)} removed")
-        else:
-            parts.append(f"{k} {va} -> {vb}")
+        parts += [f"mattr {','.join(x)} added"] if x else []
+        parts += [f"mattr {','.join(y)} removed"] if y else []
     return "; ".join(parts) or "same target"
 
 

@@ -306,6 +306,26 @@ def target_fields(target: str) -> dict[str, Any]:
     return fields
 
 
+def target_changes(a: str, b: str) -> list[tuple[str, Any, Any]]:
+    """How target ``b`` differs from ``a``, attribute by attribute in key order: ``(key,
+    a's value, b's value)``, except mattr: ``("mattr", features b adds, features b
+    drops)``, each sorted. Both are read with ``target_fields`` (a TargetError if one
+    cannot be)."""
+    fa, fb = target_fields(a), target_fields(b)
+    out: list[tuple[str, Any, Any]] = []
+    for k in sorted({*fa, *fb}):
+        va, vb = fa.get(k), fb.get(k)
+        if va == vb:
+            continue
+        if k == "mattr":
+            out.append(
+                (k, sorted(set(vb or ()) - set(va or ())), sorted(set(va or ()) - set(vb or ())))
+            )
+        else:
+            out.append((k, va, vb))
+    return out
+
+
 def target_arch(canonical: str) -> str:
     """The architecture a canonical target compiles for: "x86_64" or "aarch64"."""
     m = re.search(r"(?:^|\s)-mtriple=([^\s]+)", canonical)

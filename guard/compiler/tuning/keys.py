@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guard.manifest.target import TargetError, target_fields
+from guard.manifest.target import TargetError, target_changes
 
 OPS = ("gemm", "conv")
 
@@ -63,23 +63,16 @@ class TaskKey:
 def target_difference(want: str, have: str) -> list[str]:
     """How ``want`` (the build's target) differs from ``have`` (the cache's): '+sve added'."""
     try:
-        fw, fh = target_fields(want), target_fields(have)
+        changes = target_changes(have, want)
     except TargetError as exc:
         return [f"unreadable here ({exc})"]
     parts: list[str] = []
-    for k in sorted({*fw, *fh}):
-        vw, vh = fw.get(k), fh.get(k)
-        if vw == vh:
+    for k, h, w in changes:
+        if k != "mattr":
+            parts.append(f"{k} {w} vs {h}")
             continue
-        if k == "mattr":
-            added = sorted((vw or set()) - (vh or set()))
-            removed = sorted((vh or set()) - (vw or set()))
-            if added:
-                parts.append(f"{','.join(added)} added")
-            if removed:
-                parts.append(f"{','.join(removed)} removed")
-        else:
-            parts.append(f"{k} {vw} vs {vh}")
+        parts += [f"{','.join(h)} added"] if h else []
+        parts += [f"{','.join(w)} removed"] if w else []
     return parts
 
 
