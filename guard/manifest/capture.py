@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import guard
-from guard.manifest.cpu import host_cpu
+from guard.manifest.cpu import host_caches, host_cpu
 
 _GUARD_SRC = Path(guard.__file__).resolve().parent
 _SUBPROCESS_TIMEOUT_S = 10.0
@@ -125,13 +125,15 @@ def capture_driver(root: Path = Path("/")) -> dict[str, Any]:
 
 
 def capture_host(threads: int, root: Path = Path("/")) -> dict[str, Any]:
-    """{"arch", "cpu", "cores", "threads"} of the machine measuring."""
+    """{"arch", "cpu", "cores", "threads", "caches"} of the machine measuring (``caches``:
+    L1d/L2/L3 bytes from sysfs, what the bundled compiler's target table reads)."""
     cpu = host_cpu(root)
     return {
         "arch": cpu["arch"],
         "cpu": cpu["model"],
         "cores": os.cpu_count(),
         "threads": threads,
+        "caches": host_caches(root),
     }
 
 

@@ -122,6 +122,28 @@ def host_cpu(root: Path = Path("/")) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=8)
+def host_caches(root: Path = Path("/")) -> dict[str, int]:
+    """{"l1d_bytes", "l2_bytes", "l3_bytes"} of CPU 0 (sysfs under ``root``); a level the
+    kernel does not list is left out (a container without sysfs gives {})."""
+    out: dict[str, int] = {}
+    base = root / "sys" / "devices" / "system" / "cpu" / "cpu0" / "cache"
+    for d in sorted(base.glob("index*")):
+        try:
+            level = (d / "level").read_text().strip()
+            kind = (d / "type").read_text().strip()
+            size = (d / "size").read_text().strip()
+        except OSError:
+            continue
+        mult = {"K": 1024, "M": 1024 * 1024}.get(size[-1:], 1)
+        num = size[:-1] if size[-1:] in ("K", "M") else size
+        if not num.isdigit() or kind == "Instruction":
+            continue
+        key = "l1d_bytes" if level == "1" else f"l{level}_bytes"
+        out[key] = int(num) * mult
+    return out
+
+
 def _llvm_host_cpu_name() -> str | None:
     try:  # llvmlite is optional here: without it the CPU name is derived from cpuinfo
         import llvmlite.binding as llvm

@@ -5,8 +5,13 @@ features by guard.manifest.target before it got here, and that canonical string 
 the TargetMachine is made from (and what the artefact pins). Unknown CPU or feature
 names were refused there (exit 2, naming the string and LLVM's known ones).
 
-The vector width follows the features: 16 float lanes with AVX-512F, 8 with AVX/AVX2, 4
-otherwise (SSE on x86-64, NEON on AArch64).
+The instruction-set class (``avx512``, ``avx2``, ``sse``, ``neon``) is LLVM's answer, not a
+reading of the feature list: a CPU name implies features the string does not spell out
+(``-mcpu=x86-64-v3`` is AVX2, ``-mcpu=skylake-avx512`` AVX-512, ``-mattr=-avx512f`` takes
+it away), so :func:`isa_class` lowers one 16-lane add for the target and reads which
+registers LLVM used (zmm: 16 float lanes, ymm: 8, else 4). The class picks the row of the
+per-target table (guard.compiler.ir.target) every heuristic reads; for the host the row
+carries the host's cache sizes (the manifest's host facts).
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from guard.compiler.ir.target import TargetTable, table_for
 from guard.core.errors import ModelError
+from guard.manifest.cpu import host_caches
 from guard.manifest.target import parse_target
 
 if TYPE_CHECKING:
@@ -43,14 +50,19 @@ class CodegenTarget:
         return self.triple.split("-")[0]
 
     @property
+    def isa(self) -> str:
+        return isa_class(self.triple, self.cpu, self.features)
+
+    @property
     def vector_width(self) -> int:
-        f = set(self.features)
-        if self.arch == "x86_64":
-            if "+avx512f" in f:
-                return 16
-            if "+avx2" in f or "+avx" in f:
-                return 8
-        return 4
+        return table_for(self.isa).vector_width
+
+    @property
+    def table(self) -> TargetTable:
+        """The per-target table; the host's cache sizes when this is the host's CPU."""
+        host = host_target()
+        caches = host_caches() if (self.triple, self.cpu) == (host.triple, host.cpu) else {}
+        return table_for(self.isa, caches.get("l1d_bytes"), caches.get("l2_bytes"))
 
     @property
     def feature_string(self) -> str:
@@ -77,6 +89,7 @@ class CodegenTarget:
             "features": list(self.features),
             "vector_width": self.vector_width,
             "opt_level": OPT_LEVEL,
+            "table": self.table.to_dict(),
         }
 
 
@@ -93,8 +106,36 @@ def codegen_target(canonical: str) -> CodegenTarget:
     )
 
 
+@functools.cache
 def host_target() -> CodegenTarget:
     return codegen_target("host")
+
+
+_PROBE = """define void @probe(ptr %p) {
+  %v = load <16 x float>, ptr %p
+  %w = fadd <16 x float> %v, %v
+  store <16 x float> %w, ptr %p
+  ret void
+}
+"""
+
+
+@functools.cache
+def isa_class(triple: str, cpu: str, features: tuple[str, ...]) -> str:
+    """``avx512``, ``avx2``, ``sse`` or ``neon``: which registers LLVM lowers a 16-lane float
+    add to for this triple, CPU and features (a few ms, once per target and process)."""
+    if not triple.startswith("x86_64"):
+        return "neon"
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    tm = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=",".join(features), opt=0
+    )
+    mod = llvm.parse_assembly(_PROBE)
+    mod.triple = triple
+    asm = tm.emit_assembly(mod)
+    return "avx512" if "zmm" in asm else "avx2" if "ymm" in asm else "sse"
 
 
 def runnable_here(built: CodegenTarget) -> str | None:
@@ -102,6 +143,12 @@ def runnable_here(built: CodegenTarget) -> str | None:
     host = host_target()
     if built.arch != host.arch:
         return f"built for {built.triple} (cpu {built.cpu}), this machine is {host.triple} (cpu {host.cpu})"
+    rank = {"sse": 0, "avx2": 1, "avx512": 2, "neon": 0}
+    if rank[built.isa] > rank[host.isa]:
+        return (
+            f"built for cpu {built.cpu} ({built.isa}, {built.vector_width} float lanes), which "
+            f"this machine (cpu {host.cpu}, {host.isa}) lacks"
+        )
     missing = sorted(set(built.features) - set(host.features))
     if missing:
         return (

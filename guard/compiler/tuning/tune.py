@@ -56,6 +56,7 @@ from guard.compiler.codegen.irutil import PTR, VOID
 from guard.compiler.codegen.kernel_plan import build_kernel_plan
 from guard.compiler.codegen.module import LoadedObject, compile_module
 from guard.compiler.codegen.target import codegen_target
+from guard.compiler.ir.target import active_table
 from guard.compiler.partition.plan import plan
 from guard.compiler.runtime.weights import pack_weights
 from guard.compiler.tuning import schedules as sch
@@ -168,7 +169,7 @@ def allocate(tasks: Sequence[Task], budget_s: float) -> dict[str, float]:
 
 
 def _registers(width: int) -> int:
-    return 16 if width == 8 else 32
+    return active_table(width).registers
 
 
 def gemm_cost(M: int, N: int, K: int, s: Any, width: int) -> float:

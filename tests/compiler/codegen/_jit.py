@@ -1,4 +1,9 @@
-"""JIT a module of emitted kernels for the host (O3, new pass builder) and call them."""
+"""JIT a module of emitted kernels (O3, new pass builder) and call them: for the host, or
+for one of the x86 classes in TARGETS when the host runs that class's code.
+
+TARGETS are the two x86 classes every schedule test runs for (codegen for a target needs
+no such CPU); :func:`skip_unless_runnable` skips a test that runs a class's code on a
+host that lacks it, saying why."""
 
 from __future__ import annotations
 
@@ -6,7 +11,29 @@ import ctypes
 
 import llvmlite.binding as llvm
 import numpy as np
+import pytest
 from llvmlite import ir
+
+from guard.compiler.codegen.target import CodegenTarget, codegen_target, runnable_here
+
+TARGETS = {
+    "avx2": "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3",
+    "avx512": "llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512",
+}
+
+
+def target_of(name: str) -> CodegenTarget:
+    return codegen_target(TARGETS[name])
+
+
+def skip_unless_runnable(name: str) -> CodegenTarget:
+    """The target of class ``name``; skips the calling test when this host cannot run it."""
+    t = target_of(name)
+    why = runnable_here(t)
+    if why:
+        pytest.skip(f"{name} code does not run here: {why}")
+    return t
+
 
 _initialised = False
 
@@ -28,13 +55,17 @@ def host_vector_width() -> int:
 class Jitted:
     """Keeps the engine alive; ``fn(name)`` gives a ctypes callable taking float arrays."""
 
-    def __init__(self, module: ir.Module, opt: int = 3) -> None:
+    def __init__(
+        self, module: ir.Module, opt: int = 3, target: CodegenTarget | None = None
+    ) -> None:
         _init()
-        target = llvm.Target.from_default_triple()
         # Each engine owns its own TargetMachine (sharing one segfaults at exit).
-        tm = target.create_target_machine(
-            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
-        )
+        if target is None:
+            tm = llvm.Target.from_default_triple().create_target_machine(
+                cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
+            )
+        else:
+            tm = target.target_machine()
         module.triple = llvm.get_process_triple()
         module.data_layout = str(tm.target_data)
         mod = llvm.parse_assembly(str(module))

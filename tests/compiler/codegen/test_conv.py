@@ -26,9 +26,10 @@ from guard.compiler.codegen.kernel_plan import Operand
 from guard.compiler.ir import layout
 from guard.compiler.reference import nn
 
-from ._jit import Jitted, host_vector_width
+from ._jit import TARGETS, Jitted, host_vector_width, skip_unless_runnable, target_of
 
-W = host_vector_width()
+HOST = "avx512" if host_vector_width() == 16 else "avx2"
+WIDTH = {"avx2": 8, "avx512": 16}
 
 # (N, C, H, W, K, R, S, stride, pads (t, l, b, r), dilation, group)
 CASES = [
@@ -56,12 +57,19 @@ def _attrs(case: Sequence, lay: str) -> dict:
             "pads": list(pads)}  # fmt: skip
 
 
-def _layouts(case: Sequence) -> list[str]:
+def _layouts(case: Sequence, width: int) -> list[str]:
     c, k = case[1], case[4]
     out = ["NCHW", "NHWC"]
-    if c % W == 0 and k % W == 0:
-        out.append(f"NCHW{W}c")
+    if c % width == 0 and k % width == 0:
+        out.append(f"NCHW{width}c")
     return out
+
+
+def geometry(case: Sequence, lay: str, width: int) -> Geometry:
+    """The geometry of a case for a vector width: schedules need no code, nor its CPU."""
+    n, c, h, w, k, r, s = case[:7]
+    xshape = layout.to_layout_shape((n, c, h, w), lay)
+    return Geometry(_attrs(case, lay), xshape, (k, c // case[10], r, s), width)
 
 
 class Built:
@@ -69,11 +77,12 @@ class Built:
 
     def __init__(
         self, case: Sequence, lay: str, schedules: Sequence[ConvSchedule], bias: bool = True,
-        opt: int = 3,
+        opt: int = 3, isa: str = HOST,
     ) -> None:  # fmt: skip
         n, c, h, w, k, r, s = case[:7]
         self.attrs = _attrs(case, lay)
         self.lay = lay
+        self.width = W = WIDTH[isa]
         xshape = layout.to_layout_shape((n, c, h, w), lay)
         wshape = (k, c // case[10], r, s)
         self.geo = Geometry(self.attrs, xshape, wshape, W)
@@ -85,7 +94,7 @@ class Built:
         module = ir.Module(name="conv_test")
         for i, sched in enumerate(schedules):
             conv_function(module, f"conv{i}", self.kernel, sched)
-        self.jit = Jitted(module, opt=opt)
+        self.jit = Jitted(module, opt=opt, target=target_of(isa))
         self.yshape = yshape
 
     def check(self, i: int, rng: np.random.Generator) -> None:
@@ -94,7 +103,7 @@ class Built:
         wt = (rng.standard_normal((k, c // self.attrs["group"], r, s)) * 0.3).astype(np.float32)
         b = rng.standard_normal(k).astype(np.float32) if self.bias else None
         (want,) = nn.conv([x, wt, b], self.attrs)
-        packed = Conv().pack("Conv", self.attrs, 1, wt, [self.kernel.inputs[0].shape], W)
+        packed = Conv().pack("Conv", self.attrs, 1, wt, [self.kernel.inputs[0].shape], self.width)
         y = np.full(self.yshape, np.nan, np.float32)
         self.jit.fn(f"conv{i}")(layout.to_layout(x, self.lay), packed, b, y)
         np.testing.assert_allclose(layout.to_nchw(y, self.lay), want, rtol=1e-4, atol=1e-4)
@@ -111,25 +120,28 @@ def _sample(space: list[ConvSchedule], n: int, seed: int) -> list[ConvSchedule]:
     return [space[int(i)] for i in sorted(idx)]
 
 
-def _check_case(case: Sequence, samples: int, opt: int = 3) -> None:
-    for lay in _layouts(case):
-        geo = Built(case, lay, []).geo
+def _check_case(case: Sequence, samples: int, opt: int = 3, isa: str = HOST) -> None:
+    for lay in _layouts(case, WIDTH[isa]):
+        geo = geometry(case, lay, WIDTH[isa])
         space = conv_space(geo)
         scheds = [default_conv_schedule(geo), *_sample(space, samples, seed=len(lay))]
-        built = Built(case, lay, scheds, opt=opt)
+        built = Built(case, lay, scheds, opt=opt, isa=isa)
         rng = np.random.default_rng(0)
         for i in range(len(scheds)):
             built.check(i, rng)
-        Built(case, lay, scheds[:1], bias=False, opt=opt).check(0, rng)
+        Built(case, lay, scheds[:1], bias=False, opt=opt, isa=isa).check(0, rng)
 
 
 _IDS = lambda c: "x".join(map(str, c[:7])) + f"g{c[10]}"  # noqa: E731
 
 
+@pytest.mark.parametrize("isa", list(TARGETS))
 @pytest.mark.parametrize("case", CASES, ids=_IDS)
-def test_conv_matches_the_reference_in_every_layout(case):
-    """The default schedule and one other point, in every layout, with and without bias."""
-    _check_case(case, samples=1)
+def test_conv_matches_the_reference_in_every_layout(case, isa):
+    """The default schedule and one other point, in every layout, with and without bias,
+    as each x86 class's code (a class this host lacks is skipped, with the reason)."""
+    skip_unless_runnable(isa)
+    _check_case(case, samples=1, isa=isa)
 
 
 @pytest.mark.slow
@@ -150,7 +162,7 @@ SWEEP = {
 def test_every_schedule_point_matches_the_reference(name):
     case = SWEEP[name]
     lay = "NHWC" if name == "depthwise" else "NCHW"
-    geo = Built(case, lay, []).geo
+    geo = geometry(case, lay, WIDTH[HOST])
     assert geo.mode == name
     space = conv_space(geo)
     built = Built(case, lay, space, opt=1)
@@ -159,10 +171,12 @@ def test_every_schedule_point_matches_the_reference(name):
         built.check(i, rng)
 
 
-def test_space_is_valid_distinct_and_holds_the_default():
+@pytest.mark.parametrize("isa", list(TARGETS))
+def test_space_is_valid_distinct_and_holds_the_default(isa):
+    W = WIDTH[isa]
     for case in CASES:
-        for lay in _layouts(case):
-            geo = Built(case, lay, []).geo
+        for lay in _layouts(case, W):
+            geo = geometry(case, lay, W)
             space = conv_space(geo)
             assert len(set(space)) == len(space)
             for s in space:
@@ -170,17 +184,27 @@ def test_space_is_valid_distinct_and_holds_the_default():
             assert default_conv_schedule(geo) in space, (case, lay)
 
 
-def test_default_heuristic():
-    wide = Built((1, 64, 56, 56, 64, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW", []).geo
-    assert default_conv_schedule(wide) == ConvSchedule(ow_block=14 if W == 16 else 12)
-    # a 7-wide row cannot fill a 14-column tile: the registers go to channel vectors
-    late = Built((1, 512, 7, 7, 512, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW", []).geo
-    s = default_conv_schedule(late)
-    assert s.ow_block == 7 and s.oc_block > 1
+@pytest.mark.parametrize("isa", list(TARGETS))
+def test_default_heuristic(isa):
+    """The schedule each class's table gives (no code runs: any host checks both)."""
+    table = target_of(isa).table
+    W = table.vector_width
+    assert W == WIDTH[isa] and table.registers == (32 if isa == "avx512" else 16)
+    wide = geometry((1, 64, 56, 56, 64, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW", W)
+    assert default_conv_schedule(wide, table) == ConvSchedule(ow_block=table.conv_wide_tile)
+    assert table.conv_wide_tile == (14 if isa == "avx512" else 12)
+    # a 7-wide row cannot fill a wide tile: the registers go to channel vectors. With 32
+    # registers all 7 columns fit beside 3 vectors; with 16 the tile is 4 columns x 2
+    # vectors (7 x 1 has too few FMA chains, 7 x 2 leaves no registers for addresses).
+    late = geometry((1, 512, 7, 7, 512, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW", W)
+    s = default_conv_schedule(late, table)
+    want = (7, 3) if isa == "avx512" else (4, 2)
+    assert (s.ow_block, s.oc_block) == want
+    assert s.oc_block * (s.ow_block + 1) + 1 <= table.registers - 4
     s.validate(W)
     # depthwise vectors read different channels: no sharing, one vector per tile
-    dw = Built((1, 32, 7, 7, 32, 3, 3, 1, (1, 1, 1, 1), 1, 32), "NHWC", []).geo
-    assert default_conv_schedule(dw).oc_block == 1
+    dw = geometry((1, 32, 7, 7, 32, 3, 3, 1, (1, 1, 1, 1), 1, 32), "NHWC", W)
+    assert default_conv_schedule(dw, table).oc_block == 1
 
 
 @pytest.mark.parametrize(
@@ -192,9 +216,10 @@ def test_default_heuristic():
         (ConvSchedule(ow_block=4, loop_order="nm"), "loop_order"),
     ],
 )
-def test_bad_schedules_are_refused(sched, why):
+@pytest.mark.parametrize("width", [8, 16])
+def test_bad_schedules_are_refused(sched, why, width):
     with pytest.raises(ValueError, match=why):
-        sched.validate(16)
+        sched.validate(width)
 
 
 def neon_conv_kernels(module: ir.Module) -> None:

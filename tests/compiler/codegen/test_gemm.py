@@ -249,6 +249,24 @@ def test_default_schedule_valid_for_many_shapes() -> None:
             assert s.mr * (s.nr // w) + s.nr // w + 1 <= (16 if w == 8 else 32)
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_default_schedule_follows_the_target_table(isa: str) -> None:
+    """Register blocking and cache blocks from each class's table (no code runs)."""
+    from ._jit import target_of
+
+    table = target_of(isa).table
+    W = table.vector_width
+    s = default_gemm_schedule(512, 512, 512, W, table=table)
+    assert (s.mr, s.nr) == ((12, 2 * W) if isa == "avx512" else (6, 2 * W))
+    assert s.mr * (s.nr // W) + s.nr // W + 1 <= table.registers
+    assert s.kc * s.nr * 4 <= table.l1d_bytes  # a B micro-panel stays in L1d
+    assert s.kc * s.nc * 4 <= table.l2_bytes  # a kc x nc block of B in L2
+    small_l2 = type(table)(table.isa, W, table.registers, table.l1d_bytes, 256 * 1024)
+    assert default_gemm_schedule(512, 4096, 512, W, table=small_l2).nc < (
+        default_gemm_schedule(512, 4096, 512, W, table=table).nc
+    )
+
+
 def test_bad_schedule_and_shapes_are_refused() -> None:
     with pytest.raises(ValueError, match="multiple of the vector width"):
         GemmKernel(4, 4, 4, schedule=GemmSchedule(mr=2, nr=12, kc=4, mc=2, nc=12))

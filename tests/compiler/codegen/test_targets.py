@@ -40,6 +40,10 @@ def _gen(target: str):
     [
         ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512 -mattr=+avx512f,+avx2,+fma", 16),
         ("llvm -mtriple=x86_64-linux-gnu -mcpu=haswell -mattr=+avx2,+fma", 8),
+        # the class follows what the CPU name implies, not only the listed features
+        ("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3", 8),
+        ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512", 16),
+        ("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512 -mattr=-avx512f", 8),
         ("llvm -mtriple=aarch64-linux-gnu -mattr=+neon", 4),
     ],
 )
@@ -55,6 +59,16 @@ def test_vector_width_follows_the_target(target, width):
     assert machine == (
         183 if target.startswith("llvm -mtriple=aarch64") else 62
     )  # EM_AARCH64/X86_64
+
+
+def test_an_avx512_object_runs_only_where_avx512_is():
+    t = codegen_target("llvm -mtriple=x86_64-linux-gnu -mcpu=skylake-avx512")
+    why = runnable_here(t)
+    if host_target().isa == "avx512":
+        assert why is None
+    else:
+        assert why and "avx512" in why and host_target().cpu in why
+    assert runnable_here(codegen_target("llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64")) is None
 
 
 def test_an_object_for_another_arch_is_not_runnable_here_and_says_both():

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.ir.layout import block_of
+from guard.compiler.ir.target import TargetTable, active_table
 
 LOOP_ORDERS = ("kv_oh", "oh_kv")
 UNROLLS = (1, 2, 4)
@@ -42,8 +43,8 @@ MAX_OC_BLOCK = 4
 
 
 def vector_registers(width: int) -> int:
-    """Architectural vector registers for a width: AVX-512 and NEON 32, AVX2 16."""
-    return 16 if width == 8 else 32
+    """Architectural vector registers (the target table's): AVX-512 and NEON 32, AVX2 16."""
+    return active_table(width).registers
 
 
 @dataclass(frozen=True)
@@ -174,9 +175,10 @@ def _strides(lay: str, C: int, H: int, W: int, b: int) -> tuple[int, int, int, i
     return C * H * W, H * W * b, 1, W * b, b, b
 
 
-def default_conv_schedule(geo: Geometry) -> ConvSchedule:
+def default_conv_schedule(geo: Geometry, table: TargetTable | None = None) -> ConvSchedule:
     """The heuristic: correct for any shape, and near the best measured tile here.
 
+    Every number comes from the target table (``table``, else the build's for ``geo.L``).
     A row at least ``T`` = 14 columns wide (12 with 16 registers) gets 14-column tiles of
     one output-channel vector: enough independent FMA chains to hide the FMA latency,
     the reduction not unrolled (LLVM and the out-of-order core do that). A narrower row
@@ -191,8 +193,9 @@ def default_conv_schedule(geo: Geometry) -> ConvSchedule:
     """
     if geo.L <= 1:
         return ConvSchedule(ow_block=8)
-    regs = vector_registers(geo.L)
-    wide = 14 if regs >= 32 else 12
+    table = table or active_table(geo.L)
+    regs = table.registers
+    wide = table.conv_wide_tile
     if geo.OW >= wide:
         return ConvSchedule(ow_block=wide)
     best, best_score = ConvSchedule(ow_block=max(1, geo.OW)), -1.0

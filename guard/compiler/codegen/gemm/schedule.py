@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from guard.compiler.ir.target import TargetTable, active_table
+
 LOOP_ORDERS = ("nm", "mn")
 # "row": one per column n (length N), "col": one per row m (length M), "full": [M, N]
 BIAS_KINDS = ("none", "row", "col", "full")
@@ -47,12 +49,17 @@ class GemmSchedule:
 
 
 def vector_registers(vector_width: int) -> int:
-    """Architectural vector registers for a width: AVX-512 and NEON 32, AVX2 16."""
-    return 16 if vector_width == 8 else 32
+    """Architectural vector registers (the target table's): AVX-512 and NEON 32, AVX2 16."""
+    return active_table(vector_width).registers
 
 
 def default_gemm_schedule(
-    M: int, N: int, K: int, vector_width: int, registers: int | None = None
+    M: int,
+    N: int,
+    K: int,
+    vector_width: int,
+    registers: int | None = None,
+    table: TargetTable | None = None,
 ) -> GemmSchedule:
     """A heuristic that is correct for any shape and near the best measured tile here.
 
@@ -64,19 +71,20 @@ def default_gemm_schedule(
     compile 1.5-2x slower.
     """
     W = vector_width
-    regs = registers or vector_registers(W)
+    table = table or active_table(W)
+    regs = registers or table.registers
     n_vecs = -(-N // W)
     if M >= 4:
         nvec = min(2, n_vecs)
         mr = min(M, (regs - nvec - 1) // nvec)
         if mr >= 8:
-            mr = min(mr, 12 if regs >= 32 else 6)
+            mr = min(mr, table.gemm_mr_cap if regs == table.registers else 12 if regs >= 32 else 6)
     else:
         mr = M
         nvec = max(1, min(n_vecs, (regs - 1) // (mr + 1), 8))
     nr = nvec * W
-    kc = min(K, max(64, (32 * 1024) // (nr * 4)))
-    nc = max(nr, min(-(-N // nr) * nr, ((512 * 1024) // (kc * 4)) // nr * nr))
+    kc = min(K, max(64, table.gemm_kc_bytes // (nr * 4)))
+    nc = max(nr, min(-(-N // nr) * nr, (table.gemm_nc_bytes // (kc * 4)) // nr * nr))
     mc = max(mr, min(-(-M // mr) * mr, 144 // mr * mr if mr <= 144 else mr))
     return GemmSchedule(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, unroll=2 if kc >= 2 else 1)
 
