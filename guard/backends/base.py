@@ -40,6 +40,9 @@ class PartitionInfo:
     by_provider: dict[str, int] = field(default_factory=dict)  # nodes per provider
     details: list[dict[str, Any]] = field(default_factory=list)  # per-partition detail
     how: str = ""  # how the numbers were obtained
+    # Layout conversions (relayouts, NCHW<->NHWC transposes) in the final graph; None
+    # where the backend does not say.
+    layout_conversions: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PartitionInfo:
@@ -51,6 +54,7 @@ class PartitionInfo:
             by_provider=dict(d["by_provider"]),
             details=list(d["details"]),
             how=d["how"],
+            layout_conversions=d.get("layout_conversions"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -61,6 +65,7 @@ class PartitionInfo:
             "by_provider": dict(self.by_provider),
             "details": list(self.details),
             "how": self.how,
+            "layout_conversions": self.layout_conversions,
         }
 
 

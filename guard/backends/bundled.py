@@ -14,6 +14,8 @@ never imports guard/backends.
 from __future__ import annotations
 
 import contextlib
+import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import numpy as np
 
 from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
 from guard.compiler import graph_diff, import_onnx, optimize, verify
+from guard.compiler.codegen.target import codegen_target
 from guard.compiler.partition.plan import COMPILER_NAME, plan
 from guard.compiler.passes.pipeline import pipeline_names
 from guard.compiler.runtime.artefact import MANIFEST, compiler_version, load_artefact, save_artefact
@@ -58,8 +61,20 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
             where=str(req.model_path),
             hint=f"Use one of: {', '.join(pipeline_names())}.",
         )
+    cpus = os.cpu_count() or 1
+    if req.threads > cpus:
+        # Runs anyway (one line, in the build's warnings): the threads share the CPUs.
+        warnings.warn(
+            f"threads: {req.threads} is more than this host's {cpus} CPUs; running anyway, "
+            "the threads share the CPUs (measure with threads <= CPUs)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     imported = import_onnx(req.model_path, dict(req.input_shapes))
-    optimised, report = optimize(imported, pipeline)
+    # Layouts (the channel block) follow the target's table, like every kernel's schedule.
+    optimised, report = optimize(
+        imported, pipeline, target=codegen_target(req.target_canonical).table
+    )
     verify(optimised)
     compiled = plan(optimised, profile)
     with _tuning(req) as dispatch:
@@ -75,11 +90,10 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     compiler = dict(manifest["compiler"])
     if manifest.get("codegen"):
         # Pins that change the generated code: llvmlite/LLVM versions, triple, cpu,
-        # features, opt level (not the compile time, which varies run to run).
-        compiler["codegen"] = {
-            k: manifest["codegen"][k]
-            for k in ("llvmlite", "llvm", "triple", "cpu", "features", "vector_width", "opt_level")
-        }
+        # features, opt level and the target table (its cache sizes are the host's when
+        # the target is the host), not the compile time, which varies run to run.
+        keys = ("llvmlite", "llvm", "triple", "cpu", "features", "vector_width", "opt_level")
+        compiler["codegen"] = {k: manifest["codegen"][k] for k in (*keys, "table")}
     return BuildInfo(
         payload=MANIFEST,
         compiler=compiler,
@@ -152,6 +166,7 @@ class ArtefactSession:
                 + f"; {len(p['splits'])} split node(s), {p['boundary_bytes']} B crossing "
                 f"{len(p['boundaries'])} boundary tensor(s), fallback tax {p['fallback_tax_ms']} ms"
             ),
+            layout_conversions=p.get("layout_conversions"),
         )
 
     def memory(self) -> MemoryInfo:

@@ -202,6 +202,9 @@ def step3_partitions(base: Side | None, head: Side, ctx: Context) -> Finding:
             ],
         )
     f.add("partition count", bc, hc)
+    hl = head.get("layout_conversions")
+    if hl is not None:  # relayouts and NCHW<->NHWC transposes in the built graph
+        f.add("layout conversions", base.get("layout_conversions") if base else None, hl)
     hs, where = splits(head)
     bs, _ = splits(base) if base else (None, "")
     if base is not None:

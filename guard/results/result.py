@@ -38,6 +38,7 @@ def result_dict(
     artefact: str | None = None,
     artefact_reused: bool | None = None,
     graph: dict[str, Any] | None = None,
+    layout_conversions: int | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One result of the results contract, built once as a ``Result`` and serialised by
@@ -67,6 +68,7 @@ def result_dict(
         artefact=artefact,
         artefact_reused=artefact_reused,
         graph=graph,
+        layout_conversions=layout_conversions,
         extra=dict(extra or {}),
     ).to_dict()
 

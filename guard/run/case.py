@@ -389,6 +389,7 @@ def finish_result(
         artefact=str(case.artefact),
         artefact_reused=case.reused,
         graph=info.graph,
+        layout_conversions=partitions.get("layout_conversions"),
         extra={"kernels": kernels(case.feeds)} if callable(kernels) else None,
     )
 
@@ -425,4 +426,5 @@ def _emulated_result(
         artefact=str(case.artefact),
         artefact_reused=case.reused,
         graph=case.build.graph,
+        layout_conversions=partitions.get("layout_conversions"),
     )

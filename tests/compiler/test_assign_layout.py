@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper, numpy_helper
 
-from guard.compiler import import_onnx
+from guard.compiler import import_onnx, optimize
+from guard.compiler.ir.layout import count_conversions
+from guard.compiler.ir.target import table_for
 from guard.compiler.passes.assign_layout import AssignLayout
 
 from ._helpers import apply, assert_same_outputs, ops
@@ -96,3 +99,28 @@ def test_a_channel_split_in_a_blocked_region_splits_whole_blocks():
     np.testing.assert_allclose(
         run_reference(g2, {"x": x})["y"], run_reference(g, {"x": x})["y"], rtol=1e-4, atol=1e-5
     )
+
+
+@pytest.mark.parametrize(
+    "isa,blocked", [("avx2", "NCHW8c"), ("avx512", "NCHW16c"), ("neon", "NCHW4c")]
+)
+def test_the_channel_block_is_the_target_tables(isa: str, blocked: str) -> None:
+    """O2 blocks channels by the target's vector: NCHW8c on AVX2, NCHW16c on AVX-512,
+    NCHW4c on NEON; one region, two conversions, counted in the final graph."""
+    table = table_for(isa)
+    assert table.blocked_layout == blocked
+    g = import_onnx(conv_stack(channels=16))
+    g2, report = optimize(g, "O2", target=table)
+    convs = [n for n in g2.nodes if n.op in ("FusedConv", "Conv", "MaxPool")]
+    assert convs and all(n.attrs.get("layout") == blocked for n in convs)
+    assert count_conversions((n.op, n.attrs) for n in g2.nodes) == 2
+    assert blocked in next(p.why for p in report.passes if p.name == "assign_layout")
+    assert_same_outputs(g, g2, rtol=1e-4, atol=1e-4)
+
+
+def test_channels_that_do_not_block_by_16_still_block_by_8() -> None:
+    g = import_onnx(conv_stack(channels=24))
+    g2, _ = optimize(g, "O2", target=table_for("avx2"))
+    assert {n.attrs.get("layout") for n in g2.nodes if n.op == "FusedConv"} == {"NCHW8c"}
+    g3, _ = optimize(g, "O2", target=table_for("avx512"))  # 24 % 16: NHWC instead
+    assert {n.attrs.get("layout") for n in g3.nodes if n.op == "FusedConv"} == {"NHWC"}

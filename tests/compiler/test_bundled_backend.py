@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -108,3 +109,37 @@ def test_tampered_weights_fail_to_load(tmp_path: Path) -> None:
     (req.out_dir / "weights.bin").write_bytes(bytes(blob))
     with pytest.raises(ModelError, match="sha256"):
         get_backend("bundled").load(req.out_dir, threads=1)
+
+
+def test_the_target_table_shapes_the_build_and_is_pinned(tmp_path: Path) -> None:
+    """An AVX2 build (x86-64-v3) blocks 8 channels and pins the AVX2 table; the partition
+    info counts the layout conversions left in the final graph."""
+    from guard.compiler.codegen.target import codegen_target, runnable_here
+
+    from .test_assign_layout import conv_stack
+
+    model = tmp_path / "stack.onnx"
+    onnx.save(conv_stack(channels=16), model)
+    req = dataclasses.replace(_req(tmp_path, model), input_shapes={"x": (1, 16, 8, 8)})
+    target = "llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
+    req = dataclasses.replace(req, target_raw=target, target_canonical=target)
+    info = get_backend("bundled").build(req)
+    table = info.compiler["codegen"]["table"]
+    assert (table["isa"], table["channel_block"], table["registers"]) == ("avx2", 8, 16)
+    assert "NCHW8c" in (req.out_dir / "graph.txt").read_text()
+    if runnable_here(codegen_target(target)) is not None:
+        pytest.skip("this host does not run AVX2 code")
+    sess = get_backend("bundled").load(req.out_dir, threads=1)
+    assert sess.partitions().layout_conversions == 2  # into the conv region, out of the pool
+    assert sess.partitions().to_dict()["layout_conversions"] == 2
+
+
+def test_more_threads_than_cpus_builds_with_one_warning(tmp_path: Path) -> None:
+    import os
+
+    model = _model(tmp_path / "m.onnx")
+    req = _req(tmp_path, model)
+    req = dataclasses.replace(req, threads=(os.cpu_count() or 1) + 3)
+    with pytest.warns(RuntimeWarning, match=r"more than this host's \d+ CPUs") as rec:
+        get_backend("bundled").build(req)
+    assert len([w for w in rec if "CPUs" in str(w.message)]) == 1

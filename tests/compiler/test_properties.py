@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from guard.compiler import Graph, optimize, parse_graph, print_graph, run_reference, verify
 from guard.compiler.ir.shapes import infer
+from guard.compiler.ir.target import DEFAULT_TABLE
 from guard.compiler.ir.text import INLINE_MAX_ELEMENTS
 from guard.compiler.passes.pipeline import PIPELINES, FixedPoint
 
@@ -184,7 +185,7 @@ def _assert_same(a: Graph, b: Graph) -> None:
 
 def _all_passes() -> list:
     seen, out = set(), []
-    for entry in PIPELINES["O2"]():
+    for entry in PIPELINES["O2"](DEFAULT_TABLE):
         items = entry.passes if isinstance(entry, FixedPoint) else [entry]
         for p, why in items:
             if p.name not in seen:

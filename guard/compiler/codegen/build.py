@@ -18,6 +18,7 @@ from guard.compiler.codegen.emitters import emitter_for
 from guard.compiler.codegen.kernel_plan import KernelPlan, build_kernel_plan
 from guard.compiler.codegen.module import Generated, LoadedObject, build_module, compile_module
 from guard.compiler.codegen.target import CodegenTarget, host_target
+from guard.compiler.ir.target import using_table
 from guard.compiler.partition.plan import CompiledPlan
 from guard.compiler.runtime.engine import Runtime
 from guard.compiler.runtime.weights import WeightsLayout, pack_weights
@@ -44,10 +45,12 @@ def generate(
         return emitter_for(op).pack(op, attrs, index, value, shapes, width)
 
     backends = tuple(p.backend for p in compiled.partitions.partitions)
-    kplan, packed = build_kernel_plan(
-        view, compiled.memory, compiled.partitions.group_of, backends, offsets, constants, pack
-    )
-    module = build_module(kplan, target, emitter_for)
+    # Every heuristic (conv and GEMM tiles, cache blocks) reads this target's table.
+    with using_table(target.table):
+        kplan, packed = build_kernel_plan(
+            view, compiled.memory, compiled.partitions.group_of, backends, offsets, constants, pack
+        )
+        module = build_module(kplan, target, emitter_for)
     return NativeCode(kplan, packed, compile_module(module, target), target)
 
 

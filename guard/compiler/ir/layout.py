@@ -2,13 +2,16 @@
 
 Only 4-D activations change layout. ``NCHW16c`` stores ``[N, C/16, H, W, 16]``: 16
 channels side by side, the vector width of an AVX-512 fp32 lane set, as onnxruntime's
-NCHWc kernels do. Ops that carry ``attrs["layout"] = L`` (see LAYOUT_OPS) read their
+NCHWc kernels do; the block is the target table's (guard.compiler.ir.target): NCHW8c on
+AVX2, NCHW4c on NEON. Ops that carry ``attrs["layout"] = L`` (see LAYOUT_OPS) read their
 first input and write their output in L; weights stay OIHW.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -87,3 +90,17 @@ def relayout_constant(c: np.ndarray, layout: str, channels: int) -> np.ndarray |
     if cc != channels:
         return None
     return np.ascontiguousarray(full.reshape(n, cc // b, b, h, w).transpose(0, 1, 3, 4, 2))
+
+
+_NHWC_PERMS = ([0, 2, 3, 1], [0, 3, 1, 2])
+
+
+def count_conversions(nodes: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+    """Layout conversions among ``(op, attrs)`` nodes: every ``Relayout`` and every
+    NCHW<->NHWC ``Transpose`` (what the layout pass inserts; a model's own NHWC transposes
+    convert a layout too). The results' ``layout_conversions``."""
+    return sum(
+        1
+        for op, attrs in nodes
+        if op == "Relayout" or (op == "Transpose" and list(attrs.get("perm") or ()) in _NHWC_PERMS)
+    )

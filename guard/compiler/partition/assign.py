@@ -33,6 +33,7 @@ from typing import Any
 from guard.compiler.graph.grouping import Groups, absorb_isolated, group_connected
 from guard.compiler.graph.schedule import topological_order
 from guard.compiler.graph.view import GraphView
+from guard.compiler.ir.layout import count_conversions
 from guard.compiler.partition.support import PartitionTarget
 
 # -- the partitioner ----------------------------------------------------------------------
@@ -246,6 +247,8 @@ def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
         "fallback_tax_ms": round(plan.tax_ms, 6),
         "fallback_tax_how": plan.tax_how,
         "splits": splits,
+        # Relayouts and NCHW<->NHWC transposes left in the final graph (guard.compiler.ir.layout)
+        "layout_conversions": count_conversions((n.op, n.attrs) for n in g.nodes),
     }
 
 
@@ -273,6 +276,11 @@ def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) ->
     for b in rep["boundaries"][:max_splits]:
         lines.append(f"    {b['tensor']}: {b['from']} -> {b['to']}, {_mib(b['bytes'])}")
     lines.append(f"  fallback tax: {rep['fallback_tax_ms']:.3f} ms ({rep['fallback_tax_how']})")
+    if rep.get("layout_conversions") is not None:
+        lines.append(
+            f"  layout conversions: {rep['layout_conversions']} (relayouts and NCHW<->NHWC "
+            "transposes in the final graph)"
+        )
     if rep["splits"]:
         lines.append("  splits (node that left the first backend, and why):")
         for s in rep["splits"][:max_splits]:

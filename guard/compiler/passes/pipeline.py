@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guard.compiler.ir.core import Graph
+from guard.compiler.ir.target import DEFAULT_TABLE, TargetTable
 from guard.compiler.passes.assign_layout import AssignLayout
 from guard.compiler.passes.base import Pass
 from guard.compiler.passes.elide_concat import ElideConcat
@@ -94,11 +95,11 @@ Entry = tuple[Pass, str] | FixedPoint
 
 PIPELINES: dict[str, Any] = {
     # O0: the imported graph as is (the reference for every other pipeline).
-    "O0": lambda: [],
+    "O0": lambda table: [],
     # O1: cleanup only; no change of structure a person would have to re-learn.
-    "O1": lambda: [_cleanup()],
-    # O2: everything, in dependency order.
-    "O2": lambda: [
+    "O1": lambda table: [_cleanup()],
+    # O2: everything, in dependency order (the layouts are the target table's).
+    "O2": lambda table: [
         _cleanup(),
         (RecomposeLayernorm(), "one LayerNormalization kernel instead of 9 ops per norm"),
         (RecomposeGelu(), "one Gelu instead of the 5-op erf form"),
@@ -106,7 +107,11 @@ PIPELINES: dict[str, Any] = {
         _cleanup(),
         (FuseHorizontal(), "siblings reading one input become one wider GEMM (read x once)"),
         (FuseElementwise(), "epilogues and elementwise chains never write intermediates"),
-        (AssignLayout(), "blocked/NHWC layouts for conv regions, conversions at the edges"),
+        (
+            AssignLayout(candidates=table.layouts),
+            f"{table.blocked_layout}/NHWC layouts for conv regions ({table.isa}: "
+            f"{table.vector_width} lanes), conversions at the edges",
+        ),
         (ElideConcat(), "mark concat/split/reshape the planner can place as views"),
         (EliminateDeadCode(), "drop what the rewrites left unused"),
     ],
@@ -123,14 +128,16 @@ def optimize(
     *,
     verify_each: bool = False,
     entries: list[Entry] | None = None,
+    target: TargetTable | None = None,
 ) -> tuple[Graph, PipelineReport]:
-    """Run the named pipeline (or explicit ``entries``) on a clone of ``graph``."""
+    """Run the named pipeline (or explicit ``entries``) on a clone of ``graph``, for the
+    target table ``target`` (the AVX-512 row when None: the layouts O2 always chose)."""
     if entries is None:
         if pipeline not in PIPELINES:
             raise UsageError(
                 f"unknown pipeline {pipeline!r}", hint=f"Use one of: {', '.join(PIPELINES)}."
             )
-        entries = PIPELINES[pipeline]()
+        entries = PIPELINES[pipeline](target or DEFAULT_TABLE)
     g = graph.clone()
     report = PipelineReport(pipeline)
     ran: list[str] = []

@@ -27,6 +27,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from guard.compiler import import_onnx, optimize, run_reference, verify
 from guard.compiler.codegen.build import jit
+from guard.compiler.codegen.target import host_target
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import plan
 from guard.core.errors import ModelError
@@ -60,7 +61,7 @@ class GuardBackendRep(BackendRep):
 
     def _compile(self, model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> Graph:
         g = import_onnx(model, shapes)
-        g2, _ = optimize(g, self.pipeline)
+        g2, _ = optimize(g, self.pipeline, target=host_target().table)  # it runs here
         verify(g2)
         return g2
 

@@ -106,10 +106,11 @@ def extract_tasks(
     pipeline: str = "O2", profile: Any = None,
 ) -> list[Task]:  # fmt: skip
     """The GEMM and convolution tasks of one model for one canonical target."""
-    optimised, _ = optimize(import_onnx(model_path, dict(input_shapes)), pipeline)
+    table = codegen_target(target).table
+    optimised, _ = optimize(import_onnx(model_path, dict(input_shapes)), pipeline, target=table)
     verify(optimised)
     compiled = plan(optimised, profile)
-    width = codegen_target(target).vector_width
+    width = table.vector_width
     _, layout = pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
     offsets = {e.name: e.offset for e in layout.entries}
     constants = {k: c.data for k, c in compiled.graph.constants.items()}
@@ -130,7 +131,7 @@ def extract_tasks(
             gs = GemmShape(step.op, step.attrs, shapes)
             key = d.key("gemm", gemm_shape(gs))
             flops = 2 * gs.batch * gs.M * gs.N * gs.K
-            default: Any = default_gemm_schedule(gs.M, gs.N, gs.K, width)
+            default: Any = default_gemm_schedule(gs.M, gs.N, gs.K, width, table=table)
             shape: Any = gs
         elif step.op in CONV_OPS:
             x, w = step.inputs[0], step.inputs[1]
@@ -140,7 +141,7 @@ def extract_tasks(
                 continue
             key = d.key("conv", conv_shape(geo))
             flops = geo.flops
-            default, shape = default_conv_schedule(geo), geo
+            default, shape = default_conv_schedule(geo, table), geo
         else:
             continue
         if key.text in tasks:
