@@ -71,10 +71,11 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
             stacklevel=2,
         )
     imported = import_onnx(req.model_path, dict(req.input_shapes))
-    # Layouts (the channel block) follow the target's table, like every kernel's schedule.
-    optimised, report = optimize(
-        imported, pipeline, target=codegen_target(req.target_canonical).table
-    )
+    # Layouts (the channel block) follow the target's table, like every kernel's schedule;
+    # a delegate profile generates no code here and keeps the default table.
+    native = profile in (None, "native")
+    table = codegen_target(req.target_canonical).table if native else None
+    optimised, report = optimize(imported, pipeline, target=table)
     verify(optimised)
     compiled = plan(optimised, profile)
     with _tuning(req) as dispatch:
