@@ -209,6 +209,8 @@ class BundledSession:
         self.output_names = list(self._session.output_names)
         native = self._session.loaded.native
         self._all_generated = native is not None and native.plan.main is not None
+        if native is not None:  # the generated code's pool: started once per load
+            native.start_threads(threads)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         if self._all_generated:  # no numpy kernels run: skip the BLAS limit (~10 us a call)

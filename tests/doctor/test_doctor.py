@@ -95,7 +95,8 @@ def test_a_layout_bound_op_in_a_conv_region_is_step5(runs: dict[str, dict]) -> N
     assert doc["cases"][0]["first_cause"] == 5
     assert finding(doc, 3)["status"] == "ok" and finding(doc, 2)["status"] == "ok"
     # the results count the conversions left in the final graph; step 3 shows both sides
-    base, head = runs["native"]["layout_conversions"], runs["softmax"]["layout_conversions"]
+    base = runs["native"]["results"][0]["layout_conversions"]
+    head = runs["softmax"]["results"][0]["layout_conversions"]
     assert isinstance(base, int) and head > base
     lc = next(e for e in finding(doc, 3)["evidence"] if e["fact"] == "layout conversions")
     assert (lc["base"], lc["head"]) == (base, head)

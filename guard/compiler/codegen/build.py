@@ -17,6 +17,7 @@ import numpy as np
 from guard.compiler.codegen.emitters import emitter_for
 from guard.compiler.codegen.kernel_plan import KernelPlan, build_kernel_plan
 from guard.compiler.codegen.module import Generated, LoadedObject, build_module, compile_module
+from guard.compiler.codegen.split import split_step
 from guard.compiler.codegen.target import CodegenTarget, host_target
 from guard.compiler.ir.target import using_table
 from guard.compiler.partition.plan import CompiledPlan
@@ -48,8 +49,9 @@ def generate(
     # Every heuristic (conv and GEMM tiles, cache blocks) reads this target's table.
     with using_table(target.table):
         kplan, packed = build_kernel_plan(
-            view, compiled.memory, compiled.partitions.group_of, backends, offsets, constants, pack
-        )
+            view, compiled.memory, compiled.partitions.group_of, backends, offsets, constants,
+            pack, lambda s: split_step(s, width),
+        )  # fmt: skip
         module = build_module(kplan, target, emitter_for)
     return NativeCode(kplan, packed, compile_module(module, target), target)
 
@@ -67,13 +69,21 @@ class NativeProgram:
     def address(self, name: str) -> int:
         return self._obj.address(name)
 
+    def start_threads(self, n: int) -> int:
+        """Run split steps on ``n`` threads from here on (a pool started once per load)."""
+        return self._obj.start_threads(n)
 
-def jit(compiled: CompiledPlan, target: CodegenTarget | None = None) -> tuple[Runtime, NativeCode]:
-    """A Runtime for ``compiled`` running generated code (tests, benchmarks, no artefact)."""
+
+def jit(
+    compiled: CompiledPlan, target: CodegenTarget | None = None, threads: int = 1
+) -> tuple[Runtime, NativeCode]:
+    """A Runtime for ``compiled`` running generated code on ``threads`` threads (tests,
+    benchmarks, no artefact)."""
     target = target or host_target()
     blob, layout = pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
     code = generate(compiled, layout, target)
     program = NativeProgram(code.plan, code.packed, code.generated.object_code, target)
+    program.start_threads(threads)
     backends = tuple(p.backend for p in compiled.partitions.partitions)
     rt = Runtime(
         compiled.view,

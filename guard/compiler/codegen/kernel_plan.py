@@ -15,6 +15,7 @@ share one generated function, called with different pointers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ class Step:
     outputs: tuple[Operand, ...]
     attrs: Mapping[str, Any]
     may_alias: bool  # an output shares bytes with an input (in place)
+    # The tasks the thread pool runs instead of one call (guard.compiler.codegen.split):
+    # each a step for one slice of the output; ``kernel`` is then the task function.
+    parts: tuple[Step, ...] = ()
 
     @property
     def key(self) -> str:
@@ -123,6 +127,7 @@ class KernelPlan:
                             "kernel": s.kernel,
                             "inputs": [None if o is None else o.to_list() for o in s.inputs],
                             "outputs": [o.to_list() for o in s.outputs],
+                            "tasks": len(s.parts),
                         }
                         for s in p.steps
                     ],
@@ -174,6 +179,7 @@ def build_kernel_plan(
     weights_offsets: Mapping[str, int],
     constants: Mapping[str, np.ndarray],
     pack: Any,  # (op, attrs, input index, array, input shapes) -> packed array or None
+    split: Any = None,  # Step -> its tasks, () for one call (guard.compiler.codegen.split)
 ) -> tuple[KernelPlan, np.ndarray]:
     """The kernel plan and the packed-constants blob (uint8)."""
     slots = memory.slots
@@ -222,16 +228,29 @@ def build_kernel_plan(
         by_partition.setdefault(pid, []).append(
             Step(n.name, n.op, "", tuple(ins), outs, dict(n.attrs), may_alias)
         )
-    # One function per distinct kernel key, named by op and first use.
+    # One function per distinct kernel key, named by op and first use; a split step's
+    # own symbol is its task function (one per step: the tasks' pointers are its own).
     names: dict[str, str] = {}
+
+    def named(s: Step) -> Step:
+        key = s.key
+        if key not in names:
+            names[key] = f"k{len(names)}_{s.op.lower()}"
+        return dataclasses.replace(s, kernel=names[key])
+
     parts = []
+    n_tasks = 0
     for pid in sorted(by_partition):
         steps = []
         for s in by_partition[pid]:
-            key = s.key
-            if key not in names:
-                names[key] = f"k{len(names)}_{s.op.lower()}"
-            steps.append(Step(s.node, s.op, names[key], s.inputs, s.outputs, s.attrs, s.may_alias))
+            tasks = tuple(named(t) for t in (split(s) if split else ()))
+            if tasks:
+                steps.append(
+                    dataclasses.replace(s, kernel=f"t{n_tasks}_{s.op.lower()}", parts=tasks)
+                )
+                n_tasks += 1
+            else:
+                steps.append(named(s))
         parts.append(PartitionKernels(pid, f"guard_part{pid}", tuple(steps)))
     blob = np.zeros(packed_off, np.uint8)
     for off, arr in packed_chunks:

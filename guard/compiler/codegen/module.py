@@ -16,7 +16,9 @@ Functions in the module:
 
 from __future__ import annotations
 
+import ctypes
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,6 +27,7 @@ import llvmlite.ir as ir
 from guard.compiler.codegen.base import Kernel
 from guard.compiler.codegen.irutil import I64, PTR, VOID, byte_ptr, i64
 from guard.compiler.codegen.kernel_plan import KernelPlan, Operand, Step
+from guard.compiler.codegen.pool import POOL_IR
 from guard.compiler.codegen.target import CodegenTarget
 from guard.core.errors import InternalError
 
@@ -71,10 +74,61 @@ def _cycles(b: ir.IRBuilder) -> ir.Value:
     return b.call(fn, [])
 
 
+def _task_fn(module: ir.Module, step: Step, kernels: dict[str, ir.Function]) -> ir.Function:
+    """``void t<i>(i64 task, ptr arena, ptr weights, ptr packed)``: calls the kernel of
+    task ``task`` of a split step with that task's operand pointers."""
+    fn = ir.Function(module, ir.FunctionType(VOID, [I64, PTR, PTR, PTR]), step.kernel)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    entry = fn.append_basic_block("entry")
+    done = fn.append_basic_block("done")
+    b = ir.IRBuilder(entry)
+    sw = b.switch(fn.args[0], done)
+    spaces = {"arena": fn.args[1], "weights": fn.args[2], "packed": fn.args[3]}
+    for i, t in enumerate(step.parts):
+        blk = fn.append_basic_block(f"task{i}")
+        sw.add_case(i64(i), blk)
+        b.position_at_end(blk)
+        args = [
+            ir.Constant(PTR, None) if o is None else _operand_ptr(b, spaces, o)
+            for o in (*t.inputs, *t.outputs)
+        ]
+        b.call(kernels[t.kernel], args)
+        b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
+def _call_step(
+    b: ir.IRBuilder, step: Step, spaces: dict[str, ir.Value], fns: dict[str, ir.Function]
+) -> None:
+    if step.parts:  # on the pool: each task one slice of the output
+        run = b.module.globals.get("guard_pool_run")
+        if run is None:
+            run = ir.Function(
+                b.module, ir.FunctionType(VOID, [PTR, PTR, PTR, PTR, I64]), "guard_pool_run"
+            )
+        args = [fns[step.kernel], spaces["arena"], spaces["weights"], spaces["packed"]]
+        b.call(run, [*args, i64(len(step.parts))])
+        return
+    args = [
+        ir.Constant(PTR, None) if o is None else _operand_ptr(b, spaces, o)
+        for o in (*step.inputs, *step.outputs)
+    ]
+    b.call(fns[step.kernel], args)
+
+
 def build_module(plan: KernelPlan, target: CodegenTarget, emitter_for: Callable) -> ir.Module:
     module = ir.Module(name="guard")
     module.triple = target.triple
-    kernels = {s.kernel: _kernel_fn(module, s, target, emitter_for) for s in plan.steps()}
+    kernels: dict[str, ir.Function] = {}
+    for s in plan.steps():
+        for t in s.parts or (s,):
+            kernels[t.kernel] = _kernel_fn(module, t, target, emitter_for)
+    for s in plan.steps():
+        if s.parts:
+            kernels[s.kernel] = _task_fn(module, s, kernels)
     memcpy = ir.Function(
         module, ir.FunctionType(VOID, [PTR, PTR, I64, ir.IntType(1)]), "llvm.memcpy.p0.p0.i64"
     )
@@ -88,12 +142,8 @@ def build_module(plan: KernelPlan, target: CodegenTarget, emitter_for: Callable)
             b = ir.IRBuilder(fn.append_basic_block("entry"))
             spaces = {"arena": fn.args[0], "weights": fn.args[1], "packed": fn.args[2]}
             for j, s in enumerate(p.steps):
-                args = [
-                    ir.Constant(PTR, None) if o is None else _operand_ptr(b, spaces, o)
-                    for o in (*s.inputs, *s.outputs)
-                ]
                 t0 = _cycles(b) if prof else None
-                b.call(kernels[s.kernel], args)
+                _call_step(b, s, spaces, kernels)
                 if prof:
                     dt = b.sub(_cycles(b), t0)
                     slot = b.gep(fn.args[3], [i64(first + j)], source_etype=I64)
@@ -144,6 +194,13 @@ def compile_module(module: ir.Module, target: CodegenTarget) -> Generated:
     try:
         mod = llvm.parse_assembly(str(module))
         mod.verify()
+        # The thread pool (guard.compiler.codegen.pool) in every object: the runtime
+        # starts and stops it whether or not a step was split.
+        pool = llvm.parse_assembly(
+            f'target triple = "{target.triple}"\ntarget datalayout = "{tm.target_data}"\n' + POOL_IR
+        )
+        pool.verify()
+        mod.link_in(pool)
     except RuntimeError as exc:  # an emitter wrote invalid IR: guard's bug, not the model's
         raise InternalError(
             f"code generator produced invalid LLVM IR: {str(exc).splitlines()[0]}"
@@ -159,6 +216,10 @@ def compile_module(module: ir.Module, target: CodegenTarget) -> Generated:
     return Generated(text, bytes(obj), time.perf_counter() - t0, n_kernels)
 
 
+def _stop_pool(stop: Callable[[], None], engine: object) -> None:
+    stop()
+
+
 class LoadedObject:
     """An object file mapped into this process (MCJIT over an empty module): no compiling."""
 
@@ -170,6 +231,20 @@ class LoadedObject:
         self.engine = llvm.create_mcjit_compiler(empty, tm)
         self.engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
         self.engine.finalize_object()
+        self.threads = 1
+        # The pool's workers run this object's code: join them before it is unmapped
+        # (the finalizer holds the engine until then).
+        stop = self.engine.get_function_address("guard_pool_stop")
+        if stop:
+            weakref.finalize(self, _stop_pool, ctypes.CFUNCTYPE(None)(stop), self.engine)
+
+    def start_threads(self, n: int) -> int:
+        """Start the object's thread pool with ``n`` threads (the caller's included) unless
+        started; the threads it runs (1 for an object without a pool)."""
+        addr = self.engine.get_function_address("guard_pool_start")
+        if addr and n > 1:
+            self.threads = int(ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32)(addr)(n))
+        return self.threads
 
     def address(self, name: str) -> int:
         addr = int(self.engine.get_function_address(name))

@@ -55,6 +55,7 @@ from guard.compiler.codegen.gemm.schedule import GemmSchedule, default_gemm_sche
 from guard.compiler.codegen.irutil import PTR, VOID
 from guard.compiler.codegen.kernel_plan import build_kernel_plan
 from guard.compiler.codegen.module import LoadedObject, compile_module
+from guard.compiler.codegen.split import split_step
 from guard.compiler.codegen.target import codegen_target
 from guard.compiler.ir.target import active_table
 from guard.compiler.partition.plan import plan
@@ -121,11 +122,12 @@ def extract_tasks(
 
     kplan, _ = build_kernel_plan(
         compiled.view, compiled.memory, compiled.partitions.group_of, backends, offsets,
-        constants, pack,
+        constants, pack, lambda s: split_step(s, width),
     )  # fmt: skip
+    steps = [t for s in kplan.steps() for t in (s.parts or (s,))]  # the kernels emitted
     d = Dispatch(None, target, compiler)
     tasks: dict[str, Task] = {}
-    for step in kplan.steps():
+    for step in steps:
         shapes = [None if o is None else o.shape for o in step.inputs]
         if step.op in GEMM_OPS:
             gs = GemmShape(step.op, step.attrs, shapes)

@@ -52,6 +52,7 @@ from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decl
 from guard.compiler.graph.schedule import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
 from guard.compiler.tuning.dispatch import conv_schedule
+from guard.core.errors import InternalError
 
 
 def conv_function(module: ir.Module, name: str, k: Kernel, sched: ConvSchedule) -> ir.Function:
@@ -86,7 +87,11 @@ class Conv(Emitter):
             return f"no emitter for {node.op} with {len(w.shape) - 2} spatial dims (2-D only)"
         if w.kind != "const":
             return f"no emitter for {node.op} with run-time weights"
-        if len(node.args) > 2 and node.args[2] and g.tensors[node.args[2]].kind != "const":
+        # Input 2 is the bias of a Conv, and of a FusedConv whose anchor had one; else it
+        # is an epilogue operand (a residual), which may be computed at run time.
+        has_bias = node.op == "Conv" or int(node.attrs["anchor_inputs"]) > 2
+        bias = node.args[2] if has_bias and len(node.args) > 2 else None
+        if bias and g.tensors[bias].kind != "const":
             return f"no emitter for {node.op} with a run-time bias"
         lay = node.attrs.get("layout", "NCHW")
         if lay not in ("NCHW", "NHWC") and not block_of(lay):
@@ -118,6 +123,11 @@ class Conv(Emitter):
     ) -> None:  # fmt: skip
         """``emit`` with an explicit schedule (tests and benchmarks sweep the space)."""
         sched.validate(geo.L)
+        if geo.block and geo.block % geo.L:
+            raise InternalError(
+                f"{k.op} in {geo.layout} emitted for {geo.L}-lane vectors: the layout pass "
+                "and the code generator read different target tables"
+            )
         prog, reads = _program_parts(k.attrs) if k.op == "FusedConv" else ([], False)
         has_bias = (
             len(ins) > 2
