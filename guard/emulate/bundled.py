@@ -88,11 +88,14 @@ def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None =
             ),
         )
         session = EmulatedSession(
-            entry, what=what, partitions=meta.partitions, memory=meta.memory, timeout_s=timeout_s
-        )
+            entry, what=what, partitions=meta.partitions, memory=meta.memory, timeout_s=timeout_s,
+            threads=threads,
+        )  # fmt: skip
         session.input_names = list(view.inputs)
         return session
-    return MixedEmulatedSession(loaded, plan, meta, arch, what=what, timeout_s=timeout_s)
+    return MixedEmulatedSession(
+        loaded, plan, meta, arch, what=what, timeout_s=timeout_s, threads=threads
+    )
 
 
 def _read_json(path: Path) -> Any:
@@ -152,7 +155,7 @@ class MixedEmulatedSession:
 
     def __init__(self, loaded: LoadedArtefact, plan: KernelPlan, meta: ArtefactSession,
                  arch: str, *, what: str,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:  # fmt: skip
+                 timeout_s: float = DEFAULT_TIMEOUT_S, threads: int = 1) -> None:  # fmt: skip
         root = Path(loaded.path)
         self.what = what
         self.arch = arch
@@ -168,7 +171,7 @@ class MixedEmulatedSession:
         shared = np.memmap(arena_file, dtype=np.uint8, mode="r+", shape=(size,))
         server = PartitionServer(
             runner, arch, arena_file=arena_file, weights=root / "weights.bin",
-            packed=root / "packed.bin", what=what, timeout_s=timeout_s,
+            packed=root / "packed.bin", what=what, timeout_s=timeout_s, threads=threads,
         )  # fmt: skip
         packed = np.fromfile(root / "packed.bin", np.uint8)
         self._native = _EmulatedNative(plan, packed, server, shared)

@@ -193,9 +193,25 @@ static int serve(int argc, char **argv) {
     return 0;
 }
 
+/* The generated code's thread pool (guard/compiler/codegen/pool.py): weak, so an object
+   generated before the pool existed still links. GUARD_THREADS sets its threads. */
+extern int guard_pool_start(int) __attribute__((weak));
+extern void guard_pool_stop(void) __attribute__((weak));
+
+static void start_pool(void) {
+    const char *t = getenv("GUARD_THREADS");
+    if (t && guard_pool_start) guard_pool_start(atoi(t));
+}
+
+static int stop_pool(int rc) {
+    if (guard_pool_stop) guard_pool_stop();
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    if (argc >= 2 && strcmp(argv[1], "call") == 0) return call_main(argc, argv);
-    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return serve(argc, argv);
+    start_pool();
+    if (argc >= 2 && strcmp(argv[1], "call") == 0) return stop_pool(call_main(argc, argv));
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return stop_pool(serve(argc, argv));
     fprintf(stderr, "usage: %s call MAIN ... | serve ARENA_FILE WEIGHTS PACKED\n", argv[0]);
     return 2;
 }

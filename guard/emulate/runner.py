@@ -158,6 +158,11 @@ def _check_exit(code: int | None, stderr: str, emulator: str, what: str) -> None
     raise EmulationFailed(f"runner exited with status {code}: {tail[-300:]}", where=what)
 
 
+def _env(threads: int) -> dict[str, str]:
+    """The runner's environment: GUARD_THREADS starts the generated code's pool."""
+    return {**os.environ, "GUARD_THREADS": str(max(1, int(threads)))}
+
+
 def run_main(
     runner: Path,
     arch: str,
@@ -170,6 +175,7 @@ def run_main(
     output_nbytes: Sequence[int],
     what: str,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    threads: int = 1,
 ) -> list[list[bytes]]:
     """Run the entry once per sample under the emulator; outputs[sample][k] as bytes.
 
@@ -194,7 +200,9 @@ def run_main(
                 str(weights), str(packed), str(count), str(n_in), *in_files, str(len(out_files)),
                 *(f"{p}:{n}" for p, n in zip(out_files, output_nbytes, strict=True))]  # fmt: skip
         try:
-            proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
+            proc = subprocess.run(
+                argv, capture_output=True, timeout=timeout_s, check=False, env=_env(threads)
+            )
         except subprocess.TimeoutExpired:
             raise EmulationFailed(
                 f"hung: no result from {tc.emulator} after {timeout_s:g} s ({count} sample(s))",
@@ -232,6 +240,7 @@ class PartitionServer:
         packed: Path,
         what: str,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        threads: int = 1,
     ) -> None:
         tc, emulator, _ = require(arch)
         self.emulator, self.what, self.timeout_s = tc.emulator, what, timeout_s
@@ -239,8 +248,9 @@ class PartitionServer:
         argv = [emulator, "-cpu", "max", str(runner), "serve", str(arena_file), str(weights),
                 str(packed)]  # fmt: skip
         self._proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr
-        )
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            env=_env(threads),
+        )  # fmt: skip
 
     def _stderr_text(self) -> str:
         self._stderr.seek(0)

@@ -65,8 +65,10 @@ class EmulatedSession:
         memory: Callable[[], MemoryInfo],
         timeout_s: float = DEFAULT_TIMEOUT_S,
         cache_dir: Path | None = None,
+        threads: int = 1,
     ) -> None:
         self.entry = entry
+        self.threads = threads
         self.what = what
         self.emulator = toolchain(entry.arch).emulator
         self.timeout_s = timeout_s
@@ -109,7 +111,8 @@ class EmulatedSession:
                        arena_bytes=self.entry.arena_bytes, weights=self.entry.weights_path,
                        packed=self.entry.packed_path, inputs=[self._sample(f) for f in feeds],
                        output_nbytes=[t.nbytes for t in self.entry.outputs],
-                       what=self.what, timeout_s=self.timeout_s)  # fmt: skip
+                       what=self.what, timeout_s=self.timeout_s,
+                       threads=self.threads)  # fmt: skip
         return [[np.frombuffer(b, dtype=t.dtype).reshape(t.shape).copy()
                  for b, t in zip(sample, self.entry.outputs, strict=True)] for sample in raw]  # fmt: skip
 
