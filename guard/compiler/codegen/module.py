@@ -11,7 +11,10 @@ Functions in the module:
   (``llvm.readcyclecounter``) to ``cycles[step]``: the per-kernel profile;
 - ``guard_main(ptr arena, ptr weights, ptr packed, ptr inputs, ptr outputs)`` (and
   ``guard_main_prof``) when every partition is native: copies the inputs in, runs every
-  partition, copies the outputs out: one foreign call per inference.
+  partition, copies the outputs out: one foreign call per inference;
+- ``t<i>_<op>(i64 task, ptr arena, ptr weights, ptr packed)`` per split step (its tasks'
+  kernels, each on one slice of the output), called through ``guard_pool_run``;
+- ``guard_pool_start/stop/run``: the thread pool (guard.compiler.codegen.pool), linked in.
 """
 
 from __future__ import annotations
