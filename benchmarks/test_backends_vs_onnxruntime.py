@@ -13,6 +13,14 @@ latency) as a fraction of a reference sgemm rate measured in the same run (numpy
 OpenBLAS, 1 thread, 1024^3), and the CPU share other processes took during the loop
 (/proc/stat minus this process). It writes benchmarks/results/bundled_vs_onnxruntime.md
 and .json. ``test_ratio_to_onnxruntime`` keeps the per-model pytest-benchmark records.
+
+The table names the host's CPU class (LLVM's CPU name, vector width, the target table)
+and writes ``bundled_vs_onnxruntime_<llvm cpu>.md/.json``, so each class keeps its own
+table. Each bundled artefact is built once and loaded with 1 and 2 threads (the code is
+the same for any thread count). On an x86 host that runs AVX2 code but is not an AVX2
+host, a third column measures the AVX2-target (``-mcpu=x86-64-v3``) build on this host,
+interleaved with the other two, as GFLOP/s and as a share of the same-run sgemm.
+``GUARD_BENCH_MODELS=a,b,c`` restricts the models.
 """
 
 from __future__ import annotations
@@ -52,26 +60,34 @@ TABLE_ROUNDS = 9
 RESULTS = Path(__file__).parent / "results"
 
 
-def _session(backend: str, name: str, tmp: Path, threads: int = 1):
+AVX2 = "llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
+
+
+def _session(
+    backend: str, name: str, tmp: Path, threads: int = 1, target: str = "host",
+    build: bool = True,
+):  # fmt: skip
     from guard import zoo
     from guard.suite import InputSpec
 
     path = zoo.model_path(name)
     specs = {k: InputSpec(k, tuple(v)) for k, v in MODELS[name].items()}
     spec = bind(load_model(path), path, specs, f"zoo:{name}")
-    out = tmp / f"{backend}-{threads}"
-    out.mkdir(parents=True, exist_ok=True)
+    tag = "host" if target == "host" else "avx2"
+    out = tmp / f"{backend}-{tag}" if backend == "bundled" else tmp / f"{backend}-{threads}"
     be = get_backend(backend)
-    be.build(
-        BuildRequest(
-            model_path=path,
-            input_shapes=spec.shapes,
-            target_raw="host",
-            target_canonical=canonicalize("host"),
-            threads=threads,
-            out_dir=out,
+    if build:
+        out.mkdir(parents=True, exist_ok=True)
+        be.build(
+            BuildRequest(
+                model_path=path,
+                input_shapes=spec.shapes,
+                target_raw=target,
+                target_canonical=canonicalize(target),
+                threads=threads,
+                out_dir=out,
+            )
         )
-    )
     return be.load(out, threads), make_inputs(spec, specs)
 
 
@@ -172,78 +188,131 @@ class CpuShare:
         return max(0.0, busy - own) / (wall * (os.cpu_count() or 1))
 
 
-def _interleaved(a, b, feeds, rounds: int) -> tuple[float, float, list[float], float]:
-    for s in (a, b):
+def _interleaved(sessions, feeds, rounds: int) -> tuple[list[float], list[list[float]], float]:
+    """Median seconds of each session, the per-round ratios of each to the first, and
+    other processes' CPU share: rounds alternate over the sessions (ABCABC...)."""
+    for s in sessions:
         s.run(feeds)
         s.run(feeds)
-    one = max(_median_of(lambda: a.run(feeds), 3), _median_of(lambda: b.run(feeds), 3), 1e-6)
+    one = max(*(_median_of(lambda s=s: s.run(feeds), 3) for s in sessions), 1e-6)
     per_round = max(3, min(200, int(0.15 / one)))
-    ta, tb, ratios = [], [], []
+    times: list[list[float]] = [[] for _ in sessions]
     share = CpuShare()
     share.start()
     for _ in range(rounds):
-        x = _median_of(lambda: a.run(feeds), per_round)
-        y = _median_of(lambda: b.run(feeds), per_round)
-        ta.append(x)
-        tb.append(y)
-        ratios.append(y / x)
-    return float(np.median(ta)), float(np.median(tb)), ratios, share.stop()
+        for j, s in enumerate(sessions):
+            times[j].append(_median_of(lambda s=s: s.run(feeds), per_round))
+    ratios = [[t / a for t, a in zip(ts, times[0], strict=True)] for ts in times[1:]]
+    return [float(np.median(ts)) for ts in times], ratios, share.stop()
+
+
+def host_class() -> dict:
+    from guard.compiler.codegen.target import codegen_target, host_target, runnable_here
+
+    h = host_target()
+    avx2 = codegen_target(canonicalize(AVX2)) if h.arch == "x86_64" else None
+    return {
+        "llvm_cpu": h.cpu,
+        "isa": h.isa,
+        "vector_width": h.vector_width,
+        "table": h.table.to_dict(),
+        "cpus": os.cpu_count(),
+        # the AVX2 build is its own column where it runs here and is not the host's class
+        "avx2_column": avx2 is not None and runnable_here(avx2) is None and h.isa != "avx2",
+    }
+
+
+def _p(r: list[float]) -> dict:
+    return {
+        "ratio": float(np.median(r)),
+        "ratio_p10_p90": [float(np.percentile(r, 10)), float(np.percentile(r, 90))],
+    }
 
 
 def test_bundled_ratio_table(tmp_path):
     ref = sgemm_gflops()
+    host = host_class()
+    wanted = os.environ.get("GUARD_BENCH_MODELS")
+    models = [m for m in MODELS if not wanted or m in wanted.split(",")]
     rows = []
-    for name in MODELS:
+    for name in models:
         flops = model_flops(name)
         row: dict = {"model": name, "gflop": flops / 1e9}
+        t0, c0 = time.perf_counter(), time.process_time()
+        _session("bundled", name, tmp_path / name, 1)  # built once: any thread count loads it
+        row["bundled_build_s"] = time.perf_counter() - t0
+        row["bundled_build_cpu_s"] = time.process_time() - c0  # what contention does not inflate
+        if host["avx2_column"]:
+            _session("bundled", name, tmp_path / name, 1, target=AVX2)
         for threads in (1, 2):
             ort, feeds = _session("onnxruntime", name, tmp_path / name, threads)
-            t0, c0 = time.perf_counter(), time.process_time()
-            bun, _ = _session("bundled", name, tmp_path / name, threads)
-            if threads == 1:  # CPU seconds are what contention does not inflate
-                row["bundled_build_s"] = time.perf_counter() - t0
-                row["bundled_build_cpu_s"] = time.process_time() - c0
-            ta, tb, ratios, other = _interleaved(ort, bun, feeds, TABLE_ROUNDS)
-            row[f"t{threads}"] = {
-                "ort_ms": ta * 1e3,
-                "bundled_ms": tb * 1e3,
-                "ratio": float(np.median(ratios)),
-                "ratio_p10_p90": [
-                    float(np.percentile(ratios, 10)),
-                    float(np.percentile(ratios, 90)),
-                ],
-                "ort_gflops": flops / ta / 1e9,
-                "bundled_gflops": flops / tb / 1e9,
+            bun, _ = _session("bundled", name, tmp_path / name, threads, build=False)
+            sessions = [ort, bun]
+            if host["avx2_column"]:
+                sessions.append(
+                    _session("bundled", name, tmp_path / name, threads, AVX2, build=False)[0]
+                )
+            med, ratios, other = _interleaved(sessions, feeds, TABLE_ROUNDS)
+            cell = {
+                "ort_ms": med[0] * 1e3,
+                "bundled_ms": med[1] * 1e3,
+                **_p(ratios[0]),
+                "ort_gflops": flops / med[0] / 1e9,
+                "bundled_gflops": flops / med[1] / 1e9,
                 "other_cpu_share": other,
             }
-            del ort, bun
+            if host["avx2_column"]:
+                cell["avx2"] = {"ms": med[2] * 1e3, "gflops": flops / med[2] / 1e9, **_p(ratios[1])}
+            row[f"t{threads}"] = cell
+            del ort, bun, sessions
         rows.append(row)
         print(f"{name}: {json.dumps(row)}", flush=True)
     geo = {
         t: math.exp(sum(math.log(r[f"t{t}"]["ratio"]) for r in rows) / len(rows)) for t in (1, 2)
     }
     lines = [
+        f"Host: LLVM cpu {host['llvm_cpu']} ({host['isa']}, {host['vector_width']} float lanes, "
+        f"{host['table']['registers']} vector registers, L1d {host['table']['l1d_bytes'] // 1024} "
+        f"KiB, L2 {host['table']['l2_bytes'] // 1024} KiB), {host['cpus']} CPUs.",
         f"Reference sgemm (numpy OpenBLAS, 1 thread, 1024^3) in this run: {ref:.1f} GFLOP/s.",
         "",
         "| model | GFLOP | ort 1t ms | bundled 1t ms | ratio 1t (p10-p90) | ort GFLOP/s (% sgemm) "
-        "| bundled GFLOP/s (% sgemm) | ratio 2t | other CPU 1t/2t |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| bundled GFLOP/s (% sgemm) | ratio 2t (p10-p90) | other CPU 1t/2t |"
+        + (" AVX2 code 1t GFLOP/s (% sgemm) | AVX2 ratio 1t / 2t |" if host["avx2_column"] else ""),
+        "|---|---:|---:|---:|---|---:|---:|---|---:|"
+        + ("---:|---|" if host["avx2_column"] else ""),
     ]
     for r in rows:
         a, b = r["t1"], r["t2"]
-        lines.append(
+        line = (
             f"| {r['model']} | {r['gflop']:.3f} | {a['ort_ms']:.3f} | {a['bundled_ms']:.3f} | "
             f"{a['ratio']:.2f} ({a['ratio_p10_p90'][0]:.2f}-{a['ratio_p10_p90'][1]:.2f}) | "
             f"{a['ort_gflops']:.1f} ({a['ort_gflops'] / ref:.0%}) | "
-            f"{a['bundled_gflops']:.1f} ({a['bundled_gflops'] / ref:.0%}) | {b['ratio']:.2f} | "
+            f"{a['bundled_gflops']:.1f} ({a['bundled_gflops'] / ref:.0%}) | {b['ratio']:.2f} "
+            f"({b['ratio_p10_p90'][0]:.2f}-{b['ratio_p10_p90'][1]:.2f}) | "
             f"{a['other_cpu_share']:.0%}/{b['other_cpu_share']:.0%} |"
         )
+        if host["avx2_column"]:
+            x, y = a["avx2"], b["avx2"]
+            line += f" {x['gflops']:.1f} ({x['gflops'] / ref:.0%}) | {x['ratio']:.2f} / {y['ratio']:.2f} |"
+        lines.append(line)
     lines += ["", f"Geomean ratio: 1 thread {geo[1]:.2f}, 2 threads {geo[2]:.2f} "
               f"(bundled / onnxruntime latency; < 1 means the bundled backend is faster)."]  # fmt: skip
+    if host["avx2_column"]:
+        g2 = {
+            t: math.exp(sum(math.log(r[f"t{t}"]["avx2"]["ratio"]) for r in rows) / len(rows))
+            for t in (1, 2)
+        }
+        lines.append(
+            f"AVX2-target code (-mcpu=x86-64-v3) on this host: geomean ratio to onnxruntime "
+            f"1 thread {g2[1]:.2f}, 2 threads {g2[2]:.2f}."
+        )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "bundled_vs_onnxruntime.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "bundled_vs_onnxruntime.json").write_text(
-        json.dumps({"sgemm_gflops": ref, "geomean": geo, "rows": rows}, indent=1) + "\n"
+    stem = f"bundled_vs_onnxruntime_{host['llvm_cpu']}"
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{stem}.json").write_text(
+        json.dumps({"host": host, "sgemm_gflops": ref, "geomean": geo, "rows": rows}, indent=1)
+        + "\n"
     )
     print("\n".join(lines))
     assert rows
