@@ -52,8 +52,6 @@ class Result:
     artefact: str | None = None
     artefact_reused: bool | None = None
     graph: dict[str, Any] | None = None
-    # relayouts and NCHW<->NHWC transposes in the built graph (backends that say)
-    layout_conversions: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     # Contract keys the source object did not have (an older file): to_dict leaves them out.
     absent: frozenset[str] = frozenset()

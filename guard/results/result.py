@@ -68,8 +68,12 @@ def result_dict(
         artefact=artefact,
         artefact_reused=artefact_reused,
         graph=graph,
-        layout_conversions=layout_conversions,
-        extra=dict(extra or {}),
+        # relayouts and NCHW<->NHWC transposes in the built graph (null where the backend
+        # does not say), beside the partitions it was counted with
+        extra={
+            **({"layout_conversions": layout_conversions} if partitions is not None else {}),
+            **(extra or {}),
+        },
     ).to_dict()
 
 
