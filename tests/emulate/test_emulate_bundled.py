@@ -222,7 +222,7 @@ def test_the_static_runner_runs_the_same_pool(tmp_path: Path) -> None:
     import json
 
     from guard.compiler.ir.target import table_for
-    from tests.compiler.codegen.test_threads import _net
+    from compiler.codegen.test_threads import _net  # tests/ is on sys.path (its conftest)
 
     arch = "neon" if OTHER == "aarch64" else "sse"
     g, _ = optimize(import_onnx(_net(32, 24), {}), "O2", target=table_for(arch))

@@ -160,7 +160,7 @@ def test_concurrent_shards_end_under_one_invocation_run(uri):
     assert sorted(s.data.tags["guard.shard"] for s in shards) == ["1/3", "2/3", "3/3"]
     assert {s.data.tags["mlflow.parentRunId"] for s in shards} == {parent.info.run_id}
     assert {s.info.run_id for s in shards} == {r["parent_run_id"] for r in receipts}
-    assert parent.data.tags["guard.run.shard.2.results"] == "2"
+    assert parent.data.tags["guard.shard.2.results"] == "2"
     # Linking again (a re-push) changes nothing.
     assert link_shard(client, eid, receipts[0]["parent_run_id"], docs[0]) == parent.info.run_id
 
