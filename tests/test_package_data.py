@@ -42,7 +42,7 @@ def test_the_built_package_finds_the_default_suite(tmp_path: Path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     found = subprocess.run(
-        [sys.executable, "-c", "from guard.cli.main import default_suite; print(default_suite())"],
+        [sys.executable, "-c", "from guard.cli.run import default_suite; print(default_suite())"],
         cwd=elsewhere, capture_output=True, text=True, timeout=120,
         env={"PYTHONPATH": str(lib), "PATH": "/usr/bin:/bin"},
     )  # fmt: skip

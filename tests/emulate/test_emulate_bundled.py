@@ -221,8 +221,9 @@ def test_the_static_runner_runs_the_same_pool(tmp_path: Path) -> None:
     threads 1 and 2 gives the same bits, equal to the reference."""
     import json
 
-    from guard.compiler.ir.target import table_for
     from compiler.codegen.test_threads import _net  # tests/ is on sys.path (its conftest)
+
+    from guard.compiler.ir.target import table_for
 
     arch = "neon" if OTHER == "aarch64" else "sse"
     g, _ = optimize(import_onnx(_net(32, 24), {}), "O2", target=table_for(arch))

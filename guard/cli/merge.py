@@ -1,8 +1,4 @@
-"""CLI for running past one machine: ``guard run --shard K/N`` and ``guard merge``.
-
-guard/cli/main.py calls ``register(subparsers)``: it adds the shard options to ``guard run``
-and the ``merge`` command.
-"""
+"""``guard merge``: join the results files of a sharded run into one."""
 
 from __future__ import annotations
 
@@ -12,28 +8,6 @@ from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    run = subparsers.choices.get("run")
-    if run is not None:
-        g = run.add_argument_group("sharding (guard.run.shard)")
-        g.add_argument(
-            "--shard",
-            metavar="K/N",
-            help="run only shard K of N: a deterministic slice of the (model, "
-            "backend, target) cases, balanced by the previous run's times",
-        )
-        g.add_argument(
-            "--shard-times",
-            metavar="RESULTS.json",
-            help="balance by this results file's duration_s (e.g. the last merged "
-            "run) instead of the MLflow history",
-        )
-        g.add_argument(
-            "--invocation-id",
-            metavar="ID",
-            help="the shared id of all shards of one run (default "
-            "$GUARD_INVOCATION_ID; on GitHub Actions the workflow run)",
-        )
-
     m = subparsers.add_parser(
         "merge",
         help="join the results files of a sharded run into one",
