@@ -269,9 +269,12 @@ def regress_bound(latency_cfg: dict[str, Any], baseline_given: bool) -> float | 
     return DEFAULT_REGRESS_PCT if baseline_given else None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Facts:
-    """What one run of one (model, backend, target) established; checks read only this."""
+    """What one run of one (model, backend, target) established; checks read only this.
+
+    Built once, when the result is finished (guard.run.case), and read by ``evaluate``
+    once: nothing fills it in later."""
 
     backend: str
     arch: str

@@ -218,7 +218,7 @@ class PendingResult:
     entry: ModelEntry
     backend: str
     case: Case
-    facts: ck.Facts
+    known: dict[str, Any]  # ck.Facts fields established before the rounds
     numerics: dict[str, Any]
     cfg: MeasureConfig
     pre: dict[str, Any]
@@ -286,24 +286,25 @@ def begin_result(
         numerics["golden_model_changed"] = True
     # The outputs themselves (compact), so guard compare can tell two architectures' drift.
     numerics["outputs"] = encode_outputs([np.asarray(g) for g in got], session.output_names)
-    facts = ck.Facts(
-        backend=backend_name,
-        arch=_host_arch(manifest),
-        numerics=numerics,
-        baseline_given=baseline_given,
-        tuning=manifest.get("tuning_cache") or {},
-    )
+    # What the checks will read of this phase; ck.Facts is built once, when the result is
+    # finished (finish_result, _emulated_result), and every check evaluated then.
+    known: dict[str, Any] = {
+        "backend": backend_name,
+        "arch": _host_arch(manifest),
+        "numerics": numerics,
+        "tuning": manifest.get("tuning_cache") or {},
+    }
     if "accuracy" in entry.checks:
         try:
-            facts.accuracy, facts.accuracy_n = session_accuracy(entry, session, spec)
-            numerics["accuracy"] = facts.accuracy
+            known["accuracy"], known["accuracy_n"] = session_accuracy(entry, session, spec)
+            numerics["accuracy"] = known["accuracy"]
         except GuardError as exc:
-            facts.accuracy_error = str(exc)
+            known["accuracy_error"] = str(exc)
     if getattr(session, "latency_status", None) == "emulated":
-        return _emulated_result(entry, backend_name, case, facts, numerics)
+        return _emulated_result(entry, backend_name, case, known, baseline_given)
     cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
     return PendingResult(
-        entry, backend_name, case, facts, numerics, cfg, preflight(entry.threads),
+        entry, backend_name, case, known, numerics, cfg, preflight(entry.threads),
         round_isolation(clock_injected),
     )  # fmt: skip
 
@@ -317,17 +318,13 @@ def finish_result(
     """Judge a result on the rounds it got (all of them, or fewer after an interruption)."""
     if not p.rounds:
         raise InternalError(f"{p.entry.name} [{p.backend}] has no measured round to judge")
-    entry, backend_name, case, facts, numerics = p.entry, p.backend, p.case, p.facts, p.numerics
+    entry, backend_name, case, numerics = p.entry, p.backend, p.case, p.numerics
     manifest, info, session = case.manifest, case.build, case.session
-    facts.baseline_given = baseline is not None
     timings = RoundTimings(list(p.rounds), p.cfg)
     post = preflight(entry.threads, contention=timings.contention)
     stats = timings.stats()
     partitions = session.partitions().to_dict()
     memory = session.memory()
-    facts.latency_ms, facts.truncated = stats, timings.truncated
-    facts.partitions = partitions
-    facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
     measured: dict[str, Any] = {
         "manifest": manifest,
         "rounds": timings.rounds_dict(),
@@ -349,8 +346,19 @@ def finish_result(
     }
     missing = p.cfg.rounds - len(p.rounds)
     bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
-    facts.regress, facts.regress_reason = _against_baseline(
+    regress, regress_reason = _against_baseline(
         entry, backend_name, measured, bound, baseline, noise
+    )
+    facts = ck.Facts(
+        **p.known,
+        baseline_given=baseline is not None,
+        latency_ms=stats,
+        truncated=timings.truncated,
+        regress=regress,
+        regress_reason=regress_reason,
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
     )
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
@@ -395,16 +403,23 @@ def finish_result(
 
 
 def _emulated_result(
-    entry: ModelEntry, backend_name: str, case: Case, facts: ck.Facts, numerics: dict[str, Any]
+    entry: ModelEntry, backend_name: str, case: Case, known: dict[str, Any], baseline_given: bool
 ) -> dict[str, Any]:
     """The result of an artefact run under emulation: everything but latency is checked."""
     session: Any = case.session
     reason = str(session.latency_reason)
     partitions = session.partitions().to_dict()
     memory = session.memory()
-    facts.partitions = partitions
-    facts.arena_bytes, facts.arena_lower_bound_bytes = memory.arena_bytes, memory.lower_bound_bytes
-    facts.latency_skipped = facts.regress_reason = reason
+    facts = ck.Facts(
+        **known,
+        baseline_given=baseline_given,
+        latency_skipped=reason,
+        regress_reason=reason,
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+    )
+    numerics = known["numerics"]
     return result_dict(
         entry,
         backend_name,

@@ -19,7 +19,6 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -119,9 +118,11 @@ def finish(
     tracking_problem: str | None,
     opts: DeliveryOptions,
     stop: Interruption,
-    after_log: Callable[[dict[str, Any]], None] | None = None,
 ) -> int:
-    """Reports first, then tracking (or keeping the results for later), then the console."""
+    """Reports first, then tracking (or keeping the results for later), then the console.
+
+    What tracking did is in ``doc["tracking"]`` when this returns (the URI and log_results'
+    receipt, or the error and where the results were kept); nothing is called back."""
     try:
         if stop.signal is not None:
             doc["interrupted"] = stop.signal
@@ -141,8 +142,12 @@ def finish(
                             "uri": uri,
                             **{k: v for k, v in receipt.items() if k != "uri"},
                         }
-                        if after_log is not None:
-                            after_log(receipt)
+                        if receipt.get("index_error"):  # logged, but not indexed
+                            say(
+                                f"warning: results logged to {uri}, but not indexed: "
+                                f"{receipt['index_error']}",
+                                opts.console,
+                            )
                     except Exception as exc:  # noqa: BLE001 - never lose results to tracking
                         tracking_problem = str(exc)
             if stop.signal is not None and "tracking" not in doc:

@@ -124,13 +124,6 @@ def _selected(suite: Suite, opts: RunOptions) -> list[tuple[ModelEntry, tuple[st
     return out
 
 
-def _index(uri: str, receipt: dict[str, Any], console: Console | None) -> None:
-    """log_results wrote the baseline index tags and linked a shard to its invocation
-    (guard.track.index); the results are logged either way, so a failure is a warning."""
-    if receipt.get("index_error"):
-        say(f"warning: results logged to {uri}, but not indexed: {receipt['index_error']}", console)
-
-
 @dataclass
 class _Slot:
     """One (model, backend) of the run: its result, or the result still being measured."""
@@ -355,6 +348,5 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         tracking_problem=tracking_problem,
         opts=opts,
         stop=stop,
-        after_log=None if uri is None else lambda receipt: _index(uri, receipt, opts.console),
     )
     return doc, code

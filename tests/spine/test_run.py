@@ -423,3 +423,35 @@ def test_build_warnings_reach_the_report_and_survive_reuse(tmp_path, workdir, co
         assert code == 0
         assert "build: 3 of 4 tasks missed" in r["preflight"]["warnings"]
     assert r["artefact_reused"] is True
+
+
+def test_a_case_builds_its_facts_once_and_evaluates_each_check_once(
+    tmp_path, workdir, convnet, monkeypatch
+):
+    """One pass down: begin -> rounds -> finish, with ck.Facts built once (frozen: nothing
+    fills it in later) and ``evaluate`` called once per result."""
+    import dataclasses
+
+    import guard.results.checks as ck
+
+    built, evaluated = [], []
+    real_facts, real_evaluate = ck.Facts, ck.evaluate
+
+    def facts(*a, **k):
+        built.append(real_facts(*a, **k))
+        return built[-1]
+
+    def evaluate(cfg, f):
+        evaluated.append(f)
+        return real_evaluate(cfg, f)
+
+    monkeypatch.setattr(ck, "Facts", facts)
+    monkeypatch.setattr(ck, "evaluate", evaluate)
+    suite = write_suite(tmp_path, suite_text(convnet, backends="[onnxruntime, bundled]"))
+    code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
+    assert code == 0, doc
+    assert len(doc["results"]) == 2
+    assert len(built) == 2 and [id(f) for f in evaluated] == [id(f) for f in built]
+    assert all(f.latency_ms is not None and f.partitions for f in built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built[0].latency_ms = None  # type: ignore[misc]
