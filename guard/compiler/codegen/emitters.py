@@ -12,10 +12,12 @@ import functools
 
 from guard.compiler.codegen.base import Emitter
 from guard.compiler.codegen.conv.emitter import Conv
+from guard.compiler.codegen.conv.transpose import ConvTranspose
 from guard.compiler.codegen.emit_elementwise import Elementwise
 from guard.compiler.codegen.emit_norm import Norm
 from guard.compiler.codegen.emit_pool import Pool
 from guard.compiler.codegen.emit_reduce import Reduce
+from guard.compiler.codegen.emit_resize import Resize
 from guard.compiler.codegen.emit_tensor import Copy, Fill
 from guard.compiler.codegen.gemm.emitter import Gemm
 from guard.compiler.graph.view import GraphView, OpNode
@@ -24,7 +26,18 @@ from guard.compiler.graph.view import GraphView, OpNode
 @functools.cache
 def table() -> dict[str, Emitter]:
     out: dict[str, Emitter] = {}
-    for e in (Elementwise(), Copy(), Fill(), Gemm(), Conv(), Pool(), Norm(), Reduce()):
+    for e in (
+        Elementwise(),
+        Copy(),
+        Fill(),
+        Gemm(),
+        Conv(),
+        Pool(),
+        Norm(),
+        Reduce(),
+        Resize(),
+        ConvTranspose(),
+    ):
         for op in e.ops:
             out[op] = e
     return out

@@ -12,6 +12,8 @@ the weights renormalised with ``exclude_outside``. ``tf_crop_and_resize`` sample
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +65,7 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
     )  # fmt: skip
 
 
-def _weights(c: np.ndarray, n_in: int, a: Attrs) -> tuple[np.ndarray, np.ndarray]:
+def _weights(c: np.ndarray, n_in: int, a: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """(indices [n_out, taps], weights [n_out, taps]) for one axis."""
     mode = a["mode"]
     if mode == "nearest":
@@ -89,20 +91,39 @@ def _weights(c: np.ndarray, n_in: int, a: Attrs) -> tuple[np.ndarray, np.ndarray
     return idx, w
 
 
+def axis_taps(
+    a: Mapping[str, Any], in_shape: tuple[int, ...], ax: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Axis ``ax`` of a Resize as taps: (input indices [n_out, taps], clipped into the
+    input; weights [n_out, taps], float64; outside [n_out], the coordinates past the
+    input's edges), or None when the axis is not resized. The generated code reads the
+    same taps (guard.compiler.codegen.emit_resize)."""
+    n_in, n_out = in_shape[ax], a["out_shape"][ax]
+    scale = a["scales"][ax]
+    roi = (a["roi"][ax], a["roi"][ax + len(in_shape)]) if a.get("roi") else (0.0, 1.0)
+    if (
+        n_in == n_out
+        and scale == 1.0
+        and a["coordinate_transformation_mode"] != "tf_crop_and_resize"
+    ):
+        return None
+    c = _coords(a["coordinate_transformation_mode"], n_out, n_in, scale, roi)
+    idx, w = _weights(c, n_in, a)
+    return np.clip(idx, 0, n_in - 1), w, (c < 0) | (c > n_in - 1)
+
+
 def resize(xs: list[np.ndarray | None], a: Attrs) -> list[np.ndarray]:
     x = xs[0]
     assert x is not None
     y = x.astype(np.float64)
     crop = a["coordinate_transformation_mode"] == "tf_crop_and_resize"
-    for ax, (n_in, n_out) in enumerate(zip(x.shape, a["out_shape"], strict=True)):
-        scale = a["scales"][ax]
-        roi = (a["roi"][ax], a["roi"][ax + x.ndim]) if a.get("roi") else (0.0, 1.0)
-        if n_in == n_out and scale == 1.0 and not crop:
+    for ax in range(x.ndim):
+        got = axis_taps(a, x.shape, ax)
+        if got is None:
             continue
-        c = _coords(a["coordinate_transformation_mode"], n_out, n_in, scale, roi)
-        idx, w = _weights(c, n_in, a)
-        outside = (c < 0) | (c > n_in - 1)
-        taps = np.take(y, np.clip(idx, 0, n_in - 1), axis=ax)  # [..., n_out, taps, ...]
+        idx, w, outside = got
+        n_out = idx.shape[0]
+        taps = np.take(y, idx, axis=ax)  # [..., n_out, taps, ...]
         shape = [1] * taps.ndim
         shape[ax], shape[ax + 1] = w.shape
         y = (taps * w.reshape(shape)).sum(axis=ax + 1)

@@ -1,0 +1,206 @@
+"""ConvTranspose, 1-D and 2-D, any stride, dilation, group, pads (negative ones too: an
+``output_shape`` larger than the full result) and output_padding, NCHW.
+
+Written as a gather, so each output element is computed once and nothing is reduced
+across output elements: output row ``oh`` receives input row ``ih`` through kernel row
+``kh`` when ``oh + pad_top - kh * dilation == ih * stride`` (and likewise for columns).
+Vector lanes run along output channels: the weights are packed at build time as
+``[g][R][S][C/g][K/g padded to L]``, so for one output pixel and one valid tap the loop
+over input channels does one broadcast input load and ``KB`` weight-vector FMAs into
+``KB`` accumulators (up to :data:`MAX_VECTORS` vectors of output channels at a time).
+The row conditions are evaluated once per output row, the column ones once per pixel,
+each tap's channel loop runs only under its condition. The bias (input 2) starts the
+accumulators; the vectors are stored lane by lane into NCHW.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import llvmlite.ir as ir
+import numpy as np
+
+from guard.compiler.codegen.base import Emitter, Kernel, float32_only
+from guard.compiler.codegen.irutil import (
+    add,
+    const,
+    fma,
+    for_loop_carried,
+    i64,
+    load,
+    load_lanes,
+    loop,
+    mul,
+    select_when,
+    splat,
+    store_strided,
+    vec,
+)
+from guard.compiler.graph.view import GraphView, OpNode
+
+MAX_VECTORS = 4  # accumulators of output channels per pass (registers: 4 of 16 or 32)
+
+
+@dataclass(frozen=True)
+class TransposeGeometry:
+    """A ConvTranspose's sizes, 1-D ones read as 2-D with one row."""
+
+    N: int
+    C: int
+    K: int
+    g: int
+    IH: int
+    IW: int
+    OH: int
+    OW: int
+    R: int
+    S: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    ph: int
+    pw: int
+
+    @classmethod
+    def of(
+        cls, attrs: Mapping[str, Any], x: Sequence[int], w: Sequence[int], y: Sequence[int]
+    ) -> TransposeGeometry:
+        two = len(x) == 4
+        st, dil, pads = list(attrs["strides"]), list(attrs["dilations"]), list(attrs["pads"])
+        g = int(attrs["group"])
+        return cls(
+            N=x[0], C=x[1], K=w[1] * g, g=g,
+            IH=x[2] if two else 1, IW=x[-1], OH=y[2] if two else 1, OW=y[-1],
+            R=w[2] if two else 1, S=w[-1],
+            sh=st[0] if two else 1, sw=st[-1], dh=dil[0] if two else 1, dw=dil[-1],
+            ph=pads[0] if two else 0, pw=pads[1] if two else pads[0],
+        )  # fmt: skip
+
+    @property
+    def Cg(self) -> int:
+        return self.C // self.g
+
+    @property
+    def Kg(self) -> int:
+        return self.K // self.g
+
+    def padded_kg(self, lanes: int) -> int:
+        return -(-self.Kg // lanes) * lanes
+
+    def pack(self, w: np.ndarray, lanes: int) -> np.ndarray:
+        """[C, K/g, (R,) S] -> [g][R][S][C/g][K/g padded], zeros past K/g."""
+        w4 = w.reshape(self.g, self.Cg, self.Kg, self.R, self.S).astype(np.float32)
+        out = np.zeros((self.g, self.R, self.S, self.Cg, self.padded_kg(lanes)), np.float32)
+        out[..., : self.Kg] = w4.transpose(0, 3, 4, 1, 2)
+        return out
+
+
+def _tap(
+    b: ir.IRBuilder, o: ir.Value, pad: int, k: int, dil: int, stride: int, n: int
+) -> tuple[ir.Value, ir.Value]:
+    """(valid, input index) of output index ``o`` through kernel tap ``k``."""
+    t = b.sub(add(b, o, pad), i64(k * dil))
+    if stride == 1:
+        return b.icmp_unsigned("<", t, i64(n)), t
+    q = b.sdiv(t, i64(stride))
+    ok = b.and_(b.icmp_signed(">=", t, i64(0)), b.icmp_signed("==", b.srem(t, i64(stride)), i64(0)))
+    return b.and_(ok, b.icmp_signed("<", q, i64(n))), q
+
+
+class ConvTranspose(Emitter):
+    ops = frozenset({"ConvTranspose"})
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        why = float32_only(node, g)
+        if why:
+            return why
+        w = g.tensors[node.args[1]]
+        if len(w.shape) not in (3, 4):
+            return f"no emitter for ConvTranspose with {len(w.shape) - 2} spatial dims (1-D, 2-D)"
+        if w.kind != "const":
+            return "no emitter for ConvTranspose with run-time weights"
+        return None
+
+    def pack(
+        self, op: str, attrs: Mapping[str, Any], index: int, value: np.ndarray,
+        shapes: Sequence[tuple[int, ...] | None], vector_width: int,
+    ) -> np.ndarray | None:  # fmt: skip
+        if index != 1 or shapes[0] is None:
+            return None
+        x = shapes[0]
+        y = [0] * len(x)  # the output's sizes play no part in packing
+        return TransposeGeometry.of(attrs, x, value.shape, y).pack(value, vector_width)
+
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
+        xo, wo = k.inputs[0], k.inputs[1]
+        assert xo is not None and wo is not None
+        geo = TransposeGeometry.of(k.attrs, xo.shape, wo.shape, k.outputs[0].shape)
+        L = k.vector_width
+        x, w, y = ins[0], ins[1], outs[0]
+        bias = ins[2] if len(ins) > 2 else None
+        kgp = geo.padded_kg(L)
+        plane = geo.OH * geo.OW
+        nvec = kgp // L
+        blocks = [(v0, min(nvec, v0 + MAX_VECTORS)) for v0 in range(0, nvec, MAX_VECTORS)]
+
+        with loop(b, 0, geo.N * geo.g, 1, "ng") as ng:
+            gi = b.srem(ng, i64(geo.g)) if geo.g > 1 else i64(0)
+            x_img = mul(b, ng, geo.Cg * geo.IH * geo.IW)  # [n, gi*Cg] of x
+            y_img = mul(b, ng, geo.Kg * plane)  # [n, gi*Kg] of y
+            w_grp = mul(b, gi, geo.R * geo.S * geo.Cg * kgp)
+            for v0, v1 in blocks:
+                with loop(b, 0, geo.OH, 1, "oh") as oh:
+                    rows = [_tap(b, oh, geo.ph, r, geo.dh, geo.sh, geo.IH) for r in range(geo.R)]
+                    with loop(b, 0, geo.OW, 1, "ow") as ow:
+                        self._pixel(b, geo, L, x, w, y, bias, (v0, v1), rows, oh, ow,
+                                    (x_img, y_img, w_grp, gi), kgp, plane)  # fmt: skip
+
+    def _pixel(
+        self, b: ir.IRBuilder, geo: TransposeGeometry, L: int, x: ir.Value, w: ir.Value,
+        y: ir.Value, bias: ir.Value | None, vecs: tuple[int, int], rows: list, oh: ir.Value,
+        ow: ir.Value, bases: tuple, kgp: int, plane: int,
+    ) -> None:  # fmt: skip
+        x_img, y_img, w_grp, gi = bases
+        v0, v1 = vecs
+        vt = vec(L) if L > 1 else ir.FloatType()
+
+        def lanes(v: int) -> int:
+            return max(0, min(L, geo.Kg - v * L))
+
+        acc: list[ir.Value] = []
+        for v in range(v0, v1):
+            if bias is None or lanes(v) == 0:
+                acc.append(const(vt, 0.0))
+            else:
+                k0 = add(b, mul(b, gi, geo.Kg), v * L)
+                acc.append(load_lanes(b, bias, k0, L, lanes(v)))
+        for s in range(geo.S):
+            ok_w, iw = _tap(b, ow, geo.pw, s, geo.dw, geo.sw, geo.IW)
+            for r in range(geo.R):
+                ok_h, ih = rows[r]
+                pix = add(b, x_img, b.mul(ih, i64(geo.IW)), iw)
+                wtap = add(b, w_grp, ((r * geo.S + s) * geo.Cg) * kgp + v0 * L)
+
+                def channels(
+                    acc: list[ir.Value] = acc, pix: ir.Value = pix, wtap: ir.Value = wtap
+                ) -> list[ir.Value]:
+                    def body(c: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
+                        xv = splat(b, load(b, x, add(b, pix, mul(b, c, geo.IH * geo.IW))), L)
+                        wc = add(b, wtap, mul(b, c, kgp))
+                        return [
+                            fma(b, xv, load(b, w, add(b, wc, j * L), L), a)
+                            for j, a in enumerate(vals)
+                        ]
+
+                    return for_loop_carried(b, 0, geo.Cg, 1, acc, body)
+
+                acc = select_when(b, b.and_(ok_h, ok_w), acc, channels)
+        for j, v in enumerate(range(v0, v1)):
+            if lanes(v):
+                out = add(b, y_img, mul(b, oh, geo.OW), ow, v * L * plane)
+                store_strided(b, acc[j], y, out, plane, lanes(v))
