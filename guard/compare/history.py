@@ -159,8 +159,10 @@ def series_from_runs(frame: Any, metric: str) -> tuple[list[float], list[str]]:
     commits = (
         f["tags.guard.git.commit"] if "tags.guard.git.commit" in f.columns else [None] * len(f)
     )
+    # A run logged outside git has no commit tag: pandas fills that cell with NaN (a float),
+    # so anything but a non-empty string is "nogit".
     labels = [
-        f"{(c or 'nogit')[:10]}@{t:%Y-%m-%d %H:%M}"
+        f"{c[:10] if isinstance(c, str) and c else 'nogit'}@{t:%Y-%m-%d %H:%M}"
         for c, t in zip(commits, f["start_time"], strict=False)
     ]
     return [float(x) for x in f[col]], labels

@@ -69,6 +69,21 @@ def test_series_from_runs_orders_oldest_first():
     assert H.series_from_runs(frame, "nope") == ([], [])
 
 
+def test_runs_without_a_commit_tag_are_labelled_nogit():
+    """Issue 28 item 2: with ``--branch ''`` runs logged outside git join the series; their
+    missing commit tag is NaN in the frame, and slicing it raised a TypeError (exit 3)."""
+    frame = pd.DataFrame(
+        {
+            "start_time": pd.to_datetime(["2026-11-01", "2026-11-02", "2026-11-03"]),
+            "metrics.latency_ms.p50": [1.0, 2.0, 3.0],
+            "tags.guard.git.commit": ["a" * 40, None, ""],
+        }
+    )
+    values, labels = H.series_from_runs(frame, "latency_ms.p50")
+    assert values == [1.0, 2.0, 3.0]
+    assert [lab.split("@")[0] for lab in labels] == ["aaaaaaaaaa", "nogit", "nogit"]
+
+
 @pytest.mark.slow
 def test_history_cli_on_a_real_store(tmp_path, capsys):
     """Ten runs logged to sqlite MLflow, a +15% step after the sixth."""
