@@ -54,12 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_BAD_INPUT
-    try:
+    try:  # a Ctrl-C at any stage, parsing and the command's imports included, is exit 130
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_BAD_INPUT
         return int(args.func(args))
     except GuardError as exc:
         print(f"guard: error: {exc}", file=sys.stderr)

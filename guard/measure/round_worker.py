@@ -67,14 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     outbox = Connection(int(args[1]), readable=False)
     os.dup2(2, 1)  # the libraries' prints go to stderr
     sys.stdout = sys.stderr
-    from guard.backends import get_backend
+    try:
+        from guard.backends import get_backend
 
-    for name in args[2:]:
-        try:
-            get_backend(name)
-        except Exception:  # noqa: BLE001, S112 - the round's own load reports it
-            continue
-    return serve(inbox, outbox)
+        for name in args[2:]:
+            try:
+                get_backend(name)
+            except Exception:  # noqa: BLE001, S112 - the round's own load reports it
+                continue
+        return serve(inbox, outbox)
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        # guard stopped (a Ctrl-C while this worker was still starting, or mid-round) and
+        # closed its ends: there is no one to reply to, and nothing for the user to read.
+        return 0
 
 
 if __name__ == "__main__":

@@ -129,27 +129,33 @@ def verdict_counts(doc: Any) -> dict[str, int]:
 
 
 def overall(doc: Any) -> str:
-    """``pass``, ``fail`` (a failure or error) or ``inconclusive`` (or nothing ran)."""
+    """``pass``, ``fail`` (a failure or error), ``interrupted`` (stopped by a signal, nothing
+    failed) or ``inconclusive`` (or nothing ran)."""
     counts = verdict_counts(doc)
-    if not counts:
-        return "inconclusive"
     if any(v != "pass" and v != "inconclusive" for v in counts):
         return "fail"
+    if get(doc, "interrupted"):  # a run cut short never reads as a pass
+        return "interrupted"
+    if not counts:
+        return "inconclusive"
     return "inconclusive" if counts.get("inconclusive") else "pass"
 
 
-OVERALL_ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}
+OVERALL_ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "interrupted": "⏹️"}
 
 
 def headline_counts(doc: Any) -> str:
-    """``1 failed, 1 error, 2 passed of 4 results``."""
+    """``1 failed, 1 error, 2 passed of 4 results``, after ``interrupted by SIGINT:`` for a
+    run a signal stopped."""
     counts = verdict_counts(doc)
     total = sum(counts.values())
+    stopped = get(doc, "interrupted")
+    prefix = f"interrupted by {text(stopped)}: " if stopped else ""
     if not total:
-        return "no results"
+        return f"{prefix}no results"
     order = [v for v in VERDICT_ORDER if v in counts] + sorted(set(counts) - set(VERDICT_ORDER))
     parts = [f"{counts[v]} {_VERDICT_WORDS.get(v, v)}" for v in order]
-    return f"{', '.join(parts)} of {total} result{'s' if total != 1 else ''}"
+    return f"{prefix}{', '.join(parts)} of {total} result{'s' if total != 1 else ''}"
 
 
 def provenance(doc: Any) -> str:

@@ -33,7 +33,8 @@ VERDICT_STYLE = {
     "error": "bold magenta",
     "inconclusive": "yellow",
 }
-OVERALL_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow"}
+OVERALL_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow",
+                 "interrupted": "bold yellow"}  # fmt: skip
 
 
 # Shorter than the Markdown headers: a CI log is 80 columns wide.
