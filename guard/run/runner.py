@@ -294,6 +294,8 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     if uri is not None:
         try:
             track.check_reachable(uri)
+        except track.StoreRefused:
+            raise  # a corrupt store: the user recovers it first (exit 2), it is never replaced
         except GuardError as exc:
             tracking_problem = str(exc)
             say(f"warning: {exc} (measuring anyway; results will be kept locally)", opts.console)

@@ -7,9 +7,11 @@ per (model, backend, target). Every run-data write goes through one batch primit
 
 from guard.track.log import keep_results, log_results, push
 from guard.track.query import find_runs, load_artifact_dict, scoped_tracking_uri
+from guard.track.store import StoreRefused
 from guard.track.uri import check_reachable, resolve_uri, unreachable_message
 
 __all__ = [
+    "StoreRefused",
     "check_reachable",
     "find_runs",
     "keep_results",

@@ -7,14 +7,27 @@ every later run would fail with "unreachable". Here:
 - a store is created by migrating a temporary file beside it, which is renamed into place
   only when complete, under an exclusive lock (``.mlflow.db.lock``): concurrent first runs
   wait for one creation instead of racing two;
-- a store whose schema is not at MLflow's head is recreated when it holds no runs (nothing
-  to lose; the old file is kept as ``mlflow.db.broken-<time>``), and refused otherwise with
-  the command that finishes the migration;
+- the store is always opened read-write, even to read its schema: a kill in the middle of
+  a large write leaves a hot ``-journal``, which only a read-write connection rolls back (a
+  read-only one reads the half-written pages, and sees a corrupt store);
+- a store whose schema is not at MLflow's head is moved aside (``mlflow.db.broken-<time>``,
+  together with its ``-journal``/``-wal``/``-shm``) and recreated only when
+  ``PRAGMA integrity_check`` says ok and it holds no runs; one holding runs is refused with
+  the command that finishes the migration, and one that fails the check (or is no
+  database) is refused with ``sqlite3 FILE .recover``: unreadable is never taken for empty;
 - a directory or database that cannot be written is said at once, before measuring,
   instead of after MLflow's retries.
 
 The schema check reads the sqlite file directly (no mlflow import): it runs on every
-``guard run`` that tracks locally.
+``guard run`` that tracks locally. The integrity check runs only on a store that is not at
+the head schema (it reads the whole file).
+
+The store stays in sqlite's default rollback-journal mode, not WAL: in WAL mode committed
+runs live in ``mlflow.db-wal`` until a checkpoint, so copying or caching ``mlflow.db``
+alone (CI caches, ``cp`` to a colleague) silently drops the newest runs, and WAL needs
+shared memory that network file systems do not give. A rollback journal is as safe
+against kills once every open is read-write (docs/ARCHITECTURE.md, "What happens after a
+kill").
 """
 
 from __future__ import annotations
@@ -56,32 +69,84 @@ def head_revision() -> str | None:
     return next(iter(heads)) if len(heads) == 1 else None
 
 
-def _schema(db: Path) -> tuple[str | None, int | None]:
-    """(alembic revision, number of runs) of a sqlite store; (None, None) if unreadable."""
+class StoreRefused(TrackingError):
+    """The store fails sqlite's integrity check, or is not a database: never replaced."""
+
+
+def _connect(db: Path) -> sqlite3.Connection:
+    """A read-write connection: the first read rolls a hot journal back (a read-only one
+    cannot, and reads the half-written pages of a transaction a kill cut short)."""
+    return sqlite3.connect(str(db), timeout=30)
+
+
+def _revision(db: Path) -> str | None:
+    """The store's alembic revision, or None when it has none or cannot be read."""
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+        con = _connect(db)
     except sqlite3.Error:
-        return None, None
+        return None
+    try:
+        row = con.execute("select version_num from alembic_version").fetchone()
+        return str(row[0]) if row else None
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()
+
+
+def probe(db: Path) -> tuple[str | None, int | None, str | None]:
+    """(alembic revision, number of runs, problem) of a sqlite store.
+
+    ``problem`` is None when ``PRAGMA integrity_check`` says ok; else what it (or sqlite)
+    said, and the number of runs is None: unreadable is never taken for empty. A store
+    with no ``runs`` table yet (a creation cut short) holds 0 runs.
+    """
+    try:
+        con = _connect(db)
+    except sqlite3.Error as exc:
+        return None, None, str(exc)
     try:
         try:
-            rev = con.execute("select version_num from alembic_version").fetchone()
-        except sqlite3.Error:
-            rev = None
-        try:
-            runs = con.execute("select count(*) from runs").fetchone()[0]
-        except sqlite3.Error:
-            runs = None
-        return (rev[0] if rev else None), runs
-    except sqlite3.DatabaseError:
-        return None, None
+            rows = con.execute("pragma integrity_check").fetchall()
+        except sqlite3.Error as exc:
+            return None, None, str(exc)
+        if [r[0] for r in rows] != ["ok"]:
+            return None, None, "; ".join(str(r[0]) for r in rows[:3])
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type='table'")}
+        rev = None
+        if "alembic_version" in tables:
+            row = con.execute("select version_num from alembic_version").fetchone()
+            rev = str(row[0]) if row else None
+        runs = con.execute("select count(*) from runs").fetchone()[0] if "runs" in tables else 0
+        return rev, int(runs), None
+    except sqlite3.Error as exc:
+        return None, None, str(exc)
     finally:
         con.close()
 
 
 def _at_head(db: Path) -> bool:
     head = head_revision()
-    rev, _ = _schema(db)
+    rev = _revision(db)
     return rev is not None and (head is None or rev == head)
+
+
+def _sidecars(db: Path) -> list[Path]:
+    """The store and the files sqlite keeps beside it: they only ever move together."""
+    return [db.with_name(db.name + suffix) for suffix in ("", "-journal", "-wal", "-shm")]
+
+
+def _journal_beside(db: Path) -> bool:
+    """A journal beside the store: a writer is busy, or one was killed mid-transaction."""
+    return any(f.exists() for f in _sidecars(db)[1:3])
+
+
+def _move_aside(db: Path) -> Path:
+    aside = db.with_name(f"{db.name}.broken-{time.strftime('%Y%m%dT%H%M%S')}")
+    for src, dst in zip(_sidecars(db), _sidecars(aside), strict=True):
+        if src.exists():
+            os.replace(src, dst)
+    return aside
 
 
 @contextlib.contextmanager
@@ -163,24 +228,38 @@ def ensure_local_store(
             hint="create it, or pass another --tracking-uri.",
         )
     _writable(uri, db)
-    if db.exists() and _at_head(db):
+    if db.exists() and not _journal_beside(db) and _at_head(db):
         return
     with _locked(db.parent / f".{db.name}.lock"):
         if not db.exists() or db.stat().st_size == 0:
+            if any(f.exists() for f in _sidecars(db)[1:]):
+                # A journal with no store (or an empty one) would be rolled back into the
+                # new store on its first write: it goes aside first, with what it belongs to.
+                aside = _move_aside(db)
+                if say is not None:
+                    say(f"note: moved the stray journal of {db} to {aside}-*")
             _create(uri, db, artifact_root)
             return
-        if _at_head(db):  # another guard created it while we waited for the lock
-            return
-        rev, runs = _schema(db)
-        if not runs:
+        # Read-write: a hot journal left by a kill is rolled back before anything is read.
+        rev, runs, problem = probe(db)
+        if problem is not None or runs is None:
+            raise StoreRefused(
+                f"local tracking store {db} fails sqlite's integrity check "
+                f"({(problem or 'unreadable')[:200]}): guard neither uses nor replaces it",
+                hint=f"recover its runs with `sqlite3 {db} .recover | sqlite3 {db}.recovered`, "
+                f"then move {db} aside and rename {db}.recovered to it (or pass --tracking-uri).",
+            )
+        head = head_revision()
+        if rev is not None and (head is None or rev == head):
+            return  # sound (another guard may have created it while we waited for the lock)
+        if runs == 0:
             # Nothing was ever logged to it: a creation that was cut short. Keep the
-            # file for inspection and start over.
-            aside = db.with_name(f"{db.name}.broken-{time.strftime('%Y%m%dT%H%M%S')}")
-            os.replace(db, aside)
+            # file (with its journal, if any) for inspection and start over.
+            aside = _move_aside(db)
             if say is not None:
                 say(
                     f"note: the local tracking store {db} was left half-created (schema "
-                    f"{rev or 'none'}); moved it to {aside} and created a new one"
+                    f"{rev or 'none'}, no runs); moved it to {aside} and created a new one"
                 )
             _create(uri, db, artifact_root)
             return
