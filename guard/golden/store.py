@@ -52,7 +52,7 @@ class GoldenCorruptError(SchemaError):
 _GOLDEN = Schema("golden", SCHEMA_VERSION, _RESTORE, error=GoldenCorruptError)
 
 
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_SAFE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 
 
 def array_sha256(a: np.ndarray) -> str:

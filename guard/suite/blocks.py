@@ -70,7 +70,7 @@ REQUIRED_CHECK_KEYS: dict[str, tuple[str, ...]] = {
     "arena": ("max_bytes",),
     "tuning": ("min_hit_rate",),
 }
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 
 
 def parse_measure(ctx: Fields, raw: Any, key: str, base: dict[str, float]) -> dict[str, float]:

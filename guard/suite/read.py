@@ -3,12 +3,20 @@
 A suite is a small hand-written file. Its bytes, and the nodes its YAML aliases expand to,
 are capped so that an alias bomb or a multi-GB file cannot exhaust memory while loading or
 while an error message shows a value.
+
+Two departures from PyYAML's YAML 1.1 reading, both where a hand-written file means
+something else: a key given twice in one mapping is an error naming its line (YAML 1.1
+lets the last one win silently, so a second ``suite:`` replaced the first), and a float
+is read by YAML 1.2's rule, so ``rtol: 1e-3`` is the number 0.001 (YAML 1.1 wants a dot,
+``1.0e-3``, and reads ``1e-3`` as a string).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -21,14 +29,49 @@ MAX_SUITE_BYTES = 4 * 1024 * 1024
 MAX_YAML_NODES = 200_000  # after alias expansion
 
 
+# YAML 1.2 core schema floats: the exponent needs no dot, the dot needs no digits after it.
+# Integers still match PyYAML's int rule first (it comes earlier in the resolver list).
+_FLOAT_1_2 = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+
+
 class BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing documents whose aliases expand past MAX_YAML_NODES."""
+    """PyYAML's safe loader, refusing documents whose aliases expand past MAX_YAML_NODES,
+    refusing a key given twice in one mapping, and reading YAML 1.2 floats."""
 
     def get_single_node(self) -> yaml.Node | None:
         node = super().get_single_node()
         if node is not None:
             _check_expansion(node)
         return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # Before the merge keys (<<) are flattened: a key after `<<: *base` overrides it.
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                    key_node, yaml.ScalarNode
+                ):
+                    continue
+                key = self.construct_object(key_node)
+                if not isinstance(key, str | int | float | bool) and key is not None:
+                    continue
+                if key in seen:
+                    first = seen[key].start_mark.line + 1
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first given on line {first})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
+
+
+BoundedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_1_2, list("-+0123456789."))
 
 
 def _check_expansion(root: yaml.Node) -> None:
