@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from guard.golden.store import outputs_sha256
+from guard.suite.data import expected_outputs
 
 
 def _as_float(a: np.ndarray) -> np.ndarray:
@@ -88,6 +89,16 @@ def compare_outputs(
     if shape_error:
         out["error"] = shape_error
     return out
+
+
+def compare_expected(
+    got: list[Any], files: tuple[str, ...], output_names: tuple[str, ...], tol: dict[str, float]
+) -> dict[str, Any]:
+    """Outputs against a test_data directory's output_K.pb (the second golden)."""
+    want = expected_outputs(files, output_names)
+    full = compare_outputs([np.asarray(g) for g in got], want, **tol)
+    keep = ("allclose", "max_abs_err", "max_rel_err", "error", "golden_sha256")
+    return {k: v for k, v in full.items() if k in keep}
 
 
 def top1_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:

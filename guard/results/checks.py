@@ -135,6 +135,20 @@ def tolerance_check(cfg: dict[str, Any], numerics: dict[str, Any]) -> Check:
     return Check("tolerance", "pass" if ok else "fail", numerics["max_abs_err"], bound, msg)
 
 
+def expected_check(cfg: dict[str, Any], expected: dict[str, Any]) -> Check:
+    """The outputs against the expected ones of the suite's test_data (output_K.pb): a
+    second golden, fixed by whoever wrote the test data, not by guard's reference run."""
+    bound = tolerance_bounds(cfg)
+    if "error" in expected:
+        return Check("expected", "fail", None, bound, f"test_data outputs: {expected['error']}")
+    ok = bool(expected["allclose"])
+    msg = (
+        f"against test_data's output_K.pb: max abs err {expected['max_abs_err']:.3g} "
+        f"{'within' if ok else 'outside'} rtol={bound['rtol']:g} atol={bound['atol']:g}"
+    )
+    return Check("expected", "pass" if ok else "fail", expected["max_abs_err"], bound, msg)
+
+
 def accuracy_check(
     cfg: dict[str, Any], accuracy: float | None, n: int | None, reason: str | None = None
 ) -> Check:
@@ -298,6 +312,9 @@ def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
     """Every check the suite configures for this entry, in report order, from the facts."""
     tol = tolerance_bounds(cfg.get("tolerance", {}))
     out = [tolerance_check(tol, facts.numerics)]
+    if "expected" in facts.numerics:
+        exp_cfg = cfg.get("expected") or cfg.get("tolerance", {})
+        out.append(expected_check(exp_cfg, facts.numerics["expected"]))
     if "accuracy" in cfg:
         out.append(
             accuracy_check(cfg["accuracy"], facts.accuracy, facts.accuracy_n, facts.accuracy_error)

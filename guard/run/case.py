@@ -26,6 +26,7 @@ from guard.compare.crossarch import encode_outputs
 from guard.core.errors import GuardError, InternalError, ModelError
 from guard.golden import Golden, compare_outputs
 from guard.golden.accuracy import session_accuracy
+from guard.golden.numerics import compare_expected
 from guard.golden.produce import ensure_golden, golden_store
 from guard.measure import MeasureConfig, RoundTimings, Timings, measure, preflight
 from guard.measure.host_speed import PROBE, read
@@ -282,6 +283,9 @@ def begin_result(
     tol = ck.tolerance_bounds(entry.checks.get("tolerance", {}))
     numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list, **tol)
     numerics["golden_status"] = golden_status
+    if entry.expected:  # test_data's output_K.pb: the second golden
+        exp_tol = ck.tolerance_bounds(entry.checks.get("expected") or tol)
+        numerics["expected"] = compare_expected(got, entry.expected, spec.outputs, exp_tol)
     if golden.meta.get("model_sha256") not in (None, spec.sha256):
         numerics["golden_model_changed"] = True
     # The outputs themselves (compact), so guard compare can tell two architectures' drift.

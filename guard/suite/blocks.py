@@ -40,10 +40,11 @@ MODEL_KEYS = {
     "options",
     "description",
     "build_timeout_s",
+    "test_data",
 }
 # Backends whose options a suite may set (guard.backends.REGISTRY, without importing it).
 OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm"}
-INPUT_KEYS = {"shape", "dist", "seed", "mean", "std", "low", "high", "value"}
+INPUT_KEYS = {"shape", "dist", "seed", "mean", "std", "low", "high", "value", "file", "key"}
 # The same keys as guard.measure.MeasureConfig, which validates the values again.
 MEASURE_KEYS = {
     "warmup_s",
@@ -58,6 +59,7 @@ MEASURE_KEYS = {
 CHECK_KEYS: dict[str, set[str]] = {
     "latency": {"p50_ms", "p90_ms", "p99_ms", "regress_pct"},
     "tolerance": {"rtol", "atol"},
+    "expected": {"rtol", "atol"},
     "accuracy": {"dataset", "min_top1", "limit"},
     "partitions": {"max"},
     "arena": {"max_bytes"},
@@ -227,6 +229,9 @@ def parse_inputs(ctx: Fields, raw: Any, key: str) -> dict[str, InputSpec]:
             raise ctx.err(key, f"input name {show(name)} is not a string")
         ik = f"{key}.{name}"
         body = ctx.mapping(body, ik, INPUT_KEYS)
+        if "file" in body or "key" in body:
+            out[str(name)] = parse_file_input(ctx, body, ik, str(name))
+            continue
         shape = body.get("shape")
         if shape is not None:
             if not isinstance(shape, list):
@@ -268,6 +273,49 @@ def parse_inputs(ctx: Fields, raw: Any, key: str) -> dict[str, InputSpec]:
             raise ctx.err(f"{ik}.low", "low exceeds high")
         out[str(name)] = InputSpec(str(name), shape, dist, int(seed), params)
     return out
+
+
+def parse_file_input(ctx: Fields, body: dict[str, Any], ik: str, name: str) -> InputSpec:
+    """``{file: PATH, key: K}``: the input's data from a .npy, .npz or TensorProto .pb file
+    (the path relative to the suite file; its shape binds the input's dims)."""
+    from guard.suite.data import SUFFIXES
+
+    extra = sorted(set(body) - {"file", "key"})
+    if extra:
+        raise ctx.err(
+            f"{ik}.{extra[0]}",
+            "does not apply to an input read from a file",
+            "A file input takes 'file' and, for an .npz, 'key'.",
+        )
+    f, key = body.get("file"), body.get("key")
+    if not isinstance(f, str) or not f.strip() or "\x00" in f:
+        raise ctx.err(f"{ik}.file", f"expected a path to {'/'.join(SUFFIXES)}, got {show(f)}")
+    p = Path(f)
+    if p.suffix not in SUFFIXES:
+        raise ctx.err(f"{ik}.file", f"unknown data format {show(p.suffix)}", f"Use {SUFFIXES}.")
+    if key is not None and (p.suffix != ".npz" or not isinstance(key, str) or not key):
+        raise ctx.err(f"{ik}.key", "names an array of an .npz file (and only of one)")
+    path = p if p.is_absolute() else ctx.path.parent / p
+    return InputSpec(name, None, "file", 0, {}, file=str(path.resolve()), key=key)
+
+
+def parse_test_data(
+    ctx: Fields, value: Any, key: str, inputs: dict[str, InputSpec]
+) -> tuple[dict[str, InputSpec], tuple[str, ...]]:
+    """``test_data: DIR`` (an ONNX test_data_set_N directory): its ``input_K.pb`` feed the
+    inputs (by the tensor's name, else as ``#K``, bound by position when the model is
+    loaded) unless ``inputs`` names them; its ``output_K.pb`` become the expected outputs."""
+    from guard.suite.data import data_set_files, tensor_name
+
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise ctx.err(key, f"expected a test_data_set_N directory, got {show(value)}")
+    d = Path(value) if Path(value).is_absolute() else ctx.path.parent / value
+    ins, outs = data_set_files(d.resolve())
+    out = dict(inputs)
+    for k, f in enumerate(ins):
+        name = tensor_name(f) or f"#{k}"
+        out.setdefault(name, InputSpec(name, None, "file", 0, {}, file=str(f)))
+    return out, tuple(str(f) for f in outs)
 
 
 def resolve_source(ctx: Fields, source: Any, key: str, suite_dir: Path) -> str:

@@ -31,6 +31,8 @@ class InputSpec:
     dist: str = "normal"
     seed: int = 0
     params: dict[str, float] = field(default_factory=dict)  # mean/std, low/high, value
+    file: str | None = None  # absolute path of a .npy/.npz/.pb the data comes from
+    key: str | None = None  # the array of an .npz (default: the input's name)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class ModelEntry:
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
     where: str = ""  # "suite.yaml: models[2]" for error messages
     suite_dir: Path = Path(".")  # relative paths in options resolve against it
+    expected: tuple[str, ...] = ()  # output_K.pb of a test_data directory: a second golden
 
 
 @dataclass(frozen=True)

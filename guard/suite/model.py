@@ -21,7 +21,7 @@ from guard.compiler.frontend import prepare
 from guard.compiler.frontend.prepare import GraphInput
 from guard.core.errors import ModelError
 from guard.core.fsutil import BoundedReadError, describe_os_error, file_sha256, read_bounded
-from guard.suite import InputSpec
+from guard.suite import InputSpec, data
 
 # Inputs larger than this are refused before allocation: a typo'd dim (1, 3, 22400, 224)
 # should be a clear message, not the OOM killer.
@@ -169,12 +169,45 @@ def opset_of(model: onnx.ModelProto) -> int:
     return 0
 
 
+def _by_name(
+    specs: dict[str, InputSpec], inputs: list[GraphInput] | tuple[GraphInput, ...], where: str
+) -> dict[str, InputSpec]:
+    """The specs keyed by input name: a test_data file ``#K`` (an unnamed input_K.pb) is
+    the model's K-th input."""
+    out: dict[str, InputSpec] = {}
+    for k, s in specs.items():
+        if k.startswith("#") and k[1:].isdigit():
+            pos = int(k[1:])
+            if pos >= len(inputs):
+                raise ModelError(
+                    f"test_data: {Path(s.file or k).name} has no input at position {pos} "
+                    f"(the model has {len(inputs)} inputs)",
+                    where=where,
+                )
+            k = inputs[pos].name
+        out.setdefault(k, s)
+    return out
+
+
+def _file_array(s: InputSpec, gi: GraphInput, where: str) -> np.ndarray:
+    """A file input's array, checked against the model's input (dtype, rank, fixed dims)."""
+    arr = data.read_input(str(s.file), s.key, gi.name)
+    at = f"{s.file}" + (f" (key {s.key!r})" if s.key else "")
+    return data.check_array(arr, gi.name, gi.dtype, tuple(gi.dims) if gi.ranked else (), at)
+
+
 def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where: str) -> ModelSpec:
-    """Bind every input's dims from the suite; an unbound dynamic dim is an error."""
+    """Bind every input's dims from the suite; an unbound dynamic dim is an error.
+
+    An input read from a file is bound to the file's shape."""
     inputs = graph_inputs(model, where)
-    shapes, bound_notes = prepare.bind_shapes(
-        inputs, {k: spec.shape for k, spec in specs.items()}, where
-    )
+    specs = _by_name(specs, inputs, where)
+    given = {k: spec.shape for k, spec in specs.items()}
+    for gi in inputs:
+        s = specs.get(gi.name)
+        if s is not None and s.file:
+            given[gi.name] = _file_array(s, gi, where).shape
+    shapes, bound_notes = prepare.bind_shapes(inputs, given, where)
     notes = [f"{path}: {n}" for n in bound_notes]
     for gi in inputs:
         shape = shapes[gi.name]
@@ -203,9 +236,13 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where:
 def make_inputs(spec: ModelSpec, specs: dict[str, InputSpec]) -> dict[str, np.ndarray]:
     """Deterministic input data from each input's seed and distribution (dtype from the model)."""
     feeds: dict[str, np.ndarray] = {}
+    specs = _by_name(specs, spec.inputs, str(spec.path))
     for gi in spec.inputs:
         s = specs.get(gi.name) or InputSpec(gi.name, None)
         shape = spec.shapes[gi.name]
+        if s.file:
+            feeds[gi.name] = np.array(_file_array(s, gi, str(spec.path)), order="C")
+            continue
         try:
             arr = _fill(s, shape, gi.dtype)
         except (OverflowError, ValueError) as exc:  # e.g. value 1000 for an int8 input

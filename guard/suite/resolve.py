@@ -26,6 +26,7 @@ from guard.suite.blocks import (
     parse_options,
     parse_profile,
     parse_targets,
+    parse_test_data,
     parse_threads,
     resolve_source,
 )
@@ -91,11 +92,16 @@ def parse_suite(data: Any, path: Path) -> Suite:
         mdesc = m.get("description", "")
         if not isinstance(mdesc, str):
             raise ctx.err(f"{mk}.description", f"expected a string, got {show(mdesc)}")
+        minputs = parse_inputs(ctx, m.get("inputs"), f"{mk}.inputs")
+        expected: tuple[str, ...] = ()
+        if "test_data" in m:
+            minputs, expected = parse_test_data(ctx, m["test_data"], f"{mk}.test_data", minputs)
         models.extend(
             ModelEntry(
                 name=mname,
                 source=resolve_source(ctx, m["source"], f"{mk}.source", path.parent),
-                inputs=parse_inputs(ctx, m.get("inputs"), f"{mk}.inputs"),
+                inputs=minputs,
+                expected=expected,
                 backends=ctx.string_list(m["backends"], f"{mk}.backends")
                 if "backends" in m
                 else backends,
