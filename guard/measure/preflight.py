@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import resource
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,46 @@ def contention_warning(contention: float | None) -> str | None:
         f"other processes used {contention:.0%} of the spare CPU during the timed loop "
         f"(> {CONTENTION_WARN:.0%}): latencies may be off by 2x; re-run on a quiet machine"
     )
+
+
+def round_contended(contention: float | None, cpu_share: float | None) -> bool:
+    """Whether a round was measured under contention: others took more than CONTENTION_WARN
+    of the spare CPU, or this process got less than CPU_SHARE_WARN of a core."""
+    return contention_warning(contention) is not None or cpu_share_warning(cpu_share) is not None
+
+
+def contention_block(rounds: Sequence[Any]) -> dict[str, Any]:
+    """A result's ``contention`` block from its rounds (anything with ``contention`` and
+    ``cpu_share``): ``flagged`` when any round was contended, with how many and the worst.
+
+    A latency bound missed by a flagged result is inconclusive, not failed (guard.results.
+    checks), and the dashboard's change points leave flagged runs out.
+    """
+    loads = [r.contention for r in rounds if r.contention is not None]
+    shares = [r.cpu_share for r in rounds if r.cpu_share is not None]
+    flagged = sum(round_contended(r.contention, r.cpu_share) for r in rounds)
+    return {
+        "flagged": flagged > 0,
+        "rounds_flagged": flagged,
+        "rounds": len(rounds),
+        "load_max": max(loads) if loads else None,
+        "cpu_share_min": min(shares) if shares else None,
+        "load_threshold": CONTENTION_WARN,
+        "cpu_share_threshold": CPU_SHARE_WARN,
+    }
+
+
+def contention_text(block: Mapping[str, Any]) -> str:
+    """``4 of 10 rounds contended: others used up to 63% of the spare CPU, this process got
+    as little as 55% of a core``: what a flagged result's messages say."""
+    parts = [f"{block.get('rounds_flagged')} of {block.get('rounds')} rounds contended"]
+    load, share = block.get("load_max"), block.get("cpu_share_min")
+    detail = []
+    if isinstance(load, int | float) and load > CONTENTION_WARN:
+        detail.append(f"others used up to {load:.0%} of the spare CPU")
+    if isinstance(share, int | float) and share < CPU_SHARE_WARN:
+        detail.append(f"this process got as little as {share:.0%} of a core")
+    return parts[0] + (": " + ", ".join(detail) if detail else "")
 
 
 def set_threads(n: int) -> dict[str, str | None]:

@@ -61,6 +61,7 @@ from guard.measure.preflight import (
     cpu_share_warning,
     preemptions_between,
     read_cpu_times,
+    round_contended,
 )
 from guard.measure.summary import summarize
 
@@ -391,6 +392,7 @@ class RoundTimings:
                     "stopped_by": t.stopped_by,
                     "contention": t.contention,
                     "cpu_share": t.cpu_share,
+                    "contended": round_contended(t.contention, t.cpu_share),
                     "preemptions": t.preemptions,
                     "cpu_ms_per_call": (
                         None if t.cpu_per_call_s is None else t.cpu_per_call_s * 1e3

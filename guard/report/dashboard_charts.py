@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from guard.report.dashboard_series import Point, Series
+from guard.report.dashboard_series import Point, Series, contended
 
 PANELS = (
     ("arena_bytes", "arena (bytes)", ".3~s"),
@@ -38,9 +38,9 @@ def series_figure(series: Series, mlflow_link: Callable[[str], str | None]) -> A
              "manifest %{customdata[2]}<br>verdict %{customdata[3]}%{customdata[5]}<br>")  # fmt: skip
     # A point measured while other work took the CPU is drawn hollow and orange: a change
     # point next to one is worth a re-run before a bisect.
-    contended = [_contended(p) for p in pts]
-    p50_marker = {"size": 8, "color": ["#d4760a" if c else "#0969da" for c in contended],
-                  "symbol": ["circle-open" if c else "circle" for c in contended],
+    flagged = [contended(p) for p in pts]
+    p50_marker = {"size": 8, "color": ["#d4760a" if c else "#0969da" for c in flagged],
+                  "symbol": ["circle-open" if c else "circle" for c in flagged],
                   "line": {"width": 2}}  # fmt: skip
 
     def m(name: str) -> list[float | None]:
@@ -99,18 +99,11 @@ def series_figure(series: Series, mlflow_link: Callable[[str], str | None]) -> A
     return fig
 
 
-CONTENDED = 0.2  # preflight's threshold: other processes' share of the spare CPU
-
-
-def _contended(p: Point) -> bool:
-    return (p.metrics.get("preflight.contention") or 0.0) > CONTENDED
-
-
 def _contention_text(p: Point) -> str:
     share = p.metrics.get("preflight.contention")
     if share is None:
         return ""
-    flag = " (contended: re-run before trusting)" if share > CONTENDED else ""
+    flag = " (contended: re-run before trusting; not in the change points)" if contended(p) else ""
     return f"<br>CPU contention {share:.0%}{flag}"
 
 

@@ -146,12 +146,32 @@ def pin_changes(points: Sequence[Point]) -> list[dict[str, Any]]:
     return out
 
 
+CONTENDED = 0.2  # preflight's threshold: other processes' share of the spare CPU
+
+
+def contended(p: Point) -> bool:
+    """A run measured under contention: its result's ``contention.flagged`` (runs logged
+    before results carried the block: its preflight contention above the threshold)."""
+    flagged = p.metrics.get("contention.flagged")
+    if flagged is not None:
+        return flagged > 0
+    return (p.metrics.get("preflight.contention") or 0.0) > CONTENDED
+
+
 def analyse_series(series: Series) -> None:
-    """Change points of p50 (guard.compare.history.analyse), the bound's creep, pin markers."""
+    """Change points of p50 (guard.compare.history.analyse), the bound's creep, pin markers.
+
+    Runs flagged as contended are drawn but left out of the change points: a step made of
+    a loaded machine's runs is the machine's, not the code's. The note says how many."""
     series.pin_changes = pin_changes(series.points)
-    pts = [p for p in series.points if (p.metrics.get("latency_ms.p50") or 0) > 0]
+    measured = [p for p in series.points if (p.metrics.get("latency_ms.p50") or 0) > 0]
+    pts = [p for p in measured if not contended(p)]
+    left_out = len(measured) - len(pts)
+    ignored = f"change points ignore {left_out} run(s) flagged as contended" if left_out else ""
     if len(pts) < 2:
-        series.analysis_note = "one run so far: a trend and change points need at least two"
+        series.analysis_note = (
+            ignored or "one run so far: a trend and change points need at least two"
+        )
         return
     values = [p.metrics["latency_ms.p50"] for p in pts]
     a = analyse(values, labels=[p.short for p in pts], bound=series.bound)
@@ -167,7 +187,9 @@ def analyse_series(series: Series) -> None:
             "run_id": pts[i].run_id,
         })  # fmt: skip
     consumed = a.get("headroom_consumed")
+    notes = [ignored] if ignored else []
     if consumed is not None and math.isfinite(consumed):
-        series.analysis_note = f"headroom to the bound consumed: {max(0.0, consumed):.0%}"
+        notes.insert(0, f"headroom to the bound consumed: {max(0.0, consumed):.0%}")
     elif consumed is not None:
-        series.analysis_note = "at or past the bound"
+        notes.insert(0, "at or past the bound")
+    series.analysis_note = "; ".join(notes)

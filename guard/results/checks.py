@@ -8,7 +8,7 @@ from it in one call. Adding a check means touching this module and the suite sch
 
 A result's verdict is ``error`` if guard could not run it, ``fail`` if any check
 failed, ``inconclusive`` if a latency bound was only met or missed on a truncated
-measurement, else ``pass``.
+measurement, or missed while rounds were contended (unless ``latency.strict``), else ``pass``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from guard.measure.preflight import contention_text
 from guard.stats.regress import DEFAULT_REGRESS_PCT
 from guard.stats.verdicts import on_rounds
 from guard.suite import latency_bound
@@ -41,9 +42,16 @@ def _fmt(x: float) -> str:
 
 
 def latency_checks(
-    cfg: dict[str, Any], stats: dict[str, float], arch: str, truncated: bool
+    cfg: dict[str, Any],
+    stats: dict[str, float],
+    arch: str,
+    truncated: bool,
+    contention: dict[str, Any] | None = None,
 ) -> list[Check]:
+    """One check per latency bound. A bound missed while rounds were contended is
+    inconclusive (the machine, not the model, may have missed it) unless ``strict: true``."""
     out = []
+    contended = bool(contention and contention.get("flagged")) and not cfg.get("strict")
     for key in ("p50_ms", "p90_ms", "p99_ms"):
         if key not in cfg:
             continue
@@ -64,6 +72,12 @@ def latency_checks(
         if truncated:
             status = "inconclusive"
             msg += "; measurement hit max_time_s before min_iters, so the verdict is inconclusive"
+        elif not ok and contended:
+            status = "inconclusive"
+            msg += (
+                f"; inconclusive (contention: {contention_text(contention or {})}): re-run on a "
+                "quiet machine, or set checks.latency.strict: true to fail on it anyway"
+            )
         out.append(Check(name, status, value, bound, msg))
     return out
 
@@ -295,6 +309,7 @@ class Facts:
     numerics: dict[str, Any]
     latency_ms: dict[str, Any] | None = None
     truncated: bool = False
+    contention: dict[str, Any] | None = None  # guard.measure.preflight.contention_block
     accuracy: float | None = None
     accuracy_n: int | None = None
     accuracy_error: str | None = None
@@ -321,7 +336,9 @@ def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
         )
     latency = cfg.get("latency", {})
     if "latency" in cfg and facts.latency_ms is not None:
-        out += latency_checks(latency, facts.latency_ms, facts.arch, facts.truncated)
+        out += latency_checks(
+            latency, facts.latency_ms, facts.arch, facts.truncated, facts.contention
+        )
     elif "latency" in cfg and facts.latency_skipped:
         out += skipped_latency_checks(latency, facts.arch, facts.latency_skipped)
     bound = regress_bound(latency, facts.baseline_given)

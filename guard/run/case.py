@@ -30,6 +30,7 @@ from guard.golden.numerics import compare_expected
 from guard.golden.produce import ensure_golden, golden_store
 from guard.measure import MeasureConfig, RoundTimings, Timings, measure, preflight
 from guard.measure.host_speed import PROBE, read
+from guard.measure.preflight import contention_block
 from guard.measure.round_runner import (
     WORKER,
     RoundJob,
@@ -353,11 +354,13 @@ def finish_result(
     regress, regress_reason = _against_baseline(
         entry, backend_name, measured, bound, baseline, noise
     )
+    contention = contention_block(p.rounds)
     facts = ck.Facts(
         **p.known,
         baseline_given=baseline is not None,
         latency_ms=stats,
         truncated=timings.truncated,
+        contention=contention,
         regress=regress,
         regress_reason=regress_reason,
         partitions=partitions,
@@ -402,7 +405,10 @@ def finish_result(
         artefact_reused=case.reused,
         graph=info.graph,
         layout_conversions=partitions.get("layout_conversions"),
-        extra={"kernels": kernels(case.feeds)} if callable(kernels) else None,
+        extra={
+            "contention": contention,
+            **({"kernels": kernels(case.feeds)} if callable(kernels) else {}),
+        },
     )
 
 

@@ -57,7 +57,7 @@ MEASURE_KEYS = {
 }
 # check name -> allowed keys
 CHECK_KEYS: dict[str, set[str]] = {
-    "latency": {"p50_ms", "p90_ms", "p99_ms", "regress_pct"},
+    "latency": {"p50_ms", "p90_ms", "p99_ms", "regress_pct", "strict"},
     "tolerance": {"rtol", "atol"},
     "expected": {"rtol", "atol"},
     "accuracy": {"dataset", "min_top1", "limit"},
@@ -117,6 +117,10 @@ def parse_checks(
             kk = f"{ck}.{k}"
             if name == "latency" and k in ("p50_ms", "p90_ms", "p99_ms"):
                 merged[k] = parse_arch_bound(ctx, v, kk)
+            elif name == "latency" and k == "strict":  # fail a bound missed under contention
+                if not isinstance(v, bool):
+                    raise ctx.err(kk, f"is true or false, got {show(v)}")
+                merged[k] = v
             elif name == "accuracy" and k == "dataset":
                 merged[k] = parse_dataset(ctx, v, kk)
             elif name == "tuning" or (name == "accuracy" and k == "min_top1"):

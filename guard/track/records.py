@@ -138,7 +138,7 @@ def tuning_hit_rate(result: Mapping[str, Any]) -> float | None:
 def result_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     """Scalar metrics of one result: latency, numerics errors, partitions, arena, tuning."""
     metrics: dict[str, float] = {}
-    for name in ("latency_ms", "numerics", "partitions", "preflight"):
+    for name in ("latency_ms", "numerics", "partitions", "preflight", "contention"):
         metrics.update(_numeric_leaves(result.get(name), name))
     if "latency_ms.p10" not in metrics and isinstance(result.get("latency_ms"), Mapping):
         # The lower edge of the band a dashboard draws around p50; results store p90 and up.

@@ -61,6 +61,28 @@ def test_change_points_come_from_guard_history():
     assert step["index"] == 4 and step["pct"] == pytest.approx(103, abs=2)
 
 
+def test_change_points_ignore_runs_flagged_as_contended():
+    """Issue 28 item 4: a +50% step made of contended runs is not a change point; the
+    series says how many runs it left out, and a quiet step is still found."""
+    values = [2.0, 2.02, 1.99, 2.01, 2.0, 3.0, 3.02, 2.99, 3.01, 3.0]
+    rows = [_row(t=f"2026-01-{i + 1:02d}", latency_ms__p50=v, contention__flagged=float(i >= 5))
+            for i, v in enumerate(values)]  # fmt: skip
+    (s,) = S.group_series(rows)
+    S.analyse_series(s)
+    assert s.steps == [] and "ignore 5 run(s) flagged as contended" in s.analysis_note
+    # Older runs without the block: their preflight contention decides.
+    for r in rows:
+        r["metrics.preflight.contention"] = 0.6 if r.pop("metrics.contention.flagged") else 0.0
+    (old,) = S.group_series(rows)
+    S.analyse_series(old)
+    assert old.steps == [] and "ignore 5 run(s)" in old.analysis_note
+    for r in rows:
+        r["metrics.preflight.contention"] = 0.0
+    (quiet,) = S.group_series(rows)
+    S.analyse_series(quiet)
+    assert [st["index"] for st in quiet.steps] == [5] and "contended" not in quiet.analysis_note
+
+
 def _log_history(uri, doc, n=5):
     """n invocations; the last is 2x slower and bumps the onnxruntime runtime pin."""
     from guard.track import log_results

@@ -74,3 +74,50 @@ def test_verdict_precedence():
     assert ck.verdict([mk("inconclusive"), mk("fail")]) == "fail"
     assert ck.verdict([mk("fail"), mk("error")]) == "error"
     assert ck.verdict([mk("pass")], error="boom") == "error"
+
+
+# Issue 28 items 4 and 6: a bound missed under contention is inconclusive, unless strict.
+CONTENDED = {"flagged": True, "rounds_flagged": 4, "rounds": 10, "load_max": 0.63,
+             "cpu_share_min": 0.97, "load_threshold": 0.2, "cpu_share_threshold": 0.9}  # fmt: skip
+
+
+def test_a_bound_missed_under_contention_is_inconclusive():
+    (c,) = ck.latency_checks({"p50_ms": 1.0}, STATS, "x86_64", False, CONTENDED)
+    assert c.status == "inconclusive" and ck.verdict([c]) == "inconclusive"
+    assert "inconclusive (contention: 4 of 10 rounds contended: others used up to 63%" in (
+        c.message
+    )
+    assert "strict: true" in c.message
+
+
+def test_strict_latency_fails_under_contention_and_a_met_bound_passes():
+    (c,) = ck.latency_checks({"p50_ms": 1.0, "strict": True}, STATS, "x86_64", False, CONTENDED)
+    assert c.status == "fail"
+    (ok,) = ck.latency_checks({"p50_ms": 2.5}, STATS, "x86_64", False, CONTENDED)
+    assert ok.status == "pass"
+    quiet = {**CONTENDED, "flagged": False, "rounds_flagged": 0}
+    (miss,) = ck.latency_checks({"p50_ms": 1.0}, STATS, "x86_64", False, quiet)
+    assert miss.status == "fail"
+
+
+def test_evaluate_reads_contention_from_the_facts():
+    facts = ck.Facts(backend="onnxruntime", arch="x86_64", numerics={"golden_status": "created"},
+                     latency_ms=STATS,
+                     contention=CONTENDED)  # fmt: skip
+    latency = [
+        c for c in ck.evaluate({"latency": {"p50_ms": 1.0}}, facts) if c.name.startswith("latency")
+    ]
+    assert [c.status for c in latency] == ["inconclusive"]
+
+
+def test_contention_block_counts_flagged_rounds():
+    from types import SimpleNamespace as R
+
+    from guard.measure.preflight import contention_block
+
+    rounds = [R(contention=0.05, cpu_share=1.0), R(contention=0.5, cpu_share=1.0),
+              R(contention=None, cpu_share=0.6), R(contention=None, cpu_share=None)]  # fmt: skip
+    b = contention_block(rounds)
+    assert (b["flagged"], b["rounds_flagged"], b["rounds"]) == (True, 2, 4)
+    assert (b["load_max"], b["cpu_share_min"]) == (0.5, 0.6)
+    assert contention_block(rounds[:1])["flagged"] is False
