@@ -26,6 +26,18 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "guard run --tracking-uri http://127.0.0.1:5000 --require-tracking",
         ],
     ),
+    "init": (
+        "Start a suite from a model file: an entry with inputs from the model's declared "
+        "shapes (symbolic dims bound and named in comments; --dim NAME=N to choose), the "
+        "backends that build it on this host and reproduce the golden (the others in a "
+        "comment with the reason), the default checks; builds the golden and prints the "
+        "command to run it. Appends to --suite when it exists. Exit 2 when no backend "
+        "builds the model (the entry is still written, switched off, with the reasons).",
+        [
+            "guard init model.onnx",
+            "guard init model.onnx --suite suites/mine.yaml --dim batch=4",
+        ],
+    ),
     "golden update": (
         "Re-create the goldens of a suite's models with the reference (onnxruntime, every "
         "graph optimisation off), recording who, when, why and the old and new hashes. A "
