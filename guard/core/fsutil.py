@@ -37,6 +37,50 @@ class BoundedReadError(OSError):
         self.reason = reason
 
 
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words: 'a FIFO', 'a directory', ..."""
+    for test, kind in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symlink"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def not_regular(path: Path, mode: int) -> BoundedReadError:
+    """The error for a path that is not a regular file, naming what it is."""
+    if stat.S_ISDIR(mode):
+        return BoundedReadError(path, "is a directory, not a file", errno.EISDIR)
+    return BoundedReadError(path, f"is {file_kind(mode)}, not a regular file")
+
+
+def regular_file_size(path: str | os.PathLike[str]) -> int:
+    """The size of ``path`` if it is a regular file (symlinks followed), without opening it.
+
+    FileNotFoundError if it does not exist; BoundedReadError naming its kind (a FIFO, a
+    directory, a device, a socket) if it is anything else, so no reader ever blocks on a
+    FIFO or reads a device without end.
+    """
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise BoundedReadError(
+            p, f"cannot be read: {exc.strerror or exc}", exc.errno or errno.EIO
+        ) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(p, st.st_mode)
+    return st.st_size
+
+
 def read_bounded(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) -> bytes:
     """The bytes of a regular file no larger than ``limit``; anything else is refused.
 
@@ -59,10 +103,8 @@ def read_bounded(path: str | os.PathLike[str], limit: int = MAX_DOCUMENT_BYTES) 
         ) from None
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise BoundedReadError(p, "is a directory, not a file", errno.EISDIR)
         if not stat.S_ISREG(st.st_mode):
-            raise BoundedReadError(p, "is not a regular file (a device, FIFO or socket)")
+            raise not_regular(p, st.st_mode)
         if st.st_size > limit:
             raise BoundedReadError(
                 p,

@@ -32,8 +32,10 @@ import numpy as np
 from guard.core.errors import SchemaError, UsageError
 from guard.core.fsutil import (
     USER_OS_ERRNOS,
+    BoundedReadError,
     atomic_write_bytes,
     describe_os_error,
+    read_bounded,
     read_bounded_text,
 )
 from guard.core.schema import Schema
@@ -51,6 +53,10 @@ class GoldenCorruptError(SchemaError):
 
 _GOLDEN = Schema("golden", SCHEMA_VERSION, _RESTORE, error=GoldenCorruptError)
 
+
+# An array file (npz) may hold a model's whole input or output: beyond this, a golden is a
+# mistake; a suite's limits.max_tensor_bytes sets the cap each run uses.
+MAX_GOLDEN_BYTES = 2 * 1024**3
 
 _SAFE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 
@@ -128,12 +134,24 @@ class GoldenStore:
         return self.root / model
 
     def exists(self, model: str) -> bool:
-        return (self._dir(model) / "golden.json").is_file()
+        return os.path.lexists(self._dir(model) / "golden.json")
 
-    def load(self, model: str) -> Golden | None:
+    def load(self, model: str, max_bytes: int = MAX_GOLDEN_BYTES) -> Golden | None:
+        """The model's golden; None when it has none (not even arrays); ``max_bytes`` caps
+        each array file on disk and each array it holds (guard.suite.limits)."""
         d = self._dir(model)
         meta_path = d / "golden.json"
-        if not meta_path.is_file():
+        if not os.path.lexists(meta_path):
+            left = [p.name for p in (d / "inputs.npz", d / "outputs.npz") if os.path.lexists(p)]
+            if left:
+                # A deleted golden.json must not make the next run produce a new golden
+                # from whatever the model outputs now: that would hide the regression.
+                raise GoldenCorruptError(
+                    f"golden.json is missing beside {' and '.join(left)} (deleted, or its "
+                    "first write was cut short)",
+                    where=str(meta_path),
+                    hint=_RESTORE,
+                )
             return None
         try:
             meta = json.loads(read_bounded_text(meta_path))
@@ -144,7 +162,7 @@ class GoldenStore:
             ) from None
         meta = _GOLDEN.check(meta, meta_path)
         try:
-            return self._arrays(model, d, meta)
+            return self._arrays(model, d, meta, max_bytes)
         except GoldenCorruptError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -161,13 +179,24 @@ class GoldenStore:
         except GoldenCorruptError as exc:
             return None, str(exc)
 
-    def _arrays(self, model: str, d: Path, meta: dict[str, Any]) -> Golden:
+    def _arrays(self, model: str, d: Path, meta: dict[str, Any], max_bytes: int) -> Golden:
         arrays = {}
         for part in ("inputs", "outputs"):
             p = d / f"{part}.npz"
             try:
-                with np.load(p, allow_pickle=False) as z:
+                # Read as bytes first: only a regular file, never blocking on a FIFO.
+                raw = read_bounded(p, max_bytes)
+            except (OSError, BoundedReadError) as exc:
+                why = getattr(exc, "reason", None) or describe_os_error(exc)
+                raise GoldenCorruptError(
+                    f"golden {part} cannot be read: {why}", where=str(p), hint=_RESTORE
+                ) from None
+            try:
+                with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+                    _check_sizes(z, p, max_bytes)
                     arrs = [z[f"a{i}"] for i in range(len(meta[part]))]
+            except GoldenCorruptError:
+                raise
             except Exception as exc:  # noqa: BLE001 - zip, zlib, npy header: all corruption
                 why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
                 raise GoldenCorruptError(
@@ -277,6 +306,20 @@ class GoldenStore:
             d / "golden.json", (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode()
         )
         return new
+
+
+def _check_sizes(z: Any, p: Path, max_bytes: int) -> None:
+    """Each array's uncompressed size, from the zip directory, is within ``max_bytes``: a
+    small compressed file must not expand past the limit (zipfile stops at that size)."""
+    for info in z.zip.infolist():
+        if info.file_size > max_bytes:
+            raise GoldenCorruptError(
+                f"golden array {info.filename!r} is {info.file_size} bytes uncompressed, over "
+                f"the limit of {max_bytes} bytes (limits.max_tensor_bytes)",
+                where=str(p),
+                hint="Raise limits.max_tensor_bytes in the suite if the model's tensors are "
+                "that large.",
+            )
 
 
 def _same_content(previous: Golden, new: Golden, model_sha256: str) -> bool:

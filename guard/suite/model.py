@@ -20,7 +20,13 @@ from onnx import external_data_helper
 from guard.compiler.frontend import prepare
 from guard.compiler.frontend.prepare import GraphInput
 from guard.core.errors import ModelError
-from guard.core.fsutil import BoundedReadError, describe_os_error, file_sha256, read_bounded
+from guard.core.fsutil import (
+    BoundedReadError,
+    describe_os_error,
+    file_sha256,
+    read_bounded,
+    regular_file_size,
+)
 from guard.suite import InputSpec, data
 
 # Inputs larger than this are refused before allocation: a typo'd dim (1, 3, 22400, 224)
@@ -80,12 +86,48 @@ def _check_external_data(model: onnx.ModelProto, path: Path) -> None:
                 hint="Keep external data files next to the model; guard refuses paths that "
                 "escape it.",
             )
-        if not target.is_file():
+        try:
+            size = regular_file_size(target)
+        except FileNotFoundError:
             raise ModelError(
                 f"tensor {tensor.name!r} needs external data file {loc!r}, which does not exist",
                 where=str(path),
                 hint="Copy the .data file next to the model.",
-            )
+            ) from None
+        except BoundedReadError as exc:
+            raise ModelError(
+                f"tensor {tensor.name!r} needs external data file {loc!r}, which {exc.reason}",
+                where=str(path),
+                hint="Point the model's external data at the .data file itself.",
+            ) from None
+        _check_extent(tensor.name, info, loc, size, path)
+
+
+def _check_extent(name: str, info: dict[str, str], loc: str, size: int, path: Path) -> None:
+    """The tensor's offset and length lie inside its external data file of ``size`` bytes.
+
+    A truncated .data file or a length past its end is the model's fault: said here with
+    the tensor and the sizes, before onnx reads it (onnx raises a bare ValueError).
+    """
+    try:
+        offset = int(info.get("offset") or 0)
+        length = int(info["length"]) if info.get("length") else None
+    except ValueError:
+        raise ModelError(
+            f"tensor {name!r}: external data offset/length are not integers "
+            f"({info.get('offset')!r}, {info.get('length')!r})",
+            where=str(path),
+            hint="Re-export the model with its external data.",
+        ) from None
+    end = offset + (length if length is not None else 0)
+    if offset < 0 or (length is not None and length < 0) or end > size or offset > size:
+        want = f"bytes {offset}..{end}" if length is not None else f"offset {offset}"
+        raise ModelError(
+            f"tensor {name!r} needs {want} of external data file {loc!r}, which has {size} "
+            "bytes (truncated, or the model points past its end)",
+            where=str(path),
+            hint="Copy the complete .data file next to the model (or re-export it).",
+        )
 
 
 def load_model(path: Path) -> onnx.ModelProto:
@@ -126,7 +168,14 @@ def load_model(path: Path) -> onnx.ModelProto:
         t.data_location == onnx.TensorProto.EXTERNAL
         for t in external_data_helper._get_all_tensors(model)
     ):
-        external_data_helper.load_external_data_for_model(model, str(path.parent))
+        try:
+            external_data_helper.load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as exc:  # changed between the check and the read
+            raise ModelError(
+                f"cannot load its external data: {str(exc).splitlines()[0][:200]}",
+                where=str(path),
+                hint="Copy the complete .data file next to the model.",
+            ) from None
     prepare.toposort(model.graph, str(path))  # a cycle is a ModelError naming its nodes
     try:
         onnx.checker.check_model(model)
@@ -211,6 +260,15 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where:
     notes = [f"{path}: {n}" for n in bound_notes]
     for gi in inputs:
         shape = shapes[gi.name]
+        if 0 in shape:
+            ax = shape.index(0)
+            raise ModelError(
+                f"input {gi.name!r} with shape {list(shape)} is empty (dim {ax} is 0): there "
+                "is nothing to run or compare",
+                where=where,
+                hint="Give every dim of the input a size of at least 1 in the suite's inputs "
+                "block.",
+            )
         nbytes = float(np.prod(shape, dtype=np.float64)) * gi.dtype.itemsize
         if nbytes > MAX_INPUT_BYTES:
             raise ModelError(
