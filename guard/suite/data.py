@@ -30,7 +30,12 @@ from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
 from guard.core.errors import ModelError
-from guard.core.fsutil import BoundedReadError, describe_os_error, read_bounded
+from guard.core.fsutil import (
+    BoundedReadError,
+    describe_os_error,
+    read_bounded,
+    regular_file_size,
+)
 
 # An input file is read whole; past this it is refused before reading (a suite's data, not
 # a data set: 2 GiB is the largest single input guard allocates anyway).
@@ -85,7 +90,8 @@ def load_array(path: Path, key: str | None, input_name: str) -> np.ndarray:
     try:
         if path.suffix == ".pb":
             return _read_pb(path)
-        if path.stat().st_size > MAX_DATA_BYTES:
+        # a FIFO, directory or device is refused here, named (np.load would block on a FIFO)
+        if regular_file_size(path) > MAX_DATA_BYTES:
             raise ModelError(
                 f"is larger than guard's {MAX_DATA_BYTES // 2**30} GiB limit", where=str(path)
             )

@@ -185,3 +185,12 @@ def test_a_golden_array_over_the_byte_limit_is_refused_before_it_is_loaded(tmp_p
         GoldenStore(gdir.parent).load("m", max_bytes=100)
     shutil.rmtree(gdir)
     assert GoldenStore(gdir.parent).load("m") is None
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".pb"])
+def test_an_input_data_file_that_is_a_fifo_is_refused_at_once(tmp_path, suffix):
+    from guard.suite.data import load_array
+
+    os.mkfifo(tmp_path / f"x{suffix}")
+    with pytest.raises(ModelError, match="a FIFO"):
+        load_array(tmp_path / f"x{suffix}", None, "x")
