@@ -43,6 +43,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(significant and large; see guard compare)",
     )
     r.add_argument(
+        "--base-branch",
+        metavar="BRANCH",
+        help="with tracking and no --baseline, print the comparison with the last finished "
+        "run of this suite on BRANCH (default: $GITHUB_BASE_REF, set on pull requests)",
+    )
+    r.add_argument(
+        "--no-base-compare",
+        action="store_true",
+        help="do not look up or print the base branch comparison",
+    )
+    r.add_argument(
         "--golden-dir", metavar="DIR", help="golden store (default: <suite dir>/goldens/<suite>)"
     )
     r.add_argument("--model", action="append", metavar="NAME", help="only this model (repeatable)")
@@ -112,5 +123,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         invocation_id=getattr(args, "invocation_id", None),
         require_tracking=args.require_tracking,
     )
-    _, code = run_suite(suite, opts)
+    doc, code = run_suite(suite, opts)
+    if opts.track and baseline is None and not args.no_base_compare and code < 128:
+        from guard.run.base_compare import base_branch, compare_with_base
+
+        branch = base_branch(args.base_branch)
+        if branch:
+            compare_with_base(doc, branch, workdir=opts.workdir)
     return code
