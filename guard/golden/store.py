@@ -229,6 +229,7 @@ class GoldenStore:
         model_sha256: str,
         reason: str | None,
         previous: Golden | None = None,
+        input_specs: dict[str, Any] | None = None,
     ) -> Golden:
         d = self._dir(model)
         try:
@@ -241,6 +242,7 @@ class GoldenStore:
                 model_sha256=model_sha256,
                 reason=reason,
                 previous=previous,
+                input_specs=input_specs,
             )
         except OSError as exc:
             if exc.errno not in USER_OS_ERRNOS:
@@ -262,9 +264,14 @@ class GoldenStore:
         model_sha256: str,
         reason: str | None,
         previous: Golden | None,
+        input_specs: dict[str, Any] | None = None,
     ) -> Golden:
         new = Golden(model=model, inputs=inputs, outputs=outputs)
-        if previous is not None and _same_content(previous, new, model_sha256):
+        if (
+            previous is not None
+            and _same_content(previous, new, model_sha256)
+            and (input_specs is None or previous.meta.get("input_specs") == input_specs)
+        ):
             # An update that changes nothing writes nothing and adds no history entry.
             return previous
         d.mkdir(parents=True, exist_ok=True)
@@ -299,6 +306,8 @@ class GoldenStore:
             },
             "history": history,
         }
+        if input_specs is not None:  # what the inputs were made from: a spec change is named
+            meta["input_specs"] = input_specs
         new.meta = meta
         atomic_write_bytes(d / "inputs.npz", _npz_bytes(inputs))
         atomic_write_bytes(d / "outputs.npz", _npz_bytes(outputs))

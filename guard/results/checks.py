@@ -146,6 +146,11 @@ def tolerance_check(cfg: dict[str, Any], numerics: dict[str, Any]) -> Check:
     )
     if not numerics.get("bit_exact"):
         msg += "; output hash differs from the golden's"
+    if numerics.get("golden_status") == "stale":
+        msg += (
+            f"; against the reference on the suite's new inputs ({numerics.get('golden_stale')}):"
+            " the stored golden is stale until guard golden update"
+        )
     return Check("tolerance", "pass" if ok else "fail", numerics["max_abs_err"], bound, msg)
 
 

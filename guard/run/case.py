@@ -27,7 +27,8 @@ from guard.core.errors import GuardError, InternalError, ModelError
 from guard.golden import Golden, compare_outputs
 from guard.golden.accuracy import session_accuracy
 from guard.golden.numerics import compare_expected
-from guard.golden.produce import ensure_golden, golden_store
+from guard.golden.produce import ensure_golden, golden_store, stale_warning
+from guard.golden.store import outputs_sha256
 from guard.measure import MeasureConfig, RoundTimings, Timings, measure, preflight
 from guard.measure.host_speed import PROBE, read
 from guard.measure.preflight import contention_block
@@ -284,6 +285,9 @@ def begin_result(
     tol = ck.tolerance_bounds(entry.checks.get("tolerance", {}))
     numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list, **tol)
     numerics["golden_status"] = golden_status
+    numerics["inputs_sha256"] = outputs_sha256(list(feeds.values()))  # the doctor compares it
+    if golden_status == "stale":  # the suite's inputs changed: ask for the golden's update
+        numerics["golden_stale"] = golden.meta.get("stale")
     if entry.expected:  # test_data's output_K.pb: the second golden
         exp_tol = ck.tolerance_bounds(entry.checks.get("expected") or tol)
         numerics["expected"] = compare_expected(got, entry.expected, spec.outputs, exp_tol)
@@ -379,6 +383,7 @@ def finish_result(
                 *timings.warnings,
                 *interrupted,
                 *(f"build: {w}" for w in info.warnings),
+                *stale_warning(entry, numerics),
             ]
         )
     )
