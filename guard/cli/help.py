@@ -38,6 +38,18 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "guard init model.onnx --suite suites/mine.yaml --dim batch=4",
         ],
     ),
+    "bisect": (
+        "Find the first commit between --good and --bad whose change regressed: paired, "
+        "interleaved guard ab steps (each commit's tree against --good on this runner), BAD "
+        "first, then halving: 1 + ceil(log2 n) steps for n commits. Each step prints its "
+        "verdict with its interval; a commit that does not build is skipped. Exit 1 naming "
+        "the first regressed commit, 0 when the range holds no regression, 2 when an end "
+        "does not build (naming the commit).",
+        [
+            "guard bisect suites/smoke.yaml --good v1.4.0 --bad HEAD",
+            "guard bisect suites/smoke.yaml --good HEAD~16 --bad HEAD --budget-s 10 --json b.json",
+        ],
+    ),
     "golden update": (
         "Re-create the goldens of a suite's models with the reference (onnxruntime, every "
         "graph optimisation off), recording who, when, why and the old and new hashes. A "

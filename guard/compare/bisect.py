@@ -1,0 +1,178 @@
+"""``guard bisect SUITE --good REF --bad REF``: the first commit whose change regressed.
+
+asv's ``asv find`` for guard: a binary search over the commits between a good and a bad
+commit where every step is a paired, interleaved ``guard ab`` (guard.compare.ab_ref: each
+commit's tree in its own checkout, cached by sha, timed in alternation with the good
+commit on this runner). A commit is *regressed* when some (model, backend, target) of the
+suite is significantly and largely slower than at the good commit.
+
+The steps, for ``n`` commits after GOOD up to BAD (``git rev-list --ancestry-path``, oldest
+first):
+
+1. BAD against GOOD. Not regressed: the range holds no regression, said after one step.
+2. Otherwise the first regressed commit lies in (GOOD, BAD]: the commit halfway is timed
+   against GOOD; regressed moves the upper end down to it, anything else (pass, improved,
+   inconclusive) moves the lower end up. After ceil(log2 n) steps one commit is left.
+
+So 16 commits take at most 1 + 4 = 5 steps. An inconclusive step counts as not regressed
+(a bisection must decide) and is reported as such, with its interval. A commit in the
+middle that does not build is skipped for its neighbour, as ``git bisect skip`` does; an
+end that does not build is exit 2 naming the commit.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guard.core.errors import GuardError, UsageError
+
+# step(good_sha, sha) -> the guard ab comparison document of sha against good_sha.
+Step = Callable[[str, str], dict[str, Any]]
+
+
+@dataclass
+class StepVerdict:
+    sha: str
+    index: int  # 1..n: position after GOOD
+    verdict: str  # regressed | pass | improved | inconclusive | skipped
+    rows: list[dict[str, Any]] = field(default_factory=list)  # model, backend, verdict, ratio, ci
+    error: str | None = None
+
+    @property
+    def regressed(self) -> bool:
+        return self.verdict == "regressed"
+
+    def line(self, n: int) -> str:
+        head = f"{self.sha[:12]} ({self.index}/{n}): {self.verdict}"
+        if self.error:
+            return f"{head} ({self.error})"
+        parts = []
+        for r in self.rows:
+            lo, hi = r["ci"]
+            parts.append(
+                f"{r['model']}[{r['backend']}] {r['verdict']} x{r['ratio']:.3f} "
+                f"(interval {lo:.3f}-{hi:.3f})"
+            )
+        return f"{head}: {'; '.join(parts)}" if parts else head
+
+
+@dataclass
+class BisectResult:
+    good: str
+    bad: str
+    commits: list[str]  # after GOOD, oldest first, BAD last
+    steps: list[StepVerdict] = field(default_factory=list)
+    first_regressed: str | None = None
+    ambiguous: list[str] = field(default_factory=list)  # unbuildable commits it may be among
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": 1,
+            "good": self.good,
+            "bad": self.bad,
+            "commits": self.commits,
+            "first_regressed": self.first_regressed,
+            "ambiguous": self.ambiguous,
+            "steps": [
+                {"sha": s.sha, "index": s.index, "verdict": s.verdict, "rows": s.rows}
+                | ({"error": s.error} if s.error else {})
+                for s in self.steps
+            ],
+        }
+
+
+def max_steps(n: int) -> int:
+    """Steps a clean bisection of ``n`` commits takes at most: BAD once, then halving."""
+    return 1 + (math.ceil(math.log2(n)) if n > 1 else 0)
+
+
+def commits_between(repo: Path, good: str, bad: str) -> tuple[str, str, list[str]]:
+    """(good sha, bad sha, the commits after GOOD up to BAD, oldest first)."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise UsageError(
+                f"git {' '.join(args)}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}",
+                where=str(repo),
+                hint="Fetch both refs first (CI: actions/checkout with fetch-depth: 0).",
+            )
+        return proc.stdout.strip()
+
+    g = git("rev-parse", "--verify", "--quiet", f"{good}^{{commit}}")
+    b = git("rev-parse", "--verify", "--quiet", f"{bad}^{{commit}}")
+    if g == b:
+        raise UsageError(f"--good {good} and --bad {bad} are the same commit {g[:12]}")
+    if subprocess.run(["git", "merge-base", "--is-ancestor", g, b], cwd=repo).returncode != 0:
+        raise UsageError(
+            f"--good {good} ({g[:12]}) is not an ancestor of --bad {bad} ({b[:12]})",
+            hint="Bisect from an older good commit to a newer bad one.",
+        )
+    listed = git("rev-list", "--ancestry-path", "--first-parent", "--reverse", f"{g}..{b}")
+    commits = listed.split() if listed else []
+    if not commits or commits[-1] != b:
+        raise UsageError(f"no first-parent path from {g[:12]} to {b[:12]}")
+    return g, b, commits
+
+
+def _verdict(doc: dict[str, Any], sha: str, index: int) -> StepVerdict:
+    rows = [
+        {k: r.get(k) for k in ("model", "backend", "target", "verdict", "ratio", "ci")}
+        for r in doc.get("rows") or []
+    ]
+    verdicts = {r["verdict"] for r in rows}
+    v = next(
+        (x for x in ("regressed", "inconclusive", "improved", "pass") if x in verdicts), "pass"
+    )
+    return StepVerdict(sha, index, v, rows)
+
+
+def bisect(
+    good: str, bad: str, commits: list[str], step: Step, say: Callable[[str], None] = print
+) -> BisectResult:
+    """Binary search for the first regressed commit of ``commits`` (after ``good``)."""
+    n = len(commits)
+    res = BisectResult(good, bad, commits)
+
+    def judge(i: int, *, end: bool = False) -> StepVerdict:
+        sha = commits[i]
+        try:
+            sv = _verdict(step(good, sha), sha, i + 1)
+        except GuardError as exc:
+            if end:  # the ab worker says which side failed: base is GOOD, head is BAD
+                which = f"--good {good[:12]}" if "base side" in str(exc) else f"--bad {sha[:12]}"
+                raise UsageError(
+                    f"{which} does not build or run: {exc}",
+                    hint="Bisect between commits whose suite builds.",
+                ) from None
+            sv = StepVerdict(sha, i + 1, "skipped", error=f"does not build: {exc}")
+        res.steps.append(sv)
+        say(f"step {len(res.steps)}: {sv.line(n)}")
+        return sv
+
+    if not judge(n - 1, end=True).regressed:
+        say(f"no regression between {good[:12]} and {bad[:12]} ({n} commits)")
+        return res
+    lo, hi = -1, n - 1  # lo: last known not regressed (-1 is GOOD); hi: first known regressed
+    skipped: set[int] = set()
+    while hi - lo > 1:
+        open_ = [i for i in range(lo + 1, hi) if i not in skipped]
+        if not open_:
+            res.ambiguous = [commits[i] for i in range(lo + 1, hi)]
+            break
+        mid = (lo + hi) // 2
+        mid = min(open_, key=lambda i: (abs(i - mid), i))
+        sv = judge(mid)
+        if sv.verdict == "skipped":
+            skipped.add(mid)
+        elif sv.regressed:
+            hi = mid
+        else:
+            lo = mid
+    res.first_regressed = commits[hi]
+    return res
