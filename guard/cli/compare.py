@@ -70,6 +70,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         uri = resolve_uri(args.tracking_uri, Path.cwd())
     head = load_side(head_spec, uri=uri, suite=args.suite)
     base = load_side(base_spec, uri=uri, suite=args.suite, other=head)
+    for spec, doc in ((base_spec, base), (head_spec, head)):
+        if not doc.get("results"):
+            raise UsageError(
+                f"{spec}: holds no results: nothing to compare",
+                hint="Pass a results file of a run that ran at least one case.",
+            )
     cmp = compare_docs(
         base,
         head,

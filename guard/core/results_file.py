@@ -21,6 +21,11 @@ from guard.core.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, res
 # The host-speed probes as a round of the results file names them (guard.measure.host_speed
 # takes its readings in this order).
 PROBES = ("host_ms", "simd_ms")
+# A result's verdict (the results contract).
+VERDICTS = ("pass", "fail", "inconclusive", "error")
+# No latency guard measures is a million seconds: a larger one is an edited file, and
+# values near the float limit overflow the statistics (1e308 squared is inf).
+MAX_LATENCY_MS = 1e9
 
 _RERUN = "Re-run `guard run --json` with this guard version."
 _EDITED = "The results file was edited or truncated; re-run `guard run --json`."
@@ -51,9 +56,29 @@ def validate_results(
     """A results document of this version whose measured results have usable samples."""
     doc = results_document(doc, where, hint=hint, require_suite=require_suite)
     at = _RESULTS.at(where).key("results")
+    seen: dict[tuple[str, str, str], int] = {}
     for i, r in enumerate(doc["results"]):
-        if not all(k in r for k in ("model", "backend", "target")):
-            raise at.item(i).fail("needs model, backend and target", _EDITED)
+        if not all(isinstance(r.get(k), str) and r[k] for k in ("model", "backend", "target")):
+            raise at.item(i).fail("needs model, backend and target (non-empty strings)", _EDITED)
+        verdict = r.get("verdict")
+        if verdict not in VERDICTS:
+            raise (
+                at.item(i)
+                .key("verdict")
+                .fail(
+                    f"{verdict!r} is not a verdict (one of {', '.join(VERDICTS)})"
+                    if "verdict" in r
+                    else "is missing",
+                    _EDITED,
+                )
+            )
+        case = (r["model"], r["backend"], r["target"])
+        if case in seen:
+            raise at.item(i).fail(
+                f"{'/'.join(case)} is given twice (results[{seen[case]}] and results[{i}])",
+                _EDITED,
+            )
+        seen[case] = i
         _validate_samples(r, at.item(i))
 
 
@@ -63,17 +88,40 @@ def _check_samples(values: Any, at: At) -> None:
         raise at.fail("must be a non-empty list of latencies in ms", _EDITED)
     for j, x in enumerate(values):
         if not _positive(x):
-            raise at.item(j).fail(f"{x!r} is not a finite positive latency in ms", _EDITED)
+            raise at.item(j).fail(
+                f"{x!r} is not a finite positive latency in ms (at most {MAX_LATENCY_MS:g})",
+                _EDITED,
+            )
 
 
 def _positive(x: Any) -> bool:
-    return not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x) and x > 0
+    return (
+        not isinstance(x, bool)
+        and isinstance(x, int | float)
+        and math.isfinite(x)
+        and 0 < x <= MAX_LATENCY_MS
+    )
 
 
 def _validate_samples(r: Mapping[str, Any], at: At) -> None:
     """A measured result's samples (and its rounds') must be usable: exit 2 naming the field."""
     if r.get("verdict") == "error" or r.get("latency_ms") is None:
         return  # nothing was measured: no samples are owed
+    stats = r["latency_ms"]
+    if not isinstance(stats, Mapping):
+        raise at.key("latency_ms").fail("must be an object of latency statistics", _EDITED)
+    for k, v in stats.items():
+        if v is not None and (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or not 0 <= v <= MAX_LATENCY_MS * (1 if k != "n" else 1e6)
+        ):
+            raise (
+                at.key("latency_ms")
+                .key(str(k))
+                .fail(f"{v!r} is not a finite latency statistic", _EDITED)
+            )
     if "samples_ms" in r:
         _check_samples(r["samples_ms"], at.key("samples_ms"))
     rounds = r.get("rounds")
