@@ -73,3 +73,22 @@ def bcast_strides(shape: Sequence[int], out_shape: Sequence[int]) -> list[int]:
     full = [1] * pad + list(shape)
     st = strides(full)
     return [0 if full[d] == 1 and out_shape[d] != 1 else st[d] for d in range(len(out_shape))]
+
+
+def merge_dims(
+    shape: Sequence[int], operand_strides: Sequence[Sequence[int]]
+) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dims where every operand's strides are contiguous across them."""
+    dims = [int(d) for d in shape] or [1]
+    sts = [list(s) or [0] for s in operand_strides]
+    out_d = [dims[-1]]
+    out_s = [[s[-1]] for s in sts]
+    for d in range(len(dims) - 2, -1, -1):
+        inner = out_d[0]
+        if all(s[d] == os[0] * inner for s, os in zip(sts, out_s, strict=True)):
+            out_d[0] = dims[d] * inner
+        else:
+            out_d.insert(0, dims[d])
+            for s, os in zip(sts, out_s, strict=True):
+                os.insert(0, s[d])
+    return out_d, out_s

@@ -16,9 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import llvmlite.ir as ir
+import numpy as np
 
+from guard.compiler.codegen import emit_typed as t
 from guard.compiler.codegen import mathfn as m
-from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
+from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, merge_dims
 from guard.compiler.codegen.base import strides as row_strides
 from guard.compiler.codegen.irutil import (
     I32,
@@ -124,6 +126,7 @@ BINARY: dict[str, Callable[[B, V, V, Attrs], V]] = {
     "Max": lambda b, x, y, a: _nan_max(b, x, y),
     "Min": lambda b, x, y, a: _nan_min(b, x, y),
     "PRelu": lambda b, x, y, a: _select_neg(b, x, b.fmul(x, y)),
+    "Pow": lambda b, x, y, a: m.pow(b, x, y),
 }
 
 
@@ -182,25 +185,6 @@ def run_program(
     return steps[-1]
 
 
-def merge_dims(
-    shape: Sequence[int], operand_strides: Sequence[Sequence[int]]
-) -> tuple[list[int], list[list[int]]]:
-    """Merge adjacent dims where every operand's strides are contiguous across them."""
-    dims = [int(d) for d in shape] or [1]
-    sts = [list(s) or [0] for s in operand_strides]
-    out_d = [dims[-1]]
-    out_s = [[s[-1]] for s in sts]
-    for d in range(len(dims) - 2, -1, -1):
-        inner = out_d[0]
-        if all(s[d] == os[0] * inner for s, os in zip(sts, out_s, strict=True)):
-            out_d[0] = dims[d] * inner
-        else:
-            out_d.insert(0, dims[d])
-            for s, os in zip(sts, out_s, strict=True):
-                os.insert(0, s[d])
-    return out_d, out_s
-
-
 def emit_pointwise(
     b: B,
     out_shape: Sequence[int],
@@ -256,16 +240,43 @@ def emit_pointwise(
     nest(0, [])
 
 
-class Elementwise(Emitter):
-    ops = frozenset(UNARY) | frozenset(BINARY) | {"FusedElementwise"}
+FLOAT_OPS = frozenset(UNARY) | frozenset(BINARY)
 
-    def decline(self, node: OpNode, g: GraphView) -> str | None:
-        why = float32_only(node, g)
+
+def _steps(k_op: str, attrs: Attrs, n_args: int) -> list[Mapping[str, Any]]:
+    """The node as a program (a single op is a one-step program over its inputs)."""
+    if k_op == "FusedElementwise":
+        return list(attrs["program"])
+    return [{"op": k_op, "args": list(range(n_args)), "attrs": attrs}]
+
+
+def _typed_decline(steps: Sequence[Mapping[str, Any]], dtypes: Sequence[Any]) -> str | None:
+    """Type the program step by step; the first step with no code names the reason."""
+    got: list[Any] = []
+    for st in steps:
+        args = [got[int(r[1:])] if isinstance(r, str) else dtypes[r] for r in st["args"]]
+        a = st.get("attrs", {})
+        if st["op"] == "Clip" and len(args) > 1:
+            return "no emitter for Clip with min/max inputs (only attributes)"
+        why = t.op_decline(st["op"], args, a, FLOAT_OPS)
         if why:
             return why
+        got.append(t.result_dtype(st["op"], args, a))
+    return None
+
+
+class Elementwise(Emitter):
+    ops = FLOAT_OPS | t.OPS | {"FusedElementwise"}
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        args = [a for a in node.args if a]
+        dtypes = [np.dtype(g.tensors[a].dtype) for a in args]
+        steps = _steps(node.op, node.attrs, len(args))
         if node.op == "FusedElementwise":
-            return program_decline(node.attrs["program"])
-        return supported_op(node.op, node.attrs, len([a for a in node.args if a]))
+            dtypes = [np.dtype(g.tensors[a].dtype) if a else np.dtype("float32") for a in node.args]
+        if _float_path(steps, [*dtypes, *(np.dtype(g.tensors[o].dtype) for o in node.outputs)]):
+            return program_decline(steps)
+        return _typed_decline(steps, dtypes)
 
     def emit(self, b: B, ins: list[V | None], outs: list[V], k: Kernel) -> None:
         out = k.outputs[0]
@@ -274,6 +285,11 @@ class Elementwise(Emitter):
             if p is not None and o is not None
         ]  # fmt: skip
         index_of = [j for j, p in enumerate(ins) if p is not None]
+        dtypes = [np.dtype(o.dtype) for o in k.inputs if o is not None]
+        steps = _steps(k.op, k.attrs, len(operands))
+        if not _float_path(steps, [*dtypes, np.dtype(out.dtype)]):
+            self._emit_typed(b, operands, dtypes, index_of, outs[0], k)
+            return
         if k.op == "FusedElementwise":
             prog = k.attrs["program"]
 
@@ -285,3 +301,34 @@ class Elementwise(Emitter):
                 return apply_op(b, k.op, vals, k.attrs)
 
         emit_pointwise(b, out.shape, operands, outs[0], k.vector_width, compute)
+
+    def _emit_typed(
+        self, b: B, operands: list[tuple[V, list[int]]], dtypes: list[np.dtype],
+        index_of: list[int], out_ptr: V, k: Kernel,
+    ) -> None:  # fmt: skip
+        steps = _steps(k.op, k.attrs, len(operands))
+        fused = k.op == "FusedElementwise"
+
+        def float_op(op: str, xs: list[V], attrs: Attrs) -> V:
+            return apply_op(b, op, xs, attrs)
+
+        def compute(vals: list[t.TV]) -> t.TV:
+            got: list[t.TV] = []
+            for st in steps:
+                args = [
+                    got[int(r[1:])] if isinstance(r, str)
+                    else vals[index_of.index(r) if fused else r]
+                    for r in st["args"]
+                ]  # fmt: skip
+                a = st.get("attrs", {})
+                got.append(t.apply_typed(b, st["op"], args, a, float_op))
+            return got[-1]
+
+        out = k.outputs[0]
+        typed = [(p, s, dt) for (p, s), dt in zip(operands, dtypes, strict=True)]
+        t.emit_typed_pointwise(b, out.shape, typed, (out_ptr, np.dtype(out.dtype)), compute)
+
+
+def _float_path(steps: Sequence[Mapping[str, Any]], dtypes: Sequence[np.dtype]) -> bool:
+    """Every tensor float32 and every op a float op: the vectorised path."""
+    return all(d == np.float32 for d in dtypes) and all(s["op"] in FLOAT_OPS for s in steps)

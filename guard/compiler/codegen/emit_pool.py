@@ -9,7 +9,8 @@ the padded input with ``count_include_pad`` (ONNX's rule, ceil_mode windows incl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import llvmlite.ir as ir
 
@@ -62,6 +63,18 @@ def chan_offset(b: ir.IRBuilder, c: ir.Value, scb: int, scl: int, blk: int) -> i
     return add(b, b.mul(b.udiv(c, i64(blk)), i64(scb)), b.mul(b.urem(c, i64(blk)), i64(scl)))
 
 
+def _as_2d(a: Mapping[str, Any]) -> dict[str, Any]:
+    """A 1-D pool's window attributes as a 2-D pool's over one row."""
+    out = dict(a)
+    if "kernel_shape" in a:
+        out["kernel_shape"] = [1, *a["kernel_shape"]]
+        out["strides"] = [1, *a["strides"]]
+        out["dilations"] = [1, *a.get("dilations", [1])]
+        p0, p1 = a["pads"]
+        out["pads"] = [0, p0, 0, p1]
+    return out
+
+
 class Pool(Emitter):
     ops = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
 
@@ -73,8 +86,10 @@ class Pool(Emitter):
             return f"no emitter for {node.op} with an Indices output"
         lay = node.attrs.get("layout", "NCHW")
         x = g.tensors[node.args[0]]
-        if len(x.shape) != (5 if block_of(lay) else 4):
-            return f"no emitter for {node.op} on {len(x.shape)}-D input (2-D pooling only)"
+        if len(x.shape) != (5 if block_of(lay) else 4) and not (
+            lay == "NCHW" and len(x.shape) == 3
+        ):
+            return f"no emitter for {node.op} on {len(x.shape)}-D input (1-D and 2-D pooling only)"
         return None
 
     def emit(
@@ -84,8 +99,12 @@ class Pool(Emitter):
         lay = a.get("layout", "NCHW")
         xo, yo = k.inputs[0], k.outputs[0]
         assert xo is not None
-        N, C, H, W = logical(xo.shape, lay)
-        _, _, OH, OW = logical(yo.shape, lay)
+        xshape, yshape = tuple(xo.shape), tuple(yo.shape)
+        if len(xshape) == 3:  # 1-D pooling: a 2-D one over a single row
+            xshape, yshape = (*xshape[:2], 1, xshape[2]), (*yshape[:2], 1, yshape[2])
+            a = _as_2d(a)
+        N, C, H, W = logical(xshape, lay)
+        _, _, OH, OW = logical(yshape, lay)
         blk = block_of(lay) or 0
         W_ = k.vector_width
         # Lanes along channels where they are contiguous: blocked, or NHWC (a masked last

@@ -63,63 +63,78 @@ class Resize(Emitter):
         xo = k.inputs[0]
         assert xo is not None and ins[0] is not None
         xs, ys = tuple(xo.shape), tuple(k.outputs[0].shape)
-        if int(np.prod(ys, dtype=np.int64)) == 0:
-            return
         nearest = k.attrs["mode"] == "nearest"
         ty = _INT[np.dtype(k.outputs[0].dtype).itemsize] if nearest else F32
-        x, y = ins[0], outs[0]
-        ist, ost = strides(xs), strides(ys)
-        # Per axis: None (not resized), or (taps, offset table, weight table or None).
-        axes: list[tuple[int, ir.Value, ir.Value | None] | None] = []
+        taps: list[tuple[np.ndarray, np.ndarray | None] | None] = []
         for d in range(len(xs)):
             got = axis_taps(k.attrs, xs, d)
-            if got is None:
-                axes.append(None)
-                continue
-            idx, w, _ = got
-            taps = idx.shape[1]
-            offs = _table(b, I64, [int(v) * ist[d] for v in idx.reshape(-1)], f"rz{d}")
-            wt = None if nearest else _table(b, F32, [float(v) for v in w.reshape(-1)], f"rw{d}")
-            axes.append((taps, offs, wt))
-        lead = 0  # the leading axes that are not resized run as one loop
-        while lead < len(xs) and axes[lead] is None:
-            lead += 1
-        lead_n = int(np.prod(ys[:lead], dtype=np.int64)) if lead else 1
+            taps.append(None if got is None else (got[0], None if nearest else got[1]))
+        emit_taps(b, ins[0], outs[0], xs, ys, taps, ty)
 
-        def finish(terms: list[tuple[ir.Value, ir.Value | None]], out_idx: ir.Value) -> None:
-            acc: ir.Value | None = None
-            for off, wgt in terms:
-                p = elem_ptr(b, x, off, ty)
-                v = b.load(p, typ=ty)
-                if wgt is not None:
-                    v = b.fmul(v, wgt)
-                acc = v if acc is None else b.fadd(acc, v)
-            assert acc is not None
-            b.store(acc, elem_ptr(b, y, out_idx, ty))
 
-        def nest(d: int, terms: list[tuple[ir.Value, ir.Value | None]], out_idx: ir.Value) -> None:
-            if d == len(xs):
-                finish(terms, out_idx)
+def emit_taps(
+    b: ir.IRBuilder,
+    x: ir.Value,
+    y: ir.Value,
+    xs: Sequence[int],
+    ys: Sequence[int],
+    axis_taps: Sequence[tuple[np.ndarray, np.ndarray | None] | None],
+    ty: ir.Type,
+) -> None:
+    """y[o] = sum over taps of prod_d weight_d * x[sum_d index_d * stride_d] (a gather when
+    no axis has weights). ``axis_taps[d]`` is None for an axis read straight through, else
+    (input indices [ys[d], T], weights [ys[d], T] or None)."""
+    if int(np.prod(ys, dtype=np.int64)) == 0:
+        return
+    ist, ost = strides(xs), strides(ys)
+    axes: list[tuple[int, ir.Value, ir.Value | None] | None] = []
+    for d, got in enumerate(axis_taps):
+        if got is None:
+            axes.append(None)
+            continue
+        idx, w = got
+        offs = _table(b, I64, [int(v) * ist[d] for v in idx.reshape(-1)], f"rz{d}")
+        wt = None if w is None else _table(b, F32, [float(v) for v in w.reshape(-1)], f"rw{d}")
+        axes.append((idx.shape[1], offs, wt))
+    lead = 0  # the leading axes read straight through run as one loop
+    while lead < len(xs) and axes[lead] is None:
+        lead += 1
+    lead_n = int(np.prod(ys[:lead], dtype=np.int64)) if lead else 1
+
+    def finish(terms: list[tuple[ir.Value, ir.Value | None]], out_idx: ir.Value) -> None:
+        acc: ir.Value | None = None
+        for off, wgt in terms:
+            p = elem_ptr(b, x, off, ty)
+            v = b.load(p, typ=ty)
+            if wgt is not None:
+                v = b.fmul(v, wgt)
+            acc = v if acc is None else b.fadd(acc, v)
+        assert acc is not None
+        b.store(acc, elem_ptr(b, y, out_idx, ty))
+
+    def nest(d: int, terms: list[tuple[ir.Value, ir.Value | None]], out_idx: ir.Value) -> None:
+        if d == len(xs):
+            finish(terms, out_idx)
+            return
+        ax = axes[d]
+        with loop(b, 0, ys[d], 1, f"o{d}") as o:
+            oi = add(b, out_idx, mul(b, o, ost[d]))
+            if ax is None:
+                nest(d + 1, [(add(b, t, mul(b, o, ist[d])), w) for t, w in terms], oi)
                 return
-            ax = axes[d]
-            with loop(b, 0, ys[d], 1, f"o{d}") as o:
-                oi = add(b, out_idx, mul(b, o, ost[d]))
-                if ax is None:
-                    nest(d + 1, [(add(b, t, mul(b, o, ist[d])), w) for t, w in terms], oi)
-                    return
-                taps, offs, wt = ax
-                new = []
-                for t in range(taps):
-                    j = add(b, mul(b, o, taps), t)
-                    off = b.load(elem_ptr(b, offs, j, I64), typ=I64)
-                    tw = None if wt is None else b.load(elem_ptr(b, wt, j, F32), typ=F32)
-                    for base, w in terms:
-                        ww = tw if w is None else (w if tw is None else b.fmul(w, tw))
-                        new.append((add(b, base, off), ww))
-                nest(d + 1, new, oi)
+            taps, offs, wt = ax
+            new = []
+            for t in range(taps):
+                j = add(b, mul(b, o, taps), t)
+                off = b.load(elem_ptr(b, offs, j, I64), typ=I64)
+                tw = None if wt is None else b.load(elem_ptr(b, wt, j, F32), typ=F32)
+                for base, w in terms:
+                    ww = tw if w is None else (w if tw is None else b.fmul(w, tw))
+                    new.append((add(b, base, off), ww))
+            nest(d + 1, new, oi)
 
-        if lead:
-            with loop(b, 0, lead_n, 1, "lead") as i:
-                nest(lead, [(mul(b, i, ist[lead - 1]), None)], mul(b, i, ost[lead - 1]))
-        else:
-            nest(0, [(i64(0), None)], i64(0))
+    if lead:
+        with loop(b, 0, lead_n, 1, "lead") as i:
+            nest(lead, [(mul(b, i, ist[lead - 1]), None)], mul(b, i, ost[lead - 1]))
+    else:
+        nest(0, [(i64(0), None)], i64(0))

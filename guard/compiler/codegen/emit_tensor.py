@@ -1,10 +1,14 @@
 """Data movement that the memory plan did not elide: Reshape/Identity copies, Concat, Split,
-Slice, Transpose, Relayout (NCHW <-> NCHW<b>c, NCHW <-> NHWC) and constant Pad.
+Slice, Transpose, Relayout (NCHW <-> NCHW<b>c, NCHW <-> NHWC), Pad, Expand (a broadcast:
+stride 0 along the broadcast dims) and Tile (the output viewed as ``[repeats_0, d_0,
+repeats_1, d_1, ...]``, read with stride 0 along each repeat).
 
 All of them are one strided copy: loops over the output's dims (merged where the input's
 strides allow, so a contiguous run is one loop), each output element read from
 ``input[offset + sum(i_d * stride_d)]``. Elements move as integers of the dtype's size,
-so every dtype is supported; a unit-stride inner loop is vectorised by LLVM.
+so every dtype is supported; a unit-stride inner loop is vectorised by LLVM. Pad in
+reflect, edge and wrap mode is a gather through per-axis index tables (emit_resize's),
+the source indices numpy's own ``np.pad`` gives for ``arange``.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from collections.abc import Sequence
 import llvmlite.ir as ir
 import numpy as np
 
-from guard.compiler.codegen.base import Emitter, Kernel, strides
+from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, strides
 from guard.compiler.codegen.emit_elementwise import merge_dims
+from guard.compiler.codegen.emit_resize import emit_taps
 from guard.compiler.codegen.irutil import add, i64, load, loop, store
 from guard.compiler.graph.view import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
@@ -90,7 +95,18 @@ def relayout_strides(
 
 class Copy(Emitter):
     ops = frozenset(
-        {"Reshape", "Identity", "Concat", "Split", "Slice", "Transpose", "Relayout", "Pad"}
+        {
+            "Reshape",
+            "Identity",
+            "Concat",
+            "Split",
+            "Slice",
+            "Transpose",
+            "Relayout",
+            "Pad",
+            "Expand",
+            "Tile",
+        }  # fmt: skip
     )
 
     def decline(self, node: OpNode, g: GraphView) -> str | None:
@@ -100,9 +116,11 @@ class Copy(Emitter):
             if relayout_strides(x.shape, a["from"], a["to"]) is None:
                 return f"no emitter for Relayout {a['from']} -> {a['to']}"
         if node.op == "Pad":
-            if a.get("mode", "constant") != "constant":
+            if a.get("mode", "constant") not in ("constant", "reflect", "edge", "wrap"):
                 return f"no emitter for Pad mode {a.get('mode')!r}"
-            if any(p < 0 for p in a["pads"]) or len(node.args) > 1 and any(node.args[1:]):
+            if len(node.args) > 1 and any(node.args[1:]):
+                return "no emitter for Pad with pads/value inputs"
+            if a.get("mode", "constant") == "constant" and any(p < 0 for p in a["pads"]):
                 return "no emitter for Pad with negative pads or pads/value inputs"
             if g.tensors[node.args[0]].dtype != "float32" and a.get("value", 0) != 0:
                 return "no emitter for Pad with a non-zero value on a non-float tensor"
@@ -177,6 +195,26 @@ class Copy(Emitter):
                 _relayout_blocked(b, ins[0], outs[0], xs, a["from"] == "NCHW", blk)
             else:
                 strided_copy(b, shape, outs[0], 0, strides(shape), ins[0], 0, in_st, size)
+        elif k.op == "Expand":
+            out = k.outputs[0].shape
+            st = bcast_strides(xs, out)
+            strided_copy(b, out, outs[0], 0, strides(out), ins[0], 0, st, size)
+        elif k.op == "Tile":
+            out = k.outputs[0].shape
+            view = [v for d, n in enumerate(xs) for v in (out[d] // max(n, 1), n)]
+            ist = [v for s in strides(xs) for v in (0, s)]
+            strided_copy(b, view, outs[0], 0, strides(view), ins[0], 0, ist, size)
+        elif k.op == "Pad" and a.get("mode", "constant") != "constant":
+            out = k.outputs[0].shape
+            n = len(xs)
+            taps: list[tuple[np.ndarray, np.ndarray | None] | None] = []
+            for d in range(n):
+                lo, hi = a["pads"][d], a["pads"][d + n]
+                src = np.pad(np.arange(xs[d]), (max(lo, 0), max(hi, 0)), mode=a["mode"])
+                src = src[max(-lo, 0) : len(src) - max(-hi, 0)]
+                same = len(src) == xs[d] and bool((src == np.arange(xs[d])).all())
+                taps.append(None if same else (src.reshape(-1, 1), None))
+            emit_taps(b, ins[0], outs[0], xs, out, taps, _INT[size])
         elif k.op == "Pad":
             out = k.outputs[0].shape
             n = len(xs)

@@ -14,6 +14,7 @@ from guard.compiler.codegen.base import Emitter
 from guard.compiler.codegen.conv.emitter import Conv
 from guard.compiler.codegen.conv.transpose import ConvTranspose
 from guard.compiler.codegen.emit_elementwise import Elementwise
+from guard.compiler.codegen.emit_index import Gather
 from guard.compiler.codegen.emit_norm import Norm
 from guard.compiler.codegen.emit_pool import Pool
 from guard.compiler.codegen.emit_reduce import Reduce
@@ -37,6 +38,7 @@ def table() -> dict[str, Emitter]:
         Reduce(),
         Resize(),
         ConvTranspose(),
+        Gather(),
     ):
         for op in e.ops:
             out[op] = e

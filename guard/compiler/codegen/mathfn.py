@@ -146,3 +146,38 @@ def erf(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     e = exp(b, b.fsub(const(ty, 0.0), b.fmul(ax, ax)))
     y = b.fsub(const(ty, 1.0), b.fmul(p, e))
     return intrinsic(b, "copysign", ty, [y, x])
+
+
+def pow(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x ** y as numpy computes it in float32: exact for the exponents models use (0, 1,
+    2, 3, 0.5, -1: a multiply, a square root, a division); otherwise exp(y * log|x|),
+    negated for a negative base and an odd integer exponent, NaN for a negative base
+    and a fractional one; a zero base gives 0, 1 or inf by the exponent's sign.
+    Relative error about 5e-7 * (1 + |y * log x|)."""
+    ty = x.type
+
+    def eq(v: ir.Value, c: float) -> ir.Value:
+        return b.fcmp_ordered("==", v, const(ty, c))
+
+    ax = fabs(b, x)
+    r = exp(b, b.fmul(y, log(b, ax)))
+    yr = intrinsic(b, "rint", ty, [y])
+    y_int = b.fcmp_ordered("==", yr, y)
+    half = b.fmul(yr, const(ty, 0.5))
+    odd = b.fcmp_ordered("!=", intrinsic(b, "floor", ty, [half]), half)
+    neg = b.fcmp_ordered("<", x, const(ty, 0.0))
+    r = b.select(b.and_(neg, b.and_(y_int, odd)), b.fneg(r), r)
+    r = b.select(b.and_(neg, b.not_(y_int)), const(ty, float("nan")), r)
+    at_zero = b.select(
+        b.fcmp_ordered(">", y, const(ty, 0.0)),
+        const(ty, 0.0),
+        const(ty, float("inf")),
+    )
+    r = b.select(eq(x, 0.0), at_zero, r)
+    r = b.select(b.fcmp_unordered("uno", x, x), x, r)
+    r = b.select(eq(y, -1.0), b.fdiv(const(ty, 1.0), x), r)
+    r = b.select(eq(y, 0.5), intrinsic(b, "sqrt", ty, [x]), r)
+    r = b.select(eq(y, 3.0), b.fmul(b.fmul(x, x), x), r)
+    r = b.select(eq(y, 2.0), b.fmul(x, x), r)
+    r = b.select(eq(y, 1.0), x, r)
+    return b.select(eq(y, 0.0), const(ty, 1.0), r)

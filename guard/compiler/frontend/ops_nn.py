@@ -80,7 +80,31 @@ def conv(
     strides: list[int] | None = None,
 ) -> None:
     attrs = conv_attrs(ctx, ins, 1, auto_pad, dilations, group, kernel_shape, pads, strides)
+    if len(ctx.type(ins[0]).shape) == 3:
+        _conv_1d(ctx, ins, outs, attrs)
+        return
     ctx.emit("Conv", [i for i in ins[:3] if i], attrs, outs)
+
+
+def _conv_1d(ctx: ImportContext, ins: list[str], outs: list[str], attrs: dict[str, Any]) -> None:
+    """A 1-D convolution as a 2-D one over a single row, between two Reshapes (views):
+    the code generator, the layout pass and the thread split then treat it as any other
+    convolution."""
+    n, c, w = ctx.type(ins[0]).shape
+    x4 = ctx.emit("Reshape", [ins[0]], {"shape": [n, c, 1, w]})[0]
+    wt = ctx.type(ins[1])
+    shape4 = [wt.shape[0], wt.shape[1], 1, wt.shape[2]]
+    data = ctx.g.const(ins[1])
+    if data is not None:
+        w4 = ctx.add_const(ctx.fresh(f"{ins[1]}_2d"), np.asarray(data).reshape(shape4))
+    else:
+        w4 = ctx.emit("Reshape", [ins[1]], {"shape": shape4})[0]
+    (p0, p1), (s,), (d,) = attrs["pads"], attrs["strides"], attrs["dilations"]
+    attrs2 = {"group": attrs["group"], "pads": [0, p0, 0, p1], "strides": [1, s],
+              "dilations": [1, d]}  # fmt: skip
+    y4 = ctx.emit("Conv", [x4, w4, *[i for i in ins[2:3] if i]], attrs2)[0]
+    yshape = ctx.type(y4).shape
+    ctx.emit("Reshape", [y4], {"shape": [yshape[0], yshape[1], yshape[3]]}, outs)
 
 
 def _pool(op: str) -> Converter:

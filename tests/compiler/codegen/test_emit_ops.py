@@ -166,3 +166,149 @@ def test_conv_transpose_declines_run_time_weights():
     node = helper.make_node("ConvTranspose", ["x", "w"], ["y"])
     m = graph_model([node], [("x", [1, 2, 3, 3]), ("w", [2, 2, 2, 2])], ["y"])
     assert declines(m) == ["no emitter for ConvTranspose with run-time weights"]
+
+
+# -- integers, bool, Cast, comparisons and Where --------------------------------------------
+
+I32, I64, U8, BOOL = TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8, TensorProto.BOOL
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min", "Mod"])
+@pytest.mark.parametrize("elem", [I32, I64, U8])
+def test_integer_arithmetic_broadcasting(op, elem, isa):
+    """Division and Mod by zero and by -1 included (the feeds draw from -5..5)."""
+    attrs = {"fmod": 1} if op == "Mod" and elem == I32 else {}
+    node = helper.make_node(op, ["x", "z"], ["y"], **attrs)
+    m = graph_model([node], [("x", [3, 1, 9], elem), ("z", [4, 9], elem)], ["y"], out_type=elem)
+    check(m, isa, seeds=(0, 1))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_comparisons_logic_where_and_cast(isa):
+    nodes = [
+        helper.make_node("Less", ["a", "b"], ["lt"]),
+        helper.make_node("GreaterOrEqual", ["i", "j"], ["ge"]),
+        helper.make_node("Equal", ["i", "j"], ["eq"]),
+        helper.make_node("Or", ["lt", "ge"], ["o"]),
+        helper.make_node("Not", ["eq"], ["ne"]),
+        helper.make_node("Xor", ["o", "ne"], ["c"]),
+        helper.make_node("Where", ["c", "a", "b"], ["w"]),
+        helper.make_node("Cast", ["w"], ["wi"], to=I64),
+        helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["c"], ["cf"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["a"], ["ab"], to=BOOL),
+        helper.make_node("Neg", ["i"], ["ni"]),
+        helper.make_node("Abs", ["ni"], ["ai"]),
+    ]
+    ins = [("a", [2, 5]), ("b", [5]), ("i", [2, 5], I32), ("j", [2, 1], I32)]
+    outs = ["w", "wi", "fi", "cf", "ab", "ai"]
+    m = graph_model(nodes, ins, outs)
+    for o, elem in zip(m.graph.output, [1, I64, 1, 1, BOOL, I32], strict=True):
+        o.type.tensor_type.elem_type = elem
+    compiled, code = check(m, isa, "O2", seeds=(0, 1))
+    assert compiled.partition_report["count"] == 1
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_one_hot_as_equal_then_cast_fuses_with_float_math(isa):
+    """The byte-classifier's pattern: Equal of int32 tensors, Cast to float, then math."""
+    nodes = [
+        helper.make_node("Equal", ["i", "r"], ["e"]),
+        helper.make_node("Cast", ["e"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["f", "x"], ["m"]),
+        helper.make_node("Tanh", ["m"], ["y"]),
+    ]
+    inits = [("r", np.arange(-5, 6, dtype=np.int32).reshape(1, 1, 11))]
+    m = graph_model(nodes, [("i", [1, 7, 1], I32), ("x", [1, 7, 11])], ["y"], inits)
+    _, code = check(m, isa, "O2")
+    assert [s.op for s in code.plan.steps()] == ["FusedElementwise"]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_pow(isa):
+    """Exact for the exponents models use, and exp(y log|x|) with the sign rules else."""
+    ys = np.array([2, 0.5, 3, -1, 0, 1, 1.7, -2, 4], np.float32).reshape(9, 1)
+    x = np.concatenate([np.abs(rnd(1, 6)) + 0.1, -np.abs(rnd(1, 3, seed=4)) - 0.1], axis=1)
+    node = helper.make_node("Pow", ["x", "e"], ["y"])
+    m = graph_model([node], [("x", [1, 9])], ["y"], [("e", ys)])
+    check(m, isa, feeds={"x": x.astype(np.float32)})
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_expand_and_tile(isa):
+    nodes = [
+        helper.make_node("Expand", ["x", "s"], ["e"]),
+        helper.make_node("Tile", ["x", "r"], ["t"]),
+        helper.make_node("Tile", ["i", "r"], ["ti"]),
+    ]
+    inits = [("s", np.array([2, 3, 4, 5], np.int64)), ("r", np.array([2, 1, 3], np.int64))]
+    m = graph_model(nodes, [("x", [3, 1, 5]), ("i", [2, 3, 1], I64)], ["e", "t", "ti"], inits)
+    m.graph.output[2].type.tensor_type.elem_type = I64
+    check(m, isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_one_dimensional_pooling(isa):
+    nodes = [
+        helper.make_node("GlobalMaxPool", ["x"], ["g"]),
+        helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3], strides=[2], pads=[1, 1]),
+        helper.make_node("AveragePool", ["x"], ["a"], kernel_shape=[4], pads=[0, 2]),
+    ]
+    check(graph_model(nodes, [("x", [2, 5, 13])], ["g", "p", "a"]), isa)
+
+
+def test_typed_elementwise_declines_what_it_does_not_cover():
+    mod = graph_model([helper.make_node("Mod", ["x", "z"], ["y"], fmod=1)],
+                      [("x", [3]), ("z", [3])], ["y"])  # fmt: skip
+    assert declines(mod) == ["no emitter for Mod on float32, float32"]
+    ipow = graph_model([helper.make_node("Pow", ["x", "z"], ["y"])],
+                       [("x", [3], I32), ("z", [3], I32)], ["y"], out_type=I32)  # fmt: skip
+    assert declines(ipow) == ["no emitter for Pow on integers"]
+
+
+# -- Pad modes, Gather, GatherElements, 1-D convolution ------------------------------------
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+def test_pad_modes(mode, isa):
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)
+    pads = np.array([0, 2, 0, 3, 0, 1, 1, 2], np.int64)  # a crop (-) on the last axis too
+    if mode != "wrap":
+        pads[-1] = -1
+    check(graph_model([node], [("x", [2, 3, 5, 6])], ["y"], [("p", pads)]), isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_gather_and_gather_elements(isa):
+    nodes = [
+        helper.make_node("Gather", ["x", "i"], ["g0"], axis=1),
+        helper.make_node("Gather", ["x", "s"], ["g1"], axis=0),
+        helper.make_node("Gather", ["n", "i"], ["g2"], axis=-1),
+        helper.make_node("GatherElements", ["x", "e"], ["ge"], axis=2),
+    ]
+    inits = [
+        ("i", np.array([[0, -1, 2], [3, 1, 1]], np.int64)),
+        ("s", np.array(1, np.int32)),
+        ("e", np.random.default_rng(2).integers(-4, 4, (2, 4, 3)).astype(np.int32)),
+    ]
+    m = graph_model(nodes, [("x", [2, 4, 4]), ("n", [3, 5], I32)], ["g0", "g1", "g2", "ge"], inits)
+    m.graph.output[2].type.tensor_type.elem_type = I32
+    check(m, isa)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_one_dimensional_convolution_runs_as_a_two_dimensional_one(isa):
+    """A voice model's front end: strided 1-D convs with a bias and a Relu."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], strides=[4], pads=[2, 1]),
+        helper.make_node("Relu", ["c0"], ["r"]),
+        helper.make_node("Conv", ["r", "w1"], ["y"], dilations=[2], group=2),
+    ]
+    inits = [("w0", rnd(8, 3, 5)), ("b0", rnd(8)), ("w1", rnd(6, 4, 3))]
+    compiled, _ = check(graph_model(nodes, [("x", [1, 3, 61])], ["y"], inits), isa, "O2")
+    convs = [n for n in compiled.graph.nodes if "Conv" in n.op]
+    assert len(convs) == 2 and all(
+        len(compiled.graph.values[n.inputs[1]].shape) == 4 for n in convs
+    )
