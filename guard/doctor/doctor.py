@@ -27,7 +27,8 @@ from guard.doctor import (
     steps_tuning,
 )
 from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
-from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Finding
+from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Evidence, Finding
+from guard.doctor.validity import p50_ratio, validity
 from guard.manifest.target import host_cpu
 
 SCHEMA_VERSION = 1
@@ -77,12 +78,6 @@ def _pick(
     return out
 
 
-def _p50_ratio(base: Side | None, head: Side) -> float | None:
-    b = base.get("latency_ms.p50") if base else None
-    h = head.get("latency_ms.p50")
-    return h / b if b and h else None
-
-
 FASTER = 0.95  # head/base p50 below which the head is clearly not slower
 
 
@@ -93,7 +88,7 @@ def _not_slower(findings: list[Finding], base: Side | None, head: Side) -> None:
     found" becomes "suspect" (still a difference to look at), unless a check of the head
     that the step explains failed (a partitions check stays a cause at any speed).
     """
-    ratio = _p50_ratio(base, head)
+    ratio = p50_ratio(base, head)
     if ratio is None or ratio >= FASTER:
         return
     failed = {c.get("name") for c in head.result.get("checks") or [] if c.get("status") == "fail"}
@@ -131,12 +126,51 @@ def _errored(base: Side | None, head: Side) -> list[Finding] | None:
     return out
 
 
-def diagnose_pair(base: Side | None, head: Side, ctx: Context) -> list[Finding]:
+KERNELS = 10  # the step whose times move with whatever work the sides ran
+
+
+def _invalid_first(findings: list[Finding], v: dict[str, Any]) -> None:
+    """Facts that make the comparison invalid lead step 1's evidence (and the case's
+    ``validity``, which the reports print before any step), and take causes from the
+    steps they undermine.
+
+    A changed model, inputs or host class: the sides ran different work, so a kernel's
+    time (step 10) is no cause; the graph steps still say what the change did. Noise at or
+    above the effect: there is no slowdown beyond the noise to explain, so step 1 is
+    suspect (measure again) and no later step may claim a cause."""
+    if v["valid"]:
+        return
+    f1 = findings[0]
+    f1.evidence[:0] = [Evidence(i["fact"], i["base"], i["head"]) for i in v["invalid"]]
+    noisy = [i for i in v["invalid"] if i["fact"] == "noise_pct"]
+    hard = [i for i in v["invalid"] if i["fact"] != "noise_pct"]
+    hidden = v.get("hidden_below_pct")
+    hides = f"; noise hides effects below {hidden:.0f}%" if hidden is not None else ""
+    if noisy and f1.status != CAUSE:
+        f1.status = SUSPECT
+        f1.summary = f"comparison not valid: {noisy[0]['why']}" + (
+            f"; {f1.summary}" if f1.summary else ""
+        )
+        f1.action = (
+            "Measure until the noise is below the effect (more rounds, a quiet machine, or "
+            "guard ab for an interleaved A/B); until then no later step can name a cause."
+        )
+    why = "; ".join(f"{i['fact']} ({i['why']})" for i in (noisy or hard)) + hides
+    for f in findings[1:]:
+        if f.status == CAUSE and (noisy or f.step == KERNELS):
+            f.status = SUSPECT
+            f.summary = f"not a cause while the comparison is not valid ({why}): {f.summary}"
+
+
+def diagnose_pair(
+    base: Side | None, head: Side, ctx: Context, v: dict[str, Any] | None = None
+) -> list[Finding]:
     errored = _errored(base, head)
     if errored is not None:
         return errored
     findings = [fn(base, head, ctx) for _, fn in STEPS]
     _not_slower(findings, base, head)
+    _invalid_first(findings, v if v is not None else validity(base, head))
     findings.append(steps_reduce.step11_reduce(base, head, ctx, findings))
     return findings
 
@@ -178,7 +212,8 @@ def diagnose(
     for k in keys:
         head = Side("head", heads[k], head_doc)
         base = Side("base", bases[k], base_doc) if base_doc is not None else None
-        findings = diagnose_pair(base, head, ctx)
+        v = validity(base, head)
+        findings = diagnose_pair(base, head, ctx, v)
         first = next((f for f in findings if f.status == CAUSE), None)
         cases.append(
             {
@@ -193,7 +228,8 @@ def diagnose(
                     base.get("latency_ms.p50") if base else None,
                     head.get("latency_ms.p50"),
                 ],
-                "p50_ratio": _p50_ratio(base, head),
+                "p50_ratio": p50_ratio(base, head),
+                "validity": v,
                 "first_cause": first.step if first else None,
                 "suspects": [f.step for f in findings if f.status == SUSPECT],
                 "findings": [f.to_dict() for f in findings],

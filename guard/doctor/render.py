@@ -43,6 +43,17 @@ def _title(case: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
     return t
 
 
+def _validity(case: Mapping[str, Any]) -> str | None:
+    """What the noise hides, said before any step (None for older documents)."""
+    v = case.get("validity")
+    if not isinstance(v, Mapping):
+        return None
+    hidden = v.get("hidden_below_pct")
+    if v.get("valid"):
+        return f"comparison valid; noise hides effects below {hidden:.0f}%" if hidden else None
+    return "comparison not valid: " + "; ".join(str(i.get("fact")) for i in v.get("invalid") or ())
+
+
 def _headline(case: Mapping[str, Any]) -> str:
     first = case.get("first_cause")
     if first is None:
@@ -65,7 +76,10 @@ def to_markdown(doc: Mapping[str, Any]) -> str:
     )
     lines.append("")
     for case in doc.get("cases") or []:
-        lines += [f"## {_title(case, doc)}", "", f"**{_headline(case)}**", ""]
+        lines += [f"## {_title(case, doc)}", ""]
+        if _validity(case):
+            lines += [f"**{_validity(case)}**", ""]
+        lines += [f"**{_headline(case)}**", ""]
         for f in case["findings"]:
             lines.append(
                 f"### {f['step']}. {f['title']}: {_ICON[f['status']]} {LABELS[f['status']]}"
@@ -98,6 +112,11 @@ def render_console(doc: Mapping[str, Any], console: Console | None = None) -> No
     pair = doc.get("base") is not None
     for case in doc.get("cases") or []:
         con.print(Text(_title(case, doc), style="bold"))
+        valid = _validity(case)
+        if valid:
+            con.print(
+                Text(valid, style="green" if valid.startswith("comparison valid") else "bold red")
+            )
         con.print(Text(_headline(case), style="bold red" if case.get("first_cause") else "green"))
         for f in case["findings"]:
             line = Text(f"{f['step']:>2}. {f['title']}: ", style="bold")

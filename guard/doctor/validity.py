@@ -1,0 +1,111 @@
+"""Whether two results can be compared at all, decided before any step ranks a cause.
+
+A kernel "5.6x slower" means nothing when the rounds of the run it came from disagree by
+81%, or when the model itself changed between the sides. Three facts make a comparison
+invalid, and the doctor reports them first (its headline, step 1) and demotes every later
+step's "cause found" to "suspect":
+
+- the model (``manifest.model.sha256``) or the inputs (``numerics.inputs_sha256``) differ:
+  the sides ran different work;
+- the host class (``manifest.host`` arch, cpu, cores) differs: different machines;
+- the noise is at or above the effect: a side's ``noise_pct`` (100 x SD of its round
+  medians' logs) is at least the p50 change, or the change is below what the noise hides.
+
+What the noise hides is the half-width of a 95% interval on the difference of the two
+sides' mean log round medians: ``2 * sqrt(nb^2 / rb + nh^2 / rh)`` percent, with ``n`` the
+noise and ``r`` the rounds of each side (one side alone: ``2 * nh / sqrt(rh)``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from guard.doctor.facts import Side
+
+HOST_FIELDS = ("arch", "cpu", "cores")
+
+
+def p50_ratio(base: Side | None, head: Side) -> float | None:
+    """head/base p50, when both sides measured one."""
+    b = base.get("latency_ms.p50") if base else None
+    h = head.get("latency_ms.p50")
+    return h / b if b and h else None
+
+
+def _rounds(s: Side) -> int:
+    rounds = s.result.get("rounds")
+    n = len(rounds) if isinstance(rounds, list) else s.get("measurement.rounds")
+    return int(n) if isinstance(n, int | float) and n >= 1 else 1
+
+
+def hidden_pct(base: Side | None, head: Side) -> float | None:
+    """The smallest p50 change (percent) the sides' round noise lets through; None when a
+    side's noise is not recorded."""
+    sides = [s for s in (base, head) if s is not None]
+    noise = [s.get("noise_pct") for s in sides]
+    if any(not isinstance(n, int | float) for n in noise):
+        return None
+    return 2.0 * math.sqrt(sum(n**2 / _rounds(s) for n, s in zip(noise, sides, strict=True)))
+
+
+def _short(v: Any) -> Any:
+    return v[:12] if isinstance(v, str) else v
+
+
+def validity(base: Side | None, head: Side) -> dict[str, Any]:
+    """``{"valid", "invalid": [{"fact", "base", "head", "why"}], "effect_pct",
+    "noise_pct": [base, head], "hidden_below_pct"}``: the facts that make the comparison
+    invalid, most basic first, and the size of effect the noise hides."""
+    invalid: list[dict[str, Any]] = []
+    if base is not None:
+        for fact, path, why in (
+            ("model sha256", "manifest.model.sha256", "the model changed: the sides ran "
+             "different graphs, so any step's difference may be the model's"),
+            ("inputs sha256", "numerics.inputs_sha256", "the inputs changed: the sides "
+             "ran different data"),
+        ):  # fmt: skip
+            b, h = base.get(path), head.get(path)
+            if b is not None and h is not None and b != h:
+                invalid.append({"fact": fact, "base": _short(b), "head": _short(h), "why": why})
+        hb = {k: base.get(f"manifest.host.{k}") for k in HOST_FIELDS}
+        hh = {k: head.get(f"manifest.host.{k}") for k in HOST_FIELDS}
+        diff = [
+            k for k in HOST_FIELDS if hb[k] is not None and hh[k] is not None and hb[k] != hh[k]
+        ]
+        if diff:
+            invalid.append({"fact": f"host class ({', '.join(diff)})", "base": hb, "head": hh,
+                            "why": "another host class: latencies of different machines"})  # fmt: skip
+    ratio = p50_ratio(base, head)
+    effect = abs(ratio - 1.0) * 100.0 if ratio is not None else None
+    noise = [base.get("noise_pct") if base else None, head.get("noise_pct")]
+    hidden = hidden_pct(base, head)
+    loudest = max((n for n in noise if isinstance(n, int | float)), default=None)
+    if (
+        effect is not None
+        and loudest is not None
+        and (loudest >= effect or (hidden is not None and hidden >= effect))
+    ):
+        invalid.append({
+            "fact": "noise_pct", "base": noise[0], "head": noise[1],
+            "why": f"the noise is at or above the effect: rounds disagree by up to "
+                   f"{loudest:.0f}% against a p50 change of {effect:.1f}%"
+                   + (f"; effects below {hidden:.0f}% are hidden" if hidden is not None else ""),
+        })  # fmt: skip
+    return {
+        "valid": not invalid,
+        "invalid": invalid,
+        "effect_pct": effect,
+        "noise_pct": noise,
+        "hidden_below_pct": hidden,
+    }
+
+
+def summary(v: dict[str, Any]) -> str:
+    """One line: why the comparison is not valid, and what the noise hides."""
+    parts = [f"{i['fact']} ({i['why']})" for i in v.get("invalid") or ()]
+    hidden = v.get("hidden_below_pct")
+    tail = f"noise hides effects below {hidden:.0f}%" if isinstance(hidden, int | float) else ""
+    if not parts:
+        return f"comparison valid; {tail}" if tail else "comparison valid"
+    return "comparison not valid: " + "; ".join(parts) + (f"; {tail}" if tail else "")
