@@ -59,6 +59,7 @@ class OrtSession:
         self.input_names = [i.name for i in self._sess.get_inputs()]
         self.output_names = [o.name for o in self._sess.get_outputs()]
         self._where = str(artefact_dir / PAYLOAD)
+        self._threads = threads
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
@@ -68,6 +69,25 @@ class OrtSession:
             # an index out of range) is the model's problem: exit 2, naming it.
             raise ModelError(
                 f"onnxruntime failed running the model: {_ort_text(exc)}", where=self._where
+            ) from None
+
+    def kernels(
+        self, feeds: dict[str, np.ndarray], top: int = 10, runs: int = 5
+    ) -> list[dict[str, Any]]:
+        """The top nodes by time from onnxruntime's own profiler (a second, profiled session
+        of the same payload and options; guard.backends.ort_profile), beside the bundled
+        backend's per-kernel times."""
+        from guard.backends.ort_profile import profile_nodes
+
+        opts = self._meta["session_options"]
+        try:
+            return profile_nodes(
+                Path(self._where), opts["graph_optimization_level"], opts["providers"],
+                self._threads, feeds, runs=runs, top=top,
+            )  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception zoo
+            raise ModelError(
+                f"onnxruntime's profiler failed: {_ort_text(exc)}", where=self._where
             ) from None
 
     def partitions(self) -> PartitionInfo:

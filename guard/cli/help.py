@@ -50,6 +50,16 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "guard bisect suites/smoke.yaml --good HEAD~16 --bad HEAD --budget-s 10 --json b.json",
         ],
     ),
+    "profile": (
+        "The top nodes by time of each result: onnxruntime's own per-node profiler (a "
+        "second, profiled session, never the measured one) and the bundled backend's "
+        "generated kernels, with their op, milliseconds per inference and share. RESULT is "
+        "a results file or run:<id>. Exit 2 when no result carries a profile.",
+        [
+            "guard profile r.json",
+            "guard profile r.json --backend onnxruntime --top 5 --chart top.png",
+        ],
+    ),
     "golden update": (
         "Re-create the goldens of a suite's models with the reference (onnxruntime, every "
         "graph optimisation off), recording who, when, why and the old and new hashes. A "

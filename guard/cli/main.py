@@ -31,7 +31,7 @@ from guard.core.errors import (
 # only when it runs.
 COMMANDS = (
     "run", "tune", "golden", "manifest", "zoo", "partition", "track", "dashboard", "compare",
-    "ab", "bump", "history", "calibrate", "merge", "doctor", "reduce", "init", "bisect",
+    "ab", "bump", "history", "calibrate", "merge", "doctor", "reduce", "init", "bisect", "profile",
 )  # fmt: skip
 
 

@@ -44,6 +44,8 @@ def _kernels(s: Side) -> tuple[dict[str, KernelTime] | None, str]:
                 # runs are what stays the same between two builds, so they are the key.
                 shown = ", ".join(nodes[:2]) + (f" +{len(nodes) - 2}" if len(nodes) > 2 else "")
                 label = f"{name} ({k.get('op') or '?'}: {shown})"
+                if nodes == [name]:  # onnxruntime's profiler: one row per node
+                    label = f"{name} ({k.get('op') or '?'})"
                 name = f"{k.get('op') or ''}@{','.join(nodes)}"
             ms = next(
                 (
@@ -68,7 +70,8 @@ def _kernels(s: Side) -> tuple[dict[str, KernelTime] | None, str]:
             if share is None and isinstance(k.get("pct"), (int, float)):
                 share = float(k["pct"]) / 100
             out[name] = {"ms": ms, "share": share, "label": label}
-        return out, "result kernels"
+        src = next((k.get("source") for k in ks if isinstance(k, Mapping)), None)
+        return out, "result kernels" + (f" ({src})" if src else "")
     art = s.artefact
     if art is not None:
         for prof in sorted(art.glob("ort_profile*.json")):

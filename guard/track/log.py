@@ -35,6 +35,7 @@ from guard.track.client import (
 )
 from guard.track.index import annotate_logged
 from guard.track.pending import PENDING_DIR, keep, push_lock
+from guard.track.profile_chart import log_profile_chart
 from guard.track.uri import GUARD_DIR, check_reachable, run_url
 
 if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
@@ -186,6 +187,7 @@ def _log_child(
         else:
             client.log_dict(run_id, result.get("manifest") or {}, "manifest.json")
         client.log_dict(run_id, dict(result), "result.json")
+        log_profile_chart(client, run_id, result)
         _log_inputs(client, run_id, result)
         status = RunStatus.to_string(RunStatus.FINISHED)
     except KeyboardInterrupt:
