@@ -44,12 +44,13 @@ _META = Schema("onnxruntime artefact metadata", SCHEMA_VERSION, "Rebuild the art
 class OrtSession:
     """A loaded ORT artefact."""
 
-    def __init__(self, artefact_dir: Path, threads: int):
+    def __init__(self, artefact_dir: Path, threads: int, *, counted: bool = False):
         ort = _ort()
         meta = self._meta = _META.load(artefact_dir / META)
         # The payload is already optimised; keep the same level so that what runs is what
         # was recorded (re-applying passes to an optimised graph is idempotent).
-        so = session_options(threads, meta["session_options"]["graph_optimization_level"])
+        level = meta["session_options"]["graph_optimization_level"]
+        so = session_options(threads, level, counted=counted)
         try:
             self._sess = ort.InferenceSession(
                 str(artefact_dir / PAYLOAD), so, providers=meta["session_options"]["providers"]

@@ -54,6 +54,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="do not look up or print the base branch comparison",
     )
     r.add_argument(
+        "--counted",
+        action="store_true",
+        help="also count instructions and bytes moved per inference under an emulator "
+        "(measure.counted in the suite sets it per model; identical across processes)",
+    )
+    r.add_argument(
         "--golden-dir", metavar="DIR", help="golden store (default: <suite dir>/goldens/<suite>)"
     )
     r.add_argument("--model", action="append", metavar="NAME", help="only this model (repeatable)")
@@ -122,6 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         shard_times=Path(args.shard_times) if getattr(args, "shard_times", None) else None,
         invocation_id=getattr(args, "invocation_id", None),
         require_tracking=args.require_tracking,
+        counted=args.counted,
     )
     doc, code = run_suite(suite, opts)
     if opts.track and baseline is None and not args.no_base_compare and code < 128:

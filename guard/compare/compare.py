@@ -25,6 +25,8 @@ import numpy as np
 
 from guard.compare import crossarch
 from guard.compare.attribution import attribute
+from guard.compare.counted_rows import counted_rows
+from guard.compare.counted_rows import summary as counted_summary
 from guard.core.errors import UsageError
 from guard.core.result_key import ResultKey
 from guard.core.results_file import PROBES
@@ -347,6 +349,7 @@ def compare_docs(
         for k in both
     ]
     cross = crossarch.cross_arch_rows(base, head)
+    counted = counted_rows(base, head)
     doc_diff: dict[str, list[Any]] = {}
     for row in rows:
         for f, pair in row["manifest_diff"].items():
@@ -372,6 +375,7 @@ def compare_docs(
         "manifest_diff": doc_diff,
         "rows": rows,
         "cross_arch": cross,
+        "counted": counted,
         "summary": {
             # Aggregates only over rows present on both sides: a model that appears or
             # disappears says nothing about speed.
@@ -381,6 +385,7 @@ def compare_docs(
             "only_base": [str(k) for k in b_rows if k not in h_rows],
             "only_head": [str(k) for k in h_rows if k not in b_rows],
             "cross_arch": {v: sum(r["verdict"] == v for r in cross) for v in crossarch.VERDICTS},
+            "counted": counted_summary(counted),
             "without_rounds": [
                 str(ResultKey.of(r)) for r in rows if r["stats"].get("method") is None
             ],
@@ -393,7 +398,8 @@ def exit_code(comparison: Mapping[str, Any], *, strict: bool = False) -> int:
     strict, a row is inconclusive or a cross-architecture row differs); 0 otherwise."""
     bad = {REGRESSED, INCONCLUSIVE} if strict else {REGRESSED}
     drifted = crossarch.failing(comparison.get("cross_arch") or [], strict=strict)
-    return 1 if drifted or any(r["verdict"] in bad for r in comparison["rows"]) else 0
+    counted = any(r.get("verdict") == REGRESSED for r in comparison.get("counted") or [])
+    return 1 if drifted or counted or any(r["verdict"] in bad for r in comparison["rows"]) else 0
 
 
 def validate_comparison(doc: Any, where: str) -> None:

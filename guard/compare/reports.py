@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.compare import crossarch
+from guard.compare import counted_rows, crossarch
 from guard.core.fsutil import atomic_write_text
 from guard.stats.verdicts import on_rounds
 
@@ -152,6 +152,9 @@ def to_markdown(cmp: Mapping[str, Any], title: str = "guard compare") -> str:
     cross = crossarch.markdown_lines(cmp.get("cross_arch") or [])
     if cross:
         lines += ["", *cross]
+    counted = counted_rows.markdown_lines(cmp.get("counted") or [])
+    if counted:
+        lines += ["", *counted]
     unresolved = unresolved_rounds(cmp)
     if unresolved:
         lines += ["", unresolved]

@@ -72,30 +72,45 @@ def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None =
     what = f"artefact {root}"
     arch = _arch_of(codegen)
     if plan.main:
-        view = view_of_graph(loaded.graph)
-        entry = EntryPoint(
-            arch=arch,
-            object_path=root / "kernels.o",
-            main=plan.main,
-            # the runtime's arena, slack included, byte for byte
-            arena_bytes=int(loaded.memory.arena_bytes) + ALIGNMENT,
-            weights_path=root / "weights.bin",
-            packed_path=root / "packed.bin",
-            inputs=tuple(TensorSlot(o.name, o.dtype, tuple(o.shape)) for o in plan.inputs),
-            outputs=tuple(
-                TensorSlot(name, o.dtype, tuple(o.shape))
-                for name, o in zip(view.outputs, plan.outputs, strict=True)
-            ),
-        )
+        entry = _entry_point(root, loaded, plan, arch)
         session = EmulatedSession(
             entry, what=what, partitions=meta.partitions, memory=meta.memory, timeout_s=timeout_s,
             threads=threads,
         )  # fmt: skip
-        session.input_names = list(view.inputs)
+        session.input_names = list(view_of_graph(loaded.graph).inputs)
         return session
     return MixedEmulatedSession(
         loaded, plan, meta, arch, what=what, timeout_s=timeout_s, threads=threads
     )
+
+
+def _entry_point(root: Path, loaded: LoadedArtefact, plan: KernelPlan, arch: str) -> EntryPoint:
+    view = view_of_graph(loaded.graph)
+    return EntryPoint(
+        arch=arch,
+        object_path=root / "kernels.o",
+        main=str(plan.main),
+        # the runtime's arena, slack included, byte for byte
+        arena_bytes=int(loaded.memory.arena_bytes) + ALIGNMENT,
+        weights_path=root / "weights.bin",
+        packed_path=root / "packed.bin",
+        inputs=tuple(TensorSlot(o.name, o.dtype, tuple(o.shape)) for o in plan.inputs),
+        outputs=tuple(
+            TensorSlot(name, o.dtype, tuple(o.shape))
+            for name, o in zip(view.outputs, plan.outputs, strict=True)
+        ),
+    )
+
+
+def main_entry_point(artefact_dir: Path) -> EntryPoint | None:
+    """The artefact's whole-graph entry (every partition generated code), else None."""
+    root = Path(artefact_dir)
+    loaded = load_artefact(root, native=False)
+    codegen = loaded.manifest.get("codegen")
+    if not codegen:
+        return None
+    plan = KernelPlan.from_dict(_read_json(root / "kernels.json"))
+    return _entry_point(root, loaded, plan, _arch_of(codegen)) if plan.main else None
 
 
 def _read_json(path: Path) -> Any:

@@ -22,6 +22,10 @@
  *     host runs the partitions that are not generated code in between, over the same
  *     arena. Ends at end of input.
  *
+ * Counting (guard/emulate/counted.py): with GUARD_COUNT_FROM=K in the environment, each call
+ * of MAIN from sample K on is wrapped in the counting plugin's marker instructions
+ * (count_plugin.c), so warm-up samples run uncounted and every later one is one region.
+ *
  * Exit status: 0 done; 2 bad arguments or an unknown symbol; 3 an input/output error (the
  * message names the file). A crash in generated code is the signal itself (the emulator
  * re-raises it).
@@ -44,6 +48,17 @@ struct part_entry { const char *name; part_fn fn; };
 /* Generated per artefact (guard/emulate/runner.py), each ending with {0, 0}. */
 extern const struct main_entry guard_runner_mains[];
 extern const struct part_entry guard_runner_parts[];
+
+#if defined(__x86_64__)
+#define MARK_START() __asm__ volatile(".byte 0x0f,0x1f,0x80,0x31,0x44,0x52,0x47" ::: "memory")
+#define MARK_STOP() __asm__ volatile(".byte 0x0f,0x1f,0x80,0x30,0x44,0x52,0x47" ::: "memory")
+#elif defined(__aarch64__)
+#define MARK_START() __asm__ volatile("hint #90" ::: "memory")
+#define MARK_STOP() __asm__ volatile("hint #91" ::: "memory")
+#else
+#define MARK_START() ((void)0)
+#define MARK_STOP() ((void)0)
+#endif
 
 #define MAX_TENSORS 4096
 #define ALIGN 64
@@ -148,10 +163,19 @@ static int call_main(int argc, char **argv) {
     void *arena = zeroed(arena_bytes);
     if (!arena) return fail(3, "cannot allocate the arena of", argv[3]);
 
+    size_t count_from = (size_t)-1;
+    const char *from = getenv("GUARD_COUNT_FROM");
+    if (from && parse_size(from, &count_from)) count_from = (size_t)-1;
     static const void *inputs[MAX_TENSORS];
     for (size_t s = 0; s < count; s++) {
         for (size_t i = 0; i < n_in; i++) inputs[i] = in_base[i] + s * in_stride[i];
-        fn(arena, weights, packed, inputs, out_buf);
+        if (s >= count_from) {
+            MARK_START();
+            fn(arena, weights, packed, inputs, out_buf);
+            MARK_STOP();
+        } else {
+            fn(arena, weights, packed, inputs, out_buf);
+        }
         for (size_t o = 0; o < n_out; o++) {
             if (fwrite(out_buf[o], 1, out_bytes[o], out_file[o]) != out_bytes[o])
                 return fail(3, "cannot write output", argv[at + o]);

@@ -163,6 +163,36 @@ def _env(threads: int) -> dict[str, str]:
     return {**os.environ, "GUARD_THREADS": str(max(1, int(threads)))}
 
 
+def call_args(
+    runner: Path,
+    tmp: Path,
+    *,
+    symbol: str,
+    arena_bytes: int,
+    weights: Path,
+    packed: Path,
+    inputs: Sequence[Sequence[bytes]],
+    output_nbytes: Sequence[int],
+) -> tuple[list[str], list[Path]]:
+    """The runner's ``call`` arguments for ``inputs``, written to files in ``tmp``.
+
+    Returns (argv without the emulator, the output files the runner will write).
+    """
+    n_in = len(inputs[0])
+    in_files = []
+    for i in range(n_in):
+        p = tmp / f"in{i}.bin"
+        with p.open("wb") as f:
+            for sample in inputs:
+                f.write(sample[i])
+        in_files.append(str(p))
+    out_files = [tmp / f"out{k}.bin" for k in range(len(output_nbytes))]
+    args = [str(runner), "call", symbol, str(arena_bytes), str(weights), str(packed),
+            str(len(inputs)), str(n_in), *in_files, str(len(out_files)),
+            *(f"{p}:{n}" for p, n in zip(out_files, output_nbytes, strict=True))]  # fmt: skip
+    return args, out_files
+
+
 def run_main(
     runner: Path,
     arch: str,
@@ -185,20 +215,12 @@ def run_main(
         return []
     tc, emulator, _ = require(arch)
     count = len(inputs)
-    n_in = len(inputs[0])
     with tempfile.TemporaryDirectory(prefix="guard-emulate-") as tmp_name:
-        tmp = Path(tmp_name)
-        in_files = []
-        for i in range(n_in):
-            p = tmp / f"in{i}.bin"
-            with p.open("wb") as f:
-                for sample in inputs:
-                    f.write(sample[i])
-            in_files.append(str(p))
-        out_files = [tmp / f"out{k}.bin" for k in range(len(output_nbytes))]
-        argv = [emulator, "-cpu", "max", str(runner), "call", symbol, str(arena_bytes),
-                str(weights), str(packed), str(count), str(n_in), *in_files, str(len(out_files)),
-                *(f"{p}:{n}" for p, n in zip(out_files, output_nbytes, strict=True))]  # fmt: skip
+        args, out_files = call_args(
+            runner, Path(tmp_name), symbol=symbol, arena_bytes=arena_bytes, weights=weights,
+            packed=packed, inputs=inputs, output_nbytes=output_nbytes,
+        )  # fmt: skip
+        argv = [emulator, "-cpu", "max", *args]
         try:
             proc = subprocess.run(
                 argv, capture_output=True, timeout=timeout_s, check=False, env=_env(threads)

@@ -109,7 +109,7 @@ class MeasureConfig:
             )
         known = [f.name for f in fields(cls)]
         for key in d:
-            if key not in known:
+            if key not in known and key != "counted":  # counted runs: guard.run.counted
                 close = difflib.get_close_matches(str(key), known, n=1)
                 hint = (
                     f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}."

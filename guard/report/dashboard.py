@@ -166,7 +166,11 @@ def build_context(suite_name: str, suite: Suite | None, uri: str) -> dict[str, A
     ctx["archs"] = archs
     for s in series:
         last = s.points[-1]
-        measured = any(p.metrics.get("latency_ms.p50") is not None for p in s.points)
+        measured = any(
+            p.metrics.get("latency_ms.p50") is not None
+            or p.metrics.get("counted.instructions") is not None
+            for p in s.points
+        )
         figure = ""
         if measured:
             figure = series_figure(s, link).to_html(

@@ -1,5 +1,6 @@
 """The dashboard's charts: one plotly figure per series (p50 with its p10-p90 band, the
-bound, change points and manifest markers; arena, partitions and max error below) and the
+bound, change points and manifest markers; arena, partitions, max error and counted
+instructions below) and the
 latency axis they share. plotly is imported when a figure is drawn.
 """
 
@@ -15,6 +16,8 @@ PANELS = (
     ("arena_bytes", "arena (bytes)", ".3~s"),
     ("partitions.count", "partitions", "d"),
     ("numerics.max_abs_err", "max abs error", ".1~e"),
+    # Counted runs (guard run --counted): a step function, so a change point is exact.
+    ("counted.instructions", "instructions / inference (counted)", ".4~s"),
 )
 
 
@@ -27,7 +30,7 @@ def series_figure(series: Series, mlflow_link: Callable[[str], str | None]) -> A
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1 + len(PANELS), cols=1, shared_xaxes=True,
-                        row_heights=[0.52, 0.16, 0.16, 0.16], vertical_spacing=0.07,
+                        row_heights=[0.44, 0.14, 0.14, 0.14, 0.14], vertical_spacing=0.06,
                         subplot_titles=["", *[label for _, label, _ in PANELS]])  # fmt: skip
     pts = series.points
     x = x_labels(pts)
@@ -88,7 +91,7 @@ def series_figure(series: Series, mlflow_link: Callable[[str], str | None]) -> A
                                  hovertemplate=hover + label + " %{y:.4g}<extra></extra>"),
                       row=row, col=1)  # fmt: skip
     fig.update_layout(
-        height=720,
+        height=860,
         margin={"l": 70, "r": 20, "t": 50, "b": 30},
         hovermode="closest",
         template="plotly_white",

@@ -326,6 +326,40 @@ class Facts:
     arena_bytes: int | None = None
     arena_lower_bound_bytes: int | None = None
     tuning: dict[str, Any] = field(default_factory=dict)
+    counted: dict[str, Any] | None = None  # the counted block (guard.emulate.counted)
+    counted_cmp: dict[str, Any] | None = None  # guard.stats.counted row against the baseline
+    counted_bound: float | None = None  # checks.counted.regress_pct
+
+
+def _si(x: float, unit: str, sep: str = "") -> str:
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {prefix}{sep}{unit}"
+    return f"{x:.4g} {unit}"
+
+
+def counted_summary(block: dict[str, Any]) -> str:
+    """ "41.2 M instructions, 88 MB moved" per inference, or the block's error."""
+    if "error" in block:
+        return str(block["error"])
+    moved = float(block.get("bytes_loaded") or 0) + float(block.get("bytes_stored") or 0)
+    return f"{_si(float(block['instructions']), 'instructions', ' ')}, {_si(moved, 'B')} moved"
+
+
+def counted_check(block: dict[str, Any], cmp: dict[str, Any] | None, bound: float | None) -> Check:
+    """Counted cost against the baseline: fail when instructions or bytes moved per
+    inference grew by more than ``bound`` percent; skipped when there is nothing to compare."""
+    if "error" in block:
+        return Check("counted", "skipped", None, bound, str(block["error"]))
+    value = block.get("instructions")
+    summary = counted_summary(block) + " per inference"
+    if cmp is None:
+        return Check("counted", "pass", value, bound, f"{summary} (no baseline to compare)")
+    verdict = cmp.get("verdict")
+    if verdict in ("not comparable", "missing"):
+        return Check("counted", "skipped", value, bound, str(cmp.get("message")))
+    status = "fail" if verdict == "regressed" else "pass"
+    return Check("counted", status, value, bound, f"{summary}: {cmp.get('message')}")
 
 
 def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
@@ -355,4 +389,6 @@ def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
         out.append(arena_check(cfg["arena"], facts.arena_bytes, facts.arena_lower_bound_bytes))
     if "tuning" in cfg:
         out.append(tuning_check(cfg["tuning"], facts.tuning, facts.backend))
+    if facts.counted is not None:
+        out.append(counted_check(facts.counted, facts.counted_cmp, facts.counted_bound))
     return out

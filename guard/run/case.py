@@ -273,11 +273,16 @@ def begin_result(
     workdir: Path,
     clock_injected: bool = False,
     baseline_given: bool = False,
+    counted: Any = None,
+    baseline: dict[str, Any] | None = None,
+    tools_missing: list[str] | None = None,
 ) -> PendingResult | dict[str, Any]:
     """Build, load and check the numerics of one (model, backend): a result to measure.
 
     A result that is not timed here (an artefact that runs under emulation) comes back
-    finished, as a result dict.
+    finished, as a result dict. ``counted`` (a CountedConfig) adds its counted figure
+    (guard.run.counted), judged against ``baseline``; ``tools_missing`` collects the one
+    line that says the counting tools are not installed.
     """
     case = load_case(entry, spec, golden, backend_name, workdir)
     manifest, session, feeds = case.manifest, case.session, case.feeds
@@ -309,6 +314,8 @@ def begin_result(
             numerics["accuracy"] = known["accuracy"]
         except GuardError as exc:
             known["accuracy_error"] = str(exc)
+    if counted is not None:
+        _count(case, known, counted, workdir, baseline, tools_missing)
     if getattr(session, "latency_status", None) == "emulated":
         return _emulated_result(entry, backend_name, case, known, baseline_given)
     cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
@@ -316,6 +323,29 @@ def begin_result(
         entry, backend_name, case, known, numerics, cfg, preflight(entry.threads),
         round_isolation(clock_injected),
     )  # fmt: skip
+
+
+def _count(
+    case: Case,
+    known: dict[str, Any],
+    cfg: Any,
+    workdir: Path,
+    baseline: dict[str, Any] | None,
+    tools_missing: list[str] | None,
+) -> None:
+    from guard.core.result_key import ResultKey
+    from guard.run.counted import count_case, counted_against
+
+    block = count_case(case, cfg, workdir, tools_missing if tools_missing is not None else [])
+    if block is None:
+        return
+    key = ResultKey(case.model, case.backend, case.manifest["target"]["canonical"])
+    known["counted"] = block
+    known["counted_bound"], known["counted_cmp"] = counted_against(case.entry, block, baseline, key)
+
+
+def _counted_extra(facts: ck.Facts) -> dict[str, Any]:
+    return {"counted": facts.counted} if facts.counted is not None else {}
 
 
 def finish_result(
@@ -413,6 +443,7 @@ def finish_result(
         extra={
             "contention": contention,
             **({"kernels": kernels(case.feeds)} if callable(kernels) else {}),
+            **_counted_extra(facts),
         },
     )
 
@@ -457,4 +488,5 @@ def _emulated_result(
         artefact_reused=case.reused,
         graph=case.build.graph,
         layout_conversions=partitions.get("layout_conversions"),
+        extra=_counted_extra(facts),
     )

@@ -36,6 +36,7 @@ from guard.measure import MeasureConfig, set_threads
 from guard.measure.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
 from guard.results.result import error_result
 from guard.run.case import PendingResult, begin_result, finish_result, prepare_model
+from guard.run.counted import counted_config
 from guard.run.deliver import Interruption, finish, outputs, say
 from guard.run.shard import parse_shard, shard_work
 from guard.stats.calibrate import default_noise_path, load_noise
@@ -66,6 +67,8 @@ class RunOptions:
     shard_times: Path | None = None  # results file whose duration_s balance the shards
     invocation_id: str | None = None  # one logical invocation over all shards (else env)
     require_tracking: bool = False  # tracking that fails is exit 2 (else a warning, results kept)
+    counted: bool = False  # --counted: every result gets its counted figure (guard.run.counted)
+    tools_missing: list[str] = field(default_factory=list)  # why counting could not run
 
 
 def git_info(cwd: Path) -> dict[str, Any]:
@@ -232,6 +235,8 @@ def _begin(
             got = begin_result(
                 entry, spec, golden, gstatus, b, workdir=opts.workdir,
                 clock_injected=injected, baseline_given=opts.baseline is not None,
+                counted=counted_config(entry, opts.counted), baseline=opts.baseline,
+                tools_missing=opts.tools_missing,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001
             got = error_result(entry, b, exc)
@@ -341,6 +346,10 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     for r in results:
         if r["verdict"] == "error":
             say(f"guard: error: {r['model']} [{r['backend']}]: {r['error']}", opts.console)
+        elif "error" in (r.get("counted") or {}):
+            say(f"guard: counted: {r['counted']['error']}", opts.console)
+    for line in opts.tools_missing[:1]:  # the wall-time results are complete
+        say(f"guard: warning: {line}; no counted figures in this run", opts.console)
 
     # Durable first: the reports are on disk before tracking is tried (guard.run.deliver).
     code = finish(

@@ -54,7 +54,9 @@ MEASURE_KEYS = {
     "max_warmup_iters",
     "max_iters",
     "rounds",
+    "counted",
 }
+COUNTED_KEYS = {"inferences", "warmup", "max_s"}
 # check name -> allowed keys
 CHECK_KEYS: dict[str, set[str]] = {
     "latency": {"p50_ms", "p90_ms", "p99_ms", "regress_pct", "strict"},
@@ -64,6 +66,7 @@ CHECK_KEYS: dict[str, set[str]] = {
     "partitions": {"max"},
     "arena": {"max_bytes"},
     "tuning": {"min_hit_rate"},
+    "counted": {"regress_pct"},
 }
 # Keys a check block cannot do without (the others have defaults).
 REQUIRED_CHECK_KEYS: dict[str, tuple[str, ...]] = {
@@ -75,10 +78,18 @@ REQUIRED_CHECK_KEYS: dict[str, tuple[str, ...]] = {
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 
 
-def parse_measure(ctx: Fields, raw: Any, key: str, base: dict[str, float]) -> dict[str, float]:
+def parse_measure(ctx: Fields, raw: Any, key: str, base: dict[str, Any]) -> dict[str, Any]:
     block = ctx.mapping(raw, key, MEASURE_KEYS)
-    out = dict(base)
+    out: dict[str, Any] = dict(base)
     for k, v in block.items():
+        if k == "counted":  # {inferences, warmup, max_s}; guard run --counted's defaults
+            body = ctx.mapping(v if v is not None else {}, f"{key}.counted", COUNTED_KEYS)
+            out[k] = {
+                c: ctx.number(x, f"{key}.counted.{c}", integer=c != "max_s", positive=c != "warmup",
+                              minimum=0 if c == "warmup" else None)
+                for c, x in body.items()
+            }  # fmt: skip
+            continue
         out[k] = ctx.number(
             v,
             f"{key}.{k}",

@@ -76,7 +76,11 @@ SERIES_METRICS = (
     "partitions.count",
     "numerics.max_abs_err",
     "checks.failed",
+    "counted.instructions",
+    "counted.bytes_moved",
 )
+# The per-inference counts of a counted run (guard.emulate.counted), logged as metrics.
+COUNTED_METRICS = ("instructions", "bytes_loaded", "bytes_stored", "loads", "stores", "wall_s")
 
 
 def series_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
@@ -169,6 +173,15 @@ def result_metrics(result: Mapping[str, Any]) -> dict[str, float]:
         if isinstance(passes, list):
             changed = [p for p in passes if isinstance(p, Mapping) and p.get("changed")]
             metrics["graph.passes_changed"] = float(len(changed))
+    counted = result.get("counted")
+    if isinstance(counted, Mapping) and "error" not in counted:
+        for key in COUNTED_METRICS:
+            number = as_number(counted.get(key))
+            if number is not None:
+                metrics[f"counted.{key}"] = number
+        if "counted.bytes_loaded" in metrics and "counted.bytes_stored" in metrics:
+            moved = metrics["counted.bytes_loaded"] + metrics["counted.bytes_stored"]
+            metrics["counted.bytes_moved"] = moved
     checks = [c for c in result.get("checks") or () if isinstance(c, Mapping)]
     metrics["checks.total"] = float(len(checks))
     metrics["checks.failed"] = float(len(failed_checks(result)))

@@ -186,3 +186,12 @@ def test_points_carry_their_mlflow_url_for_a_click():
     assert [c[6] for c in p50.customdata] == [
         f"http://127.0.0.1:5000/#/experiments/3/runs/{p.run_id}" for p in s.points
     ]
+
+
+def test_a_counted_series_is_drawn_in_its_own_panel():
+    rows = [_row(t=f"2026-01-0{i + 1}", latency_ms__p50=2.0, counted__instructions=v)
+            for i, v in enumerate([1.0e6, 1.0e6, 1.24e6])]  # fmt: skip
+    (s,) = S.group_series(rows)
+    fig = C.series_figure(s, lambda _run: None)
+    (trace,) = [t for t in fig.data if t.name == "instructions / inference (counted)"]
+    assert list(trace.y) == [1.0e6, 1.0e6, 1.24e6]

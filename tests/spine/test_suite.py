@@ -157,7 +157,28 @@ def test_measure_keys_match_the_harness():
     from guard.measure import MeasureConfig
     from guard.suite.blocks import MEASURE_KEYS
 
-    assert MEASURE_KEYS == {f.name for f in dataclasses.fields(MeasureConfig)}
+    # counted: the counted run's block (guard.run.counted), not the timing harness's
+    assert MEASURE_KEYS - {"counted"} == {f.name for f in dataclasses.fields(MeasureConfig)}
+
+
+def test_a_counted_measure_block_is_validated(tmp_path):
+    from guard.core.errors import UsageError
+    from guard.suite import load_suite
+
+    body = "schema_version: 1\nsuite: s\ndefaults:\n  measure: {{counted: {block}}}\n" + (
+        "models:\n  - name: mlp\n    source: zoo:mlp\n"
+        "    inputs:\n      x: {{shape: [1, 256], dist: normal, seed: 0}}\n"
+    )
+    good = tmp_path / "good.yaml"
+    good.write_text(body.format(block="{inferences: 4, warmup: 0, max_s: 60}"))
+    (m,) = load_suite(good).models
+    assert m.measure["counted"] == {"inferences": 4, "warmup": 0, "max_s": 60}
+    for bad in ("{inferences: 0}", "{inferences: 1.5}", "{bogus: 1}", "{max_s: -1}"):
+        p = tmp_path / "bad.yaml"
+        p.write_text(body.format(block=bad))
+        with pytest.raises(UsageError) as err:
+            load_suite(p)
+        assert "measure.counted" in str(err.value)
 
 
 def test_option_backends_match_the_registry():

@@ -1,0 +1,86 @@
+"""Counted rows of a comparison: instructions and bytes moved per inference, base vs head.
+
+Every result present on both sides with a ``counted`` block gets a row, emulated ones
+(AArch64) included: counts need no timing, so an artefact that can only be emulated is
+compared like any other. The verdict is guard.stats.counted's: exact for comparable
+fingerprints, "not comparable: FIELD differs" otherwise (which does not fail the job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from guard.core.result_key import ResultKey
+from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
+
+VERDICTS = ("pass", "regressed", "improved", "not comparable", "missing")
+
+
+def _bound(head_r: Mapping[str, Any], default: float) -> float:
+    for c in head_r.get("checks") or ():
+        if isinstance(c, Mapping) and c.get("name") == "counted":
+            bound = c.get("bound")
+            if isinstance(bound, int | float) and bound >= 0:
+                return float(bound)
+    return default
+
+
+def counted_rows(
+    base: Mapping[str, Any],
+    head: Mapping[str, Any],
+    regress_pct: float | None = None,
+) -> list[dict[str, Any]]:
+    """One row per result on both sides that carries a counted block on either side.
+
+    ``regress_pct`` overrides every row's bound (else head's ``counted`` check bound,
+    else 0.5%)."""
+    b_rows = {ResultKey.of(r): r for r in base.get("results") or ()}
+    rows = []
+    for h in head.get("results") or ():
+        key = ResultKey.of(h)
+        b = b_rows.get(key)
+        if b is None or not (b.get("counted") or h.get("counted")):
+            continue
+        bound = regress_pct if regress_pct is not None else _bound(h, DEFAULT_COUNTED_REGRESS_PCT)
+        cmp = compare_counted(b.get("counted"), h.get("counted"), bound)
+        counted_on = (h.get("counted") or b.get("counted") or {}).get("target")
+        rows.append({"model": key.model, "backend": key.backend, "target": key.target,
+                     "counted_target": counted_on, **cmp})  # fmt: skip
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, int]:
+    return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
+
+
+def _si(x: Any) -> str:
+    if not isinstance(x, int | float):
+        return "-"
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {prefix}"
+    return f"{x:.4g}"
+
+
+def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The counted table of ``guard compare`` (nothing when no row is counted)."""
+    if not rows:
+        return []
+    lines = [
+        "### Counted cost per inference (instructions, bytes moved; exact, not timed)",
+        "",
+        "| model / backend | target | verdict | instructions | Δ instr | bytes moved | Δ bytes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        instr, moved = r.get("instructions") or [None, None], r.get("bytes_moved") or [None, None]
+        d_i, d_b = r.get("instructions_pct"), r.get("bytes_moved_pct")
+        verdict = r["verdict"] if "instructions" in r else f"{r['verdict']}: {r.get('message')}"
+        lines.append(
+            f"| {r['model']} [{r['backend']}] | {r.get('counted_target') or r['target']} | {verdict} | "
+            f"{_si(instr[0])} → {_si(instr[1])} | "
+            f"{'-' if d_i is None else f'{d_i:+.3f}%'} | {_si(moved[0])}B → {_si(moved[1])}B | "
+            f"{'-' if d_b is None else f'{d_b:+.3f}%'} |"
+        )
+    return lines

@@ -1,0 +1,81 @@
+"""The process a counted run starts inside the emulator: load, warm up, mark N inferences.
+
+``python -m guard.emulate.count_child SPEC.json`` under ``qemu-x86_64 -cpu max`` with the
+counting plugin (guard.emulate.counting). SPEC names the backend, the artefact, the inputs
+(an ``.npz``), the warm-up calls and the inferences to count. Interpreter start-up, imports,
+loading and warm-up run unmarked; each counted inference is one marked region, entered and
+left through two tiny machine-code functions (the plugin's marker instruction, then ``ret``)
+mapped executable here, so no compiler is needed inside the emulator.
+
+Exit status: 0 done; 2 the spec or the artefact could not be used (the message says why).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import mmap
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard.emulate.counting import START_X86, STOP_X86
+
+_RET = b"\xc3"
+
+
+def marker_functions() -> tuple[Callable[[], None], Callable[[], None], mmap.mmap]:
+    """(start, stop, the mapping that holds them: keep it alive while they are called)."""
+    code = START_X86 + _RET + b"\x90" * 8 + STOP_X86 + _RET
+    page = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    proto = ctypes.CFUNCTYPE(None)
+    start = proto(base)
+    stop = proto(base + len(START_X86) + 1 + 8)
+    return start, stop, page
+
+
+def load(spec: dict[str, Any]) -> Any:
+    """The backend's session over the artefact, single-threaded and counted-run settings."""
+    artefact = Path(spec["artefact"])
+    if spec["backend"] == "onnxruntime":
+        from guard.backends.onnxruntime import OrtSession
+
+        return OrtSession(artefact, 1, counted=os.environ.get("XARENA") != "1")
+    from guard.backends import get_backend
+
+    return get_backend(spec["backend"]).load(artefact, 1)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m guard.emulate.count_child SPEC.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[1]).read_text())
+    with np.load(spec["inputs"]) as data:
+        feeds = {k: data[k] for k in data.files}
+    session = load(spec)
+    for _ in range(int(spec["warmup"])):
+        session.run(feeds)
+    start, stop, page = marker_functions()
+    run = session.run
+    # A garbage collection inside a region would count the interpreter's history, not the
+    # inference: collect now, then none until the end.
+    gc.collect()
+    gc.disable()
+    for _ in range(int(spec["inferences"])):
+        start()
+        run(feeds)
+        stop()
+    del page  # the mapping stays until exit: ctypes still references it
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

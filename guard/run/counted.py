@@ -1,0 +1,89 @@
+"""The counted figure of a result in a run: which artefact to count, and against what.
+
+``guard run --counted`` (or ``measure.counted`` in the suite) adds to every result a
+``counted`` block: instructions, bytes loaded and bytes stored per inference after warm-up,
+counted by guard.emulate.counted. Which artefact is counted:
+
+- onnxruntime, tvm: the result's own artefact, in Python under ``qemu-x86_64 -cpu max``;
+- bundled for AArch64 (or any target the emulator runs): the result's own artefact;
+- bundled for this x86_64 host: the same model built beside it for the fixed counting
+  target ``x86-64-v3`` (emulators run AVX2, not AVX-512, and one target for every host
+  makes counts of two machines comparable). Its path and target are in the block.
+
+A counted run that crashes or runs past ``max_s`` becomes ``counted: {"error": ...}``
+naming the model and the reason; the rest of the result stands. No emulator or C compiler
+installed: one line naming the Debian packages, and no counted blocks in the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from guard.backends import get_backend
+from guard.core.errors import GuardError
+from guard.emulate.counted import CountedConfig, count_artefact
+from guard.emulate.counting import CountingFailed
+from guard.emulate.tools import ToolMissing
+from guard.manifest.target import target_arch
+from guard.run.build import build_artefact
+from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
+from guard.suite import ModelEntry
+
+COUNTING_TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3"
+
+
+def counted_config(entry: ModelEntry, forced: bool) -> CountedConfig | None:
+    """The entry's ``measure.counted`` (or the defaults when ``--counted`` forces it)."""
+    raw = entry.measure.get("counted")
+    if raw is None and not forced:
+        return None
+    return CountedConfig.from_dict(raw, where=f"{entry.where}.measure.counted")
+
+
+def count_case(
+    case: Any, cfg: CountedConfig, workdir: Path, missing: list[str]
+) -> dict[str, Any] | None:
+    """The ``counted`` block of one loaded case, an ``{"error"}`` block, or None when the
+    tools are missing (the line saying so is appended to ``missing`` once)."""
+    if missing:
+        return None
+    entry, backend = case.entry, case.backend
+    artefact, manifest = case.artefact, case.manifest
+    canonical = str(manifest["target"]["canonical"])
+    built: dict[str, Any] = {}
+    try:
+        if backend == "bundled" and target_arch(canonical) == "x86_64":
+            counting_entry = dataclasses.replace(entry, target=COUNTING_TARGET)
+            artefact, manifest, _, _ = build_artefact(
+                get_backend("bundled"), counting_entry, case.spec, "bundled", workdir
+            )
+            canonical = str(manifest["target"]["canonical"])
+            built = {"artefact": str(artefact)}
+        block = count_artefact(backend, artefact, case.feeds, cfg, target=canonical)
+    except ToolMissing as exc:
+        missing.append(str(exc))
+        return None
+    except (CountingFailed, GuardError) as exc:
+        return {"error": f"counted run of {entry.name} [{backend}] failed: {exc}"}
+    return {**block, **built}
+
+
+def counted_against(
+    entry: ModelEntry, block: dict[str, Any] | None, baseline: dict[str, Any] | None,
+    key: Any,
+) -> tuple[float, dict[str, Any] | None]:  # fmt: skip
+    """(bound in percent, the counted comparison against the baseline's same result)."""
+    bound = float(
+        (entry.checks.get("counted") or {}).get("regress_pct", DEFAULT_COUNTED_REGRESS_PCT)
+    )
+    if block is None or baseline is None:
+        return bound, None
+    from guard.core.result_key import ResultKey
+
+    base = next(
+        (r for r in baseline.get("results", []) if r.get("manifest") and ResultKey.of(r) == key),
+        None,
+    )
+    return bound, compare_counted((base or {}).get("counted"), block, bound)

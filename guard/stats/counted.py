@@ -1,0 +1,82 @@
+"""The counted verdict: two counts, comparable or not, regressed or not. No p-value.
+
+A ``counted`` block (guard.emulate.counted) carries a fingerprint. Two blocks are
+comparable when the fields that decide what a count means agree: the counting engine,
+the emulator (and its version), the plugin, the counting target and the inputs. Then the
+per-inference counts compare exactly: a change of more than ``regress_pct`` (default
+0.5%) in instructions or in bytes moved (loaded + stored) is a regression, whatever the
+machine's load, because counts do not move between processes (benchmarks/counted.md).
+A differing field makes them not comparable, and the row says which field.
+
+The artefact hash is recorded but does not gate: a changed model or compiler is what a
+comparison is for. Equal artefact hashes with different counts say the count itself moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+DEFAULT_COUNTED_REGRESS_PCT = 0.5
+# The fingerprint fields that must agree for two counts to be comparable, in report order.
+COMPARABLE_FIELDS = ("engine", "emulator", "plugin_sha256", "target", "input_sha256")
+
+
+def not_comparable(base: Mapping[str, Any], head: Mapping[str, Any]) -> str | None:
+    """ "not comparable: FIELD differs" for the first fingerprint field that differs."""
+    fb, fh = base.get("fingerprint") or {}, head.get("fingerprint") or {}
+    for name in COMPARABLE_FIELDS:
+        if fb.get(name) != fh.get(name):
+            return f"not comparable: {name} differs ({fb.get(name)} vs {fh.get(name)})"
+    return None
+
+
+def moved(block: Mapping[str, Any]) -> float:
+    """Bytes moved per inference: loaded plus stored."""
+    return float(block.get("bytes_loaded") or 0) + float(block.get("bytes_stored") or 0)
+
+
+def _pct(head: float, base: float) -> float:
+    return (head / base - 1.0) * 100.0 if base else 0.0
+
+
+def compare_counted(
+    base: Mapping[str, Any] | None,
+    head: Mapping[str, Any] | None,
+    regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
+) -> dict[str, Any]:
+    """One counted row: verdict (pass|regressed|improved|not comparable|missing), the
+    instruction and bytes-moved changes in percent, and a one-line message."""
+    if not base or not head or "error" in base or "error" in head:
+        why = (head or {}).get("error") or (base or {}).get("error") or "no count on one side"
+        return {"verdict": "missing", "message": f"no counted comparison: {why}"}
+    why = not_comparable(base, head)
+    if why is not None:
+        return {"verdict": "not comparable", "message": why}
+    d_instr = _pct(float(head["instructions"]), float(base["instructions"]))
+    d_bytes = _pct(moved(head), moved(base))
+    worst = max(d_instr, d_bytes)
+    best = min(d_instr, d_bytes)
+    if worst > regress_pct:
+        verdict = "regressed"
+    elif best < -regress_pct and worst <= 0:
+        verdict = "improved"
+    else:
+        verdict = "pass"
+    same = (base.get("fingerprint") or {}).get("artefact_sha256") == (
+        head.get("fingerprint") or {}
+    ).get("artefact_sha256")
+    message = (
+        f"instructions {d_instr:+.3f}%, bytes moved {d_bytes:+.3f}% per inference "
+        f"(bound {regress_pct:g}%)" + ("; same artefact" if same else "")
+    )
+    return {
+        "verdict": verdict,
+        "instructions": [base["instructions"], head["instructions"]],
+        "bytes_moved": [moved(base), moved(head)],
+        "instructions_pct": d_instr,
+        "bytes_moved_pct": d_bytes,
+        "bound_pct": regress_pct,
+        "same_artefact": same,
+        "message": message,
+    }

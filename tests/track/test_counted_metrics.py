@@ -1,0 +1,24 @@
+"""A counted block becomes MLflow metrics and parent series (guard.track.records)."""
+
+from __future__ import annotations
+
+from guard.track.records import result_metrics, series_metrics
+
+
+def _result(counted: dict) -> dict:
+    return {"model": "mlp", "backend": "bundled", "target": "host", "verdict": "pass",
+            "checks": [], "counted": counted}  # fmt: skip
+
+
+def test_counted_figures_are_metrics_and_a_series():
+    r = _result({"instructions": 1000.0, "bytes_loaded": 300.0, "bytes_stored": 100.0,
+                 "fingerprint": {"engine": "qemu-tcg-plugin"}})  # fmt: skip
+    m = result_metrics(r)
+    assert m["counted.instructions"] == 1000.0 and m["counted.bytes_moved"] == 400.0
+    series = series_metrics({"results": [r]})
+    assert any(k.endswith("/counted.instructions") for k in series)
+
+
+def test_a_counted_error_logs_no_counts():
+    m = result_metrics(_result({"error": "counted run of mlp [bundled] failed: crashed"}))
+    assert not any(k.startswith("counted.") for k in m)
