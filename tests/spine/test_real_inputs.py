@@ -147,3 +147,50 @@ def test_a_test_data_suite_passes_with_both_goldens_and_fails_on_wrong_expected(
     (r,) = json.loads((tmp_path / "r2.json").read_text())["results"]
     assert code == 1
     assert [c["name"] for c in r["checks"] if c["status"] == "fail"] == ["expected"]
+
+
+def write_onnx_case(case, root: Path) -> Path:
+    """One of onnx's own node test cases in the layout onnx's ``cmd_tools generate-data``
+    writes (model.onnx, test_data_set_0/input_K.pb, output_K.pb)."""
+    d = root / case.name
+    (d / "test_data_set_0").mkdir(parents=True)
+    (d / "model.onnx").write_bytes(case.model.SerializeToString())
+    inputs, outputs = case.data_sets[0]
+    for kind, arrays, infos in (
+        ("input", inputs, case.model.graph.input),
+        ("output", outputs, case.model.graph.output),
+    ):
+        for k, (a, info) in enumerate(zip(arrays, infos, strict=True)):
+            tensor = numpy_helper.from_array(np.asarray(a), info.name)
+            (d / "test_data_set_0" / f"{kind}_{k}.pb").write_bytes(tensor.SerializeToString())
+    return d
+
+
+@pytest.mark.slow
+def test_onnx_node_test_data_passes_with_both_goldens(tmp_path, workdir):
+    """onnx's own node cases (float inputs; one and two inputs) in their test-data layout."""
+    import warnings
+
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy casts in unrelated cases (Cast to fp4, ...)
+        cases = {c.name: c for c in node.collect_testcases(None)}
+    models = []
+    for name in ("test_softmax_axis_1", "test_matmul_2d"):
+        write_onnx_case(cases[name], tmp_path)
+        models.append(
+            f"  - {{name: {name}, source: {name}/model.onnx, test_data: {name}/test_data_set_0}}"
+        )
+    suite = write_suite(
+        tmp_path,
+        "schema_version: 1\nsuite: onnxdata\ndefaults:\n  backends: [onnxruntime, bundled]\n"
+        f"  measure: {FAST_MEASURE}\nmodels:\n" + "\n".join(models) + "\n",
+    )
+    code = main(["run", str(suite), "--no-track", "--json", str(tmp_path / "r.json")])
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0, [(r["model"], r["backend"], r.get("error")) for r in doc["results"]]
+    assert len(doc["results"]) == 4
+    for r in doc["results"]:
+        checks = {c["name"]: c["status"] for c in r["checks"]}
+        assert checks["expected"] == "pass" and checks["tolerance"] == "created", checks
