@@ -64,6 +64,7 @@ from guard.measure.preflight import (
     round_contended,
 )
 from guard.measure.summary import summarize
+from guard.suite.blocks import measure_range_error
 
 Clock = Callable[[], float]
 
@@ -145,19 +146,10 @@ def _validate_values(v: dict[str, Any], where: str) -> None:
                 where=f"{where}.{key}",
                 hint="write a whole number, e.g. 20.",
             )
-    for key, lo, strict in (
-        ("warmup_s", 0, False),
-        ("min_time_s", 0, False),
-        ("max_time_s", 0, True),
-        ("max_warmup_iters", 0, False),
-        ("min_iters", 1, False),
-        ("max_iters", 1, False),
-        ("rounds", 1, False),
-    ):
-        x = v[key]
-        if x < lo or (strict and x == lo):
-            rel = ">" if strict else ">="
-            raise UsageError(f"must be {rel} {lo}, got {x!r}", where=f"{where}.{key}")
+    for key in (*_FLOAT_KEYS, *_INT_KEYS):
+        why = measure_range_error(key, v[key])
+        if why:
+            raise UsageError(why, where=f"{where}.{key}")
     if v["min_time_s"] > v["max_time_s"]:
         raise UsageError(
             f"min_time_s ({v['min_time_s']}) exceeds max_time_s ({v['max_time_s']})",

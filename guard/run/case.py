@@ -227,6 +227,23 @@ class PendingResult:
     pre: dict[str, Any]
     isolation: str
     rounds: list[Timings] = field(default_factory=list)
+    # Seconds the rounds took in all, by the measuring clock: loads, warm-ups, timed calls.
+    spent_s: float = 0.0
+
+    @property
+    def out_of_time(self) -> bool:
+        """The rounds so far took ``max_time_s``: the rest are not measured."""
+        return bool(self.rounds) and self.spent_s >= self.cfg.max_time_s
+
+    def wants_round(self, i: int) -> bool:
+        """Round ``i`` is asked for and the result's time (``max_time_s``) is not spent.
+
+        ``max_time_s`` bounds the whole measurement of a result, rounds included: a round
+        starts only while the rounds before it took less, so a measurement ends within
+        ``max_time_s`` plus one round (itself at most ``max_time_s / rounds`` of timed
+        calls, its load and warm-up).
+        """
+        return i < self.cfg.rounds and not self.out_of_time
 
     def job(self) -> RoundJob:
         c = self.case
@@ -254,13 +271,17 @@ class PendingResult:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """Measure round ``i``: in its round worker, or here when isolation is off."""
-        if self.isolation == WORKER and workers is not None:
-            self.rounds.append(workers.measure(i, self.job()))
-        else:
-            probe = read if clock is time.perf_counter else None  # a fake clock: no probe
-            self.rounds.append(
-                measure(self._session_round(i), self.cfg.per_round(), clock, host=probe)
-            )
+        t0 = clock()
+        try:
+            if self.isolation == WORKER and workers is not None:
+                self.rounds.append(workers.measure(i, self.job()))
+            else:
+                probe = read if clock is time.perf_counter else None  # a fake clock: no probe
+                self.rounds.append(
+                    measure(self._session_round(i), self.cfg.per_round(), clock, host=probe)
+                )
+        finally:
+            self.spent_s += clock() - t0
 
 
 def begin_result(
@@ -360,6 +381,7 @@ def finish_result(
     entry, backend_name, case, numerics = p.entry, p.backend, p.case, p.numerics
     manifest, info, session = case.manifest, case.build, case.session
     timings = RoundTimings(list(p.rounds), p.cfg)
+    missing = p.cfg.rounds - len(p.rounds)
     post = preflight(entry.threads, contention=timings.contention)
     stats = timings.stats()
     partitions = session.partitions().to_dict()
@@ -371,7 +393,7 @@ def finish_result(
         "measurement": {
             "warmup_iters": timings.warmup_iters,
             "truncated": timings.truncated,
-            "stopped_by": timings.stopped_by,
+            "stopped_by": "max_time_s" if p.out_of_time and missing > 0 else timings.stopped_by,
             "contention": timings.contention,
             "cpu_share": timings.cpu_share,
             "preempted_fraction": timings.preempted_fraction,
@@ -383,7 +405,6 @@ def finish_result(
             "config": dict(entry.measure),
         },
     }
-    missing = p.cfg.rounds - len(p.rounds)
     bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
     regress, regress_reason = _against_baseline(
         entry, backend_name, measured, bound, baseline, noise
@@ -404,7 +425,15 @@ def finish_result(
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
     interrupted = (
-        [f"interrupted after {len(p.rounds)} of {p.cfg.rounds} rounds"] if missing > 0 else []
+        [
+            f"stopped at max_time_s={p.cfg.max_time_s:g}s after {len(p.rounds)} of "
+            f"{p.cfg.rounds} rounds (loads, warm-ups and timed calls count); raise max_time_s "
+            "or lower rounds"
+            if p.out_of_time
+            else f"interrupted after {len(p.rounds)} of {p.cfg.rounds} rounds"
+        ]
+        if missing > 0
+        else []
     )
     post["warnings"] = list(
         dict.fromkeys(

@@ -172,7 +172,7 @@ def _run_work(
                 for i in range(rounds):
                     bar.step(f"round {i + 1} of {rounds}")
                     for slot in slots:
-                        if slot.pending is None or i >= slot.pending.cfg.rounds:
+                        if slot.pending is None or not slot.pending.wants_round(i):
                             continue
                         set_threads(slot.entry.threads)
                         t0 = _wall()

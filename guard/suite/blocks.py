@@ -78,29 +78,68 @@ REQUIRED_CHECK_KEYS: dict[str, tuple[str, ...]] = {
 NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 
 
+# The range of every measure field: (lowest, highest, integer). The highest are far past
+# any real measurement and keep a typo (rounds: 9e15) from running for ever or holding
+# billions of samples: rounds are fresh interpreters each, and samples are kept raw in a
+# results file of at most 64 MiB. guard.measure.MeasureConfig checks the same table.
+MEASURE_RANGES: dict[str, tuple[float, float, bool]] = {
+    "warmup_s": (0.0, 86_400.0, False),
+    "min_time_s": (0.0, 86_400.0, False),
+    "max_time_s": (0.0, 86_400.0, False),  # > 0, below
+    "min_iters": (1, 1_000_000, True),
+    "max_iters": (1, 1_000_000, True),
+    "max_warmup_iters": (0, 1_000_000, True),
+    "rounds": (1, 1_000, True),
+}
+# measure.counted (guard run --counted): inferences counted, warm-up inferences, seconds.
+COUNTED_RANGES: dict[str, tuple[float, float, bool]] = {
+    "inferences": (1, 1_000_000, True),
+    "warmup": (0, 1_000_000, True),
+    "max_s": (0.0, 86_400.0, False),
+}
+
+
+def measure_range_error(key: str, value: float) -> str | None:
+    """Why ``value`` is outside ``key``'s range (MEASURE_RANGES), or None when inside."""
+    lo, hi, integer = COUNTED_RANGES[key[8:]] if key.startswith("counted.") else MEASURE_RANGES[key]
+    if key in ("max_time_s", "counted.max_s") and value <= 0:
+        return f"must be > 0, got {value:g}"
+    if value < lo:
+        return f"must be >= {lo:g}, got {value:g}"
+    if value > hi:
+        shown = f"{int(lo)}..{int(hi)}" if integer else f"{lo:g}..{hi:g} s"
+        return f"{value:g} is out of range ({shown})"
+    return None
+
+
 def parse_measure(ctx: Fields, raw: Any, key: str, base: dict[str, Any]) -> dict[str, Any]:
     block = ctx.mapping(raw, key, MEASURE_KEYS)
     out: dict[str, Any] = dict(base)
     for k, v in block.items():
         if k == "counted":  # {inferences, warmup, max_s}; guard run --counted's defaults
             body = ctx.mapping(v if v is not None else {}, f"{key}.counted", COUNTED_KEYS)
-            out[k] = {
-                c: ctx.number(x, f"{key}.counted.{c}", integer=c != "max_s", positive=c != "warmup",
-                              minimum=0 if c == "warmup" else None)
-                for c, x in body.items()
-            }  # fmt: skip
+            counted: dict[str, float] = {}
+            for c, x in body.items():
+                counted[c] = ctx.number(x, f"{key}.counted.{c}", integer=COUNTED_RANGES[c][2])
+                why = measure_range_error(f"counted.{c}", counted[c])
+                if why:
+                    raise ctx.err(f"{key}.counted.{c}", why)
+            out[k] = counted
             continue
-        out[k] = ctx.number(
-            v,
-            f"{key}.{k}",
-            integer=k in ("min_iters", "max_warmup_iters", "max_iters", "rounds"),
-            minimum=0 if k == "warmup_s" else None,
-            positive=k != "warmup_s",
-        )
+        integer = MEASURE_RANGES[k][2]
+        out[k] = ctx.number(v, f"{key}.{k}", integer=integer)
+        why = measure_range_error(k, out[k])
+        if why:
+            raise ctx.err(f"{key}.{k}", why)
     if out["min_time_s"] > out["max_time_s"]:
         raise ctx.err(
             f"{key}.min_time_s",
             f"min_time_s ({out['min_time_s']}) exceeds max_time_s ({out['max_time_s']})",
+        )
+    if out.get("min_iters", 1) > out.get("max_iters", 100_000):
+        raise ctx.err(
+            f"{key}.min_iters",
+            f"min_iters ({out['min_iters']}) exceeds max_iters ({out.get('max_iters', 100_000)})",
         )
     return out
 
