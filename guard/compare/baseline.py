@@ -39,6 +39,13 @@ def load_run(uri: str, run_id: str) -> dict[str, Any]:
     """The results document an invocation run carries."""
     with http_limits(), translated(uri, f"reading run {run_id}"):
         run = mlflow_client(uri).get_run(run_id)
+    if run.info.status != "FINISHED":
+        # Logged in part (a kill, a failure): not a measurement to compare against yet.
+        raise UsageError(
+            f"run:{run_id} at {uri} is {run.info.status}, not FINISHED: its invocation was "
+            "not logged whole",
+            hint="push its results again (guard track push --pending), then compare.",
+        )
     doc = load_artifact_dict(uri, run.info.artifact_uri, "results.json")
     validate_results(doc, f"run:{run_id}")
     return doc

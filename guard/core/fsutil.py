@@ -5,7 +5,10 @@ rename on one file system), is fsynced, gets the mode an ordinary write would ha
 it (an existing file keeps its mode; a new one gets 0666 minus the umask, not mkstemp's
 0600), and replaces the target in one step. If anything fails first, the temporary file is
 removed and the old target is untouched: a killed guard never leaves a half-written
-results file, golden, manifest or cached model.
+results file, golden, manifest or cached model. A kill (SIGKILL: no cleanup runs) can
+leave the temporary file, ``.<name>.<pid>-<random>.tmp``; the next write of the same
+target removes those whose process is gone. A full disk is reported with the path and the
+bytes the write needed (``DiskFullError``).
 
 A bounded read (``read_bounded``) opens only regular files and refuses one over a size
 limit before reading it: a suite path that is ``/dev/zero`` must not exhaust memory, and a
@@ -21,6 +24,8 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+
+from guard.core import fault
 
 # Suite, results, manifest, build-record and golden-metadata files are small documents; a
 # results file of a large suite with raw samples is a few MiB. 64 MiB is far above any
@@ -144,6 +149,57 @@ def _new_file_mode() -> int:
     return 0o666 & ~umask
 
 
+class DiskFullError(OSError):
+    """No space (or quota) left for a write: names the file and the bytes it needed."""
+
+    def __init__(self, path: Path, needed: int, err: int = errno.ENOSPC):
+        try:
+            st = os.statvfs(path.parent)
+            free: int | None = st.f_bavail * st.f_frsize
+        except OSError:
+            free = None
+        self.needed = needed
+        self.free = free
+        left = f", {free} free" if free is not None else ""
+        what = "disk quota exceeded" if err == errno.EDQUOT else "no space left on the device"
+        super().__init__(err, f"{what} writing {path} ({needed} bytes needed{left})", str(path))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, owned by someone else
+    return True
+
+
+def _temporary(target: Path) -> tuple[int, str]:
+    """A new temporary file beside ``target``, named for this process; stale ones (their
+    process is gone: a kill) are removed first."""
+    for stale in target.parent.glob(f".{target.name}.*.tmp"):
+        pid = stale.name[len(target.name) + 2 :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            stale.unlink(missing_ok=True)
+    return tempfile.mkstemp(
+        prefix=f".{target.name}.{os.getpid()}-", suffix=".tmp", dir=target.parent
+    )
+
+
+def _write_tmp(fd: int, tmp: str, target: Path, data: bytes) -> None:
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(target, len(data), exc.errno) from None
+        raise
+    fault.point("atomic_write", target.name)  # written, not yet in place
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically; return the path written."""
     target = Path(path)
@@ -151,12 +207,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
         mode = target.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = _new_file_mode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _temporary(target)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_tmp(fd, tmp, target, data)
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
@@ -178,12 +231,9 @@ def exclusive_write_text(path: str | os.PathLike[str], text: str) -> Path:
     reader never sees a half-written file.
     """
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = _temporary(target)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
+        _write_tmp(fd, tmp, target, text.encode("utf-8"))
         os.chmod(tmp, _new_file_mode())
         os.link(tmp, target)
     finally:
@@ -211,6 +261,8 @@ def describe_os_error(exc: OSError) -> str:
         errno.ELOOP: "a symlink loop",
         errno.ENAMETOOLONG: "file name too long",
     }
+    if isinstance(exc, DiskFullError):
+        return str(exc.strerror)
     return names.get(exc.errno or 0, exc.strerror or str(exc))
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from guard import manifest as mf
 from guard.backends.base import Backend, BuildInfo, BuildRequest
+from guard.core import fault
 from guard.core.errors import GuardError, UsageError
 from guard.core.fsutil import (
     USER_OS_ERRNOS,
@@ -359,6 +360,7 @@ def build_artefact(
             },
         )
         _write_hashes(tmp)
+        fault.point("build")  # built, not yet installed
         theirs = _install(tmp, final)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)

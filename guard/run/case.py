@@ -23,6 +23,7 @@ from guard import manifest as mf
 from guard.backends import get_backend
 from guard.backends.base import BuildInfo, Session
 from guard.compare.crossarch import encode_outputs
+from guard.core import fault
 from guard.core.errors import GuardError, InternalError, ModelError
 from guard.golden import Golden, compare_outputs
 from guard.golden.accuracy import session_accuracy
@@ -271,6 +272,7 @@ class PendingResult:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """Measure round ``i``: in its round worker, or here when isolation is off."""
+        fault.point("measure")
         t0 = clock()
         try:
             if self.isolation == WORKER and workers is not None:

@@ -7,8 +7,11 @@ What ``guard run`` promises about its results, whatever fails:
   two reports is exit 2 at once, not after the whole run.
 - The reports are written before tracking is tried, each independently (one that cannot be
   written does not stop the others), and written again with the tracking receipt after.
-- A tracking failure keeps the results in ``.guard/pending/``; when even that cannot be
-  written, the message says where the results are (the ``--json`` file) or how to keep them.
+- The finished results are journalled in ``.guard/pending/`` before the first MLflow call
+  and the file is removed once they are logged: a kill while logging (SIGKILL included)
+  leaves them there for ``guard track push --pending``. A tracking failure keeps that file
+  (with the error); when even that cannot be written, the message says where the results
+  are (the ``--json`` file) or how to keep them.
 - SIGINT and SIGTERM stop the run between steps: the results measured so far are reported
   and kept (``"interrupted": "SIGTERM"``), MLflow runs being logged are marked KILLED, and
   the exit code is 128 + the signal number (130, 143).
@@ -134,10 +137,17 @@ def finish(
         doc["exit_code"] = stop.exit_code or code
         problems = report.write_reports(doc, outputs(opts))
         if uri is not None:
+            journal: Path | None = None
+            try:  # on disk before the first MLflow call: a kill while logging loses nothing
+                journal = track.journal_results(doc, opts.workdir)
+            except GuardError as exc:
+                say(f"warning: {exc}", opts.console)
             if tracking_problem is None and stop.signal is None:
                 with stop:  # a signal while logging: track marks the runs KILLED
                     try:
                         receipt = track.log_results(doc, uri)
+                        if journal is not None:
+                            journal.unlink(missing_ok=True)  # logged: nothing pending
                         doc["tracking"] = {
                             "uri": uri,
                             **{k: v for k, v in receipt.items() if k != "uri"},
@@ -158,7 +168,7 @@ def finish(
             if tracking_problem is not None:
                 doc["tracking"] = {"uri": uri, "error": tracking_problem}
                 try:
-                    kept = track.keep_results(doc, opts.workdir)
+                    kept = track.keep_results(doc, opts.workdir, journal)
                 except GuardError as exc:
                     json_ok = opts.json_path is not None and not any(
                         line.startswith("--json ") for line in problems

@@ -5,7 +5,7 @@ per (model, backend, target). Every run-data write goes through one batch primit
 (guard.track.batch._log_batch). mlflow itself is imported only when a function needs it.
 """
 
-from guard.track.log import keep_results, log_results, push
+from guard.track.log import journal_results, keep_results, log_results, push, push_pending
 from guard.track.query import find_runs, load_artifact_dict, scoped_tracking_uri
 from guard.track.store import StoreRefused
 from guard.track.uri import check_reachable, resolve_uri, unreachable_message
@@ -14,10 +14,12 @@ __all__ = [
     "StoreRefused",
     "check_reachable",
     "find_runs",
+    "journal_results",
     "keep_results",
     "load_artifact_dict",
     "log_results",
     "push",
+    "push_pending",
     "resolve_uri",
     "scoped_tracking_uri",
     "unreachable_message",

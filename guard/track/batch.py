@@ -68,12 +68,15 @@ def chunk(metrics: Iterable[Any], params: Iterable[Any], tags: Iterable[Any]) ->
 
 
 def metric_entities(
-    values: Mapping[str, float], history: Mapping[str, list[tuple[int, float]]] | None = None
+    values: Mapping[str, float],
+    history: Mapping[str, list[tuple[int, float]]] | None = None,
+    timestamp: int | None = None,
 ) -> list[Any]:
-    """Metric entities at one timestamp: scalars at step 0, histories as (step, value)."""
+    """Metric entities at one timestamp (now unless given): scalars at step 0, histories
+    as (step, value). At a fixed timestamp, logging the same values again adds nothing."""
     from mlflow.entities import Metric
 
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) if timestamp is None else int(timestamp)
     out = [Metric(key, float(v), now, 0) for key, v in values.items()]
     for key, series in (history or {}).items():
         out.extend(Metric(key, float(v), now, int(step)) for step, v in series)

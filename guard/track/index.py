@@ -9,9 +9,9 @@ scan took 39 s on a tracking server and 2 minutes on a sqlite file, the index 0.
 2 s (benchmarks/README.md). Runs logged without the tag are still found: a case the index
 does not answer falls back to the scan.
 
-The tag (and, for shards, the links to the shared invocation) is written right after a
-results document is logged (``log_results``, so ``guard run`` and ``guard track push``
-alike), by :func:`annotate`, through the one batch primitive.
+The tag is written with the rest of each result run's data (``log_results``, so ``guard
+run`` and ``guard track push`` alike); a shard's links to the shared invocation right after,
+by :func:`annotate`, through the one batch primitive.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from guard.core.errors import GuardError, UsageError
 from guard.core.result_key import ResultKey
 from guard.core.schema import RESULTS_SCHEMA_VERSION, section
 from guard.track import invocation
-from guard.track.batch import _log_batch
 from guard.track.client import experiment_name, http_limits, mlflow_client, translated
-from guard.track.query import scoped_tracking_uri
+from guard.track.query import committed, scoped_tracking_uri
 
 if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
     from mlflow import MlflowClient
@@ -38,6 +37,7 @@ INDEX_VERSION = "1"  # part of the hashed key: a changed key recipe never matche
 _HOST_FIELDS = ("arch", "cpu", "threads")  # guard.compare.compare.HOST_FIELDS
 # Lookups in flight at once: each is a round trip (search, then artifact) to the server.
 LOOKUP_WORKERS = 8
+_NEWEST = 5  # runs fetched per index lookup: the newest whose invocation finished wins
 
 
 def baseline_key(result: Mapping[str, Any], branch: str | None) -> str | None:
@@ -71,16 +71,11 @@ def result_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, 
 
 
 def annotate(uri: str, doc: Mapping[str, Any], receipt: Mapping[str, Any]) -> None:
-    """Write the index tags on the runs ``log_results`` just created, and link a shard's
-    run to its invocation (guard.track.invocation)."""
-    child_ids = list(receipt.get("child_run_ids") or ())
-    results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
+    """Link a shard's run to its invocation (guard.track.invocation). The index tags
+    (:func:`result_tags`) go on each result run with the rest of its data, in the batch
+    that logs it: a run is never visible without them."""
     with http_limits(), translated(uri, "indexing the logged runs"):
         client = mlflow_client(uri)
-        for run_id, result in zip(child_ids, results, strict=False):
-            tags = result_tags(result, doc)
-            if tags:
-                _log_batch(client, run_id, tags=tags)
         parent_id = receipt.get("parent_run_id")
         if parent_id and isinstance(doc.get("shard"), Mapping):
             invocation.link_shard(client, str(receipt["experiment_id"]), str(parent_id), doc)
@@ -113,12 +108,14 @@ def latest_result_run(
     where = f"tags.`{BASELINE_KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'"
 
     def newest(condition: str) -> Run | None:
-        runs = client.search_runs(
+        # A few, in case the newest are of an invocation a kill cut short (not counted).
+        found = client.search_runs(
             [experiment_id],
             filter_string=condition,
-            max_results=1,
+            max_results=_NEWEST,
             order_by=["attributes.start_time DESC"],
         )
+        runs = committed(client, experiment_id, list(found))
         return runs[0] if runs else None
 
     run = newest(where)
@@ -224,12 +221,13 @@ def case_times(
             experiment = _experiment(client, suite)
             if experiment is None:
                 return out
-            runs = client.search_runs(
+            found = client.search_runs(
                 [experiment.experiment_id],
                 filter_string=where,
                 max_results=max(1, per_case * len(wanted)),
                 order_by=["attributes.start_time DESC"],
             )
+            runs = committed(client, experiment.experiment_id, list(found))
     except GuardError:
         return out
     for run in runs:

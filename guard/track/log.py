@@ -22,19 +22,20 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from guard.core import fault
+from guard.core.fsutil import atomic_write_text
 from guard.core.results_file import load_results
-from guard.core.schema import results_document, section
-from guard.track import records
+from guard.core.schema import results_document
+from guard.track import records, recover
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import (
     experiment_id,
-    experiment_name,
     http_limits,
     mlflow_client,
     translated,
 )
-from guard.track.index import annotate_logged
-from guard.track.pending import PENDING_DIR, keep, push_lock
+from guard.track.index import annotate_logged, result_tags
+from guard.track.pending import PENDING_DIR, journal, journalled, keep, push_lock
 from guard.track.profile_chart import log_profile_chart
 from guard.track.uri import GUARD_DIR, check_reachable, run_url
 
@@ -72,89 +73,112 @@ def _validate(doc: Any, where: str) -> dict[str, Any]:
 def log_results(
     doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path] | None = None
 ) -> dict[str, Any]:
-    """Log one invocation; return experiment_id, parent_run_id, child_run_ids, uri, run_url.
+    """Log one invocation; return experiment_id, parent_run_id, child_run_ids, uri, run_url
+    and ``already_tracked`` (the same results were logged before: nothing was sent).
 
     ``artefact_dirs`` maps a result's index to its artefact directory; the manifest.json
-    found there is uploaded as is, otherwise the record's own manifest is.
+    found there is uploaded as is, otherwise the record's own manifest is. Idempotent per
+    results digest and per result (guard.track.recover): logging results again, or after a
+    kill cut an earlier logging short, never makes a second run of any result.
     """
     doc = _validate(doc, "results")
     check_reachable(uri)  # a server or database that does not answer fails fast
     with http_limits(), translated(uri, f"logging suite {doc['suite']!r}"):
         receipt = _log(doc, uri, artefact_dirs or {})
-    return annotate_logged(uri, doc, receipt)  # baseline index, shard -> invocation link
+    if receipt["already_tracked"]:
+        return receipt
+    return annotate_logged(uri, doc, receipt)  # shard -> invocation link
 
 
-def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[str, Any]:
-    from mlflow.entities import RunStatus
-
-    client = mlflow_client(uri)
-    eid = experiment_id(client, uri, doc["suite"])
-    git = section(doc, "git")
-    short = str(git.get("commit") or "nogit")[:10]
-    started = _started_ms(doc)
-    arch = records.host_arch(doc) or platform.machine()
-
-    parent = client.create_run(eid, start_time=started, run_name=f"{doc['suite']}@{short}")
-    parent_id = parent.info.run_id
-    child_ids: list[str] = []
-    status = RunStatus.to_string(RunStatus.FAILED)
-    try:
-        _log_batch(
-            client,
-            parent_id,
-            metric_entities(records.parent_metrics(doc)),
-            params={
-                "suite": doc["suite"],
-                "schema_version": str(doc["schema_version"]),
-                **records.series_params(doc),
-            },
-            tags=records.parent_tags(doc, arch, results_sha256(doc)),
-        )
-        client.log_dict(parent_id, doc, "results.json")
-        for index, result in enumerate(doc["results"]):
-            child_ids.append(
-                _log_child(client, eid, parent_id, doc, result, artefact_dirs.get(index))
-            )
-        status = RunStatus.to_string(RunStatus.FINISHED)
-    except KeyboardInterrupt:
-        status = RunStatus.to_string(RunStatus.KILLED)
-        raise
-    finally:
-        if status != RunStatus.to_string(RunStatus.FINISHED):
-            _end_children(client, eid, parent_id, child_ids, status)
-        _terminate(client, parent_id, status, records.iso_ms(doc.get("finished")))
+def _receipt(uri: str, eid: str, parent_id: str, child_ids: list[str], done: bool) -> dict:
     return {
         "experiment_id": eid,
         "parent_run_id": parent_id,
         "child_run_ids": child_ids,
         "uri": uri,
         "run_url": run_url(uri, eid, parent_id),
+        "already_tracked": done,
     }
 
 
-def _end_children(
-    client: MlflowClient, experiment_id: str, parent_id: str, known: list[str], status: str
-) -> None:
-    """Give the children of a parent that did not finish its status (KILLED or FAILED).
+def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[str, Any]:
+    from mlflow.entities import RunStatus
 
-    Children logged before the failure are not a tracked invocation either: readers
-    (history, dashboard, baselines) take FINISHED runs only, and the kept results are
-    pushed again later.
-    """
-    ids = set(known)
+    fault.install_store_hook()  # GUARD_FAULT=store.transaction only
+    client = mlflow_client(uri)
+    eid = experiment_id(client, uri, doc["suite"])
+    digest = results_sha256(doc)
+    recover.end_dead(client, eid)  # parents a kill left RUNNING on this host end KILLED
+    done, unfinished = recover.resumable(recover.parents_of(client, eid, digest))
+    if done is not None:
+        kids = [c.info.run_id for c in recover.children(client, eid, done.info.run_id)]
+        return _receipt(uri, eid, done.info.run_id, kids, True)
+    started = _started_ms(doc)
+    arch = records.host_arch(doc) or platform.machine()
+    if unfinished is not None:  # a kill cut it short: finish it, keeping what is logged
+        parent_id = unfinished.info.run_id
+        client.update_run(parent_id, status="RUNNING")
+        _log_batch(client, parent_id, tags=recover.owner_tags())
+    else:
+        tags = {**records.parent_tags(doc, arch, digest), **recover.owner_tags()}
+        parent = client.create_run(
+            eid, start_time=started, run_name=records.parent_name(doc), tags=tags
+        )
+        parent_id = parent.info.run_id
+    fault.point("mlflow.create_parent")
+    child_ids: list[str] = []
+    status = RunStatus.to_string(RunStatus.FAILED)
     try:
-        ids |= {
-            r.info.run_id
-            for r in client.search_runs(
-                [experiment_id],
-                filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
-                max_results=10_000,
-            )
+        _log_batch(
+            client,
+            parent_id,
+            # At the start time: logged again (finishing an invocation), the same points.
+            metric_entities(records.parent_metrics(doc), timestamp=started),
+            params={
+                "suite": doc["suite"],
+                "schema_version": str(doc["schema_version"]),
+                **records.series_params(doc),
+            },
+            tags=records.parent_tags(doc, arch, digest),
+        )
+        fault.point("mlflow.log_parent")
+        client.log_dict(parent_id, doc, "results.json")
+        fault.point("mlflow.log_results_json")
+        logged = {
+            c.data.tags.get(recover.CHILD_KEY_TAG): c
+            for c in recover.children(client, eid, parent_id)
         }
-    except Exception:  # noqa: BLE001 - the store is failing: mark what we know
-        pass
-    for child_id in sorted(ids):
-        _terminate(client, child_id, status, None)
+        for index, result in enumerate(doc["results"]):
+            key = recover.child_key(digest, index)
+            old = logged.pop(key, None)
+            if old is not None and old.info.status == "FINISHED":
+                if recover.PARENT_KILLED_TAG in old.data.tags:
+                    client.delete_tag(old.info.run_id, recover.PARENT_KILLED_TAG)
+                child_ids.append(old.info.run_id)
+                continue
+            if old is not None:  # cut short while it was logged: log it again, once
+                client.delete_run(old.info.run_id)
+            child_ids.append(
+                _log_child(client, eid, parent_id, doc, result, artefact_dirs.get(index), key)
+            )
+            fault.point("mlflow.log_child")
+        for stray in logged.values():  # not a result of these results: never counted
+            client.delete_run(stray.info.run_id)
+        fault.point("mlflow.finish_parent")
+        status = RunStatus.to_string(RunStatus.FINISHED)
+    except KeyboardInterrupt:
+        status = RunStatus.to_string(RunStatus.KILLED)
+        raise
+    finally:
+        if status != RunStatus.to_string(RunStatus.FINISHED):
+            try:
+                recover.end_killed(client, eid, parent_id, status)
+            except Exception:  # noqa: BLE001 - the store is failing: never mask why
+                pass
+        else:
+            _terminate(client, parent_id, status, records.iso_ms(doc.get("finished")))
+    fault.point("mlflow.finished")
+    return _receipt(uri, eid, parent_id, child_ids, False)
 
 
 def _log_child(
@@ -164,20 +188,25 @@ def _log_child(
     doc: Mapping[str, Any],
     result: Mapping[str, Any],
     artefact_dir: Path | None,
+    key: str,
 ) -> str:
     from mlflow.entities import RunStatus
 
     start, end = records.result_span(result, doc)
-    run = client.create_run(experiment_id, start_time=start, run_name=records.child_name(result))
+    # The parent and the key from the start: a kill mid-child leaves a run its parent finds.
+    first = {"mlflow.parentRunId": parent_id, recover.CHILD_KEY_TAG: key}
+    run = client.create_run(
+        experiment_id, start_time=start, run_name=records.child_name(result), tags=first
+    )
     run_id = run.info.run_id
     status = RunStatus.to_string(RunStatus.FAILED)
     try:
         history = {"latency_ms.sample": records.sample_history(result)}
-        tags = {"mlflow.parentRunId": parent_id, **records.child_tags(result, doc)}
+        tags = {**records.child_tags(result, doc), **result_tags(result, doc)}
         _log_batch(
             client,
             run_id,
-            metric_entities(records.result_metrics(result), history),
+            metric_entities(records.result_metrics(result), history, timestamp=start),
             params=records.manifest_params(result.get("manifest")),
             tags=tags,
         )
@@ -219,50 +248,45 @@ def _terminate(client: MlflowClient, run_id: str, status: str, end_ms: int | Non
 
 
 def push(results_path: Path, uri: str) -> dict[str, Any]:
-    """Send results kept earlier; a document already tracked at ``uri`` is not logged twice.
+    """Send results kept earlier; results already tracked at ``uri`` are not logged twice,
+    and results a kill left half-logged are finished (log_results).
 
-    Returns log_results' dict plus ``"already_tracked": bool``.
+    Returns log_results' dict (``"already_tracked": bool``).
     """
     with push_lock(Path(results_path)):  # two pushes of one file: the second logs nothing
         doc = load_results(results_path, version_hint=_REWRITE, require_suite=True)
-        check_reachable(uri)  # a server or database that does not answer fails fast
-        digest = results_sha256(doc)
-        with http_limits(), translated(uri, f"looking up {results_path}"):
-            existing = _find_parent(uri, doc["suite"], digest)
-        if existing is not None:
-            url = run_url(uri, existing["experiment_id"], existing["parent_run_id"])
-            return {**existing, "uri": uri, "run_url": url, "already_tracked": True}
-        return {**log_results(doc, uri), "already_tracked": False}
+        return log_results(doc, uri)
 
 
-def _find_parent(uri: str, suite: str, digest: str) -> dict[str, Any] | None:
-    client = mlflow_client(uri)
-    experiment = client.get_experiment_by_name(experiment_name(suite))
-    if experiment is None:
-        return None
-    eid = experiment.experiment_id
-    parents = client.search_runs(
-        [eid],
-        # A parent left FAILED by an interrupted logging is not "tracked": log again.
-        filter_string=f"tags.`guard.results_sha256` = '{digest}' and attributes.status = 'FINISHED'",
-        max_results=1,
-    )
-    if not parents:
-        return None
-    parent_id = parents[0].info.run_id
-    children = client.search_runs(
-        [eid], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10_000
-    )
-    return {
-        "experiment_id": str(eid),
-        "parent_run_id": parent_id,
-        "child_run_ids": [c.info.run_id for c in children],
-    }
+def push_pending(workdir: Path, uri: str) -> list[tuple[Path, dict[str, Any]]]:
+    """Push every results file journalled in ``<workdir>/.guard/pending/`` (oldest first)
+    and remove each once it is logged; [(path, receipt)]. The first failure is raised:
+    what was not delivered stays for the next push."""
+    done = []
+    for path in journalled(Path(workdir).resolve() / GUARD_DIR / PENDING_DIR):
+        receipt = push(path, uri)
+        path.unlink(missing_ok=True)
+        done.append((path, receipt))
+    return done
 
 
-def keep_results(doc: Mapping[str, Any], workdir: Path) -> Path:
+def journal_results(doc: Mapping[str, Any], workdir: Path) -> Path:
+    """Journal finished results under ``<workdir>/.guard/pending/`` before they are logged."""
+    return journal(doc, Path(workdir).resolve() / GUARD_DIR / PENDING_DIR, results_sha256(doc))
+
+
+def keep_results(doc: Mapping[str, Any], workdir: Path, journalled: Path | None = None) -> Path:
     """Write results that could not be sent to ``<workdir>/.guard/pending/``; return the path.
 
-    Each call gets its own file, claimed exclusively (guard.track.pending).
+    ``journalled``, the results' journal file (``journal_results``), is rewritten in place
+    (with the tracking error); otherwise each call gets its own file, claimed exclusively
+    (guard.track.pending).
     """
+    if journalled is not None and journalled.is_file():
+        try:
+            return atomic_write_text(
+                journalled, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+            )
+        except OSError:
+            return journalled  # the journal as written before logging is the same results
     return keep(doc, Path(workdir).resolve() / GUARD_DIR / PENDING_DIR)

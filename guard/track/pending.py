@@ -6,6 +6,12 @@ when the name exists, so concurrent runs that started in the same second each ke
 own file (checking that a name is free and then writing it would let one result set
 overwrite another).
 
+``journal`` writes the finished results there *before* the first MLflow call of a run, as
+``<suite>-<started>-<digest>.json`` (atomically; the digest is the results' identity, so
+writing it again changes nothing); a run removes it once logged. A kill at any point of
+the logging leaves it, and ``guard track push --pending`` (``journalled``) delivers every
+file there that is not logged yet, idempotently.
+
 ``push_lock`` serialises pushes of one results file on this machine (an exclusive
 ``flock`` on the file itself): the second of two simultaneous pushes finds the first one's
 runs and logs nothing.
@@ -23,8 +29,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from guard.core import fault
 from guard.core.errors import TrackingError
-from guard.core.fsutil import describe_os_error, exclusive_write_text
+from guard.core.fsutil import atomic_write_text, describe_os_error, exclusive_write_text
 
 PENDING_DIR = "pending"
 _MAX_NAMES = 10_000
@@ -33,9 +40,7 @@ _MAX_NAMES = 10_000
 def keep(doc: Mapping[str, Any], pending: Path) -> Path:
     """Write ``doc`` to a new, unique file in ``pending``; return its path."""
     stamp = str(doc.get("started") or time.strftime("%Y%m%dT%H%M%S"))
-    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{doc.get('suite')}-{stamp}")[
-        :150
-    ]
+    safe = _safe_name(f"{doc.get('suite')}-{stamp}")
     text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
     try:
         pending.mkdir(parents=True, exist_ok=True)
@@ -54,6 +59,35 @@ def keep(doc: Mapping[str, Any], pending: Path) -> Path:
         f"cannot keep results locally in {pending}: {_MAX_NAMES} files named {safe}* exist",
         hint="push or remove old pending results.",
     )
+
+
+def _safe_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:150]
+
+
+def journal(doc: Mapping[str, Any], pending: Path, digest: str) -> Path:
+    """Write ``doc`` to its journal file in ``pending`` (atomically); return its path."""
+    name = _safe_name(f"{doc.get('suite')}-{doc.get('started') or ''}")
+    path = pending / f"{name}-{digest[:16]}.json"
+    text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+    try:
+        pending.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise TrackingError(
+            f"cannot journal the results in {pending}: {describe_os_error(exc)}",
+            hint="free space or permissions there, or write them with --json PATH.",
+        ) from None
+    fault.point("journal")  # on disk, nothing logged yet
+    return path
+
+
+def journalled(pending: Path) -> list[Path]:
+    """The results files kept in ``pending``, oldest first (temporary files excluded)."""
+    if not pending.is_dir():
+        return []
+    found = [p for p in pending.glob("*.json") if p.is_file() and not p.name.startswith(".")]
+    return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
 
 
 @contextlib.contextmanager

@@ -81,6 +81,42 @@ def filter_string(level: str | None = "result", **filters: Any) -> str:
     return " and ".join(clauses)
 
 
+def finished_parents(client: Any, experiment_id: str, parent_ids: Any) -> set[str]:
+    """Which of ``parent_ids`` are FINISHED: an invocation's children count only then
+    (guard.track.recover: a parent is finished last, so a kill leaves nothing counted)."""
+    ids = sorted({str(p) for p in parent_ids if isinstance(p, str) and p})
+    out: set[str] = set()
+    for i in range(0, len(ids), 100):
+        chunk = ids[i : i + 100]
+        listed = ", ".join(f"'{p}'" for p in chunk if "'" not in p)
+        if not listed:
+            continue
+        found = client.search_runs(
+            [experiment_id],
+            filter_string=f"attributes.run_id IN ({listed}) and attributes.status = 'FINISHED'",
+            max_results=len(chunk),
+        )
+        out.update(r.info.run_id for r in found)
+    return out
+
+
+def committed(client: Any, experiment_id: str, runs: list[Any]) -> list[Any]:
+    """The runs (MLflow Run objects) whose parent, if they have one, is FINISHED."""
+    parents = [r.data.tags.get("mlflow.parentRunId") for r in runs]
+    done = finished_parents(client, experiment_id, parents)
+    return [r for r, p in zip(runs, parents, strict=True) if p is None or p in done]
+
+
+def _committed_frame(client: Any, experiment_id: str, frame: Any) -> Any:
+    column = "tags.mlflow.parentRunId"
+    if frame.empty or column not in frame.columns:
+        return frame
+    parents = frame[column]
+    done = finished_parents(client, experiment_id, parents.dropna().unique())
+    keep = parents.isna() | parents.isin(done)
+    return frame[keep].reset_index(drop=True)
+
+
 def find_runs(
     uri: str,
     suite: str,
@@ -96,7 +132,8 @@ def find_runs(
     ``level``: "result" (children, the default), "invocation" (parents), or None for both.
     Filters (equality on tags): model, backend, target, branch, commit, verdict,
     manifest_sha256, arch, parent_run_id. An experiment that does not exist yet gives an
-    empty frame. Only FINISHED runs unless ``include_unfinished``.
+    empty frame. Only FINISHED runs under a FINISHED parent (a whole invocation) unless
+    ``include_unfinished``.
     """
     _quiet_mlflow()
     import mlflow
@@ -113,15 +150,19 @@ def find_runs(
         translated(uri, f"searching runs of suite {suite!r}"),
         scoped_tracking_uri(uri),
     ):
-        experiment = mlflow_client(uri).get_experiment_by_name(experiment_name(suite))
+        client = mlflow_client(uri)
+        experiment = client.get_experiment_by_name(experiment_name(suite))
         if experiment is None:
             return pd.DataFrame()
-        return mlflow.search_runs(
+        frame = mlflow.search_runs(
             experiment_ids=[experiment.experiment_id],
             filter_string=where,
             max_results=max_results,
             order_by=order_by or ["attributes.start_time DESC"],
         )
+        if include_unfinished:
+            return frame
+        return _committed_frame(client, experiment.experiment_id, frame)
 
 
 def load_artifact_dict(uri: str, artifact_uri: str, name: str) -> Any:

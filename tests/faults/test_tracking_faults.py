@@ -182,12 +182,18 @@ def test_signal_while_logging_marks_runs_killed_and_keeps_results(tmp_path, work
     uri = _sqlite_uri(workdir / ".guard" / "mlflow.db")
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("guard/faults")
-    statuses = sorted(r.info.status for r in client.search_runs([exp.experiment_id]))
-    assert statuses == ["KILLED", "KILLED"]  # the parent and the one child logged
+    runs = client.search_runs([exp.experiment_id])
+    statuses = sorted(r.info.status for r in runs)
+    # The parent KILLED; the one child logged whole stays FINISHED, tagged, not counted.
+    assert statuses == ["FINISHED", "KILLED"]
+    assert [
+        r.data.tags.get("guard.parent_killed") for r in runs if r.info.status == "FINISHED"
+    ] == ["KILLED"]
     assert find_runs(uri, "faults").empty  # readers ignore them
-    # The kept results push cleanly, and then readers see them.
+    # The kept results push cleanly, finishing that invocation: readers see it, once.
     assert main(["track", "push", str(kept), "--tracking-uri", uri]) == 0
     assert len(find_runs(uri, "faults")) == 2
+    assert len(client.search_runs([exp.experiment_id])) == 3
 
 
 @pytest.mark.slow

@@ -169,11 +169,15 @@ def test_push_sends_kept_results_once(sqlite_uri: str, tmp_path: Path):
     # What the pipeline adds after logging does not make it a new invocation...
     receipt = {**doc, "tracking": {"uri": sqlite_uri}, "exit_code": 1}
     assert push(keep_results(receipt, tmp_path), sqlite_uri)["already_tracked"] is True
-    # A parent left FAILED by an interrupted logging does not count as tracked.
+    # A parent left FAILED by an interrupted logging does not count as tracked: the push
+    # finishes it, keeping its fully logged children (no result gets a second run).
     MlflowClient(sqlite_uri).set_terminated(first["parent_run_id"], status="FAILED")
+    assert find_runs(sqlite_uri, "pushed").empty  # its children are not counted meanwhile
     retry = push(path, sqlite_uri)
     assert retry["already_tracked"] is False
-    assert retry["parent_run_id"] != first["parent_run_id"]
+    assert retry["parent_run_id"] == first["parent_run_id"]
+    assert sorted(retry["child_run_ids"]) == sorted(first["child_run_ids"])
+    assert len(find_runs(sqlite_uri, "pushed", level=None)) == 3
     # ...but a different measurement is one.
     doc["results"][0]["latency_ms"]["p50"] += 1
     assert push(keep_results(doc, tmp_path), sqlite_uri)["already_tracked"] is False

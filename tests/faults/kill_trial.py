@@ -1,0 +1,159 @@
+"""One kill trial: ``guard run`` SIGKILLed at a named point (GUARD_FAULT), then the next
+``guard track push --pending`` and ``guard run``, and what a reader then sees.
+
+Shared by tests/faults/test_kill_points.py and benchmarks/faults.py (a uniquely named
+module, not conftest). Counts, per trial:
+
+- ``lost``: the killed run's results were journalled (the kill came at or after the
+  journal point) but are not a FINISHED invocation with all its results after recovery;
+- ``doubled``: result runs sharing a ``guard.child_key``, or parents sharing a results
+  digest, among the store's live runs;
+- ``half_visible``: an invocation a reader (guard.track.find_runs) sees with fewer or more
+  result runs than it has results, or a result run it sees without its parent, checked
+  right after the kill and again after recovery;
+- ``moved``: files ``mlflow.db.broken-*``; ``integrity``: the store fails
+  ``PRAGMA integrity_check``; ``tmp_left``: ``.*.tmp`` files left; ``pending_left``:
+  journal files not delivered by the push.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+from faults_helpers import guard_subprocess, small_convnet, suite_of
+
+# (point, whether the killed run's results were journalled before the kill)
+POINTS: list[tuple[str, bool]] = [
+    ("build", False),
+    ("measure", False),
+    ("atomic_write:r.json", False),
+    ("journal", True),
+    ("mlflow.create_parent", True),
+    ("mlflow.log_parent", True),
+    ("mlflow.log_results_json", True),
+    ("mlflow.log_child", True),
+    ("mlflow.log_child@2", True),
+    ("store.transaction", True),
+    ("mlflow.finish_parent", True),
+    ("mlflow.finished", True),
+]
+MODELS = 2
+SUITE = "faults"
+
+
+def _run(argv: list[str], cwd: Path, env: dict | None = None, timeout: float = 600) -> tuple:
+    proc = guard_subprocess(argv, cwd, env=env)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def _visible(uri: str) -> tuple[int, int]:
+    """(invocations a reader sees whole, ones it sees in part) through find_runs."""
+    from guard.track import find_runs
+
+    f = find_runs(uri, SUITE, level=None)
+    if f.empty:
+        return 0, 0
+    cols = ["run_id", "tags.guard.level", "tags.mlflow.parentRunId", "metrics.results.total"]
+    rows = f[cols].astype(object).where(f[cols].notna(), None).values.tolist()
+    parents = {r[0]: int(r[3] or 0) for r in rows if r[1] == "invocation"}
+    kids = Counter(r[2] for r in rows if r[1] == "result")
+    half = sum(1 for p in kids if p not in parents)
+    half += sum(1 for p, total in parents.items() if kids.get(p, 0) != total)
+    whole = sum(1 for p, total in parents.items() if kids.get(p, 0) == total)
+    return whole, half
+
+
+def _push_pending(work: Path) -> tuple[int, str]:
+    """``guard track push --pending`` in this process (mlflow is imported once)."""
+    import contextlib
+    import io
+
+    from guard.cli.main import main
+
+    err = io.StringIO()
+    with contextlib.chdir(work), contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
+        rc = main(["track", "push", "--pending"])
+    return rc, err.getvalue()
+
+
+def _store_counts(db: Path) -> dict[str, int]:
+    con = sqlite3.connect(db)
+    try:
+        ok = con.execute("pragma integrity_check").fetchall() == [("ok",)]
+        rows = con.execute(
+            "select t.value, r.status from tags t join runs r on r.run_uuid = t.run_uuid "
+            "where t.key = ? and r.lifecycle_stage = 'active'",
+            ("guard.child_key",),
+        ).fetchall()
+        digests = con.execute(
+            "select t.value from tags t join runs r on r.run_uuid = t.run_uuid "
+            "join tags l on l.run_uuid = r.run_uuid and l.key = 'guard.level' "
+            "and l.value = 'invocation' "
+            "where t.key = 'guard.results_sha256' and r.lifecycle_stage = 'active'"
+        ).fetchall()
+        finished = {
+            d
+            for (d,) in con.execute(
+                "select t.value from tags t join runs r on r.run_uuid = t.run_uuid "
+                "where t.key = 'guard.results_sha256' and r.status = 'FINISHED' "
+                "and r.lifecycle_stage = 'active'"
+            ).fetchall()
+        }
+    finally:
+        con.close()
+    doubled = sum(n - 1 for n in Counter(k for k, _ in rows).values() if n > 1)
+    doubled += sum(n - 1 for n in Counter(d for (d,) in digests).values() if n > 1)
+    return {"integrity": 0 if ok else 1, "doubled": doubled, "finished": finished}  # type: ignore[dict-item]
+
+
+def trial(point: str, journalled: bool, root: Path) -> dict:
+    """Kill ``guard run`` at ``point`` in a fresh directory under ``root``; recover; count."""
+    root.mkdir(parents=True, exist_ok=True)
+    work = root / "work"
+    work.mkdir()
+    suite = suite_of(root, {f"m{i}": small_convnet(root / f"m{i}.onnx") for i in range(MODELS)})
+    db = work / ".guard" / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    argv = ["run", str(suite), "--json", str(root / "r.json")]
+    rc, _, err = _run(argv, work, env={"GUARD_FAULT": point})
+    out: dict = {"point": point, "killed": rc == -9, "stderr": err[-1500:]}
+    pending = work / ".guard" / "pending"
+    journals = sorted(pending.glob("*.json")) if pending.is_dir() else []
+    digest16 = journals[0].stem.rsplit("-", 1)[-1] if journals else None
+    out["journalled"] = digest16 is not None
+    half_after_kill = _visible(uri)[1] if db.exists() else 0
+    rc_push, err_push = _push_pending(work)
+    rc_next, _, err_next = _run(argv, work)
+    out["push_rc"], out["next_rc"] = rc_push, rc_next
+    out["errors"] = (err_push[-800:] if rc_push else "") + (err_next[-800:] if rc_next else "")
+    whole, half = _visible(uri)
+    counts = _store_counts(db)
+    logged = digest16 is not None and any(d.startswith(digest16) for d in counts["finished"])
+    out.update(
+        lost=int(journalled and not logged),
+        doubled=counts["doubled"],
+        half_visible=half_after_kill + half,
+        integrity=counts["integrity"],
+        moved=len(list(db.parent.glob("mlflow.db.broken-*"))),
+        invocations=whole,
+        expected_invocations=2 if journalled else 1,
+        tmp_left=len(list(root.rglob(".*.tmp"))),
+        pending_left=len(list(pending.glob("*.json"))) if pending.is_dir() else 0,
+    )
+    return out
+
+
+def failures(out: dict) -> list[str]:
+    """What a trial got wrong (empty when nothing was lost, doubled or half visible)."""
+    bad = [k for k in ("lost", "doubled", "half_visible", "integrity", "moved") if out[k]]
+    bad += [k for k in ("tmp_left", "pending_left") if out[k]]
+    if not out["killed"]:
+        bad.append("not killed at the point")
+    if out["push_rc"] != 0 or out["next_rc"] != 0:
+        bad.append(f"push rc {out['push_rc']}, next run rc {out['next_rc']}: {out['errors']}")
+    if out["invocations"] != out["expected_invocations"]:
+        bad.append(f"{out['invocations']} whole invocations, not {out['expected_invocations']}")
+    return bad
