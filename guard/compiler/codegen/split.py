@@ -5,25 +5,36 @@ A convolution of one image whose output channels are outermost (NCHW, or a block
 channels, i.e. the same kernel specialised to fewer channels, called with pointers moved
 to its slice of the packed weights (``[K/L][C][R][S][L]``: a slice of whole vectors is
 contiguous), of the bias, of per-channel epilogue operands and of the output. A
-depthwise convolution slices its input the same way. Nothing is reduced across tasks, so
-the split is exact and the tasks can run on any number of threads.
+depthwise convolution slices its input the same way. The other families cut the output
+along one axis whose leading dims are 1 (so each run is contiguous), each input cut the
+same way or read whole where it is broadcast along that axis: a GEMM by runs of output
+rows (B, packed once, read whole by every task), pooling of one image by channels (or
+channel blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, and
+elementwise steps along their leading axis. Nothing is reduced across tasks, so the
+split is exact and the tasks can run on any number of threads.
 
 The cost rule decides whether a step splits and into how many tasks, from the step alone
 (never from the thread count, so the code, and so the output bits, are the same for any
 ``threads``): at least :data:`MIN_TASK_FLOPS` per task (a task must dwarf the pool's
-dispatch, a few microseconds), at most :data:`MAX_TASKS`, whole channel vectors per task.
-Anything else (several images, NHWC, grouped convolutions, in-place outputs) stays one
-serial call.
+dispatch, a few microseconds; an elementwise op counts 1 per element, 20 for the
+transcendental and dividing ones), at most :data:`MAX_TASKS`, whole channel vectors per
+conv task, runs of 8 rows per GEMM task. Anything else (several images, NHWC, grouped
+convolutions, transposed or batched GEMMs, a GEMM whose task kernel would want B packed
+otherwise) stays one serial call.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+
+import numpy as np
 
 from guard.compiler.codegen.conv.schedule import Geometry
 from guard.compiler.codegen.kernel_plan import Operand, Step
 from guard.compiler.ir.layout import block_of
+from guard.compiler.ir.ops import ELEMENTWISE_OPS
 
 MIN_TASK_FLOPS = 4_000_000  # ~0.1 ms of one core's FMAs; dispatch is a few us
 MAX_TASKS = 8
@@ -91,8 +102,163 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     return tuple(tasks)
 
 
+def _cut(o: Operand, axis: int, d0: int, d1: int) -> Operand:
+    """``o`` cut to [d0, d1) along ``axis`` (every dim before it is 1: a contiguous run)."""
+    stride = math.prod(o.shape[axis + 1 :]) * np.dtype(o.dtype).itemsize
+    shape = (*o.shape[:axis], d1 - d0, *o.shape[axis + 1 :])
+    return dataclasses.replace(o, offset=o.offset + d0 * stride, shape=shape)
+
+
+def _overlaps(a: Operand, b: Operand) -> bool:
+    return (
+        a.space == b.space == "arena"
+        and a.offset < b.offset + b.nbytes
+        and b.offset < a.offset + a.nbytes
+    )
+
+
+def _leading_axis(shape: tuple[int, ...], before: int) -> int | None:
+    """The first axis (below ``before``) longer than 1 with only 1s before it."""
+    for d in range(min(before, len(shape))):
+        if shape[d] > 1:
+            return d
+    return None
+
+
+def _operand_axis(o: Operand, out_rank: int, axis: int, units: int) -> int | None | str:
+    """How a task reads ``o`` when the output is cut along ``axis`` (right-aligned
+    broadcasting): its own axis to cut, "whole" when it is broadcast along the cut, or
+    None when neither is contiguous."""
+    own = axis - (out_rank - len(o.shape))
+    if own < 0 or o.shape[own] == 1:
+        return "whole"
+    if o.shape[own] == units and all(d == 1 for d in o.shape[:own]):
+        return own
+    return None
+
+
+def _tasks_along(
+    step: Step,
+    axis: int,
+    cost: int,
+    unit: int = 1,
+    rule: Callable[[int, Operand], int | str | None] | None = None,
+) -> tuple[Step, ...]:
+    """Tasks that each write a run of the output along ``axis`` (runs of ``unit``), every
+    input cut the same way or read whole; () when the cost rule keeps it one call."""
+    y = step.outputs[0]
+    units = y.shape[axis]
+    n = min(MAX_TASKS, units // unit, cost // MIN_TASK_FLOPS)
+    if n < 2 or len(step.outputs) != 1:
+        return ()
+    how = []
+    for j, o in enumerate(step.inputs):
+        h = (
+            None
+            if o is None
+            else (rule(j, o) if rule else _operand_axis(o, len(y.shape), axis, units))
+        )
+        if o is not None and h is None:
+            return ()
+        if o is not None and h == "whole" and _overlaps(o, y):
+            return ()  # a task would read what another one writes
+        how.append(h)
+    chunks = units // unit
+    tasks = []
+    for i in range(n):
+        d0 = chunks * i // n * unit
+        d1 = units if i == n - 1 else chunks * (i + 1) // n * unit
+        ins = tuple(
+            o if o is None or h == "whole" else _cut(o, int(h), d0, d1)  # type: ignore[arg-type]
+            for o, h in zip(step.inputs, how, strict=True)
+        )
+        out = (_cut(y, axis, d0, d1),)
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", ins, out, step.attrs, step.may_alias))
+    return tuple(tasks)
+
+
+_HEAVY = frozenset({"Exp", "Log", "Tanh", "Sigmoid", "Erf", "Gelu", "Pow", "Elu", "Selu",
+                    "Swish", "Softsign", "Div", "Sqrt", "Reciprocal"})  # fmt: skip
+
+
+def elementwise_tasks(step: Step) -> tuple[Step, ...]:
+    """Elementwise steps cut along the output's leading axis longer than 1."""
+    y = step.outputs[0]
+    axis = _leading_axis(y.shape, len(y.shape))
+    if axis is None:
+        return ()
+    prog = step.attrs.get("program") or [{"op": step.op}]
+    per = sum(20 if p["op"] in _HEAVY else 1 for p in prog)
+    return _tasks_along(step, axis, math.prod(y.shape) * per)
+
+
+def pool_tasks(step: Step) -> tuple[Step, ...]:
+    """Pooling of one image in NCHW or NCHW<b>c, cut along channels (or channel blocks)."""
+    x, y = step.inputs[0], step.outputs[0]
+    lay = str(step.attrs.get("layout", "NCHW"))
+    if x is None or y.shape[0] != 1 or (lay != "NCHW" and not block_of(lay)):
+        return ()
+    window = math.prod(step.attrs.get("kernel_shape", x.shape[2:4]))
+    return _tasks_along(
+        step, 1, math.prod(y.shape) * window, rule=lambda j, o: 1 if j == 0 else "whole"
+    )
+
+
+def norm_tasks(step: Step) -> tuple[Step, ...]:
+    """Softmax, LogSoftmax, LayerNormalization cut into runs of whole rows (the
+    normalised axes stay in one task); scale and bias are read whole."""
+    x, y = step.inputs[0], step.outputs[0]
+    if x is None or x.shape != y.shape:
+        return ()
+    rank = len(y.shape)
+    norm_axis = int(step.attrs.get("axis", -1)) % rank
+    axis = _leading_axis(y.shape, norm_axis)
+    if axis is None:
+        return ()
+    return _tasks_along(
+        step, axis, math.prod(y.shape) * 20, rule=lambda j, o: axis if j == 0 else "whole"
+    )
+
+
+def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
+    """A GEMM of one matrix (Gemm without transA, MatMul with a 2-D B and A's leading
+    dims 1) cut into runs of output rows; B and row-broadcast operands are read whole.
+    Only where the tasks' kernels take B packed as the whole GEMM's is (same ``nr``)."""
+    from guard.compiler.codegen.gemm.emitter import GemmShape
+    from guard.compiler.tuning.dispatch import gemm_schedule
+
+    a, b, y = step.inputs[0], step.inputs[1], step.outputs[0]
+    if a is None or b is None or step.attrs.get("transA", 0) or y.dtype != "float32":
+        return ()
+    shapes = [None if o is None else o.shape for o in step.inputs]
+    gs = GemmShape(step.op, step.attrs, shapes)
+    if not gs.ok or gs.batch != 1 or any(d != 1 for d in y.shape[:-2]) or len(b.shape) != 2:
+        return ()
+    axis = len(y.shape) - 2
+    unit = 8
+    task = GemmShape(step.op, step.attrs, [_cut(a, len(a.shape) - 2, 0, unit).shape, *shapes[1:]])
+    whole_s, task_s = gemm_schedule(gs, width), gemm_schedule(task, width)
+    if (whole_s.nr, whole_s.use_blas) != (task_s.nr, task_s.use_blas) or gs.M < 2 * unit:
+        return ()
+
+    def rule(j: int, o: Operand) -> int | str | None:
+        if j == 1:
+            return "whole"
+        return _operand_axis(o, len(y.shape), axis, gs.M)
+
+    return _tasks_along(step, axis, 2 * gs.M * gs.N * gs.K, unit, rule)
+
+
 def split_step(step: Step, width: int) -> tuple[Step, ...]:
     """The step's tasks by the cost rule, () to run it as one call."""
     if step.op in ("Conv", "FusedConv"):
         return conv_tasks(step, width)
+    if step.op in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul"):
+        return gemm_tasks(step, width)
+    if step.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"):
+        return pool_tasks(step)
+    if step.op in ("Softmax", "LogSoftmax", "LayerNormalization"):
+        return norm_tasks(step)
+    if step.op in ELEMENTWISE_OPS or step.op == "FusedElementwise":
+        return elementwise_tasks(step)
     return ()

@@ -1,0 +1,81 @@
+"""GEMM, pooling, normalisation and elementwise steps on N threads: each split into tasks
+that write one slice of the output, outputs bit-identical for any N (as
+test_threads.py checks for convolutions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from guard.compiler import import_onnx, optimize, run_reference
+from guard.compiler.codegen import split
+from guard.compiler.codegen.build import jit
+from guard.compiler.ir.target import table_for
+from guard.compiler.partition.plan import plan
+
+from ._jit import TARGETS, skip_unless_runnable
+from .test_emitters import model, rnd
+
+
+def _net() -> onnx.ModelProto:
+    """Pooling, a classifier-like GEMM chain, a MatMul with a residual, LayerNorm, Softmax
+    and elementwise steps (broadcast operands included)."""
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["p"], ["q"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Reshape", ["q", "flat"], ["f"]),
+        helper.make_node("Gemm", ["f", "w0", "b0"], ["g"], transB=1),
+        helper.make_node("Sigmoid", ["g"], ["s"]),
+        helper.make_node("MatMul", ["s", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "g"], ["r"]),
+        helper.make_node("LayerNormalization", ["r", "ln_s", "ln_b"], ["ln"], axis=-1),
+        helper.make_node("Mul", ["ln", "k"], ["m"]),
+        helper.make_node("Softmax", ["m"], ["y"], axis=-1),
+    ]
+    weights = [
+        ("flat", np.array([40, 64], np.int64)),  # [1, 160, 4, 4] as 40 rows
+        ("w0", rnd(48, 64)), ("b0", rnd(48)), ("w1", rnd(48, 48)),
+        ("ln_s", rnd(48)), ("ln_b", rnd(48)), ("k", rnd(40, 1)),
+    ]  # fmt: skip
+    return model(nodes, [("x", [1, 160, 8, 8])], ["y"], weights)
+
+
+@pytest.mark.parametrize("isa", list(TARGETS))
+def test_outputs_are_bit_identical_for_any_thread_count(isa, monkeypatch):
+    """With the cost rule's floor lowered every step family splits; 1, 2 and 3 threads
+    give the same bits, equal to the numpy reference within tolerance."""
+    target = skip_unless_runnable(isa)
+    monkeypatch.setattr(split, "MIN_TASK_FLOPS", 1)
+    g0 = import_onnx(_net(), {})
+    g, _ = optimize(g0, "O2", target=table_for(isa))
+    compiled = plan(g)
+    assert compiled.partition_report["count"] == 1, compiled.partition_text()
+    x = np.random.default_rng(0).standard_normal((1, 160, 8, 8)).astype(np.float32)
+    outs = []
+    for threads in (1, 2, 3):
+        rt, code = jit(compiled, target, threads=threads)
+        split_ops = {s.op for s in code.plan.steps() if s.parts}
+        assert {"MaxPool", "AveragePool", "LayerNormalization", "Softmax"} <= split_ops
+        assert split_ops & {"Gemm", "FusedGemm"} and split_ops & {"MatMul", "FusedMatMul"}
+        assert split_ops & {"FusedElementwise", "Mul", "Sigmoid"}
+        outs.append(rt.run({"x": x})["y"])
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+    ref = run_reference(g0, {"x": x})["y"]
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_the_cost_rule_keeps_small_steps_serial_and_splits_large_ones():
+    _, code = jit(plan(optimize(import_onnx(_net(), {}), "O2")[0]), threads=2)
+    assert not any(s.parts for s in code.plan.steps())  # every step far under 4 MFLOP
+    big = model(
+        [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])],
+        [("a", [1, 256, 512])],
+        ["y"],
+        [("w", rnd(512, 2048))],
+    )
+    _, code = jit(plan(optimize(import_onnx(big, {}), "O0")[0]), threads=2)
+    tasks = {s.op: len(s.parts) for s in code.plan.steps()}
+    assert tasks["MatMul"] == split.MAX_TASKS  # 537 MFLOP: 8 tasks of 32 rows
+    assert tasks["Tanh"] == 2  # 524288 elements x 20: two tasks of at least 4M
