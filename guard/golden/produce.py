@@ -68,7 +68,7 @@ def ensure_golden(
 ) -> tuple[Golden, str]:
     """Load the model's golden, or create it (status "created"), or update it with a reason."""
     if update_reason is None:
-        existing = store.load(entry.name)
+        existing = store.load(entry.name, max_bytes=entry.limits.max_tensor_bytes)
     else:
         # An update replaces a corrupt golden (its history is lost with it): the hint of
         # the corrupt-golden error sends the user here.

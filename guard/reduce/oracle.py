@@ -60,7 +60,7 @@ class Builder:
 
     def build(self, path: Path, feeds: Mapping[str, np.ndarray]) -> tuple[Path, dict[str, Any]]:
         e = entry_for(self.entry, path, feeds)
-        spec = bind(load_model(path), path, dict(e.inputs), e.where)
+        spec = bind(load_model(path, e.limits), path, dict(e.inputs), e.where, e.limits)
         art, manifest, _, _ = build_artefact(self.backend, e, spec, self.backend_name, self.workdir)
         return art, manifest
 

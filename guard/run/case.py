@@ -64,8 +64,8 @@ def resolve_model(entry: ModelEntry, cache_dir: Path | None = None) -> Path:
 def prepare_model(entry: ModelEntry) -> tuple[ModelSpec, Path]:
     """Load and bind an entry's model (shapes and input descriptions from the suite)."""
     path = resolve_model(entry)
-    model = load_model(path)
-    return bind(model, path, dict(entry.inputs), entry.where), path
+    model = load_model(path, entry.limits)
+    return bind(model, path, dict(entry.inputs), entry.where, entry.limits), path
 
 
 # ---------------------------------------------------------------------------- cases

@@ -14,7 +14,7 @@ from typing import Any
 from guard.suite.entries import ARCHES, DISTS, InputSpec
 from guard.suite.fields import MAX_INT, MAX_THREADS, Fields, show, suggest
 
-TOP_KEYS = {"schema_version", "suite", "description", "defaults", "models"}
+TOP_KEYS = {"schema_version", "suite", "description", "defaults", "models", "limits"}
 DEFAULT_KEYS = {
     "backends",
     "target",
@@ -27,6 +27,7 @@ DEFAULT_KEYS = {
     "build_timeout_s",
 }
 MODEL_KEYS = {
+    "limits",
     "name",
     "source",
     "inputs",

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guard.suite.limits import Limits, default_limits
+
 ARCHES = ("x86_64", "aarch64")
 DISTS = ("normal", "uniform", "zeros", "ones", "const")
 DEFAULT_BUILD_TIMEOUT_S = 3600.0  # per model and backend; generous: a TVM build takes minutes
@@ -52,6 +54,7 @@ class ModelEntry:
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
     where: str = ""  # "suite.yaml: models[2]" for error messages
     suite_dir: Path = Path(".")  # relative paths in options resolve against it
+    limits: Limits = field(default_factory=default_limits)  # guard.suite.limits
     expected: tuple[str, ...] = ()  # output_K.pb of a test_data directory: a second golden
 
 

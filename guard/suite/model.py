@@ -28,10 +28,8 @@ from guard.core.fsutil import (
     regular_file_size,
 )
 from guard.suite import InputSpec, data
+from guard.suite.limits import Limits, check_graph, check_tensor_bytes, default_limits
 
-# Inputs larger than this are refused before allocation: a typo'd dim (1, 3, 22400, 224)
-# should be a clear message, not the OOM killer.
-MAX_INPUT_BYTES = 2 * 1024**3
 # A serialised ONNX protobuf cannot exceed 2 GiB (larger weights live in external data).
 MAX_MODEL_BYTES = 2 * 1024**3
 # Element types guard can make input data for (from the seeds in the suite).
@@ -130,8 +128,11 @@ def _check_extent(name: str, info: dict[str, str], loc: str, size: int, path: Pa
         )
 
 
-def load_model(path: Path) -> onnx.ModelProto:
-    """Load and structurally check an ONNX file, with one-line errors."""
+def load_model(path: Path, limits: Limits | None = None) -> onnx.ModelProto:
+    """Load and structurally check an ONNX file, with one-line errors.
+
+    Its node count and subgraph nesting are checked against ``limits`` (the host's
+    defaults when None) right after parsing, before any other work on it."""
     path = Path(path)
     try:
         data = read_bounded(path, MAX_MODEL_BYTES)
@@ -163,6 +164,7 @@ def load_model(path: Path) -> onnx.ModelProto:
             where=str(path),
             hint="Re-export the model.",
         )
+    check_graph(model, limits or default_limits(), str(path))
     _check_external_data(model, path)
     if any(
         t.data_location == onnx.TensorProto.EXTERNAL
@@ -245,10 +247,19 @@ def _file_array(s: InputSpec, gi: GraphInput, where: str) -> np.ndarray:
     return data.check_array(arr, gi.name, gi.dtype, tuple(gi.dims) if gi.ranked else (), at)
 
 
-def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where: str) -> ModelSpec:
+def bind(
+    model: onnx.ModelProto,
+    path: Path,
+    specs: dict[str, InputSpec],
+    where: str,
+    limits: Limits | None = None,
+) -> ModelSpec:
     """Bind every input's dims from the suite; an unbound dynamic dim is an error.
 
-    An input read from a file is bound to the file's shape."""
+    An input read from a file is bound to the file's shape. Every input, and every output
+    whose declared dims are known once the inputs are bound, must fit
+    ``limits.max_tensor_bytes`` (guard.suite.limits): checked before anything is built."""
+    limits = limits or default_limits()
     inputs = graph_inputs(model, where)
     specs = _by_name(specs, inputs, where)
     given = {k: spec.shape for k, spec in specs.items()}
@@ -269,14 +280,8 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where:
                 hint="Give every dim of the input a size of at least 1 in the suite's inputs "
                 "block.",
             )
-        nbytes = float(np.prod(shape, dtype=np.float64)) * gi.dtype.itemsize
-        if nbytes > MAX_INPUT_BYTES:
-            raise ModelError(
-                f"input {gi.name!r} with shape {list(shape)} needs {nbytes / 2**30:.1f} GiB, over "
-                f"guard's {MAX_INPUT_BYTES / 2**30:.0f} GiB limit per input",
-                where=where,
-                hint="Check the shape in the suite's inputs block.",
-            )
+        check_tensor_bytes("input", gi.name, shape, gi.dtype.itemsize, limits, where)
+    _check_outputs(model, inputs, shapes, limits, where)
     for note in notes:
         print(f"guard: note: {note}", file=sys.stderr)
     return ModelSpec(
@@ -289,6 +294,40 @@ def bind(model: onnx.ModelProto, path: Path, specs: dict[str, InputSpec], where:
         outputs=tuple(o.name for o in model.graph.output),
         notes=tuple(notes),
     )
+
+
+def _check_outputs(
+    model: onnx.ModelProto,
+    inputs: list[GraphInput],
+    shapes: dict[str, tuple[int, ...]],
+    limits: Limits,
+    where: str,
+) -> None:
+    """Each graph output's declared size, its symbolic dims taken from the bound inputs'
+    (an output with a dim nothing binds is left to the run)."""
+    symbols: dict[str, int] = {}
+    for gi in inputs:
+        for d, v in zip(gi.dims, shapes[gi.name], strict=False):
+            if isinstance(d, str) and d:
+                symbols[d] = v
+    for out in model.graph.output:
+        tt = out.type.tensor_type
+        if not out.type.HasField("tensor_type") or not tt.HasField("shape"):
+            continue
+        try:
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
+        except (KeyError, TypeError, ValueError):
+            continue  # an element type numpy has no size for: the checker or the run says
+        shape = []
+        for dim in tt.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value > 0:
+                shape.append(int(dim.dim_value))
+            elif dim.HasField("dim_param") and dim.dim_param in symbols:
+                shape.append(symbols[dim.dim_param])
+            else:
+                break
+        else:
+            check_tensor_bytes("output", out.name, tuple(shape), itemsize, limits, where)
 
 
 def make_inputs(spec: ModelSpec, specs: dict[str, InputSpec]) -> dict[str, np.ndarray]:

@@ -32,6 +32,7 @@ from guard.suite.blocks import (
 )
 from guard.suite.entries import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_MEASURE, ModelEntry, Suite
 from guard.suite.fields import Fields, show
+from guard.suite.limits import default_limits, parse_limits
 
 SCHEMA_VERSION = 1
 SUITE = Schema(
@@ -53,6 +54,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
         raise ctx.err(
             "suite", f"expected a name of letters, digits, '_', '-', '.', got {show(name)}"
         )
+    limits = parse_limits(ctx, top.get("limits"), "limits", default_limits())
     d = ctx.mapping(top.get("defaults"), "defaults", DEFAULT_KEYS)
     backends = ctx.string_list(d.get("backends", ["onnxruntime"]), "defaults.backends")
     targets = parse_targets(ctx, d, "defaults", ("host",))
@@ -122,6 +124,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
                 else build_timeout,
                 where=f"{path}: {mk} ({mname})" + (f" [{mt}]" if len(mtargets) > 1 else ""),
                 suite_dir=path.parent,
+                limits=parse_limits(ctx, m.get("limits"), f"{mk}.limits", limits),
             )
             for mt in mtargets
         )
