@@ -47,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="results files and reports (default %(default)s)",
     )
     b.add_argument("--python", default=sys.executable, help="interpreter for the venvs")
+    b.add_argument(
+        "--keep-envs",
+        action="store_true",
+        help="keep the two venvs (a GB or more each) for the next bump of the same pins "
+        "(default: removed at the end)",
+    )
     b.add_argument("--timeout-s", type=float, default=1800.0, help="per suite run")
     b.add_argument(
         "--rounds",
@@ -83,6 +89,7 @@ def cmd_bump(args: argparse.Namespace) -> int:
         timeout_s=args.timeout_s,
         strict=args.strict,
         rounds=args.rounds,
+        keep_envs=args.keep_envs,
     )
     if args.rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {args.rounds}")

@@ -14,14 +14,18 @@ that is not a manifest pin (numpy) would otherwise not show at all.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import threading
+import time
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from guard.compare.reports import write_reports
 from guard.core.errors import UsageError
 from guard.core.result_key import ResultKey
 from guard.core.results_file import load_results
+from guard.core.user_cache import cache_root
 from guard.stats.regress import RegressConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +76,54 @@ def env_key(python: str, requirements: Sequence[str]) -> str:
 
 
 def default_env_cache() -> Path:
-    return Path(os.environ.get("GUARD_ENV_CACHE") or Path.home() / ".cache" / "guard" / "envs")
+    """``$GUARD_ENV_CACHE``, else ``envs/`` in guard's cache (guard.core.user_cache)."""
+    return Path(os.environ.get("GUARD_ENV_CACHE") or cache_root() / "envs")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+HEARTBEAT_S = 30.0  # a line this often while an environment builds: minutes of pip
+
+
+@contextlib.contextmanager
+def heartbeat(
+    what: str,
+    say: Callable[[str], None] = _stderr,
+    every_s: float = HEARTBEAT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[None]:
+    """Say ``what`` now and every ``every_s`` seconds until the block ends, with the time so
+    far: a step that takes minutes and prints nothing looks hung."""
+    t0 = clock()
+    say(f"guard bump: {what} ...")
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            say(f"guard bump: {what}: still working ({clock() - t0:.0f} s)")
+
+    thread = threading.Thread(target=beat, name="guard-bump-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    say(f"guard bump: {what}: done in {clock() - t0:.0f} s")
+
+
+def tree_bytes(root: Path) -> int:
+    """Bytes of the files under ``root`` (links not followed)."""
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total
 
 
 def last_lines(text: str, n: int = 3) -> str:
@@ -108,8 +160,11 @@ def ensure_env(
     python: str = sys.executable,
     cache: Path | None = None,
     runner: Runner | None = None,
+    say: Callable[[str], None] = _stderr,
+    every_s: float = HEARTBEAT_S,
 ) -> Path:
-    """A venv holding exactly ``requirements``; reused when a complete one is cached."""
+    """A venv holding exactly ``requirements``; reused when a complete one is cached. While
+    it builds, a heartbeat line every ``every_s`` seconds says so."""
     reqs = sorted(requirements, key=str.lower)
     env = (
         cache or default_env_cache()
@@ -130,8 +185,11 @@ def ensure_env(
             *reqs,
         ],
     ]
-    for cmd in steps:
-        proc = (runner or subprocess.run)(cmd, capture_output=True, text=True)
+    for cmd, what in zip(steps, (f"creating the {label} environment in {env}",
+                                 f"installing {len(reqs)} packages into it (pip; minutes the "
+                                 "first time)"), strict=True):  # fmt: skip
+        with heartbeat(what, say, every_s):
+            proc = (runner or subprocess.run)(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise UsageError(
                 f"could not build the environment for {label}: `{' '.join(cmd[:4])} ...` failed: "
@@ -240,11 +298,16 @@ def run_bump_requirements(
     strict: bool = False,
     rounds: int = 2,
     runner: Runner | None = None,
+    keep_envs: bool = False,
+    say: Callable[[str], None] = _stderr,
+    every_s: float = HEARTBEAT_S,
 ) -> tuple[dict[str, Any], int]:
     """Build both envs, run the suite ``rounds`` times per side (ABBA...), compare.
 
-    Returns (comparison, exit code). Writes ``<out_dir>/<name>/{base,head}-<i>.json`` and ``bump.{json,md,html}``, where the
-    name spells the changed pins.
+    Returns (comparison, exit code). Writes ``<out_dir>/<name>/{base,head}-<i>.json`` and
+    ``bump.{json,md,html}``, where the name spells the changed pins. The envs (a GB or
+    more each) are removed at the end, whatever happened, unless ``keep_envs`` (then the
+    next bump of the same pins reuses them).
     """
     changes = changed_pins(base_reqs, head_reqs)
     if not changes:
@@ -253,22 +316,60 @@ def run_bump_requirements(
         raise UsageError("no such suite file", where=str(suite))
     name = "+".join(f"{_norm(p)}-{o}-{n}" for p, o, n in changes)[:120]
     out = out_dir / name
-    envs = {}
-    for label, reqs in (("base", base_reqs), ("head", head_reqs)):
-        side = "+".join(
-            f"{_norm(p)}=={(o if label == 'base' else n) or 'none'}" for p, o, n in changes
-        )[:80]
-        envs[label] = ensure_env(reqs, label=side, python=python, cache=env_cache, runner=runner)
+    envs: dict[str, Path] = {}
+    try:
+        for label, reqs in (("base", base_reqs), ("head", head_reqs)):
+            side = "+".join(
+                f"{_norm(p)}=={(o if label == 'base' else n) or 'none'}" for p, o, n in changes
+            )[:80]
+            envs[label] = ensure_env(reqs, label=side, python=python, cache=env_cache,
+                                     runner=runner, say=say, every_s=every_s)  # fmt: skip
+        return _measure_bump(envs, changes, suite, out, config=config, timeout_s=timeout_s,
+                             strict=strict, rounds=rounds, runner=runner, say=say,
+                             every_s=every_s)  # fmt: skip
+    finally:
+        if not keep_envs:
+            _remove_envs(envs, say)
+
+
+def _remove_envs(envs: dict[str, Path], say: Callable[[str], None]) -> None:
+    """Remove the bump's venvs (built or reused), saying how much that freed."""
+    gone = [e for e in envs.values() if e.is_dir()]
+    if not gone:
+        return
+    freed = sum(tree_bytes(e) for e in gone)
+    for e in gone:
+        shutil.rmtree(e, ignore_errors=True)
+    say(f"guard bump: removed {len(gone)} environment(s), {freed / 2**30:.2f} GiB "
+        "(--keep-envs keeps them for the next bump of the same pins)")  # fmt: skip
+
+
+def _measure_bump(
+    envs: dict[str, Path],
+    changes: list[tuple[str, str | None, str | None]],
+    suite: Path,
+    out: Path,
+    *,
+    config: RegressConfig | None,
+    timeout_s: float,
+    strict: bool,
+    rounds: int,
+    runner: Runner | None,
+    say: Callable[[str], None],
+    every_s: float,
+) -> tuple[dict[str, Any], int]:
+    """The suite run ``rounds`` times per side in the built envs, compared and reported."""
     # ABBA order: a machine that gets busier (or quieter) during the bump hits both sides
     # alike, instead of landing on whichever ran second.
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
     for i in range(rounds):
         for label in ("base", "head") if i % 2 == 0 else ("head", "base"):
-            runs[label].append(
-                run_suite_in_env(envs[label], suite, out / f"{label}-{i}.json",
-                                 workdir=out / f"work-{label}", timeout_s=timeout_s,
-                                 runner=runner)
-            )  # fmt: skip
+            with heartbeat(f"run {i + 1} of {rounds}: the suite on {label}", say, every_s):
+                runs[label].append(
+                    run_suite_in_env(envs[label], suite, out / f"{label}-{i}.json",
+                                     workdir=out / f"work-{label}", timeout_s=timeout_s,
+                                     runner=runner)
+                )  # fmt: skip
     docs = [merge_rounds(runs["base"]), merge_rounds(runs["head"])]
     pins = [f"{p}=={o}" if o else f"{p} (absent)" for p, o, _ in changes]
     new_pins = [f"{p}=={n}" if n else f"{p} (absent)" for p, _, n in changes]

@@ -26,6 +26,9 @@ _VERDICT_WORDS = {
     "inconclusive": "inconclusive",
 }
 _MAX_MESSAGE = 300
+# A warning may end in the command that fixes it (guard golden update ... --reason '...'):
+# kept whole up to this length.
+_MAX_WARNING = 1000
 _WS = re.compile(r"\s+")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ufffe\uffff]")
 
@@ -68,7 +71,12 @@ def one_line(message: str, limit: int = _MAX_MESSAGE) -> str:
     in a message would restyle the terminal.
     """
     line = _CONTROL.sub("\ufffd", _WS.sub(" ", message)).strip()
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if len(line) <= limit:
+        return line
+    # Cut between words (a command or a path cut mid-word reads as a different one); a
+    # single word longer than a third of the limit is cut where it must be.
+    cut = line[: limit - 1].rsplit(" ", 1)[0]
+    return (cut if len(cut) >= limit // 3 else line[: limit - 1]).rstrip(" ,;:") + " …"
 
 
 def verdict(result: Mapping[str, Any]) -> str:
@@ -345,7 +353,7 @@ def warnings(doc: Any) -> list[tuple[str, str]]:
         for w in items:
             if not w:
                 continue
-            msg = text(w)
+            msg = one_line(str(w), _MAX_WARNING)
             if _CONTENTION.search(msg):
                 contention.setdefault(label(r), []).append(msg)
                 continue

@@ -8,7 +8,6 @@ to allocate.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from guard.core.fsutil import (
     read_bounded,
     regular_file_size,
 )
+from guard.core.user_cache import note_once
 from guard.suite import InputSpec, data
 from guard.suite.limits import Limits, check_graph, check_tensor_bytes, default_limits
 
@@ -282,11 +282,12 @@ def bind(
             )
         check_tensor_bytes("input", gi.name, shape, gi.dtype.itemsize, limits, where)
     _check_outputs(model, inputs, shapes, limits, where)
-    for note in notes:
-        print(f"guard: note: {note}", file=sys.stderr)
+    sha256 = file_sha256(path)
+    for note in notes:  # once per model and note, not on every command that binds it
+        note_once(sha256, note)
     return ModelSpec(
         path=path,
-        sha256=file_sha256(path),
+        sha256=sha256,
         opset=opset_of(model),
         ir_version=int(model.ir_version),
         inputs=tuple(inputs),

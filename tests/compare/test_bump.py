@@ -110,8 +110,9 @@ def test_bump_report_leads_with_manifest_diff_and_exits_1_on_regression(tmp_path
 def test_envs_are_cached_between_runs(tmp_path, suite):
     runner = FakeRunner()
     kw = dict(
-        env_cache=tmp_path / "envs", out_dir=tmp_path / "out", runner=runner, base_requirements=REQS
-    )
+        env_cache=tmp_path / "envs", out_dir=tmp_path / "out", runner=runner,
+        base_requirements=REQS, keep_envs=True,
+    )  # fmt: skip
     _, code = bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite, **kw)
     assert code == 0
     pip_calls = sum("pip" in c for c in runner.calls)
@@ -216,3 +217,49 @@ def test_rounds_run_abba_and_pool_samples(tmp_path, suite):
     # Three runs of five rounds per side: the rounds of every process are the units.
     assert cmp["rows"][0]["stats"]["n_base"] == cmp["rows"][0]["stats"]["n_head"] == 15
     assert cmp["bump"]["rounds"] == 3
+
+
+def test_bump_says_what_it_is_building_and_removes_its_envs(tmp_path, suite):
+    """Issue 28 item 8: guard bump was silent for 7.6 minutes while it built two venvs, and
+    left them behind. Each long step says what it does and, while it lasts, that it is
+    still working; the envs are removed at the end unless --keep-envs."""
+    import time as _time
+
+    fake = FakeRunner()
+
+    def slow(cmd, **kw):  # pip takes a while, as it does
+        if "pip" in cmd:
+            _time.sleep(0.5)
+        return fake(cmd, **kw)
+
+    said: list[str] = []
+    envs = tmp_path / "envs"
+    _, code = bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite,
+                            env_cache=envs, out_dir=tmp_path / "out", runner=slow,
+                            base_requirements=REQS, say=said.append, every_s=0.1)  # fmt: skip
+    assert code == 0
+    assert any(s.startswith("guard bump: installing 3 packages") for s in said)
+    assert any("still working" in s for s in said)
+    assert any(s.startswith("guard bump: run 1 of 2: the suite on base") for s in said)
+    assert said[-1].startswith("guard bump: removed 2 environment(s)")
+    assert list(envs.iterdir()) == []
+    # --keep-envs keeps them for the next bump
+    bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite, env_cache=envs,
+                  out_dir=tmp_path / "out", runner=slow, base_requirements=REQS,
+                  say=said.append, every_s=0.1, keep_envs=True)  # fmt: skip
+    assert len(list(envs.iterdir())) == 2
+
+
+def test_a_failed_bump_removes_the_env_it_built(tmp_path, suite):
+    said: list[str] = []
+
+    def runner(cmd, **kw):
+        if "guard.cli.main" in cmd:
+            return subprocess.CompletedProcess(cmd, 3, "", "boom")
+        return FakeRunner()(cmd, **kw)
+
+    with pytest.raises(UsageError):
+        bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite,
+                      env_cache=tmp_path / "envs", out_dir=tmp_path / "out", runner=runner,
+                      base_requirements=REQS, say=said.append)  # fmt: skip
+    assert list((tmp_path / "envs").iterdir()) == [] and "removed 2" in said[-1]

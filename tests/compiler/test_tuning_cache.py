@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing as mp
 
@@ -207,6 +208,42 @@ def test_measure_interleaves_discards_warmup_and_respects_the_deadline():
     res = measure(None, ["default", "a", "b"], None, reps=2, clock=clock, compile_one=Fake,
                   deadline=0.25)  # fmt: skip
     assert [m.schedule for m in res] == ["default"]
+
+
+def test_the_budget_holds_measuring_included():
+    """Issue 28 item 8: guard tune --budget-s 30 took 46 s; the deadline stopped only the
+    compiling, and every candidate built was then timed past it. On a fake clock (a compile
+    is 0.5 s, a call 2**-10 s) three tasks and 64 candidates each stay within 6 s."""
+    from guard.compiler.tuning.tune import tune_tasks
+
+    clock = _Clock()
+
+    class Fake:
+        def __init__(self, task, schedule, target, rng) -> None:
+            self.compile_s = 0.5
+            clock.t += 0.5
+
+        def call(self, times: int) -> None:
+            clock.t += 2**-10 * times
+
+    @dataclasses.dataclass(frozen=True)
+    class Schedule:  # a candidate schedule (the log prints it as a dict)
+        i: int
+
+    def propose(task, limit):
+        return [Schedule(i) for i in range(limit)]
+
+    tasks = [_task("a", 60), _task("bb", 30, 1), _task("ccc", 10)]
+    lines: list[str] = []
+    entries = tune_tasks(tasks, None, 6.0, reps=4, clock=clock, timer=clock, log=lines.append,
+                         propose=propose, compile_one=Fake)  # fmt: skip
+    assert clock.t <= 6.0, clock.t
+    assert len(entries) == 3 and all(e.extra["measured"]["candidates"] >= 1 for e in entries)
+    # A budget spent before the last task: it keeps the default, and the log says so.
+    clock.t, lines = 0.0, []
+    entries = tune_tasks(tasks, None, 1.2, reps=4, clock=clock, timer=clock, log=lines.append,
+                         propose=propose, compile_one=Fake)  # fmt: skip
+    assert len(entries) < 3 and any("budget of 1.2 s spent" in line for line in lines)
 
 
 @pytest.mark.parametrize("value", ["5", "''", "[a]"])

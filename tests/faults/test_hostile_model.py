@@ -34,8 +34,9 @@ def _suite(tmp_path: Path, model: Path, inputs: str, backends: str = "[onnxrunti
 
 
 @pytest.mark.slow
-def test_negative_dim_is_dynamic_and_bound_from_the_suite(tmp_path, workdir, capsys):
+def test_negative_dim_is_dynamic_and_bound_from_the_suite(tmp_path, workdir, capsys, monkeypatch):
     # A common converter writes the batch dim as dim_value: -1; onnxruntime runs it.
+    monkeypatch.setenv("GUARD_CACHE", str(tmp_path / "cache"))  # the note is new here
     model = small_convnet(tmp_path / "neg.onnx", batch=-1)
     assert onnx.load(model).graph.input[0].type.tensor_type.shape.dim[0].dim_value == -1
     suite = _suite(
@@ -50,6 +51,29 @@ def test_negative_dim_is_dynamic_and_bound_from_the_suite(tmp_path, workdir, cap
     )
     doc = json.loads((tmp_path / "r.json").read_text())
     assert [r["verdict"] for r in doc["results"]] == ["pass", "pass"]
+
+
+def test_the_negative_dim_note_is_shown_once_not_on_every_command(tmp_path, monkeypatch, capsys):
+    """Issue 28 item 8: the note repeated on every command that bound the model."""
+    import guard.core.user_cache as uc
+
+    monkeypatch.setenv("GUARD_CACHE", str(tmp_path / "cache"))
+    model = small_convnet(tmp_path / "neg.onnx", batch=-1)
+    spec = {"x": InputSpec("x", (1, 3, 16, 16))}
+
+    def notes_of_one_command() -> list[str]:
+        monkeypatch.setattr(uc, "_shown", set())  # a new guard process
+        bind(load_model(model), model, spec, "s.yaml: models[0] (m)")
+        bind(load_model(model), model, spec, "s.yaml: models[0] (m)")  # bound twice in it
+        return [ln for ln in capsys.readouterr().err.splitlines() if "guard: note:" in ln]
+
+    (first,) = notes_of_one_command()
+    assert "declares dim 0 as a negative dim_value" in first and "(shown once)" in first
+    assert notes_of_one_command() == []  # the next command stays quiet
+    other = small_convnet(tmp_path / "neg2.onnx", batch=-1, opset=13)  # another model
+    monkeypatch.setattr(uc, "_shown", set())
+    bind(load_model(other), other, spec, "s.yaml: models[1] (n)")
+    assert "negative dim_value" in capsys.readouterr().err
 
 
 def test_unbound_negative_dim_says_how_to_bind_it(tmp_path):

@@ -166,3 +166,26 @@ def test_contention_is_one_line_per_suite(doc):
     render_console(doc, console)
     assert console.export_text().count("CPU contention") == 1
     assert to_markdown(doc).count("CPU contention") == 1
+
+
+def test_warnings_are_whole_or_cut_between_words(doc):
+    """Issue 28 item 8: warnings were cut mid-word at 300 characters, a command in one
+    unusable. A warning is kept whole to 1000 characters; past that (and any other message
+    past its limit) it is cut between words, with ' …'."""
+    from guard.report import _summary as S
+
+    command = "guard golden update suites/a-rather-long-suite-name.yaml --model m --reason " + (
+        "'inputs changed: " + ", ".join(f"x{i}.seed 0 -> 1" for i in range(12)) + "'"
+    )
+    long = "inputs changed since the golden was stored: store them with: " + command
+    assert 300 < len(long) < 1000
+    doc["results"][0]["preflight"] = {"warnings": [long]}
+    (warn,) = [msg for _, msg in S.warnings(doc) if "golden" in msg]
+    assert warn == long
+    console, buf = _console(width=120)
+    render_console(doc, console)
+    assert "x11.seed 0 -> 1'" in buf.getvalue().replace("\n", " ")
+    words = "word " * 100
+    cut = S.one_line(words + "tail", 50)
+    assert cut.endswith("word …") and len(cut) <= 52 and "wor …" not in cut
+    assert S.one_line("x" * 80, 50) == "x" * 49 + " …"  # one word: cut where it must be

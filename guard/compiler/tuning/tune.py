@@ -307,15 +307,22 @@ def measure(
 ) -> list[Measured]:  # fmt: skip
     """Compile each schedule, then time them interleaved; per-call seconds per round.
 
-    ``deadline`` (a ``clock()`` value) stops adding candidates once passed (the default,
-    first in ``schedules``, is always compiled and measured). ``timer`` times the calls
-    (default: ``clock``)."""
+    ``deadline`` (a ``clock()`` value) is kept, measuring included: a candidate is added
+    only while compiling it (the mean compile so far) and timing every candidate built
+    (``WARMUP_ROUNDS + reps`` rounds of about ``MIN_ROUND_S`` each) still end before it.
+    The default, first in ``schedules``, is always compiled and measured. ``timer`` times
+    the calls (default: ``clock``)."""
     timer = timer or clock
     rng = np.random.default_rng(0)
     built: list[tuple[Measured, Any]] = []
+    began = clock()
+    round_s = 2 * MIN_ROUND_S  # a round of one candidate, with room for the slowest's
     for i, s in enumerate(schedules):
-        if i > 0 and deadline is not None and clock() > deadline:
-            break
+        if i > 0 and deadline is not None:
+            compile_s = (clock() - began) / len(built)
+            timing_s = (len(built) + 1) * (WARMUP_ROUNDS + reps) * round_s
+            if clock() + compile_s + timing_s > deadline:
+                break
         c = compile_one(task, s, target, rng)
         built.append((Measured(s, compile_s=c.compile_s), c))
     # Calls per round: enough that one round of the slowest candidate is >= MIN_ROUND_S.
@@ -360,18 +367,32 @@ def tune_tasks(
     tasks: Sequence[Task], target: Any, budget_s: float, *, reps: int = 7,
     floor_candidates: int = 1, clock: Callable[[], float] = time.perf_counter,
     timer: Callable[[], float] = time.thread_time, log: Callable[[str], None] = lambda s: None,
+    propose: Callable[[Task, int], list[Any]] = candidates, compile_one: Callable[..., Any] = Compiled,
 ) -> list[Entry]:  # fmt: skip
-    """An entry for every task: the budget spent by share, candidates ranked, measured."""
+    """An entry for every task the budget reaches: the budget spent by share, candidates
+    ranked, measured. ``budget_s`` is wall clock for the whole call, measuring included:
+    no task starts after it is spent (the ones left keep the default schedule, and the
+    log says how many, nor one whose default would not fit by the cheapest so far), and none
+    runs past it but to measure its default."""
     share = allocate(tasks, budget_s)
-    entries = []
+    entries: list[Entry] = []
     total_flops = sum(t.total_flops for t in tasks) or 1
-    for t in tasks:
+    end = clock() + budget_s
+    least = 0.0  # the cheapest default so far: what one more task costs at the least
+    for n, t in enumerate(tasks):
         start = clock()
-        secs = share[t.key.text]
+        if start + least > end:
+            log(f"  budget of {budget_s:g} s spent: {len(tasks) - n} task(s) keep the default")
+            break
+        secs = min(share[t.key.text], end - start)
         limit = floor_candidates if secs <= 0 else 64
-        cands = candidates(t, limit)
+        cands = propose(t, limit)
         res = measure(t, cands, target, reps=reps, clock=clock, timer=timer,
-                      deadline=start + secs if secs > 0 else None)  # fmt: skip
+                      deadline=min(start + secs, end) if secs > 0 else end,
+                      compile_one=compile_one)  # fmt: skip
+        # compiling and timing the default alone: the least a further task costs
+        alone = res[0].compile_s + (WARMUP_ROUNDS + reps) * 2 * MIN_ROUND_S
+        least = alone if not entries else min(least, alone)
         win, default = choose(res)
         entries.append(
             Entry(
