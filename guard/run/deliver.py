@@ -145,9 +145,7 @@ def finish(
             if tracking_problem is None and stop.signal is None:
                 with stop:  # a signal while logging: track marks the runs KILLED
                     try:
-                        receipt = track.log_results(doc, uri)
-                        if journal is not None:
-                            journal.unlink(missing_ok=True)  # logged: nothing pending
+                        receipt = track.log_journalled(doc, uri, journal)  # then removed
                         doc["tracking"] = {
                             "uri": uri,
                             **{k: v for k, v in receipt.items() if k != "uri"},

@@ -5,7 +5,14 @@ per (model, backend, target). Every run-data write goes through one batch primit
 (guard.track.batch._log_batch). mlflow itself is imported only when a function needs it.
 """
 
-from guard.track.log import journal_results, keep_results, log_results, push, push_pending
+from guard.track.log import (
+    journal_results,
+    keep_results,
+    log_journalled,
+    log_results,
+    push,
+    push_pending,
+)
 from guard.track.query import find_runs, load_artifact_dict, scoped_tracking_uri
 from guard.track.store import StoreRefused
 from guard.track.uri import check_reachable, resolve_uri, unreachable_message
@@ -16,6 +23,7 @@ __all__ = [
     "find_runs",
     "journal_results",
     "keep_results",
+    "log_journalled",
     "load_artifact_dict",
     "log_results",
     "push",

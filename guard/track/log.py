@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guard.core import fault
+from guard.core.errors import TrackingError
 from guard.core.fsutil import atomic_write_text
 from guard.core.results_file import load_results
 from guard.core.schema import results_document
@@ -109,7 +110,18 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
     eid = experiment_id(client, uri, doc["suite"])
     digest = results_sha256(doc)
     recover.end_dead(client, eid)  # parents a kill left RUNNING on this host end KILLED
-    done, unfinished = recover.resumable(recover.parents_of(client, eid, digest))
+    parents = recover.parents_of(client, eid, digest)
+    done, unfinished = recover.resumable(parents)
+    busy = recover.being_logged(parents)
+    if done is None and unfinished is None and busy is not None:
+        tags = busy.data.tags
+        raise TrackingError(
+            f"these results are being logged to {uri} right now (parent run "
+            f"{busy.info.run_id}, pid {tags.get(recover.PID_TAG)} on "
+            f"{tags.get(recover.HOST_TAG)}): not logged twice",
+            hint="push again once it ends; if that process is gone on another host, push "
+            "from that host (or end the run KILLED in MLflow).",
+        )
     if done is not None:
         kids = [c.info.run_id for c in recover.children(client, eid, done.info.run_id)]
         return _receipt(uri, eid, done.info.run_id, kids, True)
@@ -254,20 +266,40 @@ def push(results_path: Path, uri: str) -> dict[str, Any]:
     Returns log_results' dict (``"already_tracked": bool``).
     """
     with push_lock(Path(results_path)):  # two pushes of one file: the second logs nothing
-        doc = load_results(results_path, version_hint=_REWRITE, require_suite=True)
-        return log_results(doc, uri)
+        return _push_locked(Path(results_path), uri)
+
+
+def _push_locked(results_path: Path, uri: str) -> dict[str, Any]:
+    doc = load_results(results_path, version_hint=_REWRITE, require_suite=True)
+    return log_results(doc, uri)
 
 
 def push_pending(workdir: Path, uri: str) -> list[tuple[Path, dict[str, Any]]]:
     """Push every results file journalled in ``<workdir>/.guard/pending/`` (oldest first)
     and remove each once it is logged; [(path, receipt)]. The first failure is raised:
-    what was not delivered stays for the next push."""
+    what was not delivered stays for the next push. A file a running ``guard run`` is
+    logging is locked by it (``log_journalled``): waited for, and gone once it is logged."""
     done = []
     for path in journalled(Path(workdir).resolve() / GUARD_DIR / PENDING_DIR):
-        receipt = push(path, uri)
-        path.unlink(missing_ok=True)
+        with push_lock(path):
+            if not path.exists():
+                continue  # the run that journalled it logged it meanwhile
+            receipt = _push_locked(path, uri)
+            path.unlink(missing_ok=True)
         done.append((path, receipt))
     return done
+
+
+def log_journalled(doc: dict[str, Any], uri: str, journal_path: Path | None) -> dict[str, Any]:
+    """``log_results`` holding the lock of the results' journal file (so a concurrent
+    ``guard track push --pending`` waits instead of logging them too), which is removed
+    once they are logged."""
+    if journal_path is None:
+        return log_results(doc, uri)
+    with push_lock(journal_path):
+        receipt = log_results(doc, uri)
+        journal_path.unlink(missing_ok=True)
+    return receipt
 
 
 def journal_results(doc: Mapping[str, Any], workdir: Path) -> Path:

@@ -132,5 +132,12 @@ def resumable(parents: list[Run]) -> tuple[Run | None, Run | None]:
     return None, (open_[0] if open_ else None)
 
 
+def being_logged(parents: list[Run]) -> Run | None:
+    """A parent still RUNNING whose process may be alive (here, or on another host)."""
+    return next(
+        (r for r in parents if r.info.status == "RUNNING" and not owner_gone(r.data.tags)), None
+    )
+
+
 def child_key(digest: str, index: int) -> str:
     return f"{digest[:32]}/{index}"

@@ -154,3 +154,21 @@ def test_results_are_journalled_before_the_first_mlflow_call(tmp_path, monkeypat
     assert len(seen) == 1 and len(seen[0]) == 1  # journalled, once, before the call
     kept = Path(doc["tracking"]["kept"])
     assert kept.name == seen[0][0] and json.loads(kept.read_text())["results"] == doc["results"]
+
+
+@pytest.mark.slow
+def test_results_being_logged_by_a_live_process_are_not_logged_again(tmp_path):
+    """A push of results whose parent is RUNNING under a live process (a guard run logging
+    them now) says so instead of making a second parent and second result runs (H1)."""
+    from mlflow import MlflowClient
+
+    from guard.core.errors import TrackingError
+    from guard.track import keep_results, push
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    doc = _doc()
+    first = log_results(dict(doc), uri)
+    MlflowClient(uri).update_run(first["parent_run_id"], status="RUNNING")  # we are alive
+    with pytest.raises(TrackingError, match="being logged .* right now"):
+        push(keep_results(doc, tmp_path), uri)
+    assert len(find_runs(uri, "killed", level=None, include_unfinished=True)) == 3
