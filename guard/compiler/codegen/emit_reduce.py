@@ -1,9 +1,12 @@
-"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL1, ReduceL2.
+"""ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceSumSquare, ReduceL1, ReduceL2,
+ReduceProd, ReduceLogSum, ReduceLogSumExp, over any axes (the importer turns empty axes
+into every axis).
 
 Two passes: the output is set to the reduction's identity (0, -inf, +inf); then one loop
 nest walks the input in memory order (dims merged where contiguous) and folds each
-element into ``out[index with the reduced axes at 0]``; a last pass divides (Mean) or takes
-the square root (L2). Walking the input in order keeps the reads contiguous whatever the
+element into ``out[index with the reduced axes at 0]``; a last pass divides (Mean), takes
+the square root (L2) or the logarithm (LogSum, LogSumExp: sums of the values, of their
+exponentials). Walking the input in order keeps the reads contiguous whatever the
 axes; with the last axis reduced the destination is loop-invariant and LLVM keeps it in a
 register. Sums are reassociable (the reference's order is not reproduced bit for bit, as
 for every reduction here; rtol 1e-4 is the contract).
@@ -20,7 +23,7 @@ from guard.compiler.codegen.emit_elementwise import merge_dims
 from guard.compiler.codegen.irutil import F32, REDUCE_FLAGS, add, i64, load, loop, store
 from guard.compiler.graph.view import GraphView, OpNode
 
-_INIT = {"ReduceMax": float("-inf"), "ReduceMin": float("inf")}
+_INIT = {"ReduceMax": float("-inf"), "ReduceMin": float("inf"), "ReduceProd": 1.0}
 
 
 class Reduce(Emitter):
@@ -33,6 +36,9 @@ class Reduce(Emitter):
             "ReduceSumSquare",
             "ReduceL1",
             "ReduceL2",
+            "ReduceProd",
+            "ReduceLogSum",
+            "ReduceLogSumExp",
         }
     )
 
@@ -60,7 +66,8 @@ class Reduce(Emitter):
         init = _INIT.get(k.op, 0.0)
         with loop(b, 0, n_out, 1, "init") as i:
             store(b, ir.Constant(F32, init), y, i)
-        if int(np.prod(shape, dtype=np.int64)) == 0:
+        empty = int(np.prod(shape, dtype=np.int64)) == 0
+        if empty and k.op not in ("ReduceLogSum", "ReduceLogSumExp"):
             return
         dims, (xs, ys) = merge_dims(shape, [strides(shape), out_st])
 
@@ -69,6 +76,10 @@ class Reduce(Emitter):
                 return m.intrinsic(b, "maximum", F32, [acc, v])
             if k.op == "ReduceMin":
                 return m.intrinsic(b, "minimum", F32, [acc, v])
+            if k.op == "ReduceProd":
+                return b.fmul(acc, v, flags=REDUCE_FLAGS)
+            if k.op == "ReduceLogSumExp":
+                v = m.exp(b, v)
             if k.op == "ReduceSumSquare" or k.op == "ReduceL2":
                 v = b.fmul(v, v)
             elif k.op == "ReduceL1":
@@ -83,13 +94,16 @@ class Reduce(Emitter):
             with loop(b, 0, dims[d], 1, f"r{d}") as i:
                 nest(d + 1, add(b, xi, b.mul(i, i64(xs[d]))), add(b, yi, b.mul(i, i64(ys[d]))))
 
-        nest(0, i64(0), i64(0))
-        if k.op in ("ReduceMean", "ReduceL2"):
+        if not empty:
+            nest(0, i64(0), i64(0))
+        if k.op in ("ReduceMean", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"):
             with loop(b, 0, n_out, 1, "fin") as i:
                 v = load(b, y, i)
-                v = (
-                    b.fmul(v, ir.Constant(F32, 1.0 / count))
-                    if k.op == "ReduceMean"
-                    else m.intrinsic(b, "sqrt", F32, [v])
-                )
+                if k.op == "ReduceMean":
+                    v = b.fmul(v, ir.Constant(F32, 1.0 / count))
+                elif k.op == "ReduceL2":
+                    v = m.intrinsic(b, "sqrt", F32, [v])
+                else:  # log(0) is -inf (mathfn.log stops at -87.3)
+                    zero = b.fcmp_ordered("==", v, ir.Constant(F32, 0.0))
+                    v = b.select(zero, ir.Constant(F32, float("-inf")), m.log(b, v))
                 store(b, v, y, i)

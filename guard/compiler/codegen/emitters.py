@@ -13,12 +13,14 @@ import functools
 from guard.compiler.codegen.base import Emitter
 from guard.compiler.codegen.conv.emitter import Conv
 from guard.compiler.codegen.conv.transpose import ConvTranspose
+from guard.compiler.codegen.emit_einsum import Einsum
 from guard.compiler.codegen.emit_elementwise import Elementwise
 from guard.compiler.codegen.emit_index import Gather
 from guard.compiler.codegen.emit_norm import Norm
 from guard.compiler.codegen.emit_pool import Pool
 from guard.compiler.codegen.emit_reduce import Reduce
 from guard.compiler.codegen.emit_resize import Resize
+from guard.compiler.codegen.emit_select import Select
 from guard.compiler.codegen.emit_tensor import Copy, Fill
 from guard.compiler.codegen.gemm.emitter import Gemm
 from guard.compiler.graph.view import GraphView, OpNode
@@ -39,6 +41,8 @@ def table() -> dict[str, Emitter]:
         Resize(),
         ConvTranspose(),
         Gather(),
+        Select(),
+        Einsum(),
     ):
         for op in e.ops:
             out[op] = e

@@ -312,3 +312,70 @@ def test_one_dimensional_convolution_runs_as_a_two_dimensional_one(isa):
     assert len(convs) == 2 and all(
         len(compiled.graph.values[n.inputs[1]].shape) == 4 for n in convs
     )
+
+
+# -- reductions, ArgMax/ArgMin, TopK, Einsum --------------------------------------------------
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("op", ["ReduceProd", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax"])
+@pytest.mark.parametrize("axes", [[1], [0, 2], None])  # None: every axis
+def test_reductions_on_any_axes(op, axes, isa):
+    inits = [("ax", np.array(axes, np.int64))] if axes else []
+    node = helper.make_node(op, ["x", "ax"] if axes else ["x"], ["y"], keepdims=0)
+    m = graph_model([node], [("x", [3, 5, 4])], ["y"], inits, opset=18)
+    x = np.random.default_rng(1).uniform(0.5, 1.5, (3, 5, 4)).astype(np.float32)
+    check(m, isa, feeds={"x": x})
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_argmax_argmin_ties_and_nan(isa):
+    nodes = [
+        helper.make_node("ArgMax", ["x"], ["a0"], axis=1),
+        helper.make_node("ArgMin", ["x"], ["a1"], axis=2, keepdims=0),
+        helper.make_node("ArgMax", ["x"], ["a2"], axis=1, select_last_index=1),
+        helper.make_node("ArgMin", ["x"], ["a3"], axis=0, select_last_index=1),
+    ]
+    m = graph_model(nodes, [("x", [3, 6, 5])], ["a0", "a1", "a2", "a3"], out_type=I64)
+    x = np.round(np.random.default_rng(3).standard_normal((3, 6, 5)), 0).astype(np.float32)
+    x[1, 2, 3] = x[2, 4, 1] = np.nan  # ties from the rounding; NaN wins where it is
+    check(m, isa, feeds={"x": x})
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk(largest, isa):
+    nodes = [
+        helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest),
+        helper.make_node("TopK", ["x", "k1"], ["v1", "i1"], axis=-1, largest=largest),
+    ]
+    inits = [("k", np.array([4], np.int64)), ("k1", np.array([1], np.int64))]
+    m = graph_model(nodes, [("x", [2, 9, 3])], ["v", "i", "v1", "i1"], inits)
+    for o in (m.graph.output[1], m.graph.output[3]):
+        o.type.tensor_type.elem_type = I64
+    x = np.round(np.random.default_rng(5).standard_normal((2, 9, 3)), 0).astype(np.float32)
+    x[0, 3, 1] = np.nan
+    check(m, isa, feeds={"x": x})
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize(
+    "eq,shapes",
+    [
+        ("bij,bjk->bik", [[2, 3, 4], [2, 4, 5]]),
+        ("ij,kj", [[3, 4], [5, 4]]),  # implicit output: ik
+        ("ii->i", [[4, 4]]),
+        ("bhqd,bhkd->bhqk", [[1, 2, 3, 4], [1, 2, 5, 4]]),
+        ("i,i->", [[7], [7]]),
+    ],
+)
+def test_einsum(eq, shapes, isa):
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=eq)
+    check(graph_model([node], list(zip(names, shapes, strict=True)), ["y"]), isa)
+
+
+def test_einsum_declines_an_ellipsis():
+    node = helper.make_node("Einsum", ["a", "b"], ["y"], equation="...ij,...jk->...ik")
+    m = graph_model([node], [("a", [2, 3, 4]), ("b", [2, 4, 5])], ["y"])
+    assert declines(m) == ["no emitter for Einsum with an ellipsis"]
