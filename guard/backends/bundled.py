@@ -27,7 +27,13 @@ from guard.compiler import graph_diff, import_onnx, optimize, verify
 from guard.compiler.codegen.target import codegen_target
 from guard.compiler.partition.plan import COMPILER_NAME, plan
 from guard.compiler.passes.pipeline import pipeline_names
-from guard.compiler.runtime.artefact import MANIFEST, compiler_version, load_artefact, save_artefact
+from guard.compiler.runtime.artefact import (
+    MANIFEST,
+    compiler_version,
+    load_artefact,
+    save_artefact,
+    verify_artefact,
+)
 from guard.compiler.runtime.engine import RUNTIME_NAME
 from guard.compiler.tuning.cache import load
 from guard.compiler.tuning.dispatch import Dispatch, applied
@@ -242,3 +248,8 @@ class BundledBackend:
 
     def load(self, artefact_dir: Path, threads: int) -> BundledSession:
         return BundledSession(Path(artefact_dir), threads)
+
+    def verify(self, artefact_dir: Path) -> str | None:
+        """What differs from the hashes the build recorded in artefact.json, or None (the
+        cache asks before it reuses an artefact: guard.run.cache_check)."""
+        return verify_artefact(artefact_dir)

@@ -13,7 +13,9 @@ What survives faults:
   renamed aside (``.<key>.trash.<pid>.*``) before the new one goes in. Temporary and trash
   directories whose process is gone (a kill) are removed by the next build.
 - ``hashes.json`` records the sha256 of every file of the artefact; reuse verifies all of
-  them, and a mismatch (an edited ``ort.json``, a corrupted payload) rebuilds.
+  them and the backend's own record (guard.run.cache_check), and a mismatch (an edited
+  ``ort.json``, a corrupted payload, a ``kernels.o`` edited with ``hashes.json`` rewritten
+  to match) moves the artefact to ``.guard/quarantine/`` with a warning and rebuilds.
 - A full or read-only disk is a one-line error naming the directory (exit 2).
 """
 
@@ -43,12 +45,11 @@ from guard.core.fsutil import (
     read_bounded_text,
 )
 from guard.core.isolate import is_isolated_failure, run_isolated
+from guard.run.cache_check import poisoned, quarantine, write_hashes
 from guard.suite import ModelEntry
 from guard.suite.model import ModelSpec, make_inputs
 
 GUARD_DIR = ".guard"
-HASHES = "hashes.json"
-HASHES_SCHEMA_VERSION = 1
 # Temporary (``.<key>.<pid>.<random>``) and trash (``.<key>.trash.<pid>.<random>``)
 # directories beside the artefacts; the pid says whether their owner still runs.
 _TMP_RE = re.compile(r"^\.(?P<key>[^.].*?)\.(?:trash\.)?(?P<pid>\d+)\.[^.]+$")
@@ -105,51 +106,25 @@ def _backend_options(entry: ModelEntry, backend_name: str) -> tuple[dict[str, An
     return options, key_only
 
 
-def _hash_tree(root: Path) -> dict[str, str] | None:
-    """sha256 of every file under ``root`` but hashes.json; None if anything is not a file."""
-    out: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for d in dirnames:
-            if (Path(dirpath) / d).is_symlink():
-                return None
-        for f in filenames:
-            p = Path(dirpath) / f
-            rel = p.relative_to(root).as_posix()
-            if rel == HASHES:
-                continue
-            if p.is_symlink() or not p.is_file():
-                return None
-            out[rel] = file_sha256(p)
-    return out
-
-
 def _write_hashes(root: Path) -> None:
-    files = _hash_tree(root)
-    if files is None:
+    if not write_hashes(root):
         raise UsageError("the build left a link or special file in the artefact", where=str(root))
-    _atomic_json(root / HASHES, {"schema_version": HASHES_SCHEMA_VERSION, "files": files})
 
 
-def _verified(final: Path) -> bool:
-    """Whether every file of ``final`` still has the sha256 recorded when it was built."""
-    try:
-        doc = json.loads(read_bounded_text(final / HASHES))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    if not isinstance(doc, dict) or doc.get("schema_version") != HASHES_SCHEMA_VERSION:
-        return False
-    try:
-        return _hash_tree(final) == doc.get("files")
-    except OSError:
-        return False
+def _reuse(
+    final: Path, backend: Backend | None = None, guard_dir: Path | None = None
+) -> tuple[dict[str, Any], BuildInfo] | None:
+    """A previous build in ``final``, when it is whole and unaltered; otherwise None (rebuild).
 
-
-def _reuse(final: Path) -> tuple[dict[str, Any], BuildInfo] | None:
-    """A previous build in ``final``, when it is whole and unaltered; otherwise None (rebuild)."""
+    A complete artefact that fails its hashes (guard.run.cache_check) is poisoned: moved to
+    the quarantine under ``guard_dir`` with a warning (or only refused, without one)."""
     build_json = final / "build.json"
     if not ((final / "manifest.json").is_file() and build_json.is_file()):
         return None
-    if not _verified(final):
+    why = poisoned(final, backend)
+    if why is not None:
+        if guard_dir is not None:
+            quarantine(final, guard_dir, why)
         return None
     try:
         cached = mf.load_manifest(final / "manifest.json")
@@ -291,7 +266,7 @@ def build_artefact(
         key_only["tuning_cache_sha256"] = cache_pin["sha256"]
     key = mf.artefact_key(manifest, {**options, **key_only})
     final = mf.artefact_dir(workdir / GUARD_DIR / "artefacts", entry.name, backend_name, key)
-    reused = _reuse(final)
+    reused = _reuse(final, backend, workdir / GUARD_DIR)
     if reused is not None:
         return final, reused[0], reused[1], True
     try:

@@ -200,6 +200,39 @@ def _refuse(path: Path, msg: str) -> ModelError:
     return ModelError(msg, where=str(path), hint="Rebuild the artefact (guard run rebuilds it).")
 
 
+def _changed_file(root: Path, manifest: dict[str, Any]) -> tuple[Path, str] | None:
+    """The first file whose sha256 is not the one ``artefact.json`` recorded, and how."""
+    files = manifest.get("files", {})
+    if not isinstance(files, dict):
+        return root / MANIFEST, "the manifest's files are not a mapping"
+    for name in (*FILES, *(CODEGEN_FILES if manifest.get("codegen") else ())):
+        p = root / name
+        if name not in files:
+            return root / MANIFEST, f"the manifest lists no sha256 for {name}"
+        if not p.is_file():
+            return p, "file is missing"
+        got = _sha256(p)
+        if got != files[name]:
+            return p, (
+                f"sha256 mismatch: the file was changed after the build (expected "
+                f"{str(files[name])[:12]}…, got {got[:12]}…)"
+            )
+    return None
+
+
+def verify_artefact(art_dir: str | Path) -> str | None:
+    """What differs from what the build recorded in ``artefact.json`` (one line), or None."""
+    root = Path(art_dir)
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return f"{MANIFEST} is unreadable ({type(exc).__name__})"
+    if not isinstance(manifest, dict):
+        return f"{MANIFEST} is not an object"
+    changed = _changed_file(root, manifest)
+    return None if changed is None else f"{changed[0].name}: {changed[1]}"
+
+
 def load_artefact(art_dir: str | Path, *, native: bool = True) -> LoadedArtefact:
     """Validate and load an artefact directory; refuses a tampered or foreign one."""
     root = Path(art_dir)
@@ -218,20 +251,10 @@ def load_artefact(art_dir: str | Path, *, native: bool = True) -> LoadedArtefact
             f"schema_version {manifest.get('schema_version')!r} is not {SCHEMA_VERSION}, the "
             "version this guard reads",
         )
-    files = manifest.get("files", {})
     codegen = manifest.get("codegen")
-    for name in (*FILES, *(CODEGEN_FILES if codegen else ())):
-        p = root / name
-        if name not in files:
-            raise _refuse(mpath, f"the manifest lists no sha256 for {name}")
-        if not p.is_file():
-            raise _refuse(p, "file is missing")
-        got = _sha256(p)
-        if got != files[name]:
-            raise _refuse(
-                p,
-                f"sha256 mismatch: the file was changed after the build (expected {files[name][:12]}…, got {got[:12]}…)",
-            )
+    changed = _changed_file(root, manifest)
+    if changed is not None:
+        raise _refuse(*changed)
     index = json.loads((root / "weights.json").read_text())
     blob = np.fromfile(root / "weights.bin", np.uint8)
     if (
