@@ -379,3 +379,37 @@ def test_einsum_declines_an_ellipsis():
     node = helper.make_node("Einsum", ["a", "b"], ["y"], equation="...ij,...jk->...ik")
     m = graph_model([node], [("a", [2, 3, 4]), ("b", [2, 4, 5])], ["y"])
     assert declines(m) == ["no emitter for Einsum with an ellipsis"]
+
+
+# -- LSTM ---------------------------------------------------------------------------------
+
+LSTM_CASES = [
+    # (direction, attrs, with bias, initial state and peepholes)
+    ("forward", {}, False),
+    ("reverse", {"clip": 0.7}, True),
+    ("bidirectional", {"input_forget": 1}, True),
+]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("case", LSTM_CASES, ids=[c[0] for c in LSTM_CASES])
+def test_lstm(case, isa):
+    direction, attrs, extras = case
+    d, h, i, seq, batch = (2 if direction == "bidirectional" else 1), 5, 3, 4, 2
+    inits = [("w", rnd(d, 4 * h, i)), ("r", rnd(d, 4 * h, h, seed=4))]
+    ins = ["x", "w", "r"]
+    if extras:
+        inits += [("b", rnd(d, 8 * h, seed=5)), ("h0", rnd(d, batch, h, seed=6)),
+                  ("c0", rnd(d, batch, h, seed=7)), ("p", rnd(d, 3 * h, seed=8))]  # fmt: skip
+        ins += ["b", "", "h0", "c0", "p"]
+    node = helper.make_node(
+        "LSTM", ins, ["y", "yh", "yc"], hidden_size=h, direction=direction, **attrs
+    )
+    check(graph_model([node], [("x", [seq, batch, i])], ["y", "yh", "yc"], inits), isa)
+
+
+def test_lstm_declines_sequence_lens():
+    node = helper.make_node("LSTM", ["x", "w", "r", "", "n"], ["y"], hidden_size=2)
+    inits = [("w", rnd(1, 8, 3)), ("r", rnd(1, 8, 2)), ("n", np.array([2, 1], np.int32))]
+    m = graph_model([node], [("x", [2, 2, 3])], ["y"], inits)
+    assert declines(m) == ["no emitter for LSTM with sequence_lens"]

@@ -1,4 +1,4 @@
-"""Real-weight models shipped inside PyPI wheels (the test extra installs them): each
+"""Real-weight models shipped inside PyPI wheels (the test extra installs most): each
 compiles to one native partition (every node generated code) and matches the reference
 interpreter. A model whose wheel is not installed is skipped, saying which."""
 
@@ -23,6 +23,11 @@ MODELS = [
     ("ppocr-cls", "rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
      {"x": (1, 3, 48, 192)}),
     ("magika", "magika", "models/*/model.onnx", {"bytes": (1, 2048)}),
+    # Silero VAD (its wheel pulls torch, so the test extra leaves it out): the LSTM
+    # variants, which have no If
+    ("silero-vad-sequence", "silero_vad", "data/silero_vad_16k_sequence.onnx",
+     {"input": (4, 576)}),
+    ("silero-vad-16k", "silero_vad", "data/silero_vad_openvino_16k.onnx", {}),
 ]  # fmt: skip
 
 
