@@ -105,6 +105,16 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "guard dashboard suites/smoke.yaml --tracking-uri http://127.0.0.1:5000",
         ],
     ),
+    "cache show": (
+        "What guard keeps per user ($GUARD_CACHE, else ~/.cache/guard): built zoo models, "
+        "guard bump's environments (when kept), the notes already shown; each part's size.",
+        ["guard cache show", "guard cache show --all"],
+    ),
+    "cache prune": (
+        "Remove cache entries not written for --older-than DAYS, then the oldest until the "
+        "cache fits in --max-size; --dry-run says what would go.",
+        ["guard cache prune --older-than 30", "guard cache prune --max-size 2G --dry-run"],
+    ),
     "zoo list": (
         "List the built-in models (zoo:<name> in a suite's source).",
         ["guard zoo list"],

@@ -34,7 +34,7 @@ from guard.compare.reports import write_reports
 from guard.core.errors import UsageError
 from guard.core.result_key import ResultKey
 from guard.core.results_file import load_results
-from guard.core.user_cache import cache_root
+from guard.core.user_cache import cache_root, tree_bytes
 from guard.stats.regress import RegressConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -112,18 +112,6 @@ def heartbeat(
         stop.set()
         thread.join()
     say(f"guard bump: {what}: done in {clock() - t0:.0f} s")
-
-
-def tree_bytes(root: Path) -> int:
-    """Bytes of the files under ``root`` (links not followed)."""
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
-    return total
 
 
 def last_lines(text: str, n: int = 3) -> str:

@@ -103,6 +103,13 @@ def mlflow_client(uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=uri)
 
 
+# MLflow 3's UI opens an experiment on its GenAI traces page unless the experiment says
+# it holds model runs: its web app reads this tag (values genai_development,
+# custom_model_development, ...) to choose the runs table.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
 def experiment_id(client: MlflowClient, uri: str, suite: str) -> str:
     """The id of the suite's experiment, created (or restored from deleted) when needed."""
     from mlflow.exceptions import MlflowException
@@ -112,9 +119,17 @@ def experiment_id(client: MlflowClient, uri: str, suite: str) -> str:
     if found is not None:
         if found.lifecycle_stage == "deleted":
             client.restore_experiment(found.experiment_id)
+        if found.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:  # made by an older guard
+            client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return str(found.experiment_id)
     try:
-        return str(client.create_experiment(name, artifact_location=artifact_root(uri)))
+        return str(
+            client.create_experiment(
+                name,
+                artifact_location=artifact_root(uri),
+                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+            )
+        )
     except MlflowException:
         # Another guard created it between our lookup and create.
         found = client.get_experiment_by_name(name)

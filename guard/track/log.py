@@ -188,7 +188,15 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
             except Exception:  # noqa: BLE001 - the store is failing: never mask why
                 pass
         else:
-            _terminate(client, parent_id, status, records.iso_ms(doc.get("finished")))
+            # An invocation with a result guard could not produce ends FAILED (red in
+            # MLflow), its errors in the guard.error tag and the description.
+            final = status
+            if records.errors_of(doc):
+                # Logged in full all the same: the tag tells it from a FAILED logging
+                # (guard.track.recover.logged_in_full, guard.track.query).
+                _log_batch(client, parent_id, tags={recover.COMPLETE_TAG: "true"})
+                final = RunStatus.to_string(RunStatus.FAILED)
+            _terminate(client, parent_id, final, records.iso_ms(doc.get("finished")))
     fault.point("mlflow.finished")
     return _receipt(uri, eid, parent_id, child_ids, False)
 
@@ -212,6 +220,7 @@ def _log_child(
     )
     run_id = run.info.run_id
     status = RunStatus.to_string(RunStatus.FAILED)
+    logged = False
     try:
         history = {"latency_ms.sample": records.sample_history(result)}
         tags = {**records.child_tags(result, doc), **result_tags(result, doc)}
@@ -230,12 +239,16 @@ def _log_child(
         client.log_dict(run_id, dict(result), "result.json")
         log_profile_chart(client, run_id, result)
         _log_inputs(client, run_id, result)
-        status = RunStatus.to_string(RunStatus.FINISHED)
+        # A result guard could not produce is a FAILED run, its error in guard.error and
+        # the description; one logged in full otherwise FINISHED.
+        failed = result.get("verdict") == "error"
+        status = RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED)
+        logged = True
     except KeyboardInterrupt:
         status = RunStatus.to_string(RunStatus.KILLED)
         raise
     finally:
-        _terminate(client, run_id, status, end)
+        _terminate(client, run_id, status, end, logged)
     return str(run_id)
 
 
@@ -250,12 +263,14 @@ def _log_inputs(client: MlflowClient, run_id: str, result: Mapping[str, Any]) ->
     client.log_inputs(run_id, datasets=[DatasetInput(Dataset(**found), tags=[context])])
 
 
-def _terminate(client: MlflowClient, run_id: str, status: str, end_ms: int | None) -> None:
+def _terminate(
+    client: MlflowClient, run_id: str, status: str, end_ms: int | None, logged: bool = True
+) -> None:
     """End a run; if even that fails, the original error (if any) is the one raised."""
     try:
         client.set_terminated(run_id, status=status, end_time=end_ms)
     except Exception:  # noqa: BLE001 - never mask the failure that got us here
-        if status == "FINISHED":
+        if logged:
             raise
 
 

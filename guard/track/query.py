@@ -9,6 +9,7 @@ from typing import Any
 
 from guard.core.errors import TrackingError
 from guard.track.client import experiment_name, http_limits, mlflow_client, translated
+from guard.track.recover import COMPLETE_TAG
 from guard.track.uri import _quiet_mlflow
 
 # find_runs keyword -> the tag it filters on.
@@ -91,12 +92,16 @@ def finished_parents(client: Any, experiment_id: str, parent_ids: Any) -> set[st
         listed = ", ".join(f"'{p}'" for p in chunk if "'" not in p)
         if not listed:
             continue
-        found = client.search_runs(
-            [experiment_id],
-            filter_string=f"attributes.run_id IN ({listed}) and attributes.status = 'FINISHED'",
-            max_results=len(chunk),
-        )
-        out.update(r.info.run_id for r in found)
+        for status in (
+            "attributes.status = 'FINISHED'",
+            f"attributes.status = 'FAILED' and tags.`{COMPLETE_TAG}` = 'true'",
+        ):
+            found = client.search_runs(
+                [experiment_id],
+                filter_string=f"attributes.run_id IN ({listed}) and {status}",
+                max_results=len(chunk),
+            )
+            out.update(r.info.run_id for r in found)  # fmt: skip
     return out
 
 

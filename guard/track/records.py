@@ -247,6 +247,9 @@ def child_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, s
         else host_arch(doc),
     }
     tags.update(system_tags(doc, child_name(result)))
+    if result.get("verdict") == "error":
+        tags["guard.error"] = result.get("error")
+    tags["mlflow.note.content"] = result_note(result)
     return {k: tag_value(v) for k, v in tags.items() if v is not None}
 
 
@@ -303,6 +306,9 @@ def parent_tags(doc: Mapping[str, Any], arch: str, results_sha256: str) -> dict[
     }
     tags.update(system_tags(doc, parent_name(doc)))
     tags["mlflow.note.content"] = invocation_note(doc)
+    errors = errors_of(doc)
+    if errors:
+        tags["guard.error"] = "; ".join(errors)
     return {k: tag_value(v) for k, v in tags.items() if v is not None}
 
 
@@ -324,8 +330,45 @@ def invocation_note(doc: Mapping[str, Any]) -> str:
     ]
     failed = [r for r in results if r.get("verdict") in FAILED_STATUSES]
     for r in failed[:20]:
-        lines.append(f"- {child_name(r)}: {r.get('verdict')} ({', '.join(failed_checks(r))})")
+        why = str(r.get("error")) if r.get("verdict") == "error" else ", ".join(failed_checks(r))
+        lines.append(f"- {child_name(r)}: {r.get('verdict')} ({why})")
+    unsure = [r for r in results if r.get("verdict") == "inconclusive"]
+    for r in unsure[:20]:
+        lines.append(f"- {child_name(r)}: inconclusive ({inconclusive_reason(r)})")
     return "\n".join(lines)
+
+
+def inconclusive_reason(result: Mapping[str, Any]) -> str:
+    """Why a result is inconclusive: its inconclusive checks' messages, one after another."""
+    found = [
+        f"{c.get('name')}: {c.get('message')}"
+        for c in result.get("checks") or ()
+        if isinstance(c, Mapping) and c.get("status") == "inconclusive"
+    ]
+    return "; ".join(found) or "no check says why"
+
+
+def result_note(result: Mapping[str, Any]) -> str | None:
+    """A result run's description: the error, or why it is inconclusive, or what failed."""
+    verdict = result.get("verdict")
+    if verdict == "error":
+        return f"**error**: {result.get('error')}"
+    if verdict == "inconclusive":
+        return f"**inconclusive**: {inconclusive_reason(result)}"
+    if verdict == "fail":
+        msgs = [f"{c.get('name')}: {c.get('message')}" for c in result.get("checks") or ()
+                if isinstance(c, Mapping) and c.get("status") in FAILED_STATUSES]  # fmt: skip
+        return "**fail**: " + "; ".join(msgs)
+    return None
+
+
+def errors_of(doc: Mapping[str, Any]) -> list[str]:
+    """``model/backend/target: error`` for every result guard could not produce."""
+    return [
+        f"{child_name(r)}: {r.get('error')}"
+        for r in doc.get("results") or ()
+        if isinstance(r, Mapping) and r.get("verdict") == "error"
+    ]
 
 
 def parent_metrics(doc: Mapping[str, Any]) -> dict[str, float]:

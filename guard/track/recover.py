@@ -120,12 +120,24 @@ def parents_of(client: MlflowClient, experiment_id: str, digest: str) -> list[Ru
     return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
 
+COMPLETE_TAG = "guard.logged"  # "true" once every child is logged: FINISHED or FAILED then
+
+
+def logged_in_full(run: Run) -> bool:
+    """An invocation logged in full: FINISHED, or FAILED (a result guard could not
+    produce) with the complete tag; FAILED without it was cut short while logging."""
+    status = run.info.status
+    return status == "FINISHED" or (
+        status == "FAILED" and run.data.tags.get(COMPLETE_TAG) == "true"
+    )
+
+
 def resumable(parents: list[Run]) -> tuple[Run | None, Run | None]:
     """(a FINISHED parent, else None; a parent to finish, else None) among ``parents``.
 
     A parent still RUNNING under a live process is being logged right now: it is neither.
     """
-    done = next((r for r in parents if r.info.status == "FINISHED"), None)
+    done = next((r for r in parents if logged_in_full(r)), None)
     if done is not None:
         return done, None
     open_ = [r for r in parents if r.info.status != "RUNNING" or owner_gone(r.data.tags)]
