@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from guard.core.errors import InternalError, TrackingError
-from guard.track.uri import _quiet_mlflow, artifact_root, is_http
+from guard.track.uri import ARTIFACTS_DIR, _quiet_mlflow, artifact_root, is_http, sqlite_path
 
 if TYPE_CHECKING:  # mlflow itself is imported when a client is made
     from mlflow import MlflowClient
@@ -103,6 +105,53 @@ def mlflow_client(uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=uri)
 
 
+def _relocate_artifacts(uri: str, location: str) -> bool:
+    """Point a copied local store's artifacts at its own directory; True if it did.
+
+    An embedded store records absolute artifact locations (MLflow has no relative ones):
+    a ``.guard/`` copied elsewhere still names the original's ``mlartifacts``, so every new
+    run of the copy would write its artifacts into the original. When an experiment's
+    location is another directory's ``mlartifacts``, every experiment and run under that
+    root is moved onto this store's root (where the copy of those artifacts lies).
+    """
+    root, db = artifact_root(uri), sqlite_path(uri)
+    if root is None or db is None or location == root:
+        return False
+    if not location.startswith("file://") or location.rstrip("/").rsplit("/", 1)[-1] != (
+        ARTIFACTS_DIR
+    ):
+        return False  # a location the user chose: left alone
+    old = location.rstrip("/")
+    n = len(old)
+    try:
+        con = sqlite3.connect(db, timeout=30)
+        try:
+            with con:
+                for table, column in (
+                    ("experiments", "artifact_location"),
+                    ("runs", "artifact_uri"),
+                ):
+                    con.execute(
+                        f"UPDATE {table} SET {column} = ? || substr({column}, ?) "  # noqa: S608
+                        f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                        (root, n + 1, old, n + 1, old + "/"),
+                    )
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise TrackingError(
+            f"the tracking store {db} was copied from another directory and its artifact "
+            f"locations ({old}) cannot be moved to {root}: {exc}",
+            hint="Make the store writable, or pass --tracking-uri.",
+        ) from None
+    print(
+        f"guard: note: the tracking store {db} was copied from another directory; its "
+        f"artifact locations now point at {root} instead of {old}",
+        file=sys.stderr,
+    )
+    return True
+
+
 # MLflow 3's UI opens an experiment on its GenAI traces page unless the experiment says
 # it holds model runs: its web app reads this tag (values genai_development,
 # custom_model_development, ...) to choose the runs table.
@@ -116,6 +165,8 @@ def experiment_id(client: MlflowClient, uri: str, suite: str) -> str:
 
     name = experiment_name(suite)
     found = client.get_experiment_by_name(name)
+    if found is not None and _relocate_artifacts(uri, str(found.artifact_location or "")):
+        found = client.get_experiment_by_name(name)
     if found is not None:
         if found.lifecycle_stage == "deleted":
             client.restore_experiment(found.experiment_id)
