@@ -10,8 +10,6 @@ import argparse
 import os
 from pathlib import Path
 
-from guard.stats.calibrate import default_noise_path, latest_noise, load_noise
-
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add calibrate to guard's subcommands."""
@@ -74,6 +72,8 @@ def noise_for(
 ) -> dict[str, float] | None:
     """Calibrated noise: --noise, else .guard/noise/<suite>.json, else the newest
     calibration run in MLflow when a tracking URI was given (flag or environment)."""
+    from guard.stats.calibrate import default_noise_path, latest_noise, load_noise
+
     if args.noise is not None:
         return load_noise(args.noise, kind)
     if not suite:

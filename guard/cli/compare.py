@@ -9,7 +9,7 @@ from pathlib import Path
 from guard.cli.calibrate import noise_for
 from guard.cli.options import config, emit, report_args, stats_args, tracking_arg
 from guard.core.errors import UsageError
-from guard.stats.regress import DEFAULT_RUN_NOISE_PCT
+from guard.stats.defaults import DEFAULT_RUN_NOISE_PCT
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from guard.stats.regress import DEFAULT_REGRESS_PCT, DEFAULT_RUN_NOISE_PCT, RegressConfig
+from guard.stats.defaults import DEFAULT_REGRESS_PCT, DEFAULT_RUN_NOISE_PCT
+
+if TYPE_CHECKING:
+    from guard.stats.regress import RegressConfig
 
 
 def stats_args(p: argparse.ArgumentParser) -> None:
@@ -50,6 +53,8 @@ def tracking_arg(p: argparse.ArgumentParser) -> None:
 
 
 def config(args: argparse.Namespace) -> RegressConfig:
+    from guard.stats.regress import RegressConfig  # numpy and scipy: when a command runs
+
     pct = DEFAULT_REGRESS_PCT if args.regress_pct is None else args.regress_pct
     run_noise = getattr(args, "run_noise_pct", None)
     return RegressConfig(
