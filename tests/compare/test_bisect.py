@@ -104,8 +104,8 @@ def test_a_real_bisection_names_the_commit_that_made_the_model_slower(tmp_path, 
     git(repo, "init", "-q")
     (repo / "suite.yaml").write_text(SUITE)
     shas = []
-    for i in range(5):  # GOOD, then 4 commits; the third one adds six chained MatMuls
-        matmul_model(repo / "mm.onnx", 6 if i >= 3 else 0)
+    for i in range(17):  # GOOD, then 16 commits; the 11th adds six chained MatMuls
+        matmul_model(repo / "mm.onnx", 6 if i >= 11 else 0)
         (repo / "version.txt").write_text(f"{i}\n")
         git(repo, "add", ".")
         git(repo, "commit", "-qm", f"commit {i}")
@@ -116,6 +116,6 @@ def test_a_real_bisection_names_the_commit_that_made_the_model_slower(tmp_path, 
          "--budget-s", "3", "--json", str(out)]
     )  # fmt: skip
     doc = json.loads(out.read_text())
-    assert code == 1 and doc["first_regressed"] == shas[3], doc
-    assert len(doc["steps"]) <= max_steps(4) == 3
+    assert code == 1 and doc["first_regressed"] == shas[11], doc
+    assert len(doc["steps"]) <= max_steps(16) == 5
     assert doc["steps"][0]["verdict"] == "regressed"
