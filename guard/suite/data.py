@@ -58,8 +58,8 @@ def _read_pb(path: Path) -> np.ndarray:
             where=str(path),
             hint="Write it with onnx.numpy_helper.from_array(a, name).SerializeToString().",
         ) from None
-    # Protobuf parses many byte strings into an empty or nonsense message: a tensor
-    # whose data does not fill its dims is not a tensor.
+    # Protobuf parses many byte strings (an empty file, another message such as a model)
+    # into a tensor of no element type, or whose data do not fill its dims: not a tensor.
     try:
         arr = numpy_helper.to_array(tensor)
     except (ValueError, TypeError, KeyError) as exc:
@@ -68,8 +68,6 @@ def _read_pb(path: Path) -> np.ndarray:
             where=str(path),
             hint="Write it with onnx.numpy_helper.from_array(a, name).SerializeToString().",
         ) from None
-    if not tensor.dims and not raw:
-        raise ModelError("is empty, not an onnx.TensorProto", where=str(path))
     return np.asarray(arr)
 
 

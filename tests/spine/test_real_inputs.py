@@ -108,6 +108,11 @@ def test_npz_npy_and_pb_inputs_feed_the_model_and_bind_its_dims(tmp_path):
          "{file: b.npy}", "the data has shape [8] (rank 1), the model's input has rank 2"),
         (lambda d: (d / "b.pb").write_bytes(b"\xff\xff\xff not a tensor"),
          "{file: b.pb}", "b.pb: is not a serialised onnx.TensorProto"),
+        (lambda d: (d / "b.pb").write_bytes(b""),
+         "{file: b.pb}", "b.pb: is not a valid onnx.TensorProto"),
+        (lambda d: (d / "b.pb").write_bytes((d / "mlp.onnx").read_bytes()),  # a ModelProto
+         "{file: b.pb}", "b.pb: is not a valid onnx.TensorProto"),
+        (lambda d: None, "{file: missing.npy}", "missing.npy: input data file not found"),
     ],
 )  # fmt: skip
 def test_bad_input_data_names_the_file_and_what_differed(tmp_path, make, block, says):
