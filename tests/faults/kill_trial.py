@@ -13,12 +13,12 @@ module, not conftest). Counts, per trial:
   right after the kill and again after recovery;
 - ``moved``: files ``mlflow.db.broken-*``; ``integrity``: the store fails
   ``PRAGMA integrity_check``; ``tmp_left``: ``.*.tmp`` files left; ``pending_left``:
-  journal files not delivered by the push.
+  journal files not delivered by the push; ``hot_journal``: a sqlite ``-journal`` was left
+  beside the embedded store by the kill (what the next run must roll back).
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -49,11 +49,11 @@ def _run(argv: list[str], cwd: Path, env: dict | None = None, timeout: float = 6
     return proc.returncode, out, err
 
 
-def _visible(uri: str) -> tuple[int, int]:
+def _visible(uri: str, suite: str = SUITE) -> tuple[int, int]:
     """(invocations a reader sees whole, ones it sees in part) through find_runs."""
     from guard.track import find_runs
 
-    f = find_runs(uri, SUITE, level=None)
+    f = find_runs(uri, suite, level=None)
     if f.empty:
         return 0, 0
     cols = ["run_id", "tags.guard.level", "tags.mlflow.parentRunId", "metrics.results.total"]
@@ -66,7 +66,7 @@ def _visible(uri: str) -> tuple[int, int]:
     return whole, half
 
 
-def _push_pending(work: Path) -> tuple[int, str]:
+def _push_pending(work: Path, flags: list[str]) -> tuple[int, str]:
     """``guard track push --pending`` in this process (mlflow is imported once)."""
     import contextlib
     import io
@@ -75,69 +75,90 @@ def _push_pending(work: Path) -> tuple[int, str]:
 
     err = io.StringIO()
     with contextlib.chdir(work), contextlib.redirect_stderr(err), contextlib.redirect_stdout(err):
-        rc = main(["track", "push", "--pending"])
+        rc = main(["track", "push", "--pending", *flags])
     return rc, err.getvalue()
 
 
-def _store_counts(db: Path) -> dict[str, int]:
-    con = sqlite3.connect(db)
+_SCOPE = (
+    "from tags t join runs r on r.run_uuid = t.run_uuid "
+    "join experiments e on e.experiment_id = r.experiment_id "
+    "where e.name = :exp and r.lifecycle_stage = 'active' and t.key = :key"
+)
+
+
+def _store_counts(db_uri: str, suite: str) -> dict:
+    """Doubles and FINISHED digests in the suite's experiment, read from the database
+    itself (sqlite or PostgreSQL, MLflow's schema), and the sqlite integrity check."""
+    import sqlalchemy as sa
+
+    if db_uri.startswith("postgresql://"):  # psycopg 3, the driver MLflow's extra installs
+        db_uri = "postgresql+psycopg://" + db_uri[len("postgresql://") :]
+    engine = sa.create_engine(db_uri)
+    exp = f"guard/{suite}"
     try:
-        ok = con.execute("pragma integrity_check").fetchall() == [("ok",)]
-        rows = con.execute(
-            "select t.value, r.status from tags t join runs r on r.run_uuid = t.run_uuid "
-            "where t.key = ? and r.lifecycle_stage = 'active'",
-            ("guard.child_key",),
-        ).fetchall()
-        digests = con.execute(
-            "select t.value from tags t join runs r on r.run_uuid = t.run_uuid "
-            "join tags l on l.run_uuid = r.run_uuid and l.key = 'guard.level' "
-            "and l.value = 'invocation' "
-            "where t.key = 'guard.results_sha256' and r.lifecycle_stage = 'active'"
-        ).fetchall()
-        finished = {
-            d
-            for (d,) in con.execute(
-                "select t.value from tags t join runs r on r.run_uuid = t.run_uuid "
-                "where t.key = 'guard.results_sha256' and r.status = 'FINISHED' "
-                "and r.lifecycle_stage = 'active'"
+        with engine.connect() as con:
+            ok = True
+            if db_uri.startswith("sqlite"):
+                ok = con.exec_driver_sql("pragma integrity_check").fetchall() == [("ok",)]
+            keys = con.execute(
+                sa.text(f"select t.value {_SCOPE}"), {"exp": exp, "key": "guard.child_key"}
             ).fetchall()
-        }
+            parents = con.execute(
+                sa.text(f"select t.value, r.status {_SCOPE}"),
+                {"exp": exp, "key": "guard.results_sha256"},
+            ).fetchall()
     finally:
-        con.close()
-    doubled = sum(n - 1 for n in Counter(k for k, _ in rows).values() if n > 1)
-    doubled += sum(n - 1 for n in Counter(d for (d,) in digests).values() if n > 1)
-    return {"integrity": 0 if ok else 1, "doubled": doubled, "finished": finished}  # type: ignore[dict-item]
+        engine.dispose()
+    doubled = sum(n - 1 for n in Counter(k for (k,) in keys).values() if n > 1)
+    doubled += sum(n - 1 for n in Counter(d for d, _ in parents).values() if n > 1)
+    finished = {d for d, status in parents if status == "FINISHED"}
+    return {"integrity": 0 if ok else 1, "doubled": doubled, "finished": finished}
 
 
-def trial(point: str, journalled: bool, root: Path) -> dict:
-    """Kill ``guard run`` at ``point`` in a fresh directory under ``root``; recover; count."""
+def trial(
+    point: str,
+    journalled: bool,
+    root: Path,
+    server: str | None = None,
+    db_uri: str | None = None,
+    suite_name: str = SUITE,
+) -> dict:
+    """Kill ``guard run`` at ``point`` in a fresh directory under ``root``; recover; count.
+
+    ``server``: a tracking server's URI (its database at ``db_uri``), else the embedded
+    store ``.guard/mlflow.db``."""
     root.mkdir(parents=True, exist_ok=True)
     work = root / "work"
     work.mkdir()
-    suite = suite_of(root, {f"m{i}": small_convnet(root / f"m{i}.onnx") for i in range(MODELS)})
+    models = {f"m{i}": small_convnet(root / f"m{i}.onnx") for i in range(MODELS)}
+    suite = suite_of(root, models, name=suite_name)
     db = work / ".guard" / "mlflow.db"
-    uri = f"sqlite:///{db}"
-    argv = ["run", str(suite), "--json", str(root / "r.json")]
+    uri = server or f"sqlite:///{db}"
+    db_uri = db_uri or uri
+    flags = ["--tracking-uri", server] if server else []
+    argv = ["run", str(suite), "--json", str(root / "r.json"), *flags]
     rc, _, err = _run(argv, work, env={"GUARD_FAULT": point})
     out: dict = {"point": point, "killed": rc == -9, "stderr": err[-1500:]}
     pending = work / ".guard" / "pending"
     journals = sorted(pending.glob("*.json")) if pending.is_dir() else []
     digest16 = journals[0].stem.rsplit("-", 1)[-1] if journals else None
     out["journalled"] = digest16 is not None
-    half_after_kill = _visible(uri)[1] if db.exists() else 0
-    rc_push, err_push = _push_pending(work)
+    journal_file = Path(f"{db}-journal")  # the hot journal a kill mid-transaction leaves
+    out["hot_journal"] = journal_file.is_file() and journal_file.stat().st_size > 0
+    half_after_kill = _visible(uri, suite_name)[1] if server or db.exists() else 0
+    rc_push, err_push = _push_pending(work, flags)
     rc_next, _, err_next = _run(argv, work)
     out["push_rc"], out["next_rc"] = rc_push, rc_next
     out["errors"] = (err_push[-800:] if rc_push else "") + (err_next[-800:] if rc_next else "")
-    whole, half = _visible(uri)
-    counts = _store_counts(db)
+    whole, half = _visible(uri, suite_name)
+    counts = _store_counts(db_uri, suite_name)
     logged = digest16 is not None and any(d.startswith(digest16) for d in counts["finished"])
     out.update(
         lost=int(journalled and not logged),
         doubled=counts["doubled"],
         half_visible=half_after_kill + half,
         integrity=counts["integrity"],
-        moved=len(list(db.parent.glob("mlflow.db.broken-*"))),
+        moved=len(list(db.parent.glob("mlflow.db.broken-*"))) if db.parent.is_dir() else 0,
         invocations=whole,
         expected_invocations=2 if journalled else 1,
         tmp_left=len(list(root.rglob(".*.tmp"))),
