@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guard.compare.ab_ref import _git, resolve_ref
 from guard.core.errors import GuardError, UsageError
 
 # step(good_sha, sha) -> the guard ab comparison document of sha against good_sha.
@@ -91,21 +92,20 @@ def max_steps(n: int) -> int:
     return 1 + (math.ceil(math.log2(n)) if n > 1 else 0)
 
 
+def _commit(repo: Path, flag: str, ref: str) -> str:
+    try:
+        return resolve_ref(repo, ref)
+    except UsageError:
+        raise UsageError(
+            f"{flag} {ref}: no such commit",
+            where=str(repo),
+            hint="Fetch it first (CI: actions/checkout with fetch-depth: 0).",
+        ) from None
+
+
 def commits_between(repo: Path, good: str, bad: str) -> tuple[str, str, list[str]]:
     """(good sha, bad sha, the commits after GOOD up to BAD, oldest first)."""
-
-    def git(*args: str) -> str:
-        proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=60)
-        if proc.returncode != 0:
-            raise UsageError(
-                f"git {' '.join(args)}: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}",
-                where=str(repo),
-                hint="Fetch both refs first (CI: actions/checkout with fetch-depth: 0).",
-            )
-        return proc.stdout.strip()
-
-    g = git("rev-parse", "--verify", "--quiet", f"{good}^{{commit}}")
-    b = git("rev-parse", "--verify", "--quiet", f"{bad}^{{commit}}")
+    g, b = _commit(repo, "--good", good), _commit(repo, "--bad", bad)
     if g == b:
         raise UsageError(f"--good {good} and --bad {bad} are the same commit {g[:12]}")
     if subprocess.run(["git", "merge-base", "--is-ancestor", g, b], cwd=repo).returncode != 0:
@@ -113,7 +113,7 @@ def commits_between(repo: Path, good: str, bad: str) -> tuple[str, str, list[str
             f"--good {good} ({g[:12]}) is not an ancestor of --bad {bad} ({b[:12]})",
             hint="Bisect from an older good commit to a newer bad one.",
         )
-    listed = git("rev-list", "--ancestry-path", "--first-parent", "--reverse", f"{g}..{b}")
+    listed = _git(repo, "rev-list", "--ancestry-path", "--first-parent", "--reverse", f"{g}..{b}")
     commits = listed.split() if listed else []
     if not commits or commits[-1] != b:
         raise UsageError(f"no first-parent path from {g[:12]} to {b[:12]}")

@@ -93,7 +93,7 @@ def test_ends_that_do_not_build_and_bad_ranges_exit_2_naming_the_commit(tmp_path
         commits_between(tmp_path / "r", "HEAD", commits[-1])
     (tmp_path / "r" / "s.yaml").write_text(SUITE)
     assert main(["bisect", str(tmp_path / "r" / "s.yaml"), "--good", "nope", "--bad", "HEAD"]) == 2
-    assert "guard: error:" in capsys.readouterr().err
+    assert "--good nope: no such commit" in capsys.readouterr().err
 
 
 @pytest.mark.slow
