@@ -116,7 +116,45 @@ UNARY: dict[str, Callable[[B, V, Attrs], V]] = {
     ),  # fmt: skip
     "Softsign": lambda b, x, a: b.fdiv(x, b.fadd(const(x.type, 1.0), m.fabs(b, x))),
     "Swish": lambda b, x, a: b.fmul(x, m.sigmoid(b, b.fmul(x, const(x.type, a.get("alpha", 1.0))))),
+    "Sign": lambda b, x, a: _sign(b, x),
+    "Round": lambda b, x, a: m.intrinsic(b, "roundeven", x.type, [x]),
+    "Softplus": lambda b, x, a: _softplus(b, x),
+    "Mish": lambda b, x, a: b.fmul(x, m.tanh(b, _softplus(b, x))),
+    "ThresholdedRelu": lambda b, x, a: b.select(
+        b.fcmp_ordered(">", x, const(x.type, a.get("alpha", 1.0))), x, const(x.type, 0.0)
+    ),
+    "Celu": lambda b, x, a: _celu(b, x, float(a.get("alpha", 1.0))),
+    "Shrink": lambda b, x, a: _shrink(b, x, float(a.get("lambd", 0.5)), float(a.get("bias", 0.0))),
 }
+
+
+def _sign(b: B, x: V) -> V:
+    t = x.type
+    neg = b.select(b.fcmp_ordered("<", x, const(t, 0.0)), const(t, -1.0), x)
+    return b.select(b.fcmp_ordered(">", x, const(t, 0.0)), const(t, 1.0), neg)  # 0, NaN kept
+
+
+def _softplus(b: B, x: V) -> V:
+    """log(1 + e^x); x itself past 20 (where e^x dwarfs 1 in float32, and before exp's
+    clamp at 88)."""
+    t = x.type
+    small = m.log(b, b.fadd(const(t, 1.0), m.exp(b, x)))
+    return b.select(b.fcmp_ordered(">", x, const(t, 20.0)), x, small)
+
+
+def _celu(b: B, x: V, alpha: float) -> V:
+    t = x.type
+    e = b.fmul(const(t, alpha), b.fsub(m.exp(b, b.fdiv(x, const(t, alpha))), const(t, 1.0)))
+    return b.fadd(m.fmax(b, x, const(t, 0.0)), m.fmin(b, const(t, 0.0), e))
+
+
+def _shrink(b: B, x: V, lambd: float, bias: float) -> V:
+    t = x.type
+    lo = b.select(
+        b.fcmp_ordered("<", x, const(t, -lambd)), b.fadd(x, const(t, bias)), const(t, 0.0)
+    )
+    return b.select(b.fcmp_ordered(">", x, const(t, lambd)), b.fsub(x, const(t, bias)), lo)
+
 
 BINARY: dict[str, Callable[[B, V, V, Attrs], V]] = {
     "Add": lambda b, x, y, a: b.fadd(x, y),

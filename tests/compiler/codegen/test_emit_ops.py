@@ -413,3 +413,18 @@ def test_lstm_declines_sequence_lens():
     inits = [("w", rnd(1, 8, 3)), ("r", rnd(1, 8, 2)), ("n", np.array([2, 1], np.int32))]
     m = graph_model([node], [("x", [2, 2, 3])], ["y"], inits)
     assert declines(m) == ["no emitter for LSTM with sequence_lens"]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize(
+    "op,attrs",
+    [("Sign", {}), ("Round", {}), ("Softplus", {}), ("Mish", {}),
+     ("ThresholdedRelu", {"alpha": 0.3}), ("Celu", {"alpha": 0.7}),
+     ("Shrink", {"lambd": 0.4, "bias": 0.1})],
+)  # fmt: skip
+def test_more_float_unary(op, attrs, isa):
+    x = np.concatenate(
+        [rnd(1, 29) * 10, np.array([[0.0, 0.5, -0.5, 1.5, 2.5, 30.0, -30.0]])], axis=1
+    )
+    m = graph_model([helper.make_node(op, ["x"], ["y"], **attrs)], [("x", [1, 36])], ["y"])
+    check(m, isa, feeds={"x": x.astype(np.float32)})
