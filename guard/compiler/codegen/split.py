@@ -9,8 +9,8 @@ depthwise convolution slices its input the same way. The other families cut the 
 along one axis whose leading dims are 1 (so each run is contiguous), each input cut the
 same way or read whole where it is broadcast along that axis: a GEMM by runs of output
 rows (B, packed once, read whole by every task), pooling of one image by channels (or
-channel blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, and
-elementwise steps along their leading axis. Nothing is reduced across tasks, so the
+channel blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, Resize of
+one image by channels, and elementwise steps along their leading axis. Nothing is reduced across tasks, so the
 split is exact and the tasks can run on any number of threads.
 
 The cost rule decides whether a step splits and into how many tasks, from the step alone
@@ -249,6 +249,19 @@ def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
     return _tasks_along(step, axis, 2 * gs.M * gs.N * gs.K, unit, rule)
 
 
+def resize_tasks(step: Step) -> tuple[Step, ...]:
+    """Resize cut along the output's leading axis longer than 1 when that axis is not
+    resized (the channels of one NCHW image): the input is cut the same way."""
+    x, y = step.inputs[0], step.outputs[0]
+    axis = _leading_axis(y.shape, len(y.shape))
+    if x is None or axis is None or x.shape[axis] != y.shape[axis]:
+        return ()
+    resized = sum(a != b for a, b in zip(x.shape, y.shape, strict=True))
+    taps = {"nearest": 1, "linear": 2, "cubic": 4}.get(str(step.attrs.get("mode")), 4)
+    cost = math.prod(y.shape) * 4 * taps**resized
+    return _tasks_along(step, axis, cost, rule=lambda j, o: axis if j == 0 else "whole")
+
+
 def split_step(step: Step, width: int) -> tuple[Step, ...]:
     """The step's tasks by the cost rule, () to run it as one call."""
     if step.op in ("Conv", "FusedConv"):
@@ -259,6 +272,8 @@ def split_step(step: Step, width: int) -> tuple[Step, ...]:
         return pool_tasks(step)
     if step.op in ("Softmax", "LogSoftmax", "LayerNormalization"):
         return norm_tasks(step)
+    if step.op == "Resize":
+        return resize_tasks(step)
     if step.op in ELEMENTWISE_OPS or step.op == "FusedElementwise":
         return elementwise_tasks(step)
     return ()

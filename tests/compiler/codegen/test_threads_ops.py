@@ -1,4 +1,4 @@
-"""GEMM, pooling, normalisation and elementwise steps on N threads: each split into tasks
+"""GEMM, pooling, Resize, normalisation and elementwise steps on N threads: each split into tasks
 that write one slice of the output, outputs bit-identical for any N (as
 test_threads.py checks for convolutions)."""
 
@@ -20,11 +20,14 @@ from .test_emitters import model, rnd
 
 
 def _net() -> onnx.ModelProto:
-    """Pooling, a classifier-like GEMM chain, a MatMul with a residual, LayerNorm, Softmax
+    """Pooling, Resize, a classifier-like GEMM chain, a MatMul with a residual, LayerNorm, Softmax
     and elementwise steps (broadcast operands included)."""
     nodes = [
         helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-        helper.make_node("AveragePool", ["p"], ["q"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Resize", ["x", "", "up"], ["u"], mode="linear"),
+        helper.make_node("AveragePool", ["u"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Add", ["p", "p2"], ["p3"]),
+        helper.make_node("AveragePool", ["p3"], ["q"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Reshape", ["q", "flat"], ["f"]),
         helper.make_node("Gemm", ["f", "w0", "b0"], ["g"], transB=1),
         helper.make_node("Sigmoid", ["g"], ["s"]),
@@ -36,6 +39,7 @@ def _net() -> onnx.ModelProto:
     ]
     weights = [
         ("flat", np.array([40, 64], np.int64)),  # [1, 160, 4, 4] as 40 rows
+        ("up", np.array([1, 1, 2, 2], np.float32)),
         ("w0", rnd(48, 64)), ("b0", rnd(48)), ("w1", rnd(48, 48)),
         ("ln_s", rnd(48)), ("ln_b", rnd(48)), ("k", rnd(40, 1)),
     ]  # fmt: skip
@@ -57,7 +61,7 @@ def test_outputs_are_bit_identical_for_any_thread_count(isa, monkeypatch):
     for threads in (1, 2, 3):
         rt, code = jit(compiled, target, threads=threads)
         split_ops = {s.op for s in code.plan.steps() if s.parts}
-        assert {"MaxPool", "AveragePool", "LayerNormalization", "Softmax"} <= split_ops
+        assert {"MaxPool", "AveragePool", "Resize", "LayerNormalization", "Softmax"} <= split_ops
         assert split_ops & {"Gemm", "FusedGemm"} and split_ops & {"MatMul", "FusedMatMul"}
         assert split_ops & {"FusedElementwise", "Mul", "Sigmoid"}
         outs.append(rt.run({"x": x})["y"])
