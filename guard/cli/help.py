@@ -57,7 +57,7 @@ DOCS: dict[str, tuple[str, list[str]]] = {
         "a results file or run:<id>. Exit 2 when no result carries a profile.",
         [
             "guard profile r.json",
-            "guard profile r.json --backend onnxruntime --top 5 --chart top.png",
+            "guard profile r.json --backend onnxruntime --top 5 --chart top.svg",
         ],
     ),
     "golden update": (

@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--model", action="append", metavar="NAME", help="only this model")
     p.add_argument("--backend", action="append", metavar="NAME", help="only this backend")
     p.add_argument("--top", type=int, default=10, help="rows per result (default %(default)s)")
-    p.add_argument("--chart", metavar="PNG", help="also draw the first result's bar chart here")
+    p.add_argument(
+        "--chart", metavar="SVG", help="also write the first result's bar chart (SVG) here"
+    )
     tracking_arg(p)
     p.set_defaults(func=cmd_profile)
 
@@ -27,7 +29,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from guard.compare.baseline import is_mlflow_spec, load_side
     from guard.report.profile import profile_text, profiled
-    from guard.track.profile_chart import profile_figure
+    from guard.track.profile_chart import profile_svg
 
     uri = None
     if is_mlflow_spec(args.result):
@@ -51,6 +53,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
         )
     sys.stdout.write(profile_text(results, max(1, args.top)))
     if args.chart:
-        profile_figure(results[0], max(1, args.top)).savefig(args.chart)
+        Path(args.chart).write_text(profile_svg(results[0], max(1, args.top)))
         print(f"bar chart: {args.chart}")
     return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -74,15 +75,18 @@ def results_doc(kernels: list | None) -> dict:
 
 def test_guard_profile_prints_the_top_nodes_and_draws_the_chart(tmp_path, capsys):
     rows = top_nodes(node_times([event("conv", "Conv", 1), event("conv", "Conv", 30),
-                                 event("fc", "Gemm", 1), event("fc", "Gemm", 10)]), 10)  # fmt: skip
+                                 event("fc<&>", "Gemm", 1), event("fc<&>", "Gemm", 10)]), 10)  # fmt: skip
     path = tmp_path / "r.json"
     path.write_text(json.dumps(results_doc(rows)))
-    assert main(["profile", str(path), "--chart", str(tmp_path / "top.png")]) == 0
+    assert main(["profile", str(path), "--chart", str(tmp_path / "top.svg")]) == 0
     out = capsys.readouterr().out
     assert "net [onnxruntime] host: top 2 by time (onnxruntime profiler" in out
     lines = [line for line in out.splitlines() if "Conv" in line or "Gemm" in line]
     assert "0.03" in lines[0] and "75.0%" in lines[0] and lines[1].split()[2] == "Gemm"
-    assert (tmp_path / "top.png").read_bytes()[:4] == b"\x89PNG"
+    svg = ET.parse(tmp_path / "top.svg").getroot()  # well-formed
+    bars = [e for e in svg.iter("{http://www.w3.org/2000/svg}rect") if e.get("fill") != "white"]
+    assert [float(b.get("width")) for b in bars] == [300.0, 100.0]  # 0.03 ms vs 0.01 ms
+    assert "conv [Conv]" in (tmp_path / "top.svg").read_text()
     path.write_text(json.dumps(results_doc(None)))
     assert main(["profile", str(path)]) == 2
     assert "no result here carries a per-node profile" in capsys.readouterr().err
