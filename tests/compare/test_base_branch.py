@@ -124,6 +124,9 @@ def test_a_pull_request_run_prints_the_comparison_with_the_last_finished_base_ru
     # A newer invocation on main that was cut short: never the base.
     client = MlflowClient(uri)
     mlflow.set_tracking_uri(uri)
+    # The onnxruntime result's run carries its per-node profile as a bar chart.
+    (child,) = base["tracking"]["child_run_ids"]
+    assert [f.path for f in client.list_artifacts(child, "profile")] == ["profile/top_nodes.svg"]
     eid = client.get_experiment_by_name("guard/prs").experiment_id
     killed = client.create_run(
         eid,
