@@ -42,6 +42,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=20.0,
         help="measurement seconds per model, both sides together (default %(default)s)",
     )
+    a.add_argument(
+        "--counted",
+        action="store_true",
+        help="also count instructions and bytes moved per inference of both variants "
+        "(guard run --counted): a counted row per pair, exit 1 when a count regressed",
+    )
     stats_args(a)
     report_args(a)
     a.set_defaults(func=cmd_ab)
@@ -67,6 +73,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.head_ref and not args.base_ref:
         raise UsageError("--head-ref needs --base-ref", hint="guard ab SUITE --base-ref REF")
     if args.base_ref:
+        if args.counted:
+            raise UsageError(
+                "--counted counts --base/--head variants, not --base-ref commits",
+                hint="Run `guard run --counted --json` on each commit and `guard compare` them.",
+            )
         if args.base or args.head:
             raise UsageError("give --base/--head (variants) or --base-ref (commits), not both")
         from guard.compare.ab_ref import run_ref_ab
@@ -96,5 +107,16 @@ def cmd_ab(args: argparse.Namespace) -> int:
         suite_thresholds=args.regress_pct is None,
         labels=(f"{bs}@{bw}", f"{hs}@{hw}"),
     )
+    if args.counted:
+        import sys
+
+        from guard.compare.counted_rows import summary
+        from guard.run.counted import count_pairs
+
+        missing: list[str] = []
+        cmp["counted"] = count_pairs(pairs, (bw, hw), missing)
+        cmp["summary"]["counted"] = summary(cmp["counted"])
+        for line in missing[:1]:
+            print(f"guard: warning: {line}; no counted rows", file=sys.stderr)
     emit(cmp, args, "guard ab")
     return exit_code(cmp, strict=args.strict)

@@ -60,6 +60,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=2,
         help="suite runs per side, in ABBA order, samples pooled (default %(default)s)",
     )
+    b.add_argument(
+        "--counted",
+        action="store_true",
+        help="also count instructions and bytes moved per inference on each side (guard run "
+        "--counted): a counted row per result, exact where a timing is noise",
+    )
     stats_args(b)
     report_args(b)
     b.set_defaults(func=cmd_bump)
@@ -90,6 +96,7 @@ def cmd_bump(args: argparse.Namespace) -> int:
         strict=args.strict,
         rounds=args.rounds,
         keep_envs=args.keep_envs,
+        counted=args.counted,
     )
     if args.rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {args.rounds}")

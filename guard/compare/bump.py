@@ -197,8 +197,12 @@ def run_suite_in_env(
     workdir: Path,
     timeout_s: float = 1800.0,
     runner: Runner | None = None,
+    counted: bool = False,
 ) -> dict[str, Any]:
-    """``guard run SUITE --json`` under the venv's interpreter; returns the results document."""
+    """``guard run SUITE --json`` under the venv's interpreter; returns the results document.
+
+    ``counted`` adds ``--counted``: each result's instructions and bytes moved per inference.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.unlink(missing_ok=True)
@@ -208,7 +212,8 @@ def run_suite_in_env(
     )
     envvars.pop("VIRTUAL_ENV", None)
     cmd = [str(env / "bin" / "python"), "-m", "guard.cli.main", "run", str(suite.resolve()),
-           "--json", str(json_path.resolve()), "--no-track"]  # fmt: skip
+           "--json", str(json_path.resolve()), "--no-track",
+           *(["--counted"] if counted else [])]  # fmt: skip
     try:
         proc = (runner or subprocess.run)(
             cmd, cwd=str(workdir), env=envvars, capture_output=True, text=True, timeout=timeout_s
@@ -243,6 +248,8 @@ def merge_rounds(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 into["samples_ms"] = list(into.get("samples_ms") or []) + list(r["samples_ms"])
             if isinstance(r.get("rounds"), list) and isinstance(into.get("rounds"), list):
                 into["rounds"] = [*into["rounds"], *copy.deepcopy(r["rounds"])]
+            if "counted" in r and "counted" not in into:  # counted in one run of the side
+                into["counted"] = copy.deepcopy(r["counted"])
     merged["rounds"] = len(docs)
     return merged
 
@@ -287,6 +294,7 @@ def run_bump_requirements(
     rounds: int = 2,
     runner: Runner | None = None,
     keep_envs: bool = False,
+    counted: bool = False,
     say: Callable[[str], None] = _stderr,
     every_s: float = HEARTBEAT_S,
 ) -> tuple[dict[str, Any], int]:
@@ -295,7 +303,9 @@ def run_bump_requirements(
     Returns (comparison, exit code). Writes ``<out_dir>/<name>/{base,head}-<i>.json`` and
     ``bump.{json,md,html}``, where the name spells the changed pins. The envs (a GB or
     more each) are removed at the end, whatever happened, unless ``keep_envs`` (then the
-    next bump of the same pins reuses them).
+    next bump of the same pins reuses them). ``counted``: each side's first run also
+    counts instructions and bytes moved per inference (counts need no rounds: they do not
+    move between processes), so the comparison gains its counted rows.
     """
     changes = changed_pins(base_reqs, head_reqs)
     if not changes:
@@ -314,7 +324,7 @@ def run_bump_requirements(
                                      runner=runner, say=say, every_s=every_s)  # fmt: skip
         return _measure_bump(envs, changes, suite, out, config=config, timeout_s=timeout_s,
                              strict=strict, rounds=rounds, runner=runner, say=say,
-                             every_s=every_s)  # fmt: skip
+                             every_s=every_s, counted=counted)  # fmt: skip
     finally:
         if not keep_envs:
             _remove_envs(envs, say)
@@ -345,6 +355,7 @@ def _measure_bump(
     runner: Runner | None,
     say: Callable[[str], None],
     every_s: float,
+    counted: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """The suite run ``rounds`` times per side in the built envs, compared and reported."""
     # ABBA order: a machine that gets busier (or quieter) during the bump hits both sides
@@ -356,7 +367,7 @@ def _measure_bump(
                 runs[label].append(
                     run_suite_in_env(envs[label], suite, out / f"{label}-{i}.json",
                                      workdir=out / f"work-{label}", timeout_s=timeout_s,
-                                     runner=runner)
+                                     runner=runner, counted=counted and i == 0)
                 )  # fmt: skip
     docs = [merge_rounds(runs["base"]), merge_rounds(runs["head"])]
     pins = [f"{p}=={o}" if o else f"{p} (absent)" for p, o, _ in changes]

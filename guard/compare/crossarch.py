@@ -300,8 +300,42 @@ def cross_row(ref: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any
         "arena_bytes": arena,
         "arena_equal": arena_equal,
         "latency": LATENCY_NOTE,
+        "counted": _counted_pair(ref, other),
         "summary": _summary(verdict, drift, parts, arena, sides),
     }
+
+
+def _counted_pair(ref: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Counted cost on each architecture (guard run --counted): instructions and bytes moved
+    per inference, side by side. Work on two ISAs, not one count: never a verdict."""
+    blocks: list[Mapping[str, Any]] = []
+    for r in (ref, other):
+        b = r.get("counted")
+        if not (isinstance(b, Mapping) and "instructions" in b):
+            return None
+        blocks.append(b)
+    return {
+        "instructions": [float(b["instructions"]) for b in blocks],
+        "bytes_moved": [float(b.get("bytes_loaded") or 0) + float(b.get("bytes_stored") or 0)
+                        for b in blocks],
+        "targets": [b.get("target") for b in blocks],
+    }  # fmt: skip
+
+
+def _si(x: float) -> str:
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {prefix}"
+    return f"{x:.4g}"
+
+
+def counted_cell(r: Mapping[str, Any]) -> str:
+    c = r.get("counted")
+    if not c:
+        return ""
+    i, m = c["instructions"], c["bytes_moved"]
+    return (f"; counted {_si(i[0])} / {_si(i[1])} instructions, {_si(m[0])}B / {_si(m[1])}B "
+            "moved per inference")  # fmt: skip
 
 
 def _summary(verdict: str, drift: Mapping[str, Any], parts: list[Any], arena: list[Any],
@@ -365,7 +399,7 @@ def row_cells(r: Mapping[str, Any]) -> list[str]:
         "equal" if o.get("hash_equal") else "differs", _fmt(o.get("top1_agreement")),
         f"{pa[0]} vs {pa[1]}" if pa[0] != pa[1] else str(pa[0]),
         f"{ar[0]} vs {ar[1]}" if ar[0] != ar[1] else str(ar[0]),
-        str(r.get("latency", LATENCY_NOTE)),
+        str(r.get("latency", LATENCY_NOTE)) + counted_cell(r),
     ]  # fmt: skip
 
 

@@ -106,6 +106,11 @@ def render_console(doc: Any, console: Console | None = None) -> None:
     prov = S.provenance(doc)
     if prov:
         console.print(Text(prov, style="dim"))
+    for lbl, msg in S.counted_lines(doc):
+        line = Text("  # ", style="cyan")
+        line.append(lbl, style="bold")
+        line.append(f": {msg}")
+        console.print(line)
     for f in S.failures(doc):
         line = Text("  ✗ ", style="red")
         line.append(f"{f.label} {f.check}", style="bold")

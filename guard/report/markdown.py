@@ -74,6 +74,11 @@ def to_markdown(doc: Any) -> str:
     if rows:
         lines += _table(S.TABLE_COLUMNS, rows, S.NUMERIC_COLUMNS) + [""]
 
+    counted = S.counted_lines(doc)
+    if counted:
+        items = [f"- **{escape(lbl)}**: {escape(msg)}" for lbl, msg in counted]
+        lines += ["### Counted cost", ""] + _capped(items, "counts") + [""]
+
     fails = S.failures(doc)
     if fails:
         items = [

@@ -87,3 +87,24 @@ def counted_against(
         None,
     )
     return bound, compare_counted((base or {}).get("counted"), block, bound)
+
+
+def count_pairs(
+    pairs: Any, workdirs: tuple[Path, Path], missing: list[str]
+) -> list[dict[str, Any]]:
+    """Counted rows of ``guard ab --counted``: each matched (base, head) case counted in its
+    own work directory and compared as ``guard compare`` compares counted blocks."""
+    rows = []
+    for b, h in pairs:
+        blocks = []
+        for case, workdir in ((b, workdirs[0]), (h, workdirs[1])):
+            cfg = counted_config(case.entry, True) or CountedConfig()
+            blocks.append(count_case(case, cfg, workdir, missing))
+        if missing:
+            return []
+        bound, _ = counted_against(h.entry, None, None, None)
+        row = compare_counted(blocks[0], blocks[1], bound)
+        counted_on = (blocks[1] or blocks[0] or {}).get("target")
+        rows.append({"model": b.model, "backend": b.backend, "target": b.target,
+                     "counted_target": counted_on, **row})  # fmt: skip
+    return rows

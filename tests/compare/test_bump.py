@@ -45,6 +45,18 @@ class FakeRunner:
         factor = 1.2 if version == self.slow_version else 1.0
         m = manifest(runtime__version=version, compiler__version=version)
         out = doc(result("mlp", lat(self.rng, factor=factor), manifest=m))
+        if "--counted" in cmd:  # a counted run: 1 M instructions, 1% more on the slow side
+            fp = {
+                "engine": "qemu-tcg-plugin",
+                "emulator": "qemu-x86_64 7.2.22",
+                "plugin_sha256": "p",
+                "target": "qemu -cpu max",
+                "input_sha256": "i",
+            }
+            out["results"][0]["counted"] = {
+                "instructions": 1e6 * (1.01 if version == self.slow_version else 1.0),
+                "bytes_loaded": 1e5, "bytes_stored": 1e4, "fingerprint": fp,
+            }  # fmt: skip
         path = cmd[cmd.index("--json") + 1]
         with open(path, "w") as f:
             json.dump(out, f)
@@ -263,3 +275,15 @@ def test_a_failed_bump_removes_the_env_it_built(tmp_path, suite):
                       env_cache=tmp_path / "envs", out_dir=tmp_path / "out", runner=runner,
                       base_requirements=REQS, say=said.append)  # fmt: skip
     assert list((tmp_path / "envs").iterdir()) == [] and "removed 2" in said[-1]
+
+
+def test_counted_bump_counts_once_per_side_and_adds_a_counted_row(tmp_path, suite):
+    runner = FakeRunner(slow_version="1.32.0")
+    cmp, code = bump.run_bump("onnxruntime==1.31.1", "onnxruntime==1.32.0", suite, rounds=2,
+                              env_cache=tmp_path / "envs", out_dir=tmp_path / "out",
+                              runner=runner, base_requirements=REQS, counted=True)  # fmt: skip
+    runs = [c for c in runner.calls if "guard.cli.main" in c]
+    assert [("--counted" in c) for c in runs] == [True, True, False, False]
+    (row,) = cmp["counted"]
+    assert row["verdict"] == "regressed" and abs(row["instructions_pct"] - 1.0) < 1e-9
+    assert code == 1

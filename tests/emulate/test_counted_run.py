@@ -86,3 +86,24 @@ def test_two_counted_runs_agree_and_compare_pass(
     assert "Counted cost per inference" in out
     cmp_rows = [line for line in out.splitlines() if line.startswith("| mlp")]
     assert sum("| pass |" in line for line in cmp_rows) >= 3
+
+
+@pytest.mark.slow
+@needs_tools
+def test_guard_ab_counted_gives_a_counted_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    monkeypatch.chdir(tmp_path)
+    suite = tmp_path / "ab.yaml"
+    suite.write_text(
+        SUITE.format(source="zoo:mlp")
+        .split("  - name: mlp_ort")[0]
+        .replace('targets: [host, "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"]', "target: host")
+    )
+    out = tmp_path / "ab.json"
+    code = main(["ab", str(suite), "--counted", "--budget-s", "1", "--json", str(out)])
+    assert code in (0, 1)
+    (row,) = json.loads(out.read_text())["counted"]
+    assert row["verdict"] == "pass" and row["same_artefact"] is True
+    assert row["counted_target"] == "llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
+    assert "Counted cost per inference" in capsys.readouterr().out

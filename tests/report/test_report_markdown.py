@@ -173,3 +173,16 @@ def test_a_target_pinned_inside_the_compiler_is_shortened_too(doc):
     row = pins.splitlines()[3]
     assert "target=llvm -mattr=+avx512f0,+avx512f1,+avx512f2,+avx512f3,… (+26) -mcpu=znver4" in row
     assert max(len(c) for c in row.split("|")) < 120
+
+
+def test_counted_figures_and_errors_are_listed(doc):
+    doc["results"][0]["counted"] = {
+        "instructions": 242496.0, "bytes_loaded": 2185520.0, "bytes_stored": 9472.0,
+        "target": "llvm -mattr=+neon -mtriple=aarch64-linux-gnu",
+    }  # fmt: skip
+    doc["results"][0]["latency_status"] = "emulated"
+    doc["results"][1]["counted"] = {"error": "counted run of b failed: over its budget of 5 s"}
+    md = to_markdown(doc)
+    section = md.split("### Counted cost")[1].split("###")[0]
+    assert "emulated latency: none; counted: 242.5 k instructions, 2.195 MB moved" in section
+    assert "over its budget of 5 s" in section
