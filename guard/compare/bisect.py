@@ -50,6 +50,8 @@ class StepVerdict:
 
     def line(self, n: int) -> str:
         head = f"{self.sha[:12]} ({self.index}/{n}): {self.verdict}"
+        if self.verdict == "inconclusive":
+            head += " (counted as not regressed)"
         if self.error:
             return f"{head} ({self.error})"
         parts = []

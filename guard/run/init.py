@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from guard.backends import REGISTRY
 from guard.core.errors import GuardError, UsageError
 from guard.core.fsutil import atomic_write_bytes
 from guard.golden import compare_outputs
@@ -89,7 +90,7 @@ def resolve_dims(
 
 def _entry_text(
     name: str, source: str, shapes: dict[str, list[int]], dims: list[str], backends: list[str],
-    refused: dict[str, str],
+    refused: dict[str, str], tried: tuple[str, ...],
 ) -> str:  # fmt: skip
     out = [f"  - name: {name}", f"    source: {source}"]
     if shapes:
@@ -104,6 +105,11 @@ def _entry_text(
     if not backends:  # kept, switched off: the suite still loads, the reasons are read
         out = [f"# {line}" for line in out]
     why = [f"    # {b}: not used: {' '.join(r.split())[:400]}" for b, r in refused.items()]
+    why += [
+        f"    # {b}: not tried (guard init --backends {','.join([*tried, b])} tries it)"
+        for b in REGISTRY
+        if b not in tried
+    ]
     if not backends:
         why.insert(0, f"# guard init: no backend builds {name} on this host; entry left out:")
     return "\n".join(out[:2] + why + out[2:]) + "\n"
@@ -154,7 +160,9 @@ def init_suite(
     source = os.path.relpath(model_path, suite_path.parent)
     result = InitResult(suite_path, name, dims=dim_lines)
     suite_path.parent.mkdir(parents=True, exist_ok=True)
-    _write(suite_path, head, _entry_text(name, source, shapes, dim_lines, list(backends), {}))
+    _write(
+        suite_path, head, _entry_text(name, source, shapes, dim_lines, list(backends), {}, backends)
+    )
     try:
         suite = load_suite(suite_path)
         entry = next(m for m in suite.models if m.name == name)
@@ -163,7 +171,11 @@ def init_suite(
     except GuardError as exc:
         why = str(exc).replace(f"{model_path}: ", "")  # the entry names the model already
         result.refused = {b: f"the golden reference could not run it: {why}" for b in backends}
-        _write(suite_path, head, _entry_text(name, source, shapes, dim_lines, [], result.refused))
+        _write(
+            suite_path,
+            head,
+            _entry_text(name, source, shapes, dim_lines, [], result.refused, backends),
+        )
         return result
     tol = tolerance_bounds({})
     for b in backends:
@@ -183,6 +195,8 @@ def init_suite(
             continue
         result.built.append(b)
     _write(
-        suite_path, head, _entry_text(name, source, shapes, dim_lines, result.built, result.refused)
+        suite_path,
+        head,
+        _entry_text(name, source, shapes, dim_lines, result.built, result.refused, backends),
     )
     return result

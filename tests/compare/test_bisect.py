@@ -72,6 +72,24 @@ def test_a_range_without_a_regression_says_so_after_one_step(tmp_path):
     assert lines[-1].startswith(f"no regression between {good[:12]}")
 
 
+def test_an_inconclusive_step_counts_as_not_regressed_and_says_so(tmp_path):
+    good, commits = linear_repo(tmp_path / "r", 4)
+    calls: list[str] = []
+    inner = fake_ab(commits, 2, calls)
+
+    def step(g: str, sha: str) -> dict:
+        doc = inner(g, sha)
+        if sha == commits[1]:
+            doc["rows"][0].update(verdict="inconclusive", ratio=1.04, ci=[0.99, 1.09])
+        return doc
+
+    lines: list[str] = []
+    res = bisect(good, commits[-1], commits, step, lines.append)
+    assert res.first_regressed == commits[2]
+    assert "inconclusive (counted as not regressed)" in lines[1], lines
+    assert "interval 0.990-1.090" in lines[1]
+
+
 def test_a_middle_commit_that_does_not_build_is_skipped(tmp_path):
     good, commits = linear_repo(tmp_path / "r", 8)
     calls: list[str] = []

@@ -70,6 +70,7 @@ def test_init_then_run_passes_and_a_second_model_is_appended(tmp_path, workdir, 
     assert main(["init", str(conv), "--suite", str(suite)]) == 0
     text = suite.read_text()
     assert "source: ../mlp.onnx" in text and "source: ../conv.onnx" in text
+    assert "# tvm: not tried (guard init --backends onnxruntime,bundled,tvm tries it)" in text
     assert (suite.parent / "goldens" / "mine" / "conv" / "golden.json").is_file()
     code = main(["run", str(suite), "--no-track", "--json", str(tmp_path / "r.json")])
     doc = json.loads((tmp_path / "r.json").read_text())
