@@ -10,8 +10,10 @@ along one axis whose leading dims are 1 (so each run is contiguous), each input 
 same way or read whole where it is broadcast along that axis: a GEMM by runs of output
 rows (B, packed once, read whole by every task), pooling of one image by channels (or
 channel blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, Resize of
-one image by channels, and elementwise steps along their leading axis. Nothing is reduced across tasks, so the
-split is exact and the tasks can run on any number of threads.
+one image by channels, ConvTranspose of one image by output-channel vectors (its packed
+weights cut with them), and elementwise steps along their leading axis. Nothing is
+reduced across tasks, so the split is exact and the tasks can run on any number of
+threads.
 
 The cost rule decides whether a step splits and into how many tasks, from the step alone
 (never from the thread count, so the code, and so the output bits, are the same for any
@@ -249,6 +251,38 @@ def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
     return _tasks_along(step, axis, 2 * gs.M * gs.N * gs.K, unit, rule)
 
 
+def conv_transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:
+    """A ConvTranspose of one image, group 1, cut into runs of whole output-channel
+    vectors: the packed weights ``[K/L][R][S][C][L]`` and the bias are cut with it."""
+    from guard.compiler.codegen.conv.transpose import TransposeGeometry
+
+    x, w, y = step.inputs[0], step.inputs[1], step.outputs[0]
+    if x is None or w is None or step.may_alias or w.space != "packed":
+        return ()
+    geo = TransposeGeometry.of(step.attrs, x.shape, w.shape, y.shape)
+    if geo.N != 1 or geo.g != 1:
+        return ()
+    units = geo.padded_kg(width) // width
+    n = min(MAX_TASKS, units, geo.flops // MIN_TASK_FLOPS)
+    if n < 2:
+        return ()
+    per = geo.vector_floats(width) * 4
+    tasks = []
+    for i in range(n):
+        u0, u1 = units * i // n, units * (i + 1) // n
+        k0, k1 = u0 * width, min(geo.K, u1 * width)
+        wt = dataclasses.replace(
+            w, offset=w.offset + u0 * per, shape=(w.shape[0], k1 - k0, *w.shape[2:])
+        )
+        ins: list[Operand | None] = [x, wt]
+        if len(step.inputs) > 2 and step.inputs[2] is not None:
+            bias = step.inputs[2]
+            ins.append(_cut(bias, 0, k0, k1))
+        out = (_cut(y, 1, k0, k1),)
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", tuple(ins), out, step.attrs, False))
+    return tuple(tasks)
+
+
 def resize_tasks(step: Step) -> tuple[Step, ...]:
     """Resize cut along the output's leading axis longer than 1 when that axis is not
     resized (the channels of one NCHW image): the input is cut the same way."""
@@ -274,6 +308,8 @@ def split_step(step: Step, width: int) -> tuple[Step, ...]:
         return norm_tasks(step)
     if step.op == "Resize":
         return resize_tasks(step)
+    if step.op == "ConvTranspose":
+        return conv_transpose_tasks(step, width)
     if step.op in ELEMENTWISE_OPS or step.op == "FusedElementwise":
         return elementwise_tasks(step)
     return ()

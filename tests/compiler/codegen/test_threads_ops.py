@@ -36,14 +36,16 @@ def _net() -> onnx.ModelProto:
         helper.make_node("LayerNormalization", ["r", "ln_s", "ln_b"], ["ln"], axis=-1),
         helper.make_node("Mul", ["ln", "k"], ["m"]),
         helper.make_node("Softmax", ["m"], ["y"], axis=-1),
+        helper.make_node("ConvTranspose", ["x", "wt", "bt"], ["ct"], strides=[2, 2]),
     ]
     weights = [
         ("flat", np.array([40, 64], np.int64)),  # [1, 160, 4, 4] as 40 rows
         ("up", np.array([1, 1, 2, 2], np.float32)),
         ("w0", rnd(48, 64)), ("b0", rnd(48)), ("w1", rnd(48, 48)),
         ("ln_s", rnd(48)), ("ln_b", rnd(48)), ("k", rnd(40, 1)),
+        ("wt", rnd(160, 20, 2, 2)), ("bt", rnd(20)),
     ]  # fmt: skip
-    return model(nodes, [("x", [1, 160, 8, 8])], ["y"], weights)
+    return model(nodes, [("x", [1, 160, 8, 8])], ["y", "ct"], weights)
 
 
 @pytest.mark.parametrize("isa", list(TARGETS))
@@ -61,13 +63,16 @@ def test_outputs_are_bit_identical_for_any_thread_count(isa, monkeypatch):
     for threads in (1, 2, 3):
         rt, code = jit(compiled, target, threads=threads)
         split_ops = {s.op for s in code.plan.steps() if s.parts}
-        assert {"MaxPool", "AveragePool", "Resize", "LayerNormalization", "Softmax"} <= split_ops
+        assert {"MaxPool", "AveragePool", "Resize", "LayerNormalization", "Softmax",
+                "ConvTranspose"} <= split_ops  # fmt: skip
         assert split_ops & {"Gemm", "FusedGemm"} and split_ops & {"MatMul", "FusedMatMul"}
         assert split_ops & {"FusedElementwise", "Mul", "Sigmoid"}
-        outs.append(rt.run({"x": x})["y"])
-    assert all(np.array_equal(outs[0], o) for o in outs[1:])
-    ref = run_reference(g0, {"x": x})["y"]
-    np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
+        outs.append(rt.run({"x": x}))
+    for k in ("y", "ct"):
+        assert all(np.array_equal(outs[0][k], o[k]) for o in outs[1:]), k
+    ref = run_reference(g0, {"x": x})
+    for k in ("y", "ct"):
+        np.testing.assert_allclose(outs[0][k], ref[k], rtol=1e-4, atol=1e-4, err_msg=k)
 
 
 def test_the_cost_rule_keeps_small_steps_serial_and_splits_large_ones():

@@ -5,7 +5,8 @@ Written as a gather, so each output element is computed once and nothing is redu
 across output elements: output row ``oh`` receives input row ``ih`` through kernel row
 ``kh`` when ``oh + pad_top - kh * dilation == ih * stride`` (and likewise for columns).
 Vector lanes run along output channels: the weights are packed at build time as
-``[g][R][S][C/g][K/g padded to L]``, so for one output pixel and one valid tap the loop
+``[g][K/g/L][R][S][C/g][L]`` (K/g padded to whole vectors, so a run of vectors is
+contiguous: a thread task's slice), so for one output pixel and one valid tap the loop
 over input channels does one broadcast input load and ``KB`` weight-vector FMAs into
 ``KB`` accumulators (up to :data:`MAX_VECTORS` vectors of output channels at a time).
 The row conditions are evaluated once per output row, the column ones once per pixel,
@@ -91,11 +92,21 @@ class TransposeGeometry:
         return -(-self.Kg // lanes) * lanes
 
     def pack(self, w: np.ndarray, lanes: int) -> np.ndarray:
-        """[C, K/g, (R,) S] -> [g][R][S][C/g][K/g padded], zeros past K/g."""
-        w4 = w.reshape(self.g, self.Cg, self.Kg, self.R, self.S).astype(np.float32)
-        out = np.zeros((self.g, self.R, self.S, self.Cg, self.padded_kg(lanes)), np.float32)
-        out[..., : self.Kg] = w4.transpose(0, 3, 4, 1, 2)
-        return out
+        """[C, K/g, (R,) S] -> [g][K/g/L][R][S][C/g][L], zeros past K/g: a run of whole
+        output-channel vectors is contiguous (a thread task's slice)."""
+        kgp = self.padded_kg(lanes)
+        w5 = np.zeros((self.g, self.Cg, kgp, self.R, self.S), np.float32)
+        w5[:, :, : self.Kg] = w.reshape(self.g, self.Cg, self.Kg, self.R, self.S)
+        w6 = w5.reshape(self.g, self.Cg, kgp // lanes, lanes, self.R, self.S)
+        return np.ascontiguousarray(w6.transpose(0, 2, 4, 5, 1, 3))
+
+    def vector_floats(self, lanes: int) -> int:
+        """Floats of packed weights per output-channel vector."""
+        return self.R * self.S * self.Cg * lanes
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.N * self.C * self.Kg * self.IH * self.IW * self.R * self.S
 
 
 def _tap(
@@ -166,6 +177,7 @@ class ConvTranspose(Emitter):
         ow: ir.Value, bases: tuple, kgp: int, plane: int,
     ) -> None:  # fmt: skip
         x_img, y_img, w_grp, gi = bases
+        vstride = geo.vector_floats(L)
         v0, v1 = vecs
         vt = vec(L) if L > 1 else ir.FloatType()
 
@@ -184,16 +196,16 @@ class ConvTranspose(Emitter):
             for r in range(geo.R):
                 ok_h, ih = rows[r]
                 pix = add(b, x_img, b.mul(ih, i64(geo.IW)), iw)
-                wtap = add(b, w_grp, ((r * geo.S + s) * geo.Cg) * kgp + v0 * L)
+                wtap = add(b, w_grp, (r * geo.S + s) * geo.Cg * L + v0 * vstride)
 
                 def channels(
                     acc: list[ir.Value] = acc, pix: ir.Value = pix, wtap: ir.Value = wtap
                 ) -> list[ir.Value]:
                     def body(c: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
                         xv = splat(b, load(b, x, add(b, pix, mul(b, c, geo.IH * geo.IW))), L)
-                        wc = add(b, wtap, mul(b, c, kgp))
+                        wc = add(b, wtap, mul(b, c, L))
                         return [
-                            fma(b, xv, load(b, w, add(b, wc, j * L), L), a)
+                            fma(b, xv, load(b, w, add(b, wc, j * vstride), L), a)
                             for j, a in enumerate(vals)
                         ]
 
