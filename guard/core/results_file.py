@@ -23,6 +23,24 @@ from guard.core.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, res
 PROBES = ("host_ms", "simd_ms")
 # A result's verdict (the results contract).
 VERDICTS = ("pass", "fail", "inconclusive", "error")
+# Numbers readers compute with or format (compare, attribution, reports), by path in a
+# result: each absent, null or a finite number; the objects on the way absent, null or an
+# object. An edited file with a list there is refused naming the field, not exit 3.
+NUMERIC_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("arena_bytes",),
+    ("arena_lower_bound_bytes",),
+    ("noise_pct",),
+    ("partitions", "count"),
+    ("partitions", "delegated_nodes"),
+    ("partitions", "fallback_nodes"),
+    ("numerics", "max_abs_err"),
+    ("numerics", "max_rel_err"),
+    ("numerics", "top1"),
+    ("numerics", "accuracy"),
+    ("manifest", "tuning_cache", "hits"),
+    ("manifest", "tuning_cache", "misses"),
+    ("manifest", "tuning_cache", "entries"),
+)
 # No latency guard measures is a million seconds: a larger one is an edited file, and
 # values near the float limit overflow the statistics (1e308 squared is inf).
 MAX_LATENCY_MS = 1e9
@@ -79,7 +97,28 @@ def validate_results(
                 _EDITED,
             )
         seen[case] = i
+        _validate_numbers(r, at.item(i))
         _validate_samples(r, at.item(i))
+
+
+def _validate_numbers(r: Mapping[str, Any], at: At) -> None:
+    """NUMERIC_FIELDS: absent, null or finite numbers, inside objects (or null)."""
+    for path in NUMERIC_FIELDS:
+        node: Any = r
+        where = at
+        for depth, name in enumerate(path):
+            if not isinstance(node, Mapping) or node.get(name) is None:
+                break
+            node, where = node[name], where.key(name)
+            last = depth == len(path) - 1
+            if not last and not isinstance(node, Mapping):
+                raise where.fail(f"must be an object (or null), got {type(node).__name__}", _EDITED)
+            if last and (
+                isinstance(node, bool)
+                or not isinstance(node, int | float)
+                or not math.isfinite(node)
+            ):
+                raise where.fail(f"{node!r} is not a finite number (or null)", _EDITED)
 
 
 def _check_samples(values: Any, at: At) -> None:

@@ -73,6 +73,8 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
             f"no shard block, {sharded[0][0]} has one"
         )
     if sharded:
+        for p, d in sharded:
+            _check_shard_block(p, _shard(d))
         _same(docs, "shard counts", lambda d: _shard(d).get("count"))
         _same(
             docs,
@@ -157,6 +159,32 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
     shard_codes = [d["exit_code"] for _, d in docs if isinstance(d.get("exit_code"), int)]
     merged["exit_code"] = max([exit_code_for(results), *shard_codes])
     return merged
+
+
+def _check_shard_block(path: Path, shard: Mapping[str, Any]) -> None:
+    """The shard block a run wrote: index and count integers, cases [model, backend,
+    target] triples of strings; an edited one is refused naming the field (exit 2)."""
+
+    def bad(field: str, what: str) -> UsageError:
+        return UsageError(
+            f"shard.{field}: {what}",
+            where=str(path),
+            hint="The results file was edited or truncated; re-run the shard.",
+        )
+
+    for k in ("index", "count"):
+        v = shard.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise bad(k, f"{v!r} is not a shard number (an integer >= 1)")
+    for k in ("suite_cases", "cases"):
+        cases = shard.get(k)
+        if cases is None:
+            continue
+        if not isinstance(cases, list) or not all(
+            isinstance(c, list) and len(c) == 3 and all(isinstance(x, str) for x in c)
+            for c in cases
+        ):
+            raise bad(k, "must be a list of [model, backend, target] lists of strings")
 
 
 def _merged_git(docs: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:

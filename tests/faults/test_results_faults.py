@@ -116,3 +116,42 @@ def test_the_shards_merge_when_intact(tmp_path, capsys):
     assert code == 0, err
     merged = json.loads((tmp_path / "m.json").read_text())
     assert [r["model"] for r in merged["results"]] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        # each found by tests/fuzz/test_fuzz_documents.py as an exit 3 in compare
+        (
+            lambda r: r["manifest"]["tuning_cache"].__setitem__("hits", [1]),
+            "manifest.tuning_cache.hits",
+        ),
+        (lambda r: r["numerics"].__setitem__("max_abs_err", {"a": 1}), "numerics.max_abs_err"),
+        (lambda r: r["partitions"].__setitem__("count", [2]), "partitions.count"),
+        (lambda r: r.__setitem__("arena_bytes", "big"), "arena_bytes"),
+        (lambda r: r["manifest"].__setitem__("tuning_cache", [1]), "manifest.tuning_cache"),
+    ],
+)
+def test_compare_of_a_field_of_the_wrong_type_is_bad_input(tmp_path, capsys, edit, field):
+    r = result("a", _samples())
+    edit(r)
+    head = _write(tmp_path / "head.json", doc(r, result("b", _samples(1))))
+    code, err = _run(["compare", str(_base(tmp_path)), str(head)], capsys)
+    assert code == 2 and f"results[0].{field}" in err and "internal error" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda s: s.__setitem__("suite_cases", [[]]), "shard.suite_cases"),
+        (lambda s: s.__setitem__("suite_cases", [[["a"], "b", "c"]]), "shard.suite_cases"),
+        (lambda s: s.__setitem__("index", "1"), "shard.index"),
+        (lambda s: s.__setitem__("count", 0), "shard.count"),
+    ],
+)
+def test_merge_of_an_edited_shard_block_is_bad_input(tmp_path, capsys, edit, field):
+    one, two = _shards(tmp_path)
+    edit(one["shard"])
+    a, b = _write(tmp_path / "s1.json", one), _write(tmp_path / "s2.json", two)
+    code, err = _run(["merge", str(a), str(b), "--json", str(tmp_path / "m.json")], capsys)
+    assert code == 2 and field in err and "internal error" not in err, err
