@@ -39,6 +39,7 @@ from guard.run.case import PendingResult, begin_result, finish_result, prepare_m
 from guard.run.counted import counted_config
 from guard.run.deliver import Interruption, finish, outputs, say
 from guard.run.shard import parse_shard, shard_work
+from guard.run.stream import InProgress, batch_size, batches
 from guard.stats.calibrate import default_noise_path, load_noise
 from guard.suite import ModelEntry, Suite, load_suite
 
@@ -145,50 +146,73 @@ def _run_work(
     opts: RunOptions,
     results: list[dict[str, Any]],
     noise: dict[str, dict[str, float]] | None = None,
+    written: InProgress | None = None,
 ) -> None:
-    """Every case of ``work`` into ``results``: built and checked in order, then measured
-    round-robin; ``noise`` is the suite's calibrated noise, for ``--baseline``.
+    """Every case of ``work`` into ``results``, a batch at a time (guard.run.stream): the
+    batch built and checked in order, then measured round-robin, judged, and the results
+    so far ``written``; ``noise`` is the suite's calibrated noise, for ``--baseline``.
 
-    Round ``i`` of every result is measured before round ``i + 1`` of any, each by round
-    worker ``i`` (guard.measure.round_runner), so a result's rounds span the run. A case that
-    fails anywhere becomes an ``error`` result and the run goes on. On an interruption,
-    every result judged so far is kept, with the rounds it got.
+    Round ``i`` of every result of a batch is measured before round ``i + 1`` of any, each
+    by round worker ``i`` (guard.measure.round_runner), so a result's rounds span its batch
+    (the whole run, for a suite of one batch). A case that fails anywhere becomes an
+    ``error`` result and the run goes on. On an interruption, every result judged so far
+    is kept, with the rounds it got.
     """
-    slots: list[_Slot] = []
     injected = opts.clock is not time.perf_counter
     isolated = round_isolation(injected) == WORKER
     rounds = max((_rounds_of(e) for e, _ in work), default=0)
     total = sum(len(b) for _, b in work) * (1 + rounds)
     with report.progress(total, opts.console) as bar:
         with RoundWorkers(worker_count(rounds), _backends(work)) as workers:
-            try:
-                for entry, backends in work:
-                    _begin(entry, backends, store, opts, slots, bar, injected)
-                    if isolated:  # their interpreters start while the rest builds
-                        workers.start([s.entry.threads for s in slots if s.pending])
-                if isolated:
-                    bar.step("starting round workers")
-                    workers.wait_ready()
-                for i in range(rounds):
-                    bar.step(f"round {i + 1} of {rounds}")
-                    for slot in slots:
-                        if slot.pending is None or not slot.pending.wants_round(i):
-                            continue
-                        set_threads(slot.entry.threads)
-                        t0 = _wall()
-                        try:
-                            slot.pending.measure_round(i, workers=workers, clock=opts.clock)
-                        except Exception as exc:  # noqa: BLE001 - that result only
-                            slot.pending, slot.result = (
-                                None,
-                                error_result(slot.entry, slot.backend, exc),
-                            )
-                        slot.seconds += _wall() - t0
-                        bar.advance()
-            finally:  # an interruption keeps every result with the rounds it got
-                for slot in slots:
-                    _finish(slot, opts, noise or {})
-                results.extend(s.result for s in slots if s.result is not None)
+            for n, batch in enumerate(batches(work, batch_size())):
+                _run_batch(batch, store, opts, results, noise, bar, workers, isolated, n == 0)
+                if written is not None:
+                    written.write(results)
+
+
+def _run_batch(
+    batch: list[tuple[ModelEntry, tuple[str, ...]]],
+    store: Any,
+    opts: RunOptions,
+    results: list[dict[str, Any]],
+    noise: dict[str, dict[str, float]] | None,
+    bar: Any,
+    workers: RoundWorkers,
+    isolated: bool,
+    first: bool,
+) -> None:
+    """One batch of models: built, measured round-robin, judged, into ``results``."""
+    slots: list[_Slot] = []
+    injected = opts.clock is not time.perf_counter
+    rounds = max((_rounds_of(e) for e, _ in batch), default=0)
+    try:
+        for entry, backends in batch:
+            _begin(entry, backends, store, opts, slots, bar, injected)
+            if isolated:  # their interpreters start while the rest builds
+                workers.start([s.entry.threads for s in slots if s.pending])
+        if isolated and first:
+            bar.step("starting round workers")
+            workers.wait_ready()
+        for i in range(rounds):
+            bar.step(f"round {i + 1} of {rounds}")
+            for slot in slots:
+                if slot.pending is None or not slot.pending.wants_round(i):
+                    continue
+                set_threads(slot.entry.threads)
+                t0 = _wall()
+                try:
+                    slot.pending.measure_round(i, workers=workers, clock=opts.clock)
+                except Exception as exc:  # noqa: BLE001 - that result only
+                    slot.pending, slot.result = (
+                        None,
+                        error_result(slot.entry, slot.backend, exc),
+                    )
+                slot.seconds += _wall() - t0
+                bar.advance()
+    finally:  # an interruption keeps every result with the rounds it got
+        for slot in slots:
+            _finish(slot, opts, noise or {})
+        results.extend(s.result for s in slots if s.result is not None)
 
 
 def _rounds_of(entry: ModelEntry) -> int:
@@ -327,17 +351,23 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     store = golden_store(suite, opts.golden_root)
     results: list[dict[str, Any]] = []
-    stop = Interruption()  # SIGINT/SIGTERM end the run; what was measured is reported
-    with stop:
-        _run_work(work, store, opts, results, noise)
-    doc: dict[str, Any] = {
+    head: dict[str, Any] = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "suite": suite.name,
         "suite_path": str(suite.path),
         "suite_sha256": suite.sha256,
         "started": started,
-        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git": git_info(suite.directory),
+    }
+    # A large suite is written as it goes, a batch of models at a time (guard.run.stream).
+    written = InProgress.for_run(opts.json_path, opts.workdir, head, sum(len(b) for _, b in work))
+    stop = Interruption()  # SIGINT/SIGTERM end the run; what was measured is reported
+    with stop:
+        _run_work(work, store, opts, results, noise, written)
+    written.close()
+    doc: dict[str, Any] = {
+        **head,
+        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "results": results,
     }
     if shard_block is not None:

@@ -81,7 +81,9 @@ def test_run_writes_contract_and_creates_then_compares_golden(tmp_path, workdir,
 
 @pytest.mark.slow
 def test_impossible_latency_bound_exits_1_and_names_the_check(tmp_path, workdir, convnet, capsys):
-    suite = write_suite(tmp_path, suite_text(convnet, "latency: {p50_ms: 0.000001}"))
+    # strict: a loaded test machine flags its rounds contended, which would make the missed
+    # bound inconclusive (test_a_bound_missed_under_contention_is_inconclusive_unless_strict)
+    suite = write_suite(tmp_path, suite_text(convnet, "latency: {p50_ms: 0.000001, strict: true}"))
     code, doc = run_json([str(suite), "--no-track"], tmp_path / "r.json")
     assert code == 1
     (r,) = doc["results"]
