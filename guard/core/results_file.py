@@ -41,6 +41,12 @@ NUMERIC_FIELDS: tuple[tuple[str, ...], ...] = (
     ("manifest", "tuning_cache", "misses"),
     ("manifest", "tuning_cache", "entries"),
 )
+# Op counts by op type (graph.ops_before, ...): absent, null or {op: integer}.
+COUNT_MAPS: tuple[tuple[str, str], ...] = (
+    ("graph", "ops_before"),
+    ("graph", "ops_after"),
+    ("graph", "added"),
+)
 # No latency guard measures is a million seconds: a larger one is an edited file, and
 # values near the float limit overflow the statistics (1e308 squared is inf).
 MAX_LATENCY_MS = 1e9
@@ -119,6 +125,18 @@ def _validate_numbers(r: Mapping[str, Any], at: At) -> None:
                 or not math.isfinite(node)
             ):
                 raise where.fail(f"{node!r} is not a finite number (or null)", _EDITED)
+    graph = r.get("graph")
+    if graph is not None and not isinstance(graph, Mapping):
+        raise at.key("graph").fail(f"must be an object (or null), got {type(graph).__name__}")
+    for section, name in COUNT_MAPS:
+        counts = (graph or {}).get(name) if section == "graph" else None
+        if counts is None:
+            continue
+        where = at.key(section).key(name)
+        if not isinstance(counts, Mapping) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in counts.values()
+        ):
+            raise where.fail("must be an object of op type -> integer count (or null)", _EDITED)
 
 
 def _check_samples(values: Any, at: At) -> None:

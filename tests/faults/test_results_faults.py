@@ -130,6 +130,8 @@ def test_the_shards_merge_when_intact(tmp_path, capsys):
         (lambda r: r["partitions"].__setitem__("count", [2]), "partitions.count"),
         (lambda r: r.__setitem__("arena_bytes", "big"), "arena_bytes"),
         (lambda r: r["manifest"].__setitem__("tuning_cache", [1]), "manifest.tuning_cache"),
+        (lambda r: r["graph"]["ops_after"].__setitem__("Conv", {"n": 1}), "graph.ops_after"),
+        (lambda r: r.__setitem__("graph", [1]), "graph"),
     ],
 )
 def test_compare_of_a_field_of_the_wrong_type_is_bad_input(tmp_path, capsys, edit, field):
