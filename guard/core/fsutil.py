@@ -150,9 +150,10 @@ def _new_file_mode() -> int:
 
 
 class DiskFullError(OSError):
-    """No space (or quota) left for a write: names the file and the bytes it needed."""
+    """No space (or quota) left for a write: ``filename`` is the file, ``strerror`` says
+    how many bytes it needed and how many are free."""
 
-    def __init__(self, path: Path, needed: int, err: int = errno.ENOSPC):
+    def __init__(self, path: Path, needed: int, err: int = errno.ENOSPC, reason: str = ""):
         try:
             st = os.statvfs(path.parent)
             free: int | None = st.f_bavail * st.f_frsize
@@ -161,8 +162,8 @@ class DiskFullError(OSError):
         self.needed = needed
         self.free = free
         left = f", {free} free" if free is not None else ""
-        what = "disk quota exceeded" if err == errno.EDQUOT else "no space left on the device"
-        super().__init__(err, f"{what} writing {path} ({needed} bytes needed{left})", str(path))
+        what = reason or ("disk quota exceeded" if err == errno.EDQUOT else "no space left")
+        super().__init__(err, f"{what} ({needed} bytes needed{left})", str(path))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -195,7 +196,7 @@ def _write_tmp(fd: int, tmp: str, target: Path, data: bytes) -> None:
             os.fsync(f.fileno())
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError(target, len(data), exc.errno) from None
+            raise DiskFullError(target, len(data), exc.errno, exc.strerror or "") from None
         raise
     fault.point("atomic_write", target.name)  # written, not yet in place
 

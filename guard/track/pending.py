@@ -75,7 +75,7 @@ def journal(doc: Mapping[str, Any], pending: Path, digest: str) -> Path:
         atomic_write_text(path, text)
     except OSError as exc:
         raise TrackingError(
-            f"cannot journal the results in {pending}: {describe_os_error(exc)}",
+            f"cannot journal the results in {exc.filename or pending}: {describe_os_error(exc)}",
             hint="free space or permissions there, or write them with --json PATH.",
         ) from None
     fault.point("journal")  # on disk, nothing logged yet
