@@ -137,7 +137,8 @@ def find_runs(
     ``level``: "result" (children, the default), "invocation" (parents), or None for both.
     Filters (equality on tags): model, backend, target, branch, commit, verdict,
     manifest_sha256, arch, parent_run_id. An experiment that does not exist yet gives an
-    empty frame. Only FINISHED runs under a FINISHED parent (a whole invocation) unless
+    empty frame. Only FINISHED runs under a parent logged in full (FINISHED, or FAILED with
+    ``guard.logged``: an invocation with an error result), and those parents, unless
     ``include_unfinished``.
     """
     _quiet_mlflow()
@@ -159,14 +160,22 @@ def find_runs(
         experiment = client.get_experiment_by_name(experiment_name(suite))
         if experiment is None:
             return pd.DataFrame()
-        frame = mlflow.search_runs(
-            experiment_ids=[experiment.experiment_id],
-            filter_string=where,
-            max_results=max_results,
-            order_by=order_by or ["attributes.start_time DESC"],
-        )
+        order = order_by or ["attributes.start_time DESC"]
+        ids = [experiment.experiment_id]
+        frame = mlflow.search_runs(ids, where, max_results=max_results, order_by=order)
         if include_unfinished:
             return frame
+        if level != "result":
+            # An invocation with a result guard could not produce ends FAILED, logged in
+            # full all the same (guard.track.recover.logged_in_full): it counts too.
+            failed = f"{filter_string('invocation', **filters)} and attributes.status = "
+            failed += f"'FAILED' and tags.`{COMPLETE_TAG}` = 'true'"
+            more = mlflow.search_runs(ids, failed, max_results=max_results, order_by=order)
+            if not more.empty:
+                frame = more if frame.empty else pd.concat([frame, more], ignore_index=True)
+                if order_by is None:
+                    frame = frame.sort_values("start_time", ascending=False)
+                frame = frame.head(max_results).reset_index(drop=True)
         return _committed_frame(client, experiment.experiment_id, frame)
 
 

@@ -8,6 +8,7 @@ import threading
 import pytest
 from mlflow import MlflowClient
 
+import guard.track.log as track_log
 from guard.core.errors import UsageError
 from guard.track import log_results, resolve_uri
 from guard.track.client import experiment_id, mlflow_client
@@ -95,8 +96,10 @@ def test_newest_compatible_run_on_the_branch(uri):
         baseline_on_branch(uri, "idx", "nowhere", head, fallback=None)
 
 
-def test_runs_logged_before_the_index_fall_back_to_the_scan(uri):
-    _log(_doc("a" * 40), uri, {})  # logged without guard's index tags
+def test_runs_logged_before_the_index_fall_back_to_the_scan(uri, monkeypatch):
+    # As an older guard logged them: without the index tags (now part of each run's batch).
+    monkeypatch.setattr(track_log, "result_tags", lambda result, doc: {})
+    _log(_doc("a" * 40), uri, {})
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("guard/idx").experiment_id])
     assert not any(BASELINE_KEY_TAG in r.data.tags for r in runs)
