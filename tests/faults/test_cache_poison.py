@@ -76,6 +76,7 @@ def test_an_edited_kernel_with_matching_hashes_is_quarantined_and_rebuilt(
     assert code == 0 and third["artefact_reused"] is True and "poisoned" not in err
 
 
+@pytest.mark.slow
 def test_a_payload_edited_behind_hashes_json_is_quarantined(tmp_path, workdir, capsys):
     suite = _suite(tmp_path, "onnxruntime")
     code, first, _ = _run(suite, tmp_path / "r1.json", capsys)

@@ -149,6 +149,7 @@ def _golden(tmp_path: Path, workdir: Path) -> tuple[Path, Path]:
     return suite, tmp_path / "goldens" / "files" / "m"
 
 
+@pytest.mark.slow
 def test_a_golden_array_file_that_is_a_fifo_does_not_hang(tmp_path, workdir):
     suite, gdir = _golden(tmp_path, workdir)
     (gdir / "outputs.npz").unlink()
