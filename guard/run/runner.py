@@ -328,6 +328,17 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         except GuardError as exc:
             tracking_problem = str(exc)
             say(f"warning: {exc} (measuring anyway; results will be kept locally)", opts.console)
+        else:
+            try:  # a kill left an invocation RUNNING: end it KILLED now (guard.track.recover)
+                ended = track.end_dead_invocations(uri, suite.name)
+            except GuardError:
+                ended = []  # logging tries again, and says what fails
+            if ended:
+                say(
+                    f"note: {len(ended)} invocation(s) of {suite.name} left RUNNING by a killed "
+                    "guard ended KILLED; their results: guard track push --pending",
+                    opts.console,
+                )
 
     shard_block: dict[str, Any] | None = None
     if opts.shard is not None:

@@ -6,6 +6,7 @@ per (model, backend, target). Every run-data write goes through one batch primit
 """
 
 from guard.track.log import (
+    end_dead_invocations,
     journal_results,
     keep_results,
     log_journalled,
@@ -20,6 +21,7 @@ from guard.track.uri import check_reachable, resolve_uri, unreachable_message
 __all__ = [
     "StoreRefused",
     "check_reachable",
+    "end_dead_invocations",
     "find_runs",
     "journal_results",
     "keep_results",

@@ -31,6 +31,7 @@ from guard.track import records, recover
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import (
     experiment_id,
+    experiment_name,
     http_limits,
     mlflow_client,
     translated,
@@ -315,6 +316,17 @@ def log_journalled(doc: dict[str, Any], uri: str, journal_path: Path | None) -> 
         receipt = log_results(doc, uri)
         journal_path.unlink(missing_ok=True)
     return receipt
+
+
+def end_dead_invocations(uri: str, suite: str) -> list[str]:
+    """At the start of a run: end KILLED the invocations of ``guard/<suite>`` that a killed
+    guard on this host left RUNNING (guard.track.recover.end_dead); their ids."""
+    with http_limits(), translated(uri, f"looking for runs a kill left in suite {suite!r}"):
+        client = mlflow_client(uri)
+        found = client.get_experiment_by_name(experiment_name(suite))
+        if found is None:
+            return []
+        return recover.end_dead(client, str(found.experiment_id))
 
 
 def journal_results(doc: Mapping[str, Any], workdir: Path) -> Path:

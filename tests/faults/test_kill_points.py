@@ -18,7 +18,13 @@ import pytest
 from kill_trial import POINTS, failures, trial
 
 from guard.core import fault
-from guard.track import find_runs, journal_results, log_results, push_pending
+from guard.track import (
+    end_dead_invocations,
+    find_runs,
+    journal_results,
+    log_results,
+    push_pending,
+)
 from guard.track.recover import CHILD_KEY_TAG, PARENT_KILLED_TAG, owner_tags
 
 
@@ -119,9 +125,13 @@ def test_a_run_killed_while_logging_is_ended_killed_by_the_next_one(tmp_path):
     dead.wait()
     client.update_run(first["parent_run_id"], status="RUNNING")
     client.set_tag(first["parent_run_id"], "guard.pid", str(dead.pid))
+    assert end_dead_invocations(uri, "nosuch") == []
+    assert end_dead_invocations(uri, "killed") == [first["parent_run_id"]]  # guard run's start
+    assert end_dead_invocations(uri, "killed") == []
+    client.update_run(first["parent_run_id"], status="RUNNING")
     other = _doc(1)
     other["started"] = "2026-12-04T10:00:00+00:00"
-    log_results(other, uri)
+    log_results(other, uri)  # and any logging into the experiment
     assert client.get_run(first["parent_run_id"]).info.status == "KILLED"
     for kid in first["child_run_ids"]:
         assert client.get_run(kid).data.tags[PARENT_KILLED_TAG] == "KILLED"
