@@ -174,9 +174,11 @@ def guard_compare(base: Path, head: Path, out: Path, work: Path) -> tuple[int, d
 
 
 def backend_of(r: dict) -> str:
+    """The benchmark's three backends, from a result or a counted comparison row."""
     if r["backend"] == "onnxruntime":
         return "onnxruntime"
-    return "bundled-aarch64" if r["target"] != "host" else "bundled-x86-64-v3"
+    target = str(r.get("counted_target") or r.get("target"))
+    return "bundled-aarch64" if "aarch64" in target else "bundled-x86-64-v3"
 
 
 def spread(work: Path, processes: int, log: list) -> None:
@@ -216,9 +218,9 @@ def flow(work: Path, trials: int, log: list, out: Path, doc: dict) -> None:
         prev_base = paths["base"]
         for variant, base, head in pairs:
             code, cmp = guard_compare(base, head, work / f"cmp_{t}_{variant}.json", work)
-            wall = {(r["model"], r["backend"]): r for r in cmp["rows"]}
+            wall = {(r["model"], r["backend"], r["target"]): r for r in cmp["rows"]}
             for c in cmp.get("counted") or []:
-                w = wall.get((c["model"], c["backend"])) if c["target"] == "host" else None
+                w = wall.get((c["model"], c["backend"], c["target"]))
                 log.append({"part": "flow", "trial": t, "variant": variant,
                             "backend": backend_of(c), "counted_verdict": c["verdict"],
                             "instructions_pct": c.get("instructions_pct"),
@@ -229,6 +231,60 @@ def flow(work: Path, trials: int, log: list, out: Path, doc: dict) -> None:
         out.write_text(json.dumps(doc, indent=1))
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.3f}%"
+
+
+def _tally(rows: list[dict], key: str) -> str:
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r[key]] = out.get(r[key], 0) + 1
+    return ", ".join(f"{v} {k}" for k, v in sorted(out.items()))
+
+
+def summarize(rows: list[dict]) -> str:
+    """The Markdown tables of benchmarks/counted.md from the rows of one or more runs."""
+    lines = ["### Spread of counts across processes", "",
+             "| model | backend | processes | instructions / inference (min .. max) | spread | "
+             "bytes moved / inference | counted run s (median) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    spread_rows = [r for r in rows if r["part"] == "spread" and r.get("instructions")]
+    for model in SPREAD_MODELS:
+        for backend in ("onnxruntime", "bundled-x86-64-v3", "bundled-aarch64"):
+            rs = [r for r in spread_rows if r["model"] == model and r["backend"] == backend]
+            if not rs:
+                continue
+            ins = [r["instructions"] for r in rs]
+            moved = [r["bytes_loaded"] + r["bytes_stored"] for r in rs]
+            secs = sorted(r["counted_s"] for r in rs)
+            lines.append(
+                f"| {model} | {backend} | {len(rs)} | {min(ins):,.0f} .. {max(ins):,.0f} | "
+                f"{(max(ins) - min(ins)) / min(ins) * 100:.4f}% | "
+                f"{min(moved):,.0f} .. {max(moved):,.0f} | {secs[len(secs) // 2]:.1f} |"
+            )
+    errors = [r for r in rows if r["part"] == "spread" and r.get("error")]
+    if errors:
+        lines += ["", f"Counted errors: {len(errors)} ({errors[0]['error']})"]
+    lines += ["", "### The flow: two separate `guard run --counted`, then `guard compare`", "",
+              "| variant | backend | trials | counted verdicts | count change (min .. max) | "
+              "wall-time verdicts | wall ratio (min .. max) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    flow_rows = [r for r in rows if r["part"] == "flow"]
+    for variant in ("aa", *VARIANTS):
+        for backend in ("onnxruntime", "bundled-x86-64-v3", "bundled-aarch64"):
+            rs = [r for r in flow_rows if r["variant"] == variant and r["backend"] == backend]
+            if not rs:
+                continue
+
+            pct = [r["instructions_pct"] for r in rs if r.get("instructions_pct") is not None]
+            ratios = [r["wall_ratio"] for r in rs if r.get("wall_ratio") is not None]
+            lines.append(
+                f"| {variant} | {backend} | {len(rs)} | {_tally(rs, 'counted_verdict')} | "
+                f"{_pct(min(pct) if pct else None)} .. {_pct(max(pct) if pct else None)} | "
+                f"{_tally(rs, 'wall_verdict')} | "
+                + (f"{min(ratios):.3f} .. {max(ratios):.3f} |" if ratios else "- |")
+            )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spread-processes", type=int, default=10)
@@ -236,7 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parts", default="flow,spread")
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/counted.json"))
+    ap.add_argument("--summarize", type=Path, nargs="*", help="print the tables of these runs")
     args = ap.parse_args(argv)
+    if args.summarize:
+        rows = [r for p in args.summarize for r in json.loads(p.read_text())["rows"]]
+        sys.stdout.write(summarize(rows))
+        return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="guard-counted-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     log: list = []

@@ -44,7 +44,9 @@ _META = Schema("onnxruntime artefact metadata", SCHEMA_VERSION, "Rebuild the art
 class OrtSession:
     """A loaded ORT artefact."""
 
-    def __init__(self, artefact_dir: Path, threads: int, *, counted: bool = False):
+    def __init__(
+        self, artefact_dir: Path, threads: int, *, counted: bool = False, source: Path | None = None
+    ):
         ort = _ort()
         meta = self._meta = _META.load(artefact_dir / META)
         # The payload is already optimised; keep the same level so that what runs is what
@@ -53,8 +55,9 @@ class OrtSession:
         so = session_options(threads, level, counted=counted)
         try:
             self._sess = ort.InferenceSession(
-                str(artefact_dir / PAYLOAD), so, providers=meta["session_options"]["providers"]
-            )
+                str(source or artefact_dir / PAYLOAD), so,
+                providers=meta["session_options"]["providers"],
+            )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - ORT raises its own exception zoo
             raise _classify_ort_error(exc, artefact_dir / PAYLOAD) from None
         self.input_names = [i.name for i in self._sess.get_inputs()]

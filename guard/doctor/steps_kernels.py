@@ -101,6 +101,21 @@ def _ms(k: Mapping[str, Any] | None) -> float:
     return float((k or {}).get("ms") or 0.0)
 
 
+def _counted_evidence(f: Finding, base: Side | None, head: Side) -> None:
+    """The whole inference's counted cost (guard run --counted) beside the kernels' times:
+    exact where the times are noise, so a kernel that moved while the count stood still
+    moved by noise, and a count that moved is work that changed."""
+    from guard.stats.counted import compare_counted
+
+    hc, bc = head.get("counted"), base.get("counted") if base else None
+    if not isinstance(hc, Mapping) or "instructions" not in hc:
+        return
+    b_instr = bc.get("instructions") if isinstance(bc, Mapping) else None
+    f.add("counted instructions / inference", b_instr, hc.get("instructions"))
+    if isinstance(bc, Mapping) and "instructions" in bc:
+        f.add("counted verdict", None, compare_counted(bc, hc)["message"])
+
+
 def step10_kernels(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(10, "kernels")
     hk, where = _kernels(head)
@@ -118,6 +133,7 @@ def step10_kernels(base: Side | None, head: Side, ctx: Context) -> Finding:
             "neither was recorded for this result.",
         )
     f.add("read from", None, where)
+    _counted_evidence(f, base, head)
     labels = {n: str(k.get("label") or n) for n, k in (*(bk or {}).items(), *hk.items())}
     top = sorted(hk.items(), key=lambda kv: -_ms(kv[1]))[:5]
     for name, k in top:

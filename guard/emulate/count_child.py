@@ -16,7 +16,6 @@ import ctypes
 import gc
 import json
 import mmap
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +46,11 @@ def load(spec: dict[str, Any]) -> Any:
     if spec["backend"] == "onnxruntime":
         from guard.backends.onnxruntime import OrtSession
 
-        return OrtSession(artefact, 1, counted=os.environ.get("XARENA") != "1")
+        # The payload is optimised for the host that built it (onnxruntime's NCHWc layout
+        # is blocked by the host's vector width): the source model, optimised at the same
+        # level here, is what onnxruntime runs on the emulated CPU.
+        source = Path(spec["model"]) if spec.get("model") else None
+        return OrtSession(artefact, 1, counted=True, source=source)
     from guard.backends import get_backend
 
     return get_backend(spec["backend"]).load(artefact, 1)

@@ -34,6 +34,7 @@ import numpy as np
 
 from guard.core.errors import UsageError
 from guard.emulate.counting import Engine, Region, engine, run_counted
+from guard.emulate.pmu import pmu_status
 from guard.emulate.runner import build_runner, call_args
 
 # Files of an artefact that record how it was built, not what runs.
@@ -138,7 +139,11 @@ def _count_in_runner(
 
 
 def _count_in_python(
-    backend: str, artefact: Path, feeds: Mapping[str, np.ndarray], cfg: CountedConfig
+    backend: str,
+    artefact: Path,
+    feeds: Mapping[str, np.ndarray],
+    cfg: CountedConfig,
+    model: Path | None = None,
 ) -> tuple[Engine, list[Region]]:
     eng = engine("x86_64")
     with tempfile.TemporaryDirectory(prefix="guard-counted-") as tmp_name:
@@ -146,7 +151,8 @@ def _count_in_python(
         arrays: dict[str, Any] = {k: np.asarray(v) for k, v in feeds.items()}
         np.savez(tmp / "inputs.npz", **arrays)
         spec = {"backend": backend, "artefact": str(artefact), "inputs": str(tmp / "inputs.npz"),
-                "warmup": cfg.warmup, "inferences": cfg.inferences}  # fmt: skip
+                "warmup": cfg.warmup, "inferences": cfg.inferences,
+                "model": str(model) if model else None}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(spec))
         pythonpath = os.pathsep.join(p for p in (_guard_root(), os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONHASHSEED": "0",
@@ -163,11 +169,14 @@ def count_artefact(
     cfg: CountedConfig,
     *,
     target: str,
+    model: Path | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
     """The ``counted`` block of one result (per inference, after warm-up).
 
-    ``target`` is the canonical target the artefact was built for. Raises ToolMissing
+    ``target`` is the canonical target the artefact was built for; ``model`` the source
+    model (onnxruntime re-optimises it for the emulated CPU: its optimised payload is
+    blocked for the host's vector width). Raises ToolMissing
     (no emulator or C compiler), CountingFailed (crash, budget), or the emulation errors.
     """
     t0 = clock()
@@ -178,10 +187,12 @@ def count_artefact(
         where = "static runner"
         counting_target = target
     else:
-        eng, regions = _count_in_python(backend, artefact, feeds, cfg)
+        eng, regions = _count_in_python(backend, artefact, feeds, cfg, model)
         arch, where = "x86_64", "python"
         # Runtimes pick their kernels from the CPU the emulator presents.
-        counting_target = f"{target} (qemu -cpu max)" if backend == "bundled" else "qemu -cpu max"
+        counting_target = (
+            "qemu -cpu max" if backend == "onnxruntime" else f"{target} (qemu -cpu max)"
+        )
     n = len(regions)
     instr = [r.instructions for r in regions]
     block: dict[str, Any] = {
@@ -198,6 +209,8 @@ def count_artefact(
         "stores": sum(r.stores for r in regions) / n,
         "spread_pct": (max(instr) - min(instr)) / max(min(instr), 1) * 100.0,
         "wall_s": round(clock() - t0, 3),
+        # The fallback is said: where a PMU exists it is not used (one engine everywhere).
+        "pmu": f"{pmu_status()[1]}; counted under the emulator ({eng.fingerprint()['engine']})",
     }
     block["fingerprint"] = {
         **eng.fingerprint(),

@@ -4,11 +4,13 @@
 ``counted`` block: instructions, bytes loaded and bytes stored per inference after warm-up,
 counted by guard.emulate.counted. Which artefact is counted:
 
-- onnxruntime, tvm: the result's own artefact, in Python under ``qemu-x86_64 -cpu max``;
+- onnxruntime: its source model, optimised at the artefact's level, in Python under
+  ``qemu-x86_64 -cpu max`` (the payload is blocked for the building host's vectors);
 - bundled for AArch64 (or any target the emulator runs): the result's own artefact;
-- bundled for this x86_64 host: the same model built beside it for the fixed counting
-  target ``x86-64-v3`` (emulators run AVX2, not AVX-512, and one target for every host
-  makes counts of two machines comparable). Its path and target are in the block.
+- bundled or tvm for this x86_64 host: the same model built beside it for the fixed
+  counting target ``x86-64-v3`` (emulators run AVX2, not AVX-512, and one target for
+  every host makes counts of two machines comparable). Its path and target are in the
+  block.
 
 A counted run that crashes or runs past ``max_s`` becomes ``counted: {"error": ...}``
 naming the model and the reason; the rest of the result stands. No emulator or C compiler
@@ -32,6 +34,9 @@ from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.suite import ModelEntry
 
 COUNTING_TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3"
+# Backends whose artefact is machine code for its target: a host build may use AVX-512,
+# which the emulator does not run, so they are counted as their x86-64-v3 sibling.
+COMPILED_FOR_TARGET = ("bundled", "tvm")
 
 
 def counted_config(entry: ModelEntry, forced: bool) -> CountedConfig | None:
@@ -54,14 +59,15 @@ def count_case(
     canonical = str(manifest["target"]["canonical"])
     built: dict[str, Any] = {}
     try:
-        if backend == "bundled" and target_arch(canonical) == "x86_64":
+        if backend in COMPILED_FOR_TARGET and target_arch(canonical) == "x86_64":
             counting_entry = dataclasses.replace(entry, target=COUNTING_TARGET)
             artefact, manifest, _, _ = build_artefact(
-                get_backend("bundled"), counting_entry, case.spec, "bundled", workdir
+                get_backend(backend), counting_entry, case.spec, backend, workdir
             )
             canonical = str(manifest["target"]["canonical"])
             built = {"artefact": str(artefact)}
-        block = count_artefact(backend, artefact, case.feeds, cfg, target=canonical)
+        block = count_artefact(backend, artefact, case.feeds, cfg, target=canonical,
+                               model=case.spec.path)  # fmt: skip
     except ToolMissing as exc:
         missing.append(str(exc))
         return None

@@ -252,7 +252,10 @@ def _begin(
     # Preparation is shared by the model's backends: each carries its share.
     prep_s = (_wall() - t0) / len(backends)
     for b in backends:
-        bar.step(f"{entry.name} [{b}]")
+        counting = opts.counted or "counted" in entry.measure
+        bar.step(
+            f"{entry.name} [{b}]" + (": build, check, count under the emulator" if counting else "")
+        )
         t1 = _wall()
         slot = _Slot(entry, b, began if b == backends[0] else now(), prep_s)
         try:

@@ -526,3 +526,22 @@ def test_invalid_comparison_is_reported_before_any_kernel(runs: dict[str, dict],
     c = clean["cases"][0]
     assert c["validity"]["valid"] and c["first_cause"] == 10
     assert "noise hides effects below" in to_markdown(clean)
+
+
+def test_step10_sets_the_counted_cost_beside_the_kernel_times() -> None:
+    from guard.doctor.facts import Side
+    from guard.doctor.steps_kernels import step10_kernels
+
+    fp = {"engine": "qemu-tcg-plugin", "emulator": "qemu-x86_64 7.2.22", "plugin_sha256": "p",
+          "target": "t", "input_sha256": "i"}  # fmt: skip
+
+    def side(label: str, instructions: float) -> Side:
+        kernels = [{"kernel": "k0", "op": "Conv", "share": 1.0, "ms": 1.0, "nodes": ["c"]}]
+        counted = {"instructions": instructions, "bytes_loaded": 1e5, "bytes_stored": 1e4,
+                   "fingerprint": fp}  # fmt: skip
+        return Side(label, {"kernels": kernels, "counted": counted})
+
+    f = step10_kernels(side("base", 1e6), side("head", 1.2e6), None).to_dict()  # type: ignore[arg-type]
+    facts = {e["fact"]: e for e in f["evidence"]}
+    assert facts["counted instructions / inference"]["head"] == 1.2e6
+    assert "instructions +20.000%" in facts["counted verdict"]["head"]

@@ -107,3 +107,43 @@ def test_guard_ab_counted_gives_a_counted_row(
     assert row["verdict"] == "pass" and row["same_artefact"] is True
     assert row["counted_target"] == "llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
     assert "Counted cost per inference" in capsys.readouterr().out
+
+
+def _conv7(path: Path) -> None:
+    """A convolution to 7 channels: onnxruntime blocks channels by the host's vector width
+    (16 on AVX-512, 8 under the emulator's AVX2), so a payload optimised here cannot run
+    there; the counted run optimises the source model inside the emulator instead."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.full((7, 16, 3, 3), 0.01, np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "conv7",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 7, 16, 16])], [w],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+@pytest.mark.slow
+@needs_tools
+def test_an_onnxruntime_model_with_odd_channels_is_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.chdir(tmp_path)
+    _conv7(tmp_path / "conv7.onnx")
+    suite = tmp_path / "conv7.yaml"
+    suite.write_text(
+        "schema_version: 1\nsuite: conv7\ndefaults:\n  threads: 1\n"
+        "  measure: {warmup_s: 0.01, min_iters: 3, min_time_s: 0.01, max_time_s: 0.5, "
+        "rounds: 1, counted: {inferences: 2, warmup: 1}}\n"
+        "models:\n  - name: conv7\n    source: conv7.onnx\n    backends: [onnxruntime]\n"
+        "    inputs:\n      x: {shape: [1, 16, 16, 16], dist: normal, seed: 0}\n"
+    )
+    (r,) = _run(suite, tmp_path / "r.json")["results"]
+    assert "error" not in r["counted"], r["counted"]
+    assert r["counted"]["instructions"] > 16 * 16 * 7

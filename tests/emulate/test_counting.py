@@ -81,3 +81,11 @@ def test_a_bad_counted_block_is_refused(raw: object):
 def test_the_counted_defaults():
     assert CountedConfig.from_dict(None, "x") == CountedConfig()
     assert CountedConfig.from_dict({"inferences": 3, "max_s": 60}, "x").inferences == 3
+
+
+def test_the_pmu_probe_answers_with_its_reason():
+    from guard.emulate.pmu import pmu_status
+
+    ok, why = pmu_status()
+    assert isinstance(ok, bool) and "perf_event_open" in why
+    assert ("available" in why) == ok
