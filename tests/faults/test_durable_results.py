@@ -90,13 +90,14 @@ def test_results_are_written_before_tracking_is_tried(tmp_path, workdir, monkeyp
     out = tmp_path / "r.json"
     seen = {}
 
-    def log_results(doc, uri, *a, **k):
+    def log_journalled(doc, uri, journal, *a, **k):
         seen["json_on_disk"] = json.loads(out.read_text())["results"][0]["verdict"]
+        seen["journalled"] = json.loads(journal.read_text())["results"][0]["verdict"]
         raise KeyboardInterrupt  # the user gives up while logging
 
-    monkeypatch.setattr(track, "log_results", log_results)
+    monkeypatch.setattr(track, "log_journalled", log_journalled)
     code = main(["run", str(_suite(tmp_path)), "--json", str(out)])
-    assert seen == {"json_on_disk": "pass"}
+    assert seen == {"json_on_disk": "pass", "journalled": "pass"}
     doc = json.loads(out.read_text())
     assert code == 130 and doc["interrupted"] == "SIGINT" and doc["exit_code"] == 130
     kept = doc["tracking"]["kept"]
