@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from guard.cli.main import main
 from guard.golden import GoldenStore
 
@@ -51,6 +53,7 @@ def _run(suite: Path, goldens: Path, out: Path) -> tuple[int, dict]:
     return code, json.loads(out.read_text())["results"][0]
 
 
+@pytest.mark.slow  # three guard runs of a zoo model: ~20 s on two cores
 def test_a_changed_input_seed_is_seen_and_asks_for_an_update(tmp_path: Path, monkeypatch, capsys):
     """Issue 28 item 5: a new seed was silently ignored (the golden's stored inputs were
     reused). Now the run re-derives the inputs, checks them against the reference, names
