@@ -165,17 +165,31 @@ def find_runs(
         frame = mlflow.search_runs(ids, where, max_results=max_results, order_by=order)
         if include_unfinished:
             return frame
+        # Two kinds of FAILED run are whole records all the same: an invocation with a
+        # result guard could not produce, logged in full (guard.track.recover.logged_in_full),
+        # and that result's own run (verdict error), which _committed_frame keeps only under
+        # such a parent.
+        failed = []
         if level != "result":
-            # An invocation with a result guard could not produce ends FAILED, logged in
-            # full all the same (guard.track.recover.logged_in_full): it counts too.
-            failed = f"{filter_string('invocation', **filters)} and attributes.status = "
-            failed += f"'FAILED' and tags.`{COMPLETE_TAG}` = 'true'"
-            more = mlflow.search_runs(ids, failed, max_results=max_results, order_by=order)
+            failed.append(
+                f"{filter_string('invocation', **filters)} and attributes.status = "
+                f"'FAILED' and tags.`{COMPLETE_TAG}` = 'true'"
+            )
+        if level != "invocation":
+            failed.append(
+                f"{filter_string('result', **filters)} and attributes.status = "
+                "'FAILED' and tags.`guard.verdict` = 'error'"
+            )
+        added = False
+        for where_failed in failed:
+            more = mlflow.search_runs(ids, where_failed, max_results=max_results, order_by=order)
             if not more.empty:
                 frame = more if frame.empty else pd.concat([frame, more], ignore_index=True)
-                if order_by is None:
-                    frame = frame.sort_values("start_time", ascending=False)
-                frame = frame.head(max_results).reset_index(drop=True)
+                added = True
+        if added:
+            if order_by is None:
+                frame = frame.sort_values("start_time", ascending=False)
+            frame = frame.head(max_results).reset_index(drop=True)
         return _committed_frame(client, experiment.experiment_id, frame)
 
 

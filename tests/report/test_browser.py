@@ -75,8 +75,9 @@ def test_dashboard_renders_its_charts(browser, tmp_path, monkeypatch, doc):
     o = _open(browser, out, ".plotly-graph-div .scatterlayer .trace")
     page = o.page
     assert page.locator(".plotly-graph-div").count() == 3
-    # Per chart: band (2 traces), p50, no bound (a bare name has no suite file), 3 panels.
-    assert page.locator(".plotly-graph-div .scatterlayer .trace").count() == 3 * 6
+    # Per chart: band (2 traces), p50, no bound (a bare name has no suite file), 4 panels
+    # (arena, partitions, max error, counted instructions).
+    assert page.locator(".plotly-graph-div .scatterlayer .trace").count() == 3 * 7
     assert page.locator(".plotly-graph-div .scatterlayer .trace path.js-line").count() >= 3 * 4
     assert page.locator(".plotly-graph-div .scatterlayer .point").count() >= 3 * 5
     annotations = page.eval_on_selector_all(

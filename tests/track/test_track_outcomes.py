@@ -41,7 +41,8 @@ def test_an_invocation_with_an_error_ends_failed_and_says_why(doc, sqlite_uri):
     assert "contention" in by_verdict["inconclusive"].data.tags["mlflow.note.content"]
     # Logged in full: readers still see its measured results, and it is not logged twice.
     frame = find_runs(sqlite_uri, doc["suite"])
-    assert sorted(frame["tags.guard.verdict"]) == ["fail", "inconclusive"]
+    # FAILED in MLflow (red), and still a whole record to every reader: verdict error.
+    assert sorted(frame["tags.guard.verdict"]) == ["error", "fail", "inconclusive"]
     again = log_results(_with_error_and_inconclusive(doc), sqlite_uri)
     assert again["already_tracked"] and again["parent_run_id"] == receipt["parent_run_id"]
 
