@@ -18,6 +18,7 @@ from guard.compiler.ir.core import Graph
 from guard.compiler.ir.target import DEFAULT_TABLE, TargetTable
 from guard.compiler.passes.assign_layout import AssignLayout
 from guard.compiler.passes.base import Pass
+from guard.compiler.passes.conv_rows import ConvRows
 from guard.compiler.passes.elide_concat import ElideConcat
 from guard.compiler.passes.eliminate_common_subexpressions import EliminateCommonSubexpressions
 from guard.compiler.passes.eliminate_dead_code import EliminateDeadCode
@@ -107,6 +108,7 @@ PIPELINES: dict[str, Any] = {
         _cleanup(),
         (FuseHorizontal(), "siblings reading one input become one wider GEMM (read x once)"),
         (FuseElementwise(), "epilogues and elementwise chains never write intermediates"),
+        (ConvRows(), "a convolution over a column runs as one over a row (tiles along W)"),
         (
             AssignLayout(candidates=table.layouts),
             f"{table.blocked_layout}/NHWC layouts for conv regions ({table.isa}: "
