@@ -55,7 +55,41 @@ MODELS = {
     "vgg19": {},
     "zfnet512": {},
 }
+# Real-weight models shipped inside PyPI wheels (the test extra installs them): name ->
+# (package, file glob inside it, input shapes, the inputs' distribution).
+REAL = {
+    "ppocr_v4_det": ("rapidocr_onnxruntime", "models/ch_PP-OCRv4_det_infer.onnx",
+                     {"x": [1, 3, 320, 320]}, {}),
+    "ppocr_v4_rec": ("rapidocr_onnxruntime", "models/ch_PP-OCRv4_rec_infer.onnx",
+                     {"x": [1, 3, 48, 320]}, {}),
+    "ppocr_cls": ("rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+                  {"x": [1, 3, 48, 192]}, {}),
+    # a byte-content classifier: int32 byte values
+    "magika": ("magika", "models/*/model.onnx", {"bytes": [1, 2048]},
+               {"dist": "uniform", "params": {"low": 0, "high": 255}}),
+}  # fmt: skip
+MODELS.update({k: v[2] for k, v in REAL.items()})
 ROUNDS = 15
+
+
+def model_file(name: str) -> Path:
+    """The .onnx file of a benchmark model: the zoo's, or the one inside a wheel."""
+    from guard import zoo
+
+    if name not in REAL:
+        return zoo.model_path(name)
+    import importlib.util
+
+    package, pattern, _, _ = REAL[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"the {package} wheel is not installed (pip install -e '.[test]')")
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob(pattern))
+    if not found:
+        pytest.skip(f"no {pattern} inside the installed {package} wheel")
+    return found[-1]
+
+
 TABLE_ROUNDS = 9
 RESULTS = Path(__file__).parent / "results"
 
@@ -67,11 +101,11 @@ def _session(
     backend: str, name: str, tmp: Path, threads: int = 1, target: str = "host",
     build: bool = True,
 ):  # fmt: skip
-    from guard import zoo
     from guard.suite import InputSpec
 
-    path = zoo.model_path(name)
-    specs = {k: InputSpec(k, tuple(v)) for k, v in MODELS[name].items()}
+    path = model_file(name)
+    fill = REAL[name][3] if name in REAL else {}
+    specs = {k: InputSpec(k, tuple(v), **fill) for k, v in MODELS[name].items()}
     spec = bind(load_model(path), path, specs, f"zoo:{name}")
     tag = "host" if target == "host" else "avx2"
     out = tmp / f"{backend}-{tag}" if backend == "bundled" else tmp / f"{backend}-{threads}"
@@ -137,10 +171,12 @@ def model_flops(name: str) -> int:
     from guard import zoo
     from guard.compiler import import_onnx, optimize
 
-    d = zoo.describe(name)
-    shapes = {k: [1 if isinstance(x, str) else x for x in v] for k, v in d["inputs"].items()}
+    shapes = {}
+    if name not in REAL:
+        d = zoo.describe(name)
+        shapes = {k: [1 if isinstance(x, str) else x for x in v] for k, v in d["inputs"].items()}
     shapes.update(MODELS[name])
-    g, _ = optimize(import_onnx(zoo.model_path(name), shapes), "O2")
+    g, _ = optimize(import_onnx(model_file(name), shapes), "O2")
     total = 0
     for n in g.nodes:
         if n.op in ("Conv", "FusedConv"):
