@@ -6,6 +6,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 
+import numpy as np
 import pytest
 
 from guard.compiler.codegen.conv.schedule import ConvSchedule
@@ -313,3 +314,101 @@ def test_kernel_speedup_is_weighted_by_runtime_share(tmp_path):
     for k in (key(1), key(2)):
         d.choose(k, None)
     assert d.summary()["kernel_speedup"] == round(23 / 21, 3)
+
+
+@pytest.mark.parametrize("m", [128, 512], ids=["one-call", "split-into-row-tasks"])
+def test_a_build_looks_up_exactly_the_kernels_it_emits(tmp_path, m):
+    """A cache holding every task the tuner extracts is hit by every look-up of the build
+    and missed by none: the thread split's what-if questions (may the 8-row task kernel
+    take B packed as the whole GEMM's?) are not look-ups. Before, a 128-row GEMM that
+    stays one call counted a miss for an 8-row kernel that was never emitted."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from guard.compiler import import_onnx, optimize
+    from guard.compiler.codegen.build import jit
+    from guard.compiler.partition.plan import plan
+    from guard.compiler.tuning.dispatch import Dispatch, applied
+    from guard.compiler.tuning.tune import extract_tasks
+    from guard.manifest import canonicalize
+
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((256, 256)) * 0.1)
+                                .astype(np.float32), "w")  # fmt: skip
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [m, 256])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [m, 256])], [w],
+    )  # fmt: skip
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    target = canonicalize("host")
+    tasks = extract_tasks(path, {"x": [m, 256]}, target, "0.1.0")
+    cache = merge_into(
+        tmp_path / "c.json", [Entry(t.key, t.default, 1e-5, t.default, 1e-5) for t in tasks]
+    )
+    d = Dispatch(cache, target, "0.1.0")
+    optimised, _ = optimize(import_onnx(path, {"x": [m, 256]}), "O2")
+    with applied(d):
+        jit(plan(optimised))
+    assert (d.hits, d.misses) == (len(tasks), 0), d.summary()["missed"]
+
+
+def test_a_tuned_row_task_with_another_panel_width_keeps_the_output_right(tmp_path):
+    """B is packed once, in the whole GEMM's panel width (``nr``), and read by every row
+    task: a cache entry that gives the tasks another ``nr`` must not make them read B in
+    the wrong layout. Either the split goes or the tasks keep the packed width; the output
+    is the product either way."""
+    import dataclasses
+
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from guard.compiler import import_onnx, optimize
+    from guard.compiler.codegen.build import jit
+    from guard.compiler.partition.plan import plan
+    from guard.compiler.tuning.dispatch import Dispatch, applied
+    from guard.compiler.tuning.tune import extract_tasks
+    from guard.manifest import canonicalize
+
+    rng = np.random.default_rng(0)
+    wv = (rng.standard_normal((256, 256)) * 0.1).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [512, 256])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [512, 256])],
+        [numpy_helper.from_array(wv, "w")],
+    )  # fmt: skip
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    target = canonicalize("host")
+    (task,) = extract_tasks(path, {"x": [512, 256]}, target, "0.1.0")
+    other = dataclasses.replace(task.default, nr=task.default.nr // 2, nc=task.default.nr // 2)
+    cache = merge_into(tmp_path / "c.json", [Entry(task.key, other, 1e-5, task.default, 2e-5)])
+    optimised, _ = optimize(import_onnx(path, {"x": [512, 256]}), "O2")
+    with applied(Dispatch(cache, target, "0.1.0")):
+        rt, _ = jit(plan(optimised))
+    x = rng.standard_normal((512, 256)).astype(np.float32)
+    np.testing.assert_allclose(rt.run({"x": x})["y"], x @ wv, rtol=1e-4, atol=1e-4)
+
+
+def test_the_tuner_keeps_a_row_task_in_the_packed_panel_width(tmp_path):
+    """The row tasks of a split GEMM read B packed for the whole GEMM: the tuner only
+    offers them schedules of that panel width, so a tuned task keeps its split."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from guard.compiler.tuning.tune import candidates, extract_tasks
+    from guard.manifest import canonicalize
+
+    w = numpy_helper.from_array(np.zeros((256, 256), np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [512, 256])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [512, 256])], [w],
+    )  # fmt: skip
+    path = tmp_path / "mm.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    (task,) = extract_tasks(path, {"x": [512, 256]}, canonicalize("host"), "0.1.0")
+    assert task.shape.M < 512  # a row task, not the whole GEMM
+    offered = candidates(task, 40)
+    assert len(offered) > 1 and {s.nr for s in offered} == {task.default.nr}

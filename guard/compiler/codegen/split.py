@@ -238,17 +238,23 @@ def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
         return ()
     axis = len(y.shape) - 2
     unit = 8
-    task = GemmShape(step.op, step.attrs, [_cut(a, len(a.shape) - 2, 0, unit).shape, *shapes[1:]])
-    whole_s, task_s = gemm_schedule(gs, width), gemm_schedule(task, width)
-    if (whole_s.nr, whole_s.use_blas) != (task_s.nr, task_s.use_blas) or gs.M < 2 * unit:
-        return ()
 
     def rule(j: int, o: Operand) -> int | str | None:
         if j == 1:
             return "whole"
         return _operand_axis(o, len(y.shape), axis, gs.M)
 
-    return _tasks_along(step, axis, 2 * gs.M * gs.N * gs.K, unit, rule)
+    tasks = _tasks_along(step, axis, 2 * gs.M * gs.N * gs.K, unit, rule)
+    # Every task reads B as packed for the whole GEMM: each task kernel's schedule (the
+    # tuning cache's, or the default) must take the same panel width. What-if questions
+    # to the cache: only the kernels emitted count as look-ups.
+    whole = gemm_schedule(gs, width, record=False)
+    for t in tasks:
+        ts = [None if o is None else o.shape for o in t.inputs]
+        s = gemm_schedule(GemmShape(t.op, t.attrs, ts), width, record=False)
+        if (s.nr, s.use_blas) != (whole.nr, whole.use_blas):
+            return ()
+    return tasks
 
 
 def conv_transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:

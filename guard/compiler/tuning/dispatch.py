@@ -67,13 +67,15 @@ class Dispatch:
     def key(self, op: str, shape: list[tuple[str, int | str]], dtype: str = "float32") -> TaskKey:
         return TaskKey(op, tuple(shape), dtype, self.target, self.compiler)
 
-    def choose(self, key: TaskKey, default: Any) -> Any:
+    def choose(self, key: TaskKey, default: Any, record: bool = True) -> Any:
+        """The cache's schedule for ``key`` on a hit, else ``default``; ``record=False``
+        asks without counting (a planner's what-if, not an emitted kernel)."""
         if key.text in self.forced:
             return self.forced[key.text]
         if self.cache is None:
             return default
         entry = self.cache.get(key)
-        if key.text not in self.looked:
+        if record and key.text not in self.looked:
             if entry is not None:
                 self.looked[key.text] = Lookup(key, True)
             else:
@@ -171,13 +173,15 @@ def conv_shape(geo: Geometry) -> list[tuple[str, int | str]]:
     ]  # fmt: skip
 
 
-def gemm_schedule(gs: Any, vector_width: int) -> Any:
-    """The GemmSchedule for one GEMM: the cache's on a hit, else the default heuristic."""
+def gemm_schedule(gs: Any, vector_width: int, record: bool = True) -> Any:
+    """The GemmSchedule for one GEMM: the cache's on a hit, else the default heuristic.
+    ``record=False``: a question about a kernel that may never be emitted (the thread
+    split's probe), not counted as a hit or a miss."""
     default = default_gemm_schedule(gs.M, gs.N, gs.K, vector_width)
     d = _ACTIVE.get()
     if d is None:
         return default
-    return d.choose(d.key("gemm", gemm_shape(gs)), default)
+    return d.choose(d.key("gemm", gemm_shape(gs)), default, record)
 
 
 def conv_schedule(geo: Geometry) -> ConvSchedule:

@@ -82,6 +82,9 @@ class Task:
     flops: int  # of one step
     default: Any
     shape: Any = None  # GemmShape or conv Geometry
+    # A row task of a split GEMM reads B packed for the whole GEMM: its panel width
+    # (``nr``) is fixed to the packed one (guard.compiler.codegen.split.gemm_tasks).
+    packed_nr: int | None = None
 
     @property
     def total_flops(self) -> int:
@@ -124,10 +127,11 @@ def extract_tasks(
         compiled.view, compiled.memory, compiled.partitions.group_of, backends, offsets,
         constants, pack, lambda s: split_step(s, width),
     )  # fmt: skip
-    steps = [t for s in kplan.steps() for t in (s.parts or (s,))]  # the kernels emitted
+    # the kernels emitted, and whether each is a task of a split step
+    steps = [(t, bool(s.parts)) for s in kplan.steps() for t in (s.parts or (s,))]
     d = Dispatch(None, target, compiler)
     tasks: dict[str, Task] = {}
-    for step in steps:
+    for step, part in steps:
         shapes = [None if o is None else o.shape for o in step.inputs]
         if step.op in GEMM_OPS:
             gs = GemmShape(step.op, step.attrs, shapes)
@@ -135,6 +139,7 @@ def extract_tasks(
             flops = 2 * gs.batch * gs.M * gs.N * gs.K
             default: Any = default_gemm_schedule(gs.M, gs.N, gs.K, width, table=table)
             shape: Any = gs
+            packed_nr = default.nr if part else None  # split with the default schedules
         elif step.op in CONV_OPS:
             x, w = step.inputs[0], step.inputs[1]
             assert x is not None and w is not None
@@ -143,14 +148,16 @@ def extract_tasks(
                 continue
             key = d.key("conv", conv_shape(geo))
             flops = geo.flops
-            default, shape = default_conv_schedule(geo, table), geo
+            default, shape, packed_nr = default_conv_schedule(geo, table), geo, None
         else:
             continue
         if key.text in tasks:
             tasks[key.text].count += 1
+            if packed_nr is not None:  # one step of this shape is a task: its width holds
+                tasks[key.text].packed_nr = packed_nr
         else:
             kern = Kernel(step.op, step.attrs, step.inputs, step.outputs, width)
-            tasks[key.text] = Task(key, kern, 1, flops, default, shape)
+            tasks[key.text] = Task(key, kern, 1, flops, default, shape, packed_nr)
     return sorted(tasks.values(), key=lambda t: (-t.total_flops, t.key.text))
 
 
@@ -190,14 +197,19 @@ def gemm_cost(M: int, N: int, K: int, s: Any, width: int) -> float:
     return waste / (intensity * chains) * l1 * c_traffic
 
 
-def gemm_candidates(M: int, N: int, K: int, width: int, default: Any, limit: int) -> list[Any]:
-    """The default first, then the best ``limit`` schedules by :func:`gemm_cost`."""
+def gemm_candidates(
+    M: int, N: int, K: int, width: int, default: Any, limit: int, nr_only: int | None = None
+) -> list[Any]:
+    """The default first, then the best ``limit`` schedules by :func:`gemm_cost`
+    (``nr_only``: only that panel width)."""
     regs = _registers(width)
     n_vecs = -(-N // width)
     pool = []
     kcs = sorted({k for k in (64, 128, 256, 384, 512, K) if 0 < k <= K} | {min(K, default.kc)})
     for nvec in range(1, min(4, n_vecs) + 1):
         nr = nvec * width
+        if nr_only is not None and nr != nr_only:
+            continue
         for mr in range(1, min(M, 16) + 1):
             if mr * nvec + nvec + 1 > regs:
                 continue  # the tile and its B vectors would spill
@@ -245,7 +257,7 @@ def candidates(task: Task, limit: int) -> list[Any]:
     width = task.kernel.vector_width
     if task.key.op == "gemm":
         gs = task.shape
-        return gemm_candidates(gs.M, gs.N, gs.K, width, task.default, limit)
+        return gemm_candidates(gs.M, gs.N, gs.K, width, task.default, limit, task.packed_nr)
     return conv_candidates(task.shape, task.default, limit)
 
 

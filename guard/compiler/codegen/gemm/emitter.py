@@ -99,13 +99,14 @@ class GemmShape:
                 )
         self.out_shape = (self.M, self.N)
 
-    def kernel(self, vector_width: int, bias: str) -> Any:
+    def kernel(self, vector_width: int, bias: str, record: bool = True) -> Any:
         # The schedule: the tuning cache's on a hit, else the default heuristic (packing
-        # and emission both ask, so the packed B always matches the kernel's tile).
+        # and emission both ask, so the packed B always matches the kernel's tile; only
+        # the emission's question counts as a look-up: ``record``).
         return GemmKernel(
             self.M, self.N, self.K, trans_a=self.trans_a, trans_b=self.trans_b, bias=bias,
             vector_width=vector_width, batch=self.batch,
-            schedule=gemm_schedule(self, vector_width),
+            schedule=gemm_schedule(self, vector_width, record),
         )  # fmt: skip
 
 
@@ -171,7 +172,9 @@ class Gemm(Emitter):
         if not gs.ok or gs.batch != 1:
             return None
         kern = gs.kernel(
-            vector_width, "row" if bias_kind == "row" else "col" if bias_kind == "col" else "none"
+            vector_width,
+            "row" if bias_kind == "row" else "col" if bias_kind == "col" else "none",
+            record=False,  # B is packed whether or not this GEMM is emitted whole
         )
         return kern.pack_b(
             np.asarray(value, np.float32).reshape((gs.N, gs.K) if gs.trans_b else (gs.K, gs.N))
