@@ -63,3 +63,52 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
         terminalreporter.section("guard summary")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+# -- the heavy tier ----------------------------------------------------------------------
+# Slow tests that .ci/run leaves out, to keep a CI run within its time (issue: the whole
+# run under 60 minutes on a 2-core machine): the full sweeps, whose every point repeats a
+# mechanism a kept point already covers. Each entry is a test id prefix (file::name[param]),
+# with its duration in the last full slow run on a 2-core znver5 (`pytest -m slow
+# --durations=80`). `pytest -m heavy` runs exactly these; `pytest -m slow` runs them too.
+_EMULATED_BIG = ("vgg19", "resnet50", "densenet121", "zfnet512", "inception_v1", "inception_v2")
+_KILL_KEPT = ("journal", "store.transaction", "mlflow.log_child@2")  # one per stage
+_SERVER_KILL_KEPT = ("journal", "mlflow.log_child")
+HEAVY: tuple[str, ...] = (
+    # qemu-aarch64 on the largest zoo models and light topologies: 9-103 s each (mlp,
+    # digits, squeezenet, shufflenet, alexnet, the transformer and the rest stay)
+    *(f"tests/emulate/test_emulate_bundled.py::test_every_zoo_model_under_emulation_equals_"
+      f"the_reference[{m}]" for m in _EMULATED_BIG),
+    *(f"tests/emulate/test_emulate_bundled.py::test_the_light_topologies_under_emulation_"
+      f"equal_the_reference[light_{m}]" for m in _EMULATED_BIG),
+    # 84 s and 58 s: eight writers with a server restart, four concurrent shards
+    "tests/scale/test_stack.py::test_eight_writers_and_a_server_restart_lose_nothing",
+    "tests/scale/test_stack.py::test_four_shards_concurrently_merge_into_one_run",
+    "tests/test_calibrate_command.py::test_calibrate_cli_on_the_smoke_suite",  # 60 s
+    "tests/compiler/codegen/test_conv.py::test_every_schedule_point_matches_the_reference[dense]",
+    "tests/compare/test_bisect.py::test_a_real_bisection_names",  # 23 s; logic stays fast
+    "tests/faults/test_build_faults.py::test_concurrent_runs_on_one_workdir",  # 31 s
+    # vgg19 (548 MB of weights) through every path: 7-21 s each
+    "tests/compiler/codegen/test_models_native.py::test_zoo_model_through_generated_code[vgg19]",
+    "tests/zoo/test_zoo_models.py::test_light_model[vgg19]",
+    "tests/zoo/test_zoo_models.py::test_light_model_is_deterministic[vgg19]",
+    "tests/compiler/test_models.py::test_zoo_model_matches_onnxruntime_after_o2[vgg19]",
+)  # fmt: skip
+
+
+def _heavy(nodeid: str) -> bool:
+    if nodeid.startswith(HEAVY):
+        return True
+    for test, kept in (
+        ("tests/faults/test_kill_points.py::test_kill_at_each_point", _KILL_KEPT),
+        ("tests/faults/test_kill_points_server.py::test_kill_at_each_point", _SERVER_KILL_KEPT),
+    ):  # every kill point but one per stage: ~20 s each
+        if nodeid.startswith(test) and "[" in nodeid:
+            return nodeid.split("[", 1)[1].rstrip("]") not in kept
+    return False
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
+    for item in items:
+        if _heavy(item.nodeid):
+            item.add_marker(pytest.mark.heavy)
