@@ -1,6 +1,6 @@
 """Load an artefact for this host: natively when it can run here, else under emulation.
 
-``load_session`` is what ``guard run`` (guard.run.case) calls instead of ``backend.load``: the
+``load_session`` is what ``guard run`` (guard.run.one_result) calls instead of ``backend.load``: the
 canonical target's triple decides. Only a backend that builds code for a target (bundled)
 can be run under emulation; any other backend asked for a foreign architecture is refused
 with one line saying what to do.

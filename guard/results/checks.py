@@ -306,7 +306,7 @@ def regress_bound(latency_cfg: dict[str, Any], baseline_given: bool) -> float | 
 class Facts:
     """What one run of one (model, backend, target) established; checks read only this.
 
-    Built once, when the result is finished (guard.run.case), and read by ``evaluate``
+    Built once, when the result is finished (guard.run.one_result), and read by ``evaluate``
     once: nothing fills it in later."""
 
     backend: str

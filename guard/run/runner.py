@@ -2,7 +2,7 @@
 
 ``run_suite`` is what ``guard run`` calls. For every selected (model, backend) of the suite
 it binds the model, fetches or creates its golden, builds and checks it
-(``guard.run.case.begin_result``); then it measures the rounds of all results interleaved,
+(``guard.run.one_result.begin_result``); then it measures the rounds of all results interleaved,
 round 1 of each before round 2 of any, each round in a round worker of its own
 (guard.measure.round_runner), and judges each result (``finish_result``). A model that cannot be
 used becomes an ``error`` result and the run goes on: nothing already measured is lost. The reports asked for are
@@ -35,9 +35,10 @@ from guard.golden.produce import ensure_golden, golden_store
 from guard.measure import MeasureConfig, set_threads
 from guard.measure.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
 from guard.results.result import error_result
-from guard.run.case import PendingResult, begin_result, finish_result, prepare_model
+from guard.run.case import prepare_model
 from guard.run.counted import counted_config
 from guard.run.deliver import Interruption, finish, outputs, say
+from guard.run.one_result import PendingResult, begin_result, finish_result
 from guard.run.shard import parse_shard, shard_work
 from guard.run.stream import InProgress, batch_size, batches
 from guard.stats.calibrate import default_noise_path, load_noise

@@ -113,14 +113,14 @@ def test_signal_during_measurement_reports_what_was_measured(tmp_path, workdir, 
     marker = tmp_path / "second-sweep"
     patch = f"""
     import pathlib
-    import guard.run.case as case
-    _measure_round = case.PendingResult.measure_round
+    import guard.run.one_result as one
+    _measure_round = one.PendingResult.measure_round
     def measure_round(self, i, **k):
         if i == 1 and self.entry.name == "m1":
             pathlib.Path({str(marker)!r}).touch()
             time.sleep(600)
         return _measure_round(self, i, **k)
-    case.PendingResult.measure_round = measure_round
+    one.PendingResult.measure_round = measure_round
     """
     out = tmp_path / "r.json"
     proc = guard_subprocess(["run", str(suite), "--no-track", "--json", str(out)], workdir, patch)

@@ -1,0 +1,411 @@
+"""One result: ``begin_result`` (bind, build, load, golden), ``PendingResult.measure_round``
+(one round in a worker) and ``finish_result`` (numerics, the measurement, partitions and
+memory, gathered into one ``checks.Facts`` record, judged once by ``checks.evaluate`` and
+assembled by ``guard.results.result.result_dict``, one key set for every result); the
+emulated result of a foreign-architecture artefact beside it. The models and cases these
+start from are guard.run.case's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guard import manifest as mf
+from guard.compare.crossarch import encode_outputs
+from guard.core import fault
+from guard.core.errors import GuardError, InternalError
+from guard.golden import Golden, compare_outputs
+from guard.golden.accuracy import session_accuracy
+from guard.golden.numerics import compare_expected
+from guard.golden.produce import stale_warning
+from guard.golden.store import outputs_sha256
+from guard.measure import MeasureConfig, RoundTimings, Timings, measure, preflight
+from guard.measure.host_speed import PROBE, read
+from guard.measure.preflight import contention_block
+from guard.measure.round_runner import (
+    WORKER,
+    RoundJob,
+    RoundWorkers,
+    measuring_cpus,
+    round_isolation,
+)
+from guard.results import checks as ck
+from guard.results.result import result_dict
+from guard.run.case import Case, load_case
+from guard.suite import ModelEntry
+from guard.suite.model import ModelSpec
+
+# ---------------------------------------------------------------------------- one result
+
+
+def _host_arch(manifest: dict[str, Any]) -> str:
+    try:
+        return mf.target_arch(manifest["target"]["canonical"])
+    except Exception:  # noqa: BLE001 - fall back to the host's arch
+        return os.uname().machine
+
+
+def _against_baseline(
+    entry: ModelEntry,
+    backend: str,
+    head: dict[str, Any],
+    bound: float | None,
+    baseline: dict[str, Any] | None,
+    noise: Mapping[str, Mapping[str, float]] | None = None,
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(comparison, None) against the --baseline results file, or (None, why not).
+
+    ``head`` is this result's measurement as the results file will hold it (manifest,
+    rounds, measurement): judged exactly as ``guard compare`` judges two files, with the
+    suite's calibrated noise (``noise``: "model/backend/target" -> its noise file entry)
+    where ``guard calibrate`` measured it.
+    """
+    from guard.compare.compare import host_incompatibility, latency_comparison
+    from guard.core.result_key import ResultKey
+    from guard.stats.regress import DEFAULT_RUN_NOISE_PCT, RegressConfig
+
+    if baseline is None or bound is None:
+        return None, None
+    manifest = head["manifest"]
+    key = ResultKey(entry.name, backend, manifest["target"]["canonical"])
+    base = next(
+        (
+            r
+            for r in baseline.get("results", [])
+            if r.get("verdict") != "error" and r.get("manifest") and ResultKey.of(r) == key
+        ),
+        None,
+    )
+    if base is None:
+        return None, f"the baseline has no result for {key.model} [{key.backend}] on this target"
+    why = host_incompatibility(base["manifest"], manifest)
+    if why:
+        return None, f"baseline refused: {why}"
+    calibrated = (noise or {}).get(str(key)) or {}
+    cfg = RegressConfig(
+        regress_pct=bound,
+        noise_pct=calibrated.get("noise_pct"),
+        run_noise_pct=calibrated.get("run_noise_pct", DEFAULT_RUN_NOISE_PCT),
+    )
+    comp, reason = latency_comparison(base, head, cfg)
+    return (comp.to_dict(), None) if comp is not None else (None, reason)
+
+
+@dataclass
+class PendingResult:
+    """A result whose build, numerics and facts are in and whose rounds are still measured.
+
+    guard.run.runner measures the rounds of all its results interleaved (round 1 of every
+    result, then round 2, ...: guard.measure.round_runner says why); ``measure_round`` measures
+    one and ``finish_result`` judges the result on the rounds it got.
+    """
+
+    entry: ModelEntry
+    backend: str
+    case: Case
+    known: dict[str, Any]  # ck.Facts fields established before the rounds
+    numerics: dict[str, Any]
+    cfg: MeasureConfig
+    pre: dict[str, Any]
+    isolation: str
+    rounds: list[Timings] = field(default_factory=list)
+    # Seconds the rounds took in all, by the measuring clock: loads, warm-ups, timed calls.
+    spent_s: float = 0.0
+
+    @property
+    def out_of_time(self) -> bool:
+        """The rounds so far took ``max_time_s``: the rest are not measured."""
+        return bool(self.rounds) and self.spent_s >= self.cfg.max_time_s
+
+    def wants_round(self, i: int) -> bool:
+        """Round ``i`` is asked for and the result's time (``max_time_s``) is not spent.
+
+        ``max_time_s`` bounds the whole measurement of a result, rounds included: a round
+        starts only while the rounds before it took less, so a measurement ends within
+        ``max_time_s`` plus one round (itself at most ``max_time_s / rounds`` of timed
+        calls, its load and warm-up).
+        """
+        return i < self.cfg.rounds and not self.out_of_time
+
+    def job(self) -> RoundJob:
+        c = self.case
+        return RoundJob(
+            c.model, self.backend, self.entry.where, c.artefact, c.manifest,
+            self.entry.threads, c.feeds, self.cfg,
+        )  # fmt: skip
+
+    def _session_round(self, i: int) -> Callable[[], object]:
+        # Round 0 times the session already loaded; every other round is a fresh load,
+        # whose first call (lazy initialisation) is untimed, as the numerics call was for
+        # round 0.
+        s = self.case.session
+        if i > 0:
+            s = self.case.reload()
+            s.run(self.case.feeds)
+        feeds = self.case.feeds
+        return lambda: s.run(feeds)
+
+    def measure_round(
+        self,
+        i: int,
+        *,
+        workers: RoundWorkers | None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """Measure round ``i``: in its round worker, or here when isolation is off."""
+        fault.point("measure")
+        t0 = clock()
+        try:
+            if self.isolation == WORKER and workers is not None:
+                self.rounds.append(workers.measure(i, self.job()))
+            else:
+                probe = read if clock is time.perf_counter else None  # a fake clock: no probe
+                self.rounds.append(
+                    measure(self._session_round(i), self.cfg.per_round(), clock, host=probe)
+                )
+        finally:
+            self.spent_s += clock() - t0
+
+
+def begin_result(
+    entry: ModelEntry,
+    spec: ModelSpec,
+    golden: Golden,
+    golden_status: str,
+    backend_name: str,
+    *,
+    workdir: Path,
+    clock_injected: bool = False,
+    baseline_given: bool = False,
+    counted: Any = None,
+    baseline: dict[str, Any] | None = None,
+    tools_missing: list[str] | None = None,
+) -> PendingResult | dict[str, Any]:
+    """Build, load and check the numerics of one (model, backend): a result to measure.
+
+    A result that is not timed here (an artefact that runs under emulation) comes back
+    finished, as a result dict. ``counted`` (a CountedConfig) adds its counted figure
+    (guard.run.counted), judged against ``baseline``; ``tools_missing`` collects the one
+    line that says the counting tools are not installed.
+    """
+    case = load_case(entry, spec, golden, backend_name, workdir)
+    manifest, session, feeds = case.manifest, case.session, case.feeds
+    got = session.run(feeds)
+    tol = ck.tolerance_bounds(entry.checks.get("tolerance", {}))
+    numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list, **tol)
+    numerics["golden_status"] = golden_status
+    numerics["inputs_sha256"] = outputs_sha256(list(feeds.values()))  # the doctor compares it
+    if golden_status == "stale":  # the suite's inputs changed: ask for the golden's update
+        numerics["golden_stale"] = golden.meta.get("stale")
+    if entry.expected:  # test_data's output_K.pb: the second golden
+        exp_tol = ck.tolerance_bounds(entry.checks.get("expected") or tol)
+        numerics["expected"] = compare_expected(got, entry.expected, spec.outputs, exp_tol)
+    if golden.meta.get("model_sha256") not in (None, spec.sha256):
+        numerics["golden_model_changed"] = True
+    # The outputs themselves (compact), so guard compare can tell two architectures' drift.
+    numerics["outputs"] = encode_outputs([np.asarray(g) for g in got], session.output_names)
+    # What the checks will read of this phase; ck.Facts is built once, when the result is
+    # finished (finish_result, _emulated_result), and every check evaluated then.
+    known: dict[str, Any] = {
+        "backend": backend_name,
+        "arch": _host_arch(manifest),
+        "numerics": numerics,
+        "tuning": manifest.get("tuning_cache") or {},
+    }
+    if "accuracy" in entry.checks:
+        try:
+            known["accuracy"], known["accuracy_n"] = session_accuracy(entry, session, spec)
+            numerics["accuracy"] = known["accuracy"]
+        except GuardError as exc:
+            known["accuracy_error"] = str(exc)
+    if counted is not None:
+        _count(case, known, counted, workdir, baseline, tools_missing)
+    if getattr(session, "latency_status", None) == "emulated":
+        return _emulated_result(entry, backend_name, case, known, baseline_given)
+    cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
+    return PendingResult(
+        entry, backend_name, case, known, numerics, cfg, preflight(entry.threads),
+        round_isolation(clock_injected),
+    )  # fmt: skip
+
+
+def _count(
+    case: Case,
+    known: dict[str, Any],
+    cfg: Any,
+    workdir: Path,
+    baseline: dict[str, Any] | None,
+    tools_missing: list[str] | None,
+) -> None:
+    from guard.core.result_key import ResultKey
+    from guard.run.counted import count_case, counted_against
+
+    block = count_case(case, cfg, workdir, tools_missing if tools_missing is not None else [])
+    if block is None:
+        return
+    key = ResultKey(case.model, case.backend, case.manifest["target"]["canonical"])
+    known["counted"] = block
+    known["counted_bound"], known["counted_cmp"] = counted_against(case.entry, block, baseline, key)
+
+
+def _counted_extra(facts: ck.Facts) -> dict[str, Any]:
+    return {"counted": facts.counted} if facts.counted is not None else {}
+
+
+def finish_result(
+    p: PendingResult,
+    *,
+    baseline: dict[str, Any] | None = None,
+    noise: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict[str, Any]:
+    """Judge a result on the rounds it got (all of them, or fewer after an interruption)."""
+    if not p.rounds:
+        raise InternalError(f"{p.entry.name} [{p.backend}] has no measured round to judge")
+    entry, backend_name, case, numerics = p.entry, p.backend, p.case, p.numerics
+    manifest, info, session = case.manifest, case.build, case.session
+    timings = RoundTimings(list(p.rounds), p.cfg)
+    missing = p.cfg.rounds - len(p.rounds)
+    post = preflight(entry.threads, contention=timings.contention)
+    stats = timings.stats()
+    partitions = session.partitions().to_dict()
+    memory = session.memory()
+    measured: dict[str, Any] = {
+        "manifest": manifest,
+        "rounds": timings.rounds_dict(),
+        "noise_pct": timings.noise_pct(),
+        "measurement": {
+            "warmup_iters": timings.warmup_iters,
+            "truncated": timings.truncated,
+            "stopped_by": "max_time_s" if p.out_of_time and missing > 0 else timings.stopped_by,
+            "contention": timings.contention,
+            "cpu_share": timings.cpu_share,
+            "preempted_fraction": timings.preempted_fraction,
+            "rounds": len(p.rounds),
+            "round_isolation": p.isolation,
+            "host_probe": PROBE if any(t.host for t in p.rounds) else None,
+            "round_order": "interleaved",
+            "cpus": sorted(measuring_cpus(entry.threads) or ()) if p.isolation == WORKER else None,
+            "config": dict(entry.measure),
+        },
+    }
+    bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
+    regress, regress_reason = _against_baseline(
+        entry, backend_name, measured, bound, baseline, noise
+    )
+    contention = contention_block(p.rounds)
+    facts = ck.Facts(
+        **p.known,
+        baseline_given=baseline is not None,
+        latency_ms=stats,
+        truncated=timings.truncated,
+        contention=contention,
+        regress=regress,
+        regress_reason=regress_reason,
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+    )
+    # The facts after the loop (with its contention) decide the warnings; the ones from
+    # before are kept as facts, not repeated as warnings.
+    interrupted = (
+        [
+            f"stopped at max_time_s={p.cfg.max_time_s:g}s after {len(p.rounds)} of "
+            f"{p.cfg.rounds} rounds (loads, warm-ups and timed calls count); raise max_time_s "
+            "or lower rounds"
+            if p.out_of_time
+            else f"interrupted after {len(p.rounds)} of {p.cfg.rounds} rounds"
+        ]
+        if missing > 0
+        else []
+    )
+    post["warnings"] = list(
+        dict.fromkeys(
+            [
+                *post.get("warnings", []),
+                *timings.warnings,
+                *interrupted,
+                *(f"build: {w}" for w in info.warnings),
+                *stale_warning(entry, numerics),
+            ]
+        )
+    )
+    post["before"] = {k: p.pre.get(k) for k in ("loadavg", "warnings")}
+    kernels = getattr(session, "kernels", None)  # bundled: top generated kernels by share
+    return result_dict(
+        entry,
+        backend_name,
+        checks=ck.evaluate(entry.checks, facts),
+        manifest=manifest,
+        latency_ms=stats,
+        latency_status="measured",
+        samples_ms=[s * 1e3 for s in timings.samples_s],
+        rounds=measured["rounds"],
+        noise_pct=measured["noise_pct"],
+        measurement=measured["measurement"],
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+        memory={"how": memory.how, **memory.extra},
+        numerics=numerics,
+        preflight=post,
+        artefact=str(case.artefact),
+        artefact_reused=case.reused,
+        graph=info.graph,
+        layout_conversions=partitions.get("layout_conversions"),
+        extra={
+            "contention": contention,
+            **({"kernels": kernels(case.feeds)} if callable(kernels) else {}),
+            **_counted_extra(facts),
+        },
+    )
+
+
+def _emulated_result(
+    entry: ModelEntry, backend_name: str, case: Case, known: dict[str, Any], baseline_given: bool
+) -> dict[str, Any]:
+    """The result of an artefact run under emulation: everything but latency is checked."""
+    session: Any = case.session
+    reason = str(session.latency_reason)
+    partitions = session.partitions().to_dict()
+    memory = session.memory()
+    facts = ck.Facts(
+        **known,
+        baseline_given=baseline_given,
+        latency_skipped=reason,
+        regress_reason=reason,
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+    )
+    numerics = known["numerics"]
+    return result_dict(
+        entry,
+        backend_name,
+        checks=ck.evaluate(entry.checks, facts),
+        manifest=case.manifest,
+        latency_ms=None,
+        latency_status="emulated",
+        measurement={
+            "emulated": True,
+            "emulator": getattr(session, "emulator", None),
+            "reason": reason,
+        },
+        partitions=partitions,
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+        memory={"how": memory.how, **memory.extra},
+        numerics=numerics,
+        preflight={"warnings": [f"build: {w}" for w in case.build.warnings]},
+        artefact=str(case.artefact),
+        artefact_reused=case.reused,
+        graph=case.build.graph,
+        layout_conversions=partitions.get("layout_conversions"),
+        extra=_counted_extra(facts),
+    )
