@@ -213,10 +213,11 @@ class BundledSession:
         self._blas = _blas_controller()
         self.input_names = list(self._session.input_names)
         self.output_names = list(self._session.output_names)
-        native = self._session.loaded.native
+        loaded = self._session.loaded
+        native = loaded.native
         self._all_generated = native is not None and native.plan.main is not None
-        if native is not None:  # the generated code's pool: started once per load
-            native.start_threads(threads)
+        for program in loaded.programs():  # the generated code's pools: started once per load
+            program.start_threads(threads)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         if self._all_generated:  # no numpy kernels run: skip the BLAS limit (~10 us a call)

@@ -201,18 +201,34 @@ def test_an_input_without_a_shape_must_be_bound() -> None:
     assert import_onnx(m, {"x": (2, 3)}).values["y"].shape == (2, 3)
 
 
-def test_control_flow_is_not_compiled_and_says_so() -> None:
-    branch = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["o"])], "b", [], [vi("o", F, [2])]
+def test_if_branches_of_different_shapes_are_refused_naming_the_node() -> None:
+    then_b = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["o"])], "t", [], [vi("o", F, None)]
+    )
+    else_b = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x"], ["p"], keepdims=0)], "e", [], [vi("p", F, None)]
     )
     m = _model(
-        [helper.make_node("If", ["c"], ["y"], name="if_1", then_branch=branch, else_branch=branch)],
+        [helper.make_node("If", ["c"], ["y"], name="if_1", then_branch=then_b, else_branch=else_b)],
         [vi("c", onnx.TensorProto.BOOL, []), vi("x", F, [2])],
-        [vi("y", F, [2])],
+        [vi("y", F, None)],
+    )
+    with pytest.raises(ModelError, match=r"If node 'if_1'.*different shapes: output 0 is f32\[2\]"):
+        import_onnx(m)
+
+
+def test_scan_is_not_compiled_and_says_so() -> None:
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["s"], ["o"])], "b", [vi("s", F, [2])], [vi("o", F, [2])]
+    )
+    m = _model(
+        [helper.make_node("Scan", ["x"], ["y"], name="scan_1", body=body, num_scan_inputs=1)],
+        [vi("x", F, [3, 2])],
+        [vi("y", F, [3, 2])],
     )
     with pytest.raises(
         UnsupportedOpError,
-        match=r"control flow op If \(node 'if_1'\) is not compiled.*onnxruntime backend",
+        match=r"control flow op Scan \(node 'scan_1'\) is not compiled.*onnxruntime backend",
     ):
         import_onnx(m)
 

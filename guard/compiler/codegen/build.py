@@ -21,6 +21,7 @@ from guard.compiler.codegen.split import split_step
 from guard.compiler.codegen.target import CodegenTarget, host_target
 from guard.compiler.ir.target import using_table
 from guard.compiler.partition.plan import CompiledPlan
+from guard.compiler.runtime.control import control_executor
 from guard.compiler.runtime.engine import Runtime
 from guard.compiler.runtime.weights import WeightsLayout, pack_weights
 
@@ -85,6 +86,8 @@ def jit(
     program = NativeProgram(code.plan, code.packed, code.generated.object_code, target)
     program.start_threads(threads)
     backends = tuple(p.backend for p in compiled.partitions.partitions)
+    # Control flow: each branch or loop body is its own compiled Runtime, called by the host.
+    subs = {id(sp.graph): jit(sp, target, threads)[0] for sp in compiled.subplans.values()}
     rt = Runtime(
         compiled.view,
         compiled.memory,
@@ -92,6 +95,7 @@ def jit(
         backends,
         blob,
         layout,
+        executors={"cpu": control_executor(subs)} if subs else None,
         native=program,
     )
     return rt, code

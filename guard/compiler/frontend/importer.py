@@ -20,12 +20,14 @@ from onnx import helper, numpy_helper
 
 from guard.compiler.frontend.context import ImportContext, np_dtype
 from guard.compiler.frontend.functions import expand_functions
+from guard.compiler.frontend.ops_control import SUBGRAPH_OPS, convert_if, convert_loop
 from guard.compiler.frontend.prepare import bind_inputs, toposort, without_big_initializers
 from guard.compiler.frontend.registry import lookup
 from guard.compiler.ir.core import Constant, Graph, Shape
 from guard.core.errors import ModelError, UnsupportedOpError
 
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
+_CONVERT_SUBGRAPH = {"If": convert_if, "Loop": convert_loop}
 
 
 def _attrs(node: onnx.NodeProto, ctx: ImportContext) -> dict[str, Any]:
@@ -98,6 +100,8 @@ def import_onnx(
     # Check every op before any heavy work, so the first message is the useful one.
     for node in proto.graph.node:
         label = node.name or (node.output[0] if node.output else "?")
+        if node.domain in ("", "ai.onnx") and node.op_type in SUBGRAPH_OPS:
+            continue  # ops_control imports the bodies (their ops are checked there)
         if node.op_type in CONTROL_FLOW and node.domain in ("", "ai.onnx"):
             raise UnsupportedOpError(
                 f"control flow op {node.op_type} (node {label!r}) is not compiled by the "
@@ -161,14 +165,17 @@ def import_onnx(
     known = set(ctx.g.values)
     for node in toposort(proto.graph, source, known):
         ctx.node = node
-        conv = lookup(node.op_type, opset)
-        assert conv is not None
         for i in node.input:
             if i and i not in ctx.g.values:
                 raise ctx.error(
                     f"input {i!r} is never defined (dangling use)",
                     hint="Re-export the model; onnx.checker shows the same.",
                 )
+        if node.op_type in SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
+            _CONVERT_SUBGRAPH[node.op_type](ctx, node, import_onnx)
+            continue
+        conv = lookup(node.op_type, opset)
+        assert conv is not None
         attrs = _attrs(node, ctx)
         try:
             conv(ctx, list(node.input), list(node.output), **attrs)

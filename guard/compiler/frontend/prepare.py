@@ -192,6 +192,25 @@ def without_big_initializers(proto: onnx.ModelProto, max_elements: int = 4096) -
     return light
 
 
+def free_names(graph: onnx.GraphProto) -> list[str]:
+    """Names ``graph`` (nested graphs included) reads from an enclosing scope, in order."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {o for n in graph.node for o in n.output}
+    out: list[str] = []
+    for n in graph.node:
+        out += [r for r in _reads(n) if r and r not in defined and r not in out]
+    return out
+
+
+def _reads(node: onnx.NodeProto) -> list[str]:
+    """A node's inputs and the enclosing-scope values its subgraphs (If/Loop bodies) read."""
+    reads = list(node.input)
+    for a in node.attribute:
+        for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
+            reads += free_names(sub)
+    return reads
+
+
 def toposort(
     graph: onnx.GraphProto, source: str, known: Set[str] = frozenset()
 ) -> list[onnx.NodeProto]:
@@ -203,7 +222,7 @@ def toposort(
     """
     producers = {o: idx for idx, n in enumerate(graph.node) for o in n.output if o}
     preds = [
-        {producers[i] for i in n.input if i and i in producers and i not in known}
+        {producers[i] for i in _reads(n) if i and i in producers and i not in known}
         for n in graph.node
     ]
     order = topological(preds)

@@ -15,8 +15,8 @@ what an op is, instead of keeping their own sets:
 - ``layout``: the op reads its first input and writes its output in ``attrs["layout"]``
   (NCHW, NHWC, NCHW16c) when the layout pass gives it one.
 - ``reduction``: the op reduces over axes (its output has fewer elements).
-- ``control_flow``: the op runs a subgraph (If/Loop/Scan). The importer refuses these (the
-  bundled compiler does not compile subgraphs); the trait lets profiles decline them.
+- ``control_flow``: the op runs a subgraph (If/Loop/Scan). If and Loop run on the host,
+  each branch or body compiled as a graph of its own; the importer refuses Scan.
 
 Hazard: ``inplace`` is about element dependence only; the planner also requires that no
 other reader of the input comes later and that the input is not a graph output.

@@ -253,11 +253,28 @@ def _relayout(node: Node, vals: list[Value | None]) -> TypeList:
 SHAPE_FNS["Relayout"] = _relayout
 
 
+def _if(node: Node, vals: list[Value | None]) -> TypeList:
+    body = node.attrs["then_branch"]
+    return [(body.values[o].shape, body.values[o].dtype) for o in body.outputs]
+
+
+def _loop(node: Node, vals: list[Value | None]) -> TypeList:
+    carried = [_v(vals, 2 + k) for k in range(int(node.attrs["carried"]))]
+    scans = [
+        ((int(node.attrs["scan_length"]), *s), dtype_from_name(d)) for d, s in node.attrs["scan"]
+    ]
+    return [(v.shape, v.dtype) for v in carried] + scans
+
+
+SHAPE_FNS["If"] = _if
+SHAPE_FNS["Loop"] = _loop
+
+
 def infer(node: Node, graph: Graph) -> TypeList | None:
     """Output types of ``node`` from its inputs' types; None when the op has no function."""
     fn = SHAPE_FNS.get(node.op)
-    if fn is None:
-        return None
+    if fn is None or (node.op == "If" and not isinstance(node.attrs["then_branch"], Graph)):
+        return None  # a loaded artefact's If names its compiled branches, not their graphs
     vals = [graph.values.get(i) if i else None for i in node.inputs]
     layout = node.attrs.get("layout", "NCHW")
     if layout != "NCHW" and node.op in LAYOUT_OPS:

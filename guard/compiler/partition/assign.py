@@ -4,7 +4,8 @@ Each backend is a support predicate and its boundary costs (guard.compiler.parti
 ``decline(node, graph)`` returns ``None`` or a reason, e.g. "op LRN is not in profile
 gpu-lite"). Backends are asked in priority order; the last one is the fallback (``cpu``,
 the reference interpreter), which runs every op the importer produces (control flow never
-gets this far: the importer refuses If/Loop/Scan), so no node is left without a backend.
+gets If/Loop as host nodes whose branches are compiled as graphs of their own: see
+guard.compiler.partition.plan), so no node is left without a backend.
 
 Algorithm (:func:`partition`):
 1. Each node goes to the first backend that does not decline it; every decline is kept.
@@ -280,6 +281,16 @@ def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) ->
         lines.append(
             f"  layout conversions: {rep['layout_conversions']} (relayouts and NCHW<->NHWC "
             "transposes in the final graph)"
+        )
+    for cf in rep.get("control_flow", []):
+        subs = ", ".join(
+            f"{attr}: {r['count']} partition(s) ({r['delegated_partitions']} delegated, "
+            f"{r['fallback_nodes']} fallback node(s))"
+            for attr, r in cf["subgraphs"].items()
+        )
+        lines.append(
+            f"  control flow: {cf['node']} ({cf['op']}) runs on the host in partition "
+            f"{cf['partition']} and calls {subs}"
         )
     if rep["splits"]:
         lines.append("  splits (node that left the first backend, and why):")

@@ -37,6 +37,9 @@ class CompiledPlan:
     backends: tuple[PartitionTarget, ...]
     profile: str  # "native" or the profile's name
     partition_report: Mapping[str, Any] = field(default_factory=dict)
+    # Control flow: "<node>/<attr>" -> the plan of that branch or loop body, compiled as a
+    # graph of its own (the If/Loop node runs on the host and calls it).
+    subplans: Mapping[str, CompiledPlan] = field(default_factory=dict)
 
     @property
     def arena_bytes(self) -> int:
@@ -60,6 +63,14 @@ def plan(graph: Graph, profile: str | Path | PartitionTarget | None = None) -> C
     parts = partition(view, backends)
     sched = schedule(view, parts.group_of)
     mem = plan_memory(view, sched.order)
+    subplans: dict[str, CompiledPlan] = {}
+    for node in view.nodes:
+        for attr, sub in node.attrs.items():
+            if isinstance(sub, Graph):
+                subplans[f"{node.name}/{attr}"] = plan(sub, profile)
+    report = report_dict(parts, view)
+    if subplans:
+        report["control_flow"] = control_flow_report(parts, view, subplans)
     return CompiledPlan(
         graph=graph,
         view=view,
@@ -68,8 +79,34 @@ def plan(graph: Graph, profile: str | Path | PartitionTarget | None = None) -> C
         memory=mem,
         backends=backends,
         profile=backends[0].name,
-        partition_report=MappingProxyType(report_dict(parts, view)),
+        partition_report=MappingProxyType(report),
+        subplans=MappingProxyType(subplans),
     )
+
+
+def control_flow_report(
+    parts: PartitionPlan, view: GraphView, subplans: Mapping[str, CompiledPlan]
+) -> list[dict[str, Any]]:
+    """Where control flow cut the model: per If/Loop node, the host partition it runs in
+    and the partitions of each branch or body it calls (their own reports, nested)."""
+    out = []
+    for i, node in enumerate(view.nodes):
+        subs = {
+            k.rsplit("/", 1)[1]: p for k, p in subplans.items() if k.rsplit("/", 1)[0] == node.name
+        }
+        if not subs:
+            continue
+        pid = parts.group_of[i]
+        out.append(
+            {
+                "node": node.name,
+                "op": node.op,
+                "partition": pid,
+                "backend": parts.partitions[pid].backend,
+                "subgraphs": {a: dict(p.partition_report) for a, p in sorted(subs.items())},
+            }
+        )
+    return out
 
 
 def compile_model(

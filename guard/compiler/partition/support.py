@@ -127,9 +127,12 @@ class StaticShapes(Support):
 class NoControlFlow(Support):
     def decline(self, node: OpNode, g: GraphView) -> str | None:
         if node.op in CONTROL_FLOW_OPS or node.has_subgraph:
-            # The importer refuses control flow, so only a hand-built IR graph gets here;
-            # the fallback has no kernel for it either (run_reference names the node).
-            return f"control flow ({node.op} with a subgraph) is not compiled"
+            # The host evaluates the condition (trip count) and calls each branch (body),
+            # compiled as a graph of its own (guard.compiler.partition.plan's subplans).
+            return (
+                f"control flow ({node.op}) runs on the host; each branch or loop body is "
+                "compiled as its own subgraph"
+            )
         return None
 
 

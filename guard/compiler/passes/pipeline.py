@@ -182,4 +182,13 @@ def optimize(
                 warnings.warn(msg, RuntimeWarning, stacklevel=2)
         else:
             run_one(*entry)
+    # Branches and loop bodies are closed graphs (their captures are node inputs, so the
+    # passes above saw every use): each gets the same pipeline as a graph of its own.
+    for node in g.nodes:
+        for key, sub in list(node.attrs.items()):
+            if isinstance(sub, Graph):
+                node.attrs[key], sub_report = optimize(
+                    sub, pipeline, verify_each=verify_each, entries=entries, target=target
+                )
+                report.warnings.extend(sub_report.warnings)
     return g, report

@@ -13,6 +13,7 @@ import numpy as np
 from guard.compiler.ir import layout
 from guard.compiler.ir.core import Constant, Graph
 from guard.compiler.reference import (
+    control,
     elementwise,
     index,
     linalg,
@@ -47,6 +48,15 @@ def _relayout(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 
 KERNELS["Relayout"] = _relayout
+
+
+def _run_body(body: Graph, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    outs = run_reference(body, dict(zip(body.inputs, inputs, strict=True)))
+    return [outs[o] for o in body.outputs]
+
+
+KERNELS["If"] = lambda xs, a: control.run_if(xs, a, _run_body)
+KERNELS["Loop"] = lambda xs, a: control.run_loop(xs, a, _run_body)
 
 
 def _in_layout(op: str, inputs: Xs, attrs: Attrs) -> list[np.ndarray]:

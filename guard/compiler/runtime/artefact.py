@@ -13,6 +13,8 @@ kernels.ll          the optimised LLVM IR of kernels.o (diffable text between tw
 kernels.json        the kernel plan: per native partition its entry and, per step, the
                     node, the kernel symbol and the operands' (space, offset, shape, dtype)
 packed.bin          constants re-laid for their kernels (e.g. conv weights by K block)
+sub/N_ATTR/         control flow: each If branch or Loop body, an artefact of its own; the
+                    node's attribute in graph.txt names it, artefact.json its manifest's sha256
 ```
 
 Loading maps kernels.o with llvmlite (MCJIT over an empty module): nothing is compiled at
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +47,9 @@ from guard.compiler.codegen.kernel_plan import KernelPlan
 from guard.compiler.codegen.target import CodegenTarget, codegen_target, runnable_here
 from guard.compiler.graph.memory import MemoryPlan
 from guard.compiler.graph.view import view_of_graph
-from guard.compiler.ir.core import Graph
+from guard.compiler.ir.core import Graph, Node
 from guard.compiler.partition.plan import COMPILER_NAME, CompiledPlan, plan
+from guard.compiler.runtime.control import control_executor
 from guard.compiler.runtime.engine import Executor, Runtime
 from guard.compiler.runtime.weights import WEIGHTS_SCHEMA_VERSION, WeightsLayout, pack_weights
 from guard.core.errors import ModelError
@@ -91,7 +94,8 @@ def save_artefact(
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)  # until the new one is written, not an artefact
     graph = compiled.graph
-    (out / "graph.txt").write_text(print_graph(graph))
+    subgraphs = _write_subgraphs(compiled, out, pipeline=pipeline, target=target)
+    (out / "graph.txt").write_text(print_graph(_with_refs(compiled, subgraphs)))
     blob, layout = pack_weights({k: c.data for k, c in graph.constants.items()})
     (out / "weights.bin").write_bytes(blob.tobytes())
     _dump(out / "weights.json", layout.to_dict())
@@ -141,9 +145,41 @@ def save_artefact(
         "codegen": codegen,
         "files": {name: _sha256(out / name) for name in files},
     }
+    if subgraphs:
+        manifest["subgraphs"] = {
+            rel: _sha256(out / rel / MANIFEST) for rel in sorted(set(subgraphs.values()))
+        }
 
     atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
+
+
+def _write_subgraphs(
+    compiled: CompiledPlan, out: Path, *, pipeline: str, target: str
+) -> dict[str, str]:
+    """Each branch or loop body as an artefact of its own under ``sub/``; key -> its path."""
+    refs = {}
+    for k, (key, sub) in enumerate(sorted(compiled.subplans.items())):
+        rel = f"sub/{k}_{key.rsplit('/', 1)[1]}"
+        save_artefact(sub, out / rel, pipeline=pipeline, target=target)
+        refs[key] = rel
+    return refs
+
+
+def _with_refs(compiled: CompiledPlan, refs: dict[str, str]) -> Graph:
+    """The graph to print: a body in a node's attributes becomes the path of its artefact."""
+    if not refs:
+        return compiled.graph
+    g = Graph(compiled.graph.name)
+    g.inputs, g.outputs, g.values = (
+        compiled.graph.inputs,
+        compiled.graph.outputs,
+        compiled.graph.values,
+    )
+    for n, v in zip(compiled.graph.nodes, compiled.view.nodes, strict=True):
+        attrs = {a: refs.get(f"{v.name}/{a}", x) for a, x in n.attrs.items()}
+        g.nodes.append(Node(n.op, n.inputs, n.outputs, attrs, n.name))
+    return g
 
 
 def _write_native(
@@ -181,9 +217,20 @@ class LoadedArtefact:
     weights_blob: np.ndarray
     weights_layout: WeightsLayout
     native: Any = None  # guard.compiler.codegen.build.NativeProgram, when generated
+    subs: dict[str, LoadedArtefact] = field(default_factory=dict)  # sub/... -> a body's artefact
+
+    def programs(self) -> list[Any]:
+        """The generated code of this artefact and of every branch or loop body in it."""
+        own = [self.native] if self.native is not None else []
+        return own + [p for sub in self.subs.values() for p in sub.programs()]
 
     def runtime(self, executors: dict[str, Executor] | None = None) -> Runtime:
         view = view_of_graph(self.graph)
+        if self.subs:  # control flow: the host calls each body's own runtime
+            executors = {
+                "cpu": control_executor({rel: a.runtime() for rel, a in self.subs.items()}),
+                **(executors or {}),
+            }
         return Runtime(
             view,
             self.memory,
@@ -295,7 +342,15 @@ def load_artefact(art_dir: str | Path, *, native: bool = True) -> LoadedArtefact
         raise _refuse(root / "memory_plan.json", f"no arena slot for tensor {missing[0]!r}")
     # native=False: verified but not mapped (guard.emulate runs a foreign object itself).
     program = _load_native(root, codegen) if codegen and native else None
-    return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout, program)
+    subs = {}
+    for rel, sha in dict(manifest.get("subgraphs") or {}).items():
+        sub_manifest = root / rel / MANIFEST
+        if not sub_manifest.is_file() or _sha256(sub_manifest) != sha:
+            raise _refuse(
+                sub_manifest, "a branch's artefact is missing or differs from the build's"
+            )
+        subs[rel] = load_artefact(root / rel, native=native)
+    return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout, program, subs)
 
 
 def _load_native(root: Path, codegen: dict[str, Any]) -> Any:
