@@ -172,6 +172,7 @@ class ArtefactSession:
                 + " > ".join(p["backends"])
                 + f"; {len(p['splits'])} split node(s), {p['boundary_bytes']} B crossing "
                 f"{len(p['boundaries'])} boundary tensor(s), fallback tax {p['fallback_tax_ms']} ms"
+                + _control_flow_how(p)
             ),
             layout_conversions=p.get("layout_conversions"),
         )
@@ -188,6 +189,16 @@ class ArtefactSession:
             ),
             extra=m.summary(),
         )
+
+
+def _control_flow_how(p: dict[str, Any]) -> str:
+    """Where control flow cut the model: each If/Loop on the host and its bodies' partitions."""
+    cuts = [
+        f"{cf['node']} ({cf['op']}) on the host calls "
+        + ", ".join(f"{a}: {r['count']} partition(s)" for a, r in cf["subgraphs"].items())
+        for cf in p.get("control_flow", [])
+    ]
+    return "; control flow: " + "; ".join(cuts) if cuts else ""
 
 
 class _NoLimit:

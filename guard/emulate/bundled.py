@@ -32,6 +32,7 @@ from guard.backends.bundled import ArtefactSession, BundledSession
 from guard.compiler.codegen.kernel_plan import KernelPlan
 from guard.compiler.graph.schedule import ALIGNMENT, view_of_graph
 from guard.compiler.runtime.artefact import LoadedArtefact, load_artefact
+from guard.core.errors import UnsupportedOpError
 from guard.emulate.runner import (
     DEFAULT_TIMEOUT_S,
     PartitionServer,
@@ -62,6 +63,13 @@ def load_emulated(artefact_dir: Path, threads: int, *, timeout_s: float | None =
 
     root = Path(artefact_dir)
     loaded = load_artefact(root, native=False)
+    if loaded.subs:
+        raise UnsupportedOpError(
+            "the artefact has control flow (If/Loop on the host, each body an artefact of "
+            "its own under sub/); the emulator runs one generated object per artefact",
+            where=str(root),
+            hint="Run this model on a host of its target architecture.",
+        )
     codegen = loaded.manifest.get("codegen")
     if not codegen:
         # No generated code (every partition on the reference interpreter): nothing is

@@ -164,10 +164,16 @@ def test_bundled_artefact_runs_its_compiled_branches(tmp_path: Path) -> None:
     backend.build(BuildRequest(tmp_path / "m.onnx", {}, "host", "host", 1, out))
     assert sorted(p.name for p in (out / "sub").iterdir()) == ["0_else_branch", "1_then_branch"]
     sess = backend.load(out, threads=1)
-    assert sess.partitions().fallback_nodes == 1
+    parts = sess.partitions()
+    assert parts.fallback_nodes == 1
+    assert "control flow: the_if (If) on the host calls else_branch: 1 partition(s)" in parts.how
     for x in IF_FEEDS:
         (z,) = sess.run({"x": x})
         np.testing.assert_allclose(z, _ort(if_model(), {"x": x})[0], rtol=1e-4, atol=1e-5)
+    from guard.emulate.bundled import load_emulated
+
+    with pytest.raises(ModelError, match="control flow .* the emulator runs one generated object"):
+        load_emulated(out, threads=1)  # refused before any emulator starts
     (out / "sub" / "0_else_branch" / "artefact.json").write_text("{}")
     with pytest.raises(ModelError, match="branch's artefact"):
         backend.load(out, threads=1)
