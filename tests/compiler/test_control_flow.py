@@ -18,7 +18,7 @@ from onnx import numpy_helper as nh
 
 from guard.backends import get_backend
 from guard.backends.base import BuildRequest
-from guard.compiler import import_onnx, optimize, run_reference
+from guard.compiler import import_onnx, optimize, parse_graph, print_graph, run_reference
 from guard.compiler.codegen.build import jit
 from guard.compiler.partition.plan import plan
 from guard.core.errors import ModelError
@@ -189,3 +189,16 @@ def test_branches_of_different_shapes_are_refused_naming_the_node(tmp_path: Path
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in r.stderr
     assert "If node 'the_if'" in lines[0] and "different shapes" in lines[0]
+
+
+def test_subgraphs_round_trip_through_the_text_form() -> None:
+    g = import_onnx(loop_model())
+    text = print_graph(g)
+    body = g.nodes[0].attrs["body"]
+    weights = {k: c.data for graph in (g, body) for k, c in graph.constants.items()}
+    back = parse_graph(text, weights=weights)
+    assert print_graph(back) == text
+    x = LOOP_FEEDS[0]
+    ref, got = run_reference(g, {"x": x}), run_reference(back, {"x": x})
+    for o in g.outputs:
+        np.testing.assert_array_equal(got[o], ref[o])

@@ -9,6 +9,9 @@ node "mm_1": y: f32[1,2] = MatMul(x, w) {}
 output y
 ```
 
+A subgraph attribute (an If branch, a Loop body) prints as ``{"$graph": "<its text>"}``;
+its external constants come from the same ``weights`` mapping (the bundled artefact writes
+each body as an artefact of its own instead).
 Names that are not ``[A-Za-z0-9_./-]+`` are JSON-quoted (so ``""`` is an omitted
 optional input). Attributes are JSON with sorted keys; floats print with ``repr`` and NaN /
 Infinity as JSON's extensions, so the form round-trips exactly.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -34,6 +37,7 @@ from guard.compiler.ir.core import (
 from guard.core.errors import ModelError
 
 INLINE_MAX_ELEMENTS = 64
+SUBGRAPH_KEY = "$graph"  # {"$graph": text}: a subgraph attribute (If branch, Loop body)
 _BARE = re.compile(r"[A-Za-z0-9_./\-]+")
 
 
@@ -46,7 +50,14 @@ def _type(v: Value) -> str:
 
 
 def _attrs(a: dict) -> str:
-    return json.dumps(a, sort_keys=True, separators=(", ", ": "))
+    return json.dumps(a, sort_keys=True, separators=(", ", ": "), default=_subgraph)
+
+
+def _subgraph(obj: object) -> dict[str, str]:
+    """An If branch or Loop body in a node's attributes: its own text, nested."""
+    if isinstance(obj, Graph):
+        return {SUBGRAPH_KEY: print_graph(obj)}
+    raise TypeError(f"attribute value {obj!r} has no text form")
 
 
 def _data(c: Constant) -> str:
@@ -113,10 +124,10 @@ class _Cursor:
         self.i = m.end()
         return m.group(0)
 
-    def json(self) -> object:
+    def json(self, hook: Callable[[dict], object] | None = None) -> object:
         self.ws()
         try:
-            obj, end = json.JSONDecoder().raw_decode(self.s, self.i)
+            obj, end = json.JSONDecoder(object_hook=hook).raw_decode(self.s, self.i)
         except json.JSONDecodeError as exc:
             raise self.fail(f"JSON ({exc.msg})") from None
         self.i = end
@@ -202,7 +213,9 @@ def parse_graph(text: str, weights: Mapping[str, np.ndarray] | None = None) -> G
                         break
                     c.expect(",")
             c.expect(")")
-            attrs = c.json()
+            attrs = c.json(
+                lambda d: parse_graph(d[SUBGRAPH_KEY], weights) if set(d) == {SUBGRAPH_KEY} else d
+            )
             if not isinstance(attrs, dict):
                 raise c.fail("an attribute object {...}")
             c.end()
