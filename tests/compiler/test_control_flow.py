@@ -202,3 +202,32 @@ def test_subgraphs_round_trip_through_the_text_form() -> None:
     ref, got = run_reference(g, {"x": x}), run_reference(back, {"x": x})
     for o in g.outputs:
         np.testing.assert_array_equal(got[o], ref[o])
+
+
+def test_a_while_loop_evaluates_its_condition_on_the_host() -> None:
+    """h = h / 2 while sum(|h|) > 1 (at most 100 steps): the body's condition output decides."""
+    body = h.make_graph(
+        [
+            h.make_node("Mul", ["h_in", "half"], ["h_out"]),
+            h.make_node("Abs", ["h_out"], ["a"]),
+            h.make_node("ReduceSum", ["a"], ["s"], keepdims=0),
+            h.make_node("Greater", ["s", "one"], ["cond_out"]),
+        ],
+        "body",
+        [_vi("i", T.INT64, []), _vi("cond_in", T.BOOL, []), _vi("h_in", T.FLOAT, None)],
+        [_vi("cond_out", T.BOOL, []), _vi("h_out", T.FLOAT, None)],
+    )
+    inits = [nh.from_array(np.array(v, dt), k) for k, v, dt in
+             (("half", 0.5, np.float32), ("one", 1.0, np.float32), ("M", 100, np.int64), ("go", True, np.bool_))]  # fmt: skip
+    g = h.make_graph(
+        [h.make_node("Loop", ["M", "go", "x"], ["y"], body=body, name="while")],
+        "whilem", [_vi("x", T.FLOAT, [2, 8])], [_vi("y", T.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    ir = import_onnx(model)
+    rt, _ = jit(plan(optimize(ir, "O2")[0]))
+    for scale in (0.01, 1.0, 50.0):  # 1, a few and many iterations
+        x = (np.random.default_rng(5).standard_normal((2, 8)) * scale).astype(np.float32)
+        (want,) = _ort(model, {"x": x})
+        np.testing.assert_array_equal(run_reference(ir, {"x": x})["y"], want)
+        np.testing.assert_array_equal(rt.run({"x": x})["y"], want)
