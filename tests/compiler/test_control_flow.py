@@ -231,3 +231,20 @@ def test_a_while_loop_evaluates_its_condition_on_the_host() -> None:
         (want,) = _ort(model, {"x": x})
         np.testing.assert_array_equal(run_reference(ir, {"x": x})["y"], want)
         np.testing.assert_array_equal(rt.run({"x": x})["y"], want)
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        h.make_node("If", ["x"], ["y"]),
+        h.make_node("Loop", ["x", "x", "x"], ["y"], body=h.make_graph([], "b", [], [])),
+    ],
+    ids=["if-without-branches", "loop-body-of-another-arity"],
+)
+def test_malformed_control_flow_is_a_one_line_model_error(node) -> None:
+    g = h.make_graph([node], "m", [_vi("x", T.FLOAT, [2])], [_vi("y", T.FLOAT, [2])])
+    with pytest.raises(
+        ModelError, match=rf"{node.op_type} node 'y': malformed {node.op_type}"
+    ) as exc:
+        import_onnx(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]))
+    assert "\n" not in str(exc.value)

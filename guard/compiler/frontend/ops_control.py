@@ -81,7 +81,7 @@ def _import_body(
     formal: list[tuple[str, tuple[int, ...], np.dtype]],
     import_fn: ImportFn,
 ) -> Graph:
-    body = next(a.g for a in node.attribute if a.name == attr)
+    body = next(a.g for a in node.attribute if a.name == attr)  # checked by _graph_attrs
     model = _body_model(ctx, body, captures, formal)
     model.graph.name = f"{ctx.where(node)} {attr}"
     sub = import_fn(model)
@@ -93,8 +93,24 @@ def _runtime_captures(ctx: ImportContext, names: list[str]) -> list[str]:
     return [n for n in names if ctx.try_const(n) is None]
 
 
+def _graph_attrs(
+    ctx: ImportContext, node: onnx.NodeProto, names: tuple[str, ...], n_in: int
+) -> dict[str, onnx.GraphProto]:
+    """The node's subgraph attributes ``names``; a node without them (or with fewer than
+    ``n_in`` inputs) is malformed: a one-line error naming it."""
+    found = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    missing = [n for n in names if n not in found]
+    if missing or len(node.input) < n_in or not node.input[0] and node.op_type == "If":
+        raise ctx.error(
+            f"malformed {node.op_type}: needs graph attribute(s) {', '.join(names)} and "
+            f"{n_in} input(s) (missing {', '.join(missing) or 'inputs'})",
+            hint="Check the model with onnx.checker.check_model and re-export it.",
+        )
+    return found
+
+
 def convert_if(ctx: ImportContext, node: onnx.NodeProto, import_fn: ImportFn) -> None:
-    branches = {a.name: a.g for a in node.attribute}
+    branches = _graph_attrs(ctx, node, ("then_branch", "else_branch"), 1)
     cond = ctx.try_const(node.input[0])
     if cond is not None:  # decided at import: inline the selected branch
         attr = "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
@@ -168,7 +184,13 @@ def _inline(ctx: ImportContext, node: onnx.NodeProto, sub: Graph, caps: list[str
 
 
 def convert_loop(ctx: ImportContext, node: onnx.NodeProto, import_fn: ImportFn) -> None:
-    body = next(a.g for a in node.attribute if a.name == "body")
+    body = _graph_attrs(ctx, node, ("body",), 2)["body"]
+    if len(body.input) != len(node.input) or len(node.output) < len(node.input) - 2:
+        raise ctx.error(
+            f"malformed Loop: its body takes {len(body.input)} inputs for the node's "
+            f"{len(node.input)} and the node has {len(node.output)} outputs",
+            hint="Check the model with onnx.checker.check_model and re-export it.",
+        )
     m_name = node.input[0] if len(node.input) > 0 else ""
     c_name = node.input[1] if len(node.input) > 1 else ""
     v_init = list(node.input[2:])
