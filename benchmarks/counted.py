@@ -127,12 +127,20 @@ models:
     return path
 
 
-def spread_suite(d: Path) -> Path:
+def spread_suite(d: Path, names: list[str], backends_of: list[str]) -> Path:
+    """The spread suite over ``names`` (zoo models) and ``backends_of`` (the benchmark's
+    three backends: onnxruntime, bundled-x86-64-v3, bundled-aarch64)."""
     d.mkdir(parents=True, exist_ok=True)
     models = []
+    host = [b for b in ("onnxruntime", "bundled") if b in backends_of
+            or (b == "bundled" and "bundled-x86-64-v3" in backends_of)]  # fmt: skip
+    kinds = [("", f"[{', '.join(host)}]", "host")] if host else []
+    if "bundled-aarch64" in backends_of:
+        kinds.append(("_arm", "[bundled]", AARCH64))
     for name, (inp, shape) in SPREAD_MODELS.items():
-        for suffix, backends, target in (("", "[onnxruntime, bundled]", "host"),
-                                         ("_arm", "[bundled]", AARCH64)):  # fmt: skip
+        if name not in names:
+            continue
+        for suffix, backends, target in kinds:
             models.append(f"""  - name: {name}{suffix}
     source: zoo:{name}
     inputs:
@@ -181,8 +189,8 @@ def backend_of(r: dict) -> str:
     return "bundled-aarch64" if "aarch64" in target else "bundled-x86-64-v3"
 
 
-def spread(work: Path, processes: int, log: list) -> None:
-    suite = spread_suite(work / "spread")
+def spread(work: Path, processes: int, log: list, names: list[str], backends: list[str]) -> None:
+    suite = spread_suite(work / "spread", names, backends)
     for i in range(processes):
         doc, secs = guard_run(suite, work / f"spread_{i}.json", work)
         for r in doc["results"]:
@@ -290,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spread-processes", type=int, default=10)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--parts", default="flow,spread")
+    ap.add_argument("--spread-models", default=",".join(SPREAD_MODELS))
+    ap.add_argument("--spread-backends", default="onnxruntime,bundled-x86-64-v3,bundled-aarch64")
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/counted.json"))
     ap.add_argument("--summarize", type=Path, nargs="*", help="print the tables of these runs")
@@ -310,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     if "flow" in parts:
         flow(work, args.trials, log, args.out, doc)
     if "spread" in parts:
-        spread(work, args.spread_processes, log)
+        spread(work, args.spread_processes, log, args.spread_models.split(","),
+               args.spread_backends.split(","))  # fmt: skip
     doc["host"]["loadavg_end"] = os.getloadavg()
     args.out.write_text(json.dumps(doc, indent=1))
     print(args.out)

@@ -41,7 +41,6 @@ def session_options(
     *,
     profile_dir: Path | None = None,
     optimized_path: Path | None = None,
-    counted: bool = False,
 ) -> onnxruntime.SessionOptions:
     ort = _ort()
     if level not in _LEVELS:
@@ -58,11 +57,6 @@ def session_options(
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     so.log_severity_level = 3
-    if counted:
-        # A counted run (guard.emulate.counted) wants the same instructions in every
-        # process: no arena growth or memory-pattern planning that depends on history.
-        so.enable_cpu_mem_arena = False
-        so.enable_mem_pattern = False
     if optimized_path is not None:
         so.optimized_model_filepath = str(optimized_path)
     if profile_dir is not None:

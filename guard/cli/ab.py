@@ -46,11 +46,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--counted",
         action="store_true",
         help="also count instructions and bytes moved per inference of both variants "
-        "(guard run --counted): a counted row per pair, exit 1 when a count regressed",
+        "(or of both commits with --base-ref, each by its own guard; guard run --counted): "
+        "a counted row per pair, exit 1 when a count regressed",
     )
     stats_args(a)
     report_args(a)
     a.set_defaults(func=cmd_ab)
+
+
+def _warn_missing(missing: list[str]) -> None:
+    import sys
+
+    for line in missing[:1]:
+        print(f"guard: warning: {line}; no counted rows", file=sys.stderr)
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
@@ -70,14 +78,10 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     if not args.suite.is_file():
         raise UsageError("no such suite file", where=str(args.suite))
+    missing: list[str] = []  # a line naming what counting needs, when it is not installed
     if args.head_ref and not args.base_ref:
         raise UsageError("--head-ref needs --base-ref", hint="guard ab SUITE --base-ref REF")
     if args.base_ref:
-        if args.counted:
-            raise UsageError(
-                "--counted counts --base/--head variants, not --base-ref commits",
-                hint="Run `guard run --counted --json` on each commit and `guard compare` them.",
-            )
         if args.base or args.head:
             raise UsageError("give --base/--head (variants) or --base-ref (commits), not both")
         from guard.compare.ab_ref import run_ref_ab
@@ -93,7 +97,10 @@ def cmd_ab(args: argparse.Namespace) -> int:
             suite_thresholds=args.regress_pct is None,
             env_cache=args.env_cache,
             threads=max(m.threads for m in suite.models),
+            counted=args.counted,
+            missing=missing,
         )
+        _warn_missing(missing)
         emit(cmp, args, "guard ab")
         return exit_code(cmp, strict=args.strict)
     (bs, bw), (hs, hw) = side(args.base), side(args.head)
@@ -108,15 +115,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
         labels=(f"{bs}@{bw}", f"{hs}@{hw}"),
     )
     if args.counted:
-        import sys
-
         from guard.compare.counted_rows import summary
         from guard.run.counted import count_pairs
 
-        missing: list[str] = []
         cmp["counted"] = count_pairs(pairs, (bw, hw), missing)
         cmp["summary"]["counted"] = summary(cmp["counted"])
-        for line in missing[:1]:
-            print(f"guard: warning: {line}; no counted rows", file=sys.stderr)
+        _warn_missing(missing)
     emit(cmp, args, "guard ab")
     return exit_code(cmp, strict=args.strict)

@@ -260,6 +260,27 @@ def _pair(
     return ABOutcome(res, inner, contention_between(before, after))
 
 
+def _count_pairs(
+    wb: WorkerProc, wh: WorkerProc, pairs: list[tuple[int, int]], missing: list[str]
+) -> list[dict[str, Any]]:
+    """Counted rows: each side's case counted by its worker, compared as guard compare does."""
+    from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
+
+    rows = []
+    for ib, ih in pairs:
+        b, h = wb.ask(op="count", case=ib), wh.ask(op="count", case=ih)
+        if b["missing"] or h["missing"]:
+            missing.extend((b["missing"] or h["missing"])[:1])
+            return []
+        bound = h["regress_pct"] or b["regress_pct"] or DEFAULT_COUNTED_REGRESS_PCT
+        row = compare_counted(b["counted"], h["counted"], float(bound))
+        bc = wb.cases[ib]
+        counted_on = (h["counted"] or b["counted"] or {}).get("target")
+        rows.append({"model": bc["model"], "backend": bc["backend"], "target": bc["target"],
+                     "counted_target": counted_on, **row})  # fmt: skip
+    return rows
+
+
 def run_ref_ab(
     suite: Path,
     base_ref: str,
@@ -275,8 +296,14 @@ def run_ref_ab(
     python: str = sys.executable,
     threads: int = 1,
     runner: Any = None,
+    counted: bool = False,
+    missing: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Interleaved A/B of SUITE at ``base_ref`` against ``head_ref`` (or the working tree)."""
+    """Interleaved A/B of SUITE at ``base_ref`` against ``head_ref`` (or the working tree).
+
+    ``counted``: each side's worker also counts its cases (guard.run.counted, by the side's
+    own guard) and the document gains ``counted`` rows; a missing emulator or compiler is
+    appended to ``missing`` and leaves no rows."""
     if not suite.is_file():
         raise UsageError("no such suite file", where=str(suite))
     repo = repo_root(suite.resolve())
@@ -345,6 +372,9 @@ def run_ref_ab(
                     _facts(hc),
                 )
             )
+        counted_rows = (
+            _count_pairs(wb, wh, pairs, missing if missing is not None else []) if counted else []
+        )
     finally:
         for w in workers:
             w.close()
@@ -354,6 +384,11 @@ def run_ref_ab(
     )
     doc = ab_document(rows, config, (labels[0], labels[1]))
     doc["mode"] = "interleaved-ab-refs"
+    if counted:
+        from guard.compare.counted_rows import summary
+
+        doc["counted"] = counted_rows
+        doc["summary"]["counted"] = summary(counted_rows)
     doc["refs"] = {
         s.label: {
             "ref": r,

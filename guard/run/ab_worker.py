@@ -13,7 +13,8 @@ the protocol.
 
 Requests (``op``): ``prepare`` {suite, workdir} -> {cases, guard_file}; ``warm`` {case,
 seconds, min_sample_s} -> {inner}; ``time`` {case, inner} -> {ms}; ``cpu`` -> {cpu_s};
-``quit``. A failure replies {ok: false, error, kind: "usage" | "internal"}.
+``count`` {case} -> {counted, missing, regress_pct} (guard.run.counted, by this side's
+guard); ``quit``. A failure replies {ok: false, error, kind: "usage" | "internal"}.
 """
 
 from __future__ import annotations
@@ -81,10 +82,12 @@ def _describe(case: Any) -> dict[str, Any]:
 class Worker:
     def __init__(self) -> None:
         self.cases: list[Any] = []
+        self.workdir = Path.cwd()
 
     def prepare(self, suite: str, workdir: str) -> dict[str, Any]:
         import guard
 
+        self.workdir = Path(workdir)
         self.cases = list(_prepare_cases()(Path(suite), Path(workdir)))
         return {"cases": [_describe(c) for c in self.cases], "guard_file": guard.__file__}
 
@@ -107,6 +110,21 @@ class Worker:
 
     def time(self, case: int, inner: int) -> dict[str, Any]:
         return {"ms": self._timed(self.cases[case].run_once, inner) * 1e3 / inner}
+
+    def count(self, case: int) -> dict[str, Any]:
+        """The case's counted block, counted as ``guard run --counted`` counts it."""
+        try:
+            from guard.emulate.counted import CountedConfig
+            from guard.run.counted import count_case, counted_against, counted_config
+        except ImportError:
+            return {"counted": {"error": "this side's guard has no counted runs"},
+                    "missing": [], "regress_pct": None}  # fmt: skip
+        c = self.cases[case]
+        missing: list[str] = []
+        block = count_case(c, counted_config(c.entry, True) or CountedConfig(), self.workdir,
+                           missing)  # fmt: skip
+        bound, _ = counted_against(c.entry, None, None, None)
+        return {"counted": block, "missing": missing[:1], "regress_pct": bound}
 
     def cpu(self) -> dict[str, Any]:
         t = os.times()

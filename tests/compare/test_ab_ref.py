@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -213,3 +214,28 @@ def test_both_workers_measure_on_the_same_cores():
     cpus = measuring_cpus(1)
     assert cpus is not None and len(cpus) == 1 and cpus <= os.sched_getaffinity(0)
     assert measuring_cpus(64) == os.sched_getaffinity(0)  # never more than allowed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    any(shutil.which(t) is None for t in ("qemu-x86_64", "cc")),
+    reason="counting needs qemu-user and gcc (apt-get install -y qemu-user gcc)",
+)
+def test_base_ref_counted_counts_each_commits_artefact(repo, tmp_path, monkeypatch):
+    """--base-ref --counted: each commit's artefact counted by its own worker, as guard run
+    --counted counts it (bundled: its x86-64-v3 sibling in the static runner)."""
+    monkeypatch.setenv("GUARD_ENV_CACHE", str(tmp_path / "cache" / "envs"))
+    (repo / "suite.yaml").write_text(SUITE.replace("[onnxruntime]", "[bundled]"))
+    git(repo, "commit", "-qam", "bundled")
+    matmul_model(repo / "mm.onnx", 3)  # head: four MatMuls where base has one
+    git(repo, "commit", "-qam", "heavier")
+    out = tmp_path / "counted.json"
+    argv = ["ab", str(repo / "suite.yaml"), "--base-ref", "HEAD~1", "--head-ref", "HEAD",
+            "--counted", "--budget-s", "1", "--json", str(out), "--quiet"]  # fmt: skip
+    assert main(argv) == 1
+    doc = json.loads(out.read_text())
+    (row,) = doc["counted"]
+    assert row["verdict"] == "regressed" and row["model"] == "mm", row
+    assert row["counted_target"] == "llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
+    assert row["instructions"][1] > 2 * row["instructions"][0], row
+    assert doc["summary"]["counted"]

@@ -89,3 +89,50 @@ def test_the_pmu_probe_answers_with_its_reason():
     ok, why = pmu_status()
     assert isinstance(ok, bool) and "perf_event_open" in why
     assert ("available" in why) == ok
+
+
+def test_the_figure_is_the_least_counted_inference(tmp_path: Path, monkeypatch):
+    """An inference that runs extra work (an arena growing, a symbol resolved late) adds to
+    the count: the figure is the least inference, the same in every process, not a mean
+    that moves with where the extra work fell."""
+    import numpy as np
+
+    from guard.emulate import counted
+    from guard.emulate.counting import Engine, Region
+
+    eng = Engine("x86_64", "qemu-x86_64", "7.2.0", tmp_path / "p.so", "0" * 64)
+    regions = [
+        Region(1200, 12, 6, 48, 24),
+        Region(1000, 10, 5, 40, 20),
+        Region(1000, 10, 5, 40, 20),
+    ]
+    monkeypatch.setattr(counted, "_count_in_python", lambda *a, **k: (eng, regions))
+    (tmp_path / "a").mkdir()
+    block = counted.count_artefact(
+        "onnxruntime", tmp_path / "a", {"x": np.zeros(2, np.float32)}, CountedConfig(3, 1),
+        target="llvm",
+    )  # fmt: skip
+    assert (block["instructions"], block["bytes_loaded"], block["stores"]) == (1000, 40, 5)
+    assert block["spread_pct"] == pytest.approx(20.0)
+
+
+def test_the_bound_onnxruntime_run_computes_what_run_does(tmp_path: Path):
+    import numpy as np
+    import onnx
+
+    from guard.backends.onnxruntime import OrtSession
+    from guard.backends.ort_session import session_options
+    from guard.zoo.mlp import build
+
+    ort = pytest.importorskip("onnxruntime")
+    model = tmp_path / "m.onnx"
+    onnx.save(build(), model)
+    sess = ort.InferenceSession(str(model), session_options(1), providers=["CPUExecutionProvider"])
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 256)).astype(np.float32)}
+    ort_session = OrtSession.__new__(OrtSession)
+    ort_session._sess, ort_session._where = sess, str(model)
+    ort_session.input_names, ort_session.output_names = ["x"], ["logits"]
+    call = ort_session.bound_run(feeds)
+    call()
+    bound = call.keep[-1].numpy()  # type: ignore[attr-defined]
+    np.testing.assert_allclose(bound, sess.run(None, feeds)[0], rtol=1e-6)
