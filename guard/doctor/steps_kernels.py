@@ -116,7 +116,69 @@ def _counted_evidence(f: Finding, base: Side | None, head: Side) -> None:
         f.add("counted verdict", None, compare_counted(bc, hc)["message"])
 
 
+def _counted_kernels(s: Side | None) -> dict[str, tuple[str, float]] | None:
+    """{op@nodes: (label, instructions per inference)} from the counted block's per-kernel
+    counts (bundled artefacts, guard.emulate.kernel_ranges), or None."""
+    c = s.get("counted") if s is not None else None
+    ks = c.get("kernels") if isinstance(c, Mapping) else None
+    if not isinstance(ks, Mapping) or not ks:
+        return None
+    out: dict[str, tuple[str, float]] = {}
+    for symbol, k in ks.items():
+        if not isinstance(k, Mapping) or not isinstance(k.get("instructions"), int | float):
+            continue
+        nodes = [str(n) for n in k.get("nodes") or []]
+        key = f"{k.get('op') or ''}@{','.join(nodes)}" if nodes else "entry"
+        label = f"{symbol} ({k.get('op') or '?'}: {', '.join(nodes[:2])})" if nodes else "entry"
+        prev = out.get(key, (label, 0.0))[1]
+        out[key] = (label, prev + float(k["instructions"]))
+    return out or None
+
+
+def _step10_counted(base: Side, head: Side) -> Finding | None:
+    """Step 10 from counts, when both sides counted their kernels: exact, so the kernel
+    whose count grew most is the kernel that got more work."""
+    from guard.stats.counted import not_comparable
+
+    bk, hk = _counted_kernels(base), _counted_kernels(head)
+    if bk is None or hk is None or not_comparable(base.get("counted"), head.get("counted")):
+        return None
+    f = Finding(10, "kernels")
+    f.add("read from", None, "counted instructions per kernel (guard run --counted)")
+    _counted_evidence(f, base, head)
+    moves = {n: hk.get(n, ("", 0.0))[1] - bk.get(n, ("", 0.0))[1] for n in {*hk, *bk}}
+    ranked = sorted(moves.items(), key=lambda kv: -kv[1])
+    labels = {n: lab for n, (lab, _) in (*bk.items(), *hk.items())}
+    for key, delta in ranked[:5]:
+        f.add(f"kernel {labels[key]} counted instructions", bk.get(key, ("", None))[1],
+              f"{hk.get(key, ('', None))[1]} ({delta:+.0f})")  # fmt: skip
+    key, delta = ranked[0]
+    total = sum(d for d in moves.values())
+    f.add("all kernels' counted change", None, f"{total:+.0f} instructions")
+    b_n, h_n = bk.get(key, ("", 0.0))[1], hk.get(key, ("", 0.0))[1]
+    if delta > 0 and total > 0 and delta >= 0.5 * total:
+        f.status = CAUSE
+        f.summary = (
+            f"kernel {labels[key]} counts {b_n:.0f} -> {h_n:.0f} instructions per inference"
+            f" ({delta:+.0f}), {delta / total:.0%} of the counted increase"
+        )
+        f.action = (
+            f"Compare {labels[key]}'s generated code in both artefacts (the optimised LLVM "
+            "IR is kept next to the object): vector width, tiling, a lost epilogue."
+        )
+    elif delta > 0:
+        f.status = SUSPECT
+        f.summary = f"several kernels count more; the most: {labels[key]} ({delta:+.0f})"
+        f.action = "Compare the kernels listed in both artefacts."
+    else:
+        f.summary = "no kernel counts more instructions than in base"
+    return f
+
+
 def step10_kernels(base: Side | None, head: Side, ctx: Context) -> Finding:
+    counted = _step10_counted(base, head) if base is not None else None
+    if counted is not None:
+        return counted
     f = Finding(10, "kernels")
     hk, where = _kernels(head)
     bk, _ = _kernels(base) if base else (None, "")

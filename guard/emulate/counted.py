@@ -35,6 +35,7 @@ import numpy as np
 
 from guard.core.errors import UsageError
 from guard.emulate.counting import Engine, Region, engine, run_counted
+from guard.emulate.kernel_ranges import KernelRange, kernel_ranges
 from guard.emulate.pmu import pmu_status
 from guard.emulate.runner import build_runner, call_args
 
@@ -117,8 +118,9 @@ def _guard_root() -> str:
 
 def _count_in_runner(
     artefact: Path, feeds: Mapping[str, np.ndarray], cfg: CountedConfig, what: str
-) -> tuple[Engine, list[Region], str] | None:
-    """Count a whole-graph bundled artefact in the static runner; None if it has no main."""
+) -> tuple[Engine, list[Region], str, list[KernelRange]] | None:
+    """Count a whole-graph bundled artefact in the static runner, each kernel function
+    apart; None if it has no main."""
     from guard.emulate.bundled import main_entry_point
 
     entry = main_entry_point(artefact)
@@ -126,6 +128,7 @@ def _count_in_runner(
         return None
     eng = engine(entry.arch)
     runner = build_runner(entry.object_path, entry.arch, mains=[entry.main], what=what)
+    kernels = kernel_ranges(artefact, runner, entry.arch)
     sample = [np.ascontiguousarray(feeds[t.name], dtype=t.dtype).tobytes() for t in entry.inputs]
     with tempfile.TemporaryDirectory(prefix="guard-counted-") as tmp:
         args, _ = call_args(
@@ -135,8 +138,9 @@ def _count_in_runner(
             output_nbytes=[t.nbytes for t in entry.outputs],
         )  # fmt: skip
         env = {**os.environ, "GUARD_THREADS": "1", "GUARD_COUNT_FROM": str(cfg.warmup)}
-        regions = run_counted(eng, args, timeout_s=cfg.max_s, env=env)
-    return eng, regions, entry.arch
+        regions = run_counted(eng, args, timeout_s=cfg.max_s, env=env,
+                              ranges=[(k.start, k.end) for k in kernels])  # fmt: skip
+    return eng, regions, entry.arch, kernels
 
 
 def _count_in_python(
@@ -183,8 +187,9 @@ def count_artefact(
     t0 = clock()
     what = f"artefact {artefact}"
     counted = _count_in_runner(artefact, feeds, cfg, what) if backend == "bundled" else None
+    kernels: list[KernelRange] = []
     if counted is not None:
-        eng, regions, arch = counted
+        eng, regions, arch, kernels = counted
         where = "static runner"
         counting_target = target
     else:
@@ -217,6 +222,14 @@ def count_artefact(
         # The fallback is said: where a PMU exists it is not used (one engine everywhere).
         "pmu": f"{pmu_status()[1]}; counted under the emulator ({eng.fingerprint()['engine']})",
     }
+    if kernels:
+        # Per kernel function, in the same inference as the figure: instructions, and the
+        # op and nodes it runs (kernel symbols are per build; nodes are what two builds share).
+        block["kernels"] = {
+            k.symbol: {"instructions": least.per_range.get(i, 0), "op": k.op,
+                       "nodes": list(k.nodes)}
+            for i, k in enumerate(kernels)
+        }  # fmt: skip
     block["fingerprint"] = {
         **eng.fingerprint(),
         "target": counting_target,

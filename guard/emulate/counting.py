@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from guard.emulate.runner import cache_root
@@ -61,6 +61,8 @@ class Region:
     stores: int
     bytes_loaded: int
     bytes_stored: int
+    # Instructions per address range (run_counted's ``ranges``, by index) run in the region.
+    per_range: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -159,12 +161,16 @@ def engine(arch: str, *, cache_dir: Path | None = None) -> Engine:
 
 
 def read_regions(path: Path) -> list[Region]:
-    """The plugin's output: one Region per ``region ...`` line."""
-    regions = []
+    """The plugin's output: one Region per ``region ...`` line, with the ``range INDEX
+    INSNS`` lines that follow it."""
+    regions: list[Region] = []
     for line in path.read_text().splitlines():
         parts = line.split()
         if len(parts) == 6 and parts[0] == "region":
-            regions.append(Region(*(int(p) for p in parts[1:])))
+            insns, loads, stores, loaded, stored = (int(p) for p in parts[1:])
+            regions.append(Region(insns, loads, stores, loaded, stored))
+        elif len(parts) == 3 and parts[0] == "range" and regions:
+            regions[-1].per_range[int(parts[1])] = int(parts[2])
     return regions
 
 
@@ -182,16 +188,23 @@ def run_counted(
     timeout_s: float,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    ranges: Sequence[tuple[int, int]] = (),
 ) -> list[Region]:
     """Run ``argv`` (a program for ``eng.arch``) under the emulator with the plugin.
+
+    ``ranges``: sorted, disjoint guest address ranges [start, end) whose instructions are
+    also counted apart (Region.per_range, by index): the generated kernels' symbols.
 
     Returns the marked regions in order. A crash, a non-zero exit or a run past
     ``timeout_s`` raises CountingFailed with the reason.
     """
     with tempfile.TemporaryDirectory(prefix="guard-count-") as tmp_name:
         out = Path(tmp_name) / "regions.txt"
-        cmd = [*_no_aslr(), eng.emulator, "-cpu", "max", "-plugin", f"{eng.plugin},out={out}",
-               *argv]  # fmt: skip
+        opts = f"{eng.plugin},out={out}"
+        if ranges:
+            (Path(tmp_name) / "ranges.txt").write_text("".join(f"{a:x} {b:x}\n" for a, b in ranges))
+            opts += f",ranges={Path(tmp_name) / 'ranges.txt'}"
+        cmd = [*_no_aslr(), eng.emulator, "-cpu", "max", "-plugin", opts, *argv]
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False,
                                   env=dict(env) if env is not None else None, cwd=cwd)  # fmt: skip

@@ -545,3 +545,31 @@ def test_step10_sets_the_counted_cost_beside_the_kernel_times() -> None:
     facts = {e["fact"]: e for e in f["evidence"]}
     assert facts["counted instructions / inference"]["head"] == 1.2e6
     assert "instructions +20.000%" in facts["counted verdict"]["head"]
+
+
+def test_step10_ranks_kernels_by_counted_difference_when_both_sides_counted_them() -> None:
+    from guard.doctor.facts import Side
+    from guard.doctor.finding import CAUSE
+    from guard.doctor.steps_kernels import step10_kernels
+
+    fp = {"engine": "qemu-tcg-plugin", "emulator": "qemu-x86_64 7.2.22", "plugin_sha256": "p",
+          "target": "t", "input_sha256": "i"}  # fmt: skip
+
+    def side(label: str, relu: int, symbol: str) -> Side:
+        # Times say the conv moved (noise); the counts say the relu got the work.
+        times = [{"kernel": "k0", "op": "Conv", "ms": 2.0 if label == "head" else 1.0,
+                  "nodes": ["c"]}]  # fmt: skip
+        kernels = {"k0_conv": {"instructions": 5000, "op": "Conv", "nodes": ["c"]},
+                   symbol: {"instructions": relu, "op": "Relu", "nodes": ["r"]},
+                   "guard_main": {"instructions": 40, "op": "entry", "nodes": []}}  # fmt: skip
+        counted = {"instructions": 5040.0 + relu, "bytes_loaded": 1e5, "bytes_stored": 1e4,
+                   "fingerprint": fp, "kernels": kernels}  # fmt: skip
+        return Side(label, {"kernels": times, "counted": counted})
+
+    # Kernel symbols are per build (k1 in base, k2 in head): the nodes match them.
+    f = step10_kernels(side("base", 100, "k1_relu"), side("head", 900, "k2_relu"), None)  # type: ignore[arg-type]
+    d = f.to_dict()
+    assert d["status"] == CAUSE, d
+    assert "k2_relu (Relu: r)" in d["summary"] and "+800" in d["summary"], d["summary"]
+    rows = [e for e in d["evidence"] if e["fact"].endswith("counted instructions")]
+    assert "Relu" in rows[0]["fact"] and rows[0]["base"] == 100, rows
