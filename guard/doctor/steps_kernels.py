@@ -116,6 +116,13 @@ def _counted_evidence(f: Finding, base: Side | None, head: Side) -> None:
         f.add("counted verdict", None, compare_counted(bc, hc)["message"])
 
 
+def _compare_code(name: str) -> str:
+    return (
+        f"Compare {name}'s generated code in both artefacts (the optimised LLVM IR "
+        "is kept next to the object): vector width, tiling, a lost epilogue."
+    )
+
+
 def _counted_kernels(s: Side | None) -> dict[str, tuple[str, float]] | None:
     """{op@nodes: (label, instructions per inference)} from the counted block's per-kernel
     counts (bundled artefacts, guard.emulate.kernel_ranges), or None."""
@@ -162,10 +169,7 @@ def _step10_counted(base: Side, head: Side) -> Finding | None:
             f"kernel {labels[key]} counts {b_n:.0f} -> {h_n:.0f} instructions per inference"
             f" ({delta:+.0f}), {delta / total:.0%} of the counted increase"
         )
-        f.action = (
-            f"Compare {labels[key]}'s generated code in both artefacts (the optimised LLVM "
-            "IR is kept next to the object): vector width, tiling, a lost epilogue."
-        )
+        f.action = _compare_code(labels[key])
     elif delta > 0:
         f.status = SUSPECT
         f.summary = f"several kernels count more; the most: {labels[key]} ({delta:+.0f})"
@@ -231,10 +235,7 @@ def step10_kernels(base: Side | None, head: Side, ctx: Context) -> Finding:
             else f"new kernel {name} takes {h_ms:.4g} ms"
         )
         f.summary += f", {delta / total:.0%} of the kernels' total slowdown"
-        f.action = (
-            f"Compare {name}'s generated code in both artefacts (the optimised LLVM IR "
-            "is kept next to the object): vector width, tiling, a lost epilogue."
-        )
+        f.action = _compare_code(name)
     elif delta > 0 and b_ms and h_ms > 1.2 * b_ms:
         f.status = SUSPECT
         f.summary = f"kernel {name} {b_ms:.4g} -> {h_ms:.4g} ms, not most of the change"
