@@ -78,16 +78,12 @@ def model_file(name: str) -> Path:
 
     if name not in REAL:
         return zoo.model_path(name)
-    import importlib.util
+    from guard.zoo.wheels import wheel_model
 
-    package, pattern, _, _ = REAL[name]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"the {package} wheel is not installed (pip install -e '.[test]')")
-    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob(pattern))
-    if not found:
-        pytest.skip(f"no {pattern} inside the installed {package} wheel")
-    return found[-1]
+    path, why = wheel_model(*REAL[name][:2])
+    if path is None:
+        pytest.skip(why)
+    return path
 
 
 TABLE_ROUNDS = 9

@@ -6,7 +6,6 @@ skipped, saying which."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.codegen.build import jit
 from guard.compiler.partition.plan import plan
+from guard.zoo.wheels import wheel_model
 
 # (id, package, model file glob inside the package, input shapes)
 MODELS = [
@@ -34,13 +34,10 @@ MODELS = [
 
 
 def model_path(package: str, pattern: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"the {package} wheel is not installed (pip install -e '.[test]')")
-    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob(pattern))
-    if not found:
-        pytest.skip(f"no {pattern} inside the installed {package} wheel")
-    return found[-1]
+    path, why = wheel_model(package, pattern)
+    if path is None:
+        pytest.skip(why)
+    return path
 
 
 def feeds_for(g, rng: np.random.Generator) -> dict[str, np.ndarray]:
