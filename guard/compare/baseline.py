@@ -21,10 +21,9 @@ from guard.compare.compare import IncompatibleBaselineError, host_incompatibilit
 from guard.core.errors import UsageError
 from guard.core.result_key import ResultKey
 from guard.core.results_file import load_results, validate_results
-from guard.core.schema import RESULTS_SCHEMA_VERSION
 from guard.track import find_runs, load_artifact_dict
 from guard.track.client import http_limits, mlflow_client, translated
-from guard.track.index import baseline_on_branch
+from guard.track.index import baseline_document, baseline_on_branch
 
 BRANCH_PREFIXES = ("branch:", "mlflow:")
 # The column of find_runs' frame holding a run's commit (guard.track.records tags it).
@@ -95,17 +94,7 @@ def latest_on_branch(
                     f"no compatible baseline for {key} on branch {branch!r}: {refused}",
                     hint="Run the suite on this host class on that branch first.",
                 )
-    if not results:
-        raise UsageError(
-            f"no baseline runs of suite {suite!r} on branch {branch!r} in {uri}",
-            hint="Run `guard run` on that branch with tracking on, or pass a results file.",
-        )
-    return {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "suite": suite,
-        "git": {"branch": branch},
-        "results": results,
-    }
+    return baseline_document(uri, suite, branch, results)
 
 
 def load_side(

@@ -181,6 +181,13 @@ def baseline_on_branch(
         except UsageError:
             if not results:
                 raise
+    return baseline_document(uri, suite, branch, results)
+
+
+def baseline_document(
+    uri: str, suite: str, branch: str, results: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The results document of a branch's baseline runs, or the error that there are none."""
     if not results:
         raise UsageError(
             f"no baseline runs of suite {suite!r} on branch {branch!r} in {uri}",
