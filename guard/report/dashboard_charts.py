@@ -12,12 +12,13 @@ from typing import Any
 
 from guard.report.dashboard_series import Point, Series, contended
 
+COUNTED = "counted.instructions"
 PANELS = (
     ("arena_bytes", "arena (bytes)", ".3~s"),
     ("partitions.count", "partitions", "d"),
     ("numerics.max_abs_err", "max abs error", ".1~e"),
     # Counted runs (guard run --counted): a step function, so a change point is exact.
-    ("counted.instructions", "instructions / inference (counted)", ".4~s"),
+    (COUNTED, "instructions / inference (counted)", ".4~s"),
 )
 
 
@@ -29,10 +30,13 @@ def series_figure(series: Series, mlflow_link: Callable[[str], str | None]) -> A
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1 + len(PANELS), cols=1, shared_xaxes=True,
-                        row_heights=[0.44, 0.14, 0.14, 0.14, 0.14], vertical_spacing=0.06,
-                        subplot_titles=["", *[label for _, label, _ in PANELS]])  # fmt: skip
     pts = series.points
+    # Only the panels with a value in some run: a suite never counted draws no counted panel.
+    panels = [p for p in PANELS if any(pt.metrics.get(p[0]) is not None for pt in pts)]
+    fig = make_subplots(rows=1 + len(panels), cols=1, shared_xaxes=True,
+                        row_heights=[0.44] + [0.56 / len(panels)] * len(panels)
+                        if panels else None, vertical_spacing=0.06 if len(panels) < 4 else 0.05,
+                        subplot_titles=["", *[label for _, label, _ in panels]])  # fmt: skip
     x = x_labels(pts)
     custom = [[p.short, p.time.strftime("%Y-%m-%d %H:%M UTC"), p.manifest_sha256[:12] or "-",
                p.verdict, p.branch or "-", _contention_text(p), mlflow_link(p.run_id) or ""]
@@ -82,16 +86,20 @@ def series_figure(series: Series, mlflow_link: Callable[[str], str | None]) -> A
                            hovertext="<br>".join(c["changes"]), font={"color": "#8250df"},
                            xanchor=_side(c["index"], len(x)), yanchor="top", align="left",
                            bgcolor="rgba(255,255,255,0.85)", row=1, col=1)  # fmt: skip
-    for row, (metric, label, fmt) in enumerate(PANELS, start=2):
-        fig.update_yaxes(tickformat=fmt, rangemode="tozero", row=row, col=1,
-                         **({"dtick": 1} if fmt == "d" else {}))  # fmt: skip
+    for row, (metric, label, fmt) in enumerate(panels, start=2):
+        # From zero, except counts: a 3% step of a count must show, and counts are exact.
+        fig.update_yaxes(tickformat=fmt, rangemode="normal" if metric == COUNTED else "tozero",
+                         row=row, col=1, **({"dtick": 1} if fmt == "d" else {}))  # fmt: skip
         fig.add_trace(go.Scatter(x=x, y=m(metric), mode="lines+markers", name=label,
                                  line={"color": "#57606a"}, marker={"size": 5},
                                  showlegend=False, customdata=custom,
                                  hovertemplate=hover + label + " %{y:.4g}<extra></extra>"),
                       row=row, col=1)  # fmt: skip
+    counted_row = next((i for i, p in enumerate(panels, start=2) if p[0] == COUNTED), None)
+    if counted_row is not None:
+        _counted_marks(fig, series, x, counted_row)
     fig.update_layout(
-        height=860,
+        height=420 + 110 * len(panels),
         margin={"l": 70, "r": 20, "t": 50, "b": 30},
         hovermode="closest",
         template="plotly_white",
@@ -100,6 +108,26 @@ def series_figure(series: Series, mlflow_link: Callable[[str], str | None]) -> A
     fig.update_yaxes(**latency_axis([*p10, *p50, *p90], series.bound), row=1, col=1)
     fig.update_xaxes(type="category", tickangle=0)
     return fig
+
+
+def _counted_marks(fig: Any, series: Series, x: Sequence[str], row: int) -> None:
+    """The counted series' exact steps and fingerprint breaks, on the counted panel."""
+    for s in series.counted_steps:
+        color = "#cf222e" if s["kind"] == "regression" else "#1a7f37"
+        _vline(fig, x[s["point"]], {"color": color, "width": 1.5, "dash": "dash"})
+        fig.add_annotation(x=x[s["point"]], y=1.0, yref=f"y{row} domain", xref="x",
+                           showarrow=False, text=f" counted {s['pct']:+.2f}% ",
+                           font={"color": color}, xanchor=_side(s["point"], len(x)),
+                           yanchor="top", bgcolor="rgba(255,255,255,0.85)")  # fmt: skip
+    for b in series.counted_breaks:
+        _vline(fig, x[b["point"]], {"color": "#57606a", "width": 1.5, "dash": "dot"})
+        # At the panel's foot (a step's label is at its head): "... emulator differs";
+        # the two values are in the hover text.
+        fig.add_annotation(x=x[b["point"]], y=0.0, yref=f"y{row} domain", xref="x",
+                           showarrow=False, text=" counts " + b["why"].split(" (")[0] + " ",
+                           hovertext=b["why"], font={"color": "#57606a"},
+                           xanchor=_side(b["point"], len(x)), yanchor="bottom",
+                           bgcolor="rgba(255,255,255,0.85)")  # fmt: skip
 
 
 def _contention_text(p: Point) -> str:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from guard.compare.history import analyse
+from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 
 # The pins whose change is drawn as a marker: a manifest section (its params' prefix).
 PIN_FIELDS = ("compiler", "runtime", "driver", "tuning_cache", "model")
@@ -36,6 +38,8 @@ class Point:
     verdict: str
     metrics: dict[str, float]
     pins: dict[str, str]
+    # The counted figure's fingerprint (what its counts mean), when the run was counted.
+    counted_fingerprint: dict[str, Any] | None = None
 
     @property
     def short(self) -> str:
@@ -52,6 +56,10 @@ class Series:
     bound: float | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
     pin_changes: list[dict[str, Any]] = field(default_factory=list)
+    # Exact steps of the counted series, and where its fingerprint changed (no step there).
+    counted_steps: list[dict[str, Any]] = field(default_factory=list)
+    counted_breaks: list[dict[str, Any]] = field(default_factory=list)
+    counted_regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT
     analysis_note: str = ""
 
     @property
@@ -112,7 +120,16 @@ def point_from_row(row: Mapping[str, Any]) -> Point:
         verdict=as_text(row.get("tags.guard.verdict")) or "?",
         metrics=metrics,
         pins=pins,
+        counted_fingerprint=_fingerprint(row.get("tags.guard.counted.fingerprint")),
     )
+
+
+def _fingerprint(raw: Any) -> dict[str, Any] | None:
+    try:
+        fp = json.loads(raw) if isinstance(raw, str) and raw else None
+    except ValueError:
+        return None
+    return fp if isinstance(fp, dict) else None
 
 
 def _arch(row: Mapping[str, Any]) -> str:
@@ -158,12 +175,50 @@ def contended(p: Point) -> bool:
     return (p.metrics.get("preflight.contention") or 0.0) > CONTENDED
 
 
+def counted_changes(series: Series) -> None:
+    """The counted series' steps: consecutive counted points compared exactly
+    (guard.stats.counted, the series' ``counted_regress_pct``), as ``guard compare`` does.
+
+    Counts do not move between processes, so every change past the bound is a step at
+    that very commit, however loaded the machine was; no detector is needed. Where the
+    fingerprint changed (another emulator, plugin, target or inputs) the counts before and
+    after mean different things: that is a break, drawn and named, never a step."""
+    prev: tuple[Point, dict[str, Any]] | None = None
+    for i, p in enumerate(series.points):
+        instructions = p.metrics.get("counted.instructions")
+        if instructions is None:
+            continue
+        block = {
+            "instructions": instructions,
+            "bytes_loaded": p.metrics.get("counted.bytes_loaded"),
+            "bytes_stored": p.metrics.get("counted.bytes_stored"),
+            "fingerprint": p.counted_fingerprint or {},
+        }
+        if prev is not None:
+            before, base = prev
+            row = compare_counted(base, block, series.counted_regress_pct)
+            where = {"point": i, "time": p.time, "from_commit": before.short,
+                     "to_commit": p.short, "from_time": before.time, "run_id": p.run_id}  # fmt: skip
+            if row["verdict"] in ("regressed", "improved"):
+                series.counted_steps.append({
+                    **where, "metric": "counted",
+                    "kind": "regression" if row["verdict"] == "regressed" else "improvement",
+                    "pct": row["instructions_pct"], "bytes_pct": row["bytes_moved_pct"],
+                    "before": base["instructions"], "after": instructions,
+                })  # fmt: skip
+            elif row["verdict"] == "not comparable":
+                series.counted_breaks.append({**where, "why": row["message"]})
+        prev = (p, block)
+
+
 def analyse_series(series: Series) -> None:
-    """Change points of p50 (guard.compare.history.analyse), the bound's creep, pin markers.
+    """Change points of p50 (guard.compare.history.analyse), the bound's creep, pin markers,
+    and the counted series' exact steps (``counted_changes``).
 
     Runs flagged as contended are drawn but left out of the change points: a step made of
     a loaded machine's runs is the machine's, not the code's. The note says how many."""
     series.pin_changes = pin_changes(series.points)
+    counted_changes(series)
     measured = [p for p in series.points if (p.metrics.get("latency_ms.p50") or 0) > 0]
     pts = [p for p in measured if not contended(p)]
     left_out = len(measured) - len(pts)

@@ -79,6 +79,8 @@ SERIES_METRICS = (
     "counted.instructions",
     "counted.bytes_moved",
 )
+# The tag that holds a result's counted fingerprint (JSON, guard.emulate.counted).
+COUNTED_FINGERPRINT_TAG = "guard.counted.fingerprint"
 # The per-inference counts of a counted run (guard.emulate.counted), logged as metrics.
 COUNTED_METRICS = ("instructions", "bytes_loaded", "bytes_stored", "loads", "stores", "wall_s")
 
@@ -247,6 +249,11 @@ def child_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, s
         else host_arch(doc),
     }
     tags.update(system_tags(doc, child_name(result)))
+    counted = result.get("counted")
+    if isinstance(counted, Mapping) and isinstance(counted.get("fingerprint"), Mapping):
+        # What a count means (engine, emulator, plugin, target, inputs): the dashboard
+        # draws a counted step only between points whose fingerprints agree.
+        tags[COUNTED_FINGERPRINT_TAG] = json.dumps(counted["fingerprint"], sort_keys=True)
     if result.get("verdict") == "error":
         tags["guard.error"] = result.get("error")
     tags["mlflow.note.content"] = result_note(result)

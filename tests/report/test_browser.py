@@ -69,21 +69,29 @@ def test_dashboard_renders_its_charts(browser, tmp_path, monkeypatch, doc):
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'm.db'}"
-    _log_history(uri, doc)
+    _log_history(uri, doc, counted=True)
     out = tmp_path / "dashboard.html"
     assert main(["dashboard", "dash", "--tracking-uri", uri, "--out", str(out)]) == 0
     o = _open(browser, out, ".plotly-graph-div .scatterlayer .trace")
     page = o.page
     assert page.locator(".plotly-graph-div").count() == 3
-    # Per chart: band (2 traces), p50, no bound (a bare name has no suite file), 4 panels
-    # (arena, partitions, max error, counted instructions).
-    assert page.locator(".plotly-graph-div .scatterlayer .trace").count() == 3 * 7
+    # Per chart: band (2 traces), p50, no bound (a bare name has no suite file), 3 panels
+    # (arena, partitions, max error), and the counted panel on the counted series alone.
+    assert page.locator(".plotly-graph-div .scatterlayer .trace").count() == 3 * 6 + 1
     assert page.locator(".plotly-graph-div .scatterlayer .trace path.js-line").count() >= 3 * 4
     assert page.locator(".plotly-graph-div .scatterlayer .point").count() >= 3 * 5
     annotations = page.eval_on_selector_all(
         ".plotly-graph-div .annotation-text", "els => els.map(e => e.textContent)"
     )
     assert sum("change point +99.6%" in a for a in annotations) == 3
+    # The counted series (mlp, bundled): its +3% step at the third run, exact, and the
+    # emulator change at the fourth drawn as a break, not a step.
+    counted = page.locator(".plotly-graph-div").first
+    marks = counted.locator(".annotation-text").all_text_contents()
+    assert sum("counted +3.00%" in a for a in marks) == 1, marks
+    assert sum("not comparable: emulator differs" in a for a in marks) == 1, marks
+    rows = page.locator("#regressions tr.filterable").all_inner_texts()
+    assert len(rows) == 4 and sum("1,000,000 → 1,030,000 instructions" in r for r in rows) == 1
     assert (
         sum(
             a.startswith("manifest:") and "runtime.version: 1.32.0 → 1.33.0" in a
@@ -91,7 +99,8 @@ def test_dashboard_renders_its_charts(browser, tmp_path, monkeypatch, doc):
         )
         == 2
     )
-    assert page.locator(".plotly-graph-div .shapelayer path").count() == 3 + 2  # the markers
+    # The markers: 3 change points, 2 manifest changes, the counted step and break.
+    assert page.locator(".plotly-graph-div .shapelayer path").count() == 3 + 2 + 2
     # Hover: plotly draws the commit, date and manifest hash of the point.
     first = page.locator(".plotly-graph-div").first
     point = first.locator(".scatterlayer .trace").nth(2).locator(".point").last

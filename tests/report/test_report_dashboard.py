@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import re
 
 import pytest
@@ -83,7 +84,21 @@ def test_change_points_ignore_runs_flagged_as_contended():
     assert [st["index"] for st in quiet.steps] == [5] and "contended" not in quiet.analysis_note
 
 
-def _log_history(uri, doc, n=5):
+# The counted history of the bundled results when ``counted``: +3% at the third run, then
+# the emulator changes at the fourth (a break: counts before and after are not compared).
+COUNTED_INSTRUCTIONS = (1_000_000, 1_000_000, 1_030_000, 1_030_000, 1_030_000)
+COUNTED_EMULATOR = ("qemu-x86_64 7.2.22",) * 3 + ("qemu-x86_64 8.2.2",) * 2
+
+
+def counted_block(i):
+    return {"instructions": COUNTED_INSTRUCTIONS[i], "bytes_loaded": 4_000_000,
+            "bytes_stored": 1_000_000, "loads": 90_000, "stores": 30_000, "wall_s": 1.5,
+            "fingerprint": {"engine": "qemu-tcg-plugin", "emulator": COUNTED_EMULATOR[i],
+                            "plugin_sha256": "ab" * 32, "target": "x86-64-v3",
+                            "input_sha256": "cd" * 32, "artefact_sha256": "ef" * 32}}  # fmt: skip
+
+
+def _log_history(uri, doc, n=5, counted=False):
     """n invocations; the last is 2x slower and bumps the onnxruntime runtime pin."""
     from guard.track import log_results
 
@@ -96,6 +111,8 @@ def _log_history(uri, doc, n=5):
             if r.get("latency_ms"):
                 r["latency_ms"]["p50"] *= 2.0 if i == n - 1 else 1.0 + 0.004 * (i % 2)
                 r["samples_ms"] = [x * (2.0 if i == n - 1 else 1.0) for x in r["samples_ms"]]
+                if counted and r["backend"] == "bundled":
+                    r["counted"] = counted_block(i)
             if i == n - 1 and r.get("manifest") and r["backend"] == "onnxruntime":
                 r["manifest"]["runtime"]["version"] = "1.33.0"
         log_results(d, uri)
@@ -196,3 +213,56 @@ def test_a_counted_series_is_drawn_in_its_own_panel():
     fig = C.series_figure(s, lambda _run: None)
     (trace,) = [t for t in fig.data if t.name == "instructions / inference (counted)"]
     assert list(trace.y) == [1.0e6, 1.0e6, 1.24e6]
+
+
+def test_panels_without_a_value_are_not_drawn():
+    rows = [_row(t=f"2026-01-0{i + 1}", latency_ms__p50=2.0, arena_bytes=4096) for i in range(3)]
+    (s,) = S.group_series(rows)
+    names = [t.name for t in C.series_figure(s, lambda _run: None).data]
+    assert "arena (bytes)" in names and "instructions / inference (counted)" not in names
+    assert "partitions" not in names and "max abs error" not in names
+
+
+def _counted_rows(values, emulators=None, **fp):
+    rows = []
+    for i, v in enumerate(values):
+        fingerprint = {"engine": "qemu-tcg-plugin", "plugin_sha256": "ab", "target": "x86-64-v3",
+                       "input_sha256": "cd", "emulator": (emulators or ["qemu 7.2"] * 9)[i], **fp}  # fmt: skip
+        row = _row(t=f"2026-01-0{i + 1}", counted__instructions=v, counted__bytes_loaded=4e6,
+                   counted__bytes_stored=1e6)  # fmt: skip
+        row["run_id"] = f"run{i}"
+        row["tags.guard.git.commit"] = f"{i}" * 40
+        row["tags.guard.counted.fingerprint"] = json.dumps(fingerprint)
+        rows.append(row)
+    (s,) = S.group_series(rows)
+    return s
+
+
+def test_counted_steps_are_exact_at_the_commit_that_made_them():
+    # Counts do not move between processes: a 0.6% step past the 0.5% bound is one step at
+    # that very commit, however many runs lie around it; 0.04% of wobble is none.
+    s = _counted_rows([1e6, 1.0004e6, 1e6, 1.006e6, 1.006e6, 0.99e6])
+    S.analyse_series(s)
+    assert [(st["point"], st["kind"], round(st["pct"], 2)) for st in s.counted_steps] == [
+        (3, "regression", 0.6),
+        (5, "improvement", -1.59),
+    ]
+    assert s.counted_steps[0]["from_commit"] == "2" * 10 and s.counted_steps[0]["run_id"] == "run3"
+    assert s.counted_breaks == [] and s.steps == []  # no latency in these runs
+    s = _counted_rows([1e6, 1.006e6])
+    s.counted_regress_pct = 1.0  # the suite's checks.counted.regress_pct
+    S.analyse_series(s)
+    assert s.counted_steps == []
+
+
+def test_a_changed_fingerprint_is_a_break_not_a_step():
+    s = _counted_rows(
+        [1e6, 1e6, 1.2e6, 1.2e6], emulators=["qemu 7.2", "qemu 7.2", "qemu 8.2", "qemu 8.2"]
+    )
+    S.analyse_series(s)
+    assert s.counted_steps == []
+    (brk,) = s.counted_breaks
+    assert brk["point"] == 2 and "not comparable: emulator differs" in brk["why"]
+    fig = C.series_figure(s, lambda _run: None)
+    texts = [a.text for a in fig.layout.annotations]
+    assert any("not comparable: emulator differs" in t for t in texts), texts
