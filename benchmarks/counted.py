@@ -5,8 +5,8 @@ emulator do not depend on the machine's load, so this benchmark is valid on a sh
 heavily loaded runner. Two parts, every figure from real `guard run --counted` processes:
 
 - **spread**: N separate processes of a suite of three zoo models of different size
-  (mlp, transformer layer, inception block) on each backend: onnxruntime (Python under
-  qemu-x86_64 -cpu max), bundled for this host (counted as its x86-64-v3 build) and
+  (mlp, transformer layer, inception block) on each backend: onnxruntime and tvm (Python
+  under qemu-x86_64 -cpu max; tvm with ``--spread-backends``), bundled for this host (counted as its x86-64-v3 build) and
   bundled for AArch64 (static runner under qemu-aarch64). Per (model, backend): min, max
   and (max-min)/min of instructions per inference over the processes, and the counted run's
   cost in seconds.
@@ -41,6 +41,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu -mattr=+neon"
+BACKENDS = ("onnxruntime", "tvm", "bundled-x86-64-v3", "bundled-aarch64")
 SPREAD_MODELS = {  # zoo model -> (input, shape)
     "mlp": ("x", [1, 256]),
     "transformer": ("x", [1, 128, 256]),
@@ -128,11 +129,10 @@ models:
 
 
 def spread_suite(d: Path, names: list[str], backends_of: list[str]) -> Path:
-    """The spread suite over ``names`` (zoo models) and ``backends_of`` (the benchmark's
-    three backends: onnxruntime, bundled-x86-64-v3, bundled-aarch64)."""
+    """The spread suite over ``names`` (zoo models) and ``backends_of`` (of BACKENDS)."""
     d.mkdir(parents=True, exist_ok=True)
     models = []
-    host = [b for b in ("onnxruntime", "bundled") if b in backends_of
+    host = [b for b in ("onnxruntime", "tvm", "bundled") if b in backends_of
             or (b == "bundled" and "bundled-x86-64-v3" in backends_of)]  # fmt: skip
     kinds = [("", f"[{', '.join(host)}]", "host")] if host else []
     if "bundled-aarch64" in backends_of:
@@ -182,9 +182,9 @@ def guard_compare(base: Path, head: Path, out: Path, work: Path) -> tuple[int, d
 
 
 def backend_of(r: dict) -> str:
-    """The benchmark's three backends, from a result or a counted comparison row."""
-    if r["backend"] == "onnxruntime":
-        return "onnxruntime"
+    """The benchmark's backends, from a result or a counted comparison row."""
+    if r["backend"] in ("onnxruntime", "tvm"):
+        return str(r["backend"])
     target = str(r.get("counted_target") or r.get("target"))
     return "bundled-aarch64" if "aarch64" in target else "bundled-x86-64-v3"
 
@@ -257,7 +257,7 @@ def summarize(rows: list[dict]) -> str:
              "bytes moved / inference | counted run s (median) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     spread_rows = [r for r in rows if r["part"] == "spread" and r.get("instructions")]
     for model in SPREAD_MODELS:
-        for backend in ("onnxruntime", "bundled-x86-64-v3", "bundled-aarch64"):
+        for backend in BACKENDS:
             rs = [r for r in spread_rows if r["model"] == model and r["backend"] == backend]
             if not rs:
                 continue
@@ -277,7 +277,7 @@ def summarize(rows: list[dict]) -> str:
               "wall-time verdicts | wall ratio (min .. max) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     flow_rows = [r for r in rows if r["part"] == "flow"]
     for variant in ("aa", *VARIANTS):
-        for backend in ("onnxruntime", "bundled-x86-64-v3", "bundled-aarch64"):
+        for backend in BACKENDS:
             rs = [r for r in flow_rows if r["variant"] == variant and r["backend"] == backend]
             if not rs:
                 continue

@@ -7,6 +7,12 @@ space so a step is a ratio, with a BIC-like penalty scaled by a robust noise est
 the consumed share of the headroom the first segment had to its bound,
 ``(last - first) / (bound - first)``, from the medians of the first and last segments
 (or first and last few points when there is no step).
+
+Counted metrics (``--metric counted.instructions`` or ``counted.bytes_moved``) need no
+detector: counts do not move between processes, so consecutive runs are compared exactly
+(guard.stats.counted, against the suite's counted bound) and each change past it is a
+step at the very run that made it; where the counted fingerprint changed, the history
+says so instead of comparing.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 
 from guard.core.errors import UsageError
 from guard.core.fsutil import atomic_write_text
+from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 from guard.suite import Suite, load_suite
 from guard.track import find_runs, resolve_uri
 
@@ -126,16 +133,54 @@ def analyse(
     return out
 
 
+def analyse_counted(
+    blocks: Sequence[Mapping[str, Any]],
+    values: Sequence[float],
+    *,
+    labels: Sequence[str],
+    regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
+) -> dict[str, Any]:
+    """``analyse``'s answer for a counted metric: exact steps between consecutive counts
+    (``values`` the metric per block) and the breaks where the fingerprint changed."""
+    steps, breaks = [], []
+    for c in count_changes(blocks, regress_pct):
+        i, j = c["index"], c["previous"]
+        if c["verdict"] == "not comparable":
+            breaks.append({"index": i, "at": labels[i], "why": c["message"]})
+            continue
+        steps.append({"index": i, "at": labels[i], "before": values[j], "after": values[i],
+                      "ratio": values[i] / values[j], "pct": (values[i] / values[j] - 1) * 100,
+                      "message": c["message"]})  # fmt: skip
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "points": len(values),
+        "first": values[0],
+        "last": values[-1],
+        "change_pct": (values[-1] / values[0] - 1) * 100,
+        "steps": steps,
+        "breaks": breaks,
+        "exact": True,
+        "regress_pct": regress_pct,
+        "trend": trend(values),
+        "bound": None,
+        "headroom_consumed": None,
+    }
+
+
 def format_history(name: str, a: Mapping[str, Any]) -> str:
     lines = [
         f"{name}: {a['points']} runs, {a['first']:.4g} → {a['last']:.4g} ({a['change_pct']:+.1f}%)"
     ]
     if not a["steps"]:
-        lines.append("  no step detected")
+        exact = f"no change past {a['regress_pct']:g}% (counted, exact)" if a.get("exact") else ""
+        lines.append(f"  {exact or 'no step detected'}")
     for s in a["steps"]:
         lines.append(
             f"  step at {s['at']}: {s['before']:.4g} → {s['after']:.4g} ({s['pct']:+.1f}%)"
+            + (f": {s['message']}" if s.get("message") else "")
         )
+    for b in a.get("breaks") or ():
+        lines.append(f"  counts {b['why']} at {b['at']}: not compared across it")
     t = a.get("trend") or {}
     if t.get("significant"):
         lines.append(f"  creep: {t['pct_per_run']:+.2f}% per run (Kendall p={t['p_value']:.2g})")
@@ -152,10 +197,9 @@ def format_history(name: str, a: Mapping[str, Any]) -> str:
 
 def series_from_runs(frame: Any, metric: str) -> tuple[list[float], list[str]]:
     """Oldest-first metric values and "commit@time" labels from a find_runs DataFrame."""
-    col = f"metrics.{metric}"
-    if frame is None or len(frame) == 0 or col not in frame.columns:
+    f = _runs_with(frame, metric)
+    if f is None:
         return [], []
-    f = frame.dropna(subset=[col]).sort_values("start_time")
     commits = (
         f["tags.guard.git.commit"] if "tags.guard.git.commit" in f.columns else [None] * len(f)
     )
@@ -165,7 +209,48 @@ def series_from_runs(frame: Any, metric: str) -> tuple[list[float], list[str]]:
         f"{c[:10] if isinstance(c, str) and c else 'nogit'}@{t:%Y-%m-%d %H:%M}"
         for c, t in zip(commits, f["start_time"], strict=False)
     ]
-    return [float(x) for x in f[col]], labels
+    return [float(x) for x in f[f"metrics.{metric}"]], labels
+
+
+def _runs_with(frame: Any, metric: str) -> Any:
+    """The runs of ``frame`` that have ``metric``, oldest first (None: no such run)."""
+    col = f"metrics.{metric}"
+    if frame is None or len(frame) == 0 or col not in frame.columns:
+        return None
+    return frame.dropna(subset=[col]).sort_values("start_time")
+
+
+def counted_blocks(frame: Any, metric: str) -> list[dict[str, Any]]:
+    """The counted blocks (counts and fingerprint) of the runs ``series_from_runs`` reads."""
+    f = _runs_with(frame, metric)
+    if f is None:
+        return []
+
+    def cell(row: Any, col: str) -> Any:
+        v = row.get(col)
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+    out = []
+    for _, row in f.iterrows():
+        try:
+            fingerprint = json.loads(cell(row, "tags.guard.counted.fingerprint") or "{}")
+        except ValueError:
+            fingerprint = {}
+        out.append({"instructions": cell(row, "metrics.counted.instructions"),
+                    "bytes_loaded": cell(row, "metrics.counted.bytes_loaded"),
+                    "bytes_stored": cell(row, "metrics.counted.bytes_stored"),
+                    "fingerprint": fingerprint if isinstance(fingerprint, dict) else {}})  # fmt: skip
+    return out
+
+
+def suite_counted_bound(suite: Suite | None, model: str) -> float:
+    """The model's ``checks.counted.regress_pct``, else the counted check's default."""
+    for entry in getattr(suite, "models", ()):
+        if entry.name == model:
+            pct = (entry.checks.get("counted") or {}).get("regress_pct")
+            if isinstance(pct, int | float):
+                return float(pct)
+    return DEFAULT_COUNTED_REGRESS_PCT
 
 
 def suite_bound(
@@ -231,7 +316,11 @@ def history_command(args: argparse.Namespace) -> int:
         b = bound
         if b is None and loaded is not None:
             b = suite_bound(loaded, args.model, args.metric, key["arch"] or None)
-        a = analyse(values, labels=labels, bound=b, penalty=args.penalty)
+        if args.metric.startswith("counted."):
+            a = analyse_counted(counted_blocks(group, args.metric), values, labels=labels,
+                                regress_pct=suite_counted_bound(loaded, args.model))  # fmt: skip
+        else:
+            a = analyse(values, labels=labels, bound=b, penalty=args.penalty)
         blocks.append(format_history(f"{name} {args.metric}", a))
         safe = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in a.items()

@@ -24,12 +24,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.compare.history import suite_bound
+from guard.compare.history import suite_bound, suite_counted_bound
 from guard.core.errors import UsageError
 from guard.report._io import atomic_write_text, check_target
 from guard.report.dashboard_charts import series_figure
 from guard.report.dashboard_series import Series, analyse_series, as_text, as_time, group_series
-from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT
 from guard.suite import Suite, load_suite
 from guard.track import find_runs
 from guard.track.client import experiment_name, mlflow_client, translated
@@ -77,16 +76,6 @@ def bound_for(suite: Suite | None, series: Series) -> float | None:
     if suite is None:
         return None
     return suite_bound(suite, series.model, "latency_ms.p50", series.arch)
-
-
-def counted_bound(suite: Suite | None, series: Series) -> float:
-    """The model's ``checks.counted.regress_pct`` (the counted check's bound), else 0.5%."""
-    for entry in getattr(suite, "models", ()):
-        if entry.name == series.model:
-            pct = (entry.checks.get("counted") or {}).get("regress_pct")
-            if isinstance(pct, int | float):
-                return float(pct)
-    return DEFAULT_COUNTED_REGRESS_PCT
 
 
 # ---------------------------------------------------------------------------- the page
@@ -159,7 +148,7 @@ def build_context(suite_name: str, suite: Suite | None, uri: str) -> dict[str, A
     series = group_series(children)
     for s in series:
         s.bound = bound_for(suite, s)
-        s.counted_regress_pct = counted_bound(suite, s)
+        s.counted_regress_pct = suite_counted_bound(suite, s.model)
         analyse_series(s)
     archs = sorted({s.arch for s in series})
     if len(archs) > 1:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guard.compare.history import analyse
-from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
+from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 
 # The pins whose change is drawn as a marker: a manifest section (its params' prefix).
 PIN_FIELDS = ("compiler", "runtime", "driver", "tuning_cache", "model")
@@ -177,38 +177,35 @@ def contended(p: Point) -> bool:
 
 def counted_changes(series: Series) -> None:
     """The counted series' steps: consecutive counted points compared exactly
-    (guard.stats.counted, the series' ``counted_regress_pct``), as ``guard compare`` does.
+    (guard.stats.counted.count_changes, the series' ``counted_regress_pct``), as
+    ``guard compare`` compares two runs.
 
     Counts do not move between processes, so every change past the bound is a step at
-    that very commit, however loaded the machine was; no detector is needed. Where the
-    fingerprint changed (another emulator, plugin, target or inputs) the counts before and
-    after mean different things: that is a break, drawn and named, never a step."""
-    prev: tuple[Point, dict[str, Any]] | None = None
-    for i, p in enumerate(series.points):
-        instructions = p.metrics.get("counted.instructions")
-        if instructions is None:
-            continue
-        block = {
-            "instructions": instructions,
+    that very commit, however loaded the machine was. Where the fingerprint changed
+    (another emulator, plugin, target or inputs) the counts before and after mean
+    different things: that is a break, drawn and named, never a step."""
+    blocks = [
+        {
+            "instructions": p.metrics.get("counted.instructions"),
             "bytes_loaded": p.metrics.get("counted.bytes_loaded"),
             "bytes_stored": p.metrics.get("counted.bytes_stored"),
             "fingerprint": p.counted_fingerprint or {},
         }
-        if prev is not None:
-            before, base = prev
-            row = compare_counted(base, block, series.counted_regress_pct)
-            where = {"point": i, "time": p.time, "from_commit": before.short,
-                     "to_commit": p.short, "from_time": before.time, "run_id": p.run_id}  # fmt: skip
-            if row["verdict"] in ("regressed", "improved"):
-                series.counted_steps.append({
-                    **where, "metric": "counted",
-                    "kind": "regression" if row["verdict"] == "regressed" else "improvement",
-                    "pct": row["instructions_pct"], "bytes_pct": row["bytes_moved_pct"],
-                    "before": base["instructions"], "after": instructions,
-                })  # fmt: skip
-            elif row["verdict"] == "not comparable":
-                series.counted_breaks.append({**where, "why": row["message"]})
-        prev = (p, block)
+        for p in series.points
+    ]
+    for c in count_changes(blocks, series.counted_regress_pct):
+        before, p = series.points[c["previous"]], series.points[c["index"]]
+        where = {"point": c["index"], "time": p.time, "from_commit": before.short,
+                 "to_commit": p.short, "from_time": before.time, "run_id": p.run_id}  # fmt: skip
+        if c["verdict"] == "not comparable":
+            series.counted_breaks.append({**where, "why": c["message"]})
+            continue
+        series.counted_steps.append({
+            **where, "metric": "counted",
+            "kind": "regression" if c["verdict"] == "regressed" else "improvement",
+            "pct": c["instructions_pct"], "bytes_pct": c["bytes_moved_pct"],
+            "before": c["instructions"][0], "after": c["instructions"][1],
+        })  # fmt: skip
 
 
 def analyse_series(series: Series) -> None:

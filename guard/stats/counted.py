@@ -14,7 +14,7 @@ comparison is for. Equal artefact hashes with different counts say the count its
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 DEFAULT_COUNTED_REGRESS_PCT = 0.5
@@ -80,3 +80,25 @@ def compare_counted(
         "same_artefact": same,
         "message": message,
     }
+
+
+def count_changes(
+    blocks: Sequence[Mapping[str, Any] | None],
+    regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
+) -> list[dict[str, Any]]:
+    """The changes along a history of counted blocks, oldest first: each block compared
+    with the previous one that has a count (``compare_counted``, exactly), listed where
+    that says regressed, improved or not comparable; ``index`` and ``previous`` are their
+    positions in ``blocks``. Counts do not move between processes, so each change listed
+    is at the very run that made it: no change-point detector is needed."""
+    out: list[dict[str, Any]] = []
+    prev: int | None = None
+    for i, block in enumerate(blocks):
+        if not block or block.get("instructions") is None or "error" in block:
+            continue
+        if prev is not None:
+            row = compare_counted(blocks[prev], block, regress_pct)
+            if row["verdict"] in ("regressed", "improved", "not comparable"):
+                out.append({"index": i, "previous": prev, **row})
+        prev = i
+    return out

@@ -114,6 +114,43 @@ def test_history_cli_on_a_real_store(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_counted_history_is_exact_and_says_where_counts_stop_comparing(tmp_path, capsys):
+    """Eight counted runs: +0.8% at the fourth (one exact step, where PELT's 1% noise floor
+    would see none), 0.01% of wobble elsewhere, and the emulator changed at the seventh."""
+    from compare_fixtures import doc, result
+
+    from guard.cli.main import main
+    from guard.track import log_results
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    counts = [1_000_000, 1_000_100, 1_000_000, 1_008_000, 1_008_100, 1_008_000, 1_300_000,
+              1_300_000]  # fmt: skip
+    for i, n in enumerate(counts):
+        r = result("mlp", [2.0] * 20)
+        r["counted"] = {
+            "instructions": n, "bytes_loaded": 4_000_000, "bytes_stored": 1_000_000,
+            "fingerprint": {"engine": "qemu-tcg-plugin", "plugin_sha256": "ab",
+                            "emulator": "qemu 7.2" if i < 6 else "qemu 8.2",
+                            "target": "x86-64-v3", "input_sha256": "cd"},
+        }  # fmt: skip
+        d = doc(r)
+        d["git"] = {"commit": f"c{i}".ljust(40, "0"), "dirty": False, "branch": "main"}
+        d["started"] = f"2026-11-29T13:{i:02d}:00+00:00"
+        log_results(d, uri)
+    out = tmp_path / "h.json"
+    code = main(["history", "smoke", "--model", "mlp", "--tracking-uri", uri,
+                 "--metric", "counted.instructions", "--json", str(out)])  # fmt: skip
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "step at c300000000@" in text and "(+0.8%)" in text, text
+    assert "counts not comparable: emulator differs (qemu 7.2 vs qemu 8.2) at c600000000@" in text
+    (series,) = json.loads(out.read_text())["series"]
+    (step,) = series["analysis"]["steps"]
+    assert step["before"] == 1_000_000 and step["after"] == 1_008_000
+    assert [b["index"] for b in series["analysis"]["breaks"]] == [6]
+
+
+@pytest.mark.slow
 def test_history_keeps_backends_and_targets_apart(tmp_path, capsys):
     """mlp on onnxruntime (2 ms) and bundled (4.8 ms), five runs each, no change in either:
     mixed into one series, the switch between backends read as a +138% step."""
