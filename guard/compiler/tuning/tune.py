@@ -48,7 +48,12 @@ import numpy as np
 
 from guard.compiler import import_onnx, optimize, verify
 from guard.compiler.codegen.base import Kernel
-from guard.compiler.codegen.conv.schedule import Geometry, conv_space, default_conv_schedule
+from guard.compiler.codegen.conv.schedule import (
+    Geometry,
+    conv_space,
+    default_conv_schedule,
+    row_cost,
+)
 from guard.compiler.codegen.emitters import emitter_for
 from guard.compiler.codegen.gemm.emitter import GemmShape
 from guard.compiler.codegen.gemm.schedule import GemmSchedule, default_gemm_schedule
@@ -230,16 +235,20 @@ def conv_cost(geo: Any, s: Any) -> float:
     column padding of the tile against the row, independent FMA chains (latency 4 x 2
     ports, with room: 16), FMAs per load (a weight vector per output-channel vector, a broadcast per
     column, or per column and vector when the vectors read different groups), and
-    register pressure near the file's size. The
+    register pressure near the file's size (a 16-register file: the default heuristic's
+    :func:`~guard.compiler.codegen.conv.schedule.row_cost`). The
     unroll and the loop order are left to measurement: a hair's penalty keeps the
     plain variant of each tile first."""
+    extra = 1.0 + 0.01 * (s.unroll != 1) + 0.01 * (s.loop_order != "kv_oh")
+    regs = _registers(geo.L)
+    if regs < 32:  # the default heuristic's model of a 16-register file
+        return row_cost(geo, s, regs) * extra
     t, kb = s.ow_block, min(s.oc_block, geo.KV)
     ow = max(geo.OW, 1)
     waste = (-(-ow // t) * t) / ow
     chains = min(1.0, kb * t / 16.0)
     loads = kb + t * (1 if geo.vectors_share_input(kb) else kb)
     intensity = min(1.0, (kb * t / loads) / 2.0)
-    extra = 1.0 + 0.01 * (s.unroll != 1) + 0.01 * (s.loop_order != "kv_oh")
     # A tile that leaves under 4 vector registers for addresses and temporaries spills in
     # LLVM's hands even though it "fits" (measured here: 2 x 14 columns ran at 0.3x).
     spills = 3.0 if kb * (t + 1) + 1 > _registers(geo.L) - 4 else 1.0

@@ -21,6 +21,8 @@ from guard.compiler.codegen.conv.schedule import (
     Geometry,
     conv_space,
     default_conv_schedule,
+    row_cost,
+    small_file_rate,
 )
 from guard.compiler.codegen.kernel_plan import Operand
 from guard.compiler.ir import layout
@@ -190,21 +192,76 @@ def test_default_heuristic(isa):
     table = target_of(isa).table
     W = table.vector_width
     assert W == WIDTH[isa] and table.registers == (32 if isa == "avx512" else 16)
-    wide = geometry((1, 64, 56, 56, 64, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW", W)
-    assert default_conv_schedule(wide, table) == ConvSchedule(ow_block=table.conv_wide_tile)
     assert table.conv_wide_tile == (14 if isa == "avx512" else 7)
-    # With 32 registers a 7-wide row cannot fill a wide tile: the registers go to channel
-    # vectors, and all 7 columns fit beside 3 of them. With 16 it is a wide row: 7 x 1
-    # (measured alike with 4 x 2 there, and 1.6-1.8x faster than 12 x 1 on wider rows).
+    wide = geometry((1, 64, 56, 56, 64, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW", W)
     late = geometry((1, 512, 7, 7, 512, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW", W)
-    s = default_conv_schedule(late, table)
-    want = (7, 3) if isa == "avx512" else (7, 1)
-    assert (s.ow_block, s.oc_block) == want
-    assert s.oc_block * (s.ow_block + 1) + 1 <= table.registers - 4
-    s.validate(W)
+    one = geometry((1, 256, 14, 14, 128, 1, 1, 1, (0, 0, 0, 0), 1, 1), "NCHW", W)
+    late1 = geometry((1, 512, 7, 7, 256, 1, 1, 1, (0, 0, 0, 0), 1, 1), "NCHW", W)
+    five = geometry((1, 32, 27, 27, 64, 5, 5, 1, (2, 2, 2, 2), 1, 1), "NCHW", W)
+    stem = geometry((1, 3, 224, 224, 64, 7, 7, 2, (3, 3, 3, 3), 1, 1), "NCHW", W)
+    single = geometry((1, 64, 56, 56, 8, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW", W)
+    got = {
+        name: (s.ow_block, s.oc_block)
+        for name, geo in [("wide", wide), ("late", late), ("one", one), ("late1", late1),
+                          ("five", five), ("stem", stem), ("single", single)]
+        for s in [default_conv_schedule(geo, table)]
+    }  # fmt: skip
+    if isa == "avx512":
+        # A wide row gets the wide tile; with 32 registers a 7-wide row cannot fill it:
+        # the registers go to channel vectors, and all 7 columns fit beside 3 of them.
+        assert got["wide"] == (14, 1) and got["one"] == (14, 1) and got["late"] == (7, 3)
+    else:
+        # 16 registers: two output-channel vectors per broadcast on most rows; 5 columns
+        # where a 3x3 kernel's shared taps would spill 6; 6 on a 1x1 row that 6 divides
+        # better; 3 vectors on 7-column rows of many vectors; never more than 7 columns.
+        assert got["wide"] == (5, 2) and got["one"] == (5, 2) and got["late1"] == (4, 3)
+        assert got["five"] == (3, 3) and got["stem"] == (4, 2) and got["single"] == (7, 1)
+        assert got["late"] == (7, 1)  # 7 x 1 and 4 x 2 model alike: the first stays
+    for geo in (wide, late, one, late1, five, stem, single):
+        s = default_conv_schedule(geo, table)
+        s.validate(W)
+        assert s.ow_block <= table.conv_wide_tile
+        if isa == "avx512":
+            assert s.oc_block * (s.ow_block + 1) + 1 <= table.registers - 4
     # depthwise vectors read different channels: no sharing, one vector per tile
     dw = geometry((1, 32, 7, 7, 32, 3, 3, 1, (1, 1, 1, 1), 1, 32), "NHWC", W)
     assert default_conv_schedule(dw, table).oc_block == 1
+
+
+def test_the_16_register_model_charges_tails_latency_and_spills():
+    """row_cost: a tile of fewer than CHAINS accumulators costs CHAINS FMA slots (one
+    vector of 7 columns: 9/7 of peak), a tail tile costs the same floor, a remainder
+    block of vectors likewise, and a tile whose shared taps outgrow the file pays the
+    spill rate."""
+    W, regs = 8, 16
+    one = geometry((1, 256, 14, 14, 128, 1, 1, 1, (0, 0, 0, 0), 1, 1), "NCHW8c", W)
+    assert row_cost(one, ConvSchedule(7, 1), regs) == pytest.approx(9 / 7)
+    # 14 columns = 5 + 5 + 4: (10 + 10 + 9) slots for 28 vector-columns
+    assert row_cost(one, ConvSchedule(5, 2), regs) == pytest.approx(29 / 28)
+    # 16 vectors in blocks of 3: five blocks and one of a single vector
+    per3 = (3 * 12 + 9) / 0.9  # every register taken: 0.9 on a 1x1 convolution
+    per1 = 4 * 9 / 0.9
+    assert row_cost(one, ConvSchedule(4, 3), regs) == pytest.approx((5 * per3 + per1) / 224)
+    three = geometry((1, 64, 14, 14, 32, 3, 3, 1, (1, 1, 1, 1), 1, 1), "NCHW8c", W)
+    assert small_file_rate(three, ConvSchedule(5, 2), regs) == 1.0
+    assert small_file_rate(three, ConvSchedule(6, 2), regs) == 0.65  # 15 + 7 shared > 20
+    assert small_file_rate(one, ConvSchedule(6, 2), regs) == 1.0  # no taps to share
+    s2 = geometry((1, 64, 28, 28, 32, 3, 3, 2, (1, 1, 1, 1), 1, 1), "NCHW8c", W)
+    assert small_file_rate(s2, ConvSchedule(6, 2), regs) == 1.0  # one shared tap
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("T", [1, 3, 5, 7, 14])
+def test_column_tiles_cover_the_row_once(case, T):
+    """The tiles the emitter and the cost model share cover every output column once,
+    none wider than T, the interior tiles only where every tap is inside the input."""
+    geo = geometry(case, "NCHW", 8)
+    left, full, fixed = geo.column_tiles(T)
+    cols = [c for c0, w in fixed for c in range(c0, c0 + w)]
+    cols += list(range(left, left + full))
+    assert sorted(cols) == list(range(geo.OW))
+    assert all(1 <= w <= T for _, w in fixed) and full % T == 0
+    assert full == 0 or (geo.ow_lo <= left and left + full <= geo.ow_hi)
 
 
 @pytest.mark.parametrize(

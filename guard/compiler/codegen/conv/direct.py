@@ -63,17 +63,7 @@ class DirectConv:
         # Column tiles: border tiles at compile-time positions (each tap of each column is
         # known to be inside or outside the input, so no run-time checks), interior tiles
         # (every tap inside) in a loop.
-        # Border tiles are T wide too (they reach into the interior): a 1-column tile would
-        # be one FMA chain, latency-bound at a quarter of the FMA throughput.
-        left = min(g.OW, -(-g.ow_lo // T) * T) if g.ow_lo > 0 else 0
-        right = max(left, g.OW - -(-(g.OW - g.ow_hi) // T) * T) if g.ow_hi < g.OW else g.OW
-        fixed: list[tuple[int, int]] = []  # (first column, width)
-        fixed += [(c, min(T, left - c)) for c in range(0, left, T)]
-        inner = right - left
-        full = inner // T * T
-        if inner - full:
-            fixed.append((left + full, inner - full))
-        fixed += [(c, min(T, g.OW - c)) for c in range(right, g.OW, T)]
+        left, full, fixed = g.column_tiles(T)
         blocks = g.KV // KB * KB  # whole blocks of KB vectors; the rest is one short block
 
         def columns(n: ir.Value, kv0: ir.Value, nv: int, oh: ir.Value) -> None:

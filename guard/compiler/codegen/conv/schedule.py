@@ -28,6 +28,7 @@ and the test that checks each against the reference kernel).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,26 @@ class Geometry:
     def flops(self) -> int:
         return 2 * self.N * self.K * self.OH * self.OW * self.Cg * self.R * self.S
 
+    def column_tiles(self, T: int) -> tuple[int, int, list[tuple[int, int]]]:
+        """How one output row is tiled ``T`` columns wide: ``(left, full, fixed)`` with
+        the interior tiles looping over columns ``[left, left + full)`` and ``fixed`` the
+        (first column, width) of every tile at a compile-time column: the border tiles
+        (``T`` wide too, reaching into the interior: a 1-column tile would be one FMA
+        chain, latency-bound) and the interior's narrower tail."""
+        left = min(self.OW, -(-self.ow_lo // T) * T) if self.ow_lo > 0 else 0
+        right = (
+            max(left, self.OW - -(-(self.OW - self.ow_hi) // T) * T)
+            if self.ow_hi < self.OW
+            else self.OW
+        )
+        fixed = [(c, min(T, left - c)) for c in range(0, left, T)]
+        inner = right - left
+        full = inner // T * T
+        if inner - full:
+            fixed.append((left + full, inner - full))
+        fixed += [(c, min(T, self.OW - c)) for c in range(right, self.OW, T)]
+        return left, full, fixed
+
     def vectors_share_input(self, oc_block: int) -> bool:
         """Whether the ``oc_block`` vectors of every tile lie in one group, so that they
         read the same input channels (one broadcast feeds all of them)."""
@@ -179,8 +200,9 @@ def default_conv_schedule(geo: Geometry, table: TargetTable | None = None) -> Co
     """The heuristic: correct for any shape, and near the best measured tile here.
 
     Every number comes from the target table (``table``, else the build's for ``geo.L``).
-    A row at least ``T`` = 14 columns wide (12 with 16 registers) gets 14-column tiles of
-    one output-channel vector: enough independent FMA chains to hide the FMA latency,
+    With 16 registers the tile is the modelled best of :func:`row_cost`
+    (:func:`_small_file_schedule`). With 32, a row at least ``T`` = 14 columns wide gets
+    14-column tiles of one output-channel vector: enough independent FMA chains to hide the FMA latency,
     the reduction not unrolled (LLVM and the out-of-order core do that). A narrower row
     cannot fill such a tile, so the tile trades columns for output-channel vectors that
     share each broadcast input (when they read the same input channels): the best of
@@ -196,6 +218,8 @@ def default_conv_schedule(geo: Geometry, table: TargetTable | None = None) -> Co
     table = table or active_table(geo.L)
     regs = table.registers
     wide = table.conv_wide_tile
+    if regs < 32:
+        return _small_file_schedule(geo, regs, wide)
     if geo.OW >= wide:
         return ConvSchedule(ow_block=wide)
     best, best_score = ConvSchedule(ow_block=max(1, geo.OW)), -1.0
@@ -209,6 +233,71 @@ def default_conv_schedule(geo: Geometry, table: TargetTable | None = None) -> Co
             score = fill * min(1.0, kb * t / 16) * min(1.0, kb * t / (kb + t) / 2)
             if score > best_score + 1e-9:
                 best, best_score = ConvSchedule(ow_block=t, oc_block=kb), score
+    return best
+
+
+# A tile's FMA chains: below this many accumulators one row step waits on the FMA
+# latency (4 cycles x 2 ports, with the loads' slack).
+CHAINS = 9
+
+
+def small_file_rate(geo: Geometry, s: ConvSchedule, regs: int) -> float:
+    """Relative FMA rate of a tile on a 16-register file (1.0: no penalty), from
+    measurements of x86-64-v3 code (the tuner's measure on znver5). A tile needs
+    ``oc_block x (ow_block + 1) + 1`` registers; where neighbouring columns share more
+    than one tap (``S - stride > 1``) LLVM keeps the shared broadcasts live across the
+    taps, ``ow_block + S - stride - 1`` of them, so past ``regs + 4`` of both together it
+    spills: at 3x3 stride 1, 6 x 2 ran at 70-86 GFLOP/s beside 5 x 2 and 3 x 3 at
+    108-132; at 5x5, 5 x 2 at 69-99 beside 3 x 3 at 123-158; at 7x7 stride 2, 6 x 2 at
+    53-63 beside 4 x 2 at 104 (at 3x3 stride 2, one shared tap, 6 x 2 kept up; at 11x11
+    stride 4, reused a few taps apart, 5 x 2 ran fastest). A tile that takes every
+    register (4 x 3) keeps within 0.9 of 6 x 2 on 1x1 convolutions (103-119 GFLOP/s) and
+    falls behind where it has taps to share."""
+    used = s.oc_block * (s.ow_block + 1) + 1
+    overlap = geo.S - geo.sw  # taps a column shares with the next one
+    if overlap > 1 and geo.sw <= 2 and used + s.ow_block + overlap - 1 > regs + 4:
+        return 0.65
+    if used >= regs:
+        return 0.7 if geo.S > 1 else 0.9
+    return 1.0
+
+
+def row_cost(geo: Geometry, s: ConvSchedule, regs: int) -> float:
+    """Modelled cycles of one output row over all its output-channel vectors, per useful
+    FMA vector (1.0 ~ peak): every tile of the row (interior tiles, the interior's tail,
+    the border tiles) of each block of ``oc_block`` vectors (and the last, shorter block)
+    costs ``max(vectors x columns, CHAINS)`` FMA slots at the tile's rate."""
+    T, KB = s.ow_block, min(s.oc_block, geo.KV)
+    left, full, fixed = geo.column_tiles(T)
+    widths = [T] * (full // T) + [w for _, w in fixed]
+    rate = small_file_rate(geo, s, regs)
+
+    def block(nv: int) -> float:
+        return sum(max(nv * w, CHAINS) for w in widths) / rate
+
+    blocks = geo.KV // KB
+    slots = blocks * block(KB) + (block(geo.KV - blocks * KB) if geo.KV % KB else 0.0)
+    return slots / max(1, geo.KV * geo.OW)
+
+
+def _small_file_schedule(geo: Geometry, regs: int, wide: int) -> ConvSchedule:
+    """16 registers (AVX2, SSE): the tile of least :func:`row_cost` among those no wider
+    than ``wide`` columns (wider single-vector tiles ran at 0.6x there: each FMA needs its
+    own broadcast load) whose vectors share their input. Picks 5-6 columns x 2 vectors on
+    most rows (1x1 convolutions of resnet50: 89-98 -> 103-119 GFLOP/s, 3x3 at 14-28
+    columns 108-110 -> 127-132), 3 x 3 or 4 x 3 on narrow rows of many vectors, 7 x 1
+    where there is one vector."""
+    best, best_cost = ConvSchedule(ow_block=max(1, min(wide, geo.OW))), math.inf
+    for kb in range(1, min(MAX_OC_BLOCK, geo.KV) + 1):
+        if kb > 1 and not geo.vectors_share_input(kb):
+            break
+        for t in range(1, min(wide, geo.OW) + 1):
+            s = ConvSchedule(ow_block=t, oc_block=kb)
+            if kb * (t + 1) + 1 > regs:
+                break
+            cost = row_cost(geo, s, regs)
+            if cost < best_cost - 1e-9:
+                best, best_cost = s, cost
     return best
 
 
