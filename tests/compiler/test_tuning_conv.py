@@ -81,3 +81,19 @@ def test_the_tuner_measures_conv_candidates(tmp_path):
     res = measure(task, [task.default, space[0], space[-1]], codegen_target(host), reps=2)
     assert [m.schedule for m in res] == [task.default, space[0], space[-1]]
     assert all(len(m.samples) == 2 and m.median > 0 for m in res)
+
+
+def test_whole_tasks_are_the_steps_not_the_thread_split(tmp_path, monkeypatch):
+    """``whole=True`` (the per-layer benchmark's view): one task per convolution at its
+    full FLOPs, where the thread split (its floor lowered) would give per-task pieces."""
+    from guard.compiler.codegen import split
+
+    monkeypatch.setattr(split, "MIN_TASK_FLOPS", 1)
+    model = conv_model(tmp_path / "convs.onnx")
+    target = canonicalize("llvm -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu")
+    full = {2 * 48 * 16 * 9 * 121, 2 * 32 * 48 * 121}
+    whole = extract_tasks(model, {"x": (1, 16, 11, 11)}, target, "t", whole=True)
+    assert {t.flops for t in whole if t.key.op == "conv"} == full
+    assert all(t.count == 1 for t in whole)
+    parts = extract_tasks(model, {"x": (1, 16, 11, 11)}, target, "t")
+    assert max(t.flops for t in parts if t.key.op == "conv") < min(full)

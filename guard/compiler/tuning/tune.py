@@ -112,9 +112,10 @@ class Measured:
 
 def extract_tasks(
     model_path: Any, input_shapes: dict[str, Any], target: str, compiler: str,
-    pipeline: str = "O2", profile: Any = None,
+    pipeline: str = "O2", profile: Any = None, whole: bool = False,
 ) -> list[Task]:  # fmt: skip
-    """The GEMM and convolution tasks of one model for one canonical target."""
+    """The GEMM and convolution tasks of one model for one canonical target (``whole``:
+    each step as one kernel, not the thread split's tasks)."""
     table = codegen_target(target).table
     optimised, _ = optimize(import_onnx(model_path, dict(input_shapes)), pipeline, target=table)
     verify(optimised)
@@ -130,7 +131,7 @@ def extract_tasks(
 
     kplan, _ = build_kernel_plan(
         compiled.view, compiled.memory, compiled.partitions.group_of, backends, offsets,
-        constants, pack, lambda s: split_step(s, width),
+        constants, pack, None if whole else (lambda s: split_step(s, width)),
     )  # fmt: skip
     # the kernels emitted, and whether each is a task of a split step
     steps = [(t, bool(s.parts)) for s in kplan.steps() for t in (s.parts or (s,))]
