@@ -189,6 +189,21 @@ def test_two_inputs_int64_and_two_outputs_keep_graph_order(backend, host, tmp_pa
         np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL)
 
 
+def test_bound_run_computes_what_run_does_on_inputs_set_once(backend, host, tmp_path):
+    # The call a counted run counts (guard.emulate.count_child): inputs set once, outputs
+    # kept in the VM; the same numbers as run() on the same feeds, also after a run() of
+    # other feeds in between (the bound inputs are the VM's own copies).
+    model = _mlp(tmp_path / "mlp.onnx")
+    _build(backend, model, {"x": (1, 16)}, tmp_path / "art", host)
+    sess = backend.load(tmp_path / "art", 1)
+    x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+    call = sess.bound_run({"x": x})
+    sess.run({"x": -x})
+    call()
+    (out,) = [sess._vm.get_outputs("main")]
+    np.testing.assert_array_equal(out.numpy(), sess.run({"x": x})[0])
+
+
 @pytest.mark.slow
 def test_zoo_mlp_matches_onnxruntime(backend, host, tmp_path):
     from guard.zoo import model_path
