@@ -229,6 +229,18 @@ def test_the_tree_is_the_layer_table():
     )
 
 
+MAX_MODULE_LINES = 450  # issue 26: a module a reader can hold; split one that grows past it
+
+
+def test_no_module_is_longer_than_a_reader_can_hold():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted(PKG.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {long}"
+
+
 def test_every_module_has_a_layer():
     for mod in guard_graph():
         layer_of(mod)
