@@ -30,7 +30,7 @@ import llvmlite.ir as ir
 from guard.compiler.codegen.base import Kernel
 from guard.compiler.codegen.irutil import I64, PTR, VOID, byte_ptr, i64
 from guard.compiler.codegen.kernel_plan import KernelPlan, Operand, Step
-from guard.compiler.codegen.pool import POOL_IR
+from guard.compiler.codegen.pool import pool_ir
 from guard.compiler.codegen.target import CodegenTarget
 from guard.core.errors import InternalError
 
@@ -200,7 +200,8 @@ def compile_module(module: ir.Module, target: CodegenTarget) -> Generated:
         # The thread pool (guard.compiler.codegen.pool) in every object: the runtime
         # starts and stops it whether or not a step was split.
         pool = llvm.parse_assembly(
-            f'target triple = "{target.triple}"\ntarget datalayout = "{tm.target_data}"\n' + POOL_IR
+            f'target triple = "{target.triple}"\ntarget datalayout = "{tm.target_data}"\n'
+            + pool_ir(target.triple)
         )
         pool.verify()
         mod.link_in(pool)

@@ -6,8 +6,17 @@ Python anywhere in the loop). A loaded artefact starts it once (``guard_pool_sta
 (``guard_pool_stop``). A step split into tasks (guard.compiler.codegen.split) is run by
 ``guard_pool_run(task, arena, weights, packed, n)``: the caller publishes the task
 function and its count under the pool's mutex, wakes the workers, and takes tasks itself
-until none are left, then waits for the ones the workers took. Workers sleep on a
-condition variable between steps (no spinning: the machines guard runs on are shared).
+until none are left, then waits for the ones the workers took.
+
+Waiting is bounded spinning, then sleeping. A worker that finds no task polls for the
+next step's for :data:`SPIN` rounds of the CPU's spin hint (``pause``; ``isb`` on
+AArch64), about 0.1 ms, before it sleeps on a condition variable; the caller that waits
+for the workers' last tasks polls the same way before it sleeps. Between the steps of
+one inference a worker so stays awake (waking a sleeping thread costs tens of
+microseconds on a virtual machine, the length of a small task, and the caller runs the
+step's tasks alone meanwhile); between inferences it sleeps after that bound, so an idle
+artefact does not hold a CPU of a shared machine. Values polled outside the mutex are
+read and written atomically.
 
 Tasks write disjoint parts of the output and each is the same code whichever thread runs
 it, so the outputs are bit-identical for any thread count. With one thread (no workers
@@ -20,6 +29,20 @@ initialisers are all-zero, and 64 bytes hold either on x86-64 and AArch64.
 from __future__ import annotations
 
 MAX_THREADS = 64
+SPIN = 4096  # polls before sleeping: ~0.1 ms of ``pause`` on Zen 5 (25 ns each)
+# The spin hint per architecture: (declaration, call)
+PAUSE = {
+    "x86_64": ("declare void @llvm.x86.sse2.pause()", "call void @llvm.x86.sse2.pause()"),
+    "aarch64": ("declare void @llvm.aarch64.isb(i32)", "call void @llvm.aarch64.isb(i32 15)"),
+}
+
+
+def pool_ir(triple: str) -> str:
+    """The pool's IR for a target triple (its spin hint)."""
+    decl, call = PAUSE[triple.split("-")[0]]
+    ir = POOL_IR.replace("@SPIN@", str(SPIN)).replace("@PAUSE@", call)
+    return ir.replace("@PAUSE_DECL@", decl)
+
 
 POOL_IR = r"""
 @gp_mutex = internal global [64 x i8] zeroinitializer, align 16
@@ -42,19 +65,20 @@ declare i32 @pthread_cond_wait(ptr, ptr)
 declare i32 @pthread_cond_broadcast(ptr)
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_join(i64, ptr)
+@PAUSE_DECL@
 
 ; Takes and runs tasks while any are untaken; entered and left with the mutex held.
 define internal void @gp_drain() nounwind {
 entry:
   br label %loop
 loop:
-  %next = load i64, ptr @gp_next
-  %n = load i64, ptr @gp_n
+  %next = load atomic i64, ptr @gp_next monotonic, align 8
+  %n = load atomic i64, ptr @gp_n monotonic, align 8
   %more = icmp slt i64 %next, %n
   br i1 %more, label %take, label %out
 take:
   %nn = add i64 %next, 1
-  store i64 %nn, ptr @gp_next
+  store atomic i64 %nn, ptr @gp_next monotonic, align 8
   %fn = load ptr, ptr @gp_fn
   %a = load ptr, ptr @gp_a
   %w = load ptr, ptr @gp_w
@@ -62,9 +86,9 @@ take:
   %u = call i32 @pthread_mutex_unlock(ptr @gp_mutex)
   call void %fn(i64 %next, ptr %a, ptr %w, ptr %p)
   %l = call i32 @pthread_mutex_lock(ptr @gp_mutex)
-  %left = load i64, ptr @gp_left
+  %left = load atomic i64, ptr @gp_left monotonic, align 8
   %left2 = sub i64 %left, 1
-  store i64 %left2, ptr @gp_left
+  store atomic i64 %left2, ptr @gp_left monotonic, align 8
   %last = icmp eq i64 %left2, 0
   br i1 %last, label %signal, label %loop
 signal:
@@ -74,19 +98,58 @@ out:
   ret void
 }
 
+; Polls up to SPIN rounds, without the mutex, until a step has untaken tasks or the pool
+; stops (%for_work) or until no task of the step is left running (not %for_work).
+define internal void @gp_spin(i1 %for_work) nounwind {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i2, %work ], [ %i2, %done ]
+  %go = icmp ult i64 %i, @SPIN@
+  br i1 %go, label %poll, label %out
+poll:
+  @PAUSE@
+  %i2 = add i64 %i, 1
+  br i1 %for_work, label %work, label %done
+work:
+  %next = load atomic i64, ptr @gp_next monotonic, align 8
+  %n = load atomic i64, ptr @gp_n monotonic, align 8
+  %stop = load atomic i32, ptr @gp_stop monotonic, align 4
+  %more = icmp slt i64 %next, %n
+  %stopping = icmp ne i32 %stop, 0
+  %seen = or i1 %more, %stopping
+  br i1 %seen, label %out, label %loop
+done:
+  %left = load atomic i64, ptr @gp_left monotonic, align 8
+  %finished = icmp eq i64 %left, 0
+  br i1 %finished, label %out, label %loop
+out:
+  ret void
+}
+
 define internal ptr @gp_worker(ptr %arg) nounwind {
 entry:
   %l = call i32 @pthread_mutex_lock(ptr @gp_mutex)
   br label %wait
 wait:
-  %stop = load i32, ptr @gp_stop
+  %may_spin = phi i1 [ true, %entry ], [ true, %work ], [ false, %sleep ], [ false, %spun ]
+  %stop = load atomic i32, ptr @gp_stop monotonic, align 4
   %stopping = icmp ne i32 %stop, 0
   br i1 %stopping, label %exit, label %check
 check:
-  %next = load i64, ptr @gp_next
-  %n = load i64, ptr @gp_n
+  %next = load atomic i64, ptr @gp_next monotonic, align 8
+  %n = load atomic i64, ptr @gp_n monotonic, align 8
   %more = icmp slt i64 %next, %n
-  br i1 %more, label %work, label %sleep
+  br i1 %more, label %work, label %idle
+idle:
+  br i1 %may_spin, label %spin, label %sleep
+spin:
+  %u = call i32 @pthread_mutex_unlock(ptr @gp_mutex)
+  call void @gp_spin(i1 true)
+  %l2 = call i32 @pthread_mutex_lock(ptr @gp_mutex)
+  br label %spun
+spun:
+  br label %wait
 sleep:
   %c = call i32 @pthread_cond_wait(ptr @gp_work, ptr @gp_mutex)
   br label %wait
@@ -94,7 +157,7 @@ work:
   call void @gp_drain()
   br label %wait
 exit:
-  %u = call i32 @pthread_mutex_unlock(ptr @gp_mutex)
+  %u2 = call i32 @pthread_mutex_unlock(ptr @gp_mutex)
   ret ptr null
 }
 
@@ -141,7 +204,7 @@ entry:
   br i1 %any, label %signal, label %out
 signal:
   %l = call i32 @pthread_mutex_lock(ptr @gp_mutex)
-  store i32 1, ptr @gp_stop
+  store atomic i32 1, ptr @gp_stop monotonic, align 4
   %b = call i32 @pthread_cond_broadcast(ptr @gp_work)
   %u = call i32 @pthread_mutex_unlock(ptr @gp_mutex)
   br label %loop
@@ -156,7 +219,7 @@ join:
   %i2 = add i32 %i, 1
   br label %loop
 reset:
-  store i32 0, ptr @gp_stop
+  store atomic i32 0, ptr @gp_stop monotonic, align 4
   store i32 1, ptr @gp_threads
   br label %out
 out:
@@ -185,22 +248,29 @@ par:
   store ptr %a, ptr @gp_a
   store ptr %w, ptr @gp_w
   store ptr %p, ptr @gp_p
-  store i64 %n, ptr @gp_n
-  store i64 0, ptr @gp_next
-  store i64 %n, ptr @gp_left
+  store atomic i64 %n, ptr @gp_left monotonic, align 8
+  store atomic i64 0, ptr @gp_next monotonic, align 8
+  store atomic i64 %n, ptr @gp_n release, align 8
   %b = call i32 @pthread_cond_broadcast(ptr @gp_work)
   call void @gp_drain()
+  %left0 = load atomic i64, ptr @gp_left monotonic, align 8
+  %pending0 = icmp ne i64 %left0, 0
+  br i1 %pending0, label %spin, label %finish
+spin:
+  %u0 = call i32 @pthread_mutex_unlock(ptr @gp_mutex)
+  call void @gp_spin(i1 false)
+  %l0 = call i32 @pthread_mutex_lock(ptr @gp_mutex)
   br label %wait
 wait:
-  %left = load i64, ptr @gp_left
+  %left = load atomic i64, ptr @gp_left monotonic, align 8
   %pending = icmp ne i64 %left, 0
   br i1 %pending, label %sleep, label %finish
 sleep:
   %c = call i32 @pthread_cond_wait(ptr @gp_done, ptr @gp_mutex)
   br label %wait
 finish:
-  store i64 0, ptr @gp_n
-  store i64 0, ptr @gp_next
+  store atomic i64 0, ptr @gp_n monotonic, align 8
+  store atomic i64 0, ptr @gp_next monotonic, align 8
   %u = call i32 @pthread_mutex_unlock(ptr @gp_mutex)
   ret void
 }

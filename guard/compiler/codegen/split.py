@@ -5,21 +5,27 @@ A convolution of one image whose output channels are outermost (NCHW, or a block
 channels, i.e. the same kernel specialised to fewer channels, called with pointers moved
 to its slice of the packed weights (``[K/L][C][R][S][L]``: a slice of whole vectors is
 contiguous), of the bias, of per-channel epilogue operands and of the output. A
-depthwise convolution slices its input the same way. The other families cut the output
+depthwise convolution slices its input the same way. A convolution whose channel units do not divide evenly into the tasks it
+wants (a single 16-channel block, 6 blocks in 8 tasks) and whose epilogue reads no other
+tensor cuts its output rows into bands instead: each task the same kernel over its rows,
+the whole input and weights read. The other families cut the output
 along one axis whose leading dims are 1 (so each run is contiguous), each input cut the
 same way or read whole where it is broadcast along that axis: a GEMM by runs of output
 rows (B, packed once, read whole by every task), pooling of one image by channels (or
 channel blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, Resize of
 one image by channels, ConvTranspose of one image by output-channel vectors (its packed
-weights cut with them), and elementwise steps along their leading axis. Nothing is
+weights cut with them), a Relayout between NCHW and NCHW<b>c by channel blocks, and
+elementwise steps along their leading axis. Nothing is
 reduced across tasks, so the split is exact and the tasks can run on any number of
 threads.
 
 The cost rule decides whether a step splits and into how many tasks, from the step alone
 (never from the thread count, so the code, and so the output bits, are the same for any
 ``threads``): at least :data:`MIN_TASK_FLOPS` per task (a task must dwarf the pool's
-dispatch, a few microseconds; an elementwise op counts 1 per element, 20 for the
-transcendental and dividing ones), at most :data:`MAX_TASKS`, whole channel vectors per
+dispatch, a few microseconds; a memory-bound step counts :data:`ELEMENT_FLOPS` per
+element it moves, what that costs beside a convolution's FMAs, plus 1 per elementwise
+op, 20 for the transcendental and dividing ones, and :data:`TAP_FLOPS` per pooling
+tap), at most :data:`MAX_TASKS`, whole channel vectors per
 conv task, runs of 8 rows per GEMM task. Anything else (several images, NHWC, grouped
 convolutions, transposed or batched GEMMs, a GEMM whose task kernel would want B packed
 otherwise) stays one serial call.
@@ -38,8 +44,14 @@ from guard.compiler.codegen.kernel_plan import Operand, Step
 from guard.compiler.ir.layout import block_of
 from guard.compiler.ir.ops import ELEMENTWISE_OPS
 
-MIN_TASK_FLOPS = 4_000_000  # ~0.1 ms of one core's FMAs; dispatch is a few us
+MIN_TASK_FLOPS = 2_000_000  # ~10 us of one core's FMAs; a dispatch to a spinning
+# worker costs about a microsecond (guard.compiler.codegen.pool)
 MAX_TASKS = 8
+# What a memory-bound step costs per element it reads and writes, in FLOPs of a
+# convolution at full rate (~200 GFLOP/s): measured at 1 thread on znver5, relayouts
+# took 0.15-0.26 ns an element and a 3x3 max pooling 0.65 ns an output (0.07 a tap).
+ELEMENT_FLOPS = 32
+TAP_FLOPS = 8
 
 
 def _slice(o: Operand, d0: int, d1: int) -> Operand:
@@ -64,14 +76,18 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
         return ()
     unit = blk or width  # channels per slice unit: whole vectors, whole blocks
     units = -(-geo.K // unit)
-    n = min(MAX_TASKS, units, geo.flops // MIN_TASK_FLOPS)
-    if n < 2:
+    want = min(MAX_TASKS, geo.flops // MIN_TASK_FLOPS)
+    want -= want % 2 if want > 2 else 0  # even: two threads share it evenly
+    if want < 2:
         return ()
     y = step.outputs[0]
     anchor = int(step.attrs.get("anchor_inputs", len(step.inputs)))
     refs = {r for p in step.attrs.get("program", ()) for r in p["args"] if isinstance(r, int)}
     if any(r < anchor for r in refs):
         return ()  # the epilogue reads the conv's own input whole: no slice of it is its
+    if units % want and not refs and geo.OH >= want:
+        return _row_tasks(step, geo, want)
+    n = min(want, units)
 
     tasks = []
     for i in range(n):
@@ -101,6 +117,17 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
             attrs["group"] = k1 - k0
         out = (_slice(y, d0, d1),)
         tasks.append(Step(f"{step.node}#{i}", step.op, "", tuple(ins), out, attrs, False))
+    return tuple(tasks)
+
+
+def _row_tasks(step: Step, geo: Geometry, n: int) -> tuple[Step, ...]:
+    """A convolution cut into ``n`` bands of output rows: each task the same kernel over
+    its rows (attribute ``rows``), reading the whole input and weights."""
+    tasks = []
+    for i in range(n):
+        r0, r1 = geo.OH * i // n, geo.OH * (i + 1) // n
+        attrs = {**step.attrs, "rows": (r0, r1)}
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", step.inputs, step.outputs, attrs, False))
     return tuple(tasks)
 
 
@@ -190,7 +217,7 @@ def elementwise_tasks(step: Step) -> tuple[Step, ...]:
     if axis is None:
         return ()
     prog = step.attrs.get("program") or [{"op": step.op}]
-    per = sum(20 if p["op"] in _HEAVY else 1 for p in prog)
+    per = ELEMENT_FLOPS + sum(20 if p["op"] in _HEAVY else 1 for p in prog)
     return _tasks_along(step, axis, math.prod(y.shape) * per)
 
 
@@ -201,9 +228,8 @@ def pool_tasks(step: Step) -> tuple[Step, ...]:
     if x is None or y.shape[0] != 1 or (lay != "NCHW" and not block_of(lay)):
         return ()
     window = math.prod(step.attrs.get("kernel_shape", x.shape[2:4]))
-    return _tasks_along(
-        step, 1, math.prod(y.shape) * window, rule=lambda j, o: 1 if j == 0 else "whole"
-    )
+    cost = math.prod(y.shape) * ELEMENT_FLOPS + math.prod(y.shape) * window * TAP_FLOPS
+    return _tasks_along(step, 1, cost, rule=lambda j, o: 1 if j == 0 else "whole")
 
 
 def norm_tasks(step: Step) -> tuple[Step, ...]:
@@ -218,7 +244,10 @@ def norm_tasks(step: Step) -> tuple[Step, ...]:
     if axis is None:
         return ()
     return _tasks_along(
-        step, axis, math.prod(y.shape) * 20, rule=lambda j, o: axis if j == 0 else "whole"
+        step,
+        axis,
+        math.prod(y.shape) * (ELEMENT_FLOPS + 20),
+        rule=lambda j, o: axis if j == 0 else "whole",
     )
 
 
@@ -298,8 +327,34 @@ def resize_tasks(step: Step) -> tuple[Step, ...]:
         return ()
     resized = sum(a != b for a, b in zip(x.shape, y.shape, strict=True))
     taps = {"nearest": 1, "linear": 2, "cubic": 4}.get(str(step.attrs.get("mode")), 4)
-    cost = math.prod(y.shape) * 4 * taps**resized
+    cost = math.prod(y.shape) * (ELEMENT_FLOPS + 4 * taps**resized)
     return _tasks_along(step, axis, cost, rule=lambda j, o: axis if j == 0 else "whole")
+
+
+def relayout_tasks(step: Step) -> tuple[Step, ...]:
+    """A Relayout of one image between NCHW and NCHW<b>c (C a multiple of b) cut into
+    runs of whole channel blocks: the blocked side cut along its blocks, the NCHW side
+    along the same channels."""
+    x, y = step.inputs[0], step.outputs[0]
+    src, dst = str(step.attrs.get("from")), str(step.attrs.get("to"))
+    blk = block_of(dst) or block_of(src)
+    if x is None or not blk or {src, dst} != {"NCHW", f"NCHW{blk}c"} or x.shape[0] != 1:
+        return ()
+    flat, blocked = (x, y) if src == "NCHW" else (y, x)
+    if flat.shape[1] != blocked.shape[1] * blk:
+        return ()
+    units = blocked.shape[1]
+    n = min(MAX_TASKS, units, math.prod(y.shape) * ELEMENT_FLOPS // MIN_TASK_FLOPS)
+    if n < 2:
+        return ()
+    tasks = []
+    for i in range(n):
+        u0, u1 = units * i // n, units * (i + 1) // n
+        cut = {id(blocked): (u0, u1), id(flat): (u0 * blk, u1 * blk)}
+        ins = (_cut(x, 1, *cut[id(x)]),)
+        out = (_cut(y, 1, *cut[id(y)]),)
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", ins, out, step.attrs, False))
+    return tuple(tasks)
 
 
 def split_step(step: Step, width: int) -> tuple[Step, ...]:
@@ -316,6 +371,8 @@ def split_step(step: Step, width: int) -> tuple[Step, ...]:
         return resize_tasks(step)
     if step.op == "ConvTranspose":
         return conv_transpose_tasks(step, width)
+    if step.op == "Relayout" and not step.may_alias:
+        return relayout_tasks(step)
     if step.op in ELEMENTWISE_OPS or step.op == "FusedElementwise":
         return elementwise_tasks(step)
     return ()

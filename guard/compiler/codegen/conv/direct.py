@@ -75,13 +75,13 @@ class DirectConv:
 
         with loop(b, 0, g.N, 1, "n") as n:
             if s.loop_order == "kv_oh":
-                with loop(b, 0, blocks, KB, "kv") as kv, loop(b, 0, g.OH, 1, "oh") as oh:
+                with loop(b, 0, blocks, KB, "kv") as kv, loop(b, *g.rows, 1, "oh") as oh:
                     columns(n, kv, KB, oh)
                 if g.KV - blocks:
-                    with loop(b, 0, g.OH, 1, "oh_r") as oh:
+                    with loop(b, *g.rows, 1, "oh_r") as oh:
                         columns(n, i64(blocks), g.KV - blocks, oh)
             else:
-                with loop(b, 0, g.OH, 1, "oh") as oh:
+                with loop(b, *g.rows, 1, "oh") as oh:
                     with loop(b, 0, blocks, KB, "kv") as kv:
                         columns(n, kv, KB, oh)
                     if g.KV - blocks:

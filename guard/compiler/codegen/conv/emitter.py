@@ -141,6 +141,11 @@ class Conv(Emitter):
             geo, sched, b, ins[0], ins[1], ins[2] if has_bias else None, outs[0], epilogue
         ).emit()
         if prog and reads:
+            if geo.rows != (0, geo.OH):
+                raise InternalError(
+                    f"{k.op} row task {geo.rows} with an epilogue that reads other tensors: "
+                    "its pass would cover the whole output"
+                )
             out = k.outputs[0]
             refs = sorted({r for s in prog for r in s["args"] if isinstance(r, int)})
             operands = [(outs[0], bcast_strides(out.shape, out.shape))]

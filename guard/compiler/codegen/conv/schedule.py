@@ -101,6 +101,9 @@ class Geometry:
         self.pt, self.pl, self.pb, self.pr = attrs["pads"]
         self.OH = (self.H + self.pt + self.pb - self.dh * (self.R - 1) - 1) // self.sh + 1
         self.OW = (self.W + self.pl + self.pr - self.dw * (self.S - 1) - 1) // self.sw + 1
+        # The output rows this kernel writes: a row task of the thread split writes a band.
+        r0, r1 = attrs.get("rows") or (0, self.OH)
+        self.rows = (int(r0), int(r1))
         self.block = block_of(lay) or 0
         self.L = width
         chan_contig = lay == "NHWC" or (self.block and self.block % width == 0)
@@ -126,7 +129,8 @@ class Geometry:
 
     @property
     def flops(self) -> int:
-        return 2 * self.N * self.K * self.OH * self.OW * self.Cg * self.R * self.S
+        oh = self.rows[1] - self.rows[0]
+        return 2 * self.N * self.K * oh * self.OW * self.Cg * self.R * self.S
 
     def column_tiles(self, T: int) -> tuple[int, int, list[tuple[int, int]]]:
         """How one output row is tiled ``T`` columns wide: ``(left, full, fixed)`` with
