@@ -189,7 +189,7 @@ def test_waiting_threads_spin_with_the_cpu_hint_before_sleeping(triple, hint):
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_an_idle_worker_sleeps_after_its_spin(tmp_path: Path):
-    """After a run the worker polls for at most ~0.1 ms, then sleeps: over half a second
+    """After a run the worker polls for a bounded time (~25 us), then sleeps: over half a second
     idle it takes (almost) no CPU time."""
     import time
 
