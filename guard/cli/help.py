@@ -24,6 +24,7 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "guard run suites/smoke.yaml --json r.json --junit junit.xml",
             "guard run suites/smoke.yaml --baseline main.json --markdown summary.md",
             "guard run --tracking-uri http://127.0.0.1:5000 --require-tracking",
+            "guard run suites/smoke.yaml --counted-engine pmu --json counted.json",
         ],
     ),
     "init": (

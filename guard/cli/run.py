@@ -60,6 +60,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(measure.counted in the suite sets it per model; identical across processes)",
     )
     r.add_argument(
+        "--counted-engine",
+        choices=("auto", "emulator", "pmu"),
+        help="who counts (implies --counted; overrides measure.counted.engine): pmu, the "
+        "host's hardware instruction counter at native speed (no bytes); emulator; auto "
+        "(default): pmu where the host has one and the artefact runs here, else the "
+        "emulator, and the run says why",
+    )
+    r.add_argument(
         "--golden-dir", metavar="DIR", help="golden store (default: <suite dir>/goldens/<suite>)"
     )
     r.add_argument("--model", action="append", metavar="NAME", help="only this model (repeatable)")
@@ -128,7 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         shard_times=Path(args.shard_times) if getattr(args, "shard_times", None) else None,
         invocation_id=getattr(args, "invocation_id", None),
         require_tracking=args.require_tracking,
-        counted=args.counted,
+        counted=args.counted or args.counted_engine is not None,
+        counted_engine=args.counted_engine,
     )
     doc, code = run_suite(suite, opts)
     if opts.track and baseline is None and not args.no_base_compare and code < 128:

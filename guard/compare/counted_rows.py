@@ -63,6 +63,11 @@ def _si(x: Any) -> str:
     return f"{x:.4g}"
 
 
+def _bytes(x: Any) -> str:
+    """Bytes moved, or "-" where the engine counted none (the hardware counter)."""
+    return f"{_si(x)}B" if isinstance(x, int | float) else "-"
+
+
 def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The counted table of ``guard compare`` (nothing when no row is counted)."""
     if not rows:
@@ -80,7 +85,7 @@ def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {r['model']} [{r['backend']}] | {r.get('counted_target') or r['target']} | {verdict} | "
             f"{_si(instr[0])} → {_si(instr[1])} | "
-            f"{'-' if d_i is None else f'{d_i:+.3f}%'} | {_si(moved[0])}B → {_si(moved[1])}B | "
+            f"{'-' if d_i is None else f'{d_i:+.3f}%'} | {_bytes(moved[0])} → {_bytes(moved[1])} | "
             f"{'-' if d_b is None else f'{d_b:+.3f}%'} |"
         )
     return lines

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from guard.stats.counted import moved
+
 # Results keep their outputs whole up to this many elements in all; beyond it each output
 # keeps an evenly strided sample of at most SAMPLE_ELEMENTS (the hash still covers all).
 MAX_STORED_ELEMENTS = 65536
@@ -316,8 +318,7 @@ def _counted_pair(ref: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str,
         blocks.append(b)
     return {
         "instructions": [float(b["instructions"]) for b in blocks],
-        "bytes_moved": [float(b.get("bytes_loaded") or 0) + float(b.get("bytes_stored") or 0)
-                        for b in blocks],
+        "bytes_moved": [moved(b) for b in blocks],  # None: not counted (hardware counter)
         "targets": [b.get("target") for b in blocks],
     }  # fmt: skip
 
@@ -334,6 +335,8 @@ def counted_cell(r: Mapping[str, Any]) -> str:
     if not c:
         return ""
     i, m = c["instructions"], c["bytes_moved"]
+    if m[0] is None or m[1] is None:
+        return f"; counted {_si(i[0])} / {_si(i[1])} instructions per inference"
     return (f"; counted {_si(i[0])} / {_si(i[1])} instructions, {_si(m[0])}B / {_si(m[1])}B "
             "moved per inference")  # fmt: skip
 

@@ -1,13 +1,19 @@
-"""The process a counted run starts inside the emulator: load, warm up, mark N inferences.
+"""The process a counted run starts: load, warm up, count N inferences.
 
 ``python -m guard.emulate.count_child SPEC.json`` under ``qemu-x86_64 -cpu max`` with the
-counting plugin (guard.emulate.counting). SPEC names the backend, the artefact, the inputs
-(an ``.npz``), the warm-up calls and the inferences to count. Interpreter start-up, imports,
-loading and warm-up run unmarked; each counted inference is one marked region, entered and
-left through two tiny machine-code functions (the plugin's marker instruction, then ``ret``)
-mapped executable here, so no compiler is needed inside the emulator.
+counting plugin (guard.emulate.counting), or natively with the hardware counter
+(guard.emulate.pmu). SPEC names the backend, the artefact, the inputs (an ``.npz``), the
+warm-up calls and the inferences to count. Interpreter start-up, imports, loading and
+warm-up are not counted. Under the emulator each counted inference is one marked region,
+entered and left through two tiny machine-code functions (the plugin's marker
+instruction, then ``ret``) mapped executable here, so no compiler is needed inside the
+emulator. With ``GUARD_PMU_OUT`` in the environment the counter (``GUARD_PMU_EVENT``,
+opened before the backend is imported, so the threads it starts inherit it) is reset and
+enabled just before each counted inference and disabled just after, and one ``pmu VALUE
+ENABLED RUNNING`` line per inference is written to that file, as the static runner writes.
 
-Exit status: 0 done; 2 the spec or the artefact could not be used (the message says why).
+Exit status: 0 done; 2 the spec or the artefact could not be used (the message says why);
+3 the hardware counter could not be opened.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import functools
 import gc
 import json
 import mmap
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from guard.emulate.counting import START_X86, STOP_X86
+from guard.emulate.pmu import Counter, Event
 
 _RET = b"\xc3"
 
@@ -57,10 +65,34 @@ def load(spec: dict[str, Any]) -> Any:
     return get_backend(spec["backend"]).load(artefact, 1)
 
 
+def counter_from_env() -> Counter | None:
+    """The hardware counter GUARD_PMU_OUT/GUARD_PMU_EVENT ask for, or None (the emulator)."""
+    if not os.environ.get("GUARD_PMU_OUT"):
+        return None
+    kind, _, config = os.environ.get("GUARD_PMU_EVENT", "0:1").partition(":")
+    return Counter(Event(int(kind), int(config), "GUARD_PMU_EVENT"))
+
+
+def count_calls(run: Callable[[], object], n: int, counter: Counter, out: Path) -> None:
+    """Call ``run`` ``n`` times, each inside the counter; one ``pmu`` line per call."""
+    lines = []
+    for _ in range(n):
+        counter.start()
+        run()
+        value, enabled, running = counter.stop()
+        lines.append(f"pmu {value} {enabled} {running}\n")
+    out.write_text("".join(lines))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m guard.emulate.count_child SPEC.json", file=sys.stderr)
         return 2
+    try:
+        counter = counter_from_env()
+    except (OSError, ValueError) as exc:
+        print(f"count_child: cannot open the hardware counter: {exc}", file=sys.stderr)
+        return 3
     spec = json.loads(Path(argv[1]).read_text())
     with np.load(spec["inputs"]) as data:
         feeds = {k: data[k] for k in data.files}
@@ -77,6 +109,9 @@ def main(argv: list[str]) -> int:
     # inference: collect now, then none until the end.
     gc.collect()
     gc.disable()
+    if counter is not None:
+        count_calls(run, int(spec["inferences"]), counter, Path(os.environ["GUARD_PMU_OUT"]))
+        return 0
     for _ in range(int(spec["inferences"])):
         start()
         run()

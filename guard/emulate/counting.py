@@ -11,7 +11,8 @@ Why this engine (measured here, FACTS.md): Valgrind's callgrind counts as steadi
 runs FMA-heavy code ~1000x slower (FMA is a helper call) and cannot run AArch64 code on an
 x86 host; qemu with a small plugin runs ~500x slower, runs both architectures, and counts
 a static AArch64 program identically run to run. A host PMU (``perf_event_open``) counts
-at native speed where one is exposed: ``guard.emulate.pmu`` says whether it is.
+instructions (not bytes) at native speed where one is exposed: guard.emulate.pmu is that
+second engine, and guard.emulate.counted chooses between the two.
 
 The dynamic ``qemu-x86_64``/``qemu-aarch64`` (Debian ``qemu-user``) load plugins; the
 static build (``qemu-user-static``) cannot.
@@ -57,10 +58,11 @@ class Region:
     """One marked region's counts (one inference, when the program marks each)."""
 
     instructions: int
-    loads: int
-    stores: int
-    bytes_loaded: int
-    bytes_stored: int
+    # None where the engine counts no memory traffic (the hardware counter, guard.emulate.pmu).
+    loads: int | None
+    stores: int | None
+    bytes_loaded: int | None
+    bytes_stored: int | None
     # Instructions per address range (run_counted's ``ranges``, by index) run in the region.
     per_range: dict[int, int] = field(default_factory=dict)
 
@@ -174,11 +176,32 @@ def read_regions(path: Path) -> list[Region]:
     return regions
 
 
-def _no_aslr() -> list[str]:
+def no_aslr() -> list[str]:
     """``setarch -R`` where it exists: one address layout, so pointer-keyed hashing and
     alignment-dependent paths (memcpy heads and tails) take the same turns in every process."""
     setarch = shutil.which("setarch")
     return [setarch, "-R"] if setarch else []
+
+
+def run_program(
+    cmd: Sequence[str],
+    *,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> None:
+    """Run one counted process to its end; a crash, a non-zero exit or a run past
+    ``timeout_s`` raises CountingFailed with the reason (the engines share it)."""
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, timeout=timeout_s, check=False,
+                              env=dict(env) if env is not None else None, cwd=cwd)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise CountingFailed(f"over its budget of {timeout_s:g} s") from None
+    if proc.returncode != 0:
+        tail = " ".join(proc.stderr.decode(errors="replace").split())[-300:]
+        code = proc.returncode
+        how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        raise CountingFailed(f"the counted process failed ({how}): {tail}")
 
 
 def run_counted(
@@ -204,17 +227,8 @@ def run_counted(
         if ranges:
             (Path(tmp_name) / "ranges.txt").write_text("".join(f"{a:x} {b:x}\n" for a, b in ranges))
             opts += f",ranges={Path(tmp_name) / 'ranges.txt'}"
-        cmd = [*_no_aslr(), eng.emulator, "-cpu", "max", "-plugin", opts, *argv]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False,
-                                  env=dict(env) if env is not None else None, cwd=cwd)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            raise CountingFailed(f"over its budget of {timeout_s:g} s") from None
-        if proc.returncode != 0:
-            tail = " ".join(proc.stderr.decode(errors="replace").split())[-300:]
-            code = proc.returncode
-            how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-            raise CountingFailed(f"the counted process failed ({how}): {tail}")
+        cmd = [*no_aslr(), eng.emulator, "-cpu", "max", "-plugin", opts, *argv]
+        run_program(cmd, timeout_s=timeout_s, env=env, cwd=cwd)
         regions = read_regions(out) if out.is_file() else []
     if not regions:
         raise CountingFailed("the counted process marked no region")

@@ -25,6 +25,11 @@
  * Counting (guard/emulate/counted.py): with GUARD_COUNT_FROM=K in the environment, each call
  * of MAIN from sample K on is wrapped in the counting plugin's marker instructions
  * (count_plugin.c), so warm-up samples run uncounted and every later one is one region.
+ * With GUARD_PMU_OUT=FILE too (the hardware-counter engine, guard/emulate/pmu.py), the
+ * runner runs natively and wraps each of those calls in a perf_event_open counter instead
+ * (GUARD_PMU_EVENT=TYPE:CONFIG, default user-mode instructions; opened before the thread
+ * pool starts, inherited by its threads, reset and enabled just before the call, disabled
+ * just after) and appends "pmu VALUE TIME_ENABLED TIME_RUNNING" to FILE per call.
  *
  * Exit status: 0 done; 2 bad arguments or an unknown symbol; 3 an input/output error (the
  * message names the file). A crash in generated code is the signal itself (the emulator
@@ -37,8 +42,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef void (*main_fn)(void *, const void *, const void *, const void *const *, void *const *);
@@ -91,6 +99,50 @@ static unsigned char *map_file(const char *path, size_t *size, int writable) {
                    writable ? MAP_SHARED : MAP_PRIVATE, fd, 0);
     close(fd);
     return p == MAP_FAILED ? NULL : (unsigned char *)p;
+}
+
+/* The hardware-counter engine's counter and its output (GUARD_PMU_OUT), or -1/NULL. */
+static int pmu_fd = -1;
+static FILE *pmu_out = NULL;
+
+static int pmu_open(void) {
+    const char *path = getenv("GUARD_PMU_OUT");
+    if (!path) return 0;
+    unsigned long long type = PERF_TYPE_HARDWARE, config = PERF_COUNT_HW_INSTRUCTIONS;
+    const char *event = getenv("GUARD_PMU_EVENT");
+    if (event && sscanf(event, "%llu:%llu", &type, &config) != 2) {
+        fprintf(stderr, "guard-runner: GUARD_PMU_EVENT=%s is not TYPE:CONFIG\n", event);
+        return 2;
+    }
+    struct perf_event_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.type = (unsigned)type;
+    attr.config = config;
+    attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+    attr.disabled = 1;
+    attr.inherit = 1;  /* the generated code's pool threads, started after this */
+    attr.pinned = 1;   /* never multiplexed: a pinned counter that loses the PMU reads 0 bytes */
+    attr.exclude_kernel = 1;
+    attr.exclude_hv = 1;
+    pmu_fd = (int)syscall(SYS_perf_event_open, &attr, 0, -1, -1, 0);
+    if (pmu_fd < 0) return fail(3, "perf_event_open for", event ? event : "instructions");
+    pmu_out = fopen(path, "w");
+    if (!pmu_out) return fail(3, "cannot create", path);
+    return 0;
+}
+
+static void pmu_start(void) {
+    ioctl(pmu_fd, PERF_EVENT_IOC_RESET, 0);
+    ioctl(pmu_fd, PERF_EVENT_IOC_ENABLE, 0);
+}
+
+static int pmu_stop(void) {
+    ioctl(pmu_fd, PERF_EVENT_IOC_DISABLE, 0);
+    unsigned long long v[3] = {0, 1, 0};  /* value, time enabled, time running */
+    if (read(pmu_fd, v, sizeof v) != (ssize_t)sizeof v) { v[0] = 0; v[1] = 1; v[2] = 0; }
+    fprintf(pmu_out, "pmu %llu %llu %llu\n", v[0], v[1], v[2]);
+    return ferror(pmu_out) ? -1 : 0;
 }
 
 static void *zeroed(size_t nbytes) {
@@ -169,7 +221,11 @@ static int call_main(int argc, char **argv) {
     static const void *inputs[MAX_TENSORS];
     for (size_t s = 0; s < count; s++) {
         for (size_t i = 0; i < n_in; i++) inputs[i] = in_base[i] + s * in_stride[i];
-        if (s >= count_from) {
+        if (s >= count_from && pmu_fd >= 0) {
+            pmu_start();
+            fn(arena, weights, packed, inputs, out_buf);
+            if (pmu_stop() != 0) return fail(3, "cannot write", getenv("GUARD_PMU_OUT"));
+        } else if (s >= count_from) {
             MARK_START();
             fn(arena, weights, packed, inputs, out_buf);
             MARK_STOP();
@@ -184,6 +240,7 @@ static int call_main(int argc, char **argv) {
     for (size_t o = 0; o < n_out; o++) {
         if (fclose(out_file[o]) != 0) return fail(3, "cannot close output", argv[at + o]);
     }
+    if (pmu_out && fclose(pmu_out) != 0) return fail(3, "cannot close", getenv("GUARD_PMU_OUT"));
     return 0;
 }
 
@@ -233,6 +290,8 @@ static int stop_pool(int rc) {
 }
 
 int main(int argc, char **argv) {
+    int rc = pmu_open();  /* before the pool: its threads inherit the counter */
+    if (rc) return rc;
     start_pool();
     if (argc >= 2 && strcmp(argv[1], "call") == 0) return stop_pool(call_main(argc, argv));
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return stop_pool(serve(argc, argv));

@@ -88,18 +88,20 @@ def build_runner(
     parts: Sequence[str] = (),
     what: str,
     cache_dir: Path | None = None,
+    emulated: bool = True,
 ) -> Path:
     """The static runner executable for ``object_path`` (built once, then reused).
 
     ``mains`` and ``parts`` are the object's entry symbols of each kind; ``what`` names
-    the artefact in messages.
+    the artefact in messages; ``emulated=False`` builds it to run natively (no emulator
+    needed: the hardware-counter engine).
     """
     for symbol in (*mains, *parts):
         if not _SYMBOL_RE.match(symbol):
             raise ModelError(f"entry symbol {symbol!r} is not a C identifier", where=what)
     if not mains and not parts:
         raise ModelError("the artefact names no entry function to run", where=what)
-    tc, _, compiler = require(arch)
+    tc, _, compiler = require(arch, emulated=emulated)
     table = _entries_c(mains, parts)
     key = hashlib.sha256()
     for part in (

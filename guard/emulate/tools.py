@@ -97,10 +97,13 @@ def _static_libc(compiler: str) -> Path | None:
     return path if out.returncode == 0 and path.is_absolute() and path.is_file() else None
 
 
-def require(arch: str) -> tuple[Toolchain, str, str]:
-    """(toolchain, emulator path, compiler path) for ``arch``; ToolMissing naming the package."""
+def require(arch: str, *, emulated: bool = True) -> tuple[Toolchain, str, str]:
+    """(toolchain, emulator path, compiler path) for ``arch``; ToolMissing naming the package.
+
+    ``emulated=False``: the program runs natively (the hardware-counter engine), so no
+    emulator is needed and its path is ""."""
     tc = toolchain(arch)
-    emulator = find(tc.emulator, tc.emulator_package)
+    emulator = find(tc.emulator, tc.emulator_package) if emulated else ""
     compiler = find(tc.compiler, tc.compiler_package)
     if _static_libc(compiler) is None:
         raise _missing(f"the static C library for {tc.triple}", tc.libc_package, "is not installed")

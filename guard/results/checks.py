@@ -342,8 +342,11 @@ def counted_summary(block: dict[str, Any]) -> str:
     """ "41.2 M instructions, 88 MB moved" per inference, or the block's error."""
     if "error" in block:
         return str(block["error"])
+    instructions = _si(float(block["instructions"]), "instructions", " ")
+    if block.get("bytes_loaded") is None and block.get("bytes_stored") is None:
+        return f"{instructions} (bytes: not counted)"
     moved = float(block.get("bytes_loaded") or 0) + float(block.get("bytes_stored") or 0)
-    return f"{_si(float(block['instructions']), 'instructions', ' ')}, {_si(moved, 'B')} moved"
+    return f"{instructions}, {_si(moved, 'B')} moved"
 
 
 def counted_check(block: dict[str, Any], cmp: dict[str, Any] | None, bound: float | None) -> Check:

@@ -2,7 +2,9 @@
 
 ``guard run --counted`` (or ``measure.counted`` in the suite) adds to every result a
 ``counted`` block: instructions, bytes loaded and bytes stored per inference after warm-up,
-counted by guard.emulate.counted. Which artefact is counted:
+counted by guard.emulate.counted, under the emulator or by the host's hardware counter
+(``measure.counted.engine``, ``--counted-engine``; the same artefact either way). Which
+artefact is counted:
 
 - onnxruntime: its source model, optimised at the artefact's level, in Python under
   ``qemu-x86_64 -cpu max`` (the payload is blocked for the building host's vectors);
@@ -39,12 +41,16 @@ COUNTING_TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3"
 COMPILED_FOR_TARGET = ("bundled", "tvm")
 
 
-def counted_config(entry: ModelEntry, forced: bool) -> CountedConfig | None:
-    """The entry's ``measure.counted`` (or the defaults when ``--counted`` forces it)."""
+def counted_config(
+    entry: ModelEntry, forced: bool, engine: str | None = None
+) -> CountedConfig | None:
+    """The entry's ``measure.counted`` (or the defaults when ``--counted`` forces it);
+    ``engine`` (``--counted-engine``) overrides its engine."""
     raw = entry.measure.get("counted")
-    if raw is None and not forced:
+    if raw is None and not forced and engine is None:
         return None
-    return CountedConfig.from_dict(raw, where=f"{entry.where}.measure.counted")
+    cfg = CountedConfig.from_dict(raw, where=f"{entry.where}.measure.counted")
+    return dataclasses.replace(cfg, engine=engine) if engine is not None else cfg
 
 
 def count_case(

@@ -70,6 +70,7 @@ class RunOptions:
     invocation_id: str | None = None  # one logical invocation over all shards (else env)
     require_tracking: bool = False  # tracking that fails is exit 2 (else a warning, results kept)
     counted: bool = False  # --counted: every result gets its counted figure (guard.run.counted)
+    counted_engine: str | None = None  # --counted-engine: overrides measure.counted.engine
     tools_missing: list[str] = field(default_factory=list)  # why counting could not run
 
 
@@ -263,7 +264,8 @@ def _begin(
             got = begin_result(
                 entry, spec, golden, gstatus, b, workdir=opts.workdir,
                 clock_injected=injected, baseline_given=opts.baseline is not None,
-                counted=counted_config(entry, opts.counted), baseline=opts.baseline,
+                counted=counted_config(entry, opts.counted, opts.counted_engine),
+                baseline=opts.baseline,
                 tools_missing=opts.tools_missing,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001
@@ -395,6 +397,10 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
             say(f"guard: counted: {r['counted']['error']}", opts.console)
     for line in opts.tools_missing[:1]:  # the wall-time results are complete
         say(f"guard: warning: {line}; no counted figures in this run", opts.console)
+    # Which engine counted and why, once per run (each count records it too).
+    notes = [(r.get("counted") or {}).get("engine_note") for r in results]
+    for note in dict.fromkeys(n for n in notes if n):
+        say(f"guard: counted: {note}", opts.console)
 
     # Durable first: the reports are on disk before tracking is tried (guard.run.deliver).
     code = finish(

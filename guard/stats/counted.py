@@ -2,11 +2,14 @@
 
 A ``counted`` block (guard.emulate.counted) carries a fingerprint. Two blocks are
 comparable when the fields that decide what a count means agree: the counting engine,
-the emulator (and its version), the plugin, the counting target and the inputs. Then the
+the emulator (and its version) and the plugin, or the hardware counter's event and CPU
+(LLVM's name and its features' hash), the counting target and the inputs. Then the
 per-inference counts compare exactly: a change of more than ``regress_pct`` (default
 0.5%) in instructions or in bytes moved (loaded + stored) is a regression, whatever the
 machine's load, because counts do not move between processes (benchmarks/counted.md).
-A differing field makes them not comparable, and the row says which field.
+A differing field makes them not comparable, and the row says which field. Bytes a side
+did not count (null: the hardware counter counts instructions only) are not compared:
+the verdict is the instructions', and the row says bytes were not counted.
 
 The artefact hash is recorded but does not gate: a changed model or compiler is what a
 comparison is for. Equal artefact hashes with different counts say the count itself moved.
@@ -19,7 +22,11 @@ from typing import Any
 
 DEFAULT_COUNTED_REGRESS_PCT = 0.5
 # The fingerprint fields that must agree for two counts to be comparable, in report order.
-COMPARABLE_FIELDS = ("engine", "emulator", "plugin_sha256", "target", "input_sha256")
+# A field absent on both sides (an emulator count has no cpu) agrees.
+COMPARABLE_FIELDS = (
+    "engine", "emulator", "plugin_sha256", "event", "cpu", "cpu_features", "target",
+    "input_sha256",
+)  # fmt: skip
 
 
 def not_comparable(base: Mapping[str, Any], head: Mapping[str, Any]) -> str | None:
@@ -31,9 +38,12 @@ def not_comparable(base: Mapping[str, Any], head: Mapping[str, Any]) -> str | No
     return None
 
 
-def moved(block: Mapping[str, Any]) -> float:
-    """Bytes moved per inference: loaded plus stored."""
-    return float(block.get("bytes_loaded") or 0) + float(block.get("bytes_stored") or 0)
+def moved(block: Mapping[str, Any]) -> float | None:
+    """Bytes moved per inference: loaded plus stored; None when the engine counted none."""
+    loaded, stored = block.get("bytes_loaded"), block.get("bytes_stored")
+    if loaded is None and stored is None:
+        return None
+    return float(loaded or 0) + float(stored or 0)
 
 
 def _pct(head: float, base: float) -> float:
@@ -54,9 +64,10 @@ def compare_counted(
     if why is not None:
         return {"verdict": "not comparable", "message": why}
     d_instr = _pct(float(head["instructions"]), float(base["instructions"]))
-    d_bytes = _pct(moved(head), moved(base))
-    worst = max(d_instr, d_bytes)
-    best = min(d_instr, d_bytes)
+    m_base, m_head = moved(base), moved(head)
+    d_bytes = None if m_base is None or m_head is None else _pct(m_head, m_base)
+    changes = [d_instr] if d_bytes is None else [d_instr, d_bytes]
+    worst, best = max(changes), min(changes)
     if worst > regress_pct:
         verdict = "regressed"
     elif best < -regress_pct and worst <= 0:
@@ -66,14 +77,15 @@ def compare_counted(
     same = (base.get("fingerprint") or {}).get("artefact_sha256") == (
         head.get("fingerprint") or {}
     ).get("artefact_sha256")
+    bytes_part = "bytes moved not counted" if d_bytes is None else f"bytes moved {d_bytes:+.3f}%"
     message = (
-        f"instructions {d_instr:+.3f}%, bytes moved {d_bytes:+.3f}% per inference "
+        f"instructions {d_instr:+.3f}%, {bytes_part} per inference "
         f"(bound {regress_pct:g}%)" + ("; same artefact" if same else "")
     )
     return {
         "verdict": verdict,
         "instructions": [base["instructions"], head["instructions"]],
-        "bytes_moved": [moved(base), moved(head)],
+        "bytes_moved": [m_base, m_head],
         "instructions_pct": d_instr,
         "bytes_moved_pct": d_bytes,
         "bound_pct": regress_pct,

@@ -57,7 +57,9 @@ MEASURE_KEYS = {
     "rounds",
     "counted",
 }
-COUNTED_KEYS = {"inferences", "warmup", "max_s"}
+COUNTED_KEYS = {"inferences", "warmup", "max_s", "engine"}
+# measure.counted.engine: who counts (guard.emulate.counted.ENGINES; auto is the default).
+COUNTED_ENGINES = ("auto", "emulator", "pmu")
 # check name -> allowed keys
 CHECK_KEYS: dict[str, set[str]] = {
     "latency": {"p50_ms", "p90_ms", "p99_ms", "regress_pct", "strict"},
@@ -117,10 +119,16 @@ def parse_measure(ctx: Fields, raw: Any, key: str, base: dict[str, Any]) -> dict
     block = ctx.mapping(raw, key, MEASURE_KEYS)
     out: dict[str, Any] = dict(base)
     for k, v in block.items():
-        if k == "counted":  # {inferences, warmup, max_s}; guard run --counted's defaults
+        if k == "counted":  # {inferences, warmup, max_s, engine}; guard run --counted's defaults
             body = ctx.mapping(v if v is not None else {}, f"{key}.counted", COUNTED_KEYS)
-            counted: dict[str, float] = {}
+            counted: dict[str, Any] = {}
             for c, x in body.items():
+                if c == "engine":
+                    if x not in COUNTED_ENGINES:
+                        raise ctx.err(f"{key}.counted.engine", f"unknown engine {show(x)}",
+                                      "Use auto, emulator or pmu.")  # fmt: skip
+                    counted[c] = x
+                    continue
                 counted[c] = ctx.number(x, f"{key}.counted.{c}", integer=COUNTED_RANGES[c][2])
                 why = measure_range_error(f"counted.{c}", counted[c])
                 if why:

@@ -248,6 +248,11 @@ def child_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, s
         if isinstance(manifest.get("host"), Mapping)
         else host_arch(doc),
     }
+    counted = result.get("counted")
+    if isinstance(counted, Mapping) and counted.get("engine"):
+        # Which engine counted (qemu-tcg-plugin, perf_event_open): two engines' counts of
+        # one series are not comparable, so a chart can be filtered by it.
+        tags["guard.counted_engine"] = counted["engine"]
     tags.update(system_tags(doc, child_name(result)))
     counted = result.get("counted")
     if isinstance(counted, Mapping) and isinstance(counted.get("fingerprint"), Mapping):

@@ -49,3 +49,54 @@ def test_a_different_artefact_is_compared_and_a_same_one_said():
 def test_an_error_on_either_side_is_missing():
     assert compare_counted({"error": "crashed"}, block(1))["verdict"] == "missing"
     assert compare_counted(block(1), None)["verdict"] == "missing"
+
+
+def pmu_block(instructions: float, **fp: str) -> dict[str, Any]:
+    """A hardware-counter count: instructions only, bytes null."""
+    fingerprint = {"engine": "perf_event_open", "event": "instructions:u", "cpu": "neoverse-n1",
+                   "cpu_features": "f", "cpu_model": "m", "kernel": "k", "target": "t",
+                   "input_sha256": "i", "artefact_sha256": "a", **fp}  # fmt: skip
+    return {"engine": "perf_event_open", "instructions": instructions, "bytes_loaded": None,
+            "bytes_stored": None, "fingerprint": fingerprint}  # fmt: skip
+
+
+def test_hardware_counts_without_bytes_are_judged_on_instructions():
+    row = compare_counted(pmu_block(1e6), pmu_block(1.006e6))
+    assert row["verdict"] == "regressed" and row["bytes_moved_pct"] is None
+    assert row["bytes_moved"] == [None, None]
+    assert "bytes moved not counted" in row["message"]
+    assert compare_counted(pmu_block(1e6), pmu_block(1e6))["verdict"] == "pass"
+    assert compare_counted(pmu_block(1e6), pmu_block(9e5))["verdict"] == "improved"
+
+
+def test_an_emulator_count_and_a_hardware_count_are_not_comparable():
+    row = compare_counted(block(1e6), pmu_block(1e6))
+    assert row["verdict"] == "not comparable"
+    assert row["message"].startswith("not comparable: engine differs")
+
+
+def test_hardware_counts_of_two_cpus_are_not_comparable_the_kernel_is_recorded_only():
+    assert "cpu differs" in compare_counted(pmu_block(1e6), pmu_block(1e6, cpu="znver5"))["message"]
+    assert "cpu_features differs" in str(
+        not_comparable(pmu_block(1), pmu_block(1, cpu_features="g"))
+    )
+    assert not_comparable(pmu_block(1), pmu_block(1, kernel="6.1", cpu_model="other")) is None
+
+
+def test_readers_of_a_count_without_bytes_say_so():
+    from guard.compare.counted_rows import markdown_lines
+    from guard.compare.crossarch import _counted_pair, counted_cell
+    from guard.results.checks import counted_check, counted_summary
+
+    assert counted_summary(pmu_block(41.2e6)) == "41.2 M instructions (bytes: not counted)"
+    check = counted_check(
+        pmu_block(1.01e6), compare_counted(pmu_block(1e6), pmu_block(1.01e6)), 0.5
+    )
+    assert check.status == "fail" and "bytes moved not counted" in check.message
+    row = {"model": "m", "backend": "b", "target": "t",
+           **compare_counted(pmu_block(1e6), pmu_block(1e6))}  # fmt: skip
+    (line,) = [x for x in markdown_lines([row]) if x.startswith("| m [b]")]
+    assert "| - → - | - |" in line, line
+    pair = _counted_pair({"counted": pmu_block(1e6)}, {"counted": pmu_block(2e6)})
+    assert pair is not None and pair["bytes_moved"] == [None, None]
+    assert counted_cell({"counted": pair}) == "; counted 1 M / 2 M instructions per inference"

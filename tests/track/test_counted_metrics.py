@@ -22,3 +22,15 @@ def test_counted_figures_are_metrics_and_a_series():
 def test_a_counted_error_logs_no_counts():
     m = result_metrics(_result({"error": "counted run of mlp [bundled] failed: crashed"}))
     assert not any(k.startswith("counted.") for k in m)
+
+
+def test_a_hardware_count_logs_instructions_and_no_bytes_and_tags_its_engine():
+    from guard.track.records import child_tags
+
+    r = _result({"engine": "perf_event_open", "instructions": 1000.0, "bytes_loaded": None,
+                 "bytes_stored": None, "loads": None, "stores": None,
+                 "fingerprint": {"engine": "perf_event_open"}})  # fmt: skip
+    m = result_metrics(r)
+    assert m["counted.instructions"] == 1000.0
+    assert not {"counted.bytes_moved", "counted.bytes_loaded", "counted.loads"} & set(m)
+    assert child_tags(r, {})["guard.counted_engine"] == "perf_event_open"
