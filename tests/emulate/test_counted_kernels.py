@@ -27,7 +27,7 @@ suite: kernels
 defaults:
   threads: 1
   measure: {warmup_s: 0.01, min_iters: 3, min_time_s: 0.01, max_time_s: 0.5, rounds: 1,
-            counted: {inferences: 2, warmup: 1}}
+            counted: {inferences: 2, warmup: 1, engine: emulator}}
 models:
   - name: two
     source: two.onnx

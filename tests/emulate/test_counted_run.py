@@ -48,6 +48,18 @@ models:
 """
 
 
+NO_PMU = "no hardware instruction counter here (perf_event_open: ENOENT)"
+
+
+@pytest.fixture(autouse=True)
+def no_pmu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These runs count under the emulator (``engine: auto`` falls back to it), whatever
+    the host: where a PMU counts, auto would count natively, without bytes."""
+    from guard.emulate import counted
+
+    monkeypatch.setattr(counted, "pmu_status", lambda: (False, NO_PMU))
+
+
 def _run(suite: Path, out: Path, *extra: str) -> dict:
     code = main(["run", str(suite), "--no-track", "--json", str(out), *extra])
     assert code in (0, 1), code
@@ -63,6 +75,9 @@ def test_two_counted_runs_agree_and_compare_pass(
     suite = tmp_path / "counted.yaml"
     suite.write_text(SUITE.format(source="zoo:mlp"))
     a = _run(suite, tmp_path / "a.json")
+    note = f"{NO_PMU}: counted under the emulator"
+    assert capsys.readouterr().err.count(f"guard: counted: {note}") == 1  # once, not per model
+    assert {r["counted"]["engine_note"] for r in a["results"]} == {note}
     b = _run(suite, tmp_path / "b.json", "--baseline", str(tmp_path / "a.json"))
     counted = {}
     for doc in (a, b):
