@@ -92,7 +92,7 @@ def _label(t) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-mflop", type=float, default=50.0)
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
