@@ -274,6 +274,36 @@ def host_class() -> dict:
     }
 
 
+# The outputs' bound: the suites' zoo-model tolerance (rtol 1e-3) with an absolute floor
+# for outputs near zero, as the default suite's real-model entries set it.
+CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-4
+
+
+def _checks(want, outs: dict, parts, avx2_outs) -> dict:
+    """The timed sessions' correctness: partitions, error against onnxruntime (1 thread),
+    1 and 2 threads bit-identical, the AVX2 build's error."""
+
+    def err(got) -> float:
+        return max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
+                   if np.size(w) else 0.0 for g, w in zip(got, want, strict=True))  # fmt: skip
+
+    def within(got) -> bool:
+        return all(np.allclose(g, w, rtol=CHECK_RTOL, atol=CHECK_ATOL)
+                   for g, w in zip(got, want, strict=True))  # fmt: skip
+
+    return {
+        "partitions": parts.count,
+        "native": parts.delegated_nodes,
+        "cpu": parts.fallback_nodes,
+        "max_abs_err": err(outs[1]),
+        "within": within(outs[1]) and (avx2_outs is None or within(avx2_outs)),
+        "bit_identical_1t_2t": all(
+            np.array_equal(a, b) for a, b in zip(outs[1], outs[2], strict=True)
+        ),  # fmt: skip
+        "avx2_max_abs_err": err(avx2_outs) if avx2_outs is not None else None,
+    }
+
+
 def _p(r: list[float]) -> dict:
     return {
         "ratio": float(np.median(r)),
@@ -289,6 +319,7 @@ def test_bundled_ratio_table(tmp_path):
     models = [m for m in MODELS if not wanted or m in wanted.split(",")]
     rows = []
     for name in models:
+        outs: dict[int, list[np.ndarray]] = {}
         flops = model_flops(name)
         row: dict = {"model": name, "gflop": flops / 1e9}
         t0, c0 = time.perf_counter(), time.process_time()
@@ -317,7 +348,14 @@ def test_bundled_ratio_table(tmp_path):
             if host["avx2_column"]:
                 cell["avx2"] = {"ms": med[2] * 1e3, "gflops": flops / med[2] / 1e9, **_p(ratios[1])}
             row[f"t{threads}"] = cell
+            outs[threads] = [o.copy() for o in bun.run(feeds)]
+            if threads == 1:
+                want = ort.run(feeds)
+                parts = bun.partitions()
+                if host["avx2_column"]:
+                    avx2_outs = sessions[2].run(feeds)
             del ort, bun, sessions
+        row["checks"] = _checks(want, outs, parts, avx2_outs if host["avx2_column"] else None)
         rows.append(row)
         print(f"{name}: {json.dumps(row)}", flush=True)
     geo = {
@@ -373,6 +411,20 @@ def test_bundled_ratio_table(tmp_path):
             f"AVX2-target code (-mcpu=x86-64-v3) on this host: geomean ratio to onnxruntime "
             f"1 thread {g2[1]:.2f}, 2 threads {g2[2]:.2f}."
         )
+    lines += ["", f"The timed sessions' outputs (the bound: |bundled - onnxruntime| <= "
+              f"{CHECK_ATOL:g} + {CHECK_RTOL:g} |onnxruntime|, elementwise):", "",
+              "| model | partitions (native / cpu) | max abs error vs onnxruntime | within "
+              "the bound | 1 and 2 threads bit-identical |"
+              + (" AVX2 code: max abs error |" if host["avx2_column"] else ""),
+              "|---|---|---:|---|---|" + ("---:|" if host["avx2_column"] else "")]  # fmt: skip
+    for r in rows:
+        c = r["checks"]
+        lines.append(
+            f"| {r['model']} | {c['partitions']} ({c['native']} / {c['cpu']}) | "
+            f"{c['max_abs_err']:.2g} | {'yes' if c['within'] else 'NO'} | "
+            f"{'yes' if c['bit_identical_1t_2t'] else 'NO'} |"
+            + (f" {c['avx2_max_abs_err']:.2g} |" if host["avx2_column"] else "")
+        )
     RESULTS.mkdir(exist_ok=True)
     stem = f"bundled_vs_onnxruntime_{host['llvm_cpu']}"
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
@@ -391,3 +443,9 @@ def test_bundled_ratio_table(tmp_path):
     )
     print("\n".join(lines))
     assert rows
+    # What the table claims holds for every model it times: one native partition, outputs
+    # within the bound, and the same bits at 1 and 2 threads.
+    bad = {r["model"]: r["checks"] for r in rows
+           if not (r["checks"]["within"] and r["checks"]["bit_identical_1t_2t"]
+                   and r["checks"]["cpu"] == 0)}  # fmt: skip
+    assert not bad, bad
