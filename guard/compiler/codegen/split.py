@@ -4,31 +4,29 @@ A convolution of one image whose output channels are outermost (NCHW, or a block
 ``NCHW<b>c``) splits along them: task ``i`` is the same convolution for a run of output
 channels, i.e. the same kernel specialised to fewer channels, called with pointers moved
 to its slice of the packed weights (``[K/L][C][R][S][L]``: a slice of whole vectors is
-contiguous), of the bias, of per-channel epilogue operands and of the output. A
-depthwise convolution slices its input the same way. A convolution whose channel units do not divide evenly into the tasks it
-wants (a single 16-channel block, 6 blocks in 8 tasks) and whose epilogue reads no other
-tensor cuts its output rows into bands instead: each task the same kernel over its rows,
-the whole input and weights read. The other families cut the output
+contiguous), of the bias, of per-channel epilogue operands and of the output. A depthwise
+convolution slices its input the same way. A convolution whose channel units do not divide
+evenly into the tasks it wants (a single 16-channel block, 6 blocks in 8 tasks) and whose
+epilogue reads no other tensor cuts its output rows into bands instead: each task the same
+kernel over its rows, the whole input and weights read. The other families cut the output
 along one axis whose leading dims are 1 (so each run is contiguous), each input cut the
 same way or read whole where it is broadcast along that axis: a GEMM by runs of output
 rows (B, packed once, read whole by every task), pooling of one image by channels (or
 channel blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, Resize of
 one image by channels, ConvTranspose of one image by output-channel vectors (its packed
 weights cut with them), a Relayout between NCHW and NCHW<b>c by channel blocks, and
-elementwise steps along their leading axis. Nothing is
-reduced across tasks, so the split is exact and the tasks can run on any number of
-threads.
+elementwise steps along their leading axis. Nothing is reduced across tasks, so the split
+is exact and the tasks can run on any number of threads.
 
 The cost rule decides whether a step splits and into how many tasks, from the step alone
 (never from the thread count, so the code, and so the output bits, are the same for any
 ``threads``): at least :data:`MIN_TASK_FLOPS` per task (a task must dwarf the pool's
-dispatch, a few microseconds; a memory-bound step counts :data:`ELEMENT_FLOPS` per
-element it moves, what that costs beside a convolution's FMAs, plus 1 per elementwise
-op, 20 for the transcendental and dividing ones, and :data:`TAP_FLOPS` per pooling
-tap), at most :data:`MAX_TASKS`, whole channel vectors per
-conv task, runs of 8 rows per GEMM task. Anything else (several images, NHWC, grouped
-convolutions, transposed or batched GEMMs, a GEMM whose task kernel would want B packed
-otherwise) stays one serial call.
+dispatch, a few microseconds; a memory-bound step counts :data:`ELEMENT_FLOPS` per element
+it moves, what that costs beside a convolution's FMAs, plus 1 per elementwise op, 20 for
+the transcendental and dividing ones, and :data:`TAP_FLOPS` per pooling tap), at most
+:data:`MAX_TASKS`, whole channel vectors per conv task, runs of 8 rows per GEMM task.
+Anything else (several images, NHWC, grouped convolutions, transposed or batched GEMMs, a
+GEMM whose task kernel would want B packed otherwise) stays one serial call.
 """
 
 from __future__ import annotations
