@@ -22,7 +22,7 @@ import json
 import math
 import platform
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from guard.core.fsutil import atomic_write_text
 from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 from guard.suite import Suite, load_suite
 from guard.track import find_runs, resolve_uri
+from guard.track.records import COUNTED_FINGERPRINT_TAG
 
 SCHEMA_VERSION = 1
 SIGMA_FLOOR = 0.01  # log units: 1%
@@ -220,27 +221,52 @@ def _runs_with(frame: Any, metric: str) -> Any:
     return frame.dropna(subset=[col]).sort_values("start_time")
 
 
+# The column of a find_runs frame that holds a run's counted fingerprint (JSON).
+FINGERPRINT_COLUMN = f"tags.{COUNTED_FINGERPRINT_TAG}"
+
+
+def parse_fingerprint(raw: Any) -> dict[str, Any] | None:
+    """A run's counted fingerprint from its tag (None: not counted, or not readable)."""
+    try:
+        fp = json.loads(raw) if isinstance(raw, str) and raw else None
+    except ValueError:
+        return None
+    return fp if isinstance(fp, dict) else None
+
+
+def counted_block(
+    metric: Callable[[str], Any], fingerprint: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The counted block guard.stats.counted compares, from a logged run's metrics
+    (``metric("counted.instructions")``, ...) and its parsed fingerprint."""
+    return {
+        "instructions": metric("counted.instructions"),
+        "bytes_loaded": metric("counted.bytes_loaded"),
+        "bytes_stored": metric("counted.bytes_stored"),
+        "fingerprint": dict(fingerprint or {}),
+    }
+
+
 def counted_blocks(frame: Any, metric: str) -> list[dict[str, Any]]:
     """The counted blocks (counts and fingerprint) of the runs ``series_from_runs`` reads."""
     f = _runs_with(frame, metric)
     if f is None:
         return []
 
-    def cell(row: Any, col: str) -> Any:
-        v = row.get(col)
-        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
     out = []
     for _, row in f.iterrows():
-        try:
-            fingerprint = json.loads(cell(row, "tags.guard.counted.fingerprint") or "{}")
-        except ValueError:
-            fingerprint = {}
-        out.append({"instructions": cell(row, "metrics.counted.instructions"),
-                    "bytes_loaded": cell(row, "metrics.counted.bytes_loaded"),
-                    "bytes_stored": cell(row, "metrics.counted.bytes_stored"),
-                    "fingerprint": fingerprint if isinstance(fingerprint, dict) else {}})  # fmt: skip
+
+        def logged(name: str, row: Any = row) -> Any:
+            return _cell(row, f"metrics.{name}")
+
+        out.append(counted_block(logged, parse_fingerprint(_cell(row, FINGERPRINT_COLUMN))))
     return out
+
+
+def _cell(row: Any, col: str) -> Any:
+    """A frame row's value, None where the run has none (pandas fills NaN)."""
+    v = row.get(col)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
 def suite_counted_bound(suite: Suite | None, model: str) -> float:

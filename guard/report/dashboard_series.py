@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from guard.compare.history import analyse
+from guard.compare.history import FINGERPRINT_COLUMN, analyse, counted_block, parse_fingerprint
 from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 
 # The pins whose change is drawn as a marker: a manifest section (its params' prefix).
@@ -120,16 +119,8 @@ def point_from_row(row: Mapping[str, Any]) -> Point:
         verdict=as_text(row.get("tags.guard.verdict")) or "?",
         metrics=metrics,
         pins=pins,
-        counted_fingerprint=_fingerprint(row.get("tags.guard.counted.fingerprint")),
+        counted_fingerprint=parse_fingerprint(row.get(FINGERPRINT_COLUMN)),
     )
-
-
-def _fingerprint(raw: Any) -> dict[str, Any] | None:
-    try:
-        fp = json.loads(raw) if isinstance(raw, str) and raw else None
-    except ValueError:
-        return None
-    return fp if isinstance(fp, dict) else None
 
 
 def _arch(row: Mapping[str, Any]) -> str:
@@ -184,15 +175,7 @@ def counted_changes(series: Series) -> None:
     that very commit, however loaded the machine was. Where the fingerprint changed
     (another emulator, plugin, target or inputs) the counts before and after mean
     different things: that is a break, drawn and named, never a step."""
-    blocks = [
-        {
-            "instructions": p.metrics.get("counted.instructions"),
-            "bytes_loaded": p.metrics.get("counted.bytes_loaded"),
-            "bytes_stored": p.metrics.get("counted.bytes_stored"),
-            "fingerprint": p.counted_fingerprint or {},
-        }
-        for p in series.points
-    ]
+    blocks = [counted_block(p.metrics.get, p.counted_fingerprint) for p in series.points]
     for c in count_changes(blocks, series.counted_regress_pct):
         before, p = series.points[c["previous"]], series.points[c["index"]]
         where = {"point": c["index"], "time": p.time, "from_commit": before.short,
