@@ -37,7 +37,7 @@ import test_backends_vs_onnxruntime as bench  # noqa: E402
 
 from guard import zoo  # noqa: E402
 from guard.compiler.codegen.conv.schedule import ConvSchedule  # noqa: E402
-from guard.compiler.codegen.target import codegen_target, runnable_here  # noqa: E402
+from guard.compiler.codegen.llvm_target import codegen_target, runnable_here  # noqa: E402
 from guard.compiler.tuning.tune import extract_tasks, measure  # noqa: E402
 from guard.manifest import canonicalize  # noqa: E402
 

@@ -259,7 +259,7 @@ def _interleaved(sessions, feeds, rounds: int) -> tuple[list[float], list[list[f
 
 
 def host_class() -> dict:
-    from guard.compiler.codegen.target import codegen_target, host_target, runnable_here
+    from guard.compiler.codegen.llvm_target import codegen_target, host_target, runnable_here
 
     h = host_target()
     avx2 = codegen_target(canonicalize(AVX2)) if h.arch == "x86_64" else None

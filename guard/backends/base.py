@@ -20,7 +20,7 @@ class BuildRequest:
     model_path: Path  # the .onnx file (already validated and shape-bound)
     input_shapes: dict[str, tuple[int, ...]]  # every graph input, dims bound
     target_raw: str  # as the suite wrote it, e.g. "host" or "llvm -mtriple=..."
-    target_canonical: str  # guard.manifest.target.canonicalize(target_raw)
+    target_canonical: str  # guard.manifest.target_string.canonicalize(target_raw)
     threads: int
     out_dir: Path  # the artefact directory to fill (exists, empty, private)
     tuning_cache: Path | None = None

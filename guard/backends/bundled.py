@@ -24,7 +24,7 @@ import numpy as np
 
 from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
 from guard.compiler import graph_diff, import_onnx, optimize, verify
-from guard.compiler.codegen.target import codegen_target
+from guard.compiler.codegen.llvm_target import codegen_target
 from guard.compiler.partition.plan import COMPILER_NAME, plan
 from guard.compiler.passes.pipeline import pipeline_names
 from guard.compiler.runtime.artefact import (

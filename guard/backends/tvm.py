@@ -1,7 +1,7 @@
 """The tvm backend: relax ONNX import, TVM's default CPU pipeline, a relax VM to run it.
 
 build: ``tvm.relax.frontend.onnx.from_onnx`` with every input shape and dtype bound; the
-target is ``guard.manifest.target.to_tvm_dict(canonical)`` (TVM 0.27 refuses CLI strings);
+target is ``guard.manifest.target_string.to_tvm_dict(canonical)`` (TVM 0.27 refuses CLI strings);
 the pipeline is TVM's default CPU one (library dispatch, legalize, fold, fuse, dataflow
 lowering, finalize) split in three so that (a) MetaSchedule tuning tasks are extracted from
 the same fused module the build compiles, (b) a tuning cache's matching schedules are

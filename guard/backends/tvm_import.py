@@ -18,7 +18,7 @@ import onnx
 from onnx import helper
 
 from guard.core.errors import ModelError, UnsupportedOpError
-from guard.manifest.target import to_tvm_dict
+from guard.manifest.target_string import to_tvm_dict
 
 if TYPE_CHECKING:
     import tvm

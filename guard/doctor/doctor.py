@@ -29,7 +29,7 @@ from guard.doctor import (
 from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
 from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Evidence, Finding
 from guard.doctor.validity import p50_ratio, validity
-from guard.manifest.target import host_cpu
+from guard.manifest.target_string import host_cpu
 
 SCHEMA_VERSION = 1
 

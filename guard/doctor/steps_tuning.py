@@ -13,7 +13,7 @@ from typing import Any
 
 from guard.doctor.facts import Context, Side
 from guard.doctor.finding import CAUSE, NA, SUSPECT, Finding, unknown
-from guard.manifest.target import TargetError, target_changes
+from guard.manifest.target_string import TargetError, target_changes
 
 
 def target_difference(a: str, b: str) -> str:

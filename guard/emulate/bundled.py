@@ -30,7 +30,7 @@ import numpy as np
 from guard.backends.base import MemoryInfo, PartitionInfo, Session
 from guard.backends.bundled import ArtefactSession, BundledSession
 from guard.compiler.codegen.kernel_plan import KernelPlan
-from guard.compiler.graph.schedule import ALIGNMENT, view_of_graph
+from guard.compiler.graph.exec_order import ALIGNMENT, view_of_graph
 from guard.compiler.runtime.artefact import LoadedArtefact, load_artefact
 from guard.core.errors import UnsupportedOpError
 from guard.emulate.runner import (

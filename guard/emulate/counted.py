@@ -146,7 +146,7 @@ def _not_native(arch: str, target: str | None) -> str | None:
         return f"{arch} code does not run on this {host} host"
     if target is None:
         return None
-    from guard.compiler.codegen.target import codegen_target, runnable_here
+    from guard.compiler.codegen.llvm_target import codegen_target, runnable_here
     from guard.core.errors import GuardError
 
     try:

@@ -15,7 +15,7 @@ from typing import Any
 from guard.backends.base import Backend, Session
 from guard.core.errors import UsageError
 from guard.emulate.tools import host_arch, needs_emulation, toolchain
-from guard.manifest.target import target_arch
+from guard.manifest.target_string import target_arch
 
 # backend name -> "module:function(artefact_dir, threads) -> Session" for a foreign arch.
 EMULATED_LOADERS = {"bundled": "guard.emulate.bundled:load_emulated"}

@@ -274,7 +274,7 @@ static int serve(int argc, char **argv) {
     return 0;
 }
 
-/* The generated code's thread pool (guard/compiler/codegen/pool.py): weak, so an object
+/* The generated code's thread pool (guard/compiler/codegen/threadpool.py): weak, so an object
    generated before the pool existed still links. GUARD_THREADS sets its threads. */
 extern int guard_pool_start(int) __attribute__((weak));
 extern void guard_pool_stop(void) __attribute__((weak));

@@ -25,7 +25,7 @@ from guard.manifest.store import (
     load_manifest,
     write_manifest,
 )
-from guard.manifest.target import TargetError, canonicalize, parse_target, target_arch
+from guard.manifest.target_string import TargetError, canonicalize, parse_target, target_arch
 
 __all__ = [
     "PINNED_FIELDS",

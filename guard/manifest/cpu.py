@@ -12,7 +12,7 @@ LLVM and TVM accept. (On AArch64 Linux, LLVM's own host feature detection reads 
 
 LLVM's CPU and feature lists for a triple come from the LLVM that llvmlite carries (its
 ``-mcpu=help`` table, printed by a child process: LLVM prints it once per process), so
-guard.manifest.target can refuse an unknown ``-mcpu`` or ``+feature`` by name.
+guard.manifest.target_string can refuse an unknown ``-mcpu`` or ``+feature`` by name.
 """
 
 from __future__ import annotations

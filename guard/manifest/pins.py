@@ -35,7 +35,7 @@ from typing import Any
 
 from guard.core.fsutil import file_sha256
 from guard.manifest.capture import capture_driver, capture_guard, capture_host
-from guard.manifest.target import canonicalize
+from guard.manifest.target_string import canonicalize
 
 SCHEMA_VERSION = 1
 

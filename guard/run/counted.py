@@ -30,7 +30,7 @@ from guard.core.errors import GuardError
 from guard.emulate.counted import CountedConfig, count_artefact
 from guard.emulate.counting import CountingFailed
 from guard.emulate.tools import ToolMissing
-from guard.manifest.target import target_arch
+from guard.manifest.target_string import target_arch
 from guard.run.build import build_artefact
 from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.suite import ModelEntry

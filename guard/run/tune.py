@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from guard.compiler.codegen.target import codegen_target, runnable_here
+from guard.compiler.codegen.llvm_target import codegen_target, runnable_here
 from guard.compiler.runtime.artefact import compiler_version
 from guard.compiler.tuning.cache import merge_into
 from guard.compiler.tuning.dispatch import weighted_speedup

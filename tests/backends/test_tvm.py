@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from guard.backends.base import BuildRequest
 from guard.core.errors import UnsupportedOpError
-from guard.manifest.target import canonicalize
+from guard.manifest.target_string import canonicalize
 
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -6,8 +6,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize
+from guard.compiler.ir.isa_table import table_for
 from guard.compiler.ir.layout import count_conversions
-from guard.compiler.ir.target import table_for
 from guard.compiler.passes.assign_layout import AssignLayout
 
 from ._helpers import apply, assert_same_outputs, ops

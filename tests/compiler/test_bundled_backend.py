@@ -114,7 +114,7 @@ def test_tampered_weights_fail_to_load(tmp_path: Path) -> None:
 def test_the_target_table_shapes_the_build_and_is_pinned(tmp_path: Path) -> None:
     """An AVX2 build (x86-64-v3) blocks 8 channels and pins the AVX2 table; the partition
     info counts the layout conversions left in the final graph."""
-    from guard.compiler.codegen.target import codegen_target, runnable_here
+    from guard.compiler.codegen.llvm_target import codegen_target, runnable_here
 
     from .test_assign_layout import conv_stack
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from guard.compiler.graph.exec_order import schedule
 from guard.compiler.graph.memory import MemoryPlan, check_plan, plan_memory
-from guard.compiler.graph.schedule import schedule
 from guard.compiler.graph.view import GraphView, OpNode, TensorInfo, peak_live_bytes
 
 KiB = 1024

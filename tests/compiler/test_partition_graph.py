@@ -7,7 +7,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard.compiler.graph.schedule import topological_order
+from guard.compiler.graph.exec_order import topological_order
 from guard.compiler.graph.view import GraphView, OpNode, TensorInfo
 from guard.compiler.partition.assign import format_report, partition, report_dict
 from guard.compiler.partition.support import (

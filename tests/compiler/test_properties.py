@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guard.compiler import Graph, optimize, parse_graph, print_graph, run_reference, verify
+from guard.compiler.ir.isa_table import DEFAULT_TABLE
 from guard.compiler.ir.shapes import infer
-from guard.compiler.ir.target import DEFAULT_TABLE
 from guard.compiler.ir.text import INLINE_MAX_ELEMENTS
 from guard.compiler.passes.pipeline import PIPELINES, FixedPoint
 

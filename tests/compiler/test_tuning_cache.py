@@ -11,7 +11,7 @@ import pytest
 
 from guard.compiler.codegen.conv.schedule import ConvSchedule
 from guard.compiler.codegen.gemm.driver import GemmSchedule
-from guard.compiler.tuning import schedules
+from guard.compiler.tuning import schedule_json
 from guard.compiler.tuning.cache import CacheError, Entry, load, merge_into
 from guard.compiler.tuning.keys import TaskKey, differences, nearest
 from guard.compiler.tuning.tune import MIN_SHARE, Measured, Task, allocate, choose
@@ -139,13 +139,13 @@ def test_conv_schedule_is_validated_and_old_entries_still_load():
         ConvSchedule(31).validate(16)
     target = "llvm -mcpu=skylake-avx512 -mtriple=x86_64-linux-gnu"
     # an entry tuned when ow_block was the only knob means what it meant then
-    assert schedules.from_dict("conv", {"ow_block": 12}, target) == ConvSchedule(
+    assert schedule_json.from_dict("conv", {"ow_block": 12}, target) == ConvSchedule(
         ow_block=12, oc_block=1, unroll=1, loop_order="kv_oh"
     )
     full = ConvSchedule(ow_block=7, oc_block=3, unroll=2, loop_order="oh_kv")
-    assert schedules.from_dict("conv", schedules.to_dict(full), target) == full
+    assert schedule_json.from_dict("conv", schedule_json.to_dict(full), target) == full
     with pytest.raises(ValueError, match="spills"):
-        schedules.from_dict("conv", {"ow_block": 14, "oc_block": 3}, target)
+        schedule_json.from_dict("conv", {"ow_block": 14, "oc_block": 3}, target)
 
 
 def _task(name: str, flops: int, count: int = 1) -> Task:

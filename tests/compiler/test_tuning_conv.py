@@ -15,7 +15,7 @@ from guard.backends import get_backend
 from guard.backends.base import BuildRequest
 from guard.compiler import import_onnx, run_reference
 from guard.compiler.codegen.conv.schedule import conv_space
-from guard.compiler.codegen.target import codegen_target
+from guard.compiler.codegen.llvm_target import codegen_target
 from guard.compiler.runtime.artefact import compiler_version
 from guard.compiler.tuning.cache import Entry, merge_into
 from guard.compiler.tuning.tune import extract_tasks, measure

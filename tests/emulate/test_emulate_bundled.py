@@ -26,7 +26,7 @@ from guard.emulate import EmulatedSession, host_arch
 from guard.emulate.bundled import MixedEmulatedSession, load_emulated
 from guard.emulate.load import load_session
 from guard.emulate.tools import TOOLCHAINS
-from guard.manifest.target import canonicalize
+from guard.manifest.target_string import canonicalize
 
 OTHER = "x86_64" if host_arch() == "aarch64" else "aarch64"
 FOREIGN = {
@@ -223,7 +223,7 @@ def test_the_static_runner_runs_the_same_pool(tmp_path: Path) -> None:
 
     from compiler.codegen.test_threads import _net  # tests/ is on sys.path (its conftest)
 
-    from guard.compiler.ir.target import table_for
+    from guard.compiler.ir.isa_table import table_for
 
     arch = "neon" if OTHER == "aarch64" else "sse"
     g, _ = optimize(import_onnx(_net(32, 24), {}), "O2", target=table_for(arch))

@@ -16,10 +16,10 @@ import numpy as np
 
 from guard.compiler.codegen.emitters import emitter_for
 from guard.compiler.codegen.kernel_plan import KernelPlan, build_kernel_plan
+from guard.compiler.codegen.llvm_target import CodegenTarget, host_target
 from guard.compiler.codegen.module import Generated, LoadedObject, build_module, compile_module
 from guard.compiler.codegen.split import split_step
-from guard.compiler.codegen.target import CodegenTarget, host_target
-from guard.compiler.ir.target import using_table
+from guard.compiler.ir.isa_table import using_table
 from guard.compiler.partition.plan import CompiledPlan
 from guard.compiler.runtime.control import control_executor
 from guard.compiler.runtime.engine import Runtime

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.compiler.graph.schedule import ALIGNMENT, GraphView, align
+from guard.compiler.graph.exec_order import ALIGNMENT, GraphView, align
 
 SCHEMA_VERSION = 1
 

@@ -14,7 +14,7 @@ Functions in the module:
   partition, copies the outputs out: one foreign call per inference;
 - ``t<i>_<op>(i64 task, ptr arena, ptr weights, ptr packed)`` per split step (its tasks'
   kernels, each on one slice of the output), called through ``guard_pool_run``;
-- ``guard_pool_start/stop/run``: the thread pool (guard.compiler.codegen.pool), linked in.
+- ``guard_pool_start/stop/run``: the thread pool (guard.compiler.codegen.threadpool), linked in.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import llvmlite.ir as ir
 from guard.compiler.codegen.base import Kernel
 from guard.compiler.codegen.irutil import I64, PTR, VOID, byte_ptr, i64
 from guard.compiler.codegen.kernel_plan import KernelPlan, Operand, Step
-from guard.compiler.codegen.pool import pool_ir
-from guard.compiler.codegen.target import CodegenTarget
+from guard.compiler.codegen.llvm_target import CodegenTarget
+from guard.compiler.codegen.threadpool import pool_ir
 from guard.core.errors import InternalError
 
 
@@ -197,7 +197,7 @@ def compile_module(module: ir.Module, target: CodegenTarget) -> Generated:
     try:
         mod = llvm.parse_assembly(str(module))
         mod.verify()
-        # The thread pool (guard.compiler.codegen.pool) in every object: the runtime
+        # The thread pool (guard.compiler.codegen.threadpool) in every object: the runtime
         # starts and stops it whether or not a step was split.
         pool = llvm.parse_assembly(
             f'target triple = "{target.triple}"\ntarget datalayout = "{tm.target_data}"\n'

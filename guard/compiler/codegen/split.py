@@ -43,7 +43,7 @@ from guard.compiler.ir.layout import block_of
 from guard.compiler.ir.ops import ELEMENTWISE_OPS
 
 MIN_TASK_FLOPS = 2_000_000  # ~10 us of one core's FMAs; a dispatch to a spinning
-# worker costs about a microsecond (guard.compiler.codegen.pool)
+# worker costs about a microsecond (guard.compiler.codegen.threadpool)
 MAX_TASKS = 8
 # What a memory-bound step costs per element it reads and writes, in FLOPs of a
 # convolution at full rate (~200 GFLOP/s): measured at 1 thread on znver5, relayouts

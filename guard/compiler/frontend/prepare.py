@@ -17,7 +17,7 @@ from onnx import helper
 
 from guard.compiler.frontend.context import np_dtype
 from guard.compiler.ir.core import Shape
-from guard.compiler.ir.order import topological
+from guard.compiler.ir.toposort import topological
 from guard.core.errors import ModelError
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from guard.compiler.ir.order import topological
+from guard.compiler.ir.toposort import topological
 
 
 class Groups:

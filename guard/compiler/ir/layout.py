@@ -2,7 +2,7 @@
 
 Only 4-D activations change layout. ``NCHW16c`` stores ``[N, C/16, H, W, 16]``: 16
 channels side by side, the vector width of an AVX-512 fp32 lane set, as onnxruntime's
-NCHWc kernels do; the block is the target table's (guard.compiler.ir.target): NCHW8c on
+NCHWc kernels do; the block is the target table's (guard.compiler.ir.isa_table): NCHW8c on
 AVX2, NCHW4c on NEON. Ops that carry ``attrs["layout"] = L`` (see LAYOUT_OPS) read their
 first input and write their output in L; weights stay OIHW.
 """

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from guard.compiler.graph.exec_order import topological_order
 from guard.compiler.graph.grouping import Groups, absorb_isolated, group_connected
-from guard.compiler.graph.schedule import topological_order
 from guard.compiler.graph.view import GraphView
 from guard.compiler.ir.layout import count_conversions
 from guard.compiler.partition.support import PartitionTarget

@@ -15,8 +15,8 @@ from typing import Any
 
 from guard.compiler import import_onnx, optimize
 from guard.compiler.codegen.kernel_plan import build_kernel_plan
+from guard.compiler.graph.exec_order import Schedule, schedule
 from guard.compiler.graph.memory import MemoryPlan, plan_memory
-from guard.compiler.graph.schedule import Schedule, schedule
 from guard.compiler.graph.view import GraphView, view_of_graph
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.assign import PartitionPlan, format_report, partition, report_dict

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guard.compiler.ir.core import Graph
-from guard.compiler.ir.target import DEFAULT_TABLE, TargetTable
+from guard.compiler.ir.isa_table import DEFAULT_TABLE, TargetTable
 from guard.compiler.passes.assign_layout import AssignLayout
 from guard.compiler.passes.base import Pass
 from guard.compiler.passes.conv_rows import ConvRows

@@ -44,7 +44,7 @@ import guard
 from guard.compiler import parse_graph, print_graph
 from guard.compiler.codegen.build import NativeProgram, generate
 from guard.compiler.codegen.kernel_plan import KernelPlan
-from guard.compiler.codegen.target import CodegenTarget, codegen_target, runnable_here
+from guard.compiler.codegen.llvm_target import CodegenTarget, codegen_target, runnable_here
 from guard.compiler.graph.memory import MemoryPlan
 from guard.compiler.graph.view import view_of_graph
 from guard.compiler.ir.core import Graph, Node

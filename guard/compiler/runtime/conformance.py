@@ -27,7 +27,7 @@ from onnx.backend.base import Backend, BackendRep
 
 from guard.compiler import import_onnx, optimize, run_reference, verify
 from guard.compiler.codegen.build import jit
-from guard.compiler.codegen.target import host_target
+from guard.compiler.codegen.llvm_target import host_target
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import plan
 from guard.core.errors import ModelError

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guard.compiler.tuning import schedules
+from guard.compiler.tuning import schedule_json
 from guard.compiler.tuning.keys import OPS, TaskKey
 from guard.core.errors import SchemaError
 from guard.core.fsutil import BoundedReadError, atomic_write_text, read_bounded
@@ -83,9 +83,9 @@ class Entry:
         return {
             "key": self.key.text,
             **self.key.to_dict(),
-            "schedule": schedules.to_dict(self.schedule),
+            "schedule": schedule_json.to_dict(self.schedule),
             "time_s": self.time_s,
-            "default_schedule": schedules.to_dict(self.default_schedule),
+            "default_schedule": schedule_json.to_dict(self.default_schedule),
             "default_time_s": self.default_time_s,
             **dict(self.extra),
         }
@@ -156,8 +156,8 @@ def _entry(raw: Any, i: int, path: Path) -> Entry:
     if key.text != raw["key"]:
         raise bad(f"key does not match its fields (the fields say {key.text!r})")
     try:
-        sched = schedules.from_dict(raw["op"], raw["schedule"], raw["target"])
-        default = schedules.from_dict(raw["op"], raw["default_schedule"], raw["target"])
+        sched = schedule_json.from_dict(raw["op"], raw["schedule"], raw["target"])
+        default = schedule_json.from_dict(raw["op"], raw["default_schedule"], raw["target"])
     except ValueError as exc:
         raise bad(str(exc)) from None
     extra = {k: raw[k] for k in raw if k not in _ENTRY_FIELDS}

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guard.manifest.target import TargetError, target_changes
+from guard.manifest.target_string import TargetError, target_changes
 
 OPS = ("gemm", "conv")
 

@@ -59,13 +59,13 @@ from guard.compiler.codegen.gemm.emitter import GemmShape
 from guard.compiler.codegen.gemm.schedule import GemmSchedule, default_gemm_schedule
 from guard.compiler.codegen.irutil import PTR, VOID
 from guard.compiler.codegen.kernel_plan import build_kernel_plan
+from guard.compiler.codegen.llvm_target import codegen_target
 from guard.compiler.codegen.module import LoadedObject, compile_module
 from guard.compiler.codegen.split import split_step
-from guard.compiler.codegen.target import codegen_target
-from guard.compiler.ir.target import active_table
+from guard.compiler.ir.isa_table import active_table
 from guard.compiler.partition.plan import plan
 from guard.compiler.runtime.weights import pack_weights
-from guard.compiler.tuning import schedules as sch
+from guard.compiler.tuning import schedule_json as sch
 from guard.compiler.tuning.cache import Entry
 from guard.compiler.tuning.dispatch import Dispatch, applied, conv_shape, gemm_shape
 from guard.compiler.tuning.keys import TaskKey

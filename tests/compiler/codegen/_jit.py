@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from guard.compiler.codegen.target import CodegenTarget, codegen_target, runnable_here
+from guard.compiler.codegen.llvm_target import CodegenTarget, codegen_target, runnable_here
 
 TARGETS = {
     "avx2": "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3",

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.codegen.build import jit
-from guard.compiler.ir.target import table_for
+from guard.compiler.ir.isa_table import table_for
 from guard.compiler.partition.plan import plan
 
 from ._jit import TARGETS, skip_unless_runnable

@@ -9,7 +9,12 @@ from onnx import helper
 
 from guard.compiler import import_onnx, optimize
 from guard.compiler.codegen.build import generate, jit
-from guard.compiler.codegen.target import CodegenTarget, codegen_target, host_target, runnable_here
+from guard.compiler.codegen.llvm_target import (
+    CodegenTarget,
+    codegen_target,
+    host_target,
+    runnable_here,
+)
 from guard.compiler.partition.plan import plan
 from guard.compiler.runtime.weights import pack_weights
 from guard.core.errors import UsageError

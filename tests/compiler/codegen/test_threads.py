@@ -15,7 +15,7 @@ from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.codegen import split
 from guard.compiler.codegen.build import jit
 from guard.compiler.codegen.kernel_plan import Operand, Step
-from guard.compiler.ir.target import table_for
+from guard.compiler.ir.isa_table import table_for
 from guard.compiler.partition.plan import plan
 
 from ._jit import TARGETS, skip_unless_runnable
@@ -175,11 +175,11 @@ def test_waiting_threads_spin_with_the_cpu_hint_before_sleeping(triple, hint):
     number of rounds, before they sleep on a condition variable."""
     import llvmlite.binding as llvm
 
-    from guard.compiler.codegen import pool
-    from guard.compiler.codegen.target import _init_llvm
+    from guard.compiler.codegen import threadpool
+    from guard.compiler.codegen.llvm_target import _init_llvm
 
     _init_llvm()
-    mod = llvm.parse_assembly(f'target triple = "{triple}"\n' + pool.pool_ir(triple))
+    mod = llvm.parse_assembly(f'target triple = "{triple}"\n' + threadpool.pool_ir(triple))
     mod.verify()
     tm = llvm.Target.from_triple(triple).create_target_machine(opt=2)
     asm = tm.emit_assembly(mod)

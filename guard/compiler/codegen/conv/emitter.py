@@ -49,7 +49,7 @@ from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_
 from guard.compiler.codegen.conv.direct import DirectConv
 from guard.compiler.codegen.conv.schedule import ConvSchedule, Geometry
 from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decline, run_program
-from guard.compiler.graph.schedule import GraphView, OpNode
+from guard.compiler.graph.exec_order import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
 from guard.compiler.tuning.dispatch import conv_schedule
 from guard.core.errors import InternalError

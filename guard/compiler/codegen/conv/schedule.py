@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from guard.compiler.ir.isa_table import TargetTable, active_table
 from guard.compiler.ir.layout import block_of
-from guard.compiler.ir.target import TargetTable, active_table
 
 LOOP_ORDERS = ("kv_oh", "oh_kv")
 UNROLLS = (1, 2, 4)

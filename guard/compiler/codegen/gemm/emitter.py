@@ -25,7 +25,7 @@ import numpy as np
 from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
 from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decline, run_program
 from guard.compiler.codegen.gemm.driver import GemmKernel
-from guard.compiler.graph.schedule import GraphView, OpNode
+from guard.compiler.graph.exec_order import GraphView, OpNode
 from guard.compiler.tuning.dispatch import gemm_schedule
 
 Shape = tuple[int, ...]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from guard.compiler.ir.target import TargetTable, active_table
+from guard.compiler.ir.isa_table import TargetTable, active_table
 
 LOOP_ORDERS = ("nm", "mn")
 # "row": one per column n (length N), "col": one per row m (length M), "full": [M, N]

@@ -10,7 +10,7 @@ from manifest_fakes import make_root
 
 from guard.core.errors import UsageError
 from guard.manifest.cpu import host_cpu
-from guard.manifest.target import (
+from guard.manifest.target_string import (
     canonicalize,
     parse_target,
     target_arch,
@@ -319,7 +319,7 @@ def test_target_fields_is_parse_target_with_mattr_as_a_set() -> None:
     """The tuning-cache and doctor diffs read targets through parse_target (one parser)."""
     from guard.compiler.tuning.keys import target_difference as key_difference
     from guard.doctor.steps_tuning import target_difference as doctor_difference
-    from guard.manifest.target import target_fields
+    from guard.manifest.target_string import target_fields
 
     a = target_fields("llvm -mtriple=aarch64-linux-gnu -mattr=+sve")
     b = target_fields("llvm -mattr=+sve,+neon -mtriple=aarch64-unknown-linux-gnu")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guard.compiler.graph.schedule import schedule, topological_order
+from guard.compiler.graph.exec_order import schedule, topological_order
 from guard.compiler.graph.view import (
     GraphView,
     Interval,

@@ -17,7 +17,7 @@ facts when the target is the host, the class's typical sizes otherwise). From th
   of B half of L2.
 
 The IR layer holds it (the layout pass and the code generator both read it); the code
-generator decides the class from LLVM itself (guard.compiler.codegen.target).
+generator decides the class from LLVM itself (guard.compiler.codegen.llvm_target).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from typing import Any
 
 from guard.compiler.codegen.conv.schedule import ConvSchedule
 from guard.compiler.codegen.gemm.schedule import GemmSchedule
-from guard.compiler.codegen.target import CodegenTarget
-from guard.manifest.target import target_fields
+from guard.compiler.codegen.llvm_target import CodegenTarget
+from guard.manifest.target_string import target_fields
 
 
 def schedule_class(op: str) -> type:

@@ -1,7 +1,7 @@
 """The code generator's target: triple, CPU and features from the canonical target string.
 
 Never the host's by accident: ``host`` was resolved to this machine's triple, CPU and
-features by guard.manifest.target before it got here, and that canonical string is what
+features by guard.manifest.target_string before it got here, and that canonical string is what
 the TargetMachine is made from (and what the artefact pins). Unknown CPU or feature
 names were refused there (exit 2, naming the string and LLVM's known ones).
 
@@ -10,7 +10,7 @@ reading of the feature list: a CPU name implies features the string does not spe
 (``-mcpu=x86-64-v3`` is AVX2, ``-mcpu=skylake-avx512`` AVX-512, ``-mattr=-avx512f`` takes
 it away), so :func:`isa_class` lowers one 16-lane add for the target and reads which
 registers LLVM used (zmm: 16 float lanes, ymm: 8, else 4). The class picks the row of the
-per-target table (guard.compiler.ir.target) every heuristic reads; for the host the row
+per-target table (guard.compiler.ir.isa_table) every heuristic reads; for the host the row
 carries the host's cache sizes (the manifest's host facts).
 """
 
@@ -20,10 +20,10 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from guard.compiler.ir.target import TargetTable, table_for
+from guard.compiler.ir.isa_table import TargetTable, table_for
 from guard.core.errors import ModelError
 from guard.manifest.cpu import host_caches
-from guard.manifest.target import parse_target
+from guard.manifest.target_string import parse_target
 
 if TYPE_CHECKING:
     import llvmlite.binding

@@ -1,8 +1,8 @@
-"""guard.compiler.ir.order: the compiler's one topological sort."""
+"""guard.compiler.ir.toposort: the compiler's one topological sort."""
 
 from __future__ import annotations
 
-from guard.compiler.ir.order import topological
+from guard.compiler.ir.toposort import topological
 
 
 def test_a_sorted_graph_keeps_its_order_and_ties_go_to_the_smallest_index() -> None:
