@@ -50,8 +50,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.compare.compare import compare_docs
-from guard.core.results_file import load_results
 from guard.measure.round_runner import measuring_cpus
+from guard.results.load import load_results
 from guard.stats.calibrate import load_noise
 from guard.stats.regress import RegressConfig
 

@@ -32,14 +32,14 @@ PKG = ROOT / "guard"
 # no loose modules but __init__, __main__ and a version (test_the_tree_is_the_layer_table).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("guard", "guard.core")),
-    ("records", ("guard.manifest", "guard.zoo", "guard.track")),
+    ("records", ("guard.results", "guard.manifest", "guard.zoo", "guard.track")),
     ("compiler", ("guard.compiler",)),
     ("suite", ("guard.suite",)),
     ("backends", ("guard.backends", "guard.emulate")),
     ("measure", ("guard.measure",)),
     ("stats", ("guard.stats",)),
     ("goldens", ("guard.golden",)),
-    ("results", ("guard.results",)),
+    ("checks", ("guard.checks",)),
     ("documents", ("guard.compare", "guard.report")),
     ("run", ("guard.run",)),
     ("diagnosis", ("guard.doctor", "guard.reduce")),

@@ -1,5 +1,6 @@
-"""The typed result (guard.results.record), its key (guard.core.result_key) and the one
-loader of results files (guard.core.results_file)."""
+"""The typed result (guard.results.result), its key, the one loader of
+results files (guard.results.load) and the one place a result is assembled
+(guard.checks.assemble)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from guard.checks import evaluate as ck
+from guard.checks.assemble import CONTRACT_KEYS, error_result, result_dict
 from guard.core.errors import UsageError
-from guard.core.result_key import ResultKey
-from guard.core.results_file import load_results
-from guard.results import checks as ck
-from guard.results.record import CONTRACT_KEYS, Result
-from guard.results.result import error_result, result_dict
+from guard.results.load import load_results
+from guard.results.result import Result, ResultKey
 from guard.run.shard import plan, times_from_results
 from guard.suite import ModelEntry
 
@@ -43,8 +43,9 @@ def test_a_built_result_has_the_contract_keys_in_order_then_its_extras():
     )
     assert list(d) == [*CONTRACT_KEYS, "kernels"]
     assert d["verdict"] == "pass" and d["target"] == "host"
-    assert Result.from_dict(d).to_dict() == d
-    assert list(Result.from_dict(d).to_dict()) == list(d)
+    assert Result.from_json(d).to_json() == d
+    assert list(Result.from_json(d).to_json()) == list(d)
+    assert json.dumps(Result.from_json(d).to_json()) == json.dumps(d)
 
 
 def test_fields_other_helpers_add_and_keys_older_files_lack_round_trip_losslessly():
@@ -64,15 +65,15 @@ def test_fields_other_helpers_add_and_keys_older_files_lack_round_trip_losslessl
         "numerics": {"max_abs_err": 0.0, "golden": {"second": {"max_abs_err": 1e-6}}},
         "duration_s": 2.5,
     }
-    r = Result.from_dict(old)
-    assert r.to_dict() == old
-    assert "rounds" in r.absent and "rounds" not in r.to_dict()
-    assert r.extra == {
-        k: old[k] for k in ("counted", "contention", "layout_conversions", "duration_s")
-    }
-    assert r.numerics == old["numerics"]
-    with pytest.raises(UsageError, match="results\\[2\\]: needs model, backend and target"):
-        Result.from_dict({"model": "m"}, where="results[2]")
+    r = Result.from_json(old)
+    assert r.to_json() == old and json.dumps(r.to_json()) == json.dumps(old)
+    assert r.rounds == () and "rounds" not in r.to_json()
+    assert r.counted is not None and r.counted.instructions == 123
+    assert r.counted.fingerprint.extra == {"a": 1}
+    assert r.contention.flagged is False and r.layout_conversions == 3
+    assert r.duration_s == 2.5 and r.numerics.max_abs_err == 0.0
+    assert r.numerics.extra == {"golden": {"second": {"max_abs_err": 1e-6}}}
+    assert r.extra == {}
 
 
 def test_one_key_on_the_canonical_target_and_the_suite_spelling_as_the_case():
@@ -83,7 +84,7 @@ def test_one_key_on_the_canonical_target_and_the_suite_spelling_as_the_case():
     assert str(ResultKey.of(a)) == f"m/b/{SPR}"
     assert ResultKey.of(a).case == ("m", "b", "host") and ResultKey.of(b).case[2] == "native"
     assert ResultKey.of(err) == ResultKey("m", "b", "host")  # no manifest: the spelling
-    assert Result.from_dict(a | {"verdict": "pass", "checks": []}).key == ResultKey.of(a)
+    assert Result.from_json(a | {"verdict": "pass", "checks": []}).key == ResultKey.of(a)
     errored = error_result(_entry(), "b", ValueError("x"))
     assert ResultKey.of(errored) == ResultKey("mlp", "b", "host")
 

@@ -117,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite = Path(args.suite) if args.suite else default_suite()
     baseline = None
     if args.baseline:
-        from guard.core.results_file import load_results
+        from guard.results.load import load_results
 
         baseline = load_results(args.baseline)
     opts = RunOptions(

@@ -24,9 +24,9 @@ from guard.backends.base import Session
 from guard.compare.attribution import attribute
 from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest_diff
 from guard.core.errors import UsageError
-from guard.core.result_key import ResultKey
 from guard.measure.calls import choose_inner, warm_up
 from guard.measure.preflight import contention_between, read_cpu_times
+from guard.results.result import ResultKey
 from guard.stats.regress import (
     AdaptiveResult,
     RegressConfig,

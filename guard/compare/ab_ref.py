@@ -49,9 +49,9 @@ from guard.compare.bump import (
 )
 from guard.compare.compare import host_incompatibility
 from guard.core.errors import InternalError, UsageError
-from guard.core.result_key import ResultKey
 from guard.measure.preflight import THREAD_ENV_VARS, contention_between, read_cpu_times
 from guard.measure.round_runner import measuring_cpus
+from guard.results.result import ResultKey
 from guard.stats.regress import RegressConfig, measure_until_conclusive, with_noise
 
 WORKER = Path(__file__).parents[1] / "run" / "ab_worker.py"

@@ -19,8 +19,8 @@ from typing import Any
 
 from guard.compare.compare import IncompatibleBaselineError, host_incompatibility
 from guard.core.errors import UsageError
-from guard.core.result_key import ResultKey
-from guard.core.results_file import load_results, validate_results
+from guard.results.load import load_results, validate_results
+from guard.results.result import ResultKey
 from guard.track import find_runs, load_artifact_dict
 from guard.track.client import http_limits, mlflow_client, translated
 from guard.track.index import baseline_document, baseline_on_branch

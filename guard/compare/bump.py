@@ -32,9 +32,9 @@ from typing import Any
 from guard.compare.compare import compare_docs, exit_code
 from guard.compare.reports import write_reports
 from guard.core.errors import UsageError
-from guard.core.result_key import ResultKey
-from guard.core.results_file import load_results
 from guard.core.user_cache import cache_root, tree_bytes
+from guard.results.load import load_results
+from guard.results.result import ResultKey
 from guard.stats.regress import RegressConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -28,11 +28,12 @@ from guard.compare.attribution import attribute
 from guard.compare.counted_rows import counted_rows
 from guard.compare.counted_rows import summary as counted_summary
 from guard.core.errors import UsageError
-from guard.core.result_key import ResultKey
-from guard.core.results_file import PROBES
-from guard.core.schema import Schema
 from guard.manifest.diff import diff_manifests
 from guard.manifest.pins import is_pinned
+from guard.results.documents import COMPARISON_SCHEMA_VERSION
+from guard.results.load import PROBES
+from guard.results.load import validate_comparison as validate_comparison
+from guard.results.result import ResultKey
 from guard.stats.regress import (
     IMPROVED,
     INCONCLUSIVE,
@@ -44,17 +45,12 @@ from guard.stats.regress import (
     with_noise,
 )
 
-SCHEMA_VERSION = 1  # the comparison document (results files: guard.core.schema)
+SCHEMA_VERSION = COMPARISON_SCHEMA_VERSION  # the comparison document (guard.results.documents)
 HOST_FIELDS = ("arch", "cpu", "threads")
 
 
 class IncompatibleBaselineError(UsageError):
     """The baseline was measured on a different host class; the reason says which field."""
-
-
-_COMPARISON = Schema(
-    "comparison", SCHEMA_VERSION, "Re-run `guard compare --json` with this guard version."
-)
 
 
 def host_incompatibility(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -> str | None:
@@ -400,11 +396,3 @@ def exit_code(comparison: Mapping[str, Any], *, strict: bool = False) -> int:
     drifted = crossarch.failing(comparison.get("cross_arch") or [], strict=strict)
     counted = any(r.get("verdict") == REGRESSED for r in comparison.get("counted") or [])
     return 1 if drifted or counted or any(r["verdict"] in bad for r in comparison["rows"]) else 0
-
-
-def validate_comparison(doc: Any, where: str) -> None:
-    """Check a loaded comparison document against the v1 contract."""
-    at = _COMPARISON.at(where)
-    _COMPARISON.check(doc, where)
-    at.key("rows").objects(doc.get("rows"))
-    at.key("manifest_diff").mapping(doc.get("manifest_diff"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guard.core.result_key import ResultKey
+from guard.results.result import ResultKey
 from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 
 VERDICTS = ("pass", "regressed", "improved", "not comparable", "missing")

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import UsageError
-from guard.core.result_key import ResultKey
 from guard.doctor import (
     steps_graph,
     steps_host,
@@ -30,6 +29,7 @@ from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
 from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Evidence, Finding
 from guard.doctor.validity import p50_ratio, validity
 from guard.manifest.target_string import host_cpu
+from guard.results.result import ResultKey
 
 SCHEMA_VERSION = 1
 

@@ -50,7 +50,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from guard.core.errors import UsageError
-from guard.core.results_file import PROBES
 from guard.measure.calls import warm_up
 from guard.measure.host_speed import READ_EVERY_S
 from guard.measure.preflight import (
@@ -64,6 +63,7 @@ from guard.measure.preflight import (
     round_contended,
 )
 from guard.measure.summary import summarize
+from guard.results.load import PROBES
 from guard.suite.blocks import measure_range_error
 
 Clock = Callable[[], float]

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+from guard.checks.evaluate import tolerance_bounds
 from guard.reduce.oracle import Observation
 from guard.reduce.subgraph import ModelGraph
-from guard.results.checks import tolerance_bounds
 from guard.suite import ModelEntry
 
 

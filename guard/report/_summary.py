@@ -294,7 +294,7 @@ def check_message(check: Mapping[str, Any]) -> str:
 def counted_lines(doc: Any) -> list[tuple[str, str]]:
     """(label, "242.5 k instructions, 2.195 MB moved per inference on TARGET") per result
     with a counted block (guard run --counted), its error otherwise."""
-    from guard.results.checks import counted_summary
+    from guard.checks.evaluate import counted_summary
 
     out = []
     for r in results(doc):

@@ -1,4 +1,12 @@
-"""guard.results: one result of the results contract (record.Result, built once by
-result.result_dict), and its checks (each gate records its value, bound, status and one line
-saying why). Results files are read by guard.core.results_file and keyed by
-guard.core.result_key, below this layer, because tracking reads and keys them too."""
+"""guard.results: the typed results tree, at the bottom of guard so that every reader
+(track, stats, measure, golden, compare, report, doctor, reduce, run) can use it.
+
+guard.results.result.Result and its parts, the manifest (guard.results.manifest), the
+counted block (guard.results.counted), the results and comparison documents
+(guard.results.documents), the one key results are paired by (Result.key) and the
+one loader (guard.results.load). Records read leniently and write back the JSON they
+were read from, byte for byte (guard.results.record says how, and how to add a field).
+Readers outside this package read attributes, never a result's string keys
+(tests/results/test_no_string_keys.py). Check evaluation is guard.checks, above measure
+and stats, whose figures it judges.
+"""

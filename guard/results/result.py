@@ -1,89 +1,295 @@
-"""One result of the results contract (docs/ARCHITECTURE.md), errors included.
+"""One result of the results contract (docs/ARCHITECTURE.md) as a typed record, and its parts.
 
-Every result dict guard writes is assembled here by ``result_dict``, as one
-``guard.results.record.Result``, with one key set: a measured result, an emulated one and
-an error differ only in which values are null.
+A result is one (model, backend, target) of a run: its verdict and checks, the manifest it
+was built with (guard.results.manifest), its latency statistics, rounds and raw samples, the
+measurement's conditions, partitions, arena, numerics, the graph's op counts, the kernels by
+time and the counted block (guard.results.counted). Records read leniently and write back
+what they read (guard.results.record).
+
+``Result.key`` is the one key of a result, a ``ResultKey``: (model, backend, canonical
+target). Every reader pairs results by it: ``guard compare`` and baselines, ``guard ab
+--base-ref``, ``guard bump``, the baseline index in MLflow (guard.track.index), shard
+plans, ``guard merge`` and ``guard doctor``. The canonical target is
+``Result.canonical_target``, the one place it is computed: the manifest's, so two
+spellings of one target are one row; a result without a manifest (an error before the
+build) has only the suite's spelling, which is then its target. ``key.case`` is the suite's
+spelling instead, for the readers that work on the suite's cases rather than on what was
+built: a shard plan (every shard must compute the same plan, and ``host`` resolves to each
+machine's own CPU, so a plan of canonical targets would differ between two runners),
+``guard merge`` (which checks results against that plan), and ``guard doctor`` (which
+pairs a base and a head whose resolved target changed, to say how).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from guard.core.errors import GuardError, UsageError
-from guard.results import checks as ck
-from guard.results.record import Result
-from guard.suite import ModelEntry
+from guard.results.counted import Counted
+from guard.results.manifest import Manifest
+from guard.results.record import Json, Record
 
+Case = tuple[str, str, str]  # (model, backend, target as the suite spelled it)
 
-def result_dict(
-    entry: ModelEntry,
-    backend: str,
-    *,
-    checks: list[ck.Check],
-    error: str | None = None,
-    error_kind: str | None = None,
-    manifest: dict[str, Any] | None = None,
-    latency_ms: dict[str, Any] | None = None,
-    latency_status: str | None = None,
-    samples_ms: list[float] | None = None,
-    rounds: list[dict[str, Any]] | None = None,
-    noise_pct: float | None = None,
-    measurement: dict[str, Any] | None = None,
-    partitions: dict[str, Any] | None = None,
-    arena_bytes: int | None = None,
-    arena_lower_bound_bytes: int | None = None,
-    memory: dict[str, Any] | None = None,
-    numerics: dict[str, Any] | None = None,
-    preflight: dict[str, Any] | None = None,
-    artefact: str | None = None,
-    artefact_reused: bool | None = None,
-    graph: dict[str, Any] | None = None,
-    layout_conversions: int | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One result of the results contract, built once as a ``Result`` and serialised by
-    ``Result.to_dict``; every result, errors included, has the contract's keys, and
-    ``extra`` (e.g. ``kernels``) follows them."""
-    return Result(
-        model=entry.name,
-        backend=backend,
-        target=entry.target,
-        verdict=ck.verdict(checks, error),
-        checks=[c.to_dict() for c in checks],
-        error=error,
-        error_kind=error_kind,
-        manifest=manifest,
-        latency_ms=latency_ms,
-        latency_status=latency_status,
-        samples_ms=list(samples_ms or []),
-        rounds=rounds,
-        noise_pct=noise_pct,
-        measurement=measurement,
-        partitions=partitions,
-        arena_bytes=arena_bytes,
-        arena_lower_bound_bytes=arena_lower_bound_bytes,
-        memory=memory,
-        numerics=numerics,
-        preflight=preflight,
-        artefact=artefact,
-        artefact_reused=artefact_reused,
-        graph=graph,
-        # relayouts and NCHW<->NHWC transposes in the built graph (null where the backend
-        # does not say), beside the partitions it was counted with
-        extra={
-            **({"layout_conversions": layout_conversions} if partitions is not None else {}),
-            **(extra or {}),
-        },
-    ).to_dict()
+Verdict = Literal["pass", "fail", "inconclusive", "error"]
+VERDICTS: tuple[Verdict, ...] = ("pass", "fail", "inconclusive", "error")
+# ``skip`` (not applicable here), ``skipped`` (the counted check without a count),
+# ``created`` (a golden created on this run: nothing to compare against yet).
+CheckStatus = Literal["pass", "fail", "inconclusive", "skip", "skipped", "created", "error"]
+# "measured", or "emulated" (foreign-arch code run under qemu: latency_ms is null)
+LatencyStatus = Literal["measured", "emulated"]
 
 
-def error_result(entry: ModelEntry, backend: str, exc: BaseException) -> dict[str, Any]:
-    """The result of a (model, backend) guard could not run: the error as a ``run`` check."""
-    msg = str(exc) if isinstance(exc, GuardError) else f"internal error: {exc!r}"
-    return result_dict(
-        entry,
-        backend,
-        checks=[ck.Check("run", "error", None, None, msg)],
-        error=msg,
-        error_kind="usage" if isinstance(exc, UsageError) else "internal",
-    )
+@dataclass(frozen=True, kw_only=True)
+class Check(Record):
+    """One gate: its value, bound, status and one line saying why."""
+
+    name: str | None = None
+    status: CheckStatus | None = None
+    value: Json = None
+    bound: Json = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Latency(Record):
+    """``latency_ms``: statistics of the samples, in ms (``n`` is their count)."""
+
+    min: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    stdev: float | None = None
+    cv: float | None = None
+    n: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Round(Record):
+    """One round: a freshly loaded session's samples and what the machine did meanwhile."""
+
+    samples_ms: tuple[float, ...] = ()
+    p50: float | None = None
+    n: int | None = None
+    warmup_iters: int | None = None
+    stopped_by: str | None = None
+    contention: float | None = None
+    cpu_share: float | None = None
+    contended: bool | None = None
+    cpu_ms_per_call: float | None = None
+    # host-speed probes (guard.measure.host_speed), by guard.results.load.PROBES name
+    host_ms: float | None = None
+    simd_ms: float | None = None
+    host_readings: tuple[tuple[float, ...], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement(Record):
+    """``measurement``: how the samples were taken (or, emulated, why there are none)."""
+
+    warmup_iters: int | None = None
+    truncated: bool | None = None
+    stopped_by: str | None = None
+    contention: float | None = None
+    cpu_share: float | None = None
+    preempted_fraction: float | None = None
+    rounds: int | None = None
+    round_isolation: str | None = None
+    host_probe: str | None = None
+    round_order: str | None = None
+    config: Mapping[str, Json] = field(default_factory=dict)
+    emulated: bool | None = None
+    emulator: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionDetail(Record):
+    """One partition: which backend runs which nodes."""
+
+    id: int | None = None
+    backend: str | None = None
+    provider: str | None = None
+    delegated: bool | None = None
+    nodes: int | None = None
+    first: str | None = None
+    last: str | None = None
+    ops: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Partitions(Record):
+    """``partitions``: the partition count and the nodes delegated or left to fall back."""
+
+    count: int | None = None
+    delegated_nodes: int | None = None
+    fallback_nodes: int | None = None
+    by_provider: Mapping[str, int] = field(default_factory=dict)
+    details: tuple[PartitionDetail, ...] = ()
+    how: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Numerics(Record):
+    """``numerics``: errors against the golden, output hashes, accuracy."""
+
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    allclose: bool | None = None
+    bit_exact: bool | None = None
+    output_sha256: str | None = None
+    golden_sha256: str | None = None
+    golden_status: str | None = None
+    top1: float | None = None
+    accuracy: float | None = None
+    error: str | None = None
+    # encoded output tensors (guard.compare.crossarch.encode_outputs)
+    outputs: Json = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pass(Record):
+    """One optimisation pass of ``graph.passes``: whether it changed the graph (and its
+    counts, in ``extra``)."""
+
+    name: str | None = None
+    changed: bool | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Graph(Record):
+    """``graph``: op counts before and after optimisation, and the passes that ran."""
+
+    ops_before: Mapping[str, int] = field(default_factory=dict)
+    ops_after: Mapping[str, int] = field(default_factory=dict)
+    added: Mapping[str, int] = field(default_factory=dict)
+    removed: Mapping[str, int] = field(default_factory=dict)
+    passes: tuple[Pass, ...] = ()
+    by_pass: Mapping[str, Mapping[str, Json]] = field(default_factory=dict)
+    nodes_before: int | None = None
+    nodes_after: int | None = None
+    pipeline: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memory(Record):
+    """``memory``: how the arena was planned (the backend's own figures)."""
+
+    how: str | None = None
+    arena_bytes: int | None = None
+    lower_bound_bytes: int | None = None
+    strategy: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Kernel(Record):
+    """One row of ``kernels``: a generated kernel (bundled) or a profiled node
+    (onnxruntime), its time and share of the inference."""
+
+    kernel: str | None = None
+    # older spellings of the kernel's name (results written before ``kernel``)
+    name: str | None = None
+    node: str | None = None
+    op: str | None = None
+    ms: float | None = None
+    share: float | None = None
+    nodes: tuple[str, ...] = ()
+    provider: str | None = None
+    source: str | None = None
+
+    @property
+    def label(self) -> str | None:
+        """The kernel's name, whichever spelling the row has."""
+        return self.kernel or self.name or self.node
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contention(Record):
+    """``contention``: whether other processes loaded the machine while this result ran."""
+
+    flagged: bool | None = None
+    rounds_flagged: int | None = None
+    rounds: int | None = None
+    load_max: float | None = None
+    cpu_share_min: float | None = None
+    load_threshold: float | None = None
+    cpu_share_threshold: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result(Record):
+    """One result of the results contract, in the order guard writes its keys."""
+
+    model: str = ""
+    backend: str = ""
+    target: str = ""  # as the suite spelled it; the canonical one is ``canonical_target``
+    verdict: Verdict | None = None
+    checks: tuple[Check, ...] = ()
+    error: str | None = None
+    error_kind: str | None = None
+    manifest: Manifest = field(default_factory=Manifest)
+    latency_ms: Latency | None = None
+    latency_status: LatencyStatus | None = None
+    samples_ms: tuple[float, ...] = ()
+    rounds: tuple[Round, ...] = ()
+    noise_pct: float | None = None  # between-round spread: 100 x SD of the rounds' log medians
+    measurement: Measurement = field(default_factory=Measurement)
+    partitions: Partitions | None = None
+    arena_bytes: int | None = None
+    arena_lower_bound_bytes: int | None = None
+    memory: Memory = field(default_factory=Memory)
+    numerics: Numerics = field(default_factory=Numerics)
+    preflight: Mapping[str, Json] = field(default_factory=dict)
+    artefact: str | None = None
+    artefact_reused: bool | None = None
+    graph: Graph | None = None
+    # what other parts of guard add after the contract's keys
+    layout_conversions: int | None = None
+    contention: Contention = field(default_factory=Contention)
+    kernels: tuple[Kernel, ...] = ()
+    counted: Counted | None = None
+    duration_s: float | None = None
+
+    @property
+    def canonical_target(self) -> str:
+        """The target the artefact was built for (``manifest.target.canonical``), or the
+        suite's spelling where there is no manifest (an error before the build). The one
+        place guard computes it."""
+        return self.manifest.target.canonical or self.target
+
+    @property
+    def key(self) -> ResultKey:
+        """(model, backend, canonical target): what every reader pairs results by."""
+        return ResultKey(self.model, self.backend, self.canonical_target, self.target)
+
+    def check(self, name: str) -> Check | None:
+        """The first check called ``name``, or None."""
+        return next((c for c in self.checks if c.name == name), None)
+
+
+@dataclass(frozen=True)
+class ResultKey:
+    """(model, backend, canonical target); ``written`` is the target as the suite spelled it."""
+
+    model: str
+    backend: str
+    target: str
+    written: str = field(default="", compare=False)
+
+    @classmethod
+    def of(cls, result: Result | Mapping[str, Any]) -> ResultKey:
+        """The key of a result (a record, or a result object of the results contract)."""
+        if isinstance(result, Mapping):
+            result = Result.from_json(dict(result))
+        return result.key
+
+    @property
+    def case(self) -> Case:
+        """(model, backend, target as the suite spelled it): a case of the suite."""
+        return (self.model, self.backend, self.written)
+
+    def __str__(self) -> str:
+        return f"{self.model}/{self.backend}/{self.target}"

@@ -92,7 +92,7 @@ def counted_against(
     )
     if block is None or baseline is None:
         return bound, None
-    from guard.core.result_key import ResultKey
+    from guard.results.result import ResultKey
 
     base = next(
         (r for r in baseline.get("results", []) if r.get("manifest") and ResultKey.of(r) == key),

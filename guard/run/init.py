@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from guard.backends import REGISTRY
+from guard.checks.evaluate import tolerance_bounds
 from guard.core.errors import GuardError, UsageError
 from guard.core.fsutil import atomic_write_bytes
 from guard.golden import compare_outputs
 from guard.golden.produce import ensure_golden, golden_store
-from guard.results.checks import tolerance_bounds
 from guard.run.case import load_case, prepare_model
 from guard.suite import load_suite
 from guard.suite.model import graph_inputs, load_model

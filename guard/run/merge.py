@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import UsageError
-from guard.core.result_key import ResultKey
-from guard.core.results_file import load_results
 from guard.core.schema import RESULTS_SCHEMA_VERSION, section
+from guard.results.load import load_results
+from guard.results.result import ResultKey
 
 
 def _same(docs: Sequence[tuple[Path, dict[str, Any]]], what: str, get: Any) -> None:

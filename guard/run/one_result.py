@@ -1,7 +1,7 @@
 """One result: ``begin_result`` (bind, build, load, golden), ``PendingResult.measure_round``
 (one round in a worker) and ``finish_result`` (numerics, the measurement, partitions and
 memory, gathered into one ``checks.Facts`` record, judged once by ``checks.evaluate`` and
-assembled by ``guard.results.result.result_dict``, one key set for every result); the
+assembled by ``guard.checks.assemble.result_dict``, one key set for every result); the
 emulated result of a foreign-architecture artefact beside it. The models and cases these
 start from are guard.run.case's.
 """
@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from guard import manifest as mf
+from guard.checks import evaluate as ck
+from guard.checks.assemble import result_dict
 from guard.compare.crossarch import encode_outputs
 from guard.core import fault
 from guard.core.errors import GuardError, InternalError
@@ -36,8 +38,6 @@ from guard.measure.round_runner import (
     measuring_cpus,
     round_isolation,
 )
-from guard.results import checks as ck
-from guard.results.result import result_dict
 from guard.run.case import Case, load_case
 from guard.suite import ModelEntry
 from guard.suite.model import ModelSpec
@@ -68,7 +68,7 @@ def _against_baseline(
     where ``guard calibrate`` measured it.
     """
     from guard.compare.compare import host_incompatibility, latency_comparison
-    from guard.core.result_key import ResultKey
+    from guard.results.result import ResultKey
     from guard.stats.regress import DEFAULT_RUN_NOISE_PCT, RegressConfig
 
     if baseline is None or bound is None:
@@ -244,7 +244,7 @@ def _count(
     baseline: dict[str, Any] | None,
     tools_missing: list[str] | None,
 ) -> None:
-    from guard.core.result_key import ResultKey
+    from guard.results.result import ResultKey
     from guard.run.counted import count_case, counted_against
 
     block = count_case(case, cfg, workdir, tools_missing if tools_missing is not None else [])

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guard import report, track
+from guard.checks.assemble import error_result
 from guard.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
@@ -34,7 +35,6 @@ from guard.core.schema import RESULTS_SCHEMA_VERSION
 from guard.golden.produce import ensure_golden, golden_store
 from guard.measure import MeasureConfig, set_threads
 from guard.measure.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
-from guard.results.result import error_result
 from guard.run.case import prepare_model
 from guard.run.counted import counted_config
 from guard.run.deliver import Interruption, finish, outputs, say

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import GuardError, UsageError
-from guard.core.result_key import Case, ResultKey
-from guard.core.results_file import load_results
+from guard.results.load import load_results
+from guard.results.result import Case, ResultKey
 from guard.suite import ModelEntry, Suite
 from guard.track.index import case_times
 from guard.track.invocation import ensure_invocation

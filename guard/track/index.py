@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from guard.core.errors import GuardError, UsageError
-from guard.core.result_key import ResultKey
 from guard.core.schema import RESULTS_SCHEMA_VERSION, section
+from guard.results.result import ResultKey
 from guard.track import invocation
 from guard.track.client import experiment_name, http_limits, mlflow_client, translated
 from guard.track.query import committed, scoped_tracking_uri

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from guard.core import fault
 from guard.core.errors import TrackingError
 from guard.core.fsutil import atomic_write_text
-from guard.core.results_file import load_results
 from guard.core.schema import results_document
+from guard.results.load import load_results
 from guard.track import records, recover
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import (

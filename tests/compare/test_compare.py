@@ -11,7 +11,7 @@ from compare_fixtures import doc, lat, manifest, result
 from guard.compare import compare as C
 from guard.compare.reports import to_html, to_markdown, write_reports
 from guard.core.errors import UsageError
-from guard.core.results_file import load_results
+from guard.results.load import load_results
 from guard.stats.regress import RegressConfig
 
 # These results are one process's samples cut into rounds: no run offset to allow for.

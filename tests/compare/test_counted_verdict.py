@@ -84,9 +84,9 @@ def test_hardware_counts_of_two_cpus_are_not_comparable_the_kernel_is_recorded_o
 
 
 def test_readers_of_a_count_without_bytes_say_so():
+    from guard.checks.evaluate import counted_check, counted_summary
     from guard.compare.counted_rows import markdown_lines
     from guard.compare.crossarch import _counted_pair, counted_cell
-    from guard.results.checks import counted_check, counted_summary
 
     assert counted_summary(pmu_block(41.2e6)) == "41.2 M instructions (bytes: not counted)"
     check = counted_check(

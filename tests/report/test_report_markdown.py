@@ -133,7 +133,7 @@ def test_write_markdown(doc, tmp_path):
 
 
 def test_error_repeated_as_an_errored_check_is_listed_once(doc):
-    # guard.results.result.error_result carries the error both as `error` and as a "run" check
+    # guard.checks.assemble.error_result carries the error both as `error` and as a "run" check
     r = doc["results"][3]
     r["checks"] = [
         {"name": "run", "status": "error", "value": None, "bound": None, "message": r["error"]}

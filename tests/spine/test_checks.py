@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from guard.results import checks as ck
+from guard.checks import evaluate as ck
 
 STATS = {
     "min": 1.0,

@@ -434,7 +434,7 @@ def test_a_case_builds_its_facts_once_and_evaluates_each_check_once(
     fills it in later) and ``evaluate`` called once per result."""
     import dataclasses
 
-    import guard.results.checks as ck
+    import guard.checks.evaluate as ck
 
     built, evaluated = [], []
     real_facts, real_evaluate = ck.Facts, ck.evaluate

@@ -1,12 +1,14 @@
-"""The one loader of results files: every reader (compare, baselines, merge, track push,
-shard times) reads a ``guard run --json`` file through ``load_results``. It sits in the
-lowest layer because guard.track, below the results package, reads them too.
+"""The one loader of results files, and of comparison files.
 
-It checks the frame (an object of ``RESULTS_SCHEMA_VERSION`` whose ``results`` is a list of
-objects: guard.core.schema), that each result names its model, backend and target, and
-that a measured result's samples and rounds are usable latencies; anything else is exit 2
-naming the file and the field. The document comes back as it was read: results are not
-rewritten (guard.results.record.Result reads any of them losslessly).
+Every reader (compare, baselines, merge, track push, shard times) reads a ``guard run
+--json`` file through ``read_results`` (the typed guard.results.documents.ResultsDocument)
+or ``load_results`` (the same document as parsed JSON). Both check the frame (an object of
+``RESULTS_SCHEMA_VERSION`` whose ``results`` is a list of objects: guard.core.schema; a
+newer version is refused, exit 2, saying which versions this guard reads), that each result
+names its model, backend and target, and that a measured result's samples and rounds are
+usable latencies; anything else is exit 2 naming the file and the field. Nothing is
+rewritten: the record writes back the JSON it was read from (guard.results.record).
+``read_comparison`` does the same for a ``guard compare --json`` file.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, results_document
+from guard.results.documents import COMPARISON_SCHEMA_VERSION, ComparisonDocument, ResultsDocument
 
 # The host-speed probes as a round of the results file names them (guard.measure.host_speed
 # takes its readings in this order).
@@ -72,6 +75,42 @@ def load_results(
     doc = read_json(path, what="results file", hint=hint)
     validate_results(doc, str(path), hint=version_hint, require_suite=require_suite)
     return doc
+
+
+def read_results(
+    path: str | Path,
+    *,
+    hint: str = "Pass a `guard run --json` output.",
+    version_hint: str = _RERUN,
+    require_suite: bool = False,
+) -> ResultsDocument:
+    """``load_results`` as the typed document."""
+    return ResultsDocument.from_json(
+        load_results(path, hint=hint, version_hint=version_hint, require_suite=require_suite)
+    )
+
+
+_COMPARISON = Schema(
+    "comparison",
+    COMPARISON_SCHEMA_VERSION,
+    "Re-run `guard compare --json` with this guard version.",
+)
+
+
+def validate_comparison(doc: Any, where: str) -> dict[str, Any]:
+    """A comparison document of this version (v1 contract: ``rows`` a list of objects,
+    ``manifest_diff`` an object), or exit 2 naming the file and the field."""
+    at = _COMPARISON.at(where)
+    out = _COMPARISON.check(doc, where)
+    at.key("rows").objects(out.get("rows"))
+    at.key("manifest_diff").mapping(out.get("manifest_diff"))
+    return out
+
+
+def read_comparison(path: str | Path) -> ComparisonDocument:
+    """Read and validate a ``guard compare --json`` file, as the typed document."""
+    doc = read_json(path, what="comparison file", hint="Pass a `guard compare --json` output.")
+    return ComparisonDocument.from_json(validate_comparison(doc, str(path)))
 
 
 def validate_results(

@@ -1,0 +1,101 @@
+"""The results document (``guard run --json``) and the comparison document (``guard compare
+--json``) as typed records, each with its schema version (docs/ARCHITECTURE.md).
+
+guard.results.load reads them (one loader each, validating ``schema_version``); the
+writers (guard.run.runner, guard.compare.compare) still assemble the JSON, and any
+document read here writes back byte for byte (guard.results.record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from guard.results.record import Json, Record
+from guard.results.result import Result
+
+# The comparison document's version (the results file's is guard.core.schema's, beside the
+# frame check every results reader shares).
+COMPARISON_SCHEMA_VERSION = 1
+
+RowVerdict = Literal["pass", "regressed", "improved", "inconclusive"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Git(Record):
+    """The checkout a run was made from."""
+
+    commit: str | None = None
+    dirty: bool | None = None
+    branch: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultsDocument(Record):
+    """A results file: the run's suite, when and from which checkout, and its results."""
+
+    schema_version: int | None = None
+    suite: str | None = None
+    suite_path: str | None = None
+    suite_sha256: str | None = None
+    started: str | None = None
+    finished: str | None = None
+    git: Git = field(default_factory=Git)
+    results: tuple[Result, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowNumerics(Record):
+    """A comparison row's numerics: whether the output hash changed, errors base/head."""
+
+    output_sha256_changed: bool | None = None
+    max_abs_err: tuple[float | None, ...] = ()
+    max_rel_err: tuple[float | None, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonRow(Record):
+    """One (model, backend, target) of a comparison: the latency verdict and ratio with its
+    interval, and [base, head] pairs of what else moved."""
+
+    model: str | None = None
+    backend: str | None = None
+    target: str | None = None
+    verdict: RowVerdict | None = None
+    ratio: float | None = None
+    ci: tuple[float, ...] = ()
+    p90_ratio: float | None = None
+    arena_bytes: tuple[int | None, ...] = ()
+    partitions: tuple[int | None, ...] = ()
+    numerics: RowNumerics = field(default_factory=RowNumerics)
+    tuning_hit_rate: tuple[float | None, ...] = ()
+    noise_pct: tuple[float | None, ...] = ()
+    manifest_diff: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
+    stats: Mapping[str, Json] = field(default_factory=dict)
+    reason: str | None = None
+    attribution: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Side(Record):
+    """One side of a comparison: its label, suite and checkout."""
+
+    label: str | None = None
+    suite: str | None = None
+    git: Git = field(default_factory=Git)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonDocument(Record):
+    """A comparison file: the two sides, the manifest fields that differ, and the rows."""
+
+    schema_version: int | None = None
+    base: Side = field(default_factory=Side)
+    head: Side = field(default_factory=Side)
+    config: Mapping[str, Json] = field(default_factory=dict)
+    manifest_diff: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
+    rows: tuple[ComparisonRow, ...] = ()
+    cross_arch: tuple[Mapping[str, Json], ...] = ()
+    counted: tuple[Mapping[str, Json], ...] = ()
+    summary: Mapping[str, Json] = field(default_factory=dict)
