@@ -2,7 +2,7 @@
 
 What the per-commit workflow runs on a pull request: the head commit against its merge
 base on one runner, both sides built from their own trees in their own worker processes
-and timed in alternation (guard/compare/ab_ref.py). Here the "repository" is a temporary
+and timed in alternation (guard/experiment/ab_ref.py). Here the "repository" is a temporary
 git repository holding a suite of the same three onnxruntime models as
 benchmarks/flow_power.py, in three commits: the base models, the +5% variants and the
 +10% variants (the same injected side branch, reused from flow_power's work directory so

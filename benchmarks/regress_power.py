@@ -40,7 +40,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from scipy import stats
 
-from guard.compare.ab import run_ab
+from guard.experiment.ab import run_ab
 from guard.measure.calls import warm_up
 from guard.measure.preflight import contention_between, read_cpu_times
 from guard.stats.calibrate import calibrate_fn

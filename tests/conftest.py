@@ -84,9 +84,9 @@ HEAVY: tuple[str, ...] = (
     # 84 s and 58 s: eight writers with a server restart, four concurrent shards
     "tests/scale/test_stack.py::test_eight_writers_and_a_server_restart_lose_nothing",
     "tests/scale/test_stack.py::test_four_shards_concurrently_merge_into_one_run",
-    "tests/test_calibrate_command.py::test_calibrate_cli_on_the_smoke_suite",  # 60 s
+    "tests/prepare/test_calibrate_command.py::test_calibrate_cli_on_the_smoke_suite",  # 60 s
     "tests/compiler/codegen/test_conv.py::test_every_schedule_point_matches_the_reference[dense]",
-    "tests/compare/test_bisect.py::test_a_real_bisection_names",  # 23 s; logic stays fast
+    "tests/experiment/test_bisect.py::test_a_real_bisection_names",  # 23 s; logic stays fast
     "tests/faults/test_build_faults.py::test_concurrent_runs_on_one_workdir",  # 31 s
     # vgg19 (548 MB of weights) through every path: 7-21 s each
     "tests/compiler/codegen/test_models_native.py::test_zoo_model_through_generated_code[vgg19]",

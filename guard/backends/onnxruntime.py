@@ -76,7 +76,7 @@ class OrtSession:
     def bound_run(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
         """A call that runs one inference on ``feeds`` with inputs and outputs bound once.
 
-        A counted run (guard.emulate.count_child) counts this call: no numpy arrays are
+        A counted run (guard.counting.child) counts this call: no numpy arrays are
         converted in or allocated out per call, so what is counted is the inference, the
         same in every process, not Python's and the binding's allocation history."""
         ort = _ort()

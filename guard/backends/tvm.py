@@ -185,7 +185,7 @@ class TvmSession:
     def bound_run(self, feeds: dict[str, np.ndarray]) -> Callable[[], None]:
         """A call that runs one inference on ``feeds`` with the inputs set once, as
         onnxruntime's ``bound_run``: the VM's stateful entry keeps its outputs, so no numpy
-        array is converted in or out per call and a counted run (guard.emulate.count_child)
+        array is converted in or out per call and a counted run (guard.counting.child)
         counts the inference, not Python's allocation history."""
         import tvm
 

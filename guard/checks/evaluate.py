@@ -326,8 +326,8 @@ class Facts:
     arena_bytes: int | None = None
     arena_lower_bound_bytes: int | None = None
     tuning: dict[str, Any] = field(default_factory=dict)
-    counted: dict[str, Any] | None = None  # the counted block (guard.emulate.counted)
-    counted_cmp: dict[str, Any] | None = None  # guard.stats.counted row against the baseline
+    counted: dict[str, Any] | None = None  # the counted block (guard.counting.count)
+    counted_cmp: dict[str, Any] | None = None  # guard.counting.verdict row against the baseline
     counted_bound: float | None = None  # checks.counted.regress_pct
 
 

@@ -62,8 +62,8 @@ def _warn_missing(missing: list[str]) -> None:
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from guard.compare.ab import match_cases, run_case_pairs
     from guard.compare.compare import exit_code
+    from guard.experiment.ab import match_cases, run_case_pairs
     from guard.run.case import prepare_cases
     from guard.suite import load_suite
 
@@ -84,7 +84,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     if args.base_ref:
         if args.base or args.head:
             raise UsageError("give --base/--head (variants) or --base-ref (commits), not both")
-        from guard.compare.ab_ref import run_ref_ab
+        from guard.experiment.ab_ref import run_ref_ab
 
         suite = load_suite(args.suite)
         cmp = run_ref_ab(
@@ -115,7 +115,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         labels=(f"{bs}@{bw}", f"{hs}@{hw}"),
     )
     if args.counted:
-        from guard.compare.counted_rows import summary
+        from guard.counting.rows import summary
         from guard.run.counted import count_pairs
 
         cmp["counted"] = count_pairs(pairs, (bw, hw), missing)

@@ -35,8 +35,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from guard.cli.calibrate import noise_for
-    from guard.compare.ab_ref import repo_root, run_ref_ab
-    from guard.compare.bisect import bisect, commits_between, max_steps
+    from guard.experiment.ab_ref import repo_root, run_ref_ab
+    from guard.experiment.bisect import bisect, commits_between, max_steps
     from guard.suite import load_suite
 
     if not args.suite.is_file():

@@ -72,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def cmd_bump(args: argparse.Namespace) -> int:
-    from guard.compare.bump import (
+    from guard.experiment.bump import (
         REPO_ROOT,
         changed_pins,
         read_requirements,

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from guard.run.calibrate import calibrate_suite
+    from guard.prepare.calibrate import calibrate_suite
 
     doc, path = calibrate_suite(
         args.suite,

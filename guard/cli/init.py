@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from guard.run.init import DEFAULT_BACKENDS, init_suite
+    from guard.prepare.init import DEFAULT_BACKENDS, init_suite
 
     backends = DEFAULT_BACKENDS
     if args.backends:

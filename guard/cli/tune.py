@@ -1,5 +1,5 @@
 """``guard tune SUITE``: tune a suite's models into a tuning cache (the nightly job): the
-bundled backend's GEMM and convolution schedules (guard.run.tune), or TVM MetaSchedule."""
+bundled backend's GEMM and convolution schedules (guard.prepare.tune), or TVM MetaSchedule."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite)
     # --db names a MetaSchedule database: without --backend it means tvm, as it always did.
     if (args.backend or ("tvm" if args.db else "bundled")) == "bundled":
-        from guard.run.tune import tune_bundled
+        from guard.prepare.tune import tune_bundled
 
         return tune_bundled(args, suite)
     if not args.db:

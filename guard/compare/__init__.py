@@ -1,1 +1,1 @@
-"""guard.compare: baselines, comparisons, interleaved A/B, dependency bumps, history."""
+"""guard.compare: comparison documents, baselines, history, attribution, reports."""

@@ -25,9 +25,9 @@ import numpy as np
 
 from guard.compare import crossarch
 from guard.compare.attribution import attribute
-from guard.compare.counted_rows import counted_rows
-from guard.compare.counted_rows import summary as counted_summary
 from guard.core.errors import UsageError
+from guard.counting.rows import counted_rows
+from guard.counting.rows import summary as counted_summary
 from guard.manifest.diff import diff_manifests
 from guard.manifest.pins import is_pinned
 from guard.results.documents import COMPARISON_SCHEMA_VERSION

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.stats.counted import moved
+from guard.counting.verdict import moved
 
 # Results keep their outputs whole up to this many elements in all; beyond it each output
 # keeps an evenly strided sample of at most SAMPLE_ELEMENTS (the hash still covers all).

@@ -10,7 +10,7 @@ the consumed share of the headroom the first segment had to its bound,
 
 Counted metrics (``--metric counted.instructions`` or ``counted.bytes_moved``) need no
 detector: counts do not move between processes, so consecutive runs are compared exactly
-(guard.stats.counted, against the suite's counted bound) and each change past it is a
+(guard.counting.verdict, against the suite's counted bound) and each change past it is a
 step at the very run that made it; where the counted fingerprint changed, the history
 says so instead of comparing.
 """
@@ -30,7 +30,7 @@ import numpy as np
 
 from guard.core.errors import UsageError
 from guard.core.fsutil import atomic_write_text
-from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, count_changes
+from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 from guard.suite import Suite, load_suite
 from guard.track import find_runs, resolve_uri
 from guard.track.records import COUNTED_FINGERPRINT_TAG
@@ -237,7 +237,7 @@ def parse_fingerprint(raw: Any) -> dict[str, Any] | None:
 def counted_block(
     metric: Callable[[str], Any], fingerprint: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """The counted block guard.stats.counted compares, from a logged run's metrics
+    """The counted block guard.counting.verdict compares, from a logged run's metrics
     (``metric("counted.instructions")``, ...) and its parsed fingerprint."""
     return {
         "instructions": metric("counted.instructions"),

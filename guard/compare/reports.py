@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.compare import counted_rows, crossarch
+from guard.compare import crossarch
 from guard.core.fsutil import atomic_write_text
+from guard.counting import rows as counted_rows
 from guard.stats.verdicts import on_rounds
 
 _ICON = {

@@ -105,7 +105,7 @@ def _counted_evidence(f: Finding, base: Side | None, head: Side) -> None:
     """The whole inference's counted cost (guard run --counted) beside the kernels' times:
     exact where the times are noise, so a kernel that moved while the count stood still
     moved by noise, and a count that moved is work that changed."""
-    from guard.stats.counted import compare_counted
+    from guard.counting.verdict import compare_counted
 
     hc, bc = head.get("counted"), base.get("counted") if base else None
     if not isinstance(hc, Mapping) or "instructions" not in hc:
@@ -125,7 +125,7 @@ def _compare_code(name: str) -> str:
 
 def _counted_kernels(s: Side | None) -> dict[str, tuple[str, float]] | None:
     """{op@nodes: (label, instructions per inference)} from the counted block's per-kernel
-    counts (bundled artefacts, guard.emulate.kernel_ranges), or None."""
+    counts (bundled artefacts, guard.counting.kernel_ranges), or None."""
     c = s.get("counted") if s is not None else None
     ks = c.get("kernels") if isinstance(c, Mapping) else None
     if not isinstance(ks, Mapping) or not ks:
@@ -145,7 +145,7 @@ def _counted_kernels(s: Side | None) -> dict[str, tuple[str, float]] | None:
 def _step10_counted(base: Side, head: Side) -> Finding | None:
     """Step 10 from counts, when both sides counted their kernels: exact, so the kernel
     whose count grew most is the kernel that got more work."""
-    from guard.stats.counted import not_comparable
+    from guard.counting.verdict import not_comparable
 
     bk, hk = _counted_kernels(base), _counted_kernels(head)
     if bk is None or hk is None or not_comparable(base.get("counted"), head.get("counted")):

@@ -22,10 +22,10 @@
  *     host runs the partitions that are not generated code in between, over the same
  *     arena. Ends at end of input.
  *
- * Counting (guard/emulate/counted.py): with GUARD_COUNT_FROM=K in the environment, each call
+ * Counting (guard/counting/count.py): with GUARD_COUNT_FROM=K in the environment, each call
  * of MAIN from sample K on is wrapped in the counting plugin's marker instructions
  * (count_plugin.c), so warm-up samples run uncounted and every later one is one region.
- * With GUARD_PMU_OUT=FILE too (the hardware-counter engine, guard/emulate/pmu.py), the
+ * With GUARD_PMU_OUT=FILE too (the hardware-counter engine, guard/counting/pmu.py), the
  * runner runs natively and wraps each of those calls in a perf_event_open counter instead
  * (GUARD_PMU_EVENT=TYPE:CONFIG, default user-mode instructions; opened before the thread
  * pool starts, inherited by its threads, reset and enabled just before the call, disabled

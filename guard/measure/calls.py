@@ -1,8 +1,8 @@
 """The calling primitives every timing loop shares: warm up for a while, batch calls.
 
 guard.measure.timer's loop (per-call samples of one result's rounds) and guard ab's
-interleaved pairs (guard.compare.ab) warm up with :func:`warm_up` and guard ab batches
-calls with :func:`choose_inner`. guard.run.ab_worker keeps its own copy of both on
+interleaved pairs (guard.experiment.ab) warm up with :func:`warm_up` and guard ab batches
+calls with :func:`choose_inner`. guard.experiment.ab_worker keeps its own copy of both on
 purpose: it runs under the other ref's source tree (``guard ab --base-ref``), which may
 predate this module, so it imports nothing from guard.
 The loops themselves stay apart because they measure different things: per-call samples

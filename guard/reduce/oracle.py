@@ -21,8 +21,8 @@ import numpy as np
 from guard.backends import get_backend
 from guard.backends.base import Backend, Session
 from guard.checks.evaluate import tolerance_bounds
-from guard.compare.ab import run_ab
 from guard.core.errors import GuardError
+from guard.experiment.ab import run_ab
 from guard.golden import compare_outputs
 from guard.golden.produce import reference_outputs
 from guard.run.build import build_artefact

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guard.compare.history import FINGERPRINT_COLUMN, analyse, counted_block, parse_fingerprint
-from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, count_changes
+from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 
 # The pins whose change is drawn as a marker: a manifest section (its params' prefix).
 PIN_FIELDS = ("compiler", "runtime", "driver", "tuning_cache", "model")
@@ -168,7 +168,7 @@ def contended(p: Point) -> bool:
 
 def counted_changes(series: Series) -> None:
     """The counted series' steps: consecutive counted points compared exactly
-    (guard.stats.counted.count_changes, the series' ``counted_regress_pct``), as
+    (guard.counting.verdict.count_changes, the series' ``counted_regress_pct``), as
     ``guard compare`` compares two runs.
 
     Counts do not move between processes, so every change past the bound is a step at

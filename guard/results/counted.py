@@ -1,6 +1,6 @@
 """A result's ``counted`` block as a typed record: instructions and bytes per inference,
 counted by an emulator or the host's hardware counter, and the fingerprint that says which
-two counts are comparable (guard.emulate.counted writes it; guard.stats.counted compares)."""
+two counts are comparable (guard.counting.count writes it; guard.counting.verdict compares)."""
 
 from __future__ import annotations
 

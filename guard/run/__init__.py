@@ -5,6 +5,4 @@
 - build: the artefact build and its content-addressed cache
 - deliver: reports on disk, then tracking, then the console
 - shard, merge: one slice of a suite, and joining the slices
-- calibrate: ``guard calibrate``, the noise of every case of a suite
-- ab_worker: the worker process of ``guard ab --base-ref`` (run as a script in a side's tree)
 """

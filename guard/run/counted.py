@@ -2,7 +2,7 @@
 
 ``guard run --counted`` (or ``measure.counted`` in the suite) adds to every result a
 ``counted`` block: instructions, bytes loaded and bytes stored per inference after warm-up,
-counted by guard.emulate.counted, under the emulator or by the host's hardware counter
+counted by guard.counting.count, under the emulator or by the host's hardware counter
 (``measure.counted.engine``, ``--counted-engine``; the same artefact either way). Which
 artefact is counted:
 
@@ -27,12 +27,12 @@ from typing import Any
 
 from guard.backends import get_backend
 from guard.core.errors import GuardError
-from guard.emulate.counted import CountedConfig, count_artefact
-from guard.emulate.counting import CountingFailed
+from guard.counting.count import CountedConfig, count_artefact
+from guard.counting.emulator import CountingFailed
+from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.emulate.tools import ToolMissing
 from guard.manifest.target_string import target_arch
 from guard.run.build import build_artefact
-from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.suite import ModelEntry
 
 COUNTING_TARGET = "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v3"

@@ -5,6 +5,6 @@
 - rounds_stats: two results files judged on their rounds, adjusted for host speed
 - regress: the regression rule, over the three designs (rounds, unpaired, paired)
 - calibrate: noise calibration, A/A comparisons of an artefact against itself
-- counted: counted cost (instructions and bytes per inference) judged exactly, no p-value:
-  two counts with one fingerprint, and the changes along a history of counts
+
+The counted verdict (exact, no p-value) is guard.counting.verdict.
 """

@@ -20,7 +20,7 @@ add it to each side's variance (guard.stats.rounds_stats).
 The noise file (``.guard/noise/<suite>.json``, schema_version 1) maps
 "model/backend/target" to the levels measured; it is also logged to MLflow as a
 calibration run.
-The command that calibrates a whole suite (``guard calibrate``) is guard.run.calibrate: this
+The command that calibrates a whole suite (``guard calibrate``) is guard.prepare.calibrate: this
 module times callables and never loads a suite or builds an artefact.
 """
 

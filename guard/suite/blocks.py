@@ -58,7 +58,7 @@ MEASURE_KEYS = {
     "counted",
 }
 COUNTED_KEYS = {"inferences", "warmup", "max_s", "engine"}
-# measure.counted.engine: who counts (guard.emulate.counted.ENGINES; auto is the default).
+# measure.counted.engine: who counts (guard.counting.count.ENGINES; auto is the default).
 COUNTED_ENGINES = ("auto", "emulator", "pmu")
 # check name -> allowed keys
 CHECK_KEYS: dict[str, set[str]] = {

@@ -79,9 +79,9 @@ SERIES_METRICS = (
     "counted.instructions",
     "counted.bytes_moved",
 )
-# The tag that holds a result's counted fingerprint (JSON, guard.emulate.counted).
+# The tag that holds a result's counted fingerprint (JSON, guard.counting.count).
 COUNTED_FINGERPRINT_TAG = "guard.counted.fingerprint"
-# The per-inference counts of a counted run (guard.emulate.counted), logged as metrics.
+# The per-inference counts of a counted run (guard.counting.count), logged as metrics.
 COUNTED_METRICS = ("instructions", "bytes_loaded", "bytes_stored", "loads", "stores", "wall_s")
 
 

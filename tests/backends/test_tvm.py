@@ -190,7 +190,7 @@ def test_two_inputs_int64_and_two_outputs_keep_graph_order(backend, host, tmp_pa
 
 
 def test_bound_run_computes_what_run_does_on_inputs_set_once(backend, host, tmp_path):
-    # The call a counted run counts (guard.emulate.count_child): inputs set once, outputs
+    # The call a counted run counts (guard.counting.child): inputs set once, outputs
     # kept in the VM; the same numbers as run() on the same feeds, also after a run() of
     # other feeds in between (the bound inputs are the VM's own copies).
     model = _mlp(tmp_path / "mlp.onnx")

@@ -12,7 +12,7 @@ from test_real_inputs import mlp
 
 from guard.cli.main import main
 from guard.compiler.frontend.prepare import GraphInput
-from guard.run.init import resolve_dims
+from guard.prepare.init import resolve_dims
 
 
 def test_symbolic_dims_are_bound_and_named():

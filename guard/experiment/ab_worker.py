@@ -44,6 +44,17 @@ def _prepare_cases() -> Callable[[Path, Path], list[Any]]:
     raise ImportError("this guard tree has no prepare_cases (guard.run.case, guard.case)")
 
 
+def _counted_config_class() -> Any:
+    """The side's ``CountedConfig``, wherever the side's tree keeps it: guard.counting.count
+    (this layout) or guard.emulate.counted (before counting had its own package)."""
+    for name in ("guard.counting.count", "guard.emulate.counted"):
+        try:
+            return importlib.import_module(name).CountedConfig
+        except ImportError:
+            continue
+    raise ImportError("this guard tree has no CountedConfig")
+
+
 def _outputs_b64(case: Any) -> str | None:
     import numpy as np
 
@@ -114,14 +125,14 @@ class Worker:
     def count(self, case: int) -> dict[str, Any]:
         """The case's counted block, counted as ``guard run --counted`` counts it."""
         try:
-            from guard.emulate.counted import CountedConfig
+            counted_config_cls = _counted_config_class()
             from guard.run.counted import count_case, counted_against, counted_config
         except ImportError:
             return {"counted": {"error": "this side's guard has no counted runs"},
                     "missing": [], "regress_pct": None}  # fmt: skip
         c = self.cases[case]
         missing: list[str] = []
-        block = count_case(c, counted_config(c.entry, True) or CountedConfig(), self.workdir,
+        block = count_case(c, counted_config(c.entry, True) or counted_config_cls(), self.workdir,
                            missing)  # fmt: skip
         bound, _ = counted_against(c.entry, None, None, None)
         return {"counted": block, "missing": missing[:1], "regress_pct": bound}

@@ -1,7 +1,7 @@
 /* guard's counting plugin for QEMU's TCG (user mode): instructions and bytes moved between
  * two marker instructions.
  *
- * Built on first use with the system C compiler (guard/emulate/counting.py, cached by the
+ * Built on first use with the system C compiler (guard/counting/emulator.py, cached by the
  * hash of this file, the compiler and the emulator) and loaded with
  *   qemu-x86_64 -cpu max -plugin PLUGIN.so,out=FILE PROGRAM...
  * Between a start marker and a stop marker executed by one thread, it counts the guest

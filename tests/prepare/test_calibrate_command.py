@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import guard.run.calibrate
+import guard.prepare.calibrate
 from guard.cli.main import main
 from guard.core.errors import TrackingError, UsageError
 from guard.stats.calibrate import default_noise_path, load_noise, run_noise_pct
 
-SMOKE = Path(__file__).resolve().parents[1] / "suites" / "smoke.yaml"
+SMOKE = Path(__file__).resolve().parents[2] / "suites" / "smoke.yaml"
 
 
 @pytest.mark.slow
@@ -89,16 +89,18 @@ def test_calibrate_checks_the_tracking_uri_before_measuring(tmp_path, monkeypatc
     def measured(*a, **k):
         raise AssertionError("measured before the tracking URI was checked")
 
-    monkeypatch.setattr(guard.run.calibrate, "prepare_cases", measured)
+    monkeypatch.setattr(guard.prepare.calibrate, "prepare_cases", measured)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(TrackingError, match="cannot reach"):
-        guard.run.calibrate.calibrate_suite(
+        guard.prepare.calibrate.calibrate_suite(
             SMOKE, tracking_uri=f"http://127.0.0.1:{port}", workdir=tmp_path
         )
     with pytest.raises(TrackingError, match="not a tracking URI"):
-        guard.run.calibrate.calibrate_suite(SMOKE, tracking_uri="localhost:5000", workdir=tmp_path)
+        guard.prepare.calibrate.calibrate_suite(
+            SMOKE, tracking_uri="localhost:5000", workdir=tmp_path
+        )
 
 
 def test_calibrate_bad_suite_is_one_line_exit_2(tmp_path, capsys):

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from guard.emulate import counted as counted_mod
-from guard.emulate.count_child import count_calls
-from guard.emulate.counted import CountedConfig, choose_engine
-from guard.emulate.counting import CountingFailed
-from guard.emulate.pmu import (
+from guard.counting import count as counted_mod
+from guard.counting.child import count_calls
+from guard.counting.count import CountedConfig, choose_engine
+from guard.counting.emulator import CountingFailed
+from guard.counting.pmu import (
     BYTES_NOTE,
     PAGE_FAULTS,
     PERF_TYPE_SOFTWARE,

@@ -1,6 +1,6 @@
 """The counted verdict: two counts, comparable or not, regressed or not. No p-value.
 
-A ``counted`` block (guard.emulate.counted) carries a fingerprint. Two blocks are
+A ``counted`` block (guard.counting.count) carries a fingerprint. Two blocks are
 comparable when the fields that decide what a count means agree: the counting engine,
 the emulator (and its version) and the plugin, or the hardware counter's event and CPU
 (LLVM's name and its features' hash), the counting target and the inputs. Then the

@@ -5,13 +5,13 @@ Where a PMU is exposed (an Arm runner with ``armv8_pmuv3``, a bare-metal x86 box
 probes it with the real system call (a disabled ``PERF_COUNT_HW_INSTRUCTIONS`` counter, user
 mode only, opened and closed at once) and says why not otherwise: these VMs and GitHub's
 hosted x86 runners keep the PMU in the hypervisor, where the call fails with ENOENT or
-EOPNOTSUPP. guard.emulate.counted picks this engine (``measure.counted.engine: auto`` or
+EOPNOTSUPP. guard.counting.count picks this engine (``measure.counted.engine: auto`` or
 ``pmu``) when the probe answers yes and the counted artefact runs natively here; else the
 emulator counts, and the count says why in one line.
 
 One counter, the same in both places that count: the static runner (``runner.c``, with
 ``GUARD_PMU_OUT``/``GUARD_PMU_EVENT`` in its environment) and the Python child
-(guard.emulate.count_child, :class:`Counter`). Each opens it disabled, pinned (never
+(guard.counting.child, :class:`Counter`). Each opens it disabled, pinned (never
 multiplexed: a pinned counter that loses the PMU reads nothing) and inherited by the threads
 started after it, resets and enables it just before the inference and disables it just
 after, and writes one line per counted inference, ``pmu VALUE TIME_ENABLED TIME_RUNNING``;
@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from guard.emulate.counting import CountingFailed, Region, no_aslr, run_program
+from guard.counting.emulator import CountingFailed, Region, no_aslr, run_program
 
 ENGINE = "perf_event_open"
 # perf_event_open(2): the syscall number per architecture, and the attr fields used.

@@ -1,7 +1,7 @@
 """``guard bisect SUITE --good REF --bad REF``: the first commit whose change regressed.
 
 asv's ``asv find`` for guard: a binary search over the commits between a good and a bad
-commit where every step is a paired, interleaved ``guard ab`` (guard.compare.ab_ref: each
+commit where every step is a paired, interleaved ``guard ab`` (guard.experiment.ab_ref: each
 commit's tree in its own checkout, cached by sha, timed in alternation with the good
 commit on this runner). A commit is *regressed* when some (model, backend, target) of the
 suite is significantly and largely slower than at the good commit.
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guard.compare.ab_ref import _git, resolve_ref
 from guard.core.errors import GuardError, UsageError
+from guard.experiment.ab_ref import _git, resolve_ref
 
 # step(good_sha, sha) -> the guard ab comparison document of sha against good_sha.
 Step = Callable[[str, str], dict[str, Any]]

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from compare_fixtures import doc, lat, manifest, result
 
-from guard.compare import bump
-from guard.core.errors import UsageError
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "compare"))
+from compare_fixtures import doc, lat, manifest, result  # noqa: E402
+
+from guard.core.errors import UsageError  # noqa: E402
+from guard.experiment import bump  # noqa: E402
 
 REQS = ["numpy==2.4.6", "onnxruntime==1.32.0", "scipy==1.17.1"]
 

@@ -1,10 +1,10 @@
-"""guard.stats.counted: comparable counts compare exactly; a differing fingerprint says which."""
+"""guard.counting.verdict: comparable counts compare exactly; a differing fingerprint says which."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from guard.stats.counted import compare_counted, not_comparable
+from guard.counting.verdict import compare_counted, not_comparable
 
 
 def block(instructions: float, moved: float = 1000.0, **fp: str) -> dict[str, Any]:
@@ -85,8 +85,8 @@ def test_hardware_counts_of_two_cpus_are_not_comparable_the_kernel_is_recorded_o
 
 def test_readers_of_a_count_without_bytes_say_so():
     from guard.checks.evaluate import counted_check, counted_summary
-    from guard.compare.counted_rows import markdown_lines
     from guard.compare.crossarch import _counted_pair, counted_cell
+    from guard.counting.rows import markdown_lines
 
     assert counted_summary(pmu_block(41.2e6)) == "41.2 M instructions (bytes: not counted)"
     check = counted_check(

@@ -8,12 +8,12 @@ regressions. So each side gets:
   itself for a side with no ref), cached by commit;
 - its environment: the side's pinned dependencies (``[project].dependencies`` of its
   pyproject.toml). When they equal the running interpreter's pins, that interpreter is
-  used; otherwise a venv is built as ``guard bump`` builds them (guard.compare.bump,
+  used; otherwise a venv is built as ``guard bump`` builds them (guard.experiment.bump,
   cached by the requirement list);
 - its guard: a side whose tree is guard itself (``guard/__init__.py`` and a pyproject
   naming project ``guard``) runs that tree's guard, first on ``PYTHONPATH``; any other
   repository (a team's suites and models) runs this guard on both sides;
-- a worker process (guard/run/ab_worker.py) that builds and loads the side's cases,
+- a worker process (guard/experiment/ab_worker.py) that builds and loads the side's cases,
   pinned, like the other side's, to the same first ``threads`` cores (``measuring_cpus``).
 
 The coordinator then times the two workers' cases in alternating pairs (AB, BA, ...) with
@@ -39,22 +39,25 @@ from typing import Any
 
 import numpy as np
 
-from guard.compare.ab import ABOutcome, ab_document, ab_row
-from guard.compare.bump import (
+from guard.compare.compare import host_incompatibility
+from guard.core.errors import InternalError, UsageError
+from guard.experiment.ab import ABOutcome, ab_document, ab_row
+from guard.experiment.bump import (
     REPO_ROOT,
     default_env_cache,
     ensure_env,
     last_lines,
     pinned_requirements,
 )
-from guard.compare.compare import host_incompatibility
-from guard.core.errors import InternalError, UsageError
 from guard.measure.preflight import THREAD_ENV_VARS, contention_between, read_cpu_times
 from guard.measure.round_runner import measuring_cpus
 from guard.results.result import ResultKey
 from guard.stats.regress import RegressConfig, measure_until_conclusive, with_noise
 
-WORKER = Path(__file__).parents[1] / "run" / "ab_worker.py"
+# Run by path from this tree, under the side's interpreter. ``-P``: the script's folder is
+# not put first on sys.path, where this package's bisect.py would shadow the standard
+# library's bisect for the side's libraries.
+WORKER = Path(__file__).with_name("ab_worker.py")
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -159,7 +162,7 @@ class WorkerProc:
             env[k] = str(threads)
         log = tempfile.TemporaryFile(mode="w+")
         proc = subprocess.Popen(
-            [side.python, str(WORKER)],
+            [side.python, "-P", str(WORKER)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -264,7 +267,7 @@ def _count_pairs(
     wb: WorkerProc, wh: WorkerProc, pairs: list[tuple[int, int]], missing: list[str]
 ) -> list[dict[str, Any]]:
     """Counted rows: each side's case counted by its worker, compared as guard compare does."""
-    from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
+    from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 
     rows = []
     for ib, ih in pairs:
@@ -385,7 +388,7 @@ def run_ref_ab(
     doc = ab_document(rows, config, (labels[0], labels[1]))
     doc["mode"] = "interleaved-ab-refs"
     if counted:
-        from guard.compare.counted_rows import summary
+        from guard.counting.rows import summary
 
         doc["counted"] = counted_rows
         doc["summary"]["counted"] = summary(counted_rows)

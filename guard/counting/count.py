@@ -4,10 +4,10 @@
 only the last ``inferences``, one region each, with one of two engines
 (``measure.counted.engine``):
 
-- ``emulator``: QEMU user mode with guard's TCG plugin (guard.emulate.counting):
+- ``emulator``: QEMU user mode with guard's TCG plugin (guard.counting.emulator):
   instructions, loads and stores, bytes loaded and stored, on any host, for both
   architectures;
-- ``pmu``: the host's hardware counter (guard.emulate.pmu): user-mode instructions at
+- ``pmu``: the host's hardware counter (guard.counting.pmu): user-mode instructions at
   native speed, no bytes (null, with the reason), where ``perf_event_open`` counts
   instructions and the counted artefact runs natively here;
 - ``auto`` (the default): ``pmu`` where it can count, else the emulator. ``pmu`` asked for
@@ -21,7 +21,7 @@ Where the artefact runs:
   (``runner.c``, built for the artefact's architecture) under ``qemu-x86_64`` or
   ``qemu-aarch64``, or natively with the counter: only the generated entry is counted;
 - any other artefact (onnxruntime, tvm, a bundled artefact with host partitions) runs in a
-  Python interpreter (guard.emulate.count_child) under ``qemu-x86_64 -cpu max``, where the
+  Python interpreter (guard.counting.child) under ``qemu-x86_64 -cpu max``, where the
   runtime picks the kernels the emulated CPU offers (AVX2, no AVX-512), or natively with
   the counter, where it picks this CPU's; only the inference is counted, not interpreter
   start-up or loading.
@@ -29,7 +29,7 @@ Where the artefact runs:
 The result is the ``counted`` block of a result, per inference after warm-up (the counted
 inference with the fewest instructions), with a fingerprint: two blocks with equal
 fingerprints are comparable exactly; a differing field makes them not comparable at all
-(guard.stats.counted). Counted runs are single-threaded.
+(guard.counting.verdict). Counted runs are single-threaded.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 
 from guard.core.errors import UsageError
-from guard.emulate.counting import Engine, Region, engine, run_counted
-from guard.emulate.kernel_ranges import KernelRange, kernel_ranges
-from guard.emulate.pmu import BYTES_NOTE, PmuEngine, pmu_engine, pmu_status, run_native
+from guard.counting.emulator import Engine, Region, engine, run_counted
+from guard.counting.kernel_ranges import KernelRange, kernel_ranges
+from guard.counting.pmu import BYTES_NOTE, PmuEngine, pmu_engine, pmu_status, run_native
 from guard.emulate.runner import build_runner, call_args
 from guard.emulate.tools import host_arch
 from guard.suite.blocks import COUNTED_ENGINES as ENGINES
@@ -226,7 +226,7 @@ def _count_in_python(
         pythonpath = os.pathsep.join(p for p in (_guard_root(), os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": pythonpath, "PYTHONHASHSEED": "0",
                "OMP_NUM_THREADS": "1", "PYTHONMALLOC": "malloc", "TVM_NUM_THREADS": "1", "GUARD_THREADS": "1"}  # fmt: skip
-        argv = [sys.executable, "-m", "guard.emulate.count_child", str(tmp / "spec.json")]
+        argv = [sys.executable, "-m", "guard.counting.child", str(tmp / "spec.json")]
         if emu is None:
             assert pmu is not None
             return pmu, run_native(pmu, argv, timeout_s=cfg.max_s, env=env, out=tmp / "counts.txt")

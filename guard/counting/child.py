@@ -1,8 +1,8 @@
 """The process a counted run starts: load, warm up, count N inferences.
 
-``python -m guard.emulate.count_child SPEC.json`` under ``qemu-x86_64 -cpu max`` with the
-counting plugin (guard.emulate.counting), or natively with the hardware counter
-(guard.emulate.pmu). SPEC names the backend, the artefact, the inputs (an ``.npz``), the
+``python -m guard.counting.child SPEC.json`` under ``qemu-x86_64 -cpu max`` with the
+counting plugin (guard.counting.emulator), or natively with the hardware counter
+(guard.counting.pmu). SPEC names the backend, the artefact, the inputs (an ``.npz``), the
 warm-up calls and the inferences to count. Interpreter start-up, imports, loading and
 warm-up are not counted. Under the emulator each counted inference is one marked region,
 entered and left through two tiny machine-code functions (the plugin's marker
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from guard.emulate.counting import START_X86, STOP_X86
-from guard.emulate.pmu import Counter, Event
+from guard.counting.emulator import START_X86, STOP_X86
+from guard.counting.pmu import Counter, Event
 
 _RET = b"\xc3"
 
@@ -86,7 +86,7 @@ def count_calls(run: Callable[[], object], n: int, counter: Counter, out: Path) 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m guard.emulate.count_child SPEC.json", file=sys.stderr)
+        print("usage: python -m guard.counting.child SPEC.json", file=sys.stderr)
         return 2
     try:
         counter = counter_from_env()

@@ -11,8 +11,8 @@ Why this engine (measured here, FACTS.md): Valgrind's callgrind counts as steadi
 runs FMA-heavy code ~1000x slower (FMA is a helper call) and cannot run AArch64 code on an
 x86 host; qemu with a small plugin runs ~500x slower, runs both architectures, and counts
 a static AArch64 program identically run to run. A host PMU (``perf_event_open``) counts
-instructions (not bytes) at native speed where one is exposed: guard.emulate.pmu is that
-second engine, and guard.emulate.counted chooses between the two.
+instructions (not bytes) at native speed where one is exposed: guard.counting.pmu is that
+second engine, and guard.counting.count chooses between the two.
 
 The dynamic ``qemu-x86_64``/``qemu-aarch64`` (Debian ``qemu-user``) load plugins; the
 static build (``qemu-user-static``) cannot.
@@ -58,7 +58,7 @@ class Region:
     """One marked region's counts (one inference, when the program marks each)."""
 
     instructions: int
-    # None where the engine counts no memory traffic (the hardware counter, guard.emulate.pmu).
+    # None where the engine counts no memory traffic (the hardware counter, guard.counting.pmu).
     loads: int | None
     stores: int | None
     bytes_loaded: int | None

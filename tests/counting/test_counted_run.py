@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from guard.cli.main import main
-from guard.emulate.counting import EMULATORS
+from guard.counting.emulator import EMULATORS
 
 TOOLS = (EMULATORS["x86_64"], EMULATORS["aarch64"], "cc", "aarch64-linux-gnu-gcc")
 needs_tools = pytest.mark.skipif(
@@ -55,7 +55,7 @@ NO_PMU = "no hardware instruction counter here (perf_event_open: ENOENT)"
 def no_pmu(monkeypatch: pytest.MonkeyPatch) -> None:
     """These runs count under the emulator (``engine: auto`` falls back to it), whatever
     the host: where a PMU counts, auto would count natively, without bytes."""
-    from guard.emulate import counted
+    from guard.counting import count as counted
 
     monkeypatch.setattr(counted, "pmu_status", lambda: (False, NO_PMU))
 

@@ -2,7 +2,7 @@
 
 Every result present on both sides with a ``counted`` block gets a row, emulated ones
 (AArch64) included: counts need no timing, so an artefact that can only be emulated is
-compared like any other. The verdict is guard.stats.counted's: exact for comparable
+compared like any other. The verdict is guard.counting.verdict's: exact for comparable
 fingerprints, "not comparable: FIELD differs" otherwise (which does not fail the job).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.results.result import ResultKey
-from guard.stats.counted import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 
 VERDICTS = ("pass", "regressed", "improved", "not comparable", "missing")
 

@@ -10,8 +10,8 @@ import pytest
 from test_ab_ref import SUITE, matmul_model
 
 from guard.cli.main import main
-from guard.compare.bisect import bisect, commits_between, max_steps
 from guard.core.errors import UsageError
+from guard.experiment.bisect import bisect, commits_between, max_steps
 
 
 def git(repo: Path, *args: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.cli.main import main
-from guard.compare import ab_ref
+from guard.experiment import ab_ref
 from guard.measure.round_runner import measuring_cpus
 
 SUITE = """\

@@ -4,7 +4,7 @@ A bundled artefact's kernel plan (``kernels.json``) names each step's generated 
 the runner linked from its ``kernels.o`` is a static, position-dependent executable, so
 each function's symbol (address and size, from the cross toolchain's ``nm``) is where its
 instructions run under the emulator. The counting plugin counts the instructions of each
-range apart (guard.emulate.counting.run_counted's ``ranges``).
+range apart (guard.counting.emulator.run_counted's ``ranges``).
 """
 
 from __future__ import annotations

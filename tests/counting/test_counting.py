@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from guard.emulate.counted import CountedConfig
-from guard.emulate.counting import EMULATORS, START_X86, STOP_X86, engine, run_counted
+from guard.counting.count import CountedConfig
+from guard.counting.emulator import EMULATORS, START_X86, STOP_X86, engine, run_counted
 from guard.emulate.tools import ToolMissing
 
 needs_qemu = pytest.mark.skipif(
@@ -84,7 +84,7 @@ def test_the_counted_defaults():
 
 
 def test_the_pmu_probe_answers_with_its_reason():
-    from guard.emulate.pmu import pmu_status
+    from guard.counting.pmu import pmu_status
 
     ok, why = pmu_status()
     assert isinstance(ok, bool) and "perf_event_open" in why
@@ -97,8 +97,8 @@ def test_the_figure_is_the_least_counted_inference(tmp_path: Path, monkeypatch):
     that moves with where the extra work fell."""
     import numpy as np
 
-    from guard.emulate import counted
-    from guard.emulate.counting import Engine, Region
+    from guard.counting import count as counted
+    from guard.counting.emulator import Engine, Region
 
     eng = Engine("x86_64", "qemu-x86_64", "7.2.0", tmp_path / "p.so", "0" * 64)
     regions = [

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from guard.compare import ab
 from guard.core.errors import UsageError
+from guard.experiment import ab
 from guard.measure.calls import choose_inner, warm_up
 from guard.stats.regress import RegressConfig
 
