@@ -67,6 +67,8 @@ COMPILER_LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "guard.compiler.runtime",
         ),
     ),
+    # the memory-budget ladder drives passes, planners and the back end (artefacts to time)
+    ("fit", ("guard.compiler.fit",)),
 ]
 
 # Modules allowed directly under guard/ (everything else lives in a layer's package).

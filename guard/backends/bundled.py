@@ -37,6 +37,7 @@ from guard.compiler.runtime.artefact import (
 from guard.compiler.runtime.engine import RUNTIME_NAME
 from guard.compiler.tuning.cache import load
 from guard.compiler.tuning.dispatch import Dispatch, applied
+from guard.core.budget_bytes import parse_budget
 from guard.core.errors import ModelError
 
 
@@ -55,12 +56,16 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     opts = dict(req.options)
     pipeline = str(opts.pop("pipeline", "O2"))
     profile = opts.pop("profile", None)
+    raw_budget = opts.pop("memory_budget", None)
     if opts:
         raise ModelError(
             f"options.bundled: unknown option(s) {sorted(opts)}",
             where=str(req.model_path),
-            hint="Known: pipeline, profile.",
+            hint="Known: pipeline, profile, memory_budget.",
         )
+    budget = (
+        None if raw_budget is None else parse_budget(raw_budget, "options.bundled.memory_budget")
+    )
     if pipeline not in pipeline_names():
         raise ModelError(
             f"options.bundled.pipeline: unknown pipeline {pipeline!r}",
@@ -84,9 +89,19 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     optimised, report = optimize(imported, pipeline, target=table)
     verify(optimised)
     compiled = plan(optimised, profile)
+    fitted = None
+    if budget is not None:
+        # The escape ladder (guard.compiler.fit): the first rung whose arena fits, else the
+        # smallest reachable plan, with the search bounded (fit.ladder.SEARCH_S).
+        fitted = fit_budget(optimised, budget, profile, req.target_canonical)
+        compiled = fitted.chosen
     with _tuning(req) as dispatch:
         manifest = save_artefact(
-            compiled, req.out_dir, pipeline=pipeline, target=req.target_canonical
+            compiled,
+            req.out_dir,
+            pipeline=pipeline,
+            target=req.target_canonical,
+            budget=None if fitted is None else fitted.to_dict(),
         )
     tuning: dict[str, Any] = {}
     if dispatch is not None:
@@ -123,6 +138,20 @@ def _tuning(req: BuildRequest) -> Iterator[Dispatch | None]:
     cache = load(req.tuning_cache)
     with applied(Dispatch(cache, req.target_canonical, compiler_version())) as d:
         yield d
+
+
+def fit_budget(graph: Any, budget: int, profile: Any, target: str) -> Any:
+    """The ladder for ``budget`` (guard.compiler.fit.ladder.Ladder); when a rung above the
+    first was needed, its latency against the unconstrained build is measured (both built,
+    timed interleaved for 2 s: guard.compiler.fit.measure)."""
+    from guard.compiler.fit.ladder import climb
+    from guard.compiler.fit.measure import measure
+
+    ladder = climb(graph, budget, profile)
+    chosen = next((s for s in ladder.steps if s.plan is ladder.chosen), None)
+    if chosen is not None and chosen.rung > 1 and ladder.chosen is not ladder.steps[0].plan:
+        ladder = measure(ladder, seconds=2.0, target=target, only_chosen=True)
+    return ladder
 
 
 def runtime_pins() -> dict[str, Any]:
@@ -187,7 +216,14 @@ class ArtefactSession:
                 f"({m.strategy}, 64-byte aligned) over liveness of the schedule; lower bound = "
                 "max over steps of live bytes"
             ),
-            extra=m.summary(),
+            extra={
+                **m.summary(),
+                **(
+                    {"budget": self.loaded.manifest["memory_budget"]}
+                    if "memory_budget" in self.loaded.manifest
+                    else {}
+                ),
+            },
         )
 
 

@@ -205,19 +205,37 @@ def partitions_check(cfg: dict[str, Any], partitions: dict[str, Any]) -> Check:
     return Check("partitions", "pass" if ok else "fail", count, bound, msg)
 
 
-def arena_check(cfg: dict[str, Any], arena: int | None, lower: int | None) -> Check:
-    bound = cfg["max_bytes"]
-    if arena is None:
+def arena_check(
+    cfg: dict[str, Any], arena: int | None, lower: int | None, budget: dict[str, Any] | None = None
+) -> Check:
+    """``arena <= max_bytes`` (the budget when only a budget is set). With a budget's ladder
+    it names the rung that made the arena fit, or the smallest reachable arena and the
+    tensors that bound it."""
+    bound = cfg.get("max_bytes", budget["bytes"] if budget else None)
+    if arena is None or bound is None:
         return Check("arena", "skip", None, bound, "backend does not report an arena size")
     ok = arena <= bound
     lb = f" (liveness lower bound {lower:,} B)" if lower else ""
-    return Check(
-        "arena",
-        "pass" if ok else "fail",
-        arena,
-        bound,
-        f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}",
-    )
+    msg = f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}"
+    if budget is not None:
+        rung = next((s for s in budget["ladder"] if s["rung"] == budget["rung"]), None)
+        if budget["fits"] and rung is not None:
+            cost = rung.get("latency_cost_pct")
+            msg += (
+                f"; memory_budget {budget['bytes']:,} B fits at rung {rung['rung']} "
+                f"({rung['name']}: {rung['what']})"
+                + (f", latency {cost:+.1f}%" if cost is not None else "")
+            )
+        else:
+            bound_by = ", ".join(
+                f"{'+'.join(b['tensors'])} ({b['bytes']:,} B)" for b in budget["bound_by"]
+            )
+            msg += (
+                f"; memory_budget {budget['bytes']:,} B does not fit: the smallest reachable "
+                f"arena is {budget['smallest_reachable_bytes']:,} B, bound by {bound_by}"
+            )
+            ok = False
+    return Check("arena", "pass" if ok else "fail", arena, bound, msg)
 
 
 def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> Check:
@@ -325,6 +343,8 @@ class Facts:
     partitions: dict[str, Any] = field(default_factory=dict)
     arena_bytes: int | None = None
     arena_lower_bound_bytes: int | None = None
+    # options.bundled.memory_budget's ladder (memory.budget in the result), when one was set
+    arena_budget: dict[str, Any] | None = None
     tuning: dict[str, Any] = field(default_factory=dict)
     counted: dict[str, Any] | None = None  # the counted block (guard.counting.count)
     counted_cmp: dict[str, Any] | None = None  # guard.counting.verdict row against the baseline
@@ -388,8 +408,15 @@ def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
         out.append(regress_check(bound, facts.regress, facts.regress_reason))
     if "partitions" in cfg:
         out.append(partitions_check(cfg["partitions"], facts.partitions))
-    if "arena" in cfg:
-        out.append(arena_check(cfg["arena"], facts.arena_bytes, facts.arena_lower_bound_bytes))
+    if "arena" in cfg or facts.arena_budget is not None:
+        out.append(
+            arena_check(
+                cfg.get("arena", {}),
+                facts.arena_bytes,
+                facts.arena_lower_bound_bytes,
+                facts.arena_budget,
+            )
+        )
     if "tuning" in cfg:
         out.append(tuning_check(cfg["tuning"], facts.tuning, facts.backend))
     if facts.counted is not None:

@@ -128,6 +128,15 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "guard partition model.onnx --input x=1,3,224,224 --json",
         ],
     ),
+    "fit": (
+        "Climb the memory ladder for one model until the bundled compiler's activation arena "
+        "fits a budget: a line per rung (the arena after it, the latency it costs against the "
+        "unconstrained build, what it changed); exit 0 when it fits, 1 when it does not.",
+        [
+            "guard fit zoo:mobilenet_v2 --budget 1.5MiB",
+            "guard fit model.onnx --budget 2MB --input x=1,3,640,640 --json",
+        ],
+    ),
     "compare": (
         "",
         [

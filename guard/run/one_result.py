@@ -311,6 +311,7 @@ def finish_result(
         partitions=partitions,
         arena_bytes=memory.arena_bytes,
         arena_lower_bound_bytes=memory.lower_bound_bytes,
+        arena_budget=memory.extra.get("budget"),
     )
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
@@ -383,6 +384,7 @@ def _emulated_result(
         partitions=partitions,
         arena_bytes=memory.arena_bytes,
         arena_lower_bound_bytes=memory.lower_bound_bytes,
+        arena_budget=memory.extra.get("budget"),
     )
     numerics = known["numerics"]
     return result_dict(

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from guard.core.budget_bytes import HINT, budget_bytes
 from guard.suite.entries import ARCHES, DISTS, InputSpec
 from guard.suite.fields import MAX_INT, MAX_THREADS, Fields, show, suggest
 
@@ -258,6 +259,8 @@ def parse_options(ctx: Fields, raw: Any, key: str) -> dict[str, dict[str, Any]]:
         for k in ("profile", "pipeline", "graph_optimization_level"):
             if k in body and (not isinstance(body[k], str) or not body[k].strip()):
                 raise ctx.err(f"{key}.{backend}.{k}", f"expected a name, got {show(body[k])}")
+        if "memory_budget" in body and (problem := budget_bytes(body["memory_budget"])[1]):
+            raise ctx.err(f"{key}.{backend}.memory_budget", problem, HINT)
         providers = body.get("providers")
         if "providers" in body and (
             not isinstance(providers, list)

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from guard.core.errors import UsageError
-from guard.zoo import digits, inception_block, light, mlp, transformer
+from guard.zoo import digits, inception_block, light, mlp, mobilenet_v2, transformer
 
 Dims = list[int | str]
 Signature = tuple[dict[str, Dims], dict[str, Dims]]
@@ -105,6 +105,17 @@ REGISTRY: dict[str, ZooModel] = {
         signature=_fixed(
             {"x": [1, inception_block.IN_CH, inception_block.SIZE, inception_block.SIZE]},
             {"y": [1, 256, inception_block.SIZE, inception_block.SIZE]},
+        ),
+    ),
+    "mobilenet_v2": ZooModel(
+        name="mobilenet_v2",
+        description="MobileNetV2 (width 1.0, 224x224): 17 inverted residual blocks (1x1 expand, "
+        "3x3 depthwise, 1x1 project, BN, ReLU6 as Clip), 1000-class Gemm head",
+        build=mobilenet_v2.build,
+        version=mobilenet_v2.VERSION,
+        opset=mobilenet_v2.OPSET,
+        signature=_fixed(
+            {"x": [1, 3, mobilenet_v2.SIZE, mobilenet_v2.SIZE]}, {"y": [1, mobilenet_v2.CLASSES]}
         ),
     ),
     "digits": ZooModel(

@@ -29,7 +29,14 @@ LIGHT = [
     "vgg19",
     "zfnet512",
 ]
-BUILT_BY_CODE = ["digits", "inception_block", "mlp", "transformer", "transformer_decomposed"]
+BUILT_BY_CODE = [
+    "digits",
+    "inception_block",
+    "mlp",
+    "mobilenet_v2",
+    "transformer",
+    "transformer_decomposed",
+]
 
 
 def test_list_models_is_every_model_sorted():

@@ -213,6 +213,7 @@ GOLDEN_SHA256 = {
     "inception_v1": "469f38d2fab8c1b3ebe473ffe854fd7bfd5d7c83b5d3ac255f85caeb739f2509",
     "inception_v2": "9e9b1b78a0cd918dc494127ff4a0c70b9e90a507d6f9bec5fd0071aa27754be1",
     "mlp": "8cd727a4d7f8ec5dadae87a36ac4f47acc6f1b2007a91a42975cca6fb8cdc3f8",
+    "mobilenet_v2": "e9fbd0da35fb4abdce8cc0e1c478f3d2f1f99a86e838ad2c4dd1a82c99cd4d65",
     "resnet50": "1affdc45412624ef2ad7b4de2238b9b75cc1b5e9ee9051942de5f35b94f90994",
     "shufflenet": "8a455f540255fcb245e78973a2a881c0e42801d08e552ed9e5cf9678a02564ab",
     "squeezenet": "db47df7ce2079d54cd5fcff3e4b9d50147762cf4050c8af368953a682989477d",

@@ -85,8 +85,13 @@ def save_artefact(
     pipeline: str = "O2",
     target: str = "host",
     profile: str | Path | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the artefact for a CompiledPlan (or an IR graph, planned here); the manifest."""
+    """Write the artefact for a CompiledPlan (or an IR graph, planned here); the manifest.
+
+    ``budget`` (guard.compiler.fit.ladder.Ladder.to_dict) is kept whole in the manifest's
+    ``memory_budget`` and its bytes and rung are pinned among the compiler's pins: the same
+    budget needing a higher rung is a visible change."""
     compiled = (
         plan_or_graph if isinstance(plan_or_graph, CompiledPlan) else plan(plan_or_graph, profile)
     )
@@ -145,6 +150,10 @@ def save_artefact(
         "codegen": codegen,
         "files": {name: _sha256(out / name) for name in files},
     }
+    if budget is not None:
+        manifest["memory_budget"] = budget
+        pins: dict[str, Any] = manifest["compiler"]  # type: ignore[assignment]
+        pins["memory_budget"] = {"bytes": budget["bytes"], "rung": budget["rung"]}
     if subgraphs:
         manifest["subgraphs"] = {
             rel: _sha256(out / rel / MANIFEST) for rel in sorted(set(subgraphs.values()))

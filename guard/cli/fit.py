@@ -1,0 +1,56 @@
+"""``guard fit``: the memory-budget ladder for one model (exit 0 fits, 1 does not)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from guard.core.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fp = subparsers.add_parser(
+        "fit",
+        help="climb the memory ladder (views, schedule, recompute, tile, int8) until the "
+        "bundled compiler's arena fits a budget",
+    )
+    fp.add_argument("model", help="an .onnx file or zoo:<name>")
+    fp.add_argument("--budget", required=True, metavar="B",
+                    help="bytes or a size: B, KiB, MiB, GiB, kB, MB (e.g. 2MiB)")  # fmt: skip
+    fp.add_argument(
+        "--input", action="append", metavar="NAME=D0,D1,..", help="bind an input's shape"
+    )
+    fp.add_argument("--no-latency", action="store_true",
+                    help="skip building and timing each rung (arena only)")  # fmt: skip
+    fp.add_argument("--json", action="store_true")
+    fp.set_defaults(func=cmd_fit)
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from guard.core.budget_bytes import parse_budget
+
+    budget = parse_budget(args.budget, "--budget")
+    shapes = {}
+    for item in args.input or ():
+        name, _, dims = item.partition("=")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(",") if d)
+        except ValueError:
+            raise UsageError(f"--input {item!r}: expected NAME=D0,D1,...") from None
+    model = shown = args.model
+    if model.startswith("zoo:"):
+        from guard import zoo
+
+        model = zoo.model_path(model[4:])
+    if not Path(model).is_file():
+        raise UsageError(f"{model}: no such model file", hint="Give an .onnx path or zoo:<name>.")
+    from guard.compiler.fit.report import fit_model
+    from guard.core.isolate import run_isolated
+
+    report, text = run_isolated(
+        fit_model, Path(model), shapes or None, budget, latency=not args.no_latency, name=shown,
+        what=f"fitting {model}",
+    )  # fmt: skip
+    print(json.dumps(report, indent=2, default=str) if args.json else text)
+    return EXIT_OK if report["fits"] else EXIT_CHECK_FAILED

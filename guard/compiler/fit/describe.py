@@ -1,0 +1,45 @@
+"""What a plan says about itself on the ladder: its views, and what bounds its arena."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guard.compiler.graph.memory import MemoryPlan
+from guard.compiler.partition.plan import CompiledPlan
+
+
+def views_text(p: CompiledPlan) -> str:
+    """``concat n22, split s3 elided (+55 more); 1 kept a copy`` for the plan's views."""
+    index = {n.name: n for n in p.view.nodes}
+    elided = [f"{index[e].op.lower()} {e}" for e in p.memory.elided_nodes if e in index]
+    head = ", ".join(elided[:3]) + (f" (+{len(elided) - 3} more)" if len(elided) > 3 else "")
+    out = f"{head} elided" if elided else "no view-able node elided"
+    if p.memory.copies:
+        node, why = next(iter(p.memory.copies.items()))
+        out += f"; {len(p.memory.copies)} kept as copies ({node}: {why})"
+    return out
+
+
+def peak_buffers(m: MemoryPlan) -> tuple[int, list[Any]]:
+    """(step, buffers live there) at the step of the plan whose live buffers sum highest."""
+    steps = max((b.end for b in m.buffers), default=0) + 1
+    live = [0] * (steps + 1)
+    for b in m.buffers:
+        live[b.start] += b.nbytes
+        live[b.end + 1] -= b.nbytes
+    best, cur, at = -1, 0, 0
+    for s in range(steps):
+        cur += live[s]
+        if cur > best:
+            best, at = cur, s
+    return at, [b for b in m.buffers if b.start <= at <= b.end and b.nbytes]
+
+
+def bound_by(p: CompiledPlan, top: int = 3) -> list[dict[str, Any]]:
+    """The largest buffers live at the plan's peak: what a smaller arena would have to shrink."""
+    at, bufs = peak_buffers(p.memory)
+    node = p.view.nodes[p.memory.order[at]].name if p.memory.order else ""
+    bufs.sort(key=lambda b: -b.nbytes)
+    return [
+        {"tensors": list(b.tensors[:2]), "bytes": b.nbytes, "at_node": node} for b in bufs[:top]
+    ]

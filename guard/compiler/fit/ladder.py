@@ -1,0 +1,282 @@
+"""The escape ladder: climb rungs until the activation arena fits a byte budget.
+
+Rungs, tried in order, each on top of the ones before (the seed document's memory
+chapter; issue 35):
+
+1. ``views``: today's build. Concat/split/slice/reshape nodes the planner can place as
+   views move no bytes (guard.compiler.graph.memory_alias); the rung names them.
+2. ``schedule``: a memory-aware order (guard.compiler.graph.memory_order: exact on small
+   graphs, a bounded beam on large ones), re-planned; kept when the arena drops.
+3. ``recompute``: cheap producers whose tensors sit idle across the peak are computed
+   twice (guard.compiler.passes.recompute_cheap); each kept only when the arena drops.
+4. ``tile``: the first stages of a CNN run in strips of rows with the halo recomputed
+   (guard.compiler.passes.tile_strips); the exit and strip count with the smallest arena
+   (or, when one fits, the fitting one with the fewest extra MACs) win.
+5. ``int8``: int8 activations between layers, where the compiler has an int8 path.
+6. ``spill``: not a rung of this ladder (see docs/ARCHITECTURE.md, "Memory budget").
+
+The climb stops at the first rung whose arena fits (``stop_at_fit``) or when every rung
+is tried; the whole search is bounded by ``search_s`` seconds (SEARCH_S: 30 s, far below
+``defaults.build_timeout_s``), after which the remaining rungs say they were cut.
+Reordering, views and tiling change no arithmetic and recomputation repeats it, so every
+rung's outputs equal the unconstrained build's (guard.compiler.fit.measure checks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guard.compiler.fit.describe import bound_by, views_text
+from guard.compiler.graph.exec_order import Schedule
+from guard.compiler.graph.memory import plan_memory
+from guard.compiler.graph.memory_order import memory_order
+from guard.compiler.graph.view import peak_live_bytes, view_of_graph
+from guard.compiler.ir.core import Graph
+from guard.compiler.partition.plan import CompiledPlan, plan
+from guard.compiler.passes.recompute_cheap import RecomputeCheap, candidates
+from guard.compiler.passes.tile_strips import TileStrips, conv_macs, regions
+from guard.core.budget_bytes import fmt_bytes
+
+SEARCH_S = 30.0
+NAMES = {1: "views", 2: "schedule", 3: "recompute", 4: "tile", 5: "int8"}
+INT8_UNAVAILABLE = (
+    "not available: the bundled compiler has no int8 activation path (its kernels read and "
+    "write float32 between layers)"
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung's outcome: the arena after it (None: the rung could not run) and what it did."""
+
+    rung: int
+    name: str
+    arena_bytes: int | None
+    what: str
+    seconds: float
+    extra_macs_pct: float = 0.0
+    latency_cost_pct: float | None = None
+    max_abs_err: float | None = None
+    plan: CompiledPlan | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rung": self.rung,
+            "name": self.name,
+            "arena_bytes": self.arena_bytes,
+            "latency_cost_pct": self.latency_cost_pct,
+            "what": self.what,
+            "extra_macs_pct": round(self.extra_macs_pct, 3),
+            "max_abs_err": self.max_abs_err,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass(frozen=True)
+class Ladder:
+    budget_bytes: int
+    fits: bool
+    rung: int | None  # the rung that made it fit; None when none did
+    steps: tuple[Step, ...]
+    chosen: CompiledPlan  # the fitting plan, else the smallest reachable
+    smallest_bytes: int
+    bound_by: tuple[dict[str, Any], ...]  # buffers live at the smallest plan's peak
+    unconstrained_lower_bound_bytes: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bytes": self.budget_bytes,
+            "fits": self.fits,
+            "rung": self.rung,
+            "ladder": [s.to_dict() for s in self.steps],
+            "smallest_reachable_bytes": self.smallest_bytes,
+            "bound_by": [dict(b) for b in self.bound_by],
+            "unconstrained_lower_bound_bytes": self.unconstrained_lower_bound_bytes,
+            "search_s": round(self.seconds, 3),
+        }
+
+    def summary(self) -> str:
+        """One line: where it fits, or the smallest reachable and what bounds it."""
+        if self.fits:
+            s = next(x for x in self.steps if x.rung == self.rung)
+            cost = f", latency {s.latency_cost_pct:+.1f}%" if s.latency_cost_pct is not None else ""
+            return (
+                f"fits {fmt_bytes(self.budget_bytes)} at rung {self.rung} ({s.name}): arena "
+                f"{fmt_bytes(s.arena_bytes or 0)}{cost}"
+            )
+        bound = ", ".join(f"{'+'.join(b['tensors'])} ({fmt_bytes(b['bytes'])})"
+                          for b in self.bound_by)  # fmt: skip
+        return (
+            f"does not fit {fmt_bytes(self.budget_bytes)}: the smallest reachable arena is "
+            f"{fmt_bytes(self.smallest_bytes)} ({self.smallest_bytes} B), bound by {bound}"
+        )
+
+
+def climb(
+    graph: Graph,
+    budget_bytes: int,
+    profile: str | Path | None = None,
+    *,
+    stop_at_fit: bool = True,
+    search_s: float = SEARCH_S,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Ladder:
+    """Climb the ladder for the optimised ``graph`` (see the module docstring)."""
+    t0 = clock()
+    deadline = t0 + search_s
+    steps: list[Step] = []
+
+    def fits(p: CompiledPlan) -> bool:
+        return p.arena_bytes <= budget_bytes
+
+    base = plan(graph, profile)
+    best = base
+    steps.append(Step(1, "views", base.arena_bytes, views_text(base), clock() - t0, plan=base))
+    rungs: list[tuple[int, Callable[[CompiledPlan, float], tuple[CompiledPlan, str, float]]]] = [
+        (2, lambda b, left: _schedule(b, left)),
+        (3, lambda b, left: _recompute(b, profile, left, clock)),
+        (4, lambda b, left: _tile(b, profile, left, clock, budget_bytes, base)),
+    ]
+    for rung, run in rungs:
+        if stop_at_fit and fits(best):
+            break
+        left = deadline - clock()
+        if left <= 0:
+            steps.append(Step(rung, NAMES[rung], None, f"not tried: the {search_s:.0f} s "
+                              "search bound was reached", 0.0))  # fmt: skip
+            continue
+        t = clock()
+        new, what, extra = run(best, left)
+        if new.arena_bytes < best.arena_bytes:
+            best = new
+        steps.append(Step(rung, NAMES[rung], best.arena_bytes, what, clock() - t, extra,
+                          plan=best))  # fmt: skip
+    if not (stop_at_fit and fits(best)):
+        steps.append(Step(5, "int8", None, INT8_UNAVAILABLE, 0.0))
+    fitting = [s for s in steps if s.arena_bytes is not None and s.arena_bytes <= budget_bytes]
+    chosen_step = fitting[0] if fitting else min(
+        (s for s in steps if s.arena_bytes is not None), key=lambda s: (s.arena_bytes, s.rung)
+    )  # fmt: skip
+    chosen = chosen_step.plan or best
+    smallest = min(s.arena_bytes for s in steps if s.arena_bytes is not None)
+    return Ladder(
+        budget_bytes=budget_bytes,
+        fits=bool(fitting),
+        rung=fitting[0].rung if fitting else None,
+        steps=tuple(steps),
+        chosen=chosen,
+        smallest_bytes=smallest,
+        bound_by=tuple(bound_by(best if not fitting else chosen)),
+        unconstrained_lower_bound_bytes=base.lower_bound_bytes,
+        seconds=clock() - t0,
+    )
+
+
+def searched(p: CompiledPlan, left: float) -> tuple[CompiledPlan, str]:
+    """``p`` re-ordered by the memory-aware scheduler when that lowers the arena."""
+    o = memory_order(p.view, p.partitions.group_of, budget_s=max(left / 3, 0.5))
+    mem = plan_memory(p.view, o.order)
+    if mem.arena_bytes >= p.arena_bytes:
+        return p, f"no lower order ({o.describe()}; arena {fmt_bytes(mem.arena_bytes)})"
+    sched = Schedule(o.order, "memory-aware", o.peak_bytes, p.schedule.topo_peak_bytes)
+    new = dataclasses.replace(p, schedule=sched, memory=mem)
+    return new, (
+        f"order searched ({o.describe()}): peak {fmt_bytes(p.schedule.peak_bytes)} -> "
+        f"{fmt_bytes(o.peak_bytes)}, arena {fmt_bytes(p.arena_bytes)} -> "
+        f"{fmt_bytes(mem.arena_bytes)}"
+    )
+
+
+def _schedule(p: CompiledPlan, left: float) -> tuple[CompiledPlan, str, float]:
+    new, what = searched(p, left)
+    return new, what, 0.0
+
+
+def _replan(g: Graph, profile: str | Path | None, left: float) -> CompiledPlan:
+    p = plan(g, profile)
+    return searched(p, left)[0]
+
+
+def _recompute(
+    p: CompiledPlan, profile: str | Path | None, left: float, clock: Callable[[], float]
+) -> tuple[CompiledPlan, str, float]:
+    end = clock() + left
+    done: list[str] = []
+    best = p
+    tried = 0
+    for t, late in candidates(p.view, p.memory)[:8]:
+        if clock() > end:
+            break
+        tried += 1
+        g = best.graph.clone()
+        if not RecomputeCheap(splits=((t, late),)).run(g).changed:
+            continue
+        new = _replan(g, profile, end - clock())
+        if new.arena_bytes < best.arena_bytes:
+            best = new
+            done.append(t)
+    if not tried:
+        return p, "no cheap producer idles across the peak (nothing to recompute)", 0.0
+    if not done:
+        return p, f"{tried} candidate(s) tried, none lowered the arena", 0.0
+    return best, f"recomputed {', '.join(done)} (arena {fmt_bytes(best.arena_bytes)})", 0.0
+
+
+def _tile(
+    p: CompiledPlan,
+    profile: str | Path | None,
+    left: float,
+    clock: Callable[[], float],
+    budget: int,
+    base: CompiledPlan,
+) -> tuple[CompiledPlan, str, float]:
+    end = clock() + left
+    g0 = p.graph
+    found = [r for r in regions(g0) if g0.values[r.exit].nbytes * 8 <= p.arena_bytes]
+    if not found:
+        return p, "no row-local first stage ends in a tensor under 1/8 of the arena", 0.0
+    # Smallest exits first (the concat of the strips is a full copy of the exit), earlier
+    # first among equals (less halo); the search bound decides how many are tried.
+    pick = sorted(found, key=lambda r: (g0.values[r.exit].nbytes, len(r.nodes)))
+    macs0 = max(conv_macs(base.graph), 1)
+    # Rank every tiling by the liveness peak of its band-after-band order (cheap, linear),
+    # then plan the best few whole (aliasing and placement decide the arena).
+    ranked: list[tuple[int, float, Graph, str]] = []
+    for r in pick:
+        rows = g0.values[r.exit].shape[r.h_axis[r.exit]]
+        for strips in sorted({s for s in (4, 8, 14, 28) if s <= rows}):
+            if clock() > end:
+                break
+            g = g0.clone()
+            res = TileStrips(exit=r.exit, strips=strips).run(g)
+            if not res.changed:
+                continue
+            v = view_of_graph(g)
+            est = peak_live_bytes(v, range(len(v.nodes)))
+            extra = 100 * (conv_macs(g) - conv_macs(base.graph)) / macs0
+            ranked.append((est, extra, g, res.notes[0]))
+    if not ranked:
+        return p, "no tiling could be evaluated within the search bound", 0.0
+    under = sorted((t for t in ranked if t[0] <= budget), key=lambda t: (t[1], t[0]))
+    best_est = sorted(ranked, key=lambda t: (t[0], t[1]))
+    trials: list[tuple[CompiledPlan, str, float]] = []
+    for _est, extra, g, note in [*under[:2], *best_est[:3]]:
+        if trials and clock() > end:
+            break
+        trials.append((plan(g, profile), note, extra))
+    fitting = [t for t in trials if t[0].arena_bytes <= budget]
+    new, note, extra = (
+        min(fitting, key=lambda t: (t[2], t[0].arena_bytes))
+        if fitting
+        else min(trials, key=lambda t: (t[0].arena_bytes, t[2]))
+    )
+    if new.arena_bytes >= p.arena_bytes:
+        return p, f"{len(ranked)} tilings tried, none lowered the arena", 0.0
+    new = searched(new, max(end - clock(), 0.5))[0]
+    return new, f"{note}; arena {fmt_bytes(new.arena_bytes)}", extra

@@ -1,0 +1,114 @@
+"""What each rung costs: latency against the unconstrained build, and its output error.
+
+Each distinct plan on the ladder is built into an artefact (generated code, the same
+path as ``guard run``), loaded, and run on the same seeded inputs. Latency is measured
+interleaved in one process (A, B, C, A, B, C, ...: a co-tenant slows every plan alike),
+after two warm-up calls each, for ``seconds`` in all; the cost of a rung is its median
+over the unconstrained build's median, minus 1, in percent. The clock is a parameter
+(tests pass a fake one). Outputs are compared with the unconstrained build's: views,
+reordering and tiling change no arithmetic, so ``max_abs_err`` is 0 or at rounding level
+(a GEMM blocked over fewer rows may sum in another order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+from guard.compiler.fit.ladder import Ladder, Step
+from guard.compiler.partition.plan import CompiledPlan
+from guard.compiler.runtime.artefact import load_artefact, save_artefact
+
+
+def seeded_feeds(p: CompiledPlan, seed: int = 0) -> dict[str, np.ndarray]:
+    """Standard-normal inputs (integers: zeros) of the plan's bound shapes."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name in p.view.inputs:
+        t = p.view.tensors[name]
+        dt = np.dtype(t.dtype)
+        out[name] = (
+            rng.standard_normal(t.shape).astype(dt) if dt.kind == "f" else np.zeros(t.shape, dt)
+        )
+    return out
+
+
+def measure(
+    ladder: Ladder,
+    *,
+    seconds: float = 4.0,
+    target: str = "host",
+    workdir: Path | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    only_chosen: bool = False,
+) -> Ladder:
+    """``ladder`` with ``latency_cost_pct`` and ``max_abs_err`` filled for every rung that
+    has a plan (rungs that share a plan share its numbers); with ``only_chosen``, for the
+    unconstrained build and the chosen plan only (one build more than the run's own)."""
+    base_id = id(ladder.steps[0].plan)
+    plans: dict[int, CompiledPlan] = {}
+    for s in ladder.steps:
+        if s.plan is not None and (
+            not only_chosen or s.plan is ladder.chosen or id(s.plan) == base_id
+        ):
+            plans.setdefault(id(s.plan), s.plan)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        runtimes: dict[int, Any] = {}
+        for k, (pid, p) in enumerate(plans.items()):
+            d = Path(tmp) / f"plan{k}"
+            save_artefact(p, d, target=target)
+            runtimes[pid] = load_artefact(d).runtime()
+        feeds = seeded_feeds(plans[base_id])
+        outs = {pid: rt.run(feeds) for pid, rt in runtimes.items()}
+        errs = {
+            pid: max(
+                (
+                    float(np.max(np.abs(o[k].astype(np.float64) - outs[base_id][k])))
+                    for k in o
+                    if o[k].size
+                ),
+                default=0.0,
+            )  # fmt: skip
+            for pid, o in outs.items()
+        }
+        samples = _interleaved(runtimes, feeds, seconds, clock)
+    med = {pid: median(v) for pid, v in samples.items()}
+    cost = {pid: 100.0 * (med[pid] / med[base_id] - 1.0) for pid in med}
+
+    def fill(s: Step) -> Step:
+        if s.plan is None or id(s.plan) not in cost:
+            return s
+        pid = id(s.plan)
+        return dataclasses.replace(s, latency_cost_pct=round(cost[pid], 2), max_abs_err=errs[pid])
+
+    return dataclasses.replace(ladder, steps=tuple(fill(s) for s in ladder.steps))
+
+
+def _interleaved(
+    runtimes: dict[int, Any],
+    feeds: dict[str, np.ndarray],
+    seconds: float,
+    clock: Callable[[], float],
+) -> dict[int, list[float]]:
+    for rt in runtimes.values():  # warm-up: first-touch pages, caches
+        rt.run(feeds)
+        rt.run(feeds)
+    samples: dict[int, list[float]] = {pid: [] for pid in runtimes}
+    ids = list(runtimes)
+    end = clock() + seconds
+    r = 0
+    while r < 3 or clock() < end:
+        for k in range(len(ids)):
+            pid = ids[(k + r) % len(ids)]  # rotate who goes first
+            t = clock()
+            runtimes[pid].run(feeds)
+            samples[pid].append(clock() - t)
+        r += 1
+    return samples

@@ -1,0 +1,57 @@
+"""``guard fit``'s entry: the whole ladder for one model, as a dict and as text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from guard.compiler import import_onnx, optimize, verify
+from guard.compiler.codegen.llvm_target import codegen_target
+from guard.compiler.fit.ladder import SEARCH_S, Ladder, climb
+from guard.core.budget_bytes import fmt_bytes
+
+
+def fit_model(
+    model_path: str | Path,
+    input_shapes: dict[str, Any] | None,
+    budget_bytes: int,
+    *,
+    latency: bool = True,
+    seconds: float = 3.0,
+    search_s: float = SEARCH_S,
+    name: str | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Import, optimise (O2, the host's layouts), climb every rung (not stopping at the
+    first fit: the command shows the whole ladder) and, with ``latency``, build and time
+    each distinct rung against the unconstrained build."""
+    graph = import_onnx(model_path, dict(input_shapes or {}))
+    optimised, _ = optimize(graph, "O2", target=codegen_target("host").table)
+    verify(optimised)
+    ladder = climb(optimised, budget_bytes, stop_at_fit=False, search_s=search_s)
+    if latency:
+        from guard.compiler.fit.measure import measure
+
+        ladder = measure(ladder, seconds=seconds)
+    return ladder.to_dict(), text(ladder, name or Path(model_path).name, latency)
+
+
+def text(ladder: Ladder, name: str, latency: bool) -> str:
+    lines = [
+        f"{name}: budget {fmt_bytes(ladder.budget_bytes)} ({ladder.budget_bytes} B); liveness "
+        f"lower bound of the unconstrained schedule {fmt_bytes(ladder.unconstrained_lower_bound_bytes)}",
+        f"  {'rung':<13} {'arena':>11} {'latency':>9}  what",
+    ]
+    for s in ladder.steps:
+        arena = fmt_bytes(s.arena_bytes) if s.arena_bytes is not None else "-"
+        if s.latency_cost_pct is not None:
+            cost = f"{s.latency_cost_pct:+.1f}%"
+        else:
+            cost = "-" if s.arena_bytes is None or not latency else "n/a"
+        mark = "*" if ladder.fits and s.rung == ladder.rung else " "
+        lines.append(f" {mark}{s.rung} {s.name:<11} {arena:>11} {cost:>9}  {s.what}")
+    lines.append(f"  {ladder.summary()}")
+    lines.append(
+        f"  search {ladder.seconds:.1f} s (bound {SEARCH_S:.0f} s)"
+        + ("; latency measured interleaved in one process" if latency else "")
+    )
+    return "\n".join(lines)

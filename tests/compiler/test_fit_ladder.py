@@ -1,0 +1,95 @@
+"""The budget ladder: units, the climb, its bound, its reports, the arena check and the
+``guard fit`` command (exit 0 fits, 1 does not, 2 bad budget)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from guard.compiler import import_onnx, optimize
+from guard.compiler.fit.ladder import INT8_UNAVAILABLE, climb
+from guard.core.budget_bytes import fmt_bytes, parse_budget
+from guard.core.errors import UsageError
+from guard.results.checks import arena_check
+from guard.zoo.cache import model_path
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [(2097152, 2097152), ("2MiB", 2 * 2**20), ("512 KiB", 512 * 1024), ("1.5MB", 1_500_000),
+     ("3kB", 3000), ("1GiB", 2**30), ("64B", 64), ("100", 100)],
+)  # fmt: skip
+def test_budget_units(value, want):
+    assert parse_budget(value, "k") == want
+
+
+@pytest.mark.parametrize("value", [0, -5, "0MiB", "-1KiB", "2TB", "2 mib", "lots", True, None])
+def test_bad_budget_names_the_key(value):
+    with pytest.raises(UsageError, match="options.bundled.memory_budget"):
+        parse_budget(value, "options.bundled.memory_budget")
+
+
+@pytest.fixture(scope="module")
+def inception():
+    g = import_onnx(model_path("inception_block"), None)
+    return optimize(g, "O2")[0]
+
+
+def test_fits_at_the_first_rung_that_fits(inception):
+    free = climb(inception, 1 << 40)
+    assert free.fits and free.rung == 1 and len(free.steps) == 1  # stops at the first fit
+    views = free.steps[0].arena_bytes
+    full = climb(inception, views - 1, stop_at_fit=False)
+    schedule = full.steps[1]
+    assert schedule.name == "schedule" and schedule.arena_bytes < views  # 4 live branches
+    ladder = climb(inception, schedule.arena_bytes)
+    assert ladder.fits and ladder.rung == 2 and ladder.chosen.arena_bytes <= ladder.budget_bytes
+    assert "fits" in ladder.summary() and "rung 2 (schedule)" in ladder.summary()
+    d = ladder.to_dict()
+    assert {"bytes", "fits", "rung", "ladder"} <= set(d)
+    assert {"rung", "arena_bytes", "latency_cost_pct", "what"} <= set(d["ladder"][0])
+
+
+def test_below_the_reachable_minimum_names_it_and_what_bounds_it(inception):
+    ladder = climb(inception, 1024)
+    assert not ladder.fits and ladder.rung is None
+    reachable = [s.arena_bytes for s in ladder.steps if s.arena_bytes is not None]
+    assert ladder.smallest_bytes == min(reachable)
+    assert ladder.bound_by and all(b["bytes"] > 0 for b in ladder.bound_by)
+    assert fmt_bytes(ladder.smallest_bytes) in ladder.summary()
+    assert [s.name for s in ladder.steps][-1] == "int8"
+    assert ladder.steps[-1].what == INT8_UNAVAILABLE and ladder.steps[-1].arena_bytes is None
+    check = arena_check({}, ladder.chosen.arena_bytes, None, ladder.to_dict())
+    assert check.status == "fail" and "smallest reachable" in check.message
+
+
+def test_search_is_bounded(inception):
+    ticks = iter(range(0, 10**6, 100))  # every clock read is 100 s later
+    ladder = climb(inception, 1024, search_s=30.0, clock=lambda: float(next(ticks)))
+    cut = [s for s in ladder.steps if "search bound" in s.what]
+    assert cut and all(s.arena_bytes is None for s in cut)
+
+
+def test_arena_check_names_the_rung():
+    budget = {
+        "bytes": 1000, "fits": True, "rung": 2,
+        "ladder": [{"rung": 2, "name": "schedule", "what": "order searched",
+                    "latency_cost_pct": 1.5}],
+    }  # fmt: skip
+    c = arena_check({}, 900, 800, budget)
+    assert c.status == "pass" and c.bound == 1000
+    assert "fits at rung 2 (schedule" in c.message and "+1.5%" in c.message
+
+
+def test_guard_fit_command(capsys):
+    from guard.cli.main import main
+
+    assert main(["fit", "zoo:inception_block", "--budget", "1GiB", "--no-latency"]) == 0
+    out = capsys.readouterr().out
+    assert "1 views" in out and "fits" in out
+    assert main(["fit", "zoo:inception_block", "--budget", "1KiB", "--no-latency", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["fits"] and report["smallest_reachable_bytes"] > 1024
+    assert main(["fit", "zoo:inception_block", "--budget", "0"]) == 2
+    assert "--budget" in capsys.readouterr().err
