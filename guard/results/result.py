@@ -175,6 +175,43 @@ class Graph(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BudgetRung(Record):
+    """One rung of ``memory.budget.ladder``: the arena after it, what it cost, what it did."""
+
+    rung: int | None = None
+    name: str | None = None
+    arena_bytes: int | None = None
+    latency_cost_pct: float | None = None
+    what: str | None = None
+    extra_macs_pct: float | None = None
+    max_abs_err: float | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundBy(Record):
+    """A buffer live at the peak of the smallest reachable plan: what bounds the arena."""
+
+    tensors: tuple[str, ...] = ()
+    bytes: int | None = None
+    at_node: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryBudget(Record):
+    """``memory.budget``: options.bundled.memory_budget's ladder (guard.compiler.fit)."""
+
+    bytes: int | None = None
+    fits: bool | None = None
+    rung: int | None = None
+    ladder: tuple[BudgetRung, ...] = ()
+    smallest_reachable_bytes: int | None = None
+    bound_by: tuple[BoundBy, ...] = ()
+    unconstrained_lower_bound_bytes: int | None = None
+    search_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Memory(Record):
     """``memory``: how the arena was planned (the backend's own figures)."""
 
@@ -182,6 +219,7 @@ class Memory(Record):
     arena_bytes: int | None = None
     lower_bound_bytes: int | None = None
     strategy: str | None = None
+    budget: MemoryBudget | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

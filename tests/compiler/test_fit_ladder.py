@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from guard.checks.evaluate import arena_check
 from guard.compiler import import_onnx, optimize
 from guard.compiler.fit.ladder import INT8_UNAVAILABLE, climb
 from guard.core.budget_bytes import fmt_bytes, parse_budget
 from guard.core.errors import UsageError
-from guard.results.checks import arena_check
 from guard.zoo.cache import model_path
 
 
