@@ -243,7 +243,12 @@ def _tile(
         return p, "no row-local first stage ends in a tensor under 1/8 of the arena", 0.0
     # Smallest exits first (the concat of the strips is a full copy of the exit), earlier
     # first among equals (less halo); the search bound decides how many are tried.
-    pick = sorted(found, key=lambda r: (g0.values[r.exit].nbytes, len(r.nodes)))
+    # Only exits smaller than every exit before them (a later exit of no smaller size
+    # adds halo and saves nothing), the shortest region first.
+    pick: list[Any] = []
+    for r in found:
+        if not pick or g0.values[r.exit].nbytes < g0.values[pick[-1].exit].nbytes:
+            pick.append(r)
     macs0 = max(conv_macs(base.graph), 1)
     # Rank every tiling by the liveness peak of its band-after-band order (cheap, linear),
     # then plan the best few whole (aliasing and placement decide the arena).
