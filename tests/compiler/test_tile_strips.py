@@ -115,3 +115,17 @@ def test_declines_what_it_cannot_tile():
     same, res = apply(TileStrips(exit="cat", strips=4), leaky)
     assert not res.changed and "no row-local region" in res.notes[0]
     verify(same)
+
+
+def test_first_stage_peak_drops_by_tiling():
+    from guard.compiler.fit.describe import tiled_stage_peaks
+
+    g = import_onnx(cnn(), None)
+    tiled, _ = apply(TileStrips(exit="cat", strips=8), g)
+    before, after = tiled_stage_peaks(plan(g), plan(tiled)) or (0, 0)
+    # untiled: x (48 KiB) and c1 (64 KiB, relu in place) then c1 and c2 (64 KiB each) live
+    # together: 128 KiB; tiled: x stays whole (the bands slice it), the bands and the 16 KiB
+    # exit twice (the bands' parts and the row Concat) are what remains
+    assert before == 128 * 1024
+    assert 0 < after < before
+    assert tiled_stage_peaks(plan(g), plan(g)) is None

@@ -43,3 +43,34 @@ def bound_by(p: CompiledPlan, top: int = 3) -> list[dict[str, Any]]:
     return [
         {"tensors": list(b.tensors[:2]), "bytes": b.nbytes, "at_node": node} for b in bufs[:top]
     ]
+
+
+def live_per_step(m: MemoryPlan) -> list[int]:
+    """Bytes of the plan's buffers live at each step (aliasing counted once)."""
+    steps = max((b.end for b in m.buffers), default=0) + 1
+    delta = [0] * (steps + 1)
+    for b in m.buffers:
+        delta[b.start] += b.nbytes
+        delta[b.end + 1] -= b.nbytes
+    out, cur = [], 0
+    for s in range(steps):
+        cur += delta[s]
+        out.append(cur)
+    return out
+
+
+def stage_peak(p: CompiledPlan, nodes: set[str]) -> int:
+    """Peak live bytes over the steps that run ``nodes`` (e.g. a tiled region's bands)."""
+    live = live_per_step(p.memory)
+    steps = [s for s, i in enumerate(p.memory.order) if p.view.nodes[i].name in nodes]
+    return max((live[s] for s in steps if s < len(live)), default=0)
+
+
+def tiled_stage_peaks(base: CompiledPlan, tiled: CompiledPlan) -> tuple[int, int] | None:
+    """(peak over the first stages untiled, the same stages tiled): the stages are the
+    nodes tile_strips cut into bands (named ``<node>/strip<k>``); None when none were."""
+    bands = {n.name for n in tiled.view.nodes if "/strip" in n.name}
+    original = {name.rsplit("/strip", 1)[0] for name in bands}
+    if not bands:
+        return None
+    return stage_peak(base, original), stage_peak(tiled, bands)
