@@ -214,11 +214,16 @@ def arena_check(
     bound = cfg.get("max_bytes", budget["bytes"] if budget else None)
     if arena is None or bound is None:
         return Check("arena", "skip", None, bound, "backend does not report an arena size")
+    rung = None
+    if budget is not None:
+        rung = next((s for s in budget["ladder"] if s["rung"] == budget["rung"]), None)
+    if rung is not None and rung.get("spill_bytes") is not None:
+        # the spill rung: the budget bounds the fast region, the spill region lies outside
+        arena = rung["arena_bytes"]
     ok = arena <= bound
     lb = f" (liveness lower bound {lower:,} B)" if lower else ""
     msg = f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}"
     if budget is not None:
-        rung = next((s for s in budget["ladder"] if s["rung"] == budget["rung"]), None)
         if budget["fits"] and rung is not None:
             cost = rung.get("latency_cost_pct")
             msg += (

@@ -12,7 +12,7 @@ from guard.core.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fp = subparsers.add_parser(
         "fit",
-        help="climb the memory ladder (views, schedule, recompute, tile, int8) until the "
+        help="climb the memory ladder (views, schedule, recompute, tile, int8, spill) until the "
         "bundled compiler's arena fits a budget",
     )
     fp.add_argument("model", help="an .onnx file or zoo:<name>")

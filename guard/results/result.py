@@ -186,6 +186,8 @@ class BudgetRung(Record):
     extra_macs_pct: float | None = None
     max_abs_err: float | None = None
     seconds: float | None = None
+    spill_bytes: int | None = None  # the spill rung: bytes outside the budget
+    spill_traffic_bytes: int | None = None  # and the bytes its copies move per inference
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,10 +21,12 @@ def views_text(p: CompiledPlan) -> str:
 
 
 def peak_buffers(m: MemoryPlan) -> tuple[int, list[Any]]:
-    """(step, buffers live there) at the step of the plan whose live buffers sum highest."""
+    """(step, buffers live there) at the step of the plan whose live buffers sum highest,
+    over the fast region (buffers of spilled copies live outside the budget)."""
     steps = max((b.end for b in m.buffers), default=0) + 1
     live = [0] * (steps + 1)
-    for b in m.buffers:
+    fast = [b for b in m.buffers if not any(t.endswith("/spilled") for t in b.tensors)]
+    for b in fast:
         live[b.start] += b.nbytes
         live[b.end + 1] -= b.nbytes
     best, cur, at = -1, 0, 0
@@ -32,7 +34,7 @@ def peak_buffers(m: MemoryPlan) -> tuple[int, list[Any]]:
         cur += live[s]
         if cur > best:
             best, at = cur, s
-    return at, [b for b in m.buffers if b.start <= at <= b.end and b.nbytes]
+    return at, [b for b in fast if b.start <= at <= b.end and b.nbytes]
 
 
 def bound_by(p: CompiledPlan, top: int = 3) -> list[dict[str, Any]]:

@@ -13,7 +13,9 @@ chapter; issue 35):
    (guard.compiler.passes.tile_strips); the exit and strip count with the smallest arena
    (or, when one fits, the fitting one with the fewest extra MACs) win.
 5. ``int8``: int8 activations between layers, where the compiler has an int8 path.
-6. ``spill``: not a rung of this ladder (see docs/ARCHITECTURE.md, "Memory budget").
+6. ``spill``: tensors idle across the peak are copied to a second region and back
+   (guard.compiler.graph.memory_spill); the rung's arena is the fast region (what the
+   budget bounds), and it reports the spill region's bytes and the copies' traffic.
 
 The climb stops at the first rung whose arena fits (``stop_at_fit``) or when every rung
 is tried; the whole search is bounded by ``search_s`` seconds (SEARCH_S: 30 s, far below
@@ -35,6 +37,13 @@ from guard.compiler.fit.describe import bound_by, views_text
 from guard.compiler.graph.exec_order import Schedule
 from guard.compiler.graph.memory import plan_memory
 from guard.compiler.graph.memory_order import memory_order
+from guard.compiler.graph.memory_spill import (
+    fills_late,
+    insert_copies,
+    spill_candidates,
+    spill_traffic,
+    split_regions,
+)
 from guard.compiler.graph.view import peak_live_bytes, view_of_graph
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import CompiledPlan, plan
@@ -43,7 +52,7 @@ from guard.compiler.passes.tile_strips import TileStrips, conv_macs, regions
 from guard.core.budget_bytes import fmt_bytes
 
 SEARCH_S = 30.0
-NAMES = {1: "views", 2: "schedule", 3: "recompute", 4: "tile", 5: "int8"}
+NAMES = {1: "views", 2: "schedule", 3: "recompute", 4: "tile", 5: "int8", 6: "spill"}
 INT8_UNAVAILABLE = (
     "not available: the bundled compiler has no int8 activation path (its kernels read and "
     "write float32 between layers)"
@@ -62,6 +71,8 @@ class Step:
     extra_macs_pct: float = 0.0
     latency_cost_pct: float | None = None
     max_abs_err: float | None = None
+    spill_bytes: int | None = None  # rung 6: bytes in the spill region, outside the budget
+    spill_traffic_bytes: int | None = None  # rung 6: bytes copied out and back per inference
     plan: CompiledPlan | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,6 +85,11 @@ class Step:
             "extra_macs_pct": round(self.extra_macs_pct, 3),
             "max_abs_err": self.max_abs_err,
             "seconds": round(self.seconds, 3),
+            **(
+                {"spill_bytes": self.spill_bytes, "spill_traffic_bytes": self.spill_traffic_bytes}
+                if self.spill_bytes is not None
+                else {}
+            ),
         }
 
 
@@ -159,6 +175,13 @@ def climb(
                           plan=best))  # fmt: skip
     if not (stop_at_fit and fits(best)):
         steps.append(Step(5, "int8", None, INT8_UNAVAILABLE, 0.0))
+        left = deadline - clock()
+        t = clock()
+        if left <= 0:
+            steps.append(Step(6, "spill", None, f"not tried: the {search_s:.0f} s search "
+                              "bound was reached", 0.0))  # fmt: skip
+        else:
+            steps.append(_spill(best, profile, left, clock, budget_bytes, t))
     fitting = [s for s in steps if s.arena_bytes is not None and s.arena_bytes <= budget_bytes]
     chosen_step = fitting[0] if fitting else min(
         (s for s in steps if s.arena_bytes is not None), key=lambda s: (s.arena_bytes, s.rung)
@@ -172,7 +195,7 @@ def climb(
         steps=tuple(steps),
         chosen=chosen,
         smallest_bytes=smallest,
-        bound_by=tuple(bound_by(best if not fitting else chosen)),
+        bound_by=tuple(bound_by(chosen)),
         unconstrained_lower_bound_bytes=base.lower_bound_bytes,
         seconds=clock() - t0,
     )
@@ -285,3 +308,52 @@ def _tile(
         return p, f"{len(ranked)} tilings tried, none lowered the arena", 0.0
     new = searched(new, max(end - clock(), 0.5))[0]
     return new, f"{note}; arena {fmt_bytes(new.arena_bytes)}", extra
+
+
+def _spill(
+    p: CompiledPlan,
+    profile: str | Path | None,
+    left: float,
+    clock: Callable[[], float],
+    budget: int,
+    t0: float,
+) -> Step:
+    """Rung 6: spill the largest idle tensor at the fast region's peak, re-plan, repeat
+    while the fast region shrinks and does not fit (at most 8 tensors)."""
+    end = clock() + left
+    cur = p
+    split, fast, spill = split_regions(p.memory)
+    done: list[str] = []
+    for _ in range(8):
+        if fast <= budget or clock() > end:
+            break
+        cands = spill_candidates(cur.view, cur.memory)
+        if not cands:
+            break
+        t, late = cands[0]
+        g = cur.graph.clone()
+        insert_copies(g, t, late)
+        new = plan(g, profile)
+        if len(set(new.partitions.group_of)) == 1:  # moving the copies keeps one block
+            order = fills_late(new.view, new.memory.order)
+            new = dataclasses.replace(new, memory=plan_memory(new.view, order))
+        nsplit, nfast, nspill = split_regions(new.memory)
+        if nfast >= fast:
+            break
+        cur, split, fast, spill = new, nsplit, nfast, nspill
+        done.append(t)
+    if not done:
+        why = (
+            "no tensor idles across the peak in the fast region (nothing to spill)"
+            if not spill_candidates(p.view, p.memory)
+            else "spilling the largest idle tensor did not shrink the fast region"
+        )
+        return Step(6, "spill", p.arena_bytes, why, clock() - t0)
+    traffic = spill_traffic(split)
+    chosen = dataclasses.replace(cur, memory=split)
+    what = (
+        f"spilled {', '.join(done)}: fast region {fmt_bytes(fast)}, {fmt_bytes(spill)} "
+        f"outside the budget, {fmt_bytes(traffic)} copied per inference"
+    )
+    return Step(6, "spill", fast, what, clock() - t0, spill_bytes=spill,
+                spill_traffic_bytes=traffic, plan=chosen)  # fmt: skip
