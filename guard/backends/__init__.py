@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from guard.backends.base import Backend
 from guard.core.errors import UsageError
@@ -12,6 +13,12 @@ REGISTRY: dict[str, str] = {
     "onnxruntime": "guard.backends.onnxruntime:OnnxRuntimeBackend",
     "bundled": "guard.backends.bundled:BundledBackend",
     "tvm": "guard.backends.tvm:TvmBackend",
+    "openvino": "guard.backends.openvino:OpenVinoBackend",
+}
+# Backends that need an optional dependency: name -> (the module it imports, the extra).
+EXTRAS: dict[str, tuple[str, str]] = {
+    "tvm": ("tvm", "tvm"),
+    "openvino": ("openvino", "openvino"),
 }
 
 
@@ -21,6 +28,13 @@ def get_backend(name: str) -> Backend:
         raise UsageError(
             f"unknown backend {name!r}", hint=f"Use one of: {', '.join(sorted(REGISTRY))}."
         )
+    if name in EXTRAS:
+        needed, extra = EXTRAS[name]
+        if importlib.util.find_spec(needed) is None:
+            raise UsageError(
+                f"backend {name!r} needs the {needed} package, which is not installed here",
+                hint=f"Install it: pip install 'guard[{extra}]'.",
+            )
     module_name, _, factory = REGISTRY[name].partition(":")
     try:
         module = importlib.import_module(module_name)

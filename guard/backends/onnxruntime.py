@@ -29,7 +29,7 @@ from guard.backends.ort_session import (
     session_options,
 )
 from guard.compiler.graph.grouping import group_connected, merge_while_acyclic
-from guard.core.errors import ModelError
+from guard.core.errors import ModelError, UsageError
 from guard.core.schema import Schema
 
 if TYPE_CHECKING:
@@ -144,10 +144,19 @@ def provider_groups(nodes: Sequence[onnx.NodeProto], ep: Sequence[str]) -> list[
 def _partitions(sess: Any, model: onnx.ModelProto) -> dict[str, Any]:
     """Same-provider partitions of the optimised graph (see the module docstring)."""
     assigned: dict[str, str] = {}
-    for sg in sess.get_provider_graph_assignment_info():
-        for n in sg.get_nodes():
-            assigned[n.name] = sg.ep_name
     nodes = list(model.graph.node)
+    recorded = hasattr(sess, "get_provider_graph_assignment_info")
+    if recorded:
+        for sg in sess.get_provider_graph_assignment_info():
+            for n in sg.get_nodes():
+                assigned[n.name] = sg.ep_name
+    elif len(sess.get_providers()) > 1:
+        raise UsageError(
+            f"onnxruntime {_ort().__version__} does not record which provider runs each node "
+            f"(session.get_provider_graph_assignment_info), so guard cannot count partitions "
+            f"over {sess.get_providers()}",
+            hint="Use one provider with this onnxruntime, or a newer onnxruntime.",
+        )
     ep = [assigned.get(n.name, FALLBACK_PROVIDER) for n in nodes]
     merged = provider_groups(nodes, ep)
     by_provider: dict[str, int] = {}
@@ -168,8 +177,13 @@ def _partitions(sess: Any, model: onnx.ModelProto) -> dict[str, Any]:
         "fallback_nodes": len(nodes) - delegated,
         "by_provider": by_provider,
         "details": details,
-        "how": "ORT's recorded node-to-provider assignment (session.record_ep_graph_assignment_info) "
-        "over the optimised graph: connected same-provider subgraphs (the collapsed graph "
+        "how": (
+            "ORT's recorded node-to-provider assignment (session.record_ep_graph_assignment_info)"
+            if recorded
+            else f"onnxruntime {_ort().__version__} records no node-to-provider assignment: its "
+            f"one provider ({ep[0] if ep else FALLBACK_PROVIDER}) runs every node"
+        )
+        + " over the optimised graph: connected same-provider subgraphs (the collapsed graph "
         "kept acyclic), merged per provider while it stays acyclic; count = partitions on "
         "every provider.",
     }

@@ -60,6 +60,8 @@ _NOT_PAYLOAD = {"manifest.json", "build.json", "hashes.json"}
 DEFAULT_INFERENCES = 5
 DEFAULT_WARMUP = 3
 DEFAULT_MAX_S = 900.0
+# Runtimes that pick their kernels from the CPU they run on (no target of their own).
+RUNTIME_BACKENDS = ("onnxruntime", "openvino")
 
 
 @dataclass(frozen=True)
@@ -266,13 +268,13 @@ def count_artefact(
         arch, where, counting_target = entry.arch, "static runner", target
     else:
         # Python runs natively under the counter; a runtime's own build is the host's.
-        pmu, note = choose_engine(cfg.engine, host_arch(),
-                                  None if backend == "onnxruntime" else target)  # fmt: skip
+        runtime = backend in RUNTIME_BACKENDS
+        pmu, note = choose_engine(cfg.engine, host_arch(), None if runtime else target)
         eng, regions = _count_in_python(backend, artefact, feeds, cfg, model, pmu)
         kernels, where = [], "python"
         # Runtimes pick their kernels from the CPU they run on: emulated, or this one.
         arch, cpu = ("x86_64", "qemu -cpu max") if pmu is None else (pmu.arch, f"native {pmu.cpu}")
-        counting_target = cpu if backend == "onnxruntime" else f"{target} ({cpu})"
+        counting_target = cpu if runtime else f"{target} ({cpu})"
     n = len(regions)
     instr = [r.instructions for r in regions]
     least = min(

@@ -124,7 +124,10 @@ def _delegation(s: Side) -> tuple[int | None, int | None, dict[str, Any]]:
 
 
 # Fallbacks that are a reference path rather than a second delegate.
-REFERENCE_PATHS = {"bundled": {"cpu": "the reference interpreter"}}
+REFERENCE_PATHS = {
+    "bundled": {"cpu": "the reference interpreter"},
+    "openvino": {"CPU:reference": "OpenVINO's reference (ref_*) implementations"},
+}
 
 
 def _reference(s: Side) -> str:

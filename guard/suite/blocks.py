@@ -45,7 +45,7 @@ MODEL_KEYS = {
     "test_data",
 }
 # Backends whose options a suite may set (guard.backends.REGISTRY, without importing it).
-OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm"}
+OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm", "openvino"}
 INPUT_KEYS = {"shape", "dist", "seed", "mean", "std", "low", "high", "value", "file", "key"}
 # The same keys as guard.measure.MeasureConfig, which validates the values again.
 MEASURE_KEYS = {

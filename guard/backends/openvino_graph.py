@@ -1,0 +1,175 @@
+"""What OpenVINO's compiled model says about itself: partitions, memory, per-layer times.
+
+The runtime graph (``CompiledModel.get_runtime_model()``) has one node per executed layer,
+each with runtime information: ``layerType`` (Convolution, Reorder, Subgraph ...),
+``primitiveType`` (the implementation: ``brgconv_avx512_f32``, ``jit_avx2_f32``,
+``gemm_mlas_f32``; ``ref_f32`` or ``ref_any_f32`` for OpenVINO's reference, plain C++
+implementations; ``unknown_*`` for layers that do no work, such as an in-place Reshape),
+``execOrder`` and ``outputPrecisions``.
+
+Partitions: every layer that does work is on an optimised implementation (delegated) or
+a reference one (fallback); connected same-kind subgraphs are grouped with the compiler's
+grouping (guard.compiler.graph.grouping), as onnxruntime's providers are, and every group
+counts, so ``partitions: {max: 1}`` fails a graph with a reference layer in its middle.
+Input, Output and Const layers are not counted.
+
+Memory: OpenVINO's CPU plugin reports no memory statistic (the GPU plugin's
+``GPU_MEMORY_STATISTICS`` has no CPU counterpart), so ``arena_bytes`` is None. The lower
+bound is the liveness of the runtime graph: each layer's outputs (shape x precision) live
+from its execution until their last consumer runs, graph outputs to the end; constants and
+layers that do no work (in place) are not counted, so it stays a lower bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from guard.backends.base import PartitionInfo
+from guard.compiler.graph.grouping import group_connected, merge_while_acyclic
+
+OPTIMISED = "CPU"
+REFERENCE = "CPU:reference"
+_NOT_LAYERS = {"Input", "Output", "Const", "Parameter", "Result", "Constant"}
+
+
+def _info(op: Any, key: str) -> str:
+    rt = op.get_rt_info()
+    return str(rt[key].astype(str)) if key in rt else ""
+
+
+def is_reference(primitive: str) -> bool:
+    """``ref_f32``, ``ref_any_i32``: one of OpenVINO's reference implementations."""
+    return primitive == "ref" or primitive.startswith("ref_")
+
+
+def _layers(runtime_model: Any) -> tuple[list[Any], list[str], list[str]]:
+    """(layers that are not inputs/outputs/constants, their layer types, their primitives)."""
+    ops = [
+        op for op in runtime_model.get_ordered_ops() if _info(op, "layerType") not in _NOT_LAYERS
+    ]
+    return ops, [_info(op, "layerType") for op in ops], [_info(op, "primitiveType") for op in ops]
+
+
+def partitions(runtime_model: Any) -> PartitionInfo:
+    """Optimised and reference partitions of the runtime graph (the module docstring)."""
+    ops, types, prims = _layers(runtime_model)
+    by_name = {op.get_friendly_name(): i for i, op in enumerate(ops)}
+    preds: list[list[int]] = []
+    for i, op in enumerate(ops):
+        ps = set()
+        for inp in op.inputs():
+            src = inp.get_source_output().get_node()
+            j = by_name.get(src.get_friendly_name())
+            if j is not None and j != i:
+                ps.add(j)
+        preds.append(sorted(ps))
+    kind = [REFERENCE if is_reference(p) else OPTIMISED for p in prims]
+    groups, _ = group_connected(preds, kind)
+    merge_while_acyclic(groups, kind)
+    members = sorted((sorted(m) for m in groups.members.values()), key=lambda m: (-len(m), m[0]))
+    details = []
+    for m in members:
+        ops_in: dict[str, int] = {}
+        for i in m:
+            ops_in[types[i]] = ops_in.get(types[i], 0) + 1
+        details.append({"provider": kind[m[0]], "nodes": len(m), "ops": ops_in})
+    by_provider = {k: kind.count(k) for k in (OPTIMISED, REFERENCE) if k in kind}
+    reorders = sum(1 for t in types if t == "Reorder")
+    return PartitionInfo(
+        count=len(members),
+        delegated_nodes=kind.count(OPTIMISED),
+        fallback_nodes=kind.count(REFERENCE),
+        by_provider=by_provider,
+        details=details,
+        how="OpenVINO's runtime graph (compiled_model.get_runtime_model()): layers on a "
+        "reference implementation (primitiveType ref_*) are fallback nodes, the rest "
+        "delegated; connected same-kind subgraphs grouped as onnxruntime's providers are; "
+        "count = every group. Input, Output and Const layers not counted.",
+        layout_conversions=reorders,
+    )
+
+
+def _bytes(output: Any) -> int | None:
+    shape = output.get_partial_shape()
+    if not shape.is_static:
+        return None
+    return int(np.prod([d.get_length() for d in shape], dtype=np.int64)) * int(
+        output.get_element_type().size
+    )
+
+
+def memory_facts(runtime_model: Any) -> dict[str, Any]:
+    """{arena_bytes: None, lower_bound_bytes, how, extra} of the runtime graph."""
+    ops = sorted(runtime_model.get_ordered_ops(), key=lambda op: int(_info(op, "execOrder") or 0))
+    last: dict[str, int] = {}
+    for s, op in enumerate(ops):
+        for inp in op.inputs():
+            src = inp.get_source_output().get_node().get_friendly_name()
+            last[src] = max(last.get(src, -1), s)
+    frees = [0] * (len(ops) + 1)
+    live = peak = weights = unknown = 0
+    for s, op in enumerate(ops):
+        layer, prim = _info(op, "layerType"), _info(op, "primitiveType")
+        size = 0
+        for out in op.outputs():
+            b = _bytes(out)
+            if b is None:
+                unknown += 1
+            else:
+                size += b
+        if layer == "Const":
+            weights += size
+            continue
+        if layer in _NOT_LAYERS or prim.startswith("unknown"):
+            continue
+        live += size
+        feeds_output = any(
+            c.get_node().get_type_name() == "Result" or _info(c.get_node(), "layerType") == "Output"
+            for out in op.outputs()
+            for c in out.get_target_inputs()
+        )
+        if not feeds_output:
+            frees[max(last.get(op.get_friendly_name(), s), s)] += size
+        peak = max(peak, live)
+        live -= frees[s]
+        frees[s] = 0
+    return {
+        "arena_bytes": None,
+        "lower_bound_bytes": peak,
+        "how": "OpenVINO's CPU plugin reports no memory statistic: no arena. Lower bound: "
+        "liveness of the runtime graph in execOrder (each layer's outputs, shape x "
+        "precision, until their last consumer; constants and in-place layers not counted).",
+        "extra": {"constant_bytes": weights, "unknown_shape_outputs": unknown},
+    }
+
+
+def profile_rows(infos: Sequence[Sequence[Any]], top: int) -> list[dict[str, Any]]:
+    """The ``top`` layers by mean real time per inference from PERF_COUNT records (one
+    list of ProfilingInfo per inference), as result ``kernels`` rows."""
+    per: dict[str, dict[str, Any]] = {}
+    for run in infos:
+        for p in run:
+            if str(p.status).endswith("NOT_RUN") or str(p.status).endswith("OPTIMIZED_OUT"):
+                continue
+            row = per.setdefault(
+                p.node_name, {"op": p.node_type, "provider": p.exec_type, "us": []}
+            )
+            row["us"].append(p.real_time.total_seconds() * 1e6)
+    means = {n: float(np.mean(r["us"])) / 1e3 for n, r in per.items() if r["us"]}
+    total = sum(means.values())
+    rows = [
+        {
+            "kernel": n,
+            "op": per[n]["op"],
+            "provider": per[n]["provider"],
+            "ms": round(ms, 6),
+            "share": round(ms / total, 4) if total > 0 else None,
+            "nodes": [n],
+            "source": "openvino PERF_COUNT",
+        }
+        for n, ms in means.items()
+    ]
+    return sorted(rows, key=lambda r: -r["ms"])[:top]
