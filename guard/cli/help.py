@@ -116,6 +116,11 @@ DOCS: dict[str, tuple[str, list[str]]] = {
         "cache fits in --max-size; --dry-run says what would go.",
         ["guard cache prune --older-than 30", "guard cache prune --max-size 2G --dry-run"],
     ),
+    "schema suite": (
+        "Print the suite file's JSON Schema (generated from the suite validator's tables), "
+        "for editor completion and validation; see the README for the wiring.",
+        ["guard schema suite"],
+    ),
     "zoo list": (
         "List the built-in models (zoo:<name> in a suite's source).",
         ["guard zoo list"],

@@ -32,7 +32,7 @@ from guard.core.errors import (
 COMMANDS = (
     "run", "tune", "golden", "manifest", "zoo", "partition", "track", "dashboard", "compare",
     "ab", "bump", "history", "calibrate", "merge", "doctor", "reduce", "init", "bisect", "profile",
-    "cache", "fit",
+    "cache", "fit", "schema",
 )  # fmt: skip
 
 
