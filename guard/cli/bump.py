@@ -16,8 +16,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "bump",
         help="run a suite before and after a dependency bump, in two isolated venvs",
         description="guard bump onnxruntime==1.31.1 onnxruntime==1.32.0 [SUITE], or "
-        "guard bump --base-pyproject OLD.toml [SUITE] to compare every pin that differs "
-        "between two pyproject files (CI: the base branch's against the PR's). "
+        "guard bump --base-lock OLD-ci.txt [SUITE] to compare every pin of guard's "
+        "dependencies that differs between two constraints files (CI: the base branch's "
+        "constraints/ci.txt against the PR's; --base-pyproject takes a pyproject.toml). "
         "Exit 1 when anything regressed.",
     )
     b.add_argument(
@@ -27,13 +28,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="PKG==OLD PKG==NEW, then the suite (default suites/smoke.yaml)",
     )
     b.add_argument(
-        "--base-pyproject", type=Path, metavar="FILE", help="the old pins come from this file"
+        "--base-pyproject",
+        "--base-lock",
+        dest="base_pyproject",
+        type=Path,
+        metavar="FILE",
+        help="the old pins come from this file: a pyproject.toml (with the constraints/ci.txt "
+        "beside it) or a constraints file",
     )
     b.add_argument(
         "--head-pyproject",
+        "--head-lock",
+        dest="head_pyproject",
         type=Path,
         metavar="FILE",
-        help="the new pins (default: guard's own pyproject.toml)",
+        help="the new pins (default: guard's own pyproject.toml and constraints/ci.txt)",
     )
     b.add_argument(
         "--env-cache",

@@ -135,7 +135,7 @@ def make_side(
 ) -> Side:
     """The side's interpreter and guard (see the module docstring)."""
     guard_src = src if is_guard_tree(src) else REPO_ROOT
-    reqs = list(_pyproject(src).get("project", {}).get("dependencies", []))
+    reqs = pinned_requirements(src / "pyproject.toml") if _pyproject(src) else []
     if not reqs or sorted(reqs) == sorted(pinned_requirements()):
         return Side(label, src, python, guard_src, sha)
     env = ensure_env(

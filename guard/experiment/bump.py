@@ -1,7 +1,7 @@
 """Dependency bumps: the suite before and after ``PKG==OLD -> PKG==NEW``, in isolated venvs.
 
-Each side gets its own venv holding guard's pinned dependencies (pyproject.toml) with the
-one pin replaced. guard itself is not installed there: the venv's Python imports this
+Each side gets its own venv holding guard's dependencies (pyproject.toml's ranges, each
+pinned to CI's lock, constraints/ci.txt) with the one pin replaced. guard itself is not installed there: the venv's Python imports this
 source tree through PYTHONPATH, so both sides run the same instrument and only the
 dependency differs. Venvs are cached by a key over (interpreter, the resolved
 requirement list) and only reused when their install completed (a marker file).
@@ -53,12 +53,46 @@ def parse_pin(text: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def pinned_requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> list[str]:
+LOCK = Path("constraints") / "ci.txt"
+# The extras a bump environment holds too (their backends are in the suites it runs).
+BUMP_EXTRAS = ("tvm", "openvino")
+
+
+def read_lock(path: Path) -> dict[str, str]:
+    """{normalised name: version} of a constraints file's ``NAME==VERSION`` lines."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read the constraints file ({e})", where=str(path)) from None
+    out = {}
+    for line in text.splitlines():
+        m = _PIN.match(line.split("#", 1)[0].strip())
+        if m:
+            out[_norm(m.group(1))] = m.group(2)
+    return out
+
+
+def pinned_requirements(
+    pyproject: Path = REPO_ROOT / "pyproject.toml", lock: Path | None = None
+) -> list[str]:
+    """guard's runtime dependencies and the tvm/openvino extras, each pinned to the exact
+    version of ``lock`` (default: constraints/ci.txt beside ``pyproject``) where it has one:
+    pyproject declares ranges, a bump environment needs one exact set."""
     try:
         data = tomllib.loads(pyproject.read_text())
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise UsageError(f"cannot read guard's dependencies ({e})", where=str(pyproject)) from None
-    return list(data.get("project", {}).get("dependencies", []))
+    project = data.get("project", {})
+    extras = project.get("optional-dependencies", {})
+    reqs = [*project.get("dependencies", []), *(r for x in BUMP_EXTRAS for r in extras.get(x, []))]
+    lock = lock if lock is not None else pyproject.parent / LOCK
+    pins = read_lock(lock) if lock.is_file() else {}
+    out = []
+    for r in reqs:
+        head = re.split(r"[<>=!~; ]", r, maxsplit=1)[0]  # the name, with its [extra]
+        version = pins.get(_norm(head.split("[")[0]))
+        out.append(f"{head}=={version}" if version else r)
+    return out
 
 
 def requirements_with(pin: str, base: Sequence[str]) -> list[str]:
@@ -254,10 +288,14 @@ def merge_rounds(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def read_requirements(pyproject: Path) -> list[str]:
-    if not pyproject.is_file():
-        raise UsageError("no such pyproject file", where=str(pyproject))
-    return pinned_requirements(pyproject)
+def read_requirements(path: Path) -> list[str]:
+    """The pinned requirements of a pyproject.toml (with the lock beside it), or of a
+    constraints file (guard's dependencies, pinned by it)."""
+    if not path.is_file():
+        raise UsageError("no such pyproject or constraints file", where=str(path))
+    if path.suffix == ".txt":
+        return pinned_requirements(REPO_ROOT / "pyproject.toml", lock=path)
+    return pinned_requirements(path)
 
 
 def run_bump(

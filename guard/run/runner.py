@@ -32,6 +32,7 @@ from guard.core.errors import (
     UsageError,
 )
 from guard.core.schema import RESULTS_SCHEMA_VERSION
+from guard.core.supported import outside_range, warning_line
 from guard.golden.produce import ensure_golden, golden_store
 from guard.measure import MeasureConfig, set_threads
 from guard.measure.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
@@ -376,6 +377,10 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         "started": started,
         "git": git_info(suite.directory),
     }
+    unsupported = outside_range()
+    if unsupported:  # measured all the same: the manifests pin the exact versions
+        say(warning_line(unsupported), opts.console)
+        head["unsupported_versions"] = unsupported
     # A large suite is written as it goes, a batch of models at a time (guard.run.stream).
     written = InProgress.for_run(opts.json_path, opts.workdir, head, sum(len(b) for _, b in work))
     stop = Interruption()  # SIGINT/SIGTERM end the run; what was measured is reported

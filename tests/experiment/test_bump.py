@@ -98,6 +98,30 @@ def test_pinned_requirements_come_from_pyproject():
     assert any(r.startswith("onnxruntime==") for r in reqs)
 
 
+def test_pyproject_ranges_are_pinned_by_the_lock_beside_it(tmp_path):
+    """pyproject declares ranges; a bump environment gets the lock's exact versions (and
+    the tvm/openvino extras), a range stays a range where the lock has no pin."""
+    (tmp_path / "constraints").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "guard"\ndependencies = ["onnxruntime>=1.19.2,<2", '
+        '"psycopg[binary]>=3.3.9,<4", "rich>=15"]\n'
+        '[project.optional-dependencies]\nopenvino = ["openvino>=2026.3.0,<2027"]\n'
+        'test = ["pytest==9.0.3"]\n'
+    )
+    (tmp_path / "constraints" / "ci.txt").write_text(
+        "# a lock\nonnxruntime==1.32.0\npsycopg==3.3.9\nopenvino==2026.4.1\npytest==9.0.3\n"
+    )
+    assert bump.pinned_requirements(tmp_path / "pyproject.toml") == [
+        "onnxruntime==1.32.0",
+        "psycopg[binary]==3.3.9",
+        "rich>=15",
+        "openvino==2026.4.1",
+    ]
+    # A constraints file alone pins guard's own dependencies (the CI bump job's base).
+    reqs = bump.read_requirements(tmp_path / "constraints" / "ci.txt")
+    assert "onnxruntime==1.32.0" in reqs and "openvino==2026.4.1" in reqs
+
+
 def test_bump_report_leads_with_manifest_diff_and_exits_1_on_regression(tmp_path, suite):
     runner = FakeRunner(slow_version="1.32.0")
     cmp, code = bump.run_bump(

@@ -76,10 +76,10 @@ def test_check_jsonschema_vendored_schemas(schema, path, tmp_path):
     assert run(cj, "--builtin-schema", schema, str(bad)).returncode != 0
 
 
-def test_gate_is_the_pull_request_author_and_trigger_is_pyproject():
+def test_gate_is_the_pull_request_author_and_trigger_is_the_lock_or_pyproject():
     wf = yaml.safe_load(WORKFLOW.read_text())
     on = wf[True] if True in wf else wf["on"]  # YAML 1.1 reads a bare `on` as true
-    assert on["pull_request"]["paths"] == ["pyproject.toml"]
+    assert on["pull_request"]["paths"] == ["pyproject.toml", "constraints/ci.txt"]
     assert "pull_request_target" not in on  # bot PRs never get a write token or secrets here
     job = wf["jobs"]["bump"]
     assert "github.event.pull_request.user.login == 'dependabot[bot]'" in job["if"]
@@ -97,10 +97,10 @@ def test_workflow_command_line_parses_with_guards_cli(tmp_path, monkeypatch, cap
     step = next(s for s in wf["jobs"]["bump"]["steps"] if s.get("run", "").startswith("guard bump"))
     line = step["run"].replace("${RUNNER_TEMP}", str(tmp_path))
     args = build_parser().parse_args(shlex.split(line)[1:])
-    assert args.base_pyproject == tmp_path / "base-pyproject.toml"
+    assert args.base_pyproject == tmp_path / "base-ci.txt"
     assert args.items == ["suites/smoke.yaml"] and args.quiet
     # and with unchanged runtime pins (a test-tool bump) it reports and exits 0
-    args.base_pyproject.write_text((ROOT / "pyproject.toml").read_text())
+    args.base_pyproject.write_text((ROOT / "constraints" / "ci.txt").read_text())
     monkeypatch.chdir(tmp_path)
     assert args.func(args) == 0
     assert "no runtime dependency pin changed" in (tmp_path / "bump.md").read_text()
