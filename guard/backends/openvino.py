@@ -37,7 +37,7 @@ from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionIn
 from guard.backends.openvino_graph import memory_facts, partitions, profile_rows
 from guard.core.errors import ModelError, UsageError
 from guard.core.schema import Schema
-from guard.manifest.target import target_arch
+from guard.manifest.target_string import target_arch
 
 PAYLOAD = "model.xml"
 WEIGHTS = "model.bin"

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from guard.backends import get_backend
 from guard.backends.base import BuildRequest
 from guard.core.errors import ModelError, UsageError
-from guard.manifest.target import canonicalize
+from guard.manifest.target_string import canonicalize
 from guard.run.cache_check import hash_tree
 
 openvino = pytest.importorskip(
