@@ -62,6 +62,13 @@ def locate(how: tuple[str, ...]) -> Path:
 
 
 def cpu_name() -> str:
+    """/proc/cpuinfo's model name with LLVM's name for the host (its class: znver4, ...)."""
+    import llvmlite.binding as llvm
+
+    return f"{_model_name()} (LLVM host CPU: {llvm.get_host_cpu_name()})"
+
+
+def _model_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
