@@ -232,6 +232,13 @@ def _control_flow_how(p: dict[str, Any]) -> str:
     cuts = [
         f"{cf['node']} ({cf['op']}) on the host calls "
         + ", ".join(f"{a}: {r['count']} partition(s)" for a, r in cf["subgraphs"].items())
+        + (
+            f" (specialised: the model once per branch, guard {cf['specialised']['guard']}"
+            + "".join(f"; {a} refused" for a in cf["specialised"]["refused"])
+            + ")"
+            if cf.get("specialised")
+            else ""
+        )
         for cf in p.get("control_flow", [])
     ]
     return "; control flow: " + "; ".join(cuts) if cuts else ""

@@ -20,9 +20,15 @@ from onnx import helper, numpy_helper
 
 from guard.compiler.frontend.context import ImportContext, np_dtype
 from guard.compiler.frontend.functions import expand_functions
-from guard.compiler.frontend.ops_control import SUBGRAPH_OPS, convert_if, convert_loop
+from guard.compiler.frontend.ops_control import (
+    SUBGRAPH_OPS,
+    SpecialisableIf,
+    convert_if,
+    convert_loop,
+)
 from guard.compiler.frontend.prepare import bind_inputs, toposort, without_big_initializers
 from guard.compiler.frontend.registry import lookup
+from guard.compiler.frontend.specialise import specialise, top_level_if
 from guard.compiler.ir.core import Constant, Graph, Shape
 from guard.core.errors import ModelError, UnsupportedOpError
 
@@ -54,7 +60,32 @@ def _attrs(node: onnx.NodeProto, ctx: ImportContext) -> dict[str, Any]:
 def import_onnx(
     model: str | Path | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
 ) -> Graph:
-    """Import an ONNX model (path or ModelProto) into the typed IR with every dim bound."""
+    """Import an ONNX model (path or ModelProto) into the typed IR with every dim bound.
+
+    An If of the main graph whose branches the IR cannot type once is specialised: one graph
+    per branch behind a guard (guard.compiler.frontend.specialise)."""
+    return _import_specialising(model, input_shapes, 0)
+
+
+def _import_specialising(
+    model: str | Path | onnx.ModelProto, input_shapes: Any, depth: int
+) -> Graph:
+    try:
+        return _import(model, input_shapes)
+    except SpecialisableIf as err:
+        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+        node = top_level_if(proto, err)
+        if node is None:
+            raise  # nested in a body whose own import could not specialise it
+        source = str(model) if not isinstance(model, onnx.ModelProto) else proto.graph.name
+        return specialise(
+            proto, dict(input_shapes or {}), err, node, _import_specialising, depth, source
+        )
+
+
+def _import(
+    model: str | Path | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
+) -> Graph:
     if isinstance(model, onnx.ModelProto):
         source = model.graph.name or "<model>"
         proto = model

@@ -14,9 +14,14 @@ delete values see every use and never look inside a body:
   ``(cond, *carried, *scan outputs)``. Scan outputs stack ``scan_length`` iterations of
   ``scan`` ([dtype name, shape] per scan output).
 
-Refused, naming the node: branches whose outputs differ in shape or dtype (the IR types each
-value once), a carried value whose shape the body changes, and scan outputs whose
-iteration count is not known when the model is imported.
+An If whose condition is known only at run time and whose branches differ in output type,
+or one of whose branches cannot be imported at the bound shapes, raises
+:class:`SpecialisableIf`: the IR types each value once, so the importer compiles the rest
+of the model once per branch instead (guard.compiler.frontend.specialise). Where that
+cannot apply it is the refusal, naming the node.
+
+Refused, naming the node: a carried value whose shape the body changes, and scan outputs
+whose iteration count is not known when the model is imported.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from onnx import helper, numpy_helper
 from guard.compiler.frontend.context import ImportContext
 from guard.compiler.frontend.prepare import free_names
 from guard.compiler.ir.core import Constant, Graph, dtype_name
+from guard.core.errors import ModelError, UnsupportedOpError
 
 ImportFn = Callable[..., Graph]
 SUBGRAPH_OPS = frozenset({"If", "Loop"})
@@ -38,6 +44,23 @@ SUBGRAPH_OPS = frozenset({"If", "Loop"})
 
 def _label(node: onnx.NodeProto) -> str:
     return node.name or (node.output[0] if node.output else "?")
+
+
+class SpecialisableIf(ModelError):
+    """An If that one IR graph cannot hold (see the module docstring): ``node`` is its label,
+    ``cond`` its condition's name, ``why`` the reason in one line, ``refused`` the branches
+    that cannot be imported at the bound shapes (attribute name -> the import's error)."""
+
+    def __init__(
+        self, ctx: ImportContext, node: onnx.NodeProto, why: str, refused: dict[str, str]
+    ) -> None:
+        super().__init__(
+            why,
+            where=ctx.where(node),
+            hint="The bundled compiler types each value once: make both branches produce the "
+            "same shape (or run this model with onnxruntime).",
+        )
+        self.node, self.cond, self.why, self.refused = _label(node), node.input[0], why, refused
 
 
 def _body_model(
@@ -126,9 +149,19 @@ def convert_if(ctx: ImportContext, node: onnx.NodeProto, import_fn: ImportFn) ->
     for attr in ("then_branch", "else_branch"):
         names += [n for n in free_names(branches[attr]) if n not in names]
     caps = _runtime_captures(ctx, names)
-    subs = {
-        a: _import_body(ctx, node, a, names, [], import_fn) for a in ("then_branch", "else_branch")
-    }
+    subs: dict[str, Graph] = {}
+    refused: dict[str, str] = {}
+    for a in ("then_branch", "else_branch"):
+        try:
+            subs[a] = _import_body(ctx, node, a, names, [], import_fn)
+        except UnsupportedOpError:
+            raise  # unsupported at any shape: a build-time refusal, whichever branch runs
+        except ModelError as exc:  # e.g. a branch that only runs at other input shapes
+            refused[a] = str(exc)
+    if refused:
+        raise SpecialisableIf(
+            ctx, node, f"{' and '.join(refused)} cannot be imported at the bound shapes", refused
+        )
     for a, sub in subs.items():
         sub.inputs = list(caps)  # the same capture list for both branches, in node order
         if len(sub.outputs) != len(node.output):
@@ -137,11 +170,12 @@ def convert_if(ctx: ImportContext, node: onnx.NodeProto, import_fn: ImportFn) ->
     for k, (t, e) in enumerate(zip(then_g.outputs, else_g.outputs, strict=True)):
         tv, ev = then_g.values[t], else_g.values[e]
         if tv.shape != ev.shape or tv.dtype != ev.dtype:
-            raise ctx.error(
+            raise SpecialisableIf(
+                ctx,
+                node,
                 f"the If branches produce different shapes: output {k} is {tv.type_str()} in "
                 f"then_branch and {ev.type_str()} in else_branch",
-                hint="The bundled compiler types each value once: make both branches produce the "
-                "same shape (or run this model with onnxruntime).",
+                {},
             )
     types = [(then_g.values[o].shape, then_g.values[o].dtype) for o in then_g.outputs]
     ctx.g.add_node(

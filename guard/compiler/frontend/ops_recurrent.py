@@ -23,7 +23,15 @@ def _recurrent(kind: str) -> Converter:
         layout: int = 0,
         linear_before_reset: int = 0,
     ) -> None:
-        x, r = ctx.type(ins[0]), ctx.type(ins[2])
+        x, w, r = ctx.type(ins[0]), ctx.type(ins[1]), ctx.type(ins[2])
+        if len(x.shape) != 3 or len(w.shape) != 3 or x.shape[2] != w.shape[2]:
+            # onnxruntime refuses the same at run time ("Input X must have 3 dimensions").
+            raise ctx.error(
+                f"{kind} input X is {x.type_str()} and W {w.type_str()}: X must be 3-D "
+                "(sequence, batch, input size; batch first with layout=1) and its input size "
+                "W's last dim",
+                hint="Check the input shapes bound for this model.",
+            )
         dirs = 2 if direction == "bidirectional" else 1
         hs = int(hidden_size or r.shape[-1])
         acts = list(activations or DEFAULT_ACTS[kind] * dirs)

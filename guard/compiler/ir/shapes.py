@@ -254,7 +254,8 @@ SHAPE_FNS["Relayout"] = _relayout
 
 
 def _if(node: Node, vals: list[Value | None]) -> TypeList:
-    body = node.attrs["then_branch"]
+    # A specialised If may hold one branch only (the other refused at the bound shapes).
+    body = node.attrs.get("then_branch") or node.attrs["else_branch"]
     return [(body.values[o].shape, body.values[o].dtype) for o in body.outputs]
 
 
@@ -273,7 +274,8 @@ SHAPE_FNS["Loop"] = _loop
 def infer(node: Node, graph: Graph) -> TypeList | None:
     """Output types of ``node`` from its inputs' types; None when the op has no function."""
     fn = SHAPE_FNS.get(node.op)
-    if fn is None or (node.op == "If" and not isinstance(node.attrs["then_branch"], Graph)):
+    branch = node.attrs.get("then_branch", node.attrs.get("else_branch"))
+    if fn is None or (node.op == "If" and not isinstance(branch, Graph)):
         return None  # a loaded artefact's If names its compiled branches, not their graphs
     vals = [graph.values.get(i) if i else None for i in node.inputs]
     layout = node.attrs.get("layout", "NCHW")

@@ -292,6 +292,9 @@ def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) ->
             f"  control flow: {cf['node']} ({cf['op']}) runs on the host in partition "
             f"{cf['partition']} and calls {subs}"
         )
+        spec = cf.get("specialised")
+        if spec:
+            lines.append(f"    specialised: {_specialised(spec)}")
     if rep["splits"]:
         lines.append("  splits (node that left the first backend, and why):")
         for s in rep["splits"][:max_splits]:
@@ -306,3 +309,12 @@ def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) ->
             more = ", ".join(f"{o} x{c}" for o, c in sorted(ops.items()))
             lines.append(f"    ... and {len(rep['splits']) - max_splits} more ({more})")
     return "\n".join(lines)
+
+
+def _specialised(spec: dict[str, Any]) -> str:
+    """One line for a specialised If (guard.compiler.frontend.specialise)."""
+    branches = ", ".join(f"{a} {how}" for a, how in spec["branches"].items())
+    return (
+        f"the model compiled once per branch, the host dispatching on {spec['guard']} "
+        f"({spec['why']}): {branches}"
+    )

@@ -88,7 +88,8 @@ def control_flow_report(
     parts: PartitionPlan, view: GraphView, subplans: Mapping[str, CompiledPlan]
 ) -> list[dict[str, Any]]:
     """Where control flow cut the model: per If/Loop node, the host partition it runs in
-    and the partitions of each branch or body it calls (their own reports, nested)."""
+    and the partitions of each branch or body it calls (their own reports, nested); a
+    specialised If also its guard, why it was specialised and which branches were refused."""
     out = []
     for i, node in enumerate(view.nodes):
         subs = {
@@ -97,15 +98,16 @@ def control_flow_report(
         if not subs:
             continue
         pid = parts.group_of[i]
-        out.append(
-            {
-                "node": node.name,
-                "op": node.op,
-                "partition": pid,
-                "backend": parts.partitions[pid].backend,
-                "subgraphs": {a: dict(p.partition_report) for a, p in sorted(subs.items())},
-            }
-        )
+        entry = {
+            "node": node.name,
+            "op": node.op,
+            "partition": pid,
+            "backend": parts.partitions[pid].backend,
+            "subgraphs": {a: dict(p.partition_report) for a, p in sorted(subs.items())},
+        }
+        if "specialised" in node.attrs:  # guard.compiler.frontend.specialise
+            entry["specialised"] = dict(node.attrs["specialised"])
+        out.append(entry)
     return out
 
 

@@ -24,7 +24,15 @@ RunBody = Callable[[Any, list[np.ndarray]], list[np.ndarray]]
 def run_if(xs: Xs, a: Attrs, run_body: RunBody) -> list[np.ndarray]:
     cond = bool(np.asarray(arg(xs)).reshape(-1)[0])
     captures = [arg(xs, i) for i in range(1, len(xs))]
-    return run_body(a["then_branch" if cond else "else_branch"], captures)
+    attr = "then_branch" if cond else "else_branch"
+    if attr not in a:  # a specialisation the build refused (guard.compiler.frontend.specialise)
+        why = a.get("specialised", {}).get("refused", {}).get(attr, "it was not compiled")
+        raise ModelError(
+            f"the If's condition is {cond} at run time, and its {attr} cannot run at the "
+            f"input shapes this model was built for: {why}",
+            hint="Build for the input shapes that branch needs (e.g. its window length).",
+        )
+    return run_body(a[attr], captures)
 
 
 def run_loop(xs: Xs, a: Attrs, run_body: RunBody) -> list[np.ndarray]:
