@@ -20,7 +20,15 @@ table. Each bundled artefact is built once and loaded with 1 and 2 threads (the 
 the same for any thread count). On an x86 host that runs AVX2 code but is not an AVX2
 host, a third column measures the AVX2-target (``-mcpu=x86-64-v3``) build on this host,
 interleaved with the other two, as GFLOP/s and as a share of the same-run sgemm.
-``GUARD_BENCH_MODELS=a,b,c`` restricts the models.
+``GUARD_BENCH_MODELS=a,b,c`` restricts the models; such a run writes ``..._subset.md/.json``,
+headed as a subset, so it never replaces the full table.
+
+Where OpenVINO is installed (a benchmark-only dependency: ``pip install openvino==2026.4.1``),
+it is a third peer in the same process, interleaved with the others: its CPU plugin on the
+same .onnx file and input shapes, fp32 (``INFERENCE_PRECISION_HINT f32``: on bf16/AMX hosts
+it would otherwise pick bf16), ``PERFORMANCE_HINT LATENCY``, ``NUM_STREAMS 1`` and
+``INFERENCE_NUM_THREADS`` the thread count. The peers table gives bundled / min(onnxruntime,
+OpenVINO) per thread count and each backend's 1 -> 2 thread speed-up.
 """
 
 from __future__ import annotations
@@ -128,6 +136,52 @@ def _median_of(fn, n: int) -> float:
         fn()
         ts.append(time.perf_counter() - t0)
     return float(np.median(ts))
+
+
+def openvino_missing() -> str | None:
+    """Why the OpenVINO column is left out, or None (it is installed)."""
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return "openvino is not installed (pip install openvino==2026.4.1, benchmark only)"
+    return None
+
+
+class OpenVinoSession:
+    """OpenVINO's CPU plugin on the same model and input shapes: fp32, latency mode, one
+    stream, ``threads`` inference threads (the module docstring says why each is set)."""
+
+    def __init__(self, path: Path, shapes: dict, threads: int) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        model = core.read_model(str(path))
+        model.reshape({k: list(v) for k, v in shapes.items()})
+        config = {
+            "INFERENCE_NUM_THREADS": threads,
+            "PERFORMANCE_HINT": "LATENCY",
+            "NUM_STREAMS": 1,
+            "INFERENCE_PRECISION_HINT": "f32",
+        }
+        self.compiled = core.compile_model(model, "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        self.n_out = len(self.compiled.outputs)
+        self.version = ov.get_version()
+
+    def run(self, feeds: dict) -> list[np.ndarray]:
+        self.request.infer(feeds)
+        # copied out, as onnxruntime and the bundled runtime return fresh arrays
+        return [self.request.get_output_tensor(i).data.copy() for i in range(self.n_out)]
+
+
+def _openvino(name: str, tmp: Path, threads: int) -> OpenVinoSession:
+    from guard.suite import InputSpec
+
+    path = model_file(name)
+    fill = REAL[name][3] if name in REAL else {}
+    specs = {k: InputSpec(k, tuple(v), **fill) for k, v in MODELS[name].items()}
+    spec = bind(load_model(path), path, specs, f"zoo:{name}")
+    return OpenVinoSession(path, dict(spec.shapes), threads)
 
 
 @pytest.mark.parametrize("backend", ["bundled", "tvm"])
@@ -240,9 +294,12 @@ class CpuShare:
         return max(0.0, busy - own) / (wall * (os.cpu_count() or 1))
 
 
-def _interleaved(sessions, feeds, rounds: int) -> tuple[list[float], list[list[float]], float]:
-    """Median seconds of each session, the per-round ratios of each to the first, and
-    other processes' CPU share: rounds alternate over the sessions (ABCABC...)."""
+def _interleaved(
+    sessions, feeds, rounds: int
+) -> tuple[list[float], list[list[float]], float, list[list[float]]]:
+    """Median seconds of each session, the per-round ratios of each to the first, other
+    processes' CPU share, and the per-round seconds: rounds alternate over the sessions
+    (ABCABC...)."""
     for s in sessions:
         s.run(feeds)
         s.run(feeds)
@@ -255,7 +312,7 @@ def _interleaved(sessions, feeds, rounds: int) -> tuple[list[float], list[list[f
         for j, s in enumerate(sessions):
             times[j].append(_median_of(lambda s=s: s.run(feeds), per_round))
     ratios = [[t / a for t, a in zip(ts, times[0], strict=True)] for ts in times[1:]]
-    return [float(np.median(ts)) for ts in times], ratios, share.stop()
+    return [float(np.median(ts)) for ts in times], ratios, share.stop(), times
 
 
 def host_class() -> dict:
@@ -263,7 +320,20 @@ def host_class() -> dict:
 
     h = host_target()
     avx2 = codegen_target(canonicalize(AVX2)) if h.arch == "x86_64" else None
+    model, flags = "?", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, val = line.partition(":")
+            if key.strip() == "model name" and model == "?":
+                model = val.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = set(val.split())
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "asimd")
     return {
+        "cpu_model": model,
+        "cpu_flags": [f for f in wanted if f in flags],
         "llvm_cpu": h.cpu,
         "isa": h.isa,
         "vector_width": h.vector_width,
@@ -317,6 +387,7 @@ def test_bundled_ratio_table(tmp_path):
     ref2 = sgemm_gflops_avx2() if host["avx2_column"] else ref
     wanted = os.environ.get("GUARD_BENCH_MODELS")
     models = [m for m in MODELS if not wanted or m in wanted.split(",")]
+    ov_missing = openvino_missing()
     rows = []
     for name in models:
         outs: dict[int, list[np.ndarray]] = {}
@@ -336,7 +407,10 @@ def test_bundled_ratio_table(tmp_path):
                 sessions.append(
                     _session("bundled", name, tmp_path / name, threads, AVX2, build=False)[0]
                 )
-            med, ratios, other = _interleaved(sessions, feeds, TABLE_ROUNDS)
+            ov = len(sessions) if ov_missing is None else None  # OpenVINO's index
+            if ov is not None:
+                sessions.append(_openvino(name, tmp_path / name, threads))
+            med, ratios, other, times = _interleaved(sessions, feeds, TABLE_ROUNDS)
             cell = {
                 "ort_ms": med[0] * 1e3,
                 "bundled_ms": med[1] * 1e3,
@@ -347,6 +421,13 @@ def test_bundled_ratio_table(tmp_path):
             }
             if host["avx2_column"]:
                 cell["avx2"] = {"ms": med[2] * 1e3, "gflops": flops / med[2] / 1e9, **_p(ratios[1])}
+            if ov is not None:
+                # per round: bundled over the faster of the two peers in that round
+                to_min = [
+                    b / min(a, v) for a, b, v in zip(times[0], times[1], times[ov], strict=True)
+                ]
+                cell["openvino"] = {"ms": med[ov] * 1e3, "gflops": flops / med[ov] / 1e9,
+                                    "to_ort": _p(ratios[ov - 1]), "bundled_to_min_peer": _p(to_min)}  # fmt: skip
             row[f"t{threads}"] = cell
             outs[threads] = [o.copy() for o in bun.run(feeds)]
             if threads == 1:
@@ -354,14 +435,36 @@ def test_bundled_ratio_table(tmp_path):
                 parts = bun.partitions()
                 if host["avx2_column"]:
                     avx2_outs = sessions[2].run(feeds)
+                ov_outs = sessions[ov].run(feeds) if ov is not None else None
             del ort, bun, sessions
         row["checks"] = _checks(want, outs, parts, avx2_outs if host["avx2_column"] else None)
+        if ov_outs is not None:  # reported, not asserted: the table holds the bundled code
+            row["checks"]["openvino_max_abs_err"] = max(
+                float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
+                if np.size(w) else 0.0 for g, w in zip(ov_outs, want, strict=True))  # fmt: skip
+        # 1 -> 2 thread speed-up of each backend: its own 1-thread median over its 2-thread one
+        row["speedup_1t_2t"] = {"onnxruntime": row["t1"]["ort_ms"] / row["t2"]["ort_ms"],
+                                "bundled": row["t1"]["bundled_ms"] / row["t2"]["bundled_ms"]}  # fmt: skip
+        if ov is not None:
+            row["speedup_1t_2t"]["openvino"] = (
+                row["t1"]["openvino"]["ms"] / row["t2"]["openvino"]["ms"]
+            )
         rows.append(row)
         print(f"{name}: {json.dumps(row)}", flush=True)
     geo = {
         t: math.exp(sum(math.log(r[f"t{t}"]["ratio"]) for r in rows) / len(rows)) for t in (1, 2)
     }
     lines = [
+        *(
+            [
+                f"Subset run (GUARD_BENCH_MODELS={wanted}): not the full table; on a shared "
+                "machine its timings are a smoke test of the benchmark, not a measurement.",
+                "",
+            ]
+            if wanted
+            else []
+        ),  # fmt: skip
+        f"CPU: {host['cpu_model']} ({', '.join(host['cpu_flags']) or 'no flags read'}).",
         f"Host: LLVM cpu {host['llvm_cpu']} ({host['isa']}, {host['vector_width']} float lanes, "
         f"{host['table']['registers']} vector registers, L1d {host['table']['l1d_bytes'] // 1024} "
         f"KiB, L2 {host['table']['l2_bytes'] // 1024} KiB), {host['cpus']} CPUs.",
@@ -425,8 +528,9 @@ def test_bundled_ratio_table(tmp_path):
             f"{'yes' if c['bit_identical_1t_2t'] else 'NO'} |"
             + (f" {c['avx2_max_abs_err']:.2g} |" if host["avx2_column"] else "")
         )
+    lines += _peers_table(rows, ov_missing)
     RESULTS.mkdir(exist_ok=True)
-    stem = f"bundled_vs_onnxruntime_{host['llvm_cpu']}"
+    stem = f"bundled_vs_onnxruntime_{host['llvm_cpu']}" + ("_subset" if wanted else "")
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
     (RESULTS / f"{stem}.json").write_text(
         json.dumps(
@@ -435,6 +539,8 @@ def test_bundled_ratio_table(tmp_path):
                 "sgemm_gflops": ref,
                 "sgemm_gflops_avx2": ref2,
                 "geomean": geo,
+                "openvino": ov_missing or _openvino_version(),
+                "models": models,
                 "rows": rows,
             },
             indent=1,
@@ -449,3 +555,60 @@ def test_bundled_ratio_table(tmp_path):
            if not (r["checks"]["within"] and r["checks"]["bit_identical_1t_2t"]
                    and r["checks"]["cpu"] == 0)}  # fmt: skip
     assert not bad, bad
+
+
+def _openvino_version() -> str:
+    import openvino as ov
+
+    return f"openvino {ov.get_version()}"
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def _peers_table(rows: list[dict], ov_missing: str | None) -> list[str]:
+    """Bundled against both peers, and every backend's 1 -> 2 thread speed-up."""
+    lines = ["", "Against the peers, and each backend's 1 -> 2 thread speed-up (its 1-thread "
+             "median over its 2-thread median; the geomean over models of >= 5 ms at 1 thread):",
+             ""]  # fmt: skip
+    if ov_missing is not None:
+        lines.append(f"OpenVINO left out: {ov_missing}.")
+        lines.append("")
+    ov = ov_missing is None
+    head = "| model | ort 1t ms |" + (" OpenVINO 1t ms | OpenVINO/ort 1t / 2t |" if ov else "")
+    head += " bundled 1t ms |"
+    head += " bundled/min(peers) 1t (p10-p90) | bundled/min(peers) 2t (p10-p90) |" if ov else ""
+    head += " speed-up ort |" + (" speed-up OpenVINO |" if ov else "") + " speed-up bundled |"
+    lines += [head, "|---|" + "---:|" * (head.count("|") - 2)]
+    for r in rows:
+        a, b, sp = r["t1"], r["t2"], r["speedup_1t_2t"]
+        line = f"| {r['model']} | {a['ort_ms']:.3f} |"
+        if ov:
+            line += (f" {a['openvino']['ms']:.3f} | {a['openvino']['to_ort']['ratio']:.2f} / "
+                     f"{b['openvino']['to_ort']['ratio']:.2f} |")  # fmt: skip
+        line += f" {a['bundled_ms']:.3f} |"
+        if ov:
+            for c in (a, b):
+                m = c["openvino"]["bundled_to_min_peer"]
+                line += (
+                    f" {m['ratio']:.2f} ({m['ratio_p10_p90'][0]:.2f}-{m['ratio_p10_p90'][1]:.2f}) |"
+                )
+        line += f" {sp['onnxruntime']:.2f}x |" + (f" {sp['openvino']:.2f}x |" if ov else "")
+        line += f" {sp['bundled']:.2f}x |"
+        lines.append(line)
+    big = [r for r in rows if r["t1"]["ort_ms"] >= 5.0]
+    sp_geo = {k: _geomean([r["speedup_1t_2t"][k] for r in big])
+              for k in ("onnxruntime", "bundled", *(["openvino"] if ov else []))}  # fmt: skip
+    lines.append("")
+    if ov:
+        g = {t: _geomean([r[f"t{t}"]["openvino"]["bundled_to_min_peer"]["ratio"] for r in rows])
+             for t in (1, 2)}  # fmt: skip
+        lines.append(f"Geomean bundled / min(onnxruntime, OpenVINO): 1 thread {g[1]:.2f}, "
+                     f"2 threads {g[2]:.2f}.")  # fmt: skip
+    lines.append(
+        f"Geomean 1 -> 2 thread speed-up over the {len(big)} model(s) of >= 5 ms: "
+        + ", ".join(f"{k} {v:.2f}x" for k, v in sp_geo.items())
+        + "."
+    )
+    return lines
