@@ -8,6 +8,10 @@ vectorises) go to a stack buffer, then each hidden unit updates its cell and hid
 Y_c outputs (the importer always gives LSTM its three outputs), so the kernel needs no
 scratch beyond the gates. Declined, with the reason: ``sequence_lens``, other activations,
 ``layout=1``.
+
+With ``input_gates=1`` (guard.compiler.passes.batch_recurrent_inputs) the ``W x_t + Wb``
+half was computed for the whole sequence by one GEMM before this step: input 0 holds it as
+``[S, B, D*4H]`` and each gate row loads its value instead of a dot product over the input.
 """
 
 from __future__ import annotations
@@ -54,12 +58,13 @@ class Recurrent(Emitter):
         self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
     ) -> None:
         a = k.attrs
-        xo, wo = k.inputs[0], k.inputs[1]
-        assert xo is not None and wo is not None
+        xo, ro = k.inputs[0], k.inputs[2]
+        assert xo is not None and ro is not None
         S, Bt, n_in = xo.shape
-        D, H = wo.shape[0], int(a["hidden_size"])
+        D, H = ro.shape[0], int(a["hidden_size"])
+        pre = bool(a.get("input_gates", 0))  # x holds W x_t + Wb, [S, B, D*4H]
         x, w, r = ins[0], ins[1], ins[2]
-        assert x is not None and w is not None and r is not None
+        assert x is not None and (w is not None or pre) and r is not None
 
         def arg(j: int) -> ir.Value | None:
             return ins[j] if len(ins) > j else None
@@ -101,7 +106,12 @@ class Recurrent(Emitter):
                             bb = d * 8 * H
                             wb = load(b, bias, add(b, bb, j))
                             acc = b.fadd(wb, load(b, bias, add(b, bb + 4 * H, j)))
-                        acc = dot(w, b.mul(add(b, d * 4 * H, j), i64(n_in)), x, xrow, n_in, acc)
+                        if pre:
+                            gx = load(b, x, add(b, xrow, d * 4 * H, j))
+                            acc = b.fadd(acc, gx)
+                        else:
+                            wrow = b.mul(add(b, d * 4 * H, j), i64(n_in))
+                            acc = dot(w, wrow, x, xrow, n_in, acc)
                         acc = dot(r, b.mul(add(b, d * 4 * H, j), i64(H)), yh, hrow, H, acc)
                         b.store(acc, b.gep(gates, [i64(0), j], inbounds=True))
                     with loop(b, 0, H, 1, "unit") as u:
@@ -125,6 +135,124 @@ class Recurrent(Emitter):
                         og = m.sigmoid(b, cl(b.fadd(gate(1), pv(1, c_new))))
                         h_new = b.fmul(og, m.tanh(b, c_new))
                         store(b, c_new, yc, add(b, hrow, u))
+                        store(b, h_new, yh, add(b, hrow, u))
+                        yrow = b.mul(add(b, b.mul(t, i64(D * Bt)), d * Bt, bt), i64(H))
+                        store(b, h_new, y, add(b, yrow, u))
+
+
+GRU_RNN_DEFAULT = {"GRU": ["sigmoid", "tanh"], "RNN": ["tanh"]}
+
+
+class GruRnn(Emitter):
+    """GRU (gates ``z, r, h``, both ``linear_before_reset`` forms) and RNN on float32, in the
+    batched form only: their input gates come from one GEMM over the sequence
+    (``input_gates=1``), so each step is the ``R h`` products and the state update. Per
+    direction, step and batch row, the recurrent pre-activations ``R h + Rb`` go to a stack
+    buffer, then each unit updates its state in Y_h (GRU without ``linear_before_reset``
+    first forms ``r * h`` for every unit, then its ``R_h (r * h)``). Declined, with the
+    reason: the per-step form, ``sequence_lens``, other activations, ``layout=1``."""
+
+    ops = frozenset({"GRU", "RNN"})
+
+    def decline(self, node: OpNode, g: GraphView) -> str | None:
+        a = node.attrs
+        if not a.get("input_gates", 0):
+            return f"no emitter for {node.op} with per-step input gates (O2 batches them)"
+        if len(node.args) > 4 and node.args[4]:
+            return f"no emitter for {node.op} with sequence_lens"
+        why = float32_only(node, g)
+        if why:
+            return why
+        dirs = 2 if a["direction"] == "bidirectional" else 1
+        if [s.lower() for s in a["activations"]] != GRU_RNN_DEFAULT[node.op] * dirs:
+            return f"no emitter for {node.op} with activations {a['activations']}"
+        if a.get("layout", 0):
+            return f"no emitter for {node.op} with layout=1"
+        return None
+
+    def emit(
+        self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+    ) -> None:
+        a, op = k.attrs, k.op
+        xo, ro = k.inputs[0], k.inputs[2]
+        assert xo is not None and ro is not None
+        S, Bt, _ = xo.shape
+        D, H = ro.shape[0], int(a["hidden_size"])
+        G = 3 if op == "GRU" else 1
+        x, r = ins[0], ins[2]
+        assert x is not None and r is not None
+        bias = ins[3] if len(ins) > 3 else None
+        h0 = ins[5] if len(ins) > 5 else None
+        y, yh = outs[0], outs[1]
+        clip = a.get("clip")
+        lbr = bool(a.get("linear_before_reset", 0))
+        rec = entry_alloca(b, ir.ArrayType(F32, G * H))  # R h + Rb of this step
+        rh = entry_alloca(b, ir.ArrayType(F32, H))  # r * h (GRU without linear_before_reset)
+
+        def cl(v: ir.Value) -> ir.Value:
+            if clip is None:
+                return v
+            return m.fmin(b, m.fmax(b, v, const(F32, -float(clip))), const(F32, float(clip)))
+
+        def dot(mrow: ir.Value, vec: ir.Value, vrow: ir.Value | int, acc: ir.Value) -> ir.Value:
+            def body(i: ir.Value, vals: list[ir.Value]) -> list[ir.Value]:
+                p = b.fmul(load(b, r, add(b, mrow, i)), load(b, vec, add(b, vrow, i)))
+                return [b.fadd(vals[0], p, flags=REDUCE_FLAGS)]
+
+            return for_loop_carried(b, 0, H, 1, [acc], body)[0]
+
+        def at(buf: ir.Value, j: ir.Value | int) -> ir.Value:
+            return b.load(b.gep(buf, [i64(0), j if isinstance(j, ir.Value) else i64(j)],
+                                inbounds=True), typ=F32)  # fmt: skip
+
+        for d in range(D):
+            reverse = a["direction"] == "reverse" or d == 1
+            st = d * Bt * H
+            with loop(b, 0, Bt * H, 1, "init") as i:
+                store(b, load(b, h0, add(b, st, i)) if h0 else const(F32, 0.0), yh, add(b, st, i))
+            with loop(b, 0, S, 1, "step") as step:
+                t = b.sub(i64(S - 1), step) if reverse else step
+                with loop(b, 0, Bt, 1, "row") as bt:
+                    hrow = add(b, st, b.mul(bt, i64(H)))
+                    xrow = add(b, b.mul(add(b, b.mul(t, i64(Bt)), bt), i64(D * G * H)), d * G * H)
+                    n_rec = 2 * H if op == "GRU" and not lbr else G * H
+                    with loop(b, 0, n_rec, 1, "rec") as j:
+                        acc = (
+                            load(b, bias, add(b, d * 2 * G * H + G * H, j))
+                            if bias
+                            else const(F32, 0.0)
+                        )
+                        acc = dot(b.mul(add(b, d * G * H, j), i64(H)), yh, hrow, acc)
+                        b.store(acc, b.gep(rec, [i64(0), j], inbounds=True))
+
+                    def pre(gate: int, u: ir.Value, xrow: ir.Value = xrow, d: int = d) -> ir.Value:
+                        """x W^T + Wb of gate ``gate``, unit ``u`` (from the GEMM and B)."""
+                        v = load(b, x, add(b, xrow, gate * H, u))
+                        if bias:
+                            v = b.fadd(v, load(b, bias, add(b, d * 2 * G * H + gate * H, u)))
+                        return v
+
+                    if op == "GRU" and not lbr:
+                        with loop(b, 0, H, 1, "reset") as u:
+                            rg = m.sigmoid(b, cl(b.fadd(pre(1, u), at(rec, add(b, H, u)))))
+                            hv = load(b, yh, add(b, hrow, u))
+                            b.store(b.fmul(rg, hv), b.gep(rh, [i64(0), u], inbounds=True))
+                    with loop(b, 0, H, 1, "unit") as u:
+                        hv = load(b, yh, add(b, hrow, u))
+                        if op == "RNN":
+                            h_new = m.tanh(b, cl(b.fadd(pre(0, u), at(rec, u))))
+                        else:
+                            z = m.sigmoid(b, cl(b.fadd(pre(0, u), at(rec, u))))
+                            if lbr:
+                                rg = m.sigmoid(b, cl(b.fadd(pre(1, u), at(rec, add(b, H, u)))))
+                                hh_in = b.fmul(rg, at(rec, add(b, 2 * H, u)))
+                            else:
+                                rb = (load(b, bias, add(b, d * 6 * H + 5 * H, u)) if bias
+                                      else const(F32, 0.0))  # fmt: skip
+                                hh_in = dot(b.mul(add(b, d * 3 * H + 2 * H, u), i64(H)),
+                                            rh, 0, rb)  # fmt: skip
+                            hh = m.tanh(b, cl(b.fadd(pre(2, u), hh_in)))
+                            h_new = b.fadd(b.fmul(b.fsub(const(F32, 1.0), z), hh), b.fmul(z, hv))
                         store(b, h_new, yh, add(b, hrow, u))
                         yrow = b.mul(add(b, b.mul(t, i64(D * Bt)), d * Bt, bt), i64(H))
                         store(b, h_new, y, add(b, yrow, u))

@@ -18,7 +18,7 @@ from guard.compiler.codegen.emit_elementwise import Elementwise
 from guard.compiler.codegen.emit_index import Gather
 from guard.compiler.codegen.emit_norm import Norm
 from guard.compiler.codegen.emit_pool import Pool
-from guard.compiler.codegen.emit_recurrent import Recurrent
+from guard.compiler.codegen.emit_recurrent import GruRnn, Recurrent
 from guard.compiler.codegen.emit_reduce import Reduce
 from guard.compiler.codegen.emit_resize import Resize
 from guard.compiler.codegen.emit_select import Select
@@ -45,6 +45,7 @@ def table() -> dict[str, Emitter]:
         Select(),
         Einsum(),
         Recurrent(),
+        GruRnn(),
     ):
         for op in e.ops:
             out[op] = e

@@ -18,6 +18,7 @@ from guard.compiler.ir.core import Graph
 from guard.compiler.ir.isa_table import DEFAULT_TABLE, TargetTable
 from guard.compiler.passes.assign_layout import AssignLayout
 from guard.compiler.passes.base import Pass
+from guard.compiler.passes.batch_recurrent_inputs import BatchRecurrentInputs
 from guard.compiler.passes.conv_rows import ConvRows
 from guard.compiler.passes.elide_concat import ElideConcat
 from guard.compiler.passes.eliminate_common_subexpressions import EliminateCommonSubexpressions
@@ -106,6 +107,7 @@ PIPELINES: dict[str, Any] = {
         (RecomposeGelu(), "one Gelu instead of the 5-op erf form"),
         (FoldBatchnorm(), "BN is a per-channel affine: fold it into the Conv/Gemm weights"),
         _cleanup(),
+        (BatchRecurrentInputs(), "RNN/GRU/LSTM input gates: one GEMM over the sequence"),
         (FuseHorizontal(), "siblings reading one input become one wider GEMM (read x once)"),
         (FuseElementwise(), "epilogues and elementwise chains never write intermediates"),
         (ConvRows(), "a convolution over a column runs as one over a row (tiles along W)"),

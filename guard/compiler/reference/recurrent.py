@@ -3,6 +3,10 @@
 Gate order in W/R/B: GRU ``z, r, h``; LSTM ``i, o, f, c`` with peepholes ``i, o, f``.
 ``sequence_lens`` stops each batch row early: its outputs past the end are zero and its
 final state is the one at its last valid step (the reverse direction starts there).
+
+With ``input_gates=1`` (guard.compiler.passes.batch_recurrent_inputs) input 0 is not X but
+its gate pre-activations for every step, ``X W^T + Wb`` as ``[seq, batch, dirs * gates *
+hidden]`` (layout 0), and W is omitted: only the recurrence is left to the op.
 """
 
 from __future__ import annotations
@@ -66,7 +70,8 @@ def _acts(a: Attrs, n_per_dir: int, dirs: int) -> list[list[Callable[[np.ndarray
 
 def _run(kind: str, xs: Xs, a: Attrs) -> list[np.ndarray]:
     x, w, r = xs[0], xs[1], xs[2]
-    assert x is not None and w is not None and r is not None
+    pre_gates = bool(a.get("input_gates", 0))  # x holds X W^T + Wb for every step
+    assert x is not None and (w is not None or pre_gates) and r is not None
     b = xs[3] if len(xs) > 3 else None
     lens = xs[4] if len(xs) > 4 else None
     h0 = xs[5] if len(xs) > 5 else None
@@ -90,7 +95,8 @@ def _run(kind: str, xs: Xs, a: Attrs) -> list[np.ndarray]:
     xd = x.astype(np.float64)
     for d in range(dirs):
         reverse = a["direction"] == "reverse" or d == 1
-        wd, rd = w[d].astype(np.float64), r[d].astype(np.float64)
+        rd = r[d].astype(np.float64)
+        wd = None if w is None else w[d].astype(np.float64)
         bd = b[d].astype(np.float64) if b is not None else np.zeros(2 * gates * hs)
         wb, rb = bd[: gates * hs], bd[gates * hs :]
         h = h0[d].astype(np.float64) if h0 is not None else np.zeros((batch, hs))
@@ -105,7 +111,10 @@ def _run(kind: str, xs: Xs, a: Attrs) -> list[np.ndarray]:
             valid = step < lens_v
             tt = np.clip(t, 0, seq - 1)
             xt = xd[tt, np.arange(batch)]
-            gx = xt @ wd.T + wb
+            if wd is None:  # input_gates: this direction's slice, Wb already added
+                gx = xt[:, d * gates * hs : (d + 1) * gates * hs] + wb
+            else:
+                gx = xt @ wd.T + wb
             gh = h @ rd.T + rb
             if kind == "RNN":
                 pre = gx + gh

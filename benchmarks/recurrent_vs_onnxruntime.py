@@ -1,0 +1,132 @@
+"""An LSTM-heavy model (a CRNN-like sequence head, seeded weights): the bundled code with and
+without batch_recurrent_inputs against onnxruntime, interleaved in one process.
+
+The model: x [T, 1, 256] -> bidirectional LSTM (hidden 256) -> [T, 1, 512] -> bidirectional
+LSTM (hidden 256) -> [T, 512] @ [512, 97] (the classes), T = 40 and 80 (the sequence
+lengths of a text-line recogniser). Per thread count (1, 2) and T, rounds alternate over
+onnxruntime, bundled O2 without the pass and bundled O2 (ABCABC...), each round the median of
+several calls; printed: each side's median ms, the ratios of medians to onnxruntime, the
+p10-p90 of the per-round ratios, and the CPU share other processes took (/proc/stat). The
+outputs are checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
+
+    python benchmarks/recurrent_vs_onnxruntime.py [--rounds 9] [--seq 40,80]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+HIDDEN, FEAT, CLASSES = 256, 256, 97
+
+
+def crnn_head(seq: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    inits, nodes = [], []
+    x = "x"
+    for k, n_in in enumerate((FEAT, 2 * HIDDEN)):
+        names = [f"w{k}", f"r{k}", f"b{k}"]
+        vals = [w(2, 4 * HIDDEN, n_in), w(2, 4 * HIDDEN, HIDDEN), w(2, 8 * HIDDEN) * 0.1]
+        inits += [numpy_helper.from_array(v, n) for n, v in zip(names, vals, strict=True)]
+        nodes += [
+            helper.make_node(
+                "LSTM", [x, *names], [f"y{k}"], hidden_size=HIDDEN, direction="bidirectional"
+            ),  # fmt: skip
+            helper.make_node("Transpose", [f"y{k}"], [f"t{k}"], perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", [f"t{k}", "shape3"], [f"s{k}"]),
+        ]
+        x = f"s{k}"
+    inits += [
+        numpy_helper.from_array(np.array([seq, 1, 2 * HIDDEN], np.int64), "shape3"),
+        numpy_helper.from_array(np.array([seq, 2 * HIDDEN], np.int64), "shape2"),
+        numpy_helper.from_array(w(2 * HIDDEN, CLASSES).reshape(2 * HIDDEN, CLASSES), "wc"),
+    ]
+    nodes += [
+        helper.make_node("Reshape", [x, "shape2"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "wc"], ["logits"]),
+    ]
+    g = helper.make_graph(
+        nodes, "crnn_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, 1, FEAT])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [seq, CLASSES])], inits,
+    )  # fmt: skip
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def bundled(model: onnx.ModelProto, threads: int, batched: bool):
+    from guard.compiler import import_onnx, optimize
+    from guard.compiler.codegen.build import jit
+    from guard.compiler.ir.isa_table import DEFAULT_TABLE
+    from guard.compiler.partition.plan import plan
+    from guard.compiler.passes.batch_recurrent_inputs import BatchRecurrentInputs
+    from guard.compiler.passes.pipeline import PIPELINES
+
+    entries = [
+        e
+        for e in PIPELINES["O2"](DEFAULT_TABLE)
+        if batched or not (isinstance(e, tuple) and isinstance(e[0], BatchRecurrentInputs))
+    ]
+    g, _ = optimize(import_onnx(model), entries=entries)
+    compiled = plan(g)
+    assert compiled.partition_report["fallback_nodes"] == 0, compiled.partition_text()
+    rt, _ = jit(compiled, threads=threads)
+    return rt
+
+
+def main() -> int:
+    import onnxruntime as ort
+    from test_backends_vs_onnxruntime import _interleaved
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--seq", default="40,80")
+    args = ap.parse_args()
+    rows = []
+    for seq in (int(s) for s in args.seq.split(",")):
+        model = crnn_head(seq)
+        x = np.random.default_rng(1).standard_normal((seq, 1, FEAT)).astype(np.float32)
+        for threads in (1, 2):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+            sess = ort.InferenceSession(model.SerializeToString(), so,
+                                        providers=["CPUExecutionProvider"])  # fmt: skip
+            want = sess.run(None, {"x": x})[0]
+            sides = [bundled(model, threads, False), bundled(model, threads, True)]
+            for rt in sides:
+                np.testing.assert_allclose(rt.run({"x": x})["logits"], want, rtol=1e-3, atol=1e-4)
+
+            class Ort:
+                def __init__(self, sess) -> None:
+                    self.sess = sess
+
+                def run(self, feeds):
+                    return self.sess.run(None, feeds)
+
+            med, ratios, other, _ = _interleaved([Ort(sess), *sides], {"x": x}, args.rounds)
+            row = {
+                "seq": seq, "threads": threads, "ort_ms": med[0] * 1e3,
+                "bundled_per_step_ms": med[1] * 1e3, "bundled_batched_ms": med[2] * 1e3,
+                "ratio_per_step": float(np.median(ratios[0])),
+                "ratio_batched": float(np.median(ratios[1])),
+                "ratio_batched_p10_p90": [float(np.percentile(ratios[1], q)) for q in (10, 90)],
+                "other_cpu_share": other,
+            }  # fmt: skip
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
