@@ -24,8 +24,8 @@ interleaved with the other two, as GFLOP/s and as a share of the same-run sgemm.
 headed as a subset, so it never replaces the full table.
 
 Where OpenVINO is installed (a benchmark-only dependency: ``pip install openvino==2026.4.1``),
-it is a third peer in the same process, interleaved with the others: its CPU plugin on the
-same .onnx file and input shapes, fp32 (``INFERENCE_PRECISION_HINT f32``: on bf16/AMX hosts
+it is a third peer in the same process, interleaved with the others: guard's ``openvino``
+backend (guard.backends.openvino), its CPU plugin on the same .onnx file and input shapes, fp32 (``INFERENCE_PRECISION_HINT f32``: on bf16/AMX hosts
 it would otherwise pick bf16), ``PERFORMANCE_HINT LATENCY``, ``NUM_STREAMS 1`` and
 ``INFERENCE_NUM_THREADS`` the thread count. The peers table gives bundled / min(onnxruntime,
 OpenVINO) per thread count and each backend's 1 -> 2 thread speed-up.
@@ -145,43 +145,6 @@ def openvino_missing() -> str | None:
     except ImportError:
         return "openvino is not installed (pip install openvino==2026.4.1, benchmark only)"
     return None
-
-
-class OpenVinoSession:
-    """OpenVINO's CPU plugin on the same model and input shapes: fp32, latency mode, one
-    stream, ``threads`` inference threads (the module docstring says why each is set)."""
-
-    def __init__(self, path: Path, shapes: dict, threads: int) -> None:
-        import openvino as ov
-
-        core = ov.Core()
-        model = core.read_model(str(path))
-        model.reshape({k: list(v) for k, v in shapes.items()})
-        config = {
-            "INFERENCE_NUM_THREADS": threads,
-            "PERFORMANCE_HINT": "LATENCY",
-            "NUM_STREAMS": 1,
-            "INFERENCE_PRECISION_HINT": "f32",
-        }
-        self.compiled = core.compile_model(model, "CPU", config)
-        self.request = self.compiled.create_infer_request()
-        self.n_out = len(self.compiled.outputs)
-        self.version = ov.get_version()
-
-    def run(self, feeds: dict) -> list[np.ndarray]:
-        self.request.infer(feeds)
-        # copied out, as onnxruntime and the bundled runtime return fresh arrays
-        return [self.request.get_output_tensor(i).data.copy() for i in range(self.n_out)]
-
-
-def _openvino(name: str, tmp: Path, threads: int) -> OpenVinoSession:
-    from guard.suite import InputSpec
-
-    path = model_file(name)
-    fill = REAL[name][3] if name in REAL else {}
-    specs = {k: InputSpec(k, tuple(v), **fill) for k, v in MODELS[name].items()}
-    spec = bind(load_model(path), path, specs, f"zoo:{name}")
-    return OpenVinoSession(path, dict(spec.shapes), threads)
 
 
 @pytest.mark.parametrize("backend", ["bundled", "tvm"])
@@ -409,7 +372,7 @@ def test_bundled_ratio_table(tmp_path):
                 )
             ov = len(sessions) if ov_missing is None else None  # OpenVINO's index
             if ov is not None:
-                sessions.append(_openvino(name, tmp_path / name, threads))
+                sessions.append(_session("openvino", name, tmp_path / name, threads)[0])
             med, ratios, other, times = _interleaved(sessions, feeds, TABLE_ROUNDS)
             cell = {
                 "ort_ms": med[0] * 1e3,
@@ -610,5 +573,7 @@ def _peers_table(rows: list[dict], ov_missing: str | None) -> list[str]:
         f"Geomean 1 -> 2 thread speed-up over the {len(big)} model(s) of >= 5 ms: "
         + ", ".join(f"{k} {v:.2f}x" for k, v in sp_geo.items())
         + "."
+        if big
+        else "No model took >= 5 ms at 1 thread: no geomean speed-up."
     )
     return lines
