@@ -1,5 +1,5 @@
-"""The direct convolution's loop nest and register tile (emit_conv.py documents the
-algorithm and drives it through :class:`DirectConv`; the schedule is conv_schedule.py's)."""
+"""The direct convolution's loop nest and register tile (emitter.py documents the
+algorithm and drives it through :class:`DirectConv`; the schedule is schedule.py's)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ channels, kernel rows and kernel columns; each step loads ``KB`` weight vectors 
 ``T`` input scalars (broadcast; an embedded-broadcast memory operand on AVX-512) and
 issues ``KB * T`` FMAs. ``T``, ``KB``, the unroll of the input-channel loop and the loop
 order (channel blocks outside rows, or rows outside blocks) are the schedule
-(conv_schedule.py: :class:`ConvSchedule`, its default heuristic and the space the tuner
+(conv/schedule.py: :class:`ConvSchedule`, its default heuristic and the space the tuner
 searches); the tuning cache supplies it on a hit (guard/compiler/tuning/dispatch.py).
 
 Modes: ``dense`` (group 1, or channels per group a multiple of L), ``depthwise``
@@ -33,8 +33,8 @@ accumulators; an epilogue program that reads no other tensor runs in registers b
 the store, any other runs as one pointwise pass over the output.
 
 Files: this one is the emitter (decline, weight packing, the epilogue, the schedule from
-the tuning cache); conv_direct.py emits the loop nest and the register tile;
-conv_schedule.py holds the geometry, the knobs and the default heuristic.
+the tuning cache); conv/direct.py emits the loop nest and the register tile;
+conv/schedule.py holds the geometry, the knobs and the default heuristic.
 """
 
 from __future__ import annotations

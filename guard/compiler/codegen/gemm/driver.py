@@ -26,13 +26,13 @@ Batched GEMM: ``batch`` with element strides ``stride_a``, ``stride_b``, ``strid
 loops over the batch itself, so a batched MatMul is still one call. The bias is shared.
 
 ``use_blas``: the schedule may instead call OpenBLAS's ``scipy_cblas_sgemm64_`` (ILP64,
-shipped in numpy.libs; gemm_blas.py says why it is not the default). With ``use_blas``
+shipped in numpy.libs; blas.py says why it is not the default). With ``use_blas``
 the "packed" B is plain row-major ``op(B)`` ``[K, N]``, and bias and epilogue run as a
 vector pass over C after the call.
 
-Files: gemm_schedule.py holds the knobs and the default heuristic, gemm_emit.py the loop
-nest, microkernel.py the micro-kernel, irutil.py the IR helpers, gemm_blas.py the
-BLAS call.
+Files (guard/compiler/codegen/gemm/): schedule.py holds the knobs and the default
+heuristic, emit.py the loop nest, microkernel.py the micro-kernel, blas.py the BLAS call,
+emitter.py the ops on it; ../irutil.py the IR helpers.
 """
 
 from __future__ import annotations

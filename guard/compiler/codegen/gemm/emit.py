@@ -1,5 +1,5 @@
 """The blocked loop nest of one generated GEMM call: macro-blocks, k-chunks, micro-tiles
-and the repacking of a run-time ``[N,K]`` B. gemm.py's GemmKernel documents the
+and the repacking of a run-time ``[N,K]`` B. driver.py's GemmKernel documents the
 algorithm and drives it; this module reads the kernel through gemm_schedule.GemmSpec."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Gemm, FusedGemm, MatMul, FusedMatMul on the GEMM micro-kernel library (codegen/gemm.py).
+"""Gemm, FusedGemm, MatMul, FusedMatMul on the GEMM micro-kernel library (gemm/driver.py).
 
 Mapping onto ``GemmKernel`` (C[M,N] = op(A) @ op(B) + bias, epilogue in registers):
 

@@ -1,10 +1,10 @@
 """The GEMM's schedule (its knob space), the default heuristic, and what the loop-nest
-emitter reads of a kernel (:class:`GemmSpec`, the seam between gemm.py and gemm_emit.py).
+emitter reads of a kernel (:class:`GemmSpec`, the seam between driver.py and emit.py).
 
 Knobs: micro-tile ``mr x nr`` (``nr`` a multiple of the vector width), cache blocks
 ``kc/mc/nc``, k-unroll, loop order inside a macro-block (``"nm"``: panels outermost,
-``"mn"``: row tiles outermost), and ``use_blas`` (call OpenBLAS instead: gemm_blas.py).
-gemm.py documents the algorithm they parameterise.
+``"mn"``: row tiles outermost), and ``use_blas`` (call OpenBLAS instead: blas.py).
+driver.py documents the algorithm they parameterise.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def default_gemm_schedule(
 
 
 class GemmSpec(Protocol):
-    """What the loop-nest emitter (gemm_emit.py) and the BLAS call read of a GemmKernel."""
+    """What the loop-nest emitter (emit.py) and the BLAS call read of a GemmKernel."""
 
     @property
     def M(self) -> int: ...
