@@ -234,6 +234,27 @@ def test_the_tree_is_the_layer_table():
     )
 
 
+# tests/ folders that group tests by property rather than by package.
+TEST_PROPERTY_FOLDERS = {
+    "faults": "failures injected: kills, bad input, hostile models, damaged files",
+    "fuzz": "fuzzing the readers of every document",
+    "scale": "the PostgreSQL-backed server stack under load",
+}
+
+
+def test_tests_mirror_the_packages():
+    """tests/ has one folder per package of guard/ and no other, but the property folders."""
+    tests = PKG.parent / "tests"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    packages = {p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()}
+    assert folders - packages <= set(TEST_PROPERTY_FOLDERS), (
+        f"tests/ folders that are no package of guard/: {sorted(folders - packages - set(TEST_PROPERTY_FOLDERS))}"
+    )
+    assert packages <= folders, (
+        f"packages of guard/ without tests/<package>/: {sorted(packages - folders)}"
+    )
+
+
 MAX_MODULE_LINES = 450  # issue 26: a module a reader can hold; split one that grows past it
 
 

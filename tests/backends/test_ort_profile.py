@@ -16,8 +16,8 @@ from guard.backends.base import BuildRequest
 from guard.backends.ort_profile import node_times, top_nodes
 from guard.cli.main import main
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spine"))
-from spine_helpers import small_convnet  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parents[1] / "run"))
+from run_helpers import small_convnet  # noqa: E402
 
 
 def event(node: str, op: str, us: float) -> dict:

@@ -16,8 +16,8 @@ from compare_fixtures import doc, lat, result
 from guard.core.errors import UsageError
 from guard.run.base_compare import base_branch, compare_with_base
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "spine"))
-from spine_helpers import FAST_MEASURE, small_convnet, write_suite  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parents[1] / "run"))
+from run_helpers import FAST_MEASURE, small_convnet, write_suite  # noqa: E402
 
 from guard.cli.main import main  # noqa: E402
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "spine"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "run"))
 
 
 @pytest.fixture

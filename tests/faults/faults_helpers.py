@@ -12,7 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from spine_helpers import FAST_MEASURE, small_convnet, write_suite
+from run_helpers import FAST_MEASURE, small_convnet, write_suite
 
 __all__ = [
     "FAST_MEASURE",

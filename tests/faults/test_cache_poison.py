@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from spine_helpers import FAST_MEASURE, small_convnet, write_suite
+from run_helpers import FAST_MEASURE, small_convnet, write_suite
 
 from guard.backends import get_backend
 from guard.cli.main import main

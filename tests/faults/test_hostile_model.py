@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from spine_helpers import FAST_MEASURE, small_convnet, write_suite
+from run_helpers import FAST_MEASURE, small_convnet, write_suite
 
 from guard.cli.main import main
 from guard.core.errors import ModelError

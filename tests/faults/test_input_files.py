@@ -15,7 +15,7 @@ import onnx
 import pytest
 from faults_helpers import guard_subprocess
 from onnx import TensorProto, helper, numpy_helper
-from spine_helpers import FAST_MEASURE, small_convnet, write_suite
+from run_helpers import FAST_MEASURE, small_convnet, write_suite
 
 from guard.cli.main import main
 from guard.core.errors import ModelError

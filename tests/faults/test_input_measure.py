@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from spine_helpers import small_convnet, write_suite
+from run_helpers import small_convnet, write_suite
 
 from guard.core.errors import SuiteError, UsageError
 from guard.measure import MeasureConfig

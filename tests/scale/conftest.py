@@ -1,4 +1,4 @@
-"""Scale tests: shards, merge, the PostgreSQL-backed server stack."""
+"""Scale tests: the PostgreSQL-backed server stack under load."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""Fixtures for the spine tests (helpers live in spine_helpers.py)."""
+"""Fixtures for the spine tests (helpers live in run_helpers.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from spine_helpers import small_convnet
+from run_helpers import small_convnet
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spine"))
-from spine_helpers import small_convnet, write_suite  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "run"))
+from run_helpers import small_convnet, write_suite  # noqa: E402
 
 from guard.core.errors import InternalError, UsageError  # noqa: E402
 from guard.core.isolate import ENV_DISABLE, NativeCrashError, StepTimeoutError  # noqa: E402

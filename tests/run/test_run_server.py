@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from spine_helpers import FAST_MEASURE, small_convnet, write_suite
+from run_helpers import FAST_MEASURE, small_convnet, write_suite
 
 from guard.cli.main import main
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from spine_helpers import FAST_MEASURE, write_suite
+from run_helpers import FAST_MEASURE, write_suite
 
 from guard.cli.main import main
 

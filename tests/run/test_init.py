@@ -7,7 +7,7 @@ import json
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from spine_helpers import small_convnet
+from run_helpers import small_convnet
 from test_real_inputs import mlp
 
 from guard.cli.main import main

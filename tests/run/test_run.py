@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from spine_helpers import FAST_MEASURE, write_suite
+from run_helpers import FAST_MEASURE, write_suite
 
 from guard.cli.main import main
 from guard.measure.host_speed import PROBE
