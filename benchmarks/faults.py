@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests" / "faults"))
-sys.path.insert(0, str(ROOT / "tests" / "spine"))
+sys.path.insert(0, str(ROOT / "tests" / "run"))
 sys.path.insert(0, str(ROOT / "tests" / "scale"))
 
 from kill_trial import POINTS, failures, trial  # noqa: E402
