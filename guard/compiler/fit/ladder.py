@@ -348,7 +348,7 @@ def _spill(
             if not spill_candidates(p.view, p.memory)
             else "spilling the largest idle tensor did not shrink the fast region"
         )
-        return Step(6, "spill", p.arena_bytes, why, clock() - t0)
+        return Step(6, "spill", p.arena_bytes, why, clock() - t0, plan=p)
     traffic = spill_traffic(split)
     chosen = dataclasses.replace(cur, memory=split)
     what = (
