@@ -5,6 +5,8 @@ multiple of the width), else lanes are scalars. Each output element loops over i
 window with one bounds check per tap (pools move few bytes per FLOP; the checks are not
 the bottleneck). AveragePool divides by the number of taps inside the input, or inside
 the padded input with ``count_include_pad`` (ONNX's rule, ceil_mode windows included).
+MaxPool and GlobalMaxPool also take u8/s8 in NCHW (a quantized model's pools: the maximum
+of quantized values is the quantized maximum), one scalar lane per output element.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import llvmlite.ir as ir
+import numpy as np
 
 from guard.compiler.codegen.base import Emitter, Kernel, float32_only
 from guard.compiler.codegen.emit_elementwise import _nan_max
@@ -20,6 +23,7 @@ from guard.compiler.codegen.irutil import (
     F32,
     add,
     const,
+    elem_ptr,
     entry_alloca,
     i64,
     in_range,
@@ -75,13 +79,22 @@ def _as_2d(a: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+MAX_OPS = frozenset({"MaxPool", "GlobalMaxPool"})
+INT8 = frozenset({"uint8", "int8"})
+
+
 class Pool(Emitter):
     ops = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
 
     def decline(self, node: OpNode, g: GraphView) -> str | None:
-        why = float32_only(node, g)
-        if why:
-            return why
+        dt = g.tensors[node.args[0]].dtype
+        if node.op in MAX_OPS and dt in INT8 and g.tensors[node.outputs[0]].dtype == dt:
+            if node.attrs.get("layout", "NCHW") != "NCHW":
+                return f"no emitter for {node.op} on {dt} in {node.attrs['layout']} (NCHW only)"
+        else:
+            why = float32_only(node, g)
+            if why:
+                return why
         if len(node.outputs) > 1:
             return f"no emitter for {node.op} with an Indices output"
         lay = node.attrs.get("layout", "NCHW")
@@ -110,7 +123,32 @@ class Pool(Emitter):
         # Lanes along channels where they are contiguous: blocked, or NHWC (a masked last
         # vector when C is not a multiple of the width); NCHW pools run scalar lanes.
         L = W_ if (blk and blk % W_ == 0) or lay == "NHWC" else 1
-        ty = ir.VectorType(F32, L) if L > 1 else F32
+        ty: ir.Type = ir.VectorType(F32, L) if L > 1 else F32
+        idt = np.dtype(xo.dtype) if xo.dtype in INT8 else None
+        if idt is not None:  # quantized MaxPool: NCHW (decline), scalar lanes
+            L, ty = 1, ir.IntType(8)
+            lowest = ir.Constant(ty, int(np.iinfo(idt).min))
+            greater = b.icmp_signed if idt.kind == "i" else b.icmp_unsigned
+
+        def start() -> ir.Constant:
+            return lowest if idt is not None else const(ty, float("-inf"))
+
+        def ld(base: ir.Value, at: ir.Value, lanes: int) -> ir.Value:
+            if idt is not None:
+                return b.load(elem_ptr(b, base, at, ty), typ=ty)
+            return load_lanes(b, base, at, L, lanes)
+
+        def st(v: ir.Value, base: ir.Value, at: ir.Value, lanes: int) -> None:
+            if idt is not None:
+                b.store(v, elem_ptr(b, base, at, ty))
+            else:
+                store_lanes(b, v, base, at, lanes)
+
+        def vmax(cur: ir.Value, v: ir.Value) -> ir.Value:
+            if idt is not None:
+                return b.select(greater(">", v, cur), v, cur)
+            return _nan_max(b, cur, v)
+
         sx = layout_strides(lay, N, C, H, W)
         sy = layout_strides(lay, N, C, OH, OW)
         is_max = k.op in ("MaxPool", "GlobalMaxPool")
@@ -130,18 +168,16 @@ class Pool(Emitter):
                 with loop(b, 0, N, 1, "n") as n:
                     xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
                     acc = entry_alloca(b, ty)
-                    b.store(const(ty, float("-inf") if is_max else 0.0), acc)
+                    b.store(start() if is_max else const(ty, 0.0), acc)
                     with loop(b, 0, H, 1, "h") as h, loop(b, 0, W, 1, "w") as w:
-                        v = load_lanes(
-                            b, x, add(b, xb, b.mul(h, i64(sx[3])), b.mul(w, i64(sx[4]))), L, lanes
-                        )
+                        v = ld(x, add(b, xb, b.mul(h, i64(sx[3])), b.mul(w, i64(sx[4]))), lanes)
                         cur = b.load(acc, typ=ty)
-                        b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
+                        b.store(vmax(cur, v) if is_max else b.fadd(cur, v), acc)
                     r = b.load(acc, typ=ty)
                     if not is_max:
                         r = b.fmul(r, const(ty, 1.0 / (H * W)))
                     yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]))
-                    store_lanes(b, r, y, yb, lanes)
+                    st(r, y, yb, lanes)
 
             sweep(gbody)
             return
@@ -160,7 +196,7 @@ class Pool(Emitter):
                 xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
                 acc = entry_alloca(b, ty)
                 cnt = entry_alloca(b, F32)
-                b.store(const(ty, float("-inf") if is_max else 0.0), acc)
+                b.store(start() if is_max else const(ty, 0.0), acc)
                 b.store(const(F32, 0.0), cnt)
                 ih0 = b.sub(b.mul(oh, i64(sh)), i64(pt))
                 iw0 = b.sub(b.mul(ow, i64(sw)), i64(pl))
@@ -177,9 +213,9 @@ class Pool(Emitter):
                             b.store(b.fadd(b.load(cnt, typ=F32), one), cnt)
                         with b.if_then(inside):
                             at = add(b, xb, b.mul(ih, i64(sx[3])), b.mul(iw, i64(sx[4])))
-                            v = load_lanes(b, x, at, L, lanes)
+                            v = ld(x, at, lanes)
                             cur = b.load(acc, typ=ty)
-                            b.store(_nan_max(b, cur, v) if is_max else b.fadd(cur, v), acc)
+                            b.store(vmax(cur, v) if is_max else b.fadd(cur, v), acc)
                             if not include and not is_max:
                                 b.store(b.fadd(b.load(cnt, typ=F32), const(F32, 1.0)), cnt)
                 res = b.load(acc, typ=ty)
@@ -188,6 +224,6 @@ class Pool(Emitter):
                     res = b.fmul(res, splat(b, inv, L) if L > 1 else inv)
                 yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]),
                          b.mul(oh, i64(sy[3])), b.mul(ow, i64(sy[4])))  # fmt: skip
-                store_lanes(b, res, y, yb, lanes)
+                st(res, y, yb, lanes)
 
         sweep(wbody)

@@ -18,6 +18,7 @@ from guard.compiler.codegen.emit_elementwise import Elementwise
 from guard.compiler.codegen.emit_index import Gather
 from guard.compiler.codegen.emit_norm import Norm
 from guard.compiler.codegen.emit_pool import Pool
+from guard.compiler.codegen.emit_quant import Quant
 from guard.compiler.codegen.emit_recurrent import GruRnn, Recurrent
 from guard.compiler.codegen.emit_reduce import Reduce
 from guard.compiler.codegen.emit_resize import Resize
@@ -46,6 +47,7 @@ def table() -> dict[str, Emitter]:
         Einsum(),
         Recurrent(),
         GruRnn(),
+        Quant(),
     ):
         for op in e.ops:
             out[op] = e

@@ -25,6 +25,7 @@ from guard.compiler.passes.eliminate_common_subexpressions import EliminateCommo
 from guard.compiler.passes.eliminate_dead_code import EliminateDeadCode
 from guard.compiler.passes.fold_batchnorm import FoldBatchnorm
 from guard.compiler.passes.fold_constants import FoldConstants
+from guard.compiler.passes.fold_qdq import FoldQdq
 from guard.compiler.passes.fuse_elementwise import FuseElementwise
 from guard.compiler.passes.fuse_horizontal import FuseHorizontal
 from guard.compiler.passes.recompose_gelu import RecomposeGelu
@@ -102,6 +103,11 @@ PIPELINES: dict[str, Any] = {
     "O1": lambda table: [_cleanup()],
     # O2: everything, in dependency order (the layouts are the target table's).
     "O2": lambda table: [
+        (
+            FoldQdq(),
+            "DQ -> Conv/MatMul/Gemm -> Q runs as one integer op; before the cleanup, whose "
+            "constant folding would dequantize the weights",
+        ),
         _cleanup(),
         (RecomposeLayernorm(), "one LayerNormalization kernel instead of 9 ops per norm"),
         (RecomposeGelu(), "one Gelu instead of the 5-op erf form"),

@@ -56,13 +56,15 @@ def _zp(xs: Xs, i: int, like: np.ndarray) -> np.ndarray:
 
 
 def _requant(
-    acc: np.ndarray, scale: np.ndarray, y_zp: np.ndarray | None, dt: np.dtype
+    acc: np.ndarray, scale: np.ndarray, y_zp: np.ndarray | None, dt: np.dtype, a: Attrs
 ) -> np.ndarray:
+    """rint(acc * scale) + zp, clamped to [qmin, qmax] (a fused Relu/Clip; default the
+    type's range)."""
     q = np.rint(acc * scale)
     if y_zp is not None:
         q = q + y_zp.astype(np.float64)
     lo, hi = value_range(dt)
-    return np.clip(q, lo, hi).astype(dt)
+    return np.clip(q, max(lo, a.get("qmin", lo)), min(hi, a.get("qmax", hi))).astype(dt)
 
 
 def matmul_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -74,7 +76,7 @@ def matmul_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 
 def qlinear_matmul(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    qa, sa, za, qb, sb, zb, sy, zy = (xs + [None] * 8)[:8]
+    qa, sa, za, qb, sb, zb, sy, zy, bias = (xs + [None] * 9)[:9]
     assert (
         qa is not None and qb is not None and sa is not None and sb is not None and sy is not None
     )
@@ -86,9 +88,11 @@ def qlinear_matmul(xs: Xs, a: Attrs) -> list[np.ndarray]:
         if sa.ndim == 1 and sa.size > 1
         else sa.astype(np.float64)
     )
-    acc = np.matmul(qa.astype(np.int64) - za_, qb.astype(np.int64) - zb_).astype(np.float64)
+    acc = np.matmul(qa.astype(np.int64) - za_, qb.astype(np.int64) - zb_)
+    if bias is not None:  # int32 per output column, in the accumulator's units (sa*sb)
+        acc = acc + bias.astype(np.int64)
     scale = sa_ * sb.astype(np.float64) / sy.astype(np.float64)
-    return [_requant(acc, scale, zy, qb.dtype if zy is None else zy.dtype)]
+    return [_requant(acc.astype(np.float64), scale, zy, qb.dtype if zy is None else zy.dtype, a)]
 
 
 def conv_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -115,7 +119,8 @@ def qlinear_conv(xs: Xs, a: Attrs) -> list[np.ndarray]:
     scale = sx.astype(np.float64) * (
         sw_.reshape((1, -1) + (1,) * (x.ndim - 2)) if sw_.size > 1 else sw_
     )
-    return [_requant(acc, scale / sy.astype(np.float64), zy, x.dtype if zy is None else zy.dtype)]
+    dt = x.dtype if zy is None else zy.dtype
+    return [_requant(acc, scale / sy.astype(np.float64), zy, dt, a)]
 
 
 KERNELS = {

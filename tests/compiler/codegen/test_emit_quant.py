@@ -1,0 +1,104 @@
+"""QuantizeLinear / DequantizeLinear in generated code: bit-identical to the reference
+interpreter, per tensor and per axis, u8/s8 (and s32 dequantisation), with ties (half to
+even), saturation and infinities; what has no code is declined with the reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from .test_emit_ops import ISAS, check, declines, graph_model
+
+U8, I8, I32, I16 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32, TensorProto.INT16
+F = TensorProto.FLOAT
+
+
+def _qdq(q_elem: int, axis_len: int = 0, axis: int = 1, zp: bool = True):
+    """x -> QuantizeLinear -> q (an output) -> DequantizeLinear -> y (an output)."""
+    n = max(axis_len, 1)
+    rng = np.random.default_rng(3)
+    scale = rng.uniform(0.01, 0.2, n).astype(np.float32)
+    lo, hi = (0, 255) if q_elem == U8 else (-128, 127)
+    dt = np.uint8 if q_elem == U8 else np.int8
+    zpv = rng.integers(lo, hi + 1, n).astype(dt)
+    if not axis_len:
+        scale, zpv = scale.reshape(()), zpv.reshape(())
+    inits = [("s", scale)] + ([("z", zpv)] if zp else [])
+    ins = ["x", "s", "z"] if zp else ["x", "s"]
+    attrs = {"axis": axis} if axis_len else {}
+    nodes = [
+        helper.make_node("QuantizeLinear", ins, ["q"], **attrs),
+        helper.make_node("DequantizeLinear", ["q", *ins[1:]], ["y"], **attrs),
+    ]
+    m = graph_model(nodes, [("x", [2, 5, 3, 4])], ["q", "y"], inits, opset=13)
+    m.graph.output[0].type.tensor_type.elem_type = q_elem if zp else U8
+    return m, scale
+
+
+def _feeds(scale: np.ndarray, seed: int) -> dict[str, np.ndarray]:
+    """Normal values, exact ties (k + 0.5) * scale, saturating values and infinities."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((2, 5, 3, 4)) * 4).astype(np.float32)
+    s = float(np.asarray(scale).reshape(-1)[0])
+    x.reshape(-1)[:24] = (np.arange(-12, 12) + 0.5).astype(np.float32) * np.float32(s)
+    x.reshape(-1)[24:28] = [1e6, -1e6, np.inf, -np.inf]
+    return {"x": x}
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("elem", [U8, I8])
+@pytest.mark.parametrize("axis_len,axis", [(0, 1), (5, 1), (2, 0), (4, 3)])
+def test_quantize_dequantize_bit_identical(elem, axis_len, axis, isa):
+    m, scale = _qdq(elem, axis_len, axis)
+    compiled, _ = check(m, isa, feeds=_feeds(scale, 0))
+    assert {n.op for n in compiled.graph.nodes} == {"QuantizeLinear", "DequantizeLinear"}
+    check(m, isa, feeds=_feeds(scale, 1))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_quantize_without_zero_point_is_uint8(isa):
+    m, scale = _qdq(U8, zp=False)
+    check(m, isa, feeds=_feeds(scale, 0))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_dequantize_int32_bias_per_axis(isa):
+    b = np.array([-(2**30), -7, 0, 9, 2**31 - 1], np.int32)
+    s = np.array([1e-4, 2e-3, 0.5, 3.0, 1e-9], np.float32)
+    node = helper.make_node("DequantizeLinear", ["b", "s"], ["y"], axis=0)
+    m = graph_model([node], [("b", [5], I32)], ["y"], [("s", s)], opset=13)
+    check(m, isa, feeds={"b": b})
+
+
+def test_declines_int16_blocked_and_float16_scales_with_the_reason():
+    s = np.float32(0.1)
+    q16 = helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])
+    m = graph_model([q16], [("x", [4], I16)], ["y"], [("s", s), ("z", np.int16(0))], opset=21)
+    assert any("from int16 runs on the cpu partition" in d for d in declines(m))
+    blk = helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=0, block_size=2)
+    m = graph_model(
+        [blk], [("x", [4, 2], U8)], ["y"], [("s", np.full((2, 2), 0.1, np.float32))], opset=21
+    )
+    assert any("block quantisation (block_size=2)" in d for d in declines(m))
+    h = helper.make_node("DequantizeLinear", ["x", "s"], ["y"])
+    m = graph_model([h], [("x", [4], U8)], ["y"], [("s", np.float16(0.1))], opset=19)
+    m.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    assert any("float16 scale" in d for d in declines(m))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("elem", [U8, I8])
+def test_max_pools_on_quantized_tensors(elem, isa):
+    """Padded windows (a pad never wins: the type's lowest value starts the maximum)."""
+    nodes = [
+        helper.make_node(
+            "MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]
+        ),
+        helper.make_node("GlobalMaxPool", ["x"], ["g"]),
+    ]
+    m = graph_model(nodes, [("x", [1, 3, 7, 6], elem)], ["p", "g"], out_type=elem)
+    lo, hi = (0, 256) if elem == U8 else (-128, 128)
+    x = np.random.default_rng(0).integers(lo, hi, (1, 3, 7, 6))
+    x[0, 1] = lo  # a channel at the lowest value everywhere
+    check(m, isa, feeds={"x": x.astype(np.uint8 if elem == U8 else np.int8)})
