@@ -18,6 +18,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 from guard import __version__
 from guard.core.errors import (
@@ -53,8 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int,
+    line: str | None = None,
+) -> str:  # fmt: skip
+    """A warning the user sees is one line, like an error: no source location or code."""
+    return f"guard: warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    warnings.formatwarning = _one_line_warning
     try:  # a Ctrl-C at any stage, parsing and the command's imports included, is exit 130
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -11,6 +11,7 @@ Initializers become Constants, also when an IR-3 model lists them as inputs.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,31 @@ def _attrs(node: onnx.NodeProto, ctx: ImportContext) -> dict[str, Any]:
             v = [x.decode() for x in v]
         out[a.name] = v
     return out
+
+
+def _warn_per_axis_before_13(proto: onnx.ModelProto, opset: int, source: str) -> None:
+    """onnxruntime's quantiser writes per-axis (De)QuantizeLinear into opset 11/12 models,
+    where ``axis`` is not defined: onnx.checker rejects them, onnxruntime runs them per
+    axis. guard runs them as opset 13 defines them, and says so in one line."""
+    if opset >= 13:
+        return
+    odd = [
+        n.name or n.output[0]
+        for n in proto.graph.node
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+        and n.domain in ("", "ai.onnx")
+        and any(a.name == "axis" for a in n.attribute)
+    ]
+    if odd:
+        warnings.warn(
+            f"{source}: {len(odd)} QuantizeLinear/DequantizeLinear node(s) (first {odd[0]!r}) "
+            f"carry an 'axis' attribute, which opset {opset} does not define (onnx.checker "
+            "rejects the model; onnxruntime runs it): guard runs them per axis as opset 13 "
+            "defines; convert the model with onnx.version_converter.convert_version(model, 13) "
+            "before quantising to silence this",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def import_onnx(
@@ -107,6 +133,7 @@ def _import(
             hint="Re-export with an ai.onnx opset.",
         )
     bound = bind_inputs(proto, input_shapes, source)
+    _warn_per_axis_before_13(proto, opset, source)
 
     # Ops ONNX defines as functions expand into their bodies when we have no converter.
     if any(

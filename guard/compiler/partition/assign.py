@@ -250,7 +250,31 @@ def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
         "splits": splits,
         # Relayouts and NCHW<->NHWC transposes left in the final graph (guard.compiler.ir.layout)
         "layout_conversions": count_conversions((n.op, n.attrs) for n in g.nodes),
+        # Quantize/dequantize steps left between int8 and float ops: each one a pass over
+        # the tensor, like a relayout (the weights' are constants, folded at compile time).
+        "quant_conversions": count_quant_conversions(g),
     }
+
+
+def count_quant_conversions(g: GraphView) -> dict[str, int]:
+    """QuantizeLinear/DequantizeLinear nodes on activations in the final graph, and how many
+    of them are a Q whose result only a DQ reads (a pair that round-trips through int8)."""
+    readers: dict[str, list[str]] = {}
+    for n in g.nodes:
+        for i in n.args:
+            readers.setdefault(i, []).append(n.op)
+    quant = [
+        n for n in g.nodes
+        if n.op in ("QuantizeLinear", "DequantizeLinear") and g.tensors[n.args[0]].kind != "const"
+    ]  # fmt: skip
+    pairs = sum(
+        1
+        for n in quant
+        if n.op == "QuantizeLinear"
+        and readers.get(n.outputs[0])
+        and set(readers[n.outputs[0]]) == {"DequantizeLinear"}
+    )
+    return {"nodes": len(quant), "pairs": pairs}
 
 
 def _mib(n: int) -> str:
@@ -281,6 +305,12 @@ def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) ->
         lines.append(
             f"  layout conversions: {rep['layout_conversions']} (relayouts and NCHW<->NHWC "
             "transposes in the final graph)"
+        )
+    qc = rep.get("quant_conversions")
+    if qc and qc["nodes"]:
+        lines.append(
+            f"  quant conversions: {qc['nodes']} QuantizeLinear/DequantizeLinear on activations, "
+            f"{qc['pairs']} Q->DQ pair(s) (each a pass over its tensor, like a relayout)"
         )
     for cf in rep.get("control_flow", []):
         subs = ", ".join(

@@ -102,3 +102,28 @@ def test_max_pools_on_quantized_tensors(elem, isa):
     x = np.random.default_rng(0).integers(lo, hi, (1, 3, 7, 6))
     x[0, 1] = lo  # a channel at the lowest value everywhere
     check(m, isa, feeds={"x": x.astype(np.uint8 if elem == U8 else np.int8)})
+
+
+def test_partition_report_counts_quant_conversions_like_relayouts():
+    """x -> Q -> DQ -> Relu -> Q -> DQ: four conversions on activations, two Q->DQ pairs;
+    the constant weight's DequantizeLinear is not one (folded at compile time)."""
+    from guard.compiler import import_onnx, optimize
+    from guard.compiler.partition.assign import format_report
+    from guard.compiler.partition.plan import plan
+
+    s, z = np.float32(0.1), np.uint8(9)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+        helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["w"]),
+        helper.make_node("Add", ["d", "w"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q2"]),
+        helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"]),
+    ]
+    inits = [("s", s), ("z", z), ("wq", np.arange(4, dtype=np.uint8))]
+    m = graph_model(nodes, [("x", [4])], ["y"], inits, opset=13)
+    g, _ = optimize(import_onnx(m, {}), "O0")
+    rep = plan(g).partition_report
+    assert rep["quant_conversions"] == {"nodes": 4, "pairs": 2} and rep["count"] == 1
+    assert "quant conversions: 4 QuantizeLinear/DequantizeLinear" in format_report(dict(rep))

@@ -141,6 +141,16 @@ CASES: dict[str, dict] = {
         M=21, N=45, K=70, b_packed=False, trans_b=True, schedule=S(mr=6, nr=32, kc=32, mc=12, nc=32)
     ),
     "repack_b_default": dict(M=128, N=128, K=64, b_packed=False, trans_b=True),
+    # Issue 38: a 2 MiB L2 sizes kc=64 x nc=4096 (a 1 MiB repack buffer, over the limit);
+    # the emitter repacks in smaller blocks instead of refusing.
+    "repack_b_big_l2": dict(
+        M=2,
+        N=4100,
+        K=70,
+        b_packed=False,
+        trans_b=True,
+        schedule=S(mr=2, nr=32, kc=64, mc=2, nc=4096),
+    ),
     # batches: a shared weight (stride_b 0) and per-batch operands
     "batch_shared_b": dict(M=9, N=20, K=12, batch=3, stride_b=0, bias="row"),
     "batch_strided": dict(M=8, N=17, K=16, batch=4, b_packed=False, trans_b=True),
@@ -267,6 +277,18 @@ def test_default_schedule_follows_the_target_table(isa: str) -> None:
     )
 
 
+def test_a_repack_block_over_the_buffer_shrinks_nc_then_kc() -> None:
+    from guard.compiler.codegen.gemm.emit import REPACK_LIMIT_BYTES, fit_repack
+
+    s = GemmSchedule(mr=12, nr=32, kc=64, mc=144, nc=4096)
+    got = fit_repack(s, N=4096, K=9216)
+    assert (got.kc, got.nc) == (64, 2048) and got.kc * got.nc * 4 <= REPACK_LIMIT_BYTES
+    assert fit_repack(s, N=1000, K=9216) == s  # nc is clipped to N first: 1024 fits
+    wide = GemmSchedule(mr=12, nr=32, kc=8192, mc=144, nc=64)
+    got = fit_repack(wide, N=64, K=9216)
+    assert got.nc == 32 and got.kc * got.nc * 4 <= REPACK_LIMIT_BYTES
+
+
 def test_bad_schedule_and_shapes_are_refused() -> None:
     with pytest.raises(ValueError, match="multiple of the vector width"):
         GemmKernel(4, 4, 4, schedule=GemmSchedule(mr=2, nr=12, kc=4, mc=2, nc=12))
@@ -274,11 +296,11 @@ def test_bad_schedule_and_shapes_are_refused() -> None:
         GemmKernel(4, 4, 4, schedule=GemmSchedule(mr=2, nr=16, kc=4, mc=2, nc=16, loop_order="km"))
     with pytest.raises(ValueError, match="positive"):
         GemmKernel(0, 4, 4)
+    # A repack block over the stack buffer is another schedule, not an error (issue 38).
     big = GemmKernel(
         8, 4096, 1024, trans_b=True, schedule=GemmSchedule(mr=8, nr=32, kc=1024, mc=8, nc=4096)
     )
-    with pytest.raises(ValueError, match="stack buffer"):
-        big.emit(ir.Module(), "g", b_packed=False)
+    big.emit(ir.Module(), "g", b_packed=False)
     with pytest.raises(ValueError, match="expected \\(4, 5\\)"):
         GemmKernel(3, 5, 4).pack_b(np.zeros((5, 4), np.float32))
 

@@ -4,12 +4,13 @@ algorithm and drives it; this module reads the kernel through gemm_schedule.Gemm
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable
 
 from llvmlite import ir
 
 from guard.compiler.codegen.gemm.microkernel import ACCUMULATE, FINISH, micro_kernel
-from guard.compiler.codegen.gemm.schedule import GemmSpec
+from guard.compiler.codegen.gemm.schedule import GemmSchedule, GemmSpec
 from guard.compiler.codegen.irutil import (
     F32,
     F32P,
@@ -29,6 +30,20 @@ from guard.compiler.codegen.irutil import (
 )
 
 REPACK_LIMIT_BYTES = 512 * 1024  # stack buffer for one repacked block of a run-time B^T
+
+
+def fit_repack(s: GemmSchedule, N: int, K: int) -> GemmSchedule:
+    """The schedule with its ``kc x nc`` block of a run-time [N,K] B inside the repack
+    buffer: ``nc`` shrinks (in steps of ``nr``) first, then ``kc``. The cache-derived
+    default and tuned schedules size ``nc`` by L2 (a 2 MiB L2 gives kc=64 x nc=4096, a
+    1 MiB buffer), so a host with a big L2 needs this: another schedule, not an error."""
+    kc = min(s.kc, K)
+    nc = min(s.nc, -(-N // s.nr) * s.nr)
+    if kc * nc * 4 <= REPACK_LIMIT_BYTES:
+        return s
+    nc = max(s.nr, REPACK_LIMIT_BYTES // (kc * 4) // s.nr * s.nr)
+    kc = min(kc, max(1, REPACK_LIMIT_BYTES // (nc * 4)))
+    return dataclasses.replace(s, nc=nc, kc=kc, unroll=min(s.unroll, kc))
 
 
 class GemmEmitter:
@@ -52,6 +67,8 @@ class GemmEmitter:
         # a gather per FMA).
         self.stream_b = not b_packed and not kernel.trans_b
         self.repack_b = not b_packed and kernel.trans_b
+        if self.repack_b:
+            self.s = fit_repack(self.s, kernel.N, kernel.K)
         self.epilogue_key = epilogue_key
         self.res: ir.Value | None = None  # this batch element's residual, laid out like C
 
