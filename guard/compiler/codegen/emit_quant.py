@@ -12,6 +12,10 @@ becomes 0 (what numpy's cast of NaN gives on x86, which the reference inherits).
 Per-axis scales and zero points are read with a stride along their axis (0 elsewhere),
 as a broadcast operand of the pointwise loop.
 
+DynamicQuantizeLinear (float32 -> u8, its scale and zero point) is two loops: the range
+(NaN tracked apart, so a NaN anywhere makes the scale NaN as numpy's max does), then the
+quantisation above with the computed scale; every step is the reference's float32 op.
+
 Declines, with the reason: scales that are not float32, quantized types other than
 u8/s8 (and s32 for DequantizeLinear, the bias), block quantisation. int4, int16 and
 float8 (de)quantisation therefore run on the ``cpu`` partition, never approximated.
@@ -26,7 +30,7 @@ import numpy as np
 
 from guard.compiler.codegen import emit_typed as t
 from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides
-from guard.compiler.codegen.irutil import F32, intrinsic
+from guard.compiler.codegen.irutil import F32, I1, elem_ptr, entry_alloca, intrinsic, loop
 from guard.compiler.graph.view import GraphView, OpNode
 from guard.compiler.ir.core import value_range
 
@@ -62,9 +66,12 @@ def _axis_strides(shape: tuple[int, ...], out_shape: Sequence[int], axis: int) -
 
 
 class Quant(Emitter):
-    ops = frozenset(QUANTIZED)
+    ops = frozenset({*QUANTIZED, "DynamicQuantizeLinear"})
 
     def decline(self, node: OpNode, g: GraphView) -> str | None:
+        if node.op == "DynamicQuantizeLinear":
+            dt = g.tensors[node.args[0]].dtype
+            return None if dt == "float32" else f"no emitter for DynamicQuantizeLinear on {dt}"
         args = list(node.args) + [""] * (3 - len(node.args))
         dts = [g.tensors[a].dtype if a else None for a in args[:3]]
         return quant_decline(
@@ -74,6 +81,10 @@ class Quant(Emitter):
     def emit(
         self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
     ) -> None:
+        if k.op == "DynamicQuantizeLinear":
+            assert ins[0] is not None and k.inputs[0] is not None
+            _dynamic(b, ins[0], outs, int(np.prod(k.inputs[0].shape, dtype=np.int64)))
+            return
         out = k.outputs[0]
         axis = int(k.attrs.get("axis", 1))
         x_op, s_op = k.inputs[0], k.inputs[1]
@@ -115,3 +126,42 @@ class Quant(Emitter):
 
         compute = quantize if k.op == "QuantizeLinear" else dequantize
         t.emit_typed_pointwise(b, out.shape, operands, (outs[0], out_dt), compute)
+
+
+def _clamp(b: ir.IRBuilder, q: ir.Value, lo: float, hi: float) -> ir.Value:
+    return intrinsic(
+        b,
+        "minnum",
+        F32,
+        [intrinsic(b, "maxnum", F32, [q, ir.Constant(F32, lo)]), ir.Constant(F32, hi)],
+    )
+
+
+def _dynamic(b: ir.IRBuilder, x: ir.Value, outs: list[ir.Value], n: int) -> None:
+    """outs: y (u8[n]), y_scale (f32 scalar), y_zero_point (u8 scalar)."""
+    zero, u8 = ir.Constant(F32, 0.0), ir.IntType(8)
+    hi_slot, lo_slot, nan_slot = entry_alloca(b, F32), entry_alloca(b, F32), entry_alloca(b, I1)
+    b.store(zero, hi_slot)
+    b.store(zero, lo_slot)
+    b.store(ir.Constant(I1, 0), nan_slot)
+    with loop(b, 0, n, 1, "r") as i:
+        v = b.load(elem_ptr(b, x, i, F32), typ=F32)
+        hi, lo = b.load(hi_slot, typ=F32), b.load(lo_slot, typ=F32)
+        b.store(b.select(b.fcmp_ordered(">", v, hi), v, hi), hi_slot)
+        b.store(b.select(b.fcmp_ordered("<", v, lo), v, lo), lo_slot)
+        b.store(b.or_(b.load(nan_slot, typ=I1), b.fcmp_unordered("uno", v, v)), nan_slot)
+    nan = ir.Constant(F32, float("nan"))
+    seen = b.load(nan_slot, typ=I1)
+    hi = b.select(seen, nan, b.load(hi_slot, typ=F32))
+    lo = b.select(seen, nan, b.load(lo_slot, typ=F32))
+    span = b.select(b.fcmp_ordered("==", hi, lo), ir.Constant(F32, 1.0), b.fsub(hi, lo))
+    scale = b.fdiv(span, ir.Constant(F32, 255.0))
+    zp = intrinsic(b, "roundeven", F32, [_clamp(b, b.fsub(zero, b.fdiv(lo, scale)), 0.0, 255.0)])
+    b.store(scale, outs[1])
+    b.store(b.fptoui(zp, u8), elem_ptr(b, outs[2], 0, u8))
+    with loop(b, 0, n, 1, "q") as i:
+        v = b.load(elem_ptr(b, x, i, F32), typ=F32)
+        q = b.fadd(intrinsic(b, "roundeven", F32, [b.fdiv(v, scale)]), zp)
+        q = _clamp(b, q, 0.0, 255.0)
+        q = b.select(b.fcmp_unordered("uno", q, q), zero, q)
+        b.store(b.fptoui(q, u8), elem_ptr(b, outs[0], i, u8))

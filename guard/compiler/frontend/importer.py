@@ -167,7 +167,7 @@ def _import(
                 where=source,
                 hint="Run this model with the onnxruntime backend.",
             )
-        if node.domain not in ("", "ai.onnx") or lookup(node.op_type, opset) is None:
+        if lookup(node.op_type, opset, node.domain) is None:
             raise UnsupportedOpError(
                 f"op {node.op_type} (domain {node.domain or 'ai.onnx'!r}, opset {opset}, "
                 f"node {label!r}) is not supported by the bundled compiler",
@@ -232,7 +232,7 @@ def _import(
         if node.op_type in SUBGRAPH_OPS and node.domain in ("", "ai.onnx"):
             _CONVERT_SUBGRAPH[node.op_type](ctx, node, import_onnx)
             continue
-        conv = lookup(node.op_type, opset)
+        conv = lookup(node.op_type, opset, node.domain)
         assert conv is not None
         attrs = _attrs(node, ctx)
         try:

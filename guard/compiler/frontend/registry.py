@@ -2,7 +2,7 @@
 
 ``lookup(op, opset)`` picks the converter with the highest since_version <= opset, which is
 how a converter for, say, Squeeze's axes-as-attribute (opset 1) and axes-as-input (opset
-13) coexist.
+13) coexist; ``lookup(op, opset, domain)`` finds a contrib op (``com.microsoft``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from guard.compiler.frontend import (
     ops_linalg,
     ops_nn,
     ops_norm,
+    ops_qoperator,
     ops_quant,
     ops_recurrent,
     ops_reduce,
@@ -32,13 +33,20 @@ for _family in (
     ops_resize,
     ops_recurrent,
     ops_quant,
+    ops_qoperator,
     ops_linalg,
 ):
     for _op, _versions in _family.CONVERTERS.items():
         CONVERTERS.setdefault(_op, {}).update(_versions)
 
 
-def lookup(op: str, opset: int) -> Converter | None:
+# Contrib ops by domain (one version each): onnxruntime's QOperator ops.
+DOMAINS: dict[str, dict[str, Converter]] = {ops_qoperator.DOMAIN: ops_qoperator.CONTRIB}
+
+
+def lookup(op: str, opset: int, domain: str = "") -> Converter | None:
+    if domain not in ("", "ai.onnx"):
+        return DOMAINS.get(domain, {}).get(op)
     versions = CONVERTERS.get(op)
     if not versions:
         return None

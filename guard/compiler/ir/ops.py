@@ -102,7 +102,7 @@ TRAITS: dict[str, OpTraits] = {
     ),
     **_rows("resize", "Resize GridSample"),
     # Quantisation, recurrent, misc.
-    **_rows("quant", "QuantizeLinear DequantizeLinear"),
+    **_rows("quant", "QuantizeLinear DequantizeLinear DynamicQuantizeLinear"),
     **_rows("recurrent", "LSTM GRU RNN"),
     **_rows("misc", "IsInf IsNaN DFT Det NegativeLogLikelihoodLoss"),
     **_rows("control", "If Loop Scan", control_flow=True),

@@ -267,6 +267,15 @@ def _loop(node: Node, vals: list[Value | None]) -> TypeList:
     return [(v.shape, v.dtype) for v in carried] + scans
 
 
+# (De)quantization: the shape of x; the quantized type is attrs["to"] (the zero point's),
+# the dequantized one the scale's.
+SHAPE_FNS["QuantizeLinear"] = lambda n, vs: [(_v(vs, 0).shape, dtype_from_name(n.attrs["to"]))]
+SHAPE_FNS["DequantizeLinear"] = lambda n, vs: [(_v(vs, 0).shape, _v(vs, 1).dtype)]
+SHAPE_FNS["DynamicQuantizeLinear"] = lambda n, vs: [
+    (_v(vs, 0).shape, np.dtype(np.uint8)),
+    ((), np.dtype(np.float32)),
+    ((), np.dtype(np.uint8)),
+]
 SHAPE_FNS["If"] = _if
 SHAPE_FNS["Loop"] = _loop
 

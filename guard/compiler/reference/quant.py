@@ -123,8 +123,27 @@ def qlinear_conv(xs: Xs, a: Attrs) -> list[np.ndarray]:
     return [_requant(acc, scale / sy.astype(np.float64), zy, dt, a)]
 
 
+def dynamic_quantize(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    """ONNX's DynamicQuantizeLinear, every step in float32 as onnx's reference writes it:
+    the range [min(0, min x), max(0, max x)] onto u8 (scale 1/255 when that range is
+    empty), the zero point clamped then rounded half to even. A NaN in x makes the range
+    NaN; the NaNs this leaves become 0 (numpy's cast on x86, which onnx's reference
+    inherits)."""
+    x = arg(xs).astype(np.float32)
+    hi = np.float32(np.maximum(np.float32(0), x.max(initial=np.float32(0))))
+    lo = np.float32(np.minimum(np.float32(0), x.min(initial=np.float32(0))))
+    scale = np.float32(np.float32(1.0) if hi == lo else np.float32(hi - lo)) / np.float32(255)
+    with np.errstate(invalid="ignore"):
+        zp_f = np.rint(np.clip(np.float32(0) - lo / scale, np.float32(0), np.float32(255)))
+        q = np.clip(np.rint(x / scale) + zp_f, np.float32(0), np.float32(255))
+    q = np.where(np.isnan(q), np.float32(0), q)
+    zp = np.uint8(0) if np.isnan(zp_f) else np.uint8(zp_f)
+    return [q.astype(np.uint8), np.asarray(scale, np.float32), np.asarray(zp, np.uint8)]
+
+
 KERNELS = {
     "QuantizeLinear": quantize, "DequantizeLinear": dequantize,
     "MatMulInteger": matmul_integer, "QLinearMatMul": qlinear_matmul,
     "ConvInteger": conv_integer, "QLinearConv": qlinear_conv,
+    "DynamicQuantizeLinear": dynamic_quantize,
 }  # fmt: skip
