@@ -220,8 +220,11 @@ class Pool(Emitter):
                                 b.store(b.fadd(b.load(cnt, typ=F32), const(F32, 1.0)), cnt)
                 res = b.load(acc, typ=ty)
                 if not is_max:
-                    inv = b.fdiv(const(F32, 1.0), b.load(cnt, typ=F32))
-                    res = b.fmul(res, splat(b, inv, L) if L > 1 else inv)
+                    # Divide, as the reference does (sum / count): a multiply by the
+                    # reciprocal rounds differently, and in a quantized model that one
+                    # ulp can move the next QuantizeLinear by a step.
+                    count = b.load(cnt, typ=F32)
+                    res = b.fdiv(res, splat(b, count, L) if L > 1 else count)
                 yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]),
                          b.mul(oh, i64(sy[3])), b.mul(ow, i64(sy[4])))  # fmt: skip
                 st(res, y, yb, lanes)

@@ -257,8 +257,9 @@ def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
 
 
 def count_quant_conversions(g: GraphView) -> dict[str, int]:
-    """QuantizeLinear/DequantizeLinear nodes on activations in the final graph, and how many
-    of them are a Q whose result only a DQ reads (a pair that round-trips through int8)."""
+    """QuantizeLinear/DequantizeLinear on activations in the final graph (nodes, and the
+    steps lower_qdq made of them inside fused elementwise programs), and how many of the
+    nodes are a Q whose result only a DQ reads (a pair that round-trips through int8)."""
     readers: dict[str, list[str]] = {}
     for n in g.nodes:
         for i in n.args:
@@ -267,6 +268,11 @@ def count_quant_conversions(g: GraphView) -> dict[str, int]:
         n for n in g.nodes
         if n.op in ("QuantizeLinear", "DequantizeLinear") and g.tensors[n.args[0]].kind != "const"
     ]  # fmt: skip
+    lowered = sum(1 for n in g.nodes if n.attrs.get("qdq"))
+    for n in g.nodes:
+        program = n.attrs.get("program")
+        if isinstance(program, list):
+            lowered += sum(1 for st in program if st.get("attrs", {}).get("qdq"))
     pairs = sum(
         1
         for n in quant
@@ -274,7 +280,7 @@ def count_quant_conversions(g: GraphView) -> dict[str, int]:
         and readers.get(n.outputs[0])
         and set(readers[n.outputs[0]]) == {"DequantizeLinear"}
     )
-    return {"nodes": len(quant), "pairs": pairs}
+    return {"nodes": len(quant) + lowered, "pairs": pairs, "fused": lowered}
 
 
 def _mib(n: int) -> str:
@@ -309,8 +315,9 @@ def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) ->
     qc = rep.get("quant_conversions")
     if qc and qc["nodes"]:
         lines.append(
-            f"  quant conversions: {qc['nodes']} QuantizeLinear/DequantizeLinear on activations, "
-            f"{qc['pairs']} Q->DQ pair(s) (each a pass over its tensor, like a relayout)"
+            f"  quant conversions: {qc['nodes']} QuantizeLinear/DequantizeLinear on activations "
+            f"({qc.get('fused', 0)} of them steps of fused elementwise kernels), {qc['pairs']} "
+            "Q->DQ pair(s) (each a pass over its tensor, like a relayout)"
         )
     for cf in rep.get("control_flow", []):
         subs = ", ".join(

@@ -28,6 +28,7 @@ from guard.compiler.passes.fold_constants import FoldConstants
 from guard.compiler.passes.fold_qdq import FoldQdq
 from guard.compiler.passes.fuse_elementwise import FuseElementwise
 from guard.compiler.passes.fuse_horizontal import FuseHorizontal
+from guard.compiler.passes.lower_qdq import LowerQdq
 from guard.compiler.passes.recompose_gelu import RecomposeGelu
 from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
 from guard.compiler.passes.simplify_algebra import SimplifyAlgebra
@@ -115,6 +116,11 @@ PIPELINES: dict[str, Any] = {
         _cleanup(),
         (BatchRecurrentInputs(), "RNN/GRU/LSTM input gates: one GEMM over the sequence"),
         (FuseHorizontal(), "siblings reading one input become one wider GEMM (read x once)"),
+        (
+            LowerQdq(),
+            "Q/DQ left on activations become elementwise steps that fuse with their float "
+            "neighbours; after the cleanups, whose x/c -> x*(1/c) would change the rounding",
+        ),
         (FuseElementwise(), "epilogues and elementwise chains never write intermediates"),
         (ConvRows(), "a convolution over a column runs as one over a row (tiles along W)"),
         (

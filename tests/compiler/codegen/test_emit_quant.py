@@ -125,5 +125,5 @@ def test_partition_report_counts_quant_conversions_like_relayouts():
     m = graph_model(nodes, [("x", [4])], ["y"], inits, opset=13)
     g, _ = optimize(import_onnx(m, {}), "O0")
     rep = plan(g).partition_report
-    assert rep["quant_conversions"] == {"nodes": 4, "pairs": 2} and rep["count"] == 1
+    assert rep["quant_conversions"] == {"nodes": 4, "pairs": 2, "fused": 0} and rep["count"] == 1
     assert "quant conversions: 4 QuantizeLinear/DequantizeLinear" in format_report(dict(rep))

@@ -1,0 +1,72 @@
+"""Quantized test models made by code: onnxruntime's ``quantize_static`` (QDQ, per-channel
+s8 weights, u8 activations: the tool's documented default) over a zoo model, calibrated
+with a seeded ``CalibrationDataReader``, cached on disk like guard/zoo (the key covers the
+zoo model's own key, the opset, this builder's version and the onnxruntime/onnx/numpy
+versions; the write is atomic)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from guard.core.fsutil import atomic_write_bytes
+from guard.zoo.cache import cached_file, default_cache_dir, model_path
+
+BUILDER = "qdq-1"
+
+
+def qdq_model(name: str, opset: int = 13, calibration: int = 4) -> Path:
+    """The QDQ int8 form of zoo model ``name`` at ``opset`` (13: converted first, as
+    FACTS.md advises; 11: what the quantiser writes for the model as shipped)."""
+    src = model_path(name)
+    pins = {
+        "zoo": cached_file(name).name, "opset": opset, "builder": BUILDER,
+        "calibration": calibration,
+        "packages": {p: metadata.version(p) for p in ("onnxruntime", "onnx", "numpy")},
+    }  # fmt: skip
+    key = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:16]
+    path = default_cache_dir().parent / "int8" / f"{name}-qdq{opset}-{key}.onnx"
+    if path.is_file():
+        return path
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    m = onnx.load(str(src))
+    if opset >= 13:
+        m = onnx.version_converter.convert_version(m, opset)
+    inp = m.graph.input[0]
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.it = iter(
+                [
+                    {inp.name: rng.standard_normal(shape).astype(np.float32)}
+                    for _ in range(calibration)
+                ]
+            )
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        f32, out = Path(tmp) / "f32.onnx", Path(tmp) / "qdq.onnx"
+        onnx.save(m, str(f32))
+        quantize_static(
+            str(f32), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+        )  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, out.read_bytes())
+    return path
