@@ -127,3 +127,20 @@ def test_partition_report_counts_quant_conversions_like_relayouts():
     rep = plan(g).partition_report
     assert rep["quant_conversions"] == {"nodes": 4, "pairs": 2, "fused": 0} and rep["count"] == 1
     assert "quant conversions: 4 QuantizeLinear/DequantizeLinear" in format_report(dict(rep))
+
+
+@pytest.mark.parametrize(
+    "elem,name", [(TensorProto.INT4, "int4"), (TensorProto.FLOAT8E4M3FN, "float8_e4m3fn")]
+)
+def test_int4_and_float8_dequantize_land_on_the_cpu_partition_with_the_reason(elem, name):
+    from guard.compiler import import_onnx, optimize, run_reference
+    from guard.compiler.partition.plan import plan
+
+    node = helper.make_node("DequantizeLinear", ["x", "s"], ["y"])
+    m = graph_model([node], [("x", [4], elem)], ["y"], [("s", np.float32(0.5))], opset=21)
+    assert any(f"from {name} runs on the cpu partition" in d for d in declines(m))
+    g, _ = optimize(import_onnx(m, {}), "O2")
+    rep = plan(g).partition_report
+    assert [p["backend"] for p in rep["partitions"]] == ["cpu"]
+    x = np.array([1, -2, 3, 0]).astype(g.values["x"].dtype)
+    np.testing.assert_array_equal(run_reference(g, {"x": x})["y"], x.astype(np.float32) * 0.5)
