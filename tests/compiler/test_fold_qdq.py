@@ -195,11 +195,14 @@ def _move_model(op: str, same_scale: bool):
         "Transpose": (["d"], {"perm": [0, 2, 3, 1]}),
         "MaxPool": (["d"], {"kernel_shape": [2, 2]}),
         "Concat": (["d", "d"], {"axis": 1}),
+        "Resize": (["d", "", "rs"], {"mode": "nearest"}),
+        "ResizeLinear": (["d", "", "rs"], {"mode": "linear"}),
     }[op]
+    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "rs"))
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
-        helper.make_node(op, args[0], ["m"], **args[1]),
+        helper.make_node(op.replace("Linear", ""), args[0], ["m"], **args[1]),
         helper.make_node("QuantizeLinear", ["m", "s2", "z"], ["mq"]),
         helper.make_node("DequantizeLinear", ["mq", "s2", "z"], ["y"]),
     ]
@@ -210,7 +213,7 @@ def _move_model(op: str, same_scale: bool):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-@pytest.mark.parametrize("op", ["Reshape", "Transpose", "MaxPool", "Concat"])
+@pytest.mark.parametrize("op", ["Reshape", "Transpose", "MaxPool", "Concat", "Resize"])
 def test_data_movement_runs_on_the_quantized_tensor_when_scales_agree(op):
     g = import_onnx(_move_model(op, True))
     g2, res = apply(FoldQdq(), g)
@@ -229,3 +232,9 @@ def test_data_movement_stays_float_when_scales_differ():
     g2, res = apply(FoldQdq(), g)
     assert not res.changed and ops(g2) == ops(g)
     assert any("another scale, zero point or dtype" in n for n in res.notes)
+
+
+def test_a_linear_resize_stays_float():
+    g = import_onnx(_move_model("ResizeLinear", True))
+    g2, res = apply(FoldQdq(), g)
+    assert not res.changed and any("nearest Resize" in n for n in res.notes)

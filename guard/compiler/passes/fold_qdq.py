@@ -17,7 +17,7 @@ exact and equal (the test checks both).
 
 Data movement: ``Q(op(DQ(q)))`` with the same per-tensor scale and zero point on both
 sides and op one of Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Slice, Identity,
-MaxPool, GlobalMaxPool (order-preserving selections: ``Q(DQ(q)) == q`` exactly, since
+MaxPool, GlobalMaxPool, nearest Resize (selections of input values, order-preserving: ``Q(DQ(q)) == q`` exactly, since
 ``fl(fl(n*s)/s)`` is within one ulp of the integer n) runs the op on q itself; likewise a
 Concat whose inputs are all DQ'd with the output's scale and zero point.
 
@@ -41,7 +41,7 @@ from guard.compiler.passes.base import Pass, PassResult, single_consumer
 ANCHORS = frozenset({"Conv", "MatMul", "Gemm"})
 MOVES = frozenset(
     {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Identity",
-     "MaxPool", "GlobalMaxPool"}
+     "MaxPool", "GlobalMaxPool", "Resize"}
 )  # fmt: skip
 INT8 = frozenset({np.dtype(np.uint8), np.dtype(np.int8)})
 
@@ -325,6 +325,11 @@ class FoldQdq(Pass):
     ) -> tuple[Node, list[Node]] | str:
         if single_consumer(graph, p.outputs[0], consumers) is not q or len(p.outputs) != 1:
             return "its result has another reader or is a graph output"
+        if p.op == "Resize" and (
+            p.attrs.get("mode") != "nearest"
+            or p.attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize"
+        ):
+            return "only a nearest Resize without crop selects input values"
         qy = qparams(graph, q)
         if isinstance(qy, str):
             return qy
