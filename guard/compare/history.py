@@ -22,7 +22,7 @@ import json
 import math
 import platform
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +30,10 @@ import numpy as np
 
 from guard.core.errors import UsageError
 from guard.core.fsutil import atomic_write_text
+from guard.counting.logged import FINGERPRINT_COLUMN, counted_block, parse_fingerprint
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 from guard.suite import Suite, load_suite
 from guard.track import find_runs, resolve_uri
-from guard.track.records import COUNTED_FINGERPRINT_TAG
 
 SCHEMA_VERSION = 1
 SIGMA_FLOOR = 0.01  # log units: 1%
@@ -219,32 +219,6 @@ def _runs_with(frame: Any, metric: str) -> Any:
     if frame is None or len(frame) == 0 or col not in frame.columns:
         return None
     return frame.dropna(subset=[col]).sort_values("start_time")
-
-
-# The column of a find_runs frame that holds a run's counted fingerprint (JSON).
-FINGERPRINT_COLUMN = f"tags.{COUNTED_FINGERPRINT_TAG}"
-
-
-def parse_fingerprint(raw: Any) -> dict[str, Any] | None:
-    """A run's counted fingerprint from its tag (None: not counted, or not readable)."""
-    try:
-        fp = json.loads(raw) if isinstance(raw, str) and raw else None
-    except ValueError:
-        return None
-    return fp if isinstance(fp, dict) else None
-
-
-def counted_block(
-    metric: Callable[[str], Any], fingerprint: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """The counted block guard.counting.verdict compares, from a logged run's metrics
-    (``metric("counted.instructions")``, ...) and its parsed fingerprint."""
-    return {
-        "instructions": metric("counted.instructions"),
-        "bytes_loaded": metric("counted.bytes_loaded"),
-        "bytes_stored": metric("counted.bytes_stored"),
-        "fingerprint": dict(fingerprint or {}),
-    }
 
 
 def counted_blocks(frame: Any, metric: str) -> list[dict[str, Any]]:

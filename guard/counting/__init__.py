@@ -7,6 +7,7 @@
 - kernel_ranges: the generated kernels' address ranges, for per-kernel counts
 - verdict: two counts comparable or not (the fingerprint), regressed or not; a history's changes
 - rows: the counted rows of a comparison document
+- logged: a counted block from a logged run (its fingerprint tag and count metrics)
 
 Which artefact a run counts, and against which baseline, is the run's (guard.run.counted).
 """

@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from guard.compare.history import FINGERPRINT_COLUMN, analyse, counted_block, parse_fingerprint
+from guard.compare.history import analyse
+from guard.counting.logged import FINGERPRINT_COLUMN, counted_block, parse_fingerprint
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 
 # The pins whose change is drawn as a marker: a manifest section (its params' prefix).
