@@ -129,3 +129,18 @@ def test_first_stage_peak_drops_by_tiling():
     assert before == 128 * 1024
     assert 0 < after < before
     assert tiled_stage_peaks(plan(g), plan(g)) is None
+
+
+def test_a_relayout_to_nhwc_ends_the_region_even_on_a_square_image():
+    from guard.compiler.ir.core import Graph
+    from guard.compiler.passes.tile_strips import _row_op
+
+    g = Graph()
+    g.add_input("x", (1, 16, 8, 8), np.float32)
+    to_nhwc = g.add_node("Relayout", ["x"], [((1, 8, 8, 16), np.float32)],
+                         {"from": "NCHW", "to": "NHWC"})  # fmt: skip
+    to_blocked = g.add_node("Relayout", ["x"], [((1, 1, 8, 8, 16), np.float32)],
+                            {"from": "NCHW", "to": "NCHW16c"})  # fmt: skip
+    assert _row_op(g, to_nhwc, {"x": 2}) == "relayout moves the row axis"
+    h = {"x": 2}
+    assert _row_op(g, to_blocked, h) is None and h[to_blocked.outputs[0]] == 2

@@ -84,7 +84,11 @@ def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
         if int(n.attrs.get("axis", 0)) % len(out.shape) == ax:
             return "concatenates along rows"
     elif n.op == "Relayout":
-        pass  # NCHW <-> NCHW<b>c keeps rows on axis 2
+        # NCHW <-> NCHW<b>c keeps rows on axis 2; NHWC moves them (a square image would
+        # not show it in the shapes, so the attributes decide)
+        ends = (str(n.attrs.get("from", "")), str(n.attrs.get("to", "")))
+        if not all(e == "NCHW" or (e.startswith("NCHW") and e.endswith("c")) for e in ends):
+            return "relayout moves the row axis"
     elif n.op == "Transpose":
         ax = list(n.attrs["perm"]).index(ax)
     elif n.op == "FusedElementwise" or (n.op in ops.TRAITS and ops.TRAITS[n.op].elementwise):
@@ -100,8 +104,6 @@ def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
                 return "an operand is broadcast"
     else:
         return f"{n.op} is not row-local"
-    if n.op == "Relayout" and not (out.shape[ax] == g.values[dyn[0]].shape[ax] and ax == 2):
-        return "relayout moves the row axis"
     h[n.outputs[0]] = ax
     return None
 
