@@ -106,7 +106,10 @@ def load_side(
 ) -> dict[str, Any]:
     """Resolve a side spec to a results document (see the module docstring)."""
     if not is_mlflow_spec(spec):
-        return load_results(Path(spec))
+        from guard.results import pytest_benchmark
+
+        pb = pytest_benchmark.read(Path(spec))  # a pytest-benchmark file, by its shape
+        return pb if pb is not None else load_results(Path(spec))
     if uri is None:
         raise UsageError(
             f"{spec}: an MLflow side needs a tracking URI", hint="Pass --tracking-uri."

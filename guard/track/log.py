@@ -286,7 +286,12 @@ def push(results_path: Path, uri: str) -> dict[str, Any]:
 
 
 def _push_locked(results_path: Path, uri: str) -> dict[str, Any]:
-    doc = load_results(results_path, version_hint=_REWRITE, require_suite=True)
+    from guard.results import pytest_benchmark
+
+    # A pytest-benchmark file (by its shape) is logged as the results of its own suite.
+    doc = pytest_benchmark.read(results_path) or load_results(
+        results_path, version_hint=_REWRITE, require_suite=True
+    )
     return log_results(doc, uri)
 
 
