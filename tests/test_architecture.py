@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("records", ("guard.results", "guard.manifest", "guard.zoo", "guard.track")),
     ("compiler", ("guard.compiler",)),
     ("suite", ("guard.suite",)),
+    ("quantize", ("guard.quantize",)),
     ("backends", ("guard.backends", "guard.emulate")),
     ("counting", ("guard.counting",)),
     ("measure", ("guard.measure",)),

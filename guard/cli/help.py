@@ -161,6 +161,21 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "guard bump --base-pyproject main-pyproject.toml suites/smoke.yaml",
         ],
     ),
+    "quantize": (
+        "Profile-guided int8 (Glow's scheme on the bundled compiler): the fp32 passes run, "
+        "the calibration samples go through the reference interpreter recording each "
+        "tensor's range and histogram, and a QDQ ONNX model (opset >= 13; onnxruntime, "
+        "OpenVINO and the bundled compiler run it) is written with per-channel s8 weights "
+        "and u8 activations. Prints the profile's and the data's sha256 and the tensors that "
+        "lost the most (SQNR against fp32). Exit 2 for data that does not fit the model, an "
+        "already quantised model, or a --profile made from another model.",
+        [
+            "guard quantize model.onnx --calibration calib.npz --out model.int8.onnx",
+            "guard quantize zoo:digits --calibration suites/smoke.yaml --model-name digits "
+            "--out digits.int8.onnx --method entropy --profile digits.profile.json",
+            "guard quantize model.onnx --calibration test_data/ --out q.onnx --keep-fp32 Gemm",
+        ],
+    ),
     "calibrate": (
         "",
         ["guard calibrate suites/smoke.yaml --rounds 20 --round-s 1.0"],

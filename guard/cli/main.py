@@ -33,7 +33,7 @@ from guard.core.errors import (
 COMMANDS = (
     "run", "tune", "golden", "manifest", "zoo", "partition", "track", "dashboard", "compare",
     "ab", "bump", "history", "calibrate", "merge", "doctor", "reduce", "init", "bisect", "profile",
-    "cache", "fit", "schema",
+    "cache", "fit", "schema", "quantize",
 )  # fmt: skip
 
 
