@@ -8,8 +8,9 @@ within one new bin width of where it was.
 Methods (``clip_range``):
 
 - ``minmax``: the observed min and max.
-- ``percentile``: each tail cut at ``100 - p`` percent of the samples (p = 99.99 by default),
-  read off the histogram's cumulative counts.
+- ``percentile``: ``100 - p`` percent of the values cut, half from each tail (p = 99.99
+  by default; onnxruntime's HistogramCollector cuts the same), read off the histogram's
+  cumulative counts. A non-negative tensor keeps its minimum.
 - ``entropy``: TensorRT's KL calibration as Glow and onnxruntime do it: on the histogram of
   |x|, for each candidate threshold t the clipped distribution P (outliers added to the last
   bin) is merged into 128 levels and expanded back over P's non-empty bins as Q; the t with
@@ -148,7 +149,7 @@ def clip_range(
     if method == "minmax" or stats.hi <= stats.lo:
         return stats.lo, stats.hi
     if method == "percentile":
-        tail = (100.0 - percentile) / 100.0
+        tail = (100.0 - percentile) / 200.0
         lo = stats.lo if stats.lo >= 0 else _cdf_value(stats, tail)
         hi = _cdf_value(stats, 1.0 - tail)
         return max(lo, stats.lo), min(hi, stats.hi)
