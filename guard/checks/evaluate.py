@@ -354,6 +354,7 @@ class Facts:
     counted: dict[str, Any] | None = None  # the counted block (guard.counting.count)
     counted_cmp: dict[str, Any] | None = None  # guard.counting.verdict row against the baseline
     counted_bound: float | None = None  # checks.counted.regress_pct
+    quantization: dict[str, Any] | None = None  # an int8 row's block (guard.run.int8)
 
 
 def _si(x: float, unit: str, sep: str = "") -> str:
@@ -426,4 +427,53 @@ def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
         out.append(tuning_check(cfg["tuning"], facts.tuning, facts.backend))
     if facts.counted is not None:
         out.append(counted_check(facts.counted, facts.counted_cmp, facts.counted_bound))
+    if "quantization" in cfg and facts.quantization is not None:
+        out.append(quantization_check(cfg["quantization"], facts.quantization))
     return out
+
+
+def worst_tensors_text(block: dict[str, Any], listed: int = 3) -> str:
+    worst = block.get("worst_tensors") or []
+    return ", ".join(
+        f"{w['tensor']} (node {w['node']}, {w['sqnr_db']:.1f} dB)" for w in worst[:listed]
+    )
+
+
+def quantization_check(cfg: dict[str, Any], block: dict[str, Any]) -> Check:
+    """The int8 row against its fp32 source: top-1 agreement, output SQNR, accuracy drop.
+    A failure names the worst tensors by per-tensor SQNR (guard.quantize.sqnr)."""
+    agree, sqnr, drop = block.get("top1_agreement"), block.get("sqnr_db"), block.get("top1_drop")
+    failed, said = [], []
+    if "min_top1_agreement" in cfg:
+        if agree is None:
+            said.append("top-1 agreement: the first output is not a score vector")
+        elif agree < cfg["min_top1_agreement"]:
+            failed.append(f"top-1 agreement {agree:.3f} < {cfg['min_top1_agreement']:g}")
+        else:
+            said.append(f"top-1 agreement {agree:.3f}")
+    if "min_sqnr_db" in cfg and sqnr is not None:
+        if sqnr < cfg["min_sqnr_db"]:
+            failed.append(f"output SQNR {sqnr:.1f} dB < {cfg['min_sqnr_db']:g}")
+        else:
+            said.append(f"output SQNR {sqnr:.1f} dB")
+    if "max_top1_drop" in cfg:
+        if drop is None:
+            said.append("top-1 drop: no accuracy dataset (checks.accuracy) to measure it on")
+        elif drop > cfg["max_top1_drop"]:
+            failed.append(f"top-1 drop {drop:.3f} > {cfg['max_top1_drop']:g}")
+        else:
+            said.append(f"top-1 drop {drop:.3f}")
+    n = block.get("samples")
+    worst = worst_tensors_text(block)
+    if failed:
+        msg = "; ".join(failed) + f" (int8 vs fp32 on {n} inputs)"
+        if worst:
+            msg += f"; worst tensors: {worst}"
+        return Check("quantization", "fail", sqnr, cfg.get("min_sqnr_db"), msg)
+    return Check(
+        "quantization",
+        "pass",
+        sqnr,
+        cfg.get("min_sqnr_db"),
+        "; ".join(said) + f" (int8 vs fp32 on {n} inputs)",
+    )

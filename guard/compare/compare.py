@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from guard.compare import crossarch
+from guard.compare import crossarch, int8_outputs
 from guard.compare.attribution import attribute
 from guard.core.errors import UsageError
 from guard.counting.rows import counted_rows
@@ -349,6 +349,7 @@ def compare_docs(
     ]
     cross = crossarch.cross_arch_rows(base, head)
     counted = counted_rows(base, head)
+    int8 = int8_outputs.int8_rows(base, head)
     doc_diff: dict[str, list[Any]] = {}
     for row in rows:
         for f, pair in row["manifest_diff"].items():
@@ -375,6 +376,7 @@ def compare_docs(
         "rows": rows,
         "cross_arch": cross,
         "counted": counted,
+        "int8": int8,
         "summary": {
             # Aggregates only over rows present on both sides: a model that appears or
             # disappears says nothing about speed.
@@ -385,6 +387,7 @@ def compare_docs(
             "only_head": [str(k) for k in h_rows if k not in b_rows],
             "cross_arch": {v: sum(r["verdict"] == v for r in cross) for v in crossarch.VERDICTS},
             "counted": counted_summary(counted),
+            "int8": {v: sum(r["outputs"] == v for r in int8) for v in ("identical", "differ")},
             "without_rounds": [
                 str(ResultKey.of(r)) for r in rows if r["stats"].get("method") is None
             ],

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from guard.compare import crossarch
+from guard.compare import crossarch, int8_outputs
 from guard.core.fsutil import atomic_write_text
 from guard.counting import rows as counted_rows
 from guard.stats.verdicts import on_rounds
@@ -156,6 +156,9 @@ def to_markdown(cmp: Mapping[str, Any], title: str = "guard compare") -> str:
     counted = counted_rows.markdown_lines(cmp.get("counted") or [])
     if counted:
         lines += ["", *counted]
+    int8 = int8_outputs.markdown_lines(cmp.get("int8") or [])
+    if int8:
+        lines += ["", *int8]
     unresolved = unresolved_rounds(cmp)
     if unresolved:
         lines += ["", unresolved]

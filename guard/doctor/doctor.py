@@ -1,7 +1,8 @@
 """guard doctor: the "compiler made it slower" checklist, worked in order on recorded facts.
 
 ``diagnose(base_doc, head_doc)`` pairs the results of the two documents by (model, backend,
-target as the suite spelled it) and runs the eleven steps on each pair; with no base it
+target as the suite spelled it) and runs the eleven steps on each pair (and a twelfth,
+"which tensor lost it", on an int8 row of a ``quantize:`` model); with no base it
 judges one run's health. Each step reads only recorded facts (results fields, the
 artefact's own records when the artefact is still on this machine, the host's caches from
 sysfs) and says "unknown: <field>" when one is missing. The document it returns is the
@@ -19,6 +20,7 @@ from guard.core.errors import UsageError
 from guard.doctor import (
     steps_graph,
     steps_host,
+    steps_int8,
     steps_kernels,
     steps_options,
     steps_reduce,
@@ -172,6 +174,8 @@ def diagnose_pair(
     _not_slower(findings, base, head)
     _invalid_first(findings, v if v is not None else validity(base, head))
     findings.append(steps_reduce.step11_reduce(base, head, ctx, findings))
+    if steps_int8.applies(head):  # an int8 row: a twelfth step
+        findings.append(steps_int8.step12_int8_tensor(base, head, ctx))
     return findings
 
 

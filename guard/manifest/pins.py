@@ -14,6 +14,9 @@ comparable and whether a built artefact can be reused:
   alone does not see that). ``model.opset`` follows from the file and is not pinned twice.
 - ``host.arch``, ``host.cpu``, ``host.threads``: what ran it. ``host.cores`` is not: the
   intra-op thread count is the pin; the core count is a fact about the box.
+- ``quantization``, only in the manifest of an int8 model guard built (guard.run.int8):
+  {source_sha256, profile_sha256, calibration_sha256, method}. A manifest without it hashes
+  as before; a changed calibration set is a changed pin, seen in every manifest diff.
 
 The guard version and git commit are recorded but not pinned: guard is the instrument,
 not the thing measured. Pinning it would make every guard commit invalidate every
@@ -51,6 +54,9 @@ PINNED_FIELDS = (
     "host.cpu",
     "host.threads",
 )
+
+# Pinned when present (an optional section): leaving it out keeps older hashes.
+OPTIONAL_PINNED = ("quantization",)
 
 TUNING_CACHE_KEYS = ("path", "sha256", "entries", "hits", "misses")
 TUNING_CACHE_OPTIONAL_KEYS = ("tasks", "missed", "kernel_speedup")
@@ -95,12 +101,16 @@ def pinned(m: Mapping[str, Any]) -> dict[str, Any]:
         if v is _MISSING:
             raise KeyError(f)
         out[f] = v
+    for f in OPTIONAL_PINNED:
+        v = _get(m, f)
+        if v is not _MISSING:
+            out[f] = v
     return out
 
 
 def is_pinned(field: str) -> bool:
     """Whether a dotted field (or a field inside a pinned dict) is a pin."""
-    return any(field == p or field.startswith(p + ".") for p in PINNED_FIELDS)
+    return any(field == p or field.startswith(p + ".") for p in (*PINNED_FIELDS, *OPTIONAL_PINNED))
 
 
 def manifest_sha256(m: Mapping[str, Any]) -> str:
@@ -142,6 +152,7 @@ def build_manifest(
     host: Mapping[str, Any] | None = None,
     guard_info: Mapping[str, Any] | None = None,
     model_sha256: str | None = None,
+    quantization: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A manifest (schema_version 1) for one (model, backend, target), sha256 included.
 
@@ -150,6 +161,7 @@ def build_manifest(
     ``model_sha256``, when the caller already hashed the model file, saves hashing it
     again (hundreds of MB for the larger zoo models).
     ``tuning_cache`` is {"path", "sha256", "entries", "hits", "misses"} or None.
+    ``quantization``: an int8 model's pins (guard.run.int8.int8_pins), or None.
     """
     m: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -166,5 +178,7 @@ def build_manifest(
         "host": _copy(host if host is not None else capture_host(threads, root)),
         "guard": _copy(guard_info if guard_info is not None else capture_guard()),
     }
+    if quantization:
+        m["quantization"] = _copy(quantization)
     m["sha256"] = manifest_sha256(m)
     return m

@@ -81,6 +81,14 @@ def tuning_cache_pin(path: str, entry: ModelEntry) -> dict[str, Any]:
     return {"path": str(p), "sha256": h.hexdigest(), "entries": None, "hits": None, "misses": None}
 
 
+def _int8_pins(entry: ModelEntry, spec: ModelSpec) -> dict[str, Any] | None:
+    if entry.quantize is None:
+        return None
+    from guard.run.int8 import int8_pins
+
+    return int8_pins(spec.path)
+
+
 def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
@@ -260,6 +268,7 @@ def build_artefact(
         model_inputs=spec.inputs_manifest(),
         tuning_cache=cache_pin,
         model_sha256=spec.sha256,
+        quantization=_int8_pins(entry, spec),
     )
     if cache_pin is not None:
         # The cache's content hash is part of the key: a changed cache is a new artefact.
@@ -320,6 +329,7 @@ def build_artefact(
             tuning_cache={**(cache_pin or {}), **info.tuning}
             if (info.tuning or cache_pin)
             else None,
+            quantization=_int8_pins(entry, spec),
         )
         mf.write_manifest(tmp / "manifest.json", manifest)
         _atomic_json(

@@ -26,7 +26,17 @@ from guard.suite.model import ModelSpec, bind, load_model
 
 
 def resolve_model(entry: ModelEntry, cache_dir: Path | None = None) -> Path:
-    """The .onnx file of an entry: a zoo model (built on first use) or the suite's path."""
+    """The .onnx file of an entry: a zoo model (built on first use) or the suite's path; for
+    the int8 entry of a ``quantize:`` block, the QDQ model built from that (guard.run.int8)."""
+    if entry.quantize is not None:
+        from guard.run.int8 import int8_model_path  # guard.quantize: only when asked
+
+        return int8_model_path(entry, source_path(entry, cache_dir))
+    return source_path(entry, cache_dir)
+
+
+def source_path(entry: ModelEntry, cache_dir: Path | None = None) -> Path:
+    """The .onnx file the suite names: a zoo model (built on first use) or the path."""
     if entry.source.startswith("zoo:"):
         from guard import zoo  # the zoo builds models with onnx helpers: only when asked
 

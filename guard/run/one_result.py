@@ -225,6 +225,13 @@ def begin_result(
             numerics["accuracy"] = known["accuracy"]
         except GuardError as exc:
             known["accuracy_error"] = str(exc)
+    if entry.quantize is not None:  # the int8 row: judged against its fp32 source
+        from guard.run.case import source_path
+        from guard.run.int8 import quantization_block
+
+        known["quantization"] = quantization_block(
+            entry, spec, session, feeds, source_path(entry), known.get("accuracy")
+        )
     if counted is not None:
         _count(case, known, counted, workdir, baseline, tools_missing)
     if getattr(session, "latency_status", None) == "emulated":
@@ -362,6 +369,7 @@ def finish_result(
         layout_conversions=partitions.get("layout_conversions"),
         extra={
             "contention": contention,
+            **({"quantization": facts.quantization} if facts.quantization else {}),
             **({"kernels": kernels(case.feeds)} if callable(kernels) else {}),
             **_counted_extra(facts),
         },
@@ -409,5 +417,8 @@ def _emulated_result(
         artefact_reused=case.reused,
         graph=case.build.graph,
         layout_conversions=partitions.get("layout_conversions"),
-        extra=_counted_extra(facts),
+        extra={
+            **({"quantization": facts.quantization} if facts.quantization else {}),
+            **_counted_extra(facts),
+        },
     )

@@ -387,6 +387,10 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     with stop:
         _run_work(work, store, opts, results, noise, written)
     written.close()
+    if any(e.quantize is not None for e in suite.models):
+        from guard.run.int8 import add_int8_agreement  # compares rows across targets
+
+        add_int8_agreement(results, suite.models)
     doc: dict[str, Any] = {
         **head,
         "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

@@ -14,6 +14,7 @@ from typing import Any
 from guard.core.budget_bytes import HINT, budget_bytes
 from guard.suite.entries import ARCHES, DISTS, InputSpec
 from guard.suite.fields import MAX_INT, MAX_THREADS, Fields, show, suggest
+from guard.suite.quantize import parse_int8_agreement, parse_quantization_check
 
 TOP_KEYS = {"schema_version", "suite", "description", "defaults", "models", "limits"}
 DEFAULT_KEYS = {
@@ -43,6 +44,7 @@ MODEL_KEYS = {
     "description",
     "build_timeout_s",
     "test_data",
+    "quantize",
 }
 # Backends whose options a suite may set (guard.backends.REGISTRY, without importing it).
 OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm", "openvino"}
@@ -71,6 +73,9 @@ CHECK_KEYS: dict[str, set[str]] = {
     "arena": {"max_bytes"},
     "tuning": {"min_hit_rate"},
     "counted": {"regress_pct"},
+    # the int8 row of a model with quantize: (guard.suite.quantize)
+    "quantization": {"min_top1_agreement", "min_sqnr_db", "max_top1_drop"},
+    "int8_agreement": {"across"},
 }
 # Keys a check block cannot do without (the others have defaults).
 REQUIRED_CHECK_KEYS: dict[str, tuple[str, ...]] = {
@@ -173,6 +178,12 @@ def parse_checks(
             continue
         body = ctx.mapping(body, ck, CHECK_KEYS[name])
         merged = dict(out.get(name, {}))
+        if name == "quantization":
+            out[name] = {**merged, **parse_quantization_check(ctx, body, ck)}
+            continue
+        if name == "int8_agreement":
+            out[name] = parse_int8_agreement(ctx, body, ck)
+            continue
         for k, v in body.items():
             kk = f"{ck}.{k}"
             if name == "latency" and k in ("p50_ms", "p90_ms", "p99_ms"):

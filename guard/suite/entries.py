@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.suite.limits import Limits, default_limits
+from guard.suite.quantize import QuantizeSpec
 
 ARCHES = ("x86_64", "aarch64")
 DISTS = ("normal", "uniform", "zeros", "ones", "const")
@@ -56,6 +57,9 @@ class ModelEntry:
     suite_dir: Path = Path(".")  # relative paths in options resolve against it
     limits: Limits = field(default_factory=default_limits)  # guard.suite.limits
     expected: tuple[str, ...] = ()  # output_K.pb of a test_data directory: a second golden
+    # The int8 entry a quantize: block adds (guard.suite.quantize): its model is built from
+    # the fp32 source; None for every other entry.
+    quantize: QuantizeSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ A model with several targets becomes one ModelEntry per target.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from guard.suite.blocks import (
 from guard.suite.entries import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_MEASURE, ModelEntry, Suite
 from guard.suite.fields import Fields, show
 from guard.suite.limits import default_limits, parse_limits
+from guard.suite.quantize import QuantizeSpec, int8_name, parse_quantize
 
 SCHEMA_VERSION = 1
 SUITE = Schema(
@@ -98,7 +100,12 @@ def parse_suite(data: Any, path: Path) -> Suite:
         expected: tuple[str, ...] = ()
         if "test_data" in m:
             minputs, expected = parse_test_data(ctx, m["test_data"], f"{mk}.test_data", minputs)
-        models.extend(
+        quant = (
+            parse_quantize(ctx, m["quantize"], f"{mk}.quantize", path.parent, mname)
+            if "quantize" in m
+            else None
+        )
+        fp32_entries = [
             ModelEntry(
                 name=mname,
                 source=resolve_source(ctx, m["source"], f"{mk}.source", path.parent),
@@ -127,5 +134,42 @@ def parse_suite(data: Any, path: Path) -> Suite:
                 limits=parse_limits(ctx, m.get("limits"), f"{mk}.limits", limits),
             )
             for mt in mtargets
-        )
+        ]
+        models.extend(fp32_entries)
+        if quant is not None:
+            models.extend(int8_entries(ctx, fp32_entries, quant, mk, mtargets, seen))
     return Suite(name=name, path=path, sha256="", models=tuple(models), description=description)
+
+
+def int8_entries(
+    ctx: Fields,
+    fp32: list[ModelEntry],
+    quant: QuantizeSpec,
+    mk: str,
+    targets: tuple[str, ...],
+    seen: set[str],
+) -> list[ModelEntry]:
+    """The ``<name>.int8`` entries a quantize: block adds (guard.suite.quantize)."""
+    name = int8_name(fp32[0].name)
+    if name in seen:
+        raise ctx.err(
+            f"{mk}.name", f"{name!r} is taken: the quantize: block adds an entry of that name"
+        )
+    seen.add(name)
+    across = fp32[0].checks.get("int8_agreement", {}).get("across", [])
+    for t in across:
+        if t not in targets:
+            raise ctx.err(
+                f"{mk}.checks.int8_agreement.across",
+                f"target {t!r} is not one of the model's targets ({', '.join(targets)})",
+                "List every target of `across` under the model's targets.",
+            )
+    return [
+        replace(
+            e,
+            name=name,
+            quantize=quant,
+            where=e.where.replace(f"({e.name})", f"({name})", 1),
+        )
+        for e in fp32
+    ]

@@ -1,0 +1,114 @@
+"""int8 outputs across machines: ``identical`` or ``differ``, with the first differing tensor.
+
+An int8 model's integer arithmetic is exact, so its outputs on one input are the same bytes
+on every ISA class and backend that implement it correctly (what onnxruntime issue 5849's
+16-bit saturation on non-VNNI hosts broke). Two results of an int8 row (one with a
+``quantization`` block, guard.run.int8) are compared by their output hashes; when the
+hashes differ, the first output whose stored values (``numerics.outputs``,
+guard.compare.crossarch) differ is named, or none when the stored sample of a large output
+does not reach the difference.
+
+``int8_rows(base, head)`` pairs the int8 results of two results documents: the same
+(model, backend, target), or, for a (model, backend) that has no common target, its one
+result on each side (a host run against an ``x86-64-v3`` run of one suite).
+``agreement`` is the comparison both that and the ``int8_agreement`` check use.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from guard.compare.crossarch import decode_outputs
+
+IDENTICAL, DIFFER, UNKNOWN = "identical", "differ", "unknown"
+
+
+def is_int8(r: Mapping[str, Any]) -> bool:
+    return isinstance(r.get("quantization"), Mapping)
+
+
+def agreement(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(identical | differ | unknown, the first differing output's name or None)."""
+    na, nb = a.get("numerics") or {}, b.get("numerics") or {}
+    ha, hb = na.get("output_sha256"), nb.get("output_sha256")
+    if not ha or not hb:
+        return UNKNOWN, None
+    if ha == hb:
+        return IDENTICAL, None
+    da, db = decode_outputs(na.get("outputs")), decode_outputs(nb.get("outputs"))
+    for ta, tb in zip(da or [], db or [], strict=False):
+        if ta["shape"] != tb["shape"] or ta["stride"] != tb["stride"]:
+            return DIFFER, str(ta["name"])
+        if not np.array_equal(np.asarray(ta["values"]), np.asarray(tb["values"]), equal_nan=True):
+            return DIFFER, str(ta["name"])
+    return DIFFER, None
+
+
+def _key(r: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(r.get("model")), str(r.get("backend")))
+
+
+def int8_rows(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per paired int8 result (module doc)."""
+    b: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    h: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in base.get("results") or []:
+        if is_int8(r):
+            b[_key(r)].append(r)
+    for r in head.get("results") or []:
+        if is_int8(r):
+            h[_key(r)].append(r)
+    rows = []
+    for k in sorted(set(b) & set(h)):
+        pairs = _pairs(b[k], h[k])
+        for rb, rh in pairs:
+            verdict, first = agreement(rb, rh)
+            rows.append(
+                {
+                    "model": k[0],
+                    "backend": k[1],
+                    "base_target": rb.get("target"),
+                    "head_target": rh.get("target"),
+                    "outputs": verdict,
+                    "first_differing": first,
+                }
+            )
+    return rows
+
+
+def _pairs(
+    bs: Sequence[Mapping[str, Any]], hs: Sequence[Mapping[str, Any]]
+) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    by_b = {r.get("target"): r for r in bs}
+    same = [(by_b[r.get("target")], r) for r in hs if r.get("target") in by_b]
+    if same:
+        return same
+    if len(bs) == 1 and len(hs) == 1:
+        return [(bs[0], hs[0])]
+    return []
+
+
+def line(row: Mapping[str, Any]) -> str:
+    where = (
+        row["base_target"]
+        if row["base_target"] == row["head_target"]
+        else f"{row['base_target']} vs {row['head_target']}"
+    )
+    text = f"{row['model']} [{row['backend']}] int8 outputs {row['outputs']} ({where})"
+    if row["outputs"] == DIFFER:
+        text += (
+            f": first differing tensor {row['first_differing']}"
+            if row["first_differing"]
+            else ": in elements the results do not store (the output hashes differ)"
+        )
+    return text
+
+
+def markdown_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    return ["### int8 outputs", "", *(f"- {line(r)}" for r in rows)]

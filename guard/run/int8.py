@@ -1,0 +1,246 @@
+"""The int8 row of a model with ``quantize:``: build its QDQ model, and judge it against fp32.
+
+``int8_model_path`` turns the fp32 source into the int8 model guard.quantize writes,
+cached under guard's cache root (``$GUARD_CACHE/int8``): the profile by (source sha256,
+calibration sha256), reused while the compiler's fp32 passes are the same; the model by
+(profile sha256, the block's options, the writer's version). A changed calibration set is
+a new profile hash, so a new model hash, and both show in the manifest's ``quantization``
+pins (``int8_pins``).
+
+``quantization_block`` is the result's ``quantization`` record for one backend: the int8
+session's outputs against the fp32 source's (onnxruntime, the golden producer) on the same
+inputs: the suite's inputs and ``EVAL_SEEDS`` more draws of them (seeds moved by 1000 + k,
+away from the ``calibration: inputs`` seeds), plus the ``accuracy`` dataset's rows when one
+is given. ``top1_agreement`` and ``sqnr_db`` come from this backend's own outputs;
+``worst_tensors`` from guard.quantize.sqnr on the reference interpreter (the model's own
+error, computed once per model and inputs).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from guard.core.errors import ModelError
+from guard.core.fsutil import file_sha256
+from guard.core.user_cache import cache_root
+from guard.quantize import (
+    QuantOptions,
+    TensorError,
+    outputs_sqnr,
+    quantize_model,
+    tensor_errors,
+    top1_agreement,
+)
+from guard.quantize.build import WRITER_VERSION
+from guard.quantize.calibration import Calibration, read_calibration, seeded_samples
+from guard.quantize.profile import Profile, fp32_entries, pass_names
+from guard.suite import ModelEntry
+from guard.suite.model import ModelSpec, bind, graph_inputs, load_model, make_inputs
+from guard.suite.quantize import INPUT_SAMPLES
+
+EVAL_SEEDS = 15
+DATASET_ROWS = 200  # rows of the accuracy dataset the agreement reads at most
+WORST_TENSORS = 5
+ERROR_SAMPLES = 2  # samples the per-tensor report runs on the reference interpreter
+META = "guard.quantize."
+
+
+def _options(entry: ModelEntry) -> QuantOptions:
+    q = entry.quantize
+    assert q is not None
+    return QuantOptions(q.method, q.per_channel, q.symmetric, q.keep_fp32)
+
+
+def calibration_of(entry: ModelEntry, fp32_path: Path) -> Calibration:
+    q = entry.quantize
+    assert q is not None
+    model = load_model(fp32_path, entry.limits)
+    if q.calibration == "inputs":
+        spec = bind(model, fp32_path, dict(entry.inputs), entry.where, entry.limits)
+        return seeded_samples(spec, dict(entry.inputs), INPUT_SAMPLES, f"{entry.where} inputs")
+    return read_calibration(Path(q.calibration), graph_inputs(model, str(fp32_path)))
+
+
+def int8_model_path(entry: ModelEntry, fp32_path: Path) -> Path:
+    """The cached QDQ model of ``entry``'s fp32 source (module doc)."""
+    opts = _options(entry)
+    source = file_sha256(fp32_path)
+    cal = calibration_of(entry, fp32_path)
+    root = cache_root() / "int8"
+    profile_path = root / "profiles" / f"{source[:16]}-{cal.sha256[:16]}.json"
+    key = hashlib.sha256(
+        json.dumps([opts.__dict__, WRITER_VERSION], sort_keys=True, default=list).encode()
+    ).hexdigest()[:12]
+    if profile_path.is_file():
+        try:
+            prof = Profile.load(profile_path)
+            if prof.passes == pass_names(fp32_entries()):
+                out = root / "models" / f"{prof.sha256[:16]}-{key}.onnx"
+                if out.is_file():
+                    return out
+        except ModelError:
+            pass  # a damaged profile is made again below
+    try:
+        q = quantize_model(
+            fp32_path, cal, opts, source_sha256=source, profile_path=profile_path, report_samples=0
+        )
+    except ModelError as exc:
+        raise ModelError(str(exc), where=f"{entry.where}.quantize") from None
+    out = root / "models" / f"{q.profile_sha256[:16]}-{key}.onnx"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    onnx.save(q.model, str(tmp))
+    tmp.replace(out)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _meta(path: str, stamp: float) -> dict[str, str]:
+    m = onnx.load(path, load_external_data=False)
+    return {p.key[len(META) :]: p.value for p in m.metadata_props if p.key.startswith(META)}
+
+
+def int8_pins(path: Path) -> dict[str, str]:
+    """The manifest's ``quantization`` pins of an int8 model guard wrote."""
+    meta = _meta(str(path), path.stat().st_mtime)
+    keys = ("source_sha256", "profile_sha256", "calibration_sha256", "method")
+    return {k: meta[k] for k in keys if k in meta}
+
+
+class _Reference:
+    """The fp32 source on onnxruntime (the golden producer), as a session."""
+
+    def __init__(self, path: Path) -> None:
+        from guard.backends.onnxruntime import reference_session
+
+        self.sess = reference_session(path)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(o) for o in self.sess.run(None, feeds)]
+
+
+def _eval_feeds(entry: ModelEntry, spec: ModelSpec, feeds: dict[str, np.ndarray]) -> list[dict]:
+    out = [feeds]
+    if any(not s.file for s in entry.inputs.values()) or not entry.inputs:
+        for k in range(EVAL_SEEDS):
+            moved = {
+                n: s if s.file else replace(s, seed=s.seed + 1000 + k)
+                for n, s in entry.inputs.items()
+            }
+            out.append(make_inputs(spec, moved))
+    return out
+
+
+def _dataset_feeds(entry: ModelEntry, spec: ModelSpec) -> list[dict]:
+    cfg = entry.checks.get("accuracy")
+    if not cfg:
+        return []
+    from guard import zoo
+
+    x, _ = zoo.load_dataset(cfg["dataset"])
+    name = spec.inputs[0].name
+    batch = spec.shapes[name][0] if spec.shapes[name] else 1
+    x = x[: min(len(x), int(cfg.get("limit") or DATASET_ROWS), DATASET_ROWS)]
+    n = len(x) - len(x) % batch
+    dtype = spec.inputs[0].dtype
+    return [{name: np.ascontiguousarray(x[i : i + batch], dtype=dtype)} for i in range(0, n, batch)]
+
+
+_WORST: dict[tuple[str, str, str], list[TensorError]] = {}
+
+
+def _worst(fp32: Path, int8: Path, samples: list[dict[str, np.ndarray]]) -> list[TensorError]:
+    """The per-tensor report, once per (model pair, inputs) in a run (not per backend)."""
+    h = hashlib.sha256()
+    for f in samples:
+        for name in sorted(f):
+            h.update(name.encode() + np.ascontiguousarray(f[name]).tobytes())
+    key = (str(fp32), file_sha256(int8), h.hexdigest())
+    if key not in _WORST:
+        errs = tensor_errors(onnx.load(str(fp32)), onnx.load(str(int8)), samples)
+        _WORST[key] = [e for e in errs if not e.output]
+    return _WORST[key]
+
+
+def quantization_block(
+    entry: ModelEntry,
+    spec: ModelSpec,
+    session: Any,
+    feeds: dict[str, np.ndarray],
+    fp32_path: Path,
+    accuracy: float | None,
+) -> dict[str, Any]:
+    """The result's ``quantization`` record for this backend's int8 session (module doc)."""
+    ref = _Reference(fp32_path)
+    evals = _eval_feeds(entry, spec, feeds) + _dataset_feeds(entry, spec)
+    fp32_out = [ref.run(f) for f in evals]
+    int8_out = [[np.asarray(o) for o in session.run(f)] for f in evals]
+    pins = int8_pins(spec.path)
+    worst = _worst(fp32_path, spec.path, evals[:ERROR_SAMPLES])
+    block: dict[str, Any] = {
+        "source_sha256": pins.get("source_sha256"),
+        "profile_sha256": pins.get("profile_sha256"),
+        "calibration_sha256": pins.get("calibration_sha256"),
+        "method": pins.get("method"),
+        "sqnr_db": round(outputs_sqnr(fp32_out, int8_out), 2),
+        "top1_agreement": top1_agreement(fp32_out, int8_out),
+        "samples": len(evals),
+        "worst_tensors": [e.to_json() for e in worst[:WORST_TENSORS]],
+    }
+    if accuracy is not None and entry.checks.get("accuracy"):
+        from guard.golden.accuracy import session_accuracy
+
+        fp32_spec = bind(load_model(fp32_path), fp32_path, dict(entry.inputs), entry.where)
+        runs: Any = ref  # session_accuracy only calls run()
+        fp32_acc, _ = session_accuracy(entry, runs, fp32_spec)
+        block["top1_fp32"] = fp32_acc
+        block["top1_int8"] = accuracy
+        block["top1_drop"] = round(fp32_acc - accuracy, 6)
+    return block
+
+
+def add_int8_agreement(results: list[dict[str, Any]], entries: Sequence[ModelEntry]) -> None:
+    """The ``int8_agreement`` check on every int8 row whose model asks for it: the outputs of
+    the rows of one (model, backend) on the ``across`` targets must be identical bytes."""
+    from guard.compare.int8_outputs import DIFFER, IDENTICAL, agreement
+    from guard.results.checks import Check, verdict
+
+    wanted = {
+        e.name: e.checks["int8_agreement"]["across"]
+        for e in entries
+        if e.quantize is not None and "int8_agreement" in e.checks
+    }
+    groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in results:
+        if r.get("model") in wanted and r.get("target") in wanted[r["model"]]:
+            groups.setdefault((r["model"], r["backend"]), {})[r["target"]] = r
+    for (model, _backend), by_target in groups.items():
+        across = wanted[model]
+        missing = [t for t in across if by_target.get(t, {}).get("verdict") in (None, "error")]
+        first = by_target.get(across[0])
+        if missing or first is None:
+            status, msg = "skipped", f"no int8 outputs on {', '.join(missing)} to compare"
+        else:
+            status, msg = "pass", f"int8 outputs identical across {', '.join(across)}"
+            for t in across[1:]:
+                v, name = agreement(first, by_target[t])
+                if v != IDENTICAL:
+                    status = "fail"
+                    msg = f"int8 outputs {DIFFER if v == DIFFER else v} between {across[0]} and {t}"
+                    msg += f": first differing tensor {name}" if name else ""
+                    break
+        for r in by_target.values():
+            check = {"name": "int8_agreement", "status": status, "value": None,
+                     "bound": None, "message": msg}  # fmt: skip
+            r["checks"] = [*r.get("checks", []), check]
+            if r.get("verdict") != "error":
+                r["verdict"] = verdict([Check(**c) for c in r["checks"]])
