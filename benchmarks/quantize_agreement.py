@@ -183,10 +183,18 @@ def measure(name: str, n_eval: int, n_cal: int, work: Path, method: str = "perce
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     f32 = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    ref = [_argmax(f32.run(None, {inp: x})[0]) for x in eval_x]
+    ref_out = [np.asarray(f32.run(None, {inp: x})[0]) for x in eval_x]
+    ref = [_argmax(o) for o in ref_out]
 
-    def agree(run: Callable[[np.ndarray], np.ndarray]) -> float:
-        return float(np.mean([_argmax(run(x)) == r for x, r in zip(eval_x, ref, strict=True)]))
+    def agree(run: Callable[[np.ndarray], np.ndarray]) -> str:
+        outs = [np.asarray(run(x)) for x in eval_x]
+        top1 = np.mean([_argmax(o) == r for o, r in zip(outs, ref, strict=True)])
+        noise = sum(
+            float(np.sum((o.astype(np.float64) - f) ** 2))
+            for o, f in zip(outs, ref_out, strict=True)
+        )
+        signal = sum(float(np.sum(f.astype(np.float64) ** 2)) for f in ref_out)
+        return f"{top1:.3f} ({10 * np.log10(signal / max(noise, 1e-30)):.1f} dB)"
 
     s8 = ort.InferenceSession(str(int8), so, providers=["CPUExecutionProvider"])
     core = ov.Core()
@@ -205,16 +213,17 @@ def measure(name: str, n_eval: int, n_cal: int, work: Path, method: str = "perce
         "bundled": agree(lambda x: bsess.run({inp: x})[0]),
     }
     line = (
-        f"{name} ({method}): {len(q.plan.activations)} activations, {len(q.plan.weights)} weights, "
+        f"{name} ({method}; fp32 top-1 spans {len(set(ref))} classes): "
+        f"{len(q.plan.activations)} activations, {len(q.plan.weights)} weights, "
         f"{len(q.plan.kept)} kept fp32; quantize {t_q:.1f} s ({n_cal} samples); output SQNR "
-        f"{q.output_sqnr_db:.1f} dB; top-1 agreement with fp32 on {n_eval} inputs: "
-        + ", ".join(f"{k} {v:.3f}" for k, v in rows.items())
+        f"{q.output_sqnr_db:.1f} dB; top-1 agreement (output SQNR) with fp32 on {n_eval} inputs: "
+        + ", ".join(f"{k} {v}" for k, v in rows.items())
     )
     if light:
         ort_q = work / f"{name}.ort-int8.onnx"
         _ort_quantize(path, inp, cal_x, ort_q)
         so8 = ort.InferenceSession(str(ort_q), so, providers=["CPUExecutionProvider"])
-        line += f"; onnxruntime quantize_static: {agree(lambda x: so8.run(None, {inp: x})[0]):.3f}"
+        line += f"; onnxruntime quantize_static: {agree(lambda x: so8.run(None, {inp: x})[0])}"
     print(line)
     worst = ", ".join(f"{e.tensor} ({e.node}) {e.sqnr_db:.1f} dB" for e in q.worst[:3])
     print(f"  worst tensors: {worst}")

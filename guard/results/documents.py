@@ -87,6 +87,18 @@ class Side(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Int8Row(Record):
+    """One row of ``int8``: an int8 result's outputs on each side, identical or not."""
+
+    model: str | None = None
+    backend: str | None = None
+    base_target: str | None = None
+    head_target: str | None = None
+    outputs: str | None = None  # identical | differ | unknown
+    first_differing: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ComparisonDocument(Record):
     """A comparison file: the two sides, the manifest fields that differ, and the rows."""
 
@@ -98,4 +110,5 @@ class ComparisonDocument(Record):
     rows: tuple[ComparisonRow, ...] = ()
     cross_arch: tuple[Mapping[str, Json], ...] = ()
     counted: tuple[Mapping[str, Json], ...] = ()
+    int8: tuple[Int8Row, ...] = ()  # guard.compare.int8_outputs
     summary: Mapping[str, Json] = field(default_factory=dict)

@@ -76,6 +76,16 @@ class GuardPin(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QuantizationPin(Record):
+    """``quantization``: an int8 model's pins (guard.manifest.pins: pinned when present)."""
+
+    source_sha256: str | None = None
+    profile_sha256: str | None = None
+    calibration_sha256: str | None = None
+    method: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Manifest(Record):
     """A manifest (schema_version 1), as a result carries it."""
 
@@ -88,4 +98,5 @@ class Manifest(Record):
     model: ModelPin = field(default_factory=ModelPin)
     host: Host = field(default_factory=Host)
     guard: GuardPin = field(default_factory=GuardPin)
+    quantization: QuantizationPin | None = None
     sha256: str | None = None

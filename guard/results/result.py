@@ -260,6 +260,33 @@ class Contention(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class WorstTensor(Record):
+    """One row of ``quantization.worst_tensors``: a tensor's SQNR against fp32."""
+
+    tensor: str | None = None
+    node: str | None = None
+    sqnr_db: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Quantization(Record):
+    """``quantization``: an int8 row of a ``quantize:`` model judged against its fp32
+    source on the same inputs (guard.run.int8)."""
+
+    source_sha256: str | None = None
+    profile_sha256: str | None = None
+    calibration_sha256: str | None = None
+    method: str | None = None
+    sqnr_db: float | None = None
+    top1_agreement: float | None = None
+    samples: int | None = None
+    worst_tensors: tuple[WorstTensor, ...] = ()
+    top1_fp32: float | None = None
+    top1_int8: float | None = None
+    top1_drop: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Result(Record):
     """One result of the results contract, in the order guard writes its keys."""
 
@@ -291,6 +318,7 @@ class Result(Record):
     contention: Contention = field(default_factory=Contention)
     kernels: tuple[Kernel, ...] = ()
     counted: Counted | None = None
+    quantization: Quantization | None = None
     duration_s: float | None = None
 
     @property

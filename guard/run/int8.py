@@ -211,8 +211,8 @@ def quantization_block(
 def add_int8_agreement(results: list[dict[str, Any]], entries: Sequence[ModelEntry]) -> None:
     """The ``int8_agreement`` check on every int8 row whose model asks for it: the outputs of
     the rows of one (model, backend) on the ``across`` targets must be identical bytes."""
+    from guard.checks.evaluate import Check, verdict
     from guard.compare.int8_outputs import DIFFER, IDENTICAL, agreement
-    from guard.results.checks import Check, verdict
 
     wanted = {
         e.name: e.checks["int8_agreement"]["across"]

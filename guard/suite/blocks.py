@@ -18,34 +18,13 @@ from guard.suite.quantize import parse_int8_agreement, parse_quantization_check
 
 TOP_KEYS = {"schema_version", "suite", "description", "defaults", "models", "limits"}
 DEFAULT_KEYS = {
-    "backends",
-    "target",
-    "targets",
-    "threads",
-    "measure",
-    "checks",
-    "profile",
-    "options",
+    "backends", "target", "targets", "threads", "measure", "checks", "profile", "options",
     "build_timeout_s",
-}
+}  # fmt: skip
 MODEL_KEYS = {
-    "limits",
-    "name",
-    "source",
-    "inputs",
-    "backends",
-    "target",
-    "targets",
-    "threads",
-    "measure",
-    "checks",
-    "profile",
-    "options",
-    "description",
-    "build_timeout_s",
-    "test_data",
-    "quantize",
-}
+    "limits", "name", "source", "inputs", "backends", "target", "targets", "threads", "measure",
+    "checks", "profile", "options", "description", "build_timeout_s", "test_data", "quantize",
+}  # fmt: skip
 # Backends whose options a suite may set (guard.backends.REGISTRY, without importing it).
 OPTION_BACKENDS = {"onnxruntime", "bundled", "tvm", "openvino"}
 INPUT_KEYS = {"shape", "dist", "seed", "mean", "std", "low", "high", "value", "file", "key"}

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from guard.checks.evaluate import quantization_check
 from guard.compare.crossarch import encode_outputs
 from guard.compare.int8_outputs import agreement, int8_rows, line
 from guard.core.errors import SuiteError
 from guard.doctor import diagnose
 from guard.manifest.pins import build_manifest
-from guard.results.checks import quantization_check
 from guard.run.int8 import add_int8_agreement
 from guard.suite import load_suite
 
