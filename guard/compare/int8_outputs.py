@@ -108,7 +108,19 @@ def line(row: Mapping[str, Any]) -> str:
     return text
 
 
+def summary_line(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line a bump or compare report leads its int8 section with."""
+    moved = [r for r in rows if r["outputs"] == DIFFER]
+    if not moved:
+        return f"int8 outputs unchanged: identical bytes on all {len(rows)} int8 result(s)."
+    first = moved[0]
+    where = f" (first: {first['model']} [{first['backend']}]" + (
+        f", tensor {first['first_differing']})" if first["first_differing"] else ")"
+    )
+    return f"int8 outputs moved on {len(moved)} of {len(rows)} int8 result(s){where}."
+
+
 def markdown_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     if not rows:
         return []
-    return ["### int8 outputs", "", *(f"- {line(r)}" for r in rows)]
+    return ["### int8 outputs", "", summary_line(rows), "", *(f"- {line(r)}" for r in rows)]

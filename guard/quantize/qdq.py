@@ -242,34 +242,12 @@ def write_qdq(
         axis = _weight_axis(n, w) if opts.per_channel else None
         key = (wname, axis)
         if key not in w_dq:
-            scales = weight_scales(w, axis)
-            shape = [1] * w.ndim
-            if axis is not None:
-                shape[axis] = -1
-            q = np.clip(np.rint(w / scales.reshape(shape)), -127, 127).astype(np.int8)
             # a weight two ops read along different axes gets a second, suffixed copy
             base = wname if wname not in plan.weights else f"{wname}_axis{axis}"
-            qn, sn, zn = f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"
-            zeros = np.zeros(scales.shape, np.int8)
-            if axis is None:
-                scales, zeros = scales.reshape(()), zeros.reshape(())
-            new_inits += [
-                numpy_helper.from_array(q, qn),
-                numpy_helper.from_array(scales, sn),
-                numpy_helper.from_array(zeros, zn),
-            ]
-            kw: dict[str, Any] = {"axis": axis} if axis is not None else {}
-            pre_nodes.append(
-                helper.make_node(
-                    "DequantizeLinear",
-                    [qn, sn, zn],
-                    [base + DQ_SUFFIX],
-                    name=base + "_DequantizeLinear",
-                    **kw,
-                )
-            )
-            weight_scale[key] = scales
-            w_dq[key] = base + DQ_SUFFIX
+            tensors, dq, weight_scale[key] = _dequantized_weight(w, base, axis)
+            new_inits += tensors
+            pre_nodes.append(dq)
+            w_dq[key] = dq.output[0]
             plan.weights.append(wname)
         n.input[wpos] = w_dq[key]
         # int32 bias: only when the activation is quantised (its scale is the bias's)
@@ -286,24 +264,11 @@ def write_qdq(
             if b.dtype == np.float32 and b.ndim == 1 and b.size == nout:
                 sx = np.float32(plan.activations[x][0])
                 bs = (sx * np.broadcast_to(weight_scale[key], (nout,))).astype(np.float32)
-                bq = np.clip(np.rint(b / bs), -(2**31), 2**31 - 1).astype(np.int32)
                 base = f"{n.input[bpos]}_{n.name or n.output[0]}"
-                qn, sn, zn = f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"
-                new_inits += [
-                    numpy_helper.from_array(bq, qn),
-                    numpy_helper.from_array(bs, sn),
-                    numpy_helper.from_array(np.zeros(nout, np.int32), zn),
-                ]
-                pre_nodes.append(
-                    helper.make_node(
-                        "DequantizeLinear",
-                        [qn, sn, zn],
-                        [base + DQ_SUFFIX],
-                        base + "_DequantizeLinear",
-                        axis=0,
-                    )
-                )
-                n.input[bpos] = base + DQ_SUFFIX
+                tensors, dq = _dequantized_bias(b, bs, base)
+                new_inits += tensors
+                pre_nodes.append(dq)
+                n.input[bpos] = dq.output[0]
 
     # Q/DQ pairs on activations, right after their producers; consumers read the DQ output.
     def pair(t: str) -> list[onnx.NodeProto]:
@@ -343,3 +308,50 @@ def write_qdq(
     del g.initializer[:]
     g.initializer.extend(old + new_inits)
     return m, plan
+
+
+def _dequantized_weight(
+    w: np.ndarray, base: str, axis: int | None
+) -> tuple[list[onnx.TensorProto], onnx.NodeProto, np.ndarray]:
+    """s8 symmetric ``w`` (per slice along ``axis``, or per tensor) with its
+    DequantizeLinear: (initializers, the node, the scales)."""
+    scales = weight_scales(w, axis)
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    q = np.clip(np.rint(w / scales.reshape(shape)), -127, 127).astype(np.int8)
+    zeros = np.zeros(scales.shape, np.int8)
+    if axis is None:
+        scales, zeros = scales.reshape(()), zeros.reshape(())
+    qn, sn, zn = f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"
+    kw: dict[str, Any] = {"axis": axis} if axis is not None else {}
+    node = helper.make_node(
+        "DequantizeLinear", [qn, sn, zn], [base + DQ_SUFFIX], name=base + "_DequantizeLinear", **kw
+    )
+    tensors = [
+        numpy_helper.from_array(q, qn),
+        numpy_helper.from_array(scales, sn),
+        numpy_helper.from_array(zeros, zn),
+    ]
+    return tensors, node, scales
+
+
+def _dequantized_bias(
+    b: np.ndarray, scale: np.ndarray, base: str
+) -> tuple[list[onnx.TensorProto], onnx.NodeProto]:
+    """int32 ``b`` at ``scale`` (x_scale * w_scale per output channel), zero point 0."""
+    bq = np.clip(np.rint(b / scale), -(2**31), 2**31 - 1).astype(np.int32)
+    qn, sn, zn = f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"
+    node = helper.make_node(
+        "DequantizeLinear",
+        [qn, sn, zn],
+        [base + DQ_SUFFIX],
+        name=base + "_DequantizeLinear",
+        axis=0,
+    )
+    tensors = [
+        numpy_helper.from_array(bq, qn),
+        numpy_helper.from_array(scale, sn),
+        numpy_helper.from_array(np.zeros(b.size, np.int32), zn),
+    ]
+    return tensors, node

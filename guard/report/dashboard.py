@@ -28,6 +28,7 @@ from guard.compare.history import suite_bound, suite_counted_bound
 from guard.core.errors import UsageError
 from guard.report._io import atomic_write_text, check_target
 from guard.report.dashboard_charts import series_figure
+from guard.report.dashboard_int8 import int8_panel
 from guard.report.dashboard_series import Series, analyse_series, as_text, as_time, group_series
 from guard.suite import Suite, load_suite
 from guard.track import find_runs
@@ -98,7 +99,7 @@ def build_context(suite_name: str, suite: Suite | None, uri: str) -> dict[str, A
         "suite": suite_name, "uri": uri, "experiment": experiment_name(suite_name),
         "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "series": [], "regressions": [], "notes": [], "invocations": [], "state": "ok",
-        "backends": [], "targets": [], "archs": [],
+        "backends": [], "targets": [], "archs": [], "int8": [],
     }  # fmt: skip
     if exp is None:
         if suite is None:
@@ -193,6 +194,7 @@ def build_context(suite_name: str, suite: Suite | None, uri: str) -> dict[str, A
             ctx["regressions"].append({"series": s, "slug": s.slug, **step,
                                        "url": link(step["run_id"])})  # fmt: skip
     ctx["regressions"].sort(key=lambda r: (r["kind"] != "regression", -abs(r["pct"])))
+    ctx["int8"] = int8_panel(series)
     return ctx
 
 

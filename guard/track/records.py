@@ -184,6 +184,12 @@ def result_metrics(result: Mapping[str, Any]) -> dict[str, float]:
         if "counted.bytes_loaded" in metrics and "counted.bytes_stored" in metrics:
             moved = metrics["counted.bytes_loaded"] + metrics["counted.bytes_stored"]
             metrics["counted.bytes_moved"] = moved
+    quant = result.get("quantization")  # an int8 row of a quantize: model (guard.run.int8)
+    if isinstance(quant, Mapping):
+        for key in ("sqnr_db", "top1_agreement", "top1_drop"):
+            number = as_number(quant.get(key))
+            if number is not None:
+                metrics[f"quantization.{key}"] = number
     checks = [c for c in result.get("checks") or () if isinstance(c, Mapping)]
     metrics["checks.total"] = float(len(checks))
     metrics["checks.failed"] = float(len(failed_checks(result)))

@@ -199,3 +199,59 @@ def test_doctor_step_12_names_the_tensor_on_an_int8_row_only():
     del fp32["quantization"]
     doc = diagnose({"suite": "q", "results": [fp32]})
     assert [f["step"] for f in doc["cases"][0]["findings"]] == list(range(1, 12))
+
+
+def test_the_dashboard_panel_pairs_each_int8_series_with_its_fp32_twin():
+    import datetime as dt
+
+    from guard.report import dashboard as D
+    from guard.report.dashboard_int8 import int8_panel
+    from guard.report.dashboard_series import group_series
+
+    def row(model, t, **metrics):
+        r = {"run_id": f"{model}{t}", "start_time": dt.datetime.fromisoformat(t).replace(tzinfo=dt.UTC),
+             "tags.guard.model": model, "tags.guard.backend": "bundled",
+             "tags.guard.target": "host", "tags.guard.arch": "x86_64",
+             "tags.guard.git.commit": "c" * 40, "tags.guard.verdict": "pass"}  # fmt: skip
+        r.update({f"metrics.{k}": v for k, v in metrics.items()})
+        return r
+
+    rows = [
+        row("m", "2026-01-01", **{"latency_ms.p50": 4.0}),
+        row(
+            "m.int8",
+            "2026-01-01",
+            **{
+                "latency_ms.p50": 8.0,
+                "quantization.top1_agreement": 0.99,
+                "quantization.sqnr_db": 31.5,
+            },
+        ),  # fmt: skip
+        row("other", "2026-01-01", **{"latency_ms.p50": 1.0}),
+    ]
+    panel = int8_panel(group_series(rows))
+    assert len(panel) == 1
+    p = panel[0]
+    assert (p["model"], p["fp32_p50"], p["int8_p50"], p["ratio"]) == ("m", 4.0, 8.0, 2.0)
+    assert (p["top1_agreement"], p["sqnr_db"]) == (0.99, 31.5)
+    html = D.render({"suite": "q", "uri": "sqlite:///x", "experiment": "guard/q", "generated": "",
+                     "series": [], "regressions": [], "notes": [], "invocations": [],
+                     "state": "ok", "backends": [], "targets": [], "archs": [],
+                     "int8": panel})  # fmt: skip
+    assert "int8 beside fp32" in html and "2.00x" in html and "0.990" in html
+
+
+def test_the_track_metrics_and_the_report_say_when_int8_outputs_moved():
+    from guard.compare.int8_outputs import summary_line
+    from guard.track.records import result_metrics
+
+    m = result_metrics(_result("host", [[1.0]]))
+    assert m["quantization.top1_agreement"] == 0.9 and m["quantization.sqnr_db"] == 8.0
+    same = {"model": "m.int8", "backend": "b", "outputs": "identical", "first_differing": None}
+    moved = {**same, "outputs": "differ", "first_differing": "y"}
+    assert (
+        summary_line([same]) == "int8 outputs unchanged: identical bytes on all 1 int8 result(s)."
+    )
+    assert summary_line([same, moved]) == (
+        "int8 outputs moved on 1 of 2 int8 result(s) (first: m.int8 [b], tensor y)."
+    )
