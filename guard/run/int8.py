@@ -43,7 +43,7 @@ from guard.quantize import (
 from guard.quantize.build import WRITER_VERSION
 from guard.quantize.calibration import Calibration, read_calibration, seeded_samples
 from guard.quantize.profile import Profile, fp32_entries, pass_names
-from guard.suite import ModelEntry
+from guard.suite import InputSpec, ModelEntry
 from guard.suite.model import ModelSpec, bind, graph_inputs, load_model, make_inputs
 from guard.suite.quantize import INPUT_SAMPLES
 
@@ -129,12 +129,17 @@ class _Reference:
 
 
 def _eval_feeds(entry: ModelEntry, spec: ModelSpec, feeds: dict[str, np.ndarray]) -> list[dict]:
+    """The suite's inputs, then ``EVAL_SEEDS`` more draws (an input read from a file, or
+    named by test_data position, stays as it is)."""
+    specs = dict(entry.inputs)
+    for gi in spec.inputs:  # an input the suite leaves out is drawn with the default spec
+        if gi.name not in specs and not any(k.startswith("#") for k in specs):
+            specs[gi.name] = InputSpec(gi.name, None)
     out = [feeds]
-    if any(not s.file for s in entry.inputs.values()) or not entry.inputs:
+    if any(not s.file for s in specs.values()):
         for k in range(EVAL_SEEDS):
             moved = {
-                n: s if s.file else replace(s, seed=s.seed + 1000 + k)
-                for n, s in entry.inputs.items()
+                n: s if s.file else replace(s, seed=s.seed + 1000 + k) for n, s in specs.items()
             }
             out.append(make_inputs(spec, moved))
     return out

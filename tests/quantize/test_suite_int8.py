@@ -255,3 +255,18 @@ def test_the_track_metrics_and_the_report_say_when_int8_outputs_moved():
     assert summary_line([same, moved]) == (
         "int8 outputs moved on 1 of 2 int8 result(s) (first: m.int8 [b], tensor y)."
     )
+
+
+def test_the_int8_row_is_judged_on_the_suites_inputs_and_fresh_draws(tmp_path):
+    from guard.run.int8 import EVAL_SEEDS, _eval_feeds
+    from guard.suite.entries import ModelEntry
+    from guard.suite.model import bind, load_model, make_inputs
+    from tests.quantize import _fixtures as F
+
+    path = F.save(F.convnet(), tmp_path)
+    entry = ModelEntry("m.int8", str(path), {}, ("bundled",), "host", 1, {}, {})
+    spec = bind(load_model(path), path, {}, "here")
+    feeds = make_inputs(spec, {})
+    evals = _eval_feeds(entry, spec, feeds)
+    assert len(evals) == 1 + EVAL_SEEDS and evals[0] is feeds
+    assert len({e["x"].tobytes() for e in evals}) == len(evals)  # every draw is new
