@@ -133,7 +133,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     for line in q.notes:
         print(line)
     print(
-        f"{out}: {len(q.plan.activations)} activations (u8{' s8' if opts.symmetric else ''}, "
+        f"{out}: {len(q.plan.activations)} activations ({'s8' if opts.symmetric else 'u8'}, "
         f"{opts.method}), {len(q.plan.weights)} weights "
         f"({'per channel' if opts.per_channel else 'per tensor'}), "
         f"{len(q.plan.kept)} kept fp32; {len(calibration.samples)} samples"
@@ -145,7 +145,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     if q.errors:
         if q.output_sqnr_db is not None:
             print(
-                f"output SQNR {q.output_sqnr_db:.1f} dB (on {min(len(calibration.samples), args.report_samples)} samples)"
+                f"output SQNR {q.output_sqnr_db:.1f} dB (on {min(len(calibration.samples), args.report_samples)} calibration samples)"
             )
         print("worst tensors (SQNR against fp32, dB):")
         for e in q.worst[:TOP]:
