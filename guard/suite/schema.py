@@ -32,6 +32,7 @@ from guard.suite.blocks import (
 from guard.suite.entries import ARCHES, DISTS
 from guard.suite.fields import MAX_THREADS
 from guard.suite.limits import LIMIT_KEYS
+from guard.suite.quantize import METHODS
 
 SCHEMA_ID = "https://guard.invalid/schemas/suite-v1.json"
 _NUMBER = {"type": "number"}
@@ -88,6 +89,11 @@ CHECK_TYPES: dict[str, dict[str, Any]] = {
     "max": {"type": "integer", "minimum": 0},
     "max_bytes": {"type": "integer", "minimum": 0},
     "min_hit_rate": {"type": "number", "minimum": 0, "maximum": 1},
+    # checks.quantization and checks.int8_agreement (guard.suite.quantize)
+    "min_top1_agreement": {"type": "number", "minimum": 0, "maximum": 1},
+    "min_sqnr_db": _NUMBER,
+    "max_top1_drop": {"type": "number", "minimum": 0, "maximum": 1},
+    "across": {"type": "array", "items": _TARGET, "minItems": 2},
 }
 
 
@@ -156,6 +162,22 @@ def _types() -> dict[str, dict[str, Any]]:
         "options": _options(),
         "build_timeout_s": _POSITIVE,
         "test_data": {"type": "string", "description": "an ONNX test_data_set_N directory"},
+        "quantize": _closed(
+            {
+                "calibration": {
+                    "type": "string",
+                    "description": ".npz, a directory of .npy/.npz or test_data_set_N "
+                    "directories (relative to this file), or 'inputs'",
+                },
+                "method": {"enum": list(METHODS)},
+                "per_channel": {"type": "boolean"},
+                "symmetric": {"type": "boolean"},
+                "keep_fp32": {
+                    "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+                },
+            },
+            ("calibration",),
+        ),
         "limits": _closed(
             _only({k: {"type": "integer", "minimum": 1} for k in LIMIT_KEYS}, LIMIT_KEYS)
         ),  # fmt: skip

@@ -270,3 +270,30 @@ def test_the_int8_row_is_judged_on_the_suites_inputs_and_fresh_draws(tmp_path):
     evals = _eval_feeds(entry, spec, feeds)
     assert len(evals) == 1 + EVAL_SEEDS and evals[0] is feeds
     assert len({e["x"].tobytes() for e in evals}) == len(evals)  # every draw is new
+
+
+def test_the_suite_schema_knows_the_quantize_block_and_its_checks():
+    import jsonschema
+
+    from guard.suite.schema import suite_schema
+
+    doc = {
+        "schema_version": 1,
+        "suite": "q",
+        "models": [
+            {
+                "name": "m",
+                "source": "m.onnx",
+                "targets": ["host", "llvm -mcpu=x86-64-v3"],
+                "quantize": {"calibration": "cal.npz", "method": "entropy", "keep_fp32": ["Gemm"]},
+                "checks": {
+                    "quantization": {"min_top1_agreement": 0.99, "min_sqnr_db": 20},
+                    "int8_agreement": {"across": ["host", "llvm -mcpu=x86-64-v3"]},
+                },
+            }
+        ],
+    }
+    v = jsonschema.Draft202012Validator(suite_schema())
+    assert not list(v.iter_errors(doc))
+    doc["models"][0]["quantize"] = {"method": "kl"}
+    assert len(list(v.iter_errors(doc))) >= 2  # no calibration, unknown method
