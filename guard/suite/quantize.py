@@ -15,8 +15,8 @@ models:
 ONNX test_data_set_N directory; guard.quantize.calibration) or ``inputs``: the entry's own
 seeded inputs, ``INPUT_SAMPLES`` of them (seeds seed, seed+1, ...). The block adds a second
 entry, ``<name>.int8`` (``int8_name``), with the same source, inputs, backends, targets and
-checks: guard.run builds its model from the fp32 source and runs it as its own result row;
-the fp32 row is unchanged.
+checks (a tolerance of ``INT8_TOLERANCE`` when the suite sets none): guard.run builds its
+model from the fp32 source and runs it as its own result row; the fp32 row is unchanged.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ QUANTIZE_KEYS = {"calibration", "method", "per_channel", "symmetric", "keep_fp32
 METHODS = ("minmax", "percentile", "entropy")  # guard.quantize.ranges.METHODS
 INPUT_SAMPLES = 32
 INT8_SUFFIX = ".int8"
+# The int8 row's tolerance against its golden when the suite sets none: two backends round
+# a value on a quantisation boundary differently (accumulation order), and one step moves
+# the outputs by ~1e-2 (PP-OCR cls: 7.2e-3 bundled vs onnxruntime). The accuracy gate is
+# checks.quantization; the bit-exact one is checks.int8_agreement.
+INT8_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from guard.suite.blocks import (
 from guard.suite.entries import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_MEASURE, ModelEntry, Suite
 from guard.suite.fields import Fields, show
 from guard.suite.limits import default_limits, parse_limits
-from guard.suite.quantize import QuantizeSpec, int8_name, parse_quantize
+from guard.suite.quantize import INT8_TOLERANCE, QuantizeSpec, int8_name, parse_quantize
 
 SCHEMA_VERSION = 1
 SUITE = Schema(
@@ -169,6 +169,7 @@ def int8_entries(
             e,
             name=name,
             quantize=quant,
+            checks={"tolerance": dict(INT8_TOLERANCE), **e.checks},
             where=e.where.replace(f"({e.name})", f"({name})", 1),
         )
         for e in fp32

@@ -297,3 +297,14 @@ def test_the_suite_schema_knows_the_quantize_block_and_its_checks():
     assert not list(v.iter_errors(doc))
     doc["models"][0]["quantize"] = {"method": "kl"}
     assert len(list(v.iter_errors(doc))) >= 2  # no calibration, unknown method
+
+
+def test_the_int8_row_gets_a_quantisation_step_tolerance_unless_the_suite_sets_one(tmp_path):
+    s = _suite(tmp_path, "quantize: {calibration: inputs}")
+    fp32, int8 = s.models[0], s.models[2]
+    assert "tolerance" not in fp32.checks and int8.checks["tolerance"] == {
+        "rtol": 0.01,
+        "atol": 0.01,
+    }
+    s = _suite(tmp_path, "quantize: {calibration: inputs}", "tolerance: {rtol: 0.001}")
+    assert s.models[2].checks["tolerance"] == {"rtol": 0.001}
