@@ -251,9 +251,6 @@ def _relayout(node: Node, vals: list[Value | None]) -> TypeList:
 
 
 SHAPE_FNS["Relayout"] = _relayout
-# (De)quantisation keeps the shape (ONNX inference loses it behind a data-shaped Reshape).
-SHAPE_FNS["QuantizeLinear"] = lambda n, vs: [(_v(vs, 0).shape, dtype_from_name(n.attrs["to"]))]
-SHAPE_FNS["DequantizeLinear"] = lambda n, vs: [(_v(vs, 0).shape, _v(vs, 1).dtype)]
 
 
 def _if(node: Node, vals: list[Value | None]) -> TypeList:
