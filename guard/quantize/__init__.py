@@ -1,11 +1,11 @@
 """guard.quantize: profile-guided int8 quantisation of an fp32 ONNX model (QDQ format).
 
-Glow's scheme (lib/Quantization, docs/Quantization.md) on guard's bundled compiler:
-import and optimise the model with the fp32 passes, run the calibration samples through the
-reference interpreter recording each tensor's range (profile.py), choose each range by a
-method (ranges.py), write QuantizeLinear/DequantizeLinear pairs into the source model
-(qdq.py), and say which tensor lost the accuracy (sqnr.py). build.py strings them together;
-calibration.py reads the samples.
+Glow's scheme (pytorch/glow/lib/Quantization, pytorch/glow/docs/Quantization.md) on guard's
+bundled compiler: import and optimise the model with the fp32 passes, run the calibration
+samples through the reference interpreter recording each tensor's range (profile.py), choose
+each range by a method (ranges.py), write QuantizeLinear/DequantizeLinear pairs into the
+source model (qdq.py), and say which tensor lost the accuracy (sqnr.py). build.py strings
+them together; calibration.py reads the samples.
 
     quantize_model(model_path, calibration, QuantOptions(...), source_sha256=...) -> Quantized
     read_calibration(path, graph_inputs) -> Calibration

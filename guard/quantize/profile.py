@@ -1,13 +1,13 @@
 """Profile-guided calibration: run the samples through the compiled fp32 graph, record ranges.
 
-As Glow does it (lib/Quantization/Quantization.cpp, docs/Quantization.md): the model is
-imported and optimised by the bundled compiler's fp32 passes first, so the tensors that
-are profiled are the ones the compiled model computes: a Conv fused with its BatchNorm and
-Relu is profiled once, at the Relu's output, and the Conv's raw output (which no compiled
-model stores) is not. Only the passes that change values run (``FP32_ENTRIES``): the
-layout passes move data, not values, and the profile reads NCHW tensors. The reference
-interpreter runs that graph with every float tensor kept, and each tensor's ``TensorStats``
-takes every sample.
+As Glow does it (pytorch/glow/lib/Quantization/Quantization.cpp and its
+pytorch/glow/docs/Quantization.md): the model is imported and optimised by the bundled
+compiler's fp32 passes first, so the tensors that are profiled are the ones the compiled
+model computes: a Conv fused with its BatchNorm and Relu is profiled once, at the Relu's
+output, and the Conv's raw output (which no compiled model stores) is not. Only the passes
+that change values run (``fp32_entries()``): the layout passes move data, not values, and
+the profile reads NCHW tensors. The reference interpreter runs that graph with every float
+tensor kept, and each tensor's ``TensorStats`` takes every sample.
 
 The IR keeps the ONNX tensor names through import and fusion (a fused chain writes its
 last op's output name), so a profiled tensor is an ONNX tensor of the source model; a value
