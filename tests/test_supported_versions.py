@@ -78,3 +78,19 @@ def test_a_run_outside_the_range_warns_once_and_marks_the_results(tmp_path, monk
     assert sum("outside guard's supported versions" in m for m in lines) == 1
     written = json.loads((tmp_path / "r.json").read_text())
     assert written["unsupported_versions"] == fake and written["results"]
+
+
+@pytest.mark.parametrize("backend, module", [("tvm", "tvm"), ("openvino", "openvino")])
+def test_a_backend_whose_extra_is_missing_names_its_install_command(backend, module, monkeypatch):
+    import importlib.util
+
+    from guard.backends import get_backend
+    from guard.core.errors import UsageError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == module else real(n, *a)
+    )
+    with pytest.raises(UsageError, match=rf"pip install 'guard\[{backend}\]'") as e:
+        get_backend(backend)
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
