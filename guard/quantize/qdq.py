@@ -129,7 +129,74 @@ def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
     del m.graph.node[:]
     m.graph.node.extend(nodes)
     m.ir_version = max(m.ir_version, 7)
+    _fold_batchnorm(m)
     return m
+
+
+def _fold_batchnorm(m: onnx.ModelProto) -> None:
+    """Fold each BatchNormalization that alone reads a Conv's output into the Conv's
+    weights, as the compiler's fold_batchnorm does before profiling: with inv = gamma /
+    sqrt(var + eps) per output channel, W' = W * inv and b' = (b - mean) * inv + beta. The
+    int8 weights are then the ones that run, and no fp32 BN sits between a quantised Conv
+    and its output's Q (which keeps runtimes from fusing DQ-Conv-Q). The Conv writes the
+    BN's output name, as the fused graph the profile read does."""
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    users: dict[str, int] = defaultdict(int)
+    for n in g.node:
+        for i in n.input:
+            users[i] += 1
+    outputs = {o.name for o in g.output}
+    producer = {o: n for n in g.node for o in n.output}
+    drop = []
+    for bn in g.node:
+        if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in bn.attribute}
+        conv = producer.get(bn.input[0])
+        if (
+            conv is None
+            or conv.op_type != "Conv"
+            or len(bn.output) != 1
+            or attrs.get("training_mode", 0)
+            or users[bn.input[0]] != 1
+            or bn.input[0] in outputs
+            or not all(i in inits for i in bn.input[1:5])
+            or conv.input[1] not in inits
+            or (len(conv.input) > 2 and conv.input[2] and conv.input[2] not in inits)
+        ):
+            continue
+        gamma, beta, mean, var = (
+            numpy_helper.to_array(inits[i]).astype(np.float64) for i in bn.input[1:5]
+        )
+        w = numpy_helper.to_array(inits[conv.input[1]])
+        if w.dtype != np.float32:
+            continue
+        inv = gamma / np.sqrt(var + float(attrs.get("epsilon", 1e-5)))
+        b = (
+            numpy_helper.to_array(inits[conv.input[2]]).astype(np.float64)
+            if len(conv.input) > 2 and conv.input[2]
+            else np.zeros(w.shape[0])
+        )
+        wf = (w.astype(np.float64) * inv.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
+        bf = ((b - mean) * inv + beta).astype(np.float32)
+        names = []
+        for arr, old in ((wf, conv.input[1]), (bf, conv.input[2] if len(conv.input) > 2 else "")):
+            # a tensor only this Conv reads is replaced in place, else folded under a new name
+            name = old if old and users[old] == 1 else f"{old or bn.output[0] + '_bias'}_bn"
+            t = numpy_helper.from_array(arr, name)
+            if name in inits:
+                inits[name].CopyFrom(t)
+            else:
+                g.initializer.append(t)
+                inits[name] = g.initializer[-1]
+            names.append(name)
+        del conv.input[1:]
+        conv.input.extend(names)
+        conv.output[0] = bn.output[0]
+        drop.append(bn)
+    for bn in drop:
+        g.node.remove(bn)
 
 
 def _weight_axis(node: onnx.NodeProto, w: np.ndarray) -> int | None:

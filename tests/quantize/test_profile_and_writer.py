@@ -61,8 +61,10 @@ def test_writer_structure_and_numerics():
     assert onnx.helper.get_attribute_value(dq_w3.attribute[0]) == 0  # Gemm transB=1: rows
     # int32 bias at x_scale * w_scale, a u8 zero point 0 on the Relu outputs
     sx, sw = inits["x_scale"], inits["w1_scale"]
-    assert inits["b1_c1_quantized"].dtype == np.int32
-    assert np.array_equal(inits["b1_c1_scale"], (sx * sw).astype(np.float32))
+    assert inits["b1_n1_quantized"].dtype == np.int32  # the Conv now writes the BN's output
+    assert np.array_equal(inits["b1_n1_scale"], (sx * sw).astype(np.float32))
+    # the BatchNormalization is folded into the Conv's weights before they are quantised
+    assert "BatchNormalization" not in {n.op_type for n in q.graph.node}
     assert inits["b3_y_quantized"].dtype == np.int32
     assert inits["r1_zero_point"].dtype == np.uint8 and int(inits["r1_zero_point"]) == 0
     # Q/DQ where the compiled graph has tensors: input, fused outputs; never on c1 or n1
@@ -156,3 +158,26 @@ def test_tensor_errors_name_the_worst_tensor_first():
     out_good = next(e for e in good_errs if e.output).sqnr_db
     assert out_good > 25.0 and out_bad < out_good - 15.0
     assert {e.node for e in errs} >= {"input"}
+
+
+TWO_READERS = """
+<ir_version: 8, opset_import: ["" : 13]>
+tr (float[1, 3, 8, 8] x) => (float[1, 8, 8, 8] y) {
+    c1 = Conv <pads = [1, 1, 1, 1]> (x, w1, b1)
+    n1 = BatchNormalization (c1, gamma, beta, mean, var)
+    y = Add (n1, c1)
+}
+"""
+
+
+def test_a_batchnorm_is_folded_only_when_it_alone_reads_the_conv():
+    w = {
+        k: v
+        for k, v in F.convnet_weights().items()
+        if k in ("w1", "b1", "gamma", "beta", "mean", "var")
+    }
+    m = F.model(TWO_READERS, w)
+    q, _ = write_qdq(m, profile_model(m, "s", F.samples(4)), QuantOptions())
+    assert "BatchNormalization" in {n.op_type for n in q.graph.node}  # c1 has two readers
+    feeds = F.samples(2, seed=5).samples
+    assert outputs_sqnr([_ort(m, f) for f in feeds], [_ort(q, f) for f in feeds]) > 25.0
