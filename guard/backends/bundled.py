@@ -114,7 +114,16 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
         # Pins that change the generated code: llvmlite/LLVM versions, triple, cpu,
         # features, opt level and the target table (its cache sizes are the host's when
         # the target is the host), not the compile time, which varies run to run.
-        keys = ("llvmlite", "llvm", "triple", "cpu", "features", "vector_width", "opt_level")
+        keys = (
+            "llvmlite",
+            "llvm",
+            "triple",
+            "cpu",
+            "features",
+            "vector_width",
+            "int_dot",
+            "opt_level",
+        )
         compiler["codegen"] = {k: manifest["codegen"][k] for k in (*keys, "table")}
     return BuildInfo(
         payload=MANIFEST,

@@ -46,12 +46,16 @@ def generate(
     def pack(op: str, attrs: Any, index: int, value: np.ndarray, shapes: Any) -> np.ndarray | None:
         return emitter_for(op).pack(op, attrs, index, value, shapes, width)
 
+    def plan_constants(op: str, attrs: Any, values: Any, ins: Any, outs: Any) -> Any:
+        planner = getattr(emitter_for(op), "plan_constants", None)
+        return None if planner is None else planner(op, attrs, values, ins, outs, width)
+
     backends = tuple(p.backend for p in compiled.partitions.partitions)
     # Every heuristic (conv and GEMM tiles, cache blocks) reads this target's table.
     with using_table(target.table):
         kplan, packed = build_kernel_plan(
             view, compiled.memory, compiled.partitions.group_of, backends, offsets, constants,
-            pack, lambda s: split_step(s, width),
+            pack, lambda s: split_step(s, width), plan_constants,
         )  # fmt: skip
         module = build_module(kplan, target, emitter_for)
     return NativeCode(kplan, packed, compile_module(module, target), target)

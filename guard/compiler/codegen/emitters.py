@@ -25,6 +25,7 @@ from guard.compiler.codegen.emit_resize import Resize
 from guard.compiler.codegen.emit_select import Select
 from guard.compiler.codegen.emit_tensor import Copy, Fill
 from guard.compiler.codegen.gemm.emitter import Gemm
+from guard.compiler.codegen.quant.emitter import QuantLinear
 from guard.compiler.graph.view import GraphView, OpNode
 
 
@@ -48,6 +49,7 @@ def table() -> dict[str, Emitter]:
         Recurrent(),
         GruRnn(),
         Quant(),
+        QuantLinear(),
     ):
         for op in e.ops:
             out[op] = e

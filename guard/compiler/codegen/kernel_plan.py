@@ -180,6 +180,7 @@ def build_kernel_plan(
     constants: Mapping[str, np.ndarray],
     pack: Any,  # (op, attrs, input index, array, input shapes) -> packed array or None
     split: Any = None,  # Step -> its tasks, () for one call (guard.compiler.codegen.split)
+    plan_constants: Any = None,  # (op, attrs, {index: array}, inputs, outputs) -> (packs, facts)
 ) -> tuple[KernelPlan, np.ndarray]:
     """The kernel plan and the packed-constants blob (uint8)."""
     slots = memory.slots
@@ -203,19 +204,38 @@ def build_kernel_plan(
             continue
         ins: list[Operand | None] = [operand(v) if v else None for v in n.args]
         in_shapes = [None if o is None else o.shape for o in ins]
+        attrs = dict(n.attrs)
+        node_packs: dict[int, np.ndarray] | None = None
+        if plan_constants is not None:
+            # Kernels that specialise on several constants at once (the int8 ones: weights,
+            # zero points and scales fold into one packed block and a few facts).
+            values = {
+                j: constants[o.name]
+                for j, o in enumerate(ins)
+                if o is not None and o.space == "weights"
+            }
+            got = plan_constants(n.op, n.attrs, values, ins, [operand(v) for v in n.outputs])
+            if got is not None:
+                node_packs, facts = got
+                attrs.update(facts)
         for j, o in enumerate(ins):
             if o is None or o.space != "weights":
                 continue
-            packed = pack(n.op, n.attrs, j, constants[o.name], in_shapes)
+            if node_packs is not None:
+                packed = node_packs.get(j)
+            else:
+                packed = pack(n.op, n.attrs, j, constants[o.name], in_shapes)
             if packed is None:
                 continue
-            ck = (o.name, f"{n.op}:{j}:{kernel_key(n.op, n.attrs, ins, (), False)}")
+            ck = (o.name, f"{n.op}:{j}:{kernel_key(n.op, attrs, ins, (), False)}")
             if ck not in packed_cache:
-                arr = np.ascontiguousarray(packed, dtype=np.float32)
+                arr = np.ascontiguousarray(packed)
+                if arr.dtype == np.float64:
+                    arr = arr.astype(np.float32)
                 packed_chunks.append((packed_off, arr))
                 # The operand keeps the constant's own shape (kernels and keys read it).
                 packed_cache[ck] = Operand(
-                    f"{o.name}@packed", "packed", packed_off, o.shape, "float32"
+                    f"{o.name}@packed", "packed", packed_off, o.shape, arr.dtype.name
                 )
                 packed_off += align(arr.nbytes, ALIGNMENT)
             ins[j] = packed_cache[ck]
@@ -226,7 +246,7 @@ def build_kernel_plan(
             for o in outs for x in ins
         )  # fmt: skip
         by_partition.setdefault(pid, []).append(
-            Step(n.name, n.op, "", tuple(ins), outs, dict(n.attrs), may_alias)
+            Step(n.name, n.op, "", tuple(ins), outs, attrs, may_alias)
         )
     # One function per distinct kernel key, named by op and first use; a split step's
     # own symbol is its task function (one per step: the tasks' pointers are its own).

@@ -12,6 +12,14 @@ it away), so :func:`isa_class` lowers one 16-lane add for the target and reads w
 registers LLVM used (zmm: 16 float lanes, ymm: 8, else 4). The class picks the row of the
 per-target table (guard.compiler.ir.isa_table) every heuristic reads; for the host the row
 carries the host's cache sizes (the manifest's host facts).
+
+The integer dot-product capability is LLVM's answer the same way: :func:`int_dot_class`
+lowers a reduction of u8 x s8 products and reads the instruction LLVM picked (vpdpbusd on
+zmm or, VEX-encoded, on ymm; vpmaddwd; usdot; sdot for u8 x u8), so ``-mcpu=znver4``,
+``-mattr=+avxvnni`` and ``-mattr=-avx512vnni`` all answer for themselves. It is pinned
+in the manifest (``int_dot``) and :func:`runnable_here` checks the host has the LLVM
+features the capability needs (guard.compiler.ir.isa_table.INT_DOT_FEATURES): an
+artefact built for VNNI refuses, with the reason, to run where VNNI is missing.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from guard.compiler.ir.isa_table import TargetTable, table_for
+from guard.compiler.ir.isa_table import INT_DOT_FEATURES, TargetTable, table_for
 from guard.core.errors import ModelError
 from guard.manifest.cpu import host_caches
 from guard.manifest.target_string import parse_target
@@ -54,6 +62,10 @@ class CodegenTarget:
         return isa_class(self.triple, self.cpu, self.features)
 
     @property
+    def int_dot(self) -> str:
+        return int_dot_class(self.triple, self.cpu, self.features)
+
+    @property
     def vector_width(self) -> int:
         return table_for(self.isa).vector_width
 
@@ -62,7 +74,9 @@ class CodegenTarget:
         """The per-target table; the host's cache sizes when this is the host's CPU."""
         host = host_target()
         caches = host_caches() if (self.triple, self.cpu) == (host.triple, host.cpu) else {}
-        return table_for(self.isa, caches.get("l1d_bytes"), caches.get("l2_bytes"))
+        return table_for(
+            self.isa, caches.get("l1d_bytes"), caches.get("l2_bytes"), int_dot=self.int_dot
+        )
 
     @property
     def feature_string(self) -> str:
@@ -88,6 +102,7 @@ class CodegenTarget:
             "cpu": self.cpu,
             "features": list(self.features),
             "vector_width": self.vector_width,
+            "int_dot": self.int_dot,
             "opt_level": OPT_LEVEL,
             "table": self.table.to_dict(),
         }
@@ -138,9 +153,54 @@ def isa_class(triple: str, cpu: str, features: tuple[str, ...]) -> str:
     return "avx512" if "zmm" in asm else "avx2" if "ymm" in asm else "sse"
 
 
-def runnable_here(built: CodegenTarget) -> str | None:
-    """None when an object for ``built`` runs on this machine, else why not (one line)."""
-    host = host_target()
+_DOT_PROBE = """define i32 @probe(ptr %pa, ptr %pb) {
+  %a = load <64 x i8>, ptr %pa
+  %b = load <64 x i8>, ptr %pb
+  %za = zext <64 x i8> %a to <64 x i32>
+  %sb = SEXT <64 x i8> %b to <64 x i32>
+  %m = mul <64 x i32> %za, %sb
+  %r = call i32 @llvm.vector.reduce.add.v64i32(<64 x i32> %m)
+  ret i32 %r
+}
+declare i32 @llvm.vector.reduce.add.v64i32(<64 x i32>)
+"""
+
+
+def _lowered(triple: str, cpu: str, features: tuple[str, ...], src: str) -> str:
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    tm = llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=",".join(features), opt=2
+    )
+    mod = llvm.parse_assembly(src)
+    mod.triple = triple
+    return str(tm.emit_assembly(mod))
+
+
+@functools.cache
+def int_dot_class(triple: str, cpu: str, features: tuple[str, ...]) -> str:
+    """The integer dot-product capability (guard.compiler.ir.isa_table.INT_DOTS) that LLVM
+    shows for this triple, CPU and features: which instruction it lowers a sum of u8 x s8
+    (and, on AArch64, u8 x u8) products to (a few ms, once per target and process)."""
+    if triple.startswith("aarch64"):
+        if "usdot" in _lowered(triple, cpu, features, _DOT_PROBE.replace("SEXT", "sext")):
+            return "neon_i8mm"
+        if "udot" in _lowered(triple, cpu, features, _DOT_PROBE.replace("SEXT", "zext")):
+            return "neon_dotprod"
+        return "neon"
+    asm = _lowered(triple, cpu, features, _DOT_PROBE.replace("SEXT", "sext"))
+    if "vpdpbusd" in asm:
+        return "avx512_vnni" if "zmm" in asm else "avx_vnni"
+    if "vpmaddwd" in asm:
+        return "avx512bw" if "zmm" in asm else "avx2" if "ymm" in asm else "none"
+    return "none"
+
+
+def runnable_here(built: CodegenTarget, host: CodegenTarget | None = None) -> str | None:
+    """None when an object for ``built`` runs on this machine (``host``: another machine's
+    target, for tests), else why not (one line)."""
+    host = host or host_target()
     if built.arch != host.arch:
         return f"built for {built.triple} (cpu {built.cpu}), this machine is {host.triple} (cpu {host.cpu})"
     rank = {"sse": 0, "avx2": 1, "avx512": 2, "neon": 0}
@@ -148,6 +208,14 @@ def runnable_here(built: CodegenTarget) -> str | None:
         return (
             f"built for cpu {built.cpu} ({built.isa}, {built.vector_width} float lanes), which "
             f"this machine (cpu {host.cpu}, {host.isa}) lacks"
+        )
+    need = INT_DOT_FEATURES[built.int_dot]
+    lacking = [f for f in need if f"+{f}" not in host.features and host.int_dot != built.int_dot]
+    if lacking:
+        return (
+            f"built for cpu {built.cpu} with the {built.int_dot} integer dot product (LLVM "
+            f"feature {', '.join(lacking)}), which this machine (cpu {host.cpu}, "
+            f"{host.int_dot}) lacks"
         )
     missing = sorted(set(built.features) - set(host.features))
     if missing:

@@ -27,6 +27,12 @@ the transcendental and dividing ones, and :data:`TAP_FLOPS` per pooling tap), at
 :data:`MAX_TASKS`, whole channel vectors per conv task, runs of 8 rows per GEMM task.
 Anything else (several images, NHWC, grouped convolutions, transposed or batched GEMMs, a
 GEMM whose task kernel would want B packed otherwise) stays one serial call.
+
+The int8 kernels (guard.compiler.codegen.quant) split by the same rule with their own
+cost: a multiply-accumulate counts :data:`INT8_MAC_FLOPS`, not the two FLOPs of a float
+FMA, and each byte the convolution packs as a quarter of a moved element. A convolution
+(any images, any groups) cuts into bands of output rows, each packing its own pixels; a
+matrix product into runs of rows of A and Y, B read whole as packed for the whole node.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -118,7 +125,7 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     return tuple(tasks)
 
 
-def _row_tasks(step: Step, geo: Geometry, n: int) -> tuple[Step, ...]:
+def _row_tasks(step: Step, geo: Any, n: int) -> tuple[Step, ...]:
     """A convolution cut into ``n`` bands of output rows: each task the same kernel over
     its rows (attribute ``rows``), reading the whole input and weights."""
     tasks = []
@@ -355,8 +362,45 @@ def relayout_tasks(step: Step) -> tuple[Step, ...]:
     return tuple(tasks)
 
 
+# What one int8 multiply-accumulate costs in the rule's float FLOPs: vpdpbusd does 64
+# where a float FMA does 16 (32 FLOPs), vpmaddwd 16 per two instructions.
+INT8_MAC_FLOPS = 0.5
+
+
+def int8_tasks(step: Step) -> tuple[Step, ...]:
+    """The int8 convolution of one or more images cut into bands of output rows (each task
+    packs its own pixels; the weights and the input are read whole), the int8 matrix
+    product into runs of rows of A and Y (B, packed, read whole). The cost counts a MAC
+    as :data:`INT8_MAC_FLOPS` and every packed byte as an element moved."""
+    x, y = step.inputs[0], step.outputs[0]
+    if x is None or step.may_alias:
+        return ()
+    if step.op in ("QLinearConv", "ConvInteger"):
+        from guard.compiler.codegen.quant.conv import QConvGeometry
+
+        w = step.inputs[3 if step.op == "QLinearConv" else 1]
+        if w is None:
+            return ()
+        geo = QConvGeometry.of(step.attrs, x.shape, w.shape)
+        packed = geo.N * geo.g * geo.OH * geo.OW * geo.Kp
+        cost = int(geo.macs * INT8_MAC_FLOPS) + packed * ELEMENT_FLOPS // 4
+        want = min(MAX_TASKS, cost // MIN_TASK_FLOPS, geo.OH)
+        want -= want % 2 if want > 2 else 0
+        if want < 2:
+            return ()
+        return _row_tasks(step, geo, want)
+    if any(d != 1 for d in y.shape[:-2]) or len(y.shape) < 2:
+        return ()
+    axis = len(y.shape) - 2
+    m, n, k = y.shape[-2], y.shape[-1], x.shape[-1]
+    cost = int(m * n * k * INT8_MAC_FLOPS) + m * k * ELEMENT_FLOPS // 4
+    return _tasks_along(step, axis, cost, 4, lambda j, o: axis if j == 0 else "whole")
+
+
 def split_step(step: Step, width: int) -> tuple[Step, ...]:
     """The step's tasks by the cost rule, () to run it as one call."""
+    if step.op in ("QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger"):
+        return int8_tasks(step)
     if step.op in ("Conv", "FusedConv"):
         return conv_tasks(step, width)
     if step.op in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul"):

@@ -14,7 +14,10 @@ facts when the target is the host, the class's typical sizes otherwise). From th
 - ``gemm_mr_cap``: the GEMM micro-tile's row cap (12 rows x 2 vectors of 32 registers,
   6 x 2 of 16);
 - ``gemm_kc_bytes`` / ``gemm_nc_bytes``: a B micro-panel fits L1d, a ``kc x nc`` block
-  of B half of L2.
+  of B half of L2;
+- ``int_dot``: the integer dot-product capability, the instruction the int8 kernels
+  accumulate ``u8 x s8`` products with (:data:`INT_DOTS`); it is LLVM's answer for the
+  target's features (guard.compiler.codegen.llvm_target), never a CPU name.
 
 The IR layer holds it (the layout pass and the code generator both read it); the code
 generator decides the class from LLVM itself (guard.compiler.codegen.llvm_target).
@@ -36,6 +39,29 @@ _CLASSES: dict[str, tuple[int, int, int, int]] = {
 }
 ISAS = tuple(_CLASSES)
 
+# The integer dot-product capabilities, each with the LLVM features it needs to run. Every
+# one computes the exact int32 sum of four u8 x s8 products per lane (the int8 kernels'
+# step); they differ in speed only, never in the result:
+#   none         portable IR (byte planes, 32-bit multiplies): SSE2, anything unknown
+#   avx2         vpmaddwd on 16-bit halves, 8 lanes (never vpmaddubsw, which saturates)
+#   avx512bw     vpmaddwd on 16-bit halves, 16 lanes (AVX-512 without VNNI)
+#   avx_vnni     {vex} vpdpbusd, 8 lanes
+#   avx512_vnni  vpdpbusd, 16 lanes
+#   neon         portable IR, which LLVM lowers to smull/sadalp
+#   neon_dotprod sdot on (u8 - 128) x s8, the 128 x column sum added back
+#   neon_i8mm    usdot
+INT_DOT_FEATURES: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "avx2": ("avx2",),
+    "avx512bw": ("avx512bw",),
+    "avx_vnni": ("avxvnni",),
+    "avx512_vnni": ("avx512bw", "avx512vnni"),
+    "neon": ("neon",),
+    "neon_dotprod": ("neon", "dotprod"),
+    "neon_i8mm": ("neon", "dotprod", "i8mm"),
+}
+INT_DOTS = tuple(INT_DOT_FEATURES)
+
 
 @dataclass(frozen=True)
 class TargetTable:
@@ -44,6 +70,7 @@ class TargetTable:
     registers: int
     l1d_bytes: int
     l2_bytes: int
+    int_dot: str = "none"
 
     @property
     def channel_block(self) -> int:
@@ -88,13 +115,19 @@ class TargetTable:
             "layouts": list(self.layouts),
             "conv_wide_tile": self.conv_wide_tile,
             "gemm_mr_cap": self.gemm_mr_cap,
+            "int_dot": self.int_dot,
         }
 
 
-def table_for(isa: str, l1d_bytes: int | None = None, l2_bytes: int | None = None) -> TargetTable:
-    """The row of ``isa``, with the given cache sizes (the class's typical ones if None)."""
+def table_for(
+    isa: str, l1d_bytes: int | None = None, l2_bytes: int | None = None, int_dot: str = "none"
+) -> TargetTable:
+    """The row of ``isa``, with the given cache sizes (the class's typical ones if None) and
+    integer dot-product capability."""
     lanes, regs, l1, l2 = _CLASSES[isa]
-    return TargetTable(isa, lanes, regs, int(l1d_bytes or l1), int(l2_bytes or l2))
+    if int_dot not in INT_DOT_FEATURES:
+        raise ValueError(f"int_dot={int_dot!r}: expected one of {INT_DOTS}")
+    return TargetTable(isa, lanes, regs, int(l1d_bytes or l1), int(l2_bytes or l2), int_dot)
 
 
 def table_for_width(width: int) -> TargetTable:

@@ -1,7 +1,15 @@
 """Reference kernels for quantized ops: (de)quantization (per tensor, per axis, blocked)
-and the integer and QLinear forms of MatMul and Conv (accumulated in int64/float64)."""
+and the integer and QLinear forms of MatMul and Conv.
+
+The integer ops accumulate exactly and wrap to int32; QLinearConv and QLinearMatMul then
+requantise as onnxruntime does, which generated code matches bit for bit on every ISA
+(:func:`requantize`): multiplier ``float32(float32(sx * sw) / sy)`` per output channel,
+``float32(acc) * multiplier`` in float32, round half to even, ``+ y_zero_point``, clamp to
+``[qmin, qmax]`` (attributes for a fused Relu/Clip, else the output type's range)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -55,16 +63,32 @@ def _zp(xs: Xs, i: int, like: np.ndarray) -> np.ndarray:
     return np.zeros((), np.int64) if z is None else z.astype(np.int64)
 
 
-def _requant(
-    acc: np.ndarray, scale: np.ndarray, y_zp: np.ndarray | None, dt: np.dtype, a: Attrs
+def multiplier(sx: np.ndarray, sw: np.ndarray, sy: np.ndarray) -> np.ndarray:
+    """The requantisation multiplier ``float32(float32(sx * sw) / sy)``, in float32 ops
+    (per output channel when ``sw`` is), as onnxruntime computes it."""
+    sw32 = np.asarray(sw, np.float32)
+    prod = np.asarray(sx, np.float32) * sw32
+    return np.asarray(prod / np.asarray(sy, np.float32), np.float32)
+
+
+def out_range(a: Attrs, dt: np.dtype) -> tuple[int, int]:
+    """The output clamp ``[qmin, qmax]``: the attributes (a fused Relu/Clip) or the type's."""
+    lo, hi = value_range(dt)
+    return int(a.get("qmin", lo)), int(a.get("qmax", hi))
+
+
+def requantize(
+    acc: np.ndarray, mult: np.ndarray, y_zp: np.ndarray | None, dt: np.dtype, a: Attrs
 ) -> np.ndarray:
-    """rint(acc * scale) + zp, clamped to [qmin, qmax] (a fused Relu/Clip; default the
-    type's range)."""
-    q = np.rint(acc * scale)
+    """The int32 accumulator to the output type, bit for bit what the generated code does:
+    ``clip(rint_half_even(float32(acc) * mult) + y_zp, qmin, qmax)`` with a float32
+    multiply (``acc`` wraps to int32 first, as int32 accumulation does)."""
+    acc32 = np.asarray(acc, np.int64).astype(np.int32)
+    q = np.rint(acc32.astype(np.float32) * np.asarray(mult, np.float32)).astype(np.float64)
     if y_zp is not None:
         q = q + y_zp.astype(np.float64)
-    lo, hi = value_range(dt)
-    return np.clip(q, max(lo, a.get("qmin", lo)), min(hi, a.get("qmax", hi))).astype(dt)
+    lo, hi = out_range(a, dt)
+    return np.clip(q, lo, hi).astype(dt)
 
 
 def matmul_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
@@ -76,6 +100,8 @@ def matmul_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
 
 
 def qlinear_matmul(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    """QLinearMatMul, with the optional 9th input: an int32 bias per output column (a
+    folded DQ -> Gemm -> Q), added to the accumulator before requantisation."""
     qa, sa, za, qb, sb, zb, sy, zy, bias = (xs + [None] * 9)[:9]
     assert (
         qa is not None and qb is not None and sa is not None and sb is not None and sy is not None
@@ -83,44 +109,43 @@ def qlinear_matmul(xs: Xs, a: Attrs) -> list[np.ndarray]:
     za_, zb_ = (np.zeros((), np.int64) if z is None else z.astype(np.int64) for z in (za, zb))
     if za_.ndim == 1 and qa.ndim >= 2:
         za_ = za_.reshape(-1, 1)
-    sa_ = (
-        sa.astype(np.float64).reshape(-1, 1)
-        if sa.ndim == 1 and sa.size > 1
-        else sa.astype(np.float64)
-    )
+    sa_ = sa.reshape(-1, 1) if sa.ndim == 1 and sa.size > 1 else sa
     acc = np.matmul(qa.astype(np.int64) - za_, qb.astype(np.int64) - zb_)
-    if bias is not None:  # int32 per output column, in the accumulator's units (sa*sb)
+    if bias is not None:
         acc = acc + bias.astype(np.int64)
-    scale = sa_ * sb.astype(np.float64) / sy.astype(np.float64)
-    return [_requant(acc.astype(np.float64), scale, zy, qb.dtype if zy is None else zy.dtype, a)]
+    dt = qb.dtype if zy is None else zy.dtype
+    return [requantize(acc, multiplier(sa_, sb, sy), zy, dt, a)]
+
+
+def _conv_acc(x: np.ndarray, zx: Any, w: np.ndarray, zw: Any, a: Attrs) -> np.ndarray:
+    """The exact integer convolution of ``(x - zx)`` and ``(w - zw)`` (per output channel
+    zw), int64 (float64 sums of integers below 2**53 are exact)."""
+    zx_ = np.zeros(()) if zx is None else zx.astype(np.float64)
+    zw_ = np.zeros(()) if zw is None else zw.astype(np.float64)
+    if zw_.ndim == 1 and zw_.size > 1:
+        zw_ = zw_.reshape((-1,) + (1,) * (w.ndim - 1))
+    (acc,) = conv([x.astype(np.float64) - zx_, w.astype(np.float64) - zw_], a)
+    return np.rint(acc).astype(np.int64)
 
 
 def conv_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
-    x, w = arg(xs).astype(np.int64), arg(xs, 1).astype(np.int64)
-    xz, wz = _zp(xs, 2, x), _zp(xs, 3, w)
-    if wz.ndim == 1 and wz.size > 1:
-        wz = wz.reshape((-1,) + (1,) * (w.ndim - 1))
-    (y,) = conv([(x - xz).astype(np.float64), (w - wz).astype(np.float64)], a)
-    return [np.rint(y).astype(np.int32)]
+    x, w = arg(xs), arg(xs, 1)
+    zx = xs[2] if len(xs) > 2 else None
+    zw = xs[3] if len(xs) > 3 else None
+    return [_conv_acc(x, zx, w, zw, a).astype(np.int32)]
 
 
 def qlinear_conv(xs: Xs, a: Attrs) -> list[np.ndarray]:
     x, sx, zx, w, sw, zw, sy, zy = xs[:8]
     b = xs[8] if len(xs) > 8 else None
     assert x is not None and w is not None and sx is not None and sw is not None and sy is not None
-    zx_ = np.zeros(()) if zx is None else zx.astype(np.float64)
-    zw_ = np.zeros(()) if zw is None else zw.astype(np.float64)
-    if zw_.ndim == 1 and zw_.size > 1:
-        zw_ = zw_.reshape((-1,) + (1,) * (w.ndim - 1))
-    (acc,) = conv([x.astype(np.float64) - zx_, w.astype(np.float64) - zw_], a)
+    acc = _conv_acc(x, zx, w, zw, a)
     if b is not None:
-        acc = acc + b.astype(np.float64).reshape((1, -1) + (1,) * (x.ndim - 2))
-    sw_ = sw.astype(np.float64)
-    scale = sx.astype(np.float64) * (
-        sw_.reshape((1, -1) + (1,) * (x.ndim - 2)) if sw_.size > 1 else sw_
-    )
-    dt = x.dtype if zy is None else zy.dtype
-    return [_requant(acc, scale / sy.astype(np.float64), zy, dt, a)]
+        acc = acc + b.astype(np.int64).reshape((1, -1) + (1,) * (x.ndim - 2))
+    mult = multiplier(sx, sw, sy)
+    if mult.size > 1:
+        mult = mult.reshape((1, -1) + (1,) * (x.ndim - 2))
+    return [requantize(acc, mult, zy, x.dtype if zy is None else zy.dtype, a)]
 
 
 def dynamic_quantize(xs: Xs, a: Attrs) -> list[np.ndarray]:

@@ -1,0 +1,1 @@
+"""The int8 kernels: QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger (emitter.py)."""
