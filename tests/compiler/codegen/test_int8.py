@@ -325,3 +325,25 @@ def test_aarch64_int8_code_under_qemu_equals_the_reference(tmp_path, cls: str) -
         for seed in (1, 2):
             f = _feeds(g, seed)
             np.testing.assert_array_equal(session.run(f)[0], run_reference(g, f)["y"])
+
+
+@pytest.mark.parametrize("cls", [None, "avx2"])
+def test_fused_clamp_and_int32_bias_equal_the_reference(cls: str | None) -> None:
+    """What the QDQ fold writes: QLinearConv / QLinearMatMul with ``qmin``/``qmax`` (a fused
+    Relu/Clip) and QLinearMatMul's 9th input, an int32 bias per output column."""
+    target = _target(cls) if cls else host_target()
+    for m, n in ((qmatmul(**MATMULS["tile"]), 48), (qconv(**CONVS["3x3"]), 16)):
+        g = import_onnx(m, {})
+        node = next(iter(g))
+        if node.op == "QLinearMatMul":
+            bias = np.random.default_rng(5).integers(-2000, 2000, n).astype(np.int32)
+            node.inputs = [*node.inputs, g.add_constant("bias", bias).name]
+        node.attrs["qmin"], node.attrs["qmax"] = 120, 150
+        g2, _ = optimize(g, "O0")
+        compiled = plan(g2)
+        assert compiled.partition_report["fallback_nodes"] == 0
+        rt, _ = jit(compiled, target)
+        f = _feeds(g, 4)
+        ref = run_reference(g, f)["y"]
+        assert ref.min() == 120 and ref.max() == 150  # the clamp is exercised
+        np.testing.assert_array_equal(rt.run(f)["y"], ref)
