@@ -80,7 +80,15 @@ class QConvGeometry:
         return -(-self.Cg // 4) * 4
 
     @property
+    def taps_grouped(self) -> bool:
+        """One input channel per group (depthwise): the groups of four run over the kernel
+        taps, not over channels (a 3 x 3 depthwise kernel is 3 groups, not 9 x 4 bytes)."""
+        return self.Cg == 1
+
+    @property
     def KG(self) -> int:
+        if self.taps_grouped:
+            return -(-self.R * self.S // 4)
         return self.R * self.S * self.Cp // 4
 
     @property
@@ -332,6 +340,20 @@ def _pack_panel(
         return sums
 
     sums0 = iconst(nr, 0) if beta else None
+    if geo.taps_grouped:
+        sums = sums0
+        taps = geo.R * geo.S
+        zero = ir.Constant(I64, 0)
+        for kg in range(geo.KG):
+            vs = [tap_vector(zero, *divmod(e, geo.S)) if e < taps else alpha_v
+                  for e in range(4 * kg, 4 * kg + 4)]  # fmt: skip
+            st(b, interleave(vs), gep(b, dst0, kg * nr, I32), 4)
+            if sums is not None:
+                for v in vs:
+                    sums = b.add(sums, extend(v))
+        if sums is not None:
+            st(b, sums, gep(b, usum, b.mul(slot, ir.Constant(I64, nr)), I32), 4)
+        return
     if full4:
         from guard.compiler.codegen.irutil import for_loop_carried
 

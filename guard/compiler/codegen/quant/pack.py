@@ -103,10 +103,17 @@ def requant_multiplier(
 
 
 def conv_weights(w: np.ndarray, dot: DotClass) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """OIHW weights as ``[K][R][S][Cp]`` groups of four input channels, in the class's words
+    """OIHW weights as ``[K][R][S][Cp]`` groups of four input channels (of four taps when
+    there is one input channel per group), in the class's words
     ``[K][KG][s_words]`` (int32); also the channel sums ``S`` (int64), ``shw`` and ``Kp``."""
     s, shw = weights_signed(w)
     k, cg, r, sk = s.shape
+    if cg == 1:  # depthwise: groups of four taps (quant/conv.py, QConvGeometry.taps_grouped)
+        kp = -(-r * sk // 4) * 4
+        t1 = np.zeros((k, kp), np.int8)
+        t1[:, : r * sk] = s.reshape(k, r * sk)
+        words = pack_s_words(t1.reshape(k, kp // 4, 4), dot).reshape(-1)
+        return words, t1.astype(np.int64).sum(1), shw, kp
     cp = -(-cg // 4) * 4
     t = np.zeros((k, r, sk, cp), np.int8)
     t[..., :cg] = s.transpose(0, 2, 3, 1)
