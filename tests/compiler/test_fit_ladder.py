@@ -94,3 +94,22 @@ def test_guard_fit_command(capsys):
     assert not report["fits"] and report["smallest_reachable_bytes"] > 1024
     assert main(["fit", "zoo:inception_block", "--budget", "0"]) == 2
     assert "--budget" in capsys.readouterr().err
+
+
+def test_int8_rung_counts_a_quantised_models_8bit_tensors_and_points_others_at_quantize():
+    from tests.compiler._helpers import HEADER, graph_of
+
+    g = graph_of(
+        f"""{HEADER}
+        agraph (float[64,256] x) => (float[64,256] y) <float s = {{0.1}}, uint8 z = {{128}}> {{
+            q = QuantizeLinear(x, s, z)
+            y = DequantizeLinear(q, s, z)
+        }}"""
+    )
+    ladder = climb(g, 1024)
+    int8 = next(s for s in ladder.steps if s.name == "int8")
+    # q: 64 x 256 uint8 = 16 KiB of the arena's tensors
+    assert int8.what.startswith("already int8") and "16.0 KiB" in int8.what
+    assert int8.arena_bytes == ladder.steps[0].arena_bytes  # counted, nothing changed
+    float_only = climb(import_onnx(model_path("inception_block"), None), 1024)
+    assert next(s for s in float_only.steps if s.name == "int8").what == INT8_UNAVAILABLE

@@ -12,7 +12,9 @@ chapter; issue 35):
 4. ``tile``: the first stages of a CNN run in strips of rows with the halo recomputed
    (guard.compiler.passes.tile_strips); the exit and strip count with the smallest arena
    (or, when one fits, the fitting one with the fewest extra MACs) win.
-5. ``int8``: int8 activations between layers, where the compiler has an int8 path.
+5. ``int8``: never applied by the ladder itself (quantising needs calibration data and
+   changes outputs): a quantised model's 8-bit arena tensors are counted, any other
+   model is pointed at ``guard quantize``.
 6. ``spill``: tensors idle across the peak are copied to a second region and back
    (guard.compiler.graph.memory_spill); the rung's arena is the fast region (what the
    budget bounds), and it reports the spill region's bytes and the copies' traffic.
@@ -54,9 +56,24 @@ from guard.core.budget_bytes import fmt_bytes
 SEARCH_S = 30.0
 NAMES = {1: "views", 2: "schedule", 3: "recompute", 4: "tile", 5: "int8", 6: "spill"}
 INT8_UNAVAILABLE = (
-    "not available: the bundled compiler has no int8 activation path (its kernels read and "
-    "write float32 between layers)"
+    "not applied: int8 activations change the model's numbers, so they come from a quantised "
+    "model (guard quantize MODEL --calibration DATA; the bundled compiler runs its "
+    "QLinearConv/QLinearMatMul with int8 kernels): fit that model"
 )
+
+
+def int8_step(p: CompiledPlan) -> Step:
+    """Rung 5: what int8 activations would do here. The ladder never quantises on its own
+    (that needs calibration data and changes outputs); a quantised model's 8-bit arena
+    tensors are counted instead."""
+    sizes = [(p.view.tensors[t].nbytes, p.view.tensors[t].dtype) for t in p.memory.slots]
+    eight = sum(n for n, dt in sizes if dt in ("int8", "uint8"))
+    if eight:
+        total = sum(n for n, _ in sizes)
+        return Step(5, "int8", p.arena_bytes, f"already int8 between layers: {fmt_bytes(eight)} "
+                    f"of {fmt_bytes(total)} arena tensors are 8-bit (a quantised model)", 0.0,
+                    plan=p)  # fmt: skip
+    return Step(5, "int8", None, INT8_UNAVAILABLE, 0.0)
 
 
 @dataclass(frozen=True)
@@ -174,7 +191,7 @@ def climb(
         steps.append(Step(rung, NAMES[rung], best.arena_bytes, what, clock() - t, extra,
                           plan=best))  # fmt: skip
     if not (stop_at_fit and fits(best)):
-        steps.append(Step(5, "int8", None, INT8_UNAVAILABLE, 0.0))
+        steps.append(int8_step(best))
         left = deadline - clock()
         t = clock()
         if left <= 0:
