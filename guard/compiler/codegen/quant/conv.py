@@ -161,10 +161,10 @@ def emit_conv(
     zy = ir.Constant(I32, int(facts["q_zy"]))
     ldx = KG * sw_words
 
-    def image_group(n: ir.Value, gi: int) -> None:
+    def image_group(n: ir.Value, gi: ir.Value) -> None:
         xg = gep(b, x, b.add(b.mul(n, ir.Constant(I64, geo.C * geo.H * geo.W)),
-                             ir.Constant(I64, gi * geo.Cg * geo.H * geo.W)), I8)  # fmt: skip
-        yg = gep(b, y, b.mul(b.add(b.mul(n, ir.Constant(I64, geo.K)), ir.Constant(I64, gi * geo.Kg)),
+                             b.mul(gi, ir.Constant(I64, geo.Cg * geo.H * geo.W))), I8)  # fmt: skip
+        yg = gep(b, y, b.mul(b.add(b.mul(n, ir.Constant(I64, geo.K)), b.mul(gi, ir.Constant(I64, geo.Kg))),
                              ir.Constant(I64, P * esize)), I8)  # fmt: skip
 
         def compute(each_panel: Any) -> None:
@@ -172,7 +172,7 @@ def emit_conv(
             ``f(scratch slot, output pixel offset, lanes)`` for every panel of the block."""
 
             def row_tile(m0: ir.Value, rows: int) -> None:
-                ch = b.add(ir.Constant(I64, gi * geo.Kg), m0)
+                ch = b.add(b.mul(gi, ir.Constant(I64, geo.Kg)), m0)
                 xw = gep(b, packed, b.mul(ch, ir.Constant(I64, ldx)), I32)
 
                 def call(slot: ir.Value, pix: ir.Value, lanes: int) -> None:
@@ -233,8 +233,7 @@ def emit_conv(
             tiles(b, rows_t, per_block // ppr, row_block)
 
     def image(n: ir.Value) -> None:
-        for gi in range(geo.g):
-            image_group(n, gi)
+        for_loop(b, 0, geo.g, 1, lambda gi: image_group(n, gi))  # groups: a run-time loop
 
     for_loop(b, 0, geo.N, 1, image)
 
