@@ -13,11 +13,13 @@ measurement, or missed while rounds were contended (unless ``latency.strict``), 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from guard.checks.quantization import quantization_verdict
 from guard.measure.preflight import contention_text
+from guard.results.counted import Counted
 from guard.stats.regress import DEFAULT_REGRESS_PCT
 from guard.stats.verdicts import on_rounds
 from guard.suite import latency_bound
@@ -365,14 +367,18 @@ def _si(x: float, unit: str, sep: str = "") -> str:
     return f"{x:.4g} {unit}"
 
 
-def counted_summary(block: dict[str, Any]) -> str:
-    """ "41.2 M instructions, 88 MB moved" per inference, or the block's error."""
-    if "error" in block:
-        return str(block["error"])
-    instructions = _si(float(block["instructions"]), "instructions", " ")
-    if block.get("bytes_loaded") is None and block.get("bytes_stored") is None:
+def counted_summary(block: Counted | Mapping[str, Any]) -> str:
+    """ "41.2 M instructions, 88 MB moved" per inference, or the block's error (ValueError
+    for a block without a count)."""
+    c = block if isinstance(block, Counted) else Counted.from_json(block)
+    if c.failed:
+        return str(c.error)
+    if c.instructions is None:
+        raise ValueError("a counted block without instructions")
+    instructions = _si(float(c.instructions), "instructions", " ")
+    if c.bytes_loaded is None and c.bytes_stored is None:
         return f"{instructions} (bytes: not counted)"
-    moved = float(block.get("bytes_loaded") or 0) + float(block.get("bytes_stored") or 0)
+    moved = float(c.bytes_loaded or 0) + float(c.bytes_stored or 0)
     return f"{instructions}, {_si(moved, 'B')} moved"
 
 

@@ -40,8 +40,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     results = [
         r
         for r in profiled(doc)
-        if (not args.model or r.get("model") in args.model)
-        and (not args.backend or r.get("backend") in args.backend)
+        if (not args.model or r.model in args.model)
+        and (not args.backend or r.backend in args.backend)
     ]
     if not results:
         raise UsageError(

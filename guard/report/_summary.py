@@ -2,18 +2,21 @@
 
 A results document (docs/ARCHITECTURE.md, results contract v1) comes from a run that may have failed
 half-way: an ``error`` result can lack any field, and any value can be None. Everything here
-reads through :func:`get`, so a missing or mistyped field shows as a dash, never a crash.
+reads the typed document (guard.results: ``document`` reads a dict once), where a missing or
+mistyped field is None or empty, so it shows as a dash, never a crash.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from guard.results.documents import ResultsDocument
+from guard.results.result import Check, Result
 
 DASH = "—"
 MIB = 1024 * 1024
@@ -33,28 +36,9 @@ _WS = re.compile(r"\s+")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ufffe\uffff]")
 
 
-def get(obj: Any, *keys: str) -> Any:
-    """``obj[k1][k2]...``, or None as soon as a level is missing or not a mapping."""
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def results(doc: Any) -> list[Mapping[str, Any]]:
-    """The result entries that are mappings (anything else in the list is skipped)."""
-    items = get(doc, "results")
-    if not isinstance(items, Sequence) or isinstance(items, str | bytes):
-        return []
-    return [r for r in items if isinstance(r, Mapping)]
-
-
-def checks(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    items = result.get("checks")
-    if not isinstance(items, Sequence) or isinstance(items, str | bytes):
-        return []
-    return [c for c in items if isinstance(c, Mapping)]
+def document(doc: ResultsDocument | Any) -> ResultsDocument:
+    """The typed document of what a writer was given (a dict is read once, leniently)."""
+    return doc if isinstance(doc, ResultsDocument) else ResultsDocument.from_json(doc)
 
 
 def text(value: Any, default: str = DASH) -> str:
@@ -79,14 +63,14 @@ def one_line(message: str, limit: int = _MAX_MESSAGE) -> str:
     return (cut if len(cut) >= limit // 3 else line[: limit - 1]).rstrip(" ,;:") + " …"
 
 
-def verdict(result: Mapping[str, Any]) -> str:
+def verdict(result: Result) -> str:
     """The result's verdict; a result without one is an error (it never got that far)."""
-    return text(result.get("verdict"), "error")
+    return text(result.verdict, "error")
 
 
-def label(result: Mapping[str, Any]) -> str:
+def label(result: Result) -> str:
     """``model[backend]``, the name used for a result in every report."""
-    return f"{text(result.get('model'), '?')}[{text(result.get('backend'), '?')}]"
+    return f"{text(result.model, '?')}[{text(result.backend, '?')}]"
 
 
 def as_number(value: Any) -> float | None:
@@ -128,21 +112,23 @@ def fmt_mib(value: Any) -> str:
     return DASH if x is None else fmt_num(x / MIB)
 
 
-def verdict_counts(doc: Any) -> dict[str, int]:
+def verdict_counts(doc: ResultsDocument | Any) -> dict[str, int]:
+    doc = document(doc)
     counts: dict[str, int] = {}
-    for r in results(doc):
+    for r in doc.results:
         v = verdict(r)
         counts[v] = counts.get(v, 0) + 1
     return counts
 
 
-def overall(doc: Any) -> str:
+def overall(doc: ResultsDocument | Any) -> str:
     """``pass``, ``fail`` (a failure or error), ``interrupted`` (stopped by a signal, nothing
     failed) or ``inconclusive`` (or nothing ran)."""
+    doc = document(doc)
     counts = verdict_counts(doc)
     if any(v != "pass" and v != "inconclusive" for v in counts):
         return "fail"
-    if get(doc, "interrupted"):  # a run cut short never reads as a pass
+    if doc.interrupted:  # a run cut short never reads as a pass
         return "interrupted"
     if not counts:
         return "inconclusive"
@@ -152,12 +138,13 @@ def overall(doc: Any) -> str:
 OVERALL_ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "interrupted": "⏹️"}
 
 
-def headline_counts(doc: Any) -> str:
+def headline_counts(doc: ResultsDocument | Any) -> str:
     """``1 failed, 1 error, 2 passed of 4 results``, after ``interrupted by SIGINT:`` for a
     run a signal stopped."""
+    doc = document(doc)
     counts = verdict_counts(doc)
     total = sum(counts.values())
-    stopped = get(doc, "interrupted")
+    stopped = doc.interrupted
     prefix = f"interrupted by {text(stopped)}: " if stopped else ""
     if not total:
         return f"{prefix}no results"
@@ -166,22 +153,23 @@ def headline_counts(doc: Any) -> str:
     return f"{prefix}{', '.join(parts)} of {total} result{'s' if total != 1 else ''}"
 
 
-def provenance(doc: Any) -> str:
+def provenance(doc: ResultsDocument | Any) -> str:
     """``commit abc1234 (dirty) on main · started ... · exit code 1``, as far as known."""
+    doc = document(doc)
     parts = []
-    commit = get(doc, "git", "commit")
+    commit = doc.git.commit
     if commit:
         c = f"commit {str(commit)[:12]}"
-        if get(doc, "git", "dirty"):
+        if doc.git.dirty:
             c += " (dirty)"
-        branch = get(doc, "git", "branch")
+        branch = doc.git.branch
         if branch:
             c += f" on {text(branch)}"
         parts.append(c)
-    if get(doc, "started"):
-        parts.append(f"started {text(get(doc, 'started'))}")
-    if get(doc, "exit_code") is not None:
-        parts.append(f"exit code {text(get(doc, 'exit_code'))}")
+    if doc.started:
+        parts.append(f"started {text(doc.started)}")
+    if doc.exit_code is not None:
+        parts.append(f"exit code {text(doc.exit_code)}")
     return " · ".join(parts)
 
 
@@ -227,46 +215,48 @@ TABLE_COLUMNS = [
 NUMERIC_COLUMNS = {3, 4, 5, 6, 7}
 
 
-def failed_check_names(result: Mapping[str, Any]) -> list[str]:
-    names = [text(c.get("name"), "?") for c in checks(result) if c.get("status") in FAILED_STATUSES]
+def failed_check_names(result: Result) -> list[str]:
+    names = [text(c.name, "?") for c in result.checks if c.status in FAILED_STATUSES]
     if not names and verdict(result) == "error":
         names = ["error"]
     return names
 
 
-def _code_arch(result: Mapping[str, Any]) -> str | None:
+def _code_arch(result: Result) -> str | None:
     """The architecture of a result's code, from its canonical target's -mtriple."""
-    canonical = get(result, "manifest", "target", "canonical")
+    canonical = result.manifest.target.canonical
     for part in str(canonical or "").split():
         if part.startswith("-mtriple="):
             return part.split("=", 1)[1].split("-")[0]
     return None
 
 
-def row(result: Mapping[str, Any]) -> Row:
-    count = get(result, "partitions", "count")
+def row(result: Result) -> Row:
+    parts = result.partitions
+    count = parts.count if parts else None
     partitions = fmt_num(count) if as_number(count) is None else str(int(as_number(count) or 0))
-    fallback = as_number(get(result, "partitions", "fallback_nodes"))
+    fallback = as_number(parts.fallback_nodes if parts else None)
     if fallback:
         partitions += f" ({int(fallback)} fallback)"
-    arena = fmt_mib(result.get("arena_bytes"))
-    lower = result.get("arena_lower_bound_bytes")
+    arena = fmt_mib(result.arena_bytes)
+    lower = result.arena_lower_bound_bytes
     if as_number(lower) is not None:
         arena += f" ({fmt_mib(lower)})"
     # A foreign-architecture build run under emulation has no latency: say so, and for
     # which architecture, in the latency cells (the row is otherwise the host one's twin).
-    emulated = result.get("latency_status") == "emulated"
+    emulated = result.latency_status == "emulated"
+    latency = result.latency_ms
     return Row(
-        model=text(result.get("model"), "?"),
-        backend=text(result.get("backend"), "?"),
+        model=text(result.model, "?"),
+        backend=text(result.backend, "?"),
         verdict=verdict(result),
-        p50="emulated" if emulated else fmt_num(get(result, "latency_ms", "p50")),
+        p50="emulated" if emulated else fmt_num(latency.p50 if latency else None),
         p90=(_code_arch(result) or "emulated")
         if emulated
-        else fmt_num(get(result, "latency_ms", "p90")),
+        else fmt_num(latency.p90 if latency else None),
         partitions=partitions,
         arena=arena,
-        max_abs_err=fmt_err(get(result, "numerics", "max_abs_err")),
+        max_abs_err=fmt_err(result.numerics.max_abs_err),
         failed=", ".join(failed_check_names(result)),
     )
 
@@ -281,48 +271,48 @@ class Failure:
     message: str
 
 
-def check_message(check: Mapping[str, Any]) -> str:
-    msg = check.get("message")
+def check_message(check: Check) -> str:
+    msg = check.message
     if msg:
         return one_line(str(msg))
-    value, bound = check.get("value"), check.get("bound")
+    value, bound = check.value, check.bound
     if value is None and bound is None:
-        return f"{text(check.get('name'), 'check')} {text(check.get('status'), 'failed')}"
+        return f"{text(check.name, 'check')} {text(check.status, 'failed')}"
     return f"value {text(value)}, bound {text(bound)}"
 
 
-def counted_lines(doc: Any) -> list[tuple[str, str]]:
+def counted_lines(doc: ResultsDocument | Any) -> list[tuple[str, str]]:
     """(label, "242.5 k instructions, 2.195 MB moved per inference on TARGET") per result
     with a counted block (guard run --counted), its error otherwise."""
+    doc = document(doc)
     from guard.checks.evaluate import counted_summary
 
     out = []
-    for r in results(doc):
-        block = r.get("counted")
-        if not isinstance(block, dict):
+    for r in doc.results:
+        block = r.counted
+        if block is None:
             continue
-        if "error" in block:
-            out.append((label(r), f"error: {text(block.get('error'))}"))
+        if block.failed:
+            out.append((label(r), f"error: {text(block.error)}"))
             continue
         try:
             summary = counted_summary(block)
         except (KeyError, TypeError, ValueError):
             continue
-        latency = "emulated latency: none; " if r.get("latency_status") == "emulated" else ""
+        latency = "emulated latency: none; " if r.latency_status == "emulated" else ""
         out.append((label(r), f"{latency}counted: {summary} per inference "
-                              f"({text(block.get('target'))})"))  # fmt: skip
+                              f"({text(block.target)})"))  # fmt: skip
     return out
 
 
-def failures(doc: Any) -> list[Failure]:
+def failures(doc: ResultsDocument | Any) -> list[Failure]:
+    doc = document(doc)
     out = []
-    for r in results(doc):
-        failed = [c for c in checks(r) if c.get("status") in FAILED_STATUSES]
+    for r in doc.results:
+        failed = [c for c in r.checks if c.status in FAILED_STATUSES]
         for c in failed:
-            out.append(
-                Failure(label(r), text(c.get("name"), "?"), text(c.get("status")), check_message(c))
-            )
-        error = r.get("error")
+            out.append(Failure(label(r), text(c.name, "?"), text(c.status), check_message(c)))
+        error = r.error
         # The pipeline repeats a result's error as an errored check: list it once.
         repeated = error and any(check_message(c) == text(error) for c in failed)
         if (error and not repeated) or (verdict(r) == "error" and not failed):
@@ -359,19 +349,18 @@ def _contention_line(hits: dict[str, list[str]], total: int) -> str:
             f"{'; '.join(worst)}. Latencies may be off by 2x; re-run on a quiet machine.")  # fmt: skip
 
 
-def warnings(doc: Any) -> list[tuple[str, str]]:
+def warnings(doc: ResultsDocument | Any) -> list[tuple[str, str]]:
     """Preflight warnings as (label, one-line message).
 
     Contention warnings (every round of every result of a busy machine repeats them) become
     one line labelled with the suite name, first; the others stay per result, deduplicated.
     """
+    doc = document(doc)
     out: list[tuple[str, str]] = []
     contention: dict[str, list[str]] = {}
-    all_results = results(doc)
+    all_results = doc.results
     for r in all_results:
-        items = get(r, "preflight", "warnings")
-        if not isinstance(items, Sequence) or isinstance(items, str | bytes):
-            continue
+        items = r.preflight.warnings
         seen: set[str] = set()
         for w in items:
             if not w:
@@ -384,6 +373,6 @@ def warnings(doc: Any) -> list[tuple[str, str]]:
                 seen.add(_ROUND.sub("", msg))
                 out.append((label(r), msg))
     if contention:
-        suite = text(get(doc, "suite"), "guard")
+        suite = text(doc.suite, "guard")
         out.insert(0, (suite, _contention_line(contention, len(all_results))))
     return out

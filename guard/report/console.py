@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from guard.report import _summary as S
+from guard.results.documents import ResultsDocument
 
 VERDICT_STYLE = {
     "pass": "green",
@@ -55,13 +56,14 @@ _COMPACT_DROP = {4, 8}
 COMPACT_BELOW = 100
 
 
-def results_table(doc: Any, compact: bool = False) -> Table:
+def results_table(doc: ResultsDocument | Any, compact: bool = False) -> Table:
     """The results as a rich Table, one row per result, verdicts coloured.
 
     ``compact`` leaves out p90 and the failed-check names so the table fits 80 columns.
     """
+    doc = S.document(doc)
     table = Table(
-        title=f"guard {S.text(S.get(doc, 'suite'), 'guard')}",
+        title=f"guard {S.text(doc.suite, 'guard')}",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -74,7 +76,7 @@ def results_table(doc: Any, compact: bool = False) -> Table:
             no_wrap=i in _NO_WRAP,
             overflow="fold",
         )
-    for r in S.results(doc):
+    for r in doc.results:
         cells = S.row(r).cells()
         # Text, not markup strings: a model name or message may contain "[...]".
         row = [Text(c) for c in cells]
@@ -91,15 +93,15 @@ def _default_console() -> Console:
     return c
 
 
-def render_console(doc: Any, console: Console | None = None) -> None:
+def render_console(doc: ResultsDocument | Any, console: Console | None = None) -> None:
     """Print the results table, the headline, failed checks' messages and preflight warnings."""
+    doc = S.document(doc)
     console = console or _default_console()
-    if S.results(doc):
+    if doc.results:
         console.print(results_table(doc, compact=console.width < COMPACT_BELOW))
     overall = S.overall(doc)
     head = Text(
-        f"{S.OVERALL_ICON[overall]} guard {S.text(S.get(doc, 'suite'), 'guard')}: "
-        f"{S.headline_counts(doc)}",
+        f"{S.OVERALL_ICON[overall]} guard {S.text(doc.suite, 'guard')}: {S.headline_counts(doc)}",
         style=OVERALL_STYLE[overall],
     )
     console.print(head)

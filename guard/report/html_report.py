@@ -15,6 +15,7 @@ from typing import Any
 from guard.report import _details as D
 from guard.report import _summary as S
 from guard.report._io import atomic_write_text, check_target
+from guard.results.documents import ResultsDocument
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #1f2328; }
@@ -56,16 +57,17 @@ def _list(items: list[tuple[str, str]]) -> list[str]:
     return ["<ul>"] + [f"<li><b>{_e(a)}</b>: {_e(b)}</li>" for a, b in items] + ["</ul>"]
 
 
-def to_html(doc: Any) -> str:
+def to_html(doc: ResultsDocument | Any) -> str:
     """The report as one HTML document string."""
+    doc = S.document(doc)
     overall = S.overall(doc)
-    suite = S.text(S.get(doc, "suite"), "guard")
+    suite = S.text(doc.suite, "guard")
     title = f"guard {suite}: {S.headline_counts(doc)}"
     body = [f'<h1 class="{overall}">{S.OVERALL_ICON[overall]} {_e(title)}</h1>']
     prov = S.provenance(doc)
     if prov:
         body.append(f'<p class="muted">{_e(prov)}</p>')
-    rows = [S.row(r).cells() for r in S.results(doc)]
+    rows = [S.row(r).cells() for r in doc.results]
     if rows:
         body += _table(S.TABLE_COLUMNS, rows, S.NUMERIC_COLUMNS, verdict_col=2)
     fails = S.failures(doc)

@@ -17,12 +17,13 @@ import os
 import re
 import socket
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from guard.report import _summary as S
 from guard.report._io import atomic_write_text, check_target
+from guard.results.documents import ResultsDocument
+from guard.results.result import Check, Result
 from guard.track.records import target_key
 
 # Characters XML 1.0 forbids even escaped; a stray one would make the whole file unreadable.
@@ -33,54 +34,52 @@ def _clean(value: Any) -> str:
     return _XML_ILLEGAL.sub("\ufffd", "" if value is None else str(value))
 
 
-def _wall_seconds(result: Mapping[str, Any]) -> float:
+def _wall_seconds(result: Result) -> float:
     """The case's wall time (``duration_s``); 0 when the run did not record it."""
-    seconds = S.as_number(result.get("duration_s"))
+    seconds = S.as_number(result.duration_s)
     return seconds if seconds is not None and seconds >= 0 else 0.0
 
 
-def _classname(suite: str, result: Mapping[str, Any]) -> str:
-    parts = [suite, S.text(result.get("model"), "?"), S.text(result.get("backend"), "?")]
+def _classname(suite: str, result: Result) -> str:
+    parts = [suite, S.text(result.model, "?"), S.text(result.backend, "?")]
     return ".".join(p.replace(".", "_") for p in parts)
 
 
-def _case_name(check: str, result: Mapping[str, Any]) -> str:
-    target = S.text(result.get("target"), "host")
+def _case_name(check: str, result: Result) -> str:
+    target = S.text(result.target, "host")
     if target == "host":
         return check
 
     return f"{check} [{target if len(target) <= 64 else target_key(target)}]"
 
 
-def _detail(check: Mapping[str, Any]) -> str:
-    lines = [
-        f"{k}: {_clean(check.get(k))}"
-        for k in ("status", "value", "bound")
-        if check.get(k) is not None
-    ]
-    if check.get("message"):
-        lines.append(_clean(check.get("message")))
+def _detail(check: Check) -> str:
+    shown = (("status", check.status), ("value", check.value), ("bound", check.bound))
+    lines = [f"{k}: {_clean(v)}" for k, v in shown if v is not None]
+    if check.message:
+        lines.append(_clean(check.message))
     return "\n".join(lines)
 
 
-def to_junit(doc: Any) -> ET.Element:
+def to_junit(doc: ResultsDocument | Any) -> ET.Element:
     """The ``<testsuites>`` element for a results document."""
-    suite_name = S.text(S.get(doc, "suite"), "guard")
+    doc = S.document(doc)
+    suite_name = S.text(doc.suite, "guard")
     suite = ET.Element("testsuite", name=_clean(suite_name))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     total_time = 0.0
 
-    for result in S.results(doc):
+    for result in doc.results:
         classname = _classname(suite_name, result)
-        result_checks = S.checks(result)
+        result_checks = result.checks
         needs_run_case = S.verdict(result) == "error" and not any(
-            c.get("status") == "error" for c in result_checks
+            c.status == "error" for c in result_checks
         )
         share = _wall_seconds(result) / max(1, len(result_checks) + needs_run_case)
 
         def case(
             name: str,
-            result: Mapping[str, Any] = result,
+            result: Result = result,
             cls: str = classname,
             share: float = share,
         ) -> ET.Element:
@@ -97,9 +96,9 @@ def to_junit(doc: Any) -> ET.Element:
 
         errored = False
         for check in result_checks:
-            name = S.text(check.get("name"), "check")
+            name = S.text(check.name, "check")
             el = case(name)
-            status = check.get("status")
+            status = check.status
             message = _clean(S.check_message(check))
             if status == "fail":
                 counts["failures"] += 1
@@ -115,28 +114,28 @@ def to_junit(doc: Any) -> ET.Element:
                 ET.SubElement(el, "skipped", message=message)
             elif status == "created":
                 out = ET.SubElement(el, "system-out")
-                out.text = _clean(check.get("message") or "golden created")
+                out.text = _clean(check.message or "golden created")
         if S.verdict(result) == "error" and not errored:
             el = case("run")
             counts["errors"] += 1
-            msg = _clean(S.text(result.get("error"), "error (no message)"))
+            msg = _clean(S.text(result.error, "error (no message)"))
             e = ET.SubElement(el, "error", message=msg, type="error")
-            e.text = _clean(result.get("error") or "")
+            e.text = _clean(result.error or "")
 
     attrs = {k: str(v) for k, v in counts.items()}
     attrs["time"] = f"{total_time:.6f}"
     for k, v in attrs.items():
         suite.set(k, v)
-    if S.get(doc, "started"):
-        suite.set("timestamp", _clean(S.get(doc, "started")))
+    if doc.started:
+        suite.set("timestamp", _clean(doc.started))
     suite.set("hostname", _clean(socket.gethostname()))
 
-    props = {
-        "git.commit": S.get(doc, "git", "commit"),
-        "git.branch": S.get(doc, "git", "branch"),
-        "git.dirty": S.get(doc, "git", "dirty"),
-        "suite_sha256": S.get(doc, "suite_sha256"),
-        "exit_code": S.get(doc, "exit_code"),
+    props: dict[str, Any] = {
+        "git.commit": doc.git.commit,
+        "git.branch": doc.git.branch,
+        "git.dirty": doc.git.dirty,
+        "suite_sha256": doc.suite_sha256,
+        "exit_code": doc.exit_code,
     }
     if any(v is not None for v in props.values()):
         pe = ET.Element("properties")

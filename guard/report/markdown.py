@@ -15,6 +15,7 @@ from typing import Any
 from guard.report import _details as D
 from guard.report import _summary as S
 from guard.report._io import atomic_write_text, check_target
+from guard.results.documents import ResultsDocument
 
 VERDICT_ICON = {"pass": "✅", "fail": "❌", "error": "⛔", "inconclusive": "⚠️"}
 MAX_LIST_ITEMS = 200
@@ -57,17 +58,18 @@ def _capped(items: list[str], what: str) -> list[str]:
     return items[:MAX_LIST_ITEMS] + [f"- … and {rest} more {what} (see the results JSON)"]
 
 
-def to_markdown(doc: Any) -> str:
+def to_markdown(doc: ResultsDocument | Any) -> str:
     """The whole report as a Markdown string (ends with a newline)."""
+    doc = S.document(doc)
     overall = S.overall(doc)
-    suite = escape(S.get(doc, "suite") or "guard")
+    suite = escape(doc.suite or "guard")
     lines = [f"## {S.OVERALL_ICON[overall]} guard {suite}: {escape(S.headline_counts(doc))}", ""]
     prov = S.provenance(doc)
     if prov:
         lines += [escape(prov), ""]
 
     rows = []
-    for r in S.results(doc):
+    for r in doc.results:
         cells = S.row(r).cells()
         cells[2] = f"{VERDICT_ICON.get(cells[2], '')} {cells[2]}".strip()
         rows.append(cells)

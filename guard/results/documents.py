@@ -43,6 +43,11 @@ class ResultsDocument(Record):
     finished: str | None = None
     git: Git = field(default_factory=Git)
     results: tuple[Result, ...] = ()
+    # what delivery adds: the exit code, the signal that stopped the run, what tracking did
+    exit_code: int | None = None
+    interrupted: str | None = None
+    tracking: Mapping[str, Json] = field(default_factory=dict)
+    shard: Json = None
 
 
 @dataclass(frozen=True, kw_only=True)

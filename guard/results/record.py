@@ -35,17 +35,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Literal, Self, TypeAlias, TypeVar, Union
+from typing import Any, ClassVar, Literal, Self, TypeAlias, Union
 
 Json: TypeAlias = Any  # a JSON value as json.loads returns it
 
 # A field's reader: (taken, value); not taken means the field keeps its default.
 _Reader = Callable[[Any], tuple[bool, Any]]
 _MISSING = object()
-_R = TypeVar("_R", bound="Record")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,7 +61,7 @@ class Record:
     @classmethod
     def from_json(cls, value: Json) -> Self:
         """The record of a JSON object (a non-object gives the empty record)."""
-        if not isinstance(value, dict):
+        if not isinstance(value, Mapping):
             return cls()
         kwargs: dict[str, Any] = {}
         readers = _readers(typing.cast(type[Record], cls))
@@ -143,16 +143,16 @@ def _reader(hint: Any) -> _Reader:
         allowed = frozenset(args)
         return lambda v: (isinstance(v, str) and v in allowed, v)
     if hint is bool:
-        return lambda v: (isinstance(v, bool), v)
+        return lambda v: (_is_bool(v), v)
     if hint is int:
-        return lambda v: (isinstance(v, int) and not isinstance(v, bool), v)
+        return lambda v: (isinstance(v, numbers.Integral) and not _is_bool(v), v)
     if hint is float:
-        return lambda v: (isinstance(v, int | float) and not isinstance(v, bool), v)
+        return lambda v: (isinstance(v, numbers.Real) and not _is_bool(v), v)
     if hint is str:
         return lambda v: (isinstance(v, str), v)
     if isinstance(hint, type) and issubclass(hint, Record):
         rec = hint
-        return lambda v: (isinstance(v, dict), rec.from_json(v))
+        return lambda v: (isinstance(v, Mapping), rec.from_json(v))
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         item = _reader(args[0])
         skip = isinstance(args[0], type) and issubclass(args[0], Record)
@@ -160,7 +160,7 @@ def _reader(hint: Any) -> _Reader:
         def read_items(v: Any) -> tuple[bool, Any]:
             # A list of records skips what is not an object (a reader never sees it); a list
             # of values is taken whole or not at all (a [base, head] pair keeps its places).
-            if not isinstance(v, list):
+            if not isinstance(v, list | tuple):
                 return False, None
             read = [item(x) for x in v]
             if skip:
@@ -174,7 +174,7 @@ def _reader(hint: Any) -> _Reader:
 
         def read_map(v: Any) -> tuple[bool, Any]:
             # like lists: records skip what is not an object, values are taken whole
-            if not isinstance(v, dict):
+            if not isinstance(v, Mapping):
                 return False, None
             read = {k: value(x) for k, x in v.items()}
             if of_records:
@@ -185,8 +185,7 @@ def _reader(hint: Any) -> _Reader:
     raise TypeError(f"guard.results.record: no reader for a field typed {hint!r}")
 
 
-def records(cls: type[_R], values: Any) -> tuple[_R, ...]:
-    """The records of a JSON list (items that are not objects are skipped)."""
-    if not isinstance(values, list):
-        return ()
-    return tuple(cls.from_json(v) for v in values if isinstance(v, dict))
+def _is_bool(v: Any) -> bool:
+    # numpy's bool too: a document still in memory (before guard.report._io.to_jsonable)
+    # may hold one, as it may hold numpy numbers (numbers.Integral / Real) and tuples.
+    return isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ == "bool")

@@ -163,10 +163,11 @@ class Pass(Record):
 class Graph(Record):
     """``graph``: op counts before and after optimisation, and the passes that ran."""
 
-    ops_before: Mapping[str, int] = field(default_factory=dict)
-    ops_after: Mapping[str, int] = field(default_factory=dict)
-    added: Mapping[str, int] = field(default_factory=dict)
-    removed: Mapping[str, int] = field(default_factory=dict)
+    # op type -> count; None where the backend does not say (an empty graph has {})
+    ops_before: Mapping[str, int] | None = None
+    ops_after: Mapping[str, int] | None = None
+    added: Mapping[str, int] | None = None
+    removed: Mapping[str, int] | None = None
     passes: tuple[Pass, ...] = ()
     by_pass: Mapping[str, Mapping[str, Json]] = field(default_factory=dict)
     nodes_before: int | None = None
@@ -247,6 +248,19 @@ class Kernel(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Preflight(Record):
+    """``preflight``: the machine as the measurement found it, and what it warned about."""
+
+    loadavg: Mapping[str, float] = field(default_factory=dict)
+    governor: Json = None
+    affinity: tuple[int, ...] = ()
+    cores: int | None = None
+    threads: int | None = None
+    contention: float | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class Contention(Record):
     """``contention``: whether other processes loaded the machine while this result ran."""
 
@@ -309,7 +323,7 @@ class Result(Record):
     arena_lower_bound_bytes: int | None = None
     memory: Memory = field(default_factory=Memory)
     numerics: Numerics = field(default_factory=Numerics)
-    preflight: Mapping[str, Json] = field(default_factory=dict)
+    preflight: Preflight = field(default_factory=Preflight)
     artefact: str | None = None
     artefact_reused: bool | None = None
     graph: Graph | None = None

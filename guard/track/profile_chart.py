@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
+from guard.results.result import Kernel, Result
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
@@ -18,33 +20,32 @@ CHART = "profile/top_nodes.svg"
 TOP = 10
 
 
-def source_of(result: Mapping[str, Any]) -> str:
-    rows = result.get("kernels") or []
-    src = next((k.get("source") for k in rows if isinstance(k, Mapping)), None)
-    return str(src or f"{result.get('backend')} generated kernels")
+def source_of(result: Result) -> str:
+    src = next((k.source for k in result.kernels), None)
+    return str(src or f"{result.backend} generated kernels")
 
 
-def label_of(k: Mapping[str, Any]) -> str:
-    name = str(k.get("kernel") or k.get("name") or "?")
-    nodes = [str(n) for n in k.get("nodes") or [] if str(n) != name]
+def label_of(k: Kernel) -> str:
+    name = str(k.label or "?")
+    nodes = [n for n in k.nodes if n != name]
     if nodes:
         name += f" ({', '.join(nodes[:2])}{' +' + str(len(nodes) - 2) if len(nodes) > 2 else ''})"
     return name
 
 
-def profile_svg(result: Mapping[str, Any], top: int = TOP) -> str:
+def profile_svg(result: Result, top: int = TOP) -> str:
     """A horizontal bar chart of one result's top nodes/kernels, as a small SVG document.
 
     Written directly (a few rectangles and labels): it costs microseconds per result, where
     a plotting library costs a fifth of a second, and a suite of thousands of models logs
     one chart per result."""
-    rows = [k for k in result.get("kernels") or [] if isinstance(k, Mapping)][:top]
-    ms = [float(k.get("ms") or 0.0) for k in rows]
+    rows = result.kernels[:top]
+    ms = [float(k.ms or 0.0) for k in rows]
     longest = max(ms, default=0.0) or 1.0
     label_w, bar_w, row_h, head = 330, 300, 22, 34
     width, height = label_w + bar_w + 90, head + row_h * len(rows) + 10
     title = (
-        f"{result.get('model')} [{result.get('backend')}]: top {len(rows)} by time "
+        f"{result.model} [{result.backend}]: top {len(rows)} by time "
         f"({source_of(result)}), ms per inference"
     )
     out = [
@@ -56,9 +57,9 @@ def profile_svg(result: Mapping[str, Any], top: int = TOP) -> str:
     for i, (k, v) in enumerate(zip(rows, ms, strict=True)):
         y = head + i * row_h
         w = max(1.0, bar_w * v / longest)
-        label = f"{label_of(k)[:44]} [{k.get('op') or '?'}]"
-        share = k.get("share")
-        tail = f"{v:.4g}" + (f" ({float(share):.0%})" if isinstance(share, (int, float)) else "")
+        label = f"{label_of(k)[:44]} [{k.op or '?'}]"
+        share = k.share
+        tail = f"{v:.4g}" + (f" ({float(share):.0%})" if share is not None else "")
         out += [
             f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{escape(label)}</text>',
             f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" '
@@ -69,8 +70,11 @@ def profile_svg(result: Mapping[str, Any], top: int = TOP) -> str:
     return "\n".join(out) + "\n"
 
 
-def log_profile_chart(client: MlflowClient, run_id: str, result: Mapping[str, Any]) -> None:
+def log_profile_chart(
+    client: MlflowClient, run_id: str, result: Result | Mapping[str, Any]
+) -> None:
     """The chart of ``result``'s profile on its run, when it carries one."""
-    ks = result.get("kernels")
-    if isinstance(ks, list) and any(isinstance(k, Mapping) for k in ks):
+    if not isinstance(result, Result):
+        result = Result.from_json(result)
+    if result.kernels:
         client.log_text(run_id, profile_svg(result, TOP), CHART)

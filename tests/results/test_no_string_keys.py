@@ -1,0 +1,100 @@
+"""No reader outside guard.results reads a result by a string key: it reads attributes of
+the typed tree (guard.results), so a renamed field fails mypy instead of a reader two
+packages away.
+
+The rule, checked on the source (parsed, never imported) of every package in MIGRATED: no
+subscript ``x["key"]`` and no ``x.get("key")`` / ``x.pop("key")`` / ``x.setdefault("key")``
+whose key is a field of a results-tree record (the JSON keys of a result, its parts, the
+manifest, the counted block and the two documents). A package joins MIGRATED when its
+readers are moved to attributes; ALLOWED lists the few string reads of those keys that
+are not reads of a result (another document that shares a word), each with why.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+from guard.results import counted, documents, manifest, result
+from guard.results.record import Record
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Packages whose readers read results through the typed tree.
+MIGRATED = ("guard/report",)
+
+# (file, key) -> why the string read is not a read of a result.
+_CHANGE = "a counted change (guard.stats.counted.count_changes), not a result"
+ALLOWED: dict[tuple[str, str], str] = {
+    ("guard/report/dashboard.py", "status"): "an MLflow run's status, from its runs table",
+    ("guard/report/dashboard_series.py", "verdict"): _CHANGE,
+    ("guard/report/dashboard_series.py", "message"): _CHANGE,
+    ("guard/report/dashboard_series.py", "instructions"): _CHANGE,
+}
+
+
+def result_keys() -> frozenset[str]:
+    """Every JSON key a results-tree record reads as a field."""
+    keys: set[str] = set()
+    for module in (result, manifest, counted, documents):
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Record) and obj is not Record:
+                keys.update(f.name for f in dataclasses.fields(obj) if f.name != "extra")
+    return frozenset(keys)
+
+
+def string_reads(path: Path, keys: frozenset[str]) -> list[tuple[int, str]]:
+    """(line, key) of each string-keyed read of one of ``keys`` in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            key = node.slice.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "pop", "setdefault")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            key = node.args[0].value
+        if isinstance(key, str) and key in keys:
+            out.append((node.lineno, key))
+    return out
+
+
+def test_migrated_packages_read_results_by_attribute():
+    keys = result_keys()
+    found = []
+    used = set()
+    for pkg in MIGRATED:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            for line, key in string_reads(path, keys):
+                if (rel, key) in ALLOWED:
+                    used.add((rel, key))
+                    continue
+                found.append(f"{rel}:{line}: [{key!r}]")
+    assert not found, (
+        "a result read by a string key (read the guard.results record's attribute; a field "
+        "it lacks is added there, guard/results/record.py says how):\n  " + "\n  ".join(found)
+    )
+    assert used == set(ALLOWED), f"stale ALLOWED entries: {sorted(set(ALLOWED) - used)}"
+
+
+def test_the_rule_sees_subscripts_and_gets(tmp_path: Path):
+    src = tmp_path / "m.py"
+    src.write_text(
+        "def f(r, env):\n"
+        "    a = r['latency_ms']['p50']\n"
+        "    b = r.get('manifest')\n"
+        "    c = env.get('CI')\n"
+        "    return r.latency_ms.p50, a, b, c\n"
+    )
+    assert sorted(string_reads(src, result_keys())) == [
+        (2, "latency_ms"),
+        (2, "p50"),
+        (3, "manifest"),
+    ]
