@@ -149,7 +149,7 @@ def graph_summaries(doc: ResultsDocument | Any) -> list[tuple[str, str]]:
             parts.append(f"{text(before)} → {text(after)} ops")
         added = _op_counts(g.added)
         parts.append(f"added {added}" if added else "no ops added")
-        changed = [text(p.name, "?") for p in g.passes if p.changed]
+        changed = [text(p.name, "?") for p in g.passes or () if p.changed]
         if changed:
             parts.append(f"passes that changed it: {', '.join(changed)}")
         out.append((label(r), "; ".join(parts)))

@@ -32,6 +32,33 @@ class Git(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Shard(Record):
+    """``shard``: which slice of the suite's cases a shard's run holds (guard.run.shard)."""
+
+    index: int | None = None
+    count: int | None = None
+    plan_sha256: str | None = None
+    weights_from: str | None = None
+    cases: tuple[tuple[str, ...], ...] = ()
+    suite_cases: tuple[tuple[str, ...], ...] = ()
+    expected_s: float | None = None
+    invocation_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Merged(Record):
+    """``merged``: the shard files ``guard merge`` joined into this document."""
+
+    files: tuple[str, ...] = ()
+    shards: tuple[int | None, ...] | None = None
+    shard_count: int | None = None
+    plan_sha256: str | None = None
+    invocation_id: str | None = None
+    missing_shards: Json = None
+    tracking: tuple[Json, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResultsDocument(Record):
     """A results file: the run's suite, when and from which checkout, and its results."""
 
@@ -43,11 +70,13 @@ class ResultsDocument(Record):
     finished: str | None = None
     git: Git = field(default_factory=Git)
     results: tuple[Result, ...] = ()
+    user: str | None = None  # who ran it, where the run recorded it
     # what delivery adds: the exit code, the signal that stopped the run, what tracking did
     exit_code: int | None = None
     interrupted: str | None = None
     tracking: Mapping[str, Json] = field(default_factory=dict)
-    shard: Json = None
+    shard: Shard | None = None
+    merged: Merged | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,8 @@ How a record reads JSON (``Record.from_json``): each field is typed, and its JSO
 its name. A value of the field's type is taken; anything else (absent, null, or of another
 type, as an edited file may have) gives the field's default: None, an empty record, ``()``
 or ``{}``, so a reader never meets a malformed block and never needs ``or {}``. A list of
-records skips items that are not objects; a list of values is taken whole or not at all. Keys a record has no field for are kept in
+records skips items that are not objects; a list of values keeps its places (an item that
+does not fit is None where the item type allows None, else the list is not taken). Keys a record has no field for are kept in
 ``extra``. ``to_json`` gives back the very object read (a copy), so reading any file and
 writing it back is lossless, key order, unknown keys and malformed values included. A record
 built in code (or by ``dataclasses.replace``) writes its fields instead: in declaration
@@ -76,6 +77,12 @@ class Record:
         rec = cls(**kwargs, extra=extra)
         object.__setattr__(rec, "_raw", value)
         return rec
+
+    @classmethod
+    def of(cls, value: Self | Mapping[str, Json]) -> Self:
+        """``value`` itself when it is this record already, else its record (``from_json``):
+        for the entry points that take a document still as parsed JSON."""
+        return value if isinstance(value, cls) else cls.from_json(value)
 
     def to_json(self) -> dict[str, Json]:
         """The JSON object of this record: what was read, or its fields (module docstring)."""
@@ -156,15 +163,20 @@ def _reader(hint: Any) -> _Reader:
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
         item = _reader(args[0])
         skip = isinstance(args[0], type) and issubclass(args[0], Record)
+        optional = type(None) in typing.get_args(args[0])
 
         def read_items(v: Any) -> tuple[bool, Any]:
-            # A list of records skips what is not an object (a reader never sees it); a list
-            # of values is taken whole or not at all (a [base, head] pair keeps its places).
+            # A list of records skips what is not an object (a reader never sees it). A list
+            # of values keeps its places (a [base, head] pair, the index of a sample): an
+            # item that does not fit is None where the item type allows it, else the list
+            # is not taken at all.
             if not isinstance(v, list | tuple):
                 return False, None
             read = [item(x) for x in v]
             if skip:
                 return True, tuple(p for ok, p in read if ok and isinstance(p, Record))
+            if optional:
+                return True, tuple(p if ok else None for ok, p in read)
             return all(ok for ok, _ in read), tuple(p for _, p in read)
 
         return read_items

@@ -168,7 +168,7 @@ class Graph(Record):
     ops_after: Mapping[str, int] | None = None
     added: Mapping[str, int] | None = None
     removed: Mapping[str, int] | None = None
-    passes: tuple[Pass, ...] = ()
+    passes: tuple[Pass, ...] | None = None  # None where the backend ran no passes
     by_pass: Mapping[str, Mapping[str, Json]] = field(default_factory=dict)
     nodes_before: int | None = None
     nodes_after: int | None = None
@@ -301,6 +301,13 @@ class Quantization(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Tuning(Record):
+    """``tuning``: a backend's own tuning figures (older results)."""
+
+    hit_rate: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Result(Record):
     """One result of the results contract, in the order guard writes its keys."""
 
@@ -314,7 +321,9 @@ class Result(Record):
     manifest: Manifest = field(default_factory=Manifest)
     latency_ms: Latency | None = None
     latency_status: LatencyStatus | None = None
-    samples_ms: tuple[float, ...] = ()
+    # validated finite latencies in a loaded file (guard.results.load); None marks an item
+    # that is not a number in a document read as it comes
+    samples_ms: tuple[float | None, ...] = ()
     rounds: tuple[Round, ...] = ()
     noise_pct: float | None = None  # between-round spread: 100 x SD of the rounds' log medians
     measurement: Measurement = field(default_factory=Measurement)
@@ -334,6 +343,10 @@ class Result(Record):
     counted: Counted | None = None
     quantization: Quantization | None = None
     duration_s: float | None = None
+    tuning: Tuning = field(default_factory=Tuning)
+    # when this result's build and measurement ran, where the run recorded it
+    started: str | None = None
+    finished: str | None = None
 
     @property
     def canonical_target(self) -> str:

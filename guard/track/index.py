@@ -22,8 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from guard.core.errors import GuardError, UsageError
-from guard.core.schema import RESULTS_SCHEMA_VERSION, section
-from guard.results.result import ResultKey
+from guard.core.schema import RESULTS_SCHEMA_VERSION
+from guard.results.documents import ResultsDocument
+from guard.results.result import Result
 from guard.track import invocation
 from guard.track.client import experiment_name, http_limits, mlflow_client, translated
 from guard.track.query import committed, scoped_tracking_uri
@@ -34,39 +35,42 @@ if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
 
 BASELINE_KEY_TAG = "guard.baseline_key"
 INDEX_VERSION = "1"  # part of the hashed key: a changed key recipe never matches old runs
-_HOST_FIELDS = ("arch", "cpu", "threads")  # guard.compare.compare.HOST_FIELDS
 # Lookups in flight at once: each is a round trip (search, then artifact) to the server.
 LOOKUP_WORKERS = 8
 _NEWEST = 5  # runs fetched per index lookup: the newest whose invocation finished wins
 
 
-def baseline_key(result: Mapping[str, Any], branch: str | None) -> str | None:
+def baseline_key(result: Result | Mapping[str, Any], branch: str | None) -> str | None:
     """The index key of a result on a branch; None when the branch is unknown."""
     if not branch:
         return None
-    manifest = section(result, "manifest")
-    host = section(manifest, "host")
+    result = Result.of(result)
+    host = result.manifest.host
     parts = [
         INDEX_VERSION,
         str(branch),
-        str(result.get("model")),
-        str(result.get("backend")),
-        ResultKey.of(result).target,
-        *(str(host.get(f)) for f in _HOST_FIELDS),
+        result.model,
+        result.backend,
+        result.canonical_target,
+        # the host class (guard.compare.compare.HOST_FIELDS): arch, cpu, threads
+        str(host.arch),
+        str(host.cpu),
+        str(host.threads),
     ]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:40]
 
 
-def result_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, str]:
+def result_tags(
+    result: Result | Mapping[str, Any], doc: ResultsDocument | Mapping[str, Any]
+) -> dict[str, str]:
     """The index tags of one result run."""
-    git = section(doc, "git")
+    doc = ResultsDocument.of(doc)
     tags: dict[str, str] = {}
-    key = baseline_key(result, git.get("branch"))
+    key = baseline_key(result, doc.git.branch)
     if key:
         tags[BASELINE_KEY_TAG] = key
-    shard = section(doc, "shard")
-    if shard.get("invocation_id"):
-        tags["guard.invocation_id"] = str(shard["invocation_id"])
+    if doc.shard is not None and doc.shard.invocation_id:
+        tags["guard.invocation_id"] = doc.shard.invocation_id
     return tags
 
 
@@ -77,7 +81,7 @@ def annotate(uri: str, doc: Mapping[str, Any], receipt: Mapping[str, Any]) -> No
     with http_limits(), translated(uri, "indexing the logged runs"):
         client = mlflow_client(uri)
         parent_id = receipt.get("parent_run_id")
-        if parent_id and isinstance(doc.get("shard"), Mapping):
+        if parent_id and ResultsDocument.of(doc).shard is not None:
             invocation.link_shard(client, str(receipt["experiment_id"]), str(parent_id), doc)
 
 
@@ -166,9 +170,10 @@ def baseline_on_branch(
                 return None
             run = latest_result_run(client, experiment.experiment_id, key, exclude_commit)
             cand = loader(run.info.artifact_uri) if run is not None else None
-            if not isinstance(cand, Mapping) or cand.get("model") != head_r.get("model"):
-                return None
-            return dict(cand)
+            found = Result.from_json(cand)
+            if not found.read or found.model != Result.of(head_r).model:
+                return None  # no result.json, or not this model's
+            return found.to_json()
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(wanted)))) as pool:
             found = list(pool.map(one, wanted))
@@ -177,7 +182,8 @@ def baseline_on_branch(
     if missing and fallback is not None:
         try:
             extra = {"exclude_commit": exclude_commit} if exclude_commit else {}
-            results.extend(fallback(uri, suite, branch, list(missing), **extra)["results"])
+            scanned = ResultsDocument.of(fallback(uri, suite, branch, list(missing), **extra))
+            results.extend(r.to_json() for r in scanned.results)
         except UsageError:
             if not results:
                 raise

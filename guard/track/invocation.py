@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from guard.core.errors import UsageError
-from guard.core.schema import section
+from guard.results.documents import Git, ResultsDocument, Shard
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import experiment_id, http_limits, mlflow_client, translated
 from guard.track.records import parent_metrics, tag_value, worst_verdict
@@ -58,17 +58,17 @@ def _create(
     suite: str,
     invocation_id: str,
     count: Any,
-    git: Mapping[str, Any] | None,
+    git: Git,
 ) -> str:
-    commit = str((git or {}).get("commit") or "nogit")[:10]
+    commit = str(git.commit or "nogit")[:10]
     tags = {
         "guard.level": "invocation",
         INVOCATION_TAG: invocation_id,
         "guard.suite": suite,
         "guard.sharded": "true",
         "guard.shard_count": str(count),
-        "guard.git.commit": (git or {}).get("commit"),
-        "guard.git.branch": (git or {}).get("branch"),
+        "guard.git.commit": git.commit,
+        "guard.git.branch": git.branch,
     }
     run = client.create_run(
         experiment_id,
@@ -95,19 +95,23 @@ def ensure_invocation(
         eid = experiment_id(client, uri, suite)
         found = _candidates(client, eid, invocation_id)
         if not found:
-            _create(client, eid, suite, invocation_id, count, git)
+            _create(client, eid, suite, invocation_id, count, Git.from_json(git))
             found = _candidates(client, eid, invocation_id)
         return str(found[0].info.run_id), int(found[0].info.start_time)
 
 
 def link_shard(
-    client: MlflowClient, experiment_id: str, shard_run_id: str, doc: Mapping[str, Any]
+    client: MlflowClient,
+    experiment_id: str,
+    shard_run_id: str,
+    doc: ResultsDocument | Mapping[str, Any],
 ) -> str | None:
     """Make ``shard_run_id`` (the run a shard logged) a child of its invocation's run."""
     from mlflow.entities import RunStatus
 
-    shard = section(doc, "shard")
-    inv = shard.get("invocation_id")
+    doc = ResultsDocument.of(doc)
+    shard = doc.shard or Shard()
+    inv = shard.invocation_id
     if not inv:
         return None
     found = _candidates(client, experiment_id, str(inv))
@@ -115,15 +119,15 @@ def link_shard(
         _create(
             client,
             experiment_id,
-            str(doc.get("suite")),
+            str(doc.suite),
             str(inv),
-            shard.get("count"),
-            section(doc, "git") or None,
+            shard.count,
+            doc.git,
         )
         found = _candidates(client, experiment_id, str(inv))
     canonical = str(found[0].info.run_id)
-    k, n = shard.get("index"), shard.get("count")
-    verdicts = [r.get("verdict") for r in doc.get("results") or () if isinstance(r, Mapping)]
+    k, n = shard.index, shard.count
+    verdicts = [r.verdict for r in doc.results]
     _log_batch(
         client,
         shard_run_id,
@@ -138,7 +142,7 @@ def link_shard(
         client,
         canonical,
         tags={
-            "guard.shard_plan_sha256": tag_value(shard.get("plan_sha256")),
+            "guard.shard_plan_sha256": tag_value(shard.plan_sha256),
             f"guard.shard.{k}.run_id": shard_run_id,
             f"guard.shard.{k}.verdict": worst_verdict(verdicts),
             f"guard.shard.{k}.results": str(len(verdicts)),
@@ -161,15 +165,15 @@ def record_merged(uri: str, doc: Mapping[str, Any]) -> str:
     """Put a merged results document (guard merge) on its invocation's run: the worst
     verdict, the counts, and ``results.json``, so ``run:<id>`` of the invocation is the
     whole run. Writing it again overwrites it (idempotent). Returns the run id."""
-    merged = section(doc, "merged")
-    inv = merged.get("invocation_id")
+    typed = ResultsDocument.of(doc)
+    inv = typed.merged.invocation_id if typed.merged is not None else None
     if not inv:
         raise UsageError(
             "the merged results carry no invocation id: nothing to record",
             hint="Only shards run with --invocation-id (or "
             "GUARD_INVOCATION_ID) log under one invocation.",
         )
-    suite = str(doc.get("suite"))
+    suite = str(typed.suite)
     with http_limits(), translated(uri, f"recording the merge of invocation {inv!r}"):
         client = mlflow_client(uri)
         eid = experiment_id(client, uri, suite)
@@ -180,15 +184,14 @@ def record_merged(uri: str, doc: Mapping[str, Any]) -> str:
                 hint="Were the shards logged there? Push kept ones first (guard track push).",
             )
         run_id = str(found[0].info.run_id)
-        results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
         _log_batch(
             client,
             run_id,
-            metric_entities(parent_metrics(doc)),
+            metric_entities(parent_metrics(typed)),
             tags={
-                "guard.verdict": worst_verdict([r.get("verdict") for r in results]),
+                "guard.verdict": worst_verdict([r.verdict for r in typed.results]),
                 "guard.merged": "true",
-                "guard.exit_code": str(doc.get("exit_code")),
+                "guard.exit_code": str(typed.exit_code),
             },
         )
         client.log_dict(run_id, dict(doc), "results.json")

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from guard.results.result import Result
+
 # MLflow's limits (mlflow.utils.validation; a test pins them to the installed MLflow).
 # Copied rather than imported so that importing guard.track does not import mlflow.
 MAX_ENTITY_KEY_LENGTH = 250
@@ -91,5 +93,5 @@ def series_key(model: Any, backend: Any, target: Any) -> str:
     return clean_key(".".join([*parts, target_key(target)]))
 
 
-def result_series(result: Mapping[str, Any]) -> str:
-    return series_key(result.get("model"), result.get("backend"), result.get("target"))
+def result_series(result: Result) -> str:
+    return series_key(result.model, result.backend, result.target)

@@ -26,7 +26,9 @@ from guard.core import fault
 from guard.core.errors import TrackingError
 from guard.core.fsutil import atomic_write_text
 from guard.core.schema import results_document
+from guard.results.documents import ResultsDocument
 from guard.results.load import load_results
+from guard.results.result import Result
 from guard.track import records, recover
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import (
@@ -55,9 +57,9 @@ def results_sha256(doc: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _started_ms(doc: Mapping[str, Any]) -> int:
-    started = doc.get("started")
-    if isinstance(started, str):
+def _started_ms(doc: ResultsDocument) -> int:
+    started = doc.started
+    if started:
         try:
             return int(datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() * 1000)
         except ValueError:
@@ -84,9 +86,10 @@ def log_results(
     kill cut an earlier logging short, never makes a second run of any result.
     """
     doc = _validate(doc, "results")
+    typed = ResultsDocument.from_json(doc)
     check_reachable(uri)  # a server or database that does not answer fails fast
-    with http_limits(), translated(uri, f"logging suite {doc['suite']!r}"):
-        receipt = _log(doc, uri, artefact_dirs or {})
+    with http_limits(), translated(uri, f"logging suite {typed.suite!r}"):
+        receipt = _log(doc, typed, uri, artefact_dirs or {})
     if receipt["already_tracked"]:
         return receipt
     return annotate_logged(uri, doc, receipt)  # shard -> invocation link
@@ -103,12 +106,14 @@ def _receipt(uri: str, eid: str, parent_id: str, child_ids: list[str], done: boo
     }
 
 
-def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[str, Any]:
+def _log(
+    doc: dict[str, Any], typed: ResultsDocument, uri: str, artefact_dirs: dict[int, Path]
+) -> dict[str, Any]:
     from mlflow.entities import RunStatus
 
     fault.install_store_hook()  # GUARD_FAULT=store.transaction only
     client = mlflow_client(uri)
-    eid = experiment_id(client, uri, doc["suite"])
+    eid = experiment_id(client, uri, str(typed.suite))
     digest = results_sha256(doc)
     recover.end_dead(client, eid)  # parents a kill left RUNNING on this host end KILLED
     parents = recover.parents_of(client, eid, digest)
@@ -126,16 +131,16 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
     if done is not None:
         kids = [c.info.run_id for c in recover.children(client, eid, done.info.run_id)]
         return _receipt(uri, eid, done.info.run_id, kids, True)
-    started = _started_ms(doc)
-    arch = records.host_arch(doc) or platform.machine()
+    started = _started_ms(typed)
+    arch = records.host_arch(typed) or platform.machine()
     if unfinished is not None:  # a kill cut it short: finish it, keeping what is logged
         parent_id = unfinished.info.run_id
         client.update_run(parent_id, status="RUNNING")
         _log_batch(client, parent_id, tags=recover.owner_tags())
     else:
-        tags = {**records.parent_tags(doc, arch, digest), **recover.owner_tags()}
+        tags = {**records.parent_tags(typed, arch, digest), **recover.owner_tags()}
         parent = client.create_run(
-            eid, start_time=started, run_name=records.parent_name(doc), tags=tags
+            eid, start_time=started, run_name=records.parent_name(typed), tags=tags
         )
         parent_id = parent.info.run_id
     fault.point("mlflow.create_parent")
@@ -146,13 +151,13 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
             client,
             parent_id,
             # At the start time: logged again (finishing an invocation), the same points.
-            metric_entities(records.parent_metrics(doc), timestamp=started),
+            metric_entities(records.parent_metrics(typed), timestamp=started),
             params={
-                "suite": doc["suite"],
-                "schema_version": str(doc["schema_version"]),
-                **records.series_params(doc),
+                "suite": str(typed.suite),
+                "schema_version": str(typed.schema_version),
+                **records.series_params(typed),
             },
-            tags=records.parent_tags(doc, arch, digest),
+            tags=records.parent_tags(typed, arch, digest),
         )
         fault.point("mlflow.log_parent")
         client.log_dict(parent_id, doc, "results.json")
@@ -161,7 +166,7 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
             c.data.tags.get(recover.CHILD_KEY_TAG): c
             for c in recover.children(client, eid, parent_id)
         }
-        for index, result in enumerate(doc["results"]):
+        for index, result in enumerate(typed.results):
             key = recover.child_key(digest, index)
             old = logged.pop(key, None)
             if old is not None and old.info.status == "FINISHED":
@@ -172,7 +177,7 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
             if old is not None:  # cut short while it was logged: log it again, once
                 client.delete_run(old.info.run_id)
             child_ids.append(
-                _log_child(client, eid, parent_id, doc, result, artefact_dirs.get(index), key)
+                _log_child(client, eid, parent_id, typed, result, artefact_dirs.get(index), key)
             )
             fault.point("mlflow.log_child")
         for stray in logged.values():  # not a result of these results: never counted
@@ -192,12 +197,12 @@ def _log(doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path]) -> dict[
             # An invocation with a result guard could not produce ends FAILED (red in
             # MLflow), its errors in the guard.error tag and the description.
             final = status
-            if records.errors_of(doc):
+            if records.errors_of(typed):
                 # Logged in full all the same: the tag tells it from a FAILED logging
                 # (guard.track.recover.logged_in_full, guard.track.query).
                 _log_batch(client, parent_id, tags={recover.COMPLETE_TAG: "true"})
                 final = RunStatus.to_string(RunStatus.FAILED)
-            _terminate(client, parent_id, final, records.iso_ms(doc.get("finished")))
+            _terminate(client, parent_id, final, records.iso_ms(typed.finished))
     fault.point("mlflow.finished")
     return _receipt(uri, eid, parent_id, child_ids, False)
 
@@ -206,8 +211,8 @@ def _log_child(
     client: MlflowClient,
     experiment_id: str,
     parent_id: str,
-    doc: Mapping[str, Any],
-    result: Mapping[str, Any],
+    doc: ResultsDocument,
+    result: Result,
     artefact_dir: Path | None,
     key: str,
 ) -> str:
@@ -229,20 +234,20 @@ def _log_child(
             client,
             run_id,
             metric_entities(records.result_metrics(result), history, timestamp=start),
-            params=records.manifest_params(result.get("manifest")),
+            params=records.manifest_params(result.manifest),
             tags=tags,
         )
         manifest_file = Path(artefact_dir) / "manifest.json" if artefact_dir else None
         if manifest_file is not None and manifest_file.is_file():
             client.log_artifact(run_id, str(manifest_file))
         else:
-            client.log_dict(run_id, result.get("manifest") or {}, "manifest.json")
-        client.log_dict(run_id, dict(result), "result.json")
+            client.log_dict(run_id, result.manifest.to_json(), "manifest.json")
+        client.log_dict(run_id, result.to_json(), "result.json")
         log_profile_chart(client, run_id, result)
         _log_inputs(client, run_id, result)
         # A result guard could not produce is a FAILED run, its error in guard.error and
         # the description; one logged in full otherwise FINISHED.
-        failed = result.get("verdict") == "error"
+        failed = result.verdict == "error"
         status = RunStatus.to_string(RunStatus.FAILED if failed else RunStatus.FINISHED)
         logged = True
     except KeyboardInterrupt:
@@ -253,7 +258,7 @@ def _log_child(
     return str(run_id)
 
 
-def _log_inputs(client: MlflowClient, run_id: str, result: Mapping[str, Any]) -> None:
+def _log_inputs(client: MlflowClient, run_id: str, result: Result) -> None:
     """The model's fixed inputs as the run's dataset (MLflow's Datasets column)."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
 

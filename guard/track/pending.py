@@ -32,6 +32,7 @@ from typing import Any
 from guard.core import fault
 from guard.core.errors import TrackingError
 from guard.core.fsutil import atomic_write_text, describe_os_error, exclusive_write_text
+from guard.results.documents import ResultsDocument
 
 PENDING_DIR = "pending"
 _MAX_NAMES = 10_000
@@ -39,8 +40,9 @@ _MAX_NAMES = 10_000
 
 def keep(doc: Mapping[str, Any], pending: Path) -> Path:
     """Write ``doc`` to a new, unique file in ``pending``; return its path."""
-    stamp = str(doc.get("started") or time.strftime("%Y%m%dT%H%M%S"))
-    safe = _safe_name(f"{doc.get('suite')}-{stamp}")
+    typed = ResultsDocument.of(doc)
+    stamp = str(typed.started or time.strftime("%Y%m%dT%H%M%S"))
+    safe = _safe_name(f"{typed.suite}-{stamp}")
     text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
     try:
         pending.mkdir(parents=True, exist_ok=True)
@@ -67,7 +69,8 @@ def _safe_name(text: str) -> str:
 
 def journal(doc: Mapping[str, Any], pending: Path, digest: str) -> Path:
     """Write ``doc`` to its journal file in ``pending`` (atomically); return its path."""
-    name = _safe_name(f"{doc.get('suite')}-{doc.get('started') or ''}")
+    typed = ResultsDocument.of(doc)
+    name = _safe_name(f"{typed.suite}-{typed.started or ''}")
     path = pending / f"{name}-{digest[:16]}.json"
     text = json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
     try:

@@ -1,7 +1,8 @@
 """Turn a results document (v1) into MLflow run data: params, metrics, tags.
 
-Pure functions over plain dicts, so the mapping is testable without a store. Any field may
-be None or missing and unknown keys are tolerated: a None value is simply not a metric.
+Pure functions over the typed results tree (guard.results; a document still as parsed JSON
+is read once by each entry point), so the mapping is testable without a store. Any field
+may be None or missing and unknown keys are tolerated: a None value is simply not a metric.
 
 Keys and values are made legal for MLflow by guard.track.keys (the names readers of
 records use, such as ``clean_key`` and ``target_key``, are importable from here too). A None is never written as the string ``'null'``: it is left out. A long
@@ -25,7 +26,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from guard.core.schema import section
+from guard.results.documents import ResultsDocument
+from guard.results.manifest import Manifest
+from guard.results.record import Record
+from guard.results.result import Result
 from guard.track.keys import (
     MAX_ENTITY_KEY_LENGTH,
     as_number,
@@ -53,13 +57,14 @@ _VERDICT_ORDER = ("error", "fail", "inconclusive", "pass")
 FAILED_STATUSES = ("fail", "error")
 
 
-def manifest_params(manifest: Any) -> dict[str, str]:
+def manifest_params(manifest: Manifest | Mapping[str, Any] | None) -> dict[str, str]:
     """The flattened manifest as params: every pin becomes a comparable column.
 
     None leaves are left out (MLflow would show the string 'null'); so are empty sections.
     """
     params: dict[str, str] = {}
-    for key, value in flatten(manifest if isinstance(manifest, Mapping) else {}):
+    # every pin, whatever the backend called it: the manifest's JSON, flattened
+    for key, value in flatten(Manifest.of(manifest or {}).to_json()):
         if value is None or (isinstance(value, Mapping | list) and not value):
             continue
         params.setdefault(clean_key(key), param_value(value))
@@ -81,16 +86,12 @@ SERIES_METRICS = (
 )
 # The tag that holds a result's counted fingerprint (JSON, guard.counting.count).
 COUNTED_FINGERPRINT_TAG = "guard.counted.fingerprint"
-# The per-inference counts of a counted run (guard.counting.count), logged as metrics.
-COUNTED_METRICS = ("instructions", "bytes_loaded", "bytes_stored", "loads", "stores", "wall_s")
 
 
-def series_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
+def series_metrics(doc: ResultsDocument | Mapping[str, Any]) -> dict[str, float]:
     """``<series>/<metric>`` for every result of an invocation (for MLflow's chart view)."""
     out: dict[str, float] = {}
-    for result in doc.get("results") or ():
-        if not isinstance(result, Mapping):
-            continue
+    for result in ResultsDocument.of(doc).results:
         metrics = result_metrics(result)
         series = result_series(result)
         for name in SERIES_METRICS:
@@ -100,14 +101,14 @@ def series_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def series_params(doc: Mapping[str, Any]) -> dict[str, str]:
+def series_params(doc: ResultsDocument | Mapping[str, Any]) -> dict[str, str]:
     """The full target string of every shortened target key (``target.<key>``)."""
     out: dict[str, str] = {}
-    for result in doc.get("results") or ():
-        if isinstance(result, Mapping) and result.get("target") is not None:
-            key = target_key(result.get("target"))
-            if key != str(result.get("target")):
-                out[clean_key(f"target.{key}")] = param_value(result.get("target"))
+    for result in ResultsDocument.of(doc).results:
+        if result.target:
+            key = target_key(result.target)
+            if key != result.target:
+                out[clean_key(f"target.{key}")] = param_value(result.target)
     return out
 
 
@@ -117,106 +118,127 @@ def _percentile(samples: list[float], q: int) -> float | None:
     return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
 
 
-def _numeric_leaves(tree: Any, prefix: str) -> dict[str, float]:
+def _numeric_leaves(block: Record | Mapping[str, int] | None, prefix: str) -> dict[str, float]:
+    """Every number in a block, by its dotted key: the fields guard knows and any a later
+    contract adds (the block's JSON, flattened)."""
+    if block is None:
+        return {}
+    tree = block.to_json() if isinstance(block, Record) else block
     out: dict[str, float] = {}
-    for key, value in flatten(tree, prefix) if isinstance(tree, Mapping) else ():
+    for key, value in flatten(tree, prefix):
         number = as_number(value)
         if number is not None:
             out.setdefault(clean_key(key), number)
     return out
 
 
-def tuning_hit_rate(result: Mapping[str, Any]) -> float | None:
+def tuning_hit_rate(result: Result | Mapping[str, Any]) -> float | None:
     """Hits / (hits + misses) of the tuning cache, when the backend reports them."""
-    tuning = result.get("tuning")
-    if isinstance(tuning, Mapping) and as_number(tuning.get("hit_rate")) is not None:
-        return as_number(tuning.get("hit_rate"))
-    manifest = result.get("manifest")
-    cache = manifest.get("tuning_cache") if isinstance(manifest, Mapping) else None
-    if not isinstance(cache, Mapping):
-        return None
-    hits, misses = as_number(cache.get("hits")), as_number(cache.get("misses"))
+    result = Result.of(result)
+    if as_number(result.tuning.hit_rate) is not None:
+        return as_number(result.tuning.hit_rate)
+    cache = result.manifest.tuning_cache
+    hits, misses = as_number(cache.hits), as_number(cache.misses)
     if hits is None or misses is None or hits + misses <= 0:
         return None
     return hits / (hits + misses)
 
 
-def result_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+def result_metrics(result: Result | Mapping[str, Any]) -> dict[str, float]:
     """Scalar metrics of one result: latency, numerics errors, partitions, arena, tuning."""
+    result = Result.of(result)
     metrics: dict[str, float] = {}
-    for name in ("latency_ms", "numerics", "partitions", "preflight", "contention"):
-        metrics.update(_numeric_leaves(result.get(name), name))
-    if "latency_ms.p10" not in metrics and isinstance(result.get("latency_ms"), Mapping):
+    blocks: tuple[tuple[str, Record | None], ...] = (
+        ("latency_ms", result.latency_ms),
+        ("numerics", result.numerics),
+        ("partitions", result.partitions),
+        ("preflight", result.preflight),
+        ("contention", result.contention),
+    )
+    for name, block in blocks:
+        metrics.update(_numeric_leaves(block, name))
+    if "latency_ms.p10" not in metrics and result.latency_ms is not None:
         # The lower edge of the band a dashboard draws around p50; results store p90 and up.
-        samples = [n for n in map(as_number, result.get("samples_ms") or ()) if n is not None]
+        samples = [n for n in map(as_number, result.samples_ms) if n is not None]
         p10 = _percentile(samples, 10)
         if p10 is not None:
             metrics["latency_ms.p10"] = p10
-    for key in ("arena_bytes", "arena_lower_bound_bytes"):
-        number = as_number(result.get(key))
+    for key, value in (
+        ("arena_bytes", result.arena_bytes),
+        ("arena_lower_bound_bytes", result.arena_lower_bound_bytes),
+    ):
+        number = as_number(value)
         if number is not None:
             metrics[key] = number
     arena, bound = metrics.get("arena_bytes"), metrics.get("arena_lower_bound_bytes")
     if arena is not None and bound:
         metrics["arena_over_lower_bound"] = arena / bound
-    manifest = result.get("manifest")
-    cache = manifest.get("tuning_cache") if isinstance(manifest, Mapping) else None
-    metrics.update(_numeric_leaves(cache, "tuning"))
+    metrics.update(_numeric_leaves(result.manifest.tuning_cache, "tuning"))
     rate = tuning_hit_rate(result)
     if rate is not None:
         metrics["tuning.hit_rate"] = rate
-    graph = result.get("graph")
-    if isinstance(graph, Mapping):
-        for side in ("ops_before", "ops_after", "added"):
-            counts = _numeric_leaves(graph.get(side), f"graph.{side}")
+    graph = result.graph
+    if graph is not None:
+        for side, ops in (
+            ("ops_before", graph.ops_before),
+            ("ops_after", graph.ops_after),
+            ("added", graph.added),
+        ):
+            counts = _numeric_leaves(ops, f"graph.{side}")
             if counts:
                 metrics[f"graph.{side}_total"] = sum(counts.values())
-        passes = graph.get("passes")
-        if isinstance(passes, list):
-            changed = [p for p in passes if isinstance(p, Mapping) and p.get("changed")]
+        if graph.passes is not None:
+            changed = [p for p in graph.passes if p.changed]
             metrics["graph.passes_changed"] = float(len(changed))
-    counted = result.get("counted")
-    if isinstance(counted, Mapping) and "error" not in counted:
-        for key in COUNTED_METRICS:
-            number = as_number(counted.get(key))
+    counted = result.counted
+    if counted is not None and not counted.failed:
+        for name, figure in (
+            ("instructions", counted.instructions),
+            ("bytes_loaded", counted.bytes_loaded),
+            ("bytes_stored", counted.bytes_stored),
+            ("loads", counted.loads),
+            ("stores", counted.stores),
+            ("wall_s", counted.wall_s),
+        ):
+            number = as_number(figure)
             if number is not None:
-                metrics[f"counted.{key}"] = number
+                metrics[f"counted.{name}"] = number
         if "counted.bytes_loaded" in metrics and "counted.bytes_stored" in metrics:
             moved = metrics["counted.bytes_loaded"] + metrics["counted.bytes_stored"]
             metrics["counted.bytes_moved"] = moved
-    quant = result.get("quantization")  # an int8 row of a quantize: model (guard.run.int8)
-    if isinstance(quant, Mapping):
-        for key in ("sqnr_db", "top1_agreement", "top1_drop"):
-            number = as_number(quant.get(key))
+    quant = result.quantization  # an int8 row of a quantize: model (guard.run.int8)
+    if quant is not None:
+        for name, figure in (
+            ("sqnr_db", quant.sqnr_db),
+            ("top1_agreement", quant.top1_agreement),
+            ("top1_drop", quant.top1_drop),
+        ):
+            number = as_number(figure)
             if number is not None:
-                metrics[f"quantization.{key}"] = number
-    checks = [c for c in result.get("checks") or () if isinstance(c, Mapping)]
-    metrics["checks.total"] = float(len(checks))
+                metrics[f"quantization.{name}"] = number
+    metrics["checks.total"] = float(len(result.checks))
     metrics["checks.failed"] = float(len(failed_checks(result)))
-    # Unknown top-level numbers (a later contract's fields) are kept, not dropped.
-    for key, value in result.items():
+    # Unknown top-level numbers (a later contract's fields) are kept, not dropped: every
+    # top-level number of the result's JSON, whatever its name.
+    for key, value in result.to_json().items():
         number = as_number(value)
         if number is not None and key not in ("schema_version",):
             metrics.setdefault(clean_key(key), number)
     return metrics
 
 
-def sample_history(result: Mapping[str, Any]) -> list[tuple[int, float]]:
+def sample_history(result: Result | Mapping[str, Any]) -> list[tuple[int, float]]:
     """(iteration, ms) pairs of the raw samples, thinned to at most MAX_SAMPLE_STEPS."""
-    samples = result.get("samples_ms")
-    if not isinstance(samples, list) or not samples:
+    samples = Result.of(result).samples_ms
+    if not samples:
         return []
     stride = -(-len(samples) // MAX_SAMPLE_STEPS)
     pairs = ((i, as_number(samples[i])) for i in range(0, len(samples), stride))
     return [(i, n) for i, n in pairs if n is not None and math.isfinite(n)]
 
 
-def failed_checks(result: Mapping[str, Any]) -> list[str]:
-    return [
-        str(c.get("name"))
-        for c in result.get("checks") or ()
-        if isinstance(c, Mapping) and c.get("status") in FAILED_STATUSES
-    ]
+def failed_checks(result: Result | Mapping[str, Any]) -> list[str]:
+    return [str(c.name) for c in Result.of(result).checks if c.status in FAILED_STATUSES]
 
 
 def worst_verdict(verdicts: list[Any]) -> str:
@@ -225,48 +247,48 @@ def worst_verdict(verdicts: list[Any]) -> str:
     return next((v for v in _VERDICT_ORDER if v in seen), "pass")
 
 
-def child_name(result: Mapping[str, Any]) -> str:
+def child_name(result: Result | Mapping[str, Any]) -> str:
     """``model/backend/target``; a target over 64 characters is shortened (target_key)."""
-    target = str(result.get("target") or "?")
+    result = Result.of(result)
+    target = result.target or "?"
     if len(target) > 64:
         target = target_key(target)
-    return "/".join([str(result.get("model") or "?"), str(result.get("backend") or "?"), target])
+    return "/".join([result.model or "?", result.backend or "?", target])
 
 
-def child_tags(result: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, str]:
-    git = section(doc, "git")
-    manifest = section(result, "manifest")
+def child_tags(
+    result: Result | Mapping[str, Any], doc: ResultsDocument | Mapping[str, Any]
+) -> dict[str, str]:
+    result, doc = Result.of(result), ResultsDocument.of(doc)
+    manifest = result.manifest
     tags = {
         "guard.level": "result",
-        "guard.suite": doc.get("suite"),
-        "guard.model": result.get("model"),
-        "guard.backend": result.get("backend"),
-        "guard.target": result.get("target"),
-        "guard.verdict": result.get("verdict"),
+        "guard.suite": doc.suite,
+        "guard.model": result.model,
+        "guard.backend": result.backend,
+        "guard.target": result.target,
+        "guard.verdict": result.verdict,
         "guard.failed_checks": ",".join(failed_checks(result)),
-        "guard.manifest_sha256": manifest.get("sha256"),
-        "guard.artefact": result.get("artefact"),
-        "guard.git.commit": git.get("commit"),
-        "guard.git.branch": git.get("branch"),
+        "guard.manifest_sha256": manifest.sha256,
+        "guard.artefact": result.artefact,
+        "guard.git.commit": doc.git.commit,
+        "guard.git.branch": doc.git.branch,
         "guard.series": result_series(result),
         # An error result has no manifest: it ran on the invocation's host.
-        "guard.arch": (manifest.get("host") or {}).get("arch")
-        if isinstance(manifest.get("host"), Mapping)
-        else host_arch(doc),
+        "guard.arch": manifest.host.arch if manifest.host.read else host_arch(doc),
     }
-    counted = result.get("counted")
-    if isinstance(counted, Mapping) and counted.get("engine"):
+    counted = result.counted
+    if counted is not None and counted.engine:
         # Which engine counted (qemu-tcg-plugin, perf_event_open): two engines' counts of
         # one series are not comparable, so a chart can be filtered by it.
-        tags["guard.counted_engine"] = counted["engine"]
+        tags["guard.counted_engine"] = counted.engine
     tags.update(system_tags(doc, child_name(result)))
-    counted = result.get("counted")
-    if isinstance(counted, Mapping) and isinstance(counted.get("fingerprint"), Mapping):
+    if counted is not None and counted.fingerprint.read:
         # What a count means (engine, emulator, plugin, target, inputs): the dashboard
         # draws a counted step only between points whose fingerprints agree.
-        tags[COUNTED_FINGERPRINT_TAG] = json.dumps(counted["fingerprint"], sort_keys=True)
-    if result.get("verdict") == "error":
-        tags["guard.error"] = result.get("error")
+        tags[COUNTED_FINGERPRINT_TAG] = json.dumps(counted.fingerprint.to_json(), sort_keys=True)
+    if result.verdict == "error":
+        tags["guard.error"] = result.error
     tags["mlflow.note.content"] = result_note(result)
     return {k: tag_value(v) for k, v in tags.items() if v is not None}
 
@@ -282,44 +304,42 @@ def user() -> str | None:
         return None
 
 
-def system_tags(doc: Mapping[str, Any], run_name: str) -> dict[str, Any]:
+def system_tags(doc: ResultsDocument | Mapping[str, Any], run_name: str) -> dict[str, Any]:
     """MLflow's own tags, so its UI shows the source, user, commit and name of each run."""
-    git = section(doc, "git")
-    recorded = doc.get("user") if isinstance(doc.get("user"), str) else None
+    doc = ResultsDocument.of(doc)
     return {
         "mlflow.runName": run_name,
-        "mlflow.user": recorded or user(),
-        "mlflow.source.name": doc.get("suite_path") or f"guard run {doc.get('suite')}",
+        "mlflow.user": doc.user or user(),
+        "mlflow.source.name": doc.suite_path or f"guard run {doc.suite}",
         "mlflow.source.type": "JOB" if os.environ.get("CI") else "LOCAL",
-        "mlflow.source.git.commit": git.get("commit"),
-        "mlflow.source.git.branch": git.get("branch"),
+        "mlflow.source.git.commit": doc.git.commit,
+        "mlflow.source.git.branch": doc.git.branch,
     }
 
 
-def host_arch(doc: Mapping[str, Any]) -> str | None:
+def host_arch(doc: ResultsDocument | Mapping[str, Any]) -> str | None:
     """The arch the results were measured on (from a manifest, not from this machine)."""
-    for result in doc.get("results") or ():
-        manifest = result.get("manifest") if isinstance(result, Mapping) else None
-        host = manifest.get("host") if isinstance(manifest, Mapping) else None
-        if isinstance(host, Mapping) and host.get("arch"):
-            return str(host["arch"])
+    for result in ResultsDocument.of(doc).results:
+        if result.manifest.host.arch:
+            return result.manifest.host.arch
     return None
 
 
-def parent_tags(doc: Mapping[str, Any], arch: str, results_sha256: str) -> dict[str, str]:
-    git = section(doc, "git")
-    results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
-    dirty = git.get("dirty")
+def parent_tags(
+    doc: ResultsDocument | Mapping[str, Any], arch: str, results_sha256: str
+) -> dict[str, str]:
+    doc = ResultsDocument.of(doc)
+    dirty = doc.git.dirty
     tags = {
         "guard.level": "invocation",
-        "guard.suite": doc.get("suite"),
-        "guard.started": doc.get("started"),
-        "guard.git.commit": git.get("commit"),
-        "guard.git.branch": git.get("branch"),
+        "guard.suite": doc.suite,
+        "guard.started": doc.started,
+        "guard.git.commit": doc.git.commit,
+        "guard.git.branch": doc.git.branch,
         "guard.git.dirty": None if dirty is None else str(bool(dirty)).lower(),
         "guard.arch": arch,
-        "guard.suite_sha256": doc.get("suite_sha256"),
-        "guard.verdict": worst_verdict([r.get("verdict") for r in results]),
+        "guard.suite_sha256": doc.suite_sha256,
+        "guard.verdict": worst_verdict([r.verdict for r in doc.results]),
         "guard.results_sha256": results_sha256,
     }
     tags.update(system_tags(doc, parent_name(doc)))
@@ -330,70 +350,69 @@ def parent_tags(doc: Mapping[str, Any], arch: str, results_sha256: str) -> dict[
     return {k: tag_value(v) for k, v in tags.items() if v is not None}
 
 
-def parent_name(doc: Mapping[str, Any]) -> str:
-    git = section(doc, "git")
-    return f"{doc.get('suite')}@{str(git.get('commit') or 'nogit')[:10]}"
+def parent_name(doc: ResultsDocument | Mapping[str, Any]) -> str:
+    doc = ResultsDocument.of(doc)
+    return f"{doc.suite}@{str(doc.git.commit or 'nogit')[:10]}"
 
 
-def invocation_note(doc: Mapping[str, Any]) -> str:
+def invocation_note(doc: ResultsDocument | Mapping[str, Any]) -> str:
     """The run description MLflow shows: what ran, at which commit, and what failed."""
-    results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
-    git = section(doc, "git")
+    doc = ResultsDocument.of(doc)
+    results = doc.results
     lines = [
-        f"guard run of suite **{doc.get('suite')}** at commit "
-        f"`{str(git.get('commit') or 'unknown')[:12]}`: {len(results)} result(s), "
-        f"verdict **{worst_verdict([r.get('verdict') for r in results])}**.",
+        f"guard run of suite **{doc.suite}** at commit "
+        f"`{str(doc.git.commit or 'unknown')[:12]}`: {len(results)} result(s), "
+        f"verdict **{worst_verdict([r.verdict for r in results])}**.",
         "",
         "Per-series metrics are named `<model>.<backend>.<target>/<metric>`.",
     ]
-    failed = [r for r in results if r.get("verdict") in FAILED_STATUSES]
+    failed = [r for r in results if r.verdict in FAILED_STATUSES]
     for r in failed[:20]:
-        why = str(r.get("error")) if r.get("verdict") == "error" else ", ".join(failed_checks(r))
-        lines.append(f"- {child_name(r)}: {r.get('verdict')} ({why})")
-    unsure = [r for r in results if r.get("verdict") == "inconclusive"]
+        why = str(r.error) if r.verdict == "error" else ", ".join(failed_checks(r))
+        lines.append(f"- {child_name(r)}: {r.verdict} ({why})")
+    unsure = [r for r in results if r.verdict == "inconclusive"]
     for r in unsure[:20]:
         lines.append(f"- {child_name(r)}: inconclusive ({inconclusive_reason(r)})")
     return "\n".join(lines)
 
 
-def inconclusive_reason(result: Mapping[str, Any]) -> str:
+def inconclusive_reason(result: Result | Mapping[str, Any]) -> str:
     """Why a result is inconclusive: its inconclusive checks' messages, one after another."""
     found = [
-        f"{c.get('name')}: {c.get('message')}"
-        for c in result.get("checks") or ()
-        if isinstance(c, Mapping) and c.get("status") == "inconclusive"
+        f"{c.name}: {c.message}" for c in Result.of(result).checks if c.status == "inconclusive"
     ]
     return "; ".join(found) or "no check says why"
 
 
-def result_note(result: Mapping[str, Any]) -> str | None:
+def result_note(result: Result | Mapping[str, Any]) -> str | None:
     """A result run's description: the error, or why it is inconclusive, or what failed."""
-    verdict = result.get("verdict")
+    result = Result.of(result)
+    verdict = result.verdict
     if verdict == "error":
-        return f"**error**: {result.get('error')}"
+        return f"**error**: {result.error}"
     if verdict == "inconclusive":
         return f"**inconclusive**: {inconclusive_reason(result)}"
     if verdict == "fail":
-        msgs = [f"{c.get('name')}: {c.get('message')}" for c in result.get("checks") or ()
-                if isinstance(c, Mapping) and c.get("status") in FAILED_STATUSES]  # fmt: skip
+        msgs = [f"{c.name}: {c.message}" for c in result.checks if c.status in FAILED_STATUSES]
         return "**fail**: " + "; ".join(msgs)
     return None
 
 
-def errors_of(doc: Mapping[str, Any]) -> list[str]:
+def errors_of(doc: ResultsDocument | Mapping[str, Any]) -> list[str]:
     """``model/backend/target: error`` for every result guard could not produce."""
     return [
-        f"{child_name(r)}: {r.get('error')}"
-        for r in doc.get("results") or ()
-        if isinstance(r, Mapping) and r.get("verdict") == "error"
+        f"{child_name(r)}: {r.error}"
+        for r in ResultsDocument.of(doc).results
+        if r.verdict == "error"
     ]
 
 
-def parent_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
-    results = [r for r in doc.get("results") or () if isinstance(r, Mapping)]
+def parent_metrics(doc: ResultsDocument | Mapping[str, Any]) -> dict[str, float]:
+    doc = ResultsDocument.of(doc)
+    results = doc.results
     metrics = {"results.total": float(len(results))}
     for verdict in _VERDICT_ORDER:
-        metrics[f"results.{verdict}"] = float(sum(r.get("verdict") == verdict for r in results))
+        metrics[f"results.{verdict}"] = float(sum(r.verdict == verdict for r in results))
     metrics.update(series_metrics(doc))
     return metrics
 
@@ -408,28 +427,29 @@ def iso_ms(value: Any) -> int | None:
         return None
 
 
-def result_span(result: Mapping[str, Any], doc: Mapping[str, Any]) -> tuple[int | None, int | None]:
+def result_span(
+    result: Result | Mapping[str, Any], doc: ResultsDocument | Mapping[str, Any]
+) -> tuple[int | None, int | None]:
     """(start, end) ms of one result's build and measurement: its own ``started`` and
     ``finished`` when the run recorded them, else the invocation's window."""
-    start, end = iso_ms(result.get("started")), iso_ms(result.get("finished"))
+    result, doc = Result.of(result), ResultsDocument.of(doc)
+    start, end = iso_ms(result.started), iso_ms(result.finished)
     if start is None or end is None or end < start:
-        start, end = iso_ms(doc.get("started")), iso_ms(doc.get("finished"))
+        start, end = iso_ms(doc.started), iso_ms(doc.finished)
     return start, end
 
 
-def inputs_dataset(result: Mapping[str, Any]) -> dict[str, str] | None:
+def inputs_dataset(result: Result | Mapping[str, Any]) -> dict[str, str] | None:
     """The model's fixed inputs as an MLflow dataset (name, digest, source, schema)."""
-    manifest = section(result, "manifest")
-    model = section(manifest, "model")
-    if not model:
+    result = Result.of(result)
+    model = result.manifest.model
+    if not model.to_json():  # no manifest, or a manifest without its model's pins
         return None
-    inputs = model.get("inputs") or {}
-    schema = json.dumps(inputs, sort_keys=True, default=str)
-    digest = hashlib.sha256(f"{model.get('sha256')}:{schema}".encode()).hexdigest()[:16]
-    source = {"model": result.get("model"), "model_sha256": model.get("sha256"),
-              "opset": model.get("opset")}  # fmt: skip
+    schema = json.dumps(dict(model.inputs), sort_keys=True, default=str)
+    digest = hashlib.sha256(f"{model.sha256}:{schema}".encode()).hexdigest()[:16]
+    source = {"model": result.model, "model_sha256": model.sha256, "opset": model.opset}
     return {
-        "name": f"{result.get('model')} inputs"[:500],
+        "name": f"{result.model} inputs"[:500],
         "digest": digest,
         "source_type": "guard",
         "source": json.dumps(source, sort_keys=True, default=str),
