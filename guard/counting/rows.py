@@ -12,39 +12,47 @@ from collections.abc import Mapping
 from typing import Any
 
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
-from guard.results.result import ResultKey
+from guard.results.counted import Counted
+from guard.results.documents import ResultsDocument
+from guard.results.result import Result
 
 VERDICTS = ("pass", "regressed", "improved", "not comparable", "missing")
 
 
-def _bound(head_r: Mapping[str, Any], default: float) -> float:
-    for c in head_r.get("checks") or ():
-        if isinstance(c, Mapping) and c.get("name") == "counted":
-            bound = c.get("bound")
+def _bound(head_r: Result, default: float) -> float:
+    for c in head_r.checks:
+        if c.name == "counted":
+            bound = c.bound
             if isinstance(bound, int | float) and bound >= 0:
                 return float(bound)
     return default
 
 
+def _block(r: Result) -> Counted | None:
+    """The result's counted block, None when it has none (or an empty one)."""
+    return r.counted if r.counted is not None and r.counted.to_json() else None
+
+
 def counted_rows(
-    base: Mapping[str, Any],
-    head: Mapping[str, Any],
+    base: ResultsDocument | Mapping[str, Any],
+    head: ResultsDocument | Mapping[str, Any],
     regress_pct: float | None = None,
 ) -> list[dict[str, Any]]:
     """One row per result on both sides that carries a counted block on either side.
 
     ``regress_pct`` overrides every row's bound (else head's ``counted`` check bound,
     else 0.5%)."""
-    b_rows = {ResultKey.of(r): r for r in base.get("results") or ()}
+    b_rows = {r.key: r for r in ResultsDocument.of(base).results}
     rows = []
-    for h in head.get("results") or ():
-        key = ResultKey.of(h)
+    for h in ResultsDocument.of(head).results:
+        key = h.key
         b = b_rows.get(key)
-        if b is None or not (b.get("counted") or h.get("counted")):
+        if b is None or not (_block(b) or _block(h)):
             continue
         bound = regress_pct if regress_pct is not None else _bound(h, DEFAULT_COUNTED_REGRESS_PCT)
-        cmp = compare_counted(b.get("counted"), h.get("counted"), bound)
-        counted_on = (h.get("counted") or b.get("counted") or {}).get("target")
+        cmp = compare_counted(_block(b), _block(h), bound)
+        on = _block(h) or _block(b)
+        counted_on = on.target if on is not None else None
         rows.append({"model": key.model, "backend": key.backend, "target": key.target,
                      "counted_target": counted_on, **cmp})  # fmt: skip
     return rows

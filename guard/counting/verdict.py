@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from guard.results.counted import Counted, Fingerprint
+
 DEFAULT_COUNTED_REGRESS_PCT = 0.5
 # The fingerprint fields that must agree for two counts to be comparable, in report order.
 # A field absent on both sides (an emulator count has no cpu) agrees.
@@ -29,21 +31,36 @@ COMPARABLE_FIELDS = (
 )  # fmt: skip
 
 
-def not_comparable(base: Mapping[str, Any], head: Mapping[str, Any]) -> str | None:
+def _comparable(fp: Fingerprint) -> tuple[str | None, ...]:
+    """The fingerprint's COMPARABLE_FIELDS, in that order."""
+    return (fp.engine, fp.emulator, fp.plugin_sha256, fp.event, fp.cpu, fp.cpu_features,
+            fp.target, fp.input_sha256)  # fmt: skip
+
+
+def not_comparable(
+    base: Counted | Mapping[str, Any] | None, head: Counted | Mapping[str, Any] | None
+) -> str | None:
     """ "not comparable: FIELD differs" for the first fingerprint field that differs."""
-    fb, fh = base.get("fingerprint") or {}, head.get("fingerprint") or {}
-    for name in COMPARABLE_FIELDS:
-        if fb.get(name) != fh.get(name):
-            return f"not comparable: {name} differs ({fb.get(name)} vs {fh.get(name)})"
+    fb, fh = Counted.of(base or {}).fingerprint, Counted.of(head or {}).fingerprint
+    for name, b, h in zip(COMPARABLE_FIELDS, _comparable(fb), _comparable(fh), strict=True):
+        if b != h:
+            return f"not comparable: {name} differs ({b} vs {h})"
     return None
 
 
-def moved(block: Mapping[str, Any]) -> float | None:
+def moved(block: Counted | Mapping[str, Any]) -> float | None:
     """Bytes moved per inference: loaded plus stored; None when the engine counted none."""
-    loaded, stored = block.get("bytes_loaded"), block.get("bytes_stored")
+    c = Counted.of(block)
+    loaded, stored = c.bytes_loaded, c.bytes_stored
     if loaded is None and stored is None:
         return None
     return float(loaded or 0) + float(stored or 0)
+
+
+def _count(block: Counted | Mapping[str, Any] | None) -> Counted | None:
+    """The block as a record; None for no block or an empty one."""
+    c = None if block is None else Counted.of(block)
+    return c if c is not None and c.to_json() else None
 
 
 def _pct(head: float, base: float) -> float:
@@ -51,19 +68,24 @@ def _pct(head: float, base: float) -> float:
 
 
 def compare_counted(
-    base: Mapping[str, Any] | None,
-    head: Mapping[str, Any] | None,
+    base_block: Counted | Mapping[str, Any] | None,
+    head_block: Counted | Mapping[str, Any] | None,
     regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
 ) -> dict[str, Any]:
     """One counted row: verdict (pass|regressed|improved|not comparable|missing), the
     instruction and bytes-moved changes in percent, and a one-line message."""
-    if not base or not head or "error" in base or "error" in head:
-        why = (head or {}).get("error") or (base or {}).get("error") or "no count on one side"
-        return {"verdict": "missing", "message": f"no counted comparison: {why}"}
+    base, head = _count(base_block), _count(head_block)
+    if base is None or head is None or base.failed or head.failed:
+        missing = (
+            (head.error if head else None) or (base.error if base else None)
+        ) or "no count on one side"
+        return {"verdict": "missing", "message": f"no counted comparison: {missing}"}
     why = not_comparable(base, head)
     if why is not None:
         return {"verdict": "not comparable", "message": why}
-    d_instr = _pct(float(head["instructions"]), float(base["instructions"]))
+    if base.instructions is None or head.instructions is None:
+        raise KeyError("instructions")  # a block guard never writes: neither error nor count
+    d_instr = _pct(float(head.instructions), float(base.instructions))
     m_base, m_head = moved(base), moved(head)
     d_bytes = None if m_base is None or m_head is None else _pct(m_head, m_base)
     changes = [d_instr] if d_bytes is None else [d_instr, d_bytes]
@@ -74,9 +96,7 @@ def compare_counted(
         verdict = "improved"
     else:
         verdict = "pass"
-    same = (base.get("fingerprint") or {}).get("artefact_sha256") == (
-        head.get("fingerprint") or {}
-    ).get("artefact_sha256")
+    same = base.fingerprint.artefact_sha256 == head.fingerprint.artefact_sha256
     bytes_part = "bytes moved not counted" if d_bytes is None else f"bytes moved {d_bytes:+.3f}%"
     message = (
         f"instructions {d_instr:+.3f}%, {bytes_part} per inference "
@@ -84,7 +104,7 @@ def compare_counted(
     )
     return {
         "verdict": verdict,
-        "instructions": [base["instructions"], head["instructions"]],
+        "instructions": [base.instructions, head.instructions],
         "bytes_moved": [m_base, m_head],
         "instructions_pct": d_instr,
         "bytes_moved_pct": d_bytes,
@@ -95,7 +115,7 @@ def compare_counted(
 
 
 def count_changes(
-    blocks: Sequence[Mapping[str, Any] | None],
+    blocks: Sequence[Counted | Mapping[str, Any] | None],
     regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
 ) -> list[dict[str, Any]]:
     """The changes along a history of counted blocks, oldest first: each block compared
@@ -105,8 +125,9 @@ def count_changes(
     is at the very run that made it: no change-point detector is needed."""
     out: list[dict[str, Any]] = []
     prev: int | None = None
-    for i, block in enumerate(blocks):
-        if not block or block.get("instructions") is None or "error" in block:
+    for i, raw in enumerate(blocks):
+        block = _count(raw)
+        if block is None or block.instructions is None or block.failed:
             continue
         if prev is not None:
             row = compare_counted(blocks[prev], block, regress_pct)
