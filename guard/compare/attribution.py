@@ -15,6 +15,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from guard.results.documents import ComparisonRow
+from guard.results.result import Result
+
 # guard.measure.preflight warns above 20%; a verdict measured like that deserves a note.
 CONTENTION_NOTE = 0.2
 _MANIFEST_ORDER = ("runtime.", "compiler.", "driver.", "tuning_cache.", "model.", "target.")
@@ -26,14 +29,11 @@ def _pct(ratio: float | None) -> float | None:
     return (ratio - 1.0) * 100.0
 
 
-def _unsupported_ops(r: Mapping[str, Any]) -> list[str]:
+def _unsupported_ops(r: Result) -> list[str]:
     """Op types a backend reported as unsupported (partition details, any shape we know)."""
     ops: list[str] = []
-    for d in (r.get("partitions") or {}).get("details") or []:
-        if not isinstance(d, Mapping):
-            continue
-        for key in ("unsupported", "unsupported_ops", "fallback_ops"):
-            val = d.get(key)
+    for d in r.partitions.details if r.partitions else ():
+        for val in (d.unsupported, d.unsupported_ops, d.fallback_ops):
             items = val.items() if isinstance(val, Mapping) else (val or [])
             for it in items:
                 name = it[0] if isinstance(it, tuple) else it
@@ -44,20 +44,23 @@ def _unsupported_ops(r: Mapping[str, Any]) -> list[str]:
     return ops
 
 
-def _op_changes(base_r: Mapping[str, Any], head_r: Mapping[str, Any]) -> list[str]:
-    b = ((base_r.get("graph") or {}).get("ops_after")) or {}
-    h = ((head_r.get("graph") or {}).get("ops_after")) or {}
+def _ops_after(r: Result) -> Mapping[str, int]:
+    return (r.graph.ops_after if r.graph else None) or {}
+
+
+def _op_changes(base_r: Result, head_r: Result) -> list[str]:
+    b, h = _ops_after(base_r), _ops_after(head_r)
     deltas = {op: int(h.get(op, 0)) - int(b.get(op, 0)) for op in set(b) | set(h)}
     moved = sorted((d for d in deltas.items() if d[1]), key=lambda kv: (-abs(kv[1]), kv[0]))
     return [f"{op} {n:+d}" for op, n in moved[:3]]
 
 
-def _miss_cause(r: Mapping[str, Any]) -> str | None:
+def _miss_cause(r: Result) -> str | None:
     """How the head's missed keys differ from the cache's nearest ones (a keyed cache, e.g.
     the bundled compiler's, records it per miss): the most common difference, with its
     count when not every miss shares it."""
-    missed = ((r.get("manifest") or {}).get("tuning_cache") or {}).get("missed") or []
-    diffs = [str(m["differs"]) for m in missed if isinstance(m, Mapping) and m.get("differs")]
+    missed = r.manifest.tuning_cache.missed
+    diffs = [str(m.differs) for m in missed if m.differs]
     if not diffs:
         return None
     top = max(sorted(set(diffs)), key=diffs.count)
@@ -70,9 +73,9 @@ def _mb(x: Any) -> str:
 
 
 def causes(
-    row: Mapping[str, Any],
-    base_r: Mapping[str, Any],
-    head_r: Mapping[str, Any],
+    row: ComparisonRow | Mapping[str, Any],
+    base_r: Result,
+    head_r: Result,
     *,
     structural_only: bool = False,
 ) -> list[str]:
@@ -83,14 +86,15 @@ def causes(
     a latency move.
     """
     out: list[str] = []
-    pb, ph = row["partitions"]
+    r = ComparisonRow.of(row)
+    pb, ph = r.partitions
     if pb is not None and ph is not None and pb != ph:
         text = f"partitions {pb} → {ph}"
         new_ops = [op for op in _unsupported_ops(head_r) if op not in _unsupported_ops(base_r)]
         if new_ops:
             text += f", {', '.join(new_ops)} unsupported on the delegate"
         out.append(text)
-    hb, hh = row.get("tuning_hit_rate") or [None, None]
+    hb, hh = r.tuning_hit_rate or (None, None)
     if hb is not None and hh is not None and abs(hh - hb) >= 0.005:
         text = f"tuning hit rate {hb:.0%} → {hh:.0%}"
         why = _miss_cause(head_r) if hh < hb else None
@@ -98,24 +102,24 @@ def causes(
     ops = _op_changes(base_r, head_r)
     if ops:
         out.append("ops after optimisation: " + ", ".join(ops))
-    ab, ah = row["arena_bytes"]
+    ab, ah = r.arena_bytes
     if ab and ah and abs(ah / ab - 1) >= 0.05:
         out.append(f"arena {_mb(ab)} → {_mb(ah)} ({(ah / ab - 1) * 100:+.0f}%)")
-    if row["numerics"]["output_sha256_changed"]:
-        eb, eh = row["numerics"]["max_abs_err"]
+    if r.numerics.output_sha256_changed:
+        eb, eh = r.numerics.max_abs_err
         out.append(
             "outputs changed"
             + (f" (max abs err {eb:.2g} → {eh:.2g})" if eb is not None and eh is not None else "")
         )
     if structural_only:
         return out
-    md = row.get("manifest_diff") or {}
+    md = r.manifest_diff
     for prefix in _MANIFEST_ORDER:
         for field, (vb, vh) in md.items():
             if field.startswith(prefix):
                 out.append(f"{field} {vb} → {vh}")
                 break
-    cb, ch = row.get("contention") or (None, None)
+    cb, ch = r.contention or (None, None)
     busy = [
         side for side, c in (("base", cb), ("head", ch)) if c is not None and c > CONTENTION_NOTE
     ]
@@ -127,12 +131,16 @@ def causes(
 
 
 def attribute(
-    row: Mapping[str, Any], base_r: Mapping[str, Any], head_r: Mapping[str, Any]
+    row: Mapping[str, Any],
+    base_in: Result | Mapping[str, Any],
+    head_in: Result | Mapping[str, Any],
 ) -> str | None:
     """The attribution line, or None when nothing moved and nothing changed."""
-    moved = row.get("verdict") in ("regressed", "improved")
-    found = causes(row, base_r, head_r, structural_only=not moved)
-    p50, p90 = _pct(row.get("ratio")), _pct(row.get("p90_ratio"))
+    base_r, head_r = Result.of(base_in), Result.of(head_in)
+    r = ComparisonRow.of(row)
+    moved = r.verdict in ("regressed", "improved")
+    found = causes(r, base_r, head_r, structural_only=not moved)
+    p50, p90 = _pct(r.ratio), _pct(r.p90_ratio)
     lead = None
     if p90 is not None and (p50 is None or abs(p90) > abs(p50) + 2.0):
         lead = f"p90 {p90:+.0f}%"

@@ -17,7 +17,7 @@ offset.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -30,10 +30,11 @@ from guard.counting.rows import counted_rows
 from guard.counting.rows import summary as counted_summary
 from guard.manifest.diff import diff_manifests
 from guard.manifest.pins import is_pinned
-from guard.results.documents import COMPARISON_SCHEMA_VERSION
+from guard.results.documents import COMPARISON_SCHEMA_VERSION, ComparisonDocument, ResultsDocument
 from guard.results.load import PROBES
 from guard.results.load import validate_comparison as validate_comparison
-from guard.results.result import ResultKey
+from guard.results.manifest import Manifest
+from guard.results.result import Result, ResultKey, Round
 from guard.stats.regress import (
     IMPROVED,
     INCONCLUSIVE,
@@ -53,92 +54,96 @@ class IncompatibleBaselineError(UsageError):
     """The baseline was measured on a different host class; the reason says which field."""
 
 
-def host_incompatibility(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -> str | None:
+def _host_class(m: Manifest) -> tuple[object, ...]:
+    """The manifest's HOST_FIELDS, in that order."""
+    return (m.host.arch, m.host.cpu, m.host.threads)
+
+
+def host_incompatibility(
+    base_m: Manifest | Mapping[str, Any] | None, head_m: Manifest | Mapping[str, Any] | None
+) -> str | None:
     """Why two manifests' hosts cannot be compared, or None when they can."""
-    bh, hh = base_m.get("host") or {}, head_m.get("host") or {}
-    for f in HOST_FIELDS:
-        if bh.get(f) != hh.get(f):
-            return f"host.{f} differs: baseline {bh.get(f)!r}, head {hh.get(f)!r}"
+    bh, hh = _host_class(Manifest.of(base_m or {})), _host_class(Manifest.of(head_m or {}))
+    for f, b, h in zip(HOST_FIELDS, bh, hh, strict=True):
+        if b != h:
+            return f"host.{f} differs: baseline {b!r}, head {h!r}"
     return None
 
 
-def manifest_diff(base_m: Mapping[str, Any], head_m: Mapping[str, Any]) -> dict[str, list[Any]]:
+def manifest_diff(
+    base_m: Manifest | Mapping[str, Any], head_m: Manifest | Mapping[str, Any]
+) -> dict[str, list[Any]]:
     """Pinned fields that differ, as {dotted.field: [base, head]}.
 
     Host pins are left out: they decide compatibility (a mismatch is refused) rather than
     being the subject. Recorded facts (tuning hits, guard commit, paths) are not pins.
     """
+    # every pin, whatever the backend called it: the manifests' JSON, diffed
+    base_j, head_j = Manifest.of(base_m).to_json(), Manifest.of(head_m).to_json()
     return {
         f: pair
-        for f, pair in diff_manifests(base_m, head_m).items()
+        for f, pair in diff_manifests(base_j, head_j).items()
         if is_pinned(f) and not f.startswith("host.")
     }
 
 
-def _hit_rate(r: Mapping[str, Any]) -> float | None:
-    tc = (r.get("manifest") or {}).get("tuning_cache") or {}
-    hits, misses = tc.get("hits"), tc.get("misses")
-    if hits is None or misses is None or hits + misses == 0:
-        return None
-    return hits / (hits + misses)
+def _hit_rate(r: Result) -> float | None:
+    return r.manifest.tuning_cache.hit_rate
 
 
-def _contention(r: Mapping[str, Any]) -> float | None:
+def _contention(r: Result) -> float | None:
     """Share of spare CPU other processes used while this result was timed (guard.measure)."""
-    c = (r.get("measurement") or {}).get("contention")
-    return float(c) if isinstance(c, int | float) else None
+    c = r.measurement.contention
+    return float(c) if c is not None else None
 
 
-def _samples(r: Mapping[str, Any]) -> list[float] | None:
-    s = r.get("samples_ms")
-    return [float(x) for x in s] if isinstance(s, list) and s else None
+def _samples(r: Result) -> list[float] | None:
+    s = [x for x in r.samples_ms if x is not None]
+    return [float(x) for x in s] if s and len(s) == len(r.samples_ms) else None
 
 
-def round_p50s(r: Mapping[str, Any]) -> list[float] | None:
+def round_p50s(r: Result | Mapping[str, Any]) -> list[float] | None:
     """The result's round medians (ms), or None for a result measured without rounds."""
-    rounds = r.get("rounds")
-    if not isinstance(rounds, list) or not rounds:
+    p50s = [rd.p50 for rd in Result.of(r).rounds]
+    if not p50s or any(p is None for p in p50s):
         return None
-    return [float(rd["p50"]) for rd in rounds]
+    return [float(p) for p in p50s if p is not None]
 
 
-def round_contention(r: Mapping[str, Any]) -> list[float | None]:
-    return [rd.get("contention") for rd in r.get("rounds") or () if isinstance(rd, Mapping)]
+def round_contention(r: Result) -> list[float | None]:
+    return [rd.contention for rd in r.rounds]
 
 
-def _every_round(r: Mapping[str, Any], key: str) -> list[float] | None:
-    """Every round's numeric ``key``; None where the result has no rounds or any lacks it."""
-    rounds = r.get("rounds")
-    if not isinstance(rounds, list) or not rounds:
+def _every_round(r: Result, value: Callable[[Round], float | None]) -> list[float] | None:
+    """Every round's ``value``; None where the result has no rounds or any lacks it."""
+    if not r.rounds:
         return None
-    out = [
-        float(x)
-        for rd in rounds
-        if isinstance(rd, Mapping) and isinstance(x := rd.get(key), int | float)
-    ]
-    return out if len(out) == len(rounds) else None
+    out = [float(x) for rd in r.rounds if (x := value(rd)) is not None]
+    return out if len(out) == len(r.rounds) else None
 
 
 _T = TypeVar("_T")
 
 
-def round_host(r: Mapping[str, Any]) -> list[tuple[float, ...]] | None:
+def round_host(r: Result | Mapping[str, Any]) -> list[tuple[float, ...]] | None:
     """Per-round host-speed readings (ms), one tuple per round of every probe that each
     round has; None where no probe is in every round (older files, an injected clock)."""
-    cols = [c for c in (_every_round(r, p) for p in PROBES) if c is not None]
+    result = Result.of(r)
+    readers = [lambda rd, i=i: rd.probes[i] for i in range(len(PROBES))]
+    cols = [c for c in (_every_round(result, read) for read in readers) if c is not None]
     return [tuple(x) for x in zip(*cols, strict=True)] if cols else None
 
 
-def round_host_error(r: Mapping[str, Any]) -> list[tuple[float, ...]] | None:
+def round_host_error(r: Result) -> list[tuple[float, ...]] | None:
     """Per-round error variance of each probe's log mean reading (the variance of the
     round's log readings over their count); None where any round has fewer than two."""
-    rounds, means = r.get("rounds"), round_host(r)
-    if not isinstance(rounds, list) or means is None:
+    rounds, means = r.rounds, round_host(r)
+    if not rounds or means is None:
         return None
     out = []
     for rd, mean in zip(rounds, means, strict=True):
-        readings = rd.get("host_readings") if isinstance(rd, Mapping) else None
-        if not isinstance(readings, list) or len(readings) < 2:
+        readings = rd.host_readings
+        if len(readings) < 2:
             return None
         try:
             logs = np.log(np.asarray(readings, dtype=float))
@@ -150,25 +155,26 @@ def round_host_error(r: Mapping[str, Any]) -> list[tuple[float, ...]] | None:
     return out
 
 
-def round_cpu(r: Mapping[str, Any]) -> list[float] | None:
+def round_cpu(r: Result) -> list[float] | None:
     """Per-round CPU time per call (ms) of a 1-thread result; None where any is missing.
 
     With more threads a process's CPU time sums its threads' (spinning included): it is
     no stand-in for one call's latency, so it is not offered.
     """
-    threads = ((r.get("manifest") or {}).get("host") or {}).get("threads")
-    return _every_round(r, "cpu_ms_per_call") if threads == 1 else None
+    if r.manifest.host.threads != 1:
+        return None
+    return _every_round(r, lambda rd: rd.cpu_ms_per_call)
 
 
-def _measured(r: Mapping[str, Any], key: str) -> float | None:
-    c = (r.get("measurement") or {}).get(key)
-    return float(c) if isinstance(c, int | float) and not isinstance(c, bool) else None
+def _measured(value: float | None) -> float | None:
+    return float(value) if value is not None else None
 
 
 def latency_comparison(
-    base_r: Mapping[str, Any], head_r: Mapping[str, Any], config: RegressConfig
+    base_in: Result | Mapping[str, Any], head_in: Result | Mapping[str, Any], config: RegressConfig
 ) -> tuple[Comparison | None, str]:
     """(comparison, reason) of two results' latency; (None, why not) when it cannot be judged."""
+    base_r, head_r = Result.of(base_in), Result.of(head_in)
     bp, hp = round_p50s(base_r), round_p50s(head_r)
     if bp is None or hp is None:
         side = "base" if bp is None else "head"
@@ -194,9 +200,10 @@ def latency_comparison(
     comp = compare_rounds(
         bp, hp, config,
         contention=(round_contention(base_r), round_contention(head_r)),
-        cpu_share=(_measured(base_r, "cpu_share"), _measured(head_r, "cpu_share")),
-        preempted=(_measured(base_r, "preempted_fraction"),
-                   _measured(head_r, "preempted_fraction")),
+        cpu_share=(_measured(base_r.measurement.cpu_share),
+                   _measured(head_r.measurement.cpu_share)),
+        preempted=(_measured(base_r.measurement.preempted_fraction),
+                   _measured(head_r.measurement.preempted_fraction)),
         cpu=_both(round_cpu(base_r), round_cpu(head_r)),
         host=host,
         host_error=_both(round_host_error(base_r), round_host_error(head_r)) if host else None,
@@ -206,9 +213,8 @@ def latency_comparison(
     return comp, comp.reason
 
 
-def _probe(r: Mapping[str, Any]) -> str | None:
-    p = (r.get("measurement") or {}).get("host_probe")
-    return p if isinstance(p, str) else None
+def _probe(r: Result) -> str | None:
+    return r.measurement.host_probe
 
 
 def _both(b: _T | None, h: _T | None) -> tuple[_T, _T] | None:
@@ -221,46 +227,48 @@ def _p90_ratio(b: list[float] | None, h: list[float] | None) -> float | None:
     return float(np.percentile(h, 90) / np.percentile(b, 90))
 
 
+def _p50(r: Result) -> float | None:
+    return r.latency_ms.p50 if r.latency_ms is not None else None
+
+
 def compare_rows(
-    base_r: Mapping[str, Any], head_r: Mapping[str, Any], config: RegressConfig
+    base_in: Result | Mapping[str, Any], head_in: Result | Mapping[str, Any], config: RegressConfig
 ) -> dict[str, Any]:
     """One comparison row (comparison contract keys in docs/ARCHITECTURE.md, plus stats detail)."""
-    bm, hm = base_r.get("manifest") or {}, head_r.get("manifest") or {}
+    base_r, head_r = Result.of(base_in), Result.of(head_in)
     bs, hs = _samples(base_r), _samples(head_r)
     comp, reason = latency_comparison(base_r, head_r, config)
     if comp is None:
         verdict, ratio, ci = INCONCLUSIVE, math.nan, [math.nan, math.nan]
-        bp50 = (base_r.get("latency_ms") or {}).get("p50")
-        hp50 = (head_r.get("latency_ms") or {}).get("p50")
+        bp50, hp50 = _p50(base_r), _p50(head_r)
         if bp50 and hp50:
             ratio = float(hp50) / float(bp50)
     else:
         verdict, ratio, ci = comp.verdict, comp.ratio, list(comp.ci)
-    bnum, hnum = base_r.get("numerics") or {}, head_r.get("numerics") or {}
-    bpart, hpart = base_r.get("partitions") or {}, head_r.get("partitions") or {}
+    bnum, hnum = base_r.numerics, head_r.numerics
+    bpart, hpart = base_r.partitions, head_r.partitions
     row: dict[str, Any] = {
-        "model": base_r["model"],
-        "backend": base_r["backend"],
-        "target": ResultKey.of(base_r).target,
+        "model": base_r.model,
+        "backend": base_r.backend,
+        "target": base_r.key.target,
         "verdict": verdict,
         "ratio": ratio,
         "ci": ci,
         "p90_ratio": _p90_ratio(bs, hs),
-        "arena_bytes": [base_r.get("arena_bytes"), head_r.get("arena_bytes")],
-        "partitions": [bpart.get("count"), hpart.get("count")],
+        "arena_bytes": [base_r.arena_bytes, head_r.arena_bytes],
+        "partitions": [bpart.count if bpart else None, hpart.count if hpart else None],
         "numerics": {
             "output_sha256_changed": (
-                bnum.get("output_sha256") is not None
-                and bnum.get("output_sha256") != hnum.get("output_sha256")
+                bnum.output_sha256 is not None and bnum.output_sha256 != hnum.output_sha256
             ),
-            "max_abs_err": [bnum.get("max_abs_err"), hnum.get("max_abs_err")],
-            "max_rel_err": [bnum.get("max_rel_err"), hnum.get("max_rel_err")],
+            "max_abs_err": [bnum.max_abs_err, hnum.max_abs_err],
+            "max_rel_err": [bnum.max_rel_err, hnum.max_rel_err],
         },
         "tuning_hit_rate": [_hit_rate(base_r), _hit_rate(head_r)],
         "contention": [_contention(base_r), _contention(head_r)],
-        "noise_pct": [base_r.get("noise_pct"), head_r.get("noise_pct")],
-        "rounds": [len(base_r.get("rounds") or ()), len(head_r.get("rounds") or ())],
-        "manifest_diff": manifest_diff(bm, hm),
+        "noise_pct": [base_r.noise_pct, head_r.noise_pct],
+        "rounds": [len(base_r.rounds), len(head_r.rounds)],
+        "manifest_diff": manifest_diff(base_r.manifest, head_r.manifest),
         "stats": comp.to_dict() if comp else {"reason": reason},
         "reason": reason,
     }
@@ -268,10 +276,10 @@ def compare_rows(
     return row
 
 
-def _suite_threshold(cfg: RegressConfig, head_r: Mapping[str, Any]) -> RegressConfig:
-    for c in head_r.get("checks") or ():
-        if isinstance(c, Mapping) and c.get("name") == "latency.regress":
-            bound = c.get("bound")
+def _suite_threshold(cfg: RegressConfig, head_r: Result) -> RegressConfig:
+    for c in head_r.checks:
+        if c.name == "latency.regress":
+            bound = c.bound
             if isinstance(bound, int | float) and bound >= 0:
                 return replace(cfg, regress_pct=float(bound))
     return cfg
@@ -310,7 +318,9 @@ def compare_docs(
     IncompatibleBaselineError when a matched pair ran on different host classes.
     """
     cfg = config or RegressConfig()
-    bsuite, hsuite = base.get("suite"), head.get("suite")
+    same_run = crossarch.is_same_run(base, head)
+    bdoc, hdoc = ResultsDocument.of(base), ResultsDocument.of(head)
+    bsuite, hsuite = bdoc.suite, hdoc.suite
     if bsuite and hsuite and bsuite != hsuite:
         raise UsageError(
             f"{base_label} is a run of suite {bsuite!r}, {head_label} of suite {hsuite!r}: "
@@ -318,15 +328,15 @@ def compare_docs(
             where=base_label,
             hint="Pass a baseline of the same suite (its `suite:` name).",
         )
-    b_rows = {ResultKey.of(r): r for r in base["results"]}
-    h_rows = {ResultKey.of(r): r for r in head["results"]}
+    b_rows = {r.key: r for r in bdoc.results}
+    h_rows = {r.key: r for r in hdoc.results}
     both = [k for k in h_rows if k in b_rows]
     # A pair on two architectures, or with an emulated side, is compared for consistency
     # (guard.compare.crossarch: outputs, partitions, arena), never for latency, so it is
     # not refused here either.
     both = [k for k in both if not crossarch.is_consistency_pair(b_rows[k], h_rows[k])]
     for k in both:
-        why = host_incompatibility(b_rows[k].get("manifest") or {}, h_rows[k].get("manifest") or {})
+        why = host_incompatibility(b_rows[k].manifest, h_rows[k].manifest)
         if why:
             raise IncompatibleBaselineError(
                 f"baseline for {k} is not comparable: {why}",
@@ -347,8 +357,8 @@ def compare_docs(
         )
         for k in both
     ]
-    cross = crossarch.cross_arch_rows(base, head)
-    counted = counted_rows(base, head)
+    cross = crossarch.cross_arch_rows(bdoc, hdoc, same_doc=same_run)
+    counted = counted_rows(bdoc, hdoc)
     int8 = int8_outputs.int8_rows(base, head)
     doc_diff: dict[str, list[Any]] = {}
     for row in rows:
@@ -362,8 +372,8 @@ def compare_docs(
     ]
     return {
         "schema_version": SCHEMA_VERSION,
-        "base": {"label": base_label, "suite": base.get("suite"), "git": base.get("git")},
-        "head": {"label": head_label, "suite": head.get("suite"), "git": head.get("git")},
+        "base": {"label": base_label, "suite": bdoc.suite, "git": _git(bdoc)},
+        "head": {"label": head_label, "suite": hdoc.suite, "git": _git(hdoc)},
         "config": {
             "regress_pct": cfg.regress_pct,
             "alpha": cfg.alpha,
@@ -395,10 +405,16 @@ def compare_docs(
     }
 
 
+def _git(doc: ResultsDocument) -> dict[str, Any] | None:
+    """The document's ``git`` block as it was written (None where it has none)."""
+    return doc.git.to_json() if doc.git.read else None
+
+
 def exit_code(comparison: Mapping[str, Any], *, strict: bool = False) -> int:
     """1 when any row regressed or two architectures' outputs drifted apart (or, with
     strict, a row is inconclusive or a cross-architecture row differs); 0 otherwise."""
+    doc = ComparisonDocument.of(comparison)
     bad = {REGRESSED, INCONCLUSIVE} if strict else {REGRESSED}
-    drifted = crossarch.failing(comparison.get("cross_arch") or [], strict=strict)
-    counted = any(r.get("verdict") == REGRESSED for r in comparison.get("counted") or [])
-    return 1 if drifted or counted or any(r["verdict"] in bad for r in comparison["rows"]) else 0
+    drifted = crossarch.failing(doc.cross_arch, strict=strict)
+    counted = any(r.verdict == REGRESSED for r in doc.counted)
+    return 1 if drifted or counted or any(r.verdict in bad for r in doc.rows) else 0

@@ -41,6 +41,9 @@ from typing import Any
 import numpy as np
 
 from guard.counting.verdict import moved
+from guard.results.counted import Counted
+from guard.results.documents import ResultsDocument
+from guard.results.result import Result
 
 # Results keep their outputs whole up to this many elements in all; beyond it each output
 # keeps an evenly strided sample of at most SAMPLE_ELEMENTS (the hash still covers all).
@@ -97,21 +100,21 @@ def _arch(value: Any) -> str | None:
     return _ARCHES.get(str(value).lower()) if value else None
 
 
-def code_arch(r: Mapping[str, Any]) -> str | None:
+def code_arch(r: Result | Mapping[str, Any]) -> str | None:
     """The architecture a result's code was built for (its canonical target's triple)."""
-    canonical = str(((r.get("manifest") or {}).get("target") or {}).get("canonical") or "")
+    canonical = Result.of(r).manifest.target.canonical or ""
     for part in canonical.split():
         if part.startswith("-mtriple="):
             return _arch(part.split("=", 1)[1].split("-")[0])
     return None
 
 
-def host_arch(r: Mapping[str, Any]) -> str | None:
+def host_arch(r: Result | Mapping[str, Any]) -> str | None:
     """The architecture of the machine that ran the result."""
-    return _arch(((r.get("manifest") or {}).get("host") or {}).get("arch"))
+    return _arch(Result.of(r).manifest.host.arch)
 
 
-def is_cross(b: Mapping[str, Any], h: Mapping[str, Any]) -> bool:
+def is_cross(b: Result | Mapping[str, Any], h: Result | Mapping[str, Any]) -> bool:
     """Whether two results ran on different architectures (code or host)."""
     cb, ch, hb, hh = code_arch(b), code_arch(h), host_arch(b), host_arch(h)
     return (cb is not None and ch is not None and cb != ch) or (
@@ -119,42 +122,41 @@ def is_cross(b: Mapping[str, Any], h: Mapping[str, Any]) -> bool:
     )
 
 
-def emulated(r: Mapping[str, Any]) -> bool:
+def emulated(r: Result | Mapping[str, Any]) -> bool:
     """Whether a result's latency was not measured because its code ran under emulation."""
-    return r.get("latency_status") == "emulated"
+    return Result.of(r).latency_status == "emulated"
 
 
-def is_consistency_pair(b: Mapping[str, Any], h: Mapping[str, Any]) -> bool:
+def is_consistency_pair(b: Result | Mapping[str, Any], h: Result | Mapping[str, Any]) -> bool:
     """Whether a matched pair gets a consistency row here rather than a latency row:
     two architectures, or a side whose latency was not measured (emulated)."""
     return is_cross(b, h) or emulated(b) or emulated(h)
 
 
-def _usable(r: Mapping[str, Any]) -> bool:
-    return r.get("verdict") != "error" and bool(r.get("manifest"))
+def _usable(r: Result) -> bool:
+    return r.verdict != "error" and bool(r.manifest.to_json())  # built, with a manifest
 
 
-def _key(r: Mapping[str, Any]) -> tuple[str, str]:
-    return (str(r["model"]), str(r["backend"]))
+def _key(r: Result) -> tuple[str, str]:
+    return (r.model, r.backend)
 
 
-def _target(r: Mapping[str, Any]) -> str:
-    return str(((r.get("manifest") or {}).get("target") or {}).get("canonical") or r.get("target"))
-
-
-def _native_first(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[Any, Any]:
+def _native_first(a: Result, b: Result) -> tuple[Result, Result]:
     """Order a pair within one document: the measured (native) result is the reference."""
-    emulated = [r.get("latency_status") == "emulated" for r in (a, b)]
+    emulated = [r.latency_status == "emulated" for r in (a, b)]
     return (b, a) if emulated[0] and not emulated[1] else (a, b)
 
 
 def pair_results(
-    base: Mapping[str, Any], head: Mapping[str, Any], *, same_doc: bool
-) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+    base: ResultsDocument | Mapping[str, Any],
+    head: ResultsDocument | Mapping[str, Any],
+    *,
+    same_doc: bool,
+) -> list[tuple[Result, Result]]:
     """The (reference, other) result pairs that get a cross-architecture row."""
-    b_res = [r for r in base.get("results") or [] if _usable(r)]
-    h_res = [r for r in head.get("results") or [] if _usable(r)]
-    pairs: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    b_res = [r for r in ResultsDocument.of(base).results if _usable(r)]
+    h_res = [r for r in ResultsDocument.of(head).results if _usable(r)]
+    pairs: list[tuple[Result, Result]] = []
     if same_doc:
         for i, a in enumerate(b_res):
             for b in b_res[i + 1 :]:
@@ -170,7 +172,7 @@ def pair_results(
         for h in h_res:
             if _key(b) != _key(h):
                 continue
-            if _target(b) == _target(h) and (emulated(b) or emulated(h)):
+            if b.canonical_target == h.canonical_target and (emulated(b) or emulated(h)):
                 pairs.append((b, h))  # an emulated target across two runs: no latency
                 continue
             if not is_cross(b, h):
@@ -185,10 +187,10 @@ def pair_results(
 # ---------------------------------------------------------------------------- one row
 
 
-def _tolerance(r: Mapping[str, Any]) -> tuple[float, float]:
-    for c in r.get("checks") or ():
-        if isinstance(c, Mapping) and c.get("name") == "tolerance":
-            bound = c.get("bound")
+def _tolerance(r: Result) -> tuple[float, float]:
+    for c in r.checks:
+        if c.name == "tolerance":
+            bound = c.bound  # {rtol, atol} (guard.checks.evaluate.tolerance_bounds)
             if isinstance(bound, Mapping):
                 return float(bound.get("rtol", 1e-4)), float(bound.get("atol", 1e-5))
     return 1e-4, 1e-5
@@ -206,26 +208,24 @@ def _top1(ref: dict[str, Any], other: dict[str, Any]) -> float | None:
 
 
 def output_drift(
-    ref: Mapping[str, Any], other: Mapping[str, Any], rtol: float, atol: float
+    ref: Result | Mapping[str, Any], other: Result | Mapping[str, Any], rtol: float, atol: float
 ) -> dict[str, Any]:
     """Drift between two results' outputs, ``ref`` the reference side."""
-    rn, on = ref.get("numerics") or {}, other.get("numerics") or {}
-    rh, oh = rn.get("output_sha256"), on.get("output_sha256")
+    rn, on = Result.of(ref).numerics, Result.of(other).numerics
+    rh, oh = rn.output_sha256, on.output_sha256
     out: dict[str, Any] = {
         "hash_equal": rh is not None and rh == oh,
         "rtol": rtol, "atol": atol,
         "max_abs": None, "max_rel": None, "allclose": None, "top1_agreement": None,
         "elements": None, "sampled": False,
     }  # fmt: skip
-    ra, oa = decode_outputs(rn.get("outputs")), decode_outputs(on.get("outputs"))
+    ra, oa = decode_outputs(rn.outputs), decode_outputs(on.outputs)
     if ra is None or oa is None:
         if out["hash_equal"]:
             out.update(max_abs=0.0, max_rel=0.0, allclose=True,
                        how="output hashes are equal")  # fmt: skip
             return out
-        errs = [
-            e for e in (rn.get("max_abs_err"), on.get("max_abs_err")) if isinstance(e, int | float)
-        ]
+        errs = [e for e in (rn.max_abs_err, on.max_abs_err) if e is not None]
         bound = sum(errs) if len(errs) == 2 else None
         out["max_abs_bound"] = bound
         out["how"] = (
@@ -264,22 +264,25 @@ def output_drift(
     return out
 
 
-def _side(r: Mapping[str, Any]) -> dict[str, Any]:
+def _side(r: Result) -> dict[str, Any]:
+    measured = r.latency_ms is not None and bool(r.latency_ms.to_json())
     return {
-        "target": str(((r.get("manifest") or {}).get("target") or {}).get("canonical")
-                      or r.get("target")),
+        "target": r.canonical_target,
         "arch": code_arch(r),
         "host_arch": host_arch(r),
-        "latency_status": r.get("latency_status") or ("measured" if r.get("latency_ms") else None),
-    }  # fmt: skip
+        "latency_status": r.latency_status or ("measured" if measured else None),
+    }
 
 
-def cross_row(ref: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any]:
+def cross_row(
+    ref_r: Result | Mapping[str, Any], other_r: Result | Mapping[str, Any]
+) -> dict[str, Any]:
     """One cross-architecture row: output drift, partitions, arena; latency not compared."""
+    ref, other = Result.of(ref_r), Result.of(other_r)
     rtol, atol = _tolerance(other)
     drift = output_drift(ref, other, rtol, atol)
-    parts = [(r.get("partitions") or {}).get("count") for r in (ref, other)]
-    arena = [r.get("arena_bytes") for r in (ref, other)]
+    parts = [r.partitions.count if r.partitions else None for r in (ref, other)]
+    arena = [r.arena_bytes for r in (ref, other)]
     parts_equal, arena_equal = parts[0] == parts[1], arena[0] == arena[1]
     if drift["allclose"] is False:
         verdict = DRIFT
@@ -291,8 +294,8 @@ def cross_row(ref: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any
         verdict = CONSISTENT
     sides = [_side(ref), _side(other)]
     return {
-        "model": ref["model"],
-        "backend": ref["backend"],
+        "model": ref.model,
+        "backend": ref.backend,
         "arches": [s["arch"] for s in sides],
         "sides": sides,
         "verdict": verdict,
@@ -307,19 +310,21 @@ def cross_row(ref: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any
     }
 
 
-def _counted_pair(ref: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, Any] | None:
+def _counted_pair(ref: Result, other: Result) -> dict[str, Any] | None:
     """Counted cost on each architecture (guard run --counted): instructions and bytes moved
     per inference, side by side. Work on two ISAs, not one count: never a verdict."""
-    blocks: list[Mapping[str, Any]] = []
+    blocks: list[Counted] = []
+    instructions: list[float] = []
     for r in (ref, other):
-        b = r.get("counted")
-        if not (isinstance(b, Mapping) and "instructions" in b):
+        b = r.counted
+        if b is None or b.instructions is None:
             return None
         blocks.append(b)
+        instructions.append(float(b.instructions))
     return {
-        "instructions": [float(b["instructions"]) for b in blocks],
+        "instructions": instructions,
         "bytes_moved": [moved(b) for b in blocks],  # None: not counted (hardware counter)
-        "targets": [b.get("target") for b in blocks],
+        "targets": [b.target for b in blocks],
     }  # fmt: skip
 
 
@@ -365,14 +370,23 @@ def _summary(verdict: str, drift: Mapping[str, Any], parts: list[Any], arena: li
 # ---------------------------------------------------------------------------- document
 
 
-def is_same_run(base: Mapping[str, Any], head: Mapping[str, Any]) -> bool:
+def is_same_run(
+    base: ResultsDocument | Mapping[str, Any], head: ResultsDocument | Mapping[str, Any]
+) -> bool:
     """Whether two results documents are one run (``guard compare r.json r.json``)."""
     return base is head or base == head
 
 
-def cross_arch_rows(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every cross-architecture row between two results documents (or within one)."""
-    pairs = pair_results(base, head, same_doc=is_same_run(base, head))
+def cross_arch_rows(
+    base: ResultsDocument | Mapping[str, Any],
+    head: ResultsDocument | Mapping[str, Any],
+    *,
+    same_doc: bool | None = None,
+) -> list[dict[str, Any]]:
+    """Every cross-architecture row between two results documents (or within one:
+    ``same_doc``, else whether the two are one run)."""
+    same = is_same_run(base, head) if same_doc is None else same_doc
+    pairs = pair_results(base, head, same_doc=same)
     return [cross_row(a, b) for a, b in pairs]
 
 

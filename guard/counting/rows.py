@@ -8,12 +8,12 @@ fingerprints, "not comparable: FIELD differs" otherwise (which does not fail the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.results.counted import Counted
-from guard.results.documents import ResultsDocument
+from guard.results.documents import CountedRow, ResultsDocument
 from guard.results.result import Result
 
 VERDICTS = ("pass", "regressed", "improved", "not comparable", "missing")
@@ -76,7 +76,7 @@ def _bytes(x: Any) -> str:
     return f"{_si(x)}B" if isinstance(x, int | float) else "-"
 
 
-def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
+def markdown_lines(rows: Sequence[CountedRow | Mapping[str, Any]]) -> list[str]:
     """The counted table of ``guard compare`` (nothing when no row is counted)."""
     if not rows:
         return []
@@ -86,12 +86,13 @@ def markdown_lines(rows: list[dict[str, Any]]) -> list[str]:
         "| model / backend | target | verdict | instructions | Δ instr | bytes moved | Δ bytes |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        instr, moved = r.get("instructions") or [None, None], r.get("bytes_moved") or [None, None]
-        d_i, d_b = r.get("instructions_pct"), r.get("bytes_moved_pct")
-        verdict = r["verdict"] if "instructions" in r else f"{r['verdict']}: {r.get('message')}"
+    for row in rows:
+        r = CountedRow.of(row)
+        instr, moved = r.instructions or (None, None), r.bytes_moved or (None, None)
+        d_i, d_b = r.instructions_pct, r.bytes_moved_pct
+        verdict = r.verdict if r.instructions else f"{r.verdict}: {r.message}"
         lines.append(
-            f"| {r['model']} [{r['backend']}] | {r.get('counted_target') or r['target']} | {verdict} | "
+            f"| {r.model} [{r.backend}] | {r.counted_target or r.target} | {verdict} | "
             f"{_si(instr[0])} → {_si(instr[1])} | "
             f"{'-' if d_i is None else f'{d_i:+.3f}%'} | {_bytes(moved[0])} → {_bytes(moved[1])} | "
             f"{'-' if d_b is None else f'{d_b:+.3f}%'} |"

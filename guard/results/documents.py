@@ -104,11 +104,32 @@ class ComparisonRow(Record):
     partitions: tuple[int | None, ...] = ()
     numerics: RowNumerics = field(default_factory=RowNumerics)
     tuning_hit_rate: tuple[float | None, ...] = ()
+    contention: tuple[float | None, ...] = ()
     noise_pct: tuple[float | None, ...] = ()
+    rounds: tuple[int | None, ...] = ()
     manifest_diff: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
     stats: Mapping[str, Json] = field(default_factory=dict)
     reason: str | None = None
     attribution: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountedRow(Record):
+    """One counted row of a comparison (guard.counting.rows): instructions and bytes moved
+    per inference, base and head, and the exact verdict."""
+
+    model: str | None = None
+    backend: str | None = None
+    target: str | None = None
+    counted_target: str | None = None
+    verdict: str | None = None  # pass|regressed|improved|not comparable|missing
+    message: str | None = None
+    instructions: tuple[float | None, ...] = ()
+    bytes_moved: tuple[float | None, ...] = ()
+    instructions_pct: float | None = None
+    bytes_moved_pct: float | None = None
+    bound_pct: float | None = None
+    same_artefact: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +164,6 @@ class ComparisonDocument(Record):
     manifest_diff: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
     rows: tuple[ComparisonRow, ...] = ()
     cross_arch: tuple[Mapping[str, Json], ...] = ()
-    counted: tuple[Mapping[str, Json], ...] = ()
+    counted: tuple[CountedRow, ...] = ()
     int8: tuple[Int8Row, ...] = ()  # guard.compare.int8_outputs
     summary: Mapping[str, Json] = field(default_factory=dict)

@@ -28,6 +28,15 @@ class Target(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class MissedKey(Record):
+    """A tuning-cache look-up that missed, with the nearest key and how it differs."""
+
+    key: Json = None
+    nearest: Json = None
+    differs: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class TuningCache(Record):
     """The tuned-schedule cache the artefact was built with, and its look-ups."""
 
@@ -36,7 +45,7 @@ class TuningCache(Record):
     hits: int | None = None
     misses: int | None = None
     path: str | None = None
-    missed: tuple[Json, ...] = ()
+    missed: tuple[MissedKey, ...] = ()
 
     @property
     def hit_rate(self) -> float | None:

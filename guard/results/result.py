@@ -84,6 +84,11 @@ class Round(Record):
     simd_ms: float | None = None
     host_readings: tuple[tuple[float, ...], ...] = ()
 
+    @property
+    def probes(self) -> tuple[float | None, ...]:
+        """The host-speed readings in guard.results.load.PROBES order (host_ms, simd_ms)."""
+        return (self.host_ms, self.simd_ms)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Measurement(Record):
@@ -117,6 +122,11 @@ class PartitionDetail(Record):
     first: str | None = None
     last: str | None = None
     ops: Mapping[str, int] = field(default_factory=dict)
+    # what a backend reported unsupported here, in whichever shape it has (a list of op
+    # types or of {op_type|op}, or {op: count})
+    unsupported: Json = None
+    unsupported_ops: Json = None
+    fallback_ops: Json = None
 
 
 @dataclass(frozen=True, kw_only=True)
