@@ -20,6 +20,7 @@ from guard.compare.base_branch import last_finished_invocation
 from guard.compare.compare import IncompatibleBaselineError, compare_docs
 from guard.compare.reports import to_markdown
 from guard.core.errors import GuardError
+from guard.results.documents import ResultsDocument
 from guard.stats.calibrate import default_noise_path, load_noise
 
 
@@ -40,15 +41,16 @@ def compare_with_base(
     """Print the comparison of ``doc`` (a tracked run) with the base branch's last finished
     invocation; returns the comparison document, or None with one line saying why not."""
     out = out or sys.stdout
-    tracking = doc.get("tracking") or {}
+    typed = ResultsDocument.of(doc)
+    tracking = typed.tracking  # what guard.run.deliver says tracking did: {uri, error, ...}
     uri = tracking.get("uri")
     if not uri or tracking.get("error"):
         print(
             f"guard: base branch {branch}: not compared (tracking did not log this run)", file=out
         )
         return None
-    suite = str(doc.get("suite"))
-    head_commit = (doc.get("git") or {}).get("commit")
+    suite = str(typed.suite)
+    head_commit = typed.git.commit
     try:
         base, skipped = last_finished_invocation(
             uri, suite, branch, exclude_commit=head_commit, finder=finder, loader=loader

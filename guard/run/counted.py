@@ -92,13 +92,13 @@ def counted_against(
     )
     if block is None or baseline is None:
         return bound, None
-    from guard.results.result import ResultKey
+    from guard.results.documents import ResultsDocument
 
     base = next(
-        (r for r in baseline.get("results", []) if r.get("manifest") and ResultKey.of(r) == key),
+        (r for r in ResultsDocument.of(baseline).results if r.manifest.to_json() and r.key == key),
         None,
     )
-    return bound, compare_counted((base or {}).get("counted"), block, bound)
+    return bound, compare_counted(base.counted if base else None, block, bound)
 
 
 def count_pairs(

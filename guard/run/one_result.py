@@ -38,6 +38,7 @@ from guard.measure.round_runner import (
     measuring_cpus,
     round_isolation,
 )
+from guard.results.documents import ResultsDocument
 from guard.run.case import Case, load_case
 from guard.suite import ModelEntry
 from guard.suite.model import ModelSpec
@@ -78,14 +79,14 @@ def _against_baseline(
     base = next(
         (
             r
-            for r in baseline.get("results", [])
-            if r.get("verdict") != "error" and r.get("manifest") and ResultKey.of(r) == key
+            for r in ResultsDocument.of(baseline).results
+            if r.verdict != "error" and r.manifest.to_json() and r.key == key
         ),
         None,
     )
     if base is None:
         return None, f"the baseline has no result for {key.model} [{key.backend}] on this target"
-    why = host_incompatibility(base["manifest"], manifest)
+    why = host_incompatibility(base.manifest, manifest)
     if why:
         return None, f"baseline refused: {why}"
     calibrated = (noise or {}).get(str(key)) or {}

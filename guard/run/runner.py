@@ -16,7 +16,7 @@ import datetime as _dt
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from guard.core.supported import outside_range, warning_line
 from guard.golden.produce import ensure_golden, golden_store
 from guard.measure import MeasureConfig, set_threads
 from guard.measure.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
+from guard.results.result import Result
 from guard.run.case import prepare_model
 from guard.run.counted import counted_config
 from guard.run.deliver import Interruption, finish, outputs, say
@@ -97,12 +98,12 @@ def git_info(cwd: Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status), "branch": branch}
 
 
-def exit_code_for(results: list[dict[str, Any]]) -> int:
+def exit_code_for(results: Sequence[Result | Mapping[str, Any]]) -> int:
     code = EXIT_OK
-    for r in results:
-        if r["verdict"] == "error":
-            code = max(code, EXIT_BAD_INPUT if r.get("error_kind") == "usage" else EXIT_INTERNAL)
-        elif r["verdict"] == "fail":
+    for r in map(Result.of, results):
+        if r.verdict == "error":
+            code = max(code, EXIT_BAD_INPUT if r.error_kind == "usage" else EXIT_INTERNAL)
+        elif r.verdict == "fail":
             code = max(code, EXIT_CHECK_FAILED)
     return code
 
@@ -398,16 +399,17 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     }
     if shard_block is not None:
         doc["shard"] = shard_block
-    code = exit_code_for(results)
-    for r in results:
-        if r["verdict"] == "error":
-            say(f"guard: error: {r['model']} [{r['backend']}]: {r['error']}", opts.console)
-        elif "error" in (r.get("counted") or {}):
-            say(f"guard: counted: {r['counted']['error']}", opts.console)
+    typed = [Result.of(r) for r in results]
+    code = exit_code_for(typed)
+    for t in typed:
+        if t.verdict == "error":
+            say(f"guard: error: {t.model} [{t.backend}]: {t.error}", opts.console)
+        elif t.counted is not None and t.counted.failed:
+            say(f"guard: counted: {t.counted.error}", opts.console)
     for line in opts.tools_missing[:1]:  # the wall-time results are complete
         say(f"guard: warning: {line}; no counted figures in this run", opts.console)
     # Which engine counted and why, once per run (each count records it too).
-    notes = [(r.get("counted") or {}).get("engine_note") for r in results]
+    notes = [t.counted.engine_note if t.counted else None for t in typed]
     for note in dict.fromkeys(n for n in notes if n):
         say(f"guard: counted: {note}", opts.console)
 

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import GuardError, UsageError
+from guard.results.documents import ResultsDocument
 from guard.results.load import load_results
-from guard.results.result import Case, ResultKey
+from guard.results.result import Case
 from guard.suite import ModelEntry, Suite
 from guard.track.index import case_times
 from guard.track.invocation import ensure_invocation
@@ -68,12 +69,10 @@ def parse_shard(text: str) -> ShardSpec:
 def times_from_results(doc: Mapping[str, Any]) -> dict[Case, float]:
     """Seconds per case from a results document (``duration_s`` of each result)."""
     out: dict[Case, float] = {}
-    for r in doc.get("results") or ():
-        if not isinstance(r, Mapping):
-            continue
-        d = r.get("duration_s")
-        if isinstance(d, int | float) and not isinstance(d, bool) and d >= 0:
-            out[ResultKey.of(r).case] = float(d)
+    for r in ResultsDocument.of(doc).results:
+        d = r.duration_s
+        if d is not None and d >= 0:
+            out[r.key.case] = float(d)
     return out
 
 
