@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from guard.results.documents import ComparisonRow
+from guard.results.manifest import MissedKey
 from guard.results.result import Result
 
 # guard.measure.preflight warns above 20%; a verdict measured like that deserves a note.
@@ -60,7 +61,8 @@ def _miss_cause(r: Result) -> str | None:
     the bundled compiler's, records it per miss): the most common difference, with its
     count when not every miss shares it."""
     missed = r.manifest.tuning_cache.missed
-    diffs = [str(m.differs) for m in missed if m.differs]
+    keys = [MissedKey.of(m) for m in missed if isinstance(m, Mapping)]
+    diffs = [str(k.differs) for k in keys if k.differs]
     if not diffs:
         return None
     top = max(sorted(set(diffs)), key=diffs.count)

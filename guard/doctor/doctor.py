@@ -31,7 +31,8 @@ from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
 from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Evidence, Finding
 from guard.doctor.validity import p50_ratio, validity
 from guard.manifest.target_string import host_cpu
-from guard.results.result import ResultKey
+from guard.results.documents import ResultsDocument
+from guard.results.result import Result
 
 SCHEMA_VERSION = 1
 
@@ -59,17 +60,17 @@ def _host_cpu() -> str | None:
 
 
 def _pick(
-    doc: Mapping[str, Any], models: tuple[str, ...], backends: tuple[str, ...], where: str
-) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    doc: ResultsDocument, models: tuple[str, ...], backends: tuple[str, ...], where: str
+) -> dict[tuple[str, str, str], Result]:
     out = {}
-    for r in doc.get("results") or []:
-        if models and r.get("model") not in models:
+    for r in doc.results:
+        if models and r.model not in models:
             continue
-        if backends and r.get("backend") not in backends:
+        if backends and r.backend not in backends:
             continue
-        out[ResultKey.of(r).case] = r  # the suite's spelling: see ResultKey.case
+        out[r.key.case] = r  # the suite's spelling: see ResultKey.case
     if not out:
-        have = sorted({f"{r.get('model')} [{r.get('backend')}]" for r in doc.get("results") or []})
+        have = sorted({f"{r.model} [{r.backend}]" for r in doc.results})
         raise UsageError(
             "no result"
             + (f" for model {', '.join(models)}" if models else "")
@@ -83,6 +84,10 @@ def _pick(
 FASTER = 0.95  # head/base p50 below which the head is clearly not slower
 
 
+def _p50(r: Result) -> float | None:
+    return r.latency_ms.p50 if r.latency_ms is not None else None
+
+
 def _not_slower(findings: list[Finding], base: Side | None, head: Side) -> None:
     """On a head that got faster, a difference is not the cause of a slowdown.
 
@@ -93,7 +98,7 @@ def _not_slower(findings: list[Finding], base: Side | None, head: Side) -> None:
     ratio = p50_ratio(base, head)
     if ratio is None or ratio >= FASTER:
         return
-    failed = {c.get("name") for c in head.result.get("checks") or [] if c.get("status") == "fail"}
+    failed = {c.name for c in head.r.checks if c.status == "fail"}
     for f in findings:
         if (
             f.step in range(3, 11)
@@ -106,10 +111,10 @@ def _not_slower(findings: list[Finding], base: Side | None, head: Side) -> None:
 
 def _errored(base: Side | None, head: Side) -> list[Finding] | None:
     """An error result measured nothing: every step is unknown, with the error."""
-    bad = [s for s in (base, head) if s is not None and s.result.get("verdict") == "error"]
+    bad = [s for s in (base, head) if s is not None and s.r.verdict == "error"]
     if not bad:
         return None
-    why = "; ".join(f"{s.label} result is an error ({s.result.get('error')})" for s in bad)
+    why = "; ".join(f"{s.label} result is an error ({s.r.error})" for s in bad)
     out = []
     for step, (title, _) in enumerate(STEPS, start=1):
         f = Finding(
@@ -189,15 +194,17 @@ def diagnose(
     sysfs_root: Path = SYSFS_CACHE,
 ) -> dict[str, Any]:
     """The doctor document for HEAD (and BASE): one case per paired result, 11 findings each."""
-    if base_doc is not None and base_doc.get("suite") != head_doc.get("suite"):
+    head_d = ResultsDocument.of(head_doc)
+    base_d = ResultsDocument.of(base_doc) if base_doc is not None else None
+    if base_d is not None and base_d.suite != head_d.suite:
         raise UsageError(
-            f"base is suite {base_doc.get('suite')!r}, head is suite {head_doc.get('suite')!r}: "
+            f"base is suite {base_d.suite!r}, head is suite {head_d.suite!r}: "
             "the doctor compares results of one suite",
             hint="Pass two results files of the same suite.",
         )
-    heads = _pick(head_doc, models, backends, labels[1])
-    bases = _pick(base_doc, models, backends, labels[0]) if base_doc is not None else {}
-    if base_doc is not None:
+    heads = _pick(head_d, models, backends, labels[1])
+    bases = _pick(base_d, models, backends, labels[0]) if base_d is not None else {}
+    if base_d is not None:
         common = [k for k in heads if k in bases]
         if not common:
             raise UsageError(
@@ -210,12 +217,12 @@ def diagnose(
     else:
         keys = list(heads)
     ctx = Context(
-        caches=host_caches(sysfs_root), host_cpu=_host_cpu(), suite_path=head_doc.get("suite_path")
+        caches=host_caches(sysfs_root), host_cpu=_host_cpu(), suite_path=head_d.suite_path
     )
     cases = []
     for k in keys:
-        head = Side("head", heads[k], head_doc)
-        base = Side("base", bases[k], base_doc) if base_doc is not None else None
+        head = Side("head", heads[k], head_d)
+        base = Side("base", bases[k], base_d) if base_d is not None else None
         v = validity(base, head)
         findings = diagnose_pair(base, head, ctx, v)
         first = next((f for f in findings if f.status == CAUSE), None)
@@ -224,14 +231,8 @@ def diagnose(
                 "model": k[0],
                 "backend": k[1],
                 "target": k[2],
-                "verdict": [
-                    base.result.get("verdict") if base else None,
-                    head.result.get("verdict"),
-                ],
-                "p50_ms": [
-                    base.get("latency_ms.p50") if base else None,
-                    head.get("latency_ms.p50"),
-                ],
+                "verdict": [base.r.verdict if base else None, head.r.verdict],
+                "p50_ms": [_p50(base.r) if base else None, _p50(head.r)],
                 "p50_ratio": p50_ratio(base, head),
                 "validity": v,
                 "first_cause": first.step if first else None,
@@ -243,7 +244,7 @@ def diagnose(
         "schema_version": SCHEMA_VERSION,
         "kind": "guard-doctor",
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "suite": head_doc.get("suite"),
+        "suite": head_d.suite,
         "base": labels[0] if base_doc is not None else None,
         "head": labels[1],
         "host_caches": ctx.caches,

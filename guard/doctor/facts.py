@@ -1,7 +1,8 @@
 """The facts the doctor reads: one result's fields, its artefact's records, the host's caches.
 
-Every reader returns ``None`` for a fact that is not recorded (a key absent or null), so a
-step can say ``unknown: <field>`` instead of guessing. Nothing here judges; the steps do.
+A side's result is read through the typed results tree (``Side.r``, a
+guard.results.result.Result): a fact that is not recorded (a key absent or null) is None,
+so a step can say ``unknown: <field>`` instead of guessing. Nothing here judges; the steps do.
 ``Context`` is what every step may read besides the two results (the host, the suite).
 """
 
@@ -17,6 +18,8 @@ from typing import Any
 import onnx
 
 from guard.core.fsutil import file_sha256
+from guard.results.documents import ResultsDocument
+from guard.results.result import Result
 from guard.run.case import resolve_model
 from guard.suite import load_suite
 
@@ -28,26 +31,24 @@ class Side:
     """One result (one model, backend, target) of one side of the comparison."""
 
     label: str  # "base" or "head"
-    result: Mapping[str, Any]
-    doc: Mapping[str, Any] = field(default_factory=dict)
+    result: Result | Mapping[str, Any]
+    doc: ResultsDocument | Mapping[str, Any] = field(default_factory=dict)
+    r: Result = field(init=False, repr=False)  # the result, typed
+    d: ResultsDocument = field(init=False, repr=False)  # its document, typed
 
-    def get(self, path: str) -> Any:
-        """The value at a dotted path, or None when any part is absent or null."""
-        cur: Any = self.result
-        for part in path.split("."):
-            if not isinstance(cur, Mapping) or cur.get(part) is None:
-                return None
-            cur = cur[part]
-        return cur
+    def __post_init__(self) -> None:
+        self.r = Result.of(self.result)
+        self.d = ResultsDocument.of(self.doc)
 
     @property
-    def manifest(self) -> Mapping[str, Any]:
-        return self.result.get("manifest") or {}
+    def has_manifest(self) -> bool:
+        """Whether the result carries a manifest (an error before the build has none)."""
+        return bool(self.r.manifest.to_json())
 
     @property
     def artefact(self) -> Path | None:
-        a = self.result.get("artefact")
-        p = Path(a) if isinstance(a, str) and a else None
+        a = self.r.artefact
+        p = Path(a) if a else None
         return p if p is not None and p.is_dir() else None
 
     def artefact_json(self, name: str) -> Any:
@@ -60,23 +61,22 @@ class Side:
         except (OSError, json.JSONDecodeError):
             return None
 
-    def check(self, name: str) -> Mapping[str, Any] | None:
-        for c in self.result.get("checks") or []:
-            if isinstance(c, Mapping) and c.get("name") == name:
-                return c
-        return None
+    def check_status(self, name: str) -> str | None:
+        """The status of the result's first check called ``name``, or None."""
+        c = self.r.check(name)
+        return c.status if c is not None else None
 
 
-def model_file(doc: Mapping[str, Any], result: Mapping[str, Any]) -> Path | None:
+def model_file(doc: ResultsDocument, result: Result) -> Path | None:
     """The result's model file, found through the suite the results document names, when
     its sha256 matches the manifest's (so it is the model that was built)."""
-    sp = doc.get("suite_path")
-    want = ((result.get("manifest") or {}).get("model") or {}).get("sha256")
+    sp = doc.suite_path
+    want = result.manifest.model.sha256
     if not sp or not want or not Path(sp).is_file():
         return None
     try:
         suite = load_suite(Path(sp))
-        entry = next((m for m in suite.models if m.name == result.get("model")), None)
+        entry = next((m for m in suite.models if m.name == result.model), None)
         if entry is None:
             return None
         p = resolve_model(entry)
@@ -95,7 +95,7 @@ class Context:
     docs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def model_path(self, side: Side) -> Path | None:
-        return model_file(side.doc, side.result)
+        return model_file(side.d, side.r)
 
     def model_source(self, side: Side) -> str | None:
         p = self.model_path(side)
@@ -109,21 +109,20 @@ def splits(side: Side) -> tuple[list[dict[str, Any]] | None, str]:
     ``partitions.json``. Without either, single-node fallback partitions still name their
     node and op (from ``partitions.details``), without the reason.
     """
-    rec = side.get("partitions.splits")
-    if isinstance(rec, list):
+    parts = side.r.partitions
+    rec = parts.splits if parts else None
+    if rec is not None:
         return [dict(s) for s in rec], "result partitions.splits"
     pj = side.artefact_json("partitions.json")
     if isinstance(pj, Mapping) and isinstance(pj.get("splits"), list):
         return [dict(s) for s in pj["splits"]], f"{side.artefact}/partitions.json"
-    details = side.get("partitions.details")
-    if isinstance(details, list) and details and "delegated" in details[0]:
-        out = []
+    details = parts.details if parts else ()
+    if details and details[0].delegated is not None:
+        out: list[dict[str, Any]] = []
         for d in details:
-            if not d.get("delegated") and d.get("first") == d.get("last") and d.get("nodes") == 1:
-                op = next(iter(d.get("ops") or {}), None)
-                out.append(
-                    {"node": d.get("first"), "op": op, "backend": d.get("backend"), "declined": {}}
-                )
+            if not d.delegated and d.first == d.last and d.nodes == 1:
+                op = next(iter(d.ops), None)
+                out.append({"node": d.first, "op": op, "backend": d.backend, "declined": {}})
         return out, "result partitions.details (single-node fallback partitions; no reasons)"
     return None, ""
 
@@ -131,9 +130,10 @@ def splits(side: Side) -> tuple[list[dict[str, Any]] | None, str]:
 def layout_notes(side: Side) -> list[str]:
     """The layout pass's per-region notes (which region got which layout, and why)."""
     notes: list[str] = []
-    for p in side.get("graph.passes") or []:
-        if isinstance(p, Mapping) and p.get("name") == "assign_layout":
-            notes += [str(n) for n in p.get("notes") or [] if "conversions inserted" in str(n)]
+    graph = side.r.graph
+    for p in (graph.passes if graph else None) or ():
+        if p.name == "assign_layout":
+            notes += [str(n) for n in p.notes if "conversions inserted" in str(n)]
     return notes
 
 

@@ -17,8 +17,8 @@ OVERHEAD_OPS = ("QuantizeLinear", "DequantizeLinear", "Cast", "Identity", "Copy"
 
 
 def _ops_after(s: Side) -> tuple[dict[str, int] | None, str]:
-    ops = s.get("graph.ops_after")
-    if isinstance(ops, Mapping):
+    ops = s.r.graph.ops_after if s.r.graph else None
+    if ops is not None:
         return dict(ops), "result graph.ops_after"
     ort = optimised_onnx_ops(s)
     if ort is not None:
@@ -54,18 +54,18 @@ def step4_graph_diff(base: Side | None, head: Side, ctx: Context) -> Finding:
             "This backend records no optimised graph; keep its "
             "artefact next to the results file to read it.",
         )
-    bm = base.get("manifest.model.sha256") if base else None
-    hm = head.get("manifest.model.sha256")
+    bm = base.r.manifest.model.sha256 if base else None
+    hm = head.r.manifest.model.sha256
     f.add("input model sha256", bm[:12] if bm else None, hm[:12] if hm else None)
     f.add("nodes after", sum(ba.values()) if ba else None, sum(ha.values()))
     f.add("read from", None, hwhere)
     if base is None:
-        added = dict(head.get("graph.added") or {})
+        added = dict((head.r.graph.added if head.r.graph else None) or {})
         f.add("ops added vs the input graph", None, added)
-        over = {op: n for op, n in added.items() if op in OVERHEAD_OPS}
-        if over:
+        overhead = {op: n for op, n in added.items() if op in OVERHEAD_OPS}
+        if overhead:
             f.status = SUSPECT
-            f.summary = f"the compiler added {over}"
+            f.summary = f"the compiler added {overhead}"
             f.action = "Check why each was needed (passes' notes in the artefact's report)."
         else:
             f.summary = (
@@ -75,7 +75,8 @@ def step4_graph_diff(base: Side | None, head: Side, ctx: Context) -> Finding:
     d = _delta(ba or {}, ha)
     f.add("op counts that changed [base, head]", None, d)
     if bm and hm and bm != hm:
-        bb, hb = base.get("graph.ops_before") or {}, head.get("graph.ops_before") or {}
+        bb = (base.r.graph.ops_before if base.r.graph else None) or {}
+        hb = (head.r.graph.ops_before if head.r.graph else None) or {}
         f.add("input graph op counts that changed", None, _delta(bb, hb))
     over = {op: v for op, v in d.items() if _bare(op) in OVERHEAD_OPS and v[1] > v[0]}
     lost = {op: v for op, v in d.items() if _bare(op).startswith("Fused") and v[1] < v[0]}
@@ -132,13 +133,19 @@ def step4_graph_diff(base: Side | None, head: Side, ctx: Context) -> Finding:
 
 
 def _conversions(s: Side) -> tuple[int | None, str]:
-    added = s.get("graph.added")
-    if isinstance(added, Mapping):
+    added = s.r.graph.added if s.r.graph else None
+    if added is not None:
         return sum(int(n) for op, n in added.items() if _bare(op) in LAYOUT_OPS), "graph.added"
     ops, where = _ops_after(s)
-    if ops is not None and s.get("graph") is None:
+    if ops is not None and s.r.graph is None:
         return sum(n for op, n in ops.items() if _bare(op) in LAYOUT_OPS), where
     return None, ""
+
+
+def _transposes_inserted(s: Side) -> Any:
+    """The layout pass's own count of the transposes it inserted (its by_pass stats)."""
+    stats = (s.r.graph.by_pass if s.r.graph else {}).get("assign_layout")
+    return stats.get("num_transposes_inserted") if isinstance(stats, Mapping) else None
 
 
 def step5_layout(base: Side | None, head: Side, ctx: Context) -> Finding:
@@ -147,7 +154,7 @@ def step5_layout(base: Side | None, head: Side, ctx: Context) -> Finding:
     bc, _ = _conversions(base) if base else (None, "")
     if hc is None or (base is not None and bc is None):
         miss = [s for s, c in ((base, bc), (head, hc)) if s is not None and c is None]
-        ort = head.result.get("backend") == "onnxruntime"
+        ort = head.r.backend == "onnxruntime"
         return unknown(
             5,
             f.title,
@@ -168,11 +175,7 @@ def step5_layout(base: Side | None, head: Side, ctx: Context) -> Finding:
         )
     f.add("layout conversions in the optimised graph", bc, hc)
     f.add("read from", None, where)
-    ins = [
-        s.get("graph.by_pass.assign_layout.num_transposes_inserted")
-        for s in (base, head)
-        if s is not None
-    ]
+    ins = [_transposes_inserted(s) for s in (base, head) if s is not None]
     if any(v is not None for v in ins):
         f.add("inserted by assign_layout", ins[0] if base else None, ins[-1])
     notes_h = layout_notes(head)
@@ -204,10 +207,8 @@ def step5_layout(base: Side | None, head: Side, ctx: Context) -> Finding:
 
 def _declared_dims(s: Side, ctx: Context) -> dict[str, list[Any]] | None:
     """The model's own input dims (dim_param names kept), when its file can be found."""
-    rec = s.get("manifest.model.inputs")
-    if isinstance(rec, Mapping) and all(
-        isinstance(v, Mapping) and "dims" in v for v in rec.values()
-    ):
+    rec = s.r.manifest.model.inputs
+    if rec is not None and all(isinstance(v, Mapping) and "dims" in v for v in rec.values()):
         return {k: list(v["dims"]) for k, v in rec.items()}
     path = ctx.model_path(s)
     if path is None:
@@ -221,8 +222,8 @@ def _declared_dims(s: Side, ctx: Context) -> dict[str, list[Any]] | None:
 
 def step7_dynamic_shapes(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(7, "dynamic shapes")
-    bound = head.get("manifest.model.inputs")
-    if not isinstance(bound, Mapping):
+    bound = head.r.manifest.model.inputs
+    if bound is None:
         return unknown(7, f.title, ["manifest.model.inputs"])
     shapes = {k: v.get("shape") for k, v in bound.items() if isinstance(v, Mapping)}
     fixed = all(isinstance(d, int) for v in shapes.values() for d in v or [])

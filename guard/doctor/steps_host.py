@@ -13,7 +13,7 @@ _RANK = {"L1d": 1, "L1": 1, "L2": 2, "L3": 3, "L4": 4, "DRAM": 9}
 
 def _recorded_caches(s: Side) -> list[dict[str, Any]] | None:
     """Caches the measuring host recorded (manifest.host.caches), in host_caches' shape."""
-    rec = s.get("manifest.host.caches")
+    rec = s.r.manifest.host.caches
     if not isinstance(rec, list):
         return None
     out = []
@@ -33,8 +33,8 @@ def _recorded_caches(s: Side) -> list[dict[str, Any]] | None:
 
 def step8_arena(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(8, "arena vs memory hierarchy")
-    ha = head.get("arena_bytes")
-    ba = base.get("arena_bytes") if base else None
+    ha = head.r.arena_bytes
+    ba = base.r.arena_bytes if base else None
     if ha is None or (base is not None and ba is None):
         return unknown(
             8,
@@ -42,14 +42,14 @@ def step8_arena(base: Side | None, head: Side, ctx: Context) -> Finding:
             [
                 f"{s.label} arena_bytes"
                 for s in (base, head)
-                if s is not None and s.get("arena_bytes") is None
+                if s is not None and s.r.arena_bytes is None
             ],
         )
     f.add("arena bytes", ba, ha)
     f.add(
         "lower bound bytes",
-        base.get("arena_lower_bound_bytes") if base else None,
-        head.get("arena_lower_bound_bytes"),
+        base.r.arena_lower_bound_bytes if base else None,
+        head.r.arena_lower_bound_bytes,
     )
     recorded = _recorded_caches(head)
     caches = recorded or ctx.caches
@@ -70,7 +70,7 @@ def step8_arena(base: Side | None, head: Side, ctx: Context) -> Finding:
     hl = fits_in(ha, caches)
     bl = fits_in(ba, caches) if ba is not None else None
     f.add("smallest level holding the arena", bl, hl)
-    ran_on = {s.get("manifest.host.cpu") for s in (base, head) if s is not None}
+    ran_on = {s.r.manifest.host.cpu for s in (base, head) if s is not None}
     other_host = (
         not recorded and ctx.host_cpu is not None and ran_on - {None} and ctx.host_cpu not in ran_on
     )

@@ -22,55 +22,23 @@ class KernelTime(TypedDict, total=False):
 
 def _kernels(s: Side) -> tuple[dict[str, KernelTime] | None, str]:
     """{kernel name: {ms, share}} from the result's ``kernels`` or an onnxruntime profile."""
-    ks = s.get("kernels")
-    if isinstance(ks, Mapping):  # {"top": [...], ...} or {name: {...}}
-        ks = (
-            ks.get("top")
-            if isinstance(ks.get("top"), list)
-            else [
-                {"name": k, **(v if isinstance(v, Mapping) else {"ms": v})} for k, v in ks.items()
-            ]
-        )
-    if isinstance(ks, list) and ks:
+    ks = s.r.kernels
+    if ks:
         out: dict[str, KernelTime] = {}
         for k in ks:
-            if not isinstance(k, Mapping):
-                continue
-            name = str(k.get("name") or k.get("kernel") or k.get("node") or "?")
-            nodes = [str(n) for n in k.get("nodes") or []]
+            name = str(k.name or k.kernel or k.node or "?")
+            nodes = list(k.nodes)
             label = name
             if nodes:
                 # Kernel names are per-artefact indices (k3_relayout); the nodes a kernel
                 # runs are what stays the same between two builds, so they are the key.
                 shown = ", ".join(nodes[:2]) + (f" +{len(nodes) - 2}" if len(nodes) > 2 else "")
-                label = f"{name} ({k.get('op') or '?'}: {shown})"
+                label = f"{name} ({k.op or '?'}: {shown})"
                 if nodes == [name]:  # onnxruntime's profiler: one row per node
-                    label = f"{name} ({k.get('op') or '?'})"
-                name = f"{k.get('op') or ''}@{','.join(nodes)}"
-            ms = next(
-                (
-                    float(k[f]) * m
-                    for f, m in (
-                        ("ms", 1),
-                        ("time_ms", 1),
-                        ("mean_ms", 1),
-                        ("us", 1e-3),
-                        ("time_us", 1e-3),
-                        ("seconds", 1e3),
-                        ("s", 1e3),
-                    )
-                    if isinstance(k.get(f), (int, float))
-                ),
-                None,
-            )
-            share = next(
-                (float(k[f]) for f in ("share", "fraction") if isinstance(k.get(f), (int, float))),
-                None,
-            )
-            if share is None and isinstance(k.get("pct"), (int, float)):
-                share = float(k["pct"]) / 100
-            out[name] = {"ms": ms, "share": share, "label": label}
-        src = next((k.get("source") for k in ks if isinstance(k, Mapping)), None)
+                    label = f"{name} ({k.op or '?'})"
+                name = f"{k.op or ''}@{','.join(nodes)}"
+            out[name] = {"ms": k.time, "share": k.fraction_of_total, "label": label}
+        src = next((k.source for k in ks), None)
         return out, "result kernels" + (f" ({src})" if src else "")
     art = s.artefact
     if art is not None:
@@ -107,12 +75,12 @@ def _counted_evidence(f: Finding, base: Side | None, head: Side) -> None:
     moved by noise, and a count that moved is work that changed."""
     from guard.counting.verdict import compare_counted
 
-    hc, bc = head.get("counted"), base.get("counted") if base else None
-    if not isinstance(hc, Mapping) or "instructions" not in hc:
+    hc, bc = head.r.counted, base.r.counted if base else None
+    if hc is None or hc.instructions is None:
         return
-    b_instr = bc.get("instructions") if isinstance(bc, Mapping) else None
-    f.add("counted instructions / inference", b_instr, hc.get("instructions"))
-    if isinstance(bc, Mapping) and "instructions" in bc:
+    b_instr = bc.instructions if bc is not None else None
+    f.add("counted instructions / inference", b_instr, hc.instructions)
+    if bc is not None and bc.instructions is not None:
         f.add("counted verdict", None, compare_counted(bc, hc)["message"])
 
 
@@ -126,19 +94,19 @@ def _compare_code(name: str) -> str:
 def _counted_kernels(s: Side | None) -> dict[str, tuple[str, float]] | None:
     """{op@nodes: (label, instructions per inference)} from the counted block's per-kernel
     counts (bundled artefacts, guard.counting.kernel_ranges), or None."""
-    c = s.get("counted") if s is not None else None
-    ks = c.get("kernels") if isinstance(c, Mapping) else None
-    if not isinstance(ks, Mapping) or not ks:
+    c = s.r.counted if s is not None else None
+    ks = c.kernels if c is not None else None
+    if not ks:
         return None
     out: dict[str, tuple[str, float]] = {}
     for symbol, k in ks.items():
-        if not isinstance(k, Mapping) or not isinstance(k.get("instructions"), int | float):
+        if k.instructions is None:
             continue
-        nodes = [str(n) for n in k.get("nodes") or []]
-        key = f"{k.get('op') or ''}@{','.join(nodes)}" if nodes else "entry"
-        label = f"{symbol} ({k.get('op') or '?'}: {', '.join(nodes[:2])})" if nodes else "entry"
+        nodes = list(k.nodes)
+        key = f"{k.op or ''}@{','.join(nodes)}" if nodes else "entry"
+        label = f"{symbol} ({k.op or '?'}: {', '.join(nodes[:2])})" if nodes else "entry"
         prev = out.get(key, (label, 0.0))[1]
-        out[key] = (label, prev + float(k["instructions"]))
+        out[key] = (label, prev + float(k.instructions))
     return out or None
 
 
@@ -148,7 +116,7 @@ def _step10_counted(base: Side, head: Side) -> Finding | None:
     from guard.counting.verdict import not_comparable
 
     bk, hk = _counted_kernels(base), _counted_kernels(head)
-    if bk is None or hk is None or not_comparable(base.get("counted"), head.get("counted")):
+    if bk is None or hk is None or not_comparable(base.r.counted, head.r.counted):
         return None
     f = Finding(10, "kernels")
     f.add("read from", None, "counted instructions per kernel (guard run --counted)")

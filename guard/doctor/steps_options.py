@@ -22,7 +22,8 @@ _FLAG = re.compile(
 def _options(s: Side) -> dict[str, Any]:
     """Recorded options that switch fusions or fast paths (manifest.compiler, session options)."""
     out: dict[str, Any] = {}
-    for k, v in (s.get("manifest.compiler") or {}).items():
+    # every compiler pin, whatever the backend calls it
+    for k, v in s.r.manifest.compiler.to_json().items():
         if _FLAG.search(k):
             out[f"compiler.{k}"] = v
     for name in ("build.json", "ort.json"):
@@ -31,7 +32,7 @@ def _options(s: Side) -> dict[str, Any]:
         for k, v in (so or {}).items():
             if _FLAG.search(k):
                 out.setdefault(f"compiler.{k}", v)
-    for k, v in (s.get("session_options") or {}).items():
+    for k, v in s.r.session_options.items():
         if _FLAG.search(k):
             out.setdefault(f"compiler.{k}", v)
     return out
@@ -40,7 +41,7 @@ def _options(s: Side) -> dict[str, Any]:
 def _declines(s: Side) -> dict[str, int]:
     """Pass counters of rewrites declined (folding refused, fusion declined)."""
     out = {}
-    for p, stats in (s.get("graph.by_pass") or {}).items():
+    for p, stats in (s.r.graph.by_pass if s.r.graph else {}).items():
         for k, v in (stats or {}).items():
             if "declined" in k and isinstance(v, int):
                 out[f"{p}.{k}"] = v
@@ -77,20 +78,16 @@ def step9_numerics_options(base: Side | None, head: Side, ctx: Context) -> Findi
     # changed at all (a fast path switched on or off moves the last bits).
     f.add(
         "max abs err vs the golden",
-        base.get("numerics.max_abs_err") if base else None,
-        head.get("numerics.max_abs_err"),
+        base.r.numerics.max_abs_err if base else None,
+        head.r.numerics.max_abs_err,
     )
-    if (
-        base is not None
-        and base.get("numerics.output_sha256")
-        and head.get("numerics.output_sha256")
-    ):
+    if base is not None and base.r.numerics.output_sha256 and head.r.numerics.output_sha256:
         f.add(
             "outputs changed",
             None,
-            base.get("numerics.output_sha256") != head.get("numerics.output_sha256"),
+            base.r.numerics.output_sha256 != head.r.numerics.output_sha256,
         )
-    backend = head.result.get("backend")
+    backend = head.r.backend
     if backend == "onnxruntime":
         f.missing.append(
             "onnxruntime use_deterministic_compute (guard does not set it: the default, off)"

@@ -10,7 +10,7 @@ def step11_reduce(base: Side | None, head: Side, ctx: Context, earlier: list[Fin
     f = Finding(11, "file it, with the smallest graph")
     # A measurement problem (step 1) is fixed by measuring again, not by a reproducer.
     bad = [x for x in earlier if x.status in (CAUSE, SUSPECT) and x.step != 1]
-    numerics = (head.check("tolerance") or {}).get("status") == "fail"
+    numerics = head.check_status("tolerance") == "fail"
     if not bad and not numerics:
         f.status = NA
         f.summary = "nothing to file: " + (
@@ -19,11 +19,11 @@ def step11_reduce(base: Side | None, head: Side, ctx: Context, earlier: list[Fin
             else "no step found a cause"
         )
         return f
-    model = head.result.get("model")
+    model = head.r.model
     suite = ctx.suite_path or "SUITE.yaml"
     src = ctx.model_source(head)
     first = next((x for x in bad if x.status == CAUSE), bad[0] if bad else None)
-    split = (head.check("partitions") or {}).get("status") == "fail" or (
+    split = head.check_status("partitions") == "fail" or (
         first is not None and first.step in (2, 3) and first.status == CAUSE
     )
     if numerics:
@@ -41,7 +41,7 @@ def step11_reduce(base: Side | None, head: Side, ctx: Context, earlier: list[Fin
     )
     f.action = (
         "guard reduce " + (f"{src} " if src else "") + f"--suite {suite} --model {model} "
-        f"--backend {head.result.get('backend')} {mode}; attach the bundle it writes "
+        f"--backend {head.r.backend} {mode}; attach the bundle it writes "
         "(reduced .onnx, inputs, one-model suite, summary)."
     )
     return f

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from guard.doctor.facts import Context, Side, splits
 from guard.doctor.finding import CAUSE, OK, SUSPECT, Finding, unknown
+from guard.doctor.validity import host_class
+from guard.results.result import Result
 
 CONTENDED = 0.20  # other processes' share of the spare CPU above which timings move 2x
 NOISY_PCT = 10.0  # between-round spread above which a few-percent change is not visible
@@ -16,31 +19,31 @@ def _sides(base: Side | None, head: Side) -> list[Side]:
     return [s for s in (base, head) if s is not None]
 
 
-def _pair(base: Side | None, head: Side, path: str) -> tuple[Any, Any]:
-    return (base.get(path) if base else None), head.get(path)
+def _pair(base: Side | None, head: Side, fact: Callable[[Result], Any]) -> tuple[Any, Any]:
+    return (fact(base.r) if base else None), fact(head.r)
 
 
 def _shapes(s: Side) -> dict[str, Any] | None:
-    ins = s.get("manifest.model.inputs")
-    if not isinstance(ins, dict):
+    ins = s.r.manifest.model.inputs  # {input name: {shape, dtype}}
+    if ins is None:
         return None
     return {k: v.get("shape") for k, v in sorted(ins.items()) if isinstance(v, dict)}
 
 
 def step1_measurement(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(1, "measurement")
-    if not head.manifest:
+    if not head.has_manifest:
         return unknown(
             1,
             f.title,
             ["manifest"],
-            "Fix the error result first: " + str(head.result.get("error") or "it has no manifest"),
+            "Fix the error result first: " + str(head.r.error or "it has no manifest"),
         )
     causes: list[str] = []
     suspects: list[str] = []
     shapes = [_shapes(s) for s in _sides(base, head)]
-    threads = [s.get("manifest.host.threads") for s in _sides(base, head)]
-    hosts = [{k: s.get(f"manifest.host.{k}") for k in HOST_FIELDS} for s in _sides(base, head)]
+    threads = [s.r.manifest.host.threads for s in _sides(base, head)]
+    hosts = [host_class(s.r) for s in _sides(base, head)]
     f.add("input shapes", shapes[0] if base else None, shapes[-1])
     f.add("threads", threads[0] if base else None, threads[-1])
     f.add("host (arch, cpu, cores)", hosts[0] if base else None, hosts[-1])
@@ -53,43 +56,44 @@ def step1_measurement(base: Side | None, head: Side, ctx: Context) -> Finding:
             diff = [k for k in HOST_FIELDS if hosts[0][k] != hosts[1][k]]
             causes.append(f"host class differs ({', '.join(diff)})")
     for s in _sides(base, head):
-        gov = s.get("preflight.governor")
+        gov = s.r.preflight.governor  # {cpu: governor} as cpufreq says
         if isinstance(gov, dict):
             vals = sorted({str(v) for v in gov.values() if v is not None})
             if vals and vals != ["performance"]:
                 suspects.append(f"{s.label}: CPU governor {', '.join(vals)} (not performance)")
-    govs = [s.get("preflight.governor") for s in _sides(base, head)]
+    govs = [s.r.preflight.governor for s in _sides(base, head)]
     f.add("governor", govs[0] if base else None, govs[-1])
     if all(not isinstance(g, dict) or all(v is None for v in g.values()) for g in govs):
         f.missing.append("preflight.governor (not readable on this host: no cpufreq)")
-    for name, path in (
-        ("iterations", "latency_ms.n"),
-        ("min_iters", "measurement.config.min_iters"),
-        ("warm-up iterations", "measurement.warmup_iters"),
-        ("contention (others' CPU share)", "measurement.contention"),
-        ("truncated (hit max_time_s)", "measurement.truncated"),
-        ("noise_pct", "noise_pct"),
-    ):
-        b, h = _pair(base, head, path)
+    facts: tuple[tuple[str, Callable[[Result], Any]], ...] = (
+        ("iterations", _n),
+        ("min_iters", _min_iters),
+        ("warm-up iterations", lambda r: r.measurement.warmup_iters),
+        ("contention (others' CPU share)", lambda r: r.measurement.contention),
+        ("truncated (hit max_time_s)", lambda r: r.measurement.truncated),
+        ("noise_pct", lambda r: r.noise_pct),
+    )
+    for name, fact in facts:
+        b, h = _pair(base, head, fact)
         if b is not None or h is not None:
             f.add(name, b, h)
     for s in _sides(base, head):
-        noise = s.get("noise_pct")
+        noise = s.r.noise_pct
         if noise is not None and noise > NOISY_PCT:
             suspects.append(f"{s.label}: rounds disagree by {noise:.0f}% (noise_pct)")
-        n, need = s.get("latency_ms.n"), s.get("measurement.config.min_iters")
+        n, need = _n(s.r), _min_iters(s.r)
         if n is None:
             f.missing.append(f"{s.label} latency_ms.n")
         elif need is not None and n < need:
             suspects.append(f"{s.label}: {n} iterations < min_iters {need}")
-        if s.get("measurement.truncated"):
+        if s.r.measurement.truncated:
             suspects.append(f"{s.label}: measurement hit max_time_s before min_iters")
-        wu = s.get("measurement.warmup_iters")
+        wu = s.r.measurement.warmup_iters
         if wu is None:
             f.missing.append(f"{s.label} measurement.warmup_iters")
         elif wu == 0:
             suspects.append(f"{s.label}: no warm-up iteration discarded")
-        c = s.get("measurement.contention")
+        c = s.r.measurement.contention
         if c is None:
             f.missing.append(f"{s.label} measurement.contention")
         elif c > CONTENDED:
@@ -115,12 +119,19 @@ def step1_measurement(base: Side | None, head: Side, ctx: Context) -> Finding:
     return f
 
 
+def _n(r: Result) -> int | None:
+    return r.latency_ms.n if r.latency_ms is not None else None
+
+
+def _min_iters(r: Result) -> Any:
+    return r.measurement.config.get("min_iters")  # the suite's measure block, as it ran
+
+
 def _delegation(s: Side) -> tuple[int | None, int | None, dict[str, Any]]:
-    return (
-        s.get("partitions.delegated_nodes"),
-        s.get("partitions.fallback_nodes"),
-        dict(s.get("partitions.by_provider") or {}),
-    )
+    p = s.r.partitions
+    if p is None:
+        return None, None, {}
+    return p.delegated_nodes, p.fallback_nodes, dict(p.by_provider)
 
 
 # Fallbacks that are a reference path rather than a second delegate.
@@ -132,16 +143,15 @@ REFERENCE_PATHS = {
 
 def _reference(s: Side) -> str:
     """' (cpu: the reference interpreter)' when the side's fallback nodes ran on one."""
-    paths = REFERENCE_PATHS.get(str(s.result.get("backend")), {})
-    used = [
-        f"{b}: {why}" for b, why in paths.items() if (s.get("partitions.by_provider") or {}).get(b)
-    ]
+    paths = REFERENCE_PATHS.get(s.r.backend, {})
+    by = s.r.partitions.by_provider if s.r.partitions else {}
+    used = [f"{b}: {why}" for b, why in paths.items() if by.get(b)]
     return f" ({', '.join(used)})" if used else ""
 
 
 def step2_compiled(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(2, "compiled at all")
-    if head.get("partitions") is None:
+    if head.r.partitions is None:
         return unknown(
             2,
             f.title,
@@ -149,7 +159,7 @@ def step2_compiled(base: Side | None, head: Side, ctx: Context) -> Finding:
             "This backend reports no partitions; check its logs for a fallback.",
         )
     for s in _sides(base, head):
-        if s.get("partitions") is None:
+        if s.r.partitions is None:
             return unknown(2, f.title, [f"{s.label} partitions"])
     bd, bf, bp = _delegation(base) if base else (None, None, None)
     hd, hf, hp = _delegation(head)
@@ -190,24 +200,24 @@ def _why(s: dict[str, Any]) -> str:
     return "; ".join(reasons) if reasons else "reason not recorded"
 
 
+def _count(r: Result) -> int | None:
+    return r.partitions.count if r.partitions else None
+
+
 def step3_partitions(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(3, "partitions")
-    bc = base.get("partitions.count") if base else None
-    hc = head.get("partitions.count")
+    bc = _count(base.r) if base else None
+    hc = _count(head.r)
     if hc is None or (base is not None and bc is None):
         return unknown(
             3,
             f.title,
-            [
-                f"{s.label} partitions.count"
-                for s in _sides(base, head)
-                if s.get("partitions.count") is None
-            ],
+            [f"{s.label} partitions.count" for s in _sides(base, head) if _count(s.r) is None],
         )
     f.add("partition count", bc, hc)
-    hl = head.get("layout_conversions")
+    hl = head.r.layout_conversions
     if hl is not None:  # relayouts and NCHW<->NHWC transposes in the built graph
-        f.add("layout conversions", base.get("layout_conversions") if base else None, hl)
+        f.add("layout conversions", base.r.layout_conversions if base else None, hl)
     hs, where = splits(head)
     bs, _ = splits(base) if base else (None, "")
     if base is not None:
@@ -225,8 +235,8 @@ def step3_partitions(base: Side | None, head: Side, ctx: Context) -> Finding:
             None,
             _why(s),
         )
-    grew = base is not None and hc > bc
-    failed = (head.check("partitions") or {}).get("status") == "fail"
+    grew = base is not None and bc is not None and hc > bc
+    failed = head.check_status("partitions") == "fail"
     if (grew or (base is None and (failed or hc > 1))) and new:
         names = ", ".join(f"{s.get('op')} node {s.get('node')!r} ({_why(s)})" for s in new[:3])
         more = f" and {len(new) - 3} more" if len(new) > 3 else ""
@@ -243,7 +253,7 @@ def step3_partitions(base: Side | None, head: Side, ctx: Context) -> Finding:
         f.status = SUSPECT
         f.summary = f"{bc} -> {hc} partitions, culprit not recorded"
         f.action = "Run `guard partition MODEL --profile P` to see each split's reason."
-    elif base is not None and hc < bc:
+    elif base is not None and bc is not None and hc < bc:
         f.summary = f"fewer partitions ({bc} -> {hc})"
     elif base is None and hc > 1:
         f.status = SUSPECT
@@ -251,6 +261,7 @@ def step3_partitions(base: Side | None, head: Side, ctx: Context) -> Finding:
         f.action = "Run `guard partition MODEL --profile P` to see each split's reason."
     else:
         f.summary = f"{hc} partition(s)" + (", unchanged" if base else "")
-    if f.status == OK and hc == 1 and (head.get("partitions.fallback_nodes") or 0) == 0:
+    fallback = head.r.partitions.fallback_nodes if head.r.partitions else None
+    if f.status == OK and hc == 1 and (fallback or 0) == 0:
         f.summary = "one partition, nothing on the fallback"
     return f

@@ -14,6 +14,7 @@ from typing import Any
 from guard.doctor.facts import Context, Side
 from guard.doctor.finding import CAUSE, NA, SUSPECT, Finding, unknown
 from guard.manifest.target_string import TargetError, target_changes
+from guard.results.manifest import MissedKey, TuningCache
 
 
 def target_difference(a: str, b: str) -> str:
@@ -32,14 +33,15 @@ def target_difference(a: str, b: str) -> str:
     return "; ".join(parts) or "same target"
 
 
-def _missed(tc: Mapping[str, Any]) -> list[str]:
+def _missed(tc: TuningCache) -> list[str]:
     """Missed keys, whichever shape the cache records (strings, or {key, nearest, differs})."""
     out = []
-    for m in tc.get("missed") or []:
+    for m in tc.missed:
         if isinstance(m, Mapping):
-            key = m.get("key") or m.get("task") or m.get("name")
-            diff = m.get("differs") or m.get("diff") or m.get("difference")
-            near = m.get("nearest")
+            k = MissedKey.of(m)
+            key = k.key or k.task or k.name
+            diff = k.differs or k.diff or k.difference
+            near = k.nearest
             s = str(key)
             if near is not None:
                 s += f" (nearest {near}" + (f": {diff})" if diff else ")")
@@ -53,17 +55,17 @@ def _missed(tc: Mapping[str, Any]) -> list[str]:
 
 def step6_tuning(base: Side | None, head: Side, ctx: Context) -> Finding:
     f = Finding(6, "schedule cache (tuning)")
-    tcs = [(s, s.get("manifest.tuning_cache") or {}) for s in (base, head) if s is not None]
-    if not any(tc.get("path") or tc.get("sha256") for _, tc in tcs):
+    tcs = [(s, s.r.manifest.tuning_cache) for s in (base, head) if s is not None]
+    if not any(tc.path or tc.sha256 for _, tc in tcs):
         f.status = NA
         f.summary = "no tuning cache on either side"
         return f
     miss = [
         f"{s.label} manifest.tuning_cache.{k}"
         for s, tc in tcs
-        if tc.get("path") or tc.get("sha256")
-        for k in ("hits", "misses")
-        if tc.get(k) is None
+        if tc.path or tc.sha256
+        for k, v in (("hits", tc.hits), ("misses", tc.misses))
+        if v is None
     ]
     if miss:
         return unknown(
@@ -73,23 +75,30 @@ def step6_tuning(base: Side | None, head: Side, ctx: Context) -> Finding:
             "This backend does not report cache look-ups; run "
             "`guard tune` and a build that counts hits and misses.",
         )
-    bt = base.get("manifest.tuning_cache") if base else None
-    ht = head.get("manifest.tuning_cache") or {}
-    for k in ("sha256", "entries", "hits", "misses", "misses_tuned_for_other_target"):
-        b, h = (bt or {}).get(k) if base else None, ht.get(k)
+    bt = base.r.manifest.tuning_cache if base else None
+    ht = head.r.manifest.tuning_cache
+
+    def shown(tc: TuningCache) -> tuple[tuple[str, Any], ...]:
+        return (("sha256", tc.sha256[:12] if tc.sha256 else tc.sha256), ("entries", tc.entries),
+                ("hits", tc.hits), ("misses", tc.misses),
+                ("misses_tuned_for_other_target", tc.misses_tuned_for_other_target))  # fmt: skip
+
+    b_shown = shown(bt) if bt is not None else None
+    for i, (k, h) in enumerate(shown(ht)):
+        b = b_shown[i][1] if b_shown is not None else None
         if b is not None or h is not None:
-            f.add(k, b[:12] if k == "sha256" and b else b, h[:12] if k == "sha256" and h else h)
+            f.add(k, b, h)
     keys = _missed(ht)
     for k in keys[:5]:
         f.add("missed key", None, k)
-    btarget = base.get("manifest.target.canonical") if base else None
-    htarget = head.get("manifest.target.canonical")
+    btarget = base.r.manifest.target.canonical if base else None
+    htarget = head.r.manifest.target.canonical
     tdiff = target_difference(btarget, htarget) if btarget and htarget else None
     if base is not None:
         f.add("target (canonical) difference", None, tdiff)
-    other = int(ht.get("misses_tuned_for_other_target") or 0)
-    hm, hh = int(ht.get("misses") or 0), int(ht.get("hits") or 0)
-    bm = int((bt or {}).get("misses") or 0) if base else 0
+    other = int(ht.misses_tuned_for_other_target or 0)
+    hm, hh = int(ht.misses or 0), int(ht.hits or 0)
+    bm = int(bt.misses or 0) if bt is not None else 0
     worse = hm > bm if base is not None else hm > 0
     if worse:
         why = []
@@ -101,7 +110,7 @@ def step6_tuning(base: Side | None, head: Side, ctx: Context) -> Finding:
             why.append(f"nearest key's difference: target {tdiff}")
         elif keys and any("nearest" in k for k in keys):
             why.append(f"nearest key: {keys[0]}")
-        failed = (head.check("tuning") or {}).get("status") == "fail"
+        failed = head.check_status("tuning") == "fail"
         f.status = CAUSE if (why and (base is not None or failed)) else SUSPECT
         f.summary = (
             f"{hm} miss(es), {hh} hit(s)"

@@ -22,31 +22,41 @@ import math
 from typing import Any
 
 from guard.doctor.facts import Side
+from guard.results.result import Result
 
 HOST_FIELDS = ("arch", "cpu", "cores")
 
 
+def _p50(s: Side | None) -> float | None:
+    return s.r.latency_ms.p50 if s is not None and s.r.latency_ms is not None else None
+
+
+def host_class(r: Result) -> dict[str, Any]:
+    """The result's HOST_FIELDS, by name."""
+    h = r.manifest.host
+    return {"arch": h.arch, "cpu": h.cpu, "cores": h.cores}
+
+
 def p50_ratio(base: Side | None, head: Side) -> float | None:
     """head/base p50, when both sides measured one."""
-    b = base.get("latency_ms.p50") if base else None
-    h = head.get("latency_ms.p50")
+    b, h = _p50(base), _p50(head)
     return h / b if b and h else None
 
 
 def _rounds(s: Side) -> int:
-    rounds = s.result.get("rounds")
-    n = len(rounds) if isinstance(rounds, list) else s.get("measurement.rounds")
-    return int(n) if isinstance(n, int | float) and n >= 1 else 1
+    n = len(s.r.rounds) if s.r.rounds else s.r.measurement.rounds
+    return int(n) if n is not None and n >= 1 else 1
 
 
 def hidden_pct(base: Side | None, head: Side) -> float | None:
     """The smallest p50 change (percent) the sides' round noise lets through; None when a
     side's noise is not recorded."""
     sides = [s for s in (base, head) if s is not None]
-    noise = [s.get("noise_pct") for s in sides]
-    if any(not isinstance(n, int | float) for n in noise):
+    noise = [s.r.noise_pct for s in sides]
+    known = [n for n in noise if n is not None]
+    if len(known) != len(noise):
         return None
-    return 2.0 * math.sqrt(sum(n**2 / _rounds(s) for n, s in zip(noise, sides, strict=True)))
+    return 2.0 * math.sqrt(sum(n**2 / _rounds(s) for n, s in zip(known, sides, strict=True)))
 
 
 def _short(v: Any) -> Any:
@@ -59,17 +69,16 @@ def validity(base: Side | None, head: Side) -> dict[str, Any]:
     invalid, most basic first, and the size of effect the noise hides."""
     invalid: list[dict[str, Any]] = []
     if base is not None:
-        for fact, path, why in (
-            ("model sha256", "manifest.model.sha256", "the model changed: the sides ran "
-             "different graphs, so any step's difference may be the model's"),
-            ("inputs sha256", "numerics.inputs_sha256", "the inputs changed: the sides "
-             "ran different data"),
+        for fact, b, h, why in (
+            ("model sha256", base.r.manifest.model.sha256, head.r.manifest.model.sha256,
+             "the model changed: the sides ran different graphs, so any step's difference "
+             "may be the model's"),
+            ("inputs sha256", base.r.numerics.inputs_sha256, head.r.numerics.inputs_sha256,
+             "the inputs changed: the sides ran different data"),
         ):  # fmt: skip
-            b, h = base.get(path), head.get(path)
             if b is not None and h is not None and b != h:
                 invalid.append({"fact": fact, "base": _short(b), "head": _short(h), "why": why})
-        hb = {k: base.get(f"manifest.host.{k}") for k in HOST_FIELDS}
-        hh = {k: head.get(f"manifest.host.{k}") for k in HOST_FIELDS}
+        hb, hh = host_class(base.r), host_class(head.r)
         diff = [
             k for k in HOST_FIELDS if hb[k] is not None and hh[k] is not None and hb[k] != hh[k]
         ]
@@ -78,7 +87,7 @@ def validity(base: Side | None, head: Side) -> dict[str, Any]:
                             "why": "another host class: latencies of different machines"})  # fmt: skip
     ratio = p50_ratio(base, head)
     effect = abs(ratio - 1.0) * 100.0 if ratio is not None else None
-    noise = [base.get("noise_pct") if base else None, head.get("noise_pct")]
+    noise = [base.r.noise_pct if base else None, head.r.noise_pct]
     hidden = hidden_pct(base, head)
     loudest = max((n for n in noise if isinstance(n, int | float)), default=None)
     if (

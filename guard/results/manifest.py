@@ -29,11 +29,16 @@ class Target(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class MissedKey(Record):
-    """A tuning-cache look-up that missed, with the nearest key and how it differs."""
+    """A tuning-cache look-up that missed, with the nearest key and how it differs (older
+    caches: ``task`` or ``name`` for the key, ``diff`` or ``difference`` for how)."""
 
     key: Json = None
+    task: Json = None
+    name: Json = None
     nearest: Json = None
-    differs: str | None = None
+    differs: Json = None
+    diff: Json = None
+    difference: Json = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +50,9 @@ class TuningCache(Record):
     hits: int | None = None
     misses: int | None = None
     path: str | None = None
-    missed: tuple[MissedKey, ...] = ()
+    # each a MissedKey object, or the key alone as a string (caches that record no nearest)
+    missed: tuple[Json, ...] = ()
+    misses_tuned_for_other_target: int | None = None
 
     @property
     def hit_rate(self) -> float | None:
@@ -61,7 +68,7 @@ class ModelPin(Record):
 
     sha256: str | None = None
     opset: int | None = None
-    inputs: Mapping[str, Json] = field(default_factory=dict)
+    inputs: Mapping[str, Json] | None = None  # {name: {shape, dtype, ...}} as bound
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +79,9 @@ class Host(Record):
     cpu: str | None = None
     cores: int | None = None
     threads: int | None = None
-    caches: Mapping[str, int] = field(default_factory=dict)
+    # {l1d_bytes, l2_bytes, l3_bytes} as guard.manifest.cpu.host_caches writes it (older
+    # records: a list of {name, level, type, bytes, shared_cpus})
+    caches: Json = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -139,6 +139,8 @@ class Partitions(Record):
     by_provider: Mapping[str, int] = field(default_factory=dict)
     details: tuple[PartitionDetail, ...] = ()
     how: str | None = None
+    # per split node: {node, op, backend, declined: {backend: why}} (where a backend says)
+    splits: tuple[Mapping[str, Json], ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,6 +152,7 @@ class Numerics(Record):
     allclose: bool | None = None
     bit_exact: bool | None = None
     output_sha256: str | None = None
+    inputs_sha256: str | None = None
     golden_sha256: str | None = None
     golden_status: str | None = None
     top1: float | None = None
@@ -167,6 +170,7 @@ class Pass(Record):
     name: str | None = None
     changed: bool | None = None
     seconds: float | None = None
+    notes: tuple[Json, ...] = ()  # what the pass did where, one line each
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,11 +254,38 @@ class Kernel(Record):
     nodes: tuple[str, ...] = ()
     provider: str | None = None
     source: str | None = None
+    # other profilers' spellings of the time and the share (guard.doctor reads them all)
+    time_ms: float | None = None
+    mean_ms: float | None = None
+    us: float | None = None
+    time_us: float | None = None
+    seconds: float | None = None
+    s: float | None = None
+    fraction: float | None = None
+    pct: float | None = None
 
     @property
     def label(self) -> str | None:
         """The kernel's name, whichever spelling the row has."""
         return self.kernel or self.name or self.node
+
+    @property
+    def time(self) -> float | None:
+        """Milliseconds per inference, whichever unit the row has."""
+        for value, scale in ((self.ms, 1.0), (self.time_ms, 1.0), (self.mean_ms, 1.0),
+                             (self.us, 1e-3), (self.time_us, 1e-3), (self.seconds, 1e3),
+                             (self.s, 1e3)):  # fmt: skip
+            if value is not None:
+                return float(value) * scale
+        return None
+
+    @property
+    def fraction_of_total(self) -> float | None:
+        """The share of the inference's time (0..1), whichever spelling the row has."""
+        for value in (self.share, self.fraction):
+            if value is not None:
+                return float(value)
+        return float(self.pct) / 100 if self.pct is not None else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,6 +385,7 @@ class Result(Record):
     quantization: Quantization | None = None
     duration_s: float | None = None
     tuning: Tuning = field(default_factory=Tuning)
+    session_options: Mapping[str, Json] = field(default_factory=dict)  # a runtime's own
     # when this result's build and measurement ran, where the run recorded it
     started: str | None = None
     finished: str | None = None

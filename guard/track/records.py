@@ -445,7 +445,7 @@ def inputs_dataset(result: Result | Mapping[str, Any]) -> dict[str, str] | None:
     model = result.manifest.model
     if not model.to_json():  # no manifest, or a manifest without its model's pins
         return None
-    schema = json.dumps(dict(model.inputs), sort_keys=True, default=str)
+    schema = json.dumps(dict(model.inputs or {}), sort_keys=True, default=str)
     digest = hashlib.sha256(f"{model.sha256}:{schema}".encode()).hexdigest()[:16]
     source = {"model": result.model, "model_sha256": model.sha256, "opset": model.opset}
     return {

@@ -36,6 +36,7 @@ MIGRATED = (
     "guard/run/runner.py",
     "guard/run/shard.py",
     "guard/run/base_compare.py",
+    "guard/doctor",
 )
 
 # (file, key) -> why the string read is not a read of a result.
@@ -72,6 +73,23 @@ ALLOWED: dict[tuple[str, str], str] = {
                  "name", "latency_status")},
     ("guard/compare/attribution.py", "op"): "an unsupported-op item ({op_type|op})",
     ("guard/run/base_compare.py", "error"): "what tracking did (guard.run.deliver's receipt)",
+    **{("guard/report/dashboard.py", k): "a dashboard's series and steps"
+       for k in ("notes", "pct", "s")},
+    ("guard/report/dashboard_charts.py", "pct"): "a dashboard step",
+    **{("guard/doctor/render.py", k): "the doctor's own document (cases, findings)"
+       for k in ("backend", "base", "cases", "head", "model", "status", "suite", "summary",
+                 "target")},
+    **{("guard/doctor/doctor.py", k): "the doctor's validity record and document"
+       for k in ("base", "cases", "head", "model")},
+    **{("guard/doctor/facts.py", k): "a host cache record and the artefact's partitions.json"
+       for k in ("bytes", "name", "splits")},
+    **{("guard/doctor/steps_host.py", k): "a host cache record" for k in ("bytes", "name")},
+    **{(f"guard/doctor/{m}.py", k): "a split record {node, op, backend, declined}"
+       for m, keys in (("steps_graph", ("node", "op")), ("steps_run", ("backend", "node", "op")))
+       for k in keys},
+    **{("guard/doctor/steps_kernels.py", k): "a kernel time (KernelTime), a counted row"
+       for k in ("label", "message", "ms", "name", "share")},
+    ("guard/doctor/steps_options.py", "session_options"): "the artefact's build.json/ort.json",
 }  # fmt: skip
 
 
