@@ -310,12 +310,14 @@ def cross_row(
     }
 
 
-def _counted_pair(ref: Result, other: Result) -> dict[str, Any] | None:
+def _counted_pair(
+    ref: Result | Mapping[str, Any], other: Result | Mapping[str, Any]
+) -> dict[str, Any] | None:
     """Counted cost on each architecture (guard run --counted): instructions and bytes moved
     per inference, side by side. Work on two ISAs, not one count: never a verdict."""
     blocks: list[Counted] = []
     instructions: list[float] = []
-    for r in (ref, other):
+    for r in (Result.of(ref), Result.of(other)):
         b = r.counted
         if b is None or b.instructions is None:
             return None
