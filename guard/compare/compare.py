@@ -178,8 +178,8 @@ def latency_comparison(
     bp, hp = round_p50s(base_r), round_p50s(head_r)
     if bp is None or hp is None:
         side = "base" if bp is None else "head"
-        why = ((base_r if bp is None else head_r).get("measurement") or {}).get("why_no_rounds")
-        if isinstance(why, str):  # the reader said why (a pytest-benchmark file's summary)
+        why = (base_r if bp is None else head_r).measurement.why_no_rounds
+        if why is not None:  # the reader said why (a pytest-benchmark file's summary)
             return None, f"{side} result has no rounds: {why}"
         return None, (
             f"{side} result has no rounds (a results file from a guard that measured in one "

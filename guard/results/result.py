@@ -108,6 +108,7 @@ class Measurement(Record):
     emulated: bool | None = None
     emulator: str | None = None
     reason: str | None = None
+    why_no_rounds: str | None = None  # a reader's reason (a pytest-benchmark summary)
 
 
 @dataclass(frozen=True, kw_only=True)

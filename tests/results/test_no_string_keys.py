@@ -66,16 +66,18 @@ ALLOWED: dict[tuple[str, str], str] = {
        for k in ("verdict",)},
     ("guard/counting/verdict.py", "verdict"): "a counted comparison row (its own output)",
     **{("guard/compare/compare.py", k): "the comparison rows compare_docs just built"
-       for k in ("manifest_diff", "verdict", "ratio", "stats")},
+       for k in ("manifest_diff", "verdict", "ratio", "stats", "method", "outputs")},
     **{("guard/compare/crossarch.py", k): "crossarch's own rows, drift and encoded outputs"
        for k in ("counted", "tensors", "allclose", "instructions", "bytes_moved", "outputs",
                  "how", "arch", "partitions", "arena_bytes", "verdict", "model", "backend",
-                 "name", "latency_status")},
+                 "name", "latency_status", "top1_agreement")},
     ("guard/compare/attribution.py", "op"): "an unsupported-op item ({op_type|op})",
     ("guard/run/base_compare.py", "error"): "what tracking did (guard.run.deliver's receipt)",
     **{("guard/report/dashboard.py", k): "a dashboard's series and steps"
        for k in ("notes", "pct", "s")},
     ("guard/report/dashboard_charts.py", "pct"): "a dashboard step",
+    **{("guard/report/dashboard_int8.py", k): "the int8 table's own rows (sorting)"
+       for k in ("model", "backend", "target", "arch")},
     **{("guard/doctor/render.py", k): "the doctor's own document (cases, findings)"
        for k in ("backend", "base", "cases", "head", "model", "status", "suite", "summary",
                  "target")},
