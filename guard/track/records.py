@@ -192,30 +192,17 @@ def result_metrics(result: Result | Mapping[str, Any]) -> dict[str, float]:
             metrics["graph.passes_changed"] = float(len(changed))
     counted = result.counted
     if counted is not None and not counted.failed:
-        for name, figure in (
-            ("instructions", counted.instructions),
-            ("bytes_loaded", counted.bytes_loaded),
-            ("bytes_stored", counted.bytes_stored),
-            ("loads", counted.loads),
-            ("stores", counted.stores),
-            ("wall_s", counted.wall_s),
-        ):
-            number = as_number(figure)
-            if number is not None:
-                metrics[f"counted.{name}"] = number
+        c = counted
+        metrics.update(_figures("counted", instructions=c.instructions, bytes_loaded=c.bytes_loaded,
+                                bytes_stored=c.bytes_stored, loads=c.loads, stores=c.stores,
+                                wall_s=c.wall_s))  # fmt: skip
         if "counted.bytes_loaded" in metrics and "counted.bytes_stored" in metrics:
             moved = metrics["counted.bytes_loaded"] + metrics["counted.bytes_stored"]
             metrics["counted.bytes_moved"] = moved
-    quant = result.quantization  # an int8 row of a quantize: model (guard.run.int8)
-    if quant is not None:
-        for name, figure in (
-            ("sqnr_db", quant.sqnr_db),
-            ("top1_agreement", quant.top1_agreement),
-            ("top1_drop", quant.top1_drop),
-        ):
-            number = as_number(figure)
-            if number is not None:
-                metrics[f"quantization.{name}"] = number
+    q = result.quantization  # an int8 row of a quantize: model (guard.run.int8)
+    if q is not None:
+        metrics.update(_figures("quantization", sqnr_db=q.sqnr_db,
+                                top1_agreement=q.top1_agreement, top1_drop=q.top1_drop))  # fmt: skip
     metrics["checks.total"] = float(len(result.checks))
     metrics["checks.failed"] = float(len(failed_checks(result)))
     # Unknown top-level numbers (a later contract's fields) are kept, not dropped: every
@@ -225,6 +212,11 @@ def result_metrics(result: Result | Mapping[str, Any]) -> dict[str, float]:
         if number is not None and key not in ("schema_version",):
             metrics.setdefault(clean_key(key), number)
     return metrics
+
+
+def _figures(prefix: str, **figures: float | None) -> dict[str, float]:
+    """``prefix.name`` for each figure that is a finite number, in order."""
+    return {f"{prefix}.{k}": n for k, v in figures.items() if (n := as_number(v)) is not None}
 
 
 def sample_history(result: Result | Mapping[str, Any]) -> list[tuple[int, float]]:
