@@ -33,10 +33,6 @@ NOT_HERE: dict[tuple[str, str], str] = {
     ("guard/zoo/transformer.py", "torch/onnx/symbolic_opset9.py"): "PyTorch's exporter, quoted",
     ("guard/zoo/transformer.py", "symbolic_opset9.py"): "PyTorch's exporter, quoted",
     ("guard/stats/regress.py", "asv/commands/compare.py"): "asv's source, quoted",
-    ("guard/results/__init__.py", "tests/results/test_no_string_keys.py"): (
-        "issue 34's test that readers read attributes, named before it lands; delete this"
-        " entry when it does"
-    ),
     ("guard/experiment/ab_worker.py", "guard.emulate.counted"): (
         "where an older side's tree keeps CountedConfig; the worker imports it there"
     ),
