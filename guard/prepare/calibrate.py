@@ -19,6 +19,8 @@ from typing import Any
 from guard.backends import get_backend
 from guard.compare.compare import round_host
 from guard.core.errors import UsageError
+from guard.results.documents import ResultsDocument
+from guard.results.manifest import Manifest
 from guard.run.case import Case, prepare_cases
 from guard.stats.calibrate import (
     calibrate_fn,
@@ -59,28 +61,26 @@ def run_levels(
     host: dict[str, Any] = {}
     for i in range(runs):
         quiet = Console(file=io.StringIO())  # a run's report is not calibrate's output
-        doc, _ = run_suite(suite_path, RunOptions(workdir=workdir, track=False, console=quiet))
-        if doc.get("interrupted"):
+        raw, _ = run_suite(suite_path, RunOptions(workdir=workdir, track=False, console=quiet))
+        doc = ResultsDocument.of(raw)
+        if doc.interrupted:
             raise KeyboardInterrupt
-        errors = [
-            f"{r['model']} [{r['backend']}]" for r in doc["results"] if r["verdict"] == "error"
-        ]
+        errors = [f"{r.model} [{r.backend}]" for r in doc.results if r.verdict == "error"]
         print(
-            f"guard calibrate: run {i + 1} of {runs}: {len(doc['results'])} results"
+            f"guard calibrate: run {i + 1} of {runs}: {len(doc.results)} results"
             + (f", errors in {', '.join(errors)} (left out)" if errors else ""),
             file=sys.stderr,
             flush=True,
         )
-        for r in doc["results"]:
-            medians = [x.get("p50") for x in r.get("rounds") or []]
-            if r.get("verdict") == "error" or not medians or None in medians:
+        for r in doc.results:
+            p50s = [x.p50 for x in r.rounds]
+            medians = [m for m in p50s if m is not None]
+            if r.verdict == "error" or not medians or len(medians) != len(p50s):
                 continue
-            manifest = r.get("manifest") or {}
-            canonical = (manifest.get("target") or {}).get("canonical", r.get("target"))
-            key = f"{r['model']}/{r['backend']}/{canonical}"
+            key = f"{r.model}/{r.backend}/{r.canonical_target}"
             levels.setdefault(key, []).append(medians)
             probes.setdefault(key, []).append(round_host(r))
-            host = dict(manifest.get("host") or host)
+            host = r.manifest.host.to_json() or host
     complete = {k: [p for p in v if p is not None] for k, v in probes.items() if None not in v}
     return levels, host, complete
 
@@ -124,11 +124,12 @@ def calibrate_suite(
     host: dict[str, Any] = {}
     if rounds:
         for case in prepare_cases(suite_path, workdir):
-            canonical = (case.manifest.get("target") or {}).get("canonical", case.target)
+            built = Manifest.of(case.manifest)
+            canonical = built.target.canonical or case.target
             entries[f"{case.model}/{case.backend}/{canonical}"] = calibrate_fn(
                 case.run_once, rounds=rounds, round_s=round_s, reload=reloader(case)
             )
-            host = dict(case.manifest.get("host") or {})
+            host = built.host.to_json()
     if runs:
         levels, run_host, probes = run_levels(suite_path, runs, workdir)
         host = host or run_host

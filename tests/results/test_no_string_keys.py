@@ -37,6 +37,7 @@ MIGRATED = (
     "guard/run/shard.py",
     "guard/run/base_compare.py",
     "guard/doctor",
+    "guard/prepare/calibrate.py",
 )
 
 # (file, key) -> why the string read is not a read of a result.
