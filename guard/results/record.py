@@ -26,10 +26,15 @@ order, leaving out those at their default, then ``extra``.
 
 Adding a field (a writer added ``quantization`` to results, ``budget`` to ``memory``):
 add a typed field with a default to the record that holds it, named as its JSON key (a
-new object gets its own ``Record`` subclass, in the module of its concern); give it a
-value in tests/results/test_records.py's strategy; nothing else. Files without the key
-read the default, and the key of a file written before the field existed passes through
-as it always did.
+new object gets its own ``Record`` subclass, in the module of its concern, as
+``Quantization`` and ``WorstTensor`` are), using only the shapes ``_reader`` knows (str,
+int, float, bool, a Literal, a Record, ``tuple[X, ...]``, ``Mapping[str, X]``, ``Json``,
+each optionally ``| None``); then read it as an attribute. Nothing else: the property test
+(tests/results/test_records.py) generates documents from the fields' types, files without
+the key read the default, and a file written before the field existed passes through as
+it always did. A reader that needs a key no record has adds it the same way rather than
+reading ``extra`` (tests/results/test_no_string_keys.py keeps string reads out of the
+migrated packages).
 """
 
 from __future__ import annotations
