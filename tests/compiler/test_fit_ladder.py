@@ -97,7 +97,7 @@ def test_guard_fit_command(capsys):
 
 
 def test_int8_rung_counts_a_quantised_models_8bit_tensors_and_points_others_at_quantize():
-    from tests.compiler._helpers import HEADER, graph_of
+    from ._helpers import HEADER, graph_of
 
     g = graph_of(
         f"""{HEADER}

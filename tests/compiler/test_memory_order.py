@@ -14,7 +14,8 @@ from guard.compiler.graph.memory_order import memory_order
 from guard.compiler.graph.view import GraphView, OpNode, TensorInfo, peak_live_bytes
 from guard.compiler.partition.plan import plan
 from guard.compiler.runtime.engine import Runtime
-from tests.compiler._helpers import HEADER, feeds_for, graph_of
+
+from ._helpers import HEADER, feeds_for, graph_of
 
 KiB = 1024
 

@@ -29,7 +29,8 @@ from guard.compiler.graph.memory_spill import (
 from guard.compiler.partition.plan import plan
 from guard.compiler.runtime.artefact import load_artefact, save_artefact
 from guard.compiler.runtime.engine import Runtime
-from tests.compiler._helpers import HEADER, feeds_for, graph_of
+
+from ._helpers import HEADER, feeds_for, graph_of
 
 KiB = 1024
 TEXT = f"""{HEADER}

@@ -15,7 +15,8 @@ from __future__ import annotations
 from guard.compiler.fit.ladder import searched
 from guard.compiler.partition.plan import plan
 from guard.compiler.passes.recompute_cheap import RecomputeCheap, candidates
-from tests.compiler._helpers import HEADER, apply, assert_same_outputs, graph_of
+
+from ._helpers import HEADER, apply, assert_same_outputs, graph_of
 
 KiB = 1024
 

@@ -19,7 +19,8 @@ from guard.compiler.codegen.llvm_target import codegen_target
 from guard.compiler.partition.plan import plan
 from guard.compiler.passes.tile_strips import TileStrips, conv_macs, regions
 from guard.compiler.runtime.artefact import load_artefact, save_artefact
-from tests.compiler._helpers import apply, assert_same_outputs, feeds_for
+
+from ._helpers import apply, assert_same_outputs, feeds_for
 
 SIZE = 64
 

@@ -13,7 +13,8 @@ from guard.core.errors import UsageError
 from guard.quantize.profile import Profile, profile_model
 from guard.quantize.qdq import DQ_SUFFIX, QuantOptions, write_qdq
 from guard.quantize.sqnr import outputs_sqnr, tensor_errors, top1_agreement
-from tests.quantize import _fixtures as F
+
+from . import _fixtures as F
 
 
 def _ort(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

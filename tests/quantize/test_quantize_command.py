@@ -14,7 +14,8 @@ from guard.compiler.frontend.prepare import GraphInput
 from guard.core.errors import ModelError, UsageError
 from guard.quantize.build import check_samples
 from guard.quantize.calibration import data_sha256, read_calibration
-from tests.quantize import _fixtures as F
+
+from . import _fixtures as F
 
 X = GraphInput("x", np.dtype(np.float32), (1, 3, 8, 8))
 XDYN = GraphInput("x", np.dtype(np.float32), ("N", 3, 8, 8))

@@ -261,7 +261,8 @@ def test_the_int8_row_is_judged_on_the_suites_inputs_and_fresh_draws(tmp_path):
     from guard.run.int8 import EVAL_SEEDS, _eval_feeds
     from guard.suite.entries import ModelEntry
     from guard.suite.model import bind, load_model, make_inputs
-    from tests.quantize import _fixtures as F
+
+    from . import _fixtures as F
 
     path = F.save(F.convnet(), tmp_path)
     entry = ModelEntry("m.int8", str(path), {}, ("bundled",), "host", 1, {}, {})

@@ -18,7 +18,8 @@ from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.codegen.build import jit
 from guard.compiler.partition.plan import plan
 from guard.core.errors import ModelError
-from tests.compiler.codegen.test_real_models import model_path
+
+from .test_real_models import model_path
 
 # (window samples, sample rate): the sizes the model's own wrapper feeds
 NATURAL = [(512, 16000), (256, 8000)]
