@@ -55,3 +55,19 @@ def test_mypy_is_clean_on_guard(tmp_path):
         timeout=600,
     )
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+
+
+def test_tests_never_import_the_tests_package():
+    """``from tests.x import y`` works only where the checkout's root is on sys.path (a
+    PYTHONPATH, ``python -m pytest``); the README's plain ``pytest`` on a clean clone cannot
+    import a package named ``tests`` and the module fails to collect. Helpers are imported
+    relatively (``from ._helpers import``) or by the folder pytest puts on sys.path."""
+    import re
+
+    pattern = re.compile(r"^\s*(from|import)\s+tests(\.|\s|$)", re.M)
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        if pattern.search(p.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, f"import helpers relatively, not through 'tests.': {offenders}"
