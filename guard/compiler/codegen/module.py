@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from guard.compiler.codegen.base import Kernel
-from guard.compiler.codegen.irutil import I64, PTR, VOID, byte_ptr, i64
+from guard.compiler.codegen.irutil import I64, PTR, VOID, byte_ptr, declare, i64
 from guard.compiler.codegen.kernel_plan import KernelPlan, Operand, Step
 from guard.compiler.codegen.llvm_target import CodegenTarget
 from guard.compiler.codegen.threadpool import pool_ir
@@ -132,9 +132,7 @@ def build_module(plan: KernelPlan, target: CodegenTarget, emitter_for: Callable)
     for s in plan.steps():
         if s.parts:
             kernels[s.kernel] = _task_fn(module, s, kernels)
-    memcpy = ir.Function(
-        module, ir.FunctionType(VOID, [PTR, PTR, I64, ir.IntType(1)]), "llvm.memcpy.p0.p0.i64"
-    )
+    memcpy = declare(module, "llvm.memcpy.p0.p0.i64", VOID, [PTR, PTR, I64, ir.IntType(1)])
     step_index = 0
     parts: dict[int, tuple[ir.Function, ir.Function, int]] = {}
     for p in plan.partitions:

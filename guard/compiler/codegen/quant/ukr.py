@@ -205,7 +205,16 @@ def micro_kernel(
                 et = I8
             p = gep(b, crow, j * W, et)
             if mask is not None and j == nv - 1:
-                typed_masked_store(b, val, p, mask)
+                # The tail: through a stack vector and a memcpy of ``tail`` elements (a
+                # masked store here wrote past the tail in a whole-model build on znver4).
+                with b.goto_entry_block():
+                    slot = b.alloca(val.type, name="tailvec")
+                st(b, val, slot, 1)
+                nbytes = b.mul(b.zext(tail_n, I64), ir.Constant(I64, 4 if out == "i32" else 1))
+                memcpy = declare(module, "llvm.memcpy.p0.p0.i64", ir.VoidType(),
+                                 [PTR, PTR, I64, ir.IntType(1)])  # fmt: skip
+                b.call(memcpy, [b.bitcast(p, PTR), b.bitcast(slot, PTR), nbytes,
+                                ir.Constant(ir.IntType(1), 0)])  # fmt: skip
             else:
                 st(b, val, p, 1)
     b.ret_void()
