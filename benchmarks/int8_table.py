@@ -65,7 +65,9 @@ def fp32_model(name: str, work: Path) -> tuple[Path, dict[str, list[int]]]:
 
         m = onnx.load(str(zoo.model_path(name)))
         d = zoo.describe(name)
-        shapes = {k: [1 if isinstance(x, str) else int(x) for x in v] for k, v in d["inputs"].items()}
+        shapes = {
+            k: [1 if isinstance(x, str) else int(x) for x in v] for k, v in d["inputs"].items()
+        }
     opset = max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=13)
     if opset < 13:
         m = onnx.version_converter.convert_version(m, 13)
@@ -377,22 +379,23 @@ def main() -> None:
     cls = cpu_class()
     peak = vnni_peak_gops()
     rows = []
+    cmd = "python benchmarks/int8_table.py " + " ".join(
+        f"--{k} {v}" for k, v in vars(args).items() if k != "out"
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"int8_table_{cls['llvm_cpu']}"
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             t0 = time.perf_counter()
             rows.append(run_model(name, Path(tmp), args.rounds))
             print(f"{name}: {json.dumps(rows[-1])} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    cmd = "python benchmarks/int8_table.py " + " ".join(
-        f"--{k} {v}" for k, v in vars(args).items() if k != "out"
-    )
-    md = table(rows, peak, cls, cmd)
+            # written after every model: a run cut short keeps what it measured
+            md = table(rows, peak, cls, cmd)
+            (out / f"{stem}.md").write_text(md)
+            data = {"cpu": cls, "peak_gops": peak, "rows": rows}
+            (out / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
     print(md)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"int8_table_{cls['llvm_cpu']}"
-    (out / f"{stem}.md").write_text(md)
-    (out / f"{stem}.json").write_text(json.dumps({"cpu": cls, "peak_gops": peak, "rows": rows},
-                                                 indent=1) + "\n")  # fmt: skip
 
 
 if __name__ == "__main__":
