@@ -16,12 +16,18 @@ from guard.compiler.codegen import emitters
 from guard.compiler.codegen.build import jit
 from guard.compiler.partition.plan import plan
 
+from ._isolated import run_isolated
 from ._quantized import qdq_model
 from .codegen._jit import skip_unless_runnable
 
 pytestmark = pytest.mark.slow
 
-MODELS = ["shufflenet", "inception_v2", "densenet121", "zfnet512"]
+# ZFNet-512's int8 object aborts its process in LLVM's RuntimeDyld (a 32-bit relocation
+# out of range, `isInt<32>(RealOffset)`, issue 38's in-process failure): known, open there.
+_RTDYLD = pytest.mark.xfail(
+    reason="RuntimeDyld isInt<32>(RealOffset) abort (issue 38)", strict=False
+)
+MODELS = ["shufflenet", "inception_v2", "densenet121", pytest.param("zfnet512", marks=_RTDYLD)]
 INTEGER_COMPUTE = {"QLinearConv", "QLinearMatMul"}
 
 
@@ -31,6 +37,10 @@ def _range_dev(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> float:
 
 @pytest.mark.parametrize("name", MODELS)
 def test_qdq_model_is_native_but_for_integer_compute_and_matches(name):
+    run_isolated("compiler.test_int8_models", "check_model", name)  # one model per process
+
+
+def check_model(name: str) -> None:
     import onnxruntime as ort
 
     target = skip_unless_runnable("avx2")

@@ -12,6 +12,7 @@ from guard.compiler.codegen.build import jit
 from guard.compiler.codegen.llvm_target import host_target
 from guard.compiler.partition.plan import plan
 
+from ._isolated import run_isolated
 from ._quantized import qdq_model
 from .codegen._jit import skip_unless_runnable
 
@@ -21,6 +22,10 @@ from .codegen._jit import skip_unless_runnable
 def test_whole_int8_model_is_identical_on_the_host_and_avx2_and_the_reference(name: str) -> None:
     """ShuffleNet caught a masked tail store that wrote past its lanes in the host build
     (an output of an earlier layer corrupted; the AVX2 build was right)."""
+    run_isolated("compiler.test_int8_whole_models", "check_identical", name)
+
+
+def check_identical(name: str) -> None:
     g, _ = optimize(import_onnx(qdq_model(name), {}), "O2")
     compiled = plan(g)
     assert compiled.partition_report["count"] == 1
