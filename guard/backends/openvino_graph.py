@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from guard.backends.base import PartitionInfo
+from guard.backends.ort_profile import top_nodes
 from guard.compiler.graph.grouping import group_connected, merge_while_acyclic
 
 OPTIMISED = "CPU"
@@ -173,18 +174,4 @@ def profile_rows(infos: Sequence[Sequence[Any]], top: int) -> list[dict[str, Any
                 p.node_name, {"op": p.node_type, "provider": p.exec_type, "us": []}
             )
             row["us"].append(p.real_time.total_seconds() * 1e6)
-    means = {n: float(np.mean(r["us"])) / 1e3 for n, r in per.items() if r["us"]}
-    total = sum(means.values())
-    rows = [
-        {
-            "kernel": n,
-            "op": per[n]["op"],
-            "provider": per[n]["provider"],
-            "ms": round(ms, 6),
-            "share": round(ms / total, 4) if total > 0 else None,
-            "nodes": [n],
-            "source": "openvino PERF_COUNT",
-        }
-        for n, ms in means.items()
-    ]
-    return sorted(rows, key=lambda r: -r["ms"])[:top]
+    return top_nodes(per, top, source="openvino PERF_COUNT")

@@ -45,8 +45,11 @@ def node_times(events: list[Any], skip_runs: int = 1) -> dict[str, dict[str, Any
     return per
 
 
-def top_nodes(per: Mapping[str, Mapping[str, Any]], top: int) -> list[dict[str, Any]]:
-    """The ``top`` nodes by mean time per inference, as result ``kernels`` rows."""
+def top_nodes(
+    per: Mapping[str, Mapping[str, Any]], top: int, source: str = "onnxruntime profiler"
+) -> list[dict[str, Any]]:
+    """The ``top`` nodes by mean time per inference, as result ``kernels`` rows (``per``:
+    node -> {op, provider, us: [one time per inference]}; ``source`` names the profiler)."""
     means = {n: float(np.mean(r["us"])) / 1e3 for n, r in per.items() if r["us"]}
     total = sum(means.values())
     rows = [
@@ -57,7 +60,7 @@ def top_nodes(per: Mapping[str, Mapping[str, Any]], top: int) -> list[dict[str, 
             "ms": round(ms, 6),
             "share": round(ms / total, 4) if total > 0 else None,
             "nodes": [n],
-            "source": "onnxruntime profiler",
+            "source": source,
         }
         for n, ms in means.items()
     ]
