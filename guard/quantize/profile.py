@@ -37,6 +37,7 @@ from guard.compiler.passes.conv_rows import ConvRows
 from guard.compiler.passes.elide_concat import ElideConcat
 from guard.compiler.passes.pipeline import PIPELINES, Entry, FixedPoint
 from guard.core.errors import UsageError
+from guard.core.fsutil import read_bounded_text
 from guard.quantize.calibration import Calibration
 from guard.quantize.ranges import BINS, TensorStats
 
@@ -110,7 +111,7 @@ class Profile:
     @classmethod
     def load(cls, path: Path) -> Profile:
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(read_bounded_text(path))
         except (OSError, ValueError) as exc:
             raise UsageError(
                 f"cannot read the quantization profile: {exc}",

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from guard.core.errors import UsageError
+from guard.core.fsutil import read_bounded_text
 
 BACKEND = "pytest-benchmark"
 ROUNDS = 10
@@ -250,7 +251,7 @@ def read(path: Path) -> dict[str, Any] | None:
     """The guard results document of a pytest-benchmark file, or None when the file is
     JSON of another shape (a guard results file: the caller reads it as one)."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(read_bounded_text(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None  # the caller's reader says what is wrong with it
     if not looks_like(doc):

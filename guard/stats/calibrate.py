@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from guard.core.errors import UsageError
-from guard.core.fsutil import atomic_write_text
+from guard.core.fsutil import atomic_write_text, read_bounded_text
 from guard.stats.rounds_stats import log_readings, pooled_slopes
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import experiment_id, experiment_name, mlflow_client, translated
@@ -210,7 +210,7 @@ def load_noise(path: Path, kind: str = "sequential") -> dict[str, float]:
     """{"model/backend/target": noise} from a noise file; ``kind`` sequential, paired or run."""
     where = str(path)
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(read_bounded_text(path))
     except FileNotFoundError:
         raise UsageError(
             "no such noise file", where=where, hint="Run `guard calibrate SUITE`."

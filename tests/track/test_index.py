@@ -14,6 +14,7 @@ from guard.track import log_results, resolve_uri
 from guard.track.client import experiment_id, mlflow_client
 from guard.track.index import BASELINE_KEY_TAG, baseline_key, baseline_on_branch, case_times
 from guard.track.invocation import ensure_invocation, link_shard
+from guard.results.documents import ResultsDocument
 from guard.track.log import _log
 
 pytestmark = pytest.mark.slow  # a fresh sqlite store costs seconds (migrations)
@@ -99,7 +100,8 @@ def test_newest_compatible_run_on_the_branch(uri):
 def test_runs_logged_before_the_index_fall_back_to_the_scan(uri, monkeypatch):
     # As an older guard logged them: without the index tags (now part of each run's batch).
     monkeypatch.setattr(track_log, "result_tags", lambda result, doc: {})
-    _log(_doc("a" * 40), uri, {})
+    doc = _doc("a" * 40)
+    _log(doc, ResultsDocument.from_json(doc), uri, {})
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("guard/idx").experiment_id])
     assert not any(BASELINE_KEY_TAG in r.data.tags for r in runs)
