@@ -183,7 +183,7 @@ def _object(draw: st.DrawFn, cls: type[Record], depth: int) -> dict[str, Any]:
     )
     out: dict[str, Any] = {}
     for k in keys:
-        if k in hints and k != "extra":
+        if k in names:  # a field (not ``_raw``, a class variable hypothesis may draw)
             # mostly well typed, sometimes null or junk (an edited or older file)
             typed = _well_typed(hints[k], depth) if depth < 4 else st.none()
             out[k] = draw(typed | st.none() | _junk)
