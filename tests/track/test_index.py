@@ -10,11 +10,11 @@ from mlflow import MlflowClient
 
 import guard.track.log as track_log
 from guard.core.errors import UsageError
+from guard.results.documents import ResultsDocument
 from guard.track import log_results, resolve_uri
 from guard.track.client import experiment_id, mlflow_client
 from guard.track.index import BASELINE_KEY_TAG, baseline_key, baseline_on_branch, case_times
 from guard.track.invocation import ensure_invocation, link_shard
-from guard.results.documents import ResultsDocument
 from guard.track.log import _log
 
 pytestmark = pytest.mark.slow  # a fresh sqlite store costs seconds (migrations)
