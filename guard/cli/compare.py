@@ -71,7 +71,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     head = load_side(head_spec, uri=uri, suite=args.suite)
     base = load_side(base_spec, uri=uri, suite=args.suite, other=head)
     for spec, doc in ((base_spec, base), (head_spec, head)):
-        if not doc.get("results"):
+        if not doc.results:
             raise UsageError(
                 f"{spec}: holds no results: nothing to compare",
                 hint="Pass a results file of a run that ran at least one case.",
@@ -80,9 +80,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base,
         head,
         config(args),
-        noise=noise_for(args, head.get("suite")),
+        noise=noise_for(args, head.suite),
         # An explicit --run-noise-pct is the user's word for every row; else calibration's.
-        run_noise=noise_for(args, head.get("suite"), "run") if args.run_noise_pct is None else None,
+        run_noise=noise_for(args, head.suite, "run") if args.run_noise_pct is None else None,
         suite_thresholds=args.regress_pct is None,
         base_label=base_spec,
         head_label=head_spec,

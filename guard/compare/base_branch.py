@@ -10,12 +10,13 @@ next older one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from guard.compare.baseline import COMMIT_COLUMN, load_run
 from guard.core.errors import GuardError
+from guard.results.documents import ResultsDocument
 from guard.track import find_runs
 
 # How many finished invocations to try, newest first, before saying there is none.
@@ -27,7 +28,7 @@ class BaseRun:
     run_id: str
     branch: str
     commit: str | None
-    doc: dict[str, Any]
+    doc: ResultsDocument
 
     @property
     def label(self) -> str:
@@ -42,12 +43,12 @@ def last_finished_invocation(
     *,
     exclude_commit: str | None = None,
     finder: Callable[..., Any] | None = None,
-    loader: Callable[[str, str], dict[str, Any]] | None = None,
+    loader: Callable[[str, str], ResultsDocument | Mapping[str, Any]] | None = None,
 ) -> tuple[BaseRun | None, list[str]]:
     """The newest finished invocation of ``suite`` on ``branch`` (not of
     ``exclude_commit``, the head's own commit), and why newer candidates were skipped."""
     finder = finder or find_runs
-    loader = loader or load_run
+    load = loader or load_run
     frame = finder(uri, suite, level="invocation", branch=branch, max_results=MAX_CANDIDATES * 4)
     skipped: list[str] = []
     if frame is None or len(frame) == 0:
@@ -63,7 +64,7 @@ def last_finished_invocation(
         tried += 1
         run_id = str(row["run_id"])
         try:
-            doc = loader(uri, run_id)
+            doc = ResultsDocument.of(load(uri, run_id))
         except GuardError as exc:
             skipped.append(f"run:{run_id}: {exc}")
             continue

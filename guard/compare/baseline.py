@@ -13,14 +13,15 @@ A side is named on the command line as:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from guard.compare.compare import IncompatibleBaselineError, host_incompatibility
 from guard.core.errors import UsageError
-from guard.results.load import load_results, validate_results
-from guard.results.result import ResultKey
+from guard.results.documents import ResultsDocument
+from guard.results.load import read_results, validate_results
+from guard.results.result import Result
 from guard.track import find_runs, load_artifact_dict
 from guard.track.client import http_limits, mlflow_client, translated
 from guard.track.index import baseline_document, baseline_on_branch
@@ -34,7 +35,7 @@ def is_mlflow_spec(spec: str) -> bool:
     return spec.startswith(("run:", *BRANCH_PREFIXES))
 
 
-def load_run(uri: str, run_id: str) -> dict[str, Any]:
+def load_run(uri: str, run_id: str) -> ResultsDocument:
     """The results document an invocation run carries."""
     with http_limits(), translated(uri, f"reading run {run_id}"):
         run = mlflow_client(uri).get_run(run_id)
@@ -47,20 +48,20 @@ def load_run(uri: str, run_id: str) -> dict[str, Any]:
         )
     doc = load_artifact_dict(uri, run.info.artifact_uri, "results.json")
     validate_results(doc, f"run:{run_id}")
-    return doc
+    return ResultsDocument.from_json(doc)
 
 
 def latest_on_branch(
     uri: str,
     suite: str,
     branch: str,
-    wanted: list[Mapping[str, Any]],
+    wanted: Sequence[Result | Mapping[str, Any]],
     *,
     max_candidates: int = 20,
     finder: Callable[..., Any] | None = None,
     loader: Callable[[str], Any] | None = None,
     exclude_commit: str | None = None,
-) -> dict[str, Any]:
+) -> ResultsDocument:
     """A baseline document assembled from the newest compatible result run per key.
 
     ``wanted`` are the head side's results (their keys and manifests decide what is
@@ -71,21 +72,21 @@ def latest_on_branch(
     finder = finder or find_runs
     load = loader or (lambda artifact_uri: load_artifact_dict(uri, artifact_uri, "result.json"))
     results = []
-    for head_r in wanted:
-        key = ResultKey.of(head_r)
-        frame = finder(uri, suite, model=head_r["model"], backend=head_r["backend"], branch=branch)
+    for head_r in map(Result.of, wanted):
+        key = head_r.key
+        frame = finder(uri, suite, model=head_r.model, backend=head_r.backend, branch=branch)
         if frame is None or len(frame) == 0:
             continue  # a model new on this side: compare reports it as only_head
         refused = None
         if exclude_commit and COMMIT_COLUMN in frame:
             frame = frame[frame[COMMIT_COLUMN] != exclude_commit]
         for artifact_uri in list(frame["artifact_uri"])[:max_candidates]:
-            cand = load(artifact_uri)
-            if not isinstance(cand, Mapping) or ResultKey.of(cand) != key:
+            cand = Result.from_json(load(artifact_uri))
+            if not cand.read or cand.key != key:
                 continue
-            why = host_incompatibility(cand.get("manifest") or {}, head_r.get("manifest") or {})
+            why = host_incompatibility(cand.manifest, head_r.manifest)
             if why is None:
-                results.append(dict(cand))
+                results.append(cand.to_json())
                 break
             refused = refused or why
         else:
@@ -94,7 +95,7 @@ def latest_on_branch(
                     f"no compatible baseline for {key} on branch {branch!r}: {refused}",
                     hint="Run the suite on this host class on that branch first.",
                 )
-    return baseline_document(uri, suite, branch, results)
+    return ResultsDocument.from_json(baseline_document(uri, suite, branch, results))
 
 
 def load_side(
@@ -102,14 +103,14 @@ def load_side(
     *,
     uri: str | None = None,
     suite: str | None = None,
-    other: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    other: ResultsDocument | None = None,
+) -> ResultsDocument:
     """Resolve a side spec to a results document (see the module docstring)."""
     if not is_mlflow_spec(spec):
         from guard.results import pytest_benchmark
 
         pb = pytest_benchmark.read(Path(spec))  # a pytest-benchmark file, by its shape
-        return pb if pb is not None else load_results(Path(spec))
+        return ResultsDocument.from_json(pb) if pb is not None else read_results(Path(spec))
     if uri is None:
         raise UsageError(
             f"{spec}: an MLflow side needs a tracking URI", hint="Pass --tracking-uri."
@@ -122,16 +123,18 @@ def load_side(
             f"{spec}: a branch baseline is resolved against the other side",
             hint="Give the other side as a results file or run:<id>.",
         )
-    suite = suite or other.get("suite")
+    suite = suite or other.suite
     if not suite:
         raise UsageError(f"{spec}: which suite? pass --suite")
-    own = (other.get("git") or {}).get("commit")
+    own = other.git.commit
     # guard's index answers in one search per case; runs logged before it go to the scan.
-    return baseline_on_branch(
-        uri,
-        str(suite),
-        branch,
-        list(other["results"]),
-        fallback=latest_on_branch,
-        exclude_commit=str(own) if own else None,
+    return ResultsDocument.from_json(
+        baseline_on_branch(
+            uri,
+            str(suite),
+            branch,
+            [r.to_json() for r in other.results],
+            fallback=latest_on_branch,
+            exclude_commit=str(own) if own else None,
+        )
     )

@@ -296,8 +296,8 @@ def _with_run_noise(cfg: RegressConfig, run_noise_pct: float | None) -> RegressC
 
 
 def compare_docs(
-    base: Mapping[str, Any],
-    head: Mapping[str, Any],
+    base: ResultsDocument | Mapping[str, Any],
+    head: ResultsDocument | Mapping[str, Any],
     config: RegressConfig | None = None,
     *,
     noise: Mapping[str, float] | None = None,

@@ -32,6 +32,7 @@ from guard.core.errors import UsageError
 from guard.core.fsutil import atomic_write_text
 from guard.counting.logged import FINGERPRINT_COLUMN, counted_block, parse_fingerprint
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, count_changes
+from guard.results.counted import Counted
 from guard.suite import Suite, load_suite
 from guard.track import find_runs, resolve_uri
 
@@ -135,7 +136,7 @@ def analyse(
 
 
 def analyse_counted(
-    blocks: Sequence[Mapping[str, Any]],
+    blocks: Sequence[Counted],
     values: Sequence[float],
     *,
     labels: Sequence[str],
@@ -221,7 +222,7 @@ def _runs_with(frame: Any, metric: str) -> Any:
     return frame.dropna(subset=[col]).sort_values("start_time")
 
 
-def counted_blocks(frame: Any, metric: str) -> list[dict[str, Any]]:
+def counted_blocks(frame: Any, metric: str) -> list[Counted]:
     """The counted blocks (counts and fingerprint) of the runs ``series_from_runs`` reads."""
     f = _runs_with(frame, metric)
     if f is None:
@@ -233,7 +234,8 @@ def counted_blocks(frame: Any, metric: str) -> list[dict[str, Any]]:
         def logged(name: str, row: Any = row) -> Any:
             return _cell(row, f"metrics.{name}")
 
-        out.append(counted_block(logged, parse_fingerprint(_cell(row, FINGERPRINT_COLUMN))))
+        block = counted_block(logged, parse_fingerprint(_cell(row, FINGERPRINT_COLUMN)))
+        out.append(Counted.from_json(block))
     return out
 
 

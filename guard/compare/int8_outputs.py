@@ -23,23 +23,28 @@ from typing import Any
 import numpy as np
 
 from guard.compare.crossarch import decode_outputs
+from guard.results.documents import Int8Row, ResultsDocument
+from guard.results.result import Result
 
 IDENTICAL, DIFFER, UNKNOWN = "identical", "differ", "unknown"
 
 
-def is_int8(r: Mapping[str, Any]) -> bool:
-    return isinstance(r.get("quantization"), Mapping)
+def is_int8(r: Result) -> bool:
+    return r.quantization is not None
 
 
-def agreement(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, str | None]:
-    """(identical | differ | unknown, the first differing output's name or None)."""
-    na, nb = a.get("numerics") or {}, b.get("numerics") or {}
-    ha, hb = na.get("output_sha256"), nb.get("output_sha256")
+def agreement(
+    a: Result | Mapping[str, Any], b: Result | Mapping[str, Any]
+) -> tuple[str, str | None]:
+    """(identical | differ | unknown, the first differing output's name or None); ``a``
+    and ``b`` are records, or results as guard.run.int8 still holds them."""
+    na, nb = Result.of(a).numerics, Result.of(b).numerics
+    ha, hb = na.output_sha256, nb.output_sha256
     if not ha or not hb:
         return UNKNOWN, None
     if ha == hb:
         return IDENTICAL, None
-    da, db = decode_outputs(na.get("outputs")), decode_outputs(nb.get("outputs"))
+    da, db = decode_outputs(na.outputs), decode_outputs(nb.outputs)
     for ta, tb in zip(da or [], db or [], strict=False):
         if ta["shape"] != tb["shape"] or ta["stride"] != tb["stride"]:
             return DIFFER, str(ta["name"])
@@ -48,20 +53,16 @@ def agreement(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, str | No
     return DIFFER, None
 
 
-def _key(r: Mapping[str, Any]) -> tuple[str, str]:
-    return (str(r.get("model")), str(r.get("backend")))
-
-
-def int8_rows(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[dict[str, Any]]:
+def int8_rows(
+    base: ResultsDocument | Mapping[str, Any], head: ResultsDocument | Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """One row per paired int8 result (module doc)."""
-    b: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
-    h: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
-    for r in base.get("results") or []:
-        if is_int8(r):
-            b[_key(r)].append(r)
-    for r in head.get("results") or []:
-        if is_int8(r):
-            h[_key(r)].append(r)
+    b: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    h: dict[tuple[str, str], list[Result]] = defaultdict(list)
+    for side, doc in ((b, base), (h, head)):
+        for r in ResultsDocument.of(doc).results:
+            if r.quantization is not None:
+                side[(r.model, r.backend)].append(r)
     rows = []
     for k in sorted(set(b) & set(h)):
         pairs = _pairs(b[k], h[k])
@@ -71,8 +72,8 @@ def int8_rows(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[dict[str
                 {
                     "model": k[0],
                     "backend": k[1],
-                    "base_target": rb.get("target"),
-                    "head_target": rh.get("target"),
+                    "base_target": rb.target,
+                    "head_target": rh.target,
                     "outputs": verdict,
                     "first_differing": first,
                 }
@@ -80,11 +81,9 @@ def int8_rows(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[dict[str
     return rows
 
 
-def _pairs(
-    bs: Sequence[Mapping[str, Any]], hs: Sequence[Mapping[str, Any]]
-) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    by_b = {r.get("target"): r for r in bs}
-    same = [(by_b[r.get("target")], r) for r in hs if r.get("target") in by_b]
+def _pairs(bs: Sequence[Result], hs: Sequence[Result]) -> list[tuple[Result, Result]]:
+    by_b = {r.target: r for r in bs}
+    same = [(by_b[r.target], r) for r in hs if r.target in by_b]
     if same:
         return same
     if len(bs) == 1 and len(hs) == 1:
@@ -92,35 +91,36 @@ def _pairs(
     return []
 
 
-def line(row: Mapping[str, Any]) -> str:
+def line(row: Int8Row | Mapping[str, Any]) -> str:
+    row = Int8Row.of(row)
     where = (
-        row["base_target"]
-        if row["base_target"] == row["head_target"]
-        else f"{row['base_target']} vs {row['head_target']}"
+        row.base_target
+        if row.base_target == row.head_target
+        else f"{row.base_target} vs {row.head_target}"
     )
-    text = f"{row['model']} [{row['backend']}] int8 outputs {row['outputs']} ({where})"
-    if row["outputs"] == DIFFER:
+    text = f"{row.model} [{row.backend}] int8 outputs {row.outputs} ({where})"
+    if row.outputs == DIFFER:
         text += (
-            f": first differing tensor {row['first_differing']}"
-            if row["first_differing"]
+            f": first differing tensor {row.first_differing}"
+            if row.first_differing
             else ": in elements the results do not store (the output hashes differ)"
         )
     return text
 
 
-def summary_line(rows: Sequence[Mapping[str, Any]]) -> str:
+def summary_line(rows: Sequence[Int8Row | Mapping[str, Any]]) -> str:
     """One line a bump or compare report leads its int8 section with."""
-    moved = [r for r in rows if r["outputs"] == DIFFER]
+    moved = [r for r in map(Int8Row.of, rows) if r.outputs == DIFFER]
     if not moved:
         return f"int8 outputs unchanged: identical bytes on all {len(rows)} int8 result(s)."
     first = moved[0]
-    where = f" (first: {first['model']} [{first['backend']}]" + (
-        f", tensor {first['first_differing']})" if first["first_differing"] else ")"
+    where = f" (first: {first.model} [{first.backend}]" + (
+        f", tensor {first.first_differing})" if first.first_differing else ")"
     )
     return f"int8 outputs moved on {len(moved)} of {len(rows)} int8 result(s){where}."
 
 
-def markdown_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def markdown_lines(rows: Sequence[Int8Row | Mapping[str, Any]]) -> list[str]:
     if not rows:
         return []
     return ["### int8 outputs", "", summary_line(rows), "", *(f"- {line(r)}" for r in rows)]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from guard.compare import crossarch, int8_outputs
 from guard.core.fsutil import atomic_write_text
 from guard.counting import rows as counted_rows
+from guard.results.documents import ComparisonDocument, ComparisonRow, Side
 from guard.stats.verdicts import on_rounds
 
 _ICON = {
@@ -61,51 +62,54 @@ def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def manifest_lines(diff: Mapping[str, Any]) -> list[str]:
+def manifest_lines(diff: Mapping[str, Sequence[Any]]) -> list[str]:
     if not diff:
         return ["- no pinned field changed (same compiler, runtime, driver, target, tuning cache)"]
     return [f"- `{k}`: {_md(v[0])} → {_md(v[1])}" for k, v in diff.items()]
 
 
-def row_cells(r: Mapping[str, Any]) -> list[str]:
-    ci = r.get("ci") or [None, None]
-    stats = r.get("stats") or {}
-    mde = stats.get("mde_pct")
-    n = f"{stats.get('n_base', '?')}/{stats.get('n_head', '?')}" if "n_base" in stats else "n/a"
-    if on_rounds(stats.get("method")):
+def row_cells(r: ComparisonRow) -> list[str]:
+    ci = r.ci or (None, None)
+    stats = r.stats
+    mde = stats.mde_pct
+    n = f"{_or_q(stats.n_base)}/{_or_q(stats.n_head)}" if stats.n_base is not None else "n/a"
+    if on_rounds(stats.method):
         n += " rounds"
-    num = r.get("numerics") or {}
+    num = r.numerics
     return [
-        f"{r['model']} / {r['backend']}",
-        _ICON.get(r["verdict"], r["verdict"]),
-        _pct(r.get("ratio")),
+        f"{r.model} / {r.backend}",
+        _ICON.get(str(r.verdict), str(r.verdict)),
+        _pct(r.ratio),
         f"[{_pct(ci[0])}, {_pct(ci[1])}]",
         "n/a" if mde is None or not math.isfinite(mde) else f"{mde:.1f}%",
         n,
-        _pair(r.get("arena_bytes")),
-        _pair(r.get("partitions")),
-        ("changed" if num.get("output_sha256_changed") else "same")
+        _pair(r.arena_bytes),
+        _pair(r.partitions),
+        ("changed" if num.output_sha256_changed else "same")
         + (
-            f"; head-base {num['max_abs_diff']:.2g}"  # interleaved A/B: outputs side by side
-            if num.get("max_abs_diff") is not None
-            else f"; {_pair(num.get('max_abs_err'), '{:.2g}')}"
+            f"; head-base {num.max_abs_diff:.2g}"  # interleaved A/B: outputs side by side
+            if num.max_abs_diff is not None
+            else f"; {_pair(num.max_abs_err, '{:.2g}')}"
         ),
-        _pair(r.get("tuning_hit_rate"), "{:.0%}"),
-        r.get("attribution") or "",
+        _pair(r.tuning_hit_rate, "{:.0%}"),
+        r.attribution or "",
     ]
 
 
-def unresolved_rounds(cmp: Mapping[str, Any]) -> str:
+def _or_q(n: int | None) -> str:
+    return "?" if n is None else str(n)
+
+
+def unresolved_rounds(cmp: ComparisonDocument | Mapping[str, Any]) -> str:
     """A line for rows judged on two runs' rounds that could not resolve their threshold:
     what those runs could see, and the comparison that can (one runner, interleaved).
     Empty when there are none."""
     mdes = []
-    for r in cmp.get("rows") or []:
-        stats = r.get("stats") or {}
-        mde, thr = stats.get("mde_pct"), stats.get("threshold_pct")
+    for r in ComparisonDocument.of(cmp).rows:
+        mde, thr = r.stats.mde_pct, r.stats.threshold_pct
         if (
-            r.get("verdict") == "inconclusive"
-            and on_rounds(stats.get("method"))
+            r.verdict == "inconclusive"
+            and on_rounds(r.stats.method)
             and mde is not None
             and thr is not None
             and math.isfinite(mde)
@@ -128,66 +132,73 @@ HEADERS = [
 ]  # fmt: skip
 
 
-def to_markdown(cmp: Mapping[str, Any], title: str = "guard compare") -> str:
-    s = cmp.get("summary") or {}
-    bv = s.get("by_verdict") or {}
+def to_markdown(cmp: ComparisonDocument | Mapping[str, Any], title: str = "guard compare") -> str:
+    doc = ComparisonDocument.of(cmp)
+    s = doc.summary
+    bv = s.by_verdict
     # The manifest diff is the first thing a reader sees: it is what the comparison is about.
-    lines = ["## Manifest diff", "", *manifest_lines(cmp.get("manifest_diff") or {}), ""]
-    base, head = cmp.get("base") or {}, cmp.get("head") or {}
+    lines = ["## Manifest diff", "", *manifest_lines(doc.manifest_diff), ""]
+    base, head = doc.base, doc.head
     lines += [
-        f"## {title}: {_md(head.get('label', 'head'))} vs {_md(base.get('label', 'base'))}",
+        f"## {title}: {_md(_label(head, 'head'))} vs {_md(_label(base, 'base'))}",
         "",
-        f"{s.get('compared', 0)} compared: {bv.get('regressed', 0)} regressed, "
+        f"{s.compared if s.compared is not None else 0} compared: "
+        f"{bv.get('regressed', 0)} regressed, "
         f"{bv.get('improved', 0)} improved, {bv.get('pass', 0)} pass, "
         f"{bv.get('inconclusive', 0)} inconclusive; geometric-mean latency ratio "
-        f"{_pct(s.get('geomean_ratio'))} (models present on both sides only).",
+        f"{_pct(s.geomean_ratio)} (models present on both sides only).",
         "",
         "| " + " | ".join(HEADERS) + " |",
         "|" + "---|" * len(HEADERS),
     ]
-    for r in cmp.get("rows") or []:
+    for r in doc.rows:
         lines.append("| " + " | ".join(_md(c) for c in row_cells(r)) + " |")
-    for key, what in (("only_base", "only in base"), ("only_head", "only in head")):
-        if s.get(key):
-            lines += ["", f"{what.capitalize()} (not aggregated): " + ", ".join(s[key])]
-    cross = crossarch.markdown_lines(cmp.get("cross_arch") or [])
+    for only, what in ((s.only_base, "only in base"), (s.only_head, "only in head")):
+        if only:
+            lines += ["", f"{what.capitalize()} (not aggregated): " + ", ".join(only)]
+    cross = crossarch.markdown_lines(doc.cross_arch)
     if cross:
         lines += ["", *cross]
-    counted = counted_rows.markdown_lines(cmp.get("counted") or [])
+    counted = counted_rows.markdown_lines(doc.counted)
     if counted:
         lines += ["", *counted]
-    int8 = int8_outputs.markdown_lines(cmp.get("int8") or [])
+    int8 = int8_outputs.markdown_lines(doc.int8)
     if int8:
         lines += ["", *int8]
-    unresolved = unresolved_rounds(cmp)
+    unresolved = unresolved_rounds(doc)
     if unresolved:
         lines += ["", unresolved]
-    cfg = cmp.get("config") or {}
+    cfg = doc.config
     lines += [
         "",
-        f"A row regresses when head is significantly slower (alpha {cfg.get('alpha')}) *and* "
-        f"the median ratio exceeds the threshold (regress_pct {cfg.get('regress_pct')}%, or "
+        f"A row regresses when head is significantly slower (alpha {cfg.alpha}) *and* "
+        f"the median ratio exceeds the threshold (regress_pct {cfg.regress_pct}%, or "
         "the calibrated noise when larger). MDE: the smallest slowdown this data would flag.",
     ]
     return "\n".join(lines) + "\n"
 
 
-def to_html(cmp: Mapping[str, Any], title: str = "guard compare") -> str:
+def _label(side: Side, default: str) -> str:
+    """A side's label as the document gives it (``default`` where it gives none)."""
+    return default if "label" not in side.to_json() else str(side.label)
+
+
+def to_html(cmp: ComparisonDocument | Mapping[str, Any], title: str = "guard compare") -> str:
+    doc = ComparisonDocument.of(cmp)
     e = html.escape
-    diff = cmp.get("manifest_diff") or {}
     items = "".join(
         f"<li><code>{e(k)}</code>: {e(str(v[0]))} &rarr; {e(str(v[1]))}</li>"
-        for k, v in diff.items()
+        for k, v in doc.manifest_diff.items()
     )
     if not items:
         items = "<li>no pinned field changed</li>"
     head = "".join(f"<th>{e(h)}</th>" for h in HEADERS)
     body = []
-    for r in cmp.get("rows") or []:
-        cls = e(r["verdict"])
+    for r in doc.rows:
+        cls = e(str(r.verdict))
         cells = "".join(f"<td>{e(c.replace('**', ''))}</td>" for c in row_cells(r))
         body.append(f'<tr class="{cls}">{cells}</tr>')
-    md_summary = to_markdown(cmp, title).split("\n")
+    md_summary = to_markdown(doc, title).split("\n")
     summary = next((ln for ln in md_summary if " compared: " in ln), "")
     return (
         "<!doctype html><html><head><meta charset='utf-8'>"

@@ -185,8 +185,8 @@ def diagnose_pair(
 
 
 def diagnose(
-    head_doc: Mapping[str, Any],
-    base_doc: Mapping[str, Any] | None = None,
+    head_doc: ResultsDocument | Mapping[str, Any],
+    base_doc: ResultsDocument | Mapping[str, Any] | None = None,
     *,
     models: tuple[str, ...] = (),
     backends: tuple[str, ...] = (),

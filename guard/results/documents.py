@@ -86,6 +86,26 @@ class RowNumerics(Record):
     output_sha256_changed: bool | None = None
     max_abs_err: tuple[float | None, ...] = ()
     max_rel_err: tuple[float | None, ...] = ()
+    max_abs_diff: float | None = None  # interleaved A/B: head's outputs against base's
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowStats(Record):
+    """A comparison row's ``stats``: the judgement's figures (guard.stats.verdicts.Comparison),
+    or only the reason where there was none."""
+
+    verdict: str | None = None
+    ratio: float | None = None
+    ci: tuple[float | None, ...] = ()
+    p_slower: float | None = None
+    p_faster: float | None = None
+    threshold_pct: float | None = None
+    mde_pct: float | None = None
+    n_base: int | None = None
+    n_head: int | None = None
+    method: str | None = None
+    alpha: float | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +118,7 @@ class ComparisonRow(Record):
     target: str | None = None
     verdict: RowVerdict | None = None
     ratio: float | None = None
-    ci: tuple[float, ...] = ()
+    ci: tuple[float | None, ...] = ()
     p90_ratio: float | None = None
     arena_bytes: tuple[int | None, ...] = ()
     partitions: tuple[int | None, ...] = ()
@@ -108,7 +128,7 @@ class ComparisonRow(Record):
     noise_pct: tuple[float | None, ...] = ()
     rounds: tuple[int | None, ...] = ()
     manifest_diff: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
-    stats: Mapping[str, Json] = field(default_factory=dict)
+    stats: RowStats = field(default_factory=RowStats)
     reason: str | None = None
     attribution: str | None = None
 
@@ -154,16 +174,43 @@ class Int8Row(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ComparisonConfig(Record):
+    """``config``: the thresholds the rows were judged with."""
+
+    regress_pct: float | None = None
+    alpha: float | None = None
+    noise_k: float | None = None
+    run_noise_pct: float | None = None
+    calibrated_noise: Mapping[str, float] = field(default_factory=dict)
+    calibrated_run_noise: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary(Record):
+    """``summary``: the aggregates over the rows present on both sides."""
+
+    compared: int | None = None
+    by_verdict: Mapping[str, int] = field(default_factory=dict)
+    geomean_ratio: float | None = None
+    only_base: tuple[str, ...] = ()
+    only_head: tuple[str, ...] = ()
+    cross_arch: Mapping[str, int] = field(default_factory=dict)
+    counted: Json = None
+    int8: Mapping[str, int] = field(default_factory=dict)
+    without_rounds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class ComparisonDocument(Record):
     """A comparison file: the two sides, the manifest fields that differ, and the rows."""
 
     schema_version: int | None = None
     base: Side = field(default_factory=Side)
     head: Side = field(default_factory=Side)
-    config: Mapping[str, Json] = field(default_factory=dict)
+    config: ComparisonConfig = field(default_factory=ComparisonConfig)
     manifest_diff: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
     rows: tuple[ComparisonRow, ...] = ()
     cross_arch: tuple[Mapping[str, Json], ...] = ()
     counted: tuple[CountedRow, ...] = ()
     int8: tuple[Int8Row, ...] = ()  # guard.compare.int8_outputs
-    summary: Mapping[str, Json] = field(default_factory=dict)
+    summary: Summary = field(default_factory=Summary)

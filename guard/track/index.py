@@ -136,7 +136,7 @@ def baseline_on_branch(
     branch: str,
     wanted: Sequence[Mapping[str, Any]],
     *,
-    fallback: Callable[..., dict[str, Any]] | None = None,
+    fallback: Callable[..., ResultsDocument | Mapping[str, Any]] | None = None,
     loader: Callable[[str], Any] | None = None,
     exclude_commit: str | None = None,
     workers: int = LOOKUP_WORKERS,

@@ -28,10 +28,7 @@ MIGRATED = (
     "guard/track",
     "guard/stats",
     "guard/counting",
-    # document comparison's readers of results (baseline, history and its reports not yet)
-    "guard/compare/compare.py",
-    "guard/compare/crossarch.py",
-    "guard/compare/attribution.py",
+    "guard/compare",
     # the run's readers of results (merge and the writers not yet)
     "guard/run/runner.py",
     "guard/run/shard.py",
@@ -56,6 +53,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("guard/track/records.py", "arena_lower_bound_bytes"): "the metrics being built",
     ("guard/stats/calibrate.py", "entries"): "the calibrated noise file, not a result",
     ("guard/stats/calibrate.py", "schema_version"): "the calibrated noise file's version",
+    ("guard/stats/calibrate.py", "run_noise_pct"): "a calibrated noise file's entry",
     **{("guard/counting/child.py", k): "the counting child's request, not a result"
        for k in ("artefact", "backend", "model", "inputs", "warmup", "inferences")},
     **{("guard/counting/count.py", k): "the suite's measure.counted block and the engine's "
@@ -73,6 +71,11 @@ ALLOWED: dict[tuple[str, str], str] = {
                  "how", "arch", "partitions", "arena_bytes", "verdict", "model", "backend",
                  "name", "latency_status", "top1_agreement")},
     ("guard/compare/attribution.py", "op"): "an unsupported-op item ({op_type|op})",
+    ("guard/compare/int8_outputs.py", "name"): "a decoded output tensor (decode_outputs)",
+    **{("guard/compare/history.py", k): "history's own analysis and series, a counted change "
+       "(count_changes) and the suite's checks"
+       for k in ("index", "verdict", "message", "first", "last", "regress_pct", "pct", "bound",
+                 "backend", "target", "arch", "counted")},
     ("guard/run/base_compare.py", "error"): "what tracking did (guard.run.deliver's receipt)",
     **{("guard/report/dashboard.py", k): "a dashboard's series and steps"
        for k in ("notes", "pct", "s")},
