@@ -8,7 +8,8 @@ newer version is refused, exit 2, saying which versions this guard reads), that 
 names its model, backend and target, and that a measured result's samples and rounds are
 usable latencies; anything else is exit 2 naming the file and the field. Nothing is
 rewritten: the record writes back the JSON it was read from (guard.results.record).
-``read_comparison`` does the same for a ``guard compare --json`` file.
+``read_comparison`` does the same for a ``guard compare --json`` file, and
+``validate_shard_block`` for the shard block ``guard merge`` reads.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from guard.core.errors import UsageError
 from guard.core.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, results_document
 from guard.results.documents import COMPARISON_SCHEMA_VERSION, ComparisonDocument, ResultsDocument
 
@@ -254,3 +256,30 @@ def _validate_samples(r: Mapping[str, Any], at: At) -> None:
                     f"{reading!r} is not a finite positive host-speed reading in ms (or null)",
                     _EDITED,
                 )
+
+
+def validate_shard_block(path: Path, shard: Mapping[str, Any]) -> None:
+    """The shard block a run wrote (guard merge reads it): index and count integers, cases
+    [model, backend, target] triples of strings; an edited one is refused naming the field
+    (exit 2)."""
+
+    def bad(field: str, what: str) -> UsageError:
+        return UsageError(
+            f"shard.{field}: {what}",
+            where=str(path),
+            hint="The results file was edited or truncated; re-run the shard.",
+        )
+
+    for k in ("index", "count"):
+        v = shard.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise bad(k, f"{v!r} is not a shard number (an integer >= 1)")
+    for k in ("suite_cases", "cases"):
+        cases = shard.get(k)
+        if cases is None:
+            continue
+        if not isinstance(cases, list) or not all(
+            isinstance(c, list) and len(c) == 3 and all(isinstance(x, str) for x in c)
+            for c in cases
+        ):
+            raise bad(k, "must be a list of [model, backend, target] lists of strings")

@@ -29,8 +29,9 @@ MIGRATED = (
     "guard/stats",
     "guard/counting",
     "guard/compare",
-    # the run's readers of results (merge and the writers not yet)
+    # the run's readers of results (its writers build the JSON)
     "guard/run/runner.py",
+    "guard/run/merge.py",
     "guard/run/shard.py",
     "guard/run/base_compare.py",
     "guard/doctor",
