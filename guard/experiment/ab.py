@@ -26,7 +26,8 @@ from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest
 from guard.core.errors import UsageError
 from guard.measure.calls import choose_inner, warm_up
 from guard.measure.preflight import contention_between, read_cpu_times
-from guard.results.result import ResultKey
+from guard.results.manifest import Manifest
+from guard.results.result import Result, ResultKey
 from guard.stats.regress import (
     AdaptiveResult,
     RegressConfig,
@@ -161,15 +162,18 @@ def _output_diff(b: Mapping[str, Any], h: Mapping[str, Any]) -> dict[str, Any]:
 def ab_row(
     key: ResultKey,
     outcome: ABOutcome,
-    base_manifest: Mapping[str, Any],
-    head_manifest: Mapping[str, Any],
+    base_manifest: Manifest | Mapping[str, Any],
+    head_manifest: Manifest | Mapping[str, Any],
     base_facts: Mapping[str, Any] | None = None,
     head_facts: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A comparison row (docs/ARCHITECTURE.md) for one interleaved A/B measurement."""
+    """A comparison row (docs/ARCHITECTURE.md) for one interleaved A/B measurement:
+    ``base_facts`` and ``head_facts`` are what ``case_facts`` says of each side."""
     c = outcome.result.comparison
-    bf = dict(base_facts or {}, manifest=base_manifest)
-    hf = dict(head_facts or {}, manifest=head_manifest)
+    bm, hm = Manifest.of(base_manifest).to_json(), Manifest.of(head_manifest).to_json()
+    bf = dict(base_facts or {}, manifest=bm)
+    hf = dict(head_facts or {}, manifest=hm)
+    br, hr = Result.of(bf), Result.of(hf)  # the facts a result would carry, typed
     p90 = None
     if outcome.result.base and outcome.result.head:
         p90 = float(np.percentile(outcome.result.head, 90) / np.percentile(outcome.result.base, 90))
@@ -181,15 +185,15 @@ def ab_row(
         "ratio": c.ratio,
         "ci": list(c.ci),
         "p90_ratio": p90,
-        "arena_bytes": [bf.get("arena_bytes"), hf.get("arena_bytes")],
+        "arena_bytes": [br.arena_bytes, hr.arena_bytes],
         "partitions": [
-            (bf.get("partitions") or {}).get("count"),
-            (hf.get("partitions") or {}).get("count"),
+            br.partitions.count if br.partitions else None,
+            hr.partitions.count if hr.partitions else None,
         ],
         "numerics": _output_diff(bf, hf),
         "tuning_hit_rate": [None, None],
         "contention": [outcome.contention, outcome.contention],
-        "manifest_diff": manifest_diff(base_manifest, head_manifest),
+        "manifest_diff": manifest_diff(bm, hm),
         "stats": {
             **outcome.result.to_dict(),
             "inner": outcome.inner,
@@ -197,7 +201,7 @@ def ab_row(
         },
         "reason": c.reason,
     }
-    row["attribution"] = attribute(row, bf, hf)
+    row["attribution"] = attribute(row, br, hr)
     return row
 
 

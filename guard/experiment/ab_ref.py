@@ -51,7 +51,9 @@ from guard.experiment.bump import (
 )
 from guard.measure.preflight import THREAD_ENV_VARS, contention_between, read_cpu_times
 from guard.measure.round_runner import measuring_cpus
-from guard.results.result import ResultKey
+from guard.results.counted import Counted
+from guard.results.record import Record
+from guard.results.result import Result
 from guard.stats.regress import RegressConfig, measure_until_conclusive, with_noise
 
 # Run by path from this tree, under the side's interpreter. ``-P``: the script's folder is
@@ -144,12 +146,32 @@ def make_side(
     return Side(label, src, str(env / "bin" / "python"), guard_src, sha, str(env))
 
 
+@dataclass(frozen=True, kw_only=True)
+class CaseDescription(Result):
+    """A case as a worker describes it (guard.experiment.ab_worker): the result fields it
+    knows (model, backend, target, manifest, partitions, arena_bytes), the suite's latency
+    threshold for it, and its outputs as a base64 .npz."""
+
+    regress_pct: float | None = None
+    outputs_npz: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CountReply(Record):
+    """A worker's ``count`` reply: the case's counted block, what was missing to count it,
+    and the counted bound the suite sets."""
+
+    counted: Counted | None = None
+    missing: tuple[str, ...] = ()
+    regress_pct: float | None = None
+
+
 @dataclass
 class WorkerProc:
     side: Side
     proc: subprocess.Popen
     log: Any
-    cases: list[dict[str, Any]] = field(default_factory=list)
+    cases: list[CaseDescription] = field(default_factory=list)
 
     @classmethod
     def start(cls, side: Side, threads: int) -> WorkerProc:
@@ -213,11 +235,12 @@ def _outputs(npz_b64: str | None) -> list[np.ndarray] | None:
         return [z[f"arr_{i}"] for i in range(len(z.files))]
 
 
-def _facts(c: dict[str, Any]) -> dict[str, Any]:
+def _facts(c: CaseDescription) -> dict[str, Any]:
+    """What ``case_facts`` says of a case, for a case a worker described."""
     return {
-        "partitions": c.get("partitions"),
-        "arena_bytes": c.get("arena_bytes"),
-        "outputs": _outputs(c.get("outputs_npz")),
+        "partitions": c.partitions.to_json() if c.partitions is not None else None,
+        "arena_bytes": c.arena_bytes,
+        "outputs": _outputs(c.outputs_npz),
     }
 
 
@@ -271,15 +294,17 @@ def _count_pairs(
 
     rows = []
     for ib, ih in pairs:
-        b, h = wb.ask(op="count", case=ib), wh.ask(op="count", case=ih)
-        if b["missing"] or h["missing"]:
-            missing.extend((b["missing"] or h["missing"])[:1])
+        b = CountReply.from_json(wb.ask(op="count", case=ib))
+        h = CountReply.from_json(wh.ask(op="count", case=ih))
+        if b.missing or h.missing:
+            missing.extend((b.missing or h.missing)[:1])
             return []
-        bound = h["regress_pct"] or b["regress_pct"] or DEFAULT_COUNTED_REGRESS_PCT
-        row = compare_counted(b["counted"], h["counted"], float(bound))
+        bound = h.regress_pct or b.regress_pct or DEFAULT_COUNTED_REGRESS_PCT
+        row = compare_counted(b.counted, h.counted, float(bound))
         bc = wb.cases[ib]
-        counted_on = (h["counted"] or b["counted"] or {}).get("target")
-        rows.append({"model": bc["model"], "backend": bc["backend"], "target": bc["target"],
+        # the head's block, else the base's (an empty block says nothing)
+        counted_on = next((c.target for c in (h.counted, b.counted) if c and c.to_json()), None)
+        rows.append({"model": bc.model, "backend": bc.backend, "target": bc.target,
                      "counted_target": counted_on, **row})  # fmt: skip
     return rows
 
@@ -345,32 +370,31 @@ def run_ref_ab(
             workers.append(w)
             work = (cache.parent / "ab" / (s.sha[:16] if s.sha else "worktree")).resolve()
             work.mkdir(parents=True, exist_ok=True)
-            w.cases = w.ask(op="prepare", suite=str(s.src / rel), workdir=str(work))["cases"]
+            prepared = w.ask(op="prepare", suite=str(s.src / rel), workdir=str(work))
+            w.cases = [CaseDescription.from_json(c) for c in prepared["cases"]]
         wb, wh = workers
-        heads = {ResultKey.of(c): i for i, c in enumerate(wh.cases)}
-        pairs = [
-            (i, heads[ResultKey.of(c)]) for i, c in enumerate(wb.cases) if ResultKey.of(c) in heads
-        ]
+        heads = {c.key: i for i, c in enumerate(wh.cases)}
+        pairs = [(i, heads[c.key]) for i, c in enumerate(wb.cases) if c.key in heads]
         if not pairs:
             raise UsageError(f"{rel}: base and head share no (model, backend, target)")
         rows = []
         for ib, ih in pairs:
             bc, hc = wb.cases[ib], wh.cases[ih]
-            key = ResultKey.of(bc)
-            why = host_incompatibility(bc.get("manifest") or {}, hc.get("manifest") or {})
+            key = bc.key
+            why = host_incompatibility(bc.manifest, hc.manifest)
             if why:
                 raise UsageError(f"{key}: cannot A/B across hosts: {why}")
             cfg = config
-            if suite_thresholds and isinstance(hc.get("regress_pct"), int | float):
-                cfg = replace(cfg, regress_pct=float(hc["regress_pct"]))
+            if suite_thresholds and hc.regress_pct is not None:
+                cfg = replace(cfg, regress_pct=float(hc.regress_pct))
             cfg = with_noise(cfg, (noise or {}).get(str(key)))
             outcome = _pair(wb, wh, ib, ih, cfg, budget_s, warmup_s, min_sample_s)
             rows.append(
                 ab_row(
                     key,
                     outcome,
-                    bc.get("manifest") or {},
-                    hc.get("manifest") or {},
+                    bc.manifest,
+                    hc.manifest,
                     _facts(bc),
                     _facts(hc),
                 )

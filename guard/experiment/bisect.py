@@ -24,16 +24,17 @@ from __future__ import annotations
 
 import math
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from guard.core.errors import GuardError, UsageError
 from guard.experiment.ab_ref import _git, resolve_ref
+from guard.results.documents import ComparisonDocument, ComparisonRow
 
 # step(good_sha, sha) -> the guard ab comparison document of sha against good_sha.
-Step = Callable[[str, str], dict[str, Any]]
+Step = Callable[[str, str], ComparisonDocument | Mapping[str, Any]]
 
 
 @dataclass
@@ -41,7 +42,7 @@ class StepVerdict:
     sha: str
     index: int  # 1..n: position after GOOD
     verdict: str  # regressed | pass | improved | inconclusive | skipped
-    rows: list[dict[str, Any]] = field(default_factory=list)  # model, backend, verdict, ratio, ci
+    rows: list[ComparisonRow] = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -56,10 +57,9 @@ class StepVerdict:
             return f"{head} ({self.error})"
         parts = []
         for r in self.rows:
-            lo, hi = r["ci"]
+            lo, hi = r.ci
             parts.append(
-                f"{r['model']}[{r['backend']}] {r['verdict']} x{r['ratio']:.3f} "
-                f"(interval {lo:.3f}-{hi:.3f})"
+                f"{r.model}[{r.backend}] {r.verdict} x{r.ratio:.3f} (interval {lo:.3f}-{hi:.3f})"
             )
         return f"{head}: {'; '.join(parts)}" if parts else head
 
@@ -82,7 +82,12 @@ class BisectResult:
             "first_regressed": self.first_regressed,
             "ambiguous": self.ambiguous,
             "steps": [
-                {"sha": s.sha, "index": s.index, "verdict": s.verdict, "rows": s.rows}
+                {
+                    "sha": s.sha,
+                    "index": s.index,
+                    "verdict": s.verdict,
+                    "rows": [_row_json(r) for r in s.rows],
+                }  # fmt: skip
                 | ({"error": s.error} if s.error else {})
                 for s in self.steps
             ],
@@ -122,12 +127,15 @@ def commits_between(repo: Path, good: str, bad: str) -> tuple[str, str, list[str
     return g, b, commits
 
 
-def _verdict(doc: dict[str, Any], sha: str, index: int) -> StepVerdict:
-    rows = [
-        {k: r.get(k) for k in ("model", "backend", "target", "verdict", "ratio", "ci")}
-        for r in doc.get("rows") or []
-    ]
-    verdicts = {r["verdict"] for r in rows}
+def _row_json(r: ComparisonRow) -> dict[str, Any]:
+    """What a step keeps of a comparison row: model, backend, target, verdict, ratio, ci."""
+    return {"model": r.model, "backend": r.backend, "target": r.target, "verdict": r.verdict,
+            "ratio": r.ratio, "ci": list(r.ci) if r.ci else None}  # fmt: skip
+
+
+def _verdict(doc: ComparisonDocument | Mapping[str, Any], sha: str, index: int) -> StepVerdict:
+    rows = list(ComparisonDocument.of(doc).rows)
+    verdicts = {r.verdict for r in rows}
     v = next(
         (x for x in ("regressed", "inconclusive", "improved", "pass") if x in verdicts), "pass"
     )

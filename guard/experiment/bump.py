@@ -15,7 +15,6 @@ that is not a manifest pin (numpy) would otherwise not show at all.
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import os
 import re
@@ -25,7 +24,7 @@ import sys
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,10 @@ from guard.compare.compare import compare_docs, exit_code
 from guard.compare.reports import write_reports
 from guard.core.errors import UsageError
 from guard.core.user_cache import cache_root, tree_bytes
-from guard.results.load import load_results
-from guard.results.result import ResultKey
+from guard.results.documents import ResultsDocument
+from guard.results.load import read_results
+from guard.results.record import Json
+from guard.results.result import Result
 from guard.stats.regress import RegressConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -232,7 +233,7 @@ def run_suite_in_env(
     timeout_s: float = 1800.0,
     runner: Runner | None = None,
     counted: bool = False,
-) -> dict[str, Any]:
+) -> ResultsDocument:
     """``guard run SUITE --json`` under the venv's interpreter; returns the results document.
 
     ``counted`` adds ``--counted``: each result's instructions and bytes moved per inference.
@@ -262,30 +263,55 @@ def run_suite_in_env(
             f"`guard run` in {env.name} exited {proc.returncode}: {last_lines(proc.stderr or proc.stdout)}",
             where=str(suite),
         )
-    return load_results(json_path)
+    return read_results(json_path)
 
 
-def merge_rounds(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def merge_rounds(docs: Sequence[ResultsDocument | Mapping[str, Any]]) -> dict[str, Any]:
     """One results document from several runs of a side: raw samples and rounds pooled.
 
     Each run's rounds join the side's rounds, so the comparison's independent units span
     every process of that side.
     """
-    merged = copy.deepcopy(docs[0])
-    by_key = {ResultKey.of(r): r for r in merged["results"]}
-    for d in docs[1:]:
-        for r in d["results"]:
-            into = by_key.get(ResultKey.of(r))
-            if into is None:
-                continue
-            if isinstance(r.get("samples_ms"), list):
-                into["samples_ms"] = list(into.get("samples_ms") or []) + list(r["samples_ms"])
-            if isinstance(r.get("rounds"), list) and isinstance(into.get("rounds"), list):
-                into["rounds"] = [*into["rounds"], *copy.deepcopy(r["rounds"])]
-            if "counted" in r and "counted" not in into:  # counted in one run of the side
-                into["counted"] = copy.deepcopy(r["counted"])
+    typed = [ResultsDocument.of(d) for d in docs]
+    first = typed[0]
+    pooled = [_Pooled(r) for r in first.results]
+    by_key = {p.first.key: p for p in pooled}
+    for d in typed[1:]:
+        for r in d.results:
+            into = by_key.get(r.key)
+            if into is not None:
+                into.add(r)
+    merged = first.to_json()
+    merged["results"] = [p.to_json() for p in pooled]
     merged["rounds"] = len(docs)
     return merged
+
+
+class _Pooled:
+    """A result of a side's first run, and what its later runs add to it."""
+
+    def __init__(self, first: Result) -> None:
+        self.first = first
+        self.samples_ms = list(first.samples_ms)
+        self.rounds = [rd.to_json() for rd in first.rounds]
+        self.counted = first.counted
+
+    def add(self, r: Result) -> None:
+        self.samples_ms += r.samples_ms
+        if r.rounds and self.first.rounds:
+            self.rounds += [rd.to_json() for rd in r.rounds]
+        if self.counted is None:  # counted in one run of the side
+            self.counted = r.counted
+
+    def to_json(self) -> dict[str, Json]:
+        out = self.first.to_json()
+        if len(self.samples_ms) > len(self.first.samples_ms):
+            out["samples_ms"] = self.samples_ms
+        if self.first.rounds:
+            out["rounds"] = self.rounds
+        if self.counted is not None and self.first.counted is None:
+            out["counted"] = self.counted.to_json()
+        return out
 
 
 def read_requirements(path: Path) -> list[str]:
@@ -398,7 +424,7 @@ def _measure_bump(
     """The suite run ``rounds`` times per side in the built envs, compared and reported."""
     # ABBA order: a machine that gets busier (or quieter) during the bump hits both sides
     # alike, instead of landing on whichever ran second.
-    runs: dict[str, list[dict[str, Any]]] = {"base": [], "head": []}
+    runs: dict[str, list[ResultsDocument]] = {"base": [], "head": []}
     for i in range(rounds):
         for label in ("base", "head") if i % 2 == 0 else ("head", "base"):
             with heartbeat(f"run {i + 1} of {rounds}: the suite on {label}", say, every_s):
