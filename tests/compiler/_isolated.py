@@ -1,10 +1,10 @@
 """Run a test's body in a fresh interpreter.
 
-Whole int8 models load objects of tens of MB into the process through MCJIT; in a long
-pytest process that has loaded many objects before, LLVM's RuntimeDyld can place a new
-object's sections more than 2 GiB apart and abort the whole process on a 32-bit
-relocation (``isInt<32>(RealOffset)``, issue 38). One model per interpreter keeps such an
-abort to the test that hit it, with its stderr in the failure, instead of killing the run.
+A whole int8 model maps objects of megabytes into the process and runs them; a native
+crash there (an abort in LLVM, a fault in generated code) would end the whole pytest
+process. Such a test runs its body in its own interpreter, so a crash fails that test
+alone, with the child's stderr in the failure (LLVM's RuntimeDyld did abort this way on a
+32-bit relocation before x86_64 objects used the large code model, issue 38).
 """
 
 from __future__ import annotations

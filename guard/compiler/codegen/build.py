@@ -80,13 +80,17 @@ class NativeProgram:
 
 
 def jit(
-    compiled: CompiledPlan, target: CodegenTarget | None = None, threads: int = 1
+    compiled: CompiledPlan,
+    target: CodegenTarget | None = None,
+    threads: int = 1,
+    code: NativeCode | None = None,
 ) -> tuple[Runtime, NativeCode]:
     """A Runtime for ``compiled`` running generated code on ``threads`` threads (tests,
-    benchmarks, no artefact)."""
-    target = target or host_target()
+    benchmarks, no artefact); ``code``, from an earlier call on the same plan, is loaded
+    again instead of generated again (a second thread count, a second load)."""
+    target = code.target if code is not None else target or host_target()
     blob, layout = pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
-    code = generate(compiled, layout, target)
+    code = code if code is not None else generate(compiled, layout, target)
     program = NativeProgram(code.plan, code.packed, code.generated.object_code, target)
     program.start_threads(threads)
     backends = tuple(p.backend for p in compiled.partitions.partitions)
