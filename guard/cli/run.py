@@ -117,9 +117,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     suite = Path(args.suite) if args.suite else default_suite()
     baseline = None
     if args.baseline:
-        from guard.results.load import load_results
+        from guard.results.load import read_results
 
-        baseline = load_results(args.baseline)
+        baseline = read_results(args.baseline)
     opts = RunOptions(
         workdir=Path.cwd(),
         json_path=Path(args.json) if args.json else None,

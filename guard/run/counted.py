@@ -32,6 +32,7 @@ from guard.counting.emulator import CountingFailed
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.emulate.tools import ToolMissing
 from guard.manifest.target_string import target_arch
+from guard.results.documents import ResultsDocument
 from guard.run.build import build_artefact
 from guard.suite import ModelEntry
 
@@ -83,7 +84,7 @@ def count_case(
 
 
 def counted_against(
-    entry: ModelEntry, block: dict[str, Any] | None, baseline: dict[str, Any] | None,
+    entry: ModelEntry, block: dict[str, Any] | None, baseline: ResultsDocument | None,
     key: Any,
 ) -> tuple[float, dict[str, Any] | None]:  # fmt: skip
     """(bound in percent, the counted comparison against the baseline's same result)."""
@@ -92,10 +93,8 @@ def counted_against(
     )
     if block is None or baseline is None:
         return bound, None
-    from guard.results.documents import ResultsDocument
-
     base = next(
-        (r for r in ResultsDocument.of(baseline).results if r.manifest.to_json() and r.key == key),
+        (r for r in baseline.results if r.manifest.to_json() and r.key == key),
         None,
     )
     return bound, compare_counted(base.counted if base else None, block, bound)

@@ -39,6 +39,8 @@ from guard.measure.round_runner import (
     round_isolation,
 )
 from guard.results.documents import ResultsDocument
+from guard.results.manifest import Manifest
+from guard.results.result import Result, ResultKey
 from guard.run.case import Case, load_case
 from guard.suite import ModelEntry
 from guard.suite.model import ModelSpec
@@ -46,11 +48,16 @@ from guard.suite.model import ModelSpec
 # ---------------------------------------------------------------------------- one result
 
 
-def _host_arch(manifest: dict[str, Any]) -> str:
+def _host_arch(manifest: Manifest) -> str:
     try:
-        return mf.target_arch(manifest["target"]["canonical"])
+        return mf.target_arch(str(manifest.target.canonical))
     except Exception:  # noqa: BLE001 - fall back to the host's arch
         return os.uname().machine
+
+
+def _key(model: str, backend: str, manifest: Manifest) -> ResultKey:
+    """The key this result will have (Result.key: the manifest's canonical target)."""
+    return Result(model=model, backend=backend, manifest=manifest).key
 
 
 def _against_baseline(
@@ -58,7 +65,7 @@ def _against_baseline(
     backend: str,
     head: dict[str, Any],
     bound: float | None,
-    baseline: dict[str, Any] | None,
+    baseline: ResultsDocument | None,
     noise: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[dict[str, Any] | None, str | None]:
     """(comparison, None) against the --baseline results file, or (None, why not).
@@ -69,24 +76,23 @@ def _against_baseline(
     where ``guard calibrate`` measured it.
     """
     from guard.compare.compare import host_incompatibility, latency_comparison
-    from guard.results.result import ResultKey
     from guard.stats.regress import DEFAULT_RUN_NOISE_PCT, RegressConfig
 
     if baseline is None or bound is None:
         return None, None
-    manifest = head["manifest"]
-    key = ResultKey(entry.name, backend, manifest["target"]["canonical"])
+    head_r = Result.from_json(head)
+    key = _key(entry.name, backend, head_r.manifest)
     base = next(
         (
             r
-            for r in ResultsDocument.of(baseline).results
+            for r in baseline.results
             if r.verdict != "error" and r.manifest.to_json() and r.key == key
         ),
         None,
     )
     if base is None:
         return None, f"the baseline has no result for {key.model} [{key.backend}] on this target"
-    why = host_incompatibility(base.manifest, manifest)
+    why = host_incompatibility(base.manifest, head_r.manifest)
     if why:
         return None, f"baseline refused: {why}"
     calibrated = (noise or {}).get(str(key)) or {}
@@ -95,7 +101,7 @@ def _against_baseline(
         noise_pct=calibrated.get("noise_pct"),
         run_noise_pct=calibrated.get("run_noise_pct", DEFAULT_RUN_NOISE_PCT),
     )
-    comp, reason = latency_comparison(base, head, cfg)
+    comp, reason = latency_comparison(base, head_r, cfg)
     return (comp.to_dict(), None) if comp is not None else (None, reason)
 
 
@@ -186,7 +192,7 @@ def begin_result(
     clock_injected: bool = False,
     baseline_given: bool = False,
     counted: Any = None,
-    baseline: dict[str, Any] | None = None,
+    baseline: ResultsDocument | None = None,
     tools_missing: list[str] | None = None,
 ) -> PendingResult | dict[str, Any]:
     """Build, load and check the numerics of one (model, backend): a result to measure.
@@ -216,7 +222,7 @@ def begin_result(
     # finished (finish_result, _emulated_result), and every check evaluated then.
     known: dict[str, Any] = {
         "backend": backend_name,
-        "arch": _host_arch(manifest),
+        "arch": _host_arch(Manifest.of(manifest)),
         "numerics": numerics,
         "tuning": manifest.get("tuning_cache") or {},
     }
@@ -249,16 +255,15 @@ def _count(
     known: dict[str, Any],
     cfg: Any,
     workdir: Path,
-    baseline: dict[str, Any] | None,
+    baseline: ResultsDocument | None,
     tools_missing: list[str] | None,
 ) -> None:
-    from guard.results.result import ResultKey
     from guard.run.counted import count_case, counted_against
 
     block = count_case(case, cfg, workdir, tools_missing if tools_missing is not None else [])
     if block is None:
         return
-    key = ResultKey(case.model, case.backend, case.manifest["target"]["canonical"])
+    key = _key(case.model, case.backend, Manifest.of(case.manifest))
     known["counted"] = block
     known["counted_bound"], known["counted_cmp"] = counted_against(case.entry, block, baseline, key)
 
@@ -270,7 +275,7 @@ def _counted_extra(facts: ck.Facts) -> dict[str, Any]:
 def finish_result(
     p: PendingResult,
     *,
-    baseline: dict[str, Any] | None = None,
+    baseline: ResultsDocument | None = None,
     noise: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Judge a result on the rounds it got (all of them, or fewer after an interruption)."""

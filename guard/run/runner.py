@@ -36,6 +36,7 @@ from guard.core.supported import outside_range, warning_line
 from guard.golden.produce import ensure_golden, golden_store
 from guard.measure import MeasureConfig, set_threads
 from guard.measure.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
+from guard.results.documents import ResultsDocument
 from guard.results.result import Result
 from guard.run.case import prepare_model
 from guard.run.counted import counted_config
@@ -66,7 +67,7 @@ class RunOptions:
     console: Console | None = None  # None: the default console (stderr for warnings)
     models: tuple[str, ...] = ()  # run only these models (all when empty)
     backends: tuple[str, ...] = ()  # run only these backends (all when empty)
-    baseline: dict[str, Any] | None = None  # a results document to judge regress_pct against
+    baseline: ResultsDocument | None = None  # a results document to judge regress_pct against
     shard: str | None = None  # "K/N": run only this shard's cases (guard.run.shard)
     shard_times: Path | None = None  # results file whose duration_s balance the shards
     invocation_id: str | None = None  # one logical invocation over all shards (else env)
