@@ -43,6 +43,10 @@ class PartitionInfo:
     # Layout conversions (relayouts, NCHW<->NHWC transposes) in the final graph; None
     # where the backend does not say.
     layout_conversions: int | None = None
+    # QuantizeLinear/DequantizeLinear left on activations ({nodes, pairs, fused}, the
+    # bundled partition report's count); None where the backend does not say, and then
+    # not written, so a result without it reads and writes as before
+    quant_conversions: dict[str, int] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PartitionInfo:
@@ -55,10 +59,11 @@ class PartitionInfo:
             details=list(d["details"]),
             how=d["how"],
             layout_conversions=d.get("layout_conversions"),
+            quant_conversions=d.get("quant_conversions"),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "count": self.count,
             "delegated_nodes": self.delegated_nodes,
             "fallback_nodes": self.fallback_nodes,
@@ -67,6 +72,9 @@ class PartitionInfo:
             "how": self.how,
             "layout_conversions": self.layout_conversions,
         }
+        if self.quant_conversions is not None:
+            out["quant_conversions"] = dict(self.quant_conversions)
+        return out
 
 
 @dataclass

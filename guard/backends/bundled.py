@@ -213,6 +213,7 @@ class ArtefactSession:
                 + _control_flow_how(p)
             ),
             layout_conversions=p.get("layout_conversions"),
+            quant_conversions=p.get("quant_conversions"),
         )
 
     def memory(self) -> MemoryInfo:

@@ -131,6 +131,17 @@ class PartitionDetail(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class QuantConversions(Record):
+    """``partitions.quant_conversions`` (the bundled partition report's count):
+    QuantizeLinear/DequantizeLinear left on activations in the final graph, each a pass
+    over its tensor like a relayout."""
+
+    nodes: int | None = None  # Q and DQ nodes, the lowered steps inside fused kernels included
+    pairs: int | None = None  # Q nodes whose result only DQs read (a round trip through int8)
+    fused: int | None = None  # of ``nodes``, the steps lower_qdq made inside fused kernels
+
+
+@dataclass(frozen=True, kw_only=True)
 class Partitions(Record):
     """``partitions``: the partition count and the nodes delegated or left to fall back."""
 
@@ -142,6 +153,8 @@ class Partitions(Record):
     how: str | None = None
     # per split node: {node, op, backend, declined: {backend: why}} (where a backend says)
     splits: tuple[Mapping[str, Json], ...] | None = None
+    # where the backend counts them (bundled); absent in files written before
+    quant_conversions: QuantConversions | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
