@@ -1,8 +1,13 @@
-"""Quantized test models made by code: onnxruntime's ``quantize_static`` (QDQ, per-channel
-s8 weights, u8 activations: the tool's documented default) over a zoo model, calibrated
-with a seeded ``CalibrationDataReader``, cached on disk like guard/zoo (the key covers the
+"""Quantized test models made by code, cached on disk like guard/zoo (the key covers the
 zoo model's own key, the opset, this builder's version and the onnxruntime/onnx/numpy
-versions; the write is atomic)."""
+versions; the write is atomic):
+
+- :func:`qdq_model`: onnxruntime's ``quantize_static`` (QDQ, per-channel s8 weights, u8
+  activations: the tool's documented default) over a zoo model, calibrated with a seeded
+  ``CalibrationDataReader``;
+- :func:`dynamic_model`: onnxruntime's ``quantize_dynamic`` (s8 weights, u8 activations
+  quantised at run time: ``DynamicQuantizeLinear`` -> ``MatMulInteger`` -> ``Cast`` and a
+  ``Mul`` by the product of the scales), the tool's default for transformers."""
 
 from __future__ import annotations
 
@@ -19,19 +24,41 @@ from guard.core.fsutil import atomic_write_bytes
 from guard.zoo.cache import cached_file, default_cache_dir, model_path
 
 BUILDER = "qdq-1"
+DYNAMIC_BUILDER = "dynamic-1"
+
+
+def _cached(name: str, kind: str, pins: dict) -> Path:
+    """Where the model for these pins lives in the cache (``kind`` names the file)."""
+    pins = {
+        "zoo": cached_file(name).name, **pins,
+        "packages": {p: metadata.version(p) for p in ("onnxruntime", "onnx", "numpy")},
+    }  # fmt: skip
+    key = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:16]
+    return default_cache_dir().parent / "int8" / f"{name}-{kind}-{key}.onnx"
+
+
+def dynamic_model(name: str) -> Path:
+    """The dynamically quantised int8 form of zoo model ``name`` (s8 weights per tensor,
+    as ``quantize_dynamic`` writes them by default)."""
+    path = _cached(name, "dynamic", {"builder": DYNAMIC_BUILDER})
+    if path.is_file():
+        return path
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "dynamic.onnx"
+        quantize_dynamic(str(model_path(name)), str(out), weight_type=QuantType.QInt8)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, out.read_bytes())
+    return path
 
 
 def qdq_model(name: str, opset: int = 13, calibration: int = 4) -> Path:
     """The QDQ int8 form of zoo model ``name`` at ``opset`` (13: converted first, as
     FACTS.md advises; 11: what the quantiser writes for the model as shipped)."""
     src = model_path(name)
-    pins = {
-        "zoo": cached_file(name).name, "opset": opset, "builder": BUILDER,
-        "calibration": calibration,
-        "packages": {p: metadata.version(p) for p in ("onnxruntime", "onnx", "numpy")},
-    }  # fmt: skip
-    key = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:16]
-    path = default_cache_dir().parent / "int8" / f"{name}-qdq{opset}-{key}.onnx"
+    pins = {"opset": opset, "builder": BUILDER, "calibration": calibration}
+    path = _cached(name, f"qdq{opset}", pins)
     if path.is_file():
         return path
     from onnxruntime.quantization import (
