@@ -23,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,75 +31,24 @@ from guard.compare.compare import compare_docs, exit_code
 from guard.compare.reports import write_reports
 from guard.core.errors import UsageError
 from guard.core.user_cache import cache_root, tree_bytes
+from guard.experiment.pins import (  # noqa: F401  (bump.X for the CLI and ab --base-ref)
+    BUMP_EXTRAS,
+    LOCK,
+    REPO_ROOT,
+    _norm,
+    changed_pins,
+    parse_pin,
+    pinned_requirements,
+    read_lock,
+    requirements_with,
+)
 from guard.results.documents import ResultsDocument
 from guard.results.load import read_results
 from guard.results.record import Json
 from guard.results.result import Result
 from guard.stats.regress import RegressConfig
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$")
 Runner = Callable[..., subprocess.CompletedProcess]
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def parse_pin(text: str) -> tuple[str, str]:
-    m = _PIN.match(text.strip())
-    if not m:
-        raise UsageError(f"{text!r} is not PKG==VERSION", hint="e.g. onnxruntime==1.31.1")
-    return m.group(1), m.group(2)
-
-
-LOCK = Path("constraints") / "ci.txt"
-# The extras a bump environment holds too (their backends are in the suites it runs).
-BUMP_EXTRAS = ("tvm", "openvino")
-
-
-def read_lock(path: Path) -> dict[str, str]:
-    """{normalised name: version} of a constraints file's ``NAME==VERSION`` lines."""
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UsageError(f"cannot read the constraints file ({e})", where=str(path)) from None
-    out = {}
-    for line in text.splitlines():
-        m = _PIN.match(line.split("#", 1)[0].strip())
-        if m:
-            out[_norm(m.group(1))] = m.group(2)
-    return out
-
-
-def pinned_requirements(
-    pyproject: Path = REPO_ROOT / "pyproject.toml", lock: Path | None = None
-) -> list[str]:
-    """guard's runtime dependencies and the tvm/openvino extras, each pinned to the exact
-    version of ``lock`` (default: constraints/ci.txt beside ``pyproject``) where it has one:
-    pyproject declares ranges, a bump environment needs one exact set."""
-    try:
-        data = tomllib.loads(pyproject.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise UsageError(f"cannot read guard's dependencies ({e})", where=str(pyproject)) from None
-    project = data.get("project", {})
-    extras = project.get("optional-dependencies", {})
-    reqs = [*project.get("dependencies", []), *(r for x in BUMP_EXTRAS for r in extras.get(x, []))]
-    lock = lock if lock is not None else pyproject.parent / LOCK
-    pins = read_lock(lock) if lock.is_file() else {}
-    out = []
-    for r in reqs:
-        head = re.split(r"[<>=!~; ]", r, maxsplit=1)[0]  # the name, with its [extra]
-        version = pins.get(_norm(head.split("[")[0]))
-        out.append(f"{head}=={version}" if version else r)
-    return out
-
-
-def requirements_with(pin: str, base: Sequence[str]) -> list[str]:
-    """``base`` with the pin's package replaced (or added when guard does not depend on it)."""
-    name, _ = parse_pin(pin)
-    out = [r for r in base if _norm(re.split(r"[<>=!~; \[]", r, maxsplit=1)[0]) != _norm(name)]
-    return sorted([*out, pin], key=str.lower)
 
 
 def env_key(python: str, requirements: Sequence[str]) -> str:
@@ -153,27 +101,6 @@ def last_lines(text: str, n: int = 3) -> str:
     """The last ``n`` non-empty lines of a tool's output, joined: what an error shows."""
     lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
     return " | ".join(lines[-n:])
-
-
-def changed_pins(
-    base: Sequence[str], head: Sequence[str]
-) -> list[tuple[str, str | None, str | None]]:
-    """(package, old, new) for every exact pin that differs; None where a side lacks it."""
-
-    def pins(reqs: Sequence[str]) -> dict[str, tuple[str, str]]:
-        out = {}
-        for r in reqs:
-            m = _PIN.match(r.strip())
-            if m:
-                out[_norm(m.group(1))] = (m.group(1), m.group(2))
-        return out
-
-    b, h = pins(base), pins(head)
-    return [
-        ((h[k] if k in h else b[k])[0], b[k][1] if k in b else None, h[k][1] if k in h else None)
-        for k in sorted(set(b) | set(h))
-        if b.get(k, (None, None))[1] != h.get(k, (None, None))[1]
-    ]
 
 
 def ensure_env(
