@@ -13,16 +13,29 @@ measurement, or missed while rounds were contended (unless ``latency.strict``), 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from guard.checks.quantization import quantization_verdict
 from guard.measure.preflight import contention_text
 from guard.results.counted import Counted
+from guard.results.documents import CountedRow, RowStats
+from guard.results.manifest import MissedKey, TuningCache
+from guard.results.record import Json, Record
+from guard.results.result import (
+    Contention,
+    Latency,
+    MemoryBudget,
+    Numerics,
+    Partitions,
+    Quantization,
+)
 from guard.stats.regress import DEFAULT_REGRESS_PCT
 from guard.stats.verdicts import on_rounds
 from guard.suite import latency_bound
+
+_T = TypeVar("_T")
 
 # Backends whose speed depends on a tuned-schedule cache.
 TUNED_BACKENDS = frozenset({"tvm"})
@@ -44,33 +57,38 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _json(block: Record | None) -> dict[str, Json]:
+    """A block as the result holds it ({} for none)."""
+    return block.to_json() if block is not None else {}
+
+
 def latency_checks(
     cfg: dict[str, Any],
-    stats: dict[str, float],
+    stats_in: Latency | Mapping[str, Any],
     arch: str,
     truncated: bool,
-    contention: dict[str, Any] | None = None,
+    contention_in: Contention | Mapping[str, Any] | None = None,
 ) -> list[Check]:
     """One check per latency bound. A bound missed while rounds were contended is
     inconclusive (the machine, not the model, may have missed it) unless ``strict: true``."""
     out = []
-    contended = bool(contention and contention.get("flagged")) and not cfg.get("strict")
-    for key in ("p50_ms", "p90_ms", "p99_ms"):
+    stats = Latency.of(stats_in)
+    contention = Contention.of(contention_in) if contention_in is not None else None
+    contended = bool(contention and contention.flagged) and not cfg.get("strict")
+    for key, value in (("p50_ms", stats.p50), ("p90_ms", stats.p90), ("p99_ms", stats.p99)):
         if key not in cfg:
             continue
         bound = latency_bound(cfg[key], arch)
         name = f"latency.{key[:-3]}"
         if bound is None:
-            out.append(
-                Check(name, "skip", stats.get(key[:-3]), None, f"no {key} bound for arch {arch}")
-            )
+            out.append(Check(name, "skip", value, None, f"no {key} bound for arch {arch}"))
             continue
-        value = stats[key[:-3]]
+        value = _measured(value, key[:-3])
         ok = value <= bound
         status = "pass" if ok else "fail"
         msg = (
             f"{key[:-3]} {_fmt(value)} ms {'<=' if ok else '>'} bound {_fmt(bound)} ms "
-            f"({arch}, n={stats['n']})"
+            f"({arch}, n={stats.n})"
         )
         if truncated:
             status = "inconclusive"
@@ -78,7 +96,7 @@ def latency_checks(
         elif not ok and contended:
             status = "inconclusive"
             msg += (
-                f"; inconclusive (contention: {contention_text(contention or {})}): re-run on a "
+                f"; inconclusive (contention: {contention_text(_json(contention))}): re-run on a "
                 "quiet machine, or set checks.latency.strict: true to fail on it anyway"
             )
         out.append(Check(name, status, value, bound, msg))
@@ -95,10 +113,12 @@ def skipped_latency_checks(cfg: dict[str, Any], arch: str, reason: str) -> list[
 
 
 def regress_check(
-    bound_pct: float, comparison: dict[str, Any] | None, reason: str | None = None
+    bound_pct: float,
+    comparison_in: RowStats | Mapping[str, Any] | None,
+    reason: str | None = None,
 ) -> Check:
     """Head vs baseline: a regression must be significant *and* larger than the bound."""
-    if comparison is None:
+    if comparison_in is None:
         return Check(
             "latency.regress",
             "skip",
@@ -106,22 +126,23 @@ def regress_check(
             bound_pct,
             reason or "no baseline given (guard run --baseline r.json, or guard compare)",
         )
-    v = comparison["verdict"]
+    c = RowStats.of(comparison_in)
+    v = str(c.verdict)
     status = {
         "regressed": "fail",
         "pass": "pass",
         "improved": "pass",
         "inconclusive": "inconclusive",
     }[v]
-    lo, hi = comparison["ci"]
-    units = "rounds" if on_rounds(comparison.get("method")) else "n"
+    lo, hi = c.ci
+    units = "rounds" if on_rounds(c.method) else "n"
     msg = (
-        f"latency ratio head/base {comparison['ratio']:.3f} (CI {lo:.3f}-{hi:.3f}, "
-        f"{units}={comparison['n_base']}/{comparison['n_head']}): {v} against a "
-        f"{comparison['threshold_pct']:.3g}% bound; detectable effect "
-        f"{comparison['mde_pct']:.3g}%; {comparison['reason']}"
+        f"latency ratio head/base {c.ratio:.3f} (CI {lo:.3f}-{hi:.3f}, "
+        f"{units}={c.n_base}/{c.n_head}): {v} against a "
+        f"{c.threshold_pct:.3g}% bound; detectable effect "
+        f"{c.mde_pct:.3g}%; {c.reason}"
     )
-    return Check("latency.regress", status, comparison["ratio"], bound_pct, msg)
+    return Check("latency.regress", status, c.ratio, bound_pct, msg)
 
 
 def tolerance_bounds(cfg: dict[str, Any]) -> dict[str, float]:
@@ -129,46 +150,61 @@ def tolerance_bounds(cfg: dict[str, Any]) -> dict[str, float]:
     return {"rtol": cfg.get("rtol", 1e-4), "atol": cfg.get("atol", 1e-5)}
 
 
-def tolerance_check(cfg: dict[str, Any], numerics: dict[str, Any]) -> Check:
+def tolerance_check(cfg: dict[str, Any], numerics_in: Numerics | Mapping[str, Any]) -> Check:
     bound = tolerance_bounds(cfg)
-    if numerics.get("golden_status") == "created":
+    numerics = Numerics.of(numerics_in)
+    if numerics.golden_status == "created":
         return Check(
             "tolerance",
             "created",
-            numerics.get("max_abs_err"),
+            numerics.max_abs_err,
             bound,
             "golden created on this run by the reference; nothing to compare yet",
         )
-    if "error" in numerics:
-        return Check("tolerance", "fail", None, bound, numerics["error"])
-    ok = bool(numerics["allclose"])
+    if numerics.error is not None:
+        return Check("tolerance", "fail", None, bound, numerics.error)
+    ok = bool(_measured(numerics.allclose, "allclose"))
     msg = (
-        f"max abs err {numerics['max_abs_err']:.3g}, max rel err "
-        f"{numerics['max_rel_err']:.3g} {'within' if ok else 'outside'} "
+        f"max abs err {_g3(numerics.max_abs_err)}, max rel err "
+        f"{_g3(numerics.max_rel_err, 'max_rel_err')} {'within' if ok else 'outside'} "
         f"rtol={bound['rtol']:g} atol={bound['atol']:g}"
     )
-    if not numerics.get("bit_exact"):
+    if not numerics.bit_exact:
         msg += "; output hash differs from the golden's"
-    if numerics.get("golden_status") == "stale":
+    if numerics.golden_status == "stale":
         msg += (
-            f"; against the reference on the suite's new inputs ({numerics.get('golden_stale')}):"
+            f"; against the reference on the suite's new inputs ({numerics.golden_stale}):"
             " the stored golden is stale until guard golden update"
         )
-    return Check("tolerance", "pass" if ok else "fail", numerics["max_abs_err"], bound, msg)
+    return Check("tolerance", "pass" if ok else "fail", numerics.max_abs_err, bound, msg)
 
 
-def expected_check(cfg: dict[str, Any], expected: dict[str, Any]) -> Check:
+def _measured(x: _T | None, name: str) -> _T:
+    """A figure every compared output has (guard.golden.numerics writes it): a block
+    without it is refused as it always was."""
+    if x is None:
+        raise KeyError(name)
+    return x
+
+
+def _g3(x: float | None, name: str = "max_abs_err") -> str:
+    """An error to 3 significant digits."""
+    return f"{_measured(x, name):.3g}"
+
+
+def expected_check(cfg: dict[str, Any], expected_in: Numerics | Mapping[str, Any]) -> Check:
     """The outputs against the expected ones of the suite's test_data (output_K.pb): a
     second golden, fixed by whoever wrote the test data, not by guard's reference run."""
     bound = tolerance_bounds(cfg)
-    if "error" in expected:
-        return Check("expected", "fail", None, bound, f"test_data outputs: {expected['error']}")
-    ok = bool(expected["allclose"])
+    expected = Numerics.of(expected_in)
+    if expected.error is not None:
+        return Check("expected", "fail", None, bound, f"test_data outputs: {expected.error}")
+    ok = bool(_measured(expected.allclose, "allclose"))
     msg = (
-        f"against test_data's output_K.pb: max abs err {expected['max_abs_err']:.3g} "
+        f"against test_data's output_K.pb: max abs err {_g3(expected.max_abs_err)} "
         f"{'within' if ok else 'outside'} rtol={bound['rtol']:g} atol={bound['atol']:g}"
     )
-    return Check("expected", "pass" if ok else "fail", expected["max_abs_err"], bound, msg)
+    return Check("expected", "pass" if ok else "fail", expected.max_abs_err, bound, msg)
 
 
 def accuracy_check(
@@ -195,60 +231,68 @@ def accuracy_check(
     )
 
 
-def partitions_check(cfg: dict[str, Any], partitions: dict[str, Any]) -> Check:
+def partitions_check(cfg: dict[str, Any], partitions_in: Partitions | Mapping[str, Any]) -> Check:
     bound = cfg["max"]
-    count = partitions.get("count")
+    partitions = Partitions.of(partitions_in)
+    count = partitions.count
     if count is None:
         return Check("partitions", "skip", None, bound, "backend does not report partitions")
     ok = count <= bound
+    fallback = partitions.fallback_nodes
     msg = (
         f"{count} partition(s) {'<=' if ok else '>'} max {bound}; "
-        f"{partitions.get('fallback_nodes', 0)} node(s) on the fallback"
+        f"{0 if fallback is None else fallback} node(s) on the fallback"
     )
     return Check("partitions", "pass" if ok else "fail", count, bound, msg)
 
 
 def arena_check(
-    cfg: dict[str, Any], arena: int | None, lower: int | None, budget: dict[str, Any] | None = None
+    cfg: dict[str, Any],
+    arena: int | None,
+    lower: int | None,
+    budget_in: MemoryBudget | Mapping[str, Any] | None = None,
 ) -> Check:
     """``arena <= max_bytes`` (the budget when only a budget is set). With a budget's ladder
     it names the rung that made the arena fit, or the smallest reachable arena and the
     tensors that bound it."""
-    bound = cfg.get("max_bytes", budget["bytes"] if budget else None)
+    budget = MemoryBudget.of(budget_in) if budget_in is not None else None
+    bound = cfg.get("max_bytes", budget.bytes if budget else None)
     if arena is None or bound is None:
         return Check("arena", "skip", None, bound, "backend does not report an arena size")
     rung = None
     if budget is not None:
-        rung = next((s for s in budget["ladder"] if s["rung"] == budget["rung"]), None)
-    if rung is not None and rung.get("spill_bytes") is not None:
+        rung = next((s for s in budget.ladder if s.rung == budget.rung), None)
+    if rung is not None and rung.spill_bytes is not None:
         # the spill rung: the budget bounds the fast region, the spill region lies outside
-        arena = rung["arena_bytes"]
+        arena = rung.arena_bytes
+        assert arena is not None, "a spill rung has its arena"
     ok = arena <= bound
     lb = f" (liveness lower bound {lower:,} B)" if lower else ""
     msg = f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}"
     if budget is not None:
-        if budget["fits"] and rung is not None:
-            cost = rung.get("latency_cost_pct")
+        if budget.fits and rung is not None:
+            cost = rung.latency_cost_pct
             msg += (
-                f"; memory_budget {budget['bytes']:,} B fits at rung {rung['rung']} "
-                f"({rung['name']}: {rung['what']})"
+                f"; memory_budget {budget.bytes:,} B fits at rung {rung.rung} "
+                f"({rung.name}: {rung.what})"
                 + (f", latency {cost:+.1f}%" if cost is not None else "")
             )
         else:
-            bound_by = ", ".join(
-                f"{'+'.join(b['tensors'])} ({b['bytes']:,} B)" for b in budget["bound_by"]
-            )
+            bound_by = ", ".join(f"{'+'.join(b.tensors)} ({b.bytes:,} B)" for b in budget.bound_by)
             msg += (
-                f"; memory_budget {budget['bytes']:,} B does not fit: the smallest reachable "
-                f"arena is {budget['smallest_reachable_bytes']:,} B, bound by {bound_by}"
+                f"; memory_budget {budget.bytes:,} B does not fit: the smallest reachable "
+                f"arena is {budget.smallest_reachable_bytes:,} B, bound by {bound_by}"
             )
             ok = False
     return Check("arena", "pass" if ok else "fail", arena, bound, msg)
 
 
-def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> Check:
+def tuning_check(
+    cfg: dict[str, Any], tuning_in: TuningCache | Mapping[str, Any], backend: str
+) -> Check:
     bound = cfg["min_hit_rate"]
-    hits, misses = tuning.get("hits"), tuning.get("misses")
+    tuning = TuningCache.of(tuning_in)
+    hits, misses = tuning.hits, tuning.misses
     if hits is None or misses is None:
         if backend in TUNED_BACKENDS:
             # A backend that needs tuning, built without a cache, runs every op on the
@@ -273,36 +317,36 @@ def tuning_check(cfg: dict[str, Any], tuning: dict[str, Any], backend: str) -> C
         f"tuning-cache hit rate {rate:.3f} ({hits}/{total}) "
         f"{'>=' if ok else '<'} {bound:.3f}"
         + (
-            f"; hit kernels measured {tuning['kernel_speedup']:.2f}x faster than "
+            f"; hit kernels measured {tuning.kernel_speedup:.2f}x faster than "
             "their default schedules"
-            if tuning.get("kernel_speedup")
+            if tuning.kernel_speedup
             else ""
         )
         + (
             ""
             if ok
-            else f"; {misses} op(s) fell back to untuned schedules"
-            + _missed_text(tuning.get("missed"))
+            else f"; {misses} op(s) fell back to untuned schedules" + _missed_text(tuning.missed)
         ),
     )
 
 
-def _missed_text(missed: Any, listed: int = 3) -> str:
+def _missed_text(missed: Sequence[Any], listed: int = 3) -> str:
     """'; missed: KEY (nearest KEY: target differs: +sve added), ...' for a keyed cache."""
-    if not isinstance(missed, list) or not missed:
+    if not missed:
         return ""
     parts = []
-    for m in missed[:listed]:
-        if isinstance(m, dict):
+    for item in missed[:listed]:
+        if isinstance(item, dict):
+            m = MissedKey.from_json(item)
             # Keys end in " target=<canonical target> compiler=<version>": the differs
             # phrase names what changed there, so the key is shown without them.
-            s = str(m.get("key")).split(" target=")[0]
-            if m.get("differs"):
-                near = str(m.get("nearest") or "").split(" target=")[0]
-                s += f" ({m['differs']}" + (f"; nearest {near})" if near else ")")
+            s = str(m.key).split(" target=")[0]
+            if m.differs:
+                near = str(m.nearest or "").split(" target=")[0]
+                s += f" ({m.differs}" + (f"; nearest {near})" if near else ")")
             parts.append(s)
         else:
-            parts.append(str(m))
+            parts.append(str(item))
     more = f" and {len(missed) - listed} more" if len(missed) > listed else ""
     return "; missed: " + ", ".join(parts) + more
 
@@ -337,27 +381,45 @@ class Facts:
 
     backend: str
     arch: str
-    numerics: dict[str, Any]
-    latency_ms: dict[str, Any] | None = None
+    numerics: Numerics
+    latency_ms: Latency | None = None
     truncated: bool = False
-    contention: dict[str, Any] | None = None  # guard.measure.preflight.contention_block
+    contention: Contention | None = None  # guard.measure.preflight.contention_block
     accuracy: float | None = None
     accuracy_n: int | None = None
     accuracy_error: str | None = None
     baseline_given: bool = False
-    regress: dict[str, Any] | None = None  # Comparison.to_dict() against the baseline
+    regress: RowStats | None = None  # Comparison.to_dict() against the baseline
     regress_reason: str | None = None  # why there is no comparison
     latency_skipped: str | None = None  # why latency was not measured (e.g. emulated)
-    partitions: dict[str, Any] = field(default_factory=dict)
+    partitions: Partitions = field(default_factory=Partitions)
     arena_bytes: int | None = None
     arena_lower_bound_bytes: int | None = None
     # options.bundled.memory_budget's ladder (memory.budget in the result), when one was set
-    arena_budget: dict[str, Any] | None = None
-    tuning: dict[str, Any] = field(default_factory=dict)
-    counted: dict[str, Any] | None = None  # the counted block (guard.counting.count)
-    counted_cmp: dict[str, Any] | None = None  # guard.counting.verdict row against the baseline
+    arena_budget: MemoryBudget | None = None
+    tuning: TuningCache = field(default_factory=TuningCache)  # the manifest's tuning_cache
+    counted: Counted | None = None  # the counted block (guard.counting.count)
+    counted_cmp: CountedRow | None = None  # guard.counting.verdict row against the baseline
     counted_bound: float | None = None  # checks.counted.regress_pct
-    quantization: dict[str, Any] | None = None  # an int8 row's block (guard.run.int8)
+    quantization: Quantization | None = None  # an int8 row's block (guard.run.int8)
+
+
+def typed_parts(parts: Mapping[str, Any]) -> dict[str, Any]:
+    """``Facts`` arguments of a result still being written, whose parts are the JSON
+    blocks the result will hold: each part read as the record it is."""
+    kw = dict(parts)
+    for name, record in _PARTS.items():
+        if kw.get(name) is not None:
+            kw[name] = record.from_json(kw[name])
+    return kw
+
+
+# The Facts fields a result's writer holds as JSON, and their records.
+_PARTS: dict[str, type[Record]] = {
+    "numerics": Numerics, "latency_ms": Latency, "contention": Contention, "regress": RowStats,
+    "partitions": Partitions, "arena_budget": MemoryBudget, "tuning": TuningCache,
+    "counted": Counted, "counted_cmp": CountedRow, "quantization": Quantization,
+}  # fmt: skip
 
 
 def _si(x: float, unit: str, sep: str = "") -> str:
@@ -382,29 +444,34 @@ def counted_summary(block: Counted | Mapping[str, Any]) -> str:
     return f"{instructions}, {_si(moved, 'B')} moved"
 
 
-def counted_check(block: dict[str, Any], cmp: dict[str, Any] | None, bound: float | None) -> Check:
+def counted_check(
+    block_in: Counted | Mapping[str, Any],
+    cmp_in: CountedRow | Mapping[str, Any] | None,
+    bound: float | None,
+) -> Check:
     """Counted cost against the baseline: fail when instructions or bytes moved per
     inference grew by more than ``bound`` percent; skipped when there is nothing to compare."""
-    if "error" in block:
-        return Check("counted", "skipped", None, bound, str(block["error"]))
-    value = block.get("instructions")
+    block = Counted.of(block_in)
+    if block.failed:
+        return Check("counted", "skipped", None, bound, str(block.error))
+    value = block.instructions
     summary = counted_summary(block) + " per inference"
-    if cmp is None:
+    if cmp_in is None:
         return Check("counted", "pass", value, bound, f"{summary} (no baseline to compare)")
-    verdict = cmp.get("verdict")
-    if verdict in ("not comparable", "missing"):
-        return Check("counted", "skipped", value, bound, str(cmp.get("message")))
-    status = "fail" if verdict == "regressed" else "pass"
-    return Check("counted", status, value, bound, f"{summary}: {cmp.get('message')}")
+    cmp = CountedRow.of(cmp_in)
+    if cmp.verdict in ("not comparable", "missing"):
+        return Check("counted", "skipped", value, bound, str(cmp.message))
+    status = "fail" if cmp.verdict == "regressed" else "pass"
+    return Check("counted", status, value, bound, f"{summary}: {cmp.message}")
 
 
 def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
     """Every check the suite configures for this entry, in report order, from the facts."""
     tol = tolerance_bounds(cfg.get("tolerance", {}))
     out = [tolerance_check(tol, facts.numerics)]
-    if "expected" in facts.numerics:
+    if facts.numerics.expected is not None:
         exp_cfg = cfg.get("expected") or cfg.get("tolerance", {})
-        out.append(expected_check(exp_cfg, facts.numerics["expected"]))
+        out.append(expected_check(exp_cfg, facts.numerics.expected))
     if "accuracy" in cfg:
         out.append(
             accuracy_check(cfg["accuracy"], facts.accuracy, facts.accuracy_n, facts.accuracy_error)
@@ -439,6 +506,6 @@ def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
     return out
 
 
-def quantization_check(cfg: dict[str, Any], block: dict[str, Any]) -> Check:
+def quantization_check(cfg: dict[str, Any], block: Quantization | Mapping[str, Any]) -> Check:
     """An int8 row's ``quantization`` check (guard.checks.quantization)."""
     return Check("quantization", *quantization_verdict(cfg, block))

@@ -4,22 +4,24 @@ fp32 source's on the same inputs. A failure names the worst tensors by per-tenso
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from guard.results.result import Quantization
 
-def worst_tensors_text(block: dict[str, Any], listed: int = 3) -> str:
-    worst = block.get("worst_tensors") or []
-    return ", ".join(
-        f"{w['tensor']} (node {w['node']}, {w['sqnr_db']:.1f} dB)" for w in worst[:listed]
-    )
+
+def worst_tensors_text(block: Quantization | Mapping[str, Any], listed: int = 3) -> str:
+    worst = Quantization.of(block).worst_tensors
+    return ", ".join(f"{w.tensor} (node {w.node}, {w.sqnr_db:.1f} dB)" for w in worst[:listed])
 
 
 def quantization_verdict(
-    cfg: dict[str, Any], block: dict[str, Any]
+    cfg: dict[str, Any], block_in: Quantization | Mapping[str, Any]
 ) -> tuple[str, float | None, float | None, str]:
     """(status, value, bound, message) of the int8 row against its fp32 source: top-1
     agreement, output SQNR, accuracy drop; a failure names the worst tensors."""
-    agree, sqnr, drop = block.get("top1_agreement"), block.get("sqnr_db"), block.get("top1_drop")
+    block = Quantization.of(block_in)
+    agree, sqnr, drop = block.top1_agreement, block.sqnr_db, block.top1_drop
     failed, said = [], []
     if "min_top1_agreement" in cfg:
         if agree is None:
@@ -40,7 +42,7 @@ def quantization_verdict(
             failed.append(f"top-1 drop {drop:.3f} > {cfg['max_top1_drop']:g}")
         else:
             said.append(f"top-1 drop {drop:.3f}")
-    n = block.get("samples")
+    n = block.samples
     worst = worst_tensors_text(block)
     if failed:
         msg = "; ".join(failed) + f" (int8 vs fp32 on {n} inputs)"

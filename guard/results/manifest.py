@@ -53,6 +53,7 @@ class TuningCache(Record):
     # each a MissedKey object, or the key alone as a string (caches that record no nearest)
     missed: tuple[Json, ...] = ()
     misses_tuned_for_other_target: int | None = None
+    kernel_speedup: float | None = None  # hit kernels against their default schedules
 
     @property
     def hit_rate(self) -> float | None:

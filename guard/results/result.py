@@ -174,6 +174,10 @@ class Numerics(Record):
     error: str | None = None
     # encoded output tensors (guard.compare.crossarch.encode_outputs)
     outputs: Json = None
+    golden_stale: Json = None  # what changed in the suite's inputs since the golden
+    golden_model_changed: bool | None = None
+    # the outputs against the suite's test_data output_K.pb (a second golden)
+    expected: Numerics | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -268,8 +268,15 @@ def _count(
     known["counted_bound"], known["counted_cmp"] = counted_against(case.entry, block, baseline, key)
 
 
+def _quantization_extra(facts: ck.Facts) -> dict[str, Any]:
+    """The int8 row's quantization block the checks judged, as the result writes it."""
+    q = facts.quantization
+    return {"quantization": q.to_json()} if q is not None and q.to_json() else {}
+
+
 def _counted_extra(facts: ck.Facts) -> dict[str, Any]:
-    return {"counted": facts.counted} if facts.counted is not None else {}
+    """The counted block the checks judged, as the result writes it."""
+    return {"counted": facts.counted.to_json()} if facts.counted is not None else {}
 
 
 def finish_result(
@@ -314,17 +321,21 @@ def finish_result(
     )
     contention = contention_block(p.rounds)
     facts = ck.Facts(
-        **p.known,
-        baseline_given=baseline is not None,
-        latency_ms=stats,
-        truncated=timings.truncated,
-        contention=contention,
-        regress=regress,
-        regress_reason=regress_reason,
-        partitions=partitions,
-        arena_bytes=memory.arena_bytes,
-        arena_lower_bound_bytes=memory.lower_bound_bytes,
-        arena_budget=memory.extra.get("budget"),
+        **ck.typed_parts(
+            dict(
+                **p.known,
+                baseline_given=baseline is not None,
+                latency_ms=stats,
+                truncated=timings.truncated,
+                contention=contention,
+                regress=regress,
+                regress_reason=regress_reason,
+                partitions=partitions,
+                arena_bytes=memory.arena_bytes,
+                arena_lower_bound_bytes=memory.lower_bound_bytes,
+                arena_budget=memory.extra.get("budget"),
+            )
+        )
     )
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
@@ -375,7 +386,7 @@ def finish_result(
         layout_conversions=partitions.get("layout_conversions"),
         extra={
             "contention": contention,
-            **({"quantization": facts.quantization} if facts.quantization else {}),
+            **_quantization_extra(facts),
             **({"kernels": kernels(case.feeds)} if callable(kernels) else {}),
             **_counted_extra(facts),
         },
@@ -391,14 +402,18 @@ def _emulated_result(
     partitions = session.partitions().to_dict()
     memory = session.memory()
     facts = ck.Facts(
-        **known,
-        baseline_given=baseline_given,
-        latency_skipped=reason,
-        regress_reason=reason,
-        partitions=partitions,
-        arena_bytes=memory.arena_bytes,
-        arena_lower_bound_bytes=memory.lower_bound_bytes,
-        arena_budget=memory.extra.get("budget"),
+        **ck.typed_parts(
+            dict(
+                **known,
+                baseline_given=baseline_given,
+                latency_skipped=reason,
+                regress_reason=reason,
+                partitions=partitions,
+                arena_bytes=memory.arena_bytes,
+                arena_lower_bound_bytes=memory.lower_bound_bytes,
+                arena_budget=memory.extra.get("budget"),
+            )
+        )
     )
     numerics = known["numerics"]
     return result_dict(
@@ -423,8 +438,5 @@ def _emulated_result(
         artefact_reused=case.reused,
         graph=case.build.graph,
         layout_conversions=partitions.get("layout_conversions"),
-        extra={
-            **({"quantization": facts.quantization} if facts.quantization else {}),
-            **_counted_extra(facts),
-        },
+        extra={**_quantization_extra(facts), **_counted_extra(facts)},
     )

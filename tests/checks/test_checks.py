@@ -101,9 +101,9 @@ def test_strict_latency_fails_under_contention_and_a_met_bound_passes():
 
 
 def test_evaluate_reads_contention_from_the_facts():
-    facts = ck.Facts(backend="onnxruntime", arch="x86_64", numerics={"golden_status": "created"},
-                     latency_ms=STATS,
-                     contention=CONTENDED)  # fmt: skip
+    facts = ck.Facts(backend="onnxruntime", arch="x86_64",
+                     **ck.typed_parts({"numerics": {"golden_status": "created"},
+                                       "latency_ms": STATS, "contention": CONTENDED}))  # fmt: skip
     latency = [
         c for c in ck.evaluate({"latency": {"p50_ms": 1.0}}, facts) if c.name.startswith("latency")
     ]

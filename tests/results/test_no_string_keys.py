@@ -37,6 +37,7 @@ MIGRATED = (
     "guard/doctor",
     "guard/prepare/calibrate.py",
     "guard/experiment",
+    "guard/checks",
 )
 
 # (file, key) -> why the string read is not a read of a result.
@@ -74,6 +75,8 @@ ALLOWED: dict[tuple[str, str], str] = {
                  "name", "latency_status", "top1_agreement")},
     ("guard/compare/attribution.py", "op"): "an unsupported-op item ({op_type|op})",
     ("guard/compare/int8_outputs.py", "name"): "a decoded output tensor (decode_outputs)",
+    **{("guard/checks/evaluate.py", k): "the suite's checks block of the model, not a result"
+       for k in ("regress_pct", "expected", "accuracy", "partitions", "tuning", "quantization")},
     ("guard/experiment/ab.py", "outputs"): "a case's output arrays (case_facts)",
     **{("guard/experiment/ab.py", k): "the A/B rows ab_row just built"
        for k in ("manifest_diff", "verdict", "ratio")},
