@@ -101,10 +101,10 @@ def series_metrics(doc: ResultsDocument | Mapping[str, Any]) -> dict[str, float]
     return out
 
 
-def series_params(doc: ResultsDocument | Mapping[str, Any]) -> dict[str, str]:
+def series_params(doc: ResultsDocument) -> dict[str, str]:
     """The full target string of every shortened target key (``target.<key>``)."""
     out: dict[str, str] = {}
-    for result in ResultsDocument.of(doc).results:
+    for result in doc.results:
         if result.target:
             key = target_key(result.target)
             if key != result.target:
@@ -229,8 +229,8 @@ def sample_history(result: Result | Mapping[str, Any]) -> list[tuple[int, float]
     return [(i, n) for i, n in pairs if n is not None and math.isfinite(n)]
 
 
-def failed_checks(result: Result | Mapping[str, Any]) -> list[str]:
-    return [str(c.name) for c in Result.of(result).checks if c.status in FAILED_STATUSES]
+def failed_checks(result: Result) -> list[str]:
+    return [str(c.name) for c in result.checks if c.status in FAILED_STATUSES]
 
 
 def worst_verdict(verdicts: list[Any]) -> str:
@@ -296,9 +296,8 @@ def user() -> str | None:
         return None
 
 
-def system_tags(doc: ResultsDocument | Mapping[str, Any], run_name: str) -> dict[str, Any]:
+def system_tags(doc: ResultsDocument, run_name: str) -> dict[str, Any]:
     """MLflow's own tags, so its UI shows the source, user, commit and name of each run."""
-    doc = ResultsDocument.of(doc)
     return {
         "mlflow.runName": run_name,
         "mlflow.user": doc.user or user(),
@@ -342,14 +341,12 @@ def parent_tags(
     return {k: tag_value(v) for k, v in tags.items() if v is not None}
 
 
-def parent_name(doc: ResultsDocument | Mapping[str, Any]) -> str:
-    doc = ResultsDocument.of(doc)
+def parent_name(doc: ResultsDocument) -> str:
     return f"{doc.suite}@{str(doc.git.commit or 'nogit')[:10]}"
 
 
-def invocation_note(doc: ResultsDocument | Mapping[str, Any]) -> str:
+def invocation_note(doc: ResultsDocument) -> str:
     """The run description MLflow shows: what ran, at which commit, and what failed."""
-    doc = ResultsDocument.of(doc)
     results = doc.results
     lines = [
         f"guard run of suite **{doc.suite}** at commit "
@@ -368,17 +365,14 @@ def invocation_note(doc: ResultsDocument | Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def inconclusive_reason(result: Result | Mapping[str, Any]) -> str:
+def inconclusive_reason(result: Result) -> str:
     """Why a result is inconclusive: its inconclusive checks' messages, one after another."""
-    found = [
-        f"{c.name}: {c.message}" for c in Result.of(result).checks if c.status == "inconclusive"
-    ]
+    found = [f"{c.name}: {c.message}" for c in result.checks if c.status == "inconclusive"]
     return "; ".join(found) or "no check says why"
 
 
-def result_note(result: Result | Mapping[str, Any]) -> str | None:
+def result_note(result: Result) -> str | None:
     """A result run's description: the error, or why it is inconclusive, or what failed."""
-    result = Result.of(result)
     verdict = result.verdict
     if verdict == "error":
         return f"**error**: {result.error}"
@@ -390,17 +384,12 @@ def result_note(result: Result | Mapping[str, Any]) -> str | None:
     return None
 
 
-def errors_of(doc: ResultsDocument | Mapping[str, Any]) -> list[str]:
+def errors_of(doc: ResultsDocument) -> list[str]:
     """``model/backend/target: error`` for every result guard could not produce."""
-    return [
-        f"{child_name(r)}: {r.error}"
-        for r in ResultsDocument.of(doc).results
-        if r.verdict == "error"
-    ]
+    return [f"{child_name(r)}: {r.error}" for r in doc.results if r.verdict == "error"]
 
 
-def parent_metrics(doc: ResultsDocument | Mapping[str, Any]) -> dict[str, float]:
-    doc = ResultsDocument.of(doc)
+def parent_metrics(doc: ResultsDocument) -> dict[str, float]:
     results = doc.results
     metrics = {"results.total": float(len(results))}
     for verdict in _VERDICT_ORDER:
@@ -419,21 +408,17 @@ def iso_ms(value: Any) -> int | None:
         return None
 
 
-def result_span(
-    result: Result | Mapping[str, Any], doc: ResultsDocument | Mapping[str, Any]
-) -> tuple[int | None, int | None]:
+def result_span(result: Result, doc: ResultsDocument) -> tuple[int | None, int | None]:
     """(start, end) ms of one result's build and measurement: its own ``started`` and
     ``finished`` when the run recorded them, else the invocation's window."""
-    result, doc = Result.of(result), ResultsDocument.of(doc)
     start, end = iso_ms(result.started), iso_ms(result.finished)
     if start is None or end is None or end < start:
         start, end = iso_ms(doc.started), iso_ms(doc.finished)
     return start, end
 
 
-def inputs_dataset(result: Result | Mapping[str, Any]) -> dict[str, str] | None:
+def inputs_dataset(result: Result) -> dict[str, str] | None:
     """The model's fixed inputs as an MLflow dataset (name, digest, source, schema)."""
-    result = Result.of(result)
     model = result.manifest.model
     if not model.to_json():  # no manifest, or a manifest without its model's pins
         return None
