@@ -2,8 +2,9 @@
 micro-kernels) run under qemu-aarch64 and give the x86 build's output bit for bit, at 1 and
 2 threads (issue 38, must-have 5 and done-when): QDQ ShuffleNet and the QDQ PP-OCR
 direction classifier (real weights from the rapidocr-onnxruntime wheel), both quantised by
-onnxruntime's quantize_static (tests/compiler/_quantized.py). Integer results do not depend
-on the ISA, so any difference is a bug in one of the two builds.
+onnxruntime's quantize_static, and the zoo inception block quantised by quantize_dynamic
+(DynamicQuantizeLinear -> ConvInteger; tests/compiler/_quantized.py). Integer results do
+not depend on the ISA, so any difference is a bug in one of the two builds.
 
 Each model runs in its own interpreter (a native crash fails that test alone). On an
 AArch64 host the test skips: the roles would swap, and the x86 side has its own tests."""
@@ -34,15 +35,17 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("name", ["shufflenet", "ppocr_cls"])
-def test_dotprod_build_under_qemu_equals_the_x86_build(name: str) -> None:
+@pytest.mark.parametrize(
+    "kind,name", [("qdq", "shufflenet"), ("qdq", "ppocr_cls"), ("dynamic", "inception_block")]
+)
+def test_dotprod_build_under_qemu_equals_the_x86_build(kind: str, name: str) -> None:
     from compiler._isolated import run_isolated  # tests/ is on sys.path (its conftest)
 
-    run_isolated("emulate.test_emulate_int8", "check_dotprod", name)
+    run_isolated("emulate.test_emulate_int8", "check_dotprod", kind, name)
 
 
-def check_dotprod(name: str) -> None:
-    from compiler._quantized import qdq_model
+def check_dotprod(kind: str, name: str) -> None:
+    from compiler._quantized import dynamic_model, qdq_model
 
     from guard.compiler import import_onnx, optimize, run_reference
     from guard.compiler.codegen.build import host_target, jit
@@ -53,7 +56,8 @@ def check_dotprod(name: str) -> None:
     from guard.emulate.bundled import load_emulated
     from guard.manifest.target_string import canonicalize
 
-    g, _ = optimize(import_onnx(qdq_model(name), {}), "O2")
+    model = qdq_model(name) if kind == "qdq" else dynamic_model(name)
+    g, _ = optimize(import_onnx(model, {}), "O2")
     compiled = plan(g)
     assert compiled.partition_report["count"] == 1, compiled.partition_report["splits"][:3]
     rng = np.random.default_rng(0)
