@@ -134,11 +134,11 @@ def causes(
 
 def attribute(
     row: Mapping[str, Any],
-    base_in: Result | Mapping[str, Any],
-    head_in: Result | Mapping[str, Any],
+    base_r: Result,
+    head_r: Result,
 ) -> str | None:
-    """The attribution line, or None when nothing moved and nothing changed."""
-    base_r, head_r = Result.of(base_in), Result.of(head_in)
+    """The attribution line, or None when nothing moved and nothing changed (``row`` the
+    comparison row being built)."""
     r = ComparisonRow.of(row)
     moved = r.verdict in ("regressed", "improved")
     found = causes(r, base_r, head_r, structural_only=not moved)

@@ -59,27 +59,23 @@ def _host_class(m: Manifest) -> tuple[object, ...]:
     return (m.host.arch, m.host.cpu, m.host.threads)
 
 
-def host_incompatibility(
-    base_m: Manifest | Mapping[str, Any] | None, head_m: Manifest | Mapping[str, Any] | None
-) -> str | None:
+def host_incompatibility(base_m: Manifest, head_m: Manifest) -> str | None:
     """Why two manifests' hosts cannot be compared, or None when they can."""
-    bh, hh = _host_class(Manifest.of(base_m or {})), _host_class(Manifest.of(head_m or {}))
+    bh, hh = _host_class(base_m), _host_class(head_m)
     for f, b, h in zip(HOST_FIELDS, bh, hh, strict=True):
         if b != h:
             return f"host.{f} differs: baseline {b!r}, head {h!r}"
     return None
 
 
-def manifest_diff(
-    base_m: Manifest | Mapping[str, Any], head_m: Manifest | Mapping[str, Any]
-) -> dict[str, list[Any]]:
+def manifest_diff(base_m: Manifest, head_m: Manifest) -> dict[str, list[Any]]:
     """Pinned fields that differ, as {dotted.field: [base, head]}.
 
     Host pins are left out: they decide compatibility (a mismatch is refused) rather than
     being the subject. Recorded facts (tuning hits, guard commit, paths) are not pins.
     """
     # every pin, whatever the backend called it: the manifests' JSON, diffed
-    base_j, head_j = Manifest.of(base_m).to_json(), Manifest.of(head_m).to_json()
+    base_j, head_j = base_m.to_json(), head_m.to_json()
     return {
         f: pair
         for f, pair in diff_manifests(base_j, head_j).items()
@@ -102,9 +98,9 @@ def _samples(r: Result) -> list[float] | None:
     return [float(x) for x in s] if s and len(s) == len(r.samples_ms) else None
 
 
-def round_p50s(r: Result | Mapping[str, Any]) -> list[float] | None:
+def round_p50s(r: Result) -> list[float] | None:
     """The result's round medians (ms), or None for a result measured without rounds."""
-    p50s = [rd.p50 for rd in Result.of(r).rounds]
+    p50s = [rd.p50 for rd in r.rounds]
     if not p50s or any(p is None for p in p50s):
         return None
     return [float(p) for p in p50s if p is not None]
@@ -171,10 +167,9 @@ def _measured(value: float | None) -> float | None:
 
 
 def latency_comparison(
-    base_in: Result | Mapping[str, Any], head_in: Result | Mapping[str, Any], config: RegressConfig
+    base_r: Result, head_r: Result, config: RegressConfig
 ) -> tuple[Comparison | None, str]:
     """(comparison, reason) of two results' latency; (None, why not) when it cannot be judged."""
-    base_r, head_r = Result.of(base_in), Result.of(head_in)
     bp, hp = round_p50s(base_r), round_p50s(head_r)
     if bp is None or hp is None:
         side = "base" if bp is None else "head"
@@ -231,11 +226,8 @@ def _p50(r: Result) -> float | None:
     return r.latency_ms.p50 if r.latency_ms is not None else None
 
 
-def compare_rows(
-    base_in: Result | Mapping[str, Any], head_in: Result | Mapping[str, Any], config: RegressConfig
-) -> dict[str, Any]:
+def compare_rows(base_r: Result, head_r: Result, config: RegressConfig) -> dict[str, Any]:
     """One comparison row (comparison contract keys in docs/ARCHITECTURE.md, plus stats detail)."""
-    base_r, head_r = Result.of(base_in), Result.of(head_in)
     bs, hs = _samples(base_r), _samples(head_r)
     comp, reason = latency_comparison(base_r, head_r, config)
     if comp is None:

@@ -122,12 +122,12 @@ def is_cross(b: Result | Mapping[str, Any], h: Result | Mapping[str, Any]) -> bo
     )
 
 
-def emulated(r: Result | Mapping[str, Any]) -> bool:
+def emulated(r: Result) -> bool:
     """Whether a result's latency was not measured because its code ran under emulation."""
-    return Result.of(r).latency_status == "emulated"
+    return r.latency_status == "emulated"
 
 
-def is_consistency_pair(b: Result | Mapping[str, Any], h: Result | Mapping[str, Any]) -> bool:
+def is_consistency_pair(b: Result, h: Result) -> bool:
     """Whether a matched pair gets a consistency row here rather than a latency row:
     two architectures, or a side whose latency was not measured (emulated)."""
     return is_cross(b, h) or emulated(b) or emulated(h)
@@ -207,11 +207,9 @@ def _top1(ref: dict[str, Any], other: dict[str, Any]) -> float | None:
     return float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1)))
 
 
-def output_drift(
-    ref: Result | Mapping[str, Any], other: Result | Mapping[str, Any], rtol: float, atol: float
-) -> dict[str, Any]:
+def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[str, Any]:
     """Drift between two results' outputs, ``ref`` the reference side."""
-    rn, on = Result.of(ref).numerics, Result.of(other).numerics
+    rn, on = ref.numerics, other.numerics
     rh, oh = rn.output_sha256, on.output_sha256
     out: dict[str, Any] = {
         "hash_equal": rh is not None and rh == oh,

@@ -100,12 +100,12 @@ def _or_q(n: int | None) -> str:
     return "?" if n is None else str(n)
 
 
-def unresolved_rounds(cmp: ComparisonDocument | Mapping[str, Any]) -> str:
+def unresolved_rounds(cmp: ComparisonDocument) -> str:
     """A line for rows judged on two runs' rounds that could not resolve their threshold:
     what those runs could see, and the comparison that can (one runner, interleaved).
     Empty when there are none."""
     mdes = []
-    for r in ComparisonDocument.of(cmp).rows:
+    for r in cmp.rows:
         mde, thr = r.stats.mde_pct, r.stats.threshold_pct
         if (
             r.verdict == "inconclusive"

@@ -170,7 +170,8 @@ def ab_row(
     """A comparison row (docs/ARCHITECTURE.md) for one interleaved A/B measurement:
     ``base_facts`` and ``head_facts`` are what ``case_facts`` says of each side."""
     c = outcome.result.comparison
-    bm, hm = Manifest.of(base_manifest).to_json(), Manifest.of(head_manifest).to_json()
+    bman, hman = Manifest.of(base_manifest), Manifest.of(head_manifest)
+    bm, hm = bman.to_json(), hman.to_json()
     bf = dict(base_facts or {}, manifest=bm)
     hf = dict(head_facts or {}, manifest=hm)
     br, hr = Result.of(bf), Result.of(hf)  # the facts a result would carry, typed
@@ -193,7 +194,7 @@ def ab_row(
         "numerics": _output_diff(bf, hf),
         "tuning_hit_rate": [None, None],
         "contention": [outcome.contention, outcome.contention],
-        "manifest_diff": manifest_diff(bm, hm),
+        "manifest_diff": manifest_diff(bman, hman),
         "stats": {
             **outcome.result.to_dict(),
             "inner": outcome.inner,
@@ -258,7 +259,7 @@ def run_case_pairs(
     """
     rows = []
     for b, h in pairs:
-        why = host_incompatibility(b.manifest or {}, h.manifest or {})
+        why = host_incompatibility(Manifest.of(b.manifest or {}), Manifest.of(h.manifest or {}))
         if why:
             raise UsageError(f"{b.model}/{b.backend}: cannot A/B across hosts: {why}")
         key = ResultKey.of(
