@@ -148,14 +148,11 @@ def _native_first(a: Result, b: Result) -> tuple[Result, Result]:
 
 
 def pair_results(
-    base: ResultsDocument | Mapping[str, Any],
-    head: ResultsDocument | Mapping[str, Any],
-    *,
-    same_doc: bool,
+    base: ResultsDocument, head: ResultsDocument, *, same_doc: bool
 ) -> list[tuple[Result, Result]]:
     """The (reference, other) result pairs that get a cross-architecture row."""
-    b_res = [r for r in ResultsDocument.of(base).results if _usable(r)]
-    h_res = [r for r in ResultsDocument.of(head).results if _usable(r)]
+    b_res = [r for r in base.results if _usable(r)]
+    h_res = [r for r in head.results if _usable(r)]
     pairs: list[tuple[Result, Result]] = []
     if same_doc:
         for i, a in enumerate(b_res):
@@ -386,7 +383,7 @@ def cross_arch_rows(
     """Every cross-architecture row between two results documents (or within one:
     ``same_doc``, else whether the two are one run)."""
     same = is_same_run(base, head) if same_doc is None else same_doc
-    pairs = pair_results(base, head, same_doc=same)
+    pairs = pair_results(ResultsDocument.of(base), ResultsDocument.of(head), same_doc=same)
     return [cross_row(a, b) for a, b in pairs]
 
 

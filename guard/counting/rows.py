@@ -34,17 +34,15 @@ def _block(r: Result) -> Counted | None:
 
 
 def counted_rows(
-    base: ResultsDocument | Mapping[str, Any],
-    head: ResultsDocument | Mapping[str, Any],
-    regress_pct: float | None = None,
+    base: ResultsDocument, head: ResultsDocument, regress_pct: float | None = None
 ) -> list[dict[str, Any]]:
     """One row per result on both sides that carries a counted block on either side.
 
     ``regress_pct`` overrides every row's bound (else head's ``counted`` check bound,
     else 0.5%)."""
-    b_rows = {r.key: r for r in ResultsDocument.of(base).results}
+    b_rows = {r.key: r for r in base.results}
     rows = []
-    for h in ResultsDocument.of(head).results:
+    for h in head.results:
         key = h.key
         b = b_rows.get(key)
         if b is None or not (_block(b) or _block(h)):
