@@ -14,9 +14,11 @@ measurement, or missed while rounds were contended (unless ``latency.strict``), 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
+from guard.checks.arena import arena_verdict
+from guard.checks.facts import Facts
 from guard.checks.quantization import quantization_verdict
 from guard.measure.preflight import contention_text
 from guard.results.counted import Counted
@@ -250,41 +252,12 @@ def arena_check(
     cfg: dict[str, Any],
     arena: int | None,
     lower: int | None,
-    budget_in: MemoryBudget | Mapping[str, Any] | None = None,
+    budget: MemoryBudget | Mapping[str, Any] | None = None,
 ) -> Check:
     """``arena <= max_bytes`` (the budget when only a budget is set). With a budget's ladder
     it names the rung that made the arena fit, or the smallest reachable arena and the
-    tensors that bound it."""
-    budget = MemoryBudget.of(budget_in) if budget_in is not None else None
-    bound = cfg.get("max_bytes", budget.bytes if budget else None)
-    if arena is None or bound is None:
-        return Check("arena", "skip", None, bound, "backend does not report an arena size")
-    rung = None
-    if budget is not None:
-        rung = next((s for s in budget.ladder if s.rung == budget.rung), None)
-    if rung is not None and rung.spill_bytes is not None:
-        # the spill rung: the budget bounds the fast region, the spill region lies outside
-        arena = rung.arena_bytes
-        assert arena is not None, "a spill rung has its arena"
-    ok = arena <= bound
-    lb = f" (liveness lower bound {lower:,} B)" if lower else ""
-    msg = f"arena {arena:,} B {'<=' if ok else '>'} max {bound:,} B{lb}"
-    if budget is not None:
-        if budget.fits and rung is not None:
-            cost = rung.latency_cost_pct
-            msg += (
-                f"; memory_budget {budget.bytes:,} B fits at rung {rung.rung} "
-                f"({rung.name}: {rung.what})"
-                + (f", latency {cost:+.1f}%" if cost is not None else "")
-            )
-        else:
-            bound_by = ", ".join(f"{'+'.join(b.tensors)} ({b.bytes:,} B)" for b in budget.bound_by)
-            msg += (
-                f"; memory_budget {budget.bytes:,} B does not fit: the smallest reachable "
-                f"arena is {budget.smallest_reachable_bytes:,} B, bound by {bound_by}"
-            )
-            ok = False
-    return Check("arena", "pass" if ok else "fail", arena, bound, msg)
+    tensors that bound it (guard.checks.arena)."""
+    return Check("arena", *arena_verdict(cfg, arena, lower, budget))
 
 
 def tuning_check(
@@ -370,56 +343,6 @@ def regress_bound(latency_cfg: dict[str, Any], baseline_given: bool) -> float | 
     if "regress_pct" in latency_cfg:
         return float(latency_cfg["regress_pct"])
     return DEFAULT_REGRESS_PCT if baseline_given else None
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What one run of one (model, backend, target) established; checks read only this.
-
-    Built once, when the result is finished (guard.run.one_result), and read by ``evaluate``
-    once: nothing fills it in later."""
-
-    backend: str
-    arch: str
-    numerics: Numerics
-    latency_ms: Latency | None = None
-    truncated: bool = False
-    contention: Contention | None = None  # guard.measure.preflight.contention_block
-    accuracy: float | None = None
-    accuracy_n: int | None = None
-    accuracy_error: str | None = None
-    baseline_given: bool = False
-    regress: RowStats | None = None  # Comparison.to_dict() against the baseline
-    regress_reason: str | None = None  # why there is no comparison
-    latency_skipped: str | None = None  # why latency was not measured (e.g. emulated)
-    partitions: Partitions = field(default_factory=Partitions)
-    arena_bytes: int | None = None
-    arena_lower_bound_bytes: int | None = None
-    # options.bundled.memory_budget's ladder (memory.budget in the result), when one was set
-    arena_budget: MemoryBudget | None = None
-    tuning: TuningCache = field(default_factory=TuningCache)  # the manifest's tuning_cache
-    counted: Counted | None = None  # the counted block (guard.counting.count)
-    counted_cmp: CountedRow | None = None  # guard.counting.verdict row against the baseline
-    counted_bound: float | None = None  # checks.counted.regress_pct
-    quantization: Quantization | None = None  # an int8 row's block (guard.run.int8)
-
-
-def typed_parts(parts: Mapping[str, Any]) -> dict[str, Any]:
-    """``Facts`` arguments of a result still being written, whose parts are the JSON
-    blocks the result will hold: each part read as the record it is."""
-    kw = dict(parts)
-    for name, record in _PARTS.items():
-        if kw.get(name) is not None:
-            kw[name] = record.from_json(kw[name])
-    return kw
-
-
-# The Facts fields a result's writer holds as JSON, and their records.
-_PARTS: dict[str, type[Record]] = {
-    "numerics": Numerics, "latency_ms": Latency, "contention": Contention, "regress": RowStats,
-    "partitions": Partitions, "arena_budget": MemoryBudget, "tuning": TuningCache,
-    "counted": Counted, "counted_cmp": CountedRow, "quantization": Quantization,
-}  # fmt: skip
 
 
 def _si(x: float, unit: str, sep: str = "") -> str:

@@ -20,6 +20,7 @@ import numpy as np
 from guard import manifest as mf
 from guard.checks import evaluate as ck
 from guard.checks.assemble import result_dict
+from guard.checks.facts import typed_parts
 from guard.compare.crossarch import encode_outputs
 from guard.core import fault
 from guard.core.errors import GuardError, InternalError
@@ -321,7 +322,7 @@ def finish_result(
     )
     contention = contention_block(p.rounds)
     facts = ck.Facts(
-        **ck.typed_parts(
+        **typed_parts(
             dict(
                 **p.known,
                 baseline_given=baseline is not None,
@@ -402,7 +403,7 @@ def _emulated_result(
     partitions = session.partitions().to_dict()
     memory = session.memory()
     facts = ck.Facts(
-        **ck.typed_parts(
+        **typed_parts(
             dict(
                 **known,
                 baseline_given=baseline_given,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from guard.checks import evaluate as ck
+from guard.checks.facts import typed_parts
 
 STATS = {
     "min": 1.0,
@@ -102,7 +103,7 @@ def test_strict_latency_fails_under_contention_and_a_met_bound_passes():
 
 def test_evaluate_reads_contention_from_the_facts():
     facts = ck.Facts(backend="onnxruntime", arch="x86_64",
-                     **ck.typed_parts({"numerics": {"golden_status": "created"},
+                     **typed_parts({"numerics": {"golden_status": "created"},
                                        "latency_ms": STATS, "contention": CONTENDED}))  # fmt: skip
     latency = [
         c for c in ck.evaluate({"latency": {"p50_ms": 1.0}}, facts) if c.name.startswith("latency")
