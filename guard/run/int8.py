@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from guard.checks.evaluate import Check, verdict
 from guard.core.errors import ModelError
 from guard.core.fsutil import file_sha256
 from guard.core.user_cache import cache_root
@@ -43,6 +44,8 @@ from guard.quantize import (
 from guard.quantize.build import WRITER_VERSION
 from guard.quantize.calibration import Calibration, read_calibration, seeded_samples
 from guard.quantize.profile import Profile, fp32_entries, pass_names
+from guard.results.result import Check as ResultCheck
+from guard.results.result import Result
 from guard.suite import InputSpec, ModelEntry
 from guard.suite.model import ModelSpec, bind, graph_inputs, load_model, make_inputs
 from guard.suite.quantize import INPUT_SAMPLES
@@ -213,10 +216,14 @@ def quantization_block(
     return block
 
 
+def _check(c: ResultCheck) -> Check:
+    """A check of a result as the verdict reads it."""
+    return Check(str(c.name), str(c.status), c.value, c.bound, str(c.message))
+
+
 def add_int8_agreement(results: list[dict[str, Any]], entries: Sequence[ModelEntry]) -> None:
     """The ``int8_agreement`` check on every int8 row whose model asks for it: the outputs of
     the rows of one (model, backend) on the ``across`` targets must be identical bytes."""
-    from guard.checks.evaluate import Check, verdict
     from guard.compare.int8_outputs import DIFFER, IDENTICAL, agreement
 
     wanted = {
@@ -224,28 +231,31 @@ def add_int8_agreement(results: list[dict[str, Any]], entries: Sequence[ModelEnt
         for e in entries
         if e.quantize is not None and "int8_agreement" in e.checks
     }
-    groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-    for r in results:
-        if r.get("model") in wanted and r.get("target") in wanted[r["model"]]:
-            groups.setdefault((r["model"], r["backend"]), {})[r["target"]] = r
+    # (model, backend) -> target -> (the result read, the result as it will be written)
+    groups: dict[tuple[str, str], dict[str, tuple[Result, dict[str, Any]]]] = {}
+    for raw in results:
+        r = Result.of(raw)
+        if r.model in wanted and r.target in wanted[r.model]:
+            groups.setdefault((r.model, r.backend), {})[r.target] = (r, raw)
     for (model, _backend), by_target in groups.items():
         across = wanted[model]
-        missing = [t for t in across if by_target.get(t, {}).get("verdict") in (None, "error")]
+        missing = [
+            t for t in across if t not in by_target or by_target[t][0].verdict in (None, "error")
+        ]
         first = by_target.get(across[0])
         if missing or first is None:
             status, msg = "skipped", f"no int8 outputs on {', '.join(missing)} to compare"
         else:
             status, msg = "pass", f"int8 outputs identical across {', '.join(across)}"
             for t in across[1:]:
-                v, name = agreement(first, by_target[t])
+                v, name = agreement(first[0], by_target[t][0])
                 if v != IDENTICAL:
                     status = "fail"
                     msg = f"int8 outputs {DIFFER if v == DIFFER else v} between {across[0]} and {t}"
                     msg += f": first differing tensor {name}" if name else ""
                     break
-        for r in by_target.values():
-            check = {"name": "int8_agreement", "status": status, "value": None,
-                     "bound": None, "message": msg}  # fmt: skip
-            r["checks"] = [*r.get("checks", []), check]
-            if r.get("verdict") != "error":
-                r["verdict"] = verdict([Check(**c) for c in r["checks"]])
+        check = Check("int8_agreement", status, None, None, msg)
+        for r, raw in by_target.values():
+            raw["checks"] = [*(c.to_json() for c in r.checks), check.to_dict()]
+            if r.verdict != "error":
+                raw["verdict"] = verdict([*map(_check, r.checks), check])
