@@ -8,7 +8,7 @@ pixels ``p`` its lanes. A block of pixel panels (``nr = nv * W`` pixels each) is
 at run time into ``[panel][KG][nr]`` words: for each group of four input channels at one
 kernel tap, four vectors of ``nr`` pixels are loaded (a plain or masked load when the
 stride is 1, a strided span and a shuffle otherwise; taps outside the image read the
-zero point ``alpha``) and interleaved into one store. Two pixel orders:
+zero point ``alpha``) and interleaved into one store (quant/im2col.py). Two pixel orders:
 
 - ``flat``: 1x1, stride 1, no padding: the image itself is ``X`` (``[C][H*W]``), panels
   run over the flattened pixels;
@@ -17,94 +17,40 @@ zero point ``alpha``) and interleaved into one store. Two pixel orders:
 
 The output is written per row tile and panel, in NCHW, the requantisation fused (the
 kernel of one task of a row band writes rows ``[r0, r1)``: attribute ``rows``).
+
+Code size: in ``rows`` mode the panels of a row whose taps all fall inside the image
+(every one but a few at the borders) share one im2col in a run-time loop, and the whole
+convolution is one body over a run-time row range, called by every task of a row-band
+split and by every layer of the same geometry (the layer's zero points and output range
+are arguments). Unrolled per panel and copied per task, QDQ Inception-v2's 7x7 stem alone
+was 630,000 LLVM instructions in the AVX2 build (8-pixel panels, 14 a row, 8 tasks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import llvmlite.ir as ir
 
-from guard.compiler.codegen.irutil import I8, I32, I64, PTR, for_loop, splat, tiles
-from guard.compiler.codegen.quant.dot import DotClass, iconst
-from guard.compiler.codegen.quant.ukr import gep, ld, micro_kernel, st, typed_masked_load
+from guard.compiler.codegen.irutil import (
+    I8,
+    I32,
+    I64,
+    PTR,
+    for_loop,
+    for_loop_dynamic,
+    tiles,
+)
+from guard.compiler.codegen.quant.dot import DotClass
+from guard.compiler.codegen.quant.geometry import QConvGeometry
+from guard.compiler.codegen.quant.im2col import pack_panel
+from guard.compiler.codegen.quant.ukr import gep, micro_kernel
 
 SCRATCH_BYTES = 192 * 1024  # one block of packed pixels on the stack
-
-
-@dataclass(frozen=True)
-class QConvGeometry:
-    N: int
-    C: int
-    H: int
-    W: int
-    K: int
-    Cg: int
-    R: int
-    S: int
-    g: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    pt: int
-    pl: int
-    OH: int
-    OW: int
-    r0: int
-    r1: int
-
-    @classmethod
-    def of(
-        cls, attrs: Mapping[str, Any], xshape: Sequence[int], wshape: Sequence[int]
-    ) -> QConvGeometry:
-        n, c, h, w = (int(d) for d in xshape)
-        k, cg, r, s = (int(d) for d in wshape)
-        sh, sw = (int(v) for v in attrs["strides"])
-        dh, dw = (int(v) for v in attrs["dilations"])
-        pt, pl, pb, pr = (int(v) for v in attrs["pads"])
-        oh = (h + pt + pb - dh * (r - 1) - 1) // sh + 1
-        ow = (w + pl + pr - dw * (s - 1) - 1) // sw + 1
-        r0, r1 = attrs.get("rows") or (0, oh)
-        return cls(n, c, h, w, k, cg, r, s, int(attrs["group"]), sh, sw, dh, dw, pt, pl, oh,
-                   ow, int(r0), int(r1))  # fmt: skip
-
-    @property
-    def Kg(self) -> int:
-        return self.K // self.g
-
-    @property
-    def Cp(self) -> int:
-        return -(-self.Cg // 4) * 4
-
-    @property
-    def taps_grouped(self) -> bool:
-        """One input channel per group (depthwise): the groups of four run over the kernel
-        taps, not over channels (a 3 x 3 depthwise kernel is 3 groups, not 9 x 4 bytes)."""
-        return self.Cg == 1
-
-    @property
-    def KG(self) -> int:
-        if self.taps_grouped:
-            return -(-self.R * self.S // 4)
-        return self.R * self.S * self.Cp // 4
-
-    @property
-    def Kp(self) -> int:
-        return 4 * self.KG
-
-    @property
-    def flat(self) -> bool:
-        return (self.R, self.S, self.sh, self.sw, self.pt, self.pl) == (1, 1, 1, 1, 0, 0) and (
-            self.OH,
-            self.OW,
-        ) == (self.H, self.W)
-
-    @property
-    def macs(self) -> int:
-        return self.N * self.K * (self.r1 - self.r0) * self.OW * self.Cg * self.R * self.S
 
 
 def conv_tile(geo: QConvGeometry, width: int, registers: int) -> tuple[int, int]:
@@ -116,19 +62,93 @@ def conv_tile(geo: QConvGeometry, width: int, registers: int) -> tuple[int, int]
     return min(rows, geo.Kg), nv
 
 
+@dataclass(frozen=True)
+class ConvSpec:
+    """What a convolution body specialises on besides its geometry; the layer's
+    constants (alpha, the output's zero point and range) are arguments."""
+
+    dot: DotClass
+    registers: int
+    out: str
+    x_signed: bool
+    runtime_alpha: bool
+    beta: bool
+    portable_round: bool
+
+
 def emit_conv(
     b: ir.IRBuilder, geo: QConvGeometry, dot: DotClass, registers: int, x: ir.Value,
     packed: ir.Value, y: ir.Value, out: str, facts: Mapping[str, Any], x_signed: bool,
     alpha_rt: ir.Value | None, portable_round: bool,
 ) -> None:  # fmt: skip
-    """The whole convolution (every image, group and output row of ``geo.rows``)."""
+    """The whole convolution (every image, group and output row of ``geo.rows``).
+
+    A row-mode convolution is a call of one shared body over a run-time row range
+    (:func:`_row_conv`): the tasks of a row-band split, and layers of one geometry, call
+    the same code instead of each carrying a copy of it."""
+    spec = ConvSpec(dot, registers, out, x_signed, facts["q_alpha"] is None,
+                    bool(facts["q_beta"]), portable_round)  # fmt: skip
+    alpha = alpha_rt if alpha_rt is not None else ir.Constant(I32, int(facts["q_alpha"]))
+    consts = [alpha] + [ir.Constant(I32, int(facts[k])) for k in ("q_zy", "q_lo", "q_hi")]
+    if geo.flat:
+        _emit_body(b, geo, spec, x, packed, y, consts, geo.r0, geo.r1)
+        return
+    fn = _row_conv(b.module, dataclasses.replace(geo, r0=0, r1=geo.OH), spec)
+    b.call(fn, [x, packed, y, *consts, ir.Constant(I64, geo.r0), ir.Constant(I64, geo.r1)])
+
+
+def _row_conv(module: ir.Module, geo: QConvGeometry, spec: ConvSpec) -> ir.Function:
+    """``void body(ptr x, ptr packed, ptr y, i32 alpha, i32 zy, i32 lo, i32 hi, i64 r0,
+    i64 r1)``: output rows ``[r0, r1)`` of a row-mode convolution, declared once per
+    module and geometry."""
+    cache = module.__dict__.setdefault("_guard_int8_convs", {})
+    key = (geo, spec)
+    if key in cache:
+        return cache[key]
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:10]
+    name = (f"guard.qconv.{spec.dot.name}.{geo.R}x{geo.S}s{geo.sh}x{geo.sw}.c{geo.C}k{geo.K}"
+            f"g{geo.g}.{geo.H}x{geo.W}.{digest}")  # fmt: skip
+    args = [PTR, PTR, PTR, I32, I32, I32, I32, I64, I64]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name)
+    cache[key] = fn
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")  # one copy for every caller
+    fn.attributes.add("nounwind")
+    for a, nm in zip(fn.args, ("x", "packed", "y", "alpha", "zy", "lo", "hi", "r0", "r1"),
+                     strict=True):  # fmt: skip
+        a.name = nm
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x, packed, y, alpha, zy, lo, hi, r0, r1 = fn.args
+    _emit_body(b, geo, spec, x, packed, y, [alpha, zy, lo, hi], r0, r1)
+    b.ret_void()
+    return fn
+
+
+def interior_panels(geo: QConvGeometry, nr: int) -> list[bool]:
+    """Per panel of an output row: whether every lane is an output column and every tap
+    of it reads inside the row (no mask, no zero point: one code for all such panels)."""
+    out = []
+    for q in range((geo.OW + nr - 1) // nr):
+        ow0 = q * nr
+        lo = ow0 * geo.sw - geo.pl
+        hi = (ow0 + nr - 1) * geo.sw - geo.pl + (geo.S - 1) * geo.dw
+        out.append(ow0 + nr <= geo.OW and lo >= 0 and hi < geo.W)
+    return out
+
+
+def _emit_body(
+    b: ir.IRBuilder, geo: QConvGeometry, spec: ConvSpec, x: ir.Value, packed: ir.Value,
+    y: ir.Value, consts: list[ir.Value], r0: int | ir.Value, r1: int | ir.Value,
+) -> None:  # fmt: skip
+    """Every image and group, output rows ``[r0, r1)``: compile-time in flat mode, run
+    time in row mode."""
+    dot = spec.dot
     W = dot.width
-    mr, nv = conv_tile(geo, W, registers)
+    mr, nv = conv_tile(geo, W, spec.registers)
     nr = nv * W
     KG, sw_words = geo.KG, dot.s_words
-    beta = bool(facts["q_beta"])
-    const_alpha = facts["q_alpha"]
-    alpha = alpha_rt if alpha_rt is not None else ir.Constant(I32, int(const_alpha))
+    beta = spec.beta
+    alpha, zy, lo, hi = consts
     # packed block offsets (int32 words)
     w_words = geo.K * KG * sw_words
     pk0 = gep(b, packed, w_words, I32)
@@ -136,14 +156,14 @@ def emit_conv(
     pbeta = gep(b, packed, w_words + 2 * geo.K, I32)
     pmult = gep(b, packed, w_words + 3 * geo.K, I32)
     panel_bytes = geo.Kp * nr + (4 * nr if beta else 0)
-    rows_t = geo.r1 - geo.r0
     if geo.flat:
-        total = rows_t * geo.OW
+        assert isinstance(r0, int) and isinstance(r1, int)
+        total = (r1 - r0) * geo.OW
         per_block = max(1, min(-(-total // nr), SCRATCH_BYTES // panel_bytes))
         ppr = 0
     else:
         ppr = -(-geo.OW // nr)
-        rb = max(1, min(rows_t, SCRATCH_BYTES // (panel_bytes * ppr)))
+        rb = max(1, min(geo.OH, SCRATCH_BYTES // (panel_bytes * ppr)))
         per_block = rb * ppr
     with b.goto_entry_block():
         vslot = b.alloca(ir.ArrayType(I32, per_block * KG * nr), name="im2col")
@@ -152,40 +172,40 @@ def emit_conv(
         uslot.align = 64
     scratch = b.bitcast(vslot, PTR)
     usum = b.bitcast(uslot, PTR)
-    flip = x_signed != dot.u_signed  # xor 0x80 into the class's u domain
+    flip = spec.x_signed != dot.u_signed  # xor 0x80 into the class's u domain
     alpha_byte = b.trunc(alpha, I8)
     P = geo.OH * geo.OW
-    esize = 4 if out == "i32" else 1
-    lo = ir.Constant(I32, int(facts["q_lo"]))
-    hi = ir.Constant(I32, int(facts["q_hi"]))
-    zy = ir.Constant(I32, int(facts["q_zy"]))
+    esize = 4 if spec.out == "i32" else 1
     ldx = KG * sw_words
 
+    def c64(v: int) -> ir.Constant:
+        return ir.Constant(I64, v)
+
     def image_group(n: ir.Value, gi: ir.Value) -> None:
-        xg = gep(b, x, b.add(b.mul(n, ir.Constant(I64, geo.C * geo.H * geo.W)),
-                             b.mul(gi, ir.Constant(I64, geo.Cg * geo.H * geo.W))), I8)  # fmt: skip
-        yg = gep(b, y, b.mul(b.add(b.mul(n, ir.Constant(I64, geo.K)), b.mul(gi, ir.Constant(I64, geo.Kg))),
-                             ir.Constant(I64, P * esize)), I8)  # fmt: skip
+        xg = gep(b, x, b.add(b.mul(n, c64(geo.C * geo.H * geo.W)),
+                             b.mul(gi, c64(geo.Cg * geo.H * geo.W))), I8)  # fmt: skip
+        yg = gep(b, y, b.mul(b.add(b.mul(n, c64(geo.K)), b.mul(gi, c64(geo.Kg))),
+                             c64(P * esize)), I8)  # fmt: skip
 
         def compute(each_panel: Any) -> None:
             """Row tiles x the block's panels; ``each_panel(f)`` emits the loops that call
             ``f(scratch slot, output pixel offset, lanes)`` for every panel of the block."""
 
             def row_tile(m0: ir.Value, rows: int) -> None:
-                ch = b.add(b.mul(gi, ir.Constant(I64, geo.Kg)), m0)
-                xw = gep(b, packed, b.mul(ch, ir.Constant(I64, ldx)), I32)
+                ch = b.add(b.mul(gi, c64(geo.Kg)), m0)
+                xw = gep(b, packed, b.mul(ch, c64(ldx)), I32)
 
                 def call(slot: ir.Value, pix: ir.Value, lanes: int) -> None:
                     nv_here = -(-lanes // W)
-                    ukr = micro_kernel(b.module, dot, rows, nv_here, lanes % W != 0, "conv", out,
-                                       const_alpha is None, beta, portable_round, nr)  # fmt: skip
-                    c = gep(b, yg, b.mul(b.add(b.mul(m0, ir.Constant(I64, P)), pix), ir.Constant(I64, esize)), I8)  # fmt: skip
+                    ukr = micro_kernel(b.module, dot, rows, nv_here, lanes % W != 0, "conv",
+                                       spec.out, spec.runtime_alpha, beta, spec.portable_round,
+                                       nr)  # fmt: skip
+                    c = gep(b, yg, b.mul(b.add(b.mul(m0, c64(P)), pix), c64(esize)), I8)
                     b.call(ukr, [
-                        xw, ir.Constant(I64, ldx),
-                        gep(b, scratch, b.mul(slot, ir.Constant(I64, KG * nr)), I32),
-                        ir.Constant(I64, KG), c, ir.Constant(I64, P),
+                        xw, c64(ldx), gep(b, scratch, b.mul(slot, c64(KG * nr)), I32),
+                        c64(KG), c, c64(P),
                         gep(b, pk0, ch, I32), gep(b, pk1, ch, I32), gep(b, pbeta, ch, I32),
-                        gep(b, pmult, ch, I32), gep(b, usum, b.mul(slot, ir.Constant(I64, nr)), I32),
+                        gep(b, pmult, ch, I32), gep(b, usum, b.mul(slot, c64(nr)), I32),
                         alpha, zy, lo, hi, ir.Constant(I32, lanes - (nv_here - 1) * W),
                     ])  # fmt: skip
 
@@ -193,178 +213,74 @@ def emit_conv(
 
             tiles(b, geo.Kg, mr, row_tile)
 
-        def pack(slot: ir.Value, oh: ir.Value | None, pix: ir.Value | None, ow0: int, lanes: int) -> None:  # fmt: skip
-            _pack_panel(b, geo, dot, xg, scratch, usum, slot, oh, pix, ow0, lanes, nr, flip,
+        def pack(slot: ir.Value, oh: ir.Value | None, pix: ir.Value | None,
+                 ow0: int | ir.Value, lanes: int) -> None:  # fmt: skip
+            pack_panel(b, geo, dot, xg, scratch, usum, slot, oh, pix, ow0, lanes, nr, flip,
                         alpha_byte, beta)  # fmt: skip
 
         if geo.flat:
+            assert isinstance(r0, int)
 
             def block(off: ir.Value, size: int) -> None:
-                p0 = b.add(ir.Constant(I64, geo.r0 * geo.OW), off)
+                p0 = b.add(c64(r0 * geo.OW), off)
                 full, rest = divmod(size, nr)
 
                 def each_panel(f: Any) -> None:
-                    for_loop(b, 0, full, 1, lambda q: f(q, b.add(p0, b.mul(q, ir.Constant(I64, nr))), nr))  # fmt: skip
+                    for_loop(b, 0, full, 1, lambda q: f(q, b.add(p0, b.mul(q, c64(nr))), nr))
                     if rest:
-                        f(ir.Constant(I64, full), b.add(p0, ir.Constant(I64, full * nr)), rest)
+                        f(c64(full), b.add(p0, c64(full * nr)), rest)
 
                 each_panel(lambda slot, pix, lanes: pack(slot, None, pix, 0, lanes))
                 compute(each_panel)
 
             tiles(b, total, per_block * nr, block)
-        else:
+            return
+        assert isinstance(r0, ir.Value) and isinstance(r1, ir.Value)
+        # Panels of a row: runs of interior panels in a loop, the border ones unrolled
+        # (their masks are compile-time constants).
+        runs: list[tuple[int, int, bool]] = []
+        for q, inner in enumerate(interior_panels(geo, nr)):
+            if runs and runs[-1][2] and inner:
+                runs[-1] = (runs[-1][0], q + 1, True)
+            else:
+                runs.append((q, q + 1, inner))
 
-            def row_block(off: ir.Value, nrows: int) -> None:
-                def each_panel(f: Any) -> None:
-                    def one_row(rr: ir.Value) -> None:
-                        oh = b.add(b.add(ir.Constant(I64, geo.r0), off), rr)
-                        for q in range(ppr):
-                            slot = b.add(b.mul(rr, ir.Constant(I64, ppr)), ir.Constant(I64, q))
-                            pix = b.add(
-                                b.mul(oh, ir.Constant(I64, geo.OW)), ir.Constant(I64, q * nr)
-                            )
-                            f(slot, pix, min(nr, geo.OW - q * nr), oh, q * nr)
+        def row_block(off: ir.Value, nrows: ir.Value) -> None:
+            def each_panel(f: Any) -> None:
+                def one_row(rr: ir.Value, _: list[ir.Value]) -> list[ir.Value]:
+                    oh = b.add(b.add(r0, off), rr)
 
-                    for_loop(b, 0, nrows, 1, one_row)
+                    def panel(q: ir.Value, ow0: int | ir.Value, lanes: int) -> None:
+                        slot = b.add(b.mul(rr, c64(ppr)), q)
+                        pix = b.add(b.mul(oh, c64(geo.OW)), ow0 if isinstance(ow0, ir.Value)
+                                    else c64(ow0))  # fmt: skip
+                        f(slot, pix, lanes, oh, ow0)
 
-                each_panel(lambda slot, pix, lanes, oh, ow0: pack(slot, oh, None, ow0, lanes))
-                compute(lambda f: each_panel(lambda slot, pix, lanes, oh, ow0: f(slot, pix, lanes)))
+                    for q0, q1, inner in runs:
+                        if inner and q1 - q0 > 1:
+                            for_loop(b, q0, q1, 1, lambda q: panel(q, b.mul(q, c64(nr)), nr))
+                        else:
+                            for q in range(q0, q1):
+                                panel(c64(q), q * nr, min(nr, geo.OW - q * nr))
+                    return []
 
-            tiles(b, rows_t, per_block // ppr, row_block)
+                for_loop_dynamic(b, nrows, [], one_row)
+
+            each_panel(lambda slot, pix, lanes, oh, ow0: pack(slot, oh, None, ow0, lanes))
+            compute(lambda f: each_panel(lambda slot, pix, lanes, oh, ow0: f(slot, pix, lanes)))
+
+        rows_t = b.sub(r1, r0)
+        blocks = b.sdiv(b.add(rows_t, c64(rb - 1)), c64(rb))
+
+        def one_block(i: ir.Value, _: list[ir.Value]) -> list[ir.Value]:
+            off = b.mul(i, c64(rb))
+            left = b.sub(rows_t, off)
+            row_block(off, b.select(b.icmp_signed("<", left, c64(rb)), left, c64(rb)))
+            return []
+
+        for_loop_dynamic(b, blocks, [], one_block)
 
     def image(n: ir.Value) -> None:
         for_loop(b, 0, geo.g, 1, lambda gi: image_group(n, gi))  # groups: a run-time loop
 
     for_loop(b, 0, geo.N, 1, image)
-
-
-def _bytes(n: int) -> ir.VectorType:
-    return ir.VectorType(I8, n)
-
-
-def _pack_panel(
-    b: ir.IRBuilder, geo: QConvGeometry, dot: DotClass, xg: ir.Value, scratch: ir.Value,
-    usum: ir.Value, slot: ir.Value, oh: ir.Value | None, pix: ir.Value | None, ow0: int,
-    lanes: int, nr: int, flip: bool, alpha_byte: ir.Value, beta: bool,
-) -> None:  # fmt: skip
-    """im2col of one panel into ``scratch[slot]`` (``[KG][nr]`` words) and, with ``beta``,
-    the panel's per-pixel sums of u into ``usum[slot]``."""
-    bt = _bytes(nr)
-    alpha_v = splat(b, alpha_byte, nr)
-    flip_v = ir.Constant(bt, [0x80] * nr)
-    HW = geo.H * geo.W
-    dst0 = gep(b, scratch, b.mul(slot, ir.Constant(I64, geo.KG * nr)), I32)
-    ut = ir.VectorType(I32, nr)
-
-    def tap_vector(c: ir.Value, r: int, s: int) -> ir.Value:
-        """The ``nr`` input bytes of channel ``c`` (group-relative) at tap (r, s)."""
-        cbase = gep(b, xg, b.mul(c, ir.Constant(I64, HW)), I8)
-        if oh is None:  # flat: pixels pix .. pix + lanes of channel c
-            p = gep(b, cbase, pix, I8)
-            if lanes == nr:
-                v = ld(b, p, bt, 1)
-            else:
-                m = ir.Constant(
-                    ir.VectorType(ir.IntType(1), nr), [int(i < lanes) for i in range(nr)]
-                )
-                v = typed_masked_load(b, p, bt, m, ir.Constant(bt, [0] * nr))
-            return b.xor(v, flip_v) if flip else v
-        ih = b.add(b.mul(oh, ir.Constant(I64, geo.sh)), ir.Constant(I64, r * geo.dh - geo.pt))
-        inside = b.and_(
-            b.icmp_signed(">=", ih, ir.Constant(I64, 0)),
-            b.icmp_signed("<", ih, ir.Constant(I64, geo.H)),
-        )
-        ih_safe = b.select(inside, ih, ir.Constant(I64, 0))
-        row = gep(b, cbase, b.mul(ih_safe, ir.Constant(I64, geo.W)), I8)
-        iw = [(ow0 + ln) * geo.sw - geo.pl + s * geo.dw for ln in range(nr)]
-        ok = [ln < lanes and 0 <= iw[ln] < geo.W for ln in range(nr)]
-        if not any(ok):
-            return alpha_v
-        start = iw[0]
-        span = (nr - 1) * geo.sw + 1
-        n_load = 1 << (span - 1).bit_length()
-        lt = _bytes(n_load)
-        mask = [0] * n_load
-        for ln in range(nr):
-            if ok[ln]:
-                mask[ln * geo.sw] = 1
-        p = b.gep(row, [ir.Constant(I64, start)], source_etype=I8, inbounds=False)
-        if all(mask[ln * geo.sw] for ln in range(nr)) and geo.sw == 1 and n_load == nr:
-            raw = ld(b, p, lt, 1)
-        else:
-            mt = ir.Constant(ir.VectorType(ir.IntType(1), n_load), mask)
-            raw = typed_masked_load(b, p, lt, mt, ir.Constant(lt, [0] * n_load))
-        if geo.sw != 1 or n_load != nr:
-            idx = ir.Constant(ir.VectorType(I32, nr), [ln * geo.sw for ln in range(nr)])
-            raw = b.shuffle_vector(raw, ir.Constant(lt, ir.Undefined), idx)
-        v = b.xor(raw, flip_v) if flip else raw
-        okv = ir.Constant(ir.VectorType(ir.IntType(1), nr), [int(o) for o in ok])
-        v = b.select(okv, v, alpha_v) if not all(ok) else v
-        return b.select(inside, v, alpha_v)
-
-    def interleave(vs: list[ir.Value]) -> ir.Value:
-        it = ir.VectorType(I32, 2 * nr)
-        pair = [j for ln in range(nr) for j in (ln, nr + ln)]
-        ab = b.shuffle_vector(vs[0], vs[1], ir.Constant(it, pair))
-        cd = b.shuffle_vector(vs[2], vs[3], ir.Constant(it, pair))
-        quad = [
-            j
-            for ln in range(nr)
-            for j in (2 * ln, 2 * ln + 1, 2 * nr + 2 * ln, 2 * nr + 2 * ln + 1)
-        ]
-        return b.shuffle_vector(ab, cd, ir.Constant(ir.VectorType(I32, 4 * nr), quad))
-
-    full4 = geo.Cg // 4
-    part = geo.Cg % 4
-
-    def extend(v: ir.Value) -> ir.Value:
-        return b.sext(v, ut) if dot.u_signed else b.zext(v, ut)
-
-    def group_of_four(c4: ir.Value, valid: int, sums: ir.Value | None) -> ir.Value | None:
-        for r in range(geo.R):
-            for s in range(geo.S):
-                vs = []
-                for t in range(4):
-                    if t < valid:
-                        c = b.add(b.mul(c4, ir.Constant(I64, 4)), ir.Constant(I64, t))
-                        vs.append(tap_vector(c, r, s))
-                    else:
-                        vs.append(alpha_v)
-                kg = b.add(ir.Constant(I64, (r * geo.S + s) * (geo.Cp // 4)), c4)
-                dst = gep(b, dst0, b.mul(kg, ir.Constant(I64, nr)), I32)
-                st(b, interleave(vs), dst, 4)
-                if sums is not None:
-                    for v in vs:
-                        sums = b.add(sums, extend(v))
-        return sums
-
-    sums0 = iconst(nr, 0) if beta else None
-    if geo.taps_grouped:
-        sums = sums0
-        taps = geo.R * geo.S
-        zero = ir.Constant(I64, 0)
-        for kg in range(geo.KG):
-            vs = [tap_vector(zero, *divmod(e, geo.S)) if e < taps else alpha_v
-                  for e in range(4 * kg, 4 * kg + 4)]  # fmt: skip
-            st(b, interleave(vs), gep(b, dst0, kg * nr, I32), 4)
-            if sums is not None:
-                for v in vs:
-                    sums = b.add(sums, extend(v))
-        if sums is not None:
-            st(b, sums, gep(b, usum, b.mul(slot, ir.Constant(I64, nr)), I32), 4)
-        return
-    if full4:
-        from guard.compiler.codegen.irutil import for_loop_carried
-
-        init = [sums0] if sums0 is not None else []
-        res = for_loop_carried(
-            b, 0, full4, 1, init,
-            lambda c4, st: [x for x in [group_of_four(c4, 4, st[0] if st else None)] if x is not None],
-        )  # fmt: skip
-        sums = res[0] if res else None
-    else:
-        sums = sums0
-    if part:
-        sums = group_of_four(ir.Constant(I64, full4), part, sums)
-    if sums is not None:
-        st(b, sums, gep(b, usum, b.mul(slot, ir.Constant(I64, nr)), I32), 4)

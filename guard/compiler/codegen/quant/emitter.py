@@ -20,8 +20,9 @@ from guard.compiler.codegen.base import Emitter, Kernel
 from guard.compiler.codegen.irutil import I8, I32
 from guard.compiler.codegen.kernel_plan import Operand
 from guard.compiler.codegen.quant import pack as qp
-from guard.compiler.codegen.quant.conv import QConvGeometry, emit_conv
+from guard.compiler.codegen.quant.conv import emit_conv
 from guard.compiler.codegen.quant.dot import DotClass
+from guard.compiler.codegen.quant.geometry import QConvGeometry
 from guard.compiler.codegen.quant.matmul import emit_matmul, matmul_tile
 from guard.compiler.codegen.quant.ukr import ld
 from guard.compiler.graph.exec_order import GraphView, OpNode

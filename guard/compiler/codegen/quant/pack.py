@@ -108,7 +108,7 @@ def conv_weights(w: np.ndarray, dot: DotClass) -> tuple[np.ndarray, np.ndarray, 
     ``[K][KG][s_words]`` (int32); also the channel sums ``S`` (int64), ``shw`` and ``Kp``."""
     s, shw = weights_signed(w)
     k, cg, r, sk = s.shape
-    if cg == 1:  # depthwise: groups of four taps (quant/conv.py, QConvGeometry.taps_grouped)
+    if cg == 1:  # depthwise: groups of four taps (quant/geometry.py, QConvGeometry.taps_grouped)
         kp = -(-r * sk // 4) * 4
         t1 = np.zeros((k, kp), np.int8)
         t1[:, : r * sk] = s.reshape(k, r * sk)
