@@ -364,9 +364,46 @@ class Elementwise(Emitter):
 
         out = k.outputs[0]
         typed = [(p, s, dt) for (p, s), dt in zip(operands, dtypes, strict=True)]
-        t.emit_typed_pointwise(b, out.shape, typed, (out_ptr, np.dtype(out.dtype)), compute)
+        odt = np.dtype(out.dtype)
+
+        def nest(dst: V) -> None:
+            t.emit_typed_pointwise(b, out.shape, typed, (dst, odt), compute)
+
+        # In place (the output written over an input of its size): LLVM's loop vectoriser
+        # checks at run time that the output overlaps no input and runs the scalar loop
+        # when it does, as it always does in place (every QDQ requantise chain of an int8
+        # model). With the output written through the input's own pointer, each element
+        # is read before it is written at the same index: no check, the vector loop.
+        same = [p for (p, s), dt in zip(operands, dtypes, strict=True)
+                if dt.itemsize == odt.itemsize and list(s) == row_strides(out.shape)]  # fmt: skip
+        if not _overlaps_an_input(k) or not same:
+            nest(out_ptr)
+            return
+
+        def dispatch(cands: list[V]) -> None:
+            if not cands:
+                nest(out_ptr)
+                return
+            with b.if_else(b.icmp_unsigned("==", out_ptr, cands[0])) as (yes, no):
+                with yes:
+                    nest(cands[0])
+                with no:
+                    dispatch(cands[1:])
+
+        dispatch(same)
 
 
 def _float_path(steps: Sequence[Mapping[str, Any]], dtypes: Sequence[np.dtype]) -> bool:
     """Every tensor float32 and every op a float op: the vectorised path."""
     return all(d == np.float32 for d in dtypes) and all(s["op"] in FLOAT_OPS for s in steps)
+
+
+def _overlaps_an_input(k: Kernel) -> bool:
+    """Whether the kernel's output shares bytes with one of its inputs (its step runs in
+    place; the kernel key keeps in-place and separate steps apart)."""
+    o = k.outputs[0]
+    return any(
+        x is not None and x.space == o.space == "arena"
+        and x.offset < o.offset + o.nbytes and o.offset < x.offset + x.nbytes
+        for x in k.inputs
+    )  # fmt: skip

@@ -4,6 +4,8 @@ even), saturation and infinities; what has no code is declined with the reason."
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -102,6 +104,38 @@ def test_max_pools_on_quantized_tensors(elem, isa):
     x = np.random.default_rng(0).integers(lo, hi, (1, 3, 7, 6))
     x[0, 1] = lo  # a channel at the lowest value everywhere
     check(m, isa, feeds={"x": x.astype(np.uint8 if elem == U8 else np.int8)})
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_requantise_chain_in_place_runs_in_vectors(isa):
+    """DequantizeLinear -> per-channel Mul, Add -> QuantizeLinear on u8, fused and written
+    over its input (as after every QLinearConv of a QDQ model with BatchNormalization):
+    an in-place path whose vector loop no overlap check guards (LLVM's run-time check
+    sent every such chain to the scalar loop: 64% of QDQ ShuffleNet's time), and the
+    bytes equal the reference's."""
+    c = 5
+    inits = [("s", np.float32(0.05)), ("z", np.uint8(120)),
+             ("g", np.linspace(0.5, 2, c).astype(np.float32).reshape(c, 1, 1)),
+             ("bb", np.linspace(-1, 1, c).astype(np.float32).reshape(c, 1, 1)),
+             ("s2", np.float32(0.07)), ("z2", np.uint8(100))]  # fmt: skip
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[1, 1]),
+        helper.make_node("DequantizeLinear", ["p", "s", "z"], ["d"]),
+        helper.make_node("Mul", ["d", "g"], ["m"]),
+        helper.make_node("Add", ["m", "bb"], ["a"]),
+        helper.make_node("QuantizeLinear", ["a", "s2", "z2"], ["q"]),
+        helper.make_node("MaxPool", ["q"], ["y"], kernel_shape=[2, 2], strides=[1, 1]),
+    ]
+    m = graph_model(nodes, [("x", [1, c, 12, 40], U8)], ["y"], inits, opset=13, out_type=U8)
+    _, code = check(m, isa, pipeline="O2", seeds=(0, 1))
+    (chain,) = [s for s in code.plan.steps() if s.op == "FusedElementwise"]
+    assert chain.may_alias, "the chain was not planned in place"
+    body = re.search(rf"^define [^\n]*@{chain.kernel}\(.*?^}}", code.generated.ir_text,
+                     re.M | re.S)  # fmt: skip
+    # Written through the input's pointer when the two are one (LLVM keeps the compare):
+    # no run-time overlap check stands between the chain and its vector loop.
+    assert body and re.search(r"icmp eq ptr", body.group(0)), "no in-place path"
+    assert re.search(r"fdiv <\d+ x float>", body.group(0)), "no vector loop"
 
 
 def test_partition_report_counts_quant_conversions_like_relayouts():
