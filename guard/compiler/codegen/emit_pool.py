@@ -6,7 +6,8 @@ window with one bounds check per tap (pools move few bytes per FLOP; the checks 
 the bottleneck). AveragePool divides by the number of taps inside the input, or inside
 the padded input with ``count_include_pad`` (ONNX's rule, ceil_mode windows included).
 MaxPool and GlobalMaxPool also take u8/s8 in NCHW (a quantized model's pools: the maximum
-of quantized values is the quantized maximum), one scalar lane per output element.
+of quantized values is the quantized maximum): GlobalMaxPool one scalar lane per output
+element, MaxPool in vectors along the output row (quant/pool.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from guard.compiler.codegen.irutil import (
     splat,
     store_lanes,
 )
+from guard.compiler.codegen.quant.pool import emit_int8_max_pool
 from guard.compiler.graph.view import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
 
@@ -185,6 +187,10 @@ class Pool(Emitter):
         sh, sw = a["strides"]
         dh, dw = a.get("dilations", [1, 1])
         pt, pl, pb, pr = a["pads"]
+        if idt is not None:  # vectors along the output row (quant/pool.py)
+            emit_int8_max_pool(b, x, y, idt, (N, C, H, W), (OH, OW), (R, S), (sh, sw),
+                               (dh, dw), (pt, pl))  # fmt: skip
+            return
         include = bool(a.get("count_include_pad", 0))
 
         def wbody(c: ir.Value, lanes: int) -> None:

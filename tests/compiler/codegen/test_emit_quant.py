@@ -107,6 +107,28 @@ def test_max_pools_on_quantized_tensors(elem, isa):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("elem", [U8, I8])
+@pytest.mark.parametrize(
+    "w,attrs",
+    [
+        (140, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        (100, dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+        (40, dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+        (37, dict(kernel_shape=[2, 2], strides=[2, 2], dilations=[2, 1])),
+    ],
+)
+def test_max_pools_on_wide_quantized_rows(elem, isa, w, attrs):
+    """Rows of several vectors: the interior ones in a loop, the borders and a short
+    last vector masked; ceil_mode windows past the edge, dilated rows."""
+    m = graph_model([helper.make_node("MaxPool", ["x"], ["p"], **attrs)],
+                    [("x", [1, 3, 9, w], elem)], ["p"], out_type=elem)  # fmt: skip
+    lo, hi = (0, 256) if elem == U8 else (-128, 128)
+    x = np.random.default_rng(1).integers(lo, hi, (1, 3, 9, w))
+    x[0, 2] = lo
+    check(m, isa, feeds={"x": x.astype(np.uint8 if elem == U8 else np.int8)})
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_a_requantise_chain_in_place_runs_in_vectors(isa):
     """DequantizeLinear -> per-channel Mul, Add -> QuantizeLinear on u8, fused and written
     over its input (as after every QLinearConv of a QDQ model with BatchNormalization):
