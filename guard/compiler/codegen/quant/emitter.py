@@ -20,7 +20,7 @@ from guard.compiler.codegen.base import Emitter, Kernel
 from guard.compiler.codegen.irutil import I8, I32
 from guard.compiler.codegen.kernel_plan import Operand
 from guard.compiler.codegen.quant import pack as qp
-from guard.compiler.codegen.quant.conv import emit_conv
+from guard.compiler.codegen.quant.conv import conv_tile, emit_conv
 from guard.compiler.codegen.quant.dot import DotClass
 from guard.compiler.codegen.quant.geometry import QConvGeometry
 from guard.compiler.codegen.quant.matmul import emit_matmul, matmul_tile
@@ -120,7 +120,9 @@ class QuantLinear(Emitter):
         if not runtime_zx:
             alpha = int(0 if zx is None else np.asarray(zx).reshape(-1)[0]) + sha - dot.delta
         if "Conv" in op:
-            words, s_sum, shw, kp = qp.conv_weights(w, dot)
+            geo = QConvGeometry.of(attrs, xs, w.shape)
+            mr, _ = conv_tile(geo, width, table.registers)
+            words, s_sum, shw, kp = qp.conv_weights(w, dot, mr, geo.Kg)
             n_ch = padded = w.shape[0]
         else:
             _, nv = matmul_tile(_rows(xs), w.shape[1], width, table.registers)

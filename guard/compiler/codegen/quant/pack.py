@@ -102,24 +102,39 @@ def requant_multiplier(
     return per_channel(multiplier(sx, sw, sy), n, np.float32)
 
 
-def conv_weights(w: np.ndarray, dot: DotClass) -> tuple[np.ndarray, np.ndarray, int, int]:
+def conv_weights(
+    w: np.ndarray, dot: DotClass, mr: int, kg: int
+) -> tuple[np.ndarray, np.ndarray, int, int]:
     """OIHW weights as ``[K][R][S][Cp]`` groups of four input channels (of four taps when
-    there is one input channel per group), in the class's words
-    ``[K][KG][s_words]`` (int32); also the channel sums ``S`` (int64), ``shw`` and ``Kp``."""
+    there is one input channel per group), in the class's words, each row tile of ``mr``
+    output channels of a group of ``kg`` (:func:`tile_rows`) ``[KG][rows][s_words]``
+    (int32); also the channel sums ``S`` (int64), ``shw`` and ``Kp``."""
     s, shw = weights_signed(w)
     k, cg, r, sk = s.shape
     if cg == 1:  # depthwise: groups of four taps (quant/geometry.py, QConvGeometry.taps_grouped)
         kp = -(-r * sk // 4) * 4
         t1 = np.zeros((k, kp), np.int8)
         t1[:, : r * sk] = s.reshape(k, r * sk)
-        words = pack_s_words(t1.reshape(k, kp // 4, 4), dot).reshape(-1)
-        return words, t1.astype(np.int64).sum(1), shw, kp
+        words = pack_s_words(t1.reshape(k, kp // 4, 4), dot)
+        return tile_rows(words, mr, kg), t1.astype(np.int64).sum(1), shw, kp
     cp = -(-cg // 4) * 4
     t = np.zeros((k, r, sk, cp), np.int8)
     t[..., :cg] = s.transpose(0, 2, 3, 1)
     kp = r * sk * cp
-    groups = t.reshape(k, kp // 4, 4)
-    return pack_s_words(groups, dot).reshape(-1), t.reshape(k, -1).astype(np.int64).sum(1), shw, kp
+    words = pack_s_words(t.reshape(k, kp // 4, 4), dot)
+    return tile_rows(words, mr, kg), t.reshape(k, -1).astype(np.int64).sum(1), shw, kp
+
+
+def tile_rows(words: np.ndarray, mr: int, kg: int) -> np.ndarray:
+    """``[K][KG][s_words]`` words with each row tile (``mr`` channels, the last of a group
+    of ``kg`` shorter) group-major, ``[KG][rows][s_words]``, in the tile's own span: the
+    micro-kernel reads a group's rows at constant offsets (quant/ukr.py)."""
+    out = np.empty_like(words)
+    for g0 in range(0, words.shape[0], kg):
+        for m0 in range(g0, g0 + kg, mr):
+            m1 = min(m0 + mr, g0 + kg)
+            out[m0:m1] = words[m0:m1].transpose(1, 0, 2).reshape(m1 - m0, *words.shape[1:])
+    return out.reshape(-1)
 
 
 def matmul_weights(
