@@ -16,6 +16,7 @@ from guard.results.load import load_results
 from guard.results.result import Result, ResultKey
 from guard.run.shard import plan, times_from_results
 from guard.suite import ModelEntry
+from guard.suite.check_blocks import CheckBlocks
 
 SPR = "llvm -mcpu=sapphirerapids -mtriple=x86_64-linux-gnu"
 
@@ -29,7 +30,7 @@ def _entry(name: str = "mlp", target: str = "host") -> ModelEntry:
         target=target,
         threads=1,
         measure={},
-        checks={},
+        checks=CheckBlocks(),
     )
 
 

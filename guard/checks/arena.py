@@ -8,10 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from guard.results.result import MemoryBudget
+from guard.suite.check_blocks import ArenaBound
 
 
 def arena_verdict(
-    cfg: dict[str, Any],
+    cfg: ArenaBound | None,
     arena: int | None,
     lower: int | None,
     budget_in: MemoryBudget | Mapping[str, Any] | None = None,
@@ -19,7 +20,7 @@ def arena_verdict(
     """(status, value, bound, message): ``arena <= max_bytes`` (the budget when only a
     budget is set)."""
     budget = MemoryBudget.of(budget_in) if budget_in is not None else None
-    bound = cfg.get("max_bytes", budget.bytes if budget else None)
+    bound = cfg.max_bytes if cfg is not None else budget.bytes if budget else None
     if arena is None or bound is None:
         return "skip", None, bound, "backend does not report an arena size"
     rung = None

@@ -36,6 +36,16 @@ from guard.results.result import (
 from guard.stats.regress import DEFAULT_REGRESS_PCT
 from guard.stats.verdicts import on_rounds
 from guard.suite import latency_bound
+from guard.suite.check_blocks import (
+    AccuracyBound,
+    ArenaBound,
+    CheckBlocks,
+    LatencyBounds,
+    PartitionsBound,
+    QuantizationBounds,
+    Tolerance,
+    TuningBound,
+)
 
 _T = TypeVar("_T")
 
@@ -65,7 +75,7 @@ def _json(block: Record | None) -> dict[str, Json]:
 
 
 def latency_checks(
-    cfg: dict[str, Any],
+    cfg: LatencyBounds,
     stats_in: Latency | Mapping[str, Any],
     arch: str,
     truncated: bool,
@@ -76,11 +86,12 @@ def latency_checks(
     out = []
     stats = Latency.of(stats_in)
     contention = Contention.of(contention_in) if contention_in is not None else None
-    contended = bool(contention and contention.flagged) and not cfg.get("strict")
+    contended = bool(contention and contention.flagged) and not cfg.strict
+    bounds = dict(cfg.bounds())
     for key, value in (("p50_ms", stats.p50), ("p90_ms", stats.p90), ("p99_ms", stats.p99)):
-        if key not in cfg:
+        if key not in bounds:
             continue
-        bound = latency_bound(cfg[key], arch)
+        bound = latency_bound(bounds[key], arch)
         name = f"latency.{key[:-3]}"
         if bound is None:
             out.append(Check(name, "skip", value, None, f"no {key} bound for arch {arch}"))
@@ -105,12 +116,11 @@ def latency_checks(
     return out
 
 
-def skipped_latency_checks(cfg: dict[str, Any], arch: str, reason: str) -> list[Check]:
+def skipped_latency_checks(cfg: LatencyBounds, arch: str, reason: str) -> list[Check]:
     """The latency bounds of a result whose latency was not measured: skipped, never passed."""
     return [
-        Check(f"latency.{key[:-3]}", "skip", None, latency_bound(cfg[key], arch), reason)
-        for key in ("p50_ms", "p90_ms", "p99_ms")
-        if key in cfg
+        Check(f"latency.{key[:-3]}", "skip", None, latency_bound(bound, arch), reason)
+        for key, bound in cfg.bounds()
     ]
 
 
@@ -147,12 +157,16 @@ def regress_check(
     return Check("latency.regress", status, c.ratio, bound_pct, msg)
 
 
-def tolerance_bounds(cfg: dict[str, Any]) -> dict[str, float]:
+def tolerance_bounds(cfg: Tolerance | None) -> dict[str, float]:
     """The suite's tolerance block with the contract's defaults (rtol 1e-4, atol 1e-5)."""
-    return {"rtol": cfg.get("rtol", 1e-4), "atol": cfg.get("atol", 1e-5)}
+    tol = cfg if cfg is not None else Tolerance()
+    return {
+        "rtol": 1e-4 if tol.rtol is None else tol.rtol,
+        "atol": 1e-5 if tol.atol is None else tol.atol,
+    }
 
 
-def tolerance_check(cfg: dict[str, Any], numerics_in: Numerics | Mapping[str, Any]) -> Check:
+def tolerance_check(cfg: Tolerance | None, numerics_in: Numerics | Mapping[str, Any]) -> Check:
     bound = tolerance_bounds(cfg)
     numerics = Numerics.of(numerics_in)
     if numerics.golden_status == "created":
@@ -194,7 +208,7 @@ def _g3(x: float | None, name: str = "max_abs_err") -> str:
     return f"{_measured(x, name):.3g}"
 
 
-def expected_check(cfg: dict[str, Any], expected_in: Numerics | Mapping[str, Any]) -> Check:
+def expected_check(cfg: Tolerance | None, expected_in: Numerics | Mapping[str, Any]) -> Check:
     """The outputs against the expected ones of the suite's test_data (output_K.pb): a
     second golden, fixed by whoever wrote the test data, not by guard's reference run."""
     bound = tolerance_bounds(cfg)
@@ -210,9 +224,9 @@ def expected_check(cfg: dict[str, Any], expected_in: Numerics | Mapping[str, Any
 
 
 def accuracy_check(
-    cfg: dict[str, Any], accuracy: float | None, n: int | None, reason: str | None = None
+    cfg: AccuracyBound, accuracy: float | None, n: int | None, reason: str | None = None
 ) -> Check:
-    bound = cfg.get("min_top1")
+    bound = cfg.min_top1
     if accuracy is None:
         return Check("accuracy", "error", None, bound, reason or "accuracy was not measured")
     if bound is None:
@@ -221,7 +235,7 @@ def accuracy_check(
             "pass",
             accuracy,
             None,
-            f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}); no min_top1 bound",
+            f"top-1 {accuracy:.4f} on {cfg.dataset} (n={n}); no min_top1 bound",
         )
     ok = accuracy >= bound
     return Check(
@@ -229,12 +243,12 @@ def accuracy_check(
         "pass" if ok else "fail",
         accuracy,
         bound,
-        f"top-1 {accuracy:.4f} on {cfg['dataset']} (n={n}) {'>=' if ok else '<'} {bound:.4f}",
+        f"top-1 {accuracy:.4f} on {cfg.dataset} (n={n}) {'>=' if ok else '<'} {bound:.4f}",
     )
 
 
-def partitions_check(cfg: dict[str, Any], partitions_in: Partitions | Mapping[str, Any]) -> Check:
-    bound = cfg["max"]
+def partitions_check(cfg: PartitionsBound, partitions_in: Partitions | Mapping[str, Any]) -> Check:
+    bound = cfg.max
     partitions = Partitions.of(partitions_in)
     count = partitions.count
     if count is None:
@@ -249,7 +263,7 @@ def partitions_check(cfg: dict[str, Any], partitions_in: Partitions | Mapping[st
 
 
 def arena_check(
-    cfg: dict[str, Any],
+    cfg: ArenaBound | None,
     arena: int | None,
     lower: int | None,
     budget: MemoryBudget | Mapping[str, Any] | None = None,
@@ -261,9 +275,9 @@ def arena_check(
 
 
 def tuning_check(
-    cfg: dict[str, Any], tuning_in: TuningCache | Mapping[str, Any], backend: str
+    cfg: TuningBound, tuning_in: TuningCache | Mapping[str, Any], backend: str
 ) -> Check:
-    bound = cfg["min_hit_rate"]
+    bound = cfg.min_hit_rate
     tuning = TuningCache.of(tuning_in)
     hits, misses = tuning.hits, tuning.misses
     if hits is None or misses is None:
@@ -337,11 +351,11 @@ def verdict(checks: list[Check], error: str | None = None) -> str:
     return "pass"
 
 
-def regress_bound(latency_cfg: dict[str, Any], baseline_given: bool) -> float | None:
+def regress_bound(latency_cfg: LatencyBounds | None, baseline_given: bool) -> float | None:
     """The regress bound in percent: the suite's ``latency.regress_pct``; with a baseline
     given and no bound set, guard.stats.regress.DEFAULT_REGRESS_PCT (never nothing)."""
-    if "regress_pct" in latency_cfg:
-        return float(latency_cfg["regress_pct"])
+    if latency_cfg is not None and latency_cfg.regress_pct is not None:
+        return float(latency_cfg.regress_pct)
     return DEFAULT_REGRESS_PCT if baseline_given else None
 
 
@@ -388,47 +402,45 @@ def counted_check(
     return Check("counted", status, value, bound, f"{summary}: {cmp.message}")
 
 
-def evaluate(cfg: dict[str, Any], facts: Facts) -> list[Check]:
+def evaluate(cfg: CheckBlocks, facts: Facts) -> list[Check]:
     """Every check the suite configures for this entry, in report order, from the facts."""
-    tol = tolerance_bounds(cfg.get("tolerance", {}))
-    out = [tolerance_check(tol, facts.numerics)]
+    out = [tolerance_check(cfg.tolerance, facts.numerics)]
     if facts.numerics.expected is not None:
-        exp_cfg = cfg.get("expected") or cfg.get("tolerance", {})
-        out.append(expected_check(exp_cfg, facts.numerics.expected))
-    if "accuracy" in cfg:
+        out.append(expected_check(cfg.expected_tolerance(), facts.numerics.expected))
+    if cfg.accuracy is not None:
         out.append(
-            accuracy_check(cfg["accuracy"], facts.accuracy, facts.accuracy_n, facts.accuracy_error)
+            accuracy_check(cfg.accuracy, facts.accuracy, facts.accuracy_n, facts.accuracy_error)
         )
-    latency = cfg.get("latency", {})
-    if "latency" in cfg and facts.latency_ms is not None:
+    latency = cfg.latency
+    if latency is not None and facts.latency_ms is not None:
         out += latency_checks(
             latency, facts.latency_ms, facts.arch, facts.truncated, facts.contention
         )
-    elif "latency" in cfg and facts.latency_skipped:
+    elif latency is not None and facts.latency_skipped:
         out += skipped_latency_checks(latency, facts.arch, facts.latency_skipped)
     bound = regress_bound(latency, facts.baseline_given)
     if bound is not None:
         out.append(regress_check(bound, facts.regress, facts.regress_reason))
-    if "partitions" in cfg:
-        out.append(partitions_check(cfg["partitions"], facts.partitions))
-    if "arena" in cfg or facts.arena_budget is not None:
+    if cfg.partitions is not None:
+        out.append(partitions_check(cfg.partitions, facts.partitions))
+    if cfg.arena is not None or facts.arena_budget is not None:
         out.append(
             arena_check(
-                cfg.get("arena", {}),
+                cfg.arena,
                 facts.arena_bytes,
                 facts.arena_lower_bound_bytes,
                 facts.arena_budget,
             )
         )
-    if "tuning" in cfg:
-        out.append(tuning_check(cfg["tuning"], facts.tuning, facts.backend))
+    if cfg.tuning is not None:
+        out.append(tuning_check(cfg.tuning, facts.tuning, facts.backend))
     if facts.counted is not None:
         out.append(counted_check(facts.counted, facts.counted_cmp, facts.counted_bound))
-    if "quantization" in cfg and facts.quantization is not None:
-        out.append(quantization_check(cfg["quantization"], facts.quantization))
+    if cfg.quantization is not None and facts.quantization is not None:
+        out.append(quantization_check(cfg.quantization, facts.quantization))
     return out
 
 
-def quantization_check(cfg: dict[str, Any], block: Quantization | Mapping[str, Any]) -> Check:
+def quantization_check(cfg: QuantizationBounds, block: Quantization | Mapping[str, Any]) -> Check:
     """An int8 row's ``quantization`` check (guard.checks.quantization)."""
     return Check("quantization", *quantization_verdict(cfg, block))

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from guard.results.result import Quantization
+from guard.suite.check_blocks import QuantizationBounds
 
 
 def worst_tensors_text(block: Quantization | Mapping[str, Any], listed: int = 3) -> str:
@@ -16,30 +17,30 @@ def worst_tensors_text(block: Quantization | Mapping[str, Any], listed: int = 3)
 
 
 def quantization_verdict(
-    cfg: dict[str, Any], block_in: Quantization | Mapping[str, Any]
+    cfg: QuantizationBounds, block_in: Quantization | Mapping[str, Any]
 ) -> tuple[str, float | None, float | None, str]:
     """(status, value, bound, message) of the int8 row against its fp32 source: top-1
     agreement, output SQNR, accuracy drop; a failure names the worst tensors."""
     block = Quantization.of(block_in)
     agree, sqnr, drop = block.top1_agreement, block.sqnr_db, block.top1_drop
     failed, said = [], []
-    if "min_top1_agreement" in cfg:
+    if cfg.min_top1_agreement is not None:
         if agree is None:
             said.append("top-1 agreement: the first output is not a score vector")
-        elif agree < cfg["min_top1_agreement"]:
-            failed.append(f"top-1 agreement {agree:.3f} < {cfg['min_top1_agreement']:g}")
+        elif agree < cfg.min_top1_agreement:
+            failed.append(f"top-1 agreement {agree:.3f} < {cfg.min_top1_agreement:g}")
         else:
             said.append(f"top-1 agreement {agree:.3f}")
-    if "min_sqnr_db" in cfg and sqnr is not None:
-        if sqnr < cfg["min_sqnr_db"]:
-            failed.append(f"output SQNR {sqnr:.1f} dB < {cfg['min_sqnr_db']:g}")
+    if cfg.min_sqnr_db is not None and sqnr is not None:
+        if sqnr < cfg.min_sqnr_db:
+            failed.append(f"output SQNR {sqnr:.1f} dB < {cfg.min_sqnr_db:g}")
         else:
             said.append(f"output SQNR {sqnr:.1f} dB")
-    if "max_top1_drop" in cfg:
+    if cfg.max_top1_drop is not None:
         if drop is None:
             said.append("top-1 drop: no accuracy dataset (checks.accuracy) to measure it on")
-        elif drop > cfg["max_top1_drop"]:
-            failed.append(f"top-1 drop {drop:.3f} > {cfg['max_top1_drop']:g}")
+        elif drop > cfg.max_top1_drop:
+            failed.append(f"top-1 drop {drop:.3f} > {cfg.max_top1_drop:g}")
         else:
             said.append(f"top-1 drop {drop:.3f}")
     n = block.samples
@@ -48,5 +49,5 @@ def quantization_verdict(
         msg = "; ".join(failed) + f" (int8 vs fp32 on {n} inputs)"
         if worst:
             msg += f"; worst tensors: {worst}"
-        return "fail", sqnr, cfg.get("min_sqnr_db"), msg
-    return "pass", sqnr, cfg.get("min_sqnr_db"), "; ".join(said) + f" (int8 vs fp32 on {n} inputs)"
+        return "fail", sqnr, cfg.min_sqnr_db, msg
+    return "pass", sqnr, cfg.min_sqnr_db, "; ".join(said) + f" (int8 vs fp32 on {n} inputs)"

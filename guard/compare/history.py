@@ -249,7 +249,8 @@ def suite_counted_bound(suite: Suite | None, model: str) -> float:
     """The model's ``checks.counted.regress_pct``, else the counted check's default."""
     for entry in getattr(suite, "models", ()):
         if entry.name == model:
-            pct = (entry.checks.get("counted") or {}).get("regress_pct")
+            counted = entry.checks.counted
+            pct = counted.regress_pct if counted is not None else None
             if isinstance(pct, int | float):
                 return float(pct)
     return DEFAULT_COUNTED_REGRESS_PCT
@@ -265,7 +266,8 @@ def suite_bound(
     for entry in getattr(suite, "models", ()):
         if entry.name != model:
             continue
-        bound = (entry.checks.get("latency") or {}).get(key)
+        latency = entry.checks.latency
+        bound = dict(latency.bounds()).get(key) if latency is not None else None
         if isinstance(bound, Mapping):
             bound = bound.get(arch or platform.machine())
         return float(bound) if isinstance(bound, int | float) else None

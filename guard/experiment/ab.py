@@ -266,9 +266,9 @@ def run_case_pairs(
             {"model": b.model, "backend": b.backend, "target": b.target, "manifest": b.manifest}
         )
         cfg = config
-        suite_pct = (
-            (getattr(getattr(h, "entry", None), "checks", None) or {}).get("latency") or {}
-        ).get("regress_pct")
+        checks = getattr(getattr(h, "entry", None), "checks", None)
+        latency = checks.latency if checks is not None else None
+        suite_pct = latency.regress_pct if latency is not None else None
         if suite_thresholds and isinstance(suite_pct, int | float):
             cfg = replace(cfg, regress_pct=float(suite_pct))
         cfg = with_noise(cfg, (noise or {}).get(str(key)))

@@ -67,6 +67,16 @@ def _outputs_b64(case: Any) -> str | None:
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def _suite_regress_pct(entry: Any) -> Any:
+    """The entry's ``checks.latency.regress_pct``: a record's field in this layout, a
+    mapping's key in a side's tree from before the suite's check blocks were typed."""
+    checks = getattr(entry, "checks", None)
+    if isinstance(checks, dict):
+        return (checks.get("latency") or {}).get("regress_pct")
+    latency = getattr(checks, "latency", None)
+    return getattr(latency, "regress_pct", None)
+
+
 def _describe(case: Any) -> dict[str, Any]:
     d: dict[str, Any] = {
         "model": case.model,
@@ -74,10 +84,7 @@ def _describe(case: Any) -> dict[str, Any]:
         "target": case.target,
         "manifest": case.manifest,
     }
-    entry = getattr(case, "entry", None)
-    d["regress_pct"] = ((getattr(entry, "checks", None) or {}).get("latency") or {}).get(
-        "regress_pct"
-    )
+    d["regress_pct"] = _suite_regress_pct(getattr(case, "entry", None))
     try:
         d["partitions"] = case.session.partitions().to_dict()
     except Exception:  # noqa: BLE001 - a backend that cannot describe them is still timed

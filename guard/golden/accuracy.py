@@ -15,19 +15,21 @@ def session_accuracy(entry: ModelEntry, session: Session, spec: ModelSpec) -> tu
     """Top-1 accuracy of ``session`` on the entry's ``checks.accuracy`` dataset, and n."""
     from guard import zoo  # datasets live with the zoo: only when an accuracy check asks
 
-    cfg = entry.checks["accuracy"]
+    cfg = entry.checks.accuracy
+    if cfg is None:
+        raise KeyError("accuracy")  # called only for an entry with checks.accuracy
     try:
-        x, y = zoo.load_dataset(cfg["dataset"])
+        x, y = zoo.load_dataset(cfg.dataset)
     except GuardError as exc:
         raise ModelError(str(exc), where=f"{entry.where}.checks.accuracy.dataset") from None
-    limit = cfg.get("limit")
+    limit = cfg.limit
     if limit:
         x, y = x[:limit], y[:limit]
     name = spec.inputs[0].name
     batch = spec.shapes[name][0] if spec.shapes[name] else 1
     if tuple(x.shape[1:]) != tuple(spec.shapes[name][1:]):
         raise ModelError(
-            f"dataset {cfg['dataset']} samples have shape {list(x.shape[1:])}, "
+            f"dataset {cfg.dataset} samples have shape {list(x.shape[1:])}, "
             f"input {name!r} wants {list(spec.shapes[name][1:])}",
             where=f"{entry.where}.checks.accuracy",
         )

@@ -177,7 +177,7 @@ def init_suite(
             _entry_text(name, source, shapes, dim_lines, [], result.refused, backends),
         )
         return result
-    tol = tolerance_bounds({})
+    tol = tolerance_bounds(None)
     for b in backends:
         try:
             case = load_case(entry, spec, golden, b, Path(workdir or Path.cwd()))

@@ -87,7 +87,7 @@ class AccuracyOracle:
 
     def __init__(self, builder: Builder) -> None:
         self.builder = builder
-        self.tol = tolerance_bounds(builder.entry.checks.get("tolerance", {}))
+        self.tol = tolerance_bounds(builder.entry.checks.tolerance)
 
     def expected(self, path: Path, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         outs, _ = reference_outputs(path, dict(feeds))
@@ -131,7 +131,8 @@ class PartitionsOracle:
 
     def __init__(self, builder: Builder) -> None:
         self.builder = builder
-        self.max = int((builder.entry.checks.get("partitions") or {}).get("max", 1))
+        partitions = builder.entry.checks.partitions
+        self.max = int(partitions.max if partitions is not None else 1)
         self.signatures: set[tuple[str, str]] | None = None  # set on the full model
 
     @_guarded

@@ -202,7 +202,9 @@ def reduce_model(
                 regress_pct
                 if regress_pct is not None
                 else float(
-                    (entry.checks.get("latency") or {}).get("regress_pct", DEFAULT_REGRESS_PCT)
+                    DEFAULT_REGRESS_PCT
+                    if entry.checks.latency is None or entry.checks.latency.regress_pct is None
+                    else entry.checks.latency.regress_pct
                 )
             )
             oracle = LatencyOracle(

@@ -64,11 +64,13 @@ def summary(
 ) -> dict[str, Any]:
     checks: dict[str, Any] = {}
     if mode == "accuracy":
-        checks["tolerance"] = dict(entry.checks.get("tolerance") or {})
+        tolerance = entry.checks.tolerance
+        checks["tolerance"] = tolerance.to_dict() if tolerance is not None else {}
         if not checks["tolerance"]:
-            checks["tolerance"] = tolerance_bounds({})
+            checks["tolerance"] = tolerance_bounds(None)
     elif mode == "partitions":
-        checks["partitions"] = {"max": int((entry.checks.get("partitions") or {}).get("max", 1))}
+        partitions = entry.checks.partitions
+        checks["partitions"] = {"max": int(partitions.max if partitions is not None else 1)}
     g = full.graph
     return {
         "kind": "guard-reduce",

@@ -88,9 +88,9 @@ def counted_against(
     key: Any,
 ) -> tuple[float, dict[str, Any] | None]:  # fmt: skip
     """(bound in percent, the counted comparison against the baseline's same result)."""
-    bound = float(
-        (entry.checks.get("counted") or {}).get("regress_pct", DEFAULT_COUNTED_REGRESS_PCT)
-    )
+    counted = entry.checks.counted
+    pct = counted.regress_pct if counted is not None else None
+    bound = float(DEFAULT_COUNTED_REGRESS_PCT if pct is None else pct)
     if block is None or baseline is None:
         return bound, None
     base = next(

@@ -149,15 +149,15 @@ def _eval_feeds(entry: ModelEntry, spec: ModelSpec, feeds: dict[str, np.ndarray]
 
 
 def _dataset_feeds(entry: ModelEntry, spec: ModelSpec) -> list[dict]:
-    cfg = entry.checks.get("accuracy")
-    if not cfg:
+    cfg = entry.checks.accuracy
+    if cfg is None:
         return []
     from guard import zoo
 
-    x, _ = zoo.load_dataset(cfg["dataset"])
+    x, _ = zoo.load_dataset(cfg.dataset)
     name = spec.inputs[0].name
     batch = spec.shapes[name][0] if spec.shapes[name] else 1
-    x = x[: min(len(x), int(cfg.get("limit") or DATASET_ROWS), DATASET_ROWS)]
+    x = x[: min(len(x), int(cfg.limit or DATASET_ROWS), DATASET_ROWS)]
     n = len(x) - len(x) % batch
     dtype = spec.inputs[0].dtype
     return [{name: np.ascontiguousarray(x[i : i + batch], dtype=dtype)} for i in range(0, n, batch)]
@@ -204,7 +204,7 @@ def quantization_block(
         "samples": len(evals),
         "worst_tensors": [e.to_json() for e in worst[:WORST_TENSORS]],
     }
-    if accuracy is not None and entry.checks.get("accuracy"):
+    if accuracy is not None and entry.checks.accuracy is not None:
         from guard.golden.accuracy import session_accuracy
 
         fp32_spec = bind(load_model(fp32_path), fp32_path, dict(entry.inputs), entry.where)
@@ -227,9 +227,9 @@ def add_int8_agreement(results: list[dict[str, Any]], entries: Sequence[ModelEnt
     from guard.compare.int8_outputs import DIFFER, IDENTICAL, agreement
 
     wanted = {
-        e.name: e.checks["int8_agreement"]["across"]
+        e.name: list(e.checks.int8_agreement.across)
         for e in entries
-        if e.quantize is not None and "int8_agreement" in e.checks
+        if e.quantize is not None and e.checks.int8_agreement is not None
     }
     # (model, backend) -> target -> (the result read, the result as it will be written)
     groups: dict[tuple[str, str], dict[str, tuple[Result, dict[str, Any]]]] = {}

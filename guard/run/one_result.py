@@ -206,14 +206,14 @@ def begin_result(
     case = load_case(entry, spec, golden, backend_name, workdir)
     manifest, session, feeds = case.manifest, case.session, case.feeds
     got = session.run(feeds)
-    tol = ck.tolerance_bounds(entry.checks.get("tolerance", {}))
+    tol = ck.tolerance_bounds(entry.checks.tolerance)
     numerics = compare_outputs([np.asarray(g) for g in got], golden.output_list, **tol)
     numerics["golden_status"] = golden_status
     numerics["inputs_sha256"] = outputs_sha256(list(feeds.values()))  # the doctor compares it
     if golden_status == "stale":  # the suite's inputs changed: ask for the golden's update
         numerics["golden_stale"] = golden.meta.get("stale")
     if entry.expected:  # test_data's output_K.pb: the second golden
-        exp_tol = ck.tolerance_bounds(entry.checks.get("expected") or tol)
+        exp_tol = ck.tolerance_bounds(entry.checks.expected_tolerance())
         numerics["expected"] = compare_expected(got, entry.expected, spec.outputs, exp_tol)
     if golden.meta.get("model_sha256") not in (None, spec.sha256):
         numerics["golden_model_changed"] = True
@@ -227,7 +227,7 @@ def begin_result(
         "numerics": numerics,
         "tuning": manifest.get("tuning_cache") or {},
     }
-    if "accuracy" in entry.checks:
+    if entry.checks.accuracy is not None:
         try:
             known["accuracy"], known["accuracy_n"] = session_accuracy(entry, session, spec)
             numerics["accuracy"] = known["accuracy"]
@@ -316,7 +316,7 @@ def finish_result(
             "config": dict(entry.measure),
         },
     }
-    bound = ck.regress_bound(entry.checks.get("latency", {}), baseline is not None)
+    bound = ck.regress_bound(entry.checks.latency, baseline is not None)
     regress, regress_reason = _against_baseline(
         entry, backend_name, measured, bound, baseline, noise
     )

@@ -13,7 +13,8 @@ The package, by job: ``read`` (the file: bounded bytes, safe YAML, ``load_suite`
 ``resolve`` (the document: its schema version, defaults applied to each model, one entry
 per target), ``blocks`` (one validator per block: measure, checks, inputs, options,
 targets), ``fields`` (where an error is, and the value checks), ``entries`` (what a
-loaded suite is: ``Suite``, ``ModelEntry``, ``InputSpec``).
+loaded suite is: ``Suite``, ``ModelEntry``, ``InputSpec``), ``check_blocks`` (a model's
+``checks:`` blocks as typed records: ``CheckBlocks``, ``LatencyBounds``, ``Tolerance``, ...).
 """
 
 from guard.suite.entries import (

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.budget_bytes import HINT, budget_bytes
+from guard.suite.check_blocks import CheckBlocks
 from guard.suite.entries import ARCHES, DISTS, InputSpec
 from guard.suite.fields import MAX_INT, MAX_THREADS, Fields, show, suggest
 from guard.suite.quantize import parse_int8_agreement, parse_quantization_check
@@ -145,11 +146,10 @@ def parse_arch_bound(ctx: Fields, value: Any, key: str) -> float | dict[str, flo
     return ctx.number(value, key, positive=True)
 
 
-def parse_checks(
-    ctx: Fields, raw: Any, key: str, base: dict[str, dict[str, Any]]
-) -> dict[str, dict[str, Any]]:
+def parse_checks(ctx: Fields, raw: Any, key: str, base: CheckBlocks) -> CheckBlocks:
+    """The checks block merged key by key over ``base`` (a model's over the defaults')."""
     block = ctx.mapping(raw, key, set(CHECK_KEYS))
-    out = {k: dict(v) for k, v in base.items()}
+    out: dict[str, dict[str, object]] = base.to_dict()
     for name, body in block.items():
         ck = f"{key}.{name}"
         if body is None:  # explicit null switches an inherited check off
@@ -200,7 +200,7 @@ def parse_checks(
                     f"e.g. {name}: {{{need}: {example}}}, or remove the block.",
                 )
         out[name] = merged
-    return out
+    return CheckBlocks.from_dict(out)
 
 
 def parse_dataset(ctx: Fields, value: Any, key: str) -> str:

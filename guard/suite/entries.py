@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guard.suite.check_blocks import CheckBlocks
 from guard.suite.limits import Limits, default_limits
 from guard.suite.quantize import QuantizeSpec
 
@@ -49,7 +50,7 @@ class ModelEntry:
     target: str
     threads: int
     measure: dict[str, float]
-    checks: dict[str, dict[str, Any]]
+    checks: CheckBlocks
     profile: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S

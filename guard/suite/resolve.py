@@ -31,6 +31,7 @@ from guard.suite.blocks import (
     parse_threads,
     resolve_source,
 )
+from guard.suite.check_blocks import CheckBlocks, Tolerance
 from guard.suite.entries import DEFAULT_BUILD_TIMEOUT_S, DEFAULT_MEASURE, ModelEntry, Suite
 from guard.suite.fields import Fields, show
 from guard.suite.limits import default_limits, parse_limits
@@ -65,7 +66,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
         ctx, d.get("build_timeout_s", DEFAULT_BUILD_TIMEOUT_S), "defaults.build_timeout_s"
     )
     measure = parse_measure(ctx, d.get("measure"), "defaults.measure", DEFAULT_MEASURE)
-    checks = parse_checks(ctx, d.get("checks"), "defaults.checks", {})
+    checks = parse_checks(ctx, d.get("checks"), "defaults.checks", CheckBlocks())
     profile = parse_profile(ctx, d.get("profile"), "defaults.profile")
     options = parse_options(ctx, d.get("options"), "defaults.options")
     description = top.get("description", "")
@@ -156,7 +157,8 @@ def int8_entries(
             f"{mk}.name", f"{name!r} is taken: the quantize: block adds an entry of that name"
         )
     seen.add(name)
-    across = fp32[0].checks.get("int8_agreement", {}).get("across", [])
+    agreement = fp32[0].checks.int8_agreement
+    across = agreement.across if agreement is not None else ()
     for t in across:
         if t not in targets:
             raise ctx.err(
@@ -169,7 +171,9 @@ def int8_entries(
             e,
             name=name,
             quantize=quant,
-            checks={"tolerance": dict(INT8_TOLERANCE), **e.checks},
+            checks=replace(
+                e.checks, tolerance=e.checks.tolerance or Tolerance.from_dict(INT8_TOLERANCE)
+            ),
             where=e.where.replace(f"({e.name})", f"({name})", 1),
         )
         for e in fp32

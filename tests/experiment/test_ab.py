@@ -11,6 +11,7 @@ from guard.core.errors import UsageError
 from guard.experiment import ab
 from guard.measure.calls import choose_inner, warm_up
 from guard.stats.regress import RegressConfig
+from guard.suite.check_blocks import CheckBlocks, LatencyBounds
 
 
 class Clock:
@@ -174,7 +175,7 @@ def test_suite_regress_pct_sets_the_ab_threshold(monkeypatch):
     real = ab.run_ab
     monkeypatch.setattr(ab, "run_ab", lambda b, h, cfg, **kw: real(b, h, cfg, clock=clock, **kw))
     b, h = case("mlp", 1.0, clock, rng), case("mlp", 1.06, clock, rng)
-    h.entry = SimpleNamespace(checks={"latency": {"regress_pct": 10}})
+    h.entry = SimpleNamespace(checks=CheckBlocks(latency=LatencyBounds(regress_pct=10)))
     doc = ab.run_case_pairs([(b, h)], RegressConfig(), budget_s=5, warmup_s=0.01)
     assert doc["rows"][0]["stats"]["threshold_pct"] == 10.0
     assert doc["rows"][0]["verdict"] != "regressed"

@@ -66,7 +66,8 @@ def test_a_merge_key_may_still_override(tmp_path):
 def test_yaml_1_2_floats_are_numbers(tmp_path, spelled, value):
     # YAML 1.1 (PyYAML) reads 1e-3 as the string '1e-3'; a user means a number.
     s = load_suite(suite(tmp_path, d=f"checks: {{tolerance: {{rtol: {spelled}, atol: 0}}}}"))
-    assert s.models[0].checks["tolerance"]["rtol"] == pytest.approx(value)
+    tolerance = s.models[0].checks.tolerance
+    assert tolerance is not None and tolerance.rtol == pytest.approx(value)
 
 
 def test_integers_stay_integers(tmp_path):

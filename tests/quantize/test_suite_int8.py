@@ -13,6 +13,7 @@ from guard.doctor import diagnose
 from guard.manifest.pins import build_manifest
 from guard.run.int8 import add_int8_agreement
 from guard.suite import load_suite
+from guard.suite.check_blocks import CheckBlocks, Int8Agreement, QuantizationBounds, Tolerance
 
 SUITE = """
 schema_version: 1
@@ -50,7 +51,7 @@ def test_the_block_adds_an_int8_entry_beside_the_fp32_one(tmp_path):
     assert fp32.quantize is None and int8.quantize is not None
     assert int8.quantize.method == "entropy" and int8.quantize.keep_fp32 == ("Gemm",)
     assert int8.quantize.calibration == str((tmp_path / "cal.npz").resolve())
-    assert int8.checks["quantization"] == {"min_top1_agreement": 0.99, "min_sqnr_db": 20.0}
+    assert int8.checks.quantization == QuantizationBounds(min_top1_agreement=0.99, min_sqnr_db=20.0)
     assert "(m.int8)" in int8.where
 
 
@@ -119,13 +120,13 @@ BLOCK = {
 
 
 def test_the_quantization_check_names_the_worst_tensors_when_it_fails():
-    c = quantization_check({"min_top1_agreement": 0.99, "min_sqnr_db": 20.0}, BLOCK)
+    c = quantization_check(QuantizationBounds(0.99, 20.0), BLOCK)
     assert c.status == "fail" and "top-1 agreement 0.900 < 0.99" in c.message
     assert "output SQNR 8.0 dB < 20" in c.message
     assert "worst tensors: h_relu (node relu, 3.1 dB), logits" in c.message
-    ok = quantization_check({"min_top1_agreement": 0.8, "min_sqnr_db": 5.0}, BLOCK)
+    ok = quantization_check(QuantizationBounds(0.8, 5.0), BLOCK)
     assert ok.status == "pass" and "worst" not in ok.message
-    drop = quantization_check({"max_top1_drop": 0.01}, BLOCK)
+    drop = quantization_check(QuantizationBounds(max_top1_drop=0.01), BLOCK)
     assert drop.status == "pass" and "no accuracy dataset" in drop.message
 
 
@@ -172,7 +173,7 @@ def test_the_int8_agreement_check_fails_on_any_difference():
     across = ["host", "llvm -mcpu=x86-64-v3"]
     entry = ModelEntry(
         "m.int8", "zoo:digits", {}, ("bundled",), "host", 1, {},
-        {"int8_agreement": {"across": across}}, quantize=QuantizeSpec("inputs"),
+        CheckBlocks(int8_agreement=Int8Agreement(tuple(across))), quantize=QuantizeSpec("inputs"),
     )  # fmt: skip
     results = [_result("host", [[1.0], [2.0]]), _result(across[1], [[1.0], [2.0]])]
     add_int8_agreement(results, [entry])
@@ -303,9 +304,6 @@ def test_the_suite_schema_knows_the_quantize_block_and_its_checks():
 def test_the_int8_row_gets_a_quantisation_step_tolerance_unless_the_suite_sets_one(tmp_path):
     s = _suite(tmp_path, "quantize: {calibration: inputs}")
     fp32, int8 = s.models[0], s.models[2]
-    assert "tolerance" not in fp32.checks and int8.checks["tolerance"] == {
-        "rtol": 0.01,
-        "atol": 0.01,
-    }
+    assert fp32.checks.tolerance is None and int8.checks.tolerance == Tolerance(0.01, 0.01)
     s = _suite(tmp_path, "quantize: {calibration: inputs}", "tolerance: {rtol: 0.001}")
-    assert s.models[2].checks["tolerance"] == {"rtol": 0.001}
+    assert s.models[2].checks.tolerance == Tolerance(rtol=0.001)

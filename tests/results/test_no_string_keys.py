@@ -75,25 +75,23 @@ ALLOWED: dict[tuple[str, str], str] = {
                  "name", "latency_status", "top1_agreement")},
     ("guard/compare/attribution.py", "op"): "an unsupported-op item ({op_type|op})",
     ("guard/compare/int8_outputs.py", "name"): "a decoded output tensor (decode_outputs)",
-    **{("guard/checks/evaluate.py", k): "the suite's checks block of the model, not a result"
-       for k in ("regress_pct", "expected", "accuracy", "partitions", "tuning", "quantization")},
     ("guard/experiment/ab.py", "outputs"): "a case's output arrays (case_facts)",
     **{("guard/experiment/ab.py", k): "the A/B rows ab_row just built"
        for k in ("manifest_diff", "verdict", "ratio")},
-    ("guard/experiment/ab.py", "regress_pct"): "a live case's suite checks.latency",
     ("guard/experiment/ab_ref.py", "name"): "a pyproject's project name",
     **{("guard/experiment/ab_ref.py", k): "a worker's reply (the ab_worker protocol)"
        for k in ("error", "ms", "cases")},
     ("guard/experiment/ab_ref.py", "summary"): "the comparison ab_document just built",
-    ("guard/experiment/ab_worker.py", "regress_pct"): "a live case's suite checks.latency",
+    ("guard/experiment/ab_worker.py", "regress_pct"): "a side's suite checks.latency (a mapping "
+    "in a tree from before the check blocks were typed)",
     ("guard/experiment/ab_worker.py", "op"): "a request of the ab_worker protocol",
     **{("guard/experiment/bump.py", k): "the runs of each side, by side"
        for k in ("base", "head")},
     ("guard/experiment/bump.py", "manifest_diff"): "the comparison compare_docs just built",
-    **{("guard/compare/history.py", k): "history's own analysis and series, a counted change "
-       "(count_changes) and the suite's checks"
+    **{("guard/compare/history.py", k): "history's own analysis and series and a counted change "
+       "(count_changes)"
        for k in ("index", "verdict", "message", "first", "last", "regress_pct", "pct", "bound",
-                 "backend", "target", "arch", "counted")},
+                 "backend", "target", "arch")},
     ("guard/run/base_compare.py", "error"): "what tracking did (guard.run.deliver's receipt)",
     **{("guard/report/dashboard.py", k): "a dashboard's series and steps"
        for k in ("notes", "pct", "s")},

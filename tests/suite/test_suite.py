@@ -8,6 +8,7 @@ import pytest
 
 from guard.core.errors import SuiteError
 from guard.suite import load_suite
+from guard.suite.check_blocks import LatencyBounds, PartitionsBound
 
 GOOD = """
 schema_version: 1
@@ -51,13 +52,14 @@ def test_good_suite_applies_defaults_and_overrides(tmp_path):
     resnet, local = s.models
     assert resnet.backends == ("onnxruntime", "bundled")
     assert resnet.measure["min_iters"] == 5 and resnet.measure["max_time_s"] == 2
-    assert resnet.checks["latency"]["p50_ms"] == {"x86_64": 150.0, "aarch64": 300.0}
+    assert resnet.checks.latency is not None
+    assert resnet.checks.latency.p50_ms == {"x86_64": 150.0, "aarch64": 300.0}
     assert resnet.inputs["gpu_0/data_0"].shape == (1, 3, 224, 224)
     assert resnet.inputs["gpu_0/data_0"].seed == 3
     assert local.backends == ("onnxruntime",) and local.threads == 2
     # latency block merged key by key over the default; tolerance switched off by null
-    assert local.checks["latency"] == {"p50_ms": 10.0, "p90_ms": 200.0}
-    assert "tolerance" not in local.checks and local.checks["partitions"] == {"max": 1}
+    assert local.checks.latency == LatencyBounds(p50_ms=10.0, p90_ms=200.0)
+    assert local.checks.tolerance is None and local.checks.partitions == PartitionsBound(max=1)
     assert local.source == str((tmp_path / "m.onnx").resolve())
     assert local.inputs["sr"].shape == () and local.inputs["sr"].params == {"value": 16000.0}
 
