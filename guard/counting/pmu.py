@@ -165,12 +165,12 @@ def pmu_engine(event: Event = INSTRUCTIONS) -> PmuEngine:
     from guard.manifest.cpu import host_cpu
 
     cpu = host_cpu()
-    features = ",".join(sorted(cpu["features"]))
+    features = ",".join(sorted(cpu.features))
     return PmuEngine(
-        arch=str(cpu["arch"]),
-        cpu=str(cpu["mcpu"]),
+        arch=cpu.arch,
+        cpu=cpu.mcpu,
         cpu_features=hashlib.sha256(features.encode()).hexdigest()[:16],
-        cpu_model=str(cpu.get("model") or "unknown"),
+        cpu_model=cpu.model or "unknown",
         kernel=platform.release(),
         event=event,
     )

@@ -54,7 +54,7 @@ STEPS: list[tuple[str, Callable[..., Finding]]] = [
 def _host_cpu() -> str | None:
     """This machine's CPU model as manifests spell it (host.cpu)."""
     try:
-        return str(host_cpu()["model"])
+        return str(host_cpu().model)
     except Exception:  # noqa: BLE001 - an unreadable host is a missing fact
         return None
 

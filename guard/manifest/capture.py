@@ -117,7 +117,7 @@ def capture_driver(root: Path = Path("/")) -> dict[str, Any]:
         kernel = platform.release()
     return {
         "kernel": kernel,
-        "cpu": host_cpu(root)["model"],
+        "cpu": host_cpu(root).model,
         "microcode": _cpuinfo_value(root, "microcode"),
         "blas": blas_build(),
         "gpu": capture_gpu(root),
@@ -129,8 +129,8 @@ def capture_host(threads: int, root: Path = Path("/")) -> dict[str, Any]:
     L1d/L2/L3 bytes from sysfs, what the bundled compiler's target table reads)."""
     cpu = host_cpu(root)
     return {
-        "arch": cpu["arch"],
-        "cpu": cpu["model"],
+        "arch": cpu.arch,
+        "cpu": cpu.model,
         "cores": os.cpu_count(),
         "threads": threads,
         "caches": host_caches(root),

@@ -23,8 +23,8 @@ import os
 import platform
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ARCH_ALIASES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
@@ -82,9 +82,20 @@ def _cpuinfo_fields(text: str) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class HostCpu:
+    """A machine's CPU as guard reads it: what the host target resolves to and the manifest
+    records."""
+
+    arch: str  # "x86_64" or "aarch64"
+    model: str | None  # /proc/cpuinfo's model name (None where it gives none)
+    mcpu: str  # LLVM's name for it (its x86-64 level, or "generic", off this machine)
+    features: tuple[str, ...]  # LLVM feature names that change code, sorted: ("+avx2", ...)
+
+
 @functools.lru_cache(maxsize=8)
-def host_cpu(root: Path = Path("/")) -> dict[str, Any]:
-    """{"arch", "model", "mcpu", "features"} of the machine whose /proc is under ``root``."""
+def host_cpu(root: Path = Path("/")) -> HostCpu:
+    """The CPU of the machine whose /proc is under ``root``."""
     try:
         info = _cpuinfo_fields((root / "proc" / "cpuinfo").read_text())
     except OSError:
@@ -114,12 +125,7 @@ def host_cpu(root: Path = Path("/")) -> dict[str, Any]:
             else None
         )
     mcpu = _llvm_host_cpu_name() if root == Path("/") else None
-    return {
-        "arch": arch,
-        "model": model,
-        "mcpu": mcpu or fallback_cpu,
-        "features": [f"+{f}" for f in features],
-    }
+    return HostCpu(arch, model, mcpu or fallback_cpu, tuple(f"+{f}" for f in features))
 
 
 @functools.lru_cache(maxsize=8)

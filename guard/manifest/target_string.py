@@ -252,14 +252,14 @@ def _parse(raw: str | Mapping[str, Any], root: Path) -> dict[str, Any]:
                 del attrs[key]
     host = host_cpu(root)
     triple = attrs.pop("mtriple", None)
-    mtriple = _normalize_triple(triple, raw) if triple else f"{host['arch']}-linux-gnu"
+    mtriple = _normalize_triple(triple, raw) if triple else f"{host.arch}-linux-gnu"
     arch = mtriple.split("-")[0]
     mattr = _split_list(attrs.pop("mattr"), raw, "mattr") if "mattr" in attrs else []
     if attrs.get("mcpu") == "native":
-        if arch != host["arch"]:
-            raise _bad(raw, f"mcpu=native on a {host['arch']} host cannot target {arch}")
-        attrs["mcpu"] = host["mcpu"]
-        mattr = host["features"] + mattr
+        if arch != host.arch:
+            raise _bad(raw, f"mcpu=native on a {host.arch} host cannot target {arch}")
+        attrs["mcpu"] = host.mcpu
+        mattr = [*host.features, *mattr]
     if arch == "aarch64":
         mattr = ["+neon", *mattr]
     if attrs.get("mcpu") == _DEFAULT_CPU:

@@ -48,7 +48,7 @@ def test_host_features_leave_out_flags_that_do_not_change_code(x86_root: Path) -
 
 def test_aarch64_host_from_features_and_cpu_part(arm_root: Path) -> None:
     assert canonicalize("host", root=arm_root) == ARM_HOST
-    assert host_cpu(arm_root)["arch"] == "aarch64"
+    assert host_cpu(arm_root).arch == "aarch64"
     # the default triple follows the host
     assert canonicalize("llvm", root=arm_root) == "llvm -mattr=+neon -mtriple=aarch64-linux-gnu"
 
@@ -97,8 +97,8 @@ GRAVITON3_HOST = (
 def test_recorded_graviton3_cpuinfo_resolves_cpu_and_features(tmp_path: Path) -> None:
     root = make_root(tmp_path, GRAVITON3_CPUINFO)
     cpu = host_cpu(root)
-    assert cpu["arch"] == "aarch64"
-    assert cpu["mcpu"] == "neoverse-v1"
+    assert cpu.arch == "aarch64"
+    assert cpu.mcpu == "neoverse-v1"
     assert canonicalize("host", root=root) == GRAVITON3_HOST
     # every feature taken from cpuinfo is one LLVM knows (else the host target would be refused)
     assert canonicalize(GRAVITON3_HOST, root=root) == GRAVITON3_HOST

@@ -62,8 +62,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{("guard/counting/count.py", k): "the suite's measure.counted block and the engine's "
        "own fingerprint, read while the counted block is written"
        for k in ("engine", "inferences", "warmup")},
-    **{("guard/counting/pmu.py", k): "guard.manifest.cpu.host_cpu's record"
-       for k in ("arch", "model")},
     **{("guard/counting/rows.py", k): "a counted comparison row (compare_counted's output)"
        for k in ("verdict",)},
     ("guard/counting/verdict.py", "verdict"): "a counted comparison row (its own output)",
@@ -102,7 +100,7 @@ ALLOWED: dict[tuple[str, str], str] = {
        for k in ("backend", "base", "cases", "head", "model", "status", "suite", "summary",
                  "target")},
     **{("guard/doctor/doctor.py", k): "the doctor's validity record and document"
-       for k in ("base", "cases", "head", "model")},
+       for k in ("base", "cases", "head")},
     **{("guard/doctor/facts.py", k): "a host cache record and the artefact's partitions.json"
        for k in ("bytes", "name", "splits")},
     **{("guard/doctor/steps_host.py", k): "a host cache record" for k in ("bytes", "name")},
