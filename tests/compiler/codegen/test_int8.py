@@ -152,6 +152,10 @@ CONVS = {
     "u8w": dict(x=(1, 5, 7, 7), w=(9, 5, 3, 3), pads=[1, 1, 1, 1], strides=[1, 1],
                 wdt=np.uint8, zw=True),
     "7x7/2": dict(x=(1, 3, 30, 30), w=(32, 3, 7, 7), pads=[3, 3, 3, 3], strides=[2, 2]),
+    # rows of 8 pixels or fewer: 256-bit vectors on the AVX-512 classes
+    "narrow": dict(x=(1, 32, 7, 7), w=(48, 32, 3, 3), pads=[1, 1, 1, 1], strides=[1, 1]),
+    "narrow/2": dict(x=(1, 16, 14, 13), w=(24, 16, 3, 3), pads=[1, 1, 1, 1], strides=[2, 2],
+                     zw=True),
     # rows of many panels: the interior ones in a run-time loop, the border ones unrolled
     "wide3x3": dict(x=(1, 8, 6, 100), w=(16, 8, 3, 3), pads=[1, 1, 1, 1], strides=[1, 1]),
     "wide7x7/2": dict(x=(1, 3, 64, 150), w=(32, 3, 7, 7), pads=[3, 3, 3, 3], strides=[2, 2],
@@ -347,6 +351,19 @@ def test_the_shared_conv_micro_kernel_keeps_its_accumulators_in_registers() -> N
     loop = max(re.split(r"\n(?=\.LBB)", fn), key=lambda blk: blk.count("vpdpbusd"))
     assert loop.count("vpdpbusd") >= 24
     assert not re.search(r"vmov\w*\s+[^\n]*\(%rsp\)", loop), loop
+
+
+@pytest.mark.parametrize("cls", ["avx512_vnni", "avx512bw"])
+def test_narrow_rows_use_256_bit_steps_on_avx512(cls: str) -> None:
+    """A 7-pixel row in 8-lane vectors (the 16-lane tile and its 512-bit steps are kept
+    for wider rows), bit-identical to the reference."""
+    code = check(qconv(**CONVS["narrow"]), _target(cls), threads=(1, 2))
+    ir_text = code.generated.ir_text
+    if cls == "avx512_vnni":
+        assert "llvm.x86.avx512.vpdpbusd.256" in ir_text
+        assert "llvm.x86.avx512.vpdpbusd.512" not in ir_text
+    else:
+        assert "llvm.x86.avx2.pmadd.wd" in ir_text
 
 
 def test_unsupported_int8_nodes_decline_with_the_reason() -> None:

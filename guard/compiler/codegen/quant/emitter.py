@@ -166,6 +166,11 @@ class QuantLinear(Emitter):
         assert x is not None and packed is not None
         if "Conv" in k.op:
             geo = QConvGeometry.of(k.attrs, xo.shape, wo.shape)
+            if dot.width == 16 and not geo.flat and geo.OW <= 8 and dot.name.startswith("avx512"):
+                # Rows of 8 pixels or fewer in 256-bit vectors (AVX512VL): a 16-lane panel
+                # left half its lanes empty, and on double-pumped AVX-512 (Zen 4) a 256-bit
+                # step costs half a 512-bit one. The same integer steps: the same bits.
+                dot = DotClass(dot.name, 8)
             emit_conv(b, geo, dot, table.registers, x, packed, outs[0], out, k.attrs, x_signed,
                       alpha_rt, portable)  # fmt: skip
         else:
