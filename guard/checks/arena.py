@@ -4,7 +4,6 @@ that made it fit, or the smallest reachable arena and the tensors that bound it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from guard.results.result import MemoryBudget
@@ -15,11 +14,10 @@ def arena_verdict(
     cfg: ArenaBound | None,
     arena: int | None,
     lower: int | None,
-    budget_in: MemoryBudget | Mapping[str, Any] | None = None,
+    budget: MemoryBudget | None = None,
 ) -> tuple[str, int | None, Any, str]:
     """(status, value, bound, message): ``arena <= max_bytes`` (the budget when only a
     budget is set)."""
-    budget = MemoryBudget.of(budget_in) if budget_in is not None else None
     bound = cfg.max_bytes if cfg is not None else budget.bytes if budget else None
     if arena is None or bound is None:
         return "skip", None, bound, "backend does not report an arena size"

@@ -76,16 +76,14 @@ def _json(block: Record | None) -> dict[str, Json]:
 
 def latency_checks(
     cfg: LatencyBounds,
-    stats_in: Latency | Mapping[str, Any],
+    stats: Latency,
     arch: str,
     truncated: bool,
-    contention_in: Contention | Mapping[str, Any] | None = None,
+    contention: Contention | None = None,
 ) -> list[Check]:
     """One check per latency bound. A bound missed while rounds were contended is
     inconclusive (the machine, not the model, may have missed it) unless ``strict: true``."""
     out = []
-    stats = Latency.of(stats_in)
-    contention = Contention.of(contention_in) if contention_in is not None else None
     contended = bool(contention and contention.flagged) and not cfg.strict
     bounds = dict(cfg.bounds())
     for key, value in (("p50_ms", stats.p50), ("p90_ms", stats.p90), ("p99_ms", stats.p99)):
@@ -126,11 +124,11 @@ def skipped_latency_checks(cfg: LatencyBounds, arch: str, reason: str) -> list[C
 
 def regress_check(
     bound_pct: float,
-    comparison_in: RowStats | Mapping[str, Any] | None,
+    comparison: RowStats | None,
     reason: str | None = None,
 ) -> Check:
     """Head vs baseline: a regression must be significant *and* larger than the bound."""
-    if comparison_in is None:
+    if comparison is None:
         return Check(
             "latency.regress",
             "skip",
@@ -138,7 +136,7 @@ def regress_check(
             bound_pct,
             reason or "no baseline given (guard run --baseline r.json, or guard compare)",
         )
-    c = RowStats.of(comparison_in)
+    c = comparison
     v = str(c.verdict)
     status = {
         "regressed": "fail",
@@ -166,9 +164,8 @@ def tolerance_bounds(cfg: Tolerance | None) -> dict[str, float]:
     }
 
 
-def tolerance_check(cfg: Tolerance | None, numerics_in: Numerics | Mapping[str, Any]) -> Check:
+def tolerance_check(cfg: Tolerance | None, numerics: Numerics) -> Check:
     bound = tolerance_bounds(cfg)
-    numerics = Numerics.of(numerics_in)
     if numerics.golden_status == "created":
         return Check(
             "tolerance",
@@ -208,11 +205,10 @@ def _g3(x: float | None, name: str = "max_abs_err") -> str:
     return f"{_measured(x, name):.3g}"
 
 
-def expected_check(cfg: Tolerance | None, expected_in: Numerics | Mapping[str, Any]) -> Check:
+def expected_check(cfg: Tolerance | None, expected: Numerics) -> Check:
     """The outputs against the expected ones of the suite's test_data (output_K.pb): a
     second golden, fixed by whoever wrote the test data, not by guard's reference run."""
     bound = tolerance_bounds(cfg)
-    expected = Numerics.of(expected_in)
     if expected.error is not None:
         return Check("expected", "fail", None, bound, f"test_data outputs: {expected.error}")
     ok = bool(_measured(expected.allclose, "allclose"))
@@ -247,9 +243,8 @@ def accuracy_check(
     )
 
 
-def partitions_check(cfg: PartitionsBound, partitions_in: Partitions | Mapping[str, Any]) -> Check:
+def partitions_check(cfg: PartitionsBound, partitions: Partitions) -> Check:
     bound = cfg.max
-    partitions = Partitions.of(partitions_in)
     count = partitions.count
     if count is None:
         return Check("partitions", "skip", None, bound, "backend does not report partitions")
@@ -266,7 +261,7 @@ def arena_check(
     cfg: ArenaBound | None,
     arena: int | None,
     lower: int | None,
-    budget: MemoryBudget | Mapping[str, Any] | None = None,
+    budget: MemoryBudget | None = None,
 ) -> Check:
     """``arena <= max_bytes`` (the budget when only a budget is set). With a budget's ladder
     it names the rung that made the arena fit, or the smallest reachable arena and the
@@ -274,11 +269,8 @@ def arena_check(
     return Check("arena", *arena_verdict(cfg, arena, lower, budget))
 
 
-def tuning_check(
-    cfg: TuningBound, tuning_in: TuningCache | Mapping[str, Any], backend: str
-) -> Check:
+def tuning_check(cfg: TuningBound, tuning: TuningCache, backend: str) -> Check:
     bound = cfg.min_hit_rate
-    tuning = TuningCache.of(tuning_in)
     hits, misses = tuning.hits, tuning.misses
     if hits is None or misses is None:
         if backend in TUNED_BACKENDS:
@@ -382,20 +374,18 @@ def counted_summary(block: Counted | Mapping[str, Any]) -> str:
 
 
 def counted_check(
-    block_in: Counted | Mapping[str, Any],
-    cmp_in: CountedRow | Mapping[str, Any] | None,
+    block: Counted,
+    cmp: CountedRow | None,
     bound: float | None,
 ) -> Check:
     """Counted cost against the baseline: fail when instructions or bytes moved per
     inference grew by more than ``bound`` percent; skipped when there is nothing to compare."""
-    block = Counted.of(block_in)
     if block.failed:
         return Check("counted", "skipped", None, bound, str(block.error))
     value = block.instructions
     summary = counted_summary(block) + " per inference"
-    if cmp_in is None:
+    if cmp is None:
         return Check("counted", "pass", value, bound, f"{summary} (no baseline to compare)")
-    cmp = CountedRow.of(cmp_in)
     if cmp.verdict in ("not comparable", "missing"):
         return Check("counted", "skipped", value, bound, str(cmp.message))
     status = "fail" if cmp.verdict == "regressed" else "pass"
@@ -441,6 +431,6 @@ def evaluate(cfg: CheckBlocks, facts: Facts) -> list[Check]:
     return out
 
 
-def quantization_check(cfg: QuantizationBounds, block: Quantization | Mapping[str, Any]) -> Check:
+def quantization_check(cfg: QuantizationBounds, block: Quantization) -> Check:
     """An int8 row's ``quantization`` check (guard.checks.quantization)."""
     return Check("quantization", *quantization_verdict(cfg, block))

@@ -4,24 +4,20 @@ fp32 source's on the same inputs. A failure names the worst tensors by per-tenso
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from guard.results.result import Quantization
 from guard.suite.check_blocks import QuantizationBounds
 
 
-def worst_tensors_text(block: Quantization | Mapping[str, Any], listed: int = 3) -> str:
-    worst = Quantization.of(block).worst_tensors
+def worst_tensors_text(block: Quantization, listed: int = 3) -> str:
+    worst = block.worst_tensors
     return ", ".join(f"{w.tensor} (node {w.node}, {w.sqnr_db:.1f} dB)" for w in worst[:listed])
 
 
 def quantization_verdict(
-    cfg: QuantizationBounds, block_in: Quantization | Mapping[str, Any]
+    cfg: QuantizationBounds, block: Quantization
 ) -> tuple[str, float | None, float | None, str]:
     """(status, value, bound, message) of the int8 row against its fp32 source: top-1
     agreement, output SQNR, accuracy drop; a failure names the worst tensors."""
-    block = Quantization.of(block_in)
     agree, sqnr, drop = block.top1_agreement, block.sqnr_db, block.top1_drop
     failed, said = [], []
     if cfg.min_top1_agreement is not None:

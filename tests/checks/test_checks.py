@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from guard.checks import evaluate as ck
 from guard.checks.facts import typed_parts
+from guard.results.manifest import TuningCache
+from guard.results.result import Contention, Latency, Numerics, Partitions
 from guard.suite.check_blocks import (
     AccuracyBound,
     ArenaBound,
@@ -28,34 +30,44 @@ STATS = {
 
 def test_latency_bounds_per_arch():
     cfg = LatencyBounds(p50_ms={"x86_64": 2.5, "aarch64": 1.0}, p90_ms=2.0)
-    c50, c90 = ck.latency_checks(cfg, STATS, "x86_64", truncated=False)
+    c50, c90 = ck.latency_checks(cfg, Latency.of(STATS), "x86_64", truncated=False)
     assert (c50.name, c50.status, c50.value, c50.bound) == ("latency.p50", "pass", 2.0, 2.5)
     assert c90.status == "fail" and "3 ms > bound 2 ms" in c90.message
-    (a50, _) = ck.latency_checks(cfg, STATS, "aarch64", truncated=False)
+    (a50, _) = ck.latency_checks(cfg, Latency.of(STATS), "aarch64", truncated=False)
     assert a50.status == "fail" and "aarch64" in a50.message
-    (only,) = ck.latency_checks(LatencyBounds(p50_ms={"aarch64": 1.0}), STATS, "x86_64", False)
+    (only,) = ck.latency_checks(
+        LatencyBounds(p50_ms={"aarch64": 1.0}), Latency.of(STATS), "x86_64", False
+    )
     assert only.status == "skip" and "no p50_ms bound for arch x86_64" in only.message
 
 
 def test_truncated_measurement_is_inconclusive():
-    (c,) = ck.latency_checks(LatencyBounds(p50_ms=1.0), STATS, "x86_64", truncated=True)
+    (c,) = ck.latency_checks(LatencyBounds(p50_ms=1.0), Latency.of(STATS), "x86_64", truncated=True)
     assert c.status == "inconclusive" and ck.verdict([c]) == "inconclusive"
 
 
 def test_partitions_arena_tuning():
-    p = ck.partitions_check(PartitionsBound(max=1), {"count": 3, "fallback_nodes": 2})
+    p = ck.partitions_check(
+        PartitionsBound(max=1), Partitions.of({"count": 3, "fallback_nodes": 2})
+    )
     assert p.status == "fail" and "3 partition(s) > max 1" in p.message
     a = ck.arena_check(ArenaBound(max_bytes=1000), 1500, 1200)
     assert a.status == "fail" and "lower bound 1,200 B" in a.message
     assert ck.arena_check(ArenaBound(max_bytes=1000), None, None).status == "skip"
-    t = ck.tuning_check(TuningBound(min_hit_rate=1.0), {"hits": 3, "misses": 1}, "tvm")
+    t = ck.tuning_check(
+        TuningBound(min_hit_rate=1.0), TuningCache.of({"hits": 3, "misses": 1}), "tvm"
+    )
     assert t.status == "fail" and t.value == 0.75 and "1 op(s) fell back" in t.message
-    ok = ck.tuning_check(TuningBound(min_hit_rate=0.5), {"hits": 3, "misses": 1}, "tvm")
+    ok = ck.tuning_check(
+        TuningBound(min_hit_rate=0.5), TuningCache.of({"hits": 3, "misses": 1}), "tvm"
+    )
     assert ok.status == "pass"
-    none = ck.tuning_check(TuningBound(min_hit_rate=1.0), {"hits": None, "misses": None}, "tvm")
+    none = ck.tuning_check(
+        TuningBound(min_hit_rate=1.0), TuningCache.of({"hits": None, "misses": None}), "tvm"
+    )
     assert none.status == "fail" and "options.tvm.tuning_cache" in none.message
     ort = ck.tuning_check(
-        TuningBound(min_hit_rate=1.0), {"hits": None, "misses": None}, "onnxruntime"
+        TuningBound(min_hit_rate=1.0), TuningCache.of({"hits": None, "misses": None}), "onnxruntime"
     )
     assert ort.status == "skip"
 
@@ -68,11 +80,11 @@ def test_tolerance_and_accuracy():
         "bit_exact": False,
         "golden_status": "compared",
     }
-    t = ck.tolerance_check(Tolerance(rtol=1e-4, atol=1e-5), good)
+    t = ck.tolerance_check(Tolerance(rtol=1e-4, atol=1e-5), Numerics.of(good))
     assert t.status == "pass" and "output hash differs" in t.message
-    created = ck.tolerance_check(None, {**good, "golden_status": "created"})
+    created = ck.tolerance_check(None, Numerics.of({**good, "golden_status": "created"}))
     assert created.status == "created" and ck.verdict([created]) == "pass"
-    bad = ck.tolerance_check(None, {**good, "allclose": False, "max_abs_err": 0.5})
+    bad = ck.tolerance_check(None, Numerics.of({**good, "allclose": False, "max_abs_err": 0.5}))
     assert bad.status == "fail" and "outside" in bad.message
     acc = ck.accuracy_check(AccuracyBound("zoo:digits-test", min_top1=0.95), 0.9, 359)
     assert acc.status == "fail" and "0.9000 on zoo:digits-test (n=359) < 0.9500" in acc.message
@@ -94,7 +106,9 @@ CONTENDED = {"flagged": True, "rounds_flagged": 4, "rounds": 10, "load_max": 0.6
 
 
 def test_a_bound_missed_under_contention_is_inconclusive():
-    (c,) = ck.latency_checks(LatencyBounds(p50_ms=1.0), STATS, "x86_64", False, CONTENDED)
+    (c,) = ck.latency_checks(
+        LatencyBounds(p50_ms=1.0), Latency.of(STATS), "x86_64", False, Contention.of(CONTENDED)
+    )
     assert c.status == "inconclusive" and ck.verdict([c]) == "inconclusive"
     assert "inconclusive (contention: 4 of 10 rounds contended: others used up to 63%" in (
         c.message
@@ -104,13 +118,21 @@ def test_a_bound_missed_under_contention_is_inconclusive():
 
 def test_strict_latency_fails_under_contention_and_a_met_bound_passes():
     (c,) = ck.latency_checks(
-        LatencyBounds(p50_ms=1.0, strict=True), STATS, "x86_64", False, CONTENDED
+        LatencyBounds(p50_ms=1.0, strict=True),
+        Latency.of(STATS),
+        "x86_64",
+        False,
+        Contention.of(CONTENDED),
     )
     assert c.status == "fail"
-    (ok,) = ck.latency_checks(LatencyBounds(p50_ms=2.5), STATS, "x86_64", False, CONTENDED)
+    (ok,) = ck.latency_checks(
+        LatencyBounds(p50_ms=2.5), Latency.of(STATS), "x86_64", False, Contention.of(CONTENDED)
+    )
     assert ok.status == "pass"
     quiet = {**CONTENDED, "flagged": False, "rounds_flagged": 0}
-    (miss,) = ck.latency_checks(LatencyBounds(p50_ms=1.0), STATS, "x86_64", False, quiet)
+    (miss,) = ck.latency_checks(
+        LatencyBounds(p50_ms=1.0), Latency.of(STATS), "x86_64", False, Contention.of(quiet)
+    )
     assert miss.status == "fail"
 
 

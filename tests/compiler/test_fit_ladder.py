@@ -12,6 +12,7 @@ from guard.compiler import import_onnx, optimize
 from guard.compiler.fit.ladder import INT8_UNAVAILABLE, climb
 from guard.core.budget_bytes import fmt_bytes, parse_budget
 from guard.core.errors import UsageError
+from guard.results.result import MemoryBudget
 from guard.zoo.cache import model_path
 
 
@@ -61,7 +62,7 @@ def test_below_the_reachable_minimum_names_it_and_what_bounds_it(inception):
     assert [s.name for s in ladder.steps][-2:] == ["int8", "spill"]
     int8 = ladder.steps[-2]
     assert int8.what == INT8_UNAVAILABLE and int8.arena_bytes is None
-    check = arena_check(None, ladder.chosen.arena_bytes, None, ladder.to_dict())
+    check = arena_check(None, ladder.chosen.arena_bytes, None, MemoryBudget.of(ladder.to_dict()))
     assert check.status == "fail" and "smallest reachable" in check.message
 
 
@@ -78,7 +79,7 @@ def test_arena_check_names_the_rung():
         "ladder": [{"rung": 2, "name": "schedule", "what": "order searched",
                     "latency_cost_pct": 1.5}],
     }  # fmt: skip
-    c = arena_check(None, 900, 800, budget)
+    c = arena_check(None, 900, 800, MemoryBudget.of(budget))
     assert c.status == "pass" and c.bound == 1000
     assert "fits at rung 2 (schedule" in c.message and "+1.5%" in c.message
 

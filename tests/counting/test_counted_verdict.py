@@ -87,10 +87,14 @@ def test_readers_of_a_count_without_bytes_say_so():
     from guard.checks.evaluate import counted_check, counted_summary
     from guard.compare.crossarch import _counted_pair, counted_cell
     from guard.counting.rows import markdown_lines
+    from guard.results.counted import Counted
+    from guard.results.documents import CountedRow
 
     assert counted_summary(pmu_block(41.2e6)) == "41.2 M instructions (bytes: not counted)"
     check = counted_check(
-        pmu_block(1.01e6), compare_counted(pmu_block(1e6), pmu_block(1.01e6)), 0.5
+        Counted.of(pmu_block(1.01e6)),
+        CountedRow.of(compare_counted(pmu_block(1e6), pmu_block(1.01e6))),
+        0.5,
     )
     assert check.status == "fail" and "bytes moved not counted" in check.message
     row = {"model": "m", "backend": "b", "target": "t",

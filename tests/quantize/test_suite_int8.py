@@ -11,6 +11,7 @@ from guard.compare.int8_outputs import agreement, int8_rows, line
 from guard.core.errors import SuiteError
 from guard.doctor import diagnose
 from guard.manifest.pins import build_manifest
+from guard.results.result import Quantization
 from guard.run.int8 import add_int8_agreement
 from guard.suite import load_suite
 from guard.suite.check_blocks import CheckBlocks, Int8Agreement, QuantizationBounds, Tolerance
@@ -120,13 +121,13 @@ BLOCK = {
 
 
 def test_the_quantization_check_names_the_worst_tensors_when_it_fails():
-    c = quantization_check(QuantizationBounds(0.99, 20.0), BLOCK)
+    c = quantization_check(QuantizationBounds(0.99, 20.0), Quantization.of(BLOCK))
     assert c.status == "fail" and "top-1 agreement 0.900 < 0.99" in c.message
     assert "output SQNR 8.0 dB < 20" in c.message
     assert "worst tensors: h_relu (node relu, 3.1 dB), logits" in c.message
-    ok = quantization_check(QuantizationBounds(0.8, 5.0), BLOCK)
+    ok = quantization_check(QuantizationBounds(0.8, 5.0), Quantization.of(BLOCK))
     assert ok.status == "pass" and "worst" not in ok.message
-    drop = quantization_check(QuantizationBounds(max_top1_drop=0.01), BLOCK)
+    drop = quantization_check(QuantizationBounds(max_top1_drop=0.01), Quantization.of(BLOCK))
     assert drop.status == "pass" and "no accuracy dataset" in drop.message
 
 
