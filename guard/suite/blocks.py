@@ -8,6 +8,7 @@ overrides a default). Key sets name what each block allows.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,7 @@ def parse_arch_bound(ctx: Fields, value: Any, key: str) -> float | dict[str, flo
 def parse_checks(ctx: Fields, raw: Any, key: str, base: CheckBlocks) -> CheckBlocks:
     """The checks block merged key by key over ``base`` (a model's over the defaults')."""
     block = ctx.mapping(raw, key, set(CHECK_KEYS))
-    out: dict[str, dict[str, object]] = base.to_dict()
+    out: dict[str, Mapping[str, object]] = dict(base.to_dict())
     for name, body in block.items():
         ck = f"{key}.{name}"
         if body is None:  # explicit null switches an inherited check off

@@ -104,9 +104,9 @@ def parse_quantize(ctx: Fields, raw: Any, key: str, suite_dir: Path, model: str)
     return QuantizeSpec(cal, method, flags["per_channel"], flags["symmetric"], tuple(keep), model)
 
 
-def parse_quantization_check(ctx: Fields, body: dict[str, Any], key: str) -> dict[str, Any]:
+def parse_quantization_check(ctx: Fields, body: dict[str, Any], key: str) -> dict[str, float]:
     """``checks.quantization``: fractions in [0, 1] and an SQNR in dB."""
-    out: dict[str, Any] = {}
+    out: dict[str, float] = {}
     for k, v in body.items():
         kk = f"{key}.{k}"
         if k == "min_sqnr_db":
@@ -119,7 +119,7 @@ def parse_quantization_check(ctx: Fields, body: dict[str, Any], key: str) -> dic
     return out
 
 
-def parse_int8_agreement(ctx: Fields, body: dict[str, Any], key: str) -> dict[str, Any]:
+def parse_int8_agreement(ctx: Fields, body: dict[str, Any], key: str) -> dict[str, list[str]]:
     across = body.get("across")
     if (
         not isinstance(across, list)
