@@ -234,8 +234,7 @@ def counted_blocks(frame: Any, metric: str) -> list[Counted]:
         def logged(name: str, row: Any = row) -> Any:
             return _cell(row, f"metrics.{name}")
 
-        block = counted_block(logged, parse_fingerprint(_cell(row, FINGERPRINT_COLUMN)))
-        out.append(Counted.from_json(block))
+        out.append(counted_block(logged, parse_fingerprint(_cell(row, FINGERPRINT_COLUMN))))
     return out
 
 

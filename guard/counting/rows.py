@@ -8,7 +8,7 @@ fingerprints, "not comparable: FIELD differs" otherwise (which does not fail the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
@@ -74,7 +74,7 @@ def _bytes(x: Any) -> str:
     return f"{_si(x)}B" if isinstance(x, int | float) else "-"
 
 
-def markdown_lines(rows: Sequence[CountedRow | Mapping[str, Any]]) -> list[str]:
+def markdown_lines(rows: Sequence[CountedRow]) -> list[str]:
     """The counted table of ``guard compare`` (nothing when no row is counted)."""
     if not rows:
         return []
@@ -84,8 +84,7 @@ def markdown_lines(rows: Sequence[CountedRow | Mapping[str, Any]]) -> list[str]:
         "| model / backend | target | verdict | instructions | Δ instr | bytes moved | Δ bytes |",
         "|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
-        r = CountedRow.of(row)
+    for r in rows:
         instr, moved = r.instructions or (None, None), r.bytes_moved or (None, None)
         d_i, d_b = r.instructions_pct, r.bytes_moved_pct
         verdict = r.verdict if r.instructions else f"{r.verdict}: {r.message}"

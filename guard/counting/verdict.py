@@ -17,7 +17,7 @@ comparison is for. Equal artefact hashes with different counts say the count its
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from guard.results.counted import Counted, Fingerprint
@@ -37,30 +37,28 @@ def _comparable(fp: Fingerprint) -> tuple[str | None, ...]:
             fp.target, fp.input_sha256)  # fmt: skip
 
 
-def not_comparable(
-    base: Counted | Mapping[str, Any] | None, head: Counted | Mapping[str, Any] | None
-) -> str | None:
-    """ "not comparable: FIELD differs" for the first fingerprint field that differs."""
-    fb, fh = Counted.of(base or {}).fingerprint, Counted.of(head or {}).fingerprint
+def not_comparable(base: Counted | None, head: Counted | None) -> str | None:
+    """ "not comparable: FIELD differs" for the first fingerprint field that differs (a
+    side without a block has the empty fingerprint)."""
+    fb = base.fingerprint if base is not None else Fingerprint()
+    fh = head.fingerprint if head is not None else Fingerprint()
     for name, b, h in zip(COMPARABLE_FIELDS, _comparable(fb), _comparable(fh), strict=True):
         if b != h:
             return f"not comparable: {name} differs ({b} vs {h})"
     return None
 
 
-def moved(block: Counted | Mapping[str, Any]) -> float | None:
+def moved(block: Counted) -> float | None:
     """Bytes moved per inference: loaded plus stored; None when the engine counted none."""
-    c = Counted.of(block)
-    loaded, stored = c.bytes_loaded, c.bytes_stored
+    loaded, stored = block.bytes_loaded, block.bytes_stored
     if loaded is None and stored is None:
         return None
     return float(loaded or 0) + float(stored or 0)
 
 
-def _count(block: Counted | Mapping[str, Any] | None) -> Counted | None:
-    """The block as a record; None for no block or an empty one."""
-    c = None if block is None else Counted.of(block)
-    return c if c is not None and c.to_json() else None
+def _count(block: Counted | None) -> Counted | None:
+    """The block; None for no block or an empty one."""
+    return block if block is not None and block.to_json() else None
 
 
 def _pct(head: float, base: float) -> float:
@@ -68,8 +66,8 @@ def _pct(head: float, base: float) -> float:
 
 
 def compare_counted(
-    base_block: Counted | Mapping[str, Any] | None,
-    head_block: Counted | Mapping[str, Any] | None,
+    base_block: Counted | None,
+    head_block: Counted | None,
     regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
 ) -> dict[str, Any]:
     """One counted row: verdict (pass|regressed|improved|not comparable|missing), the
@@ -115,7 +113,7 @@ def compare_counted(
 
 
 def count_changes(
-    blocks: Sequence[Counted | Mapping[str, Any] | None],
+    blocks: Sequence[Counted | None],
     regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
 ) -> list[dict[str, Any]]:
     """The changes along a history of counted blocks, oldest first: each block compared

@@ -142,7 +142,11 @@ class Worker:
         block = count_case(c, counted_config(c.entry, True) or counted_config_cls(), self.workdir,
                            missing)  # fmt: skip
         bound, _ = counted_against(c.entry, None, None, None)
-        return {"counted": block, "missing": missing[:1], "regress_pct": bound}
+        # the reply is JSON: a side whose count_case returns the typed block (a record of
+        # guard.results.counted) writes it back as it was counted; older sides return JSON
+        to_json = getattr(block, "to_json", None)
+        counted = to_json() if callable(to_json) else block
+        return {"counted": counted, "missing": missing[:1], "regress_pct": bound}
 
     def cpu(self) -> dict[str, Any]:
         t = os.times()

@@ -15,6 +15,7 @@ from typing import Any
 from guard.compare.history import analyse
 from guard.counting.logged import FINGERPRINT_COLUMN, counted_block, parse_fingerprint
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, count_changes
+from guard.results.counted import Fingerprint
 
 # The pins whose change is drawn as a marker: a manifest section (its params' prefix).
 PIN_FIELDS = ("compiler", "runtime", "driver", "tuning_cache", "model")
@@ -39,7 +40,7 @@ class Point:
     metrics: dict[str, float]
     pins: dict[str, str]
     # The counted figure's fingerprint (what its counts mean), when the run was counted.
-    counted_fingerprint: dict[str, Any] | None = None
+    counted_fingerprint: Fingerprint | None = None
 
     @property
     def short(self) -> str:

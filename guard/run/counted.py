@@ -32,7 +32,9 @@ from guard.counting.emulator import CountingFailed
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.emulate.tools import ToolMissing
 from guard.manifest.target_string import target_arch
+from guard.results.counted import Counted
 from guard.results.documents import ResultsDocument
+from guard.results.manifest import Manifest
 from guard.run.build import build_artefact
 from guard.suite import ModelEntry
 
@@ -54,24 +56,23 @@ def counted_config(
     return dataclasses.replace(cfg, engine=engine) if engine is not None else cfg
 
 
-def count_case(
-    case: Any, cfg: CountedConfig, workdir: Path, missing: list[str]
-) -> dict[str, Any] | None:
+def count_case(case: Any, cfg: CountedConfig, workdir: Path, missing: list[str]) -> Counted | None:
     """The ``counted`` block of one loaded case, an ``{"error"}`` block, or None when the
-    tools are missing (the line saying so is appended to ``missing`` once)."""
+    tools are missing (the line saying so is appended to ``missing`` once). The block is
+    read once, here, from the JSON guard.counting.count writes (and writes back as read)."""
     if missing:
         return None
     entry, backend = case.entry, case.backend
     artefact, manifest = case.artefact, case.manifest
-    canonical = str(manifest["target"]["canonical"])
-    built: dict[str, Any] = {}
+    canonical = str(Manifest.of(manifest).target.canonical)
+    built: dict[str, str] = {}
     try:
         if backend in COMPILED_FOR_TARGET and target_arch(canonical) == "x86_64":
             counting_entry = dataclasses.replace(entry, target=COUNTING_TARGET)
             artefact, manifest, _, _ = build_artefact(
                 get_backend(backend), counting_entry, case.spec, backend, workdir
             )
-            canonical = str(manifest["target"]["canonical"])
+            canonical = str(Manifest.of(manifest).target.canonical)
             built = {"artefact": str(artefact)}
         block = count_artefact(backend, artefact, case.feeds, cfg, target=canonical,
                                model=case.spec.path)  # fmt: skip
@@ -79,14 +80,15 @@ def count_case(
         missing.append(str(exc))
         return None
     except (CountingFailed, GuardError) as exc:
-        return {"error": f"counted run of {entry.name} [{backend}] failed: {exc}"}
-    return {**block, **built}
+        return Counted.from_json(
+            {"error": f"counted run of {entry.name} [{backend}] failed: {exc}"}
+        )
+    return Counted.from_json({**block, **built})
 
 
 def counted_against(
-    entry: ModelEntry, block: dict[str, Any] | None, baseline: ResultsDocument | None,
-    key: Any,
-) -> tuple[float, dict[str, Any] | None]:  # fmt: skip
+    entry: ModelEntry, block: Counted | None, baseline: ResultsDocument | None, key: Any
+) -> tuple[float, dict[str, Any] | None]:
     """(bound in percent, the counted comparison against the baseline's same result)."""
     counted = entry.checks.counted
     pct = counted.regress_pct if counted is not None else None
@@ -115,7 +117,8 @@ def count_pairs(
             return []
         bound, _ = counted_against(h.entry, None, None, None)
         row = compare_counted(blocks[0], blocks[1], bound)
-        counted_on = (blocks[1] or blocks[0] or {}).get("target")
+        on = blocks[1] if blocks[1] is not None else blocks[0]  # head's block, else base's
+        counted_on = on.target if on is not None else None
         rows.append({"model": b.model, "backend": b.backend, "target": b.target,
                      "counted_target": counted_on, **row})  # fmt: skip
     return rows

@@ -265,7 +265,7 @@ def _count(
     if block is None:
         return
     key = _key(case.model, case.backend, Manifest.of(case.manifest))
-    known["counted"] = block
+    known["counted"] = block.to_json()
     known["counted_bound"], known["counted_cmp"] = counted_against(case.entry, block, baseline, key)
 
 

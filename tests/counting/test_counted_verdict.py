@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from guard.counting.verdict import compare_counted, not_comparable
+from guard.results.counted import Counted
 
 
-def block(instructions: float, moved: float = 1000.0, **fp: str) -> dict[str, Any]:
+def block(instructions: float, moved: float = 1000.0, **fp: str) -> Counted:
     fingerprint = {"engine": "qemu-tcg-plugin", "emulator": "qemu-x86_64 7.2.22",
                    "plugin_sha256": "p", "target": "qemu -cpu max", "input_sha256": "i",
                    "artefact_sha256": "a", **fp}  # fmt: skip
-    return {"instructions": instructions, "bytes_loaded": moved, "bytes_stored": 0.0,
-            "fingerprint": fingerprint}  # fmt: skip
+    return Counted.from_json({"instructions": instructions, "bytes_loaded": moved,
+                              "bytes_stored": 0.0, "fingerprint": fingerprint})  # fmt: skip
 
 
 def test_equal_counts_pass_and_a_small_growth_regresses():
@@ -47,17 +46,20 @@ def test_a_different_artefact_is_compared_and_a_same_one_said():
 
 
 def test_an_error_on_either_side_is_missing():
-    assert compare_counted({"error": "crashed"}, block(1))["verdict"] == "missing"
+    assert (
+        compare_counted(Counted.from_json({"error": "crashed"}), block(1))["verdict"] == "missing"
+    )
     assert compare_counted(block(1), None)["verdict"] == "missing"
 
 
-def pmu_block(instructions: float, **fp: str) -> dict[str, Any]:
+def pmu_block(instructions: float, **fp: str) -> Counted:
     """A hardware-counter count: instructions only, bytes null."""
     fingerprint = {"engine": "perf_event_open", "event": "instructions:u", "cpu": "neoverse-n1",
                    "cpu_features": "f", "cpu_model": "m", "kernel": "k", "target": "t",
                    "input_sha256": "i", "artefact_sha256": "a", **fp}  # fmt: skip
-    return {"engine": "perf_event_open", "instructions": instructions, "bytes_loaded": None,
-            "bytes_stored": None, "fingerprint": fingerprint}  # fmt: skip
+    return Counted.from_json({"engine": "perf_event_open", "instructions": instructions,
+                              "bytes_loaded": None, "bytes_stored": None,
+                              "fingerprint": fingerprint})  # fmt: skip
 
 
 def test_hardware_counts_without_bytes_are_judged_on_instructions():
@@ -87,20 +89,21 @@ def test_readers_of_a_count_without_bytes_say_so():
     from guard.checks.evaluate import counted_check, counted_summary
     from guard.compare.crossarch import _counted_pair, counted_cell
     from guard.counting.rows import markdown_lines
-    from guard.results.counted import Counted
     from guard.results.documents import CountedRow
 
     assert counted_summary(pmu_block(41.2e6)) == "41.2 M instructions (bytes: not counted)"
     check = counted_check(
-        Counted.of(pmu_block(1.01e6)),
+        pmu_block(1.01e6),
         CountedRow.of(compare_counted(pmu_block(1e6), pmu_block(1.01e6))),
         0.5,
     )
     assert check.status == "fail" and "bytes moved not counted" in check.message
     row = {"model": "m", "backend": "b", "target": "t",
            **compare_counted(pmu_block(1e6), pmu_block(1e6))}  # fmt: skip
-    (line,) = [x for x in markdown_lines([row]) if x.startswith("| m [b]")]
+    (line,) = [x for x in markdown_lines([CountedRow.from_json(row)]) if x.startswith("| m [b]")]
     assert "| - → - | - |" in line, line
-    pair = _counted_pair({"counted": pmu_block(1e6)}, {"counted": pmu_block(2e6)})
+    pair = _counted_pair(
+        {"counted": pmu_block(1e6).to_json()}, {"counted": pmu_block(2e6).to_json()}
+    )
     assert pair is not None and pair["bytes_moved"] == [None, None]
     assert counted_cell({"counted": pair}) == "; counted 1 M / 2 M instructions per inference"

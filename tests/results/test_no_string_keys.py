@@ -34,6 +34,7 @@ MIGRATED = (
     "guard/run/merge.py",
     "guard/run/shard.py",
     "guard/run/base_compare.py",
+    "guard/run/counted.py",
     "guard/doctor",
     "guard/prepare/calibrate.py",
     "guard/experiment",
@@ -90,6 +91,7 @@ ALLOWED: dict[tuple[str, str], str] = {
        "(count_changes)"
        for k in ("index", "verdict", "message", "first", "last", "regress_pct", "pct", "bound",
                  "backend", "target", "arch")},
+    ("guard/run/counted.py", "counted"): "the suite entry's measure block (measure.counted)",
     ("guard/run/base_compare.py", "error"): "what tracking did (guard.run.deliver's receipt)",
     **{("guard/report/dashboard.py", k): "a dashboard's series and steps"
        for k in ("notes", "pct", "s")},
