@@ -86,7 +86,7 @@ def latest_on_branch(
                 continue
             why = host_incompatibility(cand.manifest, head_r.manifest)
             if why is None:
-                results.append(cand.to_json())
+                results.append(cand)
                 break
             refused = refused or why
         else:
@@ -95,7 +95,7 @@ def latest_on_branch(
                     f"no compatible baseline for {key} on branch {branch!r}: {refused}",
                     hint="Run the suite on this host class on that branch first.",
                 )
-    return ResultsDocument.from_json(baseline_document(uri, suite, branch, results))
+    return baseline_document(uri, suite, branch, results)
 
 
 def load_side(
@@ -128,13 +128,11 @@ def load_side(
         raise UsageError(f"{spec}: which suite? pass --suite")
     own = other.git.commit
     # guard's index answers in one search per case; runs logged before it go to the scan.
-    return ResultsDocument.from_json(
-        baseline_on_branch(
-            uri,
-            str(suite),
-            branch,
-            [r.to_json() for r in other.results],
-            fallback=latest_on_branch,
-            exclude_commit=str(own) if own else None,
-        )
+    return baseline_on_branch(
+        uri,
+        str(suite),
+        branch,
+        other.results,
+        fallback=latest_on_branch,
+        exclude_commit=str(own) if own else None,
     )

@@ -40,11 +40,10 @@ LOOKUP_WORKERS = 8
 _NEWEST = 5  # runs fetched per index lookup: the newest whose invocation finished wins
 
 
-def baseline_key(result: Result | Mapping[str, Any], branch: str | None) -> str | None:
+def baseline_key(result: Result, branch: str | None) -> str | None:
     """The index key of a result on a branch; None when the branch is unknown."""
     if not branch:
         return None
-    result = Result.of(result)
     host = result.manifest.host
     parts = [
         INDEX_VERSION,
@@ -60,11 +59,8 @@ def baseline_key(result: Result | Mapping[str, Any], branch: str | None) -> str 
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:40]
 
 
-def result_tags(
-    result: Result | Mapping[str, Any], doc: ResultsDocument | Mapping[str, Any]
-) -> dict[str, str]:
+def result_tags(result: Result, doc: ResultsDocument) -> dict[str, str]:
     """The index tags of one result run."""
-    doc = ResultsDocument.of(doc)
     tags: dict[str, str] = {}
     key = baseline_key(result, doc.git.branch)
     if key:
@@ -74,18 +70,18 @@ def result_tags(
     return tags
 
 
-def annotate(uri: str, doc: Mapping[str, Any], receipt: Mapping[str, Any]) -> None:
+def annotate(uri: str, doc: ResultsDocument, receipt: Mapping[str, Any]) -> None:
     """Link a shard's run to its invocation (guard.track.invocation). The index tags
     (:func:`result_tags`) go on each result run with the rest of its data, in the batch
     that logs it: a run is never visible without them."""
     with http_limits(), translated(uri, "indexing the logged runs"):
         client = mlflow_client(uri)
         parent_id = receipt.get("parent_run_id")
-        if parent_id and ResultsDocument.of(doc).shard is not None:
+        if parent_id and doc.shard is not None:
             invocation.link_shard(client, str(receipt["experiment_id"]), str(parent_id), doc)
 
 
-def annotate_logged(uri: str, doc: Mapping[str, Any], receipt: dict[str, Any]) -> dict[str, Any]:
+def annotate_logged(uri: str, doc: ResultsDocument, receipt: dict[str, Any]) -> dict[str, Any]:
     """:func:`annotate` for ``log_results``: the results are logged already, so a failure
     here is reported in the receipt (``index_error``) rather than raised."""
     try:
@@ -134,13 +130,13 @@ def baseline_on_branch(
     uri: str,
     suite: str,
     branch: str,
-    wanted: Sequence[Mapping[str, Any]],
+    wanted: Sequence[Result],
     *,
-    fallback: Callable[..., ResultsDocument | Mapping[str, Any]] | None = None,
+    fallback: Callable[..., ResultsDocument] | None = None,
     loader: Callable[[str], Any] | None = None,
     exclude_commit: str | None = None,
     workers: int = LOOKUP_WORKERS,
-) -> dict[str, Any]:
+) -> ResultsDocument:
     """A baseline document: per head result, the newest compatible run on ``branch``.
 
     Cases the index answers cost one search and one artifact read each, a few at a time
@@ -155,7 +151,7 @@ def baseline_on_branch(
         def loader(artifact_uri: str) -> Any:
             return mlflow.artifacts.load_dict(f"{artifact_uri.rstrip('/')}/result.json")
 
-    found: list[dict[str, Any] | None] = []
+    found: list[Result | None] = []
     with (
         http_limits(),
         translated(uri, f"looking up baselines of suite {suite!r}"),
@@ -164,16 +160,16 @@ def baseline_on_branch(
         client = mlflow_client(uri)
         experiment = _experiment(client, suite)
 
-        def one(head_r: Mapping[str, Any]) -> dict[str, Any] | None:
+        def one(head_r: Result) -> Result | None:
             key = baseline_key(head_r, branch)
             if experiment is None or key is None:
                 return None
             run = latest_result_run(client, experiment.experiment_id, key, exclude_commit)
             cand = loader(run.info.artifact_uri) if run is not None else None
             found = Result.from_json(cand)
-            if not found.read or found.model != Result.of(head_r).model:
+            if not found.read or found.model != head_r.model:
                 return None  # no result.json, or not this model's
-            return found.to_json()
+            return found
 
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(wanted)))) as pool:
             found = list(pool.map(one, wanted))
@@ -182,8 +178,8 @@ def baseline_on_branch(
     if missing and fallback is not None:
         try:
             extra = {"exclude_commit": exclude_commit} if exclude_commit else {}
-            scanned = ResultsDocument.of(fallback(uri, suite, branch, list(missing), **extra))
-            results.extend(r.to_json() for r in scanned.results)
+            scanned = fallback(uri, suite, branch, list(missing), **extra)
+            results.extend(scanned.results)
         except UsageError:
             if not results:
                 raise
@@ -191,20 +187,23 @@ def baseline_on_branch(
 
 
 def baseline_document(
-    uri: str, suite: str, branch: str, results: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """The results document of a branch's baseline runs, or the error that there are none."""
+    uri: str, suite: str, branch: str, results: Sequence[Result]
+) -> ResultsDocument:
+    """The results document of a branch's baseline runs (each as it was read), or the
+    error that there are none."""
     if not results:
         raise UsageError(
             f"no baseline runs of suite {suite!r} on branch {branch!r} in {uri}",
             hint="Run `guard run` on that branch with tracking on, or pass a results file.",
         )
-    return {
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "suite": suite,
-        "git": {"branch": branch},
-        "results": results,
-    }
+    return ResultsDocument.from_json(
+        {
+            "schema_version": RESULTS_SCHEMA_VERSION,
+            "suite": suite,
+            "git": {"branch": branch},
+            "results": [r.to_json() for r in results],
+        }
+    )
 
 
 def case_times(

@@ -104,12 +104,11 @@ def link_shard(
     client: MlflowClient,
     experiment_id: str,
     shard_run_id: str,
-    doc: ResultsDocument | Mapping[str, Any],
+    doc: ResultsDocument,
 ) -> str | None:
     """Make ``shard_run_id`` (the run a shard logged) a child of its invocation's run."""
     from mlflow.entities import RunStatus
 
-    doc = ResultsDocument.of(doc)
     shard = doc.shard or Shard()
     inv = shard.invocation_id
     if not inv:

@@ -92,7 +92,7 @@ def log_results(
         receipt = _log(doc, typed, uri, artefact_dirs or {})
     if receipt["already_tracked"]:
         return receipt
-    return annotate_logged(uri, doc, receipt)  # shard -> invocation link
+    return annotate_logged(uri, typed, receipt)  # shard -> invocation link
 
 
 def _receipt(uri: str, eid: str, parent_id: str, child_ids: list[str], done: bool) -> dict:

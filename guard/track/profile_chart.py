@@ -7,8 +7,7 @@ same chart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from guard.results.result import Kernel, Result
@@ -70,11 +69,7 @@ def profile_svg(result: Result, top: int = TOP) -> str:
     return "\n".join(out) + "\n"
 
 
-def log_profile_chart(
-    client: MlflowClient, run_id: str, result: Result | Mapping[str, Any]
-) -> None:
+def log_profile_chart(client: MlflowClient, run_id: str, result: Result) -> None:
     """The chart of ``result``'s profile on its run, when it carries one."""
-    if not isinstance(result, Result):
-        result = Result.from_json(result)
     if result.kernels:
         client.log_text(run_id, profile_svg(result, TOP), CHART)

@@ -57,14 +57,14 @@ _VERDICT_ORDER = ("error", "fail", "inconclusive", "pass")
 FAILED_STATUSES = ("fail", "error")
 
 
-def manifest_params(manifest: Manifest | Mapping[str, Any] | None) -> dict[str, str]:
+def manifest_params(manifest: Manifest | None) -> dict[str, str]:
     """The flattened manifest as params: every pin becomes a comparable column.
 
     None leaves are left out (MLflow would show the string 'null'); so are empty sections.
     """
     params: dict[str, str] = {}
     # every pin, whatever the backend called it: the manifest's JSON, flattened
-    for key, value in flatten(Manifest.of(manifest or {}).to_json()):
+    for key, value in flatten(manifest.to_json() if manifest is not None else {}):
         if value is None or (isinstance(value, Mapping | list) and not value):
             continue
         params.setdefault(clean_key(key), param_value(value))
@@ -88,10 +88,10 @@ SERIES_METRICS = (
 COUNTED_FINGERPRINT_TAG = "guard.counted.fingerprint"
 
 
-def series_metrics(doc: ResultsDocument | Mapping[str, Any]) -> dict[str, float]:
+def series_metrics(doc: ResultsDocument) -> dict[str, float]:
     """``<series>/<metric>`` for every result of an invocation (for MLflow's chart view)."""
     out: dict[str, float] = {}
-    for result in ResultsDocument.of(doc).results:
+    for result in doc.results:
         metrics = result_metrics(result)
         series = result_series(result)
         for name in SERIES_METRICS:
@@ -132,9 +132,8 @@ def _numeric_leaves(block: Record | Mapping[str, int] | None, prefix: str) -> di
     return out
 
 
-def tuning_hit_rate(result: Result | Mapping[str, Any]) -> float | None:
+def tuning_hit_rate(result: Result) -> float | None:
     """Hits / (hits + misses) of the tuning cache, when the backend reports them."""
-    result = Result.of(result)
     if as_number(result.tuning.hit_rate) is not None:
         return as_number(result.tuning.hit_rate)
     cache = result.manifest.tuning_cache
@@ -144,9 +143,8 @@ def tuning_hit_rate(result: Result | Mapping[str, Any]) -> float | None:
     return hits / (hits + misses)
 
 
-def result_metrics(result: Result | Mapping[str, Any]) -> dict[str, float]:
+def result_metrics(result: Result) -> dict[str, float]:
     """Scalar metrics of one result: latency, numerics errors, partitions, arena, tuning."""
-    result = Result.of(result)
     metrics: dict[str, float] = {}
     blocks: tuple[tuple[str, Record | None], ...] = (
         ("latency_ms", result.latency_ms),
@@ -219,9 +217,9 @@ def _figures(prefix: str, **figures: float | None) -> dict[str, float]:
     return {f"{prefix}.{k}": n for k, v in figures.items() if (n := as_number(v)) is not None}
 
 
-def sample_history(result: Result | Mapping[str, Any]) -> list[tuple[int, float]]:
+def sample_history(result: Result) -> list[tuple[int, float]]:
     """(iteration, ms) pairs of the raw samples, thinned to at most MAX_SAMPLE_STEPS."""
-    samples = Result.of(result).samples_ms
+    samples = result.samples_ms
     if not samples:
         return []
     stride = -(-len(samples) // MAX_SAMPLE_STEPS)
@@ -239,19 +237,15 @@ def worst_verdict(verdicts: list[Any]) -> str:
     return next((v for v in _VERDICT_ORDER if v in seen), "pass")
 
 
-def child_name(result: Result | Mapping[str, Any]) -> str:
+def child_name(result: Result) -> str:
     """``model/backend/target``; a target over 64 characters is shortened (target_key)."""
-    result = Result.of(result)
     target = result.target or "?"
     if len(target) > 64:
         target = target_key(target)
     return "/".join([result.model or "?", result.backend or "?", target])
 
 
-def child_tags(
-    result: Result | Mapping[str, Any], doc: ResultsDocument | Mapping[str, Any]
-) -> dict[str, str]:
-    result, doc = Result.of(result), ResultsDocument.of(doc)
+def child_tags(result: Result, doc: ResultsDocument) -> dict[str, str]:
     manifest = result.manifest
     tags = {
         "guard.level": "result",
@@ -308,18 +302,15 @@ def system_tags(doc: ResultsDocument, run_name: str) -> dict[str, Any]:
     }
 
 
-def host_arch(doc: ResultsDocument | Mapping[str, Any]) -> str | None:
+def host_arch(doc: ResultsDocument) -> str | None:
     """The arch the results were measured on (from a manifest, not from this machine)."""
-    for result in ResultsDocument.of(doc).results:
+    for result in doc.results:
         if result.manifest.host.arch:
             return result.manifest.host.arch
     return None
 
 
-def parent_tags(
-    doc: ResultsDocument | Mapping[str, Any], arch: str, results_sha256: str
-) -> dict[str, str]:
-    doc = ResultsDocument.of(doc)
+def parent_tags(doc: ResultsDocument, arch: str, results_sha256: str) -> dict[str, str]:
     dirty = doc.git.dirty
     tags = {
         "guard.level": "invocation",

@@ -96,6 +96,7 @@ def test_guard_profile_prints_the_top_nodes_and_draws_the_chart(tmp_path, capsys
 def test_the_bar_chart_is_an_artefact_of_the_results_mlflow_run(tmp_path):
     from mlflow import MlflowClient
 
+    from guard.results.result import Result
     from guard.track.profile_chart import CHART, log_profile_chart
 
     uri = f"sqlite:///{tmp_path / 'm.db'}"
@@ -103,7 +104,8 @@ def test_the_bar_chart_is_an_artefact_of_the_results_mlflow_run(tmp_path):
     eid = client.create_experiment("p", artifact_location=str(tmp_path / "art"))
     run = client.create_run(eid)
     rows = top_nodes(node_times([event("conv", "Conv", 1), event("conv", "Conv", 30)]), 10)
-    log_profile_chart(client, run.info.run_id, results_doc(rows)["results"][0])
-    log_profile_chart(client, run.info.run_id, {"model": "x", "backend": "tvm"})  # no profile
+    log_profile_chart(client, run.info.run_id, Result.from_json(results_doc(rows)["results"][0]))
+    no_profile = Result.from_json({"model": "x", "backend": "tvm"})
+    log_profile_chart(client, run.info.run_id, no_profile)
     listed = [f.path for f in client.list_artifacts(run.info.run_id, "profile")]
     assert listed == [CHART]

@@ -245,9 +245,10 @@ def test_the_dashboard_panel_pairs_each_int8_series_with_its_fp32_twin():
 
 def test_the_track_metrics_and_the_report_say_when_int8_outputs_moved():
     from guard.compare.int8_outputs import summary_line
+    from guard.results.result import Result
     from guard.track.records import result_metrics
 
-    m = result_metrics(_result("host", [[1.0]]))
+    m = result_metrics(Result.from_json(_result("host", [[1.0]])))
     assert m["quantization.top1_agreement"] == 0.9 and m["quantization.sqnr_db"] == 8.0
     same = {"model": "m.int8", "backend": "b", "outputs": "identical", "first_differing": None}
     moved = {**same, "outputs": "differ", "first_differing": "y"}

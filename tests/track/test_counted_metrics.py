@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from guard.results.documents import ResultsDocument
+from guard.results.result import Result
 from guard.track.records import result_metrics, series_metrics
 
 
-def _result(counted: dict) -> dict:
-    return {"model": "mlp", "backend": "bundled", "target": "host", "verdict": "pass",
-            "checks": [], "counted": counted}  # fmt: skip
+def _result(counted: dict) -> Result:
+    return Result.from_json({"model": "mlp", "backend": "bundled", "target": "host",
+                             "verdict": "pass", "checks": [], "counted": counted})  # fmt: skip
 
 
 def test_counted_figures_are_metrics_and_a_series():
@@ -15,7 +17,7 @@ def test_counted_figures_are_metrics_and_a_series():
                  "fingerprint": {"engine": "qemu-tcg-plugin"}})  # fmt: skip
     m = result_metrics(r)
     assert m["counted.instructions"] == 1000.0 and m["counted.bytes_moved"] == 400.0
-    series = series_metrics({"results": [r]})
+    series = series_metrics(ResultsDocument(results=(r,)))
     assert any(k.endswith("/counted.instructions") for k in series)
 
 
@@ -33,4 +35,4 @@ def test_a_hardware_count_logs_instructions_and_no_bytes_and_tags_its_engine():
     m = result_metrics(r)
     assert m["counted.instructions"] == 1000.0
     assert not {"counted.bytes_moved", "counted.bytes_loaded", "counted.loads"} & set(m)
-    assert child_tags(r, {})["guard.counted_engine"] == "perf_event_open"
+    assert child_tags(r, ResultsDocument.from_json({}))["guard.counted_engine"] == "perf_event_open"

@@ -11,6 +11,7 @@ from mlflow import MlflowClient
 import guard.track.log as track_log
 from guard.core.errors import UsageError
 from guard.results.documents import ResultsDocument
+from guard.results.result import Result
 from guard.track import log_results, resolve_uri
 from guard.track.client import experiment_id, mlflow_client
 from guard.track.index import BASELINE_KEY_TAG, baseline_key, baseline_on_branch, case_times
@@ -72,12 +73,13 @@ def _no_scan(*args, **kwargs):
 
 
 def test_key_separates_branch_host_and_case():
-    r = _doc("a")["results"][0]
+    r = ResultsDocument.from_json(_doc("a")).results[0]
     k = baseline_key(r, "main")
-    assert k == baseline_key(dict(r), "main") and len(k) == 40
+    assert k == baseline_key(Result.from_json(r.to_json()), "main") and len(k) == 40
     assert baseline_key(r, "feature") != k
-    assert baseline_key(_doc("a", arch="aarch64")["results"][0], "main") != k
-    assert baseline_key(_doc("a")["results"][1], "main") != k
+    other_host = ResultsDocument.from_json(_doc("a", arch="aarch64")).results[0]
+    assert baseline_key(other_host, "main") != k
+    assert baseline_key(ResultsDocument.from_json(_doc("a")).results[1], "main") != k
     assert baseline_key(r, None) is None
 
 
@@ -87,12 +89,12 @@ def test_newest_compatible_run_on_the_branch(uri):
     # Newer, but another host class and another branch: never a baseline for x86_64 main.
     log_results(_doc("c" * 40, arch="aarch64", p50=9.0, started="2026-12-01T10:00:00+00:00"), uri)
     log_results(_doc("d" * 40, branch="pr", p50=8.0, started="2026-12-01T11:00:00+00:00"), uri)
-    head = _doc("e" * 40, branch="pr")["results"]
+    head = ResultsDocument.from_json(_doc("e" * 40, branch="pr")).results
     base = baseline_on_branch(uri, "idx", "main", head, fallback=_no_scan)
-    assert [r["latency_ms"]["p50"] for r in base["results"]] == [2.0, 2.0]
+    assert [r.latency_ms.p50 for r in base.results if r.latency_ms] == [2.0, 2.0]
     # HEAD's own commit is never its baseline: the one before it is.
     base = baseline_on_branch(uri, "idx", "main", head, fallback=_no_scan, exclude_commit="b" * 40)
-    assert [r["latency_ms"]["p50"] for r in base["results"]] == [1.0, 1.0]
+    assert [r.latency_ms.p50 for r in base.results if r.latency_ms] == [1.0, 1.0]
     with pytest.raises(UsageError, match="no baseline runs"):
         baseline_on_branch(uri, "idx", "nowhere", head, fallback=None)
 
@@ -108,11 +110,14 @@ def test_runs_logged_before_the_index_fall_back_to_the_scan(uri, monkeypatch):
     asked = []
 
     def scan(uri_, suite, branch, wanted, **kw):
-        asked.append([(r["model"], r["backend"]) for r in wanted])
-        return {"results": [dict(r, found_by="scan") for r in wanted]}
+        asked.append([(r.model, r.backend) for r in wanted])
+        return ResultsDocument.from_json(
+            {"results": [dict(r.to_json(), found_by="scan") for r in wanted]}
+        )
 
-    base = baseline_on_branch(uri, "idx", "main", _doc("e" * 40)["results"], fallback=scan)
-    assert asked == [CASES] and all(r["found_by"] == "scan" for r in base["results"])
+    head = ResultsDocument.from_json(_doc("e" * 40)).results
+    base = baseline_on_branch(uri, "idx", "main", head, fallback=scan)
+    assert asked == [CASES] and all(r.extra["found_by"] == "scan" for r in base.results)
 
 
 def test_case_times_ignore_the_invocation_itself_and_later_runs(uri):
@@ -167,7 +172,10 @@ def test_concurrent_shards_end_under_one_invocation_run(uri):
     assert {s.info.run_id for s in shards} == {r["parent_run_id"] for r in receipts}
     assert parent.data.tags["guard.shard.2.results"] == "2"
     # Linking again (a re-push) changes nothing.
-    assert link_shard(client, eid, receipts[0]["parent_run_id"], docs[0]) == parent.info.run_id
+    again = link_shard(
+        client, eid, receipts[0]["parent_run_id"], ResultsDocument.from_json(docs[0])
+    )
+    assert again == parent.info.run_id
 
 
 def test_merge_is_recorded_on_the_invocation_run(uri, tmp_path):

@@ -7,6 +7,9 @@ import math
 import mlflow.utils.validation as v
 from track_docs import make_doc, make_result
 
+from guard.results.documents import ResultsDocument
+from guard.results.manifest import Manifest
+from guard.results.result import Result
 from guard.track import batch, records
 
 
@@ -31,7 +34,7 @@ def test_clean_key_is_legal_for_mlflow():
 def test_manifest_params_are_flattened_and_truncated():
     manifest = make_result(0, "m", "b", "t")["manifest"]
     manifest["long"] = "x" * 10_000
-    params = records.manifest_params(manifest)
+    params = records.manifest_params(Manifest.from_json(manifest))
     assert params["compiler.version"] == "1.0.0"
     assert params["tuning_cache.hits"] == "9"
     assert params["host.threads"] == "1"
@@ -44,7 +47,7 @@ def test_manifest_params_are_flattened_and_truncated():
 
 
 def test_result_metrics_cover_the_contract():
-    m = records.result_metrics(make_result(1, "m", "b", "t"))
+    m = records.result_metrics(Result.from_json(make_result(1, "m", "b", "t")))
     assert m["latency_ms.p50"] == 3.0 and m["latency_ms.cv"] == 0.2 and m["latency_ms.n"] == 5
     assert m["numerics.max_abs_err"] == 2e-6 and m["numerics.top1"] == 0.97
     assert m["numerics.accuracy"] == 0.96
@@ -58,41 +61,43 @@ def test_result_metrics_cover_the_contract():
 
 
 def test_result_metrics_tolerate_none_and_missing_fields():
-    bare = {
-        "model": "m",
-        "backend": "b",
-        "target": "t",
-        "verdict": "error",
-        "latency_ms": None,
-        "partitions": {"count": None},
-        "arena_bytes": None,
-        "numerics": None,
-        "checks": None,
-        "manifest": None,
-        "samples_ms": None,
-    }
+    bare = Result.from_json(
+        {
+            "model": "m",
+            "backend": "b",
+            "target": "t",
+            "verdict": "error",
+            "latency_ms": None,
+            "partitions": {"count": None},
+            "arena_bytes": None,
+            "numerics": None,
+            "checks": None,
+            "manifest": None,
+            "samples_ms": None,
+        }
+    )
     m = records.result_metrics(bare)
     assert m == {"checks.total": 0.0, "checks.failed": 0.0}
     assert records.sample_history(bare) == []
     assert records.tuning_hit_rate(bare) is None
-    tags = records.child_tags(bare, {"suite": "s"})
+    tags = records.child_tags(bare, ResultsDocument.from_json({"suite": "s"}))
     assert tags["guard.verdict"] == "error" and tags["guard.failed_checks"] == ""
 
 
 def test_hit_rate_absent_without_lookups():
     r = make_result(0, "m", "b", "t")
     r["manifest"]["tuning_cache"].update(hits=0, misses=0)
-    assert "tuning.hit_rate" not in records.result_metrics(r)
+    assert "tuning.hit_rate" not in records.result_metrics(Result.from_json(r))
 
 
 def test_samples_are_capped_and_cleaned():
-    r = {"samples_ms": [1.0, None, "x", float("nan"), 2.0]}
+    r = Result.from_json({"samples_ms": [1.0, None, "x", float("nan"), 2.0]})
     assert records.sample_history(r) == [(0, 1.0), (4, 2.0)]
     cap = records.MAX_SAMPLE_STEPS
-    assert len(records.sample_history({"samples_ms": [1.0] * cap})) == cap
+    assert len(records.sample_history(Result.from_json({"samples_ms": [1.0] * cap}))) == cap
     # A long run is thinned evenly: the history still spans first to (nearly) last iteration.
     n = 5 * cap + 3
-    thinned = records.sample_history({"samples_ms": [float(i) for i in range(n)]})
+    thinned = records.sample_history(Result.from_json({"samples_ms": [float(i) for i in range(n)]}))
     assert len(thinned) <= cap and thinned[0] == (0, 0.0)
     assert all(step == value for step, value in thinned)
     assert thinned[-1][0] >= n - 6
@@ -104,11 +109,11 @@ def test_verdicts_and_tags():
     assert records.worst_verdict(["fail", "error"]) == "error"
     assert records.worst_verdict(["pass", None]) == "error"
     assert records.worst_verdict([]) == "pass"
-    doc = make_doc()
-    tags = records.child_tags(doc["results"][1], doc)
+    doc = ResultsDocument.from_json(make_doc())
+    tags = records.child_tags(doc.results[1], doc)
     assert tags["guard.failed_checks"] == "latency.p50_ms,tolerance"
     assert tags["guard.git.branch"] == "main"
     ptags = records.parent_tags(doc, "x86_64", "f" * 64)
     assert ptags["guard.verdict"] == "fail" and ptags["guard.git.dirty"] == "true"
     assert records.host_arch(doc) == "x86_64"
-    assert records.child_name(doc["results"][2]).startswith("resnet18/tvm/llvm")
+    assert records.child_name(doc.results[2]).startswith("resnet18/tvm/llvm")
