@@ -66,7 +66,8 @@ def config(args: argparse.Namespace) -> RegressConfig:
 
 def emit(cmp: dict[str, Any], args: argparse.Namespace, title: str) -> None:
     from guard.compare.reports import to_markdown, write_reports
+    from guard.results.documents import ComparisonDocument
 
     write_reports(cmp, json_path=args.json, md_path=args.markdown, html_path=args.html, title=title)
     if not args.quiet:
-        sys.stdout.write(to_markdown(cmp, title))
+        sys.stdout.write(to_markdown(ComparisonDocument.from_json(cmp), title))

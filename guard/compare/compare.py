@@ -30,6 +30,7 @@ from guard.counting.rows import counted_rows
 from guard.counting.rows import summary as counted_summary
 from guard.manifest.diff import diff_manifests
 from guard.manifest.pins import is_pinned
+from guard.results.cross_arch import CrossArchRow
 from guard.results.documents import COMPARISON_SCHEMA_VERSION, ComparisonDocument, ResultsDocument
 from guard.results.load import PROBES
 from guard.results.load import validate_comparison as validate_comparison
@@ -121,10 +122,9 @@ def _every_round(r: Result, value: Callable[[Round], float | None]) -> list[floa
 _T = TypeVar("_T")
 
 
-def round_host(r: Result | Mapping[str, Any]) -> list[tuple[float, ...]] | None:
+def round_host(result: Result) -> list[tuple[float, ...]] | None:
     """Per-round host-speed readings (ms), one tuple per round of every probe that each
     round has; None where no probe is in every round (older files, an injected clock)."""
-    result = Result.of(r)
     readers = [lambda rd, i=i: rd.probes[i] for i in range(len(PROBES))]
     cols = [c for c in (_every_round(result, read) for read in readers) if c is not None]
     return [tuple(x) for x in zip(*cols, strict=True)] if cols else None
@@ -288,8 +288,8 @@ def _with_run_noise(cfg: RegressConfig, run_noise_pct: float | None) -> RegressC
 
 
 def compare_docs(
-    base: ResultsDocument | Mapping[str, Any],
-    head: ResultsDocument | Mapping[str, Any],
+    base: ResultsDocument,
+    head: ResultsDocument,
     config: RegressConfig | None = None,
     *,
     noise: Mapping[str, float] | None = None,
@@ -311,7 +311,7 @@ def compare_docs(
     """
     cfg = config or RegressConfig()
     same_run = crossarch.is_same_run(base, head)
-    bdoc, hdoc = ResultsDocument.of(base), ResultsDocument.of(head)
+    bdoc, hdoc = base, head
     bsuite, hsuite = bdoc.suite, hdoc.suite
     if bsuite and hsuite and bsuite != hsuite:
         raise UsageError(
@@ -407,6 +407,6 @@ def exit_code(comparison: Mapping[str, Any], *, strict: bool = False) -> int:
     strict, a row is inconclusive or a cross-architecture row differs); 0 otherwise."""
     doc = ComparisonDocument.of(comparison)
     bad = {REGRESSED, INCONCLUSIVE} if strict else {REGRESSED}
-    drifted = crossarch.failing(doc.cross_arch, strict=strict)
+    drifted = crossarch.failing([CrossArchRow.of(r) for r in doc.cross_arch], strict=strict)
     counted = any(r.verdict == REGRESSED for r in doc.counted)
     return 1 if drifted or counted or any(r.verdict in bad for r in doc.rows) else 0

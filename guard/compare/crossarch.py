@@ -36,12 +36,14 @@ import base64
 import math
 import zlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from guard.counting.verdict import moved
 from guard.results.counted import Counted
+from guard.results.cross_arch import CrossArchRow, OutputDrift
 from guard.results.documents import ResultsDocument
 from guard.results.result import Result
 
@@ -77,8 +79,19 @@ def encode_outputs(outputs: Sequence[np.ndarray], names: Sequence[str]) -> dict[
     return {"encoding": OUTPUTS_ENCODING, "tensors": tensors}
 
 
-def decode_outputs(doc: Any) -> list[dict[str, Any]] | None:
-    """[{name, shape, stride, values (flat)}] from :func:`encode_outputs`; None if unusable."""
+@dataclass(frozen=True)
+class StoredOutput:
+    """One output as a result stores it: its name, shape, the stride of the sample kept
+    (1: the whole tensor) and the kept values, flat."""
+
+    name: Any  # as written (encode_outputs writes a str)
+    shape: list[Any]
+    stride: int
+    values: np.ndarray
+
+
+def decode_outputs(doc: Any) -> list[StoredOutput] | None:
+    """The outputs :func:`encode_outputs` wrote (``numerics.outputs``); None if unusable."""
     if not isinstance(doc, Mapping) or doc.get("encoding") != OUTPUTS_ENCODING:
         return None
     out = []
@@ -86,8 +99,7 @@ def decode_outputs(doc: Any) -> list[dict[str, Any]] | None:
         for t in doc["tensors"]:
             dtype = np.dtype(t["dtype"]).newbyteorder("<")
             values = np.frombuffer(zlib.decompress(base64.b64decode(t["data"])), dtype=dtype)
-            out.append({"name": t["name"], "shape": list(t["shape"]),
-                        "stride": int(t["stride"]), "values": values})  # fmt: skip
+            out.append(StoredOutput(t["name"], list(t["shape"]), int(t["stride"]), values))
     except (KeyError, TypeError, ValueError, zlib.error):
         return None
     return out
@@ -100,21 +112,21 @@ def _arch(value: Any) -> str | None:
     return _ARCHES.get(str(value).lower()) if value else None
 
 
-def code_arch(r: Result | Mapping[str, Any]) -> str | None:
+def code_arch(r: Result) -> str | None:
     """The architecture a result's code was built for (its canonical target's triple)."""
-    canonical = Result.of(r).manifest.target.canonical or ""
+    canonical = r.manifest.target.canonical or ""
     for part in canonical.split():
         if part.startswith("-mtriple="):
             return _arch(part.split("=", 1)[1].split("-")[0])
     return None
 
 
-def host_arch(r: Result | Mapping[str, Any]) -> str | None:
+def host_arch(r: Result) -> str | None:
     """The architecture of the machine that ran the result."""
-    return _arch(Result.of(r).manifest.host.arch)
+    return _arch(r.manifest.host.arch)
 
 
-def is_cross(b: Result | Mapping[str, Any], h: Result | Mapping[str, Any]) -> bool:
+def is_cross(b: Result, h: Result) -> bool:
     """Whether two results ran on different architectures (code or host)."""
     cb, ch, hb, hh = code_arch(b), code_arch(h), host_arch(b), host_arch(h)
     return (cb is not None and ch is not None and cb != ch) or (
@@ -193,14 +205,14 @@ def _tolerance(r: Result) -> tuple[float, float]:
     return 1e-4, 1e-5
 
 
-def _top1(ref: dict[str, Any], other: dict[str, Any]) -> float | None:
-    shape = ref["shape"]
-    if ref["stride"] != 1 or len(shape) < 2 or any(d != 1 for d in shape[2:]) or shape[1] < 2:
+def _top1(ref: StoredOutput, other: StoredOutput) -> float | None:
+    shape = ref.shape
+    if ref.stride != 1 or len(shape) < 2 or any(d != 1 for d in shape[2:]) or shape[1] < 2:
         return None
-    if not np.issubdtype(ref["values"].dtype, np.floating):
+    if not np.issubdtype(ref.values.dtype, np.floating):
         return None
-    a = ref["values"].reshape(shape[0], -1)
-    b = other["values"].reshape(shape[0], -1)
+    a = ref.values.reshape(shape[0], -1)
+    b = other.values.reshape(shape[0], -1)
     return float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1)))
 
 
@@ -208,15 +220,16 @@ def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[s
     """Drift between two results' outputs, ``ref`` the reference side."""
     rn, on = ref.numerics, other.numerics
     rh, oh = rn.output_sha256, on.output_sha256
+    hash_equal = rh is not None and rh == oh
     out: dict[str, Any] = {
-        "hash_equal": rh is not None and rh == oh,
+        "hash_equal": hash_equal,
         "rtol": rtol, "atol": atol,
         "max_abs": None, "max_rel": None, "allclose": None, "top1_agreement": None,
         "elements": None, "sampled": False,
     }  # fmt: skip
     ra, oa = decode_outputs(rn.outputs), decode_outputs(on.outputs)
     if ra is None or oa is None:
-        if out["hash_equal"]:
+        if hash_equal:
             out.update(max_abs=0.0, max_rel=0.0, allclose=True,
                        how="output hashes are equal")  # fmt: skip
             return out
@@ -231,7 +244,7 @@ def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[s
         )
         return out
     if len(ra) != len(oa) or any(
-        (a["shape"], a["stride"]) != (b["shape"], b["stride"]) for a, b in zip(ra, oa, strict=True)
+        (a.shape, a.stride) != (b.shape, b.stride) for a, b in zip(ra, oa, strict=True)
     ):
         out.update(allclose=False, how="the two sides' outputs differ in number or shape")
         return out
@@ -239,7 +252,7 @@ def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[s
     close = True
     elements = 0
     for a, b in zip(ra, oa, strict=True):
-        x, y = a["values"].astype(np.float64), b["values"].astype(np.float64)
+        x, y = a.values.astype(np.float64), b.values.astype(np.float64)
         elements += x.size
         if x.size == 0:
             continue
@@ -252,7 +265,7 @@ def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[s
         rel = np.divide(diff, np.abs(x), out=np.zeros_like(diff), where=np.abs(x) > 0)
         max_rel = max(max_rel, float(np.max(rel)))
         close = close and bool(np.allclose(y, x, rtol=rtol, atol=atol, equal_nan=True))
-    sampled = any(a["stride"] > 1 for a in ra)
+    sampled = any(a.stride > 1 for a in ra)
     out.update(max_abs=max_abs, max_rel=max_rel, allclose=close, elements=elements,
                sampled=sampled, top1_agreement=_top1(ra[0], oa[0]),
                how="outputs of both results" + (" (a strided sample of each)" if sampled else ""))  # fmt: skip
@@ -269,11 +282,9 @@ def _side(r: Result) -> dict[str, Any]:
     }
 
 
-def cross_row(
-    ref_r: Result | Mapping[str, Any], other_r: Result | Mapping[str, Any]
-) -> dict[str, Any]:
-    """One cross-architecture row: output drift, partitions, arena; latency not compared."""
-    ref, other = Result.of(ref_r), Result.of(other_r)
+def cross_row(ref: Result, other: Result) -> dict[str, Any]:
+    """One cross-architecture row (its JSON, guard.results.cross_arch.CrossArchRow): output
+    drift, partitions, arena; latency not compared."""
     rtol, atol = _tolerance(other)
     drift = output_drift(ref, other, rtol, atol)
     parts = [r.partitions.count if r.partitions else None for r in (ref, other)]
@@ -288,10 +299,11 @@ def cross_row(
     else:
         verdict = CONSISTENT
     sides = [_side(ref), _side(other)]
+    arches = [s["arch"] for s in sides]
     return {
         "model": ref.model,
         "backend": ref.backend,
-        "arches": [s["arch"] for s in sides],
+        "arches": arches,
         "sides": sides,
         "verdict": verdict,
         "outputs": drift,
@@ -301,18 +313,16 @@ def cross_row(
         "arena_equal": arena_equal,
         "latency": LATENCY_NOTE,
         "counted": _counted_pair(ref, other),
-        "summary": _summary(verdict, drift, parts, arena, sides),
+        "summary": _summary(verdict, OutputDrift.from_json(drift), parts, arena, arches),
     }
 
 
-def _counted_pair(
-    ref: Result | Mapping[str, Any], other: Result | Mapping[str, Any]
-) -> dict[str, Any] | None:
+def _counted_pair(ref: Result, other: Result) -> dict[str, Any] | None:
     """Counted cost on each architecture (guard run --counted): instructions and bytes moved
     per inference, side by side. Work on two ISAs, not one count: never a verdict."""
     blocks: list[Counted] = []
     instructions: list[float] = []
-    for r in (Result.of(ref), Result.of(other)):
+    for r in (ref, other):
         b = r.counted
         if b is None or b.instructions is None:
             return None
@@ -332,31 +342,31 @@ def _si(x: float) -> str:
     return f"{x:.4g}"
 
 
-def counted_cell(r: Mapping[str, Any]) -> str:
-    c = r.get("counted")
-    if not c:
+def counted_cell(r: CrossArchRow) -> str:
+    c = r.counted
+    if c is None or not c.instructions:
         return ""
-    i, m = c["instructions"], c["bytes_moved"]
+    i, m = c.instructions, c.bytes_moved
     if m[0] is None or m[1] is None:
         return f"; counted {_si(i[0])} / {_si(i[1])} instructions per inference"
     return (f"; counted {_si(i[0])} / {_si(i[1])} instructions, {_si(m[0])}B / {_si(m[1])}B "
             "moved per inference")  # fmt: skip
 
 
-def _summary(verdict: str, drift: Mapping[str, Any], parts: list[Any], arena: list[Any],
-             sides: list[dict[str, Any]]) -> str:  # fmt: skip
-    a, b = (s["arch"] or "?" for s in sides)
+def _summary(verdict: str, drift: OutputDrift, parts: list[Any], arena: list[Any],
+             arches: list[str | None]) -> str:  # fmt: skip
+    a, b = (x or "?" for x in arches)
     bits = []
-    if drift["hash_equal"]:
+    if drift.hash_equal:
         bits.append("outputs bit-identical")
-    elif drift.get("max_abs") is not None:
-        bits.append(f"outputs max abs {drift['max_abs']:.3g}, max rel {drift['max_rel']:.3g} "
-                    f"({'within' if drift['allclose'] else 'outside'} rtol={drift['rtol']:g} "
-                    f"atol={drift['atol']:g})")  # fmt: skip
+    elif drift.max_abs is not None:
+        bits.append(f"outputs max abs {drift.max_abs:.3g}, max rel {drift.max_rel:.3g} "
+                    f"({'within' if drift.allclose else 'outside'} rtol={drift.rtol:g} "
+                    f"atol={drift.atol:g})")  # fmt: skip
     else:
-        bits.append(drift.get("how", "outputs not comparable"))
-    if drift.get("top1_agreement") is not None:
-        bits.append(f"top-1 agreement {drift['top1_agreement']:.3f}")
+        bits.append(drift.how if drift.how is not None else "outputs not comparable")
+    if drift.top1_agreement is not None:
+        bits.append(f"top-1 agreement {drift.top1_agreement:.3f}")
     if parts[0] != parts[1]:
         bits.append(f"partitions {parts[0]} vs {parts[1]}")
     if arena[0] != arena[1]:
@@ -367,30 +377,24 @@ def _summary(verdict: str, drift: Mapping[str, Any], parts: list[Any], arena: li
 # ---------------------------------------------------------------------------- document
 
 
-def is_same_run(
-    base: ResultsDocument | Mapping[str, Any], head: ResultsDocument | Mapping[str, Any]
-) -> bool:
+def is_same_run(base: ResultsDocument, head: ResultsDocument) -> bool:
     """Whether two results documents are one run (``guard compare r.json r.json``)."""
     return base is head or base == head
 
 
 def cross_arch_rows(
-    base: ResultsDocument | Mapping[str, Any],
-    head: ResultsDocument | Mapping[str, Any],
-    *,
-    same_doc: bool | None = None,
+    base: ResultsDocument, head: ResultsDocument, *, same_doc: bool | None = None
 ) -> list[dict[str, Any]]:
     """Every cross-architecture row between two results documents (or within one:
     ``same_doc``, else whether the two are one run)."""
     same = is_same_run(base, head) if same_doc is None else same_doc
-    pairs = pair_results(ResultsDocument.of(base), ResultsDocument.of(head), same_doc=same)
-    return [cross_row(a, b) for a, b in pairs]
+    return [cross_row(a, b) for a, b in pair_results(base, head, same_doc=same)]
 
 
-def failing(rows: Sequence[Mapping[str, Any]], *, strict: bool = False) -> list[Mapping[str, Any]]:
+def failing(rows: Sequence[CrossArchRow], *, strict: bool = False) -> list[CrossArchRow]:
     """Rows that make ``guard compare`` exit 1: drift always; differs/inconclusive if strict."""
     bad = {DRIFT, DIFFERS, INCONCLUSIVE} if strict else {DRIFT}
-    return [r for r in rows if r.get("verdict") in bad]
+    return [r for r in rows if r.verdict in bad]
 
 
 HEADERS = ["model / backend", "architectures", "verdict", "outputs max abs / rel", "hash",
@@ -401,23 +405,23 @@ def _fmt(x: Any, spec: str = "{:.3g}") -> str:
     return "n/a" if x is None else spec.format(x)
 
 
-def row_cells(r: Mapping[str, Any]) -> list[str]:
-    o = r.get("outputs") or {}
-    pa, ar = r.get("partitions") or [None, None], r.get("arena_bytes") or [None, None]
-    arches = " vs ".join(f"{s['arch']}{' (emulated)' if s.get('latency_status') == 'emulated' else ''}"
-                         for s in r.get("sides") or [])  # fmt: skip
-    drift = (f"{_fmt(o.get('max_abs'))} / {_fmt(o.get('max_rel'))}"
-             if o.get("max_abs") is not None else o.get("how", "n/a"))  # fmt: skip
+def row_cells(r: CrossArchRow) -> list[str]:
+    o = r.outputs
+    pa, ar = r.partitions or (None, None), r.arena_bytes or (None, None)
+    arches = " vs ".join(f"{s.arch}{' (emulated)' if s.latency_status == 'emulated' else ''}"
+                         for s in r.sides)  # fmt: skip
+    drift = (f"{_fmt(o.max_abs)} / {_fmt(o.max_rel)}"
+             if o.max_abs is not None else o.how if o.how is not None else "n/a")  # fmt: skip
     return [
-        f"{r['model']} / {r['backend']}", arches, str(r["verdict"]), drift,
-        "equal" if o.get("hash_equal") else "differs", _fmt(o.get("top1_agreement")),
+        f"{r.model} / {r.backend}", arches, str(r.verdict), drift,
+        "equal" if o.hash_equal else "differs", _fmt(o.top1_agreement),
         f"{pa[0]} vs {pa[1]}" if pa[0] != pa[1] else str(pa[0]),
         f"{ar[0]} vs {ar[1]}" if ar[0] != ar[1] else str(ar[0]),
-        str(r.get("latency", LATENCY_NOTE)) + counted_cell(r),
+        (r.latency if r.latency is not None else LATENCY_NOTE) + counted_cell(r),
     ]  # fmt: skip
 
 
-def markdown_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def markdown_lines(rows: Sequence[CrossArchRow]) -> list[str]:
     """The "Cross-architecture consistency" section of the Markdown report ([] if no rows)."""
     if not rows:
         return []

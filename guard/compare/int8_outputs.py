@@ -17,7 +17,7 @@ result on each side (a host run against an ``x86-64-v3`` run of one suite).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,12 +33,9 @@ def is_int8(r: Result) -> bool:
     return r.quantization is not None
 
 
-def agreement(
-    a: Result | Mapping[str, Any], b: Result | Mapping[str, Any]
-) -> tuple[str, str | None]:
-    """(identical | differ | unknown, the first differing output's name or None); ``a``
-    and ``b`` are records, or results as guard.run.int8 still holds them."""
-    na, nb = Result.of(a).numerics, Result.of(b).numerics
+def agreement(a: Result, b: Result) -> tuple[str, str | None]:
+    """(identical | differ | unknown, the first differing output's name or None)."""
+    na, nb = a.numerics, b.numerics
     ha, hb = na.output_sha256, nb.output_sha256
     if not ha or not hb:
         return UNKNOWN, None
@@ -46,21 +43,19 @@ def agreement(
         return IDENTICAL, None
     da, db = decode_outputs(na.outputs), decode_outputs(nb.outputs)
     for ta, tb in zip(da or [], db or [], strict=False):
-        if ta["shape"] != tb["shape"] or ta["stride"] != tb["stride"]:
-            return DIFFER, str(ta["name"])
-        if not np.array_equal(np.asarray(ta["values"]), np.asarray(tb["values"]), equal_nan=True):
-            return DIFFER, str(ta["name"])
+        if ta.shape != tb.shape or ta.stride != tb.stride:
+            return DIFFER, str(ta.name)
+        if not np.array_equal(np.asarray(ta.values), np.asarray(tb.values), equal_nan=True):
+            return DIFFER, str(ta.name)
     return DIFFER, None
 
 
-def int8_rows(
-    base: ResultsDocument | Mapping[str, Any], head: ResultsDocument | Mapping[str, Any]
-) -> list[dict[str, Any]]:
+def int8_rows(base: ResultsDocument, head: ResultsDocument) -> list[dict[str, Any]]:
     """One row per paired int8 result (module doc)."""
     b: dict[tuple[str, str], list[Result]] = defaultdict(list)
     h: dict[tuple[str, str], list[Result]] = defaultdict(list)
     for side, doc in ((b, base), (h, head)):
-        for r in ResultsDocument.of(doc).results:
+        for r in doc.results:
             if r.quantization is not None:
                 side[(r.model, r.backend)].append(r)
     rows = []
@@ -91,8 +86,7 @@ def _pairs(bs: Sequence[Result], hs: Sequence[Result]) -> list[tuple[Result, Res
     return []
 
 
-def line(row: Int8Row | Mapping[str, Any]) -> str:
-    row = Int8Row.of(row)
+def line(row: Int8Row) -> str:
     where = (
         row.base_target
         if row.base_target == row.head_target
@@ -108,9 +102,9 @@ def line(row: Int8Row | Mapping[str, Any]) -> str:
     return text
 
 
-def summary_line(rows: Sequence[Int8Row | Mapping[str, Any]]) -> str:
+def summary_line(rows: Sequence[Int8Row]) -> str:
     """One line a bump or compare report leads its int8 section with."""
-    moved = [r for r in map(Int8Row.of, rows) if r.outputs == DIFFER]
+    moved = [r for r in rows if r.outputs == DIFFER]
     if not moved:
         return f"int8 outputs unchanged: identical bytes on all {len(rows)} int8 result(s)."
     first = moved[0]
@@ -120,7 +114,7 @@ def summary_line(rows: Sequence[Int8Row | Mapping[str, Any]]) -> str:
     return f"int8 outputs moved on {len(moved)} of {len(rows)} int8 result(s){where}."
 
 
-def markdown_lines(rows: Sequence[Int8Row | Mapping[str, Any]]) -> list[str]:
+def markdown_lines(rows: Sequence[Int8Row]) -> list[str]:
     if not rows:
         return []
     return ["### int8 outputs", "", summary_line(rows), "", *(f"- {line(r)}" for r in rows)]

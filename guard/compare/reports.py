@@ -16,6 +16,7 @@ from typing import Any
 from guard.compare import crossarch, int8_outputs
 from guard.core.fsutil import atomic_write_text
 from guard.counting import rows as counted_rows
+from guard.results.cross_arch import CrossArchRow
 from guard.results.documents import ComparisonDocument, ComparisonRow, Side
 from guard.stats.verdicts import on_rounds
 
@@ -132,8 +133,7 @@ HEADERS = [
 ]  # fmt: skip
 
 
-def to_markdown(cmp: ComparisonDocument | Mapping[str, Any], title: str = "guard compare") -> str:
-    doc = ComparisonDocument.of(cmp)
+def to_markdown(doc: ComparisonDocument, title: str = "guard compare") -> str:
     s = doc.summary
     bv = s.by_verdict
     # The manifest diff is the first thing a reader sees: it is what the comparison is about.
@@ -156,7 +156,7 @@ def to_markdown(cmp: ComparisonDocument | Mapping[str, Any], title: str = "guard
     for only, what in ((s.only_base, "only in base"), (s.only_head, "only in head")):
         if only:
             lines += ["", f"{what.capitalize()} (not aggregated): " + ", ".join(only)]
-    cross = crossarch.markdown_lines(doc.cross_arch)
+    cross = crossarch.markdown_lines([CrossArchRow.of(r) for r in doc.cross_arch])
     if cross:
         lines += ["", *cross]
     counted = counted_rows.markdown_lines(doc.counted)
@@ -183,8 +183,7 @@ def _label(side: Side, default: str) -> str:
     return default if "label" not in side.to_json() else str(side.label)
 
 
-def to_html(cmp: ComparisonDocument | Mapping[str, Any], title: str = "guard compare") -> str:
-    doc = ComparisonDocument.of(cmp)
+def to_html(doc: ComparisonDocument, title: str = "guard compare") -> str:
     e = html.escape
     items = "".join(
         f"<li><code>{e(k)}</code>: {e(str(v[0]))} &rarr; {e(str(v[1]))}</li>"
@@ -225,10 +224,11 @@ def write_reports(
     written = []
     if json_path:
         written.append(write_json(cmp, json_path))
+    doc = ComparisonDocument.from_json(cmp)
     for path, render in ((md_path, to_markdown), (html_path, to_html)):
         if path:
             p = Path(path)
             p.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(p, render(cmp, title))
+            atomic_write_text(p, render(doc, title))
             written.append(p)
     return written

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,17 +193,16 @@ def run_suite_in_env(
     return read_results(json_path)
 
 
-def merge_rounds(docs: Sequence[ResultsDocument | Mapping[str, Any]]) -> dict[str, Any]:
+def merge_rounds(docs: Sequence[ResultsDocument]) -> ResultsDocument:
     """One results document from several runs of a side: raw samples and rounds pooled.
 
     Each run's rounds join the side's rounds, so the comparison's independent units span
     every process of that side.
     """
-    typed = [ResultsDocument.of(d) for d in docs]
-    first = typed[0]
+    first = docs[0]
     pooled = [_Pooled(r) for r in first.results]
     by_key = {p.first.key: p for p in pooled}
-    for d in typed[1:]:
+    for d in docs[1:]:
         for r in d.results:
             into = by_key.get(r.key)
             if into is not None:
@@ -211,7 +210,7 @@ def merge_rounds(docs: Sequence[ResultsDocument | Mapping[str, Any]]) -> dict[st
     merged = first.to_json()
     merged["results"] = [p.to_json() for p in pooled]
     merged["rounds"] = len(docs)
-    return merged
+    return ResultsDocument.from_json(merged)
 
 
 class _Pooled:

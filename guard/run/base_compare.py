@@ -20,7 +20,7 @@ from guard.compare.base_branch import last_finished_invocation
 from guard.compare.compare import IncompatibleBaselineError, compare_docs
 from guard.compare.reports import to_markdown
 from guard.core.errors import GuardError
-from guard.results.documents import ResultsDocument
+from guard.results.documents import ComparisonDocument, ResultsDocument
 from guard.stats.calibrate import default_noise_path, load_noise
 
 
@@ -70,9 +70,13 @@ def compare_with_base(
     noise_path = default_noise_path(workdir, suite)
     noise = load_noise(noise_path) if noise_path.is_file() else None
     try:
-        cmp = compare_docs(base.doc, doc, noise=noise, base_label=base.label, head_label="this run")
+        cmp = compare_docs(
+            base.doc, typed, noise=noise, base_label=base.label, head_label="this run"
+        )
     except (IncompatibleBaselineError, GuardError) as exc:
         print(f"guard: base branch {branch}: not compared with {base.label}: {exc}", file=out)
         return None
-    out.write(to_markdown(cmp, f"guard run vs base branch {base.label}"))
+    out.write(
+        to_markdown(ComparisonDocument.from_json(cmp), f"guard run vs base branch {base.label}")
+    )
     return cmp

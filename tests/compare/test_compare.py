@@ -9,13 +9,29 @@ import pytest
 from compare_fixtures import doc, lat, manifest, result
 
 from guard.compare import compare as C
-from guard.compare.reports import to_html, to_markdown, write_reports
+from guard.compare import reports
+from guard.compare.reports import write_reports
 from guard.core.errors import UsageError
+from guard.results.documents import ComparisonDocument, ResultsDocument
 from guard.results.load import load_results
 from guard.stats.regress import RegressConfig
 
 # These results are one process's samples cut into rounds: no run offset to allow for.
 CFG = RegressConfig(n_boot=300, run_noise_pct=0.0)
+
+
+def compare_docs(base: dict, head: dict, *args, **kwargs) -> dict:
+    """compare_docs on two fixture documents, read as guard reads a results file."""
+    typed = ResultsDocument.from_json(base), ResultsDocument.from_json(head)
+    return C.compare_docs(*typed, *args, **kwargs)
+
+
+def to_markdown(cmp: dict) -> str:
+    return reports.to_markdown(ComparisonDocument.from_json(cmp))
+
+
+def to_html(cmp: dict) -> str:
+    return reports.to_html(ComparisonDocument.from_json(cmp))
 
 
 def wandering(rng, levels):
@@ -31,7 +47,7 @@ def test_aa_pair_passes_and_exit_0():
     rng = np.random.default_rng(1)
     base = doc(result("mlp", lat(rng)), result("cnn", lat(rng, ms=5)))
     head = doc(result("mlp", lat(rng)), result("cnn", lat(rng, ms=5)))
-    cmp = C.compare_docs(base, head, CFG)
+    cmp = compare_docs(base, head, CFG)
     assert [r["verdict"] for r in cmp["rows"]] == ["pass", "pass"]
     assert cmp["manifest_diff"] == {}
     assert C.exit_code(cmp) == 0
@@ -42,7 +58,7 @@ def test_slower_head_regresses_exit_1_with_contract_keys():
     rng = np.random.default_rng(2)
     base = doc(result("mlp", lat(rng)), result("cnn", lat(rng, ms=5)))
     head = doc(result("mlp", lat(rng, factor=1.15)), result("cnn", lat(rng, ms=5)))
-    cmp = C.compare_docs(base, head, CFG)
+    cmp = compare_docs(base, head, CFG)
     row = cmp["rows"][0]
     assert row["verdict"] == "regressed" and cmp["rows"][1]["verdict"] == "pass"
     for key in (
@@ -72,7 +88,7 @@ def test_inconclusive_fails_only_when_strict():
     rng = np.random.default_rng(3)
     base = doc(result("mlp", lat(rng, n=6)))
     head = doc(result("mlp", lat(rng, n=6)))
-    cmp = C.compare_docs(base, head, CFG)
+    cmp = compare_docs(base, head, CFG)
     assert cmp["rows"][0]["verdict"] == "inconclusive"
     assert C.exit_code(cmp) == 0 and C.exit_code(cmp, strict=True) == 1
 
@@ -85,7 +101,7 @@ def test_manifest_diff_excludes_host_and_run_stats_and_is_listed_first():
         lat(rng),
         manifest=manifest(runtime__version="1.31.1", tuning_cache__hits=3, sha256="other"),
     )
-    cmp = C.compare_docs(doc(b), doc(h), CFG)
+    cmp = compare_docs(doc(b), doc(h), CFG)
     assert cmp["manifest_diff"] == {"runtime.version": ["1.32.0", "1.31.1"]}
     md = to_markdown(cmp)
     assert md.splitlines()[0] == "## Manifest diff"
@@ -100,7 +116,7 @@ def test_incompatible_host_is_refused_with_the_reason():
     with pytest.raises(
         C.IncompatibleBaselineError, match="host.threads differs: baseline 1, head 4"
     ):
-        C.compare_docs(doc(b), doc(h), CFG)
+        compare_docs(doc(b), doc(h), CFG)
     assert issubclass(C.IncompatibleBaselineError, UsageError)
 
 
@@ -108,7 +124,7 @@ def test_aggregates_only_over_models_on_both_sides():
     rng = np.random.default_rng(6)
     base = doc(result("mlp", lat(rng)), result("old", lat(rng, factor=3)))
     head = doc(result("mlp", lat(rng, factor=1.2)), result("new", lat(rng, factor=0.1)))
-    s = C.compare_docs(base, head, CFG)["summary"]
+    s = compare_docs(base, head, CFG)["summary"]
     assert (
         s["compared"] == 1
         and s["only_base"][0].startswith("old/")
@@ -130,7 +146,7 @@ def test_attribution_names_partitions_and_unsupported_op():
             "details": [{"provider": "CPU", "unsupported": ["Erf"]}],
         },
     )
-    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    row = compare_docs(doc(b), doc(h), CFG)["rows"][0]
     assert row["partitions"] == [1, 3]
     assert row["attribution"].startswith("p50 +1")
     assert "partitions 1 → 3, Erf unsupported on the delegate" in row["attribution"]
@@ -147,7 +163,7 @@ def test_attribution_tuning_ops_numerics():
         graph={"ops_after": {"Conv": 10, "Relu": 10, "Transpose": 12}},
         numerics={"max_abs_err": 1e-6, "max_abs_err_": 0, "output_sha256": "o1"},
     )
-    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    row = compare_docs(doc(b), doc(h), CFG)["rows"][0]
     assert row["tuning_hit_rate"] == [1.0, 0.6]
     assert "tuning hit rate 100% → 60%" in row["attribution"]
     assert "Transpose +12" in row["attribution"]
@@ -159,7 +175,7 @@ def test_missing_samples_is_inconclusive_not_a_crash():
     b = result("mlp", lat(rng))
     h = result("mlp", lat(rng))
     del h["samples_ms"], h["rounds"]
-    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    row = compare_docs(doc(b), doc(h), CFG)["rows"][0]
     assert row["verdict"] == "inconclusive" and "head result has no rounds" in row["reason"]
 
 
@@ -169,7 +185,7 @@ def test_a_results_file_without_rounds_gets_no_latency_verdict():
     rng = np.random.default_rng(11)
     b, h = result("mlp", lat(rng)), result("mlp", lat(rng, factor=1.15))
     b.pop("rounds")
-    cmp = C.compare_docs(doc(b), doc(h), CFG)
+    cmp = compare_docs(doc(b), doc(h), CFG)
     (row,) = cmp["rows"]
     assert row["verdict"] == "inconclusive" and C.exit_code(cmp) == 0
     assert "base result has no rounds" in row["reason"] and "re-run" in row["reason"]
@@ -186,7 +202,7 @@ def test_rounds_not_iterations_are_the_units():
     head_levels = [1.06, 1.01, 1.08, 1.03, 1.07]
 
     b, h = wandering(rng, base_levels), wandering(rng, head_levels)
-    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    (row,) = compare_docs(doc(b), doc(h), CFG)["rows"]
     assert row["verdict"] == "inconclusive" and row["stats"]["method"] == "welch-rounds"
     assert row["stats"]["n_base"] == row["stats"]["n_head"] == 5
     assert "could detect a slowdown of" in row["reason"]
@@ -201,7 +217,7 @@ def test_contention_difference_makes_a_small_move_inconclusive_not_a_big_one():
             rd["contention"] = 0.0
         for rd in h["rounds"]:
             rd["contention"] = 1.0
-        return C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+        return compare_docs(doc(b), doc(h), CFG)["rows"][0]
 
     row = pair(1.10)
     assert row["verdict"] == "inconclusive" and "contention differs" in row["reason"]
@@ -214,7 +230,7 @@ def test_a_preempted_side_is_inconclusive_with_the_reason():
     rng = np.random.default_rng(14)
     b, h = result("mlp", lat(rng, n=400)), result("mlp", lat(rng, n=400, factor=1.2))
     h["measurement"] = {"cpu_share": 0.6}
-    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    (row,) = compare_docs(doc(b), doc(h), CFG)["rows"]
     assert row["verdict"] == "inconclusive" and "head was preempted" in row["reason"]
 
 
@@ -223,7 +239,7 @@ def test_preemption_in_few_calls_keeps_the_verdict():
     b, h = result("mlp", lat(rng, n=400)), result("mlp", lat(rng, n=400, factor=1.2))
     h["measurement"] = {"cpu_share": 0.1, "preempted_fraction": 0.02}
     b["measurement"] = {"cpu_share": 0.1, "preempted_fraction": 0.01}
-    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    (row,) = compare_docs(doc(b), doc(h), CFG)["rows"]
     assert row["verdict"] == "regressed", row["reason"]
 
 
@@ -240,21 +256,21 @@ def test_a_preempted_one_thread_side_is_judged_on_cpu_time_per_call():
 
     b, h = side(1.0, 1.0), side(1.5, 1.10)
     h["measurement"] = {"cpu_share": 0.6}
-    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    (row,) = compare_docs(doc(b), doc(h), CFG)["rows"]
     assert row["verdict"] == "regressed" and row["stats"]["method"] == "welch-rounds-cpu"
     assert "judged on CPU time per call (head was preempted" in row["reason"]
     assert row["ratio"] == pytest.approx(1.10, rel=0.03)
     # two threads: CPU time sums the threads', no stand-in for latency: inconclusive
     b2, h2 = side(1.0, 1.0, threads=2), side(1.5, 1.10, threads=2)
     h2["measurement"] = {"cpu_share": 0.6}
-    (row2,) = C.compare_docs(doc(b2), doc(h2), CFG)["rows"]
+    (row2,) = compare_docs(doc(b2), doc(h2), CFG)["rows"]
     assert row2["verdict"] == "inconclusive" and "head was preempted" in row2["reason"]
 
 
 def test_another_suite_is_refused_with_a_clear_line():
     rng = np.random.default_rng(15)
     with pytest.raises(UsageError, match="suite 'smoke'.*suite 'default'"):
-        C.compare_docs(
+        compare_docs(
             doc(result("mlp", lat(rng))), doc(result("mlp", lat(rng)), suite="default"), CFG
         )
 
@@ -313,8 +329,8 @@ def test_calibrated_noise_raises_row_threshold():
     rng = np.random.default_rng(10)
     b, h = result("mlp", lat(rng, n=400)), result("mlp", lat(rng, n=400, factor=1.06))
     key = "mlp/onnxruntime/llvm -mcpu=sapphirerapids"
-    assert C.compare_docs(doc(b), doc(h), CFG)["rows"][0]["verdict"] == "regressed"
-    cmp = C.compare_docs(doc(b), doc(h), CFG, noise={key: 10.0})
+    assert compare_docs(doc(b), doc(h), CFG)["rows"][0]["verdict"] == "regressed"
+    cmp = compare_docs(doc(b), doc(h), CFG, noise={key: 10.0})
     assert cmp["rows"][0]["verdict"] != "regressed"
     assert cmp["rows"][0]["stats"]["threshold_pct"] == 10.0
 
@@ -337,7 +353,7 @@ def test_load_results_errors_name_the_file(tmp_path):
 def test_write_reports_json_has_no_nan(tmp_path):
     rng = np.random.default_rng(11)
     b = result("mlp", lat(rng, n=3))
-    cmp = C.compare_docs(doc(b), doc(result("mlp", lat(rng, n=3))), CFG)
+    cmp = compare_docs(doc(b), doc(result("mlp", lat(rng, n=3))), CFG)
     paths = write_reports(
         cmp, json_path=tmp_path / "c.json", md_path=tmp_path / "c.md", html_path=tmp_path / "c.html"
     )
@@ -351,7 +367,7 @@ def test_contention_is_carried_and_named_in_attribution():
     rng = np.random.default_rng(12)
     b = result("mlp", lat(rng), measurement={"contention": 0.05})
     h = result("mlp", lat(rng, factor=1.2), measurement={"contention": 0.9})
-    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    row = compare_docs(doc(b), doc(h), CFG)["rows"][0]
     assert row["contention"] == [0.05, 0.9]
     assert row["attribution"].endswith(": head timed under 90% contention")
 
@@ -362,14 +378,14 @@ def test_pass_rows_only_name_structural_changes():
     busy = {"contention": 1.0}
     b = result("mlp", lat(rng), measurement=busy)
     h = result("mlp", lat(rng), manifest=m, measurement=busy)
-    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    row = compare_docs(doc(b), doc(h), CFG)["rows"][0]
     assert row["verdict"] == "pass" and row["attribution"] is None
     h2 = result("mlp", lat(rng), manifest=m, measurement=busy,
                 partitions={"count": 2, "delegated_nodes": 9, "fallback_nodes": 1})  # fmt: skip
-    row = C.compare_docs(doc(b), doc(h2), CFG)["rows"][0]
+    row = compare_docs(doc(b), doc(h2), CFG)["rows"][0]
     assert row["verdict"] == "pass" and row["attribution"].endswith(": partitions 1 → 2")
     slow = result("mlp", lat(rng, factor=1.3), measurement={"contention": 0.8})
-    row = C.compare_docs(doc(b), doc(slow), CFG)["rows"][0]
+    row = compare_docs(doc(b), doc(slow), CFG)["rows"][0]
     assert "both sides timed under 100%/80% contention" in row["attribution"]
 
 
@@ -378,9 +394,9 @@ def test_suite_regress_pct_from_heads_checks():
     b = result("mlp", lat(rng, n=400))
     check = {"name": "latency.regress", "status": "skip", "value": None, "bound": 10, "message": ""}
     h = result("mlp", lat(rng, n=400, factor=1.06), checks=[check])
-    row = C.compare_docs(doc(b), doc(h), CFG)["rows"][0]
+    row = compare_docs(doc(b), doc(h), CFG)["rows"][0]
     assert row["stats"]["threshold_pct"] == 10.0 and row["verdict"] != "regressed"
-    row = C.compare_docs(doc(b), doc(h), CFG, suite_thresholds=False)["rows"][0]
+    row = compare_docs(doc(b), doc(h), CFG, suite_thresholds=False)["rows"][0]
     assert row["stats"]["threshold_pct"] == 3.0 and row["verdict"] == "regressed"
 
 
@@ -407,11 +423,11 @@ def test_host_speed_is_allowed_for_only_between_the_same_probe():
         return r
 
     b, h = side(1.0, "loop; CPython 3.11.7"), side(1.15, "loop; CPython 3.11.7")
-    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    (row,) = compare_docs(doc(b), doc(h), CFG)["rows"]
     assert row["stats"]["method"] == "ancova-rounds-host" and row["verdict"] != "regressed"
     assert "adjusted for host speed" in row["reason"]
     h["measurement"]["host_probe"] = "loop; CPython 3.12.1"
-    (row,) = C.compare_docs(doc(b), doc(h), CFG)["rows"]
+    (row,) = compare_docs(doc(b), doc(h), CFG)["rows"]
     assert row["stats"]["method"] == "welch-rounds"
     assert (
         "host speed not allowed for: the probes differ (base loop; CPython 3.11.7" in row["reason"]
@@ -423,7 +439,7 @@ def test_rounds_that_cannot_resolve_the_threshold_point_to_the_interleaved_compa
     it; a pair that resolves its threshold gets no such line."""
     rng = np.random.default_rng(12)
 
-    cmp = C.compare_docs(
+    cmp = compare_docs(
         doc(wandering(rng, [1.00, 1.05, 0.97, 1.04, 0.99])),
         doc(wandering(rng, [1.06, 1.01, 1.08, 1.03, 1.07])),
         CFG,
@@ -435,6 +451,6 @@ def test_rounds_that_cannot_resolve_the_threshold_point_to_the_interleaved_compa
     assert f"1 inconclusive row(s) could only have flagged a slowdown of {mde:.1f}% or more" in md
     assert "`guard ab SUITE --base-ref BASE`" in md
     steady = [1.0, 1.001, 0.999, 1.0, 1.0]
-    quiet = C.compare_docs(doc(wandering(rng, steady)), doc(wandering(rng, steady)), CFG)
+    quiet = compare_docs(doc(wandering(rng, steady)), doc(wandering(rng, steady)), CFG)
     assert quiet["rows"][0]["verdict"] == "pass"
     assert "could only have flagged" not in to_markdown(quiet)

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from guard.compare import crossarch as xa
+from guard.results.cross_arch import CrossArchRow
+from guard.results.documents import ComparisonDocument, ResultsDocument
+from guard.results.result import Result
 
 X86 = "llvm -mattr=+avx2,+fma -mcpu=x86-64-v3 -mtriple=x86_64-linux-gnu"
 ARM = "llvm -mattr=+neon -mtriple=aarch64-linux-gnu"
@@ -43,6 +46,24 @@ def _doc(*results: dict[str, Any], started: str = "2026-12-01T09:00:00+00:00") -
             "finished": started, "git": {"commit": "c"}, "results": list(results)}  # fmt: skip
 
 
+def _row(ref: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    return xa.cross_row(Result.from_json(ref), Result.from_json(other))
+
+
+def _rows(base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, Any]]:
+    return xa.cross_arch_rows(ResultsDocument.from_json(base), ResultsDocument.from_json(head))
+
+
+def _failing(row: dict[str, Any], strict: bool = False) -> list[str | None]:
+    return [r.verdict for r in xa.failing([CrossArchRow.from_json(row)], strict=strict)]
+
+
+def _compare(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any]:
+    from guard.compare.compare import compare_docs
+
+    return compare_docs(ResultsDocument.from_json(base), ResultsDocument.from_json(head))
+
+
 LOGITS = np.array([[0.1, 2.0, -1.0], [3.0, 0.5, 0.2]], np.float32)
 
 
@@ -59,11 +80,11 @@ def test_outputs_round_trip(arrays: list[np.ndarray]) -> None:
     dec = xa.decode_outputs(enc)
     assert dec is not None and len(dec) == len(arrays)
     for a, d in zip(arrays, dec, strict=True):
-        assert d["shape"] == list(a.shape)
-        np.testing.assert_array_equal(d["values"], a.reshape(-1)[:: d["stride"]])
+        assert d.shape == list(a.shape)
+        np.testing.assert_array_equal(d.values, a.reshape(-1)[:: d.stride])
     big = arrays[0].size > xa.MAX_STORED_ELEMENTS
-    assert (dec[0]["stride"] > 1) is big
-    assert dec[0]["values"].size <= (xa.SAMPLE_ELEMENTS if big else arrays[0].size)
+    assert (dec[0].stride > 1) is big
+    assert dec[0].values.size <= (xa.SAMPLE_ELEMENTS if big else arrays[0].size)
 
 
 def test_undecodable_outputs_are_none() -> None:
@@ -77,7 +98,7 @@ def test_undecodable_outputs_are_none() -> None:
 def test_identical_outputs_are_consistent_with_equal_hashes() -> None:
     host = _result("m", X86, "x86_64", [LOGITS])
     arm = _result("m", ARM, "x86_64", [LOGITS.copy()], emulated=True)
-    row = xa.cross_row(host, arm)
+    row = _row(host, arm)
     assert row["verdict"] == xa.CONSISTENT
     assert row["arches"] == ["x86_64", "aarch64"]
     o = row["outputs"]
@@ -90,41 +111,41 @@ def test_identical_outputs_are_consistent_with_equal_hashes() -> None:
 def test_drift_within_and_outside_tolerance() -> None:
     host = _result("m", X86, "x86_64", [LOGITS])
     small = _result("m", ARM, "x86_64", [LOGITS * (1 + 1e-6)], emulated=True)
-    row = xa.cross_row(host, small)
+    row = _row(host, small)
     assert row["verdict"] == xa.CONSISTENT and not row["outputs"]["hash_equal"]
     assert 0 < row["outputs"]["max_abs"] < 1e-5
     assert row["outputs"]["max_rel"] == pytest.approx(1e-6, rel=0.2)
     # the class of the second sample flips on Arm: drift, and top-1 agreement says so
     flipped = LOGITS.copy()
     flipped[1, 1] = 4.0
-    row = xa.cross_row(host, _result("m", ARM, "x86_64", [flipped], emulated=True))
+    row = _row(host, _result("m", ARM, "x86_64", [flipped], emulated=True))
     assert row["verdict"] == xa.DRIFT
     assert row["outputs"]["allclose"] is False
     assert row["outputs"]["max_abs"] == pytest.approx(3.5)
     assert row["outputs"]["top1_agreement"] == 0.5
-    assert xa.failing([row]) == [row]
+    assert _failing(row) == [xa.DRIFT]
     assert "outside rtol=0.0001" in row["summary"]
 
 
 def test_partition_or_arena_difference_is_its_own_verdict() -> None:
     host = _result("m", X86, "x86_64", [LOGITS])
     arm = _result("m", ARM, "x86_64", [LOGITS], emulated=True, partitions=2, arena=8192)
-    row = xa.cross_row(host, arm)
+    row = _row(host, arm)
     assert row["verdict"] == xa.DIFFERS
     assert row["partitions"] == [1, 2] and not row["partitions_equal"]
     assert row["arena_bytes"] == [4096, 8192] and not row["arena_equal"]
-    assert xa.failing([row]) == [] and xa.failing([row], strict=True) == [row]
+    assert _failing(row) == [] and _failing(row, strict=True) == [xa.DIFFERS]
     assert "partitions 1 vs 2" in row["summary"] and "arena 4096 vs 8192 B" in row["summary"]
 
 
 def test_without_stored_outputs_only_hashes_and_a_bound_are_known() -> None:
     host = _result("m", X86, "x86_64", [LOGITS], store=False, sha="a")
     arm = _result("m", ARM, "x86_64", [LOGITS], emulated=True, store=False, sha="b")
-    row = xa.cross_row(host, arm)
+    row = _row(host, arm)
     assert row["verdict"] == xa.INCONCLUSIVE
     assert row["outputs"]["max_abs_bound"] == pytest.approx(2e-6)
     same = _result("m", ARM, "x86_64", [LOGITS], emulated=True, store=False, sha="a")
-    assert xa.cross_row(host, same)["verdict"] == xa.CONSISTENT
+    assert _row(host, same)["verdict"] == xa.CONSISTENT
 
 
 def test_one_run_with_two_targets_pairs_native_with_emulated_once() -> None:
@@ -132,7 +153,7 @@ def test_one_run_with_two_targets_pairs_native_with_emulated_once() -> None:
     host = _result("m", X86, "x86_64", [LOGITS])
     other = _result("n", X86, "x86_64", [LOGITS])
     doc = _doc(arm, host, other)
-    rows = xa.cross_arch_rows(doc, copy.deepcopy(doc))
+    rows = _rows(doc, copy.deepcopy(doc))
     assert len(rows) == 1
     assert [s["arch"] for s in rows[0]["sides"]] == ["x86_64", "aarch64"]  # native first
 
@@ -142,7 +163,7 @@ def test_an_x86_job_and_an_arm_job_pair_up_by_model_and_backend() -> None:
     arm = _doc(_result("m", ARM_N1, "aarch64", [LOGITS]),
                _result("m", ARM_N1, "aarch64", [LOGITS], backend="onnxruntime"),
                started="2026-12-01T09:05:00+00:00")  # fmt: skip
-    rows = xa.cross_arch_rows(x86, arm)
+    rows = _rows(x86, arm)
     assert [(r["model"], r["backend"], r["arches"]) for r in rows] == [
         ("m", "bundled", ["x86_64", "aarch64"])
     ]
@@ -155,15 +176,16 @@ def test_two_runs_that_both_have_both_architectures_compare_like_with_like() -> 
     head = copy.deepcopy(base)
     head["started"] = "2026-12-02T09:00:00+00:00"
     # no x86_64-vs-aarch64 pair across the runs: only the emulated target with itself
-    rows = xa.cross_arch_rows(base, head)
+    rows = _rows(base, head)
     assert [r["arches"] for r in rows] == [["aarch64", "aarch64"]]
 
 
 def test_one_aarch64_target_emulated_and_native_is_a_cross_row() -> None:
     emulated = _doc(_result("m", ARM, "x86_64", [LOGITS], emulated=True))
     native = _doc(_result("m", ARM, "aarch64", [LOGITS]), started="2026-12-02T00:00:00+00:00")
-    assert xa.is_cross(emulated["results"][0], native["results"][0])
-    rows = xa.cross_arch_rows(emulated, native)
+    assert xa.is_cross(Result.from_json(emulated["results"][0]),
+                       Result.from_json(native["results"][0]))  # fmt: skip
+    rows = _rows(emulated, native)
     assert len(rows) == 1 and rows[0]["arches"] == ["aarch64", "aarch64"]
     assert [s["host_arch"] for s in rows[0]["sides"]] == ["x86_64", "aarch64"]
 
@@ -173,13 +195,13 @@ def test_error_results_are_left_out() -> None:
     broken = _result("m", ARM, "x86_64", [LOGITS], emulated=True)
     broken["verdict"] = "error"
     doc = _doc(host, broken)
-    assert xa.cross_arch_rows(doc, doc) == []
+    assert _rows(doc, doc) == []
 
 
 def test_markdown_section() -> None:
     host = _result("m", X86, "x86_64", [LOGITS])
     arm = _result("m", ARM, "x86_64", [LOGITS], emulated=True, partitions=2)
-    lines = xa.markdown_lines([xa.cross_row(host, arm)])
+    lines = xa.markdown_lines([CrossArchRow.from_json(_row(host, arm))])
     assert lines[0] == "## Cross-architecture consistency"
     row = lines[-1]
     assert "m / bundled" in row and "x86_64 vs aarch64 (emulated)" in row
@@ -188,7 +210,7 @@ def test_markdown_section() -> None:
 
 
 def test_guard_compare_of_one_run_shows_cross_rows_and_drift_fails() -> None:
-    from guard.compare.compare import compare_docs, exit_code
+    from guard.compare.compare import exit_code
     from guard.compare.reports import to_markdown
 
     host = _result("m", X86, "x86_64", [LOGITS])
@@ -196,38 +218,36 @@ def test_guard_compare_of_one_run_shows_cross_rows_and_drift_fails() -> None:
     flipped[1, 1] = 4.0
     arm = _result("m", ARM, "x86_64", [flipped], emulated=True)
     doc = _doc(host, arm)
-    cmp = compare_docs(doc, copy.deepcopy(doc))
+    cmp = _compare(doc, copy.deepcopy(doc))
     assert [r["verdict"] for r in cmp["cross_arch"]] == [xa.DRIFT]
     assert cmp["summary"]["cross_arch"][xa.DRIFT] == 1
     assert exit_code(cmp) == 1
-    assert "## Cross-architecture consistency" in to_markdown(cmp)
+    assert "## Cross-architecture consistency" in to_markdown(ComparisonDocument.from_json(cmp))
 
 
 def test_same_target_emulated_and_native_is_not_refused_as_another_host() -> None:
-    from guard.compare.compare import compare_docs, exit_code
+    from guard.compare.compare import exit_code
 
     emulated = _doc(_result("m", ARM, "x86_64", [LOGITS], emulated=True))
     native = _doc(_result("m", ARM, "aarch64", [LOGITS]), started="2026-12-02T00:00:00+00:00")
-    cmp = compare_docs(emulated, native)  # was IncompatibleBaselineError (host.arch differs)
+    cmp = _compare(emulated, native)  # was IncompatibleBaselineError (host.arch differs)
     assert cmp["rows"] == []
     assert [r["verdict"] for r in cmp["cross_arch"]] == [xa.CONSISTENT]
     assert exit_code(cmp) == 0
 
 
 def test_an_emulated_target_in_two_runs_gets_a_consistency_row_not_a_latency_row() -> None:
-    from guard.compare.compare import compare_docs
-
     base = _doc(_result("m", X86, "x86_64", [LOGITS]),
                 _result("m", ARM, "x86_64", [LOGITS], emulated=True))  # fmt: skip
     head = _doc(_result("m", X86, "x86_64", [LOGITS]),
                 _result("m", ARM, "x86_64", [LOGITS], emulated=True, partitions=3),
                 started="2026-12-02T09:00:00+00:00")  # fmt: skip
-    cmp = compare_docs(base, head)
+    cmp = _compare(base, head)
     assert [r["target"] for r in cmp["rows"]] == [X86]
     assert [(r["arches"], r["verdict"]) for r in cmp["cross_arch"]] == [
         (["aarch64", "aarch64"], xa.DIFFERS)
     ]
     # one run compared with itself: the emulated result is not compared with itself
-    same = compare_docs(base, copy.deepcopy(base))
+    same = _compare(base, copy.deepcopy(base))
     assert [r["target"] for r in same["rows"]] == [X86]
     assert [r["arches"] for r in same["cross_arch"]] == [["x86_64", "aarch64"]]

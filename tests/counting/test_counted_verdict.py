@@ -89,7 +89,9 @@ def test_readers_of_a_count_without_bytes_say_so():
     from guard.checks.evaluate import counted_check, counted_summary
     from guard.compare.crossarch import _counted_pair, counted_cell
     from guard.counting.rows import markdown_lines
+    from guard.results.cross_arch import CrossArchRow
     from guard.results.documents import CountedRow
+    from guard.results.result import Result
 
     assert counted_summary(pmu_block(41.2e6)) == "41.2 M instructions (bytes: not counted)"
     check = counted_check(
@@ -103,7 +105,11 @@ def test_readers_of_a_count_without_bytes_say_so():
     (line,) = [x for x in markdown_lines([CountedRow.from_json(row)]) if x.startswith("| m [b]")]
     assert "| - → - | - |" in line, line
     pair = _counted_pair(
-        {"counted": pmu_block(1e6).to_json()}, {"counted": pmu_block(2e6).to_json()}
+        Result.from_json({"counted": pmu_block(1e6).to_json()}),
+        Result.from_json({"counted": pmu_block(2e6).to_json()}),
     )
     assert pair is not None and pair["bytes_moved"] == [None, None]
-    assert counted_cell({"counted": pair}) == "; counted 1 M / 2 M instructions per inference"
+    assert (
+        counted_cell(CrossArchRow.from_json({"counted": pair}))
+        == "; counted 1 M / 2 M instructions per inference"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,8 @@ from guard.compare.int8_outputs import agreement, int8_rows, line
 from guard.core.errors import SuiteError
 from guard.doctor import diagnose
 from guard.manifest.pins import build_manifest
-from guard.results.result import Quantization
+from guard.results.documents import Int8Row, ResultsDocument
+from guard.results.result import Quantization, Result
 from guard.run.int8 import add_int8_agreement
 from guard.suite import load_suite
 from guard.suite.check_blocks import CheckBlocks, Int8Agreement, QuantizationBounds, Tolerance
@@ -155,16 +158,20 @@ def test_int8_outputs_identical_or_differ_with_the_first_differing_tensor():
     a = _result("host", [[1.0, 2.0], [3.0]])
     same = _result("llvm -mcpu=x86-64-v3", [[1.0, 2.0], [3.0]])
     other = _result("llvm -mcpu=x86-64-v3", [[1.0, 2.0], [3.5]])
-    assert agreement(a, same) == ("identical", None)
-    assert agreement(a, other) == ("differ", "z")
-    rows = int8_rows({"results": [a]}, {"results": [other]})
+    assert agreement(Result.from_json(a), Result.from_json(same)) == ("identical", None)
+    assert agreement(Result.from_json(a), Result.from_json(other)) == ("differ", "z")
+    rows = int8_rows(_doc(a), _doc(other))
     assert rows[0]["outputs"] == "differ" and rows[0]["first_differing"] == "z"
     assert "int8 outputs differ (host vs llvm -mcpu=x86-64-v3): first differing tensor z" in line(
-        rows[0]
+        Int8Row.from_json(rows[0])
     )
     fp32 = {**a, "model": "m"}
     del fp32["quantization"]
-    assert int8_rows({"results": [fp32]}, {"results": [fp32]}) == []
+    assert int8_rows(_doc(fp32), _doc(fp32)) == []
+
+
+def _doc(*results: dict) -> ResultsDocument:
+    return ResultsDocument.from_json({"results": list(results)})
 
 
 def test_the_int8_agreement_check_fails_on_any_difference():
@@ -250,8 +257,8 @@ def test_the_track_metrics_and_the_report_say_when_int8_outputs_moved():
 
     m = result_metrics(Result.from_json(_result("host", [[1.0]])))
     assert m["quantization.top1_agreement"] == 0.9 and m["quantization.sqnr_db"] == 8.0
-    same = {"model": "m.int8", "backend": "b", "outputs": "identical", "first_differing": None}
-    moved = {**same, "outputs": "differ", "first_differing": "y"}
+    same = Int8Row(model="m.int8", backend="b", outputs="identical")
+    moved = replace(same, outputs="differ", first_differing="y")
     assert (
         summary_line([same]) == "int8 outputs unchanged: identical bytes on all 1 int8 result(s)."
     )

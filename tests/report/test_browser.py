@@ -128,6 +128,7 @@ def test_run_report_renders(browser, tmp_path, doc):
 def test_compare_report_renders(browser, tmp_path, doc):
     from guard.compare.compare import compare_docs
     from guard.compare.reports import write_reports
+    from guard.results.documents import ResultsDocument
 
     head = copy.deepcopy(doc)
     for r in head["results"]:
@@ -138,7 +139,7 @@ def test_compare_report_renders(browser, tmp_path, doc):
     for r in base["results"]:
         if r.get("samples_ms"):
             r["samples_ms"] = r["samples_ms"] * 8
-    cmp = compare_docs(base, head)
+    cmp = compare_docs(ResultsDocument.from_json(base), ResultsDocument.from_json(head))
     path = tmp_path / "compare-report.html"
     write_reports(cmp, json_path=None, md_path=None, html_path=path, title="guard compare")
     o = _open(browser, path, "table")

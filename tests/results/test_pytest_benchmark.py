@@ -12,10 +12,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guard.compare.compare import compare_docs
+from guard.compare import compare
 from guard.core.errors import UsageError
 from guard.results import pytest_benchmark as pb
+from guard.results.documents import ResultsDocument
 from guard.stats.regress import RegressConfig
+
+
+def compare_docs(base: dict, head: dict, config: RegressConfig) -> dict:
+    """compare_docs on two converted documents, read as guard reads a results file."""
+    return compare.compare_docs(
+        ResultsDocument.from_json(base), ResultsDocument.from_json(head), config
+    )
+
 
 BENCH = """
 import json

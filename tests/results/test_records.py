@@ -85,8 +85,8 @@ def _comparison_fixtures() -> dict[str, dict[str, Any]]:
     )
     no_rounds = cf.doc(cf.result("a", cf.lat(rng, n=3)))
     return {
-        "regressed": compare_docs(base, head),
-        "without_rounds": compare_docs(no_rounds, no_rounds),
+        "regressed": compare_docs(*map(ResultsDocument.from_json, (base, head))),
+        "without_rounds": compare_docs(*map(ResultsDocument.from_json, (no_rounds, no_rounds))),
     }
 
 
