@@ -75,7 +75,7 @@ def _mb(x: Any) -> str:
 
 
 def causes(
-    row: ComparisonRow | Mapping[str, Any],
+    r: ComparisonRow,
     base_r: Result,
     head_r: Result,
     *,
@@ -88,7 +88,6 @@ def causes(
     a latency move.
     """
     out: list[str] = []
-    r = ComparisonRow.of(row)
     pb, ph = r.partitions
     if pb is not None and ph is not None and pb != ph:
         text = f"partitions {pb} → {ph}"
@@ -132,14 +131,9 @@ def causes(
     return out
 
 
-def attribute(
-    row: Mapping[str, Any],
-    base_r: Result,
-    head_r: Result,
-) -> str | None:
-    """The attribution line, or None when nothing moved and nothing changed (``row`` the
-    comparison row being built)."""
-    r = ComparisonRow.of(row)
+def attribute(r: ComparisonRow, base_r: Result, head_r: Result) -> str | None:
+    """The attribution line, or None when nothing moved and nothing changed (``r`` the
+    comparison row being built, read as a record)."""
     moved = r.verdict in ("regressed", "improved")
     found = causes(r, base_r, head_r, structural_only=not moved)
     p50, p90 = _pct(r.ratio), _pct(r.p90_ratio)

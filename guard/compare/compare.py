@@ -31,7 +31,12 @@ from guard.counting.rows import summary as counted_summary
 from guard.manifest.diff import diff_manifests
 from guard.manifest.pins import is_pinned
 from guard.results.cross_arch import CrossArchRow
-from guard.results.documents import COMPARISON_SCHEMA_VERSION, ComparisonDocument, ResultsDocument
+from guard.results.documents import (
+    COMPARISON_SCHEMA_VERSION,
+    ComparisonDocument,
+    ComparisonRow,
+    ResultsDocument,
+)
 from guard.results.load import PROBES
 from guard.results.load import validate_comparison as validate_comparison
 from guard.results.manifest import Manifest
@@ -264,7 +269,7 @@ def compare_rows(base_r: Result, head_r: Result, config: RegressConfig) -> dict[
         "stats": comp.to_dict() if comp else {"reason": reason},
         "reason": reason,
     }
-    row["attribution"] = attribute(row, base_r, head_r)
+    row["attribution"] = attribute(ComparisonRow.from_json(row), base_r, head_r)
     return row
 
 

@@ -29,7 +29,7 @@ from guard.doctor import (
 )
 from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
 from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Evidence, Finding
-from guard.doctor.validity import p50_ratio, validity
+from guard.doctor.validity import Validity, p50_ratio, validity
 from guard.manifest.target_string import host_cpu
 from guard.results.documents import ResultsDocument
 from guard.results.result import Result
@@ -136,7 +136,7 @@ def _errored(base: Side | None, head: Side) -> list[Finding] | None:
 KERNELS = 10  # the step whose times move with whatever work the sides ran
 
 
-def _invalid_first(findings: list[Finding], v: dict[str, Any]) -> None:
+def _invalid_first(findings: list[Finding], v: Validity) -> None:
     """Facts that make the comparison invalid lead step 1's evidence (and the case's
     ``validity``, which the reports print before any step), and take causes from the
     steps they undermine.
@@ -145,24 +145,24 @@ def _invalid_first(findings: list[Finding], v: dict[str, Any]) -> None:
     time (step 10) is no cause; the graph steps still say what the change did. Noise at or
     above the effect: there is no slowdown beyond the noise to explain, so step 1 is
     suspect (measure again) and no later step may claim a cause."""
-    if v["valid"]:
+    if v.valid:
         return
     f1 = findings[0]
-    f1.evidence[:0] = [Evidence(i["fact"], i["base"], i["head"]) for i in v["invalid"]]
-    noisy = [i for i in v["invalid"] if i["fact"] == "noise_pct"]
-    hard = [i for i in v["invalid"] if i["fact"] != "noise_pct"]
-    hidden = v.get("hidden_below_pct")
+    f1.evidence[:0] = [Evidence(i.fact, i.base, i.head) for i in v.invalid]
+    noisy = [i for i in v.invalid if i.fact == "noise_pct"]
+    hard = [i for i in v.invalid if i.fact != "noise_pct"]
+    hidden = v.hidden_below_pct
     hides = f"; noise hides effects below {hidden:.0f}%" if hidden is not None else ""
     if noisy and f1.status != CAUSE:
         f1.status = SUSPECT
-        f1.summary = f"comparison not valid: {noisy[0]['why']}" + (
+        f1.summary = f"comparison not valid: {noisy[0].why}" + (
             f"; {f1.summary}" if f1.summary else ""
         )
         f1.action = (
             "Measure until the noise is below the effect (more rounds, a quiet machine, or "
             "guard ab for an interleaved A/B); until then no later step can name a cause."
         )
-    why = "; ".join(f"{i['fact']} ({i['why']})" for i in (noisy or hard)) + hides
+    why = "; ".join(f"{i.fact} ({i.why})" for i in (noisy or hard)) + hides
     for f in findings[1:]:
         if f.status == CAUSE and (noisy or f.step == KERNELS):
             f.status = SUSPECT
@@ -170,7 +170,7 @@ def _invalid_first(findings: list[Finding], v: dict[str, Any]) -> None:
 
 
 def diagnose_pair(
-    base: Side | None, head: Side, ctx: Context, v: dict[str, Any] | None = None
+    base: Side | None, head: Side, ctx: Context, v: Validity | None = None
 ) -> list[Finding]:
     errored = _errored(base, head)
     if errored is not None:
@@ -185,8 +185,8 @@ def diagnose_pair(
 
 
 def diagnose(
-    head_doc: ResultsDocument | Mapping[str, Any],
-    base_doc: ResultsDocument | Mapping[str, Any] | None = None,
+    head_doc: ResultsDocument,
+    base_doc: ResultsDocument | None = None,
     *,
     models: tuple[str, ...] = (),
     backends: tuple[str, ...] = (),
@@ -194,8 +194,7 @@ def diagnose(
     sysfs_root: Path = SYSFS_CACHE,
 ) -> dict[str, Any]:
     """The doctor document for HEAD (and BASE): one case per paired result, 11 findings each."""
-    head_d = ResultsDocument.of(head_doc)
-    base_d = ResultsDocument.of(base_doc) if base_doc is not None else None
+    head_d, base_d = head_doc, base_doc
     if base_d is not None and base_d.suite != head_d.suite:
         raise UsageError(
             f"base is suite {base_d.suite!r}, head is suite {head_d.suite!r}: "
@@ -234,7 +233,7 @@ def diagnose(
                 "verdict": [base.r.verdict if base else None, head.r.verdict],
                 "p50_ms": [_p50(base.r) if base else None, _p50(head.r)],
                 "p50_ratio": p50_ratio(base, head),
-                "validity": v,
+                "validity": v.to_dict(),
                 "first_cause": first.step if first else None,
                 "suspects": [f.step for f in findings if f.status == SUSPECT],
                 "findings": [f.to_dict() for f in findings],
@@ -247,7 +246,7 @@ def diagnose(
         "suite": head_d.suite,
         "base": labels[0] if base_doc is not None else None,
         "head": labels[1],
-        "host_caches": ctx.caches,
+        "host_caches": [c.to_dict() for c in ctx.caches],
         "cases": cases,
     }
 

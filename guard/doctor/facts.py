@@ -31,14 +31,8 @@ class Side:
     """One result (one model, backend, target) of one side of the comparison."""
 
     label: str  # "base" or "head"
-    result: Result | Mapping[str, Any]
-    doc: ResultsDocument | Mapping[str, Any] = field(default_factory=dict)
-    r: Result = field(init=False, repr=False)  # the result, typed
-    d: ResultsDocument = field(init=False, repr=False)  # its document, typed
-
-    def __post_init__(self) -> None:
-        self.r = Result.of(self.result)
-        self.d = ResultsDocument.of(self.doc)
+    r: Result  # the result
+    d: ResultsDocument = field(default_factory=ResultsDocument)  # its document
 
     @property
     def has_manifest(self) -> bool:
@@ -89,10 +83,9 @@ def model_file(doc: ResultsDocument, result: Result) -> Path | None:
 class Context:
     """What every step may read besides the two results."""
 
-    caches: list[dict[str, Any]] = field(default_factory=list)
+    caches: list[HostCache] = field(default_factory=list)
     host_cpu: str | None = None
     suite_path: str | None = None
-    docs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def model_path(self, side: Side) -> Path | None:
         return model_file(side.d, side.r)
@@ -102,8 +95,24 @@ class Context:
         return str(p) if p is not None else None
 
 
-def splits(side: Side) -> tuple[list[dict[str, Any]] | None, str]:
-    """Per split node: {node, op, backend, declined: {backend: why}} and where it was read.
+@dataclass(frozen=True)
+class Split:
+    """A node the graph was split at: its name and op, the backend it ran on, and why each
+    delegate declined it ({backend: why}), as a split record ({node, op, backend,
+    declined}) says (a key it lacks is None, no reasons ``{}``)."""
+
+    node: str | None = None
+    op: str | None = None
+    backend: str | None = None
+    declined: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rec: Mapping[str, Any]) -> Split:
+        return cls(rec.get("node"), rec.get("op"), rec.get("backend"), rec.get("declined") or {})
+
+
+def splits(side: Side) -> tuple[list[Split] | None, str]:
+    """Per split node its :class:`Split`, and where it was read.
 
     Results may carry ``partitions.splits``; the bundled artefact keeps them in
     ``partitions.json``. Without either, single-node fallback partitions still name their
@@ -112,17 +121,17 @@ def splits(side: Side) -> tuple[list[dict[str, Any]] | None, str]:
     parts = side.r.partitions
     rec = parts.splits if parts else None
     if rec is not None:
-        return [dict(s) for s in rec], "result partitions.splits"
+        return [Split.of(dict(s)) for s in rec], "result partitions.splits"
     pj = side.artefact_json("partitions.json")
     if isinstance(pj, Mapping) and isinstance(pj.get("splits"), list):
-        return [dict(s) for s in pj["splits"]], f"{side.artefact}/partitions.json"
+        return [Split.of(dict(s)) for s in pj["splits"]], f"{side.artefact}/partitions.json"
     details = parts.details if parts else ()
     if details and details[0].delegated is not None:
-        out: list[dict[str, Any]] = []
+        out: list[Split] = []
         for d in details:
             if not d.delegated and d.first == d.last and d.nodes == 1:
                 op = next(iter(d.ops), None)
-                out.append({"node": d.first, "op": op, "backend": d.backend, "declined": {}})
+                out.append(Split(d.first, op, d.backend))
         return out, "result partitions.details (single-node fallback partitions; no reasons)"
     return None, ""
 
@@ -176,12 +185,26 @@ def _cpu_count(cpu_list: str) -> int:
     return n
 
 
-def host_caches(root: Path = SYSFS_CACHE) -> list[dict[str, Any]]:
-    """Data and unified caches of cpu0 from sysfs: [{name, level, type, bytes, shared_cpus}].
+@dataclass(frozen=True)
+class HostCache:
+    """One data or unified cache level: ``name`` is L1d, L2, L3...; ``shared_cpus`` is how
+    many CPUs share one instance (1 = per core)."""
 
-    ``name`` is L1d, L2, L3...; ``shared_cpus`` is how many CPUs share one instance (1 = per
-    core). An unreadable sysfs gives an empty list.
-    """
+    name: str
+    level: int
+    type: str | None  # sysfs's Data or Unified (a recorded cache: None where it has none)
+    bytes: int
+    shared_cpus: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """{name, level, type, bytes, shared_cpus}: the doctor document's ``host_caches``."""
+        return {"name": self.name, "level": self.level, "type": self.type,
+                "bytes": self.bytes, "shared_cpus": self.shared_cpus}  # fmt: skip
+
+
+def host_caches(root: Path = SYSFS_CACHE) -> list[HostCache]:
+    """Data and unified caches of cpu0 from sysfs, smallest level first (an unreadable
+    sysfs gives an empty list)."""
     out = []
     for d in sorted(root.glob("index*")) if root.is_dir() else []:
         try:
@@ -194,17 +217,15 @@ def host_caches(root: Path = SYSFS_CACHE) -> list[dict[str, Any]]:
         if ctype == "Instruction" or size is None:
             continue
         name = f"L{level}d" if ctype == "Data" else f"L{level}"
-        out.append(
-            {"name": name, "level": level, "type": ctype, "bytes": size, "shared_cpus": shared}
-        )
-    return sorted(out, key=lambda c: c["level"])
+        out.append(HostCache(name, level, ctype, size, shared))
+    return sorted(out, key=lambda c: c.level)
 
 
-def fits_in(nbytes: int, caches: list[dict[str, Any]]) -> str:
+def fits_in(nbytes: int, caches: list[HostCache]) -> str:
     """The smallest cache level that holds ``nbytes`` ("L2"), or "DRAM"."""
     for c in caches:
-        if nbytes <= c["bytes"]:
-            return str(c["name"])
+        if nbytes <= c.bytes:
+            return str(c.name)
     return "DRAM"
 
 

@@ -242,12 +242,12 @@ def step7_dynamic_shapes(base: Side | None, head: Side, ctx: Context) -> Finding
     else:
         f.add("dynamic dims declared by the model", None, dynamic or "none")
     hs, _ = splits(head)
-    dyn_splits = [s for s in hs or [] if "dynamic" in " ".join((s.get("declined") or {}).values())]
+    dyn_splits = [s for s in hs or [] if "dynamic" in " ".join(s.declined.values())]
     for s in dyn_splits[:5]:
         f.add(
-            f"declined for dynamic shapes: {s.get('op')} node {s.get('node')!r}",
+            f"declined for dynamic shapes: {s.op} node {s.node!r}",
             None,
-            "; ".join((s.get("declined") or {}).values()),
+            "; ".join(s.declined.values()),
         )
     if dyn_splits:
         f.status = CAUSE

@@ -3,32 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from guard.doctor.facts import Context, Side, fits_in, mib
+from guard.doctor.facts import Context, HostCache, Side, fits_in, mib
 from guard.doctor.finding import CAUSE, SUSPECT, Finding, unknown
 
 _RANK = {"L1d": 1, "L1": 1, "L2": 2, "L3": 3, "L4": 4, "DRAM": 9}
 
 
-def _recorded_caches(s: Side) -> list[dict[str, Any]] | None:
-    """Caches the measuring host recorded (manifest.host.caches), in host_caches' shape."""
+def _recorded_caches(s: Side) -> list[HostCache] | None:
+    """Caches the measuring host recorded (manifest.host.caches, older records' list)."""
     rec = s.r.manifest.host.caches
     if not isinstance(rec, list):
         return None
     out = []
     for c in rec:
         if isinstance(c, Mapping) and isinstance(c.get("bytes"), int) and c.get("name") in _RANK:
-            out.append(
-                {
-                    "name": c["name"],
-                    "level": c.get("level", _RANK[c["name"]]),
-                    "type": c.get("type"),
-                    "bytes": c["bytes"],
-                    "shared_cpus": int(c.get("shared_cpus") or 1),
-                }
-            )
-    return sorted(out, key=lambda c: c["level"]) or None
+            name = c["name"]
+            out.append(HostCache(name, c.get("level", _RANK[name]), c.get("type"), c["bytes"],
+                                 int(c.get("shared_cpus") or 1)))  # fmt: skip
+    return sorted(out, key=lambda c: c.level) or None
 
 
 def step8_arena(base: Side | None, head: Side, ctx: Context) -> Finding:
@@ -62,8 +55,8 @@ def step8_arena(base: Side | None, head: Side, ctx: Context) -> Finding:
         "host caches (" + ("recorded with the result" if recorded else "this machine, cpu0") + ")",
         None,
         ", ".join(
-            f"{c['name']} {mib(c['bytes'])}"
-            + (" per core" if c["shared_cpus"] == 1 else f" shared by {c['shared_cpus']}")
+            f"{c.name} {mib(c.bytes)}"
+            + (" per core" if c.shared_cpus == 1 else f" shared by {c.shared_cpus}")
             for c in caches
         ),
     )
@@ -82,11 +75,11 @@ def step8_arena(base: Side | None, head: Side, ctx: Context) -> Finding:
             f"on {', '.join(sorted(str(x) for x in ran_on))}",
         )
     if bl is not None and _RANK[hl] > _RANK[bl]:
-        cache = next(c for c in caches if c["name"] == bl)
+        cache = next(c for c in caches if c.name == bl)
         f.status = SUSPECT if other_host else CAUSE
         f.summary = (
-            f"arena grew past {bl}: {mib(ba)} -> {mib(ha)} ({bl} is {mib(cache['bytes'])}"
-            f"{' per core' if cache['shared_cpus'] == 1 else ''}); the head now streams "
+            f"arena grew past {bl}: {mib(ba)} -> {mib(ha)} ({bl} is {mib(cache.bytes)}"
+            f"{' per core' if cache.shared_cpus == 1 else ''}); the head now streams "
             f"its intermediates from {hl}"
         )
         f.action = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from guard.doctor.facts import Context, Side, splits
+from guard.doctor.facts import Context, Side, Split, splits
 from guard.doctor.finding import CAUSE, OK, SUSPECT, Finding, unknown
 from guard.doctor.validity import host_class
 from guard.results.result import Result
@@ -191,12 +191,12 @@ def step2_compiled(base: Side | None, head: Side, ctx: Context) -> Finding:
     return f
 
 
-def _key(s: dict[str, Any]) -> tuple[Any, Any]:
-    return (s.get("node"), s.get("op"))
+def _key(s: Split) -> tuple[str | None, str | None]:
+    return (s.node, s.op)
 
 
-def _why(s: dict[str, Any]) -> str:
-    reasons = [f"{b}: {r}" for b, r in (s.get("declined") or {}).items()]
+def _why(s: Split) -> str:
+    reasons = [f"{b}: {r}" for b, r in s.declined.items()]
     return "; ".join(reasons) if reasons else "reason not recorded"
 
 
@@ -231,14 +231,14 @@ def step3_partitions(base: Side | None, head: Side, ctx: Context) -> Finding:
         f.add("read from", None, where)
     for s in new[:10]:
         f.add(
-            f"split at node {s.get('node')!r} (op {s.get('op')}) -> {s.get('backend')}",
+            f"split at node {s.node!r} (op {s.op}) -> {s.backend}",
             None,
             _why(s),
         )
     grew = base is not None and bc is not None and hc > bc
     failed = head.check_status("partitions") == "fail"
     if (grew or (base is None and (failed or hc > 1))) and new:
-        names = ", ".join(f"{s.get('op')} node {s.get('node')!r} ({_why(s)})" for s in new[:3])
+        names = ", ".join(f"{s.op} node {s.node!r} ({_why(s)})" for s in new[:3])
         more = f" and {len(new) - 3} more" if len(new) > 3 else ""
         f.status = CAUSE if (grew or failed) else SUSPECT
         f.summary = (

@@ -19,6 +19,7 @@ noise and ``r`` the rounds of each side (one side alone: ``2 * nh / sqrt(rh)``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from guard.doctor.facts import Side
@@ -31,7 +32,7 @@ def _p50(s: Side | None) -> float | None:
     return s.r.latency_ms.p50 if s is not None and s.r.latency_ms is not None else None
 
 
-def host_class(r: Result) -> dict[str, Any]:
+def host_class(r: Result) -> dict[str, str | int | None]:
     """The result's HOST_FIELDS, by name."""
     h = r.manifest.host
     return {"arch": h.arch, "cpu": h.cpu, "cores": h.cores}
@@ -63,11 +64,50 @@ def _short(v: Any) -> Any:
     return v[:12] if isinstance(v, str) else v
 
 
-def validity(base: Side | None, head: Side) -> dict[str, Any]:
-    """``{"valid", "invalid": [{"fact", "base", "head", "why"}], "effect_pct",
-    "noise_pct": [base, head], "hidden_below_pct"}``: the facts that make the comparison
-    invalid, most basic first, and the size of effect the noise hides."""
-    invalid: list[dict[str, Any]] = []
+@dataclass(frozen=True)
+class InvalidFact:
+    """A fact that makes the comparison invalid: its two values and why it does."""
+
+    fact: str
+    base: Any
+    head: Any
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fact": self.fact, "base": self.base, "head": self.head, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Validity:
+    """Whether two results can be compared: the facts that make the comparison invalid,
+    most basic first, the p50 change, each side's noise and the effect the noise hides."""
+
+    invalid: tuple[InvalidFact, ...]
+    effect_pct: float | None
+    noise_pct: tuple[float | None, float | None]  # (base, head)
+    hidden_below_pct: float | None
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case's ``validity`` in the doctor document: ``{"valid", "invalid": [{"fact",
+        "base", "head", "why"}], "effect_pct", "noise_pct": [base, head],
+        "hidden_below_pct"}``."""
+        return {
+            "valid": self.valid,
+            "invalid": [i.to_dict() for i in self.invalid],
+            "effect_pct": self.effect_pct,
+            "noise_pct": list(self.noise_pct),
+            "hidden_below_pct": self.hidden_below_pct,
+        }
+
+
+def validity(base: Side | None, head: Side) -> Validity:
+    """The facts that make the comparison invalid, most basic first, and the size of
+    effect the noise hides."""
+    invalid: list[InvalidFact] = []
     if base is not None:
         for fact, b, h, why in (
             ("model sha256", base.r.manifest.model.sha256, head.r.manifest.model.sha256,
@@ -77,17 +117,17 @@ def validity(base: Side | None, head: Side) -> dict[str, Any]:
              "the inputs changed: the sides ran different data"),
         ):  # fmt: skip
             if b is not None and h is not None and b != h:
-                invalid.append({"fact": fact, "base": _short(b), "head": _short(h), "why": why})
+                invalid.append(InvalidFact(fact, _short(b), _short(h), why))
         hb, hh = host_class(base.r), host_class(head.r)
         diff = [
             k for k in HOST_FIELDS if hb[k] is not None and hh[k] is not None and hb[k] != hh[k]
         ]
         if diff:
-            invalid.append({"fact": f"host class ({', '.join(diff)})", "base": hb, "head": hh,
-                            "why": "another host class: latencies of different machines"})  # fmt: skip
+            invalid.append(InvalidFact(f"host class ({', '.join(diff)})", hb, hh,
+                                       "another host class: latencies of different machines"))  # fmt: skip
     ratio = p50_ratio(base, head)
     effect = abs(ratio - 1.0) * 100.0 if ratio is not None else None
-    noise = [base.r.noise_pct if base else None, head.r.noise_pct]
+    noise = (base.r.noise_pct if base else None, head.r.noise_pct)
     hidden = hidden_pct(base, head)
     loudest = max((n for n in noise if isinstance(n, int | float)), default=None)
     if (
@@ -95,25 +135,19 @@ def validity(base: Side | None, head: Side) -> dict[str, Any]:
         and loudest is not None
         and (loudest >= effect or (hidden is not None and hidden >= effect))
     ):
-        invalid.append({
-            "fact": "noise_pct", "base": noise[0], "head": noise[1],
-            "why": f"the noise is at or above the effect: rounds disagree by up to "
-                   f"{loudest:.0f}% against a p50 change of {effect:.1f}%"
-                   + (f"; effects below {hidden:.0f}% are hidden" if hidden is not None else ""),
-        })  # fmt: skip
-    return {
-        "valid": not invalid,
-        "invalid": invalid,
-        "effect_pct": effect,
-        "noise_pct": noise,
-        "hidden_below_pct": hidden,
-    }
+        invalid.append(InvalidFact(
+            "noise_pct", noise[0], noise[1],
+            f"the noise is at or above the effect: rounds disagree by up to "
+            f"{loudest:.0f}% against a p50 change of {effect:.1f}%"
+            + (f"; effects below {hidden:.0f}% are hidden" if hidden is not None else ""),
+        ))  # fmt: skip
+    return Validity(tuple(invalid), effect, noise, hidden)
 
 
-def summary(v: dict[str, Any]) -> str:
+def summary(v: Validity) -> str:
     """One line: why the comparison is not valid, and what the noise hides."""
-    parts = [f"{i['fact']} ({i['why']})" for i in v.get("invalid") or ()]
-    hidden = v.get("hidden_below_pct")
+    parts = [f"{i.fact} ({i.why})" for i in v.invalid]
+    hidden = v.hidden_below_pct
     tail = f"noise hides effects below {hidden:.0f}%" if isinstance(hidden, int | float) else ""
     if not parts:
         return f"comparison valid; {tail}" if tail else "comparison valid"

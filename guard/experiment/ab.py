@@ -26,8 +26,9 @@ from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest
 from guard.core.errors import UsageError
 from guard.measure.calls import choose_inner, warm_up
 from guard.measure.preflight import contention_between, read_cpu_times
+from guard.results.documents import ComparisonRow
 from guard.results.manifest import Manifest
-from guard.results.result import Result, ResultKey
+from guard.results.result import Partitions, Result, ResultKey
 from guard.stats.regress import (
     AdaptiveResult,
     RegressConfig,
@@ -115,32 +116,43 @@ def run_ab(
     return ABOutcome(res, inner, contention_between(before, read_cpu_times()))
 
 
-def case_facts(case: object) -> dict[str, Any]:
-    """What a loaded case can say besides time: partitions, arena, outputs (duck-typed: a
-    guard.run.case.Case, or a worker's stand-in; a fact it cannot give is left out)."""
-    facts: dict[str, Any] = {"manifest": getattr(case, "manifest", None) or {}}
+@dataclass(frozen=True)
+class CaseFacts:
+    """What a loaded case can say besides time: the result fields it knows (its manifest,
+    partitions and arena, as a result carries them; None where it cannot say) and the
+    outputs of one run on its feeds."""
+
+    result: Result
+    outputs: list[np.ndarray] | None = None
+
+
+def case_facts(case: object) -> CaseFacts:
+    """The facts of a case (duck-typed: a guard.run.case.Case, or a worker's stand-in;
+    ``manifest`` its manifest's JSON, ``session`` and ``feeds`` where it has them)."""
+    manifest = Manifest.of(getattr(case, "manifest", None) or {})
     session: Session | None = getattr(case, "session", None)
     if session is None:
-        return facts
+        return CaseFacts(Result(manifest=manifest))
+    partitions = arena = outputs = None
     try:
-        facts["partitions"] = session.partitions().to_dict()
+        partitions = Partitions.from_json(session.partitions().to_dict())
     except Exception:  # noqa: BLE001 - a backend that cannot describe them still gets timed
         pass
     try:
-        facts["arena_bytes"] = session.memory().arena_bytes
+        arena = session.memory().arena_bytes
     except Exception:  # noqa: BLE001
         pass
     feeds = getattr(case, "feeds", None)
     if feeds is not None:
         try:
-            facts["outputs"] = [np.asarray(o) for o in session.run(feeds)]
+            outputs = [np.asarray(o) for o in session.run(feeds)]
         except Exception:  # noqa: BLE001
             pass
-    return facts
+    return CaseFacts(Result(manifest=manifest, partitions=partitions, arena_bytes=arena), outputs)
 
 
-def _output_diff(b: Mapping[str, Any], h: Mapping[str, Any]) -> dict[str, Any]:
-    ob, oh = b.get("outputs"), h.get("outputs")
+def _output_diff(b: CaseFacts, h: CaseFacts) -> dict[str, Any]:
+    ob, oh = b.outputs, h.outputs
     if ob is None or oh is None:
         return {"output_sha256_changed": False, "max_abs_err": [None, None], "max_abs_diff": None}
     changed = len(ob) != len(oh) or any(
@@ -159,22 +171,12 @@ def _output_diff(b: Mapping[str, Any], h: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def ab_row(
-    key: ResultKey,
-    outcome: ABOutcome,
-    base_manifest: Manifest | Mapping[str, Any],
-    head_manifest: Manifest | Mapping[str, Any],
-    base_facts: Mapping[str, Any] | None = None,
-    head_facts: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+def ab_row(key: ResultKey, outcome: ABOutcome, bf: CaseFacts, hf: CaseFacts) -> dict[str, Any]:
     """A comparison row (docs/ARCHITECTURE.md) for one interleaved A/B measurement:
-    ``base_facts`` and ``head_facts`` are what ``case_facts`` says of each side."""
+    ``bf`` and ``hf`` are what ``case_facts`` says of each side."""
     c = outcome.result.comparison
-    bman, hman = Manifest.of(base_manifest), Manifest.of(head_manifest)
-    bm, hm = bman.to_json(), hman.to_json()
-    bf = dict(base_facts or {}, manifest=bm)
-    hf = dict(head_facts or {}, manifest=hm)
-    br, hr = Result.of(bf), Result.of(hf)  # the facts a result would carry, typed
+    br, hr = bf.result, hf.result
+    bman, hman = br.manifest, hr.manifest
     p90 = None
     if outcome.result.base and outcome.result.head:
         p90 = float(np.percentile(outcome.result.head, 90) / np.percentile(outcome.result.base, 90))
@@ -202,7 +204,7 @@ def ab_row(
         },
         "reason": c.reason,
     }
-    row["attribution"] = attribute(row, br, hr)
+    row["attribution"] = attribute(ComparisonRow.from_json(row), br, hr)
     return row
 
 
@@ -273,9 +275,7 @@ def run_case_pairs(
             cfg = replace(cfg, regress_pct=float(suite_pct))
         cfg = with_noise(cfg, (noise or {}).get(str(key)))
         outcome = run_ab(b.run_once, h.run_once, cfg, budget_s=budget_s, warmup_s=warmup_s)
-        rows.append(
-            ab_row(key, outcome, b.manifest or {}, h.manifest or {}, case_facts(b), case_facts(h))
-        )
+        rows.append(ab_row(key, outcome, case_facts(b), case_facts(h)))
     return ab_document(rows, config, labels)
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from guard.compare.compare import host_incompatibility
 from guard.core.errors import InternalError, UsageError
-from guard.experiment.ab import ABOutcome, ab_document, ab_row
+from guard.experiment.ab import ABOutcome, CaseFacts, ab_document, ab_row
 from guard.experiment.bump import (
     REPO_ROOT,
     default_env_cache,
@@ -235,13 +235,11 @@ def _outputs(npz_b64: str | None) -> list[np.ndarray] | None:
         return [z[f"arr_{i}"] for i in range(len(z.files))]
 
 
-def _facts(c: CaseDescription) -> dict[str, Any]:
-    """What ``case_facts`` says of a case, for a case a worker described."""
-    return {
-        "partitions": c.partitions.to_json() if c.partitions is not None else None,
-        "arena_bytes": c.arena_bytes,
-        "outputs": _outputs(c.outputs_npz),
-    }
+def _facts(c: CaseDescription) -> CaseFacts:
+    """What ``case_facts`` says of a case, for a case a worker described (its manifest,
+    partitions and arena, and its outputs)."""
+    result = Result(manifest=c.manifest, partitions=c.partitions, arena_bytes=c.arena_bytes)
+    return CaseFacts(result, _outputs(c.outputs_npz))
 
 
 def _pair(
@@ -389,16 +387,7 @@ def run_ref_ab(
                 cfg = replace(cfg, regress_pct=float(hc.regress_pct))
             cfg = with_noise(cfg, (noise or {}).get(str(key)))
             outcome = _pair(wb, wh, ib, ih, cfg, budget_s, warmup_s, min_sample_s)
-            rows.append(
-                ab_row(
-                    key,
-                    outcome,
-                    bc.manifest,
-                    hc.manifest,
-                    _facts(bc),
-                    _facts(hc),
-                )
-            )
+            rows.append(ab_row(key, outcome, _facts(bc), _facts(hc)))
         counted_rows = (
             _count_pairs(wb, wh, pairs, missing if missing is not None else []) if counted else []
         )

@@ -17,6 +17,7 @@ from guard.cli.main import main
 from guard.doctor.facts import Side
 from guard.doctor.finding import CAUSE
 from guard.doctor.steps_kernels import step10_kernels
+from guard.results.result import Result
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(t) is None for t in ("qemu-x86_64", "cc")),
@@ -87,7 +88,8 @@ def test_kernel_counts_sum_to_the_inference_and_the_heavier_kernel_is_named(
     assert {"mm_y", "relu", "mm_z"} <= nodes, kernels
 
     head = _counted(tmp_path, 64, "head")
-    f = step10_kernels(Side("base", base), Side("head", head), None)  # type: ignore[arg-type]
+    sides = (Side("base", Result.from_json(base)), Side("head", Result.from_json(head)))
+    f = step10_kernels(*sides, None)  # type: ignore[arg-type]
     d = f.to_dict()
     assert d["status"] == CAUSE and "mm_z" in d["summary"], d
     first = next(e for e in d["evidence"] if e["fact"].endswith("counted instructions"))

@@ -15,10 +15,19 @@ import pytest
 from doctor_fixtures import conv_net, fake_sysfs, finding, run_one, variant
 
 from guard.cli.main import main
-from guard.doctor import SCHEMA_VERSION, diagnose
+from guard.doctor import SCHEMA_VERSION
+from guard.doctor import diagnose as diagnose_docs
 from guard.doctor.facts import fits_in, host_caches
 from guard.doctor.render import to_markdown
 from guard.doctor.steps_tuning import target_difference
+from guard.results.documents import ResultsDocument
+from guard.results.result import Result
+
+
+def diagnose(head: dict, base: dict | None = None, **kwargs) -> dict:
+    """The doctor on two fixture documents, read as guard reads a results file."""
+    typed = ResultsDocument.from_json(base) if base is not None else None
+    return diagnose_docs(ResultsDocument.from_json(head), typed, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +305,7 @@ CACHES = [
 
 def test_sysfs_caches_are_read_per_level(tmp_path: Path) -> None:
     caches = host_caches(fake_sysfs(tmp_path, CACHES))
-    assert [(c["name"], c["bytes"], c["shared_cpus"]) for c in caches] == [
+    assert [(c.name, c.bytes, c.shared_cpus) for c in caches] == [
         ("L1d", 32768, 1),
         ("L2", 1048576, 1),
         ("L3", 33554432, 2),
@@ -539,7 +548,7 @@ def test_step10_sets_the_counted_cost_beside_the_kernel_times() -> None:
         kernels = [{"kernel": "k0", "op": "Conv", "share": 1.0, "ms": 1.0, "nodes": ["c"]}]
         counted = {"instructions": instructions, "bytes_loaded": 1e5, "bytes_stored": 1e4,
                    "fingerprint": fp}  # fmt: skip
-        return Side(label, {"kernels": kernels, "counted": counted})
+        return Side(label, Result.from_json({"kernels": kernels, "counted": counted}))
 
     f = step10_kernels(side("base", 1e6), side("head", 1.2e6), None).to_dict()  # type: ignore[arg-type]
     facts = {e["fact"]: e for e in f["evidence"]}
@@ -564,7 +573,7 @@ def test_step10_ranks_kernels_by_counted_difference_when_both_sides_counted_them
                    "guard_main": {"instructions": 40, "op": "entry", "nodes": []}}  # fmt: skip
         counted = {"instructions": 5040.0 + relu, "bytes_loaded": 1e5, "bytes_stored": 1e4,
                    "fingerprint": fp, "kernels": kernels}  # fmt: skip
-        return Side(label, {"kernels": times, "counted": counted})
+        return Side(label, Result.from_json({"kernels": times, "counted": counted}))
 
     # Kernel symbols are per build (k1 in base, k2 in head): the nodes match them.
     f = step10_kernels(side("base", 100, "k1_relu"), side("head", 900, "k2_relu"), None)  # type: ignore[arg-type]

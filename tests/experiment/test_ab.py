@@ -10,6 +10,7 @@ import pytest
 from guard.core.errors import UsageError
 from guard.experiment import ab
 from guard.measure.calls import choose_inner, warm_up
+from guard.results.result import Result
 from guard.stats.regress import RegressConfig
 from guard.suite.check_blocks import CheckBlocks, LatencyBounds
 
@@ -167,7 +168,7 @@ def test_case_facts_feed_partitions_arena_numerics_and_attribution(monkeypatch):
     assert row["numerics"]["max_abs_diff"] == pytest.approx(0.5)
     assert "partitions 1 → 3, Erf unsupported on the delegate" in row["attribution"]
     # a case without a session still gets timed; its facts are just unknown
-    assert ab.case_facts(SimpleNamespace(manifest={})) == {"manifest": {}}
+    assert ab.case_facts(SimpleNamespace(manifest={})) == ab.CaseFacts(Result())
 
 
 def test_suite_regress_pct_sets_the_ab_threshold(monkeypatch):

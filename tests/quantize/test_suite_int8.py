@@ -198,7 +198,10 @@ def test_doctor_step_12_names_the_tensor_on_an_int8_row_only():
                            "bound": 20.0, "message": "..."})  # fmt: skip
     base = _result("host", [[1.0]])
     base["quantization"] = {**BLOCK, "calibration_sha256": "c1", "sqnr_db": 30.0}
-    doc = diagnose({"suite": "q", "results": [head]}, {"suite": "q", "results": [base]})
+    doc = diagnose(
+        ResultsDocument.from_json({"suite": "q", "results": [head]}),
+        ResultsDocument.from_json({"suite": "q", "results": [base]}),
+    )
     steps = doc["cases"][0]["findings"]
     assert [f["step"] for f in steps][-1] == 12
     f12 = steps[-1]
@@ -206,7 +209,7 @@ def test_doctor_step_12_names_the_tensor_on_an_int8_row_only():
     assert "calibration set changed" in f12["summary"] and "keep_fp32" in f12["action"]
     fp32 = {**head, "model": "m"}
     del fp32["quantization"]
-    doc = diagnose({"suite": "q", "results": [fp32]})
+    doc = diagnose(ResultsDocument.from_json({"suite": "q", "results": [fp32]}))
     assert [f["step"] for f in doc["cases"][0]["findings"]] == list(range(1, 12))
 
 

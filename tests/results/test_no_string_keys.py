@@ -76,7 +76,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{("guard/checks/evaluate.py", k): "a tolerance check's bound {rtol, atol} being written"
        for k in ("rtol", "atol")},
     ("guard/compare/attribution.py", "op"): "an unsupported-op item ({op_type|op})",
-    ("guard/experiment/ab.py", "outputs"): "a case's output arrays (case_facts)",
     **{("guard/experiment/ab.py", k): "the A/B rows ab_row just built"
        for k in ("manifest_diff", "verdict", "ratio")},
     ("guard/experiment/ab_ref.py", "name"): "a pyproject's project name",
@@ -105,14 +104,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{("guard/doctor/render.py", k): "the doctor's own document (cases, findings)"
        for k in ("backend", "base", "cases", "head", "model", "status", "suite", "summary",
                  "target")},
-    **{("guard/doctor/doctor.py", k): "the doctor's validity record and document"
-       for k in ("base", "cases", "head")},
-    **{("guard/doctor/facts.py", k): "a host cache record and the artefact's partitions.json"
-       for k in ("bytes", "name", "splits")},
-    **{("guard/doctor/steps_host.py", k): "a host cache record" for k in ("bytes", "name")},
-    **{(f"guard/doctor/{m}.py", k): "a split record {node, op, backend, declined}"
-       for m, keys in (("steps_graph", ("node", "op")), ("steps_run", ("backend", "node", "op")))
-       for k in keys},
+    ("guard/doctor/doctor.py", "cases"): "the doctor's own document",
+    **{("guard/doctor/facts.py", k): "the artefact's partitions.json and a split record "
+       "{node, op, backend, declined} read into a Split"
+       for k in ("splits", "node", "op", "backend")},
+    **{("guard/doctor/steps_host.py", k): "a cache the host recorded (manifest.host.caches: "
+       "older records' list), read into a HostCache" for k in ("bytes", "name")},
     **{("guard/doctor/steps_kernels.py", k): "a kernel time (KernelTime), a counted row"
        for k in ("label", "message", "ms", "name", "share")},
     ("guard/doctor/steps_options.py", "session_options"): "the artefact's build.json/ort.json",
