@@ -13,7 +13,7 @@ measurement, or missed while rounds were contended (unless ``latency.strict``), 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -358,10 +358,9 @@ def _si(x: float, unit: str, sep: str = "") -> str:
     return f"{x:.4g} {unit}"
 
 
-def counted_summary(block: Counted | Mapping[str, Any]) -> str:
+def counted_summary(c: Counted) -> str:
     """ "41.2 M instructions, 88 MB moved" per inference, or the block's error (ValueError
     for a block without a count)."""
-    c = block if isinstance(block, Counted) else Counted.from_json(block)
     if c.failed:
         return str(c.error)
     if c.instructions is None:

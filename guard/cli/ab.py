@@ -64,6 +64,7 @@ def _warn_missing(missing: list[str]) -> None:
 def cmd_ab(args: argparse.Namespace) -> int:
     from guard.compare.compare import exit_code
     from guard.experiment.ab import match_cases, run_case_pairs
+    from guard.results.documents import ComparisonDocument
     from guard.run.case import prepare_cases
     from guard.suite import load_suite
 
@@ -102,7 +103,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         )
         _warn_missing(missing)
         emit(cmp, args, "guard ab")
-        return exit_code(cmp, strict=args.strict)
+        return exit_code(ComparisonDocument.from_json(cmp), strict=args.strict)
     (bs, bw), (hs, hw) = side(args.base), side(args.head)
     pairs = match_cases(prepare_cases(bs, bw), prepare_cases(hs, hw))
     suite_name = load_suite(args.suite).name
@@ -122,4 +123,4 @@ def cmd_ab(args: argparse.Namespace) -> int:
         cmp["summary"]["counted"] = summary(cmp["counted"])
         _warn_missing(missing)
     emit(cmp, args, "guard ab")
-    return exit_code(cmp, strict=args.strict)
+    return exit_code(ComparisonDocument.from_json(cmp), strict=args.strict)

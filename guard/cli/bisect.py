@@ -37,6 +37,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     from guard.cli.calibrate import noise_for
     from guard.experiment.ab_ref import repo_root, run_ref_ab
     from guard.experiment.bisect import bisect, commits_between, max_steps
+    from guard.results.documents import ComparisonDocument
     from guard.suite import load_suite
 
     if not args.suite.is_file():
@@ -51,11 +52,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         f"{max_steps(len(commits))} steps"
     )
 
-    def step(base: str, head: str) -> dict:
-        return run_ref_ab(
+    def step(base: str, head: str) -> ComparisonDocument:
+        return ComparisonDocument.from_json(run_ref_ab(
             args.suite, base, head, config=cfg, noise=noise, budget_s=args.budget_s,
             suite_thresholds=args.regress_pct is None, env_cache=args.env_cache, threads=threads,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     res = bisect(good, bad, commits, step)
     if args.json:

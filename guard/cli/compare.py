@@ -52,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def cmd_compare(args: argparse.Namespace) -> int:
     from guard.compare.baseline import is_mlflow_spec, load_side
     from guard.compare.compare import compare_docs, exit_code
+    from guard.results.documents import ComparisonDocument
 
     if len(args.sides) > 2:
         raise UsageError(f"expected [BASE] HEAD, got {len(args.sides)} sides")
@@ -97,4 +98,4 @@ def cmd_compare(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     emit(cmp, args, "guard compare")
-    return exit_code(cmp, strict=args.strict)
+    return exit_code(ComparisonDocument.from_json(cmp), strict=args.strict)

@@ -407,10 +407,9 @@ def _git(doc: ResultsDocument) -> dict[str, Any] | None:
     return doc.git.to_json() if doc.git.read else None
 
 
-def exit_code(comparison: Mapping[str, Any], *, strict: bool = False) -> int:
+def exit_code(doc: ComparisonDocument, *, strict: bool = False) -> int:
     """1 when any row regressed or two architectures' outputs drifted apart (or, with
     strict, a row is inconclusive or a cross-architecture row differs); 0 otherwise."""
-    doc = ComparisonDocument.of(comparison)
     bad = {REGRESSED, INCONCLUSIVE} if strict else {REGRESSED}
     drifted = crossarch.failing([CrossArchRow.of(r) for r in doc.cross_arch], strict=strict)
     counted = any(r.verdict == REGRESSED for r in doc.counted)

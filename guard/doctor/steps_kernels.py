@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from guard.doctor.facts import Context, Side
 from guard.doctor.finding import CAUSE, SUSPECT, Finding, unknown
@@ -65,8 +65,8 @@ def _kernels(s: Side) -> tuple[dict[str, KernelTime] | None, str]:
     return None, ""
 
 
-def _ms(k: Mapping[str, Any] | None) -> float:
-    return float((k or {}).get("ms") or 0.0)
+def _ms(k: KernelTime | None) -> float:
+    return float(k.get("ms") or 0.0) if k else 0.0
 
 
 def _counted_evidence(f: Finding, base: Side | None, head: Side) -> None:

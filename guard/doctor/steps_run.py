@@ -127,7 +127,7 @@ def _min_iters(r: Result) -> Any:
     return r.measurement.config.get("min_iters")  # the suite's measure block, as it ran
 
 
-def _delegation(s: Side) -> tuple[int | None, int | None, dict[str, Any]]:
+def _delegation(s: Side) -> tuple[int | None, int | None, dict[str, int]]:
     p = s.r.partitions
     if p is None:
         return None, None, {}

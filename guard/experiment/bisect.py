@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from guard.experiment.ab_ref import _git, resolve_ref
 from guard.results.documents import ComparisonDocument, ComparisonRow
 
 # step(good_sha, sha) -> the guard ab comparison document of sha against good_sha.
-Step = Callable[[str, str], ComparisonDocument | Mapping[str, Any]]
+Step = Callable[[str, str], ComparisonDocument]
 
 
 @dataclass
@@ -133,8 +133,8 @@ def _row_json(r: ComparisonRow) -> dict[str, Any]:
             "ratio": r.ratio, "ci": list(r.ci) if r.ci else None}  # fmt: skip
 
 
-def _verdict(doc: ComparisonDocument | Mapping[str, Any], sha: str, index: int) -> StepVerdict:
-    rows = list(ComparisonDocument.of(doc).rows)
+def _verdict(doc: ComparisonDocument, sha: str, index: int) -> StepVerdict:
+    rows = list(doc.rows)
     verdicts = {r.verdict for r in rows}
     v = next(
         (x for x in ("regressed", "inconclusive", "improved", "pass") if x in verdicts), "pass"

@@ -42,7 +42,7 @@ from guard.experiment.pins import (  # noqa: F401  (bump.X for the CLI and ab --
     read_lock,
     requirements_with,
 )
-from guard.results.documents import ResultsDocument
+from guard.results.documents import ComparisonDocument, ResultsDocument
 from guard.results.load import read_results
 from guard.results.record import Json
 from guard.results.result import Result
@@ -382,4 +382,4 @@ def _measure_bump(
         html_path=out / "bump.html",
         title=title,
     )
-    return cmp, exit_code(cmp, strict=strict)
+    return cmp, exit_code(ComparisonDocument.from_json(cmp), strict=strict)

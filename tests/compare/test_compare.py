@@ -26,6 +26,10 @@ def compare_docs(base: dict, head: dict, *args, **kwargs) -> dict:
     return C.compare_docs(*typed, *args, **kwargs)
 
 
+def exit_code(cmp: dict, strict: bool = False) -> int:
+    return C.exit_code(ComparisonDocument.from_json(cmp), strict=strict)
+
+
 def to_markdown(cmp: dict) -> str:
     return reports.to_markdown(ComparisonDocument.from_json(cmp))
 
@@ -50,7 +54,7 @@ def test_aa_pair_passes_and_exit_0():
     cmp = compare_docs(base, head, CFG)
     assert [r["verdict"] for r in cmp["rows"]] == ["pass", "pass"]
     assert cmp["manifest_diff"] == {}
-    assert C.exit_code(cmp) == 0
+    assert exit_code(cmp) == 0
     C.validate_comparison(cmp, "x")
 
 
@@ -80,7 +84,7 @@ def test_slower_head_regresses_exit_1_with_contract_keys():
         "max_abs_err": [1e-6, 1e-6],
         "max_rel_err": [1e-5, 1e-5],
     }
-    assert C.exit_code(cmp) == 1
+    assert exit_code(cmp) == 1
     assert row["attribution"].startswith("p50 +1")
 
 
@@ -90,7 +94,7 @@ def test_inconclusive_fails_only_when_strict():
     head = doc(result("mlp", lat(rng, n=6)))
     cmp = compare_docs(base, head, CFG)
     assert cmp["rows"][0]["verdict"] == "inconclusive"
-    assert C.exit_code(cmp) == 0 and C.exit_code(cmp, strict=True) == 1
+    assert exit_code(cmp) == 0 and exit_code(cmp, strict=True) == 1
 
 
 def test_manifest_diff_excludes_host_and_run_stats_and_is_listed_first():
@@ -187,7 +191,7 @@ def test_a_results_file_without_rounds_gets_no_latency_verdict():
     b.pop("rounds")
     cmp = compare_docs(doc(b), doc(h), CFG)
     (row,) = cmp["rows"]
-    assert row["verdict"] == "inconclusive" and C.exit_code(cmp) == 0
+    assert row["verdict"] == "inconclusive" and exit_code(cmp) == 0
     assert "base result has no rounds" in row["reason"] and "re-run" in row["reason"]
     assert row["ratio"] == pytest.approx(1.15, rel=0.05)  # the ratio is still shown
     assert cmp["summary"]["without_rounds"] == ["mlp/onnxruntime/llvm -mcpu=sapphirerapids"]

@@ -221,7 +221,7 @@ def test_guard_compare_of_one_run_shows_cross_rows_and_drift_fails() -> None:
     cmp = _compare(doc, copy.deepcopy(doc))
     assert [r["verdict"] for r in cmp["cross_arch"]] == [xa.DRIFT]
     assert cmp["summary"]["cross_arch"][xa.DRIFT] == 1
-    assert exit_code(cmp) == 1
+    assert exit_code(ComparisonDocument.from_json(cmp)) == 1
     assert "## Cross-architecture consistency" in to_markdown(ComparisonDocument.from_json(cmp))
 
 
@@ -233,7 +233,7 @@ def test_same_target_emulated_and_native_is_not_refused_as_another_host() -> Non
     cmp = _compare(emulated, native)  # was IncompatibleBaselineError (host.arch differs)
     assert cmp["rows"] == []
     assert [r["verdict"] for r in cmp["cross_arch"]] == [xa.CONSISTENT]
-    assert exit_code(cmp) == 0
+    assert exit_code(ComparisonDocument.from_json(cmp)) == 0
 
 
 def test_an_emulated_target_in_two_runs_gets_a_consistency_row_not_a_latency_row() -> None:

@@ -12,6 +12,7 @@ from test_ab_ref import SUITE, matmul_model
 from guard.cli.main import main
 from guard.core.errors import UsageError
 from guard.experiment.bisect import bisect, commits_between, max_steps
+from guard.results.documents import ComparisonDocument
 
 
 def git(repo: Path, *args: str) -> str:
@@ -36,14 +37,16 @@ def linear_repo(path: Path, n: int) -> tuple[str, list[str]]:
 def fake_ab(commits: list[str], slow: int | None, calls: list[str], broken=()):
     """An injected guard ab step: every commit from index ``slow`` on is 20% slower."""
 
-    def step(good: str, sha: str) -> dict:
+    def step(good: str, sha: str) -> ComparisonDocument:
         calls.append(sha)
         if sha in broken:
             raise UsageError("head side: the model does not build", where=sha)
         bad = slow is not None and commits.index(sha) >= slow
         ratio, ci = (1.2, [1.17, 1.23]) if bad else (1.0, [0.98, 1.02])
         row = {"model": "mm", "backend": "onnxruntime", "target": "host", "ratio": ratio, "ci": ci}
-        return {"rows": [{**row, "verdict": "regressed" if bad else "pass"}]}
+        return ComparisonDocument.from_json(
+            {"rows": [{**row, "verdict": "regressed" if bad else "pass"}]}
+        )
 
     return step
 
@@ -77,11 +80,11 @@ def test_an_inconclusive_step_counts_as_not_regressed_and_says_so(tmp_path):
     calls: list[str] = []
     inner = fake_ab(commits, 2, calls)
 
-    def step(g: str, sha: str) -> dict:
-        doc = inner(g, sha)
+    def step(g: str, sha: str) -> ComparisonDocument:
+        doc = inner(g, sha).to_json()
         if sha == commits[1]:
             doc["rows"][0].update(verdict="inconclusive", ratio=1.04, ci=[0.99, 1.09])
-        return doc
+        return ComparisonDocument.from_json(doc)
 
     lines: list[str] = []
     res = bisect(good, commits[-1], commits, step, lines.append)
