@@ -27,7 +27,7 @@ class BuildRequest:
     options: dict[str, Any] = field(default_factory=dict)  # backend-specific suite options
     # The suite's bound input values (what the golden feeds): a backend that runs the
     # model at build time (onnxruntime's memory probe) runs it on these, not on zeros.
-    inputs: dict[str, Any] | None = None
+    inputs: dict[str, np.ndarray] | None = None
 
 
 @dataclass

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from guard.backends.base import PartitionInfo
-from guard.backends.ort_profile import top_nodes
+from guard.backends.ort_profile import NodeTime, top_nodes
 from guard.compiler.graph.grouping import group_connected, merge_while_acyclic
 
 OPTIMISED = "CPU"
@@ -165,13 +165,11 @@ def memory_facts(runtime_model: Any) -> dict[str, Any]:
 def profile_rows(infos: Sequence[Sequence[Any]], top: int) -> list[dict[str, Any]]:
     """The ``top`` layers by mean real time per inference from PERF_COUNT records (one
     list of ProfilingInfo per inference), as result ``kernels`` rows."""
-    per: dict[str, dict[str, Any]] = {}
+    per: dict[str, NodeTime] = {}
     for run in infos:
         for p in run:
             if str(p.status).endswith("NOT_RUN") or str(p.status).endswith("OPTIMIZED_OUT"):
                 continue
-            row = per.setdefault(
-                p.node_name, {"op": p.node_type, "provider": p.exec_type, "us": []}
-            )
-            row["us"].append(p.real_time.total_seconds() * 1e6)
+            row = per.setdefault(p.node_name, NodeTime(p.node_type, p.exec_type))
+            row.us.append(p.real_time.total_seconds() * 1e6)
     return top_nodes(per, top, source="openvino PERF_COUNT")

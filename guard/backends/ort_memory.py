@@ -13,8 +13,8 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -62,7 +62,9 @@ def _parse_arena_log(log: str) -> dict[str, int | None]:
 
 
 def _probe_feeds(
-    model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], inputs: dict[str, Any] | None
+    model: onnx.ModelProto,
+    shapes: dict[str, tuple[int, ...]],
+    inputs: Mapping[str, np.ndarray] | None,
 ) -> dict[str, np.ndarray]:
     """The probe's feeds: the suite's bound inputs, else zeros of each input's shape."""
     init = {i.name for i in model.graph.initializer}
@@ -96,7 +98,7 @@ def probe_memory(
     shapes: dict[str, tuple[int, ...]],
     providers: list[str],
     work_dir: Path | None = None,
-    inputs: dict[str, Any] | None = None,
+    inputs: Mapping[str, np.ndarray] | None = None,
 ) -> dict:
     """Probe one model's memory in a child process: liveness lower bound and arena growth.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,20 @@ from guard.backends.ort_session import _ort, session_options
 KERNEL_SUFFIX = "_kernel_time"
 
 
-def node_times(events: list[Any], skip_runs: int = 1) -> dict[str, dict[str, Any]]:
-    """{node: {op, provider, us: [per run]}} from a profile's events (runs in order)."""
-    per: dict[str, dict[str, Any]] = {}
+@dataclass
+class NodeTime:
+    """One node's profiled time: its op and the provider that ran it, as the profiler
+    names them, and one time per run, in microseconds."""
+
+    op: str | None
+    provider: str | None
+    us: list[float] = field(default_factory=list)
+
+
+def node_times(events: list[Any], skip_runs: int = 1) -> dict[str, NodeTime]:
+    """Each node's times from a profile's events (runs in order; the first ``skip_runs``
+    dropped where later runs remain)."""
+    per: dict[str, NodeTime] = {}
     for e in events:
         if not isinstance(e, Mapping) or e.get("cat") != "Node":
             continue
@@ -36,35 +48,33 @@ def node_times(events: list[Any], skip_runs: int = 1) -> dict[str, dict[str, Any
         node = name[: -len(KERNEL_SUFFIX)]
         raw = e.get("args")
         args: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        row = per.setdefault(
-            node, {"op": args.get("op_name"), "provider": args.get("provider"), "us": []}
-        )
-        row["us"].append(float(e.get("dur", 0)))
+        row = per.setdefault(node, NodeTime(args.get("op_name"), args.get("provider")))
+        row.us.append(float(e.get("dur", 0)))
     for row in per.values():
-        row["us"] = row["us"][skip_runs:] or row["us"]
+        row.us = row.us[skip_runs:] or row.us
     return per
 
 
 def top_nodes(
-    per: Mapping[str, Mapping[str, Any]], top: int, source: str = "onnxruntime profiler"
+    per: Mapping[str, NodeTime], top: int, source: str = "onnxruntime profiler"
 ) -> list[dict[str, Any]]:
     """The ``top`` nodes by mean time per inference, as result ``kernels`` rows (``per``:
-    node -> {op, provider, us: [one time per inference]}; ``source`` names the profiler)."""
-    means = {n: float(np.mean(r["us"])) / 1e3 for n, r in per.items() if r["us"]}
+    each node's times, one per inference; ``source`` names the profiler)."""
+    means = {n: float(np.mean(r.us)) / 1e3 for n, r in per.items() if r.us}
     total = sum(means.values())
-    rows = [
+    ranked = sorted(means.items(), key=lambda kv: -round(kv[1], 6))[:top]  # as rows show ms
+    return [
         {
             "kernel": n,
-            "op": per[n]["op"],
-            "provider": per[n]["provider"],
+            "op": per[n].op,
+            "provider": per[n].provider,
             "ms": round(ms, 6),
             "share": round(ms / total, 4) if total > 0 else None,
             "nodes": [n],
             "source": source,
         }
-        for n, ms in means.items()
+        for n, ms in ranked
     ]
-    return sorted(rows, key=lambda r: -r["ms"])[:top]
 
 
 def profile_nodes(
