@@ -24,7 +24,6 @@ from guard.measure.preflight import contention_text
 from guard.results.counted import Counted
 from guard.results.documents import CountedRow, RowStats
 from guard.results.manifest import MissedKey, TuningCache
-from guard.results.record import Json, Record
 from guard.results.result import (
     Contention,
     Latency,
@@ -69,11 +68,6 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
-def _json(block: Record | None) -> dict[str, Json]:
-    """A block as the result holds it ({} for none)."""
-    return block.to_json() if block is not None else {}
-
-
 def latency_checks(
     cfg: LatencyBounds,
     stats: Latency,
@@ -107,7 +101,7 @@ def latency_checks(
         elif not ok and contended:
             status = "inconclusive"
             msg += (
-                f"; inconclusive (contention: {contention_text(_json(contention))}): re-run on a "
+                f"; inconclusive (contention: {contention_text(contention or Contention())}): re-run on a "
                 "quiet machine, or set checks.latency.strict: true to fail on it anyway"
             )
         out.append(Check(name, status, value, bound, msg))

@@ -20,12 +20,13 @@ from __future__ import annotations
 import os
 import resource
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guard.core.errors import UsageError
+from guard.results.result import Contention
 
 # Fraction of the other cores' capacity used by other processes above which a run is
 # flagged. 0.2 is one core a fifth busy on a 2-core machine: enough to shift medians.
@@ -143,9 +144,10 @@ def round_contended(contention: float | None, cpu_share: float | None) -> bool:
     return contention_warning(contention) is not None or cpu_share_warning(cpu_share) is not None
 
 
-def contention_block(rounds: Sequence[Any]) -> dict[str, Any]:
+def contention_block(rounds: Sequence[Any]) -> Contention:
     """A result's ``contention`` block from its rounds (anything with ``contention`` and
-    ``cpu_share``): ``flagged`` when any round was contended, with how many and the worst.
+    ``cpu_share``): ``flagged`` when any round was contended, with how many and the worst;
+    read from the JSON the result writes (every key, nulls included, in this order).
 
     A latency bound missed by a flagged result is inconclusive, not failed (guard.results.
     checks), and the dashboard's change points leave flagged runs out.
@@ -153,22 +155,24 @@ def contention_block(rounds: Sequence[Any]) -> dict[str, Any]:
     loads = [r.contention for r in rounds if r.contention is not None]
     shares = [r.cpu_share for r in rounds if r.cpu_share is not None]
     flagged = sum(round_contended(r.contention, r.cpu_share) for r in rounds)
-    return {
-        "flagged": flagged > 0,
-        "rounds_flagged": flagged,
-        "rounds": len(rounds),
-        "load_max": max(loads) if loads else None,
-        "cpu_share_min": min(shares) if shares else None,
-        "load_threshold": CONTENTION_WARN,
-        "cpu_share_threshold": CPU_SHARE_WARN,
-    }
+    return Contention.from_json(
+        {
+            "flagged": flagged > 0,
+            "rounds_flagged": flagged,
+            "rounds": len(rounds),
+            "load_max": max(loads) if loads else None,
+            "cpu_share_min": min(shares) if shares else None,
+            "load_threshold": CONTENTION_WARN,
+            "cpu_share_threshold": CPU_SHARE_WARN,
+        }
+    )
 
 
-def contention_text(block: Mapping[str, Any]) -> str:
+def contention_text(block: Contention) -> str:
     """``4 of 10 rounds contended: others used up to 63% of the spare CPU, this process got
     as little as 55% of a core``: what a flagged result's messages say."""
-    parts = [f"{block.get('rounds_flagged')} of {block.get('rounds')} rounds contended"]
-    load, share = block.get("load_max"), block.get("cpu_share_min")
+    parts = [f"{block.rounds_flagged} of {block.rounds} rounds contended"]
+    load, share = block.load_max, block.cpu_share_min
     detail = []
     if isinstance(load, int | float) and load > CONTENTION_WARN:
         detail.append(f"others used up to {load:.0%} of the spare CPU")

@@ -33,7 +33,7 @@ from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.emulate.tools import ToolMissing
 from guard.manifest.target_string import target_arch
 from guard.results.counted import Counted
-from guard.results.documents import ResultsDocument
+from guard.results.documents import CountedRow, ResultsDocument
 from guard.results.manifest import Manifest
 from guard.run.build import build_artefact
 from guard.suite import ModelEntry
@@ -88,8 +88,9 @@ def count_case(case: Any, cfg: CountedConfig, workdir: Path, missing: list[str])
 
 def counted_against(
     entry: ModelEntry, block: Counted | None, baseline: ResultsDocument | None, key: Any
-) -> tuple[float, dict[str, Any] | None]:
-    """(bound in percent, the counted comparison against the baseline's same result)."""
+) -> tuple[float, CountedRow | None]:
+    """(bound in percent, the counted comparison against the baseline's same result: the
+    row guard.counting.verdict.compare_counted writes, read)."""
     counted = entry.checks.counted
     pct = counted.regress_pct if counted is not None else None
     bound = float(DEFAULT_COUNTED_REGRESS_PCT if pct is None else pct)
@@ -99,7 +100,9 @@ def counted_against(
         (r for r in baseline.results if r.manifest.to_json() and r.key == key),
         None,
     )
-    return bound, compare_counted(base.counted if base else None, block, bound)
+    return bound, CountedRow.from_json(
+        compare_counted(base.counted if base else None, block, bound)
+    )
 
 
 def count_pairs(

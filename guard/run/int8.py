@@ -45,7 +45,7 @@ from guard.quantize.build import WRITER_VERSION
 from guard.quantize.calibration import Calibration, read_calibration, seeded_samples
 from guard.quantize.profile import Profile, fp32_entries, pass_names
 from guard.results.result import Check as ResultCheck
-from guard.results.result import Result
+from guard.results.result import Quantization, Result
 from guard.suite import InputSpec, ModelEntry
 from guard.suite.model import ModelSpec, bind, graph_inputs, load_model, make_inputs
 from guard.suite.quantize import INPUT_SAMPLES
@@ -186,8 +186,9 @@ def quantization_block(
     feeds: dict[str, np.ndarray],
     fp32_path: Path,
     accuracy: float | None,
-) -> dict[str, Any]:
-    """The result's ``quantization`` record for this backend's int8 session (module doc)."""
+) -> Quantization:
+    """The result's ``quantization`` record for this backend's int8 session (module doc),
+    read from the block as the result writes it."""
     ref = _Reference(fp32_path)
     evals = _eval_feeds(entry, spec, feeds) + _dataset_feeds(entry, spec)
     fp32_out = [ref.run(f) for f in evals]
@@ -213,7 +214,7 @@ def quantization_block(
         block["top1_fp32"] = fp32_acc
         block["top1_int8"] = accuracy
         block["top1_drop"] = round(fp32_acc - accuracy, 6)
-    return block
+    return Quantization.from_json(block)
 
 
 def _check(c: ResultCheck) -> Check:

@@ -1,14 +1,13 @@
 """One result: ``begin_result`` (bind, build, load, golden), ``PendingResult.measure_round``
 (one round in a worker) and ``finish_result`` (numerics, the measurement, partitions and
-memory, gathered into one ``checks.Facts`` record, judged once by ``checks.evaluate`` and
-assembled by ``guard.checks.assemble.result_dict``, one key set for every result); the
+memory, gathered into one ``checks.Facts`` record by guard.run.facts, judged once by
+``checks.evaluate`` and assembled by ``guard.checks.assemble.result_dict``, one key set for every result); the
 emulated result of a foreign-architecture artefact beside it. The models and cases these
 start from are guard.run.case's.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,10 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from guard import manifest as mf
 from guard.checks import evaluate as ck
 from guard.checks.assemble import result_dict
-from guard.checks.facts import typed_parts
 from guard.compare.crossarch import encode_outputs
 from guard.core import fault
 from guard.core.errors import GuardError, InternalError
@@ -41,69 +38,24 @@ from guard.measure.round_runner import (
 )
 from guard.results.documents import ResultsDocument
 from guard.results.manifest import Manifest
-from guard.results.result import Result, ResultKey
+from guard.results.result import (
+    Latency,
+    Partitions,
+    Result,
+)
 from guard.run.case import Case, load_case
+from guard.run.facts import (
+    Known,
+    against_baseline,
+    count_known,
+    gather_facts,
+    host_arch,
+    memory_budget,
+)
 from guard.suite import ModelEntry
 from guard.suite.model import ModelSpec
 
 # ---------------------------------------------------------------------------- one result
-
-
-def _host_arch(manifest: Manifest) -> str:
-    try:
-        return mf.target_arch(str(manifest.target.canonical))
-    except Exception:  # noqa: BLE001 - fall back to the host's arch
-        return os.uname().machine
-
-
-def _key(model: str, backend: str, manifest: Manifest) -> ResultKey:
-    """The key this result will have (Result.key: the manifest's canonical target)."""
-    return Result(model=model, backend=backend, manifest=manifest).key
-
-
-def _against_baseline(
-    entry: ModelEntry,
-    backend: str,
-    head: dict[str, Any],
-    bound: float | None,
-    baseline: ResultsDocument | None,
-    noise: Mapping[str, Mapping[str, float]] | None = None,
-) -> tuple[dict[str, Any] | None, str | None]:
-    """(comparison, None) against the --baseline results file, or (None, why not).
-
-    ``head`` is this result's measurement as the results file will hold it (manifest,
-    rounds, measurement): judged exactly as ``guard compare`` judges two files, with the
-    suite's calibrated noise (``noise``: "model/backend/target" -> its noise file entry)
-    where ``guard calibrate`` measured it.
-    """
-    from guard.compare.compare import host_incompatibility, latency_comparison
-    from guard.stats.regress import DEFAULT_RUN_NOISE_PCT, RegressConfig
-
-    if baseline is None or bound is None:
-        return None, None
-    head_r = Result.from_json(head)
-    key = _key(entry.name, backend, head_r.manifest)
-    base = next(
-        (
-            r
-            for r in baseline.results
-            if r.verdict != "error" and r.manifest.to_json() and r.key == key
-        ),
-        None,
-    )
-    if base is None:
-        return None, f"the baseline has no result for {key.model} [{key.backend}] on this target"
-    why = host_incompatibility(base.manifest, head_r.manifest)
-    if why:
-        return None, f"baseline refused: {why}"
-    calibrated = (noise or {}).get(str(key)) or {}
-    cfg = RegressConfig(
-        regress_pct=bound,
-        noise_pct=calibrated.get("noise_pct"),
-        run_noise_pct=calibrated.get("run_noise_pct", DEFAULT_RUN_NOISE_PCT),
-    )
-    comp, reason = latency_comparison(base, head_r, cfg)
-    return (comp.to_dict(), None) if comp is not None else (None, reason)
 
 
 @dataclass
@@ -118,8 +70,8 @@ class PendingResult:
     entry: ModelEntry
     backend: str
     case: Case
-    known: dict[str, Any]  # ck.Facts fields established before the rounds
-    numerics: dict[str, Any]
+    known: Known  # ck.Facts fields established before the rounds
+    numerics: dict[str, Any]  # the result's numerics block, as it will be written
     cfg: MeasureConfig
     pre: dict[str, Any]
     isolation: str
@@ -221,52 +173,30 @@ def begin_result(
     numerics["outputs"] = encode_outputs([np.asarray(g) for g in got], session.output_names)
     # What the checks will read of this phase; ck.Facts is built once, when the result is
     # finished (finish_result, _emulated_result), and every check evaluated then.
-    known: dict[str, Any] = {
-        "backend": backend_name,
-        "arch": _host_arch(Manifest.of(manifest)),
-        "numerics": numerics,
-        "tuning": manifest.get("tuning_cache") or {},
-    }
+    pins = Manifest.of(manifest)
+    known = Known(backend_name, host_arch(pins), pins.tuning_cache)
     if entry.checks.accuracy is not None:
         try:
-            known["accuracy"], known["accuracy_n"] = session_accuracy(entry, session, spec)
-            numerics["accuracy"] = known["accuracy"]
+            known.accuracy, known.accuracy_n = session_accuracy(entry, session, spec)
+            numerics["accuracy"] = known.accuracy
         except GuardError as exc:
-            known["accuracy_error"] = str(exc)
+            known.accuracy_error = str(exc)
     if entry.quantize is not None:  # the int8 row: judged against its fp32 source
         from guard.run.case import source_path
         from guard.run.int8 import quantization_block
 
-        known["quantization"] = quantization_block(
-            entry, spec, session, feeds, source_path(entry), known.get("accuracy")
+        known.quantization = quantization_block(
+            entry, spec, session, feeds, source_path(entry), known.accuracy
         )
     if counted is not None:
-        _count(case, known, counted, workdir, baseline, tools_missing)
+        count_known(case, known, counted, workdir, baseline, tools_missing)
     if getattr(session, "latency_status", None) == "emulated":
-        return _emulated_result(entry, backend_name, case, known, baseline_given)
+        return _emulated_result(entry, backend_name, case, known, numerics, baseline_given)
     cfg = MeasureConfig.from_dict(entry.measure, where=f"{entry.where}.measure")
     return PendingResult(
         entry, backend_name, case, known, numerics, cfg, preflight(entry.threads),
         round_isolation(clock_injected),
     )  # fmt: skip
-
-
-def _count(
-    case: Case,
-    known: dict[str, Any],
-    cfg: Any,
-    workdir: Path,
-    baseline: ResultsDocument | None,
-    tools_missing: list[str] | None,
-) -> None:
-    from guard.run.counted import count_case, counted_against
-
-    block = count_case(case, cfg, workdir, tools_missing if tools_missing is not None else [])
-    if block is None:
-        return
-    key = _key(case.model, case.backend, Manifest.of(case.manifest))
-    known["counted"] = block.to_json()
-    known["counted_bound"], known["counted_cmp"] = counted_against(case.entry, block, baseline, key)
 
 
 def _quantization_extra(facts: ck.Facts) -> dict[str, Any]:
@@ -295,48 +225,44 @@ def finish_result(
     missing = p.cfg.rounds - len(p.rounds)
     post = preflight(entry.threads, contention=timings.contention)
     stats = timings.stats()
-    partitions = session.partitions().to_dict()
+    parts = session.partitions()
+    partitions = parts.to_dict()
     memory = session.memory()
-    measured: dict[str, Any] = {
-        "manifest": manifest,
-        "rounds": timings.rounds_dict(),
-        "noise_pct": timings.noise_pct(),
-        "measurement": {
-            "warmup_iters": timings.warmup_iters,
-            "truncated": timings.truncated,
-            "stopped_by": "max_time_s" if p.out_of_time and missing > 0 else timings.stopped_by,
-            "contention": timings.contention,
-            "cpu_share": timings.cpu_share,
-            "preempted_fraction": timings.preempted_fraction,
-            "rounds": len(p.rounds),
-            "round_isolation": p.isolation,
-            "host_probe": PROBE if any(t.host for t in p.rounds) else None,
-            "round_order": "interleaved",
-            "cpus": sorted(measuring_cpus(entry.threads) or ()) if p.isolation == WORKER else None,
-            "config": dict(entry.measure),
-        },
+    rounds, noise_pct = timings.rounds_dict(), timings.noise_pct()
+    measurement = {
+        "warmup_iters": timings.warmup_iters,
+        "truncated": timings.truncated,
+        "stopped_by": "max_time_s" if p.out_of_time and missing > 0 else timings.stopped_by,
+        "contention": timings.contention,
+        "cpu_share": timings.cpu_share,
+        "preempted_fraction": timings.preempted_fraction,
+        "rounds": len(p.rounds),
+        "round_isolation": p.isolation,
+        "host_probe": PROBE if any(t.host for t in p.rounds) else None,
+        "round_order": "interleaved",
+        "cpus": sorted(measuring_cpus(entry.threads) or ()) if p.isolation == WORKER else None,
+        "config": dict(entry.measure),
     }
-    bound = ck.regress_bound(entry.checks.latency, baseline is not None)
-    regress, regress_reason = _against_baseline(
-        entry, backend_name, measured, bound, baseline, noise
+    # this result's measurement as the results file will hold it, judged against the baseline
+    head = Result.from_json(
+        {"manifest": manifest, "rounds": rounds, "noise_pct": noise_pct, "measurement": measurement}
     )
+    bound = ck.regress_bound(entry.checks.latency, baseline is not None)
+    regress, regress_reason = against_baseline(entry, backend_name, head, bound, baseline, noise)
     contention = contention_block(p.rounds)
-    facts = ck.Facts(
-        **typed_parts(
-            dict(
-                **p.known,
-                baseline_given=baseline is not None,
-                latency_ms=stats,
-                truncated=timings.truncated,
-                contention=contention,
-                regress=regress,
-                regress_reason=regress_reason,
-                partitions=partitions,
-                arena_bytes=memory.arena_bytes,
-                arena_lower_bound_bytes=memory.lower_bound_bytes,
-                arena_budget=memory.extra.get("budget"),
-            )
-        )
+    facts = gather_facts(
+        p.known,
+        numerics,
+        baseline_given=baseline is not None,
+        latency_ms=Latency.from_json(stats),
+        truncated=timings.truncated,
+        contention=contention,
+        regress=regress,
+        regress_reason=regress_reason,
+        partitions=Partitions.from_json(partitions),
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+        arena_budget=memory_budget(memory.extra),
     )
     # The facts after the loop (with its contention) decide the warnings; the ones from
     # before are kept as facts, not repeated as warnings.
@@ -372,9 +298,9 @@ def finish_result(
         latency_ms=stats,
         latency_status="measured",
         samples_ms=[s * 1e3 for s in timings.samples_s],
-        rounds=measured["rounds"],
-        noise_pct=measured["noise_pct"],
-        measurement=measured["measurement"],
+        rounds=rounds,
+        noise_pct=noise_pct,
+        measurement=measurement,
         partitions=partitions,
         arena_bytes=memory.arena_bytes,
         arena_lower_bound_bytes=memory.lower_bound_bytes,
@@ -384,9 +310,9 @@ def finish_result(
         artefact=str(case.artefact),
         artefact_reused=case.reused,
         graph=info.graph,
-        layout_conversions=partitions.get("layout_conversions"),
+        layout_conversions=parts.layout_conversions,
         extra={
-            "contention": contention,
+            "contention": contention.to_json(),
             **_quantization_extra(facts),
             **({"kernels": kernels(case.feeds)} if callable(kernels) else {}),
             **_counted_extra(facts),
@@ -395,28 +321,30 @@ def finish_result(
 
 
 def _emulated_result(
-    entry: ModelEntry, backend_name: str, case: Case, known: dict[str, Any], baseline_given: bool
+    entry: ModelEntry,
+    backend_name: str,
+    case: Case,
+    known: Known,
+    numerics: dict[str, Any],
+    baseline_given: bool,
 ) -> dict[str, Any]:
     """The result of an artefact run under emulation: everything but latency is checked."""
     session: Any = case.session
     reason = str(session.latency_reason)
-    partitions = session.partitions().to_dict()
+    parts = session.partitions()
+    partitions = parts.to_dict()
     memory = session.memory()
-    facts = ck.Facts(
-        **typed_parts(
-            dict(
-                **known,
-                baseline_given=baseline_given,
-                latency_skipped=reason,
-                regress_reason=reason,
-                partitions=partitions,
-                arena_bytes=memory.arena_bytes,
-                arena_lower_bound_bytes=memory.lower_bound_bytes,
-                arena_budget=memory.extra.get("budget"),
-            )
-        )
+    facts = gather_facts(
+        known,
+        numerics,
+        baseline_given=baseline_given,
+        latency_skipped=reason,
+        regress_reason=reason,
+        partitions=Partitions.from_json(partitions),
+        arena_bytes=memory.arena_bytes,
+        arena_lower_bound_bytes=memory.lower_bound_bytes,
+        arena_budget=memory_budget(memory.extra),
     )
-    numerics = known["numerics"]
     return result_dict(
         entry,
         backend_name,
@@ -438,6 +366,6 @@ def _emulated_result(
         artefact=str(case.artefact),
         artefact_reused=case.reused,
         graph=case.build.graph,
-        layout_conversions=partitions.get("layout_conversions"),
+        layout_conversions=parts.layout_conversions,
         extra={**_quantization_extra(facts), **_counted_extra(facts)},
     )

@@ -156,6 +156,6 @@ def test_contention_block_counts_flagged_rounds():
     rounds = [R(contention=0.05, cpu_share=1.0), R(contention=0.5, cpu_share=1.0),
               R(contention=None, cpu_share=0.6), R(contention=None, cpu_share=None)]  # fmt: skip
     b = contention_block(rounds)
-    assert (b["flagged"], b["rounds_flagged"], b["rounds"]) == (True, 2, 4)
-    assert (b["load_max"], b["cpu_share_min"]) == (0.5, 0.6)
-    assert contention_block(rounds[:1])["flagged"] is False
+    assert (b.flagged, b.rounds_flagged, b.rounds) == (True, 2, 4)
+    assert (b.load_max, b.cpu_share_min) == (0.5, 0.6)
+    assert contention_block(rounds[:1]).flagged is False

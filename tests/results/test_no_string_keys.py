@@ -35,6 +35,8 @@ MIGRATED = (
     "guard/run/shard.py",
     "guard/run/base_compare.py",
     "guard/run/counted.py",
+    "guard/run/one_result.py",
+    "guard/run/facts.py",
     "guard/doctor",
     "guard/prepare/calibrate.py",
     "guard/experiment",
@@ -95,6 +97,10 @@ ALLOWED: dict[tuple[str, str], str] = {
        for k in ("index", "verdict", "message", "first", "last", "regress_pct", "pct", "bound",
                  "backend", "target", "arch")},
     ("guard/run/counted.py", "counted"): "the suite entry's measure block (measure.counted)",
+    ("guard/run/one_result.py", "warnings"): "the preflight block being written",
+    ("guard/run/facts.py", "budget"): "a backend's memory report (MemoryInfo.extra)",
+    **{("guard/run/facts.py", k): "the calibrated noise file's entry (guard calibrate)"
+       for k in ("noise_pct", "run_noise_pct")},
     ("guard/run/base_compare.py", "error"): "what tracking did (guard.run.deliver's receipt)",
     **{("guard/report/dashboard.py", k): "a dashboard's series and steps"
        for k in ("notes", "pct", "s")},
