@@ -12,6 +12,7 @@ import pytest
 from guard.checks import evaluate as ck
 from guard.checks.assemble import CONTRACT_KEYS, error_result, result_dict
 from guard.core.errors import UsageError
+from guard.results.documents import ResultsDocument
 from guard.results.load import load_results
 from guard.results.result import Result, ResultKey
 from guard.run.shard import plan, times_from_results
@@ -105,7 +106,7 @@ def test_shard_balancing_reads_times_by_the_suite_spelling_of_canonical_results(
             for (m, be, t), s in zip(cases, (9.0, 1.0, 1.0), strict=True)
         ]
     }  # fmt: skip
-    times = times_from_results(doc)
+    times = times_from_results(ResultsDocument.from_json(doc))
     assert times == {cases[0]: 9.0, cases[1]: 1.0, cases[2]: 1.0}
     p = plan(cases, 2, times, "results:x")
     assert p.source == "results:x" and p.shard_cases(1) == [cases[0]]

@@ -141,9 +141,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     doc, code = run_suite(suite, opts)
     if opts.track and baseline is None and not args.no_base_compare and code < 128:
+        from guard.results.documents import ResultsDocument
         from guard.run.base_compare import base_branch, compare_with_base
 
         branch = base_branch(args.base_branch)
         if branch:
-            compare_with_base(doc, branch, workdir=opts.workdir)
+            compare_with_base(ResultsDocument.from_json(doc), branch, workdir=opts.workdir)
     return code

@@ -10,26 +10,23 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
 
 from guard.backends.base import Backend, Session
 from guard.core.errors import UsageError
 from guard.emulate.tools import host_arch, needs_emulation, toolchain
 from guard.manifest.target_string import target_arch
+from guard.results.manifest import Manifest
 
 # backend name -> "module:function(artefact_dir, threads) -> Session" for a foreign arch.
 EMULATED_LOADERS = {"bundled": "guard.emulate.bundled:load_emulated"}
 
 
-def artefact_arch(manifest: dict[str, Any]) -> str:
+def artefact_arch(manifest: Manifest) -> str:
     """The architecture the artefact's code is for (its canonical target's triple)."""
+    return target_arch(str(manifest.target.canonical))
 
-    return target_arch(str(manifest["target"]["canonical"]))
 
-
-def load_session(
-    backend: Backend, artefact: Path, threads: int, manifest: dict[str, Any]
-) -> Session:
+def load_session(backend: Backend, artefact: Path, threads: int, manifest: Manifest) -> Session:
     """A session over ``artefact``: the backend's own, or an emulated one for another arch."""
     arch = artefact_arch(manifest)
     if not needs_emulation(arch):

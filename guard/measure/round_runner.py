@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import guard
 from guard.core.errors import InternalError, UsageError
@@ -47,6 +47,9 @@ from guard.core.isolate import (
 from guard.measure import MeasureConfig
 from guard.measure.preflight import THREAD_ENV_VARS
 from guard.measure.timer import Timings
+
+if TYPE_CHECKING:  # numpy itself is imported by the workers, not here
+    import numpy as np
 
 WORKER = "worker"
 SESSION = "session"
@@ -129,9 +132,9 @@ class RoundJob:
     backend: str
     where: str
     artefact: Path
-    manifest: dict[str, Any]
+    manifest: dict[str, Any]  # the manifest as the worker reads it (JSON, over the pipe)
     threads: int
-    feeds: dict[str, Any]
+    feeds: dict[str, np.ndarray]
     config: MeasureConfig  # the whole result's; each round runs ``config.per_round()``
 
 

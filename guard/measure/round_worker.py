@@ -32,11 +32,13 @@ def measure_round(req: dict[str, Any]) -> Any:
     from guard.emulate.load import load_session
     from guard.measure.host_speed import read
     from guard.measure.timer import measure
+    from guard.results.manifest import Manifest
 
     if req.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, req["cpus"])
     backend = get_backend(req["backend"])
-    session: Any = load_session(backend, Path(req["artefact"]), req["threads"], req["manifest"])
+    manifest = Manifest.from_json(req["manifest"])
+    session: Any = load_session(backend, Path(req["artefact"]), req["threads"], manifest)
     feeds = req["feeds"]
     try:
         session.run(feeds)

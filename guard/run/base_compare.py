@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,7 +29,7 @@ def base_branch(flag: str | None) -> str | None:
 
 
 def compare_with_base(
-    doc: Mapping[str, Any],
+    doc: ResultsDocument,
     branch: str,
     *,
     workdir: Path,
@@ -41,16 +40,15 @@ def compare_with_base(
     """Print the comparison of ``doc`` (a tracked run) with the base branch's last finished
     invocation; returns the comparison document, or None with one line saying why not."""
     out = out or sys.stdout
-    typed = ResultsDocument.of(doc)
-    tracking = typed.tracking  # what guard.run.deliver says tracking did: {uri, error, ...}
+    tracking = doc.tracking  # what guard.run.deliver says tracking did: {uri, error, ...}
     uri = tracking.get("uri")
     if not uri or tracking.get("error"):
         print(
             f"guard: base branch {branch}: not compared (tracking did not log this run)", file=out
         )
         return None
-    suite = str(typed.suite)
-    head_commit = typed.git.commit
+    suite = str(doc.suite)
+    head_commit = doc.git.commit
     try:
         base, skipped = last_finished_invocation(
             uri, suite, branch, exclude_commit=head_commit, finder=finder, loader=loader
@@ -70,9 +68,7 @@ def compare_with_base(
     noise_path = default_noise_path(workdir, suite)
     noise = load_noise(noise_path) if noise_path.is_file() else None
     try:
-        cmp = compare_docs(
-            base.doc, typed, noise=noise, base_label=base.label, head_label="this run"
-        )
+        cmp = compare_docs(base.doc, doc, noise=noise, base_label=base.label, head_label="this run")
     except (IncompatibleBaselineError, GuardError) as exc:
         print(f"guard: base branch {branch}: not compared with {base.label}: {exc}", file=out)
         return None

@@ -18,6 +18,7 @@ from guard.backends.base import BuildInfo, Session
 from guard.core.errors import GuardError, ModelError
 from guard.golden import Golden
 from guard.golden.produce import ensure_golden, golden_store
+from guard.results.manifest import Manifest
 from guard.run.build import build_artefact
 from guard.suite import ModelEntry, load_suite
 from guard.suite.model import ModelSpec, bind, load_model
@@ -81,7 +82,7 @@ class Case:
         from guard.emulate.load import load_session
 
         return load_session(
-            get_backend(self.backend), self.artefact, self.entry.threads, self.manifest
+            get_backend(self.backend), self.artefact, self.entry.threads, Manifest.of(self.manifest)
         )
 
 
@@ -107,7 +108,7 @@ def load_case(
         manifest,
         info,
         reused,
-        load_session(backend, art, entry.threads, manifest),
+        load_session(backend, art, entry.threads, Manifest.of(manifest)),
         dict(golden.inputs),
     )
 

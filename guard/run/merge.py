@@ -19,7 +19,7 @@ from guard.core.errors import UsageError
 from guard.core.schema import RESULTS_SCHEMA_VERSION
 from guard.results.documents import ResultsDocument, Shard
 from guard.results.load import read_results, validate_shard_block
-from guard.results.result import Case
+from guard.results.result import Case, Result
 
 Docs = Sequence[tuple[Path, ResultsDocument]]
 
@@ -95,7 +95,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
             by_index[k] = p
 
     owner: dict[Case, Path] = {}
-    results: list[tuple[Case, dict[str, Any]]] = []
+    results: list[tuple[Case, Result]] = []
     for p, d in docs:
         for r in d.results:
             key = r.key.case
@@ -105,7 +105,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
                     hint="Each case belongs to one shard: merge one run's shards.",
                 )
             owner[key] = p
-            results.append((key, r.to_json()))
+            results.append((key, r))
 
     missing_shards: list[int] = []
     order: list[Case] = []
@@ -146,7 +146,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
         "started": min(str(d.started or "") for _, d in docs) or None,
         "finished": max(str(d.finished or "") for _, d in docs) or None,
         "git": _merged_git(docs),
-        "results": merged_results,
+        "results": [r.to_json() for r in merged_results],
         "merged": {
             "files": [str(p) for p, _ in docs],
             "shards": [_shard(d).index for _, d in docs] if sharded else None,
@@ -180,17 +180,21 @@ def _merged_git(docs: Docs) -> dict[str, Any]:
     return out
 
 
-def _missing_result(case: Case, missing: Sequence[int]) -> dict[str, Any]:
+def _missing_result(case: Case, missing: Sequence[int]) -> Result:
+    """The error result of a case whose shard wrote no results file, as ``guard merge``
+    writes it."""
     model, backend, target = case
     msg = f"no results: its shard ({', '.join(map(str, missing))}) produced no results file"
-    return {
-        "model": model,
-        "backend": backend,
-        "target": target,
-        "verdict": "error",
-        "error_kind": "internal",
-        "error": msg,
-        "checks": [
-            {"name": "run", "status": "error", "value": None, "bound": None, "message": msg}
-        ],
-    }
+    return Result.from_json(
+        {
+            "model": model,
+            "backend": backend,
+            "target": target,
+            "verdict": "error",
+            "error_kind": "internal",
+            "error": msg,
+            "checks": [
+                {"name": "run", "status": "error", "value": None, "bound": None, "message": msg}
+            ],
+        }
+    )

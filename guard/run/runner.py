@@ -16,7 +16,7 @@ import datetime as _dt
 import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +36,7 @@ from guard.core.supported import outside_range, warning_line
 from guard.golden.produce import ensure_golden, golden_store
 from guard.measure import MeasureConfig, set_threads
 from guard.measure.round_runner import WORKER, RoundWorkers, round_isolation, worker_count
-from guard.results.documents import ResultsDocument
+from guard.results.documents import Git, ResultsDocument
 from guard.results.result import Result
 from guard.run.case import prepare_model
 from guard.run.counted import counted_config
@@ -77,7 +77,10 @@ class RunOptions:
     tools_missing: list[str] = field(default_factory=list)  # why counting could not run
 
 
-def git_info(cwd: Path) -> dict[str, Any]:
+def git_info(cwd: Path) -> Git:
+    """The checkout at ``cwd`` (commit, dirty, branch; all null outside one), read from
+    the ``git`` block the results document writes (every key, in this order)."""
+
     def git(*args: str) -> str | None:
         try:
             out = subprocess.run(
@@ -89,19 +92,21 @@ def git_info(cwd: Path) -> dict[str, Any]:
 
     commit = git("rev-parse", "HEAD")
     if commit is None:
-        return {"commit": None, "dirty": None, "branch": None}
+        return Git.from_json({"commit": None, "dirty": None, "branch": None})
     status = git("status", "--porcelain", "--untracked-files=no")
     branch = (
         os.environ.get("GITHUB_HEAD_REF")
         or os.environ.get("GITHUB_REF_NAME")
         or git("rev-parse", "--abbrev-ref", "HEAD")
     )
-    return {"commit": commit, "dirty": bool(status), "branch": branch}
+    return Git.from_json({"commit": commit, "dirty": bool(status), "branch": branch})
 
 
-def exit_code_for(results: Sequence[Result | Mapping[str, Any]]) -> int:
+def exit_code_for(results: Sequence[Result]) -> int:
+    """The exit code the results say: 3 for guard's own error, 2 for bad input, 1 for a
+    failed check, else 0."""
     code = EXIT_OK
-    for r in map(Result.of, results):
+    for r in results:
         if r.verdict == "error":
             code = max(code, EXIT_BAD_INPUT if r.error_kind == "usage" else EXIT_INTERNAL)
         elif r.verdict == "fail":
@@ -377,7 +382,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         "suite_path": str(suite.path),
         "suite_sha256": suite.sha256,
         "started": started,
-        "git": git_info(suite.directory),
+        "git": git_info(suite.directory).to_json(),
     }
     unsupported = outside_range()
     if unsupported:  # measured all the same: the manifests pin the exact versions

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import GuardError, UsageError
-from guard.results.documents import ResultsDocument
-from guard.results.load import load_results
+from guard.results.documents import Git, ResultsDocument
+from guard.results.load import read_results
 from guard.results.result import Case
 from guard.suite import ModelEntry, Suite
 from guard.track.index import case_times
@@ -66,10 +66,10 @@ def parse_shard(text: str) -> ShardSpec:
     return ShardSpec(k, n)
 
 
-def times_from_results(doc: Mapping[str, Any]) -> dict[Case, float]:
+def times_from_results(doc: ResultsDocument) -> dict[Case, float]:
     """Seconds per case from a results document (``duration_s`` of each result)."""
     out: dict[Case, float] = {}
-    for r in ResultsDocument.of(doc).results:
+    for r in doc.results:
         d = r.duration_s
         if d is not None and d >= 0:
             out[r.key.case] = float(d)
@@ -171,7 +171,7 @@ def shard_work(
     times_path: str | Path | None = None,
     uri: str | None = None,
     invocation_id: str | None = None,
-    git: Mapping[str, Any] | None = None,
+    git: Git | None = None,
 ) -> tuple[list[tuple[ModelEntry, tuple[str, ...]]], dict[str, Any], str | None]:
     """This shard's part of ``work`` (``(entry, backends)`` in suite order), the ``shard``
     block of its results document, and a tracking problem (None when all went well).
@@ -201,7 +201,7 @@ def shard_work(
     times: dict[Case, float] | None = None
     source = "count"
     if times_path is not None:
-        times = times_from_results(load_results(Path(times_path)))
+        times = times_from_results(read_results(Path(times_path)))
         source = f"results:{times_path}"
     elif uri is not None and problem is None:
         times = case_times(

@@ -82,7 +82,7 @@ def _create(
 
 
 def ensure_invocation(
-    uri: str, suite: str, invocation_id: str, count: int, git: Mapping[str, Any] | None = None
+    uri: str, suite: str, invocation_id: str, count: int, git: Git | None = None
 ) -> tuple[str, int]:
     """The invocation run of ``invocation_id``, created when there is none yet: its run id
     and start time (ms).
@@ -95,7 +95,7 @@ def ensure_invocation(
         eid = experiment_id(client, uri, suite)
         found = _candidates(client, eid, invocation_id)
         if not found:
-            _create(client, eid, suite, invocation_id, count, Git.from_json(git))
+            _create(client, eid, suite, invocation_id, count, git if git is not None else Git())
             found = _candidates(client, eid, invocation_id)
         return str(found[0].info.run_id), int(found[0].info.start_time)
 

@@ -14,6 +14,7 @@ import pytest
 from compare_fixtures import doc, lat, result
 
 from guard.core.errors import UsageError
+from guard.results.documents import ResultsDocument
 from guard.run.base_compare import base_branch, compare_with_base
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "run"))
@@ -60,7 +61,12 @@ def test_the_newest_readable_invocation_other_than_head_is_the_base(tmp_path):
 
     out = io.StringIO()
     cmp = compare_with_base(
-        head_doc, "main", workdir=tmp_path, out=out, finder=finder, loader=loader
+        ResultsDocument.from_json(head_doc),
+        "main",
+        workdir=tmp_path,
+        out=out,
+        finder=finder,
+        loader=loader,
     )
     assert asked == {"suite": "smoke", "level": "invocation", "branch": "main", "max_results": 20}
     text = out.getvalue()
@@ -72,14 +78,16 @@ def test_the_newest_readable_invocation_other_than_head_is_the_base(tmp_path):
 def test_no_base_run_and_an_untracked_run_say_so_in_one_line(tmp_path):
     out = io.StringIO()
     d = tracked(doc(result("mlp", lat(np.random.default_rng(1)))))
-    assert (
-        compare_with_base(d, "main", workdir=tmp_path, out=out, finder=lambda *a, **k: frame())
-        is None
+    typed = ResultsDocument.from_json(d)
+    no_base = compare_with_base(
+        typed, "main", workdir=tmp_path, out=out, finder=lambda *a, **k: frame()
     )
+    assert no_base is None
     assert "no finished run of suite 'smoke' to compare with" in out.getvalue()
     out = io.StringIO()
     untracked = {**d, "tracking": {"uri": "http://x", "error": "refused"}}
-    assert compare_with_base(untracked, "main", workdir=tmp_path, out=out) is None
+    typed = ResultsDocument.from_json(untracked)
+    assert compare_with_base(typed, "main", workdir=tmp_path, out=out) is None
     assert "not compared (tracking did not log this run)" in out.getvalue()
 
 

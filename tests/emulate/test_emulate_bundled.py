@@ -27,6 +27,7 @@ from guard.emulate.bundled import MixedEmulatedSession, load_emulated
 from guard.emulate.load import load_session
 from guard.emulate.tools import TOOLCHAINS
 from guard.manifest.target_string import canonicalize
+from guard.results.manifest import Manifest
 
 OTHER = "x86_64" if host_arch() == "aarch64" else "aarch64"
 FOREIGN = {
@@ -141,7 +142,7 @@ def test_host_partitions_run_here_and_native_ones_emulated(tmp_path: Path) -> No
 def test_guard_runs_the_foreign_target_through_load_session(tmp_path: Path) -> None:
     model, shapes = _zoo_graph_shapes("digits")
     _build(model, shapes, tmp_path / "d")
-    manifest = {"target": {"canonical": canonicalize(FOREIGN)}}
+    manifest = Manifest.from_json({"target": {"canonical": canonicalize(FOREIGN)}})
     session = load_session(get_backend("bundled"), tmp_path / "d", 1, manifest)
     assert getattr(session, "latency_status", None) == "emulated"
 
@@ -162,7 +163,7 @@ def test_a_foreign_artefact_refuses_to_load_natively(tmp_path: Path) -> None:
 
 
 def test_a_backend_without_codegen_is_refused_a_foreign_target(tmp_path: Path) -> None:
-    manifest = {"target": {"canonical": canonicalize(FOREIGN)}}
+    manifest = Manifest.from_json({"target": {"canonical": canonicalize(FOREIGN)}})
     with pytest.raises(UsageError) as e:
         load_session(get_backend("onnxruntime"), tmp_path, 1, manifest)
     msg = str(e.value)

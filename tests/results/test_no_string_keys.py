@@ -37,6 +37,9 @@ MIGRATED = (
     "guard/run/counted.py",
     "guard/run/one_result.py",
     "guard/run/facts.py",
+    "guard/run/case.py",
+    "guard/measure",
+    "guard/emulate",
     "guard/doctor",
     "guard/prepare/calibrate.py",
     "guard/experiment",
@@ -98,6 +101,10 @@ ALLOWED: dict[tuple[str, str], str] = {
                  "backend", "target", "arch")},
     ("guard/run/counted.py", "counted"): "the suite entry's measure block (measure.counted)",
     ("guard/run/one_result.py", "warnings"): "the preflight block being written",
+    **{("guard/measure/round_worker.py", k): "a round worker's request (RoundJob, as sent)"
+       for k in ("artefact", "backend", "config", "manifest", "threads")},
+    **{("guard/measure/timer.py", k): "the statistics summarize computes (a round's record "
+       "being written)" for k in ("n", "p50")},
     ("guard/run/facts.py", "budget"): "a backend's memory report (MemoryInfo.extra)",
     **{("guard/run/facts.py", k): "the calibrated noise file's entry (guard calibrate)"
        for k in ("noise_pct", "run_noise_pct")},

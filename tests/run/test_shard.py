@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from guard.core.errors import EXIT_BAD_INPUT, UsageError
+from guard.results.documents import ResultsDocument
 from guard.run.shard import parse_shard, plan, resolve_invocation_id, times_from_results, weights
 
 CASES = [
@@ -99,7 +100,7 @@ def test_times_from_results_reads_duration_s():
             {"model": "x", "backend": "y", "target": "host", "duration_s": "fast"},
         ]
     }
-    assert times_from_results(doc) == {("mlp", "bundled", "host"): 1.5}
+    assert times_from_results(ResultsDocument.from_json(doc)) == {("mlp", "bundled", "host"): 1.5}
 
 
 def test_invocation_id_precedence():
