@@ -146,13 +146,13 @@ def analyse_counted(
     (``values`` the metric per block) and the breaks where the fingerprint changed."""
     steps, breaks = [], []
     for c in count_changes(blocks, regress_pct):
-        i, j = c["index"], c["previous"]
-        if c["verdict"] == "not comparable":
-            breaks.append({"index": i, "at": labels[i], "why": c["message"]})
+        i, j = c.index, c.previous
+        if c.row.verdict == "not comparable":
+            breaks.append({"index": i, "at": labels[i], "why": c.row.message})
             continue
         steps.append({"index": i, "at": labels[i], "before": values[j], "after": values[i],
                       "ratio": values[i] / values[j], "pct": (values[i] / values[j] - 1) * 100,
-                      "message": c["message"]})  # fmt: skip
+                      "message": c.row.message})  # fmt: skip
     return {
         "schema_version": SCHEMA_VERSION,
         "points": len(values),

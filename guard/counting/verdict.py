@@ -18,9 +18,11 @@ comparison is for. Equal artefact hashes with different counts say the count its
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from guard.results.counted import Counted, Fingerprint
+from guard.results.documents import CountedRow
 
 DEFAULT_COUNTED_REGRESS_PCT = 0.5
 # The fingerprint fields that must agree for two counts to be comparable, in report order.
@@ -112,24 +114,34 @@ def compare_counted(
     }
 
 
+@dataclass(frozen=True)
+class CountChange:
+    """A change along a history of counts: the block at ``index`` against the one at
+    ``previous`` (positions in the history), as ``compare_counted`` judged it."""
+
+    index: int
+    previous: int
+    row: CountedRow
+
+
 def count_changes(
     blocks: Sequence[Counted | None],
     regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
-) -> list[dict[str, Any]]:
+) -> list[CountChange]:
     """The changes along a history of counted blocks, oldest first: each block compared
     with the previous one that has a count (``compare_counted``, exactly), listed where
-    that says regressed, improved or not comparable; ``index`` and ``previous`` are their
-    positions in ``blocks``. Counts do not move between processes, so each change listed
-    is at the very run that made it: no change-point detector is needed."""
-    out: list[dict[str, Any]] = []
+    that says regressed, improved or not comparable. Counts do not move between
+    processes, so each change listed is at the very run that made it: no change-point
+    detector is needed."""
+    out: list[CountChange] = []
     prev: int | None = None
     for i, raw in enumerate(blocks):
         block = _count(raw)
         if block is None or block.instructions is None or block.failed:
             continue
         if prev is not None:
-            row = compare_counted(blocks[prev], block, regress_pct)
-            if row["verdict"] in ("regressed", "improved", "not comparable"):
-                out.append({"index": i, "previous": prev, **row})
+            row = CountedRow.from_json(compare_counted(blocks[prev], block, regress_pct))
+            if row.verdict in ("regressed", "improved", "not comparable"):
+                out.append(CountChange(i, prev, row))
         prev = i
     return out

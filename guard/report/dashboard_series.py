@@ -179,17 +179,17 @@ def counted_changes(series: Series) -> None:
     different things: that is a break, drawn and named, never a step."""
     blocks = [counted_block(p.metrics.get, p.counted_fingerprint) for p in series.points]
     for c in count_changes(blocks, series.counted_regress_pct):
-        before, p = series.points[c["previous"]], series.points[c["index"]]
-        where = {"point": c["index"], "time": p.time, "from_commit": before.short,
+        before, p, row = series.points[c.previous], series.points[c.index], c.row
+        where = {"point": c.index, "time": p.time, "from_commit": before.short,
                  "to_commit": p.short, "from_time": before.time, "run_id": p.run_id}  # fmt: skip
-        if c["verdict"] == "not comparable":
-            series.counted_breaks.append({**where, "why": c["message"]})
+        if row.verdict == "not comparable":
+            series.counted_breaks.append({**where, "why": row.message})
             continue
         series.counted_steps.append({
             **where, "metric": "counted",
-            "kind": "regression" if c["verdict"] == "regressed" else "improvement",
-            "pct": c["instructions_pct"], "bytes_pct": c["bytes_moved_pct"],
-            "before": c["instructions"][0], "after": c["instructions"][1],
+            "kind": "regression" if row.verdict == "regressed" else "improvement",
+            "pct": row.instructions_pct, "bytes_pct": row.bytes_moved_pct,
+            "before": row.instructions[0], "after": row.instructions[1],
         })  # fmt: skip
 
 

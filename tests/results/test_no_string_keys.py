@@ -47,15 +47,9 @@ MIGRATED = (
 )
 
 # (file, key) -> why the string read is not a read of a result.
-_CHANGE = "a counted change (guard.counting.verdict.count_changes), not a result"
 ALLOWED: dict[tuple[str, str], str] = {
     ("guard/report/dashboard.py", "status"): "an MLflow run's status, from its runs table",
-    ("guard/report/dashboard_series.py", "verdict"): _CHANGE,
-    ("guard/report/dashboard_series.py", "message"): _CHANGE,
-    ("guard/report/dashboard_series.py", "instructions"): _CHANGE,
-    ("guard/report/dashboard_series.py", "index"): _CHANGE,
-    ("guard/report/dashboard_series.py", "instructions_pct"): _CHANGE,
-    ("guard/report/dashboard_series.py", "bytes_moved_pct"): _CHANGE,
+    ("guard/report/dashboard_series.py", "index"): "a change point of the p50 series (analyse)",
     ("guard/report/dashboard_charts.py", "index"): "a dashboard step's point index",
     ("guard/track/index.py", "duration_s"): "an MLflow run's metrics",
     ("guard/track/records.py", "arena_bytes"): "the metrics being built, not the result",
@@ -70,7 +64,6 @@ ALLOWED: dict[tuple[str, str], str] = {
        for k in ("engine", "inferences", "warmup")},
     **{("guard/counting/rows.py", k): "a counted comparison row (compare_counted's output)"
        for k in ("verdict",)},
-    ("guard/counting/verdict.py", "verdict"): "a counted comparison row (its own output)",
     **{("guard/compare/compare.py", k): "the comparison rows compare_docs just built"
        for k in ("manifest_diff", "verdict", "ratio", "stats", "method", "outputs")},
     **{("guard/compare/crossarch.py", k): "the row crossarch is building (its drift and sides) "
@@ -95,10 +88,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{("guard/experiment/bump.py", k): "the runs of each side, by side"
        for k in ("base", "head")},
     ("guard/experiment/bump.py", "manifest_diff"): "the comparison compare_docs just built",
-    **{("guard/compare/history.py", k): "history's own analysis and series and a counted change "
-       "(count_changes)"
-       for k in ("index", "verdict", "message", "first", "last", "regress_pct", "pct", "bound",
-                 "backend", "target", "arch")},
+    **{("guard/compare/history.py", k): "history's own analysis and series"
+       for k in ("message", "first", "last", "regress_pct", "pct", "bound", "backend", "target",
+                 "arch")},
     ("guard/run/counted.py", "counted"): "the suite entry's measure block (measure.counted)",
     ("guard/run/one_result.py", "warnings"): "the preflight block being written",
     **{("guard/measure/round_worker.py", k): "a round worker's request (RoundJob, as sent)"
