@@ -48,7 +48,7 @@ def generate(
 
     def plan_constants(op: str, attrs: Any, values: Any, ins: Any, outs: Any) -> Any:
         planner = getattr(emitter_for(op), "plan_constants", None)
-        return None if planner is None else planner(op, attrs, values, ins, outs, width)
+        return None if planner is None else planner(op, attrs, values, ins, outs, width, target)
 
     backends = tuple(p.backend for p in compiled.partitions.partitions)
     # Every heuristic (conv and GEMM tiles, cache blocks) reads this target's table.

@@ -35,6 +35,7 @@ from guard.compiler.codegen.irutil import (
     store_lanes,
     vec,
 )
+from guard.compiler.codegen.quant.lut import emit_table, table_for
 from guard.compiler.graph.view import GraphView, OpNode
 
 Attrs = Mapping[str, Any]
@@ -316,8 +317,25 @@ class Elementwise(Emitter):
             return program_decline(steps)
         return _typed_decline(steps, dtypes)
 
+    def plan_constants(
+        self, op: str, attrs: Attrs, values: Mapping[int, np.ndarray], ins: Sequence[Any],
+        outs: Sequence[Any], width: int, target: Any = None,
+    ) -> tuple[dict[int, Any], dict[str, Any]] | None:  # fmt: skip
+        """A byte-to-byte chain of per-channel constants as a table (quant/lut.py), where
+        the target looks bytes up in vectors."""
+        if op != "FusedElementwise" or target is None or target.byte_lookup != "vbmi":
+            return None
+        got = table_for(attrs, values, ins, outs)
+        if got is None:
+            return None
+        j, table, shape, c = got
+        return {j: (table, shape)}, {"q_lut": c}
+
     def emit(self, b: B, ins: list[V | None], outs: list[V], k: Kernel) -> None:
         out = k.outputs[0]
+        if "q_lut" in k.attrs:
+            emit_table(b, ins, outs[0], k)
+            return
         operands = [
             (p, bcast_strides(o.shape, out.shape)) for p, o in zip(ins, k.inputs, strict=True)
             if p is not None and o is not None

@@ -16,6 +16,7 @@ share one generated function, called with different pointers.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -181,13 +182,14 @@ def build_kernel_plan(
     pack: Any,  # (op, attrs, input index, array, input shapes) -> packed array or None
     split: Any = None,  # Step -> its tasks, () for one call (guard.compiler.codegen.split)
     plan_constants: Any = None,  # (op, attrs, {index: array}, inputs, outputs) -> (packs, facts)
+    # a pack is an array, or (array, the operand's shape) where the kernel's tasks cut it
 ) -> tuple[KernelPlan, np.ndarray]:
     """The kernel plan and the packed-constants blob (uint8)."""
     slots = memory.slots
     elided = set(memory.elided_nodes)
     packed_chunks: list[tuple[int, np.ndarray]] = []
     packed_off = 0
-    packed_cache: dict[tuple[str, str], Operand] = {}
+    packed_cache: dict[tuple[str, str, str], Operand] = {}
 
     def operand(name: str) -> Operand:
         t = view.tensors[name]
@@ -221,21 +223,27 @@ def build_kernel_plan(
         for j, o in enumerate(ins):
             if o is None or o.space != "weights":
                 continue
+            shape = o.shape  # the operand keeps the constant's own shape (kernels and keys
+            # read it), unless a node's planner gives the pack's own: (array, shape)
+            digest = ""
             if node_packs is not None:
                 packed = node_packs.get(j)
+                if isinstance(packed, tuple):
+                    packed, shape = packed
+                if packed is not None:  # packs of several constants: the bytes are the key
+                    digest = hashlib.sha1(np.ascontiguousarray(packed).tobytes()).hexdigest()
             else:
                 packed = pack(n.op, n.attrs, j, constants[o.name], in_shapes)
             if packed is None:
                 continue
-            ck = (o.name, f"{n.op}:{j}:{kernel_key(n.op, attrs, ins, (), False)}")
+            ck = (o.name, f"{n.op}:{j}:{kernel_key(n.op, attrs, ins, (), False)}", digest)
             if ck not in packed_cache:
                 arr = np.ascontiguousarray(packed)
                 if arr.dtype == np.float64:
                     arr = arr.astype(np.float32)
                 packed_chunks.append((packed_off, arr))
-                # The operand keeps the constant's own shape (kernels and keys read it).
                 packed_cache[ck] = Operand(
-                    f"{o.name}@packed", "packed", packed_off, o.shape, arr.dtype.name
+                    f"{o.name}@packed", "packed", packed_off, tuple(shape), arr.dtype.name
                 )
                 packed_off += align(arr.nbytes, ALIGNMENT)
             ins[j] = packed_cache[ck]

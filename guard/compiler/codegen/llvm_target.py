@@ -66,6 +66,10 @@ class CodegenTarget:
         return int_dot_class(self.triple, self.cpu, self.features)
 
     @property
+    def byte_lookup(self) -> str:
+        return byte_lookup_class(self.triple, self.cpu, self.features)
+
+    @property
     def vector_width(self) -> int:
         return table_for(self.isa).vector_width
 
@@ -212,6 +216,24 @@ def int_dot_class(triple: str, cpu: str, features: tuple[str, ...]) -> str:
     return "none"
 
 
+_PERMUTE_PROBE = """define <64 x i8> @probe(<64 x i8> %a, <64 x i8> %b) {
+  %r = shufflevector <64 x i8> %a, <64 x i8> %b, <64 x i32> <MASK>
+  ret <64 x i8> %r
+}
+""".replace("MASK", ", ".join(f"i32 {(i * 37 + 11) % 128}" for i in range(64)))
+
+
+@functools.cache
+def byte_lookup_class(triple: str, cpu: str, features: tuple[str, ...]) -> str:
+    """``vbmi`` when LLVM lowers a 64-byte two-source shuffle to ``vpermt2b`` for this
+    triple, CPU and features (a 128-entry byte table lookup per instruction), else
+    ``none`` (a few ms, once per target and process)."""
+    if not triple.startswith("x86_64"):
+        return "none"
+    asm = _lowered(triple, cpu, features, _PERMUTE_PROBE)
+    return "vbmi" if "vpermt2b" in asm or "vpermi2b" in asm else "none"
+
+
 def runnable_here(built: CodegenTarget, host: CodegenTarget | None = None) -> str | None:
     """None when an object for ``built`` runs on this machine (``host``: another machine's
     target, for tests), else why not (one line)."""
@@ -231,6 +253,11 @@ def runnable_here(built: CodegenTarget, host: CodegenTarget | None = None) -> st
             f"built for cpu {built.cpu} with the {built.int_dot} integer dot product (LLVM "
             f"feature {', '.join(lacking)}), which this machine (cpu {host.cpu}, "
             f"{host.int_dot}) lacks"
+        )
+    if built.byte_lookup == "vbmi" and host.byte_lookup != "vbmi":
+        return (
+            f"built for cpu {built.cpu} with byte lookups (LLVM feature avx512vbmi), which "
+            f"this machine (cpu {host.cpu}) lacks"
         )
     missing = sorted(set(built.features) - set(host.features))
     if missing:

@@ -128,36 +128,155 @@ def test_max_pools_on_wide_quantized_rows(elem, isa, w, attrs):
     check(m, isa, feeds={"x": x.astype(np.uint8 if elem == U8 else np.int8)})
 
 
-@pytest.mark.parametrize("isa", ISAS)
-def test_a_requantise_chain_in_place_runs_in_vectors(isa):
-    """DequantizeLinear -> per-channel Mul, Add -> QuantizeLinear on u8, fused and written
-    over its input (as after every QLinearConv of a QDQ model with BatchNormalization):
-    an in-place path whose vector loop no overlap check guards (LLVM's run-time check
-    sent every such chain to the scalar loop: 64% of QDQ ShuffleNet's time), and the
-    bytes equal the reference's."""
-    c = 5
-    inits = [("s", np.float32(0.05)), ("z", np.uint8(120)),
-             ("g", np.linspace(0.5, 2, c).astype(np.float32).reshape(c, 1, 1)),
-             ("bb", np.linspace(-1, 1, c).astype(np.float32).reshape(c, 1, 1)),
-             ("s2", np.float32(0.07)), ("z2", np.uint8(100))]  # fmt: skip
+def _chain(c: int, hw: tuple[int, int], elem: int, per_channel: bool = True, residual=False):
+    """MaxPool -> DequantizeLinear -> Mul, Add (per channel or scalars) -> QuantizeLinear,
+    twice over (as a QDQ model's BatchNormalization between requantisations), or with
+    ``residual`` a second input, DequantizeLinear'd, added in (two run-time inputs)."""
+    dt = np.uint8 if elem == U8 else np.int8
+    shape = (c, 1, 1) if per_channel else ()
+    inits = [("s", np.float32(0.05)), ("z", np.array(120 if elem == U8 else -3, dt)),
+             ("g", np.linspace(0.5, 2, c).astype(np.float32).reshape(shape) if per_channel
+              else np.float32(1.3)),
+             ("bb", np.linspace(-1, 1, c).astype(np.float32).reshape(shape) if per_channel
+              else np.float32(-0.4)),
+             ("s2", np.float32(0.07)), ("z2", np.array(100 if elem == U8 else 5, dt))]  # fmt: skip
     nodes = [
         helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[1, 1]),
         helper.make_node("DequantizeLinear", ["p", "s", "z"], ["d"]),
         helper.make_node("Mul", ["d", "g"], ["m"]),
         helper.make_node("Add", ["m", "bb"], ["a"]),
         helper.make_node("QuantizeLinear", ["a", "s2", "z2"], ["q"]),
-        helper.make_node("MaxPool", ["q"], ["y"], kernel_shape=[2, 2], strides=[1, 1]),
+        helper.make_node("DequantizeLinear", ["q", "s2", "z2"], ["d2"]),
     ]
-    m = graph_model(nodes, [("x", [1, c, 12, 40], U8)], ["y"], inits, opset=13, out_type=U8)
-    _, code = check(m, isa, pipeline="O2", seeds=(0, 1))
-    (chain,) = [s for s in code.plan.steps() if s.op == "FusedElementwise"]
-    assert chain.may_alias, "the chain was not planned in place"
+    if residual:
+        nodes += [
+            helper.make_node("DequantizeLinear", ["x2", "s", "z"], ["e"]),
+            helper.make_node("Add", ["d2", "e"], ["m2"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Mul", ["d2", "g"], ["m2"]))
+    nodes += [
+        helper.make_node("QuantizeLinear", ["m2", "s", "z"], ["q2"]),
+        helper.make_node("MaxPool", ["q2"], ["y"], kernel_shape=[2, 2], strides=[1, 1]),
+    ]
+    xs = [("x", [1, c, *hw], elem)] + ([("x2", [1, c, hw[0] - 1, hw[1] - 1], elem)] * residual)
+    return graph_model(nodes, xs, ["y"], inits, opset=13, out_type=elem)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_requantise_chain_in_place_runs_in_vectors(isa):
+    """A chain of two run-time u8 inputs (a residual Add between requantisations) fused
+    and written over an input: an in-place path whose vector loop no overlap check
+    guards (LLVM's run-time check sent every in-place chain to the scalar loop: 64% of
+    QDQ ShuffleNet's time), and the bytes equal the reference's."""
+    _, code = check(_chain(5, (12, 40), U8, residual=True), isa, pipeline="O2", seeds=(0, 1))
+    chains = [s for s in code.plan.steps() if s.op == "FusedElementwise" and s.may_alias]
+    assert chains, "no chain was planned in place"
+    chain = chains[-1]
+    assert "q_lut" not in chain.attrs and sum(o.space == "arena" for o in chain.inputs) == 2
     body = re.search(rf"^define [^\n]*@{chain.kernel}\(.*?^}}", code.generated.ir_text,
                      re.M | re.S)  # fmt: skip
     # Written through the input's pointer when the two are one (LLVM keeps the compare):
     # no run-time overlap check stands between the chain and its vector loop.
     assert body and re.search(r"icmp eq ptr", body.group(0)), "no in-place path"
     assert re.search(r"fdiv <\d+ x float>", body.group(0)), "no vector loop"
+
+
+LUT_ISAS = [*ISAS, "host"]  # AVX2 and AVX-512 without VBMI keep the float chain
+
+
+def _every_byte(m, elem: int, seed: int) -> dict[str, np.ndarray]:
+    """Random bytes of the whole range, every value 0..255 in each channel's first 256."""
+    dt = np.uint8 if elem == U8 else np.int8
+    rng = np.random.default_rng(seed)
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    x = rng.integers(0, 256, shape).astype(np.uint8)
+    flat = x.reshape(shape[0] * shape[1], -1)
+    n = min(256, flat.shape[1])
+    flat[:, :n] = rng.permutation(256)[:n]
+    return {"x": x.view(dt)}
+
+
+def _table_check(m, isa: str, elem: int):
+    """Compile ``m`` at O2 for ``isa`` and compare with the reference at 1 and 2 threads,
+    bit for bit, on two inputs of every byte; the code (its plan) is returned."""
+    from guard.compiler import import_onnx, optimize, run_reference
+    from guard.compiler.codegen.build import host_target, jit
+    from guard.compiler.ir.isa_table import table_for as isa_row
+    from guard.compiler.partition.plan import plan
+
+    from ._jit import skip_unless_runnable
+
+    target = host_target() if isa == "host" else skip_unless_runnable(isa)
+    g0 = import_onnx(m, {})
+    g, _ = optimize(g0, "O2", target=isa_row(target.isa))
+    compiled = plan(g)
+    assert compiled.partition_report["fallback_nodes"] == 0
+    rt, code = jit(compiled, target, threads=1)
+    rt2, _ = jit(compiled, target, threads=2, code=code)
+    for seed in (0, 1):
+        f = _every_byte(m, elem, seed)
+        ref = run_reference(g0, f)["y"]
+        for r in (rt, rt2):
+            out = r.run(f)["y"]
+            assert out.dtype == ref.dtype
+            np.testing.assert_array_equal(out, ref)
+    return code
+
+
+@pytest.mark.parametrize("isa", LUT_ISAS)
+@pytest.mark.parametrize("elem", [U8, I8])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_a_byte_chain_of_constants_is_a_table(isa, elem, per_channel):
+    """Requantise, BatchNormalization, requantise on u8/s8 with per-channel (or scalar)
+    constants: on a VBMI target one table lookup an element (quant/lut.py; the table is
+    the reference's result for every byte, 64 bytes a vpermi2b pair), elsewhere the float
+    chain; bit-identical at 1 and 2 threads, 64 channels of 90 x 90 (126 vectors and a
+    36-byte tail a channel) cut by channels into two tasks."""
+    code = _table_check(_chain(64, (91, 91), elem, per_channel), isa, elem)
+    (chain,) = [s for s in code.plan.steps() if s.op == "FusedElementwise"]
+    if code.target.byte_lookup != "vbmi":
+        assert "q_lut" not in chain.attrs
+        return
+    assert chain.attrs["q_lut"] == (64 if per_channel else 0)
+    body = re.search(rf"^define [^\n]*@{chain.parts[0].kernel if chain.parts else chain.kernel}"
+                     rf"\(.*?^}}", code.generated.ir_text, re.M | re.S)  # fmt: skip
+    assert body and "vpermi2var.qi.512" in body.group(0) and "float" not in body.group(0)
+    if per_channel:
+        assert len(chain.parts) == 2, "the step was not split"
+        assert chain.parts[1].inputs[3].offset - chain.parts[0].inputs[3].offset == 32 * 256
+
+
+@pytest.mark.parametrize("isa", LUT_ISAS)
+@pytest.mark.parametrize("elem", [U8, I8])
+def test_a_short_table_chain_and_two_chains_sharing_a_constant(isa, elem):
+    """Chains of 5 channels of 11 x 39 (a masked vector a channel; the scalar table one
+    run of 33 vectors and a tail), and two chains of one shape and program reading one
+    per-channel constant with other scales: each gets its own table (the packed block is
+    keyed by its bytes, not by the constant it rides on)."""
+    _table_check(_chain(5, (12, 40), elem, per_channel=True), isa, elem)
+    _table_check(_chain(5, (12, 40), elem, per_channel=False), isa, elem)
+    dt = np.uint8 if elem == U8 else np.int8
+    c = 6
+    g = np.linspace(0.5, 2, c).astype(np.float32).reshape(c, 1, 1)
+    inits = [("s", np.float32(0.05)), ("z", np.array(7, dt)), ("g", g),
+             ("s2", np.float32(0.11)), ("z2", np.array(-2 if elem == I8 else 30, dt))]  # fmt: skip
+    pool = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}  # shapes kept: one kernel key
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p"], **pool),
+        helper.make_node("DequantizeLinear", ["p", "s", "z"], ["d"]),
+        helper.make_node("Mul", ["d", "g"], ["m"]),
+        helper.make_node("QuantizeLinear", ["m", "s2", "z2"], ["q"]),
+        helper.make_node("MaxPool", ["q"], ["p2"], **pool),
+        helper.make_node("DequantizeLinear", ["p2", "s2", "z2"], ["d2"]),
+        helper.make_node("Mul", ["d2", "g"], ["m2"]),
+        helper.make_node("QuantizeLinear", ["m2", "s", "z"], ["y"]),
+    ]
+    m = graph_model(nodes, [("x", [1, c, 10, 21], elem)], ["y"], inits, opset=13, out_type=elem)
+    code = _table_check(m, isa, elem)
+    if code.target.byte_lookup == "vbmi":
+        tables = {s.inputs[2].offset for s in code.plan.steps() if "q_lut" in s.attrs}
+        assert len(tables) == 2
 
 
 def test_partition_report_counts_quant_conversions_like_relayouts():

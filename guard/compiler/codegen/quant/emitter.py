@@ -93,9 +93,11 @@ class QuantLinear(Emitter):
     def plan_constants(
         self, op: str, attrs: Mapping[str, Any], values: Mapping[int, np.ndarray],
         inputs: Sequence[Operand | None], outputs: Sequence[Operand], width: int,
+        target: Any = None,
     ) -> tuple[dict[int, np.ndarray], dict[str, Any]] | None:  # fmt: skip
         """The weights input packed with every per-channel constant (quant/pack.py), and
-        the facts the kernel specialises on (they join the step's attributes)."""
+        the facts the kernel specialises on (they join the step's attributes); the
+        target's table is the active one (``target`` is not read)."""
         sl = SLOTS[op]
         wi = sl["w"]
         assert wi is not None

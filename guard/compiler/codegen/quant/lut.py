@@ -1,0 +1,152 @@
+"""A requantise chain on bytes as a table: ``y = T[c][x]``, 64 bytes a step (AVX-512 VBMI).
+
+A fused elementwise program whose only run-time input is a u8/s8 tensor, whose output is
+u8/s8, and whose other inputs are constants that vary along the channel axis (1) at most
+(a QDQ model's DequantizeLinear -> BatchNormalization -> QuantizeLinear, often three
+requantisations in a row) is a function of (channel, input byte): 256 bytes a channel.
+The table is the reference interpreter's own result for every byte of every channel
+(guard.compiler.reference.elementwise.run_program), so the kernel equals the reference
+bit for bit by construction, whatever the program's float steps.
+
+The lookup is ``vpermi2b`` (``llvm.x86.avx512.vpermi2var.qi.512``): one instruction looks
+64 bytes up in a 128-entry table held in two registers; two of them and a select on the
+index's top bit cover 256 entries, with a channel's table in four registers. A target
+without VBMI (LLVM's answer: guard.compiler.codegen.llvm_target.byte_lookup_class) keeps
+the chain's float code, which is exact too and runs in vectors there; a 256-entry lookup
+from ``vpshufb``'s 16-entry ones would take 16 shuffles and blends a vector.
+
+Layout ``[C][256]`` (channel-major: a channel's table is four contiguous vectors), packed
+on the first per-channel constant input, whose operand is shaped ``(1, C, 1.., 256)`` so
+that a task of a channel split gets it cut at its first channel (guard.compiler.codegen.
+split); a scalar chain has one table of 256 on an operand shaped ``(256, 1, ...)``, which
+every task reads whole. ``q_lut`` is C (0 for the scalar table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import llvmlite.ir as ir
+import numpy as np
+
+from guard.compiler.codegen.irutil import I1, I8, I32, I64, declare, elem_ptr, loop
+from guard.compiler.codegen.kernel_plan import Operand
+from guard.compiler.reference.elementwise import run_program
+
+BYTES = ("uint8", "int8")
+V = 64  # bytes a step
+BYTES_V = ir.VectorType(I8, V)
+
+
+def table_for(
+    attrs: Mapping[str, Any], values: Mapping[int, np.ndarray],
+    ins: Sequence[Operand | None], outs: Sequence[Operand],
+) -> tuple[int, np.ndarray, tuple[int, ...], int] | None:  # fmt: skip
+    """(the input that carries the table, the table, its operand's shape, C or 0), or
+    None: not such a chain."""
+    if len(outs) != 1 or outs[0].dtype not in BYTES or "program" not in attrs:
+        return None
+    y = outs[0]
+    rank = len(y.shape)
+    runtime = [j for j, o in enumerate(ins) if o is not None and j not in values]
+    if len(runtime) != 1 or rank < 2:
+        return None
+    (xi,) = runtime
+    x = ins[xi]
+    assert x is not None
+    if x.dtype not in BYTES or tuple(x.shape) != tuple(y.shape):
+        return None
+    c = int(y.shape[1])
+    carrier, per_channel = None, False
+    for j, o in enumerate(ins):
+        if o is None or j == xi:
+            continue
+        v = np.asarray(values[j])
+        if v.ndim > rank:
+            return None
+        dims = (1,) * (rank - v.ndim) + tuple(v.shape)
+        if any(d != 1 for k, d in enumerate(dims) if k != 1) or dims[1] not in (1, c):
+            return None
+        if dims[1] == c and c > 1 and not per_channel:
+            carrier, per_channel = j, True
+        elif carrier is None:
+            carrier = j
+    if carrier is None or (per_channel and rank < 3):
+        return None
+    xdt = np.dtype(x.dtype)
+    lo = int(np.iinfo(xdt).min)
+    n = c if per_channel else 1
+    every = np.broadcast_to(
+        np.arange(lo, lo + 256).astype(xdt), (1, n) + (1,) * (rank - 3) + (256,)
+    )
+    feed = [
+        None if o is None
+        else every if j == xi
+        else np.asarray(values[j]) if per_channel
+        else np.asarray(values[j]).reshape(())
+        for j, o in enumerate(ins)
+    ]  # fmt: skip
+    out = np.asarray(run_program(list(attrs["program"]), feed, None))
+    if out.dtype != np.dtype(y.dtype) or out.size != n * 256:
+        return None
+    table = np.ascontiguousarray(out.reshape(n, 256)).view(np.uint8).reshape(-1)
+    if per_channel:
+        return carrier, table, (1, c, *(1,) * (rank - 3), 256), c
+    return carrier, table, (256, *(1,) * rank), 0
+
+
+def emit_table(b: ir.IRBuilder, ins: Sequence[ir.Value | None], y: ir.Value, k: Any) -> None:
+    """The kernel of a step planned with a table (``q_lut`` in its attributes): the
+    run-time input is the arena operand, the table the packed one."""
+    (xi,) = [j for j, o in enumerate(k.inputs) if o is not None and o.space == "arena"]
+    (ti,) = [j for j, o in enumerate(k.inputs) if o is not None and o.space == "packed"]
+    x, table = ins[xi], ins[ti]
+    assert x is not None and table is not None
+    shape = k.outputs[0].shape
+    signed = k.inputs[xi].dtype == "int8"
+    if not int(k.attrs["q_lut"]):
+        _rows(b, x, y, table, int(np.prod(shape, dtype=np.int64)), signed)
+        return
+    lead, c = int(np.prod(shape[:1])), int(shape[1])
+    inner = int(np.prod(shape[2:], dtype=np.int64))
+    with loop(b, 0, lead * c, 1, "nc") as nc:
+        ch = nc if lead == 1 else b.urem(nc, ir.Constant(I64, c))
+        row = b.mul(ch, ir.Constant(I64, 256))
+        base = b.mul(nc, ir.Constant(I64, inner))
+        xp, yp = elem_ptr(b, x, base, I8), elem_ptr(b, y, base, I8)
+        _rows(b, xp, yp, elem_ptr(b, table, row, I8), inner, signed)
+
+
+def _rows(b: ir.IRBuilder, x: ir.Value, y: ir.Value, table: ir.Value, n: int, signed: bool) -> None:
+    """``y[i] = table[x[i]]`` for ``i`` in [0, n): whole vectors, then a masked one."""
+    t = [b.load(elem_ptr(b, table, 64 * q, I8), typ=BYTES_V, align=1) for q in range(4)]
+    whole = n // V * V
+    if whole:
+        with loop(b, 0, whole, V, "v") as i:
+            xp, yp = elem_ptr(b, x, i, I8), elem_ptr(b, y, i, I8)
+            b.store(_lookup(b, b.load(xp, typ=BYTES_V, align=1), t, signed), yp, align=1)
+    if n > whole:
+        mask = ir.Constant(ir.VectorType(I1, V), [int(i < n - whole) for i in range(V)])
+        xp, yp = elem_ptr(b, x, whole, I8), elem_ptr(b, y, whole, I8)
+        v = _masked(b, "load", BYTES_V, [xp, ir.Constant(I32, 1), mask, ir.Constant(BYTES_V, None)])
+        _masked(
+            b, "store", ir.VoidType(), [_lookup(b, v, t, signed), yp, ir.Constant(I32, 1), mask]
+        )
+
+
+def _lookup(b: ir.IRBuilder, v: ir.Value, t: list[ir.Value], signed: bool) -> ir.Value:
+    """Each byte of ``v`` looked up in the 256 bytes ``t`` (four vectors): vpermi2b takes
+    an index's low 7 bits, its top bit picks the half (an s8 byte is biased by 128)."""
+    if signed:
+        v = b.xor(v, ir.Constant(BYTES_V, [0x80] * V))
+    fn = declare(b.module, "llvm.x86.avx512.vpermi2var.qi.512", BYTES_V, [BYTES_V] * 3)
+    low = b.call(fn, [t[0], v, t[1]])
+    high = b.call(fn, [t[2], v, t[3]])
+    return b.select(b.icmp_signed("<", v, ir.Constant(BYTES_V, None)), high, low)
+
+
+def _masked(b: ir.IRBuilder, what: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+    """``llvm.masked.load``/``store`` of 64 bytes (the lanes off the mask touch no memory)."""
+    types = [a.type for a in args]
+    return b.call(declare(b.module, f"llvm.masked.{what}.v64i8.p0", ret, types), args)
