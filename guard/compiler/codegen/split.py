@@ -32,7 +32,8 @@ The int8 kernels (guard.compiler.codegen.quant) split by the same rule with thei
 cost: a multiply-accumulate counts :data:`INT8_MAC_FLOPS`, not the two FLOPs of a float
 FMA, and each byte the convolution packs as a quarter of a moved element. A convolution
 (any images, any groups) cuts into bands of output rows, each packing its own pixels; a
-matrix product into runs of rows of A and Y, B read whole as packed for the whole node.
+matrix product into runs of rows of A and Y, B read whole as packed for the whole node, or,
+with fewer than 8 rows (a GEMV), into runs of B's packed panels, A read whole.
 """
 
 from __future__ import annotations
@@ -369,11 +370,11 @@ def relayout_tasks(step: Step) -> tuple[Step, ...]:
 INT8_MAC_FLOPS = 0.5
 
 
-def int8_tasks(step: Step) -> tuple[Step, ...]:
+def int8_tasks(step: Step, width: int) -> tuple[Step, ...]:
     """The int8 convolution of one or more images cut into bands of output rows (each task
     packs its own pixels; the weights and the input are read whole), the int8 matrix
-    product into runs of rows of A and Y (B, packed, read whole). The cost counts a MAC
-    as :data:`INT8_MAC_FLOPS` and every packed byte as an element moved."""
+    product into runs of rows of A and Y (B, packed, read whole) or of B's columns. A MAC
+    costs :data:`INT8_MAC_FLOPS`, a packed or streamed byte a quarter element moved."""
     x, y = step.inputs[0], step.outputs[0]
     if x is None or step.may_alias:
         return ()
@@ -391,18 +392,43 @@ def int8_tasks(step: Step) -> tuple[Step, ...]:
         if want < 2:
             return ()
         return _row_tasks(step, geo, want)
-    if any(d != 1 for d in y.shape[:-2]) or len(y.shape) < 2:
+    if len(y.shape) < 2:
         return ()
     axis = len(y.shape) - 2
-    m, n, k = y.shape[-2], y.shape[-1], x.shape[-1]
+    m, n, k = math.prod(y.shape[:-1]), y.shape[-1], x.shape[-1]
+    if m < 8 and "q_nv" in step.attrs:
+        return _column_tasks(step, width, m, n, k)
+    if any(d != 1 for d in y.shape[:-2]):
+        return ()
     cost = int(m * n * k * INT8_MAC_FLOPS) + m * k * ELEMENT_FLOPS // 4
     return _tasks_along(step, axis, cost, 4, lambda j, o: axis if j == 0 else "whole")
+
+
+def _column_tasks(step: Step, width: int, m: int, n: int, k: int) -> tuple[Step, ...]:
+    """An int8 product of fewer than 8 rows (a GEMV: streaming B is its cost) cut into
+    runs of B's packed panels (attribute ``cols``): each task reads A whole and B's
+    panels of its columns, and writes those columns of every row of Y."""
+    from guard.compiler.codegen.quant.dot import DotClass
+
+    nr = int(step.attrs["q_nv"]) * DotClass(str(step.attrs["q_dot"]), width).width
+    units = -(-n // nr)
+    cost = int(m * n * k * INT8_MAC_FLOPS) + n * k * ELEMENT_FLOPS // 4
+    want = min(MAX_TASKS, units, cost // MIN_TASK_FLOPS)
+    want -= want % 2 if want > 2 else 0
+    if want < 2:
+        return ()
+    tasks = []
+    for i in range(want):
+        cols = (units * i // want * nr, min(n, units * (i + 1) // want * nr))
+        attrs = {**step.attrs, "cols": cols}
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", step.inputs, step.outputs, attrs, False))
+    return tuple(tasks)
 
 
 def split_step(step: Step, width: int) -> tuple[Step, ...]:
     """The step's tasks by the cost rule, () to run it as one call."""
     if step.op in ("QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger"):
-        return int8_tasks(step)
+        return int8_tasks(step, width)
     if step.op in ("Conv", "FusedConv"):
         return conv_tasks(step, width)
     if step.op in ("Gemm", "FusedGemm", "MatMul", "FusedMatMul"):

@@ -4,7 +4,8 @@ vector operand of the micro-kernel, role ``"matmul"``: channels along the lanes)
 copied block by block into the class's u domain on the stack (``[rows][Kp]`` bytes,
 padded with the zero point ``alpha``; each row's sum of u beside it when the weights'
 zero point is not zero), then broadcast four bytes at a time. A's leading dims fold
-into M. The requantisation (or the int32 store) is the micro-kernel's epilogue.
+into M. The requantisation (or the int32 store) is the micro-kernel's epilogue. A task
+of a column split (a GEMV: too few rows to cut) computes the panels of its ``cols``.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ def emit_matmul(
 
             tiles(b, m_size, mr, rows)
 
-        tiles(b, N, nr, panel)
+        # A task of a column split (attribute ``cols``, whole panels): its columns only.
+        n0, n1 = facts.get("cols") or (0, N)
+        tiles(b, n1 - n0, nr, lambda off, width: panel(b.add(off, ir.Constant(I64, n0)), width))
 
     tiles(b, M, mc, block)
