@@ -1,7 +1,8 @@
 """MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool in NCHW, NHWC or NCHW<b>c.
 
 Vector lanes run along channels where they are contiguous (NCHW<b>c, and NHWC with C a
-multiple of the width), else lanes are scalars. Each output element loops over its
+multiple of the width); an NCHW AveragePool runs lanes along the output row
+(pool_rows.py); else lanes are scalars. Each output element loops over its
 window with one bounds check per tap (pools move few bytes per FLOP; the checks are not
 the bottleneck). AveragePool divides by the number of taps inside the input, or inside
 the padded input with ``count_include_pad`` (ONNX's rule, ceil_mode windows included).
@@ -33,6 +34,7 @@ from guard.compiler.codegen.irutil import (
     splat,
     store_lanes,
 )
+from guard.compiler.codegen.pool_rows import emit_row_average_pool
 from guard.compiler.codegen.quant.pool import emit_int8_max_pool
 from guard.compiler.graph.view import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
@@ -192,6 +194,10 @@ class Pool(Emitter):
                                (dh, dw), (pt, pl))  # fmt: skip
             return
         include = bool(a.get("count_include_pad", 0))
+        if not is_max and lay == "NCHW" and L == 1:  # lanes along the output row
+            emit_row_average_pool(b, x, y, W_, (N, C, H, W), (OH, OW), (R, S), (sh, sw),
+                                  (dh, dw), (pt, pl, pb, pr), include)  # fmt: skip
+            return
 
         def wbody(c: ir.Value, lanes: int) -> None:
             with (
