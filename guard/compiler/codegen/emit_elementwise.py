@@ -35,7 +35,7 @@ from guard.compiler.codegen.irutil import (
     store_lanes,
     vec,
 )
-from guard.compiler.codegen.quant.lut import emit_table, table_for
+from guard.compiler.codegen.quant.lut import emit_table, prefix_kernel, table_for
 from guard.compiler.graph.view import GraphView, OpNode
 
 Attrs = Mapping[str, Any]
@@ -321,19 +321,22 @@ class Elementwise(Emitter):
         self, op: str, attrs: Attrs, values: Mapping[int, np.ndarray], ins: Sequence[Any],
         outs: Sequence[Any], width: int, target: Any = None,
     ) -> tuple[dict[int, Any], dict[str, Any]] | None:  # fmt: skip
-        """A byte-to-byte chain of per-channel constants as a table (quant/lut.py), where
-        the target looks bytes up in vectors."""
+        """A chain to bytes whose last steps read one byte and per-channel constants as a
+        table (quant/lut.py), where the target looks bytes up in vectors."""
         if op != "FusedElementwise" or target is None or target.byte_lookup != "vbmi":
             return None
         got = table_for(attrs, values, ins, outs)
         if got is None:
             return None
-        j, table, shape, c = got
-        return {j: (table, shape)}, {"q_lut": c}
+        j, table, shape, c, prefix = got
+        return {j: (table, shape)}, {"q_lut": c, **({"q_lut_prefix": prefix} if prefix else {})}
 
     def emit(self, b: B, ins: list[V | None], outs: list[V], k: Kernel) -> None:
         out = k.outputs[0]
-        if "q_lut" in k.attrs:
+        if "q_lut" in k.attrs:  # a table lookup (quant/lut.py), after its float prefix
+            pre = prefix_kernel(ins, k)
+            if pre is not None:
+                self.emit(b, pre[0], outs, pre[1])
             emit_table(b, ins, outs[0], k)
             return
         operands = [

@@ -224,7 +224,7 @@ def elementwise_tasks(step: Step) -> tuple[Step, ...]:
         return ()
     prog = step.attrs.get("program") or [{"op": step.op}]
     per = ELEMENT_FLOPS + sum(20 if p["op"] in _HEAVY else 1 for p in prog)
-    if "q_lut" in step.attrs:  # a byte table lookup (quant/lut.py): a quarter element moved
+    if "q_lut" in step.attrs and "q_lut_prefix" not in step.attrs:  # a byte table lookup
         per = ELEMENT_FLOPS // 4
     return _tasks_along(step, axis, math.prod(y.shape) * per)
 

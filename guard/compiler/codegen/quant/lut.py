@@ -24,6 +24,7 @@ every task reads whole. ``q_lut`` is C (0 for the scalar table).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ import numpy as np
 
 from guard.compiler.codegen.irutil import I1, I8, I32, I64, declare, elem_ptr, loop
 from guard.compiler.codegen.kernel_plan import Operand
+from guard.compiler.ir.core import dtype_from_name
 from guard.compiler.reference.elementwise import run_program
 
 BYTES = ("uint8", "int8")
@@ -42,69 +44,107 @@ BYTES_V = ir.VectorType(I8, V)
 def table_for(
     attrs: Mapping[str, Any], values: Mapping[int, np.ndarray],
     ins: Sequence[Operand | None], outs: Sequence[Operand],
-) -> tuple[int, np.ndarray, tuple[int, ...], int] | None:  # fmt: skip
-    """(the input that carries the table, the table, its operand's shape, C or 0), or
-    None: not such a chain."""
+) -> tuple[int, np.ndarray, tuple[int, ...], int, int] | None:  # fmt: skip
+    """(the input that carries the table, the table, its operand's shape, C or 0, the
+    length of the float prefix), or None: not such a chain."""
     if len(outs) != 1 or outs[0].dtype not in BYTES or "program" not in attrs:
         return None
-    y = outs[0]
+    y, prog = outs[0], list(attrs["program"])
     rank = len(y.shape)
-    runtime = [j for j, o in enumerate(ins) if o is not None and j not in values]
-    if len(runtime) != 1 or rank < 2:
+    runtime = [o for o in ins if o is not None and o.space == "arena"]
+    if len(runtime) != 1 or rank < 2 or tuple(runtime[0].shape) != tuple(y.shape):
         return None
-    (xi,) = runtime
-    x = ins[xi]
-    assert x is not None
-    if x.dtype not in BYTES or tuple(x.shape) != tuple(y.shape):
+    xi, xdt = ins.index(runtime[0]), runtime[0].dtype
+    got = (0, prog, xi, xdt) if xdt in BYTES else _suffix(prog, xi, len(ins), y.dtype)
+    if got is None or xdt not in (*BYTES, "float32"):
         return None
+    prefix, suffix, at, bdt = got
+    used = {r for st in suffix for r in st["args"] if isinstance(r, int) and r != at}
+    before = {r for st in prog[:prefix] for r in st["args"] if isinstance(r, int)}
     c = int(y.shape[1])
-    carrier, per_channel = None, False
-    for j, o in enumerate(ins):
-        if o is None or j == xi:
-            continue
+    per_channel = False
+    for j in used:
         v = np.asarray(values[j])
-        if v.ndim > rank:
-            return None
         dims = (1,) * (rank - v.ndim) + tuple(v.shape)
-        if any(d != 1 for k, d in enumerate(dims) if k != 1) or dims[1] not in (1, c):
+        if v.ndim > rank or any(d != 1 for i, d in enumerate(dims) if i != 1):
             return None
-        if dims[1] == c and c > 1 and not per_channel:
-            carrier, per_channel = j, True
-        elif carrier is None:
-            carrier = j
+        if dims[1] not in (1, c):
+            return None
+        per_channel = per_channel or (dims[1] == c and c > 1)
+    # The table rides on a constant the prefix does not read (its operand becomes the
+    # table's, shaped here, whatever the constant's own shape).
+    carrier = min((j for j in used if j not in before), default=None)
     if carrier is None or (per_channel and rank < 3):
         return None
-    xdt = np.dtype(x.dtype)
-    lo = int(np.iinfo(xdt).min)
+    lo = int(np.iinfo(np.dtype(bdt)).min)
     n = c if per_channel else 1
     every = np.broadcast_to(
-        np.arange(lo, lo + 256).astype(xdt), (1, n) + (1,) * (rank - 3) + (256,)
+        np.arange(lo, lo + 256).astype(bdt), (1, n) + (1,) * (rank - 3) + (256,)
     )
-    feed = [
-        None if o is None
-        else every if j == xi
-        else np.asarray(values[j]) if per_channel
-        else np.asarray(values[j]).reshape(())
-        for j, o in enumerate(ins)
-    ]  # fmt: skip
-    out = np.asarray(run_program(list(attrs["program"]), feed, None))
+    feed: list[np.ndarray | None] = [None] * max(len(ins), at + 1)
+    feed[at] = every
+    for j in used:
+        feed[j] = np.asarray(values[j]) if per_channel else np.asarray(values[j]).reshape(())
+    out = np.asarray(run_program(suffix, feed, None))
     if out.dtype != np.dtype(y.dtype) or out.size != n * 256:
         return None
     table = np.ascontiguousarray(out.reshape(n, 256)).view(np.uint8).reshape(-1)
     if per_channel:
-        return carrier, table, (1, c, *(1,) * (rank - 3), 256), c
-    return carrier, table, (256, *(1,) * rank), 0
+        return carrier, table, (1, c, *(1,) * (rank - 3), 256), c, prefix
+    return carrier, table, (256, *(1,) * rank), 0, prefix
+
+
+def _suffix(
+    prog: list[dict[str, Any]], xi: int, n_in: int, ydt: str
+) -> tuple[int, list[dict[str, Any]], int, str] | None:
+    """A float chain whose first step to the output's byte type (a QuantizeLinear) is
+    followed only by steps of that byte and constants: (the prefix's length, the rest
+    reading the byte as input ``n_in``, ``n_in``, the byte type); else None."""
+    k = next((i for i, st in enumerate(prog) if st["op"] == "Cast"
+              and dtype_from_name(st["attrs"]["to"]) == np.dtype(ydt)), None)  # fmt: skip
+    if k is None or k == len(prog) - 1:
+        return None
+    rest = []
+    for st in prog[k + 1 :]:
+        args: list[Any] = []
+        for r in st["args"]:
+            if r == xi or r == "acc" or isinstance(r, str) and int(r[1:]) < k:
+                return None  # reads the float input or a float step: no table
+            args.append(
+                r if isinstance(r, int) else n_in if r == f"s{k}" else f"s{int(r[1:]) - k - 1}"
+            )
+        rest.append({**st, "args": args})
+    return k + 1, rest, n_in, ydt
+
+
+def prefix_kernel(
+    ins: Sequence[ir.Value | None], k: Any
+) -> tuple[list[ir.Value | None], Any] | None:
+    """The float prefix of a table step (``q_lut_prefix``) as its own kernel: the chain's
+    steps up to its first QuantizeLinear, written to the output; the table input unread."""
+    n = int(k.attrs.get("q_lut_prefix", 0))
+    if not n:
+        return None
+    (ti,) = [j for j, o in enumerate(k.inputs) if o is not None and o.space == "packed"]
+    ins2, inputs = list(ins), list(k.inputs)
+    ins2[ti] = inputs[ti] = None
+    attrs = {a: v for a, v in k.attrs.items() if not a.startswith("q_lut")}
+    attrs["program"] = list(k.attrs["program"])[:n]
+    return ins2, dataclasses.replace(k, attrs=attrs, inputs=tuple(inputs))
 
 
 def emit_table(b: ir.IRBuilder, ins: Sequence[ir.Value | None], y: ir.Value, k: Any) -> None:
-    """The kernel of a step planned with a table (``q_lut`` in its attributes): the
-    run-time input is the arena operand, the table the packed one."""
-    (xi,) = [j for j, o in enumerate(k.inputs) if o is not None and o.space == "arena"]
+    """The lookup of a step planned with a table (``q_lut`` in its attributes): of the
+    run-time input (the arena operand), or in place of the output its float prefix wrote."""
     (ti,) = [j for j, o in enumerate(k.inputs) if o is not None and o.space == "packed"]
-    x, table = ins[xi], ins[ti]
+    table = ins[ti]
+    if k.attrs.get("q_lut_prefix"):
+        x, signed = y, k.outputs[0].dtype == "int8"
+    else:
+        (xi,) = [j for j, o in enumerate(k.inputs) if o is not None and o.space == "arena"]
+        x, signed = ins[xi], k.inputs[xi].dtype == "int8"
     assert x is not None and table is not None
     shape = k.outputs[0].shape
-    signed = k.inputs[xi].dtype == "int8"
     if not int(k.attrs["q_lut"]):
         _rows(b, x, y, table, int(np.prod(shape, dtype=np.int64)), signed)
         return
