@@ -88,7 +88,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base_label=base_spec,
         head_label=head_spec,
     )
-    missing = cmp["summary"].get("without_rounds") or []
+    missing = ComparisonDocument.from_json(cmp).summary.without_rounds
     if missing:
         print(
             f"guard: warning: {len(missing)} row(s) compared with a result that has no rounds "

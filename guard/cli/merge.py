@@ -39,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def cmd_merge(args: argparse.Namespace) -> int:
     from guard import report
     from guard.core.errors import EXIT_BAD_INPUT
+    from guard.results.documents import ResultsDocument
     from guard.run.merge import merge_documents
 
     outputs = {
@@ -59,4 +60,5 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
         run_id = record_merged(args.tracking_uri, doc)
         print(f"recorded the merged results on invocation run {run_id} at {args.tracking_uri}")
-    return max(int(doc["exit_code"]), EXIT_BAD_INPUT) if problems else int(doc["exit_code"])
+    code = int(ResultsDocument.from_json(doc).exit_code or 0)  # merge_documents sets it
+    return max(code, EXIT_BAD_INPUT) if problems else code

@@ -40,6 +40,7 @@ MIGRATED = (
     "guard/run/case.py",
     "guard/measure",
     "guard/emulate",
+    "guard/cli",
     "guard/doctor",
     "guard/prepare/calibrate.py",
     "guard/experiment",
@@ -93,6 +94,14 @@ ALLOWED: dict[tuple[str, str], str] = {
                  "arch")},
     ("guard/run/counted.py", "counted"): "the suite entry's measure block (measure.counted)",
     ("guard/run/one_result.py", "warnings"): "the preflight block being written",
+    ("guard/cli/ab.py", "summary"): "the comparison being written (its counted rows added)",
+    ("guard/cli/ab.py", "counted"): "the counted rows just added to the comparison",
+    **{("guard/cli/calibrate.py", k): "the noise file's entries (guard calibrate's own output)"
+       for k in ("entries", "noise_pct", "rounds", "run_noise_pct")},
+    **{("guard/cli/dashboard.py", k): "the dashboard's counts (write_dashboard's summary)"
+       for k in ("results", "suite")},
+    ("guard/cli/fit.py", "fits"): "guard fit's report (guard.compiler.fit)",
+    ("guard/cli/tune.py", "seconds"): "the tuner's summary (guard.compiler.tuning)",
     **{("guard/measure/round_worker.py", k): "a round worker's request (RoundJob, as sent)"
        for k in ("artefact", "backend", "config", "manifest", "threads")},
     **{("guard/measure/timer.py", k): "the statistics summarize computes (a round's record "
