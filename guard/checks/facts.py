@@ -1,17 +1,14 @@
 """What one run of one (model, backend, target) established, for the checks to judge
 (guard.checks.evaluate): the result's parts as the typed records it will write
-(guard.results), built once when the result is finished (guard.run.one_result)."""
+(guard.results), built once when the result is finished (guard.run.facts.gather_facts)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from guard.results.counted import Counted
 from guard.results.documents import CountedRow, RowStats
 from guard.results.manifest import TuningCache
-from guard.results.record import Record
 from guard.results.result import (
     Contention,
     Latency,
@@ -26,7 +23,7 @@ from guard.results.result import (
 class Facts:
     """What one run of one (model, backend, target) established; checks read only this.
 
-    Built once, when the result is finished (guard.run.one_result), and read by ``evaluate``
+    Built once, when the result is finished (guard.run.facts), and read by ``evaluate``
     once: nothing fills it in later."""
 
     backend: str
@@ -52,21 +49,3 @@ class Facts:
     counted_cmp: CountedRow | None = None  # guard.counting.verdict row against the baseline
     counted_bound: float | None = None  # checks.counted.regress_pct
     quantization: Quantization | None = None  # an int8 row's block (guard.run.int8)
-
-
-def typed_parts(parts: Mapping[str, Any]) -> dict[str, Any]:
-    """``Facts`` arguments of a result still being written, whose parts are the JSON
-    blocks the result will hold: each part read as the record it is."""
-    kw = dict(parts)
-    for name, record in _PARTS.items():
-        if kw.get(name) is not None:
-            kw[name] = record.from_json(kw[name])
-    return kw
-
-
-# The Facts fields a result's writer holds as JSON, and their records.
-_PARTS: dict[str, type[Record]] = {
-    "numerics": Numerics, "latency_ms": Latency, "contention": Contention, "regress": RowStats,
-    "partitions": Partitions, "arena_budget": MemoryBudget, "tuning": TuningCache,
-    "counted": Counted, "counted_cmp": CountedRow, "quantization": Quantization,
-}  # fmt: skip

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from guard.checks import evaluate as ck
-from guard.checks.facts import typed_parts
 from guard.results.manifest import TuningCache
 from guard.results.result import Contention, Latency, Numerics, Partitions
 from guard.suite.check_blocks import (
@@ -138,8 +137,8 @@ def test_strict_latency_fails_under_contention_and_a_met_bound_passes():
 
 def test_evaluate_reads_contention_from_the_facts():
     facts = ck.Facts(backend="onnxruntime", arch="x86_64",
-                     **typed_parts({"numerics": {"golden_status": "created"},
-                                       "latency_ms": STATS, "contention": CONTENDED}))  # fmt: skip
+                     numerics=Numerics.from_json({"golden_status": "created"}),
+                     latency_ms=Latency.of(STATS), contention=Contention.of(CONTENDED))  # fmt: skip
     latency = [
         c
         for c in ck.evaluate(CheckBlocks(latency=LatencyBounds(p50_ms=1.0)), facts)
