@@ -55,10 +55,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(f"guard: error: {line}", file=sys.stderr)
     if not args.quiet:
         report.render_console(doc)
+    typed = ResultsDocument.from_json(doc)
     if args.tracking_uri:
         from guard.track.invocation import record_merged
 
-        run_id = record_merged(args.tracking_uri, doc)
+        run_id = record_merged(args.tracking_uri, typed)
         print(f"recorded the merged results on invocation run {run_id} at {args.tracking_uri}")
-    code = int(ResultsDocument.from_json(doc).exit_code or 0)  # merge_documents sets it
+    code = int(typed.exit_code or 0)  # merge_documents sets it
     return max(code, EXIT_BAD_INPUT) if problems else code

@@ -20,7 +20,6 @@ shard and result run carries it) never depend on which candidate won.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from guard.core.errors import UsageError
@@ -160,19 +159,18 @@ def link_shard(
     return canonical
 
 
-def record_merged(uri: str, doc: Mapping[str, Any]) -> str:
+def record_merged(uri: str, doc: ResultsDocument) -> str:
     """Put a merged results document (guard merge) on its invocation's run: the worst
     verdict, the counts, and ``results.json``, so ``run:<id>`` of the invocation is the
     whole run. Writing it again overwrites it (idempotent). Returns the run id."""
-    typed = ResultsDocument.of(doc)
-    inv = typed.merged.invocation_id if typed.merged is not None else None
+    inv = doc.merged.invocation_id if doc.merged is not None else None
     if not inv:
         raise UsageError(
             "the merged results carry no invocation id: nothing to record",
             hint="Only shards run with --invocation-id (or "
             "GUARD_INVOCATION_ID) log under one invocation.",
         )
-    suite = str(typed.suite)
+    suite = str(doc.suite)
     with http_limits(), translated(uri, f"recording the merge of invocation {inv!r}"):
         client = mlflow_client(uri)
         eid = experiment_id(client, uri, suite)
@@ -186,12 +184,12 @@ def record_merged(uri: str, doc: Mapping[str, Any]) -> str:
         _log_batch(
             client,
             run_id,
-            metric_entities(parent_metrics(typed)),
+            metric_entities(parent_metrics(doc)),
             tags={
-                "guard.verdict": worst_verdict([r.verdict for r in typed.results]),
+                "guard.verdict": worst_verdict([r.verdict for r in doc.results]),
                 "guard.merged": "true",
-                "guard.exit_code": str(typed.exit_code),
+                "guard.exit_code": str(doc.exit_code),
             },
         )
-        client.log_dict(run_id, dict(doc), "results.json")
+        client.log_dict(run_id, doc.to_json(), "results.json")
     return run_id
