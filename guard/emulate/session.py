@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -125,7 +124,7 @@ class EmulatedSession:
     def memory(self) -> MemoryInfo:
         return self._memory()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, str]:
         """How the numbers of this session were obtained (for the result)."""
         return {"emulator": self.emulator, "arch": self.entry.arch,
                 "runner": str(self.runner), "entry": self.entry.main}  # fmt: skip

@@ -290,7 +290,7 @@ def user() -> str | None:
         return None
 
 
-def system_tags(doc: ResultsDocument, run_name: str) -> dict[str, Any]:
+def system_tags(doc: ResultsDocument, run_name: str) -> dict[str, str | None]:
     """MLflow's own tags, so its UI shows the source, user, commit and name of each run."""
     return {
         "mlflow.runName": run_name,
