@@ -339,6 +339,23 @@ def test_a_float_chain_quantises_once_then_looks_up(isa, elem, suffix):
         assert [p["op"] for p in prefix].count("Div") == 1
 
 
+def test_byte_lookups_are_llvms_answer_and_an_artefact_needing_them_refuses_without():
+    """VBMI is what LLVM lowers a 64-byte two-source shuffle to (vpermt2b), never a CPU
+    name; code built with the tables (icelake-server) refuses a host with the same int8
+    dot product but no VBMI (cascadelake), with the reason, and not the other way round."""
+    from guard.compiler.codegen.llvm_target import codegen_target, runnable_here
+
+    def t(cpu: str, attrs: str = ""):
+        return codegen_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}{attrs}")
+
+    assert [t(c).byte_lookup for c in ("x86-64-v3", "skylake-avx512", "icelake-server")] == [
+        "none", "none", "vbmi"]  # fmt: skip
+    assert t("znver4", " -mattr=-avx512vbmi").byte_lookup == "none"
+    why = runnable_here(t("icelake-server"), t("cascadelake"))
+    assert why and "avx512vbmi" in why
+    assert runnable_here(t("cascadelake"), t("icelake-server")) is None
+
+
 def test_partition_report_counts_quant_conversions_like_relayouts():
     """x -> Q -> DQ -> Relu -> Q -> DQ: four conversions on activations, two Q->DQ pairs;
     the constant weight's DequantizeLinear is not one (folded at compile time)."""
