@@ -37,6 +37,7 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,34 @@ _DEFAULT_CPU = "generic"  # LLVM's CPU when none is named: spelling it names the
 
 class TargetError(UsageError):
     """A target string or mapping cannot be parsed; the message names it."""
+
+
+@dataclass(frozen=True)
+class ParsedTarget:
+    """A target, canonicalised: its kind and triple, its features (``mattr``: signed,
+    de-duplicated, sorted) and the other llvm attributes by name, typed as ``_ATTRS`` says
+    (a flag is True; one turned off is absent)."""
+
+    kind: str
+    mtriple: str
+    mattr: tuple[str, ...] = ()
+    attrs: Mapping[str, str | int | bool] = field(default_factory=dict)
+
+    @property
+    def mcpu(self) -> str | None:
+        """The CPU named (``generic``, LLVM's default, is never named)."""
+        v = self.attrs.get("mcpu")
+        return None if v is None else str(v)
+
+    def to_dict(self) -> dict[str, str | int | bool | list[str]]:
+        """The dict form (TVM 0.27's): kind, mtriple, mattr when there are features, then
+        the attributes sorted by name."""
+        out: dict[str, str | int | bool | list[str]] = {"kind": self.kind, "mtriple": self.mtriple}
+        if self.mattr:
+            out["mattr"] = list(self.mattr)
+        for key in sorted(self.attrs):
+            out[key] = self.attrs[key]
+        return out
 
 
 def _bad(raw: object, why: str) -> TargetError:
@@ -207,8 +236,8 @@ def _normalize_mattr(items: list[str], raw: object, arch: str) -> list[str]:
 
 def parse_target(
     raw: str | Mapping[str, Any], *, root: Path = Path("/"), where: str | None = None
-) -> dict[str, Any]:
-    """Parse and canonicalise a target into a dict (kind, mtriple, mcpu, mattr list, ...).
+) -> ParsedTarget:
+    """Parse and canonicalise a target.
 
     ``where`` (e.g. "smoke.yaml: models[0].target") prefixes error messages.
     """
@@ -220,7 +249,7 @@ def parse_target(
         raise TargetError(str(exc), where=where) from None
 
 
-def _parse(raw: str | Mapping[str, Any], root: Path) -> dict[str, Any]:
+def _parse(raw: str | Mapping[str, Any], root: Path) -> ParsedTarget:
     if isinstance(raw, Mapping):
         attrs = _from_mapping(raw, raw)
     elif isinstance(raw, str):
@@ -266,15 +295,11 @@ def _parse(raw: str | Mapping[str, Any], root: Path) -> dict[str, Any]:
         del attrs["mcpu"]
     canonical_mattr = _normalize_mattr(mattr, raw, arch)
     _check_llvm_names(mtriple, attrs.get("mcpu"), canonical_mattr, raw)
-    out: dict[str, Any] = {"kind": kind, "mtriple": mtriple}
-    if canonical_mattr:
-        out["mattr"] = canonical_mattr
-    for key in sorted(attrs):
-        out[key] = attrs[key]
-    return out
+    return ParsedTarget(kind, mtriple, tuple(canonical_mattr), {k: attrs[k] for k in sorted(attrs)})
 
 
-def _format(d: Mapping[str, Any]) -> str:
+def _format(t: ParsedTarget) -> str:
+    d = t.to_dict()
     parts = [str(d["kind"])]
     for key in sorted(k for k in d if k != "kind"):
         value = d[key]
@@ -294,15 +319,22 @@ def canonicalize(
     return _format(parse_target(raw, root=root, where=where))
 
 
-def target_fields(target: str) -> dict[str, Any]:
-    """A recorded target's attributes for comparing two of them: ``parse_target``'s dict,
-    with mattr as a set (``{"kind": "llvm", "mtriple": ..., "mattr": {"+neon"}, ...}``).
+def target_fields(target: str) -> dict[str, str | int | bool | set[str]]:
+    """A recorded target's attributes for comparing two of them: ``parse_target``'s dict
+    form, with mattr as a set (``{"kind": "llvm", "mtriple": ..., "mattr": {"+neon"}, ...}``).
 
     A TargetError says why the string cannot be read here (e.g. a CPU this LLVM does not
     know); callers that only describe a difference turn it into words, not a failure.
     """
-    fields = parse_target(target)
-    fields["mattr"] = set(fields.get("mattr") or ())
+    parsed = parse_target(target)
+    fields: dict[str, str | int | bool | set[str]] = {
+        "kind": parsed.kind,
+        "mtriple": parsed.mtriple,
+    }
+    if parsed.mattr:
+        fields["mattr"] = set(parsed.mattr)
+    fields.update({k: parsed.attrs[k] for k in sorted(parsed.attrs)})
+    fields.setdefault("mattr", set())  # the order parse_target's dict had
     return fields
 
 
@@ -317,10 +349,8 @@ def target_changes(a: str, b: str) -> list[tuple[str, Any, Any]]:
         va, vb = fa.get(k), fb.get(k)
         if va == vb:
             continue
-        if k == "mattr":
-            out.append(
-                (k, sorted(set(vb or ()) - set(va or ())), sorted(set(va or ()) - set(vb or ())))
-            )
+        if k == "mattr" and isinstance(va, set) and isinstance(vb, set):  # always, both
+            out.append((k, sorted(vb - va), sorted(va - vb)))
         else:
             out.append((k, va, vb))
     return out
@@ -337,6 +367,6 @@ def target_arch(canonical: str) -> str:
     return arch
 
 
-def to_tvm_dict(canonical: str) -> dict[str, Any]:
+def to_tvm_dict(canonical: str) -> dict[str, str | int | bool | list[str]]:
     """The dict form TVM 0.27 accepts (it refuses CLI strings): typed values, mattr a list."""
-    return parse_target(canonical)
+    return parse_target(canonical).to_dict()

@@ -130,14 +130,12 @@ class CodegenTarget:
 def codegen_target(canonical: str) -> CodegenTarget:
     """The target of a canonical (or raw: it is canonicalised) target string."""
     d = parse_target(canonical)
-    triple = str(d["mtriple"])
+    triple = d.mtriple
     if not triple.startswith(("x86_64", "aarch64")):
         raise ModelError(
             f"target {canonical!r}: the bundled code generator emits x86_64 and aarch64 only"
         )
-    return CodegenTarget(
-        triple, str(d.get("mcpu") or "generic"), tuple(sorted(d.get("mattr") or ()))
-    )
+    return CodegenTarget(triple, d.mcpu or "generic", tuple(sorted(d.mattr)))
 
 
 @functools.cache

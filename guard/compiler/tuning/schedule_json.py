@@ -18,7 +18,7 @@ from typing import Any
 from guard.compiler.codegen.conv.schedule import ConvSchedule
 from guard.compiler.codegen.gemm.schedule import GemmSchedule
 from guard.compiler.codegen.llvm_target import CodegenTarget
-from guard.manifest.target_string import target_fields
+from guard.manifest.target_string import parse_target
 
 
 def schedule_class(op: str) -> type:
@@ -32,11 +32,8 @@ def schedule_class(op: str) -> type:
 def vector_width_of(target: str) -> int:
     """Float lanes the code generator uses for a canonical target (as CodegenTarget says)."""
 
-    f = target_fields(target)
-    return CodegenTarget(
-        str(f.get("mtriple", "x86_64-linux-gnu")), str(f.get("mcpu") or "generic"),
-        tuple(sorted(f.get("mattr") or ())),
-    ).vector_width  # fmt: skip
+    t = parse_target(target)
+    return CodegenTarget(t.mtriple, t.mcpu or "generic", tuple(sorted(t.mattr))).vector_width
 
 
 def to_dict(schedule: Any) -> dict[str, Any]:
