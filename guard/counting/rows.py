@@ -52,7 +52,7 @@ def counted_rows(
         on = _block(h) or _block(b)
         counted_on = on.target if on is not None else None
         rows.append({"model": key.model, "backend": key.backend, "target": key.target,
-                     "counted_target": counted_on, **cmp})  # fmt: skip
+                     "counted_target": counted_on, **cmp.to_json()})  # fmt: skip
     return rows
 
 

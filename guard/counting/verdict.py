@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from guard.results.counted import Counted, Fingerprint
 from guard.results.documents import CountedRow
@@ -71,18 +70,21 @@ def compare_counted(
     base_block: Counted | None,
     head_block: Counted | None,
     regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
-) -> dict[str, Any]:
+) -> CountedRow:
     """One counted row: verdict (pass|regressed|improved|not comparable|missing), the
-    instruction and bytes-moved changes in percent, and a one-line message."""
+    instruction and bytes-moved changes in percent, and a one-line message; read from the
+    JSON a comparison writes (its keys in this order), which ``to_json`` gives back."""
     base, head = _count(base_block), _count(head_block)
     if base is None or head is None or base.failed or head.failed:
         missing = (
             (head.error if head else None) or (base.error if base else None)
         ) or "no count on one side"
-        return {"verdict": "missing", "message": f"no counted comparison: {missing}"}
+        return CountedRow.from_json(
+            {"verdict": "missing", "message": f"no counted comparison: {missing}"}
+        )
     why = not_comparable(base, head)
     if why is not None:
-        return {"verdict": "not comparable", "message": why}
+        return CountedRow.from_json({"verdict": "not comparable", "message": why})
     if base.instructions is None or head.instructions is None:
         raise KeyError("instructions")  # a block guard never writes: neither error nor count
     d_instr = _pct(float(head.instructions), float(base.instructions))
@@ -102,16 +104,18 @@ def compare_counted(
         f"instructions {d_instr:+.3f}%, {bytes_part} per inference "
         f"(bound {regress_pct:g}%)" + ("; same artefact" if same else "")
     )
-    return {
-        "verdict": verdict,
-        "instructions": [base.instructions, head.instructions],
-        "bytes_moved": [m_base, m_head],
-        "instructions_pct": d_instr,
-        "bytes_moved_pct": d_bytes,
-        "bound_pct": regress_pct,
-        "same_artefact": same,
-        "message": message,
-    }
+    return CountedRow.from_json(
+        {
+            "verdict": verdict,
+            "instructions": [base.instructions, head.instructions],
+            "bytes_moved": [m_base, m_head],
+            "instructions_pct": d_instr,
+            "bytes_moved_pct": d_bytes,
+            "bound_pct": regress_pct,
+            "same_artefact": same,
+            "message": message,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ def count_changes(
         if block is None or block.instructions is None or block.failed:
             continue
         if prev is not None:
-            row = CountedRow.from_json(compare_counted(blocks[prev], block, regress_pct))
+            row = compare_counted(blocks[prev], block, regress_pct)
             if row.verdict in ("regressed", "improved", "not comparable"):
                 out.append(CountChange(i, prev, row))
         prev = i

@@ -81,7 +81,7 @@ def _counted_evidence(f: Finding, base: Side | None, head: Side) -> None:
     b_instr = bc.instructions if bc is not None else None
     f.add("counted instructions / inference", b_instr, hc.instructions)
     if bc is not None and bc.instructions is not None:
-        f.add("counted verdict", None, compare_counted(bc, hc)["message"])
+        f.add("counted verdict", None, compare_counted(bc, hc).message)
 
 
 def _compare_code(name: str) -> str:

@@ -303,7 +303,7 @@ def _count_pairs(
         # the head's block, else the base's (an empty block says nothing)
         counted_on = next((c.target for c in (h.counted, b.counted) if c and c.to_json()), None)
         rows.append({"model": bc.model, "backend": bc.backend, "target": bc.target,
-                     "counted_target": counted_on, **row})  # fmt: skip
+                     "counted_target": counted_on, **row.to_json()})  # fmt: skip
     return rows
 
 

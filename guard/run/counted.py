@@ -100,9 +100,7 @@ def counted_against(
         (r for r in baseline.results if r.manifest.to_json() and r.key == key),
         None,
     )
-    return bound, CountedRow.from_json(
-        compare_counted(base.counted if base else None, block, bound)
-    )
+    return bound, compare_counted(base.counted if base else None, block, bound)
 
 
 def count_pairs(
@@ -123,5 +121,5 @@ def count_pairs(
         on = blocks[1] if blocks[1] is not None else blocks[0]  # head's block, else base's
         counted_on = on.target if on is not None else None
         rows.append({"model": b.model, "backend": b.backend, "target": b.target,
-                     "counted_target": counted_on, **row})  # fmt: skip
+                     "counted_target": counted_on, **row.to_json()})  # fmt: skip
     return rows

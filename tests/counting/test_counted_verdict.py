@@ -15,41 +15,39 @@ def block(instructions: float, moved: float = 1000.0, **fp: str) -> Counted:
 
 
 def test_equal_counts_pass_and_a_small_growth_regresses():
-    assert compare_counted(block(1e6), block(1e6))["verdict"] == "pass"
-    assert compare_counted(block(1e6), block(1e6 * 1.004))["verdict"] == "pass"
+    assert compare_counted(block(1e6), block(1e6)).verdict == "pass"
+    assert compare_counted(block(1e6), block(1e6 * 1.004)).verdict == "pass"
     row = compare_counted(block(1e6), block(1e6 * 1.006))
-    assert row["verdict"] == "regressed" and abs(row["instructions_pct"] - 0.6) < 1e-9
+    assert row.verdict == "regressed" and abs((row.instructions_pct or 0) - 0.6) < 1e-9
 
 
 def test_more_bytes_moved_alone_is_a_regression():
-    assert compare_counted(block(1e6, 1000), block(1e6, 1010))["verdict"] == "regressed"
+    assert compare_counted(block(1e6, 1000), block(1e6, 1010)).verdict == "regressed"
 
 
 def test_fewer_instructions_and_bytes_is_an_improvement():
-    assert compare_counted(block(1e6, 1000), block(9e5, 900))["verdict"] == "improved"
+    assert compare_counted(block(1e6, 1000), block(9e5, 900)).verdict == "improved"
 
 
 def test_the_bound_is_a_parameter():
-    assert compare_counted(block(1e6), block(1.02e6), regress_pct=5.0)["verdict"] == "pass"
+    assert compare_counted(block(1e6), block(1.02e6), regress_pct=5.0).verdict == "pass"
 
 
 def test_a_differing_fingerprint_field_is_named_and_nothing_compared():
     row = compare_counted(block(1e6), block(2e6, emulator="qemu-x86_64 8.2.0"))
-    assert row["verdict"] == "not comparable"
-    assert row["message"].startswith("not comparable: emulator differs")
+    assert row.verdict == "not comparable"
+    assert row.message.startswith("not comparable: emulator differs")
     assert not_comparable(block(1), block(1, target="x")) is not None
 
 
 def test_a_different_artefact_is_compared_and_a_same_one_said():
-    assert compare_counted(block(1e6), block(1e6, artefact_sha256="b"))["same_artefact"] is False
-    assert compare_counted(block(1e6), block(1e6))["same_artefact"] is True
+    assert compare_counted(block(1e6), block(1e6, artefact_sha256="b")).same_artefact is False
+    assert compare_counted(block(1e6), block(1e6)).same_artefact is True
 
 
 def test_an_error_on_either_side_is_missing():
-    assert (
-        compare_counted(Counted.from_json({"error": "crashed"}), block(1))["verdict"] == "missing"
-    )
-    assert compare_counted(block(1), None)["verdict"] == "missing"
+    assert compare_counted(Counted.from_json({"error": "crashed"}), block(1)).verdict == "missing"
+    assert compare_counted(block(1), None).verdict == "missing"
 
 
 def pmu_block(instructions: float, **fp: str) -> Counted:
@@ -64,21 +62,21 @@ def pmu_block(instructions: float, **fp: str) -> Counted:
 
 def test_hardware_counts_without_bytes_are_judged_on_instructions():
     row = compare_counted(pmu_block(1e6), pmu_block(1.006e6))
-    assert row["verdict"] == "regressed" and row["bytes_moved_pct"] is None
-    assert row["bytes_moved"] == [None, None]
-    assert "bytes moved not counted" in row["message"]
-    assert compare_counted(pmu_block(1e6), pmu_block(1e6))["verdict"] == "pass"
-    assert compare_counted(pmu_block(1e6), pmu_block(9e5))["verdict"] == "improved"
+    assert row.verdict == "regressed" and row.bytes_moved_pct is None
+    assert row.bytes_moved == (None, None)
+    assert "bytes moved not counted" in row.message
+    assert compare_counted(pmu_block(1e6), pmu_block(1e6)).verdict == "pass"
+    assert compare_counted(pmu_block(1e6), pmu_block(9e5)).verdict == "improved"
 
 
 def test_an_emulator_count_and_a_hardware_count_are_not_comparable():
     row = compare_counted(block(1e6), pmu_block(1e6))
-    assert row["verdict"] == "not comparable"
-    assert row["message"].startswith("not comparable: engine differs")
+    assert row.verdict == "not comparable"
+    assert row.message.startswith("not comparable: engine differs")
 
 
 def test_hardware_counts_of_two_cpus_are_not_comparable_the_kernel_is_recorded_only():
-    assert "cpu differs" in compare_counted(pmu_block(1e6), pmu_block(1e6, cpu="znver5"))["message"]
+    assert "cpu differs" in compare_counted(pmu_block(1e6), pmu_block(1e6, cpu="znver5")).message
     assert "cpu_features differs" in str(
         not_comparable(pmu_block(1), pmu_block(1, cpu_features="g"))
     )
@@ -96,12 +94,12 @@ def test_readers_of_a_count_without_bytes_say_so():
     assert counted_summary(pmu_block(41.2e6)) == "41.2 M instructions (bytes: not counted)"
     check = counted_check(
         pmu_block(1.01e6),
-        CountedRow.of(compare_counted(pmu_block(1e6), pmu_block(1.01e6))),
+        compare_counted(pmu_block(1e6), pmu_block(1.01e6)),
         0.5,
     )
     assert check.status == "fail" and "bytes moved not counted" in check.message
     row = {"model": "m", "backend": "b", "target": "t",
-           **compare_counted(pmu_block(1e6), pmu_block(1e6))}  # fmt: skip
+           **compare_counted(pmu_block(1e6), pmu_block(1e6)).to_json()}  # fmt: skip
     (line,) = [x for x in markdown_lines([CountedRow.from_json(row)]) if x.startswith("| m [b]")]
     assert "| - → - | - |" in line, line
     pair = _counted_pair(

@@ -128,8 +128,8 @@ ALLOWED: dict[tuple[str, str], str] = {
        for k in ("splits", "node", "op", "backend")},
     **{("guard/doctor/steps_host.py", k): "a cache the host recorded (manifest.host.caches: "
        "older records' list), read into a HostCache" for k in ("bytes", "name")},
-    **{("guard/doctor/steps_kernels.py", k): "a kernel time (KernelTime), a counted row"
-       for k in ("label", "message", "ms", "name", "share")},
+    **{("guard/doctor/steps_kernels.py", k): "a kernel time (KernelTime)"
+       for k in ("label", "ms", "name", "share")},
     ("guard/doctor/steps_options.py", "session_options"): "the artefact's build.json/ort.json",
 }  # fmt: skip
 
