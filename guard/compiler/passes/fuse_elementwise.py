@@ -12,6 +12,9 @@ epilogue, becoming ``FusedConv``/``FusedGemm``/``FusedMatMul`` with the anchor's
 attributes, ``anchor_inputs`` (how many inputs the anchor takes) and ``program`` (with
 ``"acc"`` naming the anchor's result). Steps' extra operands are appended as inputs.
 
+An epilogue takes float32 steps only (no Cast, nothing producing or reading another type):
+the chain ends before such a step, which joins the elementwise chain after the anchor.
+
 Does not fire across a value that is a graph output or has two readers (it must exist),
 nor on a single lone op (nothing to save), and ``max_steps`` bounds a program.
 """
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from guard.compiler.ir.core import Graph, Node
 from guard.compiler.ir.shapes import ELEMENTWISE
@@ -78,6 +83,8 @@ class FuseElementwise(Pass):
                 break
             if graph.values[nxt.outputs[0]].shape != shape:
                 break
+            if anchor and not _float_step(graph, nxt):
+                break
             chain.append(nxt)
             cur = nxt
         if not chain:
@@ -122,6 +129,16 @@ class FuseElementwise(Pass):
         )
         state.record(head, chain, fused)
         return len(chain)
+
+
+def _float_step(graph: Graph, node: Node) -> bool:
+    """An anchor's epilogue runs in float32 lanes: a step producing or reading another type
+    (a QuantizeLinear's final Cast, a DequantizeLinear's first) stays outside it, in an
+    elementwise kernel of its own, rather than making a fused op no emitter runs."""
+    f32 = np.dtype(np.float32)
+    if node.op == "Cast" or graph.values[node.outputs[0]].dtype != f32:
+        return False
+    return all(graph.values[i].dtype == f32 for i in node.inputs if i)
 
 
 class _State:

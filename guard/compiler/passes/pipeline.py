@@ -25,6 +25,7 @@ from guard.compiler.passes.eliminate_common_subexpressions import EliminateCommo
 from guard.compiler.passes.eliminate_dead_code import EliminateDeadCode
 from guard.compiler.passes.fold_batchnorm import FoldBatchnorm
 from guard.compiler.passes.fold_constants import FoldConstants
+from guard.compiler.passes.fold_integer_conv import FoldIntegerConv
 from guard.compiler.passes.fold_qdq import FoldQdq
 from guard.compiler.passes.fuse_elementwise import FuseElementwise
 from guard.compiler.passes.fuse_horizontal import FuseHorizontal
@@ -108,6 +109,10 @@ PIPELINES: dict[str, Any] = {
             FoldQdq(),
             "DQ -> Conv/MatMul/Gemm -> Q runs as one integer op; before the cleanup, whose "
             "constant folding would dequantize the weights",
+        ),
+        (
+            FoldIntegerConv(),
+            "the other convs on dequantized int8 run as integer convs with a float epilogue",
         ),
         _cleanup(),
         (RecomposeLayernorm(), "one LayerNormalization kernel instead of 9 ops per norm"),
