@@ -23,11 +23,12 @@ import llvmlite.ir as ir
 from guard.compiler.codegen.irutil import F32, I1, I32, I64, loop, masked_load, splat, store_lanes
 
 
-def _chunks(
+def row_chunks(
     OW: int, W: int, V: int, S: int, sw: int, dw: int, pl: int
 ) -> list[tuple[int, int, bool]]:
     """Runs ``(q0, q1, interior)`` of the row's chunks of ``V`` columns (an interior
-    chunk's span loads start and end inside the row)."""
+    chunk's span loads start and end inside the row); the float AveragePool here and the
+    byte MaxPool (quant/pool.py) walk a row by them."""
     span = (V - 1) * sw + 1
     skew = (1 << (span - 1).bit_length()) - span
     runs: list[tuple[int, int, bool]] = []
@@ -117,7 +118,7 @@ def emit_row_average_pool(
             ok = b.and_(b.icmp_signed(">=", ih, c64(lo_h)), b.icmp_signed("<", ih, c64(hi_h)))
             rows = b.add(rows, b.zext(ok, I64))
         rows32 = b.trunc(rows, I32)
-        for q0, q1, inner in _chunks(OW, W, V, S, sw, dw, pl):
+        for q0, q1, inner in row_chunks(OW, W, V, S, sw, dw, pl):
             if inner and q1 - q0 > 1:
                 with loop(b, q0 * V, q1 * V, V, "ow") as ow0:
                     chunk(plane, yrow, oh, rows32, ow0, V)

@@ -35,7 +35,7 @@ import numpy as np
 
 from guard.compiler.ir.core import Graph, Node
 from guard.compiler.passes.base import Pass, PassResult
-from guard.compiler.passes.fold_qdq import INT8, QParams, qparams
+from guard.compiler.passes.fold_qdq import INT8, QParams, drop_unread_dequantize, qparams
 
 F32 = np.dtype(np.float32)
 
@@ -64,12 +64,7 @@ class FoldIntegerConv(Pass):
         if not stats["num_integer_convs"]:
             return PassResult(False, stats, notes)
         graph.nodes = out
-        uses = graph.use_counts()
-        graph.nodes = [
-            n for n in graph.nodes
-            if not (n.op == "DequantizeLinear" and not uses.get(n.outputs[0], 0))
-        ]  # fmt: skip
-        graph.prune_values()
+        drop_unread_dequantize(graph)
         return PassResult(True, stats, notes)
 
     def _rewrite(self, graph: Graph, conv: Node, producers: dict[str, Node]) -> list[Node] | str:

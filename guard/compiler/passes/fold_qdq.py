@@ -146,13 +146,7 @@ class FoldQdq(Pass):
         graph.nodes = [
             placed.get(id(n), n) for n in graph.nodes if id(n) not in dead or id(n) in placed
         ]
-        # DQ nodes nothing reads any more (the weights', the bias', an activation's).
-        uses = graph.use_counts()
-        graph.nodes = [
-            n for n in graph.nodes
-            if not (n.op == "DequantizeLinear" and not uses.get(n.outputs[0], 0))
-        ]  # fmt: skip
-        graph.prune_values()
+        drop_unread_dequantize(graph)
         return PassResult(True, stats, notes)
 
     # -- compute: DQ -> Conv/MatMul/Gemm (-> Relu/Clip) -> Q ------------------------------
@@ -347,3 +341,14 @@ class FoldQdq(Pass):
         node = Node(p.op, new_inputs, list(q.outputs), dict(p.attrs), p.name)
         graph.values[q.outputs[0]].dtype = qy.dtype
         return node, [p]
+
+
+def drop_unread_dequantize(graph: Graph) -> None:
+    """Remove the DequantizeLinear nodes a fold left with no reader (the weights', the
+    bias', an activation's) and the values they alone held."""
+    uses = graph.use_counts()
+    graph.nodes = [
+        n for n in graph.nodes
+        if not (n.op == "DequantizeLinear" and not uses.get(n.outputs[0], 0))
+    ]  # fmt: skip
+    graph.prune_values()

@@ -18,6 +18,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from guard.compiler.codegen.irutil import I1, I8, I32, I64, PTR, declare, for_loop, loop
+from guard.compiler.codegen.pool_rows import row_chunks
 
 LANES = 16  # output columns a vector: one 128-bit register of bytes
 
@@ -31,19 +32,7 @@ def _masked_load(b: ir.IRBuilder, p: ir.Value, ty: ir.VectorType, mask: list[int
 
 def chunks(OW: int, W: int, S: int, sw: int, dw: int, pl: int) -> list[tuple[int, int, bool]]:
     """Runs ``(q0, q1, interior)`` of the row's chunks of :data:`LANES` columns."""
-    span = (LANES - 1) * sw + 1
-    n_load = 1 << (span - 1).bit_length()
-    runs: list[tuple[int, int, bool]] = []
-    for q in range(-(-OW // LANES)):
-        ow0 = q * LANES
-        first = ow0 * sw - pl - (n_load - span)
-        last = (ow0 + LANES - 1) * sw - pl + (S - 1) * dw
-        inner = ow0 + LANES <= OW and first >= 0 and last < W
-        if runs and runs[-1][2] and inner:
-            runs[-1] = (runs[-1][0], q + 1, True)
-        else:
-            runs.append((q, q + 1, inner))
-    return runs
+    return row_chunks(OW, W, LANES, S, sw, dw, pl)
 
 
 def emit_int8_max_pool(
