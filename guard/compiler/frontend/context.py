@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from guard.compiler.ir.core import Graph, Shape, Value, dtype_name
+from guard.compiler.ir.core import Attrs, Graph, Node, Shape, Value, dtype_name
 from guard.compiler.ir.shapes import infer
 from guard.compiler.reference import run_node
 from guard.core.errors import ModelError
@@ -117,7 +117,7 @@ class ImportContext:
             self._folded[o] = arr
         return self._folded[name]
 
-    def _producers(self) -> dict[str, Any]:
+    def _producers(self) -> dict[str, Node]:
         return {o: n for n in self.g.nodes for o in n.outputs}
 
     def add_const(self, name: str, data: np.ndarray) -> str:
@@ -134,7 +134,7 @@ class ImportContext:
         self,
         op: str,
         inputs: list[str],
-        attrs: dict[str, Any] | None = None,
+        attrs: Attrs | None = None,
         outputs: list[str] | None = None,
         n_out: int = 1,
     ) -> list[str]:

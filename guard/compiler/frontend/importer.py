@@ -30,15 +30,15 @@ from guard.compiler.frontend.ops_control import (
 from guard.compiler.frontend.prepare import bind_inputs, toposort, without_big_initializers
 from guard.compiler.frontend.registry import lookup
 from guard.compiler.frontend.specialise import specialise, top_level_if
-from guard.compiler.ir.core import Constant, Graph, Shape
+from guard.compiler.ir.core import Attrs, Constant, Graph, Shape
 from guard.core.errors import ModelError, UnsupportedOpError
 
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 _CONVERT_SUBGRAPH = {"If": convert_if, "Loop": convert_loop}
 
 
-def _attrs(node: onnx.NodeProto, ctx: ImportContext) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _attrs(node: onnx.NodeProto, ctx: ImportContext) -> Attrs:
+    out: Attrs = {}
     for a in node.attribute:
         if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
             raise UnsupportedOpError(

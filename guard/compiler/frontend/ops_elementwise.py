@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.frontend.context import Converter, ImportContext, np_dtype
-from guard.compiler.ir.core import dtype_name
+from guard.compiler.ir.core import Attrs, dtype_name
 
 UNARY_NO_ATTRS = [
     "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Reciprocal",
@@ -139,7 +139,7 @@ def cast(
     round_mode: str = "up",
 ) -> None:
     dt = np_dtype(to, ctx.where())
-    attrs: dict[str, Any] = {"to": dtype_name(dt)}
+    attrs: Attrs = {"to": dtype_name(dt)}
     if dtype_name(dt).startswith("f8"):
         attrs["saturate"] = saturate
     ctx.emit("Cast", ins[:1], attrs, outs)
@@ -149,7 +149,7 @@ def cast_like(
     ctx: ImportContext, ins: list[str], outs: list[str], saturate: int = 1, round_mode: str = "up"
 ) -> None:
     to = dtype_name(ctx.type(ins[1]).dtype)
-    attrs: dict[str, Any] = {"to": to}
+    attrs: Attrs = {"to": to}
     if to.startswith("f8"):
         attrs["saturate"] = saturate
     ctx.emit("Cast", ins[:1], attrs, outs)
@@ -167,7 +167,7 @@ def clip_v1(
 
 
 def clip_v11(ctx: ImportContext, ins: list[str], outs: list[str]) -> None:
-    bounds: dict[str, Any] = {"min": None, "max": None}
+    bounds: dict[str, float | None] = {"min": None, "max": None}
     extra: list[str] = []
     for key, name in zip(("min", "max"), ins[1:3], strict=False):
         if not name:

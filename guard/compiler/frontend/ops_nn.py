@@ -3,11 +3,10 @@ and the losses built on it (normalizations are in ops_norm)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from guard.compiler.frontend.context import Converter, ImportContext
+from guard.compiler.ir.core import Attrs
 
 
 def _resolve_pads(
@@ -53,7 +52,7 @@ def conv_attrs(
     kernel_shape: list[int] | None,
     pads: list[int] | None,
     strides: list[int] | None,
-) -> dict[str, Any]:
+) -> Attrs:
     """The IR attributes of a Conv-like op (Conv, ConvInteger, QLinearConv): explicit pads.
 
     ``w_index`` is where the weights sit in ``ins`` (1 for Conv, 3 for QLinearConv); the
@@ -86,7 +85,7 @@ def conv(
     ctx.emit("Conv", [i for i in ins[:3] if i], attrs, outs)
 
 
-def _conv_1d(ctx: ImportContext, ins: list[str], outs: list[str], attrs: dict[str, Any]) -> None:
+def _conv_1d(ctx: ImportContext, ins: list[str], outs: list[str], attrs: Attrs) -> None:
     """A 1-D convolution as a 2-D one over a single row, between two Reshapes (views):
     the code generator, the layout pass and the thread split then treat it as any other
     convolution."""
@@ -128,7 +127,7 @@ def _pool(op: str) -> Converter:
         strides = list(strides or [1] * k)
         dil = list(dilations or [1] * k)
         pp = _resolve_pads(ctx, x.shape[2:], list(kernel_shape), strides, dil, auto_pad, pads)
-        attrs: dict[str, Any] = {
+        attrs: Attrs = {
             "kernel_shape": list(kernel_shape),
             "pads": pp,
             "strides": strides,

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.frontend.context import Converter, ImportContext
+from guard.compiler.ir.core import Attrs
 
 
 def _resize_common(
@@ -18,7 +19,7 @@ def _resize_common(
     scales: list[float] | None,
     sizes: list[int] | None,
     roi: list[float] | None,
-    attrs: dict[str, Any],
+    attrs: Attrs,
     axes: list[int] | None = None,
     policy: str = "stretch",
 ) -> None:

@@ -37,7 +37,7 @@ from onnx import helper
 
 from guard.compiler.frontend.ops_control import SpecialisableIf
 from guard.compiler.frontend.prepare import _reads
-from guard.compiler.ir.core import Graph
+from guard.compiler.ir.core import Attrs, Graph
 from guard.core.errors import ModelError
 
 MAX_DEPTH = 3  # at most 2**3 = 8 specialisations of one model
@@ -135,7 +135,7 @@ def _top_graph(
     for sub in specs.values():
         sub.inputs = list(guard.inputs)  # the If passes every model input to each
     types = [(first.values[o].shape, first.values[o].dtype) for o in first.outputs]
-    attrs: dict[str, Any] = {
+    attrs: Attrs = {
         **specs,
         "specialised": {
             "guard": err.cond,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from guard.compiler.ir import ops
-from guard.compiler.ir.core import Constant, Graph
+from guard.compiler.ir.core import AttrValue, Constant, Graph
 from guard.core.errors import ModelError
 
 ALIGNMENT = 64
@@ -60,7 +60,7 @@ class OpNode:
     op: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Mapping[str, AttrValue] = field(default_factory=dict)
     has_subgraph: bool = False
     n_args: int = -1  # how many of ``inputs`` the kernel takes (the rest are captures)
 
@@ -180,7 +180,7 @@ def view_of_graph(graph: Graph) -> GraphView:
 CONTROL_FLOW_OPS = ops.CONTROL_FLOW_OPS  # If, Loop, Scan (guard.compiler.ir.ops)
 
 
-def _captured_names(attrs: Mapping[str, Any], outer: set[str]) -> list[str]:
+def _captured_names(attrs: Mapping[str, AttrValue], outer: set[str]) -> list[str]:
     """Outer-scope names read by subgraph attributes (IR Graph objects in attrs)."""
     found: list[str] = []
 

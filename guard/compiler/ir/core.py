@@ -33,12 +33,21 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import ml_dtypes
 import numpy as np
 
 Shape = tuple[int, ...]
+
+# One IR attribute's value: an int, float, str or bool, a list or dict of those, a numpy
+# array, or a Graph (an If branch, a Loop body). Any rather than that union: the importer
+# fills every default, so each reader knows its op's attribute types, and the union would
+# make every read (in the shape functions, the passes and the code generator) narrow what
+# the op already fixes.
+AttrValue: TypeAlias = Any
+Attrs: TypeAlias = dict[str, AttrValue]  # a node's attributes, by ONNX attribute name
+
 
 # Short dtype names used by the text form and in messages.
 DTYPE_NAMES: dict[str, np.dtype] = {
@@ -144,7 +153,7 @@ class Node:
     op: str
     inputs: list[str]
     outputs: list[str]
-    attrs: dict[str, Any] = field(default_factory=dict)
+    attrs: Attrs = field(default_factory=dict)
     name: str = ""
 
     def label(self) -> str:
@@ -180,7 +189,7 @@ class Graph:
         op: str,
         inputs: list[str],
         out_types: list[tuple[Shape, Any]],
-        attrs: dict[str, Any] | None = None,
+        attrs: Attrs | None = None,
         *,
         name: str | None = None,
         outputs: list[str] | None = None,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import numpy as np
 
 from guard.compiler.ir import ops
+from guard.compiler.ir.core import AttrValue
 
 LAYOUT_OPS = ops.LAYOUT_OPS  # the ops whose traits say "layout" (guard.compiler.ir.ops)
 _BLOCKED = re.compile(r"NCHW(\d+)c")
@@ -95,7 +95,7 @@ def relayout_constant(c: np.ndarray, layout: str, channels: int) -> np.ndarray |
 _NHWC_PERMS = ([0, 2, 3, 1], [0, 3, 1, 2])
 
 
-def count_conversions(nodes: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+def count_conversions(nodes: Iterable[tuple[str, Mapping[str, AttrValue]]]) -> int:
     """Layout conversions among ``(op, attrs)`` nodes: every ``Relayout`` and every
     NCHW<->NHWC ``Transpose`` (what the layout pass inserts; a model's own NHWC transposes
     convert a layout too). The results' ``layout_conversions``."""

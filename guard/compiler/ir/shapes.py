@@ -9,11 +9,10 @@ static by the verifier.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-from guard.compiler.ir.core import Graph, Node, Shape, Value, dtype_from_name
+from guard.compiler.ir.core import Attrs, Graph, Node, Shape, Value, dtype_from_name
 from guard.compiler.ir.layout import LAYOUT_OPS, from_layout_shape, to_layout_shape
 from guard.compiler.ir.ops import ELEMENTWISE_OPS, family
 
@@ -46,7 +45,7 @@ def _v(vals: list[Value | None], i: int) -> Value:
     return v
 
 
-def elementwise_type(op: str, attrs: dict[str, Any], vals: list[Value]) -> tuple[Shape, np.dtype]:
+def elementwise_type(op: str, attrs: Attrs, vals: list[Value]) -> tuple[Shape, np.dtype]:
     shape = _bcast(*(v.shape for v in vals))
     if op in COMPARE:
         return shape, np.dtype(bool)

@@ -7,11 +7,11 @@ attributes, and returns one array per output.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
-Attrs = dict[str, Any]
+from guard.compiler.ir.core import Attrs
+
 Xs = list[np.ndarray | None]
 Kernel = Callable[[Xs, Attrs], list[np.ndarray]]
 

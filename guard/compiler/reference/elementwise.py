@@ -9,7 +9,6 @@ result). The node's output is the last step's result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -205,7 +204,9 @@ def apply(op: str, args: list[np.ndarray], attrs: Attrs) -> np.ndarray:
     return out.astype(want, copy=False)
 
 
-def run_program(program: list[dict[str, Any]], inputs: Xs, acc: np.ndarray | None) -> np.ndarray:
+def run_program(program: list[Attrs], inputs: Xs, acc: np.ndarray | None) -> np.ndarray:
+    """A FusedElementwise ``program``: each step ``{op, args, attrs}`` applies ``op`` to its
+    args (an input index, ``"acc"``, or ``"sK"``, step K's result); the last step's value."""
     steps: list[np.ndarray] = []
 
     def operand(ref: int | str) -> np.ndarray:

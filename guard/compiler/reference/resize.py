@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
+from guard.compiler.ir.core import AttrValue
 from guard.compiler.reference.base import Attrs
 
 
@@ -65,7 +65,7 @@ def _cubic(t: np.ndarray, a: float) -> np.ndarray:
     )  # fmt: skip
 
 
-def _weights(c: np.ndarray, n_in: int, a: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def _weights(c: np.ndarray, n_in: int, a: Mapping[str, AttrValue]) -> tuple[np.ndarray, np.ndarray]:
     """(indices [n_out, taps], weights [n_out, taps]) for one axis."""
     mode = a["mode"]
     if mode == "nearest":
@@ -92,7 +92,7 @@ def _weights(c: np.ndarray, n_in: int, a: Mapping[str, Any]) -> tuple[np.ndarray
 
 
 def axis_taps(
-    a: Mapping[str, Any], in_shape: tuple[int, ...], ax: int
+    a: Mapping[str, AttrValue], in_shape: tuple[int, ...], ax: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Axis ``ax`` of a Resize as taps: (input indices [n_out, taps], clipped into the
     input; weights [n_out, taps], float64; outside [n_out], the coordinates past the

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from guard.compiler.ir.core import Attrs
 from guard.compiler.reference import control
 from guard.compiler.runtime.engine import Executor, Runtime, reference_executor
 
@@ -30,9 +31,7 @@ def control_executor(subs: Mapping[Any, Runtime]) -> Executor:
         outs = rt.run(dict(zip(rt.input_names, inputs, strict=True)))
         return [outs[o] for o in rt.output_names]
 
-    def execute(
-        op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any]
-    ) -> list[np.ndarray]:
+    def execute(op: str, inputs: list[np.ndarray | None], attrs: Attrs) -> list[np.ndarray]:
         if op == "If":
             return control.run_if(inputs, attrs, run_body)
         if op == "Loop":

@@ -26,6 +26,7 @@ import numpy as np
 from guard.compiler.codegen.kernel_plan import KernelPlan
 from guard.compiler.graph.memory import MemoryPlan
 from guard.compiler.graph.view import ALIGNMENT, GraphView
+from guard.compiler.ir.core import Attrs
 from guard.compiler.reference import run_node
 from guard.compiler.runtime.weights import WeightsLayout, pack_weights, weight_views
 from guard.core.errors import InternalError, ModelError
@@ -38,12 +39,10 @@ RUNTIME_NAME = "guard-runtime"  # one arena, partitions in order
 
 # An executor runs one node: (op, inputs, attrs) -> outputs. Generated code runs whole
 # native partitions instead (see the module docstring).
-Executor = Callable[[str, list[np.ndarray | None], dict[str, Any]], list[np.ndarray]]
+Executor = Callable[[str, list[np.ndarray | None], Attrs], list[np.ndarray]]
 
 
-def reference_executor(
-    op: str, inputs: list[np.ndarray | None], attrs: dict[str, Any]
-) -> list[np.ndarray]:
+def reference_executor(op: str, inputs: list[np.ndarray | None], attrs: Attrs) -> list[np.ndarray]:
     return run_node(op, inputs, attrs)
 
 
