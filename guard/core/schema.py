@@ -28,6 +28,7 @@ from typing import Any
 
 from guard.core.errors import SchemaError
 from guard.core.fsutil import MAX_DOCUMENT_BYTES, BoundedReadError, read_bounded_text
+from guard.core.json_types import Json, JsonObject
 
 # The results file (``guard run --json``, docs/ARCHITECTURE.md): written by guard.run.runner,
 # read by guard.compare, guard.run.merge and guard.track, all of which take the version here.
@@ -52,7 +53,7 @@ def _type_name(value: Any) -> str:
     )
 
 
-def section(tree: Any, key: str) -> Mapping[str, Any]:
+def section(tree: Any, key: str) -> Mapping[str, Json]:
     """``tree[key]`` when both are mappings, else an empty one: for readers that take a
     document as it comes (tracking, merging), where a missing or malformed block is empty."""
     value = tree.get(key) if isinstance(tree, Mapping) else None
@@ -77,12 +78,12 @@ class At:
         """The error to raise for this position (``FILE: FIELD: message``)."""
         return self.error(message, where=self.file, field=self.field or None, hint=hint)
 
-    def mapping(self, value: Any, what: str = "an object") -> dict[str, Any]:
+    def mapping(self, value: Any, what: str = "an object") -> JsonObject:
         if not isinstance(value, dict):
             raise self.fail(f"expected {what}, got {_type_name(value)}")
         return value
 
-    def objects(self, value: Any) -> list[dict[str, Any]]:
+    def objects(self, value: Any) -> list[JsonObject]:
         """A list whose items are all objects; the first other item is named by index."""
         if not isinstance(value, list):
             raise self.fail(f"expected a list of objects, got {_type_name(value)}")
@@ -115,7 +116,7 @@ class Schema:
     def at(self, file: str | Path) -> At:
         return At(str(file), "", self.error)
 
-    def check(self, doc: Any, file: str | Path) -> dict[str, Any]:
+    def check(self, doc: Any, file: str | Path) -> JsonObject:
         """``doc`` as a dict when it is an object of a version this guard reads."""
         at = self.at(file)
         if not isinstance(doc, dict):
@@ -126,7 +127,7 @@ class Schema:
         self.check_version(doc, at)
         return doc
 
-    def check_version(self, doc: Mapping[str, Any], at: At) -> int:
+    def check_version(self, doc: Mapping[str, Json], at: At) -> int:
         field = at.key("schema_version")
         if "schema_version" not in doc:
             raise field.fail(f"missing (this guard reads {self.kind} {self._reads()})", self.hint)
@@ -151,7 +152,7 @@ class Schema:
         what: str | None = None,
         missing_hint: str | None = None,
         limit: int = MAX_DOCUMENT_BYTES,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """Read ``path`` (:func:`read_json`) and :meth:`check` it."""
         doc = read_json(
             path,
@@ -203,7 +204,7 @@ def read_json(
 
 def results_document(
     doc: Any, file: str | Path, *, hint: str, require_suite: bool = False
-) -> dict[str, Any]:
+) -> JsonObject:
     """A results document's frame (v1): an object of this version whose ``results`` is a
     list of objects (and, with ``require_suite``, whose ``suite`` is a name)."""
     schema = Schema("results", RESULTS_SCHEMA_VERSION, hint)

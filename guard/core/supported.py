@@ -16,7 +16,7 @@ line naming the range, writes its results as usual and marks them
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import TypedDict
 
 from packaging.requirements import Requirement
 from packaging.version import InvalidVersion, Version
@@ -65,14 +65,22 @@ def lowest(package: str) -> str:
     raise KeyError(package)
 
 
+class OutsideRange(TypedDict):
+    """An installed package outside its supported range (the results' ``unsupported_versions``)."""
+
+    package: str
+    version: str
+    supported: str  # the range pyproject declares, e.g. ">=1.19.2,<1.24"
+
+
 def outside_range(
     installed: dict[str, str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[OutsideRange]:
     """``[{package, version, supported}]`` for each installed package outside its range.
 
     ``installed`` maps package names to versions (default: this environment's); a package
     that is not installed is not reported (a missing extra is said where it is used)."""
-    out: list[dict[str, Any]] = []
+    out: list[OutsideRange] = []
     for req in requirements():
         if installed is not None:
             found = installed.get(req.name)
@@ -92,7 +100,7 @@ def outside_range(
     return out
 
 
-def warning_line(outside: list[dict[str, Any]]) -> str:
+def warning_line(outside: list[OutsideRange]) -> str:
     """One line naming every package outside its supported range, and the range."""
     each = ", ".join(
         f"{o['package']} {o['version']} (supported: {o['supported']})" for o in outside
