@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import NotRequired, Protocol, TypedDict
 
 import numpy as np
+
+from guard.core.json_types import Json, JsonObject
+from guard.manifest.written import ComponentPins, TuningObservations
 
 
 @dataclass(frozen=True)
@@ -24,10 +27,70 @@ class BuildRequest:
     threads: int
     out_dir: Path  # the artefact directory to fill (exists, empty, private)
     tuning_cache: Path | None = None
-    options: dict[str, Any] = field(default_factory=dict)  # backend-specific suite options
+    # the suite's options block for this backend, as the user wrote it (each backend
+    # checks its own keys)
+    options: JsonObject = field(default_factory=dict)
     # The suite's bound input values (what the golden feeds): a backend that runs the
     # model at build time (onnxruntime's memory probe) runs it on these, not on zeros.
     inputs: dict[str, np.ndarray] | None = None
+
+
+class PartitionDetail(TypedDict, total=False):
+    """One partition of PartitionInfo.details, with what its backend says of it."""
+
+    id: int  # bundled (the partition report's partitions)
+    backend: str
+    delegated: bool
+    first: str  # its first and last node
+    last: str
+    kernels: list[list[str]]  # [node, kernel] per step of a native partition
+    provider: str  # onnxruntime, openvino
+    nodes: int
+    ops: dict[str, int]  # nodes per op type
+    unsupported: Json  # older records: what a backend reported unsupported, in its shape
+    unsupported_ops: Json
+    fallback_ops: Json
+
+
+class QuantConversions(TypedDict):
+    nodes: int
+    pairs: int
+    fused: int
+
+
+class PartitionsJson(TypedDict):
+    """PartitionInfo as a result's ``partitions`` and a backend's artefact record hold it."""
+
+    count: int
+    delegated_nodes: int
+    fallback_nodes: int
+    by_provider: dict[str, int]
+    details: list[PartitionDetail]
+    how: str
+    layout_conversions: NotRequired[int | None]  # always written; older records lack it
+    quant_conversions: NotRequired[QuantConversions]
+
+
+class MemoryJson(TypedDict):
+    """MemoryInfo as a backend's artefact record holds it."""
+
+    arena_bytes: int | None
+    lower_bound_bytes: int | None
+    how: str
+    extra: NotRequired[JsonObject]
+
+
+class KernelRow(TypedDict, total=False):
+    """One row of a result's ``kernels``: a generated kernel (bundled) or a profiled node
+    or layer (onnxruntime, openvino), its time per inference and share of the total."""
+
+    kernel: str
+    op: str | None
+    provider: str | None
+    ms: float
+    share: float | None
+    nodes: list[str]
+    source: str  # the profiler that measured it
 
 
 @dataclass
@@ -38,7 +101,7 @@ class PartitionInfo:
     delegated_nodes: int
     fallback_nodes: int
     by_provider: dict[str, int] = field(default_factory=dict)  # nodes per provider
-    details: list[dict[str, Any]] = field(default_factory=list)  # per-partition detail
+    details: list[PartitionDetail] = field(default_factory=list)
     how: str = ""  # how the numbers were obtained
     # Layout conversions (relayouts, NCHW<->NHWC transposes) in the final graph; None
     # where the backend does not say.
@@ -46,10 +109,10 @@ class PartitionInfo:
     # QuantizeLinear/DequantizeLinear left on activations ({nodes, pairs, fused}, the
     # bundled partition report's count); None where the backend does not say, and then
     # not written, so a result without it reads and writes as before
-    quant_conversions: dict[str, int] | None = None
+    quant_conversions: QuantConversions | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PartitionInfo:
+    def from_dict(cls, d: PartitionsJson) -> PartitionInfo:
         """The inverse of to_dict (what a backend stored in its artefact)."""
         return cls(
             count=d["count"],
@@ -62,8 +125,8 @@ class PartitionInfo:
             quant_conversions=d.get("quant_conversions"),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> PartitionsJson:
+        out: PartitionsJson = {
             "count": self.count,
             "delegated_nodes": self.delegated_nodes,
             "fallback_nodes": self.fallback_nodes,
@@ -73,7 +136,7 @@ class PartitionInfo:
             "layout_conversions": self.layout_conversions,
         }
         if self.quant_conversions is not None:
-            out["quant_conversions"] = dict(self.quant_conversions)
+            out["quant_conversions"] = QuantConversions(**self.quant_conversions)
         return out
 
 
@@ -84,10 +147,13 @@ class MemoryInfo:
     arena_bytes: int | None
     lower_bound_bytes: int | None
     how: str  # e.g. "liveness lower bound from ORT's optimised graph; arena = ..."
-    extra: dict[str, Any] = field(default_factory=dict)
+    # backend-specific facts (the bundled planner's summary and budget, onnxruntime's
+    # largest block, openvino's constant bytes, ...), written into the result's ``memory``
+    # block as they come
+    extra: JsonObject = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MemoryInfo:
+    def from_dict(cls, d: MemoryJson) -> MemoryInfo:
         """From the {arena_bytes, lower_bound_bytes, how, extra} a backend stored."""
         return cls(
             arena_bytes=d["arena_bytes"],
@@ -102,11 +168,13 @@ class BuildInfo:
     """What a build produced, recorded into the manifest and the result."""
 
     payload: str  # file name of the payload inside the artefact dir
-    compiler: dict[str, Any]  # {"name", "version", ...}
-    runtime: dict[str, Any]  # {"name", "version", ...}
-    session_options: dict[str, Any] = field(default_factory=dict)
-    tuning: dict[str, Any] = field(default_factory=dict)  # {"entries","hits","misses"}
-    graph: dict[str, Any] | None = None  # graph diff (backends that optimise)
+    compiler: ComponentPins  # {"name", "version", ...}: the manifest's compiler pins
+    runtime: ComponentPins
+    # the options the session is loaded with, as the backend records them (its own keys)
+    session_options: JsonObject = field(default_factory=dict)
+    tuning: TuningObservations = field(default_factory=lambda: TuningObservations())
+    # the graph diff of backends that optimise (guard.compiler.graph_diff, as it returns it)
+    graph: JsonObject | None = None
     # What the build warned about (e.g. tuning-cache misses), one line each; the pipeline
     # collects Python warnings raised during build() here so they reach the report.
     warnings: list[str] = field(default_factory=list)
@@ -130,7 +198,7 @@ class Backend(Protocol):
 
     name: str
 
-    def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def versions(self) -> tuple[ComponentPins, ComponentPins]:
         """(compiler, runtime) pins: {"name", "version"} each."""
         ...
 

@@ -16,13 +16,20 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
+from guard.backends.base import (
+    BuildInfo,
+    BuildRequest,
+    KernelRow,
+    MemoryInfo,
+    PartitionDetail,
+    PartitionInfo,
+)
 from guard.compiler import graph_diff, import_onnx, optimize, verify
 from guard.compiler.codegen.llvm_target import codegen_target
 from guard.compiler.partition.plan import COMPILER_NAME, plan
@@ -34,11 +41,13 @@ from guard.compiler.runtime.artefact import (
     save_artefact,
     verify_artefact,
 )
-from guard.compiler.runtime.engine import RUNTIME_NAME
+from guard.compiler.runtime.engine import RUNTIME_NAME, Executor
 from guard.compiler.tuning.cache import load
 from guard.compiler.tuning.dispatch import Dispatch, applied
 from guard.core.budget_bytes import parse_budget
 from guard.core.errors import ModelError
+from guard.core.json_types import Json
+from guard.manifest.written import ComponentPins, TuningObservations
 
 
 def build_bundled(req: BuildRequest) -> BuildInfo:
@@ -103,13 +112,16 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
             target=req.target_canonical,
             budget=None if fitted is None else fitted.to_dict(),
         )
-    tuning: dict[str, Any] = {}
+    tuning: TuningObservations = {}
     if dispatch is not None:
         # Real look-ups of the emitted kernels: entries, hits, misses and, per missed
         # task, the nearest key with how it differs (what the tuning check and doctor show).
         dispatch.warn_misses(str(req.tuning_cache))
-        tuning = {**dispatch.summary(), "target": req.target_canonical}
-    compiler = dict(manifest["compiler"])
+        # (the dispatch's summary: entries, hits, misses, tasks, missed, kernel_speedup)
+        tuning = cast(TuningObservations, {**dispatch.summary(), "target": req.target_canonical})
+    # the artefact's own compiler pins (guard.compiler.runtime.artefact: name, version,
+    # pipeline, target, profile)
+    compiler = cast(ComponentPins, dict(manifest["compiler"]))
     if manifest.get("codegen"):
         # Pins that change the generated code: llvmlite/LLVM versions, triple, cpu,
         # features, opt level and the target table (its cache sizes are the host's when
@@ -163,14 +175,14 @@ def fit_budget(graph: Any, budget: int, profile: Any, target: str) -> Any:
     return ladder
 
 
-def runtime_pins() -> dict[str, Any]:
+def runtime_pins() -> ComponentPins:
     return {"name": RUNTIME_NAME, "version": compiler_version(), "numpy": np.__version__}
 
 
 class ArtefactSession:
     """A loaded bundled artefact behind the Session protocol (guard.backends.base)."""
 
-    def __init__(self, art_dir: str | Path, executors: dict[str, Any] | None = None) -> None:
+    def __init__(self, art_dir: str | Path, executors: dict[str, Executor] | None = None) -> None:
         self.loaded = load_artefact(art_dir)
         self._runtime = self.loaded.runtime(executors)
         self.input_names = list(self._runtime.input_names)
@@ -182,15 +194,25 @@ class ArtefactSession:
 
     def kernels(
         self, feeds: dict[str, np.ndarray], top: int = 10, runs: int = 5
-    ) -> list[dict[str, Any]]:
+    ) -> list[KernelRow]:
         """The generated kernels by share of time (the profiling entry, ``runs`` inferences):
         where to look first when the compiled model is slow. Empty without generated code."""
         rows = self._runtime.profile(feeds, runs)
-        return [{k: r[k] for k in ("kernel", "op", "share", "ms", "nodes")} for r in rows[:top]]
+        return [
+            {
+                "kernel": r["kernel"],
+                "op": r["op"],
+                "share": r["share"],
+                "ms": r["ms"],
+                "nodes": r["nodes"],
+            }
+            for r in rows[:top]
+        ]
 
     def partitions(self) -> PartitionInfo:
         p = self.loaded.partitions
-        details = [dict(d) for d in p["partitions"]]
+        # the partition report's partitions (guard.compiler.partition.assign)
+        details = [cast(PartitionDetail, dict(d)) for d in p["partitions"]]
         native = self.loaded.native
         if native is not None:
             # Which kernel each node became (kernels.json), per native partition.
@@ -237,7 +259,7 @@ class ArtefactSession:
         )
 
 
-def _control_flow_how(p: dict[str, Any]) -> str:
+def _control_flow_how(p: Mapping[str, Json]) -> str:
     """Where control flow cut the model: each If/Loop on the host and its bodies' partitions."""
     cuts = [
         f"{cf['node']} ({cf['op']}) on the host calls "
@@ -294,7 +316,7 @@ class BundledSession:
     def partitions(self) -> PartitionInfo:
         return self._session.partitions()
 
-    def kernels(self, feeds: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    def kernels(self, feeds: dict[str, np.ndarray]) -> list[KernelRow]:
         with self._blas.limit(limits=self.threads, user_api="blas"):
             return self._session.kernels(feeds)
 
@@ -305,7 +327,7 @@ class BundledSession:
 class BundledBackend:
     name = "bundled"
 
-    def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def versions(self) -> tuple[ComponentPins, ComponentPins]:
         return {"name": COMPILER_NAME, "version": compiler_version()}, runtime_pins()
 
     def build(self, req: BuildRequest) -> BuildInfo:

@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
+from guard.backends.base import (
+    BuildInfo,
+    BuildRequest,
+    KernelRow,
+    MemoryInfo,
+    PartitionDetail,
+    PartitionInfo,
+    PartitionsJson,
+)
 from guard.backends.ort_memory import probe_memory
 from guard.backends.ort_session import (
     FALLBACK_PROVIDER,
@@ -30,7 +38,9 @@ from guard.backends.ort_session import (
 )
 from guard.compiler.graph.grouping import group_connected, merge_while_acyclic
 from guard.core.errors import ModelError, UsageError
+from guard.core.json_types import JsonObject
 from guard.core.schema import Schema
+from guard.manifest.written import ComponentPins
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -101,7 +111,7 @@ class OrtSession:
 
     def kernels(
         self, feeds: dict[str, np.ndarray], top: int = 10, runs: int = 5
-    ) -> list[dict[str, Any]]:
+    ) -> list[KernelRow]:
         """The top nodes by time from onnxruntime's own profiler (a second, profiled session
         of the same payload and options; guard.backends.ort_profile), beside the bundled
         backend's per-kernel times."""
@@ -141,7 +151,7 @@ def provider_groups(nodes: Sequence[onnx.NodeProto], ep: Sequence[str]) -> list[
     return sorted((sorted(m) for m in groups.members.values()), key=lambda m: m[0])
 
 
-def _partitions(sess: Any, model: onnx.ModelProto) -> dict[str, Any]:
+def _partitions(sess: Any, model: onnx.ModelProto) -> PartitionsJson:
     """Same-provider partitions of the optimised graph (see the module docstring)."""
     assigned: dict[str, str] = {}
     nodes = list(model.graph.node)
@@ -166,7 +176,7 @@ def _partitions(sess: Any, model: onnx.ModelProto) -> dict[str, Any]:
     # CPU wheel, CPU is the only provider and everything is "delegated" to it).
     delegate = sess.get_providers()[0]
     delegated = by_provider.get(delegate, 0)
-    details = [
+    details: list[PartitionDetail] = [
         {"provider": ep[g[0]], "nodes": len(g)} for g in sorted(merged, key=lambda g: -len(g))
     ]
     return {
@@ -192,10 +202,13 @@ def _partitions(sess: Any, model: onnx.ModelProto) -> dict[str, Any]:
 class OnnxRuntimeBackend:
     name = "onnxruntime"
 
-    def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def versions(self) -> tuple[ComponentPins, ComponentPins]:
         ort = _ort()
-        v = {"name": "onnxruntime", "version": ort.__version__}
-        return dict(v), dict(v)
+        version = str(ort.__version__)
+        return {"name": "onnxruntime", "version": version}, {
+            "name": "onnxruntime",
+            "version": version,
+        }
 
     def build(self, req: BuildRequest) -> BuildInfo:
         ort = _ort()
@@ -232,7 +245,7 @@ class OnnxRuntimeBackend:
             work_dir=req.out_dir,
             inputs=req.inputs,
         )
-        session_opts = {
+        session_opts: JsonObject = {
             "graph_optimization_level": level,
             "intra_op_num_threads": req.threads,
             "inter_op_num_threads": 1,

@@ -33,11 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
+from guard.backends.base import BuildInfo, BuildRequest, KernelRow, MemoryInfo, PartitionInfo
 from guard.backends.openvino_graph import memory_facts, partitions, profile_rows
 from guard.core.errors import ModelError, UsageError
+from guard.core.json_types import JsonObject
 from guard.core.schema import Schema
 from guard.manifest.target_string import target_arch
+from guard.manifest.written import ComponentPins
 
 PAYLOAD = "model.xml"
 WEIGHTS = "model.bin"
@@ -75,11 +77,12 @@ def _text(exc: BaseException) -> str:
     return ((useful or lines or [repr(exc)])[0])[:500]
 
 
-def compile_config(threads: int, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(device, the compile configuration) for the suite's threads and options.openvino."""
+def compile_config(threads: int, options: JsonObject) -> tuple[str, JsonObject]:
+    """(device, the compile configuration) for the suite's threads and options.openvino:
+    OpenVINO properties by name, the user's ``properties`` passed through as they are."""
     opts = dict(options)
     device = str(opts.pop("device", "CPU"))
-    config: dict[str, Any] = {"INFERENCE_NUM_THREADS": int(threads)}
+    config: JsonObject = {"INFERENCE_NUM_THREADS": int(threads)}
     for key, (prop, default) in _OPTIONS.items():
         if prop != "device":
             config[prop] = opts.pop(key, default)
@@ -115,9 +118,9 @@ def compile_config(threads: int, options: dict[str, Any]) -> tuple[str, dict[str
     return device, config
 
 
-def _plugin_properties(core: Any, device: str) -> dict[str, Any]:
+def _plugin_properties(core: Any, device: str) -> dict[str, str | list[str]]:
     """The device's identity and capabilities, as pins (read without compiling)."""
-    out: dict[str, Any] = {}
+    out: dict[str, str | list[str]] = {}
     for prop in ("FULL_DEVICE_NAME", "DEVICE_ARCHITECTURE", "OPTIMIZATION_CAPABILITIES"):
         try:
             value = core.get_property(device, prop)
@@ -140,7 +143,7 @@ def _compiled_properties(compiled: Any) -> dict[str, str]:
     return out
 
 
-def _compile(core: Any, model: Any, device: str, config: dict[str, Any], where: Path) -> Any:
+def _compile(core: Any, model: Any, device: str, config: JsonObject, where: Path) -> Any:
     try:
         return core.compile_model(model, device, config)
     except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for everything
@@ -209,7 +212,7 @@ class OpenVinoSession:
 
     def kernels(
         self, feeds: dict[str, np.ndarray], top: int = 10, runs: int = 5
-    ) -> list[dict[str, Any]]:
+    ) -> list[KernelRow]:
         """The top layers by time from OpenVINO's own counters (``PERF_COUNT``), from a
         second compiled model of the same IR and configuration."""
         config = {**self._meta["config"], "INFERENCE_NUM_THREADS": self._threads}
@@ -233,11 +236,11 @@ class OpenVinoSession:
 class OpenVinoBackend:
     name = "openvino"
 
-    def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def versions(self) -> tuple[ComponentPins, ComponentPins]:
         ov = _ov()
         core = ov.Core()
         version = ov.__version__.split("-")[0]
-        compiler: dict[str, Any] = {
+        compiler: ComponentPins = {
             "name": "openvino",
             "version": version,
             "build": ov.get_version(),

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from guard.backends.base import PartitionInfo
+from guard.backends.base import KernelRow, MemoryJson, PartitionDetail, PartitionInfo
 from guard.backends.ort_profile import NodeTime, top_nodes
 from guard.compiler.graph.grouping import group_connected, merge_while_acyclic
 
@@ -85,7 +85,7 @@ def partitions(runtime_model: Any) -> PartitionInfo:
     groups, _ = group_connected(preds, kind)
     merge_while_acyclic(groups, kind)
     members = sorted((sorted(m) for m in groups.members.values()), key=lambda m: (-len(m), m[0]))
-    details = []
+    details: list[PartitionDetail] = []
     for m in members:
         ops_in: dict[str, int] = {}
         for i in m:
@@ -117,7 +117,7 @@ def _bytes(output: Any) -> int | None:
     )
 
 
-def memory_facts(runtime_model: Any) -> dict[str, Any]:
+def memory_facts(runtime_model: Any) -> MemoryJson:
     """{arena_bytes: None, lower_bound_bytes, how, extra} of the runtime graph."""
     ops = sorted(runtime_model.get_ordered_ops(), key=lambda op: int(_info(op, "execOrder") or 0))
     last: dict[str, int] = {}
@@ -162,7 +162,7 @@ def memory_facts(runtime_model: Any) -> dict[str, Any]:
     }
 
 
-def profile_rows(infos: Sequence[Sequence[Any]], top: int) -> list[dict[str, Any]]:
+def profile_rows(infos: Sequence[Sequence[Any]], top: int) -> list[KernelRow]:
     """The ``top`` layers by mean real time per inference from PERF_COUNT records (one
     list of ProfilingInfo per inference), as result ``kernels`` rows."""
     per: dict[str, NodeTime] = {}

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from guard.backends.base import KernelRow
 from guard.backends.ort_session import _ort, session_options
+from guard.core.json_types import Json
 
 KERNEL_SUFFIX = "_kernel_time"
 
@@ -47,7 +49,7 @@ def node_times(events: list[Any], skip_runs: int = 1) -> dict[str, NodeTime]:
             continue
         node = name[: -len(KERNEL_SUFFIX)]
         raw = e.get("args")
-        args: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        args: Mapping[str, Json] = raw if isinstance(raw, Mapping) else {}  # the profiler's
         row = per.setdefault(node, NodeTime(args.get("op_name"), args.get("provider")))
         row.us.append(float(e.get("dur", 0)))
     for row in per.values():
@@ -57,7 +59,7 @@ def node_times(events: list[Any], skip_runs: int = 1) -> dict[str, NodeTime]:
 
 def top_nodes(
     per: Mapping[str, NodeTime], top: int, source: str = "onnxruntime profiler"
-) -> list[dict[str, Any]]:
+) -> list[KernelRow]:
     """The ``top`` nodes by mean time per inference, as result ``kernels`` rows (``per``:
     each node's times, one per inference; ``source`` names the profiler)."""
     means = {n: float(np.mean(r.us)) / 1e3 for n, r in per.items() if r.us}
@@ -86,7 +88,7 @@ def profile_nodes(
     *,
     runs: int = 5,
     top: int = 10,
-) -> list[dict[str, Any]]:
+) -> list[KernelRow]:
     """The top nodes of ``payload`` by time, from ``runs`` profiled inferences."""
     ort = _ort()
     with tempfile.TemporaryDirectory(prefix="guard-ort-profile-") as tmp:

@@ -28,15 +28,24 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 from guard.backends import tvm_memory, tvm_tuning
-from guard.backends.base import BuildInfo, BuildRequest, MemoryInfo, PartitionInfo
+from guard.backends.base import (
+    BuildInfo,
+    BuildRequest,
+    MemoryInfo,
+    MemoryJson,
+    PartitionInfo,
+    PartitionsJson,
+)
 from guard.backends.tvm_import import graph_io, host_cores, import_onnx, tvm_target
 from guard.core.errors import ModelError
+from guard.core.json_types import JsonObject
 from guard.core.schema import Schema
+from guard.manifest.written import ComponentPins, TuningObservations
 
 PAYLOAD = "model.so"
 META = "tvm.json"
@@ -48,7 +57,25 @@ PIPELINE = "tvm-relax-default-cpu"
 # -- small helpers ---------------------------------------------------------------------------
 
 
-def _set_threads(threads: int) -> dict[str, Any]:
+class _Threading(TypedDict):
+    """How _set_threads sized TVM's pool (recorded in the session options)."""
+
+    threads: int
+    runtime_num_threads: int
+    TVM_NUM_THREADS: str
+    TVM_BIND_THREADS: str
+    config_threadpool: list[int]
+    env_set_before_tvm_import: bool
+
+
+class _Captured(TypedDict, total=False):
+    """What the build's pipeline saw: the schedules applied, the planned storage."""
+
+    applied: int
+    plan: dict[str, int]  # guard.backends.tvm_memory.planned_storage
+
+
+def _set_threads(threads: int) -> _Threading:
     """Size TVM's runtime thread pool for this session; say how it was done.
 
     TVM's pool starts lazily, on first use, with ``TVM_NUM_THREADS`` workers, and
@@ -88,7 +115,7 @@ def _set_threads(threads: int) -> dict[str, Any]:
 # -- build -----------------------------------------------------------------------------------
 
 
-def _compile(mod, target, database, captured: dict[str, Any]):
+def _compile(mod, target, database, captured: _Captured):
     """TVM's default CPU pipeline with the cache's schedules applied; captures the plan."""
     import tvm
     from tvm import relax
@@ -126,10 +153,10 @@ def _compile(mod, target, database, captured: dict[str, Any]):
         return tvm.compile(mod, target=target, relax_pipeline=_pipeline)
 
 
-def _versions() -> tuple[dict[str, Any], dict[str, Any]]:
+def _versions() -> tuple[ComponentPins, ComponentPins]:
     import tvm
 
-    compiler: dict[str, Any] = {"name": "apache-tvm", "version": tvm.__version__}
+    compiler: ComponentPins = {"name": "apache-tvm", "version": tvm.__version__}
     try:
         major = tvm.target.codegen.llvm_version_major(allow_none=True)
     except Exception:  # noqa: BLE001
@@ -213,7 +240,7 @@ class TvmSession:
 class TvmBackend:
     name = "tvm"
 
-    def versions(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def versions(self) -> tuple[ComponentPins, ComponentPins]:
         return _versions()
 
     def build(self, req: BuildRequest) -> BuildInfo:
@@ -232,7 +259,7 @@ class TvmBackend:
         target = tvm_target(req.target_canonical)
         mod = import_onnx(req.model_path, req.input_shapes)
         t_import = time.perf_counter() - t0
-        tuning: dict[str, Any] = {}
+        tuning: TuningObservations = {}
         database = None
         if req.tuning_cache is not None:
             tasks = tvm_tuning.extract_tasks(tvm_tuning.prepare(mod, target), target)
@@ -258,7 +285,7 @@ class TvmBackend:
                     f"untuned: {', '.join(found.missed[:5])}",
                     stacklevel=2,
                 )
-        captured: dict[str, Any] = {}
+        captured: _Captured = {}
         t1 = time.perf_counter()
         try:
             ex = _compile(mod, target, database, captured)
@@ -284,7 +311,7 @@ class TvmBackend:
         plan = captured.get("plan", {})
         live = tvm_memory.onnx_liveness(req.model_path, req.input_shapes)
         arena = plan.get("storage_bytes") if not plan.get("dynamic_storages") else None
-        memory = {
+        memory: MemoryJson = {
             "arena_bytes": arena,
             "lower_bound_bytes": live["lower_bound_bytes"]
             if live["lower_bound_bytes"] >= 0
@@ -303,7 +330,7 @@ class TvmBackend:
                 "liveness_unknown_tensors": live["unknown_tensors"],
             },
         }
-        partitions = {
+        partitions: PartitionsJson = {
             "count": 1,
             "delegated_nodes": n_nodes,
             "fallback_nodes": 0,
@@ -313,7 +340,7 @@ class TvmBackend:
             "holding every ONNX node (count of the ONNX graph's nodes); there is no "
             "fallback provider.",
         }
-        session_opts = {
+        session_opts: JsonObject = {
             **threading,
             "device": "cpu(0)",
             "executor": "relax.VirtualMachine",
@@ -357,7 +384,7 @@ def tune(
     max_trials_global: int,
     num_trials_per_iter: int = 2,
     **kw,
-) -> dict[str, Any]:
+) -> tvm_tuning.TuneSummary:
     """Small MetaSchedule tuning into a JSON database: see guard.backends.tvm_tuning.tune."""
     return tvm_tuning.tune(
         model_path,

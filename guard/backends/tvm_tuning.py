@@ -30,10 +30,11 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from guard.backends.tvm_import import host_cores, import_onnx, tvm_target
 from guard.core.errors import ModelError, UsageError
+from guard.manifest.written import TuningObservations
 
 DB_FILES = ("database_tuning_record.json", "database_workload.json")
 MAX_MISSED_LISTED = 20
@@ -118,6 +119,18 @@ def _target_key(target, drop_num_cores: bool) -> str:
     return json.dumps(d, sort_keys=True, default=str)
 
 
+class TuneSummary(TypedDict):
+    """What ``tune`` wrote into the database (``guard tune --db`` prints it)."""
+
+    tasks: list[str]
+    records: int
+    failed_records: int
+    tasks_without_valid_record: list[str]
+    seconds: float
+    target: str
+    tvm_version: str
+
+
 def _mean(xs) -> float:
     vals = [float(x) for x in xs]
     return sum(vals) / len(vals) if vals else float("inf")
@@ -145,7 +158,7 @@ class Lookup:
     tuned_num_cores: list[int] = field(default_factory=list)
     database: Any = None  # ms.database.MemoryDatabase holding only the matching records
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TuningObservations:
         return {
             "path": self.path,
             "sha256": self.sha256,
@@ -250,7 +263,7 @@ def tune(
     num_cores: int | None = None,
     seed: int = 0,
     op_names: list[str] | None = None,
-) -> dict[str, Any]:
+) -> TuneSummary:
     """Run a small MetaSchedule search for a model into the JSON database at ``db_dir``.
 
     Random search (``replay-trace``) with a random cost model: MetaSchedule's default

@@ -6,6 +6,7 @@
 - pins: ``build_manifest``, the pinned-field list and the sha256 over it
 - store: content-addressed artefact directories, atomic write, verified load
 - diff: field-by-field differences, pinned first
+- written: the manifest as guard writes it, one TypedDict per section
 """
 
 from guard.manifest.capture import capture_driver, capture_guard, capture_host

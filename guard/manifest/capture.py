@@ -18,10 +18,10 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import guard
 from guard.manifest.cpu import host_caches, host_cpu
+from guard.manifest.written import BlasBuild, DriverPins, GpuDriver, GuardInfo, HostPins
 
 _GUARD_SRC = Path(guard.__file__).resolve().parent
 _SUBPROCESS_TIMEOUT_S = 10.0
@@ -56,7 +56,7 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def blas_build() -> dict[str, Any] | None:
+def blas_build() -> BlasBuild | None:
     """numpy's BLAS as built: {"name", "version", "config"} from numpy.show_config."""
     import numpy as np  # lazy: only a manifest being built needs it, not target parsing
 
@@ -87,7 +87,7 @@ def parse_nvidia_smi(text: str) -> dict[str, str | None]:
     return {"driver": drv.group(1) if drv else None, "cuda": cuda.group(1) if cuda else None}
 
 
-def capture_gpu(root: Path = Path("/"), *, smi: str | None = None) -> dict[str, Any] | None:
+def capture_gpu(root: Path = Path("/"), *, smi: str | None = None) -> GpuDriver | None:
     """NVIDIA driver and CUDA versions where present, else None.
 
     ``smi`` is nvidia-smi's output (tests pass it); by default it is run when on PATH.
@@ -105,7 +105,7 @@ def capture_gpu(root: Path = Path("/"), *, smi: str | None = None) -> dict[str, 
 
 
 @functools.lru_cache(maxsize=4)
-def capture_driver(root: Path = Path("/")) -> dict[str, Any]:
+def capture_driver(root: Path = Path("/")) -> DriverPins:
     """{"kernel", "cpu", "microcode", "blas", "gpu"}: what sits under the runtime.
 
     The kernel release and microcode change scheduling and mitigations; BLAS builds differ
@@ -124,7 +124,7 @@ def capture_driver(root: Path = Path("/")) -> dict[str, Any]:
     }
 
 
-def capture_host(threads: int, root: Path = Path("/")) -> dict[str, Any]:
+def capture_host(threads: int, root: Path = Path("/")) -> HostPins:
     """{"arch", "cpu", "cores", "threads", "caches"} of the machine measuring (``caches``:
     L1d/L2/L3 bytes from sysfs, what the bundled compiler's target table reads)."""
     cpu = host_cpu(root)
@@ -138,14 +138,14 @@ def capture_host(threads: int, root: Path = Path("/")) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4)
-def capture_guard(src: Path = _GUARD_SRC) -> dict[str, Any]:
+def capture_guard(src: Path = _GUARD_SRC) -> GuardInfo:
     """{"version", "commit", "dirty"} of the guard that made the manifest.
 
     git runs in guard's own source checkout; commit and dirty are None when guard is not
     run from a checkout (an installed wheel), or when the checkout is some other
     repository that merely contains guard (a vendored copy).
     """
-    out: dict[str, Any] = {"version": guard.__version__, "commit": None, "dirty": None}
+    out: GuardInfo = {"version": guard.__version__, "commit": None, "dirty": None}
     if shutil.which("git") is None:
         return out
     top = _run(["git", "rev-parse", "--show-toplevel"], cwd=src)

@@ -14,14 +14,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from guard.core.json_types import Json, JsonObject
 from guard.manifest.pins import is_pinned
 
 _SKIP = {"sha256"}
 
 
-def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{dotted.field: leaf value}; an empty dict is kept as a leaf so it is not lost."""
-    out: dict[str, Any] = {}
+def flatten(d: Mapping[str, Json], prefix: str = "") -> JsonObject:
+    """{dotted.field: leaf value}; an empty dict is kept as a leaf so it is not lost. ``d``
+    is a manifest of any guard version, read as it is (unknown sections included)."""
+    out: JsonObject = {}
     for k, v in d.items():
         name = f"{prefix}{k}"
         if isinstance(v, Mapping) and v:
@@ -31,7 +33,7 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, list[Any]]:
+def diff_manifests(a: Mapping[str, Json], b: Mapping[str, Json]) -> dict[str, list[Json]]:
     """{dotted field: [a value, b value]} for every differing field, pinned fields first."""
     fa, fb = flatten(a), flatten(b)
     fields = [f for f in set(fa) | set(fb) if f not in _SKIP and fa.get(f) != fb.get(f)]
@@ -47,7 +49,7 @@ def _show(v: Any) -> str:
     return json.dumps(v, sort_keys=True, separators=(",", ":"))
 
 
-def format_diff(d: Mapping[str, list[Any]]) -> str:
+def format_diff(d: Mapping[str, list[Json]]) -> str:
     """Human text: "runtime.version: 1.31.1 → 1.32.0", pinned differences first."""
     if not d:
         return "manifests match: every pinned and recorded field is equal"

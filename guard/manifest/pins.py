@@ -37,8 +37,20 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.fsutil import file_sha256
+from guard.core.json_types import Json, JsonObject
 from guard.manifest.capture import capture_driver, capture_guard, capture_host
 from guard.manifest.target_string import canonicalize
+from guard.manifest.written import (
+    ComponentPins,
+    DriverPins,
+    GuardInfo,
+    HostPins,
+    ManifestJson,
+    ManifestPins,
+    QuantizationPins,
+    TuningCachePins,
+    TuningObservations,
+)
 
 SCHEMA_VERSION = 1
 
@@ -84,7 +96,7 @@ def canonical_json(obj: Any) -> bytes:
 _MISSING = object()
 
 
-def _get(m: Mapping[str, Any], dotted: str) -> Any:
+def _get(m: Mapping[str, Json], dotted: str) -> Json:
     cur: Any = m
     for part in dotted.split("."):
         if not isinstance(cur, Mapping) or part not in cur:
@@ -93,9 +105,10 @@ def _get(m: Mapping[str, Any], dotted: str) -> Any:
     return cur
 
 
-def pinned(m: Mapping[str, Any]) -> dict[str, Any]:
-    """{dotted pinned field: value}; a missing field is a KeyError naming it."""
-    out = {}
+def pinned(m: Mapping[str, Json]) -> JsonObject:
+    """{dotted pinned field: value}; a missing field is a KeyError naming it. ``m`` is a
+    manifest as built or as read before validation (write_manifest, load_manifest)."""
+    out: JsonObject = {}
     for f in PINNED_FIELDS:
         v = _get(m, f)
         if v is _MISSING:
@@ -113,7 +126,7 @@ def is_pinned(field: str) -> bool:
     return any(field == p or field.startswith(p + ".") for p in (*PINNED_FIELDS, *OPTIONAL_PINNED))
 
 
-def manifest_sha256(m: Mapping[str, Any]) -> str:
+def manifest_sha256(m: Mapping[str, Json]) -> str:
     """SHA-256 over the pinned fields' canonical JSON."""
     return hashlib.sha256(canonical_json(pinned(m))).hexdigest()
 
@@ -124,36 +137,46 @@ def _copy(obj: Any) -> Any:
     return json.loads(canonical_json(obj))
 
 
-def tuning_cache_record(tc: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The manifest's tuning_cache block: every key present, explicit nulls when absent."""
+def tuning_cache_record(tc: TuningObservations | None) -> TuningCachePins:
+    """The manifest's tuning_cache block: every key present, explicit nulls when absent
+    (TUNING_CACHE_KEYS, then those of TUNING_CACHE_OPTIONAL_KEYS present)."""
     tc = tc or {}
+    path = tc.get("path")
+    out: TuningCachePins = {
+        "path": None if path is None else str(path),
+        "sha256": tc.get("sha256"),
+        "entries": tc.get("entries"),
+        "hits": tc.get("hits"),
+        "misses": tc.get("misses"),
+    }
     # Observations some backends add (the bundled cache's missed keys with their nearest
     # key and how it differs, its task count): kept when present, never pinned.
-    extra = {k: _copy(tc[k]) for k in TUNING_CACHE_OPTIONAL_KEYS if tc.get(k) is not None}
-    return (
-        {k: tc.get(k) for k in TUNING_CACHE_KEYS}
-        | extra
-        | {"path": None if tc.get("path") is None else str(tc["path"])}
-    )
+    if tc.get("tasks") is not None:
+        out["tasks"] = _copy(tc["tasks"])
+    if tc.get("missed") is not None:
+        out["missed"] = _copy(tc["missed"])
+    if tc.get("kernel_speedup") is not None:
+        out["kernel_speedup"] = _copy(tc["kernel_speedup"])
+    return out
 
 
 def build_manifest(
     *,
-    compiler: Mapping[str, Any],
-    runtime: Mapping[str, Any],
+    compiler: ComponentPins,
+    runtime: ComponentPins,
     target_raw: str,
     threads: int,
     model_path: Path | str,
     model_opset: int | None,
-    model_inputs: Mapping[str, Any],
-    tuning_cache: Mapping[str, Any] | None,
+    model_inputs: Mapping[str, Json],
+    tuning_cache: TuningObservations | None,
     root: Path = Path("/"),
-    driver: Mapping[str, Any] | None = None,
-    host: Mapping[str, Any] | None = None,
-    guard_info: Mapping[str, Any] | None = None,
+    driver: DriverPins | None = None,
+    host: HostPins | None = None,
+    guard_info: GuardInfo | None = None,
     model_sha256: str | None = None,
-    quantization: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    quantization: QuantizationPins | None = None,
+) -> ManifestJson:
     """A manifest (schema_version 1) for one (model, backend, target), sha256 included.
 
     ``driver``, ``host`` and ``guard_info`` default to this machine's captures; they are
@@ -163,7 +186,7 @@ def build_manifest(
     ``tuning_cache`` is {"path", "sha256", "entries", "hits", "misses"} or None.
     ``quantization``: an int8 model's pins (guard.run.int8.int8_pins), or None.
     """
-    m: dict[str, Any] = {
+    m: ManifestPins = {
         "schema_version": SCHEMA_VERSION,
         "compiler": _copy(compiler),
         "runtime": _copy(runtime),
@@ -180,5 +203,4 @@ def build_manifest(
     }
     if quantization:
         m["quantization"] = _copy(quantization)
-    m["sha256"] = manifest_sha256(m)
-    return m
+    return {**m, "sha256": manifest_sha256(m)}

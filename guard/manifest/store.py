@@ -16,12 +16,14 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from guard.core.errors import SchemaError, UsageError
 from guard.core.fsutil import atomic_write_text
+from guard.core.json_types import Json
 from guard.core.schema import Schema, read_json
 from guard.manifest.pins import REQUIRED, SCHEMA_VERSION, canonical_json, manifest_sha256
+from guard.manifest.written import ManifestJson
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 _REBUILD = "delete the artefact directory and rebuild it."
@@ -34,7 +36,7 @@ class ManifestError(SchemaError):
 MANIFEST = Schema("manifest", SCHEMA_VERSION, _REBUILD, error=ManifestError)
 
 
-def artefact_key(manifest: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> str:
+def artefact_key(manifest: ManifestJson, options: Mapping[str, Json] | None = None) -> str:
     """``<first 16 hex of the manifest sha256>-<first 8 hex of the options hash>``.
 
     The manifest part is readable on its own: artefacts sharing it share every pin and
@@ -66,7 +68,7 @@ def artefact_dir(root: Path, model: str, backend: str, key: str) -> Path:
     )
 
 
-def write_manifest(path: Path, m: Mapping[str, Any]) -> dict[str, Any]:
+def write_manifest(path: Path, m: ManifestJson) -> ManifestJson:
     """Write manifest.json atomically (temp file, fsync, rename), sealing its sha256.
 
     The sha256 is recomputed from the pinned fields, so a caller that filled in a pin after
@@ -83,7 +85,7 @@ def write_manifest(path: Path, m: Mapping[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _validate_shape(doc: Any, path: Path) -> dict[str, Any]:
+def _validate_shape(doc: Any, path: Path) -> ManifestJson:
     doc = MANIFEST.check(doc, path)
     at = MANIFEST.at(path)
     for section, keys in REQUIRED.items():
@@ -92,10 +94,10 @@ def _validate_shape(doc: Any, path: Path) -> dict[str, Any]:
         for k in keys:
             if k not in doc[section]:
                 raise at.key(section).key(k).fail("missing (a pin of every manifest)", _REBUILD)
-    return doc
+    return cast(ManifestJson, doc)  # every section and pin is there (the sha256 is checked apart)
 
 
-def load_manifest(path: Path) -> dict[str, Any]:
+def load_manifest(path: Path) -> ManifestJson:
     """Read and validate a manifest.json; refuse one whose pins no longer hash to sha256."""
     path = Path(path)
     doc = _validate_shape(

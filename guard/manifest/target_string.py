@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import UsageError
+from guard.core.json_types import Json, JsonObject
 from guard.manifest.cpu import ARCH_ALIASES, host_cpu, known_list, llvm_known
 
 _EXAMPLE = (
@@ -135,8 +136,9 @@ def _split_list(value: Any, raw: object, key: str) -> list[str]:
     return items
 
 
-def _from_mapping(d: Mapping[str, Any], raw: object) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _from_mapping(d: Mapping[str, Json], raw: object) -> JsonObject:
+    """A target's attributes as the user gave them, before _coerce checks each."""
+    out: JsonObject = {}
     for k, v in d.items():
         key = str(k).lstrip("-")
         if not _KEY_RE.match(key):
@@ -147,9 +149,9 @@ def _from_mapping(d: Mapping[str, Any], raw: object) -> dict[str, Any]:
     return out
 
 
-def _from_cli(text: str, raw: object) -> dict[str, Any]:
+def _from_cli(text: str, raw: object) -> dict[str, str]:
     tokens = text.split()
-    out: dict[str, Any] = {}
+    out: dict[str, str] = {}
     if tokens and not tokens[0].startswith("-"):
         out["kind"] = tokens.pop(0)
     for tok in tokens:
@@ -235,7 +237,7 @@ def _normalize_mattr(items: list[str], raw: object, arch: str) -> list[str]:
 
 
 def parse_target(
-    raw: str | Mapping[str, Any], *, root: Path = Path("/"), where: str | None = None
+    raw: str | Mapping[str, Json], *, root: Path = Path("/"), where: str | None = None
 ) -> ParsedTarget:
     """Parse and canonicalise a target.
 
@@ -249,7 +251,7 @@ def parse_target(
         raise TargetError(str(exc), where=where) from None
 
 
-def _parse(raw: str | Mapping[str, Any], root: Path) -> ParsedTarget:
+def _parse(raw: str | Mapping[str, Json], root: Path) -> ParsedTarget:
     if isinstance(raw, Mapping):
         attrs = _from_mapping(raw, raw)
     elif isinstance(raw, str):
@@ -313,7 +315,7 @@ def _format(t: ParsedTarget) -> str:
 
 
 def canonicalize(
-    raw: str | Mapping[str, Any], *, root: Path = Path("/"), where: str | None = None
+    raw: str | Mapping[str, Json], *, root: Path = Path("/"), where: str | None = None
 ) -> str:
     """The canonical string of a target: ``llvm -mattr=+neon -mtriple=aarch64-linux-gnu``."""
     return _format(parse_target(raw, root=root, where=where))

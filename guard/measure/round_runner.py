@@ -44,6 +44,7 @@ from guard.core.isolate import (
     signal_name,
     unpacked,
 )
+from guard.manifest.written import ManifestJson
 from guard.measure import MeasureConfig
 from guard.measure.preflight import THREAD_ENV_VARS
 from guard.measure.timer import Timings
@@ -132,7 +133,7 @@ class RoundJob:
     backend: str
     where: str
     artefact: Path
-    manifest: dict[str, Any]  # the manifest as the worker reads it (JSON, over the pipe)
+    manifest: ManifestJson  # the manifest as the worker reads it (JSON, over the pipe)
     threads: int
     feeds: dict[str, np.ndarray]
     config: MeasureConfig  # the whole result's; each round runs ``config.per_round()``

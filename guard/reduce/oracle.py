@@ -25,6 +25,7 @@ from guard.core.errors import GuardError
 from guard.experiment.ab import run_ab
 from guard.golden import compare_outputs
 from guard.golden.produce import reference_outputs
+from guard.manifest.written import ManifestJson
 from guard.run.build import build_artefact
 from guard.stats.regress import RegressConfig
 from guard.suite import InputSpec, ModelEntry
@@ -58,7 +59,7 @@ class Builder:
         self.backend = backend if backend is not None else get_backend(backend_name)
         self.workdir = workdir
 
-    def build(self, path: Path, feeds: Mapping[str, np.ndarray]) -> tuple[Path, dict[str, Any]]:
+    def build(self, path: Path, feeds: Mapping[str, np.ndarray]) -> tuple[Path, ManifestJson]:
         e = entry_for(self.entry, path, feeds)
         spec = bind(load_model(path, e.limits), path, dict(e.inputs), e.where, e.limits)
         art, manifest, _, _ = build_artefact(self.backend, e, spec, self.backend_name, self.workdir)

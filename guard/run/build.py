@@ -31,7 +31,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from guard import manifest as mf
 from guard.backends.base import Backend, BuildInfo, BuildRequest
@@ -45,6 +45,8 @@ from guard.core.fsutil import (
     read_bounded_text,
 )
 from guard.core.isolate import is_isolated_failure, run_isolated
+from guard.core.json_types import JsonObject
+from guard.manifest.written import ComponentPins, ManifestJson, QuantizationPins, TuningObservations
 from guard.run.cache_check import poisoned, quarantine, write_hashes
 from guard.suite import ModelEntry
 from guard.suite.model import ModelSpec, make_inputs
@@ -57,7 +59,30 @@ _TMP_RE = re.compile(r"^\.(?P<key>[^.].*?)\.(?:trash\.)?(?P<pid>\d+)\.[^.]+$")
 _STALE_UNNAMED_S = 6 * 3600
 
 
-def tuning_cache_pin(path: str, entry: ModelEntry) -> dict[str, Any]:
+class BuildJson(TypedDict):
+    """An artefact's build.json: its BuildInfo, read back into one when it is reused."""
+
+    payload: str
+    compiler: ComponentPins
+    runtime: ComponentPins
+    session_options: JsonObject
+    tuning: TuningObservations
+    graph: JsonObject | None
+    warnings: list[str]
+
+
+class CachePin(TypedDict):
+    """A tuning cache's pin before the build: where it is and its content hash (the
+    look-ups are the backend's to fill in)."""
+
+    path: str
+    sha256: str
+    entries: None
+    hits: None
+    misses: None
+
+
+def tuning_cache_pin(path: str, entry: ModelEntry) -> CachePin:
     """{path, sha256} of a tuning cache (a file, or a directory of files), before the build.
 
     Relative paths are relative to the suite file. Hits and misses come from the backend.
@@ -81,7 +106,7 @@ def tuning_cache_pin(path: str, entry: ModelEntry) -> dict[str, Any]:
     return {"path": str(p), "sha256": h.hexdigest(), "entries": None, "hits": None, "misses": None}
 
 
-def _int8_pins(entry: ModelEntry, spec: ModelSpec) -> dict[str, Any] | None:
+def _int8_pins(entry: ModelEntry, spec: ModelSpec) -> QuantizationPins | None:
     if entry.quantize is None:
         return None
     from guard.run.int8 import int8_pins
@@ -89,12 +114,13 @@ def _int8_pins(entry: ModelEntry, spec: ModelSpec) -> dict[str, Any] | None:
     return int8_pins(spec.path)
 
 
-def _atomic_json(path: Path, doc: dict[str, Any]) -> None:
+def _atomic_json(path: Path, doc: BuildJson) -> None:
     atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def _backend_options(entry: ModelEntry, backend_name: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """The options passed to the backend, and the extra keys that only key the artefact."""
+def _backend_options(entry: ModelEntry, backend_name: str) -> tuple[JsonObject, dict[str, str]]:
+    """The options passed to the backend (the suite's, as the user wrote them), and the
+    extra keys that only key the artefact."""
     options = dict(entry.options.get(backend_name, {}))
     key_only: dict[str, str] = {}
     if backend_name == "bundled" and entry.profile and "profile" not in options:
@@ -119,9 +145,16 @@ def _write_hashes(root: Path) -> None:
         raise UsageError("the build left a link or special file in the artefact", where=str(root))
 
 
+def _observed(pin: CachePin | None, tuning: TuningObservations) -> TuningObservations | None:
+    """The manifest's tuning_cache: what the build observed over the cache's pin."""
+    if not (tuning or pin):
+        return None
+    return {**(pin or {}), **tuning}
+
+
 def _reuse(
     final: Path, backend: Backend | None = None, guard_dir: Path | None = None
-) -> tuple[dict[str, Any], BuildInfo] | None:
+) -> tuple[ManifestJson, BuildInfo] | None:
     """A previous build in ``final``, when it is whole and unaltered; otherwise None (rebuild).
 
     A complete artefact that fails its hashes (guard.run.cache_check) is poisoned: moved to
@@ -179,7 +212,7 @@ def clean_stale(parent: Path, now: float | None = None) -> list[Path]:
     return removed
 
 
-def _install(tmp: Path, final: Path) -> tuple[dict[str, Any], BuildInfo] | None:
+def _install(tmp: Path, final: Path) -> tuple[ManifestJson, BuildInfo] | None:
     """Rename the complete ``tmp`` into ``final``; never over a whole artefact.
 
     Returns None when ours went in, or the (manifest, info) of a whole artefact another
@@ -249,7 +282,7 @@ def _build_in_child(backend: Backend, req: BuildRequest) -> BuildInfo:
 
 def build_artefact(
     backend: Backend, entry: ModelEntry, spec: ModelSpec, backend_name: str, workdir: Path
-) -> tuple[Path, dict[str, Any], BuildInfo, bool]:
+) -> tuple[Path, ManifestJson, BuildInfo, bool]:
     """Build (or reuse) the content-addressed artefact for one model and backend.
 
     Returns (artefact dir, manifest, build info, reused).
@@ -266,7 +299,7 @@ def build_artefact(
         model_path=spec.path,
         model_opset=spec.opset,
         model_inputs=spec.inputs_manifest(),
-        tuning_cache=cache_pin,
+        tuning_cache=_observed(cache_pin, {}),
         model_sha256=spec.sha256,
         quantization=_int8_pins(entry, spec),
     )
@@ -326,9 +359,7 @@ def build_artefact(
             model_opset=spec.opset,
             model_inputs=spec.inputs_manifest(),
             model_sha256=spec.sha256,
-            tuning_cache={**(cache_pin or {}), **info.tuning}
-            if (info.tuning or cache_pin)
-            else None,
+            tuning_cache=_observed(cache_pin, info.tuning),
             quantization=_int8_pins(entry, spec),
         )
         mf.write_manifest(tmp / "manifest.json", manifest)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -18,6 +17,7 @@ from guard.backends.base import BuildInfo, Session
 from guard.core.errors import GuardError, ModelError
 from guard.golden import Golden
 from guard.golden.produce import ensure_golden, golden_store
+from guard.manifest.written import ManifestJson
 from guard.results.manifest import Manifest
 from guard.run.build import build_artefact
 from guard.suite import ModelEntry, load_suite
@@ -68,7 +68,7 @@ class Case:
     entry: ModelEntry
     spec: ModelSpec
     artefact: Path
-    manifest: dict[str, Any]
+    manifest: ManifestJson
     build: BuildInfo
     reused: bool
     session: Session

@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -33,6 +33,7 @@ from guard.checks.evaluate import Check, verdict
 from guard.core.errors import ModelError
 from guard.core.fsutil import file_sha256
 from guard.core.user_cache import cache_root
+from guard.manifest.written import QuantizationPins
 from guard.quantize import (
     QuantOptions,
     TensorError,
@@ -112,11 +113,12 @@ def _meta(path: str, stamp: float) -> dict[str, str]:
     return {p.key[len(META) :]: p.value for p in m.metadata_props if p.key.startswith(META)}
 
 
-def int8_pins(path: Path) -> dict[str, str]:
-    """The manifest's ``quantization`` pins of an int8 model guard wrote."""
+def int8_pins(path: Path) -> QuantizationPins:
+    """The manifest's ``quantization`` pins of an int8 model guard wrote (those of its
+    metadata it holds)."""
     meta = _meta(str(path), path.stat().st_mtime)
     keys = ("source_sha256", "profile_sha256", "calibration_sha256", "method")
-    return {k: meta[k] for k in keys if k in meta}
+    return cast(QuantizationPins, {k: meta[k] for k in keys if k in meta})
 
 
 class _Reference:
