@@ -20,9 +20,10 @@ from guard.backends import get_backend
 from guard.compare.compare import round_host
 from guard.core.errors import UsageError
 from guard.results.documents import ResultsDocument
-from guard.results.manifest import Manifest
+from guard.results.manifest import Host, Manifest
 from guard.run.case import Case, prepare_cases
 from guard.stats.calibrate import (
+    NoiseDocument,
     calibrate_fn,
     default_noise_path,
     log_noise,
@@ -95,7 +96,7 @@ def calibrate_suite(
     track: bool = True,
     tracking_uri: str | None = None,
     workdir: Path | None = None,
-) -> tuple[dict[str, Any], Path]:
+) -> tuple[NoiseDocument, Path]:
     """Calibrate every case of a suite; write the noise file (and log it unless ``track`` is off).
 
     ``rounds`` A/A comparisons per case (0: none) and ``runs`` whole runs of the suite for
@@ -146,7 +147,7 @@ def calibrate_suite(
                 entry["run_host_ms"] = readings
             entries.setdefault(key, {}).update(entry)
     path = out or default_noise_path(workdir, suite.name)
-    doc = save_noise(path, suite.name, entries, host)
+    doc = save_noise(path, suite.name, entries, Host.from_json(host))
     if uri is not None:
         log_noise(uri, suite.name, doc)
     return doc, path

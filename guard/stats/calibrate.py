@@ -32,12 +32,14 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from guard.core.errors import UsageError
 from guard.core.fsutil import atomic_write_text, read_bounded_text
+from guard.results.manifest import Host
+from guard.results.record import Json
 from guard.stats.rounds_stats import log_readings, pooled_slopes
 from guard.track.batch import _log_batch, metric_entities
 from guard.track.client import experiment_id, experiment_name, mlflow_client, translated
@@ -101,6 +103,33 @@ def aa_round(
     return seq, statistics.median(pairs)
 
 
+class NoiseEntry(TypedDict, total=False):
+    """One key's entry of the noise file: the A/A levels (``calibrate_fn``), the run level
+    (``guard calibrate --runs``), or both."""
+
+    noise_pct: float
+    paired_noise_pct: float
+    rounds: int
+    round_s: float
+    reloaded: bool
+    sequential_ratios: list[float]
+    paired_ratios: list[float]
+    run_noise_pct: float
+    runs: int
+    run_round_medians_ms: list[list[float]]
+    run_host_ms: list[Json]  # each run's per-round host-speed readings
+
+
+class NoiseDocument(TypedDict):
+    """The noise file (schema_version 1), as ``save_noise`` writes it."""
+
+    schema_version: int
+    suite: str
+    calibrated: str
+    host: Json  # the manifest's host block of the calibrated cases
+    entries: dict[str, NoiseEntry]
+
+
 def calibrate_fn(
     fn: Callable[[], object],
     *,
@@ -109,7 +138,7 @@ def calibrate_fn(
     warmup_s: float = 0.5,
     reload: Callable[[], Callable[[], object]] | None = None,
     clock: Clock = time.perf_counter,
-) -> dict[str, Any]:
+) -> NoiseEntry:
     """Noise entry for one callable: both noise levels and the raw A/A ratios.
 
     With ``reload`` (returns a fresh callable for the same artefact), every round compares
@@ -192,13 +221,13 @@ def default_noise_path(workdir: Path, suite: str) -> Path:
 
 
 def save_noise(
-    path: Path, suite: str, entries: Mapping[str, Any], host: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
-    doc = {
+    path: Path, suite: str, entries: Mapping[str, NoiseEntry], host: Host | None = None
+) -> NoiseDocument:
+    doc: NoiseDocument = {
         "schema_version": SCHEMA_VERSION,
         "suite": suite,
         "calibrated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": dict(host or {}),
+        "host": host.to_json() if host is not None else {},
         "entries": dict(entries),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -284,7 +313,7 @@ def noise_metric_names(key: str) -> tuple[str, str, dict[str, str]]:
     return f"noise_pct/{series}", f"paired_noise_pct/{series}", params
 
 
-def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:
+def log_noise(uri: str, suite: str, doc: NoiseDocument) -> str:
     """One calibration run in guard/<suite>: noise per key as metrics, through the batch call.
 
     The run ends FINISHED, or FAILED (KILLED on Ctrl-C) when anything in between fails: it
@@ -301,9 +330,10 @@ def log_noise(uri: str, suite: str, doc: Mapping[str, Any]) -> str:
             params: dict[str, str] = {}
             for key, e in doc["entries"].items():
                 seq, paired, key_params = noise_metric_names(key)
-                for name, field in ((seq, "noise_pct"), (paired, "paired_noise_pct")):
-                    if field in e:
-                        metrics[name] = e[field]
+                if "noise_pct" in e:
+                    metrics[seq] = e["noise_pct"]
+                if "paired_noise_pct" in e:
+                    metrics[paired] = e["paired_noise_pct"]
                 if "run_noise_pct" in e:
                     metrics[seq.replace("noise_pct/", "run_noise_pct/", 1)] = e["run_noise_pct"]
                 params.update(key_params)

@@ -52,6 +52,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("guard/stats/calibrate.py", "entries"): "the calibrated noise file, not a result",
     ("guard/stats/calibrate.py", "schema_version"): "the calibrated noise file's version",
     ("guard/stats/calibrate.py", "run_noise_pct"): "a calibrated noise file's entry",
+    ("guard/stats/calibrate.py", "noise_pct"): "a calibrated noise file's entry",
     **{("guard/counting/child.py", k): "the counting child's request, not a result"
        for k in ("artefact", "backend", "model", "inputs", "warmup", "inferences")},
     **{("guard/counting/count.py", k): "the suite's measure.counted block and the engine's "
