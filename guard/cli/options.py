@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from guard.stats.defaults import DEFAULT_REGRESS_PCT, DEFAULT_RUN_NOISE_PCT
 
 if TYPE_CHECKING:
+    from guard.compare.written import ComparisonDocumentJson
     from guard.stats.regress import RegressConfig
 
 
@@ -64,7 +65,7 @@ def config(args: argparse.Namespace) -> RegressConfig:
     )
 
 
-def emit(cmp: dict[str, Any], args: argparse.Namespace, title: str) -> None:
+def emit(cmp: ComparisonDocumentJson, args: argparse.Namespace, title: str) -> None:
     from guard.compare.reports import to_markdown, write_reports
     from guard.results.documents import ComparisonDocument
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from guard.compare import crossarch, int8_outputs
 from guard.compare.attribution import attribute
+from guard.compare.written import ComparisonDocumentJson, ComparisonRowJson, ManifestDiff
 from guard.core.errors import UsageError
 from guard.counting.rows import counted_rows
 from guard.counting.rows import summary as counted_summary
@@ -40,6 +41,7 @@ from guard.results.documents import (
 from guard.results.load import PROBES
 from guard.results.load import validate_comparison as validate_comparison
 from guard.results.manifest import Manifest
+from guard.results.record import Json
 from guard.results.result import Result, ResultKey, Round
 from guard.stats.regress import (
     IMPROVED,
@@ -74,7 +76,7 @@ def host_incompatibility(base_m: Manifest, head_m: Manifest) -> str | None:
     return None
 
 
-def manifest_diff(base_m: Manifest, head_m: Manifest) -> dict[str, list[Any]]:
+def manifest_diff(base_m: Manifest, head_m: Manifest) -> ManifestDiff:
     """Pinned fields that differ, as {dotted.field: [base, head]}.
 
     Host pins are left out: they decide compatibility (a mismatch is refused) rather than
@@ -231,7 +233,7 @@ def _p50(r: Result) -> float | None:
     return r.latency_ms.p50 if r.latency_ms is not None else None
 
 
-def compare_rows(base_r: Result, head_r: Result, config: RegressConfig) -> dict[str, Any]:
+def compare_rows(base_r: Result, head_r: Result, config: RegressConfig) -> ComparisonRowJson:
     """One comparison row (comparison contract keys in docs/ARCHITECTURE.md, plus stats detail)."""
     bs, hs = _samples(base_r), _samples(head_r)
     comp, reason = latency_comparison(base_r, head_r, config)
@@ -244,7 +246,7 @@ def compare_rows(base_r: Result, head_r: Result, config: RegressConfig) -> dict[
         verdict, ratio, ci = comp.verdict, comp.ratio, list(comp.ci)
     bnum, hnum = base_r.numerics, head_r.numerics
     bpart, hpart = base_r.partitions, head_r.partitions
-    row: dict[str, Any] = {
+    row: ComparisonRowJson = {
         "model": base_r.model,
         "backend": base_r.backend,
         "target": base_r.key.target,
@@ -302,7 +304,7 @@ def compare_docs(
     suite_thresholds: bool = True,
     base_label: str = "base",
     head_label: str = "head",
-) -> dict[str, Any]:
+) -> ComparisonDocumentJson:
     """The comparison document (schema_version 1) for two results documents.
 
     ``noise`` maps "model/backend/target" to a calibrated A/A noise percentage
@@ -357,7 +359,7 @@ def compare_docs(
     cross = crossarch.cross_arch_rows(bdoc, hdoc, same_doc=same_run)
     counted = counted_rows(bdoc, hdoc)
     int8 = int8_outputs.int8_rows(base, head)
-    doc_diff: dict[str, list[Any]] = {}
+    doc_diff: ManifestDiff = {}
     for row in rows:
         for f, pair in row["manifest_diff"].items():
             doc_diff.setdefault(f, pair)
@@ -402,7 +404,7 @@ def compare_docs(
     }
 
 
-def _git(doc: ResultsDocument) -> dict[str, Any] | None:
+def _git(doc: ResultsDocument) -> Json:
     """The document's ``git`` block as it was written (None where it has none)."""
     return doc.git.to_json() if doc.git.read else None
 

@@ -41,6 +41,14 @@ from typing import Any
 
 import numpy as np
 
+from guard.compare.written import (
+    CountedPairJson,
+    CrossArchRowJson,
+    CrossSideJson,
+    EncodedOutputs,
+    EncodedTensor,
+    OutputDriftJson,
+)
 from guard.counting.verdict import moved
 from guard.results.counted import Counted
 from guard.results.cross_arch import CrossArchRow, OutputDrift
@@ -61,11 +69,11 @@ _ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64":
 # ---------------------------------------------------------------------------- outputs
 
 
-def encode_outputs(outputs: Sequence[np.ndarray], names: Sequence[str]) -> dict[str, Any]:
+def encode_outputs(outputs: Sequence[np.ndarray], names: Sequence[str]) -> EncodedOutputs:
     """The outputs of one result in a compact, JSON-safe form (``numerics.outputs``)."""
     arrays = [np.asarray(o) for o in outputs]
     whole = sum(a.size for a in arrays) <= MAX_STORED_ELEMENTS
-    tensors = []
+    tensors: list[EncodedTensor] = []
     for name, a in zip(names, arrays, strict=False):
         flat = a.reshape(-1)
         stride = (
@@ -216,12 +224,12 @@ def _top1(ref: StoredOutput, other: StoredOutput) -> float | None:
     return float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1)))
 
 
-def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[str, Any]:
+def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> OutputDriftJson:
     """Drift between two results' outputs, ``ref`` the reference side."""
     rn, on = ref.numerics, other.numerics
     rh, oh = rn.output_sha256, on.output_sha256
     hash_equal = rh is not None and rh == oh
-    out: dict[str, Any] = {
+    out: OutputDriftJson = {
         "hash_equal": hash_equal,
         "rtol": rtol, "atol": atol,
         "max_abs": None, "max_rel": None, "allclose": None, "top1_agreement": None,
@@ -230,8 +238,8 @@ def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[s
     ra, oa = decode_outputs(rn.outputs), decode_outputs(on.outputs)
     if ra is None or oa is None:
         if hash_equal:
-            out.update(max_abs=0.0, max_rel=0.0, allclose=True,
-                       how="output hashes are equal")  # fmt: skip
+            out.update({"max_abs": 0.0, "max_rel": 0.0, "allclose": True,
+                        "how": "output hashes are equal"})  # fmt: skip
             return out
         errs = [e for e in (rn.max_abs_err, on.max_abs_err) if e is not None]
         bound = sum(errs) if len(errs) == 2 else None
@@ -246,7 +254,7 @@ def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[s
     if len(ra) != len(oa) or any(
         (a.shape, a.stride) != (b.shape, b.stride) for a, b in zip(ra, oa, strict=True)
     ):
-        out.update(allclose=False, how="the two sides' outputs differ in number or shape")
+        out.update({"allclose": False, "how": "the two sides' outputs differ in number or shape"})
         return out
     max_abs = max_rel = 0.0
     close = True
@@ -266,13 +274,13 @@ def output_drift(ref: Result, other: Result, rtol: float, atol: float) -> dict[s
         max_rel = max(max_rel, float(np.max(rel)))
         close = close and bool(np.allclose(y, x, rtol=rtol, atol=atol, equal_nan=True))
     sampled = any(a.stride > 1 for a in ra)
-    out.update(max_abs=max_abs, max_rel=max_rel, allclose=close, elements=elements,
-               sampled=sampled, top1_agreement=_top1(ra[0], oa[0]),
-               how="outputs of both results" + (" (a strided sample of each)" if sampled else ""))  # fmt: skip
+    out.update({"max_abs": max_abs, "max_rel": max_rel, "allclose": close, "elements": elements,
+                "sampled": sampled, "top1_agreement": _top1(ra[0], oa[0]),
+                "how": "outputs of both results" + (" (a strided sample of each)" if sampled else "")})  # fmt: skip
     return out
 
 
-def _side(r: Result) -> dict[str, Any]:
+def _side(r: Result) -> CrossSideJson:
     measured = r.latency_ms is not None and bool(r.latency_ms.to_json())
     return {
         "target": r.canonical_target,
@@ -282,7 +290,7 @@ def _side(r: Result) -> dict[str, Any]:
     }
 
 
-def cross_row(ref: Result, other: Result) -> dict[str, Any]:
+def cross_row(ref: Result, other: Result) -> CrossArchRowJson:
     """One cross-architecture row (its JSON, guard.results.cross_arch.CrossArchRow): output
     drift, partitions, arena; latency not compared."""
     rtol, atol = _tolerance(other)
@@ -317,7 +325,7 @@ def cross_row(ref: Result, other: Result) -> dict[str, Any]:
     }
 
 
-def _counted_pair(ref: Result, other: Result) -> dict[str, Any] | None:
+def _counted_pair(ref: Result, other: Result) -> CountedPairJson | None:
     """Counted cost on each architecture (guard run --counted): instructions and bytes moved
     per inference, side by side. Work on two ISAs, not one count: never a verdict."""
     blocks: list[Counted] = []
@@ -384,7 +392,7 @@ def is_same_run(base: ResultsDocument, head: ResultsDocument) -> bool:
 
 def cross_arch_rows(
     base: ResultsDocument, head: ResultsDocument, *, same_doc: bool | None = None
-) -> list[dict[str, Any]]:
+) -> list[CrossArchRowJson]:
     """Every cross-architecture row between two results documents (or within one:
     ``same_doc``, else whether the two are one run)."""
     same = is_same_run(base, head) if same_doc is None else same_doc

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from guard.compare.crossarch import decode_outputs
+from guard.compare.written import Int8RowJson
 from guard.results.documents import Int8Row, ResultsDocument
 from guard.results.result import Result
 
@@ -50,7 +50,7 @@ def agreement(a: Result, b: Result) -> tuple[str, str | None]:
     return DIFFER, None
 
 
-def int8_rows(base: ResultsDocument, head: ResultsDocument) -> list[dict[str, Any]]:
+def int8_rows(base: ResultsDocument, head: ResultsDocument) -> list[Int8RowJson]:
     """One row per paired int8 result (module doc)."""
     b: dict[tuple[str, str], list[Result]] = defaultdict(list)
     h: dict[tuple[str, str], list[Result]] = defaultdict(list)
@@ -58,7 +58,7 @@ def int8_rows(base: ResultsDocument, head: ResultsDocument) -> list[dict[str, An
         for r in doc.results:
             if r.quantization is not None:
                 side[(r.model, r.backend)].append(r)
-    rows = []
+    rows: list[Int8RowJson] = []
     for k in sorted(set(b) & set(h)):
         pairs = _pairs(b[k], h[k])
         for rb, rh in pairs:

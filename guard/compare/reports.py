@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.compare import crossarch, int8_outputs
+from guard.compare.written import ComparisonDocumentJson
 from guard.core.fsutil import atomic_write_text
 from guard.counting import rows as counted_rows
 from guard.results.cross_arch import CrossArchRow
@@ -39,7 +40,7 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def write_json(doc: Mapping[str, Any], path: str | Path) -> Path:
+def write_json(doc: ComparisonDocumentJson, path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(p, json.dumps(_clean(doc), indent=2, sort_keys=False) + "\n")
@@ -214,7 +215,7 @@ def to_html(doc: ComparisonDocument, title: str = "guard compare") -> str:
 
 
 def write_reports(
-    cmp: Mapping[str, Any],
+    cmp: ComparisonDocumentJson,
     *,
     json_path: str | Path | None = None,
     md_path: str | Path | None = None,

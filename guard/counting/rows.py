@@ -9,7 +9,7 @@ fingerprints, "not comparable: FIELD differs" otherwise (which does not fail the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.results.counted import Counted
@@ -33,15 +33,46 @@ def _block(r: Result) -> Counted | None:
     return r.counted if r.counted is not None and r.counted.to_json() else None
 
 
+class CountedRowJson(TypedDict, total=False):
+    """One counted row (a comparison's ``counted``) as written: the case, then
+    ``compare_counted``'s judgement (``CountedRow.to_json``: verdict and message, and where
+    both sides counted, the changes)."""
+
+    model: str
+    backend: str
+    target: str
+    counted_target: str | None
+    verdict: str
+    instructions: list[float | None]
+    bytes_moved: list[float | None]
+    instructions_pct: float
+    bytes_moved_pct: float | None
+    bound_pct: float
+    same_artefact: bool
+    message: str
+
+
+def counted_row(
+    model: str, backend: str, target: str, counted_on: str | None, judged: CountedRow
+) -> CountedRowJson:
+    """The row of one case: the case, where it was counted, then ``judged``
+    (``compare_counted``'s row) as it wrote it."""
+    row: CountedRowJson = {
+        "model": model, "backend": backend, "target": target, "counted_target": counted_on
+    }  # fmt: skip
+    row.update(cast(CountedRowJson, judged.to_json()))
+    return row
+
+
 def counted_rows(
     base: ResultsDocument, head: ResultsDocument, regress_pct: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[CountedRowJson]:
     """One row per result on both sides that carries a counted block on either side.
 
     ``regress_pct`` overrides every row's bound (else head's ``counted`` check bound,
     else 0.5%)."""
     b_rows = {r.key: r for r in base.results}
-    rows = []
+    rows: list[CountedRowJson] = []
     for h in head.results:
         key = h.key
         b = b_rows.get(key)
@@ -51,12 +82,11 @@ def counted_rows(
         cmp = compare_counted(_block(b), _block(h), bound)
         on = _block(h) or _block(b)
         counted_on = on.target if on is not None else None
-        rows.append({"model": key.model, "backend": key.backend, "target": key.target,
-                     "counted_target": counted_on, **cmp.to_json()})  # fmt: skip
+        rows.append(counted_row(key.model, key.backend, key.target, counted_on, cmp))
     return rows
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, int]:
+def summary(rows: Sequence[CountedRowJson]) -> dict[str, int]:
     return {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
 
 

@@ -23,6 +23,12 @@ import numpy as np
 from guard.backends.base import Session
 from guard.compare.attribution import attribute
 from guard.compare.compare import SCHEMA_VERSION, host_incompatibility, manifest_diff
+from guard.compare.written import (
+    ComparisonDocumentJson,
+    ComparisonRowJson,
+    ManifestDiff,
+    RowNumerics,
+)
 from guard.core.errors import UsageError
 from guard.measure.calls import choose_inner, warm_up
 from guard.measure.preflight import contention_between, read_cpu_times
@@ -151,7 +157,7 @@ def case_facts(case: object) -> CaseFacts:
     return CaseFacts(Result(manifest=manifest, partitions=partitions, arena_bytes=arena), outputs)
 
 
-def _output_diff(b: CaseFacts, h: CaseFacts) -> dict[str, Any]:
+def _output_diff(b: CaseFacts, h: CaseFacts) -> RowNumerics:
     ob, oh = b.outputs, h.outputs
     if ob is None or oh is None:
         return {"output_sha256_changed": False, "max_abs_err": [None, None], "max_abs_diff": None}
@@ -171,7 +177,7 @@ def _output_diff(b: CaseFacts, h: CaseFacts) -> dict[str, Any]:
     }
 
 
-def ab_row(key: ResultKey, outcome: ABOutcome, bf: CaseFacts, hf: CaseFacts) -> dict[str, Any]:
+def ab_row(key: ResultKey, outcome: ABOutcome, bf: CaseFacts, hf: CaseFacts) -> ComparisonRowJson:
     """A comparison row (docs/ARCHITECTURE.md) for one interleaved A/B measurement:
     ``bf`` and ``hf`` are what ``case_facts`` says of each side."""
     c = outcome.result.comparison
@@ -180,7 +186,10 @@ def ab_row(key: ResultKey, outcome: ABOutcome, bf: CaseFacts, hf: CaseFacts) -> 
     p90 = None
     if outcome.result.base and outcome.result.head:
         p90 = float(np.percentile(outcome.result.head, 90) / np.percentile(outcome.result.base, 90))
-    row: dict[str, Any] = {
+    stats = outcome.result.to_dict()
+    stats["inner"] = outcome.inner
+    stats["contention"] = outcome.contention
+    row: ComparisonRowJson = {
         "model": key.model,
         "backend": key.backend,
         "target": key.target,
@@ -197,11 +206,7 @@ def ab_row(key: ResultKey, outcome: ABOutcome, bf: CaseFacts, hf: CaseFacts) -> 
         "tuning_hit_rate": [None, None],
         "contention": [outcome.contention, outcome.contention],
         "manifest_diff": manifest_diff(bman, hman),
-        "stats": {
-            **outcome.result.to_dict(),
-            "inner": outcome.inner,
-            "contention": outcome.contention,
-        },
+        "stats": stats,
         "reason": c.reason,
     }
     row["attribution"] = attribute(ComparisonRow.from_json(row), br, hr)
@@ -209,10 +214,10 @@ def ab_row(key: ResultKey, outcome: ABOutcome, bf: CaseFacts, hf: CaseFacts) -> 
 
 
 def ab_document(
-    rows: Sequence[dict[str, Any]], config: RegressConfig, labels: tuple[str, str]
-) -> dict[str, Any]:
+    rows: Sequence[ComparisonRowJson], config: RegressConfig, labels: tuple[str, str]
+) -> ComparisonDocumentJson:
     """Wrap A/B rows into a comparison document (same contract as ``guard compare``)."""
-    doc_diff: dict[str, list[Any]] = {}
+    doc_diff: ManifestDiff = {}
     for r in rows:
         for f, pair in r["manifest_diff"].items():
             doc_diff.setdefault(f, pair)
@@ -253,7 +258,7 @@ def run_case_pairs(
     warmup_s: float = 0.5,
     labels: tuple[str, str] = ("base", "head"),
     suite_thresholds: bool = True,
-) -> dict[str, Any]:
+) -> ComparisonDocumentJson:
     """A/B over matched pipeline cases (``.model .backend .target .run_once() .manifest``).
 
     With ``suite_thresholds``, a head case's ``checks.latency.regress_pct`` replaces

@@ -40,7 +40,9 @@ from typing import Any
 import numpy as np
 
 from guard.compare.compare import host_incompatibility
+from guard.compare.written import ComparisonDocumentJson
 from guard.core.errors import InternalError, UsageError
+from guard.counting.rows import CountedRowJson, counted_row
 from guard.experiment.ab import ABOutcome, CaseFacts, ab_document, ab_row
 from guard.experiment.bump import (
     REPO_ROOT,
@@ -286,11 +288,11 @@ def _pair(
 
 def _count_pairs(
     wb: WorkerProc, wh: WorkerProc, pairs: list[tuple[int, int]], missing: list[str]
-) -> list[dict[str, Any]]:
+) -> list[CountedRowJson]:
     """Counted rows: each side's case counted by its worker, compared as guard compare does."""
     from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 
-    rows = []
+    rows: list[CountedRowJson] = []
     for ib, ih in pairs:
         b = CountReply.from_json(wb.ask(op="count", case=ib))
         h = CountReply.from_json(wh.ask(op="count", case=ih))
@@ -302,8 +304,7 @@ def _count_pairs(
         bc = wb.cases[ib]
         # the head's block, else the base's (an empty block says nothing)
         counted_on = next((c.target for c in (h.counted, b.counted) if c and c.to_json()), None)
-        rows.append({"model": bc.model, "backend": bc.backend, "target": bc.target,
-                     "counted_target": counted_on, **row.to_json()})  # fmt: skip
+        rows.append(counted_row(bc.model, bc.backend, bc.target, counted_on, row))
     return rows
 
 
@@ -324,7 +325,7 @@ def run_ref_ab(
     runner: Any = None,
     counted: bool = False,
     missing: list[str] | None = None,
-) -> dict[str, Any]:
+) -> ComparisonDocumentJson:
     """Interleaved A/B of SUITE at ``base_ref`` against ``head_ref`` (or the working tree).
 
     ``counted``: each side's worker also counts its cases (guard.run.counted, by the side's

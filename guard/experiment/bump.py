@@ -29,6 +29,7 @@ from typing import Any
 
 from guard.compare.compare import compare_docs, exit_code
 from guard.compare.reports import write_reports
+from guard.compare.written import ComparisonDocumentJson
 from guard.core.errors import UsageError
 from guard.core.user_cache import cache_root, tree_bytes
 from guard.experiment.pins import (  # noqa: F401  (bump.X for the CLI and ab --base-ref)
@@ -257,7 +258,7 @@ def run_bump(
     *,
     base_requirements: Sequence[str] | None = None,
     **kw: Any,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[ComparisonDocumentJson, int]:
     """``PKG==OLD`` vs ``PKG==NEW`` on top of guard's other pins (see run_bump_requirements)."""
     (name_a, v_old), (name_b, v_new) = parse_pin(old), parse_pin(new)
     if _norm(name_a) != _norm(name_b):
@@ -287,7 +288,7 @@ def run_bump_requirements(
     counted: bool = False,
     say: Callable[[str], None] = _stderr,
     every_s: float = HEARTBEAT_S,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[ComparisonDocumentJson, int]:
     """Build both envs, run the suite ``rounds`` times per side (ABBA...), compare.
 
     Returns (comparison, exit code). Writes ``<out_dir>/<name>/{base,head}-<i>.json`` and
@@ -346,7 +347,7 @@ def _measure_bump(
     say: Callable[[str], None],
     every_s: float,
     counted: bool = False,
-) -> tuple[dict[str, Any], int]:
+) -> tuple[ComparisonDocumentJson, int]:
     """The suite run ``rounds`` times per side in the built envs, compared and reported."""
     # ABBA order: a machine that gets busier (or quieter) during the bump hits both sides
     # alike, instead of landing on whichever ran second.

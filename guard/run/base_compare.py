@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from guard.compare.base_branch import last_finished_invocation
 from guard.compare.compare import IncompatibleBaselineError, compare_docs
 from guard.compare.reports import to_markdown
+from guard.compare.written import ComparisonDocumentJson
 from guard.core.errors import GuardError
 from guard.results.documents import ComparisonDocument, ResultsDocument
 from guard.stats.calibrate import default_noise_path, load_noise
@@ -36,7 +37,7 @@ def compare_with_base(
     out: TextIO | None = None,
     finder: Any = None,
     loader: Any = None,
-) -> dict[str, Any] | None:
+) -> ComparisonDocumentJson | None:
     """Print the comparison of ``doc`` (a tracked run) with the base branch's last finished
     invocation; returns the comparison document, or None with one line saying why not."""
     out = out or sys.stdout

@@ -29,6 +29,7 @@ from guard.backends import get_backend
 from guard.core.errors import GuardError
 from guard.counting.count import CountedConfig, count_artefact
 from guard.counting.emulator import CountingFailed
+from guard.counting.rows import CountedRowJson, counted_row
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, compare_counted
 from guard.emulate.tools import ToolMissing
 from guard.manifest.target_string import target_arch
@@ -105,10 +106,10 @@ def counted_against(
 
 def count_pairs(
     pairs: Any, workdirs: tuple[Path, Path], missing: list[str]
-) -> list[dict[str, Any]]:
+) -> list[CountedRowJson]:
     """Counted rows of ``guard ab --counted``: each matched (base, head) case counted in its
     own work directory and compared as ``guard compare`` compares counted blocks."""
-    rows = []
+    rows: list[CountedRowJson] = []
     for b, h in pairs:
         blocks = []
         for case, workdir in ((b, workdirs[0]), (h, workdirs[1])):
@@ -120,6 +121,5 @@ def count_pairs(
         row = compare_counted(blocks[0], blocks[1], bound)
         on = blocks[1] if blocks[1] is not None else blocks[0]  # head's block, else base's
         counted_on = on.target if on is not None else None
-        rows.append({"model": b.model, "backend": b.backend, "target": b.target,
-                     "counted_target": counted_on, **row.to_json()})  # fmt: skip
+        rows.append(counted_row(b.model, b.backend, b.target, counted_on, row))
     return rows

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
@@ -20,6 +20,7 @@ from guard.core.errors import UsageError
 from guard.stats.verdicts import (
     INCONCLUSIVE,
     Comparison,
+    ComparisonJson,
     RegressConfig,
     clean_samples,
     decide,
@@ -92,13 +93,14 @@ class AdaptiveResult:
     elapsed_s: float = 0.0
     stopped: str = ""  # "conclusive" | "budget" | "max_looks"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ComparisonJson:
         d = self.comparison.to_dict()
-        d.update(
-            looks=[asdict(lk) for lk in self.looks],
-            elapsed_s=self.elapsed_s,
-            stopped=self.stopped,
-        )
+        d["looks"] = [
+            {"n": lk.n, "elapsed_s": lk.elapsed_s, "verdict": lk.verdict, "ratio": lk.ratio}
+            for lk in self.looks
+        ]
+        d["elapsed_s"] = self.elapsed_s
+        d["stopped"] = self.stopped
         return d
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from typing import NotRequired, TypedDict
 
 import numpy as np
 from scipy import stats
@@ -58,6 +59,38 @@ class RegressConfig:
         return max(self.regress_pct, noise)
 
 
+class LookJson(TypedDict):
+    """One look of an adaptive measurement, as its comparison writes it."""
+
+    n: int
+    elapsed_s: float
+    verdict: str
+    ratio: float
+
+
+class ComparisonJson(TypedDict):
+    """A comparison's JSON (a comparison row's ``stats``): ``Comparison.to_dict``'s keys,
+    then what an adaptive or A/B measurement adds."""
+
+    verdict: str
+    ratio: float
+    ci: list[float]
+    p_slower: float
+    p_faster: float
+    threshold_pct: float
+    mde_pct: float
+    n_base: int
+    n_head: int
+    method: str
+    alpha: float
+    reason: str
+    looks: NotRequired[list[LookJson]]
+    elapsed_s: NotRequired[float]
+    stopped: NotRequired[str]
+    inner: NotRequired[int]
+    contention: NotRequired[float | None]
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One head-vs-base judgement. ``ratio`` is head/base latency (>1 is slower)."""
@@ -75,10 +108,14 @@ class Comparison:
     alpha: float
     reason: str
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["ci"] = list(self.ci)
-        return d
+    def to_dict(self) -> ComparisonJson:
+        return {
+            "verdict": self.verdict, "ratio": self.ratio, "ci": list(self.ci),
+            "p_slower": self.p_slower, "p_faster": self.p_faster,
+            "threshold_pct": self.threshold_pct, "mde_pct": self.mde_pct,
+            "n_base": self.n_base, "n_head": self.n_head, "method": self.method,
+            "alpha": self.alpha, "reason": self.reason,
+        }  # fmt: skip
 
 
 def on_rounds(method: str | None) -> bool:
