@@ -24,7 +24,7 @@ import platform
 import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
@@ -37,6 +37,70 @@ from guard.suite import Suite, load_suite
 from guard.track import find_runs, resolve_uri
 
 SCHEMA_VERSION = 1
+
+
+class Trend(TypedDict):
+    """Theil-Sen slope of the log values (% per run) and whether Kendall's tau finds it."""
+
+    pct_per_run: float
+    p_value: float
+    significant: bool
+
+
+class Step(TypedDict):
+    """A step of a series: where (its index and label), from, to, and by how much."""
+
+    index: int
+    at: str
+    before: float
+    after: float
+    ratio: float
+    pct: float
+    message: NotRequired[str | None]  # counted: compare_counted's line
+
+
+class Break(TypedDict):
+    """Where a counted series' fingerprint changed: counts are not compared across it."""
+
+    index: int
+    at: str
+    why: str | None
+
+
+class Analysis(TypedDict):
+    """One series' history (``analyse``, ``analyse_counted``)."""
+
+    schema_version: int
+    points: int
+    first: float
+    last: float
+    change_pct: float
+    steps: list[Step]
+    breaks: NotRequired[list[Break]]
+    exact: NotRequired[bool]
+    regress_pct: NotRequired[float]
+    trend: Trend
+    bound: float | None
+    headroom_consumed: float | None
+
+
+class SeriesReport(TypedDict):
+    backend: str
+    target: str
+    arch: str
+    analysis: dict[str, object]  # the analysis, infinities written as null
+
+
+class HistoryReport(TypedDict):
+    """``guard history --json``: every (backend, target, arch) series' analysis."""
+
+    schema_version: int
+    suite: str
+    model: str
+    metric: str
+    series: list[SeriesReport]
+
+
 SIGMA_FLOOR = 0.01  # log units: 1%
 
 
@@ -77,7 +141,7 @@ def change_points(
     return [b for b in bkps if b < y.size]
 
 
-def trend(values: Sequence[float], alpha: float = 0.01) -> dict[str, Any]:
+def trend(values: Sequence[float], alpha: float = 0.01) -> Trend:
     """Theil-Sen slope of log values (% per run) and whether Kendall's tau finds a trend."""
     from scipy import stats  # heavy: imported when a trend is tested
 
@@ -97,7 +161,7 @@ def analyse(
     bound: float | None = None,
     penalty: float | None = None,
     min_size: int | None = None,
-) -> dict[str, Any]:
+) -> Analysis:
     """Steps (where, from, to, ratio) and creep (headroom consumed) for one metric series."""
     v = [float(x) for x in values]
     if any(not math.isfinite(x) or x <= 0 for x in v):
@@ -108,7 +172,7 @@ def analyse(
     cps = change_points(v, penalty=penalty, min_size=min_size)
     edges = [0, *cps, len(v)]
     segments = [v[a:b] for a, b in zip(edges, edges[1:], strict=False)]
-    steps = []
+    steps: list[Step] = []
     for i, cp in enumerate(cps):
         before, after = statistics.median(segments[i]), statistics.median(segments[i + 1])
         steps.append({"index": cp, "at": labels[cp], "before": before, "after": after,
@@ -116,7 +180,7 @@ def analyse(
     k = max(1, min(10, len(v) // 4))
     first = statistics.median(segments[0]) if cps else statistics.median(v[:k])
     last = statistics.median(segments[-1]) if cps else statistics.median(v[-k:])
-    out: dict[str, Any] = {
+    out: Analysis = {
         "schema_version": SCHEMA_VERSION,
         "points": len(v),
         "first": first,
@@ -141,10 +205,11 @@ def analyse_counted(
     *,
     labels: Sequence[str],
     regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT,
-) -> dict[str, Any]:
+) -> Analysis:
     """``analyse``'s answer for a counted metric: exact steps between consecutive counts
     (``values`` the metric per block) and the breaks where the fingerprint changed."""
-    steps, breaks = [], []
+    steps: list[Step] = []
+    breaks: list[Break] = []
     for c in count_changes(blocks, regress_pct):
         i, j = c.index, c.previous
         if c.row.verdict == "not comparable":
@@ -169,7 +234,7 @@ def analyse_counted(
     }
 
 
-def format_history(name: str, a: Mapping[str, Any]) -> str:
+def format_history(name: str, a: Analysis) -> str:
     lines = [
         f"{name}: {a['points']} runs, {a['first']:.4g} → {a['last']:.4g} ({a['change_pct']:+.1f}%)"
     ]
@@ -303,7 +368,7 @@ def history_command(args: argparse.Namespace) -> int:
     frame = find_runs(
         uri, suite, model=args.model, backend=args.backend, branch=args.branch or None
     )
-    report: dict[str, Any] = {
+    report: HistoryReport = {
         "schema_version": SCHEMA_VERSION, "suite": suite, "model": args.model,
         "metric": args.metric, "series": [],
     }  # fmt: skip
@@ -328,7 +393,14 @@ def history_command(args: argparse.Namespace) -> int:
         safe = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in a.items()
         }
-        report["series"].append({**key, "analysis": safe})
+        report["series"].append(
+            {
+                "backend": key["backend"],
+                "target": key["target"],
+                "arch": key["arch"],
+                "analysis": safe,
+            }  # fmt: skip
+        )
     if not report["series"]:
         n = 0 if frame is None else len(frame)
         raise UsageError(
