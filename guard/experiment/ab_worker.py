@@ -28,7 +28,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:  # the side's tree may predate guard.results: nothing of guard at run time
+    from guard.results.record import Json
 
 
 def _prepare_cases() -> Callable[[Path, Path], list[Any]]:
@@ -77,24 +80,67 @@ def _suite_regress_pct(entry: Any) -> Any:
     return getattr(latency, "regress_pct", None)
 
 
-def _describe(case: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {
+class CaseJson(TypedDict):
+    """A case as ``prepare`` describes it (guard.experiment.ab_ref.CaseDescription reads it)."""
+
+    model: str
+    backend: str
+    target: str
+    manifest: Json
+    regress_pct: Json  # the suite's checks.latency.regress_pct for it
+    partitions: Json
+    arena_bytes: int | None
+    outputs_npz: str | None  # its outputs as a base64 .npz
+
+
+class Prepared(TypedDict):
+    cases: list[CaseJson]
+    guard_file: str
+
+
+class Warmed(TypedDict):
+    inner: int  # calls per timed sample
+
+
+class Timed(TypedDict):
+    ms: float  # one call's time
+
+
+class CountJson(TypedDict):
+    """A case's counted block as counted by this side's guard (guard.experiment.ab_ref's
+    CountReply reads it)."""
+
+    counted: Json
+    missing: list[str]
+    regress_pct: Json
+
+
+class CpuTime(TypedDict):
+    cpu_s: float
+
+
+def _describe(case: Any) -> CaseJson:
+    regress_pct = _suite_regress_pct(getattr(case, "entry", None))
+    partitions: Json
+    try:
+        partitions = case.session.partitions().to_dict()
+    except Exception:  # noqa: BLE001 - a backend that cannot describe them is still timed
+        partitions = None
+    arena_bytes: int | None
+    try:
+        arena_bytes = case.session.memory().arena_bytes
+    except Exception:  # noqa: BLE001
+        arena_bytes = None
+    return {
         "model": case.model,
         "backend": case.backend,
         "target": case.target,
         "manifest": case.manifest,
+        "regress_pct": regress_pct,
+        "partitions": partitions,
+        "arena_bytes": arena_bytes,
+        "outputs_npz": _outputs_b64(case),
     }
-    d["regress_pct"] = _suite_regress_pct(getattr(case, "entry", None))
-    try:
-        d["partitions"] = case.session.partitions().to_dict()
-    except Exception:  # noqa: BLE001 - a backend that cannot describe them is still timed
-        d["partitions"] = None
-    try:
-        d["arena_bytes"] = case.session.memory().arena_bytes
-    except Exception:  # noqa: BLE001
-        d["arena_bytes"] = None
-    d["outputs_npz"] = _outputs_b64(case)
-    return d
 
 
 class Worker:
@@ -102,7 +148,7 @@ class Worker:
         self.cases: list[Any] = []
         self.workdir = Path.cwd()
 
-    def prepare(self, suite: str, workdir: str) -> dict[str, Any]:
+    def prepare(self, suite: str, workdir: str) -> Prepared:
         import guard
 
         self.workdir = Path(workdir)
@@ -115,7 +161,7 @@ class Worker:
             fn()
         return time.perf_counter() - t0
 
-    def warm(self, case: int, seconds: float, min_sample_s: float) -> dict[str, Any]:
+    def warm(self, case: int, seconds: float, min_sample_s: float) -> Warmed:
         fn = self.cases[case].run_once
         end = time.perf_counter() + seconds
         fn()
@@ -126,10 +172,10 @@ class Worker:
             inner *= 2
         return {"inner": inner}
 
-    def time(self, case: int, inner: int) -> dict[str, Any]:
+    def time(self, case: int, inner: int) -> Timed:
         return {"ms": self._timed(self.cases[case].run_once, inner) * 1e3 / inner}
 
-    def count(self, case: int) -> dict[str, Any]:
+    def count(self, case: int) -> CountJson:
         """The case's counted block, counted as ``guard run --counted`` counts it."""
         try:
             counted_config_cls = _counted_config_class()
@@ -148,7 +194,7 @@ class Worker:
         counted = to_json() if callable(to_json) else block
         return {"counted": counted, "missing": missing[:1], "regress_pct": bound}
 
-    def cpu(self) -> dict[str, Any]:
+    def cpu(self) -> CpuTime:
         t = os.times()
         return {"cpu_s": t.user + t.system}
 

@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from guard.core.errors import GuardError, UsageError
 from guard.experiment.ab_ref import _git, resolve_ref
@@ -35,6 +35,37 @@ from guard.results.documents import ComparisonDocument, ComparisonRow
 
 # step(good_sha, sha) -> the guard ab comparison document of sha against good_sha.
 Step = Callable[[str, str], ComparisonDocument]
+
+
+class StepRowJson(TypedDict):
+    """What a step keeps of a comparison row."""
+
+    model: str | None
+    backend: str | None
+    target: str | None
+    verdict: str | None
+    ratio: float | None
+    ci: list[float | None] | None
+
+
+class StepJson(TypedDict):
+    sha: str
+    index: int
+    verdict: str
+    rows: list[StepRowJson]
+    error: NotRequired[str]
+
+
+class BisectJson(TypedDict):
+    """``guard bisect --json``: the bisection and each step's verdict."""
+
+    schema_version: int
+    good: str
+    bad: str
+    commits: list[str]
+    first_regressed: str | None
+    ambiguous: list[str]
+    steps: list[StepJson]
 
 
 @dataclass
@@ -73,7 +104,16 @@ class BisectResult:
     first_regressed: str | None = None
     ambiguous: list[str] = field(default_factory=list)  # unbuildable commits it may be among
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> BisectJson:
+        steps: list[StepJson] = []
+        for s in self.steps:
+            step: StepJson = {
+                "sha": s.sha, "index": s.index, "verdict": s.verdict,
+                "rows": [_row_json(r) for r in s.rows],
+            }  # fmt: skip
+            if s.error:
+                step["error"] = s.error
+            steps.append(step)
         return {
             "schema_version": 1,
             "good": self.good,
@@ -81,16 +121,7 @@ class BisectResult:
             "commits": self.commits,
             "first_regressed": self.first_regressed,
             "ambiguous": self.ambiguous,
-            "steps": [
-                {
-                    "sha": s.sha,
-                    "index": s.index,
-                    "verdict": s.verdict,
-                    "rows": [_row_json(r) for r in s.rows],
-                }  # fmt: skip
-                | ({"error": s.error} if s.error else {})
-                for s in self.steps
-            ],
+            "steps": steps,
         }
 
 
@@ -127,7 +158,7 @@ def commits_between(repo: Path, good: str, bad: str) -> tuple[str, str, list[str
     return g, b, commits
 
 
-def _row_json(r: ComparisonRow) -> dict[str, Any]:
+def _row_json(r: ComparisonRow) -> StepRowJson:
     """What a step keeps of a comparison row: model, backend, target, verdict, ratio, ci."""
     return {"model": r.model, "backend": r.backend, "target": r.target, "verdict": r.verdict,
             "ratio": r.ratio, "ci": list(r.ci) if r.ci else None}  # fmt: skip
