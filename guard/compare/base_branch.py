@@ -17,6 +17,7 @@ from typing import Any
 from guard.compare.baseline import COMMIT_COLUMN, load_run
 from guard.core.errors import GuardError
 from guard.results.documents import ResultsDocument
+from guard.results.record import Json
 from guard.track import find_runs
 
 # How many finished invocations to try, newest first, before saying there is none.
@@ -43,7 +44,7 @@ def last_finished_invocation(
     *,
     exclude_commit: str | None = None,
     finder: Callable[..., Any] | None = None,
-    loader: Callable[[str, str], ResultsDocument | Mapping[str, Any]] | None = None,
+    loader: Callable[[str, str], ResultsDocument | Mapping[str, Json]] | None = None,
 ) -> tuple[BaseRun | None, list[str]]:
     """The newest finished invocation of ``suite`` on ``branch`` (not of
     ``exclude_commit``, the head's own commit), and why newer candidates were skipped."""

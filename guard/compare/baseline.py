@@ -13,7 +13,7 @@ A side is named on the command line as:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def latest_on_branch(
     uri: str,
     suite: str,
     branch: str,
-    wanted: Sequence[Result | Mapping[str, Any]],
+    wanted: Sequence[Result],
     *,
     max_candidates: int = 20,
     finder: Callable[..., Any] | None = None,
@@ -72,7 +72,7 @@ def latest_on_branch(
     finder = finder or find_runs
     load = loader or (lambda artifact_uri: load_artifact_dict(uri, artifact_uri, "result.json"))
     results = []
-    for head_r in map(Result.of, wanted):
+    for head_r in wanted:
         key = head_r.key
         frame = finder(uri, suite, model=head_r.model, backend=head_r.backend, branch=branch)
         if frame is None or len(frame) == 0:

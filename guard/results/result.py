@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from guard.results.counted import Counted
 from guard.results.manifest import Manifest
@@ -435,7 +435,7 @@ class ResultKey:
     written: str = field(default="", compare=False)
 
     @classmethod
-    def of(cls, result: Result | Mapping[str, Any]) -> ResultKey:
+    def of(cls, result: Result | Mapping[str, Json]) -> ResultKey:
         """The key of a result (a record, or a result object of the results contract)."""
         if isinstance(result, Mapping):
             result = Result.from_json(dict(result))
