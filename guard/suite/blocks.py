@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.budget_bytes import HINT, budget_bytes
+from guard.core.json_types import JsonObject
 from guard.suite.check_blocks import CheckBlocks
 from guard.suite.entries import ARCHES, DISTS, InputSpec
 from guard.suite.fields import MAX_INT, MAX_THREADS, Fields, show, suggest
@@ -102,13 +103,15 @@ def measure_range_error(key: str, value: float) -> str | None:
     return None
 
 
-def parse_measure(ctx: Fields, raw: Any, key: str, base: dict[str, Any]) -> dict[str, Any]:
+def parse_measure(ctx: Fields, raw: Any, key: str, base: JsonObject) -> JsonObject:
+    """The ``measure:`` block over ``base`` (the defaults'), each key checked against its
+    range; guard.measure.timer.MeasureConfig reads it as a record."""
     block = ctx.mapping(raw, key, MEASURE_KEYS)
-    out: dict[str, Any] = dict(base)
+    out: JsonObject = dict(base)
     for k, v in block.items():
         if k == "counted":  # {inferences, warmup, max_s, engine}; guard run --counted's defaults
             body = ctx.mapping(v if v is not None else {}, f"{key}.counted", COUNTED_KEYS)
-            counted: dict[str, Any] = {}
+            counted: JsonObject = {}
             for c, x in body.items():
                 if c == "engine":
                     if x not in COUNTED_ENGINES:
@@ -221,10 +224,10 @@ def parse_dataset(ctx: Fields, value: Any, key: str) -> str:
     return value
 
 
-def parse_options(ctx: Fields, raw: Any, key: str) -> dict[str, dict[str, Any]]:
+def parse_options(ctx: Fields, raw: Any, key: str) -> dict[str, JsonObject]:
     """``options: {backend: {key: value}}``; the backend validates its own keys at build."""
     block = ctx.mapping(raw, key, OPTION_BACKENDS)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for backend, body in block.items():
         if body is not None and not isinstance(body, dict):
             raise ctx.err(
@@ -332,7 +335,7 @@ def parse_inputs(ctx: Fields, raw: Any, key: str) -> dict[str, InputSpec]:
     return out
 
 
-def parse_file_input(ctx: Fields, body: dict[str, Any], ik: str, name: str) -> InputSpec:
+def parse_file_input(ctx: Fields, body: JsonObject, ik: str, name: str) -> InputSpec:
     """``{file: PATH, key: K}``: the input's data from a .npy, .npz or TensorProto .pb file
     (the path relative to the suite file; its shape binds the input's dims)."""
     from guard.suite.data import SUFFIXES
@@ -394,7 +397,7 @@ def resolve_source(ctx: Fields, source: Any, key: str, suite_dir: Path) -> str:
 
 
 def parse_targets(
-    ctx: Fields, block: dict[str, Any], key: str, inherited: tuple[str, ...]
+    ctx: Fields, block: JsonObject, key: str, inherited: tuple[str, ...]
 ) -> tuple[str, ...]:
     """``target: T`` or ``targets: [T, ...]`` of a defaults or model block (not both)."""
     if "target" in block and "targets" in block:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Self
+from typing import Self
 
 # A latency bound: one for every arch, or one per arch ({x86_64: 150, aarch64: 300}).
 ArchBound = float | dict[str, float]
@@ -137,7 +137,7 @@ class CheckBlocks:
     int8_agreement: Int8Agreement | None = None
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Mapping[str, Any]]) -> CheckBlocks:
+    def from_dict(cls, d: Mapping[str, Mapping[str, object]]) -> CheckBlocks:
         """Blocks from their JSON form (a test's, or a reproducer's ``checks:``)."""
         blocks = {k: BLOCK_TYPES[k].from_dict(v) for k, v in d.items()}
         return cls(**blocks)  # type: ignore[arg-type]  # BLOCK_TYPES gives each its type

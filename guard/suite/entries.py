@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from guard.core.json_types import JsonObject
 from guard.suite.check_blocks import CheckBlocks
 from guard.suite.limits import Limits, default_limits
 from guard.suite.quantize import QuantizeSpec
@@ -52,7 +52,7 @@ class ModelEntry:
     measure: dict[str, float]
     checks: CheckBlocks
     profile: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, JsonObject] = field(default_factory=dict)  # per backend, the user's
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
     where: str = ""  # "suite.yaml: models[2]" for error messages
     suite_dir: Path = Path(".")  # relative paths in options resolve against it

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import SuiteError
+from guard.core.json_types import JsonObject
 from guard.core.schema import show
 
 MAX_THREADS = 1024
@@ -36,7 +37,9 @@ class Fields:
         """``FILE: KEY: message`` (guard.core.schema's form), a SuiteError (exit 2)."""
         return SuiteError(message, where=str(self.path), field=key or None, hint=hint)
 
-    def mapping(self, value: Any, key: str, allowed: set[str]) -> dict[str, Any]:
+    def mapping(self, value: Any, key: str, allowed: set[str]) -> JsonObject:
+        """``value`` as the mapping it must be, its keys checked against ``allowed`` (the
+        values are the file's, still to be checked by the caller)."""
         if value is None:
             return {}
         if not isinstance(value, dict):

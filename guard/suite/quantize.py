@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from guard.core.json_types import JsonObject
 from guard.suite.fields import Fields, show
 
 QUANTIZE_KEYS = {"calibration", "method", "per_channel", "symmetric", "keep_fp32"}
@@ -38,6 +39,16 @@ INT8_SUFFIX = ".int8"
 INT8_TOLERANCE = {"rtol": 1e-2, "atol": 1e-2}
 
 
+class QuantizeJson(TypedDict):
+    """A ``quantize:`` block as a reproducer's suite writes it back."""
+
+    calibration: str
+    method: str
+    per_channel: bool
+    symmetric: bool
+    keep_fp32: list[str]
+
+
 @dataclass(frozen=True)
 class QuantizeSpec:
     """A validated ``quantize:`` block; ``calibration`` is absolute, or "inputs"."""
@@ -49,7 +60,7 @@ class QuantizeSpec:
     keep_fp32: tuple[str, ...] = ()
     source_model: str = ""  # the fp32 entry's name
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> QuantizeJson:
         return {
             "calibration": self.calibration,
             "method": self.method,
@@ -104,7 +115,7 @@ def parse_quantize(ctx: Fields, raw: Any, key: str, suite_dir: Path, model: str)
     return QuantizeSpec(cal, method, flags["per_channel"], flags["symmetric"], tuple(keep), model)
 
 
-def parse_quantization_check(ctx: Fields, body: dict[str, Any], key: str) -> dict[str, float]:
+def parse_quantization_check(ctx: Fields, body: JsonObject, key: str) -> dict[str, float]:
     """``checks.quantization``: fractions in [0, 1] and an SQNR in dB."""
     out: dict[str, float] = {}
     for k, v in body.items():
@@ -119,7 +130,7 @@ def parse_quantization_check(ctx: Fields, body: dict[str, Any], key: str) -> dic
     return out
 
 
-def parse_int8_agreement(ctx: Fields, body: dict[str, Any], key: str) -> dict[str, list[str]]:
+def parse_int8_agreement(ctx: Fields, body: JsonObject, key: str) -> dict[str, list[str]]:
     across = body.get("across")
     if (
         not isinstance(across, list)

@@ -7,13 +7,14 @@ The schema is for editors (completion, hover text, a squiggle under a typo): the
 stays the authority on what guard accepts (file paths, zoo names, LLVM target names, ranges
 that depend on each other).
 
-``guard schema suite`` prints it; the README says how to wire it into an editor.
+``guard schema suite`` prints it; the README says how to wire it into an editor. A schema
+node is a ``JsonObject``: JSON Schema's keywords are open-ended (any of the draft's, in any
+combination), so a node has no fixed keys.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from guard.core.json_types import JsonObject
 from guard.suite.blocks import (
     CHECK_KEYS,
     COUNTED_ENGINES,
@@ -55,18 +56,18 @@ _ARCH_BOUND = {
 }
 
 
-def _ranged(lo: float, hi: float, integer: bool) -> dict[str, Any]:
+def _ranged(lo: float, hi: float, integer: bool) -> JsonObject:
     return {"type": "integer" if integer else "number", "minimum": lo, "maximum": hi}
 
 
-def _closed(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+def _closed(props: JsonObject, required: tuple[str, ...] = ()) -> JsonObject:
+    out: JsonObject = {"type": "object", "properties": props, "additionalProperties": False}
     if required:
         out["required"] = list(required)
     return out
 
 
-def _measure() -> dict[str, Any]:
+def _measure() -> JsonObject:
     counted = {k: _ranged(*COUNTED_RANGES[k]) for k in COUNTED_KEYS if k in COUNTED_RANGES}
     counted["engine"] = {"enum": list(COUNTED_ENGINES)}
     props = {k: _ranged(*MEASURE_RANGES[k]) for k in MEASURE_KEYS if k in MEASURE_RANGES}
@@ -75,7 +76,7 @@ def _measure() -> dict[str, Any]:
 
 
 # What the value of each check key looks like (CHECK_KEYS names the keys).
-CHECK_TYPES: dict[str, dict[str, Any]] = {
+CHECK_TYPES: dict[str, JsonObject] = {
     "p50_ms": _ARCH_BOUND,
     "p90_ms": _ARCH_BOUND,
     "p99_ms": _ARCH_BOUND,
@@ -97,7 +98,7 @@ CHECK_TYPES: dict[str, dict[str, Any]] = {
 }
 
 
-def _checks() -> dict[str, Any]:
+def _checks() -> JsonObject:
     props = {
         name: {
             "anyOf": [
@@ -113,7 +114,7 @@ def _checks() -> dict[str, Any]:
     return _closed(props)
 
 
-def _input() -> dict[str, Any]:
+def _input() -> JsonObject:
     props = {
         "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
         "dist": {"enum": list(DISTS)},
@@ -129,17 +130,17 @@ def _input() -> dict[str, Any]:
     return _closed(_only(props, INPUT_KEYS))
 
 
-def _only(props: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+def _only(props: JsonObject, keys: set[str]) -> JsonObject:
     """``props`` for exactly ``keys`` (a key without a type accepts any value)."""
     return {k: props.get(k, {}) for k in sorted(keys)}
 
 
-def _options() -> dict[str, Any]:
+def _options() -> JsonObject:
     per = {"type": "object", "description": "backend options (see the README)"}
     return _closed({b: {"anyOf": [{"type": "null"}, per]} for b in sorted(OPTION_BACKENDS)})
 
 
-def _types() -> dict[str, dict[str, Any]]:
+def _types() -> dict[str, JsonObject]:
     """What the value of each top-level, defaults and model key looks like."""
     backends = {"type": "array", "items": {"type": "string"}, "minItems": 1}
     return {
@@ -189,7 +190,7 @@ def typed_keys() -> set[str]:
     return set(_types())
 
 
-def suite_schema() -> dict[str, Any]:
+def suite_schema() -> JsonObject:
     """The suite file's JSON Schema (draft 2020-12)."""
     types = _types()
     defaults = _closed(_only(types, DEFAULT_KEYS))
