@@ -22,7 +22,7 @@ import heapq
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from guard.compiler.graph.view import (
     ALIGNMENT,
@@ -51,6 +51,15 @@ __all__ = [
 # -- the scheduler ------------------------------------------------------------------------
 
 
+class ScheduleFile(TypedDict):
+    """:meth:`Schedule.to_dict`: the order's strategy and peaks (memory_plan.json's schedule)."""
+
+    strategy: str
+    peak_bytes: int
+    topo_peak_bytes: int
+    heuristic: str
+
+
 @dataclass(frozen=True)
 class Schedule:
     order: tuple[int, ...]
@@ -58,7 +67,7 @@ class Schedule:
     peak_bytes: int
     topo_peak_bytes: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ScheduleFile:
         return {
             "strategy": self.strategy,
             "peak_bytes": self.peak_bytes,

@@ -27,13 +27,56 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TypedDict
 
 from guard.compiler.graph.memory_alias import SLICE_VIEW_OPS, Aliasing, alias_buffers
 from guard.compiler.graph.memory_place import best_placement, peak
 from guard.compiler.graph.view import ALIGNMENT, GraphView, Interval, align, liveness
 
 SCHEMA_VERSION = 1
+
+SlotRow = tuple[str, int, int, int, int, int, str]  # Slot's fields, in order
+BufferRow = tuple[int, int, int, int, int, list[str]]  # BufferInfo's fields, in order
+
+
+class MemorySummary(TypedDict):
+    """:meth:`MemoryPlan.summary`: the plan's numbers (what the results' memory block shows)."""
+
+    arena_bytes: int
+    lower_bound_bytes: int
+    fragmentation: float
+    naive_bytes: int
+    unaliased_peak_bytes: int
+    buffers: int
+    tensors: int
+    elided_nodes: int
+    inplace_nodes: int
+    copies: int
+    alignment: int
+    strategy: str
+
+
+class MemoryPlanFile(TypedDict):
+    """:meth:`MemoryPlan.to_dict`: the summary's numbers and the whole plan (an artefact's
+    memory_plan.json, where the node lists replace the summary's counts)."""
+
+    schema_version: int
+    arena_bytes: int
+    lower_bound_bytes: int
+    fragmentation: float
+    naive_bytes: int
+    unaliased_peak_bytes: int
+    buffers: int
+    tensors: int
+    elided_nodes: list[str]
+    inplace_nodes: list[str]
+    copies: int
+    alignment: int
+    strategy: str
+    order: list[int]
+    slots: list[SlotRow]
+    buffer_table: list[BufferRow]
+    copy_reasons: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -82,7 +125,7 @@ class MemoryPlan:
     def fragmentation(self) -> float:
         return self.arena_bytes / self.lower_bound_bytes - 1 if self.lower_bound_bytes else 0.0
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> MemorySummary:
         return {
             "arena_bytes": self.arena_bytes,
             "lower_bound_bytes": self.lower_bound_bytes,
@@ -98,25 +141,35 @@ class MemoryPlan:
             "strategy": self.strategy,
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> MemoryPlanFile:
+        sm = self.summary()
         return {
             "schema_version": SCHEMA_VERSION,
-            **self.summary(),
+            "arena_bytes": sm["arena_bytes"],
+            "lower_bound_bytes": sm["lower_bound_bytes"],
+            "fragmentation": sm["fragmentation"],
+            "naive_bytes": sm["naive_bytes"],
+            "unaliased_peak_bytes": sm["unaliased_peak_bytes"],
+            "buffers": sm["buffers"],
+            "tensors": sm["tensors"],
+            "elided_nodes": list(self.elided_nodes),
+            "inplace_nodes": list(self.inplace_nodes),
+            "copies": sm["copies"],
+            "alignment": sm["alignment"],
+            "strategy": sm["strategy"],
             "order": list(self.order),
             "slots": [
-                [s.name, s.offset, s.nbytes, s.buffer, s.start, s.end, s.how]
+                (s.name, s.offset, s.nbytes, s.buffer, s.start, s.end, s.how)
                 for s in self.slots.values()
             ],
             "buffer_table": [
-                [b.id, b.offset, b.nbytes, b.start, b.end, list(b.tensors)] for b in self.buffers
+                (b.id, b.offset, b.nbytes, b.start, b.end, list(b.tensors)) for b in self.buffers
             ],
-            "elided_nodes": list(self.elided_nodes),
-            "inplace_nodes": list(self.inplace_nodes),
             "copy_reasons": dict(self.copies),
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> MemoryPlan:
+    def from_dict(cls, d: MemoryPlanFile) -> MemoryPlan:
         if d.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(
                 f"memory plan schema_version {d.get('schema_version')!r}, expected {SCHEMA_VERSION}"
