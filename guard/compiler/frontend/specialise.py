@@ -30,7 +30,7 @@ Hazards, each checked:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import onnx
 from onnx import helper
@@ -44,6 +44,16 @@ MAX_DEPTH = 3  # at most 2**3 = 8 specialisations of one model
 BRANCHES = (("then_branch", True), ("else_branch", False))
 
 ImportFn = Callable[[onnx.ModelProto, Mapping[str, Any], int], Graph]
+
+
+class Specialised(TypedDict):
+    """The ``specialised`` attribute of the If this module makes: the condition it
+    dispatches on, why the If was specialised, and each branch compiled or refused."""
+
+    guard: str
+    why: str
+    branches: dict[str, str]  # then_branch/else_branch -> "compiled" or "refused"
+    refused: dict[str, str]  # branch -> why it could not be imported
 
 
 def top_level_if(proto: onnx.ModelProto, err: SpecialisableIf) -> onnx.NodeProto | None:
@@ -137,12 +147,12 @@ def _top_graph(
     types = [(first.values[o].shape, first.values[o].dtype) for o in first.outputs]
     attrs: Attrs = {
         **specs,
-        "specialised": {
-            "guard": err.cond,
-            "why": err.why,
-            "branches": {a: "compiled" if a in specs else "refused" for a, _ in BRANCHES},
-            "refused": refused,
-        },
+        "specialised": Specialised(
+            guard=err.cond,
+            why=err.why,
+            branches={a: "compiled" if a in specs else "refused" for a, _ in BRANCHES},
+            refused=refused,
+        ),
     }
     g.add_node("If", [guard.outputs[0], *guard.inputs], types, attrs, name=err.node,
                outputs=outputs)  # fmt: skip

@@ -29,12 +29,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
 
+from guard.compiler.frontend.specialise import Specialised
 from guard.compiler.graph.exec_order import topological_order
 from guard.compiler.graph.grouping import Groups, absorb_isolated, group_connected
 from guard.compiler.graph.view import GraphView
 from guard.compiler.ir.layout import count_conversions
+from guard.compiler.partition.report_json import (
+    PartitionReport,
+    PartitionRow,
+    QuantConversions,
+    Split,
+)
 from guard.compiler.partition.support import PartitionTarget
 
 # -- the partitioner ----------------------------------------------------------------------
@@ -182,13 +188,13 @@ def _tax(
 # -- the report ---------------------------------------------------------------------------
 
 
-def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
+def report_dict(plan: PartitionPlan, g: GraphView) -> PartitionReport:
     """The partition report as JSON-ready data (the artefact's partitions.json)."""
     node_count: dict[str, int] = {}
     for p in plan.partitions:
         node_count[p.backend] = node_count.get(p.backend, 0) + len(p.nodes)
     primary = plan.backends[0]
-    splits = []
+    splits: list[Split] = []
     for p in plan.partitions:
         for i in p.nodes:
             n = g.nodes[i]
@@ -210,7 +216,7 @@ def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
                         "declined": why,
                     }
                 )
-    parts = []
+    parts: list[PartitionRow] = []
     for p in plan.partitions:
         ops: dict[str, int] = {}
         for i in p.nodes:
@@ -256,7 +262,7 @@ def report_dict(plan: PartitionPlan, g: GraphView) -> dict[str, Any]:
     }
 
 
-def count_quant_conversions(g: GraphView) -> dict[str, int]:
+def count_quant_conversions(g: GraphView) -> QuantConversions:
     """QuantizeLinear/DequantizeLinear on activations in the final graph (nodes, and the
     steps lower_qdq made of them inside fused elementwise programs), and how many of the
     nodes are a Q whose result only a DQ reads (a pair that round-trips through int8)."""
@@ -287,7 +293,7 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
 
 
-def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) -> str:
+def format_report(rep: PartitionReport, title: str = "", max_splits: int = 20) -> str:
     """Human-readable partition report: what to look at when the count changes."""
     lines = [f"partition report{': ' + title if title else ''}"]
     lines.append(
@@ -348,7 +354,7 @@ def format_report(rep: dict[str, Any], title: str = "", max_splits: int = 20) ->
     return "\n".join(lines)
 
 
-def _specialised(spec: dict[str, Any]) -> str:
+def _specialised(spec: Specialised) -> str:
     """One line for a specialised If (guard.compiler.frontend.specialise)."""
     branches = ", ".join(f"{a} {how}" for a, how in spec["branches"].items())
     return (

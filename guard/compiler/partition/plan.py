@@ -15,11 +15,18 @@ from typing import Any
 
 from guard.compiler import import_onnx, optimize
 from guard.compiler.codegen.kernel_plan import build_kernel_plan
+from guard.compiler.frontend.specialise import Specialised
 from guard.compiler.graph.exec_order import Schedule, schedule
 from guard.compiler.graph.memory import MemoryPlan, plan_memory
 from guard.compiler.graph.view import GraphView, view_of_graph
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.assign import PartitionPlan, format_report, partition, report_dict
+from guard.compiler.partition.report_json import (
+    ControlFlow,
+    MemoryReport,
+    PartitionCommandReport,
+    PartitionReport,
+)
 from guard.compiler.partition.support import PartitionTarget, backends_for
 
 COMPILER_NAME = "guard-compiler"
@@ -36,7 +43,7 @@ class CompiledPlan:
     memory: MemoryPlan
     backends: tuple[PartitionTarget, ...]
     profile: str  # "native" or the profile's name
-    partition_report: Mapping[str, Any] = field(default_factory=dict)
+    partition_report: PartitionReport
     # Control flow: "<node>/<attr>" -> the plan of that branch or loop body, compiled as a
     # graph of its own (the If/Loop node runs on the host and calls it).
     subplans: Mapping[str, CompiledPlan] = field(default_factory=dict)
@@ -50,9 +57,9 @@ class CompiledPlan:
         return self.memory.lower_bound_bytes
 
     def partition_text(self, title: str = "") -> str:
-        return format_report(dict(self.partition_report), title)
+        return format_report(self.partition_report, title)
 
-    def memory_report(self) -> dict[str, Any]:
+    def memory_report(self) -> MemoryReport:
         return {**self.memory.summary(), "schedule": self.schedule.to_dict()}
 
 
@@ -79,14 +86,14 @@ def plan(graph: Graph, profile: str | Path | PartitionTarget | None = None) -> C
         memory=mem,
         backends=backends,
         profile=backends[0].name,
-        partition_report=MappingProxyType(report),
+        partition_report=report,
         subplans=MappingProxyType(subplans),
     )
 
 
 def control_flow_report(
     parts: PartitionPlan, view: GraphView, subplans: Mapping[str, CompiledPlan]
-) -> list[dict[str, Any]]:
+) -> list[ControlFlow]:
     """Where control flow cut the model: per If/Loop node, the host partition it runs in
     and the partitions of each branch or body it calls (their own reports, nested); a
     specialised If also its guard, why it was specialised and which branches were refused."""
@@ -98,15 +105,16 @@ def control_flow_report(
         if not subs:
             continue
         pid = parts.group_of[i]
-        entry = {
+        entry: ControlFlow = {
             "node": node.name,
             "op": node.op,
             "partition": pid,
             "backend": parts.partitions[pid].backend,
-            "subgraphs": {a: dict(p.partition_report) for a, p in sorted(subs.items())},
+            "subgraphs": {a: p.partition_report.copy() for a, p in sorted(subs.items())},
         }
         if "specialised" in node.attrs:  # guard.compiler.frontend.specialise
-            entry["specialised"] = dict(node.attrs["specialised"])
+            spec: Specialised = node.attrs["specialised"]
+            entry["specialised"] = spec.copy()
         out.append(entry)
     return out
 
@@ -130,15 +138,17 @@ def partition_report(
     profile: str | Path | None = None,
     *,
     pipeline: str = "O2",
-) -> tuple[dict[str, Any], str]:
+) -> tuple[PartitionCommandReport, str]:
     """What ``guard partition MODEL [--profile P]`` prints: (report dict, text).
 
     Imports, optimises (``pipeline``) and plans the model; the dict is the artefact's
     partitions.json plus a ``memory`` summary.
     """
     compiled, _ = compile_model(model_path, input_shapes, pipeline=pipeline, profile=profile)
-    rep = dict(compiled.partition_report)
-    rep["memory"] = compiled.memory_report()
+    rep: PartitionCommandReport = {
+        **compiled.partition_report,
+        "memory": compiled.memory_report(),
+    }
     text = compiled.partition_text(f"{Path(model_path).name} on {compiled.profile}")
     m = compiled.memory
     text += (
