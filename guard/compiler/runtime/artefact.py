@@ -49,11 +49,14 @@ from guard.compiler.graph.memory import MemoryPlan
 from guard.compiler.graph.view import view_of_graph
 from guard.compiler.ir.core import Graph, Node
 from guard.compiler.partition.plan import COMPILER_NAME, CompiledPlan, plan
+from guard.compiler.partition.report_json import PartitionsFile
+from guard.compiler.runtime.artefact_json import ArtefactManifest, MemoryBudget
 from guard.compiler.runtime.control import control_executor
 from guard.compiler.runtime.engine import Executor, Runtime
 from guard.compiler.runtime.weights import WEIGHTS_SCHEMA_VERSION, WeightsLayout, pack_weights
 from guard.core.errors import ModelError
 from guard.core.fsutil import atomic_write_text
+from guard.core.json_types import JsonObject
 
 SCHEMA_VERSION = 2  # 2: generated code (kernels.o/.ll/.json, packed.bin, codegen pins)
 KIND = "guard-bundled-artefact"
@@ -85,8 +88,8 @@ def save_artefact(
     pipeline: str = "O2",
     target: str = "host",
     profile: str | Path | None = None,
-    budget: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    budget: MemoryBudget | None = None,
+) -> dict[str, Any]:  # an ArtefactManifest; guard.backends.bundled reads codegen by key name
     """Write the artefact for a CompiledPlan (or an IR graph, planned here); the manifest.
 
     ``budget`` (guard.compiler.fit.ladder.Ladder.to_dict) is kept whole in the manifest's
@@ -104,8 +107,8 @@ def save_artefact(
     blob, layout = pack_weights({k: c.data for k, c in graph.constants.items()})
     (out / "weights.bin").write_bytes(blob.tobytes())
     _dump(out / "weights.json", layout.to_dict())
-    parts = {
-        **dict(compiled.partition_report),
+    parts: PartitionsFile = {
+        **compiled.partition_report,
         "assignment": list(compiled.partitions.group_of),
         "partition_backends": [p.backend for p in compiled.partitions.partitions],
     }
@@ -120,7 +123,7 @@ def save_artefact(
     if any(p.backend == "native" for p in compiled.partitions.partitions):
         codegen = _write_native(compiled, layout, target, out)
         files += CODEGEN_FILES
-    manifest = {
+    manifest: ArtefactManifest = {
         "schema_version": SCHEMA_VERSION,
         "kind": KIND,
         "compiler": {
@@ -152,15 +155,14 @@ def save_artefact(
     }
     if budget is not None:
         manifest["memory_budget"] = budget
-        pins: dict[str, Any] = manifest["compiler"]  # type: ignore[assignment]
-        pins["memory_budget"] = {"bytes": budget["bytes"], "rung": budget["rung"]}
+        manifest["compiler"]["memory_budget"] = {"bytes": budget["bytes"], "rung": budget["rung"]}
     if subgraphs:
         manifest["subgraphs"] = {
             rel: _sha256(out / rel / MANIFEST) for rel in sorted(set(subgraphs.values()))
         }
 
     atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return manifest
+    return dict(manifest)
 
 
 def _write_subgraphs(
@@ -193,7 +195,7 @@ def _with_refs(compiled: CompiledPlan, refs: dict[str, str]) -> Graph:
 
 def _write_native(
     compiled: CompiledPlan, layout: WeightsLayout, target: str, out: Path
-) -> dict[str, Any]:
+) -> JsonObject:
     """Generate, write kernels.o/.ll/.json and packed.bin; the manifest's codegen pins."""
     import llvmlite
     import llvmlite.binding as llvm
@@ -219,9 +221,9 @@ class LoadedArtefact:
     """A validated artefact: the graph, its frozen plans, and a way to run it."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: ArtefactManifest
     graph: Any
-    partitions: dict[str, Any]
+    partitions: dict[str, Any]  # a PartitionsFile; guard.backends.bundled reads it as JSON
     memory: MemoryPlan
     weights_blob: np.ndarray
     weights_layout: WeightsLayout
@@ -256,8 +258,9 @@ def _refuse(path: Path, msg: str) -> ModelError:
     return ModelError(msg, where=str(path), hint="Rebuild the artefact (guard run rebuilds it).")
 
 
-def _changed_file(root: Path, manifest: dict[str, Any]) -> tuple[Path, str] | None:
-    """The first file whose sha256 is not the one ``artefact.json`` recorded, and how."""
+def _changed_file(root: Path, manifest: JsonObject) -> tuple[Path, str] | None:
+    """The first file whose sha256 is not the one ``artefact.json`` recorded, and how
+    (``manifest`` as parsed: this is part of its validation)."""
     files = manifest.get("files", {})
     if not isinstance(files, dict):
         return root / MANIFEST, "the manifest's files are not a mapping"
@@ -362,7 +365,7 @@ def load_artefact(art_dir: str | Path, *, native: bool = True) -> LoadedArtefact
     return LoadedArtefact(root, manifest, graph, partitions, memory, blob, layout, program, subs)
 
 
-def _load_native(root: Path, codegen: dict[str, Any]) -> Any:
+def _load_native(root: Path, codegen: JsonObject) -> Any:
     """Map kernels.o (no compilation), after checking it can run on this machine."""
     built = CodegenTarget(str(codegen["triple"]), str(codegen["cpu"]), tuple(codegen["features"]))
     why = runnable_here(built)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -44,6 +44,18 @@ Executor = Callable[[str, list[np.ndarray | None], Attrs], list[np.ndarray]]
 
 def reference_executor(op: str, inputs: list[np.ndarray | None], attrs: Attrs) -> list[np.ndarray]:
     return run_node(op, inputs, attrs)
+
+
+class KernelProfile(TypedDict):
+    """One generated kernel in :meth:`Runtime.profile`: its steps' nodes, cycles over the
+    profiled runs, share of all cycles and milliseconds per inference."""
+
+    kernel: str
+    op: str
+    nodes: list[str]
+    cycles: int
+    share: float
+    ms: float
 
 
 class NativeEntries(Protocol):
@@ -167,7 +179,7 @@ class Runtime:
                 out.append(np.ascontiguousarray(arr, dtype=info.dtype))
         return out
 
-    def profile(self, feeds: Mapping[str, np.ndarray], runs: int = 10) -> list[dict[str, Any]]:
+    def profile(self, feeds: Mapping[str, np.ndarray], runs: int = 10) -> list[KernelProfile]:
         """Cycles per generated kernel over ``runs`` inferences, by share of the total."""
         if self._native is None:
             return []
@@ -271,7 +283,7 @@ class NativeCalls:
 
     def profile(
         self, inputs: list[np.ndarray], view: GraphView, output_names: list[str], runs: int
-    ) -> list[dict[str, Any]]:
+    ) -> list[KernelProfile]:
         steps = self.plan.steps()
         cycles = np.zeros(max(len(steps), 1), np.uint64)
         ptr = self._ct.c_void_p(cycles.__array_interface__["data"][0])
@@ -286,10 +298,11 @@ class NativeCalls:
                     self._parts_prof[p.partition](*self._bufs, ptr)
         wall_ms = (time.perf_counter() - t0) * 1e3 / max(runs, 1)
         total = float(cycles.sum()) or 1.0
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, KernelProfile] = {}
         for s, c in zip(steps, cycles, strict=False):
             r = rows.setdefault(
-                s.kernel, {"kernel": s.kernel, "op": s.op, "nodes": [], "cycles": 0}
+                s.kernel,
+                {"kernel": s.kernel, "op": s.op, "nodes": [], "cycles": 0, "share": 0.0, "ms": 0.0},
             )
             r["nodes"].append(s.node)
             r["cycles"] += int(c)

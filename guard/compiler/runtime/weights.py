@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -28,6 +28,26 @@ class WeightsIndexEntry:
     sha256: str
 
 
+class WeightsTensor(TypedDict):
+    """One constant in weights.json."""
+
+    name: str
+    offset: int
+    nbytes: int
+    dtype: str
+    shape: list[int]
+    sha256: str
+
+
+class WeightsIndex(TypedDict):
+    """weights.json: :meth:`WeightsLayout.to_dict`."""
+
+    schema_version: int
+    alignment: int
+    total_bytes: int
+    tensors: list[WeightsTensor]
+
+
 @dataclass(frozen=True)
 class WeightsLayout:
     """Every constant at a 64-byte aligned offset in one flat blob."""
@@ -35,7 +55,7 @@ class WeightsLayout:
     total_bytes: int
     entries: tuple[WeightsIndexEntry, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> WeightsIndex:
         return {
             "schema_version": WEIGHTS_SCHEMA_VERSION,
             "alignment": ALIGNMENT,
@@ -48,7 +68,7 @@ class WeightsLayout:
         }  # fmt: skip
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> WeightsLayout:
+    def from_dict(cls, d: WeightsIndex) -> WeightsLayout:
         """The inverse of :meth:`to_dict`; the caller checks schema_version and the blob."""
         return cls(
             d["total_bytes"],
