@@ -6,6 +6,7 @@ from typing import Any
 
 from guard.compiler.graph.memory import MemoryPlan
 from guard.compiler.partition.plan import CompiledPlan
+from guard.compiler.runtime.artefact_json import BoundBy
 
 
 def views_text(p: CompiledPlan) -> str:
@@ -37,7 +38,7 @@ def peak_buffers(m: MemoryPlan) -> tuple[int, list[Any]]:
     return at, [b for b in fast if b.start <= at <= b.end and b.nbytes]
 
 
-def bound_by(p: CompiledPlan, top: int = 3) -> list[dict[str, Any]]:
+def bound_by(p: CompiledPlan, top: int = 3) -> list[BoundBy]:
     """The largest buffers live at the plan's peak: what a smaller arena would have to shrink."""
     at, bufs = peak_buffers(p.memory)
     node = p.view.nodes[p.memory.order[at]].name if p.memory.order else ""

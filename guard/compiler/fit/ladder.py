@@ -51,6 +51,7 @@ from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import CompiledPlan, plan
 from guard.compiler.passes.recompute_cheap import RecomputeCheap, candidates
 from guard.compiler.passes.tile_strips import TileStrips, conv_macs, regions
+from guard.compiler.runtime.artefact_json import BoundBy, MemoryBudget, RungFile
 from guard.core.budget_bytes import fmt_bytes
 
 SEARCH_S = 30.0
@@ -92,8 +93,8 @@ class Step:
     spill_traffic_bytes: int | None = None  # rung 6: bytes copied out and back per inference
     plan: CompiledPlan | None = field(default=None, repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self) -> RungFile:
+        out: RungFile = {
             "rung": self.rung,
             "name": self.name,
             "arena_bytes": self.arena_bytes,
@@ -102,12 +103,11 @@ class Step:
             "extra_macs_pct": round(self.extra_macs_pct, 3),
             "max_abs_err": self.max_abs_err,
             "seconds": round(self.seconds, 3),
-            **(
-                {"spill_bytes": self.spill_bytes, "spill_traffic_bytes": self.spill_traffic_bytes}
-                if self.spill_bytes is not None
-                else {}
-            ),
         }
+        if self.spill_bytes is not None:
+            out["spill_bytes"] = self.spill_bytes
+            out["spill_traffic_bytes"] = self.spill_traffic_bytes
+        return out
 
 
 @dataclass(frozen=True)
@@ -118,18 +118,18 @@ class Ladder:
     steps: tuple[Step, ...]
     chosen: CompiledPlan  # the fitting plan, else the smallest reachable
     smallest_bytes: int
-    bound_by: tuple[dict[str, Any], ...]  # buffers live at the smallest plan's peak
+    bound_by: tuple[BoundBy, ...]  # buffers live at the smallest plan's peak
     unconstrained_lower_bound_bytes: int
     seconds: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> MemoryBudget:
         return {
             "bytes": self.budget_bytes,
             "fits": self.fits,
             "rung": self.rung,
             "ladder": [s.to_dict() for s in self.steps],
             "smallest_reachable_bytes": self.smallest_bytes,
-            "bound_by": [dict(b) for b in self.bound_by],
+            "bound_by": [b.copy() for b in self.bound_by],
             "unconstrained_lower_bound_bytes": self.unconstrained_lower_bound_bytes,
             "search_s": round(self.seconds, 3),
         }

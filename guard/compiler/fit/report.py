@@ -8,6 +8,7 @@ from typing import Any
 from guard.compiler import import_onnx, optimize, verify
 from guard.compiler.codegen.llvm_target import codegen_target
 from guard.compiler.fit.ladder import SEARCH_S, Ladder, climb
+from guard.compiler.runtime.artefact_json import MemoryBudget
 from guard.core.budget_bytes import fmt_bytes
 
 
@@ -20,7 +21,7 @@ def fit_model(
     seconds: float = 3.0,
     search_s: float = SEARCH_S,
     name: str | None = None,
-) -> tuple[dict[str, Any], str]:
+) -> tuple[MemoryBudget, str]:
     """Import, optimise (O2, the host's layouts), climb every rung (not stopping at the
     first fit: the command shows the whole ladder) and, with ``latency``, build and time
     each distinct rung against the unconstrained build."""
