@@ -8,6 +8,7 @@ from typing import Any
 from guard.report._summary import DASH, as_number, document, label, one_line, text
 from guard.results.documents import ResultsDocument
 from guard.results.manifest import Component, TuningCache
+from guard.results.record import Json
 
 PIN_COLUMNS = [
     "model",
@@ -43,7 +44,7 @@ def _short_pin(value: Any, limit: int = 100) -> str:
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
-def _driver(value: Mapping[str, Any]) -> str:
+def _driver(value: Mapping[str, Json]) -> str:
     """``blas=scipy-openblas 0.3.31, cpu=AMD EPYC, kernel=6.18``: nested pins by name+version."""
     items = []
     # the driver block is the host's pins by name (blas, cpu, kernel, gpu, ...)

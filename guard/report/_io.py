@@ -21,6 +21,7 @@ import numpy as np
 
 from guard.core import fsutil
 from guard.core.errors import InternalError, UsageError
+from guard.core.json_types import JsonObject
 
 _DEFAULT_MODE = 0o644
 
@@ -72,7 +73,7 @@ def to_jsonable(obj: Any, where: str = "$") -> Any:
     if isinstance(obj, np.ndarray):
         return to_jsonable(obj.tolist(), where)
     if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
+        out: JsonObject = {}  # any mapping's items, made JSON
         for key, value in obj.items():
             skey = _json_key(key, where)
             out[skey] = to_jsonable(value, f"{where}.{skey}")

@@ -20,16 +20,24 @@ so; a suite that is neither a file, a suite name nor an experiment is exit 2.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from guard.compare.history import suite_bound, suite_counted_bound
 from guard.core.errors import UsageError
 from guard.report._io import atomic_write_text, check_target
 from guard.report.dashboard_charts import series_figure
-from guard.report.dashboard_int8 import int8_panel
-from guard.report.dashboard_series import Series, analyse_series, as_text, as_time, group_series
+from guard.report.dashboard_int8 import Int8PanelRow, int8_panel
+from guard.report.dashboard_series import (
+    Point,
+    RunRow,
+    Series,
+    analyse_series,
+    as_text,
+    as_time,
+    group_series,
+)
 from guard.suite import Suite, load_suite
 from guard.track import find_runs
 from guard.track.client import experiment_name, mlflow_client, translated
@@ -91,11 +99,86 @@ def _mlflow_link(uri: str, experiment_id: str | None) -> Callable[[str], str | N
     return link
 
 
-def build_context(suite_name: str, suite: Suite | None, uri: str) -> dict[str, Any]:
+class SeriesCard(TypedDict):
+    """A series' card: the series, its newest point and its chart."""
+
+    s: Series
+    slug: str
+    last: Point
+    url: str | None
+    figure: str  # the chart's HTML
+    p50: float | None
+
+
+class Regression(TypedDict, total=False):
+    """A row of the regressions table: a p50 change point or a counted step, of a series."""
+
+    series: Series
+    slug: str
+    index: int
+    at: str
+    before: float | None
+    after: float | None
+    ratio: float
+    pct: float | None
+    bytes_pct: float | None
+    message: str | None
+    point: int
+    time: _dt.datetime
+    from_commit: str
+    to_commit: str
+    from_time: _dt.datetime
+    run_id: str
+    metric: str
+    url: str | None
+    kind: str  # regression | improvement
+
+
+class Invocation(TypedDict):
+    time: str
+    commit: str
+    branch: str
+    arch: str
+    verdict: str
+    run_id: str
+    url: str | None
+
+
+class DashboardContext(TypedDict):
+    """Everything the template shows."""
+
+    suite: str
+    uri: str
+    experiment: str
+    generated: str
+    series: list[SeriesCard]
+    regressions: list[Regression]
+    notes: list[str]
+    invocations: list[Invocation]
+    state: str  # ok | empty | deleted
+    backends: list[str]
+    targets: list[str]
+    archs: list[str]
+    int8: list[Int8PanelRow]
+    experiment_id: NotRequired[str]
+
+
+class DashboardSummary(TypedDict):
+    """What ``guard dashboard`` says it wrote: counts."""
+
+    suite: str
+    state: str
+    series: int
+    invocations: int
+    regressions: int
+    results: int
+
+
+def build_context(suite_name: str, suite: Suite | None, uri: str) -> DashboardContext:
     """Everything the template shows; queries MLflow once per run level."""
     with translated(uri, f"reading experiment {experiment_name(suite_name)!r}"):
         exp = mlflow_client(uri).get_experiment_by_name(experiment_name(suite_name))
-    ctx: dict[str, Any] = {
+    ctx: DashboardContext = {
         "suite": suite_name, "uri": uri, "experiment": experiment_name(suite_name),
         "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "series": [], "regressions": [], "notes": [], "invocations": [], "state": "ok",
@@ -123,7 +206,7 @@ def build_context(suite_name: str, suite: Suite | None, uri: str) -> dict[str, A
         )
         return ctx
 
-    def rows(level: str) -> list[dict[str, Any]]:
+    def rows(level: str) -> list[RunRow]:
         df = find_runs(uri, suite_name, level=level, max_results=MAX_RUNS)
         found = [] if df is None or df.empty else df.to_dict("records")
         if len(found) >= MAX_RUNS:
@@ -190,15 +273,16 @@ def build_context(suite_name: str, suite: Suite | None, uri: str) -> dict[str, A
                 "url": link(step["run_id"]),
                 "kind": "regression" if step["pct"] > 0 else "improvement",
             })  # fmt: skip
-        for step in s.counted_steps:
-            ctx["regressions"].append({"series": s, "slug": s.slug, **step,
-                                       "url": link(step["run_id"])})  # fmt: skip
-    ctx["regressions"].sort(key=lambda r: (r["kind"] != "regression", -abs(r["pct"])))
+        for counted in s.counted_steps:
+            ctx["regressions"].append({"series": s, "slug": s.slug, **counted,
+                                       "url": link(counted["run_id"])})  # fmt: skip
+    # every step has its pct (a counted step is regressed or improved: compare_counted's pct)
+    ctx["regressions"].sort(key=lambda r: (r["kind"] != "regression", -abs(r["pct"] or 0.0)))
     ctx["int8"] = int8_panel(series)
     return ctx
 
 
-def render(ctx: Mapping[str, Any]) -> str:
+def render(ctx: DashboardContext) -> str:
     import jinja2
     from markupsafe import Markup
     from plotly.offline import get_plotlyjs  # heavy (plotly): only when a page is rendered
@@ -217,7 +301,7 @@ def render(ctx: Mapping[str, Any]) -> str:
                                              plotly_js=Markup(plotly_js))  # fmt: skip
 
 
-def write_dashboard(suite_arg: str, uri: str, path: Path) -> dict[str, Any]:
+def write_dashboard(suite_arg: str, uri: str, path: Path) -> DashboardSummary:
     """Query MLflow for the suite's experiment and write the page; returns counts."""
     check_target(path)
     name, suite = resolve_suite(suite_arg)

@@ -7,8 +7,8 @@ latency axis they share. plotly is imported when a figure is drawn.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypedDict
 
 from guard.report.dashboard_series import Point, Series, contended
 
@@ -147,7 +147,29 @@ def _cut(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _vline(fig: Any, x: str, line: Mapping[str, Any]) -> None:
+class LineStyle(TypedDict, total=False):
+    """A plotly line's style."""
+
+    color: str
+    width: float
+    dash: str
+
+
+class AxisTitle(TypedDict):
+    text: str
+
+
+class LogAxis(TypedDict, total=False):
+    """A plotly log axis: its range (decades), tick spacing and format, and title."""
+
+    type: str
+    range: list[float]
+    dtick: int
+    tickformat: str
+    title: AxisTitle
+
+
+def _vline(fig: Any, x: str, line: LineStyle) -> None:
     """A vertical line at one run, through every chart of the figure (all share x)."""
     fig.add_shape(type="line", xref="x", x0=x, x1=x, yref="paper", y0=0, y1=1, line=dict(line),
                   layer="above")  # fmt: skip
@@ -165,7 +187,7 @@ def x_labels(points: Sequence[Point]) -> list[str]:
     return out
 
 
-def latency_axis(values: Sequence[float | None], bound: float | None) -> dict[str, Any]:
+def latency_axis(values: Sequence[float | None], bound: float | None) -> LogAxis:
     """A log axis spanning the data and the bound, at least a decade wide.
 
     Log, so a step reads as a ratio; fixed range, so a 4% wiggle is not auto-scaled into a

@@ -10,17 +10,33 @@ output SQNR, logged as ``quantization.*`` metrics).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 from guard.report.dashboard_series import Series
 
 INT8_SUFFIX = ".int8"  # guard.suite.quantize.INT8_SUFFIX
 
 
-def int8_panel(series: Sequence[Series]) -> list[dict[str, Any]]:
+class Int8PanelRow(TypedDict):
+    """One int8 series beside its fp32 twin, on their newest runs."""
+
+    model: str  # the fp32 model's name
+    backend: str
+    target: str
+    arch: str
+    slug: str
+    fp32_p50: float | None
+    int8_p50: float | None
+    ratio: float | None
+    top1_agreement: float | None
+    sqnr_db: float | None
+    verdict: str
+
+
+def int8_panel(series: Sequence[Series]) -> list[Int8PanelRow]:
     """One row per int8 series, with its fp32 twin's newest p50 when there is one."""
     by_key = {(s.model, s.backend, s.target, s.arch): s for s in series}
-    rows = []
+    rows: list[Int8PanelRow] = []
     for s in series:
         if not s.model.endswith(INT8_SUFFIX) or not s.points:
             continue

@@ -10,9 +10,9 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
-from guard.compare.history import analyse
+from guard.compare.history import Step, analyse
 from guard.counting.logged import FINGERPRINT_COLUMN, counted_block, parse_fingerprint
 from guard.counting.verdict import DEFAULT_COUNTED_REGRESS_PCT, count_changes
 from guard.results.counted import Fingerprint
@@ -47,6 +47,55 @@ class Point:
         return self.commit[:10] if self.commit else "nogit"
 
 
+# One row of guard.track.find_runs' table (a run): column ("metrics.X", "params.Y",
+# "tags.Z", "start_time", ...) -> its cell, whatever pandas holds there.
+RunRow = Mapping[str, object]
+
+
+class PinChange(TypedDict):
+    """Where a pinned field differs from the previous point, and what changed."""
+
+    index: int
+    time: _dt.datetime
+    changes: list[str]
+    commit: str
+
+
+class Where(TypedDict):
+    """Where a step or break is: its point, and the runs on either side of it."""
+
+    point: int
+    time: _dt.datetime
+    from_commit: str
+    to_commit: str
+    from_time: _dt.datetime
+    run_id: str
+
+
+class CountedBreak(Where):
+    why: str  # which fingerprint field differs (compare_counted's message)
+
+
+class CountedStep(Where):
+    metric: str
+    kind: str  # regression | improvement
+    pct: float | None
+    bytes_pct: float | None
+    before: float | None
+    after: float | None
+
+
+class LatencyStep(Step):
+    """A change point of the p50 series (guard.compare.history.analyse), placed."""
+
+    point: int
+    time: _dt.datetime
+    from_commit: str
+    to_commit: str
+    from_time: _dt.datetime
+    run_id: str
+
+
 @dataclass
 class Series:
     model: str
@@ -55,11 +104,11 @@ class Series:
     arch: str
     points: list[Point]
     bound: float | None = None
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    pin_changes: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[LatencyStep] = field(default_factory=list)
+    pin_changes: list[PinChange] = field(default_factory=list)
     # Exact steps of the counted series, and where its fingerprint changed (no step there).
-    counted_steps: list[dict[str, Any]] = field(default_factory=list)
-    counted_breaks: list[dict[str, Any]] = field(default_factory=list)
+    counted_steps: list[CountedStep] = field(default_factory=list)
+    counted_breaks: list[CountedBreak] = field(default_factory=list)
     counted_regress_pct: float = DEFAULT_COUNTED_REGRESS_PCT
     analysis_note: str = ""
 
@@ -97,7 +146,7 @@ def as_time(x: Any) -> _dt.datetime:
         return _dt.datetime.fromtimestamp(0, _dt.UTC)
 
 
-def point_from_row(row: Mapping[str, Any]) -> Point:
+def point_from_row(row: RunRow) -> Point:
     """One child run (a row of find_runs) as a point of its series."""
     metrics = {
         k[len("metrics.") :]: v
@@ -125,11 +174,11 @@ def point_from_row(row: Mapping[str, Any]) -> Point:
     )
 
 
-def _arch(row: Mapping[str, Any]) -> str:
+def _arch(row: RunRow) -> str:
     return as_text(row.get("tags.guard.arch")) or as_text(row.get("params.host.arch")) or "?"
 
 
-def group_series(rows: Sequence[Mapping[str, Any]]) -> list[Series]:
+def group_series(rows: Sequence[RunRow]) -> list[Series]:
     """Child-run rows grouped per (model, backend, target, arch), oldest point first."""
     groups: dict[tuple[str, str, str, str], list[Point]] = {}
     for r in rows:
@@ -143,9 +192,9 @@ def group_series(rows: Sequence[Mapping[str, Any]]) -> list[Series]:
     return out
 
 
-def pin_changes(points: Sequence[Point]) -> list[dict[str, Any]]:
+def pin_changes(points: Sequence[Point]) -> list[PinChange]:
     """Where a pinned field differs from the previous point: index, time and what changed."""
-    out = []
+    out: list[PinChange] = []
     for i in range(1, len(points)):
         before, after = points[i - 1].pins, points[i].pins
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
@@ -180,10 +229,10 @@ def counted_changes(series: Series) -> None:
     blocks = [counted_block(p.metrics.get, p.counted_fingerprint) for p in series.points]
     for c in count_changes(blocks, series.counted_regress_pct):
         before, p, row = series.points[c.previous], series.points[c.index], c.row
-        where = {"point": c.index, "time": p.time, "from_commit": before.short,
+        where: Where = {"point": c.index, "time": p.time, "from_commit": before.short,
                  "to_commit": p.short, "from_time": before.time, "run_id": p.run_id}  # fmt: skip
         if row.verdict == "not comparable":
-            series.counted_breaks.append({**where, "why": row.message})
+            series.counted_breaks.append({**where, "why": row.message or ""})
             continue
         series.counted_steps.append({
             **where, "metric": "counted",

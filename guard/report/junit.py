@@ -130,7 +130,7 @@ def to_junit(doc: ResultsDocument | Any) -> ET.Element:
         suite.set("timestamp", _clean(doc.started))
     suite.set("hostname", _clean(socket.gethostname()))
 
-    props: dict[str, Any] = {
+    props: dict[str, str | bool | int | None] = {
         "git.commit": doc.git.commit,
         "git.branch": doc.git.branch,
         "git.dirty": doc.git.dirty,
@@ -139,9 +139,9 @@ def to_junit(doc: ResultsDocument | Any) -> ET.Element:
     }
     if any(v is not None for v in props.values()):
         pe = ET.Element("properties")
-        for k, v in props.items():
-            if v is not None:
-                ET.SubElement(pe, "property", name=k, value=_clean(v))
+        for name, value in props.items():
+            if value is not None:
+                ET.SubElement(pe, "property", name=name, value=_clean(value))
         suite.insert(0, pe)
 
     # The root takes the counts strict schemas allow there (Jenkins' junit-10.xsd has no
