@@ -12,9 +12,9 @@ sysfs) and says "unknown: <field>" when one is missing. The document it returns 
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from guard.core.errors import UsageError
 from guard.doctor import (
@@ -27,9 +27,9 @@ from guard.doctor import (
     steps_run,
     steps_tuning,
 )
-from guard.doctor.facts import SYSFS_CACHE, Context, Side, host_caches
-from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Evidence, Finding
-from guard.doctor.validity import Validity, p50_ratio, validity
+from guard.doctor.facts import SYSFS_CACHE, Context, HostCacheJson, Side, host_caches
+from guard.doctor.finding import CAUSE, NA, SUSPECT, UNKNOWN, Evidence, Finding, FindingJson
+from guard.doctor.validity import Validity, ValidityJson, p50_ratio, validity
 from guard.manifest.target_string import host_cpu
 from guard.results.documents import ResultsDocument
 from guard.results.result import Result
@@ -184,6 +184,35 @@ def diagnose_pair(
     return findings
 
 
+class DoctorCase(TypedDict):
+    """One paired result in the doctor document: both sides' verdict and p50, the
+    comparison's validity, the first step that found a cause, and every finding."""
+
+    model: str
+    backend: str
+    target: str
+    verdict: list[str | None]
+    p50_ms: list[float | None]
+    p50_ratio: float | None
+    validity: ValidityJson
+    first_cause: int | None
+    suspects: list[int]
+    findings: list[FindingJson]
+
+
+class DoctorDocument(TypedDict):
+    """The doctor document (``guard doctor --json``)."""
+
+    schema_version: int
+    kind: str
+    created: str
+    suite: str | None
+    base: str | None
+    head: str
+    host_caches: list[HostCacheJson]
+    cases: list[DoctorCase]
+
+
 def diagnose(
     head_doc: ResultsDocument,
     base_doc: ResultsDocument | None = None,
@@ -192,7 +221,7 @@ def diagnose(
     backends: tuple[str, ...] = (),
     labels: tuple[str, str] = ("base", "head"),
     sysfs_root: Path = SYSFS_CACHE,
-) -> dict[str, Any]:
+) -> DoctorDocument:
     """The doctor document for HEAD (and BASE): one case per paired result, 11 findings each."""
     head_d, base_d = head_doc, base_doc
     if base_d is not None and base_d.suite != head_d.suite:
@@ -218,7 +247,7 @@ def diagnose(
     ctx = Context(
         caches=host_caches(sysfs_root), host_cpu=_host_cpu(), suite_path=head_d.suite_path
     )
-    cases = []
+    cases: list[DoctorCase] = []
     for k in keys:
         head = Side("head", heads[k], head_d)
         base = Side("base", bases[k], base_d) if base_d is not None else None
@@ -251,6 +280,6 @@ def diagnose(
     }
 
 
-def exit_code(doc: Mapping[str, Any]) -> int:
+def exit_code(doc: DoctorDocument) -> int:
     """0 when no step found a cause, 1 when one did (like a failed check)."""
     return 1 if any(c.get("first_cause") for c in doc.get("cases") or []) else 0

@@ -13,11 +13,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import onnx
 
 from guard.core.fsutil import file_sha256
+from guard.core.json_types import Json
 from guard.results.documents import ResultsDocument
 from guard.results.result import Result
 from guard.run.case import resolve_model
@@ -107,7 +108,7 @@ class Split:
     declined: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, rec: Mapping[str, Any]) -> Split:
+    def of(cls, rec: Mapping[str, Json]) -> Split:
         return cls(rec.get("node"), rec.get("op"), rec.get("backend"), rec.get("declined") or {})
 
 
@@ -185,6 +186,16 @@ def _cpu_count(cpu_list: str) -> int:
     return n
 
 
+class HostCacheJson(TypedDict):
+    """A cache level as the doctor document's ``host_caches`` writes it."""
+
+    name: str
+    level: int
+    type: str | None
+    bytes: int
+    shared_cpus: int
+
+
 @dataclass(frozen=True)
 class HostCache:
     """One data or unified cache level: ``name`` is L1d, L2, L3...; ``shared_cpus`` is how
@@ -196,7 +207,7 @@ class HostCache:
     bytes: int
     shared_cpus: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> HostCacheJson:
         """{name, level, type, bytes, shared_cpus}: the doctor document's ``host_caches``."""
         return {"name": self.name, "level": self.level, "type": self.type,
                 "bytes": self.bytes, "shared_cpus": self.shared_cpus}  # fmt: skip

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
+
+from guard.core.json_types import Json
 
 OK = "ok"
 SUSPECT = "suspect"
@@ -20,13 +22,33 @@ LABELS = {
 }
 
 
+class EvidenceJson(TypedDict):
+    """A fact and its value on each side, as the doctor document writes it."""
+
+    fact: str
+    base: Json
+    head: Json
+
+
+class FindingJson(TypedDict):
+    """One step's finding in the doctor document."""
+
+    step: int
+    title: str
+    status: str
+    summary: str
+    evidence: list[EvidenceJson]
+    action: str
+    missing: list[str]
+
+
 @dataclass
 class Evidence:
     fact: str
     base: Any = None
     head: Any = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> EvidenceJson:
         return {"fact": self.fact, "base": self.base, "head": self.head}
 
 
@@ -43,7 +65,7 @@ class Finding:
     def add(self, fact: str, base: Any = None, head: Any = None) -> None:
         self.evidence.append(Evidence(fact, base, head))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> FindingJson:
         return {
             "step": self.step,
             "title": self.title,

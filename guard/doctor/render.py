@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from guard.doctor.doctor import DoctorCase, DoctorDocument
 from guard.doctor.finding import LABELS
 
 _STYLE = {
@@ -32,7 +33,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _title(case: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
+def _title(case: DoctorCase, doc: DoctorDocument) -> str:
     t = f"{case['model']} [{case['backend']}] {case['target']}"
     r = case.get("p50_ratio")
     b, h = case.get("p50_ms") or [None, None]
@@ -43,7 +44,7 @@ def _title(case: Mapping[str, Any], doc: Mapping[str, Any]) -> str:
     return t
 
 
-def _validity(case: Mapping[str, Any]) -> str | None:
+def _validity(case: DoctorCase) -> str | None:
     """What the noise hides, said before any step (None for older documents)."""
     v = case.get("validity")
     if not isinstance(v, Mapping):
@@ -54,7 +55,7 @@ def _validity(case: Mapping[str, Any]) -> str | None:
     return "comparison not valid: " + "; ".join(str(i.get("fact")) for i in v.get("invalid") or ())
 
 
-def _headline(case: Mapping[str, Any]) -> str:
+def _headline(case: DoctorCase) -> str:
     first = case.get("first_cause")
     if first is None:
         return "no step found a cause" + (
@@ -66,7 +67,7 @@ def _headline(case: Mapping[str, Any]) -> str:
     return f"first cause: step {first} ({f['title']}): {f['summary']}"
 
 
-def to_markdown(doc: Mapping[str, Any]) -> str:
+def to_markdown(doc: DoctorDocument) -> str:
     pair = doc.get("base") is not None
     lines = [f"# guard doctor: {doc.get('suite')}", ""]
     lines.append(
@@ -107,7 +108,7 @@ def to_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render_console(doc: Mapping[str, Any], console: Console | None = None) -> None:
+def render_console(doc: DoctorDocument, console: Console | None = None) -> None:
     con = console or Console()
     pair = doc.get("base") is not None
     for case in doc.get("cases") or []:

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from guard.core.json_types import Json
 from guard.doctor.facts import Context, Side
 from guard.doctor.finding import CAUSE, SUSPECT, Finding, unknown
 
@@ -19,9 +20,9 @@ _FLAG = re.compile(
 )
 
 
-def _options(s: Side) -> dict[str, Any]:
+def _options(s: Side) -> dict[str, Json]:
     """Recorded options that switch fusions or fast paths (manifest.compiler, session options)."""
-    out: dict[str, Any] = {}
+    out: dict[str, Json] = {}  # option -> its recorded value, whatever a backend records
     # every compiler pin, whatever the backend calls it
     for k, v in s.r.manifest.compiler.to_json().items():
         if _FLAG.search(k):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from guard.core.json_types import Json
 from guard.doctor.facts import Context, Side, Split, splits
 from guard.doctor.finding import CAUSE, OK, SUSPECT, Finding, unknown
 from guard.doctor.validity import host_class
@@ -23,7 +24,8 @@ def _pair(base: Side | None, head: Side, fact: Callable[[Result], Any]) -> tuple
     return (fact(base.r) if base else None), fact(head.r)
 
 
-def _shapes(s: Side) -> dict[str, Any] | None:
+def _shapes(s: Side) -> dict[str, Json] | None:
+    """Each input's shape as the manifest recorded it."""
     ins = s.r.manifest.model.inputs  # {input name: {shape, dtype}}
     if ins is None:
         return None

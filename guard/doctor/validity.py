@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
+from guard.core.json_types import Json
 from guard.doctor.facts import Side
 from guard.results.result import Result
 
@@ -64,6 +65,23 @@ def _short(v: Any) -> Any:
     return v[:12] if isinstance(v, str) else v
 
 
+class InvalidFactJson(TypedDict):
+    fact: str
+    base: Json
+    head: Json
+    why: str
+
+
+class ValidityJson(TypedDict):
+    """A case's ``validity`` in the doctor document."""
+
+    valid: bool
+    invalid: list[InvalidFactJson]
+    effect_pct: float | None
+    noise_pct: list[float | None]  # [base, head]
+    hidden_below_pct: float | None
+
+
 @dataclass(frozen=True)
 class InvalidFact:
     """A fact that makes the comparison invalid: its two values and why it does."""
@@ -73,7 +91,7 @@ class InvalidFact:
     head: Any
     why: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> InvalidFactJson:
         return {"fact": self.fact, "base": self.base, "head": self.head, "why": self.why}
 
 
@@ -91,7 +109,7 @@ class Validity:
     def valid(self) -> bool:
         return not self.invalid
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ValidityJson:
         """The case's ``validity`` in the doctor document: ``{"valid", "invalid": [{"fact",
         "base", "head", "why"}], "effect_pct", "noise_pct": [base, head],
         "hidden_below_pct"}``."""
