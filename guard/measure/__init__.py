@@ -6,6 +6,7 @@
 - preflight: machine facts (load, governor, affinity, contention) and their warnings
 - host_speed: the host-speed probes timed beside every round
 - round_runner, round_worker: where rounds run (a fresh interpreter each, or in process)
+- json_shapes: rounds and timings as the results file keeps them (TypedDicts)
 """
 
 from guard.measure.preflight import CpuTimes, preflight, read_cpu_times, set_threads

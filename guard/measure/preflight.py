@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from guard.core.errors import UsageError
 from guard.results.result import Contention
@@ -217,6 +217,30 @@ def _loadavg(root: Path) -> list[float] | None:
     return values if len(values) == 3 else None
 
 
+# The 1, 5 and 15 minute load averages.
+LoadAvg = TypedDict("LoadAvg", {"1": float, "5": float, "15": float})
+
+
+class PreflightBefore(TypedDict):
+    """What the preflight before the rounds saw, kept in the one after them."""
+
+    loadavg: LoadAvg | None
+    warnings: list[str]
+
+
+class Preflight(TypedDict):
+    """A result's ``preflight`` block (``preflight``'s docstring)."""
+
+    loadavg: LoadAvg | None
+    governor: dict[str, str | None]
+    affinity: list[int]
+    cores: int
+    threads: int
+    contention: float | None
+    warnings: list[str]
+    before: NotRequired[PreflightBefore]  # the preflight after the rounds only
+
+
 def _governors(root: Path, cpus: Iterable[int]) -> dict[str, str | None]:
     base = root / "sys" / "devices" / "system" / "cpu"
     return {str(c): _read(base / f"cpu{c}" / "cpufreq" / "scaling_governor") for c in sorted(cpus)}
@@ -229,7 +253,7 @@ def preflight(
     root: Path = Path("/"),
     affinity: Callable[[], set[int]] | None = None,
     cpu_count: Callable[[], int | None] | None = None,
-) -> dict[str, Any]:
+) -> Preflight:
     """Machine facts recorded with a result, and warnings where they spoil the numbers.
 
     Keys: loadavg {"1", "5", "15"} (or null), governor {cpu: name or null} over the CPUs
@@ -263,7 +287,7 @@ def preflight(
     if cw:
         warnings.append(cw)
     return {
-        "loadavg": None if load is None else dict(zip(("1", "5", "15"), load, strict=True)),
+        "loadavg": None if load is None else {"1": load[0], "5": load[1], "15": load[2]},
         "governor": gov,
         "affinity": aff,
         "cores": cores,

@@ -47,6 +47,7 @@ from guard.core.isolate import (
 from guard.manifest.written import ManifestJson
 from guard.measure import MeasureConfig
 from guard.measure.preflight import THREAD_ENV_VARS
+from guard.measure.round_worker import RoundRequest
 from guard.measure.timer import Timings
 
 if TYPE_CHECKING:  # numpy itself is imported by the workers, not here
@@ -226,7 +227,7 @@ class RoundWorkers:
         limit = ROUND_TIMEOUT_S + 4 * (per.warmup_s + per.max_time_s)
         w = self._get(i, job.threads)
         cpus = measuring_cpus(job.threads)
-        request = {
+        request: RoundRequest = {
             "backend": job.backend,
             "artefact": str(job.artefact),
             "manifest": job.manifest,

@@ -23,10 +23,28 @@ import sys
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from guard.manifest.written import ManifestJson
+    from guard.measure.timer import MeasureConfig, Timings
 
 
-def measure_round(req: dict[str, Any]) -> Any:
+class RoundRequest(TypedDict):
+    """One round to measure, as guard.measure.round_runner sends it."""
+
+    backend: str
+    artefact: str  # the artefact directory
+    manifest: ManifestJson
+    threads: int
+    feeds: dict[str, np.ndarray]
+    config: MeasureConfig  # the round's share of the result's (MeasureConfig.per_round)
+    cpus: list[int] | None  # the cores to pin to (None: as the worker started)
+
+
+def measure_round(req: RoundRequest) -> Timings:
     """One round: a fresh session of ``req["artefact"]``, warmed up and timed."""
     from guard.backends import get_backend
     from guard.emulate.load import load_session
@@ -34,8 +52,9 @@ def measure_round(req: dict[str, Any]) -> Any:
     from guard.measure.timer import measure
     from guard.results.manifest import Manifest
 
-    if req.get("cpus") and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, req["cpus"])
+    cpus = req.get("cpus")
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
     backend = get_backend(req["backend"])
     manifest = Manifest.from_json(req["manifest"])
     session: Any = load_session(backend, Path(req["artefact"]), req["threads"], manifest)

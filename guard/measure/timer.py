@@ -47,11 +47,13 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import cast
 
 from guard.core.errors import UsageError
+from guard.core.json_types import Json
 from guard.measure.calls import warm_up
 from guard.measure.host_speed import READ_EVERY_S
+from guard.measure.json_shapes import HostReadings, RoundJson, TimingsJson
 from guard.measure.preflight import (
     CpuTimes,
     contention_between,
@@ -98,8 +100,9 @@ class MeasureConfig:
         )
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None, where: str) -> MeasureConfig:
-        """Build from a suite's ``measure:`` mapping; errors name ``where`` and the key."""
+    def from_dict(cls, d: Mapping[str, Json] | None, where: str) -> MeasureConfig:
+        """Build from a suite's ``measure:`` mapping as the user wrote it (each value checked
+        here); errors name ``where`` and the key."""
         if d is None:
             return cls()
         if not isinstance(d, Mapping):
@@ -129,7 +132,8 @@ def _validate(cfg: MeasureConfig, where: str) -> None:
     _validate_values({f.name: getattr(cfg, f.name) for f in fields(cfg)}, where)
 
 
-def _validate_values(v: dict[str, Any], where: str) -> None:
+def _validate_values(v: Mapping[str, Json], where: str) -> None:
+    """The values of MeasureConfig's fields by name, as the user gave them."""
     for key in _FLOAT_KEYS:
         x = v[key]
         if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
@@ -211,7 +215,7 @@ class Timings:
             out.append(sw)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TimingsJson:
         """The JSON form kept in results files: raw samples plus derived stats."""
         return {
             "samples_s": list(self.samples_s),
@@ -370,9 +374,9 @@ class RoundTimings:
             out.append(f"{len(preempted)} of {n} rounds: {cpu_share_warning(self.cpu_share)}")
         return out
 
-    def rounds_dict(self) -> list[dict[str, Any]]:
+    def rounds_dict(self) -> list[RoundJson]:
         """The results file's per-round records (milliseconds)."""
-        out = []
+        out: list[RoundJson] = []
         for t in self.rounds:
             st = summarize(t.samples_s)
             out.append(
@@ -400,10 +404,13 @@ def _reading(r: float | tuple[float, ...]) -> tuple[float, ...]:
     return tuple(r) if isinstance(r, tuple) else (r,)
 
 
-def host_fields(host: tuple[float, ...] | None) -> dict[str, float | None]:
-    """A round's probe readings as the results file keeps them (``PROBES``)."""
+def host_fields(host: tuple[float, ...] | None) -> HostReadings:
+    """A round's probe readings as the results file keeps them (``PROBES``, HostReadings'
+    keys, in the order guard.measure.host_speed takes them)."""
     vals = tuple(host or ())
-    return {n: (vals[i] if i < len(vals) else None) for i, n in enumerate(PROBES)}
+    return cast(
+        HostReadings, {n: (vals[i] if i < len(vals) else None) for i, n in enumerate(PROBES)}
+    )
 
 
 def cpu_per_call(

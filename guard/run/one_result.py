@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from guard.golden.produce import stale_warning
 from guard.golden.store import outputs_sha256
 from guard.measure import MeasureConfig, RoundTimings, Timings, measure, preflight
 from guard.measure.host_speed import PROBE, read
-from guard.measure.preflight import contention_block
+from guard.measure.preflight import Preflight, PreflightBefore, contention_block
 from guard.measure.round_runner import (
     WORKER,
     RoundJob,
@@ -73,7 +73,7 @@ class PendingResult:
     known: Known  # ck.Facts fields established before the rounds
     numerics: dict[str, Any]  # the result's numerics block, as it will be written
     cfg: MeasureConfig
-    pre: dict[str, Any]
+    pre: Preflight
     isolation: str
     rounds: list[Timings] = field(default_factory=list)
     # Seconds the rounds took in all, by the measuring clock: loads, warm-ups, timed calls.
@@ -288,7 +288,7 @@ def finish_result(
             ]
         )
     )
-    post["before"] = {k: p.pre.get(k) for k in ("loadavg", "warnings")}
+    post["before"] = cast(PreflightBefore, {k: p.pre.get(k) for k in ("loadavg", "warnings")})
     kernels = getattr(session, "kernels", None)  # bundled: top generated kernels by share
     return result_dict(
         entry,
@@ -298,7 +298,7 @@ def finish_result(
         latency_ms=stats,
         latency_status="measured",
         samples_ms=[s * 1e3 for s in timings.samples_s],
-        rounds=rounds,
+        rounds=[dict(r) for r in rounds],
         noise_pct=noise_pct,
         measurement=measurement,
         partitions=dict(partitions),
@@ -306,7 +306,7 @@ def finish_result(
         arena_lower_bound_bytes=memory.lower_bound_bytes,
         memory={"how": memory.how, **memory.extra},
         numerics=numerics,
-        preflight=post,
+        preflight=dict(post),
         artefact=str(case.artefact),
         artefact_reused=case.reused,
         graph=info.graph,
