@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import onnx
@@ -39,10 +39,30 @@ from guard.compiler.passes.pipeline import PIPELINES, Entry, FixedPoint
 from guard.core.errors import UsageError
 from guard.core.fsutil import read_bounded_text
 from guard.quantize.calibration import Calibration
-from guard.quantize.ranges import BINS, TensorStats
+from guard.quantize.ranges import BINS, TensorStats, TensorStatsJson
 
 SCHEMA_VERSION = 1
 KIND = "guard.quantize.profile"
+
+
+class ProfiledTensorJson(TensorStatsJson):
+    op: str  # the IR op that computes it ("" where unknown)
+
+
+class ProfileJson(TypedDict):
+    """A profile file (Profile.to_json)."""
+
+    schema_version: int
+    kind: str
+    source_sha256: str
+    calibration_sha256: str
+    samples: int
+    shapes: dict[str, list[int]]
+    passes: list[str]
+    bins: int
+    tensors: dict[str, ProfiledTensorJson]
+
+
 # O2's passes that move data without changing a value: not run before profiling.
 LAYOUT_PASSES = (AssignLayout, ConvRows, ElideConcat)
 
@@ -79,7 +99,7 @@ class Profile:
     tensors: dict[str, TensorStats] = field(default_factory=dict)
     ops: dict[str, str] = field(default_factory=dict)  # tensor -> the IR op that computes it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProfileJson:
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": KIND,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import onnx
@@ -391,10 +390,11 @@ def _dequantized_weight(
     if axis is None:
         scales, zeros = scales.reshape(()), zeros.reshape(())
     qn, sn, zn = f"{base}_quantized", f"{base}_scale", f"{base}_zero_point"
-    kw: dict[str, Any] = {"axis": axis} if axis is not None else {}
-    node = helper.make_node(
-        "DequantizeLinear", [qn, sn, zn], [base + DQ_SUFFIX], name=base + "_DequantizeLinear", **kw
-    )
+    ins, outs, name = [qn, sn, zn], [base + DQ_SUFFIX], base + "_DequantizeLinear"
+    if axis is None:  # per-tensor
+        node = helper.make_node("DequantizeLinear", ins, outs, name=name)
+    else:
+        node = helper.make_node("DequantizeLinear", ins, outs, name=name, axis=axis)
     tensors = [
         numpy_helper.from_array(q, qn),
         numpy_helper.from_array(scales, sn),

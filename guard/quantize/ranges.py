@@ -24,10 +24,13 @@ scale: the caller keeps that tensor fp32 (a zero scale divides by zero in Quanti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
+
+from guard.core.json_types import Json
 
 BINS = 2048
 METHODS = ("minmax", "percentile", "entropy")
@@ -36,6 +39,16 @@ KL_LEVELS = 128  # TensorRT's 128 quantised bins for an 8-bit (sign + 7 bits) ma
 KL_STRIDE = 16  # candidate thresholds every 16 bins: 121 candidates, within 1/128 of the best
 # Samples a method wants before its answer means much (warn below; entropy refuses one).
 MIN_SAMPLES = {"minmax": 1, "percentile": 8, "entropy": 8}
+
+
+class TensorStatsJson(TypedDict):
+    """A tensor's stats as a profile file keeps them (TensorStats.to_json)."""
+
+    min: float | None
+    max: float | None
+    count: int
+    nonfinite: int
+    hist: list[list[int]]  # sparse: [bin, count] pairs
 
 
 @dataclass
@@ -71,7 +84,7 @@ class TensorStats:
         self.hist += np.histogram(x, BINS, self.edges())[0]
         self.count += int(x.size)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TensorStatsJson:
         nz = np.nonzero(self.hist)[0]
         return {
             "min": self.lo if self.count else None,
@@ -83,7 +96,8 @@ class TensorStats:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TensorStats:
+    def from_json(cls, d: Mapping[str, Json]) -> TensorStats:
+        """A profile file's entry as read (Profile.load turns a malformed one into its error)."""
         s = cls()
         s.count = int(d["count"])
         s.nonfinite = int(d["nonfinite"])
