@@ -14,16 +14,17 @@ import io
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from guard.backends import get_backend
 from guard.compare.compare import round_host
 from guard.core.errors import UsageError
+from guard.core.json_types import JsonObject
 from guard.results.documents import ResultsDocument
 from guard.results.manifest import Host, Manifest
 from guard.run.case import Case, prepare_cases
 from guard.stats.calibrate import (
     NoiseDocument,
+    NoiseEntry,
     calibrate_fn,
     default_noise_path,
     log_noise,
@@ -46,10 +47,10 @@ def reloader(case: Case) -> Callable[[], Callable[[], object]]:
 
 def run_levels(
     suite_path: Path, runs: int, workdir: Path
-) -> tuple[dict[str, list[list[float]]], dict[str, Any], dict[str, list[list[tuple[float, ...]]]]]:
+) -> tuple[dict[str, list[list[float]]], JsonObject, dict[str, list[list[tuple[float, ...]]]]]:
     """Each result's round medians (ms) in ``runs`` whole runs of the suite, by noise key,
-    the host, and each result's per-round host-speed readings (ms) where every round of
-    every one of its runs has one.
+    the host (the manifest Host record's JSON, unknown keys kept), and each result's
+    per-round host-speed readings (ms) where every round of every one of its runs has one.
 
     A result that errored or was not measured in a run (emulated) is left out of it.
     """
@@ -59,7 +60,7 @@ def run_levels(
 
     levels: dict[str, list[list[float]]] = {}
     probes: dict[str, list[list[tuple[float, ...]] | None]] = {}
-    host: dict[str, Any] = {}
+    host: JsonObject = {}
     for i in range(runs):
         quiet = Console(file=io.StringIO())  # a run's report is not calibrate's output
         raw, _ = run_suite(suite_path, RunOptions(workdir=workdir, track=False, console=quiet))
@@ -121,8 +122,8 @@ def calibrate_suite(
         # Before minutes of measuring: a bad URI or a server that does not answer is known now.
         uri = resolve_uri(tracking_uri, workdir)
         check_reachable(uri)
-    entries: dict[str, Any] = {}
-    host: dict[str, Any] = {}
+    entries: dict[str, NoiseEntry] = {}
+    host: JsonObject = {}
     if rounds:
         for case in prepare_cases(suite_path, workdir):
             built = Manifest.of(case.manifest)
@@ -138,7 +139,7 @@ def calibrate_suite(
             if len(per_run) < 3:
                 continue  # measured in too few of the runs to say anything
             readings = probes.get(key)
-            entry: dict[str, Any] = {
+            entry: NoiseEntry = {
                 "run_noise_pct": run_noise_pct(per_run, readings),
                 "runs": len(per_run),
                 "run_round_medians_ms": per_run,
