@@ -78,3 +78,40 @@ def check_dotprod(kind: str, name: str) -> None:
                 np.testing.assert_array_equal(got[k], x86[k], err_msg=f"{k}, {threads} thread(s)")
     for k in g.outputs:  # and both are the reference's integer result
         np.testing.assert_array_equal(x86[k], ref[k], err_msg=k)
+
+
+@pytest.mark.parametrize("weights", ["q_of_float", "s8"])
+def test_integer_conv_transpose_under_qemu_equals_the_x86_build(weights: str) -> None:
+    """ConvTransposeInteger (exact float32 sums: codegen/conv/transpose_blocks.py) on NEON
+    gives the x86 build's bits and the reference's, at 1 and 2 threads."""
+    from compiler._isolated import run_isolated
+
+    run_isolated("emulate.test_emulate_int8", "check_conv_transpose", weights)
+
+
+def check_conv_transpose(weights: str) -> None:
+    from compiler.test_fold_integer_conv_transpose import convt_model
+
+    from guard.compiler import import_onnx, optimize, run_reference
+    from guard.compiler.codegen import split
+    from guard.compiler.codegen.build import host_target, jit
+    from guard.compiler.partition.plan import plan
+    from guard.compiler.runtime.artefact import save_artefact
+    from guard.emulate.bundled import load_emulated
+    from guard.manifest.target_string import canonicalize
+
+    split.MIN_TASK_FLOPS = 1  # the kernel's row tasks run on the second thread
+    g, _ = optimize(import_onnx(convt_model(weights=weights, hw=(4, 37)), {}), "O2")
+    assert "ConvTransposeInteger" in [n.op for n in g.nodes]
+    compiled = plan(g)
+    assert compiled.partition_report["count"] == 1
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 24, 4, 37)).astype(np.float32)}
+    x86 = jit(compiled, host_target(), 1)[0].run(feeds)["y"]
+    np.testing.assert_array_equal(x86, run_reference(g, feeds)["y"])
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "convt"
+        save_artefact(compiled, out, pipeline="O2", target=canonicalize(DOTPROD))
+        for threads in (1, 2):
+            session = load_emulated(out, threads)
+            got = dict(zip(session.output_names, session.run(feeds), strict=True))
+            np.testing.assert_array_equal(got["y"], x86, err_msg=f"{threads} thread(s)")

@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -92,7 +91,7 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     if any(r < anchor for r in refs):
         return ()  # the epilogue reads the conv's own input whole: no slice of it is its
     if units % want and not refs and geo.OH >= want:
-        return _row_tasks(step, geo, want)
+        return _row_tasks(step, geo.OH, want)
     n = min(want, units)
 
     tasks = []
@@ -126,12 +125,12 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     return tuple(tasks)
 
 
-def _row_tasks(step: Step, geo: Any, n: int) -> tuple[Step, ...]:
-    """A convolution cut into ``n`` bands of output rows: each task the same kernel over
-    its rows (attribute ``rows``), reading the whole input and weights."""
+def _row_tasks(step: Step, rows: int, n: int) -> tuple[Step, ...]:
+    """A convolution cut into ``n`` bands of its ``rows`` rows: each task the same kernel
+    over its rows (attribute ``rows``), reading the whole input and weights."""
     tasks = []
     for i in range(n):
-        r0, r1 = geo.OH * i // n, geo.OH * (i + 1) // n
+        r0, r1 = rows * i // n, rows * (i + 1) // n
         attrs = {**step.attrs, "rows": (r0, r1)}
         tasks.append(Step(f"{step.node}#{i}", step.op, "", step.inputs, step.outputs, attrs, False))
     return tuple(tasks)
@@ -296,8 +295,10 @@ def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
 
 def conv_transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:
     """A ConvTranspose of one image, group 1, cut into runs of whole output-channel
-    vectors: the packed weights ``[K/L][R][S][C][L]`` and the bias are cut with it."""
+    vectors: the packed weights ``[K/L][R][S][C][L]`` and the bias are cut with it; one
+    whose stride is its kernel (and ConvTransposeInteger) into bands of input rows."""
     from guard.compiler.codegen.conv.transpose import TransposeGeometry
+    from guard.compiler.ir.conv_transpose import blockwise
 
     x, w, y = step.inputs[0], step.inputs[1], step.outputs[0]
     if x is None or w is None or step.may_alias or w.space != "packed":
@@ -305,6 +306,9 @@ def conv_transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:
     geo = TransposeGeometry.of(step.attrs, x.shape, w.shape, y.shape)
     if geo.N != 1 or geo.g != 1:
         return ()
+    if blockwise(step.attrs, x.shape, w.shape):  # conv/transpose_blocks.py
+        n = min(MAX_TASKS, geo.IH, geo.flops // MIN_TASK_FLOPS)
+        return _row_tasks(step, geo.IH, n) if n > 1 else ()
     units = geo.padded_kg(width) // width
     n = min(MAX_TASKS, units, geo.flops // MIN_TASK_FLOPS)
     if n < 2:
@@ -314,13 +318,11 @@ def conv_transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:
     for i in range(n):
         u0, u1 = units * i // n, units * (i + 1) // n
         k0, k1 = u0 * width, min(geo.K, u1 * width)
-        wt = dataclasses.replace(
-            w, offset=w.offset + u0 * per, shape=(w.shape[0], k1 - k0, *w.shape[2:])
-        )
+        wshape = (w.shape[0], k1 - k0, *w.shape[2:])
+        wt = dataclasses.replace(w, offset=w.offset + u0 * per, shape=wshape)
         ins: list[Operand | None] = [x, wt]
         if len(step.inputs) > 2 and step.inputs[2] is not None:
-            bias = step.inputs[2]
-            ins.append(_cut(bias, 0, k0, k1))
+            ins.append(_cut(step.inputs[2], 0, k0, k1))
         out = (_cut(y, 1, k0, k1),)
         tasks.append(Step(f"{step.node}#{i}", step.op, "", tuple(ins), out, step.attrs, False))
     return tuple(tasks)
@@ -391,7 +393,7 @@ def int8_tasks(step: Step, width: int) -> tuple[Step, ...]:
         want -= want % 2 if want > 2 else 0
         if want < 2:
             return ()
-        return _row_tasks(step, geo, want)
+        return _row_tasks(step, geo.OH, want)
     if len(y.shape) < 2:
         return ()
     axis = len(y.shape) - 2
@@ -439,7 +441,7 @@ def split_step(step: Step, width: int) -> tuple[Step, ...]:
         return norm_tasks(step)
     if step.op == "Resize":
         return resize_tasks(step)
-    if step.op == "ConvTranspose":
+    if step.op in ("ConvTranspose", "ConvTransposeInteger"):
         return conv_transpose_tasks(step, width)
     if step.op == "Relayout" and not step.may_alias:
         return relayout_tasks(step)

@@ -70,7 +70,7 @@ TRAITS: dict[str, OpTraits] = {
     "FusedElementwise": OpTraits("fused_elementwise", inplace=True),
     # Convolution and matrix products (the Fused* variants carry an epilogue program).
     **_rows("conv", "Conv FusedConv", layout=True),
-    **_rows("conv", "ConvTranspose ConvInteger QLinearConv"),
+    **_rows("conv", "ConvTranspose ConvTransposeInteger ConvInteger QLinearConv"),
     **_rows("gemm", "Gemm FusedGemm MatMul FusedMatMul MatMulInteger QLinearMatMul Einsum"),
     # Pooling.
     **_rows("pool", "MaxPool AveragePool GlobalAveragePool GlobalMaxPool", layout=True),

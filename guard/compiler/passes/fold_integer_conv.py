@@ -19,6 +19,11 @@ one rounds the exact sum once (and a sum beyond 2^24 in the Cast), so the two di
 float32 rounding, as fold_qdq's folds do; the rewritten graph's reference is the oracle
 the generated code equals bit for bit.
 
+A ConvTranspose whose stride is its kernel (ir/conv_transpose.py ``blockwise``) folds the
+same way into guard's ``ConvTransposeInteger(qx, qw, zx, zw)`` (weight scale per tensor or
+along axis 1, the output channels), whose kernel sums in float32 exactly; the fold declines
+one whose sums could reach 2^24 (``exact_bound``), where float32 would round.
+
 Runs after fold_qdq (which takes the convs followed by a QuantizeLinear with an int32
 bias) and before constant folding, which would dequantize the weights. Declines (with a
 note naming the node): operands not dequantized from u8/s8, a per-axis activation scale,
@@ -33,9 +38,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from guard.compiler.ir.conv_transpose import EXACT, blockwise, exact_bound
 from guard.compiler.ir.core import Graph, Node
 from guard.compiler.passes.base import Pass, PassResult
 from guard.compiler.passes.fold_qdq import INT8, QParams, drop_unread_dequantize, qparams
+from guard.compiler.reference import run_node
 
 F32 = np.dtype(np.float32)
 
@@ -50,7 +57,7 @@ class FoldIntegerConv(Pass):
         producers = graph.producers()
         out: list[Node] = []
         for node in graph.nodes:
-            if node.op != "Conv":
+            if node.op not in ("Conv", "ConvTranspose"):
                 out.append(node)
                 continue
             steps = self._rewrite(graph, node, producers)
@@ -83,8 +90,15 @@ class FoldIntegerConv(Pass):
         if not qx.per_tensor:
             return "its input is quantised per axis (needs one scale)"
         n_out = y.shape[1]
-        if not qw.per_tensor and (qw.axis != 0 or qw.scale.size != n_out):
-            return "its weight scale is not per output channel (axis 0)"
+        axis = 1 if conv.op == "ConvTranspose" else 0
+        if not qw.per_tensor and (qw.axis != axis or qw.scale.size != n_out):
+            return f"its weight scale is not per output channel (axis {axis})"
+        qw_name = qw.node.inputs[0]
+        if conv.op == "ConvTranspose":
+            why = self._transpose(graph, conv, qx, qw, producers)
+            if isinstance(why, str):
+                return why
+            (qw_name,) = why
         bias = self._bias(graph, conv, producers, n_out)
         if isinstance(bias, str):
             return bias
@@ -94,7 +108,7 @@ class FoldIntegerConv(Pass):
             return graph.add_constant(None, np.ascontiguousarray(data), hint).name
 
         zw = np.broadcast_to(qw.zp.reshape(-1), per or (1,)).reshape(per).astype(qw.dtype)
-        ins = [qx.node.inputs[0], qw.node.inputs[0],
+        ins = [qx.node.inputs[0], qw_name,
                c(qx.zp.reshape(()).astype(qx.dtype), "qconv_zx"), c(zw, "qconv_zw")]  # fmt: skip
         nodes: list[Node] = []
 
@@ -107,7 +121,7 @@ class FoldIntegerConv(Pass):
 
         acc = graph.fresh(f"{conv.name}_acc")
         graph.values.pop(conv.outputs[0])
-        graph.add_node("ConvInteger", ins, [(y.shape, np.int32)], dict(conv.attrs),
+        graph.add_node(f"{conv.op}Integer", ins, [(y.shape, np.int32)], dict(conv.attrs),
                        name=conv.name, outputs=[acc])  # fmt: skip
         nodes.append(graph.nodes.pop())
         scale = (np.float32(qx.scale.reshape(-1)[0]) * qw.scale.astype(F32).reshape(-1)).astype(F32)
@@ -117,6 +131,29 @@ class FoldIntegerConv(Pass):
         if bias is not None:
             step("Add", [v, c(bias.reshape(n_out, 1, 1), "qconv_bias")], F32, {}, True)
         return nodes
+
+    def _transpose(
+        self, graph: Graph, conv: Node, qx: QParams, qw: QParams, producers: dict[str, Node]
+    ) -> str | tuple[str]:
+        """Why the ConvTranspose stays float, or its quantised weights' name (a constant:
+        onnxruntime's quantiser leaves ConvTranspose weights as QuantizeLinear of the float
+        weights, which this evaluates with the reference kernel, as constant folding would)."""
+        xs, ws = (graph.values[v].shape for v in conv.inputs[:2])
+        if not blockwise(conv.attrs, xs, ws):
+            return "a ConvTranspose whose stride is not its kernel (blocks overlap)"
+        name = qw.node.inputs[0]
+        qdata = graph.const(name)
+        q = producers.get(name)
+        if qdata is None and q is not None and q.op == "QuantizeLinear":
+            args = [graph.const(i) if i else None for i in q.inputs]
+            if all(a is not None for i, a in zip(q.inputs, args, strict=True) if i):
+                (qdata,) = run_node(q.op, args, q.attrs)
+                name = graph.add_constant(None, qdata, "qconvt_w").name
+        if qdata is None:
+            return "its quantised weights are not a constant"
+        if exact_bound(qdata, qw.zp.reshape(-1)) >= EXACT:
+            return "its integer sums could reach 2^24 (float32 would round them)"
+        return (name,)
 
     def _bias(
         self, graph: Graph, conv: Node, producers: dict[str, Node], n_out: int

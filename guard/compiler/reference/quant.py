@@ -15,7 +15,7 @@ import numpy as np
 
 from guard.compiler.ir.core import dtype_from_name, is_float, value_range
 from guard.compiler.reference.base import Attrs, Xs, arg
-from guard.compiler.reference.nn import conv
+from guard.compiler.reference.nn import conv, conv_transpose
 
 
 def _qshape(scale: np.ndarray, x: np.ndarray, axis: int, block: int = 0) -> np.ndarray:
@@ -135,6 +135,19 @@ def conv_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
     return [_conv_acc(x, zx, w, zw, a).astype(np.int32)]
 
 
+def conv_transpose_integer(xs: Xs, a: Attrs) -> list[np.ndarray]:
+    """The exact integer ConvTranspose of ``(x - zx)`` and ``(w - zw)`` (zw per tensor or
+    per output channel: axis 1 of the weights), int32; guard's own op, made by
+    passes/fold_integer_conv.py."""
+    x, w = arg(xs), arg(xs, 1)
+    zx = np.zeros(()) if len(xs) < 3 or xs[2] is None else xs[2].astype(np.float64)
+    zw = np.zeros(()) if len(xs) < 4 or xs[3] is None else xs[3].astype(np.float64)
+    if zw.size > 1:
+        zw = zw.reshape((1, -1) + (1,) * (w.ndim - 2))
+    (acc,) = conv_transpose([x.astype(np.float64) - zx, w.astype(np.float64) - zw], a)
+    return [np.rint(acc).astype(np.int64).astype(np.int32)]
+
+
 def qlinear_conv(xs: Xs, a: Attrs) -> list[np.ndarray]:
     x, sx, zx, w, sw, zw, sy, zy = xs[:8]
     b = xs[8] if len(xs) > 8 else None
@@ -170,5 +183,6 @@ KERNELS = {
     "QuantizeLinear": quantize, "DequantizeLinear": dequantize,
     "MatMulInteger": matmul_integer, "QLinearMatMul": qlinear_matmul,
     "ConvInteger": conv_integer, "QLinearConv": qlinear_conv,
+    "ConvTransposeInteger": conv_transpose_integer,
     "DynamicQuantizeLinear": dynamic_quantize,
 }  # fmt: skip

@@ -12,6 +12,9 @@ over input channels does one broadcast input load and ``KB`` weight-vector FMAs 
 The row conditions are evaluated once per output row, the column ones once per pixel,
 each tap's channel loop runs only under its condition. The bias (input 2) starts the
 accumulators; the vectors are stored lane by lane into NCHW.
+
+A ConvTranspose whose stride equals its kernel (and ``ConvTransposeInteger``, its int8
+form) runs transpose_blocks.py's kernel instead: vectors along pixels, whole-vector stores.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from guard.compiler.codegen.base import Emitter, Kernel, float32_only
+from guard.compiler.codegen.conv.transpose_blocks import emit_blocks, pack_blocks
 from guard.compiler.codegen.irutil import (
     add,
     const,
@@ -40,6 +44,8 @@ from guard.compiler.codegen.irutil import (
     vec,
 )
 from guard.compiler.graph.view import GraphView, OpNode
+from guard.compiler.ir.conv_transpose import EXACT, blockwise, exact_bound
+from guard.compiler.ir.isa_table import active_table
 
 MAX_VECTORS = 4  # accumulators of output channels per pass (registers: 4 of 16 or 32)
 
@@ -122,9 +128,11 @@ def _tap(
 
 
 class ConvTranspose(Emitter):
-    ops = frozenset({"ConvTranspose"})
+    ops = frozenset({"ConvTranspose", "ConvTransposeInteger"})
 
     def decline(self, node: OpNode, g: GraphView) -> str | None:
+        if node.op == "ConvTransposeInteger":
+            return self._decline_integer(node, g)
         why = float32_only(node, g)
         if why:
             return why
@@ -135,6 +143,31 @@ class ConvTranspose(Emitter):
             return "no emitter for ConvTranspose with run-time weights"
         return None
 
+    def _decline_integer(self, node: OpNode, g: GraphView) -> str | None:
+        x, w = (g.tensors[v] for v in node.args[:2])
+        if x.dtype not in ("uint8", "int8") or w.dtype not in ("uint8", "int8"):
+            return f"no emitter for ConvTransposeInteger on {x.dtype} x {w.dtype}"
+        if not all(a and g.tensors[a].kind == "const" for a in node.args[1:4]):
+            return "no emitter for ConvTransposeInteger with run-time weights or zero points"
+        if not blockwise(node.attrs, x.shape, w.shape):
+            return "no emitter for ConvTransposeInteger whose stride is not its kernel"
+        return None
+
+    def plan_constants(
+        self, op: str, attrs: Mapping[str, Any], values: Mapping[int, np.ndarray],
+        inputs: Sequence[Any], outputs: Sequence[Any], width: int, target: Any = None,
+    ) -> tuple[dict[int, np.ndarray], dict[str, Any]] | None:  # fmt: skip
+        """ConvTransposeInteger: the weights less their zero point as floats, and the
+        input's zero point as a fact (transpose_blocks.py); None for the float op."""
+        if op != "ConvTransposeInteger" or 1 not in values:
+            return None
+        w = values[1]
+        zx = int(np.asarray(values[2]).reshape(-1)[0])
+        zw = np.asarray(values[3]).astype(np.int64).reshape(-1)
+        if exact_bound(w, zw) >= EXACT:  # fold_integer_conv never makes one
+            raise ValueError(f"ConvTransposeInteger sums can reach 2^24: {w.shape} weights")
+        return {1: pack_blocks(w, zw)}, {"zx": zx}
+
     def pack(
         self, op: str, attrs: Mapping[str, Any], index: int, value: np.ndarray,
         shapes: Sequence[tuple[int, ...] | None], vector_width: int,
@@ -142,6 +175,8 @@ class ConvTranspose(Emitter):
         if index != 1 or shapes[0] is None:
             return None
         x = shapes[0]
+        if blockwise(attrs, x, value.shape):
+            return pack_blocks(value)
         y = [0] * len(x)  # the output's sizes play no part in packing
         return TransposeGeometry.of(attrs, x, value.shape, y).pack(value, vector_width)
 
@@ -152,6 +187,10 @@ class ConvTranspose(Emitter):
         assert xo is not None and wo is not None
         geo = TransposeGeometry.of(k.attrs, xo.shape, wo.shape, k.outputs[0].shape)
         L = k.vector_width
+        if blockwise(k.attrs, xo.shape, wo.shape):
+            regs = active_table(L).registers
+            emit_blocks(b, ins, outs, geo, k.attrs, L, regs, xo.dtype)
+            return
         x, w, y = ins[0], ins[1], outs[0]
         bias = ins[2] if len(ins) > 2 else None
         kgp = geo.padded_kg(L)
