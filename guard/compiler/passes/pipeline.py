@@ -30,6 +30,7 @@ from guard.compiler.passes.fold_qdq import FoldQdq
 from guard.compiler.passes.fuse_elementwise import FuseElementwise
 from guard.compiler.passes.fuse_horizontal import FuseHorizontal
 from guard.compiler.passes.lower_qdq import LowerQdq
+from guard.compiler.passes.merge_elementwise import MergeElementwise
 from guard.compiler.passes.recompose_gelu import RecomposeGelu
 from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
 from guard.compiler.passes.simplify_algebra import SimplifyAlgebra
@@ -127,6 +128,10 @@ PIPELINES: dict[str, Any] = {
             "neighbours; after the cleanups, whose x/c -> x*(1/c) would change the rounding",
         ),
         (FuseElementwise(), "epilogues and elementwise chains never write intermediates"),
+        (
+            MergeElementwise(),
+            "a chain read only by another chain joins it (QDQ HardSwish: u8 -> u8, one kernel)",
+        ),
         (ConvRows(), "a convolution over a column runs as one over a row (tiles along W)"),
         (
             AssignLayout(candidates=table.layouts),
