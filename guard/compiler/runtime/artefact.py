@@ -89,7 +89,7 @@ def save_artefact(
     target: str = "host",
     profile: str | Path | None = None,
     budget: MemoryBudget | None = None,
-) -> dict[str, Any]:  # an ArtefactManifest; guard.backends.bundled reads codegen by key name
+) -> dict[str, Any]:  # an ArtefactManifest (guard.backends.bundled indexes its codegen)
     """Write the artefact for a CompiledPlan (or an IR graph, planned here); the manifest.
 
     ``budget`` (guard.compiler.fit.ladder.Ladder.to_dict) is kept whole in the manifest's
@@ -223,7 +223,7 @@ class LoadedArtefact:
     path: Path
     manifest: ArtefactManifest
     graph: Any
-    partitions: dict[str, Any]  # a PartitionsFile; guard.backends.bundled reads it as JSON
+    partitions: PartitionsFile
     memory: MemoryPlan
     weights_blob: np.ndarray
     weights_layout: WeightsLayout
