@@ -34,12 +34,13 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from guard.compiler.tuning import schedule_json
-from guard.compiler.tuning.keys import OPS, TaskKey
+from guard.compiler.tuning.keys import OPS, TaskKey, TaskKeyJson
 from guard.core.errors import SchemaError
 from guard.core.fsutil import BoundedReadError, atomic_write_text, read_bounded
+from guard.core.json_types import Json, JsonObject
 from guard.core.schema import Schema
 
 SCHEMA_VERSION = 1
@@ -73,13 +74,17 @@ class Entry:
     time_s: float
     default_schedule: Any
     default_time_s: float
-    extra: Mapping[str, Any] = field(default_factory=dict)  # measured, tuned_at
+    # measured and tuned_at (guard.compiler.tuning.tune), and any key this guard does not
+    # know, kept as read
+    extra: Mapping[str, Json] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
         return self.default_time_s / self.time_s if self.time_s > 0 else 1.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
+        """The entry as the cache holds it: the key's fields, both schedules and times, and
+        the extra keys as they came."""
         return {
             "key": self.key.text,
             **self.key.to_dict(),
@@ -91,7 +96,17 @@ class Entry:
         }
 
 
-def entries_sha256(entries: list[dict[str, Any]]) -> str:
+class CacheDocument(TypedDict):
+    """The cache file (see the module docstring)."""
+
+    schema_version: int
+    kind: str
+    entries_sha256: str
+    entries: list[JsonObject]  # Entry.to_dict, sorted by key
+
+
+def entries_sha256(entries: list[Json]) -> str:
+    """Of ``entries`` as written or as read (before they are validated)."""
     text = json.dumps(entries, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -111,7 +126,7 @@ class TuningCache:
     def keys(self) -> list[TaskKey]:
         return [e.key for e in self.entries.values()]
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> CacheDocument:
         rows = [self.entries[k].to_dict() for k in sorted(self.entries)]
         return {
             "schema_version": SCHEMA_VERSION,
@@ -152,7 +167,7 @@ def _entry(raw: Any, i: int, path: Path) -> Entry:
             and not isinstance(pair[1], bool)
         ):
             raise bad(f"shape entry {pair!r} is not a [dim name, value] pair")
-    key = TaskKey.from_dict(raw)
+    key = TaskKey.from_dict(cast(TaskKeyJson, raw))  # its fields validated above
     if key.text != raw["key"]:
         raise bad(f"key does not match its fields (the fields say {key.text!r})")
     try:

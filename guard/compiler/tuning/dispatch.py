@@ -18,18 +18,38 @@ import contextvars
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from guard.compiler.codegen.conv.schedule import ConvSchedule, Geometry, default_conv_schedule
 from guard.compiler.codegen.gemm.schedule import default_gemm_schedule
 from guard.compiler.tuning.cache import Entry, TuningCache
 from guard.compiler.tuning.keys import TaskKey, differences, nearest
+from guard.compiler.tuning.schedule_json import Schedule
 
 MAX_MISSED_RECORDED = 50
 
 _ACTIVE: contextvars.ContextVar[Dispatch | None] = contextvars.ContextVar(
     "guard_tuning_dispatch", default=None
 )
+
+
+class MissedKey(TypedDict):
+    """A missed task in the summary: its key, the cache's nearest key and how it differs."""
+
+    key: str
+    nearest: str | None
+    differs: str
+
+
+class DispatchSummary(TypedDict):
+    """:meth:`Dispatch.summary`, the manifest's tuning_cache observations."""
+
+    entries: int | None  # None: no cache
+    hits: int
+    misses: int
+    tasks: int
+    missed: list[MissedKey]  # at most MAX_MISSED_RECORDED
+    kernel_speedup: NotRequired[float]  # only when a task hit
 
 
 @dataclass
@@ -39,7 +59,7 @@ class Lookup:
     nearest: TaskKey | None = None
     differs: tuple[str, ...] = ()
 
-    def missed_record(self) -> dict[str, Any]:
+    def missed_record(self) -> MissedKey:
         return {
             "key": self.key.text,
             "nearest": self.nearest.text if self.nearest else None,
@@ -56,7 +76,7 @@ class Dispatch:
         cache: TuningCache | None,
         target: str,
         compiler: str,
-        forced: Mapping[str, Any] | None = None,
+        forced: Mapping[str, Schedule] | None = None,
     ) -> None:
         self.cache = cache
         self.target = target
@@ -92,10 +112,10 @@ class Dispatch:
     def misses(self) -> int:
         return sum(1 for x in self.looked.values() if not x.hit)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> DispatchSummary:
         """The manifest's tuning_cache observations: entries, hits, misses, missed keys."""
         missed = [x.missed_record() for x in self.looked.values() if not x.hit]
-        out: dict[str, Any] = {
+        out: DispatchSummary = {
             "entries": len(self.cache) if self.cache is not None else None,
             "hits": self.hits,
             "misses": self.misses,

@@ -13,13 +13,22 @@ once. A bump is a total miss, loudly, and the nightly job re-tunes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from guard.manifest.target_string import TargetError, target_changes
 
 OPS = ("gemm", "conv")
+
+
+class TaskKeyJson(TypedDict):
+    """A key's fields in a cache entry (``shape`` as [dim name, value] pairs)."""
+
+    op: str
+    shape: list[list[str | int]]
+    dtype: str
+    target: str
+    compiler: str
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class TaskKey:
         dims = ",".join(f"{k}={v}" for k, v in self.shape)
         return f"{self.op} {self.dtype} [{dims}]"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TaskKeyJson:
         return {
             "op": self.op,
             "shape": [[k, v] for k, v in self.shape],  # pairs: signature order survives sort_keys
@@ -50,7 +59,7 @@ class TaskKey:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TaskKey:
+    def from_dict(cls, d: TaskKeyJson) -> TaskKey:
         return cls(
             str(d["op"]),
             tuple((str(k), v) for k, v in d["shape"]),

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, fields
-from typing import Any
 
 from guard.compiler.codegen.conv.schedule import ConvSchedule
 from guard.compiler.codegen.gemm.schedule import GemmSchedule
 from guard.compiler.codegen.llvm_target import CodegenTarget
+from guard.core.json_types import Json
 from guard.manifest.target_string import parse_target
+
+Schedule = GemmSchedule | ConvSchedule
+ScheduleJson = dict[str, int | bool | str]  # a schedule's fields (all int, bool or str)
 
 
 def schedule_class(op: str) -> type:
@@ -36,12 +39,13 @@ def vector_width_of(target: str) -> int:
     return CodegenTarget(t.mtriple, t.mcpu or "generic", tuple(sorted(t.mattr))).vector_width
 
 
-def to_dict(schedule: Any) -> dict[str, Any]:
+def to_dict(schedule: Schedule) -> ScheduleJson:
     return asdict(schedule)
 
 
-def from_dict(op: str, d: Mapping[str, Any], target: str) -> Any:
-    """The schedule object for ``d``, or ValueError saying which field is wrong."""
+def from_dict(op: str, d: Json, target: str) -> Schedule:
+    """The schedule object for ``d`` (a cache entry's schedule as parsed), or ValueError
+    saying which field is wrong."""
     cls = schedule_class(op)
     names = {f.name: f for f in fields(cls)}
     if not isinstance(d, Mapping):
