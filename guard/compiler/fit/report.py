@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from guard.compiler import import_onnx, optimize, verify
 from guard.compiler.codegen.llvm_target import codegen_target
@@ -14,7 +14,7 @@ from guard.core.budget_bytes import fmt_bytes
 
 def fit_model(
     model_path: str | Path,
-    input_shapes: dict[str, Any] | None,
+    input_shapes: Mapping[str, Sequence[int]] | None,
     budget_bytes: int,
     *,
     latency: bool = True,

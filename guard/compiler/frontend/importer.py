@@ -12,8 +12,8 @@ Initializers become Constants, also when an IR-3 model lists them as inputs.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -84,7 +84,7 @@ def _warn_per_axis_before_13(proto: onnx.ModelProto, opset: int, source: str) ->
 
 
 def import_onnx(
-    model: str | Path | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
+    model: str | Path | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> Graph:
     """Import an ONNX model (path or ModelProto) into the typed IR with every dim bound.
 
@@ -94,7 +94,9 @@ def import_onnx(
 
 
 def _import_specialising(
-    model: str | Path | onnx.ModelProto, input_shapes: Any, depth: int
+    model: str | Path | onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None,
+    depth: int,
 ) -> Graph:
     try:
         return _import(model, input_shapes)
@@ -110,7 +112,7 @@ def _import_specialising(
 
 
 def _import(
-    model: str | Path | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
+    model: str | Path | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> Graph:
     if isinstance(model, onnx.ModelProto):
         source = model.graph.name or "<model>"

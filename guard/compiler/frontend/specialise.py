@@ -29,8 +29,8 @@ Hazards, each checked:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, TypedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypedDict
 
 import onnx
 from onnx import helper
@@ -43,7 +43,7 @@ from guard.core.errors import ModelError
 MAX_DEPTH = 3  # at most 2**3 = 8 specialisations of one model
 BRANCHES = (("then_branch", True), ("else_branch", False))
 
-ImportFn = Callable[[onnx.ModelProto, Mapping[str, Any], int], Graph]
+ImportFn = Callable[[onnx.ModelProto, Mapping[str, Sequence[int]], int], Graph]
 
 
 class Specialised(TypedDict):
@@ -67,7 +67,7 @@ def top_level_if(proto: onnx.ModelProto, err: SpecialisableIf) -> onnx.NodeProto
 
 def specialise(
     proto: onnx.ModelProto,
-    shapes: Mapping[str, Any],
+    shapes: Mapping[str, Sequence[int]],
     err: SpecialisableIf,
     node: onnx.NodeProto,
     import_fn: ImportFn,

@@ -7,7 +7,7 @@ runtime, the code generator) only reads the result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -121,7 +121,7 @@ def control_flow_report(
 
 def compile_model(
     model_path: str | Path,
-    input_shapes: Mapping[str, Any] | None,
+    input_shapes: Mapping[str, Sequence[int]] | None,
     *,
     pipeline: str = "O2",
     profile: str | Path | PartitionTarget | None = None,
@@ -134,7 +134,7 @@ def compile_model(
 
 def partition_report(
     model_path: str | Path,
-    input_shapes: dict[str, Any] | None,
+    input_shapes: Mapping[str, Sequence[int]] | None,
     profile: str | Path | None = None,
     *,
     pipeline: str = "O2",

@@ -38,7 +38,7 @@ import ctypes
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -111,7 +111,7 @@ class Measured:
 
 
 def extract_tasks(
-    model_path: Any, input_shapes: dict[str, Any], target: str, compiler: str,
+    model_path: Any, input_shapes: Mapping[str, Sequence[int]], target: str, compiler: str,
     pipeline: str = "O2", profile: Any = None, whole: bool = False,
 ) -> list[Task]:  # fmt: skip
     """The GEMM and convolution tasks of one model for one canonical target (``whole``:
