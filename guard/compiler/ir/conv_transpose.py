@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
+
+from guard.compiler.ir.core import AttrValue
 
 EXACT = 1 << 24  # float32 holds every integer below this exactly
 
 
-def blockwise(attrs: Mapping[str, Any], x: Sequence[int], w: Sequence[int]) -> bool:
+def blockwise(attrs: Mapping[str, AttrValue], x: Sequence[int], w: Sequence[int]) -> bool:
     """Whether a ConvTranspose of ``x`` by ``w`` writes disjoint whole kernel blocks: group
     1, stride equal to the kernel, no dilation, no begin pads, and any output padding
     cropped again by the end pads (so the output is exactly the blocks)."""
