@@ -50,7 +50,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     }
     report.check_outputs(outputs)  # a bad output path is exit 2 before any file is read
     doc = merge_documents([Path(f) for f in args.files], allow_missing=args.allow_missing)
-    problems = report.write_reports(doc, outputs)
+    problems = report.write_reports(dict(doc), outputs)
     for line in problems:
         print(f"guard: error: {line}", file=sys.stderr)
     if not args.quiet:

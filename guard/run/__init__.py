@@ -5,4 +5,5 @@
 - build: the artefact build and its content-addressed cache
 - deliver: reports on disk, then tracking, then the console
 - shard, merge: one slice of a suite, and joining the slices
+- document: the results document as run and merge write it (TypedDicts)
 """

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from guard import report, track
 from guard.core.errors import EXIT_BAD_INPUT, GuardError
+from guard.run.document import RunDocument
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -114,7 +115,7 @@ def say(message: str, console: Console | None = None) -> None:
 
 
 def finish(
-    doc: dict[str, Any],
+    doc: RunDocument,
     code: int,
     *,
     uri: str | None,
@@ -135,7 +136,7 @@ def finish(
                 opts.console,
             )
         doc["exit_code"] = stop.exit_code or code
-        problems = report.write_reports(doc, outputs(opts))
+        problems = report.write_reports(dict(doc), outputs(opts))
         if uri is not None:
             journal: Path | None = None
             try:  # on disk before the first MLflow call: a kill while logging loses nothing
@@ -145,7 +146,7 @@ def finish(
             if tracking_problem is None and stop.signal is None:
                 with stop:  # a signal while logging: track marks the runs KILLED
                     try:
-                        receipt = track.log_journalled(doc, uri, journal)  # then removed
+                        receipt = track.log_journalled(dict(doc), uri, journal)  # then removed
                         doc["tracking"] = {
                             "uri": uri,
                             **{k: v for k, v in receipt.items() if k != "uri"},
@@ -196,7 +197,7 @@ def finish(
                 if opts.require_tracking:
                     code = max(code, EXIT_BAD_INPUT)
             doc["exit_code"] = stop.exit_code or code
-            problems = report.write_reports(doc, outputs(opts))
+            problems = report.write_reports(dict(doc), outputs(opts))
         for line in problems:
             say(f"guard: error: {line}", opts.console)
         if problems:

@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 import onnx
@@ -32,6 +32,7 @@ import onnx
 from guard.checks.evaluate import Check, verdict
 from guard.core.errors import ModelError
 from guard.core.fsutil import file_sha256
+from guard.core.json_types import JsonObject
 from guard.core.user_cache import cache_root
 from guard.manifest.written import QuantizationPins
 from guard.quantize import (
@@ -181,6 +182,22 @@ def _worst(fp32: Path, int8: Path, samples: list[dict[str, np.ndarray]]) -> list
     return _WORST[key]
 
 
+class QuantizationJson(TypedDict):
+    """An int8 result's ``quantization`` block as written (read as its Quantization record)."""
+
+    source_sha256: str | None
+    profile_sha256: str | None
+    calibration_sha256: str | None
+    method: str | None
+    sqnr_db: float
+    top1_agreement: float | None
+    samples: int
+    worst_tensors: list[JsonObject]  # WorstTensor records' JSON
+    top1_fp32: NotRequired[float]
+    top1_int8: NotRequired[float]
+    top1_drop: NotRequired[float]
+
+
 def quantization_block(
     entry: ModelEntry,
     spec: ModelSpec,
@@ -197,7 +214,7 @@ def quantization_block(
     int8_out = [[np.asarray(o) for o in session.run(f)] for f in evals]
     pins = int8_pins(spec.path)
     worst = _worst(fp32_path, spec.path, evals[:ERROR_SAMPLES])
-    block: dict[str, Any] = {
+    block: QuantizationJson = {
         "source_sha256": pins.get("source_sha256"),
         "profile_sha256": pins.get("profile_sha256"),
         "calibration_sha256": pins.get("calibration_sha256"),

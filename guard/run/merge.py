@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from guard.core.errors import UsageError
+from guard.core.json_types import JsonObject
 from guard.core.schema import RESULTS_SCHEMA_VERSION
 from guard.results.documents import ResultsDocument, Shard
 from guard.results.load import read_results, validate_shard_block
 from guard.results.result import Case, Result
+from guard.run.document import MergedDocument
 
 Docs = Sequence[tuple[Path, ResultsDocument]]
 
@@ -47,7 +48,7 @@ def _sharded(doc: ResultsDocument) -> bool:
     return bool(_shard(doc).to_json())
 
 
-def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> dict[str, Any]:
+def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> MergedDocument:
     """The merged results document of ``paths`` (see the module docstring)."""
     # Lazy: guard.run.runner brings the case, golden and backend layers with it, and a merge
     # needs only the exit-code rule.
@@ -138,7 +139,7 @@ def merge_documents(paths: Sequence[Path], *, allow_missing: bool = False) -> di
     merged_results = [r for _, r in results]
 
     base = docs[0][1]
-    merged: dict[str, Any] = {
+    merged: MergedDocument = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "suite": base.suite,
         "suite_path": base.suite_path,
@@ -170,7 +171,7 @@ def _case(c: Sequence[str]) -> Case:
     return (model, backend, target)
 
 
-def _merged_git(docs: Docs) -> dict[str, Any]:
+def _merged_git(docs: Docs) -> JsonObject:
     gits = [d.git for _, d in docs if d.git.read]
     if not gits:
         return {"commit": None, "dirty": None, "branch": None}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from guard.checks.assemble import result_dict
 from guard.compare.crossarch import encode_outputs
 from guard.core import fault
 from guard.core.errors import GuardError, InternalError
+from guard.core.json_types import JsonObject
 from guard.golden import Golden, compare_outputs
 from guard.golden.accuracy import session_accuracy
 from guard.golden.numerics import compare_expected
@@ -199,13 +200,21 @@ def begin_result(
     )  # fmt: skip
 
 
-def _quantization_extra(facts: ck.Facts) -> dict[str, Any]:
+class _QuantizationExtra(TypedDict, total=False):
+    quantization: JsonObject  # the Quantization record's JSON
+
+
+class _CountedExtra(TypedDict, total=False):
+    counted: JsonObject  # the Counted record's JSON
+
+
+def _quantization_extra(facts: ck.Facts) -> _QuantizationExtra:
     """The int8 row's quantization block the checks judged, as the result writes it."""
     q = facts.quantization
     return {"quantization": q.to_json()} if q is not None and q.to_json() else {}
 
 
-def _counted_extra(facts: ck.Facts) -> dict[str, Any]:
+def _counted_extra(facts: ck.Facts) -> _CountedExtra:
     """The counted block the checks judged, as the result writes it."""
     return {"counted": facts.counted.to_json()} if facts.counted is not None else {}
 

@@ -41,6 +41,7 @@ from guard.results.result import Result
 from guard.run.case import prepare_model
 from guard.run.counted import counted_config
 from guard.run.deliver import Interruption, finish, outputs, say
+from guard.run.document import RunDocument, RunHead, ShardBlock
 from guard.run.one_result import PendingResult, begin_result, finish_result
 from guard.run.shard import parse_shard, shard_work
 from guard.run.stream import InProgress, batch_size, batches
@@ -320,7 +321,7 @@ def _finish(slot: _Slot, opts: RunOptions, noise: dict[str, dict[str, float]]) -
     slot.result.setdefault("finished", _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds"))
 
 
-def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[str, Any], int]:
+def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[RunDocument, int]:
     """Run a whole suite; returns the results document and the exit code.
 
     Raises GuardError only for problems with the suite itself (exit 2) or the output
@@ -354,7 +355,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
                     opts.console,
                 )
 
-    shard_block: dict[str, Any] | None = None
+    shard_block: ShardBlock | None = None
     if opts.shard is not None:
         work, shard_block, problem = shard_work(
             suite,
@@ -376,7 +377,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     store = golden_store(suite, opts.golden_root)
     results: list[dict[str, Any]] = []
-    head: dict[str, Any] = {
+    head: RunHead = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "suite": suite.name,
         "suite_path": str(suite.path),
@@ -398,7 +399,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[dict[st
         from guard.run.int8 import add_int8_agreement  # compares rows across targets
 
         add_int8_agreement(results, suite.models)
-    doc: dict[str, Any] = {
+    doc: RunDocument = {
         **head,
         "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "results": results,

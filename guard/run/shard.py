@@ -24,12 +24,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from guard.core.errors import GuardError, UsageError
 from guard.results.documents import Git, ResultsDocument
 from guard.results.load import read_results
 from guard.results.result import Case
+from guard.run.document import ShardBlock
 from guard.suite import ModelEntry, Suite
 from guard.track.index import case_times
 from guard.track.invocation import ensure_invocation
@@ -113,7 +113,7 @@ class Plan:
         )
         return hashlib.sha256(body.encode()).hexdigest()
 
-    def describe(self, index: int) -> dict[str, Any]:
+    def describe(self, index: int) -> ShardBlock:
         """The ``shard`` block of a shard's results document."""
         return {
             "index": index,
@@ -172,7 +172,7 @@ def shard_work(
     uri: str | None = None,
     invocation_id: str | None = None,
     git: Git | None = None,
-) -> tuple[list[tuple[ModelEntry, tuple[str, ...]]], dict[str, Any], str | None]:
+) -> tuple[list[tuple[ModelEntry, tuple[str, ...]]], ShardBlock, str | None]:
     """This shard's part of ``work`` (``(entry, backends)`` in suite order), the ``shard``
     block of its results document, and a tracking problem (None when all went well).
 

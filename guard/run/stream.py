@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from guard.core.errors import UsageError
 from guard.core.fsutil import atomic_write_text
+from guard.run.document import InProgressJson, RunHead
 
 ENV_BATCH = "GUARD_BATCH"
 DEFAULT_BATCH = 16  # results: a few minutes of building, then their rounds
@@ -69,7 +70,7 @@ def batches(
 class InProgress:
     """The results so far, written after every batch: one file, replaced atomically."""
 
-    def __init__(self, path: Path, head: dict[str, Any], total: int, default: bool) -> None:
+    def __init__(self, path: Path, head: RunHead, total: int, default: bool) -> None:
         self.path = path
         self.head = head  # the results document's fields other than results
         self.total = total
@@ -77,7 +78,7 @@ class InProgress:
 
     @classmethod
     def for_run(
-        cls, json_path: Path | None, workdir: Path, head: dict[str, Any], total: int
+        cls, json_path: Path | None, workdir: Path, head: RunHead, total: int
     ) -> InProgress:
         if json_path is not None:
             return cls(json_path, head, total, default=False)
@@ -86,7 +87,7 @@ class InProgress:
 
     def write(self, results: list[dict[str, Any]]) -> None:
         """The document so far; a file that cannot be written is the end report's to say."""
-        doc = {**self.head, "results": results,
+        doc: InProgressJson = {**self.head, "results": results,
                "in_progress": {"done": len(results), "total": self.total}}  # fmt: skip
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
