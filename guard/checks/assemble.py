@@ -12,6 +12,7 @@ from typing import Any
 
 from guard.checks import evaluate as ck
 from guard.core.errors import GuardError, UsageError
+from guard.golden.numerics import NumericsJson
 from guard.suite import ModelEntry
 
 # The contract's keys, in the order every result is written (docs/ARCHITECTURE.md).
@@ -41,7 +42,7 @@ def result_dict(
     arena_bytes: int | None = None,
     arena_lower_bound_bytes: int | None = None,
     memory: dict[str, Any] | None = None,
-    numerics: dict[str, Any] | None = None,
+    numerics: NumericsJson | None = None,
     preflight: dict[str, Any] | None = None,
     artefact: str | None = None,
     artefact_reused: bool | None = None,

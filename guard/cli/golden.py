@@ -47,7 +47,7 @@ def cmd_golden_update(args: argparse.Namespace) -> int:
         if (
             old is not None
             and golden.sha256 == old.sha256
-            and golden.meta.get("updated") == old.meta.get("updated")
+            and golden.meta.updated == old.meta.updated
         ):
             print(
                 f"{entry.name}: golden unchanged {old.sha256[:12]} (same model, inputs and "

@@ -7,12 +7,45 @@ any change visible without failing on it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import numpy as np
 
+from guard.core.json_types import Json
 from guard.golden.store import outputs_sha256
 from guard.suite.data import expected_outputs
+
+
+class ExpectedJson(TypedDict, total=False):
+    """The outputs against a test_data directory's output_K.pb (``numerics.expected``)."""
+
+    allclose: bool
+    max_abs_err: float | None
+    max_rel_err: float | None
+    error: str
+    golden_sha256: str
+
+
+class NumericsJson(TypedDict):
+    """A result's ``numerics`` block: ``compare_outputs``' summary against the golden, then
+    what the run adds (guard.run.one_result: the golden's status, the inputs' hash, the
+    second golden's comparison, the outputs themselves, the accuracy)."""
+
+    error: NotRequired[str]  # first when the output counts differ, last for a shape
+    allclose: bool
+    max_abs_err: float | None
+    max_rel_err: float | None
+    output_sha256: str
+    golden_sha256: str
+    bit_exact: bool
+    top1: float | None
+    golden_status: NotRequired[str]
+    inputs_sha256: NotRequired[str]
+    golden_stale: NotRequired[str | None]
+    expected: NotRequired[ExpectedJson]
+    golden_model_changed: NotRequired[bool]
+    outputs: NotRequired[Json]  # guard.compare.crossarch.encode_outputs' EncodedOutputs
+    accuracy: NotRequired[float | None]
 
 
 def _as_float(a: np.ndarray) -> np.ndarray:
@@ -31,7 +64,7 @@ def _classifier_logits(a: np.ndarray) -> np.ndarray | None:
 
 def compare_outputs(
     got: list[np.ndarray], want: list[np.ndarray], rtol: float, atol: float
-) -> dict[str, Any]:
+) -> NumericsJson:
     """Per-model numerics summary against the golden outputs (same order)."""
     if len(got) != len(want):
         return {
@@ -77,7 +110,7 @@ def compare_outputs(
         if g_logits is not None and w_logits is not None:
             top1 = float(np.mean(np.argmax(g_logits, axis=1) == np.argmax(w_logits, axis=1)))
     got_sha, want_sha = outputs_sha256([np.asarray(g) for g in got]), outputs_sha256(want)
-    out = {
+    out: NumericsJson = {
         "allclose": ok,
         "max_abs_err": max_abs,
         "max_rel_err": max_rel,
@@ -93,12 +126,13 @@ def compare_outputs(
 
 def compare_expected(
     got: list[Any], files: tuple[str, ...], output_names: tuple[str, ...], tol: dict[str, float]
-) -> dict[str, Any]:
+) -> ExpectedJson:
     """Outputs against a test_data directory's output_K.pb (the second golden)."""
     want = expected_outputs(files, output_names)
     full = compare_outputs([np.asarray(g) for g in got], want, **tol)
     keep = ("allclose", "max_abs_err", "max_rel_err", "error", "golden_sha256")
-    return {k: v for k, v in full.items() if k in keep}
+    # the summary's keys that ExpectedJson has, in the summary's order
+    return cast(ExpectedJson, {k: v for k, v in full.items() if k in keep})
 
 
 def top1_accuracy(logits: np.ndarray, labels: np.ndarray) -> float:

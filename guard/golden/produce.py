@@ -7,15 +7,16 @@ and ``guard golden update`` both come here; neither needs the run orchestrator.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from guard.core.errors import ModelError
 from guard.core.isolate import run_isolated
+from guard.golden.meta import InputSpecRecord, Producer
+from guard.golden.numerics import NumericsJson
 from guard.golden.store import Golden, GoldenStore, array_sha256
 from guard.suite import ModelEntry, Suite
 from guard.suite.model import ModelSpec, make_inputs
@@ -28,7 +29,7 @@ def golden_store(suite: Suite, root: Path | None = None) -> GoldenStore:
 
 def reference_outputs(
     path: Path, feeds: dict[str, np.ndarray]
-) -> tuple[list[np.ndarray], dict[str, Any]]:
+) -> tuple[list[np.ndarray], Producer]:
     """The golden producer: onnxruntime with every graph optimisation off."""
     # onnxruntime is a heavy backend: imported only when a golden is produced.
     import onnxruntime
@@ -48,7 +49,7 @@ def reference_outputs(
             hint="Check the values of the model's inputs in the suite (e.g. inputs: {sr: "
             "{shape: [], dist: const, value: 16000}}).",
         ) from None
-    producer = {
+    producer: Producer = {
         "name": "onnxruntime",
         "version": onnxruntime.__version__,
         "graph_optimization_level": "disabled",
@@ -85,7 +86,7 @@ def ensure_golden(
         # reason (the result asks for it).
         outs, _ = _reference(path, feeds, entry)
         named = dict(zip(spec.outputs, outs, strict=True))
-        meta = {**existing.meta, "stale": "; ".join(changes)}
+        meta = dataclasses.replace(existing.meta, stale="; ".join(changes))
         return Golden(entry.name, feeds, named, meta=meta), "stale"
     outs, producer = _reference(path, feeds, entry)
     named = dict(zip(spec.outputs, outs, strict=True))
@@ -104,7 +105,7 @@ def ensure_golden(
 
 def _reference(
     path: Path, feeds: dict[str, np.ndarray], entry: ModelEntry
-) -> tuple[list[np.ndarray], dict[str, Any]]:
+) -> tuple[list[np.ndarray], Producer]:
     # onnxruntime's session creation on the user's model is native code that a malformed
     # model can crash: in a child, so a crash is this model's error, not the run's end.
     return run_isolated(
@@ -117,11 +118,11 @@ def _reference(
     )
 
 
-def input_specs(entry: ModelEntry) -> dict[str, dict[str, Any]]:
+def input_specs(entry: ModelEntry) -> dict[str, InputSpecRecord]:
     """The suite's input specs as the golden records them (what its inputs were made from)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, InputSpecRecord] = {}
     for name, s in sorted(entry.inputs.items()):
-        d: dict[str, Any] = {"shape": None if s.shape is None else list(s.shape)}
+        d: InputSpecRecord = {"shape": None if s.shape is None else list(s.shape)}
         if s.file:
             d.update(file=s.file, key=s.key)
         else:
@@ -131,12 +132,12 @@ def input_specs(entry: ModelEntry) -> dict[str, dict[str, Any]]:
 
 
 def input_changes(
-    golden: Golden, feeds: dict[str, np.ndarray], specs: dict[str, dict[str, Any]]
+    golden: Golden, feeds: dict[str, np.ndarray], specs: dict[str, InputSpecRecord]
 ) -> list[str]:
     """What differs between the golden's inputs and the ones the suite makes now, one item
     per input: the spec keys that changed (``x.seed 0 -> 1``) when the golden recorded its
     specs, else what the data show (shape, or the values)."""
-    before = golden.meta.get("input_specs")
+    before = golden.meta.input_specs
     out = []
     for name, arr in feeds.items():
         old = golden.inputs.get(name)
@@ -159,7 +160,7 @@ def input_changes(
     return out
 
 
-def stale_warning(entry: ModelEntry, numerics: Mapping[str, Any]) -> list[str]:
+def stale_warning(entry: ModelEntry, numerics: NumericsJson) -> list[str]:
     """The line asking for ``guard golden update`` when the suite's inputs changed."""
     why = numerics.get("golden_stale")
     if not why:

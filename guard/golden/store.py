@@ -38,7 +38,9 @@ from guard.core.fsutil import (
     read_bounded,
     read_bounded_text,
 )
+from guard.core.json_types import JsonObject
 from guard.core.schema import Schema
+from guard.golden.meta import GoldenJson, GoldenMeta, HistoryEntry, InputSpecRecord, Producer
 
 SCHEMA_VERSION = 1
 _RESTORE = (
@@ -82,7 +84,7 @@ class Golden:
     model: str
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]  # name -> array, in graph-output order
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: GoldenMeta = field(default_factory=GoldenMeta)
 
     @property
     def output_list(self) -> list[np.ndarray]:
@@ -179,7 +181,9 @@ class GoldenStore:
         except GoldenCorruptError as exc:
             return None, str(exc)
 
-    def _arrays(self, model: str, d: Path, meta: dict[str, Any], max_bytes: int) -> Golden:
+    def _arrays(self, model: str, d: Path, meta: JsonObject, max_bytes: int) -> Golden:
+        """The golden's arrays, each checked against the sha256 golden.json records (``meta``,
+        golden.json as loaded: a key it lacks or a value of another type is corruption)."""
         arrays = {}
         for part in ("inputs", "outputs"):
             p = d / f"{part}.npz"
@@ -217,7 +221,12 @@ class GoldenStore:
                     )
                 named[name] = a
             arrays[part] = named
-        return Golden(model=model, inputs=arrays["inputs"], outputs=arrays["outputs"], meta=meta)
+        return Golden(
+            model=model,
+            inputs=arrays["inputs"],
+            outputs=arrays["outputs"],
+            meta=GoldenMeta.from_json(meta),
+        )
 
     def save(
         self,
@@ -225,11 +234,11 @@ class GoldenStore:
         inputs: dict[str, np.ndarray],
         outputs: dict[str, np.ndarray],
         *,
-        producer: dict[str, Any],
+        producer: Producer,
         model_sha256: str,
         reason: str | None,
         previous: Golden | None = None,
-        input_specs: dict[str, Any] | None = None,
+        input_specs: dict[str, InputSpecRecord] | None = None,
     ) -> Golden:
         d = self._dir(model)
         try:
@@ -260,39 +269,39 @@ class GoldenStore:
         inputs: dict[str, np.ndarray],
         outputs: dict[str, np.ndarray],
         *,
-        producer: dict[str, Any],
+        producer: Producer,
         model_sha256: str,
         reason: str | None,
         previous: Golden | None,
-        input_specs: dict[str, Any] | None = None,
+        input_specs: dict[str, InputSpecRecord] | None = None,
     ) -> Golden:
         new = Golden(model=model, inputs=inputs, outputs=outputs)
         if (
             previous is not None
             and _same_content(previous, new, model_sha256)
-            and (input_specs is None or previous.meta.get("input_specs") == input_specs)
+            and (input_specs is None or previous.meta.input_specs == input_specs)
         ):
             # An update that changes nothing writes nothing and adds no history entry.
             return previous
         d.mkdir(parents=True, exist_ok=True)
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        history = list(previous.meta.get("history", [])) if previous else []
-        history.append(
-            {
-                "who": _who(),
-                "when": now,
-                "why": reason or "created on first run",
-                "old_sha256": previous.sha256 if previous else None,
-                "new_sha256": new.sha256,
-                "producer": producer,
-            }
-        )
-        meta = {
+        history = list(previous.meta.history) if previous else []
+        entry: HistoryEntry = {
+            "who": _who(),
+            "when": now,
+            "why": reason or "created on first run",
+            "old_sha256": previous.sha256 if previous else None,
+            "new_sha256": new.sha256,
+            "producer": producer,
+        }
+        history.append(entry)
+        created = previous.meta.created if previous is not None else None
+        meta: GoldenJson = {
             "schema_version": SCHEMA_VERSION,
             "model": model,
             "model_sha256": model_sha256,
             "producer": producer,
-            "created": previous.meta.get("created", now) if previous else now,
+            "created": created if created is not None else now,
             "updated": now,
             "outputs_sha256": new.sha256,
             "order": {"inputs": list(inputs), "outputs": list(outputs)},
@@ -308,7 +317,7 @@ class GoldenStore:
         }
         if input_specs is not None:  # what the inputs were made from: a spec change is named
             meta["input_specs"] = input_specs
-        new.meta = meta
+        new.meta = GoldenMeta.from_json(meta)
         atomic_write_bytes(d / "inputs.npz", _npz_bytes(inputs))
         atomic_write_bytes(d / "outputs.npz", _npz_bytes(outputs))
         atomic_write_bytes(
@@ -333,7 +342,7 @@ def _check_sizes(z: Any, p: Path, max_bytes: int) -> None:
 
 def _same_content(previous: Golden, new: Golden, model_sha256: str) -> bool:
     """Same model, same inputs and the same outputs, array for array (names, order, bytes)."""
-    if previous.meta.get("model_sha256") != model_sha256 or previous.sha256 != new.sha256:
+    if previous.meta.model_sha256 != model_sha256 or previous.sha256 != new.sha256:
         return False
     for part in ("inputs", "outputs"):
         old, cur = getattr(previous, part), getattr(new, part)

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import onnx
@@ -30,20 +30,38 @@ import yaml
 
 from guard.core.errors import UsageError
 from guard.core.fsutil import file_sha256
+from guard.core.json_types import JsonObject
+from guard.golden.meta import Producer
 from guard.golden.store import GoldenStore
+from guard.reduce.summary import ReduceSummary, SuiteChecks
 from guard.suite import ModelEntry
 
 SCHEMA_VERSION = 1
+
+
+class SuiteEntryYaml(TypedDict):
+    """The reproducer suite's one model, as suite.yaml (and base.yaml) write it."""
+
+    name: str
+    source: str
+    inputs: dict[str, dict[str, str]]  # each {file: inputs.npz, key: NAME}
+    backends: list[str]
+    target: str
+    threads: int
+    measure: JsonObject
+    checks: SuiteChecks
+    options: NotRequired[dict[str, JsonObject]]
+    profile: NotRequired[str | None]
 
 
 def _entry_yaml(
     entry: ModelEntry,
     feeds: Mapping[str, np.ndarray],
     out: Path,
-    checks: dict[str, Any],
+    checks: SuiteChecks,
     backend: str,
-) -> dict[str, Any]:
-    e: dict[str, Any] = {
+) -> SuiteEntryYaml:
+    e: SuiteEntryYaml = {
         "name": entry.name,
         "source": "model.onnx",
         # The recorded values, as the golden holds them: the suite's inputs are the
@@ -74,7 +92,7 @@ def _entry_yaml(
     return e
 
 
-def suite_yaml(name: str, entry: dict[str, Any]) -> str:
+def suite_yaml(name: str, entry: SuiteEntryYaml) -> str:
     doc = {
         "schema_version": 1,
         "suite": name,
@@ -90,11 +108,11 @@ def write_bundle(
     model: onnx.ModelProto,
     feeds: Mapping[str, np.ndarray],
     expected: list[np.ndarray],
-    producer: dict[str, Any],
+    producer: Producer,
     entry: ModelEntry,
     base_entry: ModelEntry | None,
     backend: str,
-    summary: dict[str, Any],
+    summary: ReduceSummary,
     readme: str,
     base_backend: str | None = None,
 ) -> Path:
@@ -115,7 +133,7 @@ def write_bundle(
         arrays = {k: np.asarray(v) for k, v in feeds.items()}
         np.savez(tmp / "inputs.npz", allow_pickle=False, **arrays)
         suite_name = f"reduce-{entry.name}"
-        checks = dict(summary.get("suite_checks") or {})
+        checks = summary["suite_checks"].copy()
         e = _entry_yaml(entry, feeds, tmp, checks, backend)
         (tmp / "suite.yaml").write_text(suite_yaml(suite_name, e))
         if base_entry is not None:

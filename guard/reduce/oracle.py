@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from guard.backends import get_backend
 from guard.backends.base import Backend, Session
 from guard.checks.evaluate import tolerance_bounds
 from guard.core.errors import GuardError
+from guard.core.json_types import Json, JsonObject
 from guard.experiment.ab import run_ab
 from guard.golden import compare_outputs
 from guard.golden.produce import reference_outputs
@@ -32,10 +33,39 @@ from guard.suite import InputSpec, ModelEntry
 from guard.suite.model import bind, load_model
 
 
+class Culprit(TypedDict):
+    """A split node declined as on the full model, as its split record says."""
+
+    node: Json
+    op: Json
+    declined: Json
+
+
+class ObservationDetail(TypedDict, total=False):
+    """What an oracle saw of a cut: the errors against the reference and the tolerance
+    (accuracy), the partitions and the nodes split at (partitions), or the interleaved
+    head/base comparison (latency)."""
+
+    max_abs_err: float | None
+    max_rel_err: float | None
+    rtol: float
+    atol: float
+    partitions: int
+    max: int
+    fallback_nodes: int
+    culprits: list[Culprit]
+    ratio: float
+    ci: list[float]
+    verdict: str
+    threshold_pct: float
+    n: int
+    contention: float | None
+
+
 @dataclass
 class Observation:
     fails: bool  # the problem is still there
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: ObservationDetail = field(default_factory=lambda: ObservationDetail())
     error: str | None = None  # the cut could not be built or run
 
 
@@ -105,12 +135,14 @@ class AccuracyOracle:
             {
                 "max_abs_err": num.get("max_abs_err"),
                 "max_rel_err": num.get("max_rel_err"),
-                **self.tol,
+                "rtol": self.tol["rtol"],
+                "atol": self.tol["atol"],
             },
         )
 
 
-def _splits(art: Path) -> list[dict[str, Any]] | None:
+def _splits(art: Path) -> list[JsonObject] | None:
+    """The split records of the artefact's partitions.json, as loaded."""
     p = art / "partitions.json"
     if not p.is_file():
         return None
@@ -120,7 +152,7 @@ def _splits(art: Path) -> list[dict[str, Any]] | None:
         return None
 
 
-def _signature(s: Mapping[str, Any]) -> tuple[str, str]:
+def _signature(s: JsonObject) -> tuple[str, str]:
     return (str(s.get("op")), "; ".join(sorted(str(v) for v in (s.get("declined") or {}).values())))
 
 

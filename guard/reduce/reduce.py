@@ -29,6 +29,7 @@ from guard.backends import REGISTRY
 from guard.backends.base import Backend
 from guard.core.errors import EXIT_CHECK_FAILED, GuardError, UsageError
 from guard.core.fsutil import atomic_write_text
+from guard.golden.meta import Producer
 from guard.golden.produce import golden_store, reference_outputs
 from guard.reduce.bundle import write_bundle
 from guard.reduce.ddmin import ddmin
@@ -40,7 +41,7 @@ from guard.reduce.oracle import (
     PartitionsOracle,
 )
 from guard.reduce.subgraph import CutError, ModelGraph, cut, record_intermediates
-from guard.reduce.summary import describe, readme, summary
+from guard.reduce.summary import ReduceSummary, describe, readme, summary
 from guard.run.case import prepare_model
 from guard.suite import ModelEntry, Suite, load_suite
 from guard.suite.model import make_inputs
@@ -163,7 +164,7 @@ def reduce_model(
     base_backend: Backend | None = None,
     clock: Any = None,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> ReduceSummary:
     """Reduce, write the bundle, return the summary (``bundle`` names the directory).
 
     ``backend``/``base_backend`` replace the registry's backend objects (tests inject a
@@ -279,11 +280,11 @@ def _bundle(
     out: Path,
     final: Any,
     expected: list[np.ndarray],
-    producer: dict[str, Any],
+    producer: Producer,
     entry: ModelEntry,
     base_entry: ModelEntry | None,
     bname: str,
-    summary: dict[str, Any],
+    summary: ReduceSummary,
     readme: str,
     base_bname: str,
 ) -> Path:

@@ -4,18 +4,68 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import onnx
 
 from guard.checks.evaluate import tolerance_bounds
-from guard.reduce.oracle import Observation
+from guard.reduce.oracle import Observation, ObservationDetail
 from guard.reduce.subgraph import ModelGraph
 from guard.suite import ModelEntry
 
 
-def describe(mode: str, d: dict[str, Any]) -> str:
+class KeptNode(TypedDict):
+    node: str
+    op: str
+
+
+class TensorInfo(TypedDict):
+    shape: list[int]
+    dtype: str
+
+
+class Observed(TypedDict):
+    detail: ObservationDetail
+    described: str
+
+
+class SuiteChecks(TypedDict, total=False):
+    """The reproducer suite's ``checks:``: the block the reduction was judged by."""
+
+    tolerance: dict[str, object]
+    partitions: dict[str, int]
+
+
+class ReduceSummary(TypedDict):
+    """What a reduction says (reduce.json, and what ``guard reduce`` returns)."""
+
+    kind: str
+    model: str
+    backend: str
+    mode: str
+    source: str
+    latency_base: str | None
+    nodes_before: int
+    compute_nodes_before: int
+    nodes_after: int
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    kept: list[KeptNode]
+    inputs: dict[str, TensorInfo]
+    outputs: list[str]
+    full: Observed
+    reduced: Observed
+    tests: int
+    cuts_built: int
+    one_minimal: bool
+    seconds: float
+    suite_checks: SuiteChecks
+    base_backend: NotRequired[str | None]
+    bundle: NotRequired[str]
+
+
+def describe(mode: str, d: ObservationDetail) -> str:
     if mode == "accuracy":
         if d.get("max_abs_err") is None:
             return "outputs not compared"
@@ -61,13 +111,13 @@ def summary(
     path: Path,
     latency_base: Path | str | None,
     cuts: int,
-) -> dict[str, Any]:
-    checks: dict[str, Any] = {}
+) -> ReduceSummary:
+    checks: SuiteChecks = {}
     if mode == "accuracy":
         tolerance = entry.checks.tolerance
         checks["tolerance"] = tolerance.to_dict() if tolerance is not None else {}
         if not checks["tolerance"]:
-            checks["tolerance"] = tolerance_bounds(None)
+            checks["tolerance"] = dict(tolerance_bounds(None))
     elif mode == "partitions":
         partitions = entry.checks.partitions
         checks["partitions"] = {"max": int(partitions.max if partitions is not None else 1)}
@@ -100,7 +150,7 @@ def summary(
     }
 
 
-def readme(s: dict[str, Any]) -> str:
+def readme(s: ReduceSummary) -> str:
     kept = "\n".join(f"- `{k['node'] or '(unnamed)'}` ({k['op']})" for k in s["kept"])
     ins = "\n".join(f"- `{k}`: {v['dtype']} {v['shape']}" for k, v in s["inputs"].items())
     if s["mode"] == "latency" and s.get("base_backend") not in (None, s["backend"]):

@@ -14,6 +14,7 @@ from typing import Any
 
 from guard import manifest as mf
 from guard.checks import evaluate as ck
+from guard.golden.numerics import NumericsJson
 from guard.results.counted import Counted
 from guard.results.documents import CountedRow, ResultsDocument, RowStats
 from guard.results.manifest import Manifest, TuningCache
@@ -110,7 +111,7 @@ class Known:
 
 def gather_facts(
     known: Known,
-    numerics: dict[str, Any],
+    numerics: NumericsJson,
     *,
     baseline_given: bool,
     partitions: Partitions,

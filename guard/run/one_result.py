@@ -24,7 +24,7 @@ from guard.core.errors import GuardError, InternalError
 from guard.core.json_types import JsonObject
 from guard.golden import Golden, compare_outputs
 from guard.golden.accuracy import session_accuracy
-from guard.golden.numerics import compare_expected
+from guard.golden.numerics import NumericsJson, compare_expected
 from guard.golden.produce import stale_warning
 from guard.golden.store import outputs_sha256
 from guard.measure import MeasureConfig, RoundTimings, Timings, measure, preflight
@@ -72,7 +72,7 @@ class PendingResult:
     backend: str
     case: Case
     known: Known  # ck.Facts fields established before the rounds
-    numerics: dict[str, Any]  # the result's numerics block, as it will be written
+    numerics: NumericsJson  # the result's numerics block, as it will be written
     cfg: MeasureConfig
     pre: Preflight
     isolation: str
@@ -164,11 +164,11 @@ def begin_result(
     numerics["golden_status"] = golden_status
     numerics["inputs_sha256"] = outputs_sha256(list(feeds.values()))  # the doctor compares it
     if golden_status == "stale":  # the suite's inputs changed: ask for the golden's update
-        numerics["golden_stale"] = golden.meta.get("stale")
+        numerics["golden_stale"] = golden.meta.stale
     if entry.expected:  # test_data's output_K.pb: the second golden
         exp_tol = ck.tolerance_bounds(entry.checks.expected_tolerance())
         numerics["expected"] = compare_expected(got, entry.expected, spec.outputs, exp_tol)
-    if golden.meta.get("model_sha256") not in (None, spec.sha256):
+    if golden.meta.model_sha256 not in (None, spec.sha256):
         numerics["golden_model_changed"] = True
     # The outputs themselves (compact), so guard compare can tell two architectures' drift.
     numerics["outputs"] = encode_outputs([np.asarray(g) for g in got], session.output_names)
@@ -334,7 +334,7 @@ def _emulated_result(
     backend_name: str,
     case: Case,
     known: Known,
-    numerics: dict[str, Any],
+    numerics: NumericsJson,
     baseline_given: bool,
 ) -> dict[str, Any]:
     """The result of an artefact run under emulation: everything but latency is checked."""

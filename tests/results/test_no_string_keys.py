@@ -39,6 +39,8 @@ MIGRATED = (
     "guard/prepare/calibrate.py",
     "guard/experiment",
     "guard/checks",
+    "guard/golden",
+    "guard/reduce",
 )
 
 # (file, key) -> why the string read is not a read of a result.
@@ -132,6 +134,23 @@ ALLOWED: dict[tuple[str, str], str] = {
     **{("guard/doctor/steps_kernels.py", k): "a kernel time (KernelTime)"
        for k in ("label", "ms", "name", "share")},
     ("guard/doctor/steps_options.py", "session_options"): "the artefact's build.json/ort.json",
+    ("guard/golden/produce.py", "golden_stale"): "the numerics block the run is writing",
+    **{("guard/golden/store.py", k): "golden.json as loaded, checked while its arrays are read"
+       for k in ("inputs", "outputs", "sha256")},
+    ("guard/reduce/bundle.py", "tuning_cache"): "a backend's options block (a path to resolve)",
+    ("guard/reduce/bundle.py", "name"): "the reproducer suite's entry being written",
+    **{("guard/reduce/oracle.py", k): "the numerics compare_outputs just computed and the "
+       "tolerance bounds" for k in ("allclose", "max_abs_err", "max_rel_err", "rtol", "atol")},
+    **{("guard/reduce/oracle.py", k): "the artefact's partitions.json and its split records"
+       for k in ("splits", "op", "node")},
+    **{("guard/reduce/reduce.py", k): "the reduction's own summary (ReduceSummary)"
+       for k in ("model", "backend", "nodes_before", "nodes_after", "op")},
+    **{("guard/reduce/summary.py", k): "the reduction's own summary (ReduceSummary) and an "
+       "oracle's observation (ObservationDetail)"
+       for k in ("ratio", "max_abs_err", "max_rel_err", "verdict", "threshold_pct", "backend",
+                 "model", "nodes_before", "nodes_after", "seconds", "source", "ops_before",
+                 "ops_after", "rtol", "atol", "ci", "partitions", "op", "node", "inputs",
+                 "outputs")},
 }  # fmt: skip
 
 
