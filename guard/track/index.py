@@ -17,7 +17,7 @@ by :func:`annotate`, through the one batch primitive.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from guard.results.result import Result
 from guard.track import invocation
 from guard.track.client import experiment_name, http_limits, mlflow_client, translated
 from guard.track.query import committed, scoped_tracking_uri
+from guard.track.receipt import Receipt
 
 if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
     from mlflow import MlflowClient
@@ -70,7 +71,7 @@ def result_tags(result: Result, doc: ResultsDocument) -> dict[str, str]:
     return tags
 
 
-def annotate(uri: str, doc: ResultsDocument, receipt: Mapping[str, Any]) -> None:
+def annotate(uri: str, doc: ResultsDocument, receipt: Receipt) -> None:
     """Link a shard's run to its invocation (guard.track.invocation). The index tags
     (:func:`result_tags`) go on each result run with the rest of its data, in the batch
     that logs it: a run is never visible without them."""
@@ -81,7 +82,7 @@ def annotate(uri: str, doc: ResultsDocument, receipt: Mapping[str, Any]) -> None
             invocation.link_shard(client, str(receipt["experiment_id"]), str(parent_id), doc)
 
 
-def annotate_logged(uri: str, doc: ResultsDocument, receipt: dict[str, Any]) -> dict[str, Any]:
+def annotate_logged(uri: str, doc: ResultsDocument, receipt: Receipt) -> Receipt:
     """:func:`annotate` for ``log_results``: the results are logged already, so a failure
     here is reported in the receipt (``index_error``) rather than raised."""
     try:

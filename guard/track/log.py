@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from guard.core import fault
 from guard.core.errors import TrackingError
 from guard.core.fsutil import atomic_write_text
+from guard.core.json_types import Json, JsonObject
 from guard.core.schema import results_document
 from guard.results.documents import ResultsDocument
 from guard.results.load import load_results
@@ -41,6 +42,7 @@ from guard.track.client import (
 from guard.track.index import annotate_logged, result_tags
 from guard.track.pending import PENDING_DIR, journal, journalled, keep, push_lock
 from guard.track.profile_chart import log_profile_chart
+from guard.track.receipt import Receipt
 from guard.track.uri import GUARD_DIR, check_reachable, run_url
 
 if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
@@ -51,7 +53,8 @@ if TYPE_CHECKING:  # mlflow itself is imported only when a client is made
 _IDENTITY_KEYS = ("schema_version", "suite", "started", "git", "suite_sha256", "results")
 
 
-def results_sha256(doc: Mapping[str, Any]) -> str:
+def results_sha256(doc: Mapping[str, Json]) -> str:
+    """The digest of a results document's identity keys (any version's document)."""
     identity = {k: doc.get(k) for k in _IDENTITY_KEYS}
     canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -70,13 +73,11 @@ def _started_ms(doc: ResultsDocument) -> int:
 _REWRITE = "write it with a matching guard (`guard run --json PATH`)."
 
 
-def _validate(doc: Any, where: str) -> dict[str, Any]:
+def _validate(doc: Any, where: str) -> JsonObject:
     return results_document(doc, where, hint=_REWRITE, require_suite=True)
 
 
-def log_results(
-    doc: dict[str, Any], uri: str, artefact_dirs: dict[int, Path] | None = None
-) -> dict[str, Any]:
+def log_results(doc: JsonObject, uri: str, artefact_dirs: dict[int, Path] | None = None) -> Receipt:
     """Log one invocation; return experiment_id, parent_run_id, child_run_ids, uri, run_url
     and ``already_tracked`` (the same results were logged before: nothing was sent).
 
@@ -95,7 +96,7 @@ def log_results(
     return annotate_logged(uri, typed, receipt)  # shard -> invocation link
 
 
-def _receipt(uri: str, eid: str, parent_id: str, child_ids: list[str], done: bool) -> dict:
+def _receipt(uri: str, eid: str, parent_id: str, child_ids: list[str], done: bool) -> Receipt:
     return {
         "experiment_id": eid,
         "parent_run_id": parent_id,
@@ -107,8 +108,8 @@ def _receipt(uri: str, eid: str, parent_id: str, child_ids: list[str], done: boo
 
 
 def _log(
-    doc: dict[str, Any], typed: ResultsDocument, uri: str, artefact_dirs: dict[int, Path]
-) -> dict[str, Any]:
+    doc: JsonObject, typed: ResultsDocument, uri: str, artefact_dirs: dict[int, Path]
+) -> Receipt:
     from mlflow.entities import RunStatus
 
     fault.install_store_hook()  # GUARD_FAULT=store.transaction only
@@ -280,7 +281,7 @@ def _terminate(
             raise
 
 
-def push(results_path: Path, uri: str) -> dict[str, Any]:
+def push(results_path: Path, uri: str) -> Receipt:
     """Send results kept earlier; results already tracked at ``uri`` are not logged twice,
     and results a kill left half-logged are finished (log_results).
 
@@ -290,17 +291,20 @@ def push(results_path: Path, uri: str) -> dict[str, Any]:
         return _push_locked(Path(results_path), uri)
 
 
-def _push_locked(results_path: Path, uri: str) -> dict[str, Any]:
+def _push_locked(results_path: Path, uri: str) -> Receipt:
     from guard.results import pytest_benchmark
 
     # A pytest-benchmark file (by its shape) is logged as the results of its own suite.
-    doc = pytest_benchmark.read(results_path) or load_results(
-        results_path, version_hint=_REWRITE, require_suite=True
+    bench = pytest_benchmark.read(results_path)
+    doc = (
+        dict(bench)
+        if bench is not None
+        else load_results(results_path, version_hint=_REWRITE, require_suite=True)
     )
     return log_results(doc, uri)
 
 
-def push_pending(workdir: Path, uri: str) -> list[tuple[Path, dict[str, Any]]]:
+def push_pending(workdir: Path, uri: str) -> list[tuple[Path, Receipt]]:
     """Push every results file journalled in ``<workdir>/.guard/pending/`` (oldest first)
     and remove each once it is logged; [(path, receipt)]. The first failure is raised:
     what was not delivered stays for the next push. A file a running ``guard run`` is
@@ -316,7 +320,7 @@ def push_pending(workdir: Path, uri: str) -> list[tuple[Path, dict[str, Any]]]:
     return done
 
 
-def log_journalled(doc: dict[str, Any], uri: str, journal_path: Path | None) -> dict[str, Any]:
+def log_journalled(doc: JsonObject, uri: str, journal_path: Path | None) -> Receipt:
     """``log_results`` holding the lock of the results' journal file (so a concurrent
     ``guard track push --pending`` waits instead of logging them too), which is removed
     once they are logged."""
@@ -339,12 +343,12 @@ def end_dead_invocations(uri: str, suite: str) -> list[str]:
         return recover.end_dead(client, str(found.experiment_id))
 
 
-def journal_results(doc: Mapping[str, Any], workdir: Path) -> Path:
+def journal_results(doc: Mapping[str, Json], workdir: Path) -> Path:
     """Journal finished results under ``<workdir>/.guard/pending/`` before they are logged."""
     return journal(doc, Path(workdir).resolve() / GUARD_DIR / PENDING_DIR, results_sha256(doc))
 
 
-def keep_results(doc: Mapping[str, Any], workdir: Path, journalled: Path | None = None) -> Path:
+def keep_results(doc: Mapping[str, Json], workdir: Path, journalled: Path | None = None) -> Path:
     """Write results that could not be sent to ``<workdir>/.guard/pending/``; return the path.
 
     ``journalled``, the results' journal file (``journal_results``), is rewritten in place

@@ -27,18 +27,18 @@ import stat
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from guard.core import fault
 from guard.core.errors import TrackingError
 from guard.core.fsutil import atomic_write_text, describe_os_error, exclusive_write_text
+from guard.core.json_types import Json
 from guard.results.documents import ResultsDocument
 
 PENDING_DIR = "pending"
 _MAX_NAMES = 10_000
 
 
-def keep(doc: Mapping[str, Any], pending: Path) -> Path:
+def keep(doc: Mapping[str, Json], pending: Path) -> Path:
     """Write ``doc`` to a new, unique file in ``pending``; return its path."""
     typed = ResultsDocument.of(doc)
     stamp = str(typed.started or time.strftime("%Y%m%dT%H%M%S"))
@@ -67,7 +67,7 @@ def _safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:150]
 
 
-def journal(doc: Mapping[str, Any], pending: Path, digest: str) -> Path:
+def journal(doc: Mapping[str, Json], pending: Path, digest: str) -> Path:
     """Write ``doc`` to its journal file in ``pending`` (atomically); return its path."""
     typed = ResultsDocument.of(doc)
     name = _safe_name(f"{typed.suite}-{typed.started or ''}")
