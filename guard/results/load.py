@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from guard.core.errors import UsageError
+from guard.core.json_types import Json, JsonObject
 from guard.core.schema import RESULTS_SCHEMA_VERSION, At, Schema, read_json, results_document
 from guard.results.documents import COMPARISON_SCHEMA_VERSION, ComparisonDocument, ResultsDocument
 
@@ -67,7 +68,7 @@ def load_results(
     hint: str = "Pass a `guard run --json` output.",
     version_hint: str = _RERUN,
     require_suite: bool = False,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Read and validate a results document (errors name the file and the field).
 
     ``hint`` is added where the file is missing or unreadable, ``version_hint`` where it is
@@ -99,7 +100,7 @@ _COMPARISON = Schema(
 )
 
 
-def validate_comparison(doc: Any, where: str) -> dict[str, Any]:
+def validate_comparison(doc: Any, where: str) -> JsonObject:
     """A comparison document of this version (v1 contract: ``rows`` a list of objects,
     ``manifest_diff`` an object), or exit 2 naming the file and the field."""
     at = _COMPARISON.at(where)
@@ -148,7 +149,7 @@ def validate_results(
         _validate_samples(r, at.item(i))
 
 
-def _validate_numbers(r: Mapping[str, Any], at: At) -> None:
+def _validate_numbers(r: Mapping[str, Json], at: At) -> None:
     """NUMERIC_FIELDS: absent, null or finite numbers, inside objects (or null)."""
     for path in NUMERIC_FIELDS:
         node: Any = r
@@ -201,7 +202,7 @@ def _positive(x: Any) -> bool:
     )
 
 
-def _validate_samples(r: Mapping[str, Any], at: At) -> None:
+def _validate_samples(r: Mapping[str, Json], at: At) -> None:
     """A measured result's samples (and its rounds') must be usable: exit 2 naming the field."""
     if r.get("verdict") == "error" or r.get("latency_ms") is None:
         return  # nothing was measured: no samples are owed
@@ -258,7 +259,7 @@ def _validate_samples(r: Mapping[str, Any], at: At) -> None:
                 )
 
 
-def validate_shard_block(path: Path, shard: Mapping[str, Any]) -> None:
+def validate_shard_block(path: Path, shard: Mapping[str, Json]) -> None:
     """The shard block a run wrote (guard merge reads it): index and count integers, cases
     [model, backend, target] triples of strings; an edited one is refused naming the field
     (exit 2)."""

@@ -40,12 +40,16 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
 from guard.core.errors import UsageError
 from guard.core.fsutil import read_bounded_text
+from guard.core.json_types import Json
+
+if TYPE_CHECKING:
+    from guard.manifest.written import TuningCachePins
 
 BACKEND = "pytest-benchmark"
 ROUNDS = 10
@@ -65,6 +69,114 @@ NO_DATA = (
 )
 
 
+# What a pytest-benchmark file becomes: guard's results document, one result per benchmark.
+
+
+class BenchLatency(TypedDict):
+    """``latency_ms`` of a benchmark's samples (no p90/p99 from a summary alone)."""
+
+    min: float
+    p50: float
+    p90: NotRequired[float]
+    p99: NotRequired[float]
+    mean: float
+    stdev: float
+    n: int
+
+
+class BenchRound(TypedDict):
+    """A block of consecutive samples, read as a round (module docstring)."""
+
+    p50: float
+    figure: str
+    median: float
+    n: int
+    samples_ms: list[float]
+
+
+class BenchMeasurement(TypedDict, total=False):
+    rounds: int
+    round_isolation: str
+    round_figure: str
+    contended_blocks: int
+    iterations: Json
+    why_no_rounds: str
+
+
+class BenchComponent(TypedDict):
+    name: str
+    version: Json
+    options: NotRequired[Json]
+
+
+class BenchModel(TypedDict):
+    sha256: None
+    opset: None
+    inputs: Json  # the benchmark's params
+
+
+class BenchHost(TypedDict):
+    arch: Json
+    cpu: Json
+    threads: None
+
+
+class BenchManifest(TypedDict):
+    """The manifest of a benchmark: pytest-benchmark and Python as compiler and runtime,
+    the machine pytest-benchmark recorded as host and driver."""
+
+    schema_version: int
+    compiler: BenchComponent
+    runtime: BenchComponent
+    driver: dict[str, Json]  # {system, release}
+    target: dict[str, str]  # {raw, canonical}: host
+    tuning_cache: TuningCachePins
+    model: BenchModel
+    host: BenchHost
+    guard: dict[str, Json]  # empty: no guard built it
+    sha256: NotRequired[str]
+
+
+class BenchResult(TypedDict):
+    model: str
+    backend: str
+    target: str
+    verdict: str
+    checks: list[Json]
+    manifest: BenchManifest
+    latency_status: str
+    extra_info: Json
+    group: Json
+    latency_ms: NotRequired[BenchLatency]
+    samples_ms: NotRequired[list[float]]
+    rounds: NotRequired[list[BenchRound]]
+    measurement: NotRequired[BenchMeasurement]
+
+
+class BenchGit(TypedDict):
+    commit: Json
+    dirty: bool
+    branch: Json
+
+
+class BenchSource(TypedDict):
+    format: str
+    version: str
+    path: str
+
+
+class BenchDocument(TypedDict):
+    """The results document of a pytest-benchmark file."""
+
+    schema_version: int
+    suite: str
+    suite_path: str
+    started: Json
+    git: BenchGit
+    source: BenchSource
+    results: list[BenchResult]
+
+
 def looks_like(doc: Any) -> bool:
     """A pytest-benchmark document, by shape (guard's results carry ``results`` instead)."""
     return isinstance(doc, Mapping) and "benchmarks" in doc and "results" not in doc
@@ -74,7 +186,7 @@ def _bad(path: Path, why: str) -> UsageError:
     return UsageError(f"{why}; expected {_EXPECTED}", where=str(path))
 
 
-def _version(doc: Mapping[str, Any], path: Path) -> str:
+def _version(doc: Mapping[str, Json], path: Path) -> str:
     v = doc.get("version")
     m = re.match(r"^(\d+)\.\d+", v) if isinstance(v, str) else None
     if m is None:
@@ -93,14 +205,14 @@ def _name(text: Any) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]+", "-", str(text or "unknown")).strip("-.") or "unknown"
 
 
-def suite_name(doc: Mapping[str, Any]) -> str:
+def suite_name(doc: Mapping[str, Json]) -> str:
     """``pytest-benchmark.<project>.<machine node>``: one MLflow suite per project and machine."""
     project = (doc.get("commit_info") or {}).get("project")
     node = (doc.get("machine_info") or {}).get("node")
     return f"pytest-benchmark.{_name(project)}.{_name(node)}"
 
 
-def _latency(ms: np.ndarray) -> dict[str, Any]:
+def _latency(ms: np.ndarray) -> BenchLatency:
     return {
         "min": float(ms.min()),
         "p50": float(np.median(ms)),
@@ -112,7 +224,7 @@ def _latency(ms: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _rounds(ms: np.ndarray) -> tuple[list[dict[str, Any]], int]:
+def _rounds(ms: np.ndarray) -> tuple[list[BenchRound], int]:
     """(rounds, blocks left out): ``ROUNDS`` consecutive blocks (fewer when there are fewer
     samples); each round's figure (``p50``, the key every comparison reads) is its block's
     ``ROUND_QUANTILE``th percentile, and ``figure`` says so. Blocks more than
@@ -121,7 +233,7 @@ def _rounds(ms: np.ndarray) -> tuple[list[dict[str, Any]], int]:
     figures = [float(np.percentile(b, ROUND_QUANTILE)) for b in blocks]
     ceiling = min(figures) * (1.0 + CONTENDED_PCT / 100.0)
     figure = f"p{ROUND_QUANTILE:g} of the block"
-    rounds = [
+    rounds: list[BenchRound] = [
         {
             "p50": f,
             "figure": figure,
@@ -135,12 +247,12 @@ def _rounds(ms: np.ndarray) -> tuple[list[dict[str, Any]], int]:
     return rounds, len(blocks) - len(rounds)
 
 
-def _manifest(doc: Mapping[str, Any], bench: Mapping[str, Any], version: str) -> dict[str, Any]:
+def _manifest(doc: Mapping[str, Json], bench: Mapping[str, Json], version: str) -> BenchManifest:
     from guard.manifest.pins import manifest_sha256, tuning_cache_record
 
     machine = doc.get("machine_info") or {}
     cpu = machine.get("cpu") or {}
-    m: dict[str, Any] = {
+    m: BenchManifest = {
         "schema_version": 1,
         "compiler": {"name": BACKEND, "version": version, "options": bench.get("options") or {}},
         "runtime": {
@@ -162,7 +274,7 @@ def _manifest(doc: Mapping[str, Any], bench: Mapping[str, Any], version: str) ->
     return m
 
 
-def _result(doc: Mapping[str, Any], bench: Any, version: str, path: Path, i: int) -> dict[str, Any]:
+def _result(doc: Mapping[str, Json], bench: Json, version: str, path: Path, i: int) -> BenchResult:
     at = f"benchmarks[{i}]"
     if not isinstance(bench, Mapping) or not isinstance(bench.get("stats"), Mapping):
         raise _bad(path, f"{at} has no stats")
@@ -171,7 +283,7 @@ def _result(doc: Mapping[str, Any], bench: Any, version: str, path: Path, i: int
     if not isinstance(name, str) or not name:
         raise _bad(path, f"{at} has no name")
     data = stats.get("data")
-    result: dict[str, Any] = {
+    result: BenchResult = {
         "model": name,
         "backend": BACKEND,
         "target": "host",
@@ -190,18 +302,16 @@ def _result(doc: Mapping[str, Any], bench: Any, version: str, path: Path, i: int
         if not np.all(np.isfinite(ms)) or np.any(ms <= 0):
             raise _bad(path, f"{at}.stats.data holds a time that is not positive and finite")
         rounds, contended = _rounds(ms)
-        result.update(
-            latency_ms=_latency(ms),
-            samples_ms=ms.tolist(),
-            rounds=rounds,
-            measurement={
-                "rounds": len(rounds),
-                "round_isolation": "blocks of one process's pytest-benchmark rounds",
-                "round_figure": f"p{ROUND_QUANTILE:g} of each block",
-                "contended_blocks": contended,
-                "iterations": stats.get("iterations"),
-            },
-        )
+        result["latency_ms"] = _latency(ms)
+        result["samples_ms"] = ms.tolist()
+        result["rounds"] = rounds
+        result["measurement"] = {
+            "rounds": len(rounds),
+            "round_isolation": "blocks of one process's pytest-benchmark rounds",
+            "round_figure": f"p{ROUND_QUANTILE:g} of each block",
+            "contended_blocks": contended,
+            "iterations": stats.get("iterations"),
+        }
         return result
     try:
         median, n = float(stats["median"]) * 1e3, int(stats["rounds"])
@@ -218,7 +328,7 @@ def _result(doc: Mapping[str, Any], bench: Any, version: str, path: Path, i: int
     return result
 
 
-def from_document(doc: Mapping[str, Any], path: Path) -> dict[str, Any]:
+def from_document(doc: Mapping[str, Json], path: Path) -> BenchDocument:
     """The guard results document of a parsed pytest-benchmark file (see the module doc)."""
     if not isinstance(doc.get("machine_info"), Mapping) or not isinstance(
         doc.get("benchmarks"), list
@@ -247,7 +357,7 @@ def from_document(doc: Mapping[str, Any], path: Path) -> dict[str, Any]:
     }
 
 
-def read(path: Path) -> dict[str, Any] | None:
+def read(path: Path) -> BenchDocument | None:
     """The guard results document of a pytest-benchmark file, or None when the file is
     JSON of another shape (a guard results file: the caller reads it as one)."""
     try:
