@@ -2,7 +2,9 @@
 
 Vector lanes run along channels where they are contiguous (NCHW<b>c, and NHWC with C a
 multiple of the width); an NCHW AveragePool runs lanes along the output row
-(pool_rows.py); else lanes are scalars. Each output element loops over its
+(pool_rows.py); an NCHW GlobalAveragePool sums each plane in numpy's pairwise order
+and divides by the count, the reference's mean bit for bit (pairwise.py); else lanes are
+scalars. Each output element loops over its
 window with one bounds check per tap (pools move few bytes per FLOP; the checks are not
 the bottleneck). AveragePool divides by the number of taps inside the input, or inside
 the padded input with ``count_include_pad`` (ONNX's rule, ceil_mode windows included).
@@ -34,6 +36,7 @@ from guard.compiler.codegen.irutil import (
     splat,
     store_lanes,
 )
+from guard.compiler.codegen.pairwise import pairwise_sum
 from guard.compiler.codegen.pool_rows import emit_row_average_pool
 from guard.compiler.codegen.quant.pool import emit_int8_max_pool
 from guard.compiler.graph.view import GraphView, OpNode
@@ -171,6 +174,11 @@ class Pool(Emitter):
             def gbody(c: ir.Value, lanes: int) -> None:
                 with loop(b, 0, N, 1, "n") as n:
                     xb = add(b, b.mul(n, i64(sx[0])), chan_offset(b, c, sx[1], sx[2], sx[5]))
+                    yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]))
+                    if exact_mean:  # the reference's mean: numpy's sum, then / count
+                        r = b.fdiv(pairwise_sum(b, x, xb, H * W), const(F32, float(H * W)))
+                        st(r, y, yb, lanes)
+                        return
                     acc = entry_alloca(b, ty)
                     b.store(start() if is_max else const(ty, 0.0), acc)
                     with loop(b, 0, H, 1, "h") as h, loop(b, 0, W, 1, "w") as w:
@@ -180,9 +188,10 @@ class Pool(Emitter):
                     r = b.load(acc, typ=ty)
                     if not is_max:
                         r = b.fmul(r, const(ty, 1.0 / (H * W)))
-                    yb = add(b, b.mul(n, i64(sy[0])), chan_offset(b, c, sy[1], sy[2], sy[5]))
                     st(r, y, yb, lanes)
 
+            # NCHW float planes are contiguous runs: numpy's pairwise order, 8 lanes a step
+            exact_mean = not is_max and idt is None and L == 1 and sx[4] == 1 and sx[3] == W
             sweep(gbody)
             return
         R, S = a["kernel_shape"]
