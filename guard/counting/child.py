@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -49,7 +49,18 @@ def marker_functions() -> tuple[Callable[[], None], Callable[[], None], mmap.mma
     return start, stop, page
 
 
-def load(spec: dict[str, Any]) -> Any:
+class ChildRequest(TypedDict):
+    """What the counting child is asked to count (spec.json, written by guard.counting.count)."""
+
+    backend: str
+    artefact: str
+    inputs: str  # the .npz of the feeds
+    warmup: int
+    inferences: int
+    model: str | None  # the source model (onnxruntime re-optimises it for the counting CPU)
+
+
+def load(spec: ChildRequest) -> Any:
     """The backend's session over the artefact, single-threaded and counted-run settings."""
     artefact = Path(spec["artefact"])
     if spec["backend"] == "onnxruntime":
@@ -58,7 +69,8 @@ def load(spec: dict[str, Any]) -> Any:
         # The payload is optimised for the host that built it (onnxruntime's NCHWc layout
         # is blocked by the host's vector width): the source model, optimised at the same
         # level here, is what onnxruntime runs on the emulated CPU.
-        source = Path(spec["model"]) if spec.get("model") else None
+        model = spec["model"]
+        source = Path(model) if model else None
         return OrtSession(artefact, 1, source=source)
     from guard.backends import get_backend
 

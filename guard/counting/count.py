@@ -43,11 +43,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
 from guard.core.errors import UsageError
+from guard.counting.child import ChildRequest
 from guard.counting.emulator import Engine, Region, engine, run_counted
 from guard.counting.kernel_ranges import KernelRange, kernel_ranges
 from guard.counting.pmu import BYTES_NOTE, PmuEngine, pmu_engine, pmu_status, run_native
@@ -219,9 +220,10 @@ def _count_in_python(
     emu = engine("x86_64") if pmu is None else None
     with tempfile.TemporaryDirectory(prefix="guard-counted-") as tmp_name:
         tmp = Path(tmp_name)
-        arrays: dict[str, Any] = {k: np.asarray(v) for k, v in feeds.items()}
-        np.savez(tmp / "inputs.npz", **arrays)
-        spec = {"backend": backend, "artefact": str(artefact), "inputs": str(tmp / "inputs.npz"),
+        arrays = {k: np.asarray(v) for k, v in feeds.items()}
+        # numpy's stub types the keyword arrays as if one could be named allow_pickle (bool)
+        np.savez(tmp / "inputs.npz", **arrays)  # type: ignore[arg-type]
+        spec: ChildRequest = {"backend": backend, "artefact": str(artefact), "inputs": str(tmp / "inputs.npz"),
                 "warmup": cfg.warmup, "inferences": cfg.inferences,
                 "model": str(model) if model else None}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(spec))
@@ -240,6 +242,39 @@ def _number(x: int | None) -> float | None:
     return None if x is None else float(x)
 
 
+class KernelCount(TypedDict):
+    """One kernel function's instructions in the counted inference, and what it runs."""
+
+    instructions: int
+    op: str
+    nodes: list[str]
+
+
+class CountedJson(TypedDict):
+    """A result's ``counted`` block as ``count_artefact`` writes it (read back as
+    guard.results.counted.Counted)."""
+
+    engine: str
+    target: str
+    arch: str
+    runs_in: str
+    inferences: int
+    warmup: int
+    instructions: float
+    bytes_loaded: float | None
+    bytes_stored: float | None
+    loads: float | None
+    stores: float | None
+    spread_pct: float
+    wall_s: float
+    engine_note: str
+    pmu: str
+    bytes_note: NotRequired[str]
+    kernels: NotRequired[dict[str, KernelCount]]
+    # the engine's, then target and the artefact's and inputs' hashes (written last)
+    fingerprint: NotRequired[dict[str, str]]
+
+
 def count_artefact(
     backend: str,
     artefact: Path,
@@ -249,7 +284,7 @@ def count_artefact(
     target: str,
     model: Path | None = None,
     clock: Callable[[], float] = time.monotonic,
-) -> dict[str, Any]:
+) -> CountedJson:
     """The ``counted`` block of one result (per inference, after warm-up).
 
     ``target`` is the canonical target the artefact was built for; ``model`` the source
@@ -281,7 +316,7 @@ def count_artefact(
         regions, key=lambda r: (r.instructions, (r.bytes_loaded or 0) + (r.bytes_stored or 0))
     )
     fingerprint = eng.fingerprint()
-    block: dict[str, Any] = {
+    block: CountedJson = {
         "engine": fingerprint["engine"],
         "target": counting_target,
         "arch": arch,

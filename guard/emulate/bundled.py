@@ -21,9 +21,9 @@ import dataclasses
 import json
 import tempfile
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from guard.compiler.codegen.kernel_plan import KernelPlan
 from guard.compiler.graph.exec_order import ALIGNMENT, view_of_graph
 from guard.compiler.runtime.artefact import LoadedArtefact, load_artefact
 from guard.core.errors import UnsupportedOpError
+from guard.core.json_types import Json
 from guard.emulate.runner import (
     DEFAULT_TIMEOUT_S,
     PartitionServer,
@@ -42,6 +43,9 @@ from guard.emulate.runner import (
 from guard.emulate.session import EmulatedSession, EntryPoint, TensorSlot
 from guard.emulate.tools import toolchain
 
+if TYPE_CHECKING:
+    from _ctypes import CFuncPtr
+
 
 def _metadata_session(loaded: LoadedArtefact) -> ArtefactSession:
     """The bundled backend's own partitions/memory reader over a loaded artefact."""
@@ -50,7 +54,8 @@ def _metadata_session(loaded: LoadedArtefact) -> ArtefactSession:
     return reader
 
 
-def _arch_of(codegen: dict[str, Any]) -> str:
+def _arch_of(codegen: Mapping[str, Json]) -> str:
+    """The architecture of the artefact's code (its manifest's codegen block, as loaded)."""
     return str(codegen["triple"]).split("-")[0]
 
 
@@ -146,7 +151,7 @@ class _EmulatedNative:
         self.server = server
         self.shared = shared
         self.error: BaseException | None = None
-        self._thunks: dict[str, Any] = {}
+        self._thunks: dict[str, CFuncPtr] = {}  # kept alive while the code may call them
 
     def _call(self, symbol: str, arena_ptr: int) -> None:
         if self.error is not None:
