@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 from guard.checks.arena import arena_verdict
 from guard.checks.facts import Facts
 from guard.checks.quantization import quantization_verdict
+from guard.core.json_types import Json
 from guard.measure.preflight import contention_text
 from guard.results.counted import Counted
 from guard.results.documents import CountedRow, RowStats
@@ -52,6 +53,16 @@ _T = TypeVar("_T")
 TUNED_BACKENDS = frozenset({"tvm"})
 
 
+class CheckJson(TypedDict):
+    """One check as a result writes it."""
+
+    name: str
+    status: str
+    value: Json
+    bound: Json
+    message: str
+
+
 @dataclass
 class Check:
     name: str
@@ -60,8 +71,8 @@ class Check:
     bound: Any
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> CheckJson:
+        return cast(CheckJson, asdict(self))  # its fields are CheckJson's keys
 
 
 def _fmt(x: float) -> str:

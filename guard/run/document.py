@@ -3,14 +3,15 @@
 The writers build these objects key for key (explicit nulls included), so the results
 file stays byte for byte what it was while mypy checks the keys; readers read the file as
 guard.results.documents.ResultsDocument. A result inside is what
-guard.checks.assemble.result_dict builds (a plain dict: its keys are the results
-contract's, CONTRACT_KEYS there).
+guard.checks.assemble.result_dict builds (ResultJson: the results contract's keys,
+CONTRACT_KEYS there).
 """
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
+from guard.checks.assemble import ResultJson
 from guard.core.json_types import JsonObject
 from guard.core.supported import OutsideRange
 
@@ -43,7 +44,7 @@ class RunHead(TypedDict):
 class InProgressJson(RunHead):
     """The results so far (guard.run.stream.InProgress), a batch at a time."""
 
-    results: list[dict[str, Any]]  # guard.checks.assemble.result_dict's
+    results: list[ResultJson]
     in_progress: dict[str, int]  # {done, total}
 
 
@@ -51,7 +52,7 @@ class RunDocument(RunHead):
     """``guard run``'s results document."""
 
     finished: str
-    results: list[dict[str, Any]]  # guard.checks.assemble.result_dict's
+    results: list[ResultJson]
     shard: NotRequired[ShardBlock]
     interrupted: NotRequired[str]  # the signal that ended the run
     exit_code: NotRequired[int]

@@ -29,6 +29,7 @@ from typing import Any, NotRequired, TypedDict, cast
 import numpy as np
 import onnx
 
+from guard.checks.assemble import ResultJson
 from guard.checks.evaluate import Check, verdict
 from guard.core.errors import ModelError
 from guard.core.fsutil import file_sha256
@@ -241,7 +242,7 @@ def _check(c: ResultCheck) -> Check:
     return Check(str(c.name), str(c.status), c.value, c.bound, str(c.message))
 
 
-def add_int8_agreement(results: list[dict[str, Any]], entries: Sequence[ModelEntry]) -> None:
+def add_int8_agreement(results: list[ResultJson], entries: Sequence[ModelEntry]) -> None:
     """The ``int8_agreement`` check on every int8 row whose model asks for it: the outputs of
     the rows of one (model, backend) on the ``across`` targets must be identical bytes."""
     from guard.compare.int8_outputs import DIFFER, IDENTICAL, agreement
@@ -252,7 +253,7 @@ def add_int8_agreement(results: list[dict[str, Any]], entries: Sequence[ModelEnt
         if e.quantize is not None and e.checks.int8_agreement is not None
     }
     # (model, backend) -> target -> (the result read, the result as it will be written)
-    groups: dict[tuple[str, str], dict[str, tuple[Result, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, str], dict[str, tuple[Result, ResultJson]]] = {}
     for raw in results:
         r = Result.of(raw)
         if r.model in wanted and r.target in wanted[r.model]:
@@ -276,6 +277,6 @@ def add_int8_agreement(results: list[dict[str, Any]], entries: Sequence[ModelEnt
                     break
         check = Check("int8_agreement", status, None, None, msg)
         for r, raw in by_target.values():
-            raw["checks"] = [*(c.to_json() for c in r.checks), check.to_dict()]
+            raw["checks"] = [*(c.to_json() for c in r.checks), dict(check.to_dict())]
             if r.verdict != "error":
                 raw["verdict"] = verdict([*map(_check, r.checks), check])

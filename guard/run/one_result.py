@@ -17,7 +17,7 @@ from typing import Any, TypedDict, cast
 import numpy as np
 
 from guard.checks import evaluate as ck
-from guard.checks.assemble import result_dict
+from guard.checks.assemble import MeasurementJson, ResultJson, result_dict
 from guard.compare.crossarch import encode_outputs
 from guard.core import fault
 from guard.core.errors import GuardError, InternalError
@@ -148,7 +148,7 @@ def begin_result(
     counted: Any = None,
     baseline: ResultsDocument | None = None,
     tools_missing: list[str] | None = None,
-) -> PendingResult | dict[str, Any]:
+) -> PendingResult | ResultJson:
     """Build, load and check the numerics of one (model, backend): a result to measure.
 
     A result that is not timed here (an artefact that runs under emulation) comes back
@@ -224,7 +224,7 @@ def finish_result(
     *,
     baseline: ResultsDocument | None = None,
     noise: Mapping[str, Mapping[str, float]] | None = None,
-) -> dict[str, Any]:
+) -> ResultJson:
     """Judge a result on the rounds it got (all of them, or fewer after an interruption)."""
     if not p.rounds:
         raise InternalError(f"{p.entry.name} [{p.backend}] has no measured round to judge")
@@ -238,7 +238,7 @@ def finish_result(
     partitions = parts.to_dict()
     memory = session.memory()
     rounds, noise_pct = timings.rounds_dict(), timings.noise_pct()
-    measurement = {
+    measurement: MeasurementJson = {
         "warmup_iters": timings.warmup_iters,
         "truncated": timings.truncated,
         "stopped_by": "max_time_s" if p.out_of_time and missing > 0 else timings.stopped_by,
@@ -303,19 +303,19 @@ def finish_result(
         entry,
         backend_name,
         checks=ck.evaluate(entry.checks, facts),
-        manifest=dict(manifest),  # result_dict takes a plain dict
+        manifest=manifest,
         latency_ms=stats,
         latency_status="measured",
         samples_ms=[s * 1e3 for s in timings.samples_s],
-        rounds=[dict(r) for r in rounds],
+        rounds=rounds,
         noise_pct=noise_pct,
         measurement=measurement,
-        partitions=dict(partitions),
+        partitions=partitions,
         arena_bytes=memory.arena_bytes,
         arena_lower_bound_bytes=memory.lower_bound_bytes,
         memory={"how": memory.how, **memory.extra},
         numerics=numerics,
-        preflight=dict(post),
+        preflight=post,
         artefact=str(case.artefact),
         artefact_reused=case.reused,
         graph=info.graph,
@@ -336,7 +336,7 @@ def _emulated_result(
     known: Known,
     numerics: NumericsJson,
     baseline_given: bool,
-) -> dict[str, Any]:
+) -> ResultJson:
     """The result of an artefact run under emulation: everything but latency is checked."""
     session: Any = case.session
     reason = str(session.latency_reason)
@@ -358,7 +358,7 @@ def _emulated_result(
         entry,
         backend_name,
         checks=ck.evaluate(entry.checks, facts),
-        manifest=dict(case.manifest),
+        manifest=case.manifest,
         latency_ms=None,
         latency_status="emulated",
         measurement={
@@ -366,7 +366,7 @@ def _emulated_result(
             "emulator": getattr(session, "emulator", None),
             "reason": reason,
         },
-        partitions=dict(partitions),
+        partitions=partitions,
         arena_bytes=memory.arena_bytes,
         arena_lower_bound_bytes=memory.lower_bound_bytes,
         memory={"how": memory.how, **memory.extra},

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guard import report, track
-from guard.checks.assemble import error_result
+from guard.checks.assemble import ResultJson, error_result
 from guard.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_CHECK_FAILED,
@@ -148,14 +148,14 @@ class _Slot:
     began: str
     seconds: float  # wall time spent on it so far (what guard.run.shard balances by)
     pending: PendingResult | None = None
-    result: dict[str, Any] | None = None
+    result: ResultJson | None = None
 
 
 def _run_work(
     work: list[tuple[ModelEntry, tuple[str, ...]]],
     store: Any,
     opts: RunOptions,
-    results: list[dict[str, Any]],
+    results: list[ResultJson],
     noise: dict[str, dict[str, float]] | None = None,
     written: InProgress | None = None,
 ) -> None:
@@ -185,7 +185,7 @@ def _run_batch(
     batch: list[tuple[ModelEntry, tuple[str, ...]]],
     store: Any,
     opts: RunOptions,
-    results: list[dict[str, Any]],
+    results: list[ResultJson],
     noise: dict[str, dict[str, float]] | None,
     bar: Any,
     workers: RoundWorkers,
@@ -376,7 +376,7 @@ def run_suite(suite_path: Path, opts: RunOptions | None = None) -> tuple[RunDocu
     noise = baseline_noise(opts.workdir, suite.name) if opts.baseline is not None else None
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     store = golden_store(suite, opts.golden_root)
-    results: list[dict[str, Any]] = []
+    results: list[ResultJson] = []
     head: RunHead = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "suite": suite.name,

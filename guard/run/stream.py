@@ -20,8 +20,9 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from guard.checks.assemble import ResultJson
 from guard.core.errors import UsageError
 from guard.core.fsutil import atomic_write_text
 from guard.run.document import InProgressJson, RunHead
@@ -85,7 +86,7 @@ class InProgress:
         path = workdir / ".guard" / "in-progress" / f"{head.get('suite')}.json"
         return cls(path, head, total, default=True)
 
-    def write(self, results: list[dict[str, Any]]) -> None:
+    def write(self, results: list[ResultJson]) -> None:
         """The document so far; a file that cannot be written is the end report's to say."""
         doc: InProgressJson = {**self.head, "results": results,
                "in_progress": {"done": len(results), "total": self.total}}  # fmt: skip
