@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from guard.cli.options import config, emit, report_args, stats_args
 from guard.core.errors import UsageError
@@ -83,6 +82,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def cmd_bump(args: argparse.Namespace) -> int:
     from guard.experiment.bump import (
         REPO_ROOT,
+        BumpOptions,
         changed_pins,
         read_requirements,
         run_bump,
@@ -96,7 +96,7 @@ def cmd_bump(args: argparse.Namespace) -> int:
             f"one suite at most, got {rest}", hint="guard bump PKG==OLD PKG==NEW [SUITE]"
         )
     suite = Path(rest[0]) if rest else Path("suites/smoke.yaml")
-    kw: dict[str, Any] = dict(
+    kw: BumpOptions = dict(
         config=config(args),
         env_cache=args.env_cache,
         out_dir=args.out_dir,

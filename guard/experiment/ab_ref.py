@@ -42,6 +42,7 @@ import numpy as np
 from guard.compare.compare import host_incompatibility
 from guard.compare.written import ComparisonDocumentJson
 from guard.core.errors import InternalError, UsageError
+from guard.core.json_types import JsonObject
 from guard.counting.rows import CountedRowJson, counted_row
 from guard.experiment.ab import ABOutcome, CaseFacts, ab_document, ab_row
 from guard.experiment.bump import (
@@ -110,7 +111,8 @@ def checkout(repo: Path, sha: str, cache: Path) -> Path:
     return dest
 
 
-def _pyproject(src: Path) -> dict[str, Any]:
+def _pyproject(src: Path) -> JsonObject:
+    """The side's pyproject.toml as parsed (a TOML document: free-form, as JSON is)."""
     p = src / "pyproject.toml"
     try:
         return tomllib.loads(p.read_text()) if p.is_file() else {}
@@ -199,7 +201,9 @@ class WorkerProc:
             os.sched_setaffinity(proc.pid, cpus)
         return cls(side, proc, log)
 
-    def ask(self, **req: Any) -> dict[str, Any]:
+    def ask(self, **req: Any) -> JsonObject:
+        """The worker's reply to ``req`` as parsed (its side's guard, whatever its version,
+        wrote it): the caller reads what it asked for."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write(json.dumps(req) + "\n")

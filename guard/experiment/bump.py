@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Unpack
 
 from guard.compare.compare import compare_docs, exit_code
 from guard.compare.reports import write_reports
@@ -251,13 +251,27 @@ def read_requirements(path: Path) -> list[str]:
     return pinned_requirements(path)
 
 
+class BumpOptions(TypedDict, total=False):
+    """``run_bump_requirements``' options, as ``guard bump`` passes them on."""
+
+    config: RegressConfig | None
+    env_cache: Path | None
+    out_dir: Path
+    python: str
+    timeout_s: float
+    strict: bool
+    rounds: int
+    keep_envs: bool
+    counted: bool
+
+
 def run_bump(
     old: str,
     new: str,
     suite: Path,
     *,
     base_requirements: Sequence[str] | None = None,
-    **kw: Any,
+    **kw: Unpack[BumpOptions],
 ) -> tuple[ComparisonDocumentJson, int]:
     """``PKG==OLD`` vs ``PKG==NEW`` on top of guard's other pins (see run_bump_requirements)."""
     (name_a, v_old), (name_b, v_new) = parse_pin(old), parse_pin(new)
