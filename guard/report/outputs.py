@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from guard.core.errors import GuardError, UsageError
 from guard.core.fsutil import describe_os_error
@@ -22,7 +21,9 @@ from guard.report.junit import write_junit
 from guard.report.markdown import write_markdown
 
 # The flag of each report, in the order they are written.
-WRITERS: dict[str, Callable[[dict[str, Any], Path], Any]] = {
+# Each takes a results document as written (guard run's or guard merge's: a TypedDict of
+# guard.run.document) and reads it as a guard.results.documents.ResultsDocument.
+WRITERS: dict[str, Callable[[Mapping[str, object], Path], Path]] = {
     "--json": write_json,
     "--junit": write_junit,
     "--markdown": write_markdown,
@@ -75,7 +76,7 @@ def check_outputs(outputs: Outputs) -> None:
         seen[resolved] = flag
 
 
-def write_reports(doc: dict[str, Any], outputs: Outputs) -> list[str]:
+def write_reports(doc: Mapping[str, object], outputs: Outputs) -> list[str]:
     """Write every requested report; return one line per report that could not be written."""
     problems = []
     for flag, writer in WRITERS.items():
