@@ -18,10 +18,11 @@ from .codegen._jit import skip_unless_runnable
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["shufflenet"])
+@pytest.mark.parametrize("name", ["shufflenet", "ppocr_cls"])
 def test_whole_int8_model_is_identical_on_the_host_and_avx2_and_the_reference(name: str) -> None:
     """ShuffleNet caught a masked tail store that wrote past its lanes in the host build
-    (an output of an earlier layer corrupted; the AVX2 build was right)."""
+    (an output of an earlier layer corrupted; the AVX2 build was right). PP-OCR cls runs
+    the direct depthwise kernels, the integer pools and the byte chains."""
     run_isolated("compiler.test_int8_whole_models", "check_identical", name)
 
 

@@ -35,6 +35,7 @@ from guard.compiler.codegen.irutil import (
     store_lanes,
     vec,
 )
+from guard.compiler.codegen.quant import byte_lanes as bl
 from guard.compiler.codegen.quant.lut import emit_table, prefix_kernel, table_for
 from guard.compiler.graph.view import GraphView, OpNode
 
@@ -347,6 +348,13 @@ class Elementwise(Emitter):
         dtypes = [np.dtype(o.dtype) for o in k.inputs if o is not None]
         steps = _steps(k.op, k.attrs, len(operands))
         if not _float_path(steps, [*dtypes, np.dtype(out.dtype)]):
+            odt = np.dtype(out.dtype)
+            if k.op == "FusedElementwise" and bl.byte_program(steps, dtypes, odt, FLOAT_OPS):
+                typed = [(p, s, dt) for (p, s), dt in zip(operands, dtypes, strict=True)]
+                bl.emit_pointwise(b, out.shape, typed, (outs[0], odt), k.vector_width,
+                                  lambda vals: bl.run(b, steps, lambda j: vals[index_of.index(j)],
+                                                      apply_op))  # fmt: skip
+                return
             self._emit_typed(b, operands, dtypes, index_of, outs[0], k)
             return
         if k.op == "FusedElementwise":

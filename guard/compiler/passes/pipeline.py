@@ -26,11 +26,13 @@ from guard.compiler.passes.eliminate_dead_code import EliminateDeadCode
 from guard.compiler.passes.fold_batchnorm import FoldBatchnorm
 from guard.compiler.passes.fold_constants import FoldConstants
 from guard.compiler.passes.fold_integer_conv import FoldIntegerConv
+from guard.compiler.passes.fold_integer_pool import FoldIntegerPool
 from guard.compiler.passes.fold_qdq import FoldQdq
 from guard.compiler.passes.fuse_elementwise import FuseElementwise
 from guard.compiler.passes.fuse_horizontal import FuseHorizontal
 from guard.compiler.passes.lower_qdq import LowerQdq
 from guard.compiler.passes.merge_elementwise import MergeElementwise
+from guard.compiler.passes.pool_bytes import PoolBytes
 from guard.compiler.passes.recompose_gelu import RecomposeGelu
 from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
 from guard.compiler.passes.simplify_algebra import SimplifyAlgebra
@@ -115,6 +117,10 @@ PIPELINES: dict[str, Any] = {
             FoldIntegerConv(),
             "the other convs on dequantized int8 run as integer convs with a float epilogue",
         ),
+        (
+            FoldIntegerPool(),
+            "DQ -> GlobalAveragePool -> Q sums bytes exactly (a whole-image depthwise QLinearConv)",
+        ),
         _cleanup(),
         (RecomposeLayernorm(), "one LayerNormalization kernel instead of 9 ops per norm"),
         (RecomposeGelu(), "one Gelu instead of the 5-op erf form"),
@@ -132,6 +138,11 @@ PIPELINES: dict[str, Any] = {
             MergeElementwise(),
             "a chain read only by another chain joins it (QDQ HardSwish: u8 -> u8, one kernel)",
         ),
+        (
+            PoolBytes(),
+            "a MaxPool of a monotone chain on bytes (a DequantizeLinear) pools the bytes first",
+        ),
+        (MergeElementwise(), "the chain a MaxPool moved joins the QuantizeLinear after it"),
         (ConvRows(), "a convolution over a column runs as one over a row (tiles along W)"),
         (
             AssignLayout(candidates=table.layouts),

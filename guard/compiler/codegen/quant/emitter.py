@@ -19,6 +19,7 @@ import numpy as np
 from guard.compiler.codegen.base import Emitter, Kernel
 from guard.compiler.codegen.irutil import I8, I32
 from guard.compiler.codegen.kernel_plan import Operand
+from guard.compiler.codegen.quant import depthwise_dot as dwd
 from guard.compiler.codegen.quant import pack as qp
 from guard.compiler.codegen.quant.conv import conv_tile, emit_conv
 from guard.compiler.codegen.quant.dot import DotClass
@@ -123,6 +124,12 @@ class QuantLinear(Emitter):
             alpha = int(0 if zx is None else np.asarray(zx).reshape(-1)[0]) + sha - dot.delta
         if "Conv" in op:
             geo = QConvGeometry.of(attrs, xs, w.shape)
+            direct = None if runtime_zx else dwd.plan(op, geo, dot, target, w, val, xo.dtype)
+            if direct is not None:  # the direct depthwise kernels (quant/depthwise*.py)
+                zyv = val("zy")
+                zy_d = 0 if zyv is None else int(np.asarray(zyv).reshape(-1)[0])
+                f = qp.facts(dot, None, np.zeros(1), outputs[0].dtype, attrs, zy_d)
+                return {wi: direct[0]}, {**f, **direct[1]}
             mr, _ = conv_tile(geo, width, table.registers)
             words, s_sum, shw, kp = qp.conv_weights(w, dot, mr, geo.Kg)
             n_ch = padded = w.shape[0]
@@ -149,6 +156,8 @@ class QuantLinear(Emitter):
         sl = SLOTS[k.op]
         xo, wo, yo = k.inputs[0], k.inputs[sl["w"]], k.outputs[0]  # type: ignore[index]
         assert xo is not None and wo is not None
+        if dwd.emit(b, k, ins[0], ins[sl["w"]], outs[0]):  # type: ignore[index]
+            return
         table = active_table(k.vector_width)
         dot = DotClass(str(k.attrs["q_dot"]), k.vector_width)
         out = {"int32": "i32", "uint8": "u8", "int8": "s8"}[yo.dtype]
