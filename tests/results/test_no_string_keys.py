@@ -8,7 +8,9 @@ of a results-tree record (the JSON keys of a result, its parts, the manifest, th
 block, the two documents and a comparison's cross-architecture rows). Writers still build the JSON: stores and ``setdefault`` are
 theirs. A package joins MIGRATED when its
 readers are moved to attributes; ALLOWED lists the few string reads of those keys that
-are not reads of a result (another document that shares a word), each with why.
+are not reads of a result (another document that shares a word), each with why. Every other
+part of guard is in NOT_READERS, saying why it reads no result, so a new package is in one
+list or the other.
 """
 
 from __future__ import annotations
@@ -207,6 +209,51 @@ def test_migrated_packages_read_results_by_attribute():
         "it lacks is added there, guard/results/record.py says how):\n  " + "\n  ".join(found)
     )
     assert used == set(ALLOWED), f"stale ALLOWED entries: {sorted(set(ALLOWED) - used)}"
+
+
+# Packages that read no result: the rule has nothing to check there, and a package that is
+# in neither list fails below, so a new package (or one that starts reading results) says
+# which it is. Their string reads are of their own documents, named here.
+NOT_READERS: dict[str, str] = {
+    "guard/backends": "builds artefacts and times sessions: its partition, memory and kernel "
+    "reports are what a result is written from (BuildInfo, PartitionInfo), never a result",
+    "guard/manifest": "builds manifests (manifest/written.py) and diffs or hashes any guard "
+    "version's manifest key by key as free-form JSON, every key alike",
+    "guard/suite": "reads suite files (its blocks share words such as target and key)",
+    "guard/quantize": "writes int8 models and reads its own profile file",
+    "guard/prepare/__init__.py": "the package's docstring",
+    "guard/prepare/init.py": "reads the numerics compare_outputs just computed for a golden",
+    "guard/prepare/tune.py": "reads a suite entry's backend options and the tuner's summary",
+    "guard/core": "validates documents as parsed (schema.py), before any record reads them",
+    "guard/compiler": "the compiler's IR attributes and its own artefact files",
+    "guard/zoo": "builds models",
+    "guard/suites": "suite files shipped with guard (no Python)",
+}
+
+
+def test_every_package_is_a_migrated_reader_or_reads_no_result():
+    covered = set(MIGRATED) | set(NOT_READERS)
+    missing = []
+    for path in sorted((ROOT / "guard").iterdir()):
+        if path.name.startswith("__") or path.name == "results" or path.suffix in (".typed",):
+            continue
+        rel = f"guard/{path.name}"
+        if path.is_dir() and not (path / "__init__.py").exists():
+            if rel not in covered:
+                missing.append(rel)
+            continue
+        parts = (
+            sorted(str(p.relative_to(ROOT)) for p in path.rglob("*.py")) if path.is_dir() else [rel]
+        )
+        for part in parts:
+            if not any(part == c or part.startswith(c + "/") for c in covered):
+                missing.append(part)
+    assert not missing, (
+        "neither in MIGRATED (reads results by attribute) nor in NOT_READERS (reads no "
+        "result, with why): " + ", ".join(missing)
+    )
+    stale = [c for c in covered if not (ROOT / c).exists()]
+    assert not stale, f"MIGRATED/NOT_READERS name paths that do not exist: {stale}"
 
 
 def test_the_rule_sees_subscripts_and_gets(tmp_path: Path):
