@@ -26,10 +26,11 @@ ISAS = ["host", *TARGETS]
 SHAPE = [1, 8, 6, 20]
 
 
-def hardswish_model(second_reader: bool = False):
+def hardswish_model(second_reader: bool = False, float_input: bool = False):
     """x (u8) -> DQ -> BN (per-channel Mul, Add) -> Q -> DQ = a; QDQ HardSwish
     a * clip(a + 3, 0, 6) / 6 with a Q/DQ after each step -> y (f32).
-    second_reader: ``a`` also feeds a Neg that is a graph output."""
+    second_reader: ``a`` also feeds a Neg that is a graph output. float_input: x is
+    float32 and the first DequantizeLinear an Identity (the chains read floats)."""
     rng = np.random.default_rng(5)
     c = SHAPE[1]
 
@@ -56,7 +57,9 @@ def hardswish_model(second_reader: bool = False):
                                  [f"{name}_d"])]  # fmt: skip
 
     nodes = [
-        helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xd"]),
+        helper.make_node("Identity", ["x"], ["xd"])
+        if float_input
+        else helper.make_node("DequantizeLinear", ["x", "x_s", "x_z"], ["xd"]),
         helper.make_node("Mul", ["xd", "g"], ["t0"]),
         helper.make_node("Add", ["t0", "beta"], ["t1"]),
         *qdq("t1", "bn"),
@@ -72,8 +75,8 @@ def hardswish_model(second_reader: bool = False):
     if second_reader:
         nodes.append(helper.make_node("Neg", ["bn_d"], ["z"]))
         outs.append(helper.make_tensor_value_info("z", F, None))
-    g = helper.make_graph(nodes, "qhs", [helper.make_tensor_value_info("x", U8, SHAPE)], outs,
-                          inits)  # fmt: skip
+    x = helper.make_tensor_value_info("x", F if float_input else U8, SHAPE)
+    g = helper.make_graph(nodes, "qhs", [x], outs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -111,6 +114,14 @@ def test_a_value_with_another_reader_is_not_merged():
         a, b = run_reference(g, _feeds(seed)), run_reference(g2, _feeds(seed))
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_a_chain_reading_floats_is_not_merged():
+    """Nothing to gain: the merged program would read floats (no byte table)."""
+    g = _fused(hardswish_model(float_input=True))
+    assert ops(g) == ["FusedElementwise", "FusedElementwise"]
+    g2, res = apply(MergeElementwise(), g)
+    assert res.stats["num_merged"] == 0 and ops(g2) == ops(g)
 
 
 @pytest.mark.parametrize("isa", ISAS)
