@@ -45,8 +45,8 @@ def test_ruff_format_is_clean():
 
 @pytest.mark.slow  # a cold mypy run over guard/: ~30 s
 def test_mypy_is_clean_on_guard(tmp_path):
-    # No paths: pyproject's [tool.mypy] names the files (all of guard/) and the stricter
-    # packages (every function typed), so this is exactly what `mypy` says at the root.
+    # No paths: pyproject's [tool.mypy] names the files (all of guard/, every function
+    # typed), so this is exactly what `mypy` says at the root.
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy")],
         cwd=ROOT,

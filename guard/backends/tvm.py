@@ -28,7 +28,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -115,7 +115,7 @@ def _set_threads(threads: int) -> _Threading:
 # -- build -----------------------------------------------------------------------------------
 
 
-def _compile(mod, target, database, captured: _Captured):
+def _compile(mod: Any, target: Any, database: Any, captured: _Captured) -> Any:
     """TVM's default CPU pipeline with the cache's schedules applied; captures the plan."""
     import tvm
     from tvm import relax
@@ -130,7 +130,7 @@ def _compile(mod, target, database, captured: _Captured):
         )
 
     @tvm.transform.module_pass(opt_level=0, name="guard_tvm_pipeline")
-    def _pipeline(m, _ctx):
+    def _pipeline(m: Any, _ctx: Any) -> Any:
         with target:
             m = tvm.transform.Sequential(tvm_tuning.prepare_passes(target))(m)
             if database is not None:
@@ -377,13 +377,13 @@ class TvmBackend:
 
 
 def tune(
-    model_path,
-    input_shapes,
-    target_canonical,
-    db_dir,
+    model_path: Path | str,
+    input_shapes: dict[str, tuple[int, ...]] | dict[str, list[int]],
+    target_canonical: str,
+    db_dir: Path | str,
     max_trials_global: int,
     num_trials_per_iter: int = 2,
-    **kw,
+    **kw: Any,
 ) -> tvm_tuning.TuneSummary:
     """Small MetaSchedule tuning into a JSON database: see guard.backends.tvm_tuning.tune."""
     return tvm_tuning.tune(

@@ -11,11 +11,12 @@ its plan can be below that bound: it bounds an unfused executor, not TVM.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 
-def planned_storage(mod) -> dict[str, int]:
+def planned_storage(mod: Any) -> dict[str, int]:
     """Bytes of the ``alloc_storage`` calls StaticPlanBlockMemory left, and of output tensors."""
     import tvm
     from tvm import relax
@@ -29,7 +30,7 @@ def planned_storage(mod) -> dict[str, int]:
 
     @relax.expr_functor.visitor
     class _Visit(relax.PyExprVisitor):
-        def visit_call_(self, call):  # noqa: N802 - TVM's visitor naming
+        def visit_call_(self, call: Any) -> None:  # noqa: N802 - TVM's visitor naming
             op = call.op
             if isinstance(op, tvm.ir.Op) and op.name == "relax.memory.alloc_storage":
                 size = call.args[0]

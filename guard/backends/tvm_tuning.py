@@ -28,6 +28,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -46,7 +47,7 @@ FAILED_RUN_SECS = 1e9
 # -- the pipeline both tuning and building use, so that task keys match by construction ----
 
 
-def prepare_passes(target) -> list:
+def prepare_passes(target: Any) -> list[Any]:
     """Relax CPU passes up to fused TIR: the stage tuning tasks are extracted from.
 
     Taken from ``tvm.relax.backend.cpu_generic.pipeline`` (what ``tvm.compile`` runs for
@@ -58,7 +59,7 @@ def prepare_passes(target) -> list:
     return [*cpu.library_dispatch_passes(target), *cpu.legalize_passes(target)]
 
 
-def prepare(mod, target):
+def prepare(mod: Any, target: Any) -> Any:
     """Dispatch, legalise, fold and fuse ``mod`` for ``target`` (TVM's default CPU stages)."""
     import tvm
 
@@ -66,7 +67,7 @@ def prepare(mod, target):
         return tvm.transform.Sequential(prepare_passes(target))(mod)
 
 
-def extract_tasks(prepared, target) -> list:
+def extract_tasks(prepared: Any, target: Any) -> list[Any]:
     from tvm.s_tir import meta_schedule as ms
 
     return list(ms.relax_integration.extract_tasks(prepared, target))
@@ -88,7 +89,7 @@ def db_sha256(db_dir: Path) -> str:
     return h.hexdigest()
 
 
-def open_db(db_dir: Path):
+def open_db(db_dir: Path) -> Any:
     """The JSON database at ``db_dir``, read-only in effect (guard never commits to it)."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -112,7 +113,7 @@ def open_db(db_dir: Path):
         ) from None
 
 
-def _target_key(target, drop_num_cores: bool) -> str:
+def _target_key(target: Any, drop_num_cores: bool) -> str:
     d = dict(target.export())
     if drop_num_cores:
         d.pop("num-cores", None)
@@ -131,12 +132,12 @@ class TuneSummary(TypedDict):
     tvm_version: str
 
 
-def _mean(xs) -> float:
+def _mean(xs: Iterable[Any]) -> float:
     vals = [float(x) for x in xs]
     return sum(vals) / len(vals) if vals else float("inf")
 
 
-def _valid(record) -> bool:
+def _valid(record: Any) -> bool:
     """A record of a trial that built and ran (failed trials are stored too)."""
     return bool(record.run_secs) and _mean(record.run_secs) < FAILED_RUN_SECS
 
@@ -173,7 +174,7 @@ class Lookup:
         }
 
 
-def lookup(db_dir: Path, tasks: list, target, target_has_num_cores: bool) -> Lookup:
+def lookup(db_dir: Path, tasks: list[Any], target: Any, target_has_num_cores: bool) -> Lookup:
     """Match every task against the cache by workload (structural) and target."""
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
