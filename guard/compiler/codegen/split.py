@@ -387,8 +387,8 @@ def int8_tasks(step: Step, width: int) -> tuple[Step, ...]:
         if w is None:
             return ()
         geo = QConvGeometry.of(step.attrs, x.shape, w.shape)
-        packed = geo.N * geo.g * geo.OH * geo.OW * geo.Kp
-        cost = int(geo.macs * INT8_MAC_FLOPS) + packed * ELEMENT_FLOPS // 4
+        direct = bool(step.attrs.get("q_dw") or step.attrs.get("q_dwdot"))  # quant/depthwise*
+        cost = geo.task_cost(direct, INT8_MAC_FLOPS, ELEMENT_FLOPS)
         want = min(MAX_TASKS, cost // MIN_TASK_FLOPS, geo.OH)
         want -= want % 2 if want > 2 else 0
         if want < 2:

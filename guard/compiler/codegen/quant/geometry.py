@@ -78,3 +78,12 @@ class QConvGeometry:
     @property
     def macs(self) -> int:
         return self.N * self.K * (self.r1 - self.r0) * self.OW * self.Cg * self.R * self.S
+
+    def task_cost(self, direct: bool, mac_flops: float, element_flops: int) -> int:
+        """The thread-split rule's cost (codegen/split.py): the MACs at the int8 rate and the
+        im2col's bytes; a direct depthwise kernel (quant/depthwise*.py) packs nothing and
+        runs at about a float conv's rate."""
+        if direct:
+            return 2 * self.macs
+        packed = self.N * self.g * self.OH * self.OW * self.Kp
+        return int(self.macs * mac_flops) + packed * element_flops // 4
