@@ -36,6 +36,7 @@ from guard.compiler.passes.pool_bytes import PoolBytes
 from guard.compiler.passes.recompose_gelu import RecomposeGelu
 from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
 from guard.compiler.passes.simplify_algebra import SimplifyAlgebra
+from guard.compiler.passes.sink_casts import SinkCasts
 from guard.compiler.passes.verify import verify
 from guard.core.errors import InternalError, UsageError
 
@@ -143,6 +144,11 @@ PIPELINES: dict[str, Any] = {
             "a MaxPool of a monotone chain on bytes (a DequantizeLinear) pools the bytes first",
         ),
         (MergeElementwise(), "the chain a MaxPool moved joins the QuantizeLinear after it"),
+        (
+            SinkCasts(),
+            "a chain ending in a byte widened to float hands the Cast to its readers: "
+            "bytes between them, and a byte table for the chain's tail",
+        ),
         (ConvRows(), "a convolution over a column runs as one over a row (tiles along W)"),
         (
             AssignLayout(candidates=table.layouts),

@@ -20,6 +20,10 @@ on the first per-channel constant input, whose operand is shaped ``(1, C, 1.., 2
 that a task of a channel split gets it cut at its first channel (guard.compiler.codegen.
 split); a scalar chain has one table of 256 on an operand shaped ``(256, 1, ...)``, which
 every task reads whole. ``q_lut`` is C (0 for the scalar table).
+
+A chain from a float32 or int32 tensor (an integer conv's accumulator) whose steps after
+its first QuantizeLinear read only that byte and constants runs its prefix to that byte
+as its own elementwise code (``q_lut_prefix``), then looks the rest up.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ def table_for(
         return None
     xi, xdt = ins.index(runtime[0]), runtime[0].dtype
     got = (0, prog, xi, xdt) if xdt in BYTES else _suffix(prog, xi, len(ins), y.dtype)
-    if got is None or xdt not in (*BYTES, "float32"):
+    if got is None or xdt not in (*BYTES, "float32", "int32"):
         return None
     prefix, suffix, at, bdt = got
     used = {r for st in suffix for r in st["args"] if isinstance(r, int) and r != at}
