@@ -95,7 +95,7 @@ def test_hardswish_chain_becomes_one_byte_program_and_a_dequantize():
     g = _fused(hardswish_model())
     assert ops(g) == ["FusedElementwise", "FusedElementwise"]  # split at the read-twice value
     g2, res = apply(MergeElementwise(), g)
-    assert res.stats == {"num_merged": 1, "num_split": 1}
+    assert res.stats == {"num_merged": 1, "num_split": 1, "num_inlined": 0}
     head, deq = g2.nodes
     assert g2.values[head.inputs[0]].dtype == np.uint8
     assert g2.values[head.outputs[0]].dtype == np.uint8

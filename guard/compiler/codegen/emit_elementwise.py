@@ -36,7 +36,7 @@ from guard.compiler.codegen.irutil import (
     vec,
 )
 from guard.compiler.codegen.quant import byte_lanes as bl
-from guard.compiler.codegen.quant.lut import emit_table, prefix_kernel, table_for
+from guard.compiler.codegen.quant.lut import emit_table, prefix_kernel, table2_for, table_for
 from guard.compiler.graph.view import GraphView, OpNode
 
 Attrs = Mapping[str, Any]
@@ -328,13 +328,14 @@ class Elementwise(Emitter):
             return None
         got = table_for(attrs, values, ins, outs)
         if got is None:
-            return None
+            two = table2_for(attrs, values, ins, outs)
+            return None if two is None else ({two[0]: (two[1], two[2])}, {"q_lut2": two[3]})
         j, table, shape, c, prefix = got
         return {j: (table, shape)}, {"q_lut": c, **({"q_lut_prefix": prefix} if prefix else {})}
 
     def emit(self, b: B, ins: list[V | None], outs: list[V], k: Kernel) -> None:
         out = k.outputs[0]
-        if "q_lut" in k.attrs:  # a table lookup (quant/lut.py), after its float prefix
+        if "q_lut" in k.attrs or "q_lut2" in k.attrs:  # a table lookup (quant/lut.py)
             pre = prefix_kernel(ins, k)
             if pre is not None:
                 self.emit(b, pre[0], outs, pre[1])

@@ -1,5 +1,7 @@
 """Requantise chains on bytes in float32 vectors (quant/byte_lanes.py): the SE block's
-``DQ(x) * g[c] -> Q`` and a lone DequantizeLinear take byte vector loads and stores and
+``DQ(x) * g[c] -> Q`` and a lone DequantizeLinear take byte vector loads and stores (with
+a quantized gate, ``DQ(x) * DQ(g[c]) -> Q``, a 256 x 256 byte table where the target
+looks bytes up, quant/lut.py; byte vectors elsewhere), and
 equal the reference interpreter bit for bit on the host's class, x86-64-v3 and
 skylake-avx512 at 1 and 2 threads (rows with a tail, a broadcast operand); integer
 arithmetic on bytes (which wraps) and a Cast to a byte without a Clip stay on the typed
@@ -41,6 +43,13 @@ def model(kind: str):
                  helper.make_node("Mul", ["xd", "g"], ["m"]),
                  helper.make_node("QuantizeLinear", ["m", "sy", "zy"], ["y"])]  # fmt: skip
         out = helper.make_tensor_value_info("y", U8, None)
+    elif kind == "se2":  # the gate quantized too: DQ(x) * DQ(g[c]) -> Q
+        ins.append(helper.make_tensor_value_info("g", U8, [1, SHAPE[1], 1, 1]))
+        nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["xd"]),
+                 helper.make_node("DequantizeLinear", ["g", "sy", "zy"], ["gd"]),
+                 helper.make_node("Mul", ["xd", "gd"], ["m"]),
+                 helper.make_node("QuantizeLinear", ["m", "sy", "zy"], ["y"])]  # fmt: skip
+        out = helper.make_tensor_value_info("y", U8, None)
     elif kind == "dq":
         nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])]
         out = helper.make_tensor_value_info("y", F, None)
@@ -56,11 +65,13 @@ def _feeds(kind: str, seed: int) -> dict[str, np.ndarray]:
     f = {"x": rng.integers(0, 256, SHAPE).astype(np.uint8)}
     if kind == "se":
         f["g"] = rng.uniform(0, 1, (1, SHAPE[1], 1, 1)).astype(np.float32)
+    if kind == "se2":
+        f["g"] = rng.integers(0, 256, (1, SHAPE[1], 1, 1)).astype(np.uint8)
     return f
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("kind", ["se", "dq", "wrap"])
+@pytest.mark.parametrize("kind", ["se", "se2", "dq", "wrap"])
 def test_byte_chains_run_in_vectors_and_equal_the_reference(isa, kind):
     target = host_target() if isa == "host" else skip_unless_runnable(isa)
     table = None if isa == "host" else table_for(isa)
@@ -71,7 +82,11 @@ def test_byte_chains_run_in_vectors_and_equal_the_reference(isa, kind):
     rt2, _ = jit(compiled, target, threads=2, code=code)
     w = {"avx512": 16, "avx2": 8}[target.isa]
     vec_bytes = re.search(rf"uitofp <{w} x i8>", code.generated.ir_text) is not None
-    assert vec_bytes == (kind != "wrap"), kind
+    table2 = any("q_lut2" in st.attrs for st in code.plan.steps())
+    if kind == "se2" and target.byte_lookup == "vbmi":  # T[g[c]][x] (quant/lut.py)
+        assert table2 and not vec_bytes
+    else:
+        assert vec_bytes == (kind != "wrap") and not table2, kind
     for seed in (0, 1):
         ref = run_reference(g, _feeds(kind, seed))["y"]
         np.testing.assert_array_equal(rt1.run(_feeds(kind, seed))["y"], ref)

@@ -98,6 +98,44 @@ def table_for(
     return carrier, table, (256, *(1,) * rank), 0, prefix
 
 
+def table2_for(
+    attrs: Mapping[str, Any], values: Mapping[int, np.ndarray],
+    ins: Sequence[Operand | None], outs: Sequence[Operand],
+) -> tuple[int, np.ndarray, tuple[int, ...], int] | None:  # fmt: skip
+    """A byte chain of two run-time bytes, ``x`` of the output's shape and ``g`` one a
+    channel (the SE block's ``DQ(x) * DQ(g[c]) -> Q``), every constant a scalar: one
+    table ``T[g][x]`` of 65536 bytes, a channel's row chosen by its ``g`` at run time.
+    (the carrying input, the table, its operand's shape, the input index of ``g``)."""
+    if len(outs) != 1 or outs[0].dtype not in BYTES or "program" not in attrs:
+        return None
+    y, prog = outs[0], list(attrs["program"])
+    rank = len(y.shape)
+    runtime = [j for j, o in enumerate(ins) if o is not None and o.space == "arena"]
+    if len(runtime) != 2 or rank < 3 or any(ins[j].dtype not in BYTES for j in runtime):  # type: ignore[union-attr]
+        return None
+    shapes = {j: tuple(ins[j].shape) for j in runtime}  # type: ignore[union-attr]
+    xs = [j for j in runtime if shapes[j] == tuple(y.shape)]
+    per_c = (1, int(y.shape[1]), *(1,) * (rank - 2))
+    gs = [j for j in runtime if shapes[j] == per_c and j not in xs[:1]]
+    if len(xs) < 1 or len(gs) != 1 or y.shape[0] != 1:
+        return None
+    xi, gi = xs[0], gs[0]
+    used = {r for st in prog for r in st["args"] if isinstance(r, int) and r not in (xi, gi)}
+    if not used or any(np.asarray(values[j]).size != 1 for j in used):
+        return None
+    feed: list[np.ndarray | None] = [None] * len(ins)
+    for j, shape in ((xi, (1, 256)), (gi, (256, 1))):
+        lo = int(np.iinfo(np.dtype(ins[j].dtype)).min)  # type: ignore[union-attr]
+        feed[j] = np.arange(lo, lo + 256).astype(ins[j].dtype).reshape(shape)  # type: ignore[union-attr]
+    for j in used:
+        feed[j] = np.asarray(values[j]).reshape(())
+    out = np.asarray(run_program(prog, feed, None))
+    if out.dtype != np.dtype(y.dtype) or out.shape != (256, 256):
+        return None
+    table = np.ascontiguousarray(out).view(np.uint8).reshape(-1)
+    return min(used), table, (65536, *(1,) * rank), gi
+
+
 def _suffix(
     prog: list[dict[str, Any]], xi: int, n_in: int, ydt: str
 ) -> tuple[int, list[dict[str, Any]], int, str] | None:
@@ -144,11 +182,17 @@ def emit_table(b: ir.IRBuilder, ins: Sequence[ir.Value | None], y: ir.Value, k: 
     table = ins[ti]
     if k.attrs.get("q_lut_prefix"):
         x, signed = y, k.outputs[0].dtype == "int8"
-    else:
+    elif "q_lut2" not in k.attrs:
         (xi,) = [j for j, o in enumerate(k.inputs) if o is not None and o.space == "arena"]
         x, signed = ins[xi], k.inputs[xi].dtype == "int8"
-    assert x is not None and table is not None
+    else:
+        x, signed = None, False
+    assert table is not None
     shape = k.outputs[0].shape
+    if "q_lut2" in k.attrs:  # T[g[c]][x]: the row of each channel's g
+        _rows2(b, ins, y, table, k)
+        return
+    assert x is not None
     if not int(k.attrs["q_lut"]):
         _rows(b, x, y, table, int(np.prod(shape, dtype=np.int64)), signed)
         return
@@ -160,6 +204,26 @@ def emit_table(b: ir.IRBuilder, ins: Sequence[ir.Value | None], y: ir.Value, k: 
         base = b.mul(nc, ir.Constant(I64, inner))
         xp, yp = elem_ptr(b, x, base, I8), elem_ptr(b, y, base, I8)
         _rows(b, xp, yp, elem_ptr(b, table, row, I8), inner, signed)
+
+
+def _rows2(b: ir.IRBuilder, ins: Sequence[ir.Value | None], y: ir.Value, table: ir.Value,
+           k: Any) -> None:  # fmt: skip
+    """Per channel ``c``: ``y[c, :] = T[g[c]][x[c, :]]`` (table2_for)."""
+    gi = int(k.attrs["q_lut2"])
+    shape = k.outputs[0].shape
+    (xi,) = [j for j, o in enumerate(k.inputs)
+             if o is not None and o.space == "arena" and j != gi]  # fmt: skip
+    x, g = ins[xi], ins[gi]
+    assert x is not None and g is not None
+    c, inner = int(shape[1]), int(np.prod(shape[2:], dtype=np.int64))
+    with loop(b, 0, c, 1, "c") as ch:
+        gb = b.load(elem_ptr(b, g, ch, I8), typ=I8)
+        if k.inputs[gi].dtype == "int8":
+            gb = b.xor(gb, ir.Constant(I8, 0x80))
+        row = b.mul(b.zext(gb, I64), ir.Constant(I64, 256))
+        base = b.mul(ch, ir.Constant(I64, inner))
+        _rows(b, elem_ptr(b, x, base, I8), elem_ptr(b, y, base, I8), elem_ptr(b, table, row, I8),
+              inner, k.inputs[xi].dtype == "int8")  # fmt: skip
 
 
 def _rows(b: ir.IRBuilder, x: ir.Value, y: ir.Value, table: ir.Value, n: int, signed: bool) -> None:
