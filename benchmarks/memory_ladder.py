@@ -1,7 +1,9 @@
 """The memory-budget ladder on five models, beside onnxruntime's arena (issue 35).
 
 For each model: the bundled compiler's arena after every rung of the ladder (views,
-memory-aware schedule, recompute, strip tiling; int8 says why it is not available), the
+memory-aware schedule, recompute, strip tiling, int8: the model quantised on 8 seeded
+inputs by guard.quantize.fit_hook with the schedule and tiling re-applied, its error
+against the fp32 build stated; spill), the
 liveness lower bound of the unconstrained schedule, the smallest reachable arena, the
 extra MACs and the latency each rung costs against the unconstrained build (every
 distinct rung built and timed interleaved in this process, outputs compared), and
@@ -36,6 +38,7 @@ from guard.compiler.fit.ladder import climb
 from guard.compiler.fit.measure import measure
 from guard.compiler.partition.plan import plan
 from guard.core.budget_bytes import fmt_bytes
+from guard.quantize.fit_hook import quantise_hook
 from guard.zoo.cache import model_path
 from guard.zoo.wheels import wheel_model
 
@@ -101,7 +104,8 @@ def one(name: str, seconds: float, search_s: float) -> dict[str, Any]:
     unconstrained = plan(optimised).arena_bytes
     budget = unconstrained // 4
     t = time.perf_counter()
-    ladder = climb(optimised, budget, stop_at_fit=False, search_s=search_s)
+    hook = quantise_hook(path, shapes, table=codegen_target("host").table)
+    ladder = climb(optimised, budget, stop_at_fit=False, search_s=search_s, quantise=hook)
     search = time.perf_counter() - t
     tile = next((s for s in ladder.steps if s.name == "tile" and s.plan is not None), None)
     peaks = tiled_stage_peaks(ladder.steps[0].plan, tile.plan) if tile and tile.plan else None
@@ -127,7 +131,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         b = r["budget"]
         lb = b["unconstrained_lower_bound_bytes"]
         for s in b["ladder"]:
-            arena, cost, err = s["arena_bytes"], s["latency_cost_pct"], s["max_abs_err"]
+            arena, cost = s["arena_bytes"], s["latency_cost_pct"]
             cells = [
                 r["model"],
                 f"{s['rung']} {s['name']}",
@@ -135,7 +139,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{arena / lb:.2f}" if arena is not None else "-",
                 f"{cost:+.1f}%" if cost is not None else "-",
                 f"{s['extra_macs_pct']:.1f}%",
-                f"{err:.2g}" if err is not None else "-",
+                _err(s),
                 s["what"][:110],
             ]
             out.append("| " + " | ".join(cells) + " |")
@@ -157,6 +161,19 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{fmt_bytes(after)} | {before / after:.2f}x smaller | | | | tiled stages only |"
             )
     return "\n".join(out)
+
+
+def _err(s: dict[str, Any]) -> str:
+    """The max abs error; an int8 rung's also relative to the fp32 range, and top-1."""
+    err = s["max_abs_err"]
+    if err is None:
+        return "-"
+    out = f"{err:.2g}"
+    if s.get("quantised"):
+        rel, top1 = s.get("max_rel_err"), s.get("top1_agreement")
+        out += f" (int8: {rel:.2g} of range" if rel is not None else " (int8"
+        out += f", top-1 {top1:.0%})" if top1 is not None else ")"
+    return out
 
 
 def main() -> None:

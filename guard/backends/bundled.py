@@ -45,7 +45,7 @@ from guard.compiler.runtime.engine import RUNTIME_NAME, Executor
 from guard.compiler.tuning.cache import load
 from guard.compiler.tuning.dispatch import Dispatch, applied
 from guard.core.budget_bytes import parse_budget
-from guard.core.errors import ModelError
+from guard.core.errors import ModelError, UsageError
 from guard.core.json_types import Json
 from guard.manifest.written import ComponentPins, TuningObservations
 
@@ -66,15 +66,24 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     pipeline = str(opts.pop("pipeline", "O2"))
     profile = opts.pop("profile", None)
     raw_budget = opts.pop("memory_budget", None)
+    calibration = opts.pop("calibration", None)
     if opts:
         raise ModelError(
             f"options.bundled: unknown option(s) {sorted(opts)}",
             where=str(req.model_path),
-            hint="Known: pipeline, profile, memory_budget.",
+            hint="Known: pipeline, profile, memory_budget, calibration.",
         )
     budget = (
         None if raw_budget is None else parse_budget(raw_budget, "options.bundled.memory_budget")
     )
+    cal_path = None if calibration is None else Path(str(calibration))
+    if cal_path is not None and not cal_path.exists():
+        raise UsageError(
+            f"options.bundled.calibration: {cal_path} does not exist",
+            where=str(req.model_path),
+            hint="The int8 rung's calibration data: an .npz, a directory of .npy/.npz or "
+            "an ONNX test_data_set_N (relative to the suite file).",
+        )
     if pipeline not in pipeline_names():
         raise ModelError(
             f"options.bundled.pipeline: unknown pipeline {pipeline!r}",
@@ -102,7 +111,11 @@ def build_bundled(req: BuildRequest) -> BuildInfo:
     if budget is not None:
         # The escape ladder (guard.compiler.fit): the first rung whose arena fits, else the
         # smallest reachable plan, with the search bounded (fit.ladder.SEARCH_S).
-        fitted = fit_budget(optimised, budget, profile, req.target_canonical)
+        from guard.quantize.fit_hook import quantise_hook
+
+        hook = quantise_hook(req.model_path, req.input_shapes, pipeline=pipeline, table=table,
+                             calibration=cal_path)  # fmt: skip
+        fitted = fit_budget(optimised, budget, profile, req.target_canonical, hook)
         compiled = fitted.chosen
     with _tuning(req) as dispatch:
         manifest = save_artefact(
@@ -161,14 +174,16 @@ def _tuning(req: BuildRequest) -> Iterator[Dispatch | None]:
         yield d
 
 
-def fit_budget(graph: Any, budget: int, profile: Any, target: str) -> Any:
+def fit_budget(graph: Any, budget: int, profile: Any, target: str, quantise: Any = None) -> Any:
     """The ladder for ``budget`` (guard.compiler.fit.ladder.Ladder); when a rung above the
     first was needed, its latency against the unconstrained build is measured (both built,
-    timed interleaved for 2 s: guard.compiler.fit.measure)."""
+    timed interleaved for 2 s: guard.compiler.fit.measure), and an int8 rung's error
+    against the fp32 build. ``quantise``: the int8 rung's hook (guard.quantize.fit_hook:
+    options.bundled.calibration, else seeded inputs)."""
     from guard.compiler.fit.ladder import climb
     from guard.compiler.fit.measure import measure
 
-    ladder = climb(graph, budget, profile)
+    ladder = climb(graph, budget, profile, quantise=quantise)
     chosen = next((s for s in ladder.steps if s.plan is ladder.chosen), None)
     if chosen is not None and chosen.rung > 1 and ladder.chosen is not ladder.steps[0].plan:
         ladder = measure(ladder, seconds=2.0, target=target, only_chosen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from guard.results.result import MemoryBudget
+from guard.results.result import BudgetRung, MemoryBudget
 from guard.suite.check_blocks import ArenaBound
 
 
@@ -38,6 +38,7 @@ def arena_verdict(
                 f"; memory_budget {budget.bytes:,} B fits at rung {rung.rung} "
                 f"({rung.name}: {rung.what})"
                 + (f", latency {cost:+.1f}%" if cost is not None else "")
+                + (f"; {stated_error(rung)}" if rung.quantised else "")
             )
         else:
             bound_by = ", ".join(f"{'+'.join(b.tensors)} ({b.bytes:,} B)" for b in budget.bound_by)
@@ -47,3 +48,16 @@ def arena_verdict(
             )
             ok = False
     return ("pass" if ok else "fail"), arena, bound, msg
+
+
+def stated_error(rung: BudgetRung) -> str:
+    """An int8 rung's error against the fp32 unconstrained build (it is not held to the
+    fp32 tolerance: quantising changes the numbers)."""
+    if rung.max_abs_err is None:
+        return "int8 outputs: error not measured"
+    parts = [f"max abs err {rung.max_abs_err:.3g}"]
+    if rung.max_rel_err is not None:
+        parts.append(f"{rung.max_rel_err:.3g} of the fp32 output range")
+    if rung.top1_agreement is not None:
+        parts.append(f"top-1 agreement {rung.top1_agreement:.0%}")
+    return "int8 outputs against fp32: " + ", ".join(parts)

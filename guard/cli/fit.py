@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from guard.core.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 
@@ -23,6 +24,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     fp.add_argument("--no-latency", action="store_true",
                     help="skip building and timing each rung (arena only)")  # fmt: skip
+    fp.add_argument(
+        "--calibration",
+        metavar="DATA",
+        help="calibration data for the int8 rung (an .npz, a directory of .npy/.npz or "
+        "test_data_set_N; as guard quantize takes it); default: 8 seeded inputs",
+    )
     fp.add_argument("--json", action="store_true")
     fp.set_defaults(func=cmd_fit)
 
@@ -45,12 +52,27 @@ def cmd_fit(args: argparse.Namespace) -> int:
         model = zoo.model_path(model[4:])
     if not Path(model).is_file():
         raise UsageError(f"{model}: no such model file", hint="Give an .onnx path or zoo:<name>.")
+    calibration = Path(args.calibration) if args.calibration else None
+    if calibration is not None and not calibration.exists():
+        raise UsageError(
+            f"--calibration {args.calibration}: no such file or directory",
+            hint="Give an .npz, a directory of .npy/.npz, or an ONNX test_data_set_N.",
+        )
     from guard.compiler.fit.report import fit_model
     from guard.core.isolate import run_isolated
 
     report, text = run_isolated(
         fit_model, Path(model), shapes or None, budget, latency=not args.no_latency, name=shown,
-        what=f"fitting {model}",
+        quantise=quantiser(Path(model), shapes, calibration), what=f"fitting {model}",
     )  # fmt: skip
     print(json.dumps(report, indent=2, default=str) if args.json else text)
     return EXIT_OK if report["fits"] else EXIT_CHECK_FAILED
+
+
+def quantiser(model: Path, shapes: dict[str, tuple[int, ...]], calibration: Path | None) -> Any:
+    """The int8 rung's hook (guard.quantize.fit_hook) for ``model`` with the host's layouts
+    (inputs not in ``shapes`` keep the model's own dims)."""
+    from guard.compiler.codegen.llvm_target import codegen_target
+    from guard.quantize.fit_hook import quantise_hook
+
+    return quantise_hook(model, shapes, table=codegen_target("host").table, calibration=calibration)

@@ -182,8 +182,7 @@ class Numerics(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Pass(Record):
-    """One optimisation pass of ``graph.passes``: whether it changed the graph (and its
-    counts, in ``extra``)."""
+    """One pass of ``graph.passes``: whether it changed the graph (its counts in ``extra``)."""
 
     name: str | None = None
     changed: bool | None = None
@@ -219,6 +218,9 @@ class BudgetRung(Record):
     extra_macs_pct: float | None = None
     max_abs_err: float | None = None
     seconds: float | None = None
+    quantised: bool | None = None  # rung 5 (int8): its outputs state their error
+    max_rel_err: float | None = None  # max abs error / max |fp32 output| (int8 rungs)
+    top1_agreement: float | None = None  # a classifier's top-1 against fp32 (int8 rungs)
     spill_bytes: int | None = None  # the spill rung: bytes outside the budget
     spill_traffic_bytes: int | None = None  # and the bytes its copies move per inference
 
@@ -259,8 +261,7 @@ class Memory(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Kernel(Record):
-    """One row of ``kernels``: a generated kernel (bundled) or a profiled node
-    (onnxruntime), its time and share of the inference."""
+    """A row of ``kernels``: a generated kernel or a profiled node, its time and share."""
 
     kernel: str | None = None
     # older spellings of the kernel's name (results written before ``kernel``)
@@ -343,8 +344,7 @@ class WorstTensor(Record):
 
 @dataclass(frozen=True, kw_only=True)
 class Quantization(Record):
-    """``quantization``: an int8 row of a ``quantize:`` model judged against its fp32
-    source on the same inputs (guard.run.int8)."""
+    """``quantization``: an int8 row judged against its fp32 source (guard.run.int8)."""
 
     source_sha256: str | None = None
     profile_sha256: str | None = None

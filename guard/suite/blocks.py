@@ -17,7 +17,7 @@ from guard.core.json_types import JsonObject
 from guard.suite.check_blocks import CheckBlocks
 from guard.suite.entries import ARCHES, DISTS, InputSpec
 from guard.suite.fields import MAX_INT, MAX_THREADS, Fields, show, suggest
-from guard.suite.quantize import parse_int8_agreement, parse_quantization_check
+from guard.suite.quantize import option_calibration, parse_int8_agreement, parse_quantization_check
 
 TOP_KEYS = {"schema_version", "suite", "description", "defaults", "models", "limits"}
 DEFAULT_KEYS = {
@@ -224,8 +224,11 @@ def parse_dataset(ctx: Fields, value: Any, key: str) -> str:
     return value
 
 
-def parse_options(ctx: Fields, raw: Any, key: str) -> dict[str, JsonObject]:
-    """``options: {backend: {key: value}}``; the backend validates its own keys at build."""
+def parse_options(
+    ctx: Fields, raw: Any, key: str, suite_dir: Path | None = None
+) -> dict[str, JsonObject]:
+    """``options: {backend: {key: value}}``; the backend validates its own keys at build
+    (a ``calibration`` path, relative to ``suite_dir``, is made absolute here)."""
     block = ctx.mapping(raw, key, OPTION_BACKENDS)
     out: dict[str, JsonObject] = {}
     for backend, body in block.items():
@@ -255,6 +258,9 @@ def parse_options(ctx: Fields, raw: Any, key: str) -> dict[str, JsonObject]:
                 raise ctx.err(f"{key}.{backend}.{k}", f"expected a name, got {show(body[k])}")
         if "memory_budget" in body and (problem := budget_bytes(body["memory_budget"])[1]):
             raise ctx.err(f"{key}.{backend}.memory_budget", problem, HINT)
+        if "calibration" in body:
+            where = f"{key}.{backend}"
+            body["calibration"] = option_calibration(ctx, body["calibration"], where, suite_dir)
         providers = body.get("providers")
         if "providers" in body and (
             not isinstance(providers, list)

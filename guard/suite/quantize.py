@@ -143,3 +143,18 @@ def parse_int8_agreement(ctx: Fields, body: JsonObject, key: str) -> dict[str, l
             'e.g. int8_agreement: {across: [host, "llvm -mcpu=x86-64-v3"]}',
         )
     return {"across": list(across)}
+
+
+def option_calibration(ctx: Fields, value: Any, key: str, suite_dir: Path | None) -> str:
+    """``options.<backend>.calibration`` (the memory ladder's int8 rung data, issue 35): an
+    existing path, relative to the suite file, made absolute."""
+    hint = "e.g. options: {bundled: {memory_budget: 2MiB, calibration: calib.npz}}."
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise ctx.err(f"{key}.calibration", f"expected a path, got {show(value)}", hint)
+    p = Path(value)
+    if not p.is_absolute() and suite_dir is not None:
+        p = suite_dir / p
+    if not p.exists():
+        raise ctx.err(f"{key}.calibration", f"{p} does not exist",
+                      "Paths are relative to the suite file; " + hint)  # fmt: skip
+    return str(p.resolve())

@@ -68,7 +68,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
     measure = parse_measure(ctx, d.get("measure"), "defaults.measure", DEFAULT_MEASURE)
     checks = parse_checks(ctx, d.get("checks"), "defaults.checks", CheckBlocks())
     profile = parse_profile(ctx, d.get("profile"), "defaults.profile")
-    options = parse_options(ctx, d.get("options"), "defaults.options")
+    options = parse_options(ctx, d.get("options"), "defaults.options", path.parent)
     description = top.get("description", "")
     if not isinstance(description, str):
         raise ctx.err("description", f"expected a string, got {show(description)}")
@@ -90,7 +90,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
         if "source" not in m:
             raise ctx.err(f"{mk}.source", "missing", "Use 'zoo:<name>' or a path to an .onnx file.")
         mtargets = parse_targets(ctx, m, mk, targets)
-        mopts = parse_options(ctx, m.get("options"), f"{mk}.options")
+        mopts = parse_options(ctx, m.get("options"), f"{mk}.options", path.parent)
         merged_opts = {k: dict(v) for k, v in options.items()}
         for k, v in mopts.items():
             merged_opts.setdefault(k, {}).update(v)

@@ -9,7 +9,8 @@ import pytest
 
 from guard.checks.evaluate import arena_check
 from guard.compiler import import_onnx, optimize
-from guard.compiler.fit.ladder import INT8_UNAVAILABLE, climb
+from guard.compiler.fit.int8 import INT8_UNAVAILABLE
+from guard.compiler.fit.ladder import climb
 from guard.core.budget_bytes import fmt_bytes, parse_budget
 from guard.core.errors import UsageError
 from guard.results.result import MemoryBudget

@@ -12,9 +12,10 @@ chapter; issue 35):
 4. ``tile``: the first stages of a CNN run in strips of rows with the halo recomputed
    (guard.compiler.passes.tile_strips); the exit and strip count with the smallest arena
    (or, when one fits, the fitting one with the fewest extra MACs) win.
-5. ``int8``: never applied by the ladder itself (quantising needs calibration data and
-   changes outputs): a quantised model's 8-bit arena tensors are counted, any other
-   model is pointed at ``guard quantize``.
+5. ``int8``: the model quantised by the caller's hook (guard.compiler.fit.int8: calibration
+   data, else seeded inputs), planned with the schedule and tiling re-applied where they
+   apply; its outputs state their quantisation error instead of meeting the fp32
+   tolerance. Without a hook a quantised model's 8-bit tensors are counted.
 6. ``spill``: tensors idle across the peak are copied to a second region and back
    (guard.compiler.graph.memory_spill); the rung's arena is the fast region (what the
    budget bounds), and it reports the spill region's bytes and the copies' traffic.
@@ -22,8 +23,9 @@ chapter; issue 35):
 The climb stops at the first rung whose arena fits (``stop_at_fit``) or when every rung
 is tried; the whole search is bounded by ``search_s`` seconds (SEARCH_S: 30 s, far below
 ``defaults.build_timeout_s``), after which the remaining rungs say they were cut.
-Reordering, views and tiling change no arithmetic and recomputation repeats it, so every
-rung's outputs equal the unconstrained build's (guard.compiler.fit.measure checks).
+Reordering, views and tiling change no arithmetic and recomputation repeats it, so the
+outputs of rungs 1-4 and 6 equal the unconstrained build's (guard.compiler.fit.measure
+checks); rung 5's (and a spill on top of it) differ by the stated quantisation error.
 """
 
 from __future__ import annotations
@@ -31,11 +33,18 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guard.compiler.fit.describe import bound_by, views_text
+from guard.compiler.fit.int8 import (
+    QuantiseHook,
+    counted_step,
+    error_text,
+    quantised_step,
+)
+from guard.compiler.fit.step import Step
 from guard.compiler.graph.exec_order import Schedule
 from guard.compiler.graph.memory import plan_memory
 from guard.compiler.graph.memory_order import memory_order
@@ -51,63 +60,11 @@ from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import CompiledPlan, plan
 from guard.compiler.passes.recompute_cheap import RecomputeCheap, candidates
 from guard.compiler.passes.tile_strips import TileStrips, conv_macs, regions
-from guard.compiler.runtime.artefact_json import BoundBy, MemoryBudget, RungFile
+from guard.compiler.runtime.artefact_json import BoundBy, MemoryBudget
 from guard.core.budget_bytes import fmt_bytes
 
 SEARCH_S = 30.0
 NAMES = {1: "views", 2: "schedule", 3: "recompute", 4: "tile", 5: "int8", 6: "spill"}
-INT8_UNAVAILABLE = (
-    "not applied: int8 activations change the model's numbers, so they come from a quantised "
-    "model (guard quantize MODEL --calibration DATA; the bundled compiler runs its "
-    "QLinearConv/QLinearMatMul with int8 kernels): fit that model"
-)
-
-
-def int8_step(p: CompiledPlan) -> Step:
-    """Rung 5: what int8 activations would do here. The ladder never quantises on its own
-    (that needs calibration data and changes outputs); a quantised model's 8-bit arena
-    tensors are counted instead."""
-    sizes = [(p.view.tensors[t].nbytes, p.view.tensors[t].dtype) for t in p.memory.slots]
-    eight = sum(n for n, dt in sizes if dt in ("int8", "uint8"))
-    if eight:
-        total = sum(n for n, _ in sizes)
-        return Step(5, "int8", p.arena_bytes, f"already int8 between layers: {fmt_bytes(eight)} "
-                    f"of {fmt_bytes(total)} arena tensors are 8-bit (a quantised model)", 0.0,
-                    plan=p)  # fmt: skip
-    return Step(5, "int8", None, INT8_UNAVAILABLE, 0.0)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One rung's outcome: the arena after it (None: the rung could not run) and what it did."""
-
-    rung: int
-    name: str
-    arena_bytes: int | None
-    what: str
-    seconds: float
-    extra_macs_pct: float = 0.0
-    latency_cost_pct: float | None = None
-    max_abs_err: float | None = None
-    spill_bytes: int | None = None  # rung 6: bytes in the spill region, outside the budget
-    spill_traffic_bytes: int | None = None  # rung 6: bytes copied out and back per inference
-    plan: CompiledPlan | None = field(default=None, repr=False, compare=False)
-
-    def to_dict(self) -> RungFile:
-        out: RungFile = {
-            "rung": self.rung,
-            "name": self.name,
-            "arena_bytes": self.arena_bytes,
-            "latency_cost_pct": self.latency_cost_pct,
-            "what": self.what,
-            "extra_macs_pct": round(self.extra_macs_pct, 3),
-            "max_abs_err": self.max_abs_err,
-            "seconds": round(self.seconds, 3),
-        }
-        if self.spill_bytes is not None:
-            out["spill_bytes"] = self.spill_bytes
-            out["spill_traffic_bytes"] = self.spill_traffic_bytes
-        return out
 
 
 @dataclass(frozen=True)
@@ -139,9 +96,10 @@ class Ladder:
         if self.fits:
             s = next(x for x in self.steps if x.rung == self.rung)
             cost = f", latency {s.latency_cost_pct:+.1f}%" if s.latency_cost_pct is not None else ""
+            err = error_text(s)
             return (
                 f"fits {fmt_bytes(self.budget_bytes)} at rung {self.rung} ({s.name}): arena "
-                f"{fmt_bytes(s.arena_bytes or 0)}{cost}"
+                f"{fmt_bytes(s.arena_bytes or 0)}{cost}" + (f"; {err}" if err else "")
             )
         bound = ", ".join(f"{'+'.join(b['tensors'])} ({fmt_bytes(b['bytes'])})"
                           for b in self.bound_by)  # fmt: skip
@@ -159,8 +117,10 @@ def climb(
     stop_at_fit: bool = True,
     search_s: float = SEARCH_S,
     clock: Callable[[], float] = time.perf_counter,
+    quantise: QuantiseHook | None = None,
 ) -> Ladder:
-    """Climb the ladder for the optimised ``graph`` (see the module docstring)."""
+    """Climb the ladder for the optimised ``graph`` (see the module docstring);
+    ``quantise`` returns the model's optimised int8 graph for rung 5."""
     t0 = clock()
     deadline = t0 + search_s
     steps: list[Step] = []
@@ -191,14 +151,29 @@ def climb(
         steps.append(Step(rung, NAMES[rung], best.arena_bytes, what, clock() - t, extra,
                           plan=best))  # fmt: skip
     if not (stop_at_fit and fits(best)):
-        steps.append(int8_step(best))
+        # Quantising is not a search: with a hook it runs even past the bound (the schedule
+        # and tiling on the int8 build take only what is left).
+        if quantise is None:
+            steps.append(counted_step(best))
+        else:
+            int8 = quantised_step(
+                quantise, profile, deadline - clock(), clock, budget_bytes,
+                lambda b, rest: _tile(b, profile, rest, clock, budget_bytes, b),
+                searched,
+            )  # fmt: skip
+            steps.append(int8)
+            if int8.plan is not None and int8.plan.arena_bytes < best.arena_bytes:
+                best = int8.plan
+    if not (stop_at_fit and fits(best)):
         left = deadline - clock()
         t = clock()
+        on_int8 = any(s.quantised and s.plan is best for s in steps)
         if left <= 0:
             steps.append(Step(6, "spill", None, f"not tried: the {search_s:.0f} s search "
                               "bound was reached", 0.0))  # fmt: skip
         else:
-            steps.append(_spill(best, profile, left, clock, budget_bytes, t))
+            spill = _spill(best, profile, left, clock, budget_bytes, t)
+            steps.append(dataclasses.replace(spill, quantised=on_int8 and spill.plan is not None))
     fitting = [s for s in steps if s.arena_bytes is not None and s.arena_bytes <= budget_bytes]
     chosen_step = fitting[0] if fitting else min(
         (s for s in steps if s.arena_bytes is not None), key=lambda s: (s.arena_bytes, s.rung)

@@ -7,7 +7,10 @@ after two warm-up calls each, for ``seconds`` in all; the cost of a rung is its 
 over the unconstrained build's median, minus 1, in percent. The clock is a parameter
 (tests pass a fake one). Outputs are compared with the unconstrained build's: views,
 reordering and tiling change no arithmetic, so ``max_abs_err`` is 0 or at rounding level
-(a GEMM blocked over fewer rows may sum in another order).
+(a GEMM blocked over fewer rows may sum in another order). An int8 rung states its error
+instead (``stated_error``): max abs, max abs over the fp32 output's largest magnitude, and
+for a classifier (one output with more than one class) top-1 agreement over
+``TOP1_FEEDS`` seeded inputs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,37 @@ def seeded_feeds(p: CompiledPlan, seed: int = 0) -> dict[str, np.ndarray]:
             rng.standard_normal(t.shape).astype(dt) if dt.kind == "f" else np.zeros(t.shape, dt)
         )
     return out
+
+
+TOP1_FEEDS = 8
+
+
+def stated_error(
+    rt: Any, base: Any, feeds: dict[str, np.ndarray], ref: dict[str, np.ndarray]
+) -> tuple[float | None, float | None]:
+    """(max relative error, top-1 agreement or None) of runtime ``rt`` against ``base``."""
+    out = rt.run(feeds)
+    rel = max(
+        (float(np.max(np.abs(out[k].astype(np.float64) - ref[k])))
+         / max(float(np.max(np.abs(ref[k].astype(np.float64)))), 1e-30)
+         for k in ref if ref[k].size),
+        default=None,
+    )  # fmt: skip
+    classes = [k for k in ref if np.squeeze(ref[k]).ndim == 1 and ref[k].size > 1]
+    if len(ref) != 1 or not classes:
+        return rel, None
+    k = classes[0]
+    agree = 0
+    for seed in range(TOP1_FEEDS):
+        f = feeds if seed == 0 else {n: _reseeded(v, seed) for n, v in feeds.items()}
+        a, b = rt.run(f)[k], base.run(f)[k]
+        agree += int(np.argmax(a) == np.argmax(b))
+    return rel, agree / TOP1_FEEDS
+
+
+def _reseeded(v: np.ndarray, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else v
 
 
 def measure(
@@ -78,6 +112,9 @@ def measure(
             )  # fmt: skip
             for pid, o in outs.items()
         }
+        quantised = {id(s.plan) for s in ladder.steps if s.quantised and s.plan is not None}
+        stated = {pid: stated_error(runtimes[pid], runtimes[base_id], feeds, outs[base_id])
+                  for pid in quantised if pid in runtimes}  # fmt: skip
         samples = _interleaved(runtimes, feeds, seconds, clock)
     med = {pid: median(v) for pid, v in samples.items()}
     cost = {pid: 100.0 * (med[pid] / med[base_id] - 1.0) for pid in med}
@@ -86,7 +123,9 @@ def measure(
         if s.plan is None or id(s.plan) not in cost:
             return s
         pid = id(s.plan)
-        return dataclasses.replace(s, latency_cost_pct=round(cost[pid], 2), max_abs_err=errs[pid])
+        rel, top1 = stated.get(pid, (None, None))
+        return dataclasses.replace(s, latency_cost_pct=round(cost[pid], 2), max_abs_err=errs[pid],
+                                   max_rel_err=rel, top1_agreement=top1)  # fmt: skip
 
     return dataclasses.replace(ladder, steps=tuple(fill(s) for s in ladder.steps))
 

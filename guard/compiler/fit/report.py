@@ -7,6 +7,7 @@ from pathlib import Path
 
 from guard.compiler import import_onnx, optimize, verify
 from guard.compiler.codegen.llvm_target import codegen_target
+from guard.compiler.fit.int8 import QuantiseHook, error_text
 from guard.compiler.fit.ladder import SEARCH_S, Ladder, climb
 from guard.compiler.runtime.artefact_json import MemoryBudget
 from guard.core.budget_bytes import fmt_bytes
@@ -21,14 +22,16 @@ def fit_model(
     seconds: float = 3.0,
     search_s: float = SEARCH_S,
     name: str | None = None,
+    quantise: QuantiseHook | None = None,
 ) -> tuple[MemoryBudget, str]:
     """Import, optimise (O2, the host's layouts), climb every rung (not stopping at the
     first fit: the command shows the whole ladder) and, with ``latency``, build and time
-    each distinct rung against the unconstrained build."""
+    each distinct rung against the unconstrained build; ``quantise`` (guard.quantize.fit_hook)
+    makes the int8 rung's model."""
     graph = import_onnx(model_path, dict(input_shapes or {}))
     optimised, _ = optimize(graph, "O2", target=codegen_target("host").table)
     verify(optimised)
-    ladder = climb(optimised, budget_bytes, stop_at_fit=False, search_s=search_s)
+    ladder = climb(optimised, budget_bytes, stop_at_fit=False, search_s=search_s, quantise=quantise)
     if latency:
         from guard.compiler.fit.measure import measure
 
@@ -49,7 +52,9 @@ def text(ladder: Ladder, name: str, latency: bool) -> str:
         else:
             cost = "-" if s.arena_bytes is None or not latency else "n/a"
         mark = "*" if ladder.fits and s.rung == ladder.rung else " "
-        lines.append(f" {mark}{s.rung} {s.name:<11} {arena:>11} {cost:>9}  {s.what}")
+        err = error_text(s)
+        what = f"{s.what}; {err}" if err else s.what
+        lines.append(f" {mark}{s.rung} {s.name:<11} {arena:>11} {cost:>9}  {what}")
     lines.append(f"  {ladder.summary()}")
     lines.append(
         f"  search {ladder.seconds:.1f} s (bound {SEARCH_S:.0f} s)"

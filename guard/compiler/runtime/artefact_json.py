@@ -27,6 +27,11 @@ class RungFile(TypedDict):
     extra_macs_pct: float
     max_abs_err: float | None
     seconds: float
+    # rung 5 (int8) and a spill on top of it: the outputs state their error against the
+    # fp32 unconstrained build instead of meeting its tolerance
+    quantised: NotRequired[bool]
+    max_rel_err: NotRequired[float | None]  # max abs error / max |fp32 output|
+    top1_agreement: NotRequired[float | None]  # a classifier's, over seeded inputs
     spill_bytes: NotRequired[int]
     spill_traffic_bytes: NotRequired[int | None]
 
