@@ -27,9 +27,10 @@ SHAPE = [1, 8, 6, 20]
 CUT = 18  # fuse_elementwise's max_steps: the first chain's 18 steps end Cast(u8), Cast(f32)
 
 
-def chain_model():
+def chain_model(twice: bool = False):
     """acc (int32) -> Cast -> Mul(s) -> Add(b per channel) -> Q -> DQ -> Mul(k) -> Q -> DQ
-    -> Relu -> y."""
+    -> Relu -> y; twice: Mul(a, a + 3) -> y instead of the Relu (two readers of a, as a
+    decomposed HardSwish has)."""
     rng = np.random.default_rng(3)
     c = SHAPE[1]
     inits = [
@@ -53,8 +54,13 @@ def chain_model():
         *qdq("t1", "q1"),
         helper.make_node("Mul", ["q1_d", "k"], ["t2"]),
         *qdq("t2", "q2"),
-        helper.make_node("Relu", ["q2_d"], ["y"]),
     ]
+    if twice:
+        inits.append(numpy_helper.from_array(np.float32(3), "three"))
+        nodes += [helper.make_node("Add", ["q2_d", "three"], ["t3"]),
+                  helper.make_node("Mul", ["q2_d", "t3"], ["y"])]  # fmt: skip
+    else:
+        nodes.append(helper.make_node("Relu", ["q2_d"], ["y"]))
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     g = helper.make_graph(
         nodes, "chain", [helper.make_tensor_value_info("acc", TensorProto.INT32, SHAPE)], outs,
@@ -68,9 +74,9 @@ def _feeds(seed: int) -> dict[str, np.ndarray]:
     return {"acc": rng.integers(-60000, 60000, SHAPE).astype(np.int32)}
 
 
-def _cut(m):
+def _cut(m, steps: int = CUT):
     g = import_onnx(m)
-    for p in (LowerQdq(), FuseElementwise(max_steps=CUT)):
+    for p in (LowerQdq(), FuseElementwise(max_steps=steps)):
         g, _ = apply(p, g)
     return g
 
@@ -94,6 +100,37 @@ def test_the_chain_ends_at_the_byte_and_its_reader_widens_it():
         )
 
 
+def test_a_whole_dequantize_moves_to_a_reader_that_reads_it_twice():
+    """The producer ends Cast, Sub, Mul (its chain cut at a value two ops read): the
+    reader takes the three steps and reads the byte."""
+    g0 = _cut(chain_model(twice=True), steps=64)
+    first, second = (n for n in g0.nodes if n.op == "FusedElementwise")
+    assert [s["op"] for s in first.attrs["program"][-3:]] == ["Cast", "Sub", "Mul"]
+    g, res = apply(SinkCasts(), g0)
+    assert res.stats["num_sunk"] == 1
+    first, second = (n for n in g.nodes if n.op == "FusedElementwise")
+    assert g.values[first.outputs[0]].dtype == np.uint8
+    prog = second.attrs["program"]
+    assert [s["op"] for s in prog] == ["Cast", "Sub", "Mul", "Add", "Mul"]
+    assert prog[3]["args"][0] == "s2" and prog[4]["args"] == ["s2", "s3"]
+    for seed in (0, 1, 2):
+        np.testing.assert_array_equal(
+            run_reference(g0, _feeds(seed))["y"], run_reference(g, _feeds(seed))["y"]
+        )
+
+
+def test_a_tail_reading_a_run_time_input_stays():
+    """After the byte Cast the producer adds a run-time tensor: no reader could take it."""
+    g0 = _cut(chain_model())
+    first = next(n for n in g0.nodes if n.op == "FusedElementwise")
+    prog = list(first.attrs["program"])
+    prog.append({"op": "Add", "args": [f"s{len(prog) - 1}", 0], "attrs": {}})
+    first.attrs["program"] = prog
+    assert not g0.is_constant(first.inputs[0])  # the run-time int32 accumulator
+    g, res = apply(SinkCasts(), g0)
+    assert res.stats["num_sunk"] == 0
+
+
 @pytest.mark.parametrize("case", ["graph output", "reader outside a chain"])
 def test_the_cast_stays_when_the_float_is_seen(case):
     g0 = _cut(chain_model())
@@ -107,10 +144,12 @@ def test_the_cast_stays_when_the_float_is_seen(case):
 
 
 @pytest.mark.parametrize("isa", ["host", *TARGETS])
-def test_native_and_bit_identical(isa, monkeypatch):
+@pytest.mark.parametrize("twice", [False, True])
+def test_native_and_bit_identical(isa, twice, monkeypatch):
     target = host_target() if isa == "host" else skip_unless_runnable(isa)
     monkeypatch.setattr(split, "MIN_TASK_FLOPS", 1)
-    g, _ = apply(SinkCasts(), _cut(chain_model()))
+    g, res = apply(SinkCasts(), _cut(chain_model(twice), steps=64 if twice else CUT))
+    assert res.stats["num_sunk"] == 1
     compiled = plan(g)
     assert compiled.partition_report["count"] == 1
     rt1, code = jit(compiled, target, threads=1)

@@ -1,19 +1,23 @@
-"""sink_casts: a FusedElementwise that ends by widening a byte to float32 hands that Cast
-to its readers, so the tensor between them holds the byte.
+"""sink_casts: a FusedElementwise that ends by dequantizing a byte hands those steps to
+its readers, so the tensor between them holds the byte.
 
-fuse_elementwise cuts a chain where a value has several readers or a reader has several
-chains in (a residual Add of two dequantized branches), and a lowered DequantizeLinear
-(Cast, Sub, Mul) can split there: its Cast to float32 ends the producer, its Sub and Mul
-start the reader. The tensor between them then holds bytes as floats: four bytes an
-element written and read where one would do, and the producer's program ends in float,
-so its steps after its first QuantizeLinear cannot run as a byte table
-(codegen/quant/lut.py). Moving the Cast to the front of each reader's program (the
-reader's references to the tensor name the new first step) leaves the producer ending at
-its byte Cast.
+fuse_elementwise cuts a chain where a value has several readers (a decomposed HardSwish
+reads its input twice), where a reader has several chains in (a residual Add), or at its
+step cap; a lowered DequantizeLinear (Cast to float32, Sub, Mul on constants) then ends
+the producer, or only its Cast does. The tensor between them holds floats: four bytes an
+element written and read where one would do, the producer's program ends in float, so
+its steps after its first QuantizeLinear cannot run as a byte table, and the reader's
+program starts from float, so it cannot either (codegen/quant/lut.py). Moving the steps
+after the producer's last byte Cast (at most ``max_tail``, each reading only that byte,
+each other and constants) to the front of each reader's program, the reader's references
+to the tensor naming the last of them, leaves the producer ending at the byte and a
+reader that starts from it: on PP-OCRv4 det int8, every requantise chain after an
+integer conv and every HardSwish chain a byte table.
 
-The same steps on the same values: a byte Cast to float32 is exact, so every result is
+The same steps on the same values: each reader computes the dequantized value exactly as
+the producer did (float32 steps on the byte and the same constants), so every result is
 unchanged bit for bit. Fires only when every reader is a FusedElementwise (which can
-take a step), the tensor is no graph output and the Cast reads the step just before it.
+take the steps) and the tensor is no graph output.
 """
 
 from __future__ import annotations
@@ -30,37 +34,64 @@ FUSED = "FusedElementwise"
 BYTES = (np.dtype(np.uint8), np.dtype(np.int8))
 
 
-def _byte_before_widening(prog: list[dict[str, Any]]) -> np.dtype | None:
-    """The byte type when the program ends ``Cast(to byte), Cast(to float32)``."""
-    if len(prog) < 2:
+def _tail(graph: Graph, p: Node) -> tuple[int, np.dtype] | None:
+    """(k, byte type) when ``p``'s program ends at a Cast to a byte (step k) followed by
+    steps that read only each other, that byte and constants (a DequantizeLinear: Cast,
+    Sub, Mul), the first of them a Cast of step k to float32; else None."""
+    prog = p.attrs["program"]
+    k = max((i for i, st in enumerate(prog) if st["op"] == "Cast"
+             and np.dtype(dtype_from_name(st["attrs"]["to"])) in BYTES), default=-1)  # fmt: skip
+    if k < 0 or k == len(prog) - 1:
         return None
-    last, prev = prog[-1], prog[-2]
-    if last["op"] != "Cast" or last["args"] != [f"s{len(prog) - 2}"]:
+    head = prog[k + 1]
+    if head["op"] != "Cast" or head["args"] != [f"s{k}"]:
         return None
-    if dtype_from_name(last["attrs"]["to"]) != np.float32 or prev["op"] != "Cast":
+    if np.dtype(dtype_from_name(head["attrs"]["to"])) != np.float32:
         return None
-    to = np.dtype(dtype_from_name(prev["attrs"]["to"]))
-    return to if to in BYTES else None
+    for st in prog[k + 1 :]:
+        for r in st["args"]:
+            if isinstance(r, str) and int(r[1:]) < k or r == "acc":
+                return None
+            if isinstance(r, int) and not graph.is_constant(p.inputs[r]):
+                return None
+    return k, np.dtype(dtype_from_name(prog[k]["attrs"]["to"]))
 
 
-def _prepend_cast(reader: Node, v: str) -> Node:
-    """``reader`` with ``Cast(v, float32)`` as its first step, read where it read ``v``."""
-    at = reader.inputs.index(v)
-    mine = {i for i, x in enumerate(reader.inputs) if x == v}
-    steps: list[dict[str, Any]] = [{"op": "Cast", "args": [at], "attrs": {"to": "f32"}}]
+def _prepend(reader: Node, v: str, p: Node, k: int) -> Node:
+    """``reader`` with ``p``'s steps after step k first (reading ``v``, the byte, where
+    they read step k, and ``p``'s constants as inputs of its own), read where it read
+    ``v``."""
+    inputs = list(reader.inputs)
+    mine = {i for i, x in enumerate(inputs) if x == v}
+    tail = p.attrs["program"][k + 1 :]
+    steps: list[dict[str, Any]] = []
+    for st in tail:
+        args: list[int | str] = []
+        for r in st["args"]:
+            if r == f"s{k}":
+                args.append(min(mine))
+            elif isinstance(r, str):
+                args.append(f"s{int(r[1:]) - k - 1}")
+            else:
+                if p.inputs[r] not in inputs:
+                    inputs.append(p.inputs[r])
+                args.append(inputs.index(p.inputs[r]))
+        steps.append({**st, "args": args})
+    last, shift = f"s{len(tail) - 1}", len(tail)
     for st in reader.attrs["program"]:
         args = [
-            f"s{int(a[1:]) + 1}" if isinstance(a, str) else ("s0" if a in mine else a)
-            for a in st["args"]
+            f"s{int(r[1:]) + shift}" if isinstance(r, str) else (last if r in mine else r)
+            for r in st["args"]
         ]
         steps.append({**st, "args": args})
-    return Node(FUSED, list(reader.inputs), list(reader.outputs),
-                {**reader.attrs, "program": steps}, reader.name)  # fmt: skip
+    return Node(FUSED, inputs, list(reader.outputs), {**reader.attrs, "program": steps},
+                reader.name)  # fmt: skip
 
 
 @dataclass
 class SinkCasts(Pass):
     name = "sink_casts"
+    max_tail: int = 4  # steps a reader takes over (a DequantizeLinear is three)
 
     def run(self, graph: Graph) -> PassResult:
         consumers = graph.consumers()
@@ -71,17 +102,19 @@ class SinkCasts(Pass):
             p = swap.get(id(node), node)
             if p.op != FUSED or len(p.outputs) != 1 or p.outputs[0] in outputs:
                 continue
-            prog = list(p.attrs["program"])
-            byte = _byte_before_widening(prog)
+            got = _tail(graph, p)
             v = p.outputs[0]
-            readers = consumers.get(v, [])
-            if byte is None or not readers or any(r.op != FUSED for r in readers):
+            readers = list(dict.fromkeys(consumers.get(v, [])))
+            if got is None or not readers or any(r.op != FUSED for r in readers):
                 continue
-            swap[id(node)] = Node(FUSED, list(p.inputs), [v], {**p.attrs, "program": prog[:-1]},
+            k, byte = got
+            if len(p.attrs["program"]) - k - 1 > self.max_tail:
+                continue
+            for r in readers:
+                swap[id(r)] = _prepend(swap.get(id(r), r), v, p, k)
+            swap[id(node)] = Node(FUSED, list(p.inputs), [v],
+                                  {**p.attrs, "program": p.attrs["program"][: k + 1]},
                                   p.name)  # fmt: skip
-            for r in dict.fromkeys(readers):
-                cur = swap.get(id(r), r)
-                swap[id(r)] = _prepend_cast(cur, v)
             graph.values[v] = type(graph.values[v])(v, graph.values[v].shape, byte)
             sunk += 1
         if sunk:
