@@ -109,3 +109,15 @@ def test_aarch64_depthwise_under_qemu_equals_the_reference(tmp_path) -> None:
         for seed in (1, 2):
             f = _feeds(g, seed)
             np.testing.assert_array_equal(session.run(f)[0], run_reference(g, f)["y"])
+
+
+@pytest.mark.parametrize("cls", [None, "avx2"])
+def test_row_bands_of_a_large_depthwise_layer_equal_the_reference(cls) -> None:
+    """Big enough for the split rule's row bands (odd first rows: the dot-product rows
+    pair output rows from each task's first one)."""
+    m = qconv(x=(1, 64, 42, 64), w=(64, 1, 5, 5), pads=[2, 2, 2, 2], strides=[1, 1],
+              group=64, wdt=np.uint8, zw=True)  # fmt: skip
+    target = _any_target(cls)
+    code = check(m, target, threads=(1, 2), seeds=(1,))
+    (step,) = code.plan.steps()
+    assert len(step.parts) >= 2 and _direct(code, "qdwdot" if cls is None else "qdw")

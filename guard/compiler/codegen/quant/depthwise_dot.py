@@ -39,6 +39,7 @@ from guard.compiler.ir.isa_table import active_table
 
 SPAN = 32  # bytes loaded for a group: W pixels + 3 taps fit (W <= 16)
 ACC = 6  # output vectors in flight (with the window sums: 2 accumulators each)
+PAIR_ACC = 3  # for two output rows at once
 
 
 def pack(
@@ -160,33 +161,43 @@ def _body(
         k0 = splat(b, b.load(elem_ptr(b, packed, b.add(c, c64(k0_at)), I32), typ=I32), W)
         mult = splat(b, b.load(elem_ptr(b, packed, b.add(c, c64(mult_at)), F32), typ=F32), W)
         e = splat(b, b.load(elem_ptr(b, packed, b.add(c, c64(e_at)), I32), typ=I32), W)
-        with loop(b, 0, geo.OH, 1, "oh") as oh:
-            inside = b.and_(b.icmp_signed(">=", oh, r0), b.icmp_signed("<", oh, r1))
-            with b.if_then(inside):
-                base = b.mul(b.sub(b.mul(oh, c64(geo.sh)), p0), c64(Wp))
-                yrow = elem_ptr(b, yp, b.mul(oh, c64(geo.OW)), I8)
-                cols = list(range(0, geo.OW, W))
-                for j0 in range(0, len(cols), ACC):
-                    group = cols[j0 : j0 + ACC]
-                    acc = [ir.Constant(iv, [0] * W)] * len(group)
-                    wsum = [ir.Constant(iv, [0] * W)] * len(group)
-                    for r in range(geo.R):
-                        for g in range(G):
-                            for a, j in enumerate(group):
-                                at = b.add(base, c64(r * Wp + L - geo.pl + j + 4 * g))
-                                v = b.load(b.bitcast(elem_ptr(b, strip, at, I8),
-                                                     ir.PointerType(span_t)), typ=span_t, align=1)  # fmt: skip
-                                u = b.shuffle_vector(v, ir.Constant(span_t, None), idx)
-                                u = b.bitcast(u, iv)
-                                acc[a] = dot.dot(b, acc[a], [u], [taps[r * G + g]])
-                                if window_sum:
-                                    wsum[a] = dot.dot(b, wsum[a], [u], [ones[g]])
+        zero = ir.Constant(iv, [0] * W)
+
+        def block(oh: ir.Value, nr: int) -> None:
+            """Output rows ``oh .. oh + nr``: each strip row's spans are shuffled once and
+            its window sums taken once for every output row that reads it."""
+            base = b.mul(b.sub(b.mul(oh, c64(geo.sh)), p0), c64(Wp))
+            cols = list(range(0, geo.OW, W))
+            per = ACC if nr == 1 else PAIR_ACC
+            for j0 in range(0, len(cols), per):
+                group = cols[j0 : j0 + per]
+                acc = [[zero] * len(group) for _ in range(nr)]
+                wsum = [[zero] * len(group) for _ in range(nr)]
+                for i in range((nr - 1) * geo.sh + geo.R):
+                    rows = [(k, i - k * geo.sh) for k in range(nr) if 0 <= i - k * geo.sh < geo.R]
                     for a, j in enumerate(group):
-                        v = b.add(acc[a], k0)
+                        rs = zero
+                        for g in range(G):
+                            at = b.add(base, c64(i * Wp + L - geo.pl + j + 4 * g))
+                            v = b.load(b.bitcast(elem_ptr(b, strip, at, I8),
+                                                 ir.PointerType(span_t)), typ=span_t, align=1)  # fmt: skip
+                            u = b.bitcast(b.shuffle_vector(v, ir.Constant(span_t, None), idx), iv)
+                            for k, r in rows:
+                                acc[k][a] = dot.dot(b, acc[k][a], [u], [taps[r * G + g]])
+                            if window_sum:
+                                rs = dot.dot(b, rs, [u], [ones[g]])
                         if window_sum:
-                            v = b.add(v, b.mul(wsum[a], e))
-                        f = b.sitofp(v, ir.VectorType(F32, W))
-                        q = requant_bytes(b, f, mult, consts, False)
+                            for k, _ in rows:
+                                wsum[k][a] = b.add(wsum[k][a], rs)
+                for k in range(nr):
+                    yrow = elem_ptr(b, yp, b.mul(b.add(oh, c64(k)), c64(geo.OW)), I8)
+                    for a, j in enumerate(group):
+                        v = b.add(acc[k][a], k0)
+                        if window_sum:
+                            v = b.add(v, b.mul(wsum[k][a], e))
+                        q = requant_bytes(
+                            b, b.sitofp(v, ir.VectorType(F32, W)), mult, consts, False
+                        )
                         n = min(W, geo.OW - j)
                         dst = elem_ptr(b, yrow, j, I8)
                         if n == W:
@@ -195,6 +206,23 @@ def _body(
                             for lane in range(n):
                                 b.store(b.extract_element(q, ir.Constant(I32, lane)),
                                         elem_ptr(b, dst, lane, I8))  # fmt: skip
+
+        # Rows in pairs from r0 (a pair shares R - sh of its strip rows), the last alone.
+        with loop(b, 0, geo.OH, 1, "oh") as oh:
+            first = b.and_(b.icmp_signed(">=", oh, r0), b.icmp_signed("<", oh, r1))
+            if geo.OH > 1:
+                even = b.icmp_signed("==", b.and_(b.sub(oh, r0), c64(1)), c64(0))
+                first = b.and_(first, even)
+            with b.if_then(first):
+                if geo.OH > 1:
+                    pair = b.icmp_signed("<", b.add(oh, c64(1)), r1)
+                    with b.if_else(pair) as (two, one):
+                        with two:
+                            block(oh, 2)
+                        with one:
+                            block(oh, 1)
+                else:
+                    block(oh, 1)
     b.ret_void()
     return fn
 
