@@ -30,6 +30,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="calibration data for the int8 rung (an .npz, a directory of .npy/.npz or "
         "test_data_set_N; as guard quantize takes it); default: 8 seeded inputs",
     )
+    fp.add_argument(
+        "--within",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="time bound in seconds (default 60): a rung whose build would end past it is "
+        "not built or timed (said); 0: no bound",
+    )
     fp.add_argument("--json", action="store_true")
     fp.set_defaults(func=cmd_fit)
 
@@ -38,6 +46,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from guard.core.budget_bytes import parse_budget
 
     budget = parse_budget(args.budget, "--budget")
+    if args.within < 0:
+        raise UsageError(f"--within {args.within:g}: expected seconds >= 0 (0: no bound)")
     shapes = {}
     for item in args.input or ():
         name, _, dims = item.partition("=")
@@ -63,7 +73,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     report, text = run_isolated(
         fit_model, Path(model), shapes or None, budget, latency=not args.no_latency, name=shown,
-        quantise=quantiser(Path(model), shapes, calibration), what=f"fitting {model}",
+        quantise=quantiser(Path(model), shapes, calibration), within_s=args.within or None,
+        what=f"fitting {model}",
     )  # fmt: skip
     print(json.dumps(report, indent=2, default=str) if args.json else text)
     return EXIT_OK if report["fits"] else EXIT_CHECK_FAILED

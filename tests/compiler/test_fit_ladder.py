@@ -115,3 +115,23 @@ def test_int8_rung_counts_a_quantised_models_8bit_tensors_and_points_others_at_q
     assert int8.arena_bytes == ladder.steps[0].arena_bytes  # counted, nothing changed
     float_only = climb(import_onnx(model_path("inception_block"), None), 1024)
     assert next(s for s in float_only.steps if s.name == "int8").what == INT8_UNAVAILABLE
+
+
+def test_measure_past_its_deadline_builds_only_the_unconstrained_plan(inception):
+    import time
+
+    from guard.compiler.fit.measure import measure
+    from guard.compiler.fit.report import text
+
+    ladder = climb(inception, 1024, stop_at_fit=False)
+    others = [
+        s.rung for s in ladder.steps if s.plan is not None and s.plan is not ladder.steps[0].plan
+    ]
+    assert others  # the schedule rung's plan differs from the unconstrained one
+    measured = measure(ladder, seconds=0.1, deadline=time.perf_counter())
+    assert measured.unmeasured == tuple(others)
+    assert measured.steps[0].latency_cost_pct == 0.0
+    assert all(s.latency_cost_pct is None for s in measured.steps if s.rung in others)
+    assert f"latency of rung(s) {', '.join(map(str, others))} not measured" in text(
+        measured, "inception_block", True
+    )

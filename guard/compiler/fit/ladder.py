@@ -78,6 +78,7 @@ class Ladder:
     bound_by: tuple[BoundBy, ...]  # buffers live at the smallest plan's peak
     unconstrained_lower_bound_bytes: int
     seconds: float
+    unmeasured: tuple[int, ...] = ()  # rungs whose plan measure did not build (its deadline)
 
     def to_dict(self) -> MemoryBudget:
         return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from guard.compiler.fit.int8 import QuantiseHook, error_text
 from guard.compiler.fit.ladder import SEARCH_S, Ladder, climb
 from guard.compiler.runtime.artefact_json import MemoryBudget
 from guard.core.budget_bytes import fmt_bytes
+
+WITHIN_S = 60.0  # guard fit's default bound: a zoo model's ladder in under a minute
 
 
 def fit_model(
@@ -23,11 +26,14 @@ def fit_model(
     search_s: float = SEARCH_S,
     name: str | None = None,
     quantise: QuantiseHook | None = None,
+    within_s: float | None = WITHIN_S,
 ) -> tuple[MemoryBudget, str]:
     """Import, optimise (O2, the host's layouts), climb every rung (not stopping at the
     first fit: the command shows the whole ladder) and, with ``latency``, build and time
     each distinct rung against the unconstrained build; ``quantise`` (guard.quantize.fit_hook)
-    makes the int8 rung's model."""
+    makes the int8 rung's model. With ``within_s``, a plan whose build would end the
+    command past that many seconds is not built (its latency is not measured: said)."""
+    t0 = time.perf_counter()
     graph = import_onnx(model_path, dict(input_shapes or {}))
     optimised, _ = optimize(graph, "O2", target=codegen_target("host").table)
     verify(optimised)
@@ -35,7 +41,8 @@ def fit_model(
     if latency:
         from guard.compiler.fit.measure import measure
 
-        ladder = measure(ladder, seconds=seconds)
+        deadline = None if within_s is None else t0 + within_s
+        ladder = measure(ladder, seconds=seconds, deadline=deadline)
     return ladder.to_dict(), text(ladder, name or Path(model_path).name, latency)
 
 
@@ -55,6 +62,12 @@ def text(ladder: Ladder, name: str, latency: bool) -> str:
         err = error_text(s)
         what = f"{s.what}; {err}" if err else s.what
         lines.append(f" {mark}{s.rung} {s.name:<11} {arena:>11} {cost:>9}  {what}")
+    if ladder.unmeasured:
+        rungs = ", ".join(str(r) for r in ladder.unmeasured)
+        lines.append(
+            f"  latency of rung(s) {rungs} not measured: building them would pass the "
+            "command's time bound (--within)"
+        )
     lines.append(f"  {ladder.summary()}")
     lines.append(
         f"  search {ladder.seconds:.1f} s (bound {SEARCH_S:.0f} s)"
