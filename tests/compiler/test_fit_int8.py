@@ -6,6 +6,7 @@ the calibration option and flag and their bad input."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,11 @@ net (float[1, 4, 32, 32] x) => (float[1, 10] y) {
 """
 
 
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GUARD_CACHE", str(tmp_path / "cache"))
+
+
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(0)
@@ -62,6 +68,9 @@ def fp32(net: Path):
 def test_int8_rung_is_the_int8_builds_arena_in_the_reference_interpreters_bytes(net, fp32):
     hook = quantise_hook(net, {})
     q = hook()
+    (profile,) = (Path(os.environ["GUARD_CACHE"]) / "int8" / "profiles").glob("*.json")
+    profile.write_text("{")  # damaged: made again, not an error
+    assert hook().calibration == q.calibration and json.loads(profile.read_text())
     assert q.calibration == (
         f"calibrated on {SEEDED} seeded inputs; pass --calibration for real ranges"
     )

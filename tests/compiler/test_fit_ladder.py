@@ -118,7 +118,7 @@ def test_int8_rung_counts_a_quantised_models_8bit_tensors_and_points_others_at_q
 
 
 def test_measure_past_its_deadline_builds_only_the_unconstrained_plan(inception):
-    import time
+    import itertools
 
     from guard.compiler.fit.measure import measure
     from guard.compiler.fit.report import text
@@ -128,10 +128,20 @@ def test_measure_past_its_deadline_builds_only_the_unconstrained_plan(inception)
         s.rung for s in ladder.steps if s.plan is not None and s.plan is not ladder.steps[0].plan
     ]
     assert others  # the schedule rung's plan differs from the unconstrained one
-    measured = measure(ladder, seconds=0.1, deadline=time.perf_counter())
+    ticks = itertools.count(0.0, 10.0)  # every clock read is 10 s later
+    measured = measure(ladder, seconds=1.0, deadline=15.0, clock=lambda: next(ticks))
     assert measured.unmeasured == tuple(others)
     assert measured.steps[0].latency_cost_pct == 0.0
     assert all(s.latency_cost_pct is None for s in measured.steps if s.rung in others)
     assert f"latency of rung(s) {', '.join(map(str, others))} not measured" in text(
         measured, "inception_block", True
     )
+
+
+def test_measure_at_its_deadline_builds_nothing(inception):
+    from guard.compiler.fit.measure import measure
+
+    ladder = climb(inception, 1024, stop_at_fit=False)
+    measured = measure(ladder, seconds=1.0, deadline=0.5, clock=lambda: 0.0)
+    assert measured.unmeasured == tuple(s.rung for s in ladder.steps if s.plan is not None)
+    assert all(s.latency_cost_pct is None for s in measured.steps)

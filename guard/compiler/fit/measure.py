@@ -91,7 +91,8 @@ def measure(
     With a ``deadline`` (a ``clock`` reading), the unconstrained build comes first, then
     the chosen plan, then the others by rung, and a plan whose build is estimated to end
     past the deadline (less the timing's ``seconds``) is not built: its rungs keep no
-    latency and are listed in ``unmeasured``. The estimate scales the unconstrained
+    latency and are listed in ``unmeasured`` (all of them when the deadline is that near
+    before anything is built). The estimate scales the unconstrained
     build's time by node count, times ``INT8_BUILD_FACTOR`` for a plan with 8-bit tensors."""
     base_id = id(ladder.steps[0].plan)
     plans: dict[int, CompiledPlan] = {}
@@ -100,6 +101,10 @@ def measure(
             not only_chosen or s.plan is ladder.chosen or id(s.plan) == base_id
         ):
             plans.setdefault(id(s.plan), s.plan)
+    if deadline is not None and clock() + seconds >= deadline:
+        # past the bound already (the search and quantising took it): nothing is built
+        unbuilt = tuple(s.rung for s in ladder.steps if s.plan is not None)
+        return dataclasses.replace(ladder, unmeasured=unbuilt)
     first = [base_id, id(ladder.chosen)]
     order = sorted(plans, key=lambda pid: first.index(pid) if pid in first else 2)
     skipped: list[int] = []
