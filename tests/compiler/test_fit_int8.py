@@ -140,3 +140,24 @@ def test_fit_command_calibration_and_a_budget_below_every_rung(net, tmp_path, ca
     assert "smallest reachable arena is" in out and "seeded inputs" in out
     assert main([*argv, "--calibration", str(tmp_path / "missing.npz")]) == 2
     assert "--calibration" in capsys.readouterr().err
+
+
+def test_a_hook_that_fails_leaves_rung_5_unapplied_and_the_climb_goes_on(fp32):
+    from guard.core.errors import ModelError
+
+    def refuses():
+        raise ModelError("opset 9 is below 13", where="m.onnx")
+
+    ladder = climb(fp32, 1024, quantise=refuses)
+    int8 = next(s for s in ladder.steps if s.name == "int8")
+    assert int8.arena_bytes is None and int8.plan is None
+    assert int8.what == "not applied: quantising failed: m.onnx: opset 9 is below 13"
+    assert ladder.steps[-1].name == "spill" and not ladder.fits
+
+
+def test_a_quantised_model_is_counted_not_quantised_again(net, fp32):
+    q = quantise_hook(net, {})()
+    called = []
+    ladder = climb(q.graph, 1024, quantise=lambda: called.append(1) or q)
+    int8 = next(s for s in ladder.steps if s.name == "int8")
+    assert not called and int8.what.startswith("already int8 between layers")

@@ -27,6 +27,7 @@ from guard.compiler.fit.step import Step
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import CompiledPlan, plan
 from guard.core.budget_bytes import fmt_bytes
+from guard.core.errors import GuardError
 
 INTEGER_CONVS = frozenset({"QLinearConv", "ConvInteger", "ConvTransposeInteger"})
 INT8_UNAVAILABLE = (
@@ -76,7 +77,11 @@ def quantised_step(
     takes it) tiling; the arena is the int8 build's."""
     t0 = clock()
     end = t0 + left
-    q = hook()
+    try:
+        q = hook()
+    except GuardError as exc:  # a model the QDQ writer or the calibration data refuses
+        why = " ".join(str(exc).split())[:240]
+        return Step(5, "int8", None, f"not applied: quantising failed: {why}", clock() - t0)
     base = plan(q.graph, profile)
     eight, total = eight_bit(base)
     parts = [

@@ -41,6 +41,7 @@ from guard.compiler.fit.describe import bound_by, views_text
 from guard.compiler.fit.int8 import (
     QuantiseHook,
     counted_step,
+    eight_bit,
     error_text,
     quantised_step,
 )
@@ -154,7 +155,7 @@ def climb(
     if not (stop_at_fit and fits(best)):
         # Quantising is not a search: with a hook it runs even past the bound (the schedule
         # and tiling on the int8 build take only what is left).
-        if quantise is None:
+        if quantise is None or eight_bit(best)[0]:  # no hook, or a quantised model already
             steps.append(counted_step(best))
         else:
             int8 = quantised_step(
