@@ -197,3 +197,26 @@ def check_dynamic(name: str, isa: str = "host") -> None:
           f"float floor {floor:.3g}")  # fmt: skip
     for level, dev in devs.items():
         assert dev <= own + floor, (level, dev, own, floor)
+
+
+def test_dynamically_quantised_transformer_is_identical_on_the_host_and_avx2():
+    """Its float Softmax and LayerNorm sum in 16 ordered lanes and one fixed tree on every
+    target (codegen/pairwise.py tree_sum), so the host's build (AVX-512 here) and the AVX2
+    build give the same bits (they differed in the last bits when the partial sums
+    followed the register width)."""
+    run_isolated("compiler.test_int8_models", "check_host_equals_avx2", "transformer")
+
+
+def check_host_equals_avx2(name: str) -> None:
+    g, _ = optimize(import_onnx(dynamic_model(name)), "O2")
+    compiled = plan(g)
+    assert compiled.partition_report["count"] == 1
+    feeds = {
+        k: np.random.default_rng(0).standard_normal(g.values[k].shape).astype(np.float32)
+        for k in g.inputs
+    }
+    host = jit(compiled, host_target(), threads=1)[0].run(feeds)
+    for threads in (1, 2):
+        avx2 = jit(compiled, skip_unless_runnable("avx2"), threads)[0].run(feeds)
+        for k in g.outputs:
+            np.testing.assert_array_equal(avx2[k], host[k], err_msg=f"{k} {threads}")

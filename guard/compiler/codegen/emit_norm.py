@@ -8,6 +8,11 @@ elements in two passes (mean, then variance of the centred values: the reference
 order, so no cancellation from E[x^2] - E[x]^2), then (x - mean) / sqrt(var + eps) *
 scale + bias. LRN (NCHW): lanes along H*W, the channel window clamped per channel,
 x / (bias + alpha/size * sum x^2)^beta with the power as exp(-beta * log(t)) (t > 0).
+
+A row's sums (Softmax's exps with inner == 1, LayerNorm's mean and variance) run in 16
+lanes on every target (two registers on AVX2), added in order without reassociation, and
+the lanes in pairwise.tree_sum's fixed tree: the host's, AVX2 and AVX-512 builds give the
+same bits (issue 38), where a reassociated reduce followed the register width.
 """
 
 from __future__ import annotations
@@ -22,12 +27,10 @@ from guard.compiler.codegen import mathfn as m
 from guard.compiler.codegen.base import Emitter, Kernel, float32_only
 from guard.compiler.codegen.irutil import (
     F32,
-    REDUCE_FLAGS,
     add,
     const,
     entry_alloca,
     hmax,
-    hsum,
     i64,
     load_lanes,
     loop,
@@ -35,6 +38,7 @@ from guard.compiler.codegen.irutil import (
     store_lanes,
     vec,
 )
+from guard.compiler.codegen.pairwise import FIXED, tree_sum
 from guard.compiler.graph.view import GraphView, OpNode
 
 
@@ -128,6 +132,7 @@ class Norm(Emitter):
         log: bool,
     ) -> None:
         if inner == 1:
+            W = FIXED  # partial sums in 16 lanes on every target: the same order on AVX2
             ty = vec(W)
             with loop(b, 0, outer, 1, "o") as o:
                 row = b.mul(o, i64(A))
@@ -148,11 +153,11 @@ class Norm(Emitter):
                 def pexp(j: ir.Value, lanes: int) -> None:
                     z = b.fsub(load_lanes(b, x, add(b, row, j), W, lanes), top)
                     e = _mask_fill(b, m.exp(b, z), lanes, 0.0)
-                    b.store(b.fadd(b.load(sm, typ=ty), e, flags=REDUCE_FLAGS), sm)
+                    b.store(b.fadd(b.load(sm, typ=ty), e), sm)
                     store_lanes(b, z if log else e, y, add(b, row, j), lanes)
 
                 _for_row(b, A, W, pexp)
-                total = hsum(b, b.load(sm, typ=ty))
+                total = tree_sum(b, b.load(sm, typ=ty))
                 if log:
                     scale = splat(b, m.log(b, total), W)
                 else:
@@ -206,6 +211,7 @@ class Norm(Emitter):
     ) -> None:
         x, scale = ins[0], ins[1]
         bias = ins[2] if len(ins) > 2 else None
+        W = FIXED  # as Softmax: 16-lane partial sums, ordered, one fixed tree
         ty = vec(W)
         with loop(b, 0, outer, 1, "o") as o:
             row = b.mul(o, i64(D))
@@ -214,10 +220,10 @@ class Norm(Emitter):
 
             def psum(j: ir.Value, lanes: int) -> None:
                 v = load_lanes(b, x, add(b, row, j), W, lanes)
-                b.store(b.fadd(b.load(sm, typ=ty), v, flags=REDUCE_FLAGS), sm)
+                b.store(b.fadd(b.load(sm, typ=ty), v), sm)
 
             _for_row(b, D, W, psum)
-            mean = splat(b, b.fmul(hsum(b, b.load(sm, typ=ty)), ir.Constant(F32, 1.0 / D)), W)
+            mean = splat(b, b.fmul(tree_sum(b, b.load(sm, typ=ty)), ir.Constant(F32, 1.0 / D)), W)
             sq = entry_alloca(b, ty)
             b.store(const(ty, 0.0), sq)
 
@@ -225,10 +231,10 @@ class Norm(Emitter):
                 d = _mask_fill(
                     b, b.fsub(load_lanes(b, x, add(b, row, j), W, lanes), mean), lanes, 0.0
                 )
-                b.store(b.fadd(b.load(sq, typ=ty), b.fmul(d, d), flags=REDUCE_FLAGS), sq)
+                b.store(b.fadd(b.load(sq, typ=ty), b.fmul(d, d)), sq)
 
             _for_row(b, D, W, pvar)
-            var = b.fmul(hsum(b, b.load(sq, typ=ty)), ir.Constant(F32, 1.0 / D))
+            var = b.fmul(tree_sum(b, b.load(sq, typ=ty)), ir.Constant(F32, 1.0 / D))
             inv = b.fdiv(
                 ir.Constant(F32, 1.0),
                 m.intrinsic(b, "sqrt", F32, [b.fadd(var, ir.Constant(F32, eps))]),

@@ -11,6 +11,10 @@ a -0.0 sum into +0.0, as numpy's does).
 
 Each distinct size is one internal function ``float sum(ptr)`` (a 6400-element plane
 needs 14), so the code stays small however long the run is; LLVM inlines what pays.
+
+``tree_sum`` adds a vector's lanes in one fixed tree (halves first) with no reassociation:
+Softmax and LayerNorm keep 16-lane partial sums (``FIXED``) on every target and end with
+it, so the AVX2 and AVX-512 builds give the same bits.
 """
 
 from __future__ import annotations
@@ -64,3 +68,19 @@ def _function(module: ir.Module, n: int) -> ir.Function:
         res = b.fadd(left, right)
     b.ret(res)
     return fn
+
+
+FIXED = 16  # the lanes of a width-independent reduction's partial sums, on every target
+
+
+def tree_sum(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """``v``'s lanes summed in one fixed tree, halves first (``v[:n/2] + v[n/2:]`` until one
+    lane is left), with no reassociation flags: the same additions whatever the target's
+    vector width, where ``llvm.vector.reduce.fadd`` with reassoc follows the register width."""
+    n = v.type.count
+    while n > 1:
+        h = n // 2
+        lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h))))
+        hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, h), list(range(h, n))))
+        v, n = b.fadd(lo, hi), h
+    return b.extract_element(v, ir.Constant(I32, 0))
