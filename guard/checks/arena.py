@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from guard.core.budget_bytes import int8_error_text
 from guard.results.result import BudgetRung, MemoryBudget
 from guard.suite.check_blocks import ArenaBound
 
@@ -55,9 +56,4 @@ def stated_error(rung: BudgetRung) -> str:
     fp32 tolerance: quantising changes the numbers)."""
     if rung.max_abs_err is None:
         return "int8 outputs: error not measured"
-    parts = [f"max abs err {rung.max_abs_err:.3g}"]
-    if rung.max_rel_err is not None:
-        parts.append(f"{rung.max_rel_err:.3g} of the fp32 output range")
-    if rung.top1_agreement is not None:
-        parts.append(f"top-1 agreement {rung.top1_agreement:.0%}")
-    return "int8 outputs against fp32: " + ", ".join(parts)
+    return int8_error_text(rung.max_abs_err, rung.max_rel_err, rung.top1_agreement)

@@ -51,3 +51,16 @@ def fmt_bytes(n: int) -> str:
     if n >= 2**10:
         return f"{n / 2**10:.1f} KiB"
     return f"{n} B"
+
+
+def int8_error_text(
+    max_abs_err: float, max_rel_err: float | None, top1_agreement: float | None
+) -> str:
+    """A memory budget's int8 rung's stated error against the fp32 unconstrained build (the
+    rung is not held to the fp32 tolerance: quantising changes the numbers)."""
+    parts = [f"max abs err {max_abs_err:.3g}"]
+    if max_rel_err is not None:
+        parts.append(f"{max_rel_err:.3g} of the fp32 output range")
+    if top1_agreement is not None:
+        parts.append(f"top-1 agreement {top1_agreement:.0%}")
+    return "int8 outputs against fp32: " + ", ".join(parts)

@@ -26,7 +26,7 @@ from pathlib import Path
 from guard.compiler.fit.step import Step
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import CompiledPlan, plan
-from guard.core.budget_bytes import fmt_bytes
+from guard.core.budget_bytes import fmt_bytes, int8_error_text
 from guard.core.errors import GuardError
 
 INTEGER_CONVS = frozenset({"QLinearConv", "ConvInteger", "ConvTransposeInteger"})
@@ -118,9 +118,4 @@ def error_text(s: Step) -> str:
     """An int8 rung's stated error against the fp32 unconstrained build ("" unmeasured)."""
     if not s.quantised or s.max_abs_err is None:
         return ""
-    parts = [f"max abs err {s.max_abs_err:.3g}"]
-    if s.max_rel_err is not None:
-        parts.append(f"{s.max_rel_err:.3g} of the fp32 output range")
-    if s.top1_agreement is not None:
-        parts.append(f"top-1 agreement {s.top1_agreement:.0%}")
-    return "int8 outputs against fp32: " + ", ".join(parts)
+    return int8_error_text(s.max_abs_err, s.max_rel_err, s.top1_agreement)
