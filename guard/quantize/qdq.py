@@ -12,6 +12,9 @@ bundled compiler all read):
   as the compiled model computes it (after a fused BatchNorm/Relu/...: the first profiled
   tensor down the op's single-consumer chain), u8 asymmetric (s8 with ``symmetric``). All
   consumers but the ones kept fp32 read the dequantised tensor; graph outputs stay fp32.
+- Tensors joined by a Concat (transitively), and the input and output of a MaxPool or a
+  nearest Resize: one shared scale and zero point, all quantised (quantize/shared.py), so
+  those ops can run on bytes.
 - Nothing for a node named in ``keep_fp32`` (by op type, node name or output tensor:
   Glow's keep-original-precision): its weights stay fp32 and it reads fp32 inputs.
 
@@ -40,6 +43,7 @@ from guard.quantize.ranges import (
     clip_range,
     weight_scales,
 )
+from guard.quantize.shared import shared_groups
 
 MIN_OPSET = 13
 Q_SUFFIX = "_QuantizeLinear_Output"
@@ -284,6 +288,17 @@ def write_qdq(
         return None
 
     act: set[str] = set()
+    # tensors a Concat / MaxPool / nearest Resize joins share one range (quantize/shared.py)
+    live = [n for n in g.node if n.op_type in QUANT_OPS and id(n) not in kept_nodes]
+    wanted = {fused_output(n.output[0]) or "" for n in live} | {
+        n.input[p] for n in live for p in QUANT_OPS[n.op_type][0] if p < len(n.input)
+    }  # what the loop below may quantise: views next to them join their groups
+    for group, params in shared_groups(g, profile, lambda n: id(n) in kept_nodes, wanted,
+                                       opts.method, opts.percentile, opts.symmetric):  # fmt: skip
+        for t in group:
+            plan.activations[t] = params
+            if t not in graph_outputs:
+                act.add(t)
     w_dq: dict[tuple[str, int | None], str] = {}  # (weight, axis) -> its dequantised name
     new_inits: list[onnx.TensorProto] = []
     pre_nodes: list[onnx.NodeProto] = []

@@ -69,7 +69,9 @@ def test_writer_structure_and_numerics():
     assert inits["b3_y_quantized"].dtype == np.int32
     assert inits["r1_zero_point"].dtype == np.uint8 and int(inits["r1_zero_point"]) == 0
     # Q/DQ where the compiled graph has tensors: input, fused outputs; never on c1 or n1
-    assert set(plan.activations) == {"x", "r1", "r2", "f"}
+    # and on the Flatten's input, at its output's parameters (quantize/shared.py)
+    assert set(plan.activations) == {"x", "r1", "r2", "p", "f"}
+    assert plan.activations["p"] == plan.activations["f"]
     assert not any(n.input and n.input[0] in ("c1", "n1") for n in q.graph.node
                    if n.op_type == "QuantizeLinear")  # fmt: skip
     assert [o.name for o in q.graph.output] == ["y"]
