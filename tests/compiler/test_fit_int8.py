@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -77,7 +78,10 @@ def test_int8_rung_is_the_int8_builds_arena_in_the_reference_interpreters_bytes(
     ladder = climb(fp32, 1024, quantise=hook)
     int8 = next(s for s in ladder.steps if s.name == "int8")
     assert int8.quantised and int8.plan is not None
-    assert int8.what.startswith(q.calibration) and "tile_strips takes no integer" in int8.what
+    assert int8.what.startswith(q.calibration)
+    # the int8 build's stages are tiled where that lowers the arena (here it does not:
+    # x is the peak); tests/compiler/test_tile_strips_int8.py has one that is tiled
+    assert re.search(r"not tiled: \d+ tilings tried, none lowered the arena", int8.what)
     p = int8.plan
     assert int8.arena_bytes == p.arena_bytes == plan(q.graph).arena_bytes  # nothing to reorder
     # Every arena tensor the plan counts holds exactly the bytes the reference interpreter

@@ -6,10 +6,9 @@ compiler, so the ladder takes a *quantise hook*: a callable, supplied by ``guard
 model the ladder was started from and returns the optimised int8 graph with a line saying
 what it was calibrated on (guard.quantize.fit_hook). The rung's arena is the int8 build's
 arena with the rungs before re-applied on it where they apply: views (the plan itself),
-the memory-aware schedule, and strip tiling where tile_strips takes the region (it takes
-no integer convolution: QLinearConv and ConvInteger are not row-local ops to it, so an
-int8 build whose first stages are integer convolutions is not tiled, and the rung says
-so). Its outputs differ from the fp32 build's by the quantisation error, which
+the memory-aware schedule, and strip tiling (tile_strips takes the integer convolutions,
+their requantise chains and the byte ops, whose bands are bit-identical to the untiled
+nodes; the rung names the region and strips it tiled, or why none). Its outputs differ from the fp32 build's by the quantisation error, which
 guard.compiler.fit.measure states (max abs, max relative to the output's range, top-1
 agreement for a classifier) instead of holding the rung to the fp32 tolerance.
 
@@ -29,7 +28,6 @@ from guard.compiler.partition.plan import CompiledPlan, plan
 from guard.core.budget_bytes import fmt_bytes, int8_error_text
 from guard.core.errors import GuardError
 
-INTEGER_CONVS = frozenset({"QLinearConv", "ConvInteger", "ConvTransposeInteger"})
 INT8_UNAVAILABLE = (
     "not applied: no quantise hook and the model is not quantised (guard fit quantises "
     "with --calibration DATA or seeded inputs; or fit the model guard quantize writes)"
@@ -104,12 +102,10 @@ def quantised_step(
             if new.arena_bytes < best.arena_bytes:
                 best, extra = new, more
                 parts.append(f"tile: {what}")
-            elif any(n.op in INTEGER_CONVS for n in best.graph.nodes):
-                parts.append("not tiled: tile_strips takes no integer convolution "
-                             "(QLinearConv/ConvInteger)")  # fmt: skip
             else:
                 parts.append(f"not tiled: {what}")
-    parts.append(f"arena {fmt_bytes(best.arena_bytes)}")
+    if not parts[-1].endswith(f"arena {fmt_bytes(best.arena_bytes)}"):  # tile's says it
+        parts.append(f"arena {fmt_bytes(best.arena_bytes)}")
     return Step(5, "int8", best.arena_bytes, "; ".join(parts), clock() - t0, extra,
                 plan=best, quantised=True)  # fmt: skip
 

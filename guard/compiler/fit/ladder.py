@@ -9,8 +9,10 @@ chapter; issue 35):
    graphs, a bounded beam on large ones), re-planned; kept when the arena drops.
 3. ``recompute``: cheap producers whose tensors sit idle across the peak are computed
    twice (guard.compiler.passes.recompute_cheap); each kept only when the arena drops.
-4. ``tile``: the first stages of a CNN run in strips of rows with the halo recomputed
-   (guard.compiler.passes.tile_strips); the exit and strip count with the smallest arena
+4. ``tile``: the first stages of a CNN (from the graph input), or its head (from an
+   interior tensor, which stays whole, to a graph output), run in strips of rows with
+   the halo recomputed (guard.compiler.passes.tile_strips); the region and strip count
+   with the smallest arena
    (or, when one fits, the fitting one with the fewest extra MACs) win.
 5. ``int8``: the model quantised by the caller's hook (guard.compiler.fit.int8: calibration
    data, else seeded inputs), planned with the schedule and tiling re-applied where they
@@ -35,9 +37,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from guard.compiler.fit.describe import bound_by, views_text
+from guard.compiler.fit.describe import bound_by, peak_buffers, views_text
 from guard.compiler.fit.int8 import (
     QuantiseHook,
     counted_step,
@@ -60,7 +61,7 @@ from guard.compiler.graph.view import peak_live_bytes, view_of_graph
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import CompiledPlan, plan
 from guard.compiler.passes.recompute_cheap import RecomputeCheap, candidates
-from guard.compiler.passes.tile_strips import TileStrips, conv_macs, regions
+from guard.compiler.passes.tile_strips import Region, TileStrips, conv_macs, head_entries, regions
 from guard.compiler.runtime.artefact_json import BoundBy, MemoryBudget
 from guard.core.budget_bytes import fmt_bytes
 
@@ -255,17 +256,31 @@ def _tile(
 ) -> tuple[CompiledPlan, str, float]:
     end = clock() + left
     g0 = p.graph
-    found = [r for r in regions(g0) if g0.values[r.exit].nbytes * 8 <= p.arena_bytes]
-    if not found:
-        return p, "no row-local first stage ends in a tensor under 1/8 of the arena", 0.0
-    # Smallest exits first (the concat of the strips is a full copy of the exit), earlier
-    # first among equals (less halo); the search bound decides how many are tried.
-    # Only exits smaller than every exit before them (a later exit of no smaller size
-    # adds halo and saves nothing), the shortest region first.
-    pick: list[Any] = []
-    for r in found:
-        if not pick or g0.values[r.exit].nbytes < g0.values[pick[-1].exit].nbytes:
-            pick.append(r)
+    # The first stages (from the graph input) and the heads (from an interior tensor to a
+    # graph output, the entry whole). Per entry, only exits smaller than every exit before
+    # them (the concat of the strips is a full copy of the exit, and a later exit of no
+    # smaller size adds halo and saves nothing), the shortest region first; a head's exit
+    # is the output itself.
+    # The same from the node at the arena's peak on as well (a small exit early, such as
+    # an int8 build's quantised input, would hide the exits past the peak).
+    at, _ = peak_buffers(p.memory)
+    peak_node = p.view.nodes[p.memory.order[at]].name if p.memory.order else ""
+    peak = next((i for i, n in enumerate(g0.nodes) if n.name == peak_node), 0)
+    pick: list[Region] = []
+    for entry in (None, *head_entries(g0)):
+        found = [r for r in regions(g0, entry) if g0.values[r.exit].nbytes * 8 <= p.arena_bytes]
+        if entry is not None:
+            found = [r for r in found if r.exit in g0.outputs]
+        for start in (-1, peak):
+            mine: list[Region] = []
+            for r in found:
+                if r.nodes[-1] >= start and (
+                    not mine or g0.values[r.exit].nbytes < g0.values[mine[-1].exit].nbytes
+                ):
+                    mine.append(r)
+            pick += [r for r in mine if r not in pick]
+    if not pick:
+        return p, "no row-local first stage or head ends in a tensor under 1/8 of the arena", 0.0
     macs0 = max(conv_macs(base.graph), 1)
     # Rank every tiling by the liveness peak of its band-after-band order (cheap, linear),
     # then plan the best few whole (aliasing and placement decide the arena).
@@ -276,7 +291,8 @@ def _tile(
             if clock() > end:
                 break
             g = g0.clone()
-            res = TileStrips(exit=r.exit, strips=strips).run(g)
+            entry = None if r.entry in g0.inputs else r.entry
+            res = TileStrips(exit=r.exit, strips=strips, entry=entry).run(g)
             if not res.changed:
                 continue
             v = view_of_graph(g)

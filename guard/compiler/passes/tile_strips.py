@@ -1,12 +1,18 @@
-"""tile_strips: run the first stages of a CNN strip by strip, so intermediates are strips.
+"""tile_strips: run stages of a CNN strip by strip, so intermediates are strips.
 
 The budget ladder's fourth rung (guard.compiler.fit.ladder; MCUNetV2's patch-based
-inference, in rows). A *region* is every node between one ``entry`` tensor (a graph
-input) and one ``exit`` tensor whose ops are row-local: Conv/FusedConv, MaxPool,
-AveragePool, elementwise ops (FusedElementwise included), Concat across channels,
-Relayout and Transpose. Only ``exit`` leaves the region. The rewrite cuts ``exit`` into
-``strips`` bands of rows and, per band, computes exactly the rows each region tensor
-needs (walked backwards from the band: a kxk, stride-s, dilation-d window needs rows
+inference, in rows), and the int8 rung's tiling (guard.compiler.fit.int8). A *region* is
+every node between one ``entry`` tensor (a graph input: the first stages; or any tensor,
+which stays whole: e.g. a detector's head from an interior tensor to the output) and one
+``exit`` tensor (a graph output included) whose ops are row-local: Conv/FusedConv and the
+integer convolutions (QLinearConv, ConvInteger: exact integer sums), MaxPool (on bytes
+too), AveragePool, elementwise ops (FusedElementwise included: the requantise chains on
+int32 accumulators and bytes), QuantizeLinear/DequantizeLinear, Concat across channels,
+Relayout, Transpose, and ConvTranspose/ConvTransposeInteger with stride == kernel and no
+padding (output row r reads input row r // stride only: no halo; the bands are cut on
+whole input rows of every such op). Only ``exit`` leaves the region. The rewrite cuts
+``exit`` into ``strips`` bands of rows and, per band, computes exactly the rows each region
+tensor needs (walked backwards from the band: a kxk, stride-s, dilation-d window needs rows
 ``lo*s - pad_top .. (hi-1)*s - pad_top + (k-1)*d``), slicing the entry, cropping a tensor
 where a reader needs fewer rows than another reader, and then ``Concat`` (on the row axis)
 joins the bands into ``exit``. The nodes are emitted band after band, so the schedule
@@ -16,12 +22,16 @@ Algebra: output row r of a window op reads input rows ``r*s - pad_top + i*d``; a
 that starts at input row ``a`` (clipped at 0) shifts that by ``a``, so the band's pads
 become ``pad_top' = max(0, -a)`` and ``pad_bottom' = max(0, b - H)``: padding only at the
 tensor's true edges, the same zeros the whole-tensor op reads, hence the same arithmetic
-per output element. The generated code's outputs are bit-identical (tested); the
+per output element (an integer convolution's exact sum included, so its bands equal the
+untiled node bit for bit on the reference interpreter too). The generated code's outputs
+are bit-identical (tested); the
 reference interpreter's convolution is a numpy GEMM whose blocking depends on the row
 count, so it may round differently (1e-6 relative on MobileNetV2). The cost is the
 halo: rows computed by two bands (``extra_macs``, counted over convolutions).
 
-Hazards (declined, with the reason): ``ceil_mode`` pooling (its last window depends on the
+Hazards (declined, with the reason): a transposed convolution with stride != kernel,
+padding, dilation or output padding, a QuantizeLinear/DequantizeLinear quantised per row,
+``ceil_mode`` pooling (its last window depends on the
 whole height), auto_pad, a constant operand that varies along the row axis, an
 elementwise operand broadcast along rows, ops with several outputs, and tensors that
 leave the region other than ``exit`` (they would have to exist whole).
@@ -38,9 +48,17 @@ from guard.compiler.ir import ops
 from guard.compiler.ir.core import Graph, Node
 from guard.compiler.passes.base import Pass, PassResult
 
-WINDOW_OPS = frozenset({"Conv", "FusedConv", "MaxPool", "AveragePool"})
+# the weights' input position of each convolution (integer ones included: exact integer
+# arithmetic, so a band gives the untiled node's bits)
+CONV_WEIGHT = {"Conv": 1, "FusedConv": 1, "ConvInteger": 1, "QLinearConv": 3}
+WINDOW_OPS = frozenset({*CONV_WEIGHT, "MaxPool", "AveragePool"})
+# transposed convolutions with stride == kernel and no padding: output row r reads input
+# row r // stride only (no halo)
+UPSAMPLE_OPS = {"ConvTranspose": 1, "ConvTransposeInteger": 1}
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _CONV_ATTRS = {"anchor_inputs", "dilations", "group", "layout", "pads", "program", "strides",
                "kernel_shape"}  # fmt: skip
+_UP_ATTRS = {"dilations", "group", "kernel_shape", "output_padding", "pads", "strides"}
 _POOL_ATTRS = {"ceil_mode", "count_include_pad", "dilations", "kernel_shape", "layout", "pads",
                "strides", "storage_order"}  # fmt: skip
 
@@ -65,7 +83,7 @@ def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
     ax = axes.pop()
     out = g.values[n.outputs[0]]
     if n.op in WINDOW_OPS:
-        allowed = _CONV_ATTRS if n.op in ("Conv", "FusedConv") else _POOL_ATTRS
+        allowed = _CONV_ATTRS if n.op in CONV_WEIGHT else _POOL_ATTRS
         if set(n.attrs) - allowed:
             return f"attributes {sorted(set(n.attrs) - allowed)} are not tiled"
         if n.attrs.get("ceil_mode", 0):
@@ -80,6 +98,15 @@ def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
             for x in n.inputs[anchor:]:
                 if x and not g.is_constant(x) and g.values[x].shape != out.shape:
                     return "an epilogue operand is broadcast"
+    elif n.op in UPSAMPLE_OPS:
+        why = _upsample_decline(g, n, ax)
+        if why:
+            return why
+    elif n.op in QDQ_OPS:
+        axis = int(n.attrs.get("axis", 1)) % len(out.shape)
+        if any(x and g.is_constant(x) and g.values[x].nbytes > g.values[x].dtype.itemsize
+               for x in n.inputs[1:]) and axis == ax:  # fmt: skip
+            return "quantised per row"
     elif n.op == "Concat":
         if int(n.attrs.get("axis", 0)) % len(out.shape) == ax:
             return "concatenates along rows"
@@ -108,11 +135,29 @@ def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
     return None
 
 
+def _upsample_decline(g: Graph, n: Node, ax: int) -> str | None:
+    """Why a transposed convolution is not a row upsample (None when it is)."""
+    if set(n.attrs) - _UP_ATTRS:
+        return f"attributes {sorted(set(n.attrs) - _UP_ATTRS)} are not tiled"
+    w = g.values[n.inputs[UPSAMPLE_OPS[n.op]]].shape
+    if len(w) != 4 or ax != 2:
+        return "not a 2-D transposed convolution on rows"
+    s = int(n.attrs.get("strides", [1, 1])[0])
+    if s != w[2] or any(int(p) for p in n.attrs.get("pads", [])):
+        return "a transposed convolution with stride != kernel or padding"
+    if int(n.attrs.get("dilations", [1, 1])[0]) != 1 or int(
+        n.attrs.get("output_padding", [0, 0])[0]
+    ):
+        return "a dilated or output-padded transposed convolution"
+    return None
+
+
 def regions(g: Graph, entry: str | None = None) -> list[Region]:
-    """Every valid region from ``entry`` (default: the first 4-D graph input), one per
-    possible exit tensor, in topological order (the smallest first)."""
+    """Every valid region from ``entry`` (default: the first 4-D graph input; else any
+    tensor, which stays whole while the stages after it run in strips), one per possible
+    exit tensor (a graph output included), in topological order (the smallest first)."""
     ins = [i for i in g.inputs if len(g.values[i].shape) == 4] if entry is None else [entry]
-    if not ins:
+    if not ins or len(g.values[ins[0]].shape) < 4:
         return []
     entry = ins[0]
     h = {entry: 2}
@@ -125,33 +170,51 @@ def regions(g: Graph, entry: str | None = None) -> list[Region]:
             break  # the first op that is not row-local ends the search
         inside.append(idx)
     out: list[Region] = []
-    produced: set[str] = set()
+    produced: list[str] = []
+    # tensors made so far that a node outside the body reads (or the graph returns)
+    left: dict[str, set[str]] = {}
+    open_: set[str] = set()
     for k, idx in enumerate(inside):
-        produced.add(g.nodes[idx].outputs[0])
-        x = g.nodes[idx].outputs[0]
-        if x in g.outputs:
-            break
+        n = g.nodes[idx]
+        for t in n.inputs:
+            if t in left:
+                left[t].discard(n.name)
+                if not left[t] and t not in g.outputs:
+                    open_.discard(t)
+        x = n.outputs[0]
+        produced.append(x)
+        left[x] = {c.name for c in consumers.get(x, [])}
+        if left[x] or x in g.outputs:
+            open_.add(x)
         # every tensor made so far other than x must be read only inside the region
-        body = inside[: k + 1]
-        names = {g.nodes[i].name for i in body}
-        leaks = [
-            t
-            for t in produced
-            if t != x and (t in g.outputs or any(c.name not in names for c in consumers.get(t, [])))
-        ]
-        if leaks or g.values[x].shape[h[x]] < 2:
+        if open_ - {x} or g.values[x].shape[h[x]] < 2:
             continue
-        if any(c.name in names for c in consumers.get(x, [])):
-            continue
-        out.append(Region(entry, x, tuple(body), {t: h[t] for t in (entry, *produced)}))
+        body = tuple(inside[: k + 1])
+        out.append(Region(entry, x, body, {t: h[t] for t in (entry, *produced)}))
     return out
+
+
+def head_entries(g: Graph, limit: int = 12) -> list[str]:
+    """Interior entries for a head: the tensors on the chain of single-input producers that
+    ends in each 4-D graph output, nearest the output first (at most ``limit``)."""
+    producers = g.producers()
+    out: list[str] = []
+    for y in g.outputs:
+        t = y
+        while len(g.values[t].shape) >= 4 and len(out) < limit:
+            n = producers.get(t)
+            dyn = [i for i in n.inputs if i and not g.is_constant(i)] if n is not None else []
+            if len(dyn) != 1 or dyn[0] in g.inputs:
+                break
+            t = dyn[0]
+            out.append(t)
+    return list(dict.fromkeys(out))
 
 
 def _window(g: Graph, n: Node) -> tuple[int, int, int, int, int]:
     """(kernel rows, stride, dilation, pad top, pad bottom) of a window op."""
-    if n.op in ("Conv", "FusedConv") and "kernel_shape" not in n.attrs:
-        w = g.values[n.inputs[1]].shape
-        kh = w[2]
+    if n.op in CONV_WEIGHT and "kernel_shape" not in n.attrs:
+        kh = g.values[n.inputs[CONV_WEIGHT[n.op]]].shape[2]
     else:
         kh = int(n.attrs["kernel_shape"][0])
     s = int(n.attrs.get("strides", [1, 1])[0])
@@ -162,22 +225,30 @@ def _window(g: Graph, n: Node) -> tuple[int, int, int, int, int]:
 
 @dataclass
 class TileStrips(Pass):
-    """Cut ``exit`` (None: the pass declines) into ``strips`` row bands through its region."""
+    """Cut ``exit`` (None: the pass declines) into ``strips`` row bands through its region
+    from ``entry`` (None: the first 4-D graph input)."""
 
     name = "tile_strips"
     exit: str | None = None
     strips: int = 4
+    entry: str | None = None
 
     def run(self, graph: Graph) -> PassResult:
         stats = {"num_strips": 0, "num_nodes_tiled": 0, "macs": 0, "extra_macs": 0}
-        region = next((r for r in regions(graph) if r.exit == self.exit), None)
+        region = next((r for r in regions(graph, self.entry) if r.exit == self.exit), None)
         if region is None or self.strips < 2:
             why = f"no row-local region ends at {self.exit!r}" if region is None else "one strip"
             return PassResult(False, stats, [why])
         x = graph.values[region.exit]
         rows = x.shape[region.h_axis[region.exit]]
-        strips = min(self.strips, rows)
-        cuts = [round(k * rows / strips) for k in range(strips + 1)]
+        # cut on whole rows of every transposed conv's input (no band widened and cropped)
+        step = 1
+        for i in region.nodes:
+            if graph.nodes[i].op in UPSAMPLE_OPS:
+                step *= int(graph.nodes[i].attrs["strides"][0])
+        step = step if rows % step == 0 else 1
+        strips = min(self.strips, rows // step)
+        cuts = [round(k * rows / step / strips) * step for k in range(strips + 1)]
         before = conv_macs(graph)
         body = [graph.nodes[i] for i in region.nodes]
         new_nodes: list[Node] = []
@@ -224,6 +295,10 @@ class TileStrips(Pass):
             if o not in need:
                 continue
             a, b = need[o]
+            if n.op in UPSAMPLE_OPS:  # whole input rows: the band is widened to them
+                s = int(n.attrs["strides"][0])
+                a, b = a // s * s, -(-b // s) * s
+                need[o] = (a, b)
             reads[id(n)] = {}
             for pos, x in enumerate(n.inputs):
                 if not x or g.is_constant(x):
@@ -232,6 +307,8 @@ class TileStrips(Pass):
                     kh, s, d, pt, _ = _window(g, n)
                     size = g.values[x].shape[r.h_axis[x]]
                     span = (max(a * s - pt, 0), min((b - 1) * s - pt + (kh - 1) * d + 1, size))
+                elif n.op in UPSAMPLE_OPS:
+                    span = (a // s, b // s)
                 else:
                     span = (a, b)
                 reads[id(n)][x] = span
@@ -283,16 +360,19 @@ class TileStrips(Pass):
                        name=f"{n.name}/strip{k}", outputs=[strip])  # fmt: skip
             out.append(g.nodes.pop())
             name[o] = strip
-        return name[r.exit]
+        return band(r.exit, (lo, hi))
 
 
 def conv_macs(g: Graph) -> int:
-    """Multiply-accumulates of every Conv/FusedConv (output elements x window x in/group)."""
+    """Multiply-accumulates of every convolution, integer ones included (output elements x
+    window x in/group; a transposed one: input elements x window x out/group)."""
     total = 0
     for n in g.nodes:
-        if n.op in ("Conv", "FusedConv"):
-            w = g.values[n.inputs[1]].shape
-            total += int(np.prod(g.values[n.outputs[0]].shape, dtype=np.int64)) * int(
+        pos = CONV_WEIGHT.get(n.op, UPSAMPLE_OPS.get(n.op))
+        if pos is not None:
+            w = g.values[n.inputs[pos]].shape
+            t = n.outputs[0] if n.op in CONV_WEIGHT else n.inputs[0]
+            total += int(np.prod(g.values[t].shape, dtype=np.int64)) * int(
                 np.prod(w[1:], dtype=np.int64)
             )
     return total
