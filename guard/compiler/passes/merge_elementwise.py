@@ -165,6 +165,15 @@ def _split(graph: Graph, node: Node) -> list[Node] | None:
         for a in st["args"]:
             if a == runtime[0] or isinstance(a, str) and int(a[1:]) < k:
                 return None
+    return list(split_at(graph, node, k))
+
+
+def split_at(graph: Graph, node: Node, k: int) -> tuple[Node, Node]:
+    """``node`` (a FusedElementwise whose step k is a Cast to a byte type and whose later
+    steps read only step k, each other and constants) as two: steps 0..k writing a new byte
+    value, and the later steps reading it and writing ``node``'s result."""
+    prog = node.attrs["program"]
+    y = graph.values[node.outputs[0]]
     to = dtype_from_name(prog[k]["attrs"]["to"])
     mid = graph.fresh(f"{node.outputs[0]}_q")
     graph.values[mid] = type(y)(mid, y.shape, to)
@@ -185,7 +194,7 @@ def _split(graph: Graph, node: Node) -> list[Node] | None:
                 args.append(index[a])
         tail.append({**st, "args": args})
     deq = Node(FUSED, inputs, list(node.outputs), {"program": tail}, f"{node.name}/dequantize")
-    return [head, deq]
+    return head, deq
 
 
 DEQUANTIZE = ("Cast", "Sub", "Mul")

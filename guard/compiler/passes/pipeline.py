@@ -19,6 +19,7 @@ from guard.compiler.ir.isa_table import DEFAULT_TABLE, TargetTable
 from guard.compiler.passes.assign_layout import AssignLayout
 from guard.compiler.passes.base import Pass
 from guard.compiler.passes.batch_recurrent_inputs import BatchRecurrentInputs
+from guard.compiler.passes.concat_bytes import ConcatBytes
 from guard.compiler.passes.conv_rows import ConvRows
 from guard.compiler.passes.elide_concat import ElideConcat
 from guard.compiler.passes.eliminate_common_subexpressions import EliminateCommonSubexpressions
@@ -139,6 +140,7 @@ PIPELINES: dict[str, Any] = {
             MergeElementwise(),
             "a chain read only by another chain joins it (QDQ HardSwish: u8 -> u8, one kernel)",
         ),
+        (ConcatBytes(), "Q(Concat(DQ(a), DQ(b))) is Concat(Q(DQ(a)), Q(DQ(b))): concat bytes"),
         (
             PoolBytes(),
             "a MaxPool of a monotone chain on bytes (a DequantizeLinear) pools the bytes first",
