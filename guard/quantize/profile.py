@@ -6,8 +6,11 @@ compiler's fp32 passes first, so the tensors that are profiled are the ones the 
 model computes: a Conv fused with its BatchNorm and Relu is profiled once, at the Relu's
 output, and the Conv's raw output (which no compiled model stores) is not. Only the passes
 that change values run (``fp32_entries()``): the layout passes move data, not values, and
-the profile reads NCHW tensors. The reference interpreter runs that graph with every float
-tensor kept, and each tensor's ``TensorStats`` takes every sample.
+the profile reads NCHW tensors. Those tensors' values come from onnxruntime running the
+source model with them as extra outputs (guard.quantize.ort_profile: the same values to
+float rounding, seconds instead of minutes on a large CNN); where onnxruntime cannot run
+the model, the reference interpreter runs the optimised graph with every float tensor
+kept. Each tensor's ``TensorStats`` takes every sample.
 
 The IR keeps the ONNX tensor names through import and fusion (a fused chain writes its
 last op's output name), so a profiled tensor is an ONNX tensor of the source model; a value
@@ -39,6 +42,7 @@ from guard.compiler.passes.pipeline import PIPELINES, Entry, FixedPoint
 from guard.core.errors import UsageError
 from guard.core.fsutil import read_bounded_text
 from guard.quantize.calibration import Calibration
+from guard.quantize.ort_profile import Runner, ort_runner
 from guard.quantize.ranges import BINS, TensorStats, TensorStatsJson
 
 SCHEMA_VERSION = 1
@@ -202,8 +206,25 @@ def profile_model(
         tensors={t: TensorStats() for t in wanted},
         ops={t: ops.get(t, "input") for t in wanted},
     )
+    dtypes = {t: np.dtype(graph.values[t].dtype) for t in wanted}
+    fast = ort_runner(model, wanted, dtypes)
+    if fast is not None:
+        try:
+            return _collect(prof, wanted, fast, calibration, progress)
+        except Exception:  # noqa: BLE001 (onnxruntime refused a sample: the reference runs)
+            prof.tensors = {t: TensorStats() for t in wanted}
+    return _collect(prof, wanted, lambda f: run_reference(graph, f), calibration, progress)
+
+
+def _collect(
+    prof: Profile,
+    wanted: list[str],
+    run: Runner,
+    calibration: Calibration,
+    progress: Callable[[int, int], None] | None,
+) -> Profile:
     for k, feeds in enumerate(calibration.samples):
-        outs = run_reference(graph, feeds)
+        outs = run(feeds)
         for t in wanted:
             prof.tensors[t].update(outs[t])
         if progress:

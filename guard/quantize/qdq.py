@@ -36,6 +36,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from guard.core.errors import ModelError, UsageError
+from guard.quantize.opset import convert_opset
 from guard.quantize.profile import Profile
 from guard.quantize.ranges import (
     DEFAULT_PERCENTILE,
@@ -105,7 +106,7 @@ def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
         m.graph.input.extend(keep)
         m.ir_version = max(m.ir_version, 7)
         try:
-            m = onnx.version_converter.convert_version(m, MIN_OPSET)
+            m = convert_opset(m, MIN_OPSET)
         except Exception as exc:  # the converter raises plain RuntimeErrors
             raise ModelError(
                 f"cannot convert the model from opset {opset} to {MIN_OPSET} for per-axis "
