@@ -2,8 +2,9 @@
 
 Everything guard keeps between runs for a user lives under one root: ``$GUARD_CACHE`` when
 set, else ``~/.cache/guard``. Its parts: ``zoo/`` (models built by code), ``envs/``
-(``guard bump``'s virtual environments, unless ``GUARD_ENV_CACHE`` moves them) and
-``notes.json`` (the notes already shown). ``guard cache`` shows and prunes them.
+(``guard bump``'s virtual environments, unless ``GUARD_ENV_CACHE`` moves them), ``int8/``
+(quantisation profiles and models), ``codegen/`` (objects ``guard fit`` compiled:
+guard.compiler.codegen.object_cache) and ``notes.json`` (the notes already shown). ``guard cache`` shows and prunes them.
 """
 
 from __future__ import annotations

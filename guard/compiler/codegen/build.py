@@ -9,9 +9,11 @@ and the packed constants.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
+import llvmlite.ir as ir
 import numpy as np
 
 from guard.compiler.codegen.emitters import emitter_for
@@ -24,6 +26,8 @@ from guard.compiler.partition.plan import CompiledPlan
 from guard.compiler.runtime.control import control_executor
 from guard.compiler.runtime.engine import Runtime
 from guard.compiler.runtime.weights import WeightsLayout, pack_weights
+
+PackMemo = dict[tuple[Any, ...], tuple[np.ndarray, "np.ndarray | None"]]
 
 
 @dataclass(frozen=True)
@@ -38,13 +42,34 @@ def generate(
     compiled: CompiledPlan, weights_layout: WeightsLayout, target: CodegenTarget
 ) -> NativeCode:
     """Machine code for every native partition of ``compiled`` (a CompiledPlan)."""
+    kplan, packed = plan_kernels(compiled, weights_layout, target)
+    return NativeCode(kplan, packed, compile_module(emit_module(kplan, target), target), target)
+
+
+def plan_kernels(
+    compiled: CompiledPlan,
+    weights_layout: WeightsLayout,
+    target: CodegenTarget,
+    *,
+    packs: PackMemo | None = None,
+) -> tuple[KernelPlan, np.ndarray]:
+    """The kernel plan and the packed constants of :func:`generate`. ``packs`` (one dict
+    for several plans of one graph's constants, one target) keeps each re-laid constant,
+    so a second plan that packs the same constant for the same kernel shapes does not pack
+    it again."""
     view = compiled.view
     constants = {k: c.data for k, c in compiled.graph.constants.items()}
     offsets = {e.name: e.offset for e in weights_layout.entries}
     width = target.vector_width
 
     def pack(op: str, attrs: Any, index: int, value: np.ndarray, shapes: Any) -> np.ndarray | None:
-        return emitter_for(op).pack(op, attrs, index, value, shapes, width)
+        if packs is None:
+            return emitter_for(op).pack(op, attrs, index, value, shapes, width)
+        # the array itself is held in the entry, so its id names it while the memo lives
+        key = (target, op, pickle.dumps(sorted(attrs.items())), index, id(value), repr(shapes))
+        if key not in packs:
+            packs[key] = (value, emitter_for(op).pack(op, attrs, index, value, shapes, width))
+        return packs[key][1]
 
     def plan_constants(op: str, attrs: Any, values: Any, ins: Any, outs: Any) -> Any:
         planner = getattr(emitter_for(op), "plan_constants", None)
@@ -53,12 +78,16 @@ def generate(
     backends = tuple(p.backend for p in compiled.partitions.partitions)
     # Every heuristic (conv and GEMM tiles, cache blocks) reads this target's table.
     with using_table(target.table):
-        kplan, packed = build_kernel_plan(
+        return build_kernel_plan(
             view, compiled.memory, compiled.partitions.group_of, backends, offsets, constants,
             pack, lambda s: split_step(s, width), plan_constants,
         )  # fmt: skip
-        module = build_module(kplan, target, emitter_for)
-    return NativeCode(kplan, packed, compile_module(module, target), target)
+
+
+def emit_module(kplan: KernelPlan, target: CodegenTarget) -> ir.Module:
+    """The LLVM module of a kernel plan (every emitter reads ``target``'s table)."""
+    with using_table(target.table):
+        return build_module(kplan, target, emitter_for)
 
 
 class NativeProgram:
@@ -86,8 +115,9 @@ def jit(
     code: NativeCode | None = None,
 ) -> tuple[Runtime, NativeCode]:
     """A Runtime for ``compiled`` running generated code on ``threads`` threads (tests,
-    benchmarks, no artefact); ``code``, from an earlier call on the same plan, is loaded
-    again instead of generated again (a second thread count, a second load)."""
+    benchmarks, guard fit's timing; no artefact); ``code``, from an earlier call on the
+    same plan (or from guard.compiler.codegen.object_cache), is loaded instead of
+    generated again (a second thread count, a second load)."""
     target = code.target if code is not None else target or host_target()
     blob, layout = pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
     code = code if code is not None else generate(compiled, layout, target)

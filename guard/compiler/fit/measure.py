@@ -1,8 +1,14 @@
 """What each rung costs: latency against the unconstrained build, and its output error.
 
-Each distinct plan on the ladder is built into an artefact (generated code, the same
-path as ``guard run``), loaded, and run on the same seeded inputs. Latency is measured
-interleaved in one process (A, B, C, A, B, C, ...: a co-tenant slows every plan alike),
+Each distinct plan on the ladder is compiled to native code (the kernel plan and object an
+artefact for ``guard run`` stores, made by the same functions, mapped in memory with no
+files written: guard.compiler.codegen.build's plan_kernels and jit) and run on the same
+seeded inputs. The plans share one memo of packed constants (a rung's plan packs the
+weights it shares with the unconstrained build once); with ``cache`` each object is
+looked up in, or stored to, guard.compiler.codegen.object_cache (keyed by the kernel
+plan, the target and the compiler's sources: a second ladder of the same model emits and
+compiles nothing; a plan that differs in one kernel or one offset is another key).
+Latency is measured interleaved in one process (A, B, C, A, B, C, ...: a co-tenant slows every plan alike),
 after two warm-up calls each, for ``seconds`` in all; the cost of a rung is its median
 over the unconstrained build's median, minus 1, in percent. The clock is a parameter
 (tests pass a fake one). Outputs are compared with the unconstrained build's: views,
@@ -16,7 +22,6 @@ for a classifier (one output with more than one class) top-1 agreement over
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,9 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from guard.compiler.codegen.build import NativeCode, PackMemo, jit, plan_kernels
+from guard.compiler.codegen.llvm_target import codegen_target
+from guard.compiler.codegen.object_cache import code_for
 from guard.compiler.fit.ladder import Ladder, Step
 from guard.compiler.partition.plan import CompiledPlan
-from guard.compiler.runtime.artefact import load_artefact, save_artefact
+from guard.compiler.runtime.weights import pack_weights
 
 
 def seeded_feeds(p: CompiledPlan, seed: int = 0) -> dict[str, np.ndarray]:
@@ -79,7 +87,7 @@ def measure(
     *,
     seconds: float = 4.0,
     target: str = "host",
-    workdir: Path | None = None,
+    cache: Path | None = None,
     clock: Callable[[], float] = time.perf_counter,
     only_chosen: bool = False,
     deadline: float | None = None,
@@ -108,39 +116,41 @@ def measure(
     first = [base_id, id(ladder.chosen)]
     order = sorted(plans, key=lambda pid: first.index(pid) if pid in first else 2)
     skipped: list[int] = []
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        runtimes: dict[int, Any] = {}
-        base_s = 0.0
-        for k, pid in enumerate(order):
-            p = plans[pid]
-            if deadline is not None and pid != base_id:
-                est = base_s * _weight(p) / max(_weight(plans[base_id]), 1.0)
-                if clock() + est + seconds > deadline:
-                    skipped.append(pid)
-                    continue
-            t = clock()
-            d = Path(tmp) / f"plan{k}"
-            save_artefact(p, d, target=target)
-            runtimes[pid] = load_artefact(d).runtime()
-            if pid == base_id:
-                base_s = clock() - t
-        feeds = seeded_feeds(plans[base_id])
-        outs = {pid: rt.run(feeds) for pid, rt in runtimes.items()}
-        errs = {
-            pid: max(
-                (
-                    float(np.max(np.abs(o[k].astype(np.float64) - outs[base_id][k])))
-                    for k in o
-                    if o[k].size
-                ),
-                default=0.0,
-            )  # fmt: skip
-            for pid, o in outs.items()
-        }
-        quantised = {id(s.plan) for s in ladder.steps if s.quantised and s.plan is not None}
-        stated = {pid: stated_error(runtimes[pid], runtimes[base_id], feeds, outs[base_id])
-                  for pid in quantised if pid in runtimes}  # fmt: skip
-        samples = _interleaved(runtimes, feeds, seconds, clock)
+    tgt = codegen_target(target)
+    packs: PackMemo = {}
+    runtimes: dict[int, Any] = {}
+    base_s = 0.0
+    for pid in order:
+        p = plans[pid]
+        if deadline is not None and pid != base_id:
+            est = base_s * _weight(p) / max(_weight(plans[base_id]), 1.0)
+            if clock() + est + seconds > deadline:
+                skipped.append(pid)
+                continue
+        t = clock()
+        _, layout = pack_weights({k: c.data for k, c in p.graph.constants.items()})
+        kplan, packed = plan_kernels(p, layout, tgt, packs=packs)
+        code = NativeCode(kplan, packed, code_for(kplan, tgt, cache), tgt)
+        runtimes[pid] = jit(p, tgt, code=code)[0]
+        if pid == base_id:
+            base_s = clock() - t
+    feeds = seeded_feeds(plans[base_id])
+    outs = {pid: rt.run(feeds) for pid, rt in runtimes.items()}
+    errs = {
+        pid: max(
+            (
+                float(np.max(np.abs(o[k].astype(np.float64) - outs[base_id][k])))
+                for k in o
+                if o[k].size
+            ),
+            default=0.0,
+        )  # fmt: skip
+        for pid, o in outs.items()
+    }
+    quantised = {id(s.plan) for s in ladder.steps if s.quantised and s.plan is not None}
+    stated = {pid: stated_error(runtimes[pid], runtimes[base_id], feeds, outs[base_id])
+              for pid in quantised if pid in runtimes}  # fmt: skip
+    samples = _interleaved(runtimes, feeds, seconds, clock)
     med = {pid: median(v) for pid, v in samples.items()}
     cost = {pid: 100.0 * (med[pid] / med[base_id] - 1.0) for pid in med}
 

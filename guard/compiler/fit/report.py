@@ -12,6 +12,7 @@ from guard.compiler.fit.int8 import QuantiseHook, error_text
 from guard.compiler.fit.ladder import SEARCH_S, Ladder, climb
 from guard.compiler.runtime.artefact_json import MemoryBudget
 from guard.core.budget_bytes import fmt_bytes
+from guard.core.user_cache import cache_root
 
 WITHIN_S = 60.0  # guard fit's default bound: a zoo model's ladder in under a minute
 
@@ -31,7 +32,9 @@ def fit_model(
     """Import, optimise (O2, the host's layouts), climb every rung (not stopping at the
     first fit: the command shows the whole ladder) and, with ``latency``, build and time
     each distinct rung against the unconstrained build; ``quantise`` (guard.quantize.fit_hook)
-    makes the int8 rung's model. With ``within_s``, a plan whose build would end the
+    makes the int8 rung's model. Compiled objects are kept in guard's cache (``codegen``:
+    guard.compiler.codegen.object_cache), so a second ladder of the model compiles nothing
+    it compiled before. With ``within_s``, a plan whose build would end the
     command past that many seconds is not built (its latency is not measured: said)."""
     t0 = time.perf_counter()
     graph = import_onnx(model_path, dict(input_shapes or {}))
@@ -42,7 +45,8 @@ def fit_model(
         from guard.compiler.fit.measure import measure
 
         deadline = None if within_s is None else t0 + within_s
-        ladder = measure(ladder, seconds=seconds, deadline=deadline)
+        cache = cache_root() / "codegen"  # guard.compiler.codegen.object_cache
+        ladder = measure(ladder, seconds=seconds, deadline=deadline, cache=cache)
     return ladder.to_dict(), text(ladder, name or Path(model_path).name, latency)
 
 
