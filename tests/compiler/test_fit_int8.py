@@ -79,9 +79,13 @@ def test_int8_rung_is_the_int8_builds_arena_in_the_reference_interpreters_bytes(
     int8 = next(s for s in ladder.steps if s.name == "int8")
     assert int8.quantised and int8.plan is not None
     assert int8.what.startswith(q.calibration)
-    # the int8 build's stages are tiled where that lowers the arena (here it does not:
-    # x is the peak); tests/compiler/test_tile_strips_int8.py has one that is tiled
-    assert re.search(r"not tiled: \d+ tilings tried, none lowered the arena", int8.what)
+    # the int8 build's stages are tiled where that lowers the arena (here nothing does: x
+    # is the peak); tests/compiler/test_tile_strips_int8.py has one that is tiled
+    assert re.search(
+        r"not tiled: (\d+ tilings tried, none lowered the arena|no row-local first stage "
+        r"or head ends in a tensor under 1/8 of the arena); arena",
+        int8.what,
+    )
     p = int8.plan
     assert int8.arena_bytes == p.arena_bytes == plan(q.graph).arena_bytes  # nothing to reorder
     # Every arena tensor the plan counts holds exactly the bytes the reference interpreter

@@ -208,3 +208,102 @@ def test_the_int8_rung_tiles_the_int8_build(net, monkeypatch, tmp_path):
     )
     assert int8.plan is not None and any("/strip" in n.name for n in int8.plan.graph.nodes)
     assert int8.what.endswith(f"arena {int8.arena_bytes / 1024:.1f} KiB")
+
+
+def test_entries_of_stems_and_heads(net, monkeypatch, tmp_path):
+    from guard.compiler import import_onnx, optimize
+    from guard.compiler.passes.tile_strips import _entry_axis, head_entries, stem_entries
+
+    g = int8(net, host_target(), monkeypatch, tmp_path)
+    (x,) = g.inputs
+    (quantise,) = [n for n in g.nodes if x in n.inputs]
+    assert stem_entries(g) == quantise.outputs  # the float input dies before the strips
+    heads = head_entries(g)
+    assert heads[0] == next(n for n in g.nodes if n.outputs == g.outputs).inputs[0]
+    assert tilings(g)[2][0] in heads
+    # fp32 in NHWC: an entry written by a Transpose to NHWC has its rows on axis 1
+    fp32 = optimize(import_onnx(net, None), "O2", target=host_target().table)[0]
+    nhwc = [t for t in head_entries(fp32) if _entry_axis(fp32, t) == 1]
+    assert nhwc and any(r.exit == fp32.outputs[0] for r in regions(fp32, nhwc[0]))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_conv_whose_epilogue_reads_its_own_input(net, isa):
+    # fp32: the residual block's 3x3 conv adds its own input (FusedConv program arg 0);
+    # each band gets that input's rows as one more epilogue operand, not the halo rows
+    from guard.compiler import import_onnx, optimize
+
+    target = host_target() if isa == "host" else skip_unless_runnable(isa)
+    g = optimize(import_onnx(net, None), "O2", target=target.table)[0]
+    (res,) = [n for n in g.nodes if any(0 in st["args"] for st in n.attrs.get("program", []))]
+    (y,) = g.outputs
+    tiled, r = apply(TileStrips(exit=y, strips=5), g)
+    assert r.changed, r.notes
+    bands = [n for n in tiled.nodes if n.name.startswith(f"{res.name}/strip")]
+    assert len(bands) == 5 and all(len(n.inputs) == len(res.inputs) + 1 for n in bands)
+    feeds = feeds_for(g)
+    np.testing.assert_allclose(
+        run_reference(tiled, feeds)[y], run_reference(g, feeds)[y], rtol=1e-5, atol=1e-6
+    )
+    want = jit(plan(g), target, threads=1)[0].run(feeds)[y]
+    rt1, code = jit(plan(tiled), target, threads=1)
+    rt2, _ = jit(plan(tiled), target, threads=2, code=code)
+    np.testing.assert_array_equal(rt1.run(feeds)[y], want)
+    np.testing.assert_array_equal(rt2.run(feeds)[y], want)
+
+
+# a stem (three convs at full size) and a head (two transposed convs), split by a
+# squeeze-excite Mul that reads a pooled tensor (no row-local op): two regions
+NET2 = """
+<ir_version: 8, opset_import: ["" : 13]>
+net (float[1, 1, 64, 64] x) => (float[1, 1, 128, 128] y) {
+    c1 = Conv <pads = [1, 1, 1, 1]> (x, w1, b1)
+    r1 = Relu (c1)
+    c2 = Conv <pads = [1, 1, 1, 1]> (r1, w2, b2)
+    r2 = Relu (c2)
+    c3 = Conv <pads = [1, 1, 1, 1], strides = [2, 2]> (r2, w3, b3)
+    r3 = Relu (c3)
+    g = GlobalAveragePool (r3)
+    s = Sigmoid (g)
+    m = Mul (r3, s)
+    c4 = Conv <pads = [1, 1, 1, 1]> (m, w4, b4)
+    r4 = Relu (c4)
+    u1 = ConvTranspose <strides = [2, 2]> (r4, w5, b5)
+    v1 = Relu (u1)
+    u2 = ConvTranspose <strides = [2, 2]> (v1, w6, b6)
+    y = Sigmoid (u2)
+}
+"""
+
+
+def test_the_int8_rung_tiles_a_stem_and_a_head(tmp_path, monkeypatch):
+    from guard.compiler import import_onnx, optimize
+    from guard.compiler.fit.ladder import climb
+
+    rng = np.random.default_rng(0)
+    shapes = {"w1": (16, 1, 3, 3), "w2": (32, 16, 3, 3), "w3": (16, 32, 3, 3),
+              "w4": (8, 16, 3, 3), "w5": (8, 32, 2, 2), "w6": (32, 1, 2, 2), "b1": (16,),
+              "b2": (32,), "b3": (16,), "b4": (8,), "b5": (32,), "b6": (1,)}  # fmt: skip
+    m = onnx.parser.parse_model(NET2)
+    m.graph.initializer.extend(
+        numpy_helper.from_array(rng.normal(0, 0.3 if k[0] == "w" else 0.1, s).astype(np.float32), k)
+        for k, s in shapes.items()
+    )
+    onnx.save(m, str(tmp_path / "net2.onnx"))
+    monkeypatch.setenv("GUARD_CACHE", str(tmp_path / "cache"))
+    table = host_target().table
+    fp32 = optimize(import_onnx(tmp_path / "net2.onnx", None), "O2", target=table)[0]
+    hook = quantise_hook(tmp_path / "net2.onnx", {}, table=table)
+    g = hook().graph
+    ladder = climb(fp32, 1024, quantise=hook, stop_at_fit=False, search_s=60)
+    int8 = next(s for s in ladder.steps if s.name == "int8")
+    assert int8.plan is not None and int8.arena_bytes is not None
+    # the head first (its int32 accumulators are the peak), then the stem
+    head, stem = re.findall(r"strip of \d+ row\(s\) through (\S+)\.\.(\S+) ", int8.what)
+    assert head[1].startswith("u2") and stem[0] == "c1"
+    assert int8.arena_bytes * 4 < plan(g).arena_bytes
+    feeds = feeds_for(g)
+    (y,) = g.outputs
+    np.testing.assert_array_equal(
+        run_reference(int8.plan.graph, feeds)[y], run_reference(g, feeds)[y]
+    )

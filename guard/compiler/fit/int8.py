@@ -70,9 +70,11 @@ def quantised_step(
     budget: int,
     tile: Callable[[CompiledPlan, float], tuple[CompiledPlan, str, float]],
     searched: Callable[[CompiledPlan, float], tuple[CompiledPlan, str]],
+    at_least: float = 0.0,
 ) -> Step:
     """Rung 5 with a hook: quantise, plan, re-apply the schedule and (where tile_strips
-    takes it) tiling; the arena is the int8 build's."""
+    takes it) tiling within ``left`` seconds, or ``at_least`` after quantising; the arena
+    is the int8 build's."""
     t0 = clock()
     end = t0 + left
     try:
@@ -81,6 +83,7 @@ def quantised_step(
         why = " ".join(str(exc).split())[:240]
         return Step(5, "int8", None, f"not applied: quantising failed: {why}", clock() - t0)
     base = plan(q.graph, profile)
+    end = max(end, clock() + at_least)
     eight, total = eight_bit(base)
     parts = [
         q.calibration,

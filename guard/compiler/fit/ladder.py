@@ -11,8 +11,9 @@ chapter; issue 35):
    twice (guard.compiler.passes.recompute_cheap); each kept only when the arena drops.
 4. ``tile``: the first stages of a CNN (from the graph input), or its head (from an
    interior tensor, which stays whole, to a graph output), run in strips of rows with
-   the halo recomputed (guard.compiler.passes.tile_strips); the region and strip count
-   with the smallest arena
+   the halo recomputed (guard.compiler.passes.tile_strips, chosen by
+   guard.compiler.fit.tile: up to three regions one after another); the regions and
+   strip counts with the smallest arena
    (or, when one fits, the fitting one with the fewest extra MACs) win.
 5. ``int8``: the model quantised by the caller's hook (guard.compiler.fit.int8: calibration
    data, else seeded inputs), planned with the schedule and tiling re-applied where they
@@ -24,7 +25,9 @@ chapter; issue 35):
 
 The climb stops at the first rung whose arena fits (``stop_at_fit``) or when every rung
 is tried; the whole search is bounded by ``search_s`` seconds (SEARCH_S: 30 s, far below
-``defaults.build_timeout_s``), after which the remaining rungs say they were cut.
+``defaults.build_timeout_s``), after which the remaining rungs say they were cut, but for
+the int8 rung's schedule and tiling, which get at least a third of the bound after
+quantising.
 Reordering, views and tiling change no arithmetic and recomputation repeats it, so the
 outputs of rungs 1-4 and 6 equal the unconstrained build's (guard.compiler.fit.measure
 checks); rung 5's (and a spill on top of it) differ by the stated quantisation error.
@@ -38,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from guard.compiler.fit.describe import bound_by, peak_buffers, views_text
+from guard.compiler.fit.describe import bound_by, views_text
 from guard.compiler.fit.int8 import (
     QuantiseHook,
     counted_step,
@@ -47,6 +50,7 @@ from guard.compiler.fit.int8 import (
     quantised_step,
 )
 from guard.compiler.fit.step import Step
+from guard.compiler.fit.tile import tile
 from guard.compiler.graph.exec_order import Schedule
 from guard.compiler.graph.memory import plan_memory
 from guard.compiler.graph.memory_order import memory_order
@@ -57,15 +61,14 @@ from guard.compiler.graph.memory_spill import (
     spill_traffic,
     split_regions,
 )
-from guard.compiler.graph.view import peak_live_bytes, view_of_graph
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import CompiledPlan, plan
 from guard.compiler.passes.recompute_cheap import RecomputeCheap, candidates
-from guard.compiler.passes.tile_strips import Region, TileStrips, conv_macs, head_entries, regions
 from guard.compiler.runtime.artefact_json import BoundBy, MemoryBudget
 from guard.core.budget_bytes import fmt_bytes
 
 SEARCH_S = 30.0
+INT8_SHARE = 1 / 3  # of the search bound, the int8 rung's own schedule and tiling at least
 NAMES = {1: "views", 2: "schedule", 3: "recompute", 4: "tile", 5: "int8", 6: "spill"}
 
 
@@ -137,7 +140,7 @@ def climb(
     rungs: list[tuple[int, Callable[[CompiledPlan, float], tuple[CompiledPlan, str, float]]]] = [
         (2, lambda b, left: _schedule(b, left)),
         (3, lambda b, left: _recompute(b, profile, left, clock)),
-        (4, lambda b, left: _tile(b, profile, left, clock, budget_bytes, base)),
+        (4, lambda b, left: tile(b, profile, left, clock, budget_bytes, base, searched)),
     ]
     for rung, run in rungs:
         if stop_at_fit and fits(best):
@@ -154,15 +157,16 @@ def climb(
         steps.append(Step(rung, NAMES[rung], best.arena_bytes, what, clock() - t, extra,
                           plan=best))  # fmt: skip
     if not (stop_at_fit and fits(best)):
-        # Quantising is not a search: with a hook it runs even past the bound (the schedule
-        # and tiling on the int8 build take only what is left).
+        # Quantising is not a search: with a hook it runs even past the bound; the schedule
+        # and tiling on the int8 build take what is left, at least INT8_SHARE of the bound
+        # after quantising (the fp32 rungs' tiling may have spent it all).
         if quantise is None or eight_bit(best)[0]:  # no hook, or a quantised model already
             steps.append(counted_step(best))
         else:
             int8 = quantised_step(
                 quantise, profile, deadline - clock(), clock, budget_bytes,
-                lambda b, rest: _tile(b, profile, rest, clock, budget_bytes, b),
-                searched,
+                lambda b, rest: tile(b, profile, rest, clock, budget_bytes, b, searched),
+                searched, INT8_SHARE * search_s,
             )  # fmt: skip
             steps.append(int8)
             if int8.plan is not None and int8.plan.arena_bytes < best.arena_bytes:
@@ -244,80 +248,6 @@ def _recompute(
     if not done:
         return p, f"{tried} candidate(s) tried, none lowered the arena", 0.0
     return best, f"recomputed {', '.join(done)} (arena {fmt_bytes(best.arena_bytes)})", 0.0
-
-
-def _tile(
-    p: CompiledPlan,
-    profile: str | Path | None,
-    left: float,
-    clock: Callable[[], float],
-    budget: int,
-    base: CompiledPlan,
-) -> tuple[CompiledPlan, str, float]:
-    end = clock() + left
-    g0 = p.graph
-    # The first stages (from the graph input) and the heads (from an interior tensor to a
-    # graph output, the entry whole). Per entry, only exits smaller than every exit before
-    # them (the concat of the strips is a full copy of the exit, and a later exit of no
-    # smaller size adds halo and saves nothing), the shortest region first; a head's exit
-    # is the output itself.
-    # The same from the node at the arena's peak on as well (a small exit early, such as
-    # an int8 build's quantised input, would hide the exits past the peak).
-    at, _ = peak_buffers(p.memory)
-    peak_node = p.view.nodes[p.memory.order[at]].name if p.memory.order else ""
-    peak = next((i for i, n in enumerate(g0.nodes) if n.name == peak_node), 0)
-    pick: list[Region] = []
-    for entry in (None, *head_entries(g0)):
-        found = [r for r in regions(g0, entry) if g0.values[r.exit].nbytes * 8 <= p.arena_bytes]
-        if entry is not None:
-            found = [r for r in found if r.exit in g0.outputs]
-        for start in (-1, peak):
-            mine: list[Region] = []
-            for r in found:
-                if r.nodes[-1] >= start and (
-                    not mine or g0.values[r.exit].nbytes < g0.values[mine[-1].exit].nbytes
-                ):
-                    mine.append(r)
-            pick += [r for r in mine if r not in pick]
-    if not pick:
-        return p, "no row-local first stage or head ends in a tensor under 1/8 of the arena", 0.0
-    macs0 = max(conv_macs(base.graph), 1)
-    # Rank every tiling by the liveness peak of its band-after-band order (cheap, linear),
-    # then plan the best few whole (aliasing and placement decide the arena).
-    ranked: list[tuple[int, float, Graph, str]] = []
-    for r in pick:
-        rows = g0.values[r.exit].shape[r.h_axis[r.exit]]
-        for strips in sorted({s for s in (4, 8, 14, 28) if s <= rows}):
-            if clock() > end:
-                break
-            g = g0.clone()
-            entry = None if r.entry in g0.inputs else r.entry
-            res = TileStrips(exit=r.exit, strips=strips, entry=entry).run(g)
-            if not res.changed:
-                continue
-            v = view_of_graph(g)
-            est = peak_live_bytes(v, range(len(v.nodes)))
-            extra = 100 * (conv_macs(g) - conv_macs(base.graph)) / macs0
-            ranked.append((est, extra, g, res.notes[0]))
-    if not ranked:
-        return p, "no tiling could be evaluated within the search bound", 0.0
-    under = sorted((t for t in ranked if t[0] <= budget), key=lambda t: (t[1], t[0]))
-    best_est = sorted(ranked, key=lambda t: (t[0], t[1]))
-    trials: list[tuple[CompiledPlan, str, float]] = []
-    for _est, extra, g, note in [*under[:2], *best_est[:3]]:
-        if trials and clock() > end:
-            break
-        trials.append((plan(g, profile), note, extra))
-    fitting = [t for t in trials if t[0].arena_bytes <= budget]
-    new, note, extra = (
-        min(fitting, key=lambda t: (t[2], t[0].arena_bytes))
-        if fitting
-        else min(trials, key=lambda t: (t[0].arena_bytes, t[2]))
-    )
-    if new.arena_bytes >= p.arena_bytes:
-        return p, f"{len(ranked)} tilings tried, none lowered the arena", 0.0
-    new = searched(new, max(end - clock(), 0.5))[0]
-    return new, f"{note}; arena {fmt_bytes(new.arena_bytes)}", extra
 
 
 def _spill(

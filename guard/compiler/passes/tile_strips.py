@@ -160,7 +160,7 @@ def regions(g: Graph, entry: str | None = None) -> list[Region]:
     if not ins or len(g.values[ins[0]].shape) < 4:
         return []
     entry = ins[0]
-    h = {entry: 2}
+    h = {entry: _entry_axis(g, entry)}
     inside: list[int] = []
     consumers = g.consumers()
     for idx, n in enumerate(g.nodes):
@@ -209,6 +209,54 @@ def head_entries(g: Graph, limit: int = 12) -> list[str]:
             t = dyn[0]
             out.append(t)
     return list(dict.fromkeys(out))
+
+
+def _entry_axis(g: Graph, t: str) -> int:
+    """The row axis of ``t``: 1 when its producer writes NHWC (a conv or pool in that
+    layout, a Transpose or Relayout to it), else 2 (NCHW and NCHW<b>c)."""
+    n = g.producers().get(t)
+    if n is None:
+        return 2
+    nhwc = (
+        n.attrs.get("layout") == "NHWC"
+        or (n.op == "Transpose" and list(n.attrs.get("perm", [])) == [0, 2, 3, 1])
+        or (n.op == "Relayout" and n.attrs.get("to") == "NHWC")
+    )
+    return 1 if nhwc else 2
+
+
+def stem_entries(g: Graph, limit: int = 2) -> list[str]:
+    """Interior entries for the first stages: the outputs of the elementwise chain right
+    after the first 4-D graph input (an int8 build's QuantizeLinear), each the only reader
+    of the tensor before it; an entry there lets the graph input die before the strips."""
+    ins = [i for i in g.inputs if len(g.values[i].shape) == 4]
+    consumers = g.consumers()
+    out: list[str] = []
+    t = ins[0] if ins else ""
+    while t and len(out) < limit:
+        readers = consumers.get(t, [])
+        if len(readers) != 1 or t in g.outputs:
+            break
+        (n,) = readers
+        elementwise = n.op == "FusedElementwise" or (
+            n.op in ops.TRAITS and ops.TRAITS[n.op].elementwise
+        )
+        dyn = [i for i in n.inputs if i and not g.is_constant(i)]
+        if not elementwise or dyn != [t] or len(n.outputs) != 1:
+            break
+        t = n.outputs[0]
+        out.append(t)
+    return out
+
+
+def _epilogue_reads_input(n: Node) -> bool:
+    """A FusedConv whose epilogue program reads the conv's own input (input 0: a residual
+    of it), whose band has the window's halo rows where the epilogue needs the output's."""
+    if n.op != "FusedConv":
+        return False
+    return any(
+        a == 0 and not isinstance(a, bool) for st in n.attrs.get("program", []) for a in st["args"]
+    )
 
 
 def _window(g: Graph, n: Node) -> tuple[int, int, int, int, int]:
@@ -289,7 +337,9 @@ class TileStrips(Pass):
     ) -> str:
         """Emit band ``k`` (exit rows lo..hi) into ``out``; the band's exit tensor name."""
         need: dict[str, tuple[int, int]] = {r.exit: (lo, hi)}
-        reads: dict[int, dict[str, tuple[int, int]]] = {}  # node -> input -> rows it reads
+        # node -> input position -> rows it reads (a tensor read twice, as a conv's input
+        # and its residual, reads two spans)
+        reads: dict[int, dict[int, tuple[int, int]]] = {}
         for n in reversed(body):
             o = n.outputs[0]
             if o not in need:
@@ -311,7 +361,9 @@ class TileStrips(Pass):
                     span = (a // s, b // s)
                 else:
                     span = (a, b)
-                reads[id(n)][x] = span
+                reads[id(n)][pos] = span
+                if pos == 0 and _epilogue_reads_input(n):  # a residual of its own input
+                    span = (min(span[0], a), max(span[1], b))
                 old = need.get(x)
                 need[x] = span if old is None else (min(old[0], span[0]), max(old[1], span[1]))
         name: dict[str, str] = {}
@@ -341,9 +393,8 @@ class TileStrips(Pass):
             o = n.outputs[0]
             if id(n) not in reads:
                 continue
-            ins = [
-                band(x, reads[id(n)][x]) if x in reads[id(n)] else x for x in n.inputs
-            ]  # fmt: skip
+            got = reads[id(n)]
+            ins = [band(x, got[pos]) if pos in got else x for pos, x in enumerate(n.inputs)]
             attrs: dict[str, Any] = dict(n.attrs)
             if n.op in WINDOW_OPS:
                 kh, s, d, pt, _ = _window(g, n)
@@ -353,6 +404,12 @@ class TileStrips(Pass):
                 pads = list(attrs["pads"])
                 pads[0], pads[2] = max(0, -start), max(0, end - size)
                 attrs["pads"] = pads
+            if _epilogue_reads_input(n):  # the residual's rows: one more epilogue operand
+                ins.append(band(n.inputs[0], need[o]))
+                attrs["program"] = [
+                    {**st, "args": [len(ins) - 1 if a == 0 else a for a in st["args"]]}
+                    for st in attrs["program"]
+                ]
             shape = list(g.values[o].shape)
             shape[r.h_axis[o]] = need[o][1] - need[o][0]
             strip = f"{o}/strip{k}"
