@@ -93,11 +93,6 @@ def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
         want = 1 if n.attrs.get("layout") == "NHWC" else 2
         if ax != want:
             return "row axis does not match the layout"
-        if n.op == "FusedConv":
-            anchor = int(n.attrs.get("anchor_inputs", 3))
-            for x in n.inputs[anchor:]:
-                if x and not g.is_constant(x) and g.values[x].shape != out.shape:
-                    return "an epilogue operand is broadcast"
     elif n.op in UPSAMPLE_OPS:
         why = _upsample_decline(g, n, ax)
         if why:
@@ -131,6 +126,11 @@ def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
                 return "an operand is broadcast"
     else:
         return f"{n.op} is not row-local"
+    if "anchor_inputs" in n.attrs and (n.op in WINDOW_OPS or n.op in UPSAMPLE_OPS):
+        # a fused epilogue (FusedConv, or an integer conv's fused requantise chain)
+        for x in n.inputs[int(n.attrs["anchor_inputs"]) :]:
+            if x and not g.is_constant(x) and g.values[x].shape != out.shape:
+                return "an epilogue operand is broadcast"
     h[n.outputs[0]] = ax
     return None
 
@@ -250,9 +250,9 @@ def stem_entries(g: Graph, limit: int = 2) -> list[str]:
 
 
 def _epilogue_reads_input(n: Node) -> bool:
-    """A FusedConv whose epilogue program reads the conv's own input (input 0: a residual
+    """A fused conv whose epilogue program reads the conv's own input (input 0: a residual
     of it), whose band has the window's halo rows where the epilogue needs the output's."""
-    if n.op != "FusedConv":
+    if n.op not in WINDOW_OPS or "anchor_inputs" not in n.attrs:
         return False
     return any(
         a == 0 and not isinstance(a, bool) for st in n.attrs.get("program", []) for a in st["args"]
@@ -357,7 +357,7 @@ class TileStrips(Pass):
                     kh, s, d, pt, _ = _window(g, n)
                     size = g.values[x].shape[r.h_axis[x]]
                     span = (max(a * s - pt, 0), min((b - 1) * s - pt + (kh - 1) * d + 1, size))
-                elif n.op in UPSAMPLE_OPS:
+                elif n.op in UPSAMPLE_OPS and pos == 0:  # an epilogue operand: (a, b)
                     span = (a // s, b // s)
                 else:
                     span = (a, b)
