@@ -19,6 +19,7 @@ one-line ``reason``) that callers turn into their own one-line message.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import stat
@@ -248,6 +249,17 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+    return h.hexdigest()
+
+
+@functools.cache
+def sources_sha256(root: Path) -> str:
+    """SHA-256 over the relative paths and bytes of every ``.py`` file under ``root`` (a
+    cache key's "this code": any edit of any module under it is another key). Read once
+    per process."""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()
 
 

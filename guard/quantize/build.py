@@ -14,6 +14,8 @@ The steps, each refusing bad input with one line (exit 2):
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 import onnx
 
 from guard.core.errors import InternalError, ModelError, UsageError
+from guard.core.fsutil import sources_sha256
 from guard.quantize.calibration import Calibration
 from guard.quantize.profile import Profile, fp32_entries, pass_names, profile_model
 from guard.quantize.qdq import QdqPlan, QuantOptions, already_quantized, write_qdq
@@ -29,6 +32,17 @@ from guard.quantize.sqnr import TensorError, tensor_errors
 
 REPORT_SAMPLES = 16
 WRITER_VERSION = "1"  # bump when the QDQ model written from one profile changes (cache key)
+QUANTIZE_ROOT = Path(__file__).resolve().parent
+
+
+def model_cache_path(root: Path, profile_sha256: str, opts: QuantOptions) -> Path:
+    """Where guard keeps the QDQ model one profile and these options make (guard run's int8
+    rows, guard fit's int8 rung): ``root/models/<profile>-<key>.onnx``, the key over the
+    options, ``WRITER_VERSION`` and the sha256 of guard.quantize's sources (the writer
+    changed without a version bump is another key, never a stale model)."""
+    parts = [opts.__dict__, WRITER_VERSION, sources_sha256(QUANTIZE_ROOT)]
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=list).encode()).hexdigest()
+    return root / "models" / f"{profile_sha256[:16]}-{key[:12]}.onnx"
 
 
 @dataclass
@@ -154,3 +168,37 @@ def quantize_model(
     if report_samples > 0:
         errors = tensor_errors(model, qdq, calibration.samples[:report_samples])
     return Quantized(qdq, prof, plan, errors, source_sha256, notes, warnings)
+
+
+def kept_model_path(
+    model_path: Path, calibration: Calibration, opts: QuantOptions, *, source_sha256: str,
+    root: Path,
+) -> Path:  # fmt: skip
+    """The QDQ model of ``model_path`` on ``calibration`` with ``opts``, kept under
+    ``root`` (guard's int8 cache, ``$GUARD_CACHE/int8``): the profile by (source sha256,
+    calibration sha256), reused while the compiler's fp32 passes are the same (a damaged
+    one is made again); the model at :func:`model_cache_path` of the profile. Quantised
+    (profiled, written, checked) and kept when either is missing."""
+    profile_path = root / "profiles" / f"{source_sha256[:16]}-{calibration.sha256[:16]}.json"
+    if profile_path.is_file():
+        try:
+            prof = Profile.load(profile_path)
+        except (ModelError, UsageError):
+            profile_path.unlink(missing_ok=True)
+        else:
+            same = (prof.source_sha256, prof.calibration_sha256) == (
+                source_sha256, calibration.sha256
+            )  # fmt: skip
+            out = model_cache_path(root, prof.sha256, opts)
+            if same and prof.passes == pass_names(fp32_entries()) and out.is_file():
+                return out
+    q = quantize_model(
+        model_path, calibration, opts, source_sha256=source_sha256, profile_path=profile_path,
+        report_samples=0,
+    )  # fmt: skip
+    out = model_cache_path(root, q.profile_sha256, opts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    onnx.save(q.model, str(tmp))
+    tmp.replace(out)
+    return out

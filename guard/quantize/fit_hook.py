@@ -6,9 +6,10 @@ bundled backend, which sit above both, make the hook here and hand it to ``climb
 ranges come from the user's calibration data when given (``--calibration DATA``,
 ``options.bundled.calibration``), else from ``SEEDED`` seeded standard-normal inputs
 (guard.quantize.calibration.seeded_samples), which the rung says. The profile (the
-samples run through the reference interpreter: most of the hook's time) is kept in guard
-run's int8 profile cache (``$GUARD_CACHE/int8/profiles``, keyed by the model's and the
-data's sha256), so a second ladder of the same model and data does not profile again.
+samples run through onnxruntime) and the QDQ model are kept in guard run's int8 cache
+(``$GUARD_CACHE/int8``: guard.quantize.build.kept_model_path, the profile keyed by the
+model's and the data's sha256, the model by the profile's, the options and the writer's
+sources), so a second ladder of the same model and data neither profiles nor writes again.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ from pathlib import Path
 from guard.compiler import import_onnx, optimize, verify
 from guard.compiler.fit.int8 import Quantised, QuantiseHook
 from guard.compiler.ir.isa_table import TargetTable
-from guard.core.errors import ModelError, UsageError
 from guard.core.fsutil import file_sha256
 from guard.core.user_cache import cache_root
-from guard.quantize.build import quantize_model
+from guard.quantize.build import kept_model_path
 from guard.quantize.calibration import Calibration, read_calibration, seeded_samples
-from guard.quantize.profile import Profile
 from guard.quantize.qdq import QuantOptions
 from guard.suite import InputSpec
 from guard.suite.model import bind, graph_inputs, load_model
@@ -60,19 +59,13 @@ def quantise_hook(
 
     def hook() -> Quantised:
         cal, line = calibration_for(model_path, input_shapes, calibration)
-        source = file_sha256(model_path)
-        # guard run's profile cache (guard.run.int8): the same model and data profile once
-        profile = cache_root() / "int8" / "profiles" / f"{source[:16]}-{cal.sha256[:16]}.json"
-        if profile.exists():
-            try:
-                Profile.load(profile)
-            except (ModelError, UsageError):  # damaged: made again
-                profile.unlink(missing_ok=True)
-        q = quantize_model(
-            model_path, cal, QuantOptions(), source_sha256=source, profile_path=profile,
-            report_samples=0,
+        # guard run's int8 cache (guard.run.int8): the same model and data profile once,
+        # and the QDQ model of a profile is written once
+        path = kept_model_path(
+            model_path, cal, QuantOptions(), source_sha256=file_sha256(model_path),
+            root=cache_root() / "int8",
         )  # fmt: skip
-        graph = import_onnx(q.model, dict(input_shapes))
+        graph = import_onnx(path, dict(input_shapes))
         optimised, _ = optimize(graph, pipeline, target=table)
         verify(optimised)
         return Quantised(optimised, line)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -40,13 +39,11 @@ from guard.quantize import (
     QuantOptions,
     TensorError,
     outputs_sqnr,
-    quantize_model,
     tensor_errors,
     top1_agreement,
 )
-from guard.quantize.build import WRITER_VERSION
+from guard.quantize.build import kept_model_path
 from guard.quantize.calibration import Calibration, read_calibration, seeded_samples
-from guard.quantize.profile import Profile, fp32_entries, pass_names
 from guard.results.result import Check as ResultCheck
 from guard.results.result import Quantization, Result
 from guard.suite import InputSpec, ModelEntry
@@ -81,32 +78,12 @@ def int8_model_path(entry: ModelEntry, fp32_path: Path) -> Path:
     opts = _options(entry)
     source = file_sha256(fp32_path)
     cal = calibration_of(entry, fp32_path)
-    root = cache_root() / "int8"
-    profile_path = root / "profiles" / f"{source[:16]}-{cal.sha256[:16]}.json"
-    key = hashlib.sha256(
-        json.dumps([opts.__dict__, WRITER_VERSION], sort_keys=True, default=list).encode()
-    ).hexdigest()[:12]
-    if profile_path.is_file():
-        try:
-            prof = Profile.load(profile_path)
-            if prof.passes == pass_names(fp32_entries()):
-                out = root / "models" / f"{prof.sha256[:16]}-{key}.onnx"
-                if out.is_file():
-                    return out
-        except ModelError:
-            pass  # a damaged profile is made again below
     try:
-        q = quantize_model(
-            fp32_path, cal, opts, source_sha256=source, profile_path=profile_path, report_samples=0
+        return kept_model_path(
+            fp32_path, cal, opts, source_sha256=source, root=cache_root() / "int8"
         )
     except ModelError as exc:
         raise ModelError(str(exc), where=f"{entry.where}.quantize") from None
-    out = root / "models" / f"{q.profile_sha256[:16]}-{key}.onnx"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    onnx.save(q.model, str(tmp))
-    tmp.replace(out)
-    return out
 
 
 @functools.lru_cache(maxsize=32)

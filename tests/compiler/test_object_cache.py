@@ -19,6 +19,7 @@ from guard.compiler.codegen.module import compile_module
 from guard.compiler.partition.plan import CompiledPlan, plan
 from guard.compiler.runtime.weights import pack_weights
 from guard.compiler.tuning.dispatch import Dispatch, applied
+from guard.core.fsutil import sources_sha256
 
 from .codegen._jit import TARGETS, skip_unless_runnable, target_of
 
@@ -120,11 +121,12 @@ def test_the_compiler_hash_reads_every_source_file(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.py").write_text("y = 2\n")
-    first = oc.compiler_sha256(tmp_path)
+    first = sources_sha256(tmp_path)
     (tmp_path / "sub" / "b.py").write_text("y = 3\n")
-    oc.compiler_sha256.cache_clear()
-    assert oc.compiler_sha256(tmp_path) != first
-    oc.compiler_sha256.cache_clear()
+    sources_sha256.cache_clear()
+    assert sources_sha256(tmp_path) != first
+    sources_sha256.cache_clear()
+    assert oc.compiler_sha256() == sources_sha256(oc.COMPILER_ROOT)
 
 
 def test_a_damaged_entry_is_compiled_again(tmp_path, monkeypatch):

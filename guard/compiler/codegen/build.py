@@ -113,13 +113,15 @@ def jit(
     target: CodegenTarget | None = None,
     threads: int = 1,
     code: NativeCode | None = None,
+    weights: tuple[np.ndarray, WeightsLayout] | None = None,
 ) -> tuple[Runtime, NativeCode]:
     """A Runtime for ``compiled`` running generated code on ``threads`` threads (tests,
     benchmarks, guard fit's timing; no artefact); ``code``, from an earlier call on the
     same plan (or from guard.compiler.codegen.object_cache), is loaded instead of
-    generated again (a second thread count, a second load)."""
+    generated again (a second thread count, a second load); ``weights``: the plan's
+    pack_weights, when the caller made it already."""
     target = code.target if code is not None else target or host_target()
-    blob, layout = pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
+    blob, layout = weights or pack_weights({k: c.data for k, c in compiled.graph.constants.items()})
     code = code if code is not None else generate(compiled, layout, target)
     program = NativeProgram(code.plan, code.packed, code.generated.object_code, target)
     program.start_threads(threads)

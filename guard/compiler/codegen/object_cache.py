@@ -25,7 +25,6 @@ one. ``guard cache`` lists and prunes the entries (part ``codegen``).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -41,18 +40,15 @@ from guard.compiler.codegen.kernel_plan import KernelPlan
 from guard.compiler.codegen.llvm_target import CodegenTarget
 from guard.compiler.codegen.module import Generated, compile_module
 from guard.compiler.tuning.dispatch import active
+from guard.core.fsutil import sources_sha256
 
 SCHEMA = 1
 COMPILER_ROOT = Path(__file__).resolve().parents[1]  # guard/compiler
 
 
-@functools.cache
-def compiler_sha256(root: Path = COMPILER_ROOT) -> str:
-    """sha256 over the paths and bytes of every ``.py`` file under ``root``."""
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
-        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
+def compiler_sha256() -> str:
+    """sha256 of every source file of guard.compiler."""
+    return sources_sha256(COMPILER_ROOT)
 
 
 def key_parts(target: CodegenTarget) -> dict[str, Any]:

@@ -128,10 +128,10 @@ def measure(
                 skipped.append(pid)
                 continue
         t = clock()
-        _, layout = pack_weights({k: c.data for k, c in p.graph.constants.items()})
+        blob, layout = pack_weights({k: c.data for k, c in p.graph.constants.items()})
         kplan, packed = plan_kernels(p, layout, tgt, packs=packs)
         code = NativeCode(kplan, packed, code_for(kplan, tgt, cache), tgt)
-        runtimes[pid] = jit(p, tgt, code=code)[0]
+        runtimes[pid] = jit(p, tgt, code=code, weights=(blob, layout))[0]
         if pid == base_id:
             base_s = clock() - t
     feeds = seeded_feeds(plans[base_id])
