@@ -30,8 +30,10 @@ ISAS = ["host", *TARGETS]
 def convt_model(
     c: int = 24, k: int = 5, hw: tuple[int, int] = (3, 21), kernel: tuple[int, int] = (2, 2),
     strides: tuple[int, int] | None = None, weights: str = "q_of_float", act: int = U8,
+    out: str = "f32",
 ) -> object:  # fmt: skip
-    """x -> Q -> DQ -> ConvTranspose(w) -> Add(bias) -> Relu -> Q -> DQ -> y.
+    """x -> Q -> DQ -> ConvTranspose(w) -> Add(bias) -> Relu -> Q -> DQ -> y (out "f32"),
+    or ... -> Q -> y (out "u8": the integer op's fused chain ends in the byte).
 
     weights: "q_of_float" (float weights -> Q u8, zero point 127, per tensor -> DQ: what
     onnxruntime's quantize_static writes for a ConvTranspose), "s8" (s8 constant, scales
@@ -69,12 +71,13 @@ def convt_model(
         helper.make_node("ConvTranspose", ["xd", "wd"], ["a"], strides=list(strides or kernel)),
         helper.make_node("Add", ["a", "b"], ["t"]),
         helper.make_node("Relu", ["t"], ["r"]),
-        helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"]),
-        helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"]),
+        helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq" if out == "f32" else "y"]),
     ]
+    if out == "f32":
+        nodes.append(helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"]))
     g = helper.make_graph(
         nodes, "qconvt", [helper.make_tensor_value_info("x", F, [1, c, *hw])],
-        [helper.make_tensor_value_info("y", F, None)], inits,
+        [helper.make_tensor_value_info("y", F if out == "f32" else U8, None)], inits,
     )  # fmt: skip
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
 
@@ -129,21 +132,25 @@ def test_sums_that_float32_would_round_stay_float():
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("out", ["f32", "u8"])
 @pytest.mark.parametrize(
     "weights,act,kernel,hw",
     [("q_of_float", U8, (2, 2), (3, 21)), ("s8", I8, (2, 2), (4, 40)),
      ("s8", U8, (3, 2), (2, 7)), ("q_of_float", U8, (1, 1), (5, 17))],
 )  # fmt: skip
 def test_integer_conv_transpose_native_and_bit_identical(
-    isa, weights, act, kernel, hw, monkeypatch
+    isa, weights, act, kernel, hw, out, monkeypatch
 ):
+    """The integer op with its chain fused (passes/fuse_integer_epilogue.py): the tile
+    stores the chain's float32 or bytes, a row's tail of bytes lane by lane."""
     monkeypatch.setattr(split, "MIN_TASK_FLOPS", 1)  # every ConvTranspose splits into rows
-    m = convt_model(weights=weights, act=act, kernel=kernel, hw=hw)
+    m = convt_model(weights=weights, act=act, kernel=kernel, hw=hw, out=out)
     g, _ = optimize(import_onnx(m, {}), "O2", target=None if isa == "host" else table_for(isa),
                     verify_each=True)  # fmt: skip
-    assert "ConvTransposeInteger" in ops(g) and "ConvTranspose" not in ops(g)
+    assert "FusedConvTransposeInteger" in ops(g) and "ConvTranspose" not in ops(g)
+    assert "ConvTransposeInteger" not in ops(g)
     rt1, rt2, code = _jit_both(g, isa)
-    assert any(s.parts for s in code.plan.steps() if s.op == "ConvTransposeInteger")
+    assert any(s.parts for s in code.plan.steps() if s.op == "FusedConvTransposeInteger")
     for seed in (0, 1):
         feeds = _feeds((1, 24, *hw), seed)
         ref = run_reference(g, feeds)["y"]

@@ -91,20 +91,23 @@ def tilings(g: Graph) -> list[tuple[str | None, str, int]]:
 def test_integer_ops_are_row_local(net, monkeypatch, tmp_path):
     g = int8(net, host_target(), monkeypatch, tmp_path)
     ops = {n.op for n in g.nodes}
-    assert {"QLinearConv", "ConvInteger", "ConvTransposeInteger", "MaxPool"} <= ops
+    # fuse_integer_epilogue: the residual conv and the first transposed conv write their
+    # chains (FusedConvInteger, FusedConvTransposeInteger), the last one's Sigmoid stays
+    fused = {"FusedConvInteger", "FusedConvTransposeInteger"}
+    assert {"QLinearConv", "ConvTransposeInteger", "MaxPool", *fused} <= ops
     (pool,) = [n for n in g.nodes if n.op == "MaxPool"]
     assert g.values[pool.inputs[0]].dtype == np.uint8  # pool_bytes: a byte MaxPool
     whole = regions(g)[-1]
     assert whole.exit == g.outputs[0]  # the whole net, input to output, is one region
     inside = {g.nodes[i].op for i in whole.nodes}
-    assert {"QLinearConv", "ConvInteger", "ConvTransposeInteger", "FusedElementwise"} <= inside
+    assert {"QLinearConv", "ConvTransposeInteger", "FusedElementwise", *fused} <= inside
     for entry, exit_, strips in tilings(g):
         tiled, res = apply(TileStrips(exit=exit_, strips=strips, entry=entry), g)
         assert res.changed, res.notes
         verify(tiled)
         assert res.stats["num_strips"] == strips
         assert conv_macs(tiled) == conv_macs(g) + res.stats["extra_macs"]
-        for op in ("ConvTransposeInteger", "QLinearConv"):
+        for op in ("ConvTransposeInteger", "QLinearConv", "FusedConvTransposeInteger"):
             n0 = sum(n.op == op for n in g.nodes)
             assert sum(n.op == op for n in tiled.nodes) > n0  # one per band
         feeds = feeds_for(g)
@@ -125,12 +128,13 @@ def test_integer_ops_are_row_local(net, monkeypatch, tmp_path):
 
 def test_transposed_convs_need_no_halo(net, monkeypatch, tmp_path):
     g = int8(net, host_target(), monkeypatch, tmp_path)
-    up = next(n for n in g.nodes if n.op == "ConvTransposeInteger").inputs[0]
+    up_ops = ("ConvTransposeInteger", "FusedConvTransposeInteger")
+    up = next(n for n in g.nodes if n.op in up_ops).inputs[0]
     (y,) = g.outputs
     tiled, res = apply(TileStrips(exit=y, strips=4, entry=up), g)
     assert res.changed and res.stats["extra_macs"] == 0
     rows = [tiled.values[n.inputs[0]].shape[2] for n in tiled.nodes
-            if n.op == "ConvTransposeInteger" and n.inputs[0].startswith(up)]  # fmt: skip
+            if n.op in up_ops and n.inputs[0].startswith(up)]  # fmt: skip
     assert rows == [3, 3, 3, 3]  # 12 input rows, 48 output rows, 4 bands, no overlap
     feeds = feeds_for(g)
     np.testing.assert_array_equal(run_reference(tiled, feeds)[y], run_reference(g, feeds)[y])
@@ -279,6 +283,8 @@ net (float[1, 1, 64, 64] x) => (float[1, 1, 128, 128] y) {
 def test_the_int8_rung_tiles_a_stem_and_a_head(tmp_path, monkeypatch):
     from guard.compiler import import_onnx, optimize
     from guard.compiler.fit.ladder import climb
+    from guard.compiler.passes.base import PassResult
+    from guard.compiler.passes.fuse_integer_epilogue import FuseIntegerEpilogue
 
     rng = np.random.default_rng(0)
     shapes = {"w1": (16, 1, 3, 3), "w2": (32, 16, 3, 3), "w3": (16, 32, 3, 3),
@@ -291,6 +297,10 @@ def test_the_int8_rung_tiles_a_stem_and_a_head(tmp_path, monkeypatch):
     )
     onnx.save(m, str(tmp_path / "net2.onnx"))
     monkeypatch.setenv("GUARD_CACHE", str(tmp_path / "cache"))
+    # The head's int32 accumulators kept in the arena (fuse_integer_epilogue off): the
+    # case of a head peak above a stem peak. With them fused the untiled int8 build is
+    # 192 KiB, its stem and head peaks equal, and neither tiling alone lowers it.
+    monkeypatch.setattr(FuseIntegerEpilogue, "run", lambda self, g: PassResult(False, {}, []))
     table = host_target().table
     fp32 = optimize(import_onnx(tmp_path / "net2.onnx", None), "O2", target=table)[0]
     hook = quantise_hook(tmp_path / "net2.onnx", {}, table=table)

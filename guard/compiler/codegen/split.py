@@ -46,6 +46,7 @@ import numpy as np
 
 from guard.compiler.codegen.conv.schedule import Geometry
 from guard.compiler.codegen.kernel_plan import Operand, Step
+from guard.compiler.codegen.quant.geometry import QConvGeometry
 from guard.compiler.ir.layout import block_of
 from guard.compiler.ir.ops import ELEMENTWISE_OPS
 
@@ -370,6 +371,7 @@ def relayout_tasks(step: Step) -> tuple[Step, ...]:
 # What one int8 multiply-accumulate costs in the rule's float FLOPs: vpdpbusd does 64
 # where a float FMA does 16 (32 FLOPs), vpmaddwd 16 per two instructions.
 INT8_MAC_FLOPS = 0.5
+INT8_CONVS = ("QLinearConv", "ConvInteger", "FusedConvInteger")
 
 
 def int8_tasks(step: Step, width: int) -> tuple[Step, ...]:
@@ -380,9 +382,7 @@ def int8_tasks(step: Step, width: int) -> tuple[Step, ...]:
     x, y = step.inputs[0], step.outputs[0]
     if x is None or step.may_alias:
         return ()
-    if step.op in ("QLinearConv", "ConvInteger"):
-        from guard.compiler.codegen.quant.conv import QConvGeometry
-
+    if step.op in INT8_CONVS:
         w = step.inputs[3 if step.op == "QLinearConv" else 1]
         if w is None:
             return ()
@@ -429,7 +429,7 @@ def _column_tasks(step: Step, width: int, m: int, n: int, k: int) -> tuple[Step,
 
 def split_step(step: Step, width: int) -> tuple[Step, ...]:
     """The step's tasks by the cost rule, () to run it as one call."""
-    if step.op in ("QLinearConv", "ConvInteger", "QLinearMatMul", "MatMulInteger"):
+    if step.op in INT8_CONVS or step.op in ("QLinearMatMul", "MatMulInteger"):
         return int8_tasks(step, width)
     if step.op in ("Conv", "FusedConv"):
         return conv_tasks(step, width)
@@ -441,7 +441,7 @@ def split_step(step: Step, width: int) -> tuple[Step, ...]:
         return norm_tasks(step)
     if step.op == "Resize":
         return resize_tasks(step)
-    if step.op in ("ConvTranspose", "ConvTransposeInteger"):
+    if step.op in ("ConvTranspose", "ConvTransposeInteger", "FusedConvTransposeInteger"):
         return conv_transpose_tasks(step, width)
     if step.op == "Relayout" and not step.may_alias:
         return relayout_tasks(step)

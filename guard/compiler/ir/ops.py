@@ -71,6 +71,7 @@ TRAITS: dict[str, OpTraits] = {
     # Convolution and matrix products (the Fused* variants carry an epilogue program).
     **_rows("conv", "Conv FusedConv", layout=True),
     **_rows("conv", "ConvTranspose ConvTransposeInteger ConvInteger QLinearConv"),
+    **_rows("conv", "FusedConvInteger FusedConvTransposeInteger"),
     **_rows("gemm", "Gemm FusedGemm MatMul FusedMatMul MatMulInteger QLinearMatMul Einsum"),
     # Pooling.
     **_rows("pool", "MaxPool AveragePool GlobalAveragePool GlobalMaxPool", layout=True),

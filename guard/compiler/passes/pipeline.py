@@ -31,6 +31,7 @@ from guard.compiler.passes.fold_integer_pool import FoldIntegerPool
 from guard.compiler.passes.fold_qdq import FoldQdq
 from guard.compiler.passes.fuse_elementwise import FuseElementwise
 from guard.compiler.passes.fuse_horizontal import FuseHorizontal
+from guard.compiler.passes.fuse_integer_epilogue import FuseIntegerEpilogue
 from guard.compiler.passes.lower_qdq import LowerQdq
 from guard.compiler.passes.merge_elementwise import MergeElementwise
 from guard.compiler.passes.pool_bytes import PoolBytes
@@ -151,6 +152,7 @@ PIPELINES: dict[str, Any] = {
             "a chain ending in a byte widened to float hands the Cast to its readers: "
             "bytes between them, and a byte table for the chain's tail",
         ),
+        (FuseIntegerEpilogue(), "an integer conv writes its chain's bytes, not int32"),
         (ConvRows(), "a convolution over a column runs as one over a row (tiles along W)"),
         (
             AssignLayout(candidates=table.layouts),

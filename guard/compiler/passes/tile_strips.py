@@ -50,15 +50,16 @@ from guard.compiler.passes.base import Pass, PassResult
 
 # the weights' input position of each convolution (integer ones included: exact integer
 # arithmetic, so a band gives the untiled node's bits)
-CONV_WEIGHT = {"Conv": 1, "FusedConv": 1, "ConvInteger": 1, "QLinearConv": 3}
+CONV_WEIGHT = {"Conv": 1, "FusedConv": 1, "ConvInteger": 1, "QLinearConv": 3, "FusedConvInteger": 1}
 WINDOW_OPS = frozenset({*CONV_WEIGHT, "MaxPool", "AveragePool"})
 # transposed convolutions with stride == kernel and no padding: output row r reads input
 # row r // stride only (no halo)
-UPSAMPLE_OPS = {"ConvTranspose": 1, "ConvTransposeInteger": 1}
+UPSAMPLE_OPS = {"ConvTranspose": 1, "ConvTransposeInteger": 1, "FusedConvTransposeInteger": 1}
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _CONV_ATTRS = {"anchor_inputs", "dilations", "group", "layout", "pads", "program", "strides",
                "kernel_shape"}  # fmt: skip
-_UP_ATTRS = {"dilations", "group", "kernel_shape", "output_padding", "pads", "strides"}
+_UP_ATTRS = {"dilations", "group", "kernel_shape", "output_padding", "pads", "strides",
+             "anchor_inputs", "program"}  # fmt: skip
 _POOL_ATTRS = {"ceil_mode", "count_include_pad", "dilations", "kernel_shape", "layout", "pads",
                "strides", "storage_order"}  # fmt: skip
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from guard.compiler.ir.core import dtype_from_name, is_float, value_range
 from guard.compiler.reference.base import Attrs, Xs, arg
+from guard.compiler.reference.elementwise import run_program
 from guard.compiler.reference.nn import conv, conv_transpose
 
 
@@ -179,10 +180,25 @@ def dynamic_quantize(xs: Xs, a: Attrs) -> list[np.ndarray]:
     return [q.astype(np.uint8), np.asarray(scale, np.float32), np.asarray(zp, np.uint8)]
 
 
+def _fused(anchor: Any) -> Any:
+    """``FusedConvInteger`` / ``FusedConvTransposeInteger`` (passes/fuse_integer_epilogue.py):
+    the integer conv on the first ``anchor_inputs`` inputs, then the chain's program on its
+    int32 accumulator (``"acc"``) and the constants after them: the two nodes' references
+    composed."""
+
+    def k(xs: Xs, a: Attrs) -> list[np.ndarray]:
+        (acc,) = anchor(list(xs[: a["anchor_inputs"]]), a)
+        return [run_program(a["program"], xs, acc)]
+
+    return k
+
+
 KERNELS = {
     "QuantizeLinear": quantize, "DequantizeLinear": dequantize,
     "MatMulInteger": matmul_integer, "QLinearMatMul": qlinear_matmul,
     "ConvInteger": conv_integer, "QLinearConv": qlinear_conv,
     "ConvTransposeInteger": conv_transpose_integer,
     "DynamicQuantizeLinear": dynamic_quantize,
+    "FusedConvInteger": _fused(conv_integer),
+    "FusedConvTransposeInteger": _fused(conv_transpose_integer),
 }  # fmt: skip

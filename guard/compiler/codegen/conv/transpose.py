@@ -43,6 +43,7 @@ from guard.compiler.codegen.irutil import (
     store_strided,
     vec,
 )
+from guard.compiler.codegen.quant.epilogue import epilogue_decline, epilogue_key, epilogue_words
 from guard.compiler.graph.view import GraphView, OpNode
 from guard.compiler.ir.conv_transpose import EXACT, blockwise, exact_bound
 from guard.compiler.ir.isa_table import active_table
@@ -128,10 +129,10 @@ def _tap(
 
 
 class ConvTranspose(Emitter):
-    ops = frozenset({"ConvTranspose", "ConvTransposeInteger"})
+    ops = frozenset({"ConvTranspose", "ConvTransposeInteger", "FusedConvTransposeInteger"})
 
     def decline(self, node: OpNode, g: GraphView) -> str | None:
-        if node.op == "ConvTransposeInteger":
+        if node.op != "ConvTranspose":
             return self._decline_integer(node, g)
         why = float32_only(node, g)
         if why:
@@ -151,6 +152,14 @@ class ConvTranspose(Emitter):
             return "no emitter for ConvTransposeInteger with run-time weights or zero points"
         if not blockwise(node.attrs, x.shape, w.shape):
             return "no emitter for ConvTransposeInteger whose stride is not its kernel"
+        if node.op == "FusedConvTransposeInteger":
+            consts = node.args[4:]
+            if not all(a and g.tensors[a].kind == "const" for a in consts):
+                return "no emitter for FusedConvTransposeInteger with a run-time epilogue operand"
+            y = g.tensors[node.outputs[0]]
+            why = epilogue_decline(node.attrs["program"], [g.tensors[a].dtype for a in consts],
+                                   y.dtype)  # fmt: skip
+            return f"no emitter for FusedConvTransposeInteger: {why}" if why else None
         return None
 
     def plan_constants(
@@ -159,14 +168,18 @@ class ConvTranspose(Emitter):
     ) -> tuple[dict[int, np.ndarray], dict[str, Any]] | None:  # fmt: skip
         """ConvTransposeInteger: the weights less their zero point as floats, and the
         input's zero point as a fact (transpose_blocks.py); None for the float op."""
-        if op != "ConvTransposeInteger" or 1 not in values:
+        if op == "ConvTranspose" or 1 not in values:
             return None
         w = values[1]
         zx = int(np.asarray(values[2]).reshape(-1)[0])
         zw = np.asarray(values[3]).astype(np.int64).reshape(-1)
         if exact_bound(w, zw) >= EXACT:  # fold_integer_conv never makes one
             raise ValueError(f"ConvTransposeInteger sums can reach 2^24: {w.shape} weights")
-        return {1: pack_blocks(w, zw)}, {"zx": zx}
+        packed = pack_blocks(w, zw)
+        if op == "FusedConvTransposeInteger":  # the chain's [K][n] constants after them
+            words = epilogue_words(attrs["program"], values, w.shape[1])
+            packed = np.concatenate([packed.reshape(-1), words.view(np.float32)])
+        return {1: packed}, {"zx": zx}
 
     def pack(
         self, op: str, attrs: Mapping[str, Any], index: int, value: np.ndarray,
@@ -189,7 +202,10 @@ class ConvTranspose(Emitter):
         L = k.vector_width
         if blockwise(k.attrs, xo.shape, wo.shape):
             regs = active_table(L).registers
-            emit_blocks(b, ins, outs, geo, k.attrs, L, regs, xo.dtype)
+            epi = ""
+            if k.op == "FusedConvTransposeInteger":
+                epi = epilogue_key(k.attrs["program"], k.outputs[0].dtype)
+            emit_blocks(b, ins, outs, geo, k.attrs, L, regs, xo.dtype, epi)
             return
         x, w, y = ins[0], ins[1], outs[0]
         bias = ins[2] if len(ins) > 2 else None

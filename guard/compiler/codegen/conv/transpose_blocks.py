@@ -17,11 +17,14 @@ write the same bits; nothing depends on the vector width.
 passes/fold_integer_conv.py) runs the same code on floats: ``x - zx`` and ``w - zw`` are
 integers of at most 9 bits, their products and every partial sum are integers below 2^24
 (the fold checks ``255 * max over columns of sum |w - zw| < 2^24``), so each float FMA is
-exact and the stored int32 is the exact integer sum in any order, on any ISA.
+exact and the stored int32 is the exact integer sum in any order, on any ISA. Fused with
+the requantise chain that reads it (``FusedConvTransposeInteger``, quant/epilogue.py),
+the chain runs on that int32 per output channel and the tile stores its bytes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +47,7 @@ from guard.compiler.codegen.irutil import (
     splat,
     tiles,
 )
+from guard.compiler.codegen.quant.epilogue import apply_epilogue, constant_inputs
 
 
 def pack_blocks(w: np.ndarray, zw: np.ndarray | None = None) -> np.ndarray:
@@ -88,10 +92,11 @@ def _interleave(b: ir.IRBuilder, vs: list[ir.Value], lanes: int) -> ir.Value:
 
 def emit_blocks(
     b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], geo: Any,
-    attrs: Mapping[str, Any], lanes: int, registers: int, x_dtype: str,
+    attrs: Mapping[str, Any], lanes: int, registers: int, x_dtype: str, epilogue: str = "",
 ) -> None:  # fmt: skip
     """The kernel body; ``geo`` a TransposeGeometry, ``attrs`` may carry ``rows`` (a
-    task's input rows) and, for the integer op, ``zx``."""
+    task's input rows) and, for the integer op, ``zx``; ``epilogue`` the fused chain
+    (its constants ``[K][n]`` after the packed weights)."""
     x, w, y = ins[0], ins[1], outs[0]
     assert x is not None and w is not None
     integer = x_dtype != "float32"
@@ -103,6 +108,18 @@ def emit_blocks(
     zx = splat(b, ir.Constant(F32, float(attrs.get("zx", 0))), L) if integer else None
     full, part = divmod(IW, L)
     nv, cb = _tile(L, full + (part > 0), R * S, K, registers)
+    n_const = len(constant_inputs(json.loads(epilogue)["program"])) if epilogue else 0
+    chain = elem_ptr(b, w, K * R * S * C)
+    et = F32 if not epilogue or json.loads(epilogue)["out"] == "float32" else I8
+
+    def requantise(a: ir.Value, ch: ir.Value) -> ir.Value:
+        """The int32 sum of channel ``ch`` through the chain."""
+        row = elem_ptr(b, chain, b.mul(ch, ir.Constant(ch.type, n_const)))
+
+        def constant(col: int) -> ir.Value:
+            return splat(b, b.load(elem_ptr(b, row, col), typ=F32, align=4), L)
+
+        return apply_epilogue(b, epilogue, b.fptosi(a, ir.VectorType(I32, L)), constant)[0]
 
     def load_x(idx: ir.Value, n_lanes: int) -> ir.Value:
         if not integer:
@@ -169,12 +186,20 @@ def emit_blocks(
                 )
                 for v, nl in enumerate(vecs):
                     vs = [acc[i + (r * S + s) * nvec + v] for s in range(S)]
-                    if integer:
+                    if epilogue:
+                        vs = [requantise(a, add(b, co, j)) for a in vs]
+                    elif integer:
                         vs = [b.bitcast(b.fptosi(a, ir.VectorType(I32, L)), vt) for a in vs]
                     val = _interleave(b, vs, L)
-                    p = elem_ptr(b, y, add(b, yrow, v * L * S))
+                    p = elem_ptr(b, y, add(b, yrow, v * L * S), et)
                     if nl == L:
-                        b.store(val, p, align=4)
+                        b.store(
+                            val, b.bitcast(p, ir.PointerType(val.type)), align=4 if et == F32 else 1
+                        )
+                    elif et == I8:  # a row's tail of bytes: lane by lane
+                        for e in range(nl * S):
+                            b.store(b.extract_element(val, ir.Constant(I32, e)),
+                                    elem_ptr(b, p, e, I8))  # fmt: skip
                     else:
                         masked_store(b, val, p, lane_mask(L * S, nl * S))
             i += R * S * nvec

@@ -16,7 +16,8 @@ zero point ``alpha``) and interleaved into one store (quant/im2col.py). Two pixe
   compile-time columns, so every border mask is a constant), rows in a run-time loop.
 
 The output is written per row tile and panel, in NCHW, the requantisation fused (the
-kernel of one task of a row band writes rows ``[r0, r1)``: attribute ``rows``).
+kernel of one task of a row band writes rows ``[r0, r1)``: attribute ``rows``); a
+FusedConvInteger's chain runs on the tile the same way (quant/epilogue.py).
 
 Code size: in ``rows`` mode the panels of a row whose taps all fall inside the image
 (every one but a few at the borders) share one im2col in a run-time loop, and the whole
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +48,7 @@ from guard.compiler.codegen.irutil import (
     tiles,
 )
 from guard.compiler.codegen.quant.dot import DotClass
+from guard.compiler.codegen.quant.epilogue import constant_inputs
 from guard.compiler.codegen.quant.geometry import QConvGeometry
 from guard.compiler.codegen.quant.im2col import pack_panel
 from guard.compiler.codegen.quant.ukr import gep, micro_kernel
@@ -74,12 +77,13 @@ class ConvSpec:
     runtime_alpha: bool
     beta: bool
     portable_round: bool
+    epilogue: str = ""  # a FusedConvInteger's chain (quant/epilogue.py), "" for none
 
 
 def emit_conv(
     b: ir.IRBuilder, geo: QConvGeometry, dot: DotClass, registers: int, x: ir.Value,
     packed: ir.Value, y: ir.Value, out: str, facts: Mapping[str, Any], x_signed: bool,
-    alpha_rt: ir.Value | None, portable_round: bool,
+    alpha_rt: ir.Value | None, portable_round: bool, epilogue: str = "",
 ) -> None:  # fmt: skip
     """The whole convolution (every image, group and output row of ``geo.rows``).
 
@@ -87,7 +91,7 @@ def emit_conv(
     (:func:`_row_conv`): the tasks of a row-band split, and layers of one geometry, call
     the same code instead of each carrying a copy of it."""
     spec = ConvSpec(dot, registers, out, x_signed, facts["q_alpha"] is None,
-                    bool(facts["q_beta"]), portable_round)  # fmt: skip
+                    bool(facts["q_beta"]), portable_round, epilogue)  # fmt: skip
     alpha = alpha_rt if alpha_rt is not None else ir.Constant(I32, int(facts["q_alpha"]))
     consts = [alpha] + [ir.Constant(I32, int(facts[k])) for k in ("q_zy", "q_lo", "q_hi")]
     if geo.flat:
@@ -155,6 +159,8 @@ def _emit_body(
     pk1 = gep(b, packed, w_words + geo.K, I32)
     pbeta = gep(b, packed, w_words + 2 * geo.K, I32)
     pmult = gep(b, packed, w_words + 3 * geo.K, I32)
+    n_const = len(constant_inputs(json.loads(spec.epilogue)["program"])) if spec.epilogue else 0
+    pchain = gep(b, packed, w_words + 4 * geo.K, I32)  # the epilogue's [K][n] constants
     panel_bytes = geo.Kp * nr + (4 * nr if beta else 0)
     if geo.flat:
         assert isinstance(r0, int) and isinstance(r1, int)
@@ -175,7 +181,7 @@ def _emit_body(
     flip = spec.x_signed != dot.u_signed  # xor 0x80 into the class's u domain
     alpha_byte = b.trunc(alpha, I8)
     P = geo.OH * geo.OW
-    esize = 4 if spec.out == "i32" else 1
+    esize = 1 if spec.out in ("u8", "s8") else 4
     ldx = KG * sw_words
 
     def c64(v: int) -> ir.Constant:
@@ -199,13 +205,15 @@ def _emit_body(
                     nv_here = -(-lanes // W)
                     ukr = micro_kernel(b.module, dot, rows, nv_here, lanes % W != 0, "conv",
                                        spec.out, spec.runtime_alpha, beta, spec.portable_round,
-                                       nr)  # fmt: skip
+                                       nr, spec.epilogue)  # fmt: skip
+                    mult = (gep(b, pchain, b.mul(ch, c64(n_const)), I32) if spec.epilogue
+                            else gep(b, pmult, ch, I32))  # fmt: skip
                     c = gep(b, yg, b.mul(b.add(b.mul(m0, c64(P)), pix), c64(esize)), I8)
                     b.call(ukr, [
                         xw, c64(ldx), gep(b, scratch, b.mul(slot, c64(KG * nr)), I32),
                         c64(KG), c, c64(P),
                         gep(b, pk0, ch, I32), gep(b, pk1, ch, I32), gep(b, pbeta, ch, I32),
-                        gep(b, pmult, ch, I32), gep(b, usum, b.mul(slot, c64(nr)), I32),
+                        mult, gep(b, usum, b.mul(slot, c64(nr)), I32),
                         alpha, zy, lo, hi, ir.Constant(I32, lanes - (nv_here - 1) * W),
                     ])  # fmt: skip
 

@@ -23,6 +23,7 @@ from guard.compiler.codegen.quant import depthwise_dot as dwd
 from guard.compiler.codegen.quant import pack as qp
 from guard.compiler.codegen.quant.conv import conv_tile, emit_conv
 from guard.compiler.codegen.quant.dot import DotClass
+from guard.compiler.codegen.quant.epilogue import epilogue_decline, epilogue_key, epilogue_words
 from guard.compiler.codegen.quant.geometry import QConvGeometry
 from guard.compiler.codegen.quant.matmul import emit_matmul, matmul_tile
 from guard.compiler.codegen.quant.ukr import ld
@@ -40,6 +41,7 @@ SLOTS: dict[str, dict[str, int | None]] = {
     "MatMulInteger": {"x": 0, "w": 1, "zx": 2, "zw": 3, "sx": None, "sw": None, "sy": None,
                       "zy": None, "b": None},
 }  # fmt: skip
+SLOTS["FusedConvInteger"] = SLOTS["ConvInteger"]  # with the chain's constants after input 3
 INT8 = ("uint8", "int8")
 
 
@@ -65,7 +67,14 @@ class QuantLinear(Emitter):
             return f"{what} on {t[x].dtype} x {t[w].dtype} (uint8/int8 only)"
         if t[w].kind != "const":
             return f"{what} with run-time weights {w!r}"
-        if t[y].dtype not in (("int32",) if "Integer" in node.op else INT8):
+        if node.op == "FusedConvInteger":
+            if any(t[a].kind != "const" for a in node.args[4:] if a):
+                return f"{what} with a run-time operand in its epilogue"
+            why = epilogue_decline(node.attrs["program"], [t[a].dtype for a in node.args[4:]],
+                                   t[y].dtype)  # fmt: skip
+            if why:
+                return f"{what}: {why}"
+        elif t[y].dtype not in (("int32",) if "Integer" in node.op else INT8):
             return f"{what} producing {t[y].dtype}"
         for key in ("sx", "sw", "sy", "zy", "zw", "b"):
             v = _arg(node.args, sl[key])
@@ -140,12 +149,14 @@ class QuantLinear(Emitter):
         beta = qp.per_channel(val("zw"), n_ch) - shw
         bias = qp.per_channel(val("b"), n_ch)
         mult = qp.requant_multiplier(val("sx"), val("sw"), val("sy"), n_ch)
-        block = np.concatenate(
-            [words, qp.channel_words(s_sum, beta, bias, alpha, kp, mult, padded)]
-        )
+        parts = [words, qp.channel_words(s_sum, beta, bias, alpha, kp, mult, padded)]
+        if op == "FusedConvInteger":  # the chain's constants, [K][n] (quant/ukr.py)
+            parts.append(epilogue_words(attrs["program"], values, n_ch))
+        block = np.concatenate(parts)
         zy = val("zy")
         zy_int = 0 if zy is None else int(np.asarray(zy).reshape(-1)[0])
-        f = qp.facts(dot, alpha, beta, outputs[0].dtype, attrs, zy_int)
+        out_dtype = "int32" if op == "FusedConvInteger" else outputs[0].dtype
+        f = qp.facts(dot, alpha, beta, out_dtype, attrs, zy_int)
         if "Conv" not in op:
             f["q_nv"] = nv  # the packing's panel: every row task's kernel reads it so
         return {wi: block}, f
@@ -160,7 +171,8 @@ class QuantLinear(Emitter):
             return
         table = active_table(k.vector_width)
         dot = DotClass(str(k.attrs["q_dot"]), k.vector_width)
-        out = {"int32": "i32", "uint8": "u8", "int8": "s8"}[yo.dtype]
+        out = {"int32": "i32", "uint8": "u8", "int8": "s8", "float32": "f32"}[yo.dtype]
+        epilogue = epilogue_key(k.attrs["program"], yo.dtype) if k.op == "FusedConvInteger" else ""
         x_signed = xo.dtype == "int8"
         alpha_rt = None
         if k.attrs["q_alpha"] is None:
@@ -183,7 +195,7 @@ class QuantLinear(Emitter):
                 # step costs half a 512-bit one. The same integer steps: the same bits.
                 dot = DotClass(dot.name, 8)
             emit_conv(b, geo, dot, table.registers, x, packed, outs[0], out, k.attrs, x_signed,
-                      alpha_rt, portable)  # fmt: skip
+                      alpha_rt, portable, epilogue)  # fmt: skip
         else:
             M, K, N = _rows(xo.shape), xo.shape[-1], wo.shape[1]
             emit_matmul(b, M, N, K, dot, table.registers, int(k.attrs["q_nv"]), x, packed,

@@ -30,6 +30,9 @@ tail, role, output kind, compensation terms), everything else is an argument.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import llvmlite.ir as ir
 
 from guard.compiler.codegen.irutil import (
@@ -44,6 +47,7 @@ from guard.compiler.codegen.irutil import (
     splat,
 )
 from guard.compiler.codegen.quant.dot import DotClass, iconst, ivec
+from guard.compiler.codegen.quant.epilogue import apply_epilogue, constant_inputs
 
 UKR_ARGS = ("x", "ldx", "v", "groups", "c", "ldc", "k0", "k1", "beta", "mult", "usum", "alpha",
             "zy", "lo", "hi", "tail")  # fmt: skip
@@ -105,26 +109,28 @@ def round_even(b: ir.IRBuilder, v: ir.Value, portable: bool) -> ir.Value:
 
 def micro_kernel(
     module: ir.Module, dot: DotClass, rows: int, nv: int, tail: bool, role: str, out: str,
-    runtime_alpha: bool, beta: bool, portable_round: bool, v_lanes: int = 0,
+    runtime_alpha: bool, beta: bool, portable_round: bool, v_lanes: int = 0, epilogue: str = "",
 ) -> ir.Function:  # fmt: skip
     """The tile variant, declared once per module (see the module docstring).
 
     ``void ukr(ptr x, i64 ldx, ptr v, i64 groups, ptr c, i64 ldc, ptr k0, ptr k1,
     ptr beta, ptr mult, ptr usum, i32 alpha, i32 zy, i32 lo, i32 hi, i32 tail)``; ``c``,
     ``k0``.. point at the tile's first element; ``out`` is ``"i32"``, ``"u8"`` or
-    ``"s8"``; ``tail`` lanes of the last vector are stored when ``tail`` (compile-time);
+    ``"s8"``, or with an ``epilogue`` (quant/epilogue.py: a FusedConvInteger's chain on
+    the int32 result) its output, ``"u8"``, ``"s8"`` or ``"f32"``, ``mult`` then pointing
+    at the tile's first row of the chain's ``[K][n]`` constants; ``tail`` lanes of the last vector are stored when ``tail`` (compile-time);
     ``v_lanes``: the lanes of one group of V as packed (``nv * W`` when 0; a panel's last
     tile may use fewer vectors than the packing's panel holds)."""
     cache = module.__dict__.setdefault("_guard_int8_ukrs", {})
     lanes = v_lanes or nv * dot.width
-    key = (dot, rows, nv, tail, role, out, runtime_alpha, beta, portable_round, lanes)
+    key = (dot, rows, nv, tail, role, out, runtime_alpha, beta, portable_round, lanes, epilogue)
     if key in cache:
         return cache[key]
     W, sw = dot.width, dot.s_words
     name = (
         f"guard.qukr.{dot.name}.{rows}x{nv}v{W}.{role}.{out}{'.tail' if tail else ''}"
         f"{'.ra' if runtime_alpha else ''}{'.zw' if beta else ''}.l{lanes}"
-    )
+    ) + (f".e{hashlib.sha256(epilogue.encode()).hexdigest()[:10]}" if epilogue else "")
     args = [PTR, I64, PTR, I64, PTR, I64, PTR, PTR, PTR, PTR, PTR, I32, I32, I32, I32, I32]
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name)
     cache[key] = fn
@@ -190,21 +196,29 @@ def micro_kernel(
         idx = ir.Constant(vt, list(range(W)))
         mask = b.icmp_signed("<", idx, splat(b, tail_n, W))
     alpha_v = splat(b, alpha, W) if runtime_alpha else None
-    if out != "i32":
+    n_const = len(constant_inputs(json.loads(epilogue)["program"])) if epilogue else 0
+    if out != "i32" and not epilogue:
         zy_v = splat(b, zy, W)
         lo_f = splat(b, b.sitofp(lo, F32), W)
         hi_f = splat(b, b.sitofp(hi, F32), W)
         fmin = declare(module, f"llvm.minnum.v{W}f32", ft, [ft, ft])
         fmax = declare(module, f"llvm.maxnum.v{W}f32", ft, [ft, ft])
     for i in range(rows):
-        crow = gep(b, c, b.mul(ldc, ir.Constant(I64, i)), I8 if out != "i32" else I32)
+        crow = gep(b, c, b.mul(ldc, ir.Constant(I64, i)), I32 if out in ("i32", "f32") else I8)
         for j in range(nv):
             r = b.add(acc[i * nv + j], per_channel(pk0, i, j, I32))
             if runtime_alpha:
                 r = b.add(r, b.mul(alpha_v, per_channel(pk1, i, j, I32)))
             if beta:
                 r = b.sub(r, b.mul(per_channel(pbeta, i, j, I32), per_position(i, j)))
-            if out == "i32":
+            if epilogue:  # the chain's constants of row i: a broadcast scalar each
+                row = gep(b, pmult, i * n_const, F32)
+
+                def constant(col: int, row: ir.Value = row) -> ir.Value:
+                    return splat(b, ld(b, gep(b, row, col, F32), F32, 4), W)
+
+                val, et = apply_epilogue(b, epilogue, r, constant)
+            elif out == "i32":
                 val, et = r, I32
             else:
                 f = b.fmul(b.sitofp(r, ft), per_channel(pmult, i, j, F32))
@@ -219,7 +233,7 @@ def micro_kernel(
                 with b.goto_entry_block():
                     slot = b.alloca(val.type, name="tailvec")
                 st(b, val, slot, 1)
-                nbytes = b.mul(b.zext(tail_n, I64), ir.Constant(I64, 4 if out == "i32" else 1))
+                nbytes = b.mul(b.zext(tail_n, I64), ir.Constant(I64, 1 if et == I8 else 4))
                 memcpy = declare(module, "llvm.memcpy.p0.p0.i64", ir.VoidType(),
                                  [PTR, PTR, I64, ir.IntType(1)])  # fmt: skip
                 b.call(memcpy, [b.bitcast(p, PTR), b.bitcast(slot, PTR), nbytes,
