@@ -216,7 +216,7 @@ def test_the_int8_rung_tiles_the_int8_build(net, monkeypatch, tmp_path):
 
 def test_entries_of_stems_and_heads(net, monkeypatch, tmp_path):
     from guard.compiler import import_onnx, optimize
-    from guard.compiler.passes.tile_strips import _entry_axis, head_entries, stem_entries
+    from guard.compiler.passes.tile_entries import entry_axis, head_entries, stem_entries
 
     g = int8(net, host_target(), monkeypatch, tmp_path)
     (x,) = g.inputs
@@ -227,7 +227,7 @@ def test_entries_of_stems_and_heads(net, monkeypatch, tmp_path):
     assert tilings(g)[2][0] in heads
     # fp32 in NHWC: an entry written by a Transpose to NHWC has its rows on axis 1
     fp32 = optimize(import_onnx(net, None), "O2", target=host_target().table)[0]
-    nhwc = [t for t in head_entries(fp32) if _entry_axis(fp32, t) == 1]
+    nhwc = [t for t in head_entries(fp32) if entry_axis(fp32, t) == 1]
     assert nhwc and any(r.exit == fp32.outputs[0] for r in regions(fp32, nhwc[0]))
 
 
@@ -317,3 +317,71 @@ def test_the_int8_rung_tiles_a_stem_and_a_head(tmp_path, monkeypatch):
     np.testing.assert_array_equal(
         run_reference(int8.plan.graph, feeds)[y], run_reference(g, feeds)[y]
     )
+
+
+# a detector's neck: a coarse map upsampled by a nearest Resize, joined to a fine one
+NET3 = """
+<ir_version: 8, opset_import: ["" : 13]>
+net (float[1, 1, 32, 32] x) => (float[1, 1, 64, 64] y) {
+    c1 = Conv <pads = [1, 1, 1, 1], strides = [2, 2]> (x, w1, b1)
+    a = Relu (c1)
+    c2 = Conv <pads = [1, 1, 1, 1], strides = [2, 2]> (a, w2, b2)
+    b = Relu (c2)
+    up = Resize <mode = "nearest", coordinate_transformation_mode = "asymmetric",
+                 nearest_mode = "floor"> (b, , sc)
+    cat = Concat <axis = 1> (up, a)
+    c3 = Conv <pads = [1, 1, 1, 1]> (cat, w3, b3)
+    r3 = Relu (c3)
+    u = ConvTranspose <strides = [4, 4]> (r3, w4, b4)
+    y = Sigmoid (u)
+}
+"""
+
+
+def _net3(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    shapes = {"w1": (8, 1, 3, 3), "w2": (8, 8, 3, 3), "w3": (8, 16, 3, 3),
+              "w4": (8, 1, 4, 4), "b1": (8,), "b2": (8,), "b3": (8,), "b4": (1,)}  # fmt: skip
+    m = onnx.parser.parse_model(NET3)
+    m.graph.initializer.extend(
+        numpy_helper.from_array(rng.normal(0, 0.3, s).astype(np.float32), k)
+        for k, s in shapes.items()
+    )
+    m.graph.initializer.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc"))
+    onnx.save(m, str(tmp_path / "net3.onnx"))
+    return tmp_path / "net3.onnx"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_a_head_from_several_entries_through_a_nearest_resize(tmp_path, monkeypatch, isa):
+    from guard.compiler import import_onnx, optimize
+    from guard.compiler.passes.tile_entries import head_entries, head_fronts
+
+    target = host_target() if isa == "host" else skip_unless_runnable(isa)
+    path = _net3(tmp_path)
+    fp32 = optimize(import_onnx(path, None), "O2", target=target.table)[0]
+    for g in (int8(path, target, monkeypatch, tmp_path), fp32):
+        (y,) = g.outputs
+        fronts = head_fronts(g, head_entries(g)[-1])
+        assert fronts, [n.op for n in g.nodes]
+        entries = fronts[-1]  # before the Resize: the coarse map and the fine one
+        resize = next(n for n in g.nodes if n.op == "Resize")
+        assert len(entries) == 2 and resize.inputs[0] in entries
+        tiled, res = apply(TileStrips(exit=y, strips=3, entry=entries), g)
+        assert res.changed, res.notes
+        bands = [n for n in tiled.nodes if n.op == "Resize"]
+        assert len(bands) == 3 and all(
+            tiled.values[n.outputs[0]].shape[2] == 2 * tiled.values[n.inputs[0]].shape[2]
+            for n in bands
+        )
+        feeds = feeds_for(g)
+        want, got = run_reference(g, feeds)[y], run_reference(tiled, feeds)[y]
+        if g is fp32:  # numpy's float GEMM blocking follows the rows
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(got, want)
+        native = jit(plan(g), target, threads=1)[0].run(feeds)[y]
+        rt1, code = jit(plan(tiled), target, threads=1)
+        rt2, _ = jit(plan(tiled), target, threads=2, code=code)
+        np.testing.assert_array_equal(rt1.run(feeds)[y], native)
+        np.testing.assert_array_equal(rt2.run(feeds)[y], native)

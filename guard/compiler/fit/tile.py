@@ -18,9 +18,9 @@ planning stops at the first of those estimated to fit that does).
 
 Regions are tiled one after another while the arena drops and does not fit (at most
 REGIONS: a detector's stem moves the peak into its head, the head then back into the
-stem), and then each region's entry (along the input's elementwise chain), exit and
-strip count are tried again with the others fixed (its choice was made while the peak
-was elsewhere).
+stem), and then, when there are several, each region's entry (along the input's
+elementwise chain), exit and strip count are tried again with the others fixed (its
+choice was made while the peak was elsewhere).
 """
 
 from __future__ import annotations
@@ -32,20 +32,20 @@ from guard.compiler.fit.describe import peak_buffers
 from guard.compiler.graph.view import peak_live_bytes, view_of_graph
 from guard.compiler.ir.core import Graph
 from guard.compiler.partition.plan import CompiledPlan, plan
+from guard.compiler.passes.tile_entries import head_entries, head_fronts, stem_entries
 from guard.compiler.passes.tile_strips import (
+    Entry,
     Region,
     TileStrips,
     conv_macs,
-    head_entries,
     regions,
-    stem_entries,
 )
 from guard.core.budget_bytes import fmt_bytes
 
 REGIONS = 3  # regions tiled one after another
 STRIPS = (4, 8, 14, 28)
 HEADS = 2  # head entries tried, the furthest from the output
-Tiling = tuple[str | None, str, int]  # TileStrips' entry, exit, strips
+Tiling = tuple[Entry, str, int]  # TileStrips' entry, exit, strips
 Searched = Callable[[CompiledPlan, float], tuple[CompiledPlan, str]]
 
 
@@ -74,7 +74,7 @@ def tile(
         if cur.arena_bytes <= budget or clock() > end:
             break
     specs, notes = [s for s, _ in done], [n for _, n in done]
-    if cur.arena_bytes > budget and clock() < end:
+    if len(specs) > 1 and cur.arena_bytes > budget and clock() < end:
         cur, specs, notes = _again(p, cur, specs, notes, profile, end, clock)
     if cur.arena_bytes > budget:
         cur = searched(cur, max(end - clock(), 0.5))[0]
@@ -82,7 +82,7 @@ def tile(
     return cur, f"{'; then '.join(notes)}; arena {fmt_bytes(cur.arena_bytes)}", extra
 
 
-def _exits(g: Graph, entry: str | None, arena: int) -> list[Region]:
+def _exits(g: Graph, entry: Entry, arena: int) -> list[Region]:
     """The regions from ``entry`` whose exit may be cut (see the module docstring)."""
     return [
         r for r in regions(g, entry) if r.exit in g.outputs or g.values[r.exit].nbytes * 8 <= arena
@@ -109,7 +109,7 @@ def _again(
     """On ``p``'s graph, with the other regions fixed: a first-stage region's entry moved
     along the input's elementwise chain (each planned whole), then each region's exit (it
     or one of the next four) and strip count, the best three by liveness peak planned."""
-    stems = [None, *stem_entries(p.graph)]
+    stems: list[Entry] = [None, *stem_entries(p.graph)]
     for i in range(len(specs)):
         e, x, k = specs[i]
         for e2 in stems if e in stems else []:
@@ -153,8 +153,11 @@ def _one(
     peak_node = p.view.nodes[p.memory.order[at]].name if p.memory.order else ""
     peak = next((i for i, n in enumerate(g0.nodes) if n.name == peak_node), 0)
     pick: list[Region] = []
-    first: list[str | None] = [*stem_entries(g0)[-1:]] or [None]  # _again tries the others
-    for entry in (*first, *head_entries(g0)[-HEADS:]):
+    first: list[Entry] = [*stem_entries(g0)[-1:]] or [None]  # _again tries the others
+    heads = head_entries(g0)[-HEADS:]
+    fronts = head_fronts(g0, heads[-1]) if heads else []
+    entry: Entry
+    for entry in (*first, *heads, *fronts):
         found = _exits(g0, entry, p.arena_bytes)
         for start in (-1, peak):
             mine: list[Region] = []
@@ -174,7 +177,8 @@ def _one(
             if clock() > end:
                 break
             g = g0.clone()
-            entry = None if r.entry in g0.inputs else r.entry
+            entry = r.entries if len(r.entries) > 1 else r.entry
+            entry = None if entry in g0.inputs else entry
             res = TileStrips(exit=r.exit, strips=strips, entry=entry).run(g)
             if not res.changed:
                 continue

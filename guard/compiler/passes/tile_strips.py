@@ -1,22 +1,27 @@
 """tile_strips: run stages of a CNN strip by strip, so intermediates are strips.
 
 The budget ladder's fourth rung (guard.compiler.fit.ladder; MCUNetV2's patch-based
-inference, in rows), and the int8 rung's tiling (guard.compiler.fit.int8). A *region* is
-every node between one ``entry`` tensor (a graph input: the first stages; or any tensor,
-which stays whole: e.g. a detector's head from an interior tensor to the output) and one
-``exit`` tensor (a graph output included) whose ops are row-local: Conv/FusedConv and the
-integer convolutions (QLinearConv, ConvInteger: exact integer sums), MaxPool (on bytes
-too), AveragePool, elementwise ops (FusedElementwise included: the requantise chains on
-int32 accumulators and bytes), QuantizeLinear/DequantizeLinear, Concat across channels,
-Relayout, Transpose, and ConvTranspose/ConvTransposeInteger with stride == kernel and no
-padding (output row r reads input row r // stride only: no halo; the bands are cut on
-whole input rows of every such op). Only ``exit`` leaves the region. The rewrite cuts
-``exit`` into ``strips`` bands of rows and, per band, computes exactly the rows each region
-tensor needs (walked backwards from the band: a kxk, stride-s, dilation-d window needs rows
-``lo*s - pad_top .. (hi-1)*s - pad_top + (k-1)*d``), slicing the entry, cropping a tensor
-where a reader needs fewer rows than another reader, and then ``Concat`` (on the row axis)
-joins the bands into ``exit``. The nodes are emitted band after band, so the schedule
-keeps one band live at a time.
+inference, in rows), and the int8 rung's tiling (guard.compiler.fit.int8); the ladder
+chooses the regions (guard.compiler.fit.tile, entries from tile_entries). A *region* is
+every node between its entries (the graph input: the first stages; or one or more
+tensors, which stay whole: e.g. a detector's head from an interior tensor, or from the
+maps its neck joins, to the output) and one ``exit`` tensor (a graph output included)
+whose ops are row-local: Conv/FusedConv and the integer convolutions (QLinearConv,
+ConvInteger: exact integer sums), MaxPool (on bytes too), AveragePool, elementwise ops
+(FusedElementwise included: the requantise chains on int32 accumulators and bytes),
+QuantizeLinear/DequantizeLinear, Concat across channels, Relayout, Transpose, and the
+row upsamples: ConvTranspose/ConvTransposeInteger with stride == kernel and no padding
+and a nearest (asymmetric, floor) Resize with an integer scale on the rows (output row r
+reads input row r // stride only: no halo; a band is widened to whole input rows and
+cropped, and the bands are cut on whole input rows of every such op where the exit's
+height allows). Only ``exit`` leaves the region. The rewrite cuts ``exit`` into
+``strips`` bands of rows and, per band, computes exactly the rows each region tensor
+needs (walked backwards from the band: a kxk, stride-s, dilation-d window needs rows
+``lo*s - pad_top .. (hi-1)*s - pad_top + (k-1)*d``), slicing the entries, cropping a
+tensor where a reader needs fewer rows than another reader (a fused conv whose epilogue
+adds its own input gets that input's output rows as one more epilogue operand), and
+then ``Concat`` (on the row axis) joins the bands into ``exit``. The nodes are emitted
+band after band, so the schedule keeps one band live at a time.
 
 Algebra: output row r of a window op reads input rows ``r*s - pad_top + i*d``; a band
 that starts at input row ``a`` (clipped at 0) shifts that by ``a``, so the band's pads
@@ -30,7 +35,8 @@ count, so it may round differently (1e-6 relative on MobileNetV2). The cost is t
 halo: rows computed by two bands (``extra_macs``, counted over convolutions).
 
 Hazards (declined, with the reason): a transposed convolution with stride != kernel,
-padding, dilation or output padding, a QuantizeLinear/DequantizeLinear quantised per row,
+padding, dilation or output padding, a Resize other than nearest-asymmetric-floor with an
+integer row scale, a QuantizeLinear/DequantizeLinear quantised per row,
 ``ceil_mode`` pooling (its last window depends on the
 whole height), auto_pad, a constant operand that varies along the row axis, an
 elementwise operand broadcast along rows, ops with several outputs, and tensors that
@@ -47,6 +53,7 @@ import numpy as np
 from guard.compiler.ir import ops
 from guard.compiler.ir.core import Graph, Node
 from guard.compiler.passes.base import Pass, PassResult
+from guard.compiler.passes.tile_entries import entry_axis, upstream
 
 # the weights' input position of each convolution (integer ones included: exact integer
 # arithmetic, so a band gives the untiled node's bits)
@@ -70,6 +77,7 @@ class Region:
     exit: str
     nodes: tuple[int, ...]  # indices into graph.nodes, topological
     h_axis: dict[str, int] = field(default_factory=dict)  # row axis of each region tensor
+    entries: tuple[str, ...] = ()  # every entry (a head may start at several), ``entry`` first
 
 
 def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
@@ -96,6 +104,10 @@ def _row_op(g: Graph, n: Node, h: dict[str, int]) -> str | None:
             return "row axis does not match the layout"
     elif n.op in UPSAMPLE_OPS:
         why = _upsample_decline(g, n, ax)
+        if why:
+            return why
+    elif n.op == "Resize":
+        why = _resize_decline(g, n, ax)
         if why:
             return why
     elif n.op in QDQ_OPS:
@@ -153,19 +165,49 @@ def _upsample_decline(g: Graph, n: Node, ax: int) -> str | None:
     return None
 
 
-def regions(g: Graph, entry: str | None = None) -> list[Region]:
+def _resize_decline(g: Graph, n: Node, ax: int) -> str | None:
+    """Why a Resize is not a row upsample: nearest, asymmetric, floor, an integer scale
+    on the rows, so output row r reads input row r // scale (None when it is)."""
+    a = n.attrs
+    if (a.get("mode"), a.get("coordinate_transformation_mode"), a.get("nearest_mode")) != (
+        "nearest", "asymmetric", "floor",
+    ) or a.get("roi"):  # fmt: skip
+        return "a Resize other than nearest, asymmetric, floor"
+    scales, out = a.get("scales") or [], a.get("out_shape") or []
+    x = g.values[n.inputs[0]].shape
+    if len(scales) != len(x) or len(out) != len(x) or float(scales[ax]) != int(scales[ax]):
+        return "a Resize without an integer scale on the rows"
+    if int(out[ax]) != x[ax] * int(scales[ax]) or int(scales[ax]) < 1:
+        return "a Resize whose rows are not the input's times its scale"
+    return None
+
+
+def _up(n: Node, ax: int) -> int:
+    """The row stride of a row upsample (a transposed conv or a nearest Resize), else 0."""
+    if n.op in UPSAMPLE_OPS:
+        return int(n.attrs["strides"][0])
+    return int(n.attrs["scales"][ax]) if n.op == "Resize" else 0
+
+
+Entry = str | tuple[str, ...] | None  # a tensor, several tensors, or the graph input
+
+
+def regions(g: Graph, entry: Entry = None) -> list[Region]:
     """Every valid region from ``entry`` (default: the first 4-D graph input; else any
     tensor, which stays whole while the stages after it run in strips), one per possible
     exit tensor (a graph output included), in topological order (the smallest first)."""
-    ins = [i for i in g.inputs if len(g.values[i].shape) == 4] if entry is None else [entry]
-    if not ins or len(g.values[ins[0]].shape) < 4:
+    if entry is None:
+        ins = [i for i in g.inputs if len(g.values[i].shape) == 4][:1]
+    else:
+        ins = [entry] if isinstance(entry, str) else list(entry)
+    if not ins or any(len(g.values[i].shape) < 4 for i in ins):
         return []
-    entry = ins[0]
-    h = {entry: _entry_axis(g, entry)}
+    h = {e: entry_axis(g, e) for e in ins}
     inside: list[int] = []
     consumers = g.consumers()
+    before = upstream(g, ins)  # of several entries, one may read what made another
     for idx, n in enumerate(g.nodes):
-        if not any(i in h for i in n.inputs if i):
+        if n.name in before or not any(i in h for i in n.inputs if i):
             continue
         if _row_op(g, n, h) is not None:
             break  # the first op that is not row-local ends the search
@@ -191,62 +233,8 @@ def regions(g: Graph, entry: str | None = None) -> list[Region]:
         if open_ - {x} or g.values[x].shape[h[x]] < 2:
             continue
         body = tuple(inside[: k + 1])
-        out.append(Region(entry, x, body, {t: h[t] for t in (entry, *produced)}))
-    return out
-
-
-def head_entries(g: Graph, limit: int = 12) -> list[str]:
-    """Interior entries for a head: the tensors on the chain of single-input producers that
-    ends in each 4-D graph output, nearest the output first (at most ``limit``)."""
-    producers = g.producers()
-    out: list[str] = []
-    for y in g.outputs:
-        t = y
-        while len(g.values[t].shape) >= 4 and len(out) < limit:
-            n = producers.get(t)
-            dyn = [i for i in n.inputs if i and not g.is_constant(i)] if n is not None else []
-            if len(dyn) != 1 or dyn[0] in g.inputs:
-                break
-            t = dyn[0]
-            out.append(t)
-    return list(dict.fromkeys(out))
-
-
-def _entry_axis(g: Graph, t: str) -> int:
-    """The row axis of ``t``: 1 when its producer writes NHWC (a conv or pool in that
-    layout, a Transpose or Relayout to it), else 2 (NCHW and NCHW<b>c)."""
-    n = g.producers().get(t)
-    if n is None:
-        return 2
-    nhwc = (
-        n.attrs.get("layout") == "NHWC"
-        or (n.op == "Transpose" and list(n.attrs.get("perm", [])) == [0, 2, 3, 1])
-        or (n.op == "Relayout" and n.attrs.get("to") == "NHWC")
-    )
-    return 1 if nhwc else 2
-
-
-def stem_entries(g: Graph, limit: int = 2) -> list[str]:
-    """Interior entries for the first stages: the outputs of the elementwise chain right
-    after the first 4-D graph input (an int8 build's QuantizeLinear), each the only reader
-    of the tensor before it; an entry there lets the graph input die before the strips."""
-    ins = [i for i in g.inputs if len(g.values[i].shape) == 4]
-    consumers = g.consumers()
-    out: list[str] = []
-    t = ins[0] if ins else ""
-    while t and len(out) < limit:
-        readers = consumers.get(t, [])
-        if len(readers) != 1 or t in g.outputs:
-            break
-        (n,) = readers
-        elementwise = n.op == "FusedElementwise" or (
-            n.op in ops.TRAITS and ops.TRAITS[n.op].elementwise
-        )
-        dyn = [i for i in n.inputs if i and not g.is_constant(i)]
-        if not elementwise or dyn != [t] or len(n.outputs) != 1:
-            break
-        t = n.outputs[0]
-        out.append(t)
+        axes = {t: h[t] for t in (*ins, *produced)}
+        out.append(Region(ins[0], x, body, axes, tuple(ins)))
     return out
 
 
@@ -280,7 +268,7 @@ class TileStrips(Pass):
     name = "tile_strips"
     exit: str | None = None
     strips: int = 4
-    entry: str | None = None
+    entry: Entry = None
 
     def run(self, graph: Graph) -> PassResult:
         stats = {"num_strips": 0, "num_nodes_tiled": 0, "macs": 0, "extra_macs": 0}
@@ -293,8 +281,8 @@ class TileStrips(Pass):
         # cut on whole rows of every transposed conv's input (no band widened and cropped)
         step = 1
         for i in region.nodes:
-            if graph.nodes[i].op in UPSAMPLE_OPS:
-                step *= int(graph.nodes[i].attrs["strides"][0])
+            up = graph.nodes[i]
+            step *= _up(up, region.h_axis[up.outputs[0]]) or 1
         step = step if rows % step == 0 else 1
         strips = min(self.strips, rows // step)
         cuts = [round(k * rows / step / strips) * step for k in range(strips + 1)]
@@ -346,9 +334,9 @@ class TileStrips(Pass):
             if o not in need:
                 continue
             a, b = need[o]
-            if n.op in UPSAMPLE_OPS:  # whole input rows: the band is widened to them
-                s = int(n.attrs["strides"][0])
-                a, b = a // s * s, -(-b // s) * s
+            up = _up(n, r.h_axis[o])
+            if up:  # whole input rows: the band is widened to them
+                a, b = a // up * up, -(-b // up) * up
                 need[o] = (a, b)
             reads[id(n)] = {}
             for pos, x in enumerate(n.inputs):
@@ -358,8 +346,8 @@ class TileStrips(Pass):
                     kh, s, d, pt, _ = _window(g, n)
                     size = g.values[x].shape[r.h_axis[x]]
                     span = (max(a * s - pt, 0), min((b - 1) * s - pt + (kh - 1) * d + 1, size))
-                elif n.op in UPSAMPLE_OPS and pos == 0:  # an epilogue operand: (a, b)
-                    span = (a // s, b // s)
+                elif up and pos == 0:  # an epilogue operand: (a, b)
+                    span = (a // up, b // up)
                 else:
                     span = (a, b)
                 reads[id(n)][pos] = span
@@ -387,9 +375,10 @@ class TileStrips(Pass):
                 out.append(g.nodes.pop())
             return crop
 
-        # The entry is read whole from the arena: each reader slices its rows out of it.
-        need[r.entry] = (0, g.values[r.entry].shape[r.h_axis[r.entry]])
-        name[r.entry] = r.entry
+        # The entries are read whole from the arena: each reader slices its rows out.
+        for e in r.entries:
+            need[e] = (0, g.values[e].shape[r.h_axis[e]])
+            name[e] = e
         for n in body:
             o = n.outputs[0]
             if id(n) not in reads:
@@ -405,6 +394,9 @@ class TileStrips(Pass):
                 pads = list(attrs["pads"])
                 pads[0], pads[2] = max(0, -start), max(0, end - size)
                 attrs["pads"] = pads
+            if n.op == "Resize":
+                attrs["out_shape"] = list(attrs["out_shape"])
+                attrs["out_shape"][r.h_axis[o]] = need[o][1] - need[o][0]
             if _epilogue_reads_input(n):  # the residual's rows: one more epilogue operand
                 ins.append(band(n.inputs[0], need[o]))
                 attrs["program"] = [
