@@ -56,3 +56,19 @@ def test_the_plans_of_a_ladder_pack_a_shared_constant_once(ladder, monkeypatch):
     monkeypatch.setattr(build, "emitter_for", Counting)
     measure(ladder, seconds=0.1)
     assert packed and len(packed) == len(set(packed))  # no constant packed twice
+
+
+def test_a_cached_plan_is_measured_past_the_build_estimate(ladder, tmp_path):
+    import itertools
+
+    others = [
+        s.rung for s in ladder.steps if s.plan is not None and s.plan is not ladder.steps[0].plan
+    ]
+    ticks = itertools.count(0.0, 10.0)  # every clock read is 10 s later: no build fits
+    cold = measure(ladder, seconds=1.0, deadline=35.0, clock=lambda: next(ticks), cache=tmp_path)
+    assert cold.unmeasured == tuple(others)  # only the unconstrained plan was compiled
+    measure(ladder, seconds=0.1, cache=tmp_path)  # a command with time compiles the rest
+    ticks = itertools.count(0.0, 10.0)
+    warm = measure(ladder, seconds=1.0, deadline=35.0, clock=lambda: next(ticks), cache=tmp_path)
+    assert warm.unmeasured == ()  # every object was in the cache: every rung measured
+    assert all(s.latency_cost_pct is not None for s in warm.steps if s.plan is not None)

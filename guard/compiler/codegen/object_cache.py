@@ -17,8 +17,8 @@ keys a kernel plan by the sha256 of everything the object is a function of:
 
 No key is made while a tuning dispatch is active (guard.compiler.tuning.dispatch: its
 schedules are not in the plan), so such a build is always compiled. An entry is a folder
-``<root>/<key>/`` holding ``kernels.o`` and ``entry.json`` (the key's parts and the
-object's sha256, checked on every read: a damaged entry is compiled again, never loaded),
+``<root>/<key>/`` holding ``kernels.o`` and ``entry.json`` (the key's parts, the kernel
+count, what emitting and compiling took, and the object's sha256, checked on every read: a damaged entry is compiled again, never loaded),
 written to a temporary folder and renamed into place, so a reader never sees half of
 one. ``guard cache`` lists and prunes the entries (part ``codegen``).
 """
@@ -75,20 +75,29 @@ def plan_key(kplan: KernelPlan, parts: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
+def lookup(kplan: KernelPlan, target: CodegenTarget, root: Path) -> Generated | None:
+    """The kernel plan's Generated when ``root`` holds it (``ir_text`` empty: the cache
+    keeps the object, what a run needs; ``compile_s`` what emitting and compiling it took
+    when it was stored), else None (and None under a tuning dispatch)."""
+    if active() is not None:
+        return None
+    key = plan_key(kplan, key_parts(target))
+    hit = _read(root / key[:40], key)
+    return None if hit is None else Generated("", hit[0], hit[2], hit[1])
+
+
 def code_for(kplan: KernelPlan, target: CodegenTarget, root: Path | None) -> Generated:
-    """The kernel plan's Generated: from ``root`` when built before, else emitted,
-    compiled (guard.compiler.codegen.module) and stored. A hit's ``ir_text`` is empty (the
-    cache keeps the object, what a run needs) and its ``compile_s`` the lookup's time."""
+    """The kernel plan's Generated: from ``root`` when built before (:func:`lookup`), else
+    emitted, compiled (guard.compiler.codegen.module) and stored."""
     if root is None or active() is not None:
         return compile_module(emit_module(kplan, target), target)
-    t0 = time.perf_counter()
-    parts = key_parts(target)
-    key = plan_key(kplan, parts)
-    hit = _read(root / key[:40], key)
+    hit = lookup(kplan, target, root)
     if hit is not None:
-        return Generated("", hit[0], time.perf_counter() - t0, hit[1])
+        return hit
+    parts = key_parts(target)
+    t0 = time.perf_counter()
     gen = compile_module(emit_module(kplan, target), target)
-    _write(root, key, parts, gen)
+    _write(root, plan_key(kplan, parts), parts, gen, time.perf_counter() - t0)
     return gen
 
 
@@ -96,7 +105,7 @@ def _sha(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
 
 
-def _read(d: Path, key: str) -> tuple[bytes, int] | None:
+def _read(d: Path, key: str) -> tuple[bytes, int, float] | None:
     try:
         meta = json.loads((d / "entry.json").read_text())
         obj = (d / "kernels.o").read_bytes()
@@ -112,10 +121,10 @@ def _read(d: Path, key: str) -> tuple[bytes, int] | None:
         os.utime(d)  # a hit is a use: pruning by age keeps it
     except OSError:
         pass
-    return obj, int(meta["kernels"])
+    return obj, int(meta["kernels"]), float(meta["build_s"])
 
 
-def _write(root: Path, key: str, parts: dict[str, Any], gen: Generated) -> None:
+def _write(root: Path, key: str, parts: dict[str, Any], gen: Generated, build_s: float) -> None:
     """Store ``gen``'s object under ``key`` (a cache that cannot be written is not an error: the
     next ladder compiles it again)."""
     d = root / key[:40]
@@ -127,7 +136,7 @@ def _write(root: Path, key: str, parts: dict[str, Any], gen: Generated) -> None:
     try:
         (tmp / "kernels.o").write_bytes(gen.object_code)
         meta = {"key": key, "parts": parts, "object_sha256": _sha(gen.object_code),
-                "kernels": gen.kernels}  # fmt: skip
+                "kernels": gen.kernels, "build_s": float(build_s)}  # fmt: skip
         (tmp / "entry.json").write_text(json.dumps(meta, sort_keys=True) + "\n")
         if d.exists():  # a damaged entry: replaced
             shutil.rmtree(d, ignore_errors=True)
