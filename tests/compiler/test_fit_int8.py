@@ -83,7 +83,8 @@ def test_int8_rung_is_the_int8_builds_arena_in_the_reference_interpreters_bytes(
     # is the peak); tests/compiler/test_tile_strips_int8.py has one that is tiled
     assert re.search(
         r"not tiled: (\d+ tilings tried, none lowered the arena|no row-local first stage "
-        r"or head ends in a tensor under 1/8 of the arena); arena",
+        r"or head ends in a tensor under 1/8 of the arena|no tiling lowered the arena \(one "
+        r"region, or two together\)); arena",
         int8.what,
     )
     p = int8.plan

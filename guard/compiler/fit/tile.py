@@ -18,7 +18,8 @@ planning stops at the first of those estimated to fit that does).
 
 Regions are tiled one after another while the arena drops and does not fit (at most
 REGIONS: a detector's stem moves the peak into its head, the head then back into the
-stem), and then, when there are several, each region's entry (along the input's
+stem); a region that keeps the arena is taken as well and kept only if the next one
+lowers it (two equal peaks, a stem's and a head's, fall only together), and then, when there are several, each region's entry (along the input's
 elementwise chain), exit and strip count are tried again with the others fixed (its
 choice was made while the peak was elsewhere).
 """
@@ -63,16 +64,26 @@ def tile(
     the result (the ladder's memory-aware schedule)."""
     end = clock() + left
     cur, done = p, list[tuple[Tiling, str]]()
+    best, kept = p, 0  # the smallest plan so far and how many of ``done`` it has
+    why = ""
     for _ in range(REGIONS):
+        # a tiling that keeps the arena is taken too: with two equal peaks (a stem and a
+        # head) neither region alone lowers it, both together do
         new, note, spec = _one(cur, profile, end, clock, budget, base)
         if spec is None:
-            if not done:
-                return p, note, 0.0
+            why = why or note
             break
         cur = new
         done.append((spec, note))
-        if cur.arena_bytes <= budget or clock() > end:
+        if cur.arena_bytes < best.arena_bytes:
+            best, kept = cur, len(done)
+        elif len(done) - kept >= 2:
+            break  # two regions in a row that lowered nothing
+        if best.arena_bytes <= budget or clock() > end:
             break
+    if not kept:
+        return p, why or "no tiling lowered the arena (one region, or two together)", 0.0
+    cur, done = best, done[:kept]
     specs, notes = [s for s, _ in done], [n for _, n in done]
     if len(specs) > 1 and cur.arena_bytes > budget and clock() < end:
         cur, specs, notes = _again(p, cur, specs, notes, profile, end, clock)
@@ -146,8 +157,8 @@ def _one(
     budget: int,
     base: CompiledPlan,
 ) -> tuple[CompiledPlan, str, Tiling | None]:
-    """One region tiled on ``p``: the plan, its note and (entry, exit, strips), or ``p``,
-    why not and None."""
+    """One region tiled on ``p`` (its arena lower, or equal: see ``tile``): the plan, its
+    note and (entry, exit, strips), or ``p``, why not and None."""
     g0 = p.graph
     at, _ = peak_buffers(p.memory)
     peak_node = p.view.nodes[p.memory.order[at]].name if p.memory.order else ""
@@ -201,6 +212,6 @@ def _one(
         if fitting
         else min(trials, key=lambda t: (t[0].arena_bytes, t[2]))
     )
-    if new.arena_bytes >= p.arena_bytes:
+    if new.arena_bytes > p.arena_bytes:
         return p, f"{len(ranked)} tilings tried, none lowered the arena", None
     return new, note, spec
