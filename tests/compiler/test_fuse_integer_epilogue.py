@@ -32,7 +32,9 @@ def conv_model(tail: str = "relu", c: int = 8, k: int = 12, hw: tuple[int, int] 
     """x -> Q -> DQ -> Conv(DQ(w) per channel, float bias) -> tail -> Q(out) [-> DQ] -> y.
 
     tail: "relu" (a per-channel Mul and Add, a BatchNormalization's, then Relu),
-    "hardsigmoid", "none", "hardswish" (not fused: its code rounds otherwise).
+    "hardsigmoid", "none", "hardswish" (not fused: its code rounds otherwise), "twice"
+    (Q -> DQ -> a per-channel Mul -> Relu before the last Q: the conv writes the first
+    byte, a byte chain the rest).
     out: "u8", "s8", "f32" (Q then DQ)."""
     rng = np.random.default_rng(5)
     qt = np.int8 if out == "s8" else np.uint8
@@ -67,6 +69,11 @@ def conv_model(tail: str = "relu", c: int = 8, k: int = 12, hw: tuple[int, int] 
     elif tail in ("hardsigmoid", "hardswish"):
         nodes.append(helper.make_node(tail.replace("hard", "Hard").replace("sigmoid", "Sigmoid")
                                       .replace("swish", "Swish"), ["a"], ["t"]))  # fmt: skip
+    elif tail == "twice":
+        nodes += [helper.make_node("QuantizeLinear", ["a", "sy", "zy"], ["aq"]),
+                  helper.make_node("DequantizeLinear", ["aq", "sy", "zy"], ["ad"]),
+                  helper.make_node("Mul", ["ad", "g"], ["t0"]),
+                  helper.make_node("Relu", ["t0"], ["t"])]  # fmt: skip
     else:
         nodes.append(helper.make_node("Identity", ["a"], ["t"]))
     nodes.append(helper.make_node("QuantizeLinear", ["t", "sy", "zy"], ["yq"]))
@@ -108,6 +115,26 @@ def test_the_conv_writes_the_chain_and_the_reference_is_unchanged(tail, out):
     assert node.attrs["program"][0] == {"op": "Cast", "args": ["acc"], "attrs": {"to": "f32"}}
     name = g.outputs[0]
     for seed in (0, 1, 2):  # the two nodes' references composed
+        np.testing.assert_array_equal(
+            run_reference(g0, _feeds(m, seed))[name], run_reference(g, _feeds(m, seed))[name]
+        )
+
+
+def test_a_second_requantisation_stays_a_byte_chain():
+    """The conv runs the chain to its first byte; the steps after it (DQ, Mul, Relu, Q)
+    read that byte in a FusedElementwise of their own (a byte table on VBMI)."""
+    m = conv_model("twice")
+    g0 = _before(m)
+    g, res = apply(FuseIntegerEpilogue(), g0)
+    assert res.stats["num_fused"] == 1
+    i = ops(g).index("FusedConvInteger")
+    conv, tail = g.nodes[i], g.nodes[i + 1]
+    assert conv.attrs["program"][-1]["op"] == "Cast" and len(conv.attrs["program"]) < 10
+    assert g.values[conv.outputs[0]].dtype == np.uint8
+    assert tail.op == "FusedElementwise" and tail.inputs[0] == conv.outputs[0]
+    assert tail.outputs == g0.nodes[-1].outputs
+    name = g.outputs[0]
+    for seed in (0, 1):
         np.testing.assert_array_equal(
             run_reference(g0, _feeds(m, seed))[name], run_reference(g, _feeds(m, seed))[name]
         )
@@ -163,7 +190,9 @@ GEOMETRIES = {
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("geometry", list(GEOMETRIES))
-@pytest.mark.parametrize("tail,out", [("relu", "u8"), ("hardsigmoid", "s8"), ("none", "f32")])
+@pytest.mark.parametrize(
+    "tail,out", [("relu", "u8"), ("hardsigmoid", "s8"), ("none", "f32"), ("twice", "u8")]
+)
 def test_native_bit_identical(isa, geometry, tail, out):
     got, split = _native_equal(conv_model(tail, out=out, **GEOMETRIES[geometry]), isa)
     assert "FusedConvInteger" in got and "ConvInteger" not in got

@@ -82,8 +82,9 @@ def check_dotprod(kind: str, name: str) -> None:
 
 @pytest.mark.parametrize("weights", ["q_of_float", "s8"])
 def test_integer_conv_transpose_under_qemu_equals_the_x86_build(weights: str) -> None:
-    """ConvTransposeInteger (exact float32 sums: codegen/conv/transpose_blocks.py) on NEON
-    gives the x86 build's bits and the reference's, at 1 and 2 threads."""
+    """ConvTransposeInteger (exact float32 sums: codegen/conv/transpose_blocks.py) with its
+    requantise chain fused (passes/fuse_integer_epilogue.py) on NEON gives the x86 build's
+    bits and the reference's, at 1 and 2 threads."""
     from compiler._isolated import run_isolated
 
     run_isolated("emulate.test_emulate_int8", "check_conv_transpose", weights)
@@ -102,7 +103,7 @@ def check_conv_transpose(weights: str) -> None:
 
     split.MIN_TASK_FLOPS = 1  # the kernel's row tasks run on the second thread
     g, _ = optimize(import_onnx(convt_model(weights=weights, hw=(4, 37)), {}), "O2")
-    assert "ConvTransposeInteger" in [n.op for n in g.nodes]
+    assert "FusedConvTransposeInteger" in [n.op for n in g.nodes]  # its chain fused
     compiled = plan(g)
     assert compiled.partition_report["count"] == 1
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 24, 4, 37)).astype(np.float32)}

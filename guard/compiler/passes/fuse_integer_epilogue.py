@@ -18,7 +18,12 @@ float steps (the program quant/byte_lanes.py runs in float lanes), the pair beco
 accumulator read as ``"acc"`` (FusedConv's convention). Its reference is the conv's
 reference then the chain's (guard.compiler.reference.quant), the composition of the two
 nodes, and the kernel runs the program on the accumulator tile in registers
-(quant/ukr.py, conv/transpose_blocks.py) where it stored it.
+(quant/ukr.py, conv/transpose_blocks.py) where it stored it. A chain that requantises
+twice (Q -> DQ -> BatchNorm/activation -> Q: onnxruntime's QDQ PP-OCRv4 det has 38) is
+cut after its first byte (merge_elementwise.split_at): the conv writes that byte and the
+rest stays a byte -> byte chain, one table lookup an element where the target has VBMI
+(codegen/quant/lut.py), as it was before this pass; run whole in the conv's registers, its
+three divisions an element made that detector 2x slower.
 
 Runs after sink_casts (the chains are final) and before the layout passes.
 """
@@ -32,6 +37,7 @@ import numpy as np
 
 from guard.compiler.ir.core import Graph, Node, dtype_from_name
 from guard.compiler.passes.base import Pass, PassResult
+from guard.compiler.passes.merge_elementwise import split_at
 
 FUSED = {"ConvInteger": "FusedConvInteger", "ConvTransposeInteger": "FusedConvTransposeInteger"}
 ANCHOR_INPUTS = 4
@@ -114,6 +120,26 @@ def _program(chain: Node, acc: str, inputs: list[str]) -> list[dict[str, Any]]:
     return steps
 
 
+def _split_point(chain: Node, acc: str) -> int | None:
+    """The chain's first Cast to a byte when a later step casts to a byte again (a second
+    requantisation, which a byte table runs as one lookup: codegen/quant/lut.py; in the
+    conv's registers it would be float steps on every element) and the steps after it read
+    only it, each other and constants; else None."""
+    prog = chain.attrs["program"]
+    casts = [i for i, st in enumerate(prog) if st["op"] == "Cast"
+             and np.dtype(dtype_from_name(st["attrs"]["to"])) in OUT_DTYPES[:2]]  # fmt: skip
+    if len(casts) < 2:
+        return None
+    k = casts[0]
+    for st in prog[k + 1 :]:
+        for r in st["args"]:
+            if (isinstance(r, str) and int(r[1:]) < k) or (
+                isinstance(r, int) and chain.inputs[r] == acc
+            ):
+                return None
+    return k
+
+
 @dataclass
 class FuseIntegerEpilogue(Pass):
     name = "fuse_integer_epilogue"
@@ -122,7 +148,7 @@ class FuseIntegerEpilogue(Pass):
         consumers = graph.consumers()
         outputs = set(graph.outputs)
         notes: list[str] = []
-        fused: dict[int, Node] = {}
+        fused: dict[int, list[Node]] = {}
         drop: set[int] = set()
         for node in graph.nodes:
             if node.op not in FUSED or node.outputs[0] in outputs:
@@ -131,18 +157,22 @@ class FuseIntegerEpilogue(Pass):
             readers = consumers.get(acc, [])
             if len(readers) != 1 or readers[0].op != "FusedElementwise":
                 continue
-            chain = readers[0]
-            why = fusable(graph, node, chain)
+            k = _split_point(readers[0], acc)
+            parts = [readers[0]] if k is None else list(split_at(graph, readers[0], k))
+            why = fusable(graph, node, parts[0])
             if why:
                 notes.append(f"kept {node.label()}'s accumulator: {why}")
+                if k is not None:
+                    graph.values.pop(parts[0].outputs[0])
                 continue
             inputs = list(node.inputs) + [""] * (ANCHOR_INPUTS - len(node.inputs))
             attrs = {**node.attrs, "anchor_inputs": ANCHOR_INPUTS,
-                     "program": _program(chain, acc, inputs)}  # fmt: skip
-            fused[id(chain)] = Node(FUSED[node.op], inputs, list(chain.outputs), attrs, node.name)
+                     "program": _program(parts[0], acc, inputs)}  # fmt: skip
+            head = Node(FUSED[node.op], inputs, list(parts[0].outputs), attrs, node.name)
+            fused[id(readers[0])] = [head, *parts[1:]]
             drop.add(id(node))
             graph.values.pop(acc)
         if not fused:
             return PassResult(False, {"num_fused": 0}, notes)
-        graph.nodes = [fused.get(id(n), n) for n in graph.nodes if id(n) not in drop]
+        graph.nodes = [m for n in graph.nodes if id(n) not in drop for m in fused.get(id(n), [n])]
         return PassResult(True, {"num_fused": len(fused)}, notes)
