@@ -294,11 +294,12 @@ def write_qdq(
     wanted = {fused_output(n.output[0]) or "" for n in live} | {
         n.input[p] for n in live for p in QUANT_OPS[n.op_type][0] if p < len(n.input)
     }  # what the loop below may quantise: views next to them join their groups
+    concats = {n.output[0] for n in g.node if n.op_type == "Concat"}
     for group, params in shared_groups(g, profile, lambda n: id(n) in kept_nodes, wanted,
                                        opts.method, opts.percentile, opts.symmetric):  # fmt: skip
-        for t in group:
+        for t in group:  # a Concat's output only where a conv reads it (see shared.py)
             plan.activations[t] = params
-            if t not in graph_outputs:
+            if t not in graph_outputs and (t not in concats or t in wanted):
                 act.add(t)
     w_dq: dict[tuple[str, int | None], str] = {}  # (weight, axis) -> its dequantised name
     new_inits: list[onnx.TensorProto] = []

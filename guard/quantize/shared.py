@@ -5,7 +5,8 @@ and concatenate floats: four bytes an element, and the planner's concat view hol
 floats. With one scale and zero point for the Concat's inputs and output, ``Concat(DQ(a),
 DQ(b))`` is ``DQ(Concat(a, b))`` exactly, and the compiler concatenates the bytes
 (guard/compiler/passes/fold_qdq.py folds ``DQ -> Concat -> Q`` with one scale, and the
-same for each op below, into the op on bytes). The same holds for a MaxPool (max
+same for each op below, into the op on bytes; move_dequantize.py moves the DQ after a
+Concat that nothing quantises again). The same holds for a MaxPool (max
 commutes with a non-decreasing map) and a nearest Resize (a gather), whose output shares
 its input's parameters as in onnxruntime's QDQ quantiser ("QDQ ops" that keep their
 input's scale). Reshape,
@@ -21,6 +22,12 @@ union of its members' clipped ranges (each member's ``clip_range``); a member wi
 usable profile (unprofiled, non-finite, no width) leaves its whole group to the per-tensor
 rule. Members that are graph outputs join the range but stay fp32 (as every graph output
 does); initializers never join (a Concat with a constant input is left alone).
+
+A Concat's output joins the range but is quantised only where a conv reads it anyway
+(PP-OCRv4 det's FPN): OpenVINO 2024's CPU plugin crashes (SIGSEGV while compiling) on
+DenseNet-121 and ShuffleNet when the Concat's output is quantised and read by a
+BatchNorm or Relu; the compiler moves the inputs' one DequantizeLinear after the Concat
+itself (guard/compiler/passes/move_dequantize.py), so the Concat still runs on bytes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """quantize/shared.py: tensors a Concat, MaxPool, nearest Resize or a view next to a
 quantised tensor joins share one scale and zero point (the union of their ranges), so the
-compiler moves bytes (fold_qdq's int8 moves) and the planner's concat view holds bytes."""
+compiler moves bytes (fold_qdq's int8 moves, move_dequantize after a Concat whose output
+nothing quantises) and the planner's concat view holds bytes."""
 
 from __future__ import annotations
 
@@ -69,16 +70,18 @@ def _write(**kw):
 def test_a_concat_group_shares_the_union_of_its_ranges():
     _, prof, q, plan = _write()
     group = ("ra", "b", "c", "m", "u", "e", "c2", "v", "t", "w")
-    assert {plan.activations[t] for t in group} == {plan.activations["c2"]}
+    quantised = ("ra", "b", "m", "u", "e", "v", "t", "w")  # not the Concats' outputs
+    assert {plan.activations[t] for t in quantised} == {plan.activations["u"]}
+    assert "c" not in plan.activations and "c2" not in plan.activations
     lo = min(prof.tensors[t].lo for t in group)
     hi = max(prof.tensors[t].hi for t in group)
     assert lo < 0 < prof.tensors["ra"].lo + 1e-9  # b and e reach below the Relu's range
-    assert plan.activations["c2"] == activation_params(lo, hi, False)
-    # every one of them is quantised: the Concat reads DQs with one scale and writes a Q
-    quantised = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
-    assert set(group) <= quantised
+    assert plan.activations["u"] == activation_params(lo, hi, False)
+    # the Concats read DQs with one scale; their outputs stay float (OpenVINO, shared.py)
+    qs = {n.input[0] for n in q.graph.node if n.op_type == "QuantizeLinear"}
+    assert set(quantised) <= qs and not {"c", "c2"} & qs
     # a linear Resize is no selection of input values: its output keeps its own rule
-    assert "l" in plan.activations and plan.activations["l"] != plan.activations["c2"]
+    assert "l" in plan.activations and plan.activations["l"] != plan.activations["u"]
 
 
 def test_the_compiler_moves_bytes_and_the_outputs_stay_close():
@@ -100,7 +103,7 @@ def test_views_join_only_next_to_a_quantised_tensor_and_kept_nodes_stay_out():
     # the Conv after the views kept fp32: w is quantised by nothing, but the views still
     # reach the Concat's group through their input
     _, _, _, plan = _write(keep_fp32=("y",))
-    assert plan.activations["w"] == plan.activations["c2"]
+    assert plan.activations["w"] == plan.activations["u"]
     # the Concats kept fp32: the MaxPool and Resize still join their inputs, no Concat
     # joins its inputs to its output
     _, _, _, plan = _write(keep_fp32=("Concat",))

@@ -34,6 +34,7 @@ from guard.compiler.passes.fuse_horizontal import FuseHorizontal
 from guard.compiler.passes.fuse_integer_epilogue import FuseIntegerEpilogue
 from guard.compiler.passes.lower_qdq import LowerQdq
 from guard.compiler.passes.merge_elementwise import MergeElementwise
+from guard.compiler.passes.move_dequantize import MoveDequantize
 from guard.compiler.passes.pool_bytes import PoolBytes
 from guard.compiler.passes.recompose_gelu import RecomposeGelu
 from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
@@ -116,6 +117,7 @@ PIPELINES: dict[str, Any] = {
             "DQ -> Conv/MatMul/Gemm -> Q runs as one integer op; before the cleanup, whose "
             "constant folding would dequantize the weights",
         ),
+        (MoveDequantize(), "a Concat/view/MaxPool of bytes with one scale: move bytes, then DQ"),
         (
             FoldIntegerConv(),
             "the other convs on dequantized int8 run as integer convs with a float epilogue",
