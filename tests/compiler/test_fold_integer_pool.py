@@ -1,8 +1,9 @@
 """fold_integer_pool: DQ -> GlobalAveragePool -> Q becomes a whole-image depthwise
-QLinearConv on the bytes: the structure, the rewritten graph within one quantisation step
-of the float one (the float pool rounds each addition), one native partition equal to
-the reference interpreter bit for bit on the host's class, x86-64-v3 and skylake-avx512
-at 1 and 2 threads (the direct kernel's window form), and cases that must not fire."""
+QLinearConv on the bytes (an AveragePool whose windows tile the image, a strided one):
+the structure, the rewritten graph within one quantisation step of the float one (the
+float pool rounds each addition), one native partition equal to the reference
+interpreter bit for bit on the host's class, x86-64-v3 and skylake-avx512 at 1 and 2
+threads (the direct kernel's window form), and cases that must not fire."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ SHAPE = [1, 24, 5, 19]
 SY = 0.0123
 
 
-def pool_model(tail: str = "q", signed: bool = False):
-    """x (f32) -> Q -> DQ -> GlobalAveragePool -> tail -> y. tail: "q" (Q -> DQ), "se"
-    (the SE block's product: DQ(x) * sigmoid(DQ(Q(pool))) -> Q -> DQ), "float" (Relu,
-    no Q: must not fire)."""
+def pool_model(tail: str = "q", signed: bool = False, avg: dict | None = None):
+    """x (f32) -> Q -> DQ -> GlobalAveragePool (an AveragePool with attributes ``avg``)
+    -> tail -> y. tail: "q" (Q -> DQ), "se" (the SE block's product: DQ(x) *
+    sigmoid(DQ(Q(pool))) -> Q -> DQ), "float" (Relu, no Q: must not fire)."""
     zt = np.int8 if signed else np.uint8
     inits = [
         numpy_helper.from_array(np.float32(0.031), "sx"),
@@ -41,7 +42,9 @@ def pool_model(tail: str = "q", signed: bool = False):
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
         helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
-        helper.make_node("GlobalAveragePool", ["xd"], ["p"]),
+        helper.make_node("GlobalAveragePool", ["xd"], ["p"])
+        if avg is None
+        else helper.make_node("AveragePool", ["xd"], ["p"], **avg),
     ]
     if tail == "float":
         nodes.append(helper.make_node("Relu", ["p"], ["y"]))
@@ -85,6 +88,53 @@ def test_a_pool_read_as_float_is_not_rewritten():
     g2, res = apply(FoldIntegerPool(), g)
     assert res.stats["num_integer_pools"] == 0 and "GlobalAveragePool" in ops(g2)
     assert any("not quantised" in n for n in res.notes)
+
+
+# DenseNet's transition, and windows that tile a 5 x 19 image with a ragged edge
+AVG = [{"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_shape": [2, 3], "strides": [2, 3]}]
+
+
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("avg", AVG)
+def test_average_pool_on_dequantized_bytes_becomes_a_strided_qlinearconv(signed, avg):
+    g = import_onnx(pool_model(signed=signed, avg=avg))
+    g2, res = apply(FoldIntegerPool(), g)
+    assert res.stats["num_integer_pools"] == 1 and "AveragePool" not in ops(g2)
+    (conv,) = [n for n in g2.nodes if n.op == "QLinearConv"]
+    assert conv.attrs["strides"] == avg["strides"] and conv.attrs["pads"] == [0, 0, 0, 0]
+    assert g2.values[conv.inputs[3]].shape == (SHAPE[1], 1, *avg["kernel_shape"])
+    for seed in (0, 1, 2):
+        a, b = run_reference(g, _feeds(seed))["y"], run_reference(g2, _feeds(seed))["y"]
+        assert a.shape == b.shape
+        steps = np.rint(np.abs(a.astype(np.float64) - b) / SY)
+        assert steps.max() <= 1 and (steps == 0).mean() >= 0.9, (steps.max(), steps.mean())
+
+
+@pytest.mark.parametrize("avg", [
+    {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [3, 3], "strides": [1, 1]},
+])  # fmt: skip
+def test_an_average_pool_with_partial_padded_or_overlapping_windows_is_not_rewritten(avg):
+    g2, res = apply(FoldIntegerPool(), import_onnx(pool_model(avg=avg)))
+    assert res.stats["num_integer_pools"] == 0 and "AveragePool" in ops(g2)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("avg", AVG)
+def test_integer_average_pool_native_and_bit_identical(isa, avg):
+    target = host_target() if isa == "host" else skip_unless_runnable(isa)
+    table = None if isa == "host" else table_for(isa)
+    g, _ = optimize(import_onnx(pool_model(avg=avg)), "O2", target=table, verify_each=True)
+    assert "AveragePool" not in ops(g)
+    compiled = plan(g)
+    assert compiled.partition_report["count"] == 1, dict(compiled.partitions.declines)
+    rt1, code = jit(compiled, target, threads=1)
+    rt2, _ = jit(compiled, target, threads=2, code=code)
+    for seed in (0, 1):
+        ref = run_reference(g, _feeds(seed))["y"]
+        np.testing.assert_array_equal(rt1.run(_feeds(seed))["y"], ref)
+        np.testing.assert_array_equal(rt2.run(_feeds(seed))["y"], ref)
 
 
 @pytest.mark.parametrize("isa", ISAS)

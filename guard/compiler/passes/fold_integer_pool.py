@@ -1,4 +1,5 @@
-"""fold_integer_pool: DQ -> GlobalAveragePool -> Q becomes one integer QLinearConv.
+"""fold_integer_pool: DQ -> GlobalAveragePool or AveragePool -> Q becomes one integer
+QLinearConv.
 
 onnxruntime's QLinearGlobalAveragePool, as a depthwise convolution whose window is the
 whole image: with x = sx*(qx - zx) per tensor and N = H*W,
@@ -14,8 +15,17 @@ codegen/quant/depthwise.py). Hazard: the float pool rounds every addition and th
 once more; the integer form rounds once. A result at a rounding boundary can move by
 one quantisation step (the tests bound it).
 
+An AveragePool whose windows tile the image (strides equal to the window, no pads, no
+dilation: DenseNet's transitions, a 2x2 mean of the 1x1 conv's bytes) is the same
+depthwise convolution with that window and stride (N = the window's size): it reads no
+float copy of its input, which was the int8 DenseNet-121's peak (1.53 MiB of float32
+before the first transition's pool). Overlapping windows decline: the depthwise
+kernel's path for uniform weights (codegen/quant/depthwise.py, the rows form) gives
+other results than the reference for a stride-1 window on x86-64-v3.
+
 Fires when the DequantizeLinear is per tensor on u8/s8, the pool's only reader is a
-per-tensor QuantizeLinear to u8/s8 and the input is 4-D. The DequantizeLinear stays for
+per-tensor QuantizeLinear to u8/s8 and the input is 4-D; an AveragePool with ceil_mode
+or pads also declines (an edge window may divide by fewer elements). The DequantizeLinear stays for
 its other readers (dead-code elimination drops it when there are none).
 """
 
@@ -41,7 +51,7 @@ class FoldIntegerPool(Pass):
         done: dict[int, Node] = {}
         gone: set[int] = set()
         for pool in graph.nodes:
-            if pool.op != "GlobalAveragePool":
+            if pool.op not in ("GlobalAveragePool", "AveragePool"):
                 continue
             got = self._match(graph, pool, producers, consumers)
             if isinstance(got, str):
@@ -75,6 +85,16 @@ class FoldIntegerPool(Pass):
         if not qy.per_tensor or qy.dtype not in INT8:
             return f"{q.label()} is not a per-tensor u8/s8 QuantizeLinear"
         _, c, h, w = x.shape
+        window, strides = (h, w), [1, 1]
+        if pool.op == "AveragePool":
+            a = pool.attrs
+            if a.get("ceil_mode", 0) or any(a["pads"]):
+                return "ceil_mode or pads (its edge windows may divide by fewer elements)"
+            if list(a["strides"]) != list(a["kernel_shape"]) or any(
+                d != 1 for d in a.get("dilations", [1, 1])
+            ):
+                return "overlapping or dilated windows (see the module doc)"
+            window, strides = tuple(a["kernel_shape"]), list(a["strides"])
 
         def const(data: np.ndarray, hint: str) -> str:
             return graph.add_constant(None, np.ascontiguousarray(data), hint).name
@@ -82,11 +102,11 @@ class FoldIntegerPool(Pass):
         ins = [
             qx.node.inputs[0], const(qx.scale.reshape(()), "pool_sx"),
             const(qx.zp.reshape(()).astype(qx.dtype), "pool_zx"),
-            const(np.ones((c, 1, h, w), np.int8), "pool_w"),
-            const(np.asarray(1.0 / (h * w), np.float32), "pool_sw"),
+            const(np.ones((c, 1, *window), np.int8), "pool_w"),
+            const(np.asarray(1.0 / (window[0] * window[1]), np.float32), "pool_sw"),
             const(np.zeros((), np.int8), "pool_zw"),
             const(qy.scale.reshape(()), "pool_sy"), const(qy.zp.reshape(()).astype(qy.dtype), "pool_zy"),
         ]  # fmt: skip
-        attrs = {"dilations": [1, 1], "group": int(c), "pads": [0, 0, 0, 0], "strides": [1, 1]}
+        attrs = {"dilations": [1, 1], "group": int(c), "pads": [0, 0, 0, 0], "strides": strides}
         graph.values[q.outputs[0]].dtype = qy.dtype
         return q, Node("QLinearConv", ins, list(q.outputs), attrs, pool.name)
