@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from guard.compiler.graph.exec_order import schedule
 from guard.compiler.graph.memory import MemoryPlan, check_plan, plan_memory
-from guard.compiler.graph.view import GraphView, OpNode, TensorInfo, peak_live_bytes
+from guard.compiler.graph.memory_alias import SLICE_VIEW_OPS, Aliasing, alias_buffers
+from guard.compiler.graph.view import GraphView, OpNode, TensorInfo, liveness, peak_live_bytes
 
 KiB = 1024
 
@@ -360,3 +361,26 @@ def test_an_elision_that_raises_the_peak_is_undone():
     assert "cat" not in plan.elided_nodes
     assert "raised the lower bound" in plan.copies["cat"]
     assert plan.lower_bound_bytes == 64 + 4096 + 4096  # p, t1, t2 at T2
+
+
+def _decisions(a: Aliasing) -> tuple[object, ...]:
+    b = a.bufs
+    return (b.of, b.size, b.members, b.how, a.elided, a.inplaced, a.copies)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_dags(), st.booleans())
+def test_an_undo_trial_resumed_at_its_step_decides_as_one_from_the_start(g, reorder):
+    """The planner's elision trials go on from the decisions before the undone node's
+    step (taken without the undo): each equals the walk from step 0 with the undo."""
+    order = schedule(g).order if reorder else tuple(range(len(g.nodes)))
+    iv = liveness(g, order)
+    steps = {s for s, i in enumerate(order) if g.nodes[i].op in SLICE_VIEW_OPS}
+    first = alias_buffers(g, order, iv, True, True, keep_at=steps)
+    assert set(first.before) == steps
+    for s in steps:
+        deny = frozenset({order[s]})
+        whole = alias_buffers(g, order, iv, True, True, deny)
+        resumed = alias_buffers(g, order, iv, True, True, deny, resume=(s, first.before[s]))
+        assert _decisions(resumed) == _decisions(whole)
+    assert _decisions(alias_buffers(g, order, iv, True, True)) == _decisions(first)

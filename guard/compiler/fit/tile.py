@@ -202,10 +202,13 @@ def _one(
     under = sorted((t for t in ranked if t[0] <= budget), key=lambda t: (t[1], t[0]))
     best_est = sorted(ranked, key=lambda t: (t[0], t[1]))
     trials: list[tuple[CompiledPlan, str, float, Tiling]] = []
+    planned: dict[int, CompiledPlan] = {}  # a tiling in both lists is planned once
     for _est, extra, g, note, spec in [*under[:2], *best_est[:3]]:
         if trials and (clock() > end or trials[0][0].arena_bytes <= budget):
             break  # the fewest extra MACs of those estimated to fit does fit
-        trials.append((plan(g, profile), note, extra, spec))
+        if id(g) not in planned:
+            planned[id(g)] = plan(g, profile)
+        trials.append((planned[id(g)], note, extra, spec))
     fitting = [t for t in trials if t[0].arena_bytes <= budget]
     new, note, _, spec = (
         min(fitting, key=lambda t: (t[2], t[0].arena_bytes))

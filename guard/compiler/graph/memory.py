@@ -24,7 +24,7 @@ allocation) and ``unaliased_peak_bytes`` (the lower bound without any aliasing).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypedDict
@@ -216,9 +216,12 @@ def plan_memory(
     order = tuple(range(len(g.nodes))) if order is None else tuple(order)
     iv = liveness(g, order)
     steps = max(len(order), 1)
+    nbytes = {t: g.tensors[t].nbytes for t in g.arena_tensors()}
 
-    def trial(deny: frozenset[int]) -> _Trial:
-        a = alias_buffers(g, order, iv, inplace, elide, deny)
+    def trial(
+        deny: frozenset[int], resume: tuple[int, Aliasing] | None = None, keep: Set[int] = set()
+    ) -> _Trial:
+        a = alias_buffers(g, order, iv, inplace, elide, deny, nbytes, resume=resume, keep_at=keep)
         sizes = {b: align(s, alignment) for b, s in a.bufs.size.items()}
         biv = {
             b: Interval(min(iv[t].start for t in ms), max(iv[t].end for t in ms))
@@ -228,14 +231,21 @@ def plan_memory(
 
     # Slices make the whole concat/split buffer live as long as any part: undo each
     # elision that raises the lower bound (checked one at a time, in schedule order).
+    # A trial decides as the best so far up to the node it undoes: it goes on from the
+    # best's decisions before that node's step.
     deny: frozenset[int] = frozenset()
-    best = trial(deny)
+    step_of = {node: s for s, node in enumerate(order)}
     index = {n.name: i for i, n in enumerate(g.nodes)}
+    keep = {step_of[i] for i, n in enumerate(g.nodes) if n.op in SLICE_VIEW_OPS}
+    best = trial(deny, keep=keep)
+    before = best.aliasing.before
     for name in [e for e in best.aliasing.elided if g.nodes[index[e]].op in SLICE_VIEW_OPS]:
-        undone = trial(deny | {index[name]})
+        at = step_of[index[name]]
+        undone = trial(deny | {index[name]}, (at, before[at]))
         if undone.lower < best.lower:
             deny |= {index[name]}
-            best = undone
+            best = trial(deny, (at, before[at]), {s for s in keep if s > at})
+            before = best.aliasing.before
     a, sizes, biv, lower = best.aliasing, best.sizes, best.intervals, best.lower
     bufs = a.bufs
     offsets, arena, strategy = best_placement(sizes, biv, lower)

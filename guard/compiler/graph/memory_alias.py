@@ -20,8 +20,8 @@ Hazards (why each alias is safe):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -62,6 +62,12 @@ class Buffers:
         self.members[b].append(name)
         self.how[name] = how
 
+    def copy(self) -> Buffers:
+        out = Buffers()
+        out.of, out.size, out.how = dict(self.of), dict(self.size), dict(self.how)
+        out.members = {b: list(ms) for b, ms in self.members.items()}
+        return out
+
     def move(self, src: int, dst: int, offset: int) -> None:
         for t in self.members.pop(src):
             self.of[t] = (dst, self.of[t][1] + offset)
@@ -77,6 +83,11 @@ class Aliasing:
     elided: list[str]  # view/concat/split/slice nodes that do nothing at run time
     inplaced: list[str]  # nodes that write over an input
     copies: dict[str, str]  # view-able nodes kept as copies -> why
+    # the decisions made before each step asked for (``alias_buffers``' keep_at)
+    before: dict[int, Aliasing] = field(default_factory=dict)
+
+    def copy(self) -> Aliasing:
+        return Aliasing(self.bufs.copy(), list(self.elided), list(self.inplaced), dict(self.copies))
 
 
 def _outer_is_one(shape: Sequence[int], axis: int) -> bool:
@@ -114,24 +125,44 @@ def alias_buffers(
     inplace: bool,
     elide: bool,
     deny: frozenset[int] = frozenset(),
+    sizes: Mapping[str, int] | None = None,
+    *,
+    resume: tuple[int, Aliasing] | None = None,
+    keep_at: Collection[int] = (),
 ) -> Aliasing:
     """Group ``g``'s arena tensors into buffers, in schedule ``order``.
 
     ``deny`` holds the indices of concat/split/slice nodes that must stay copies (the
-    planner's undo of elisions that raised the lower bound).
+    planner's undo of elisions that raised the lower bound); ``sizes``, every arena
+    tensor's bytes, when the caller has them (the planner's trials share one map).
+    ``resume`` = (step, the decisions before it, taken with the same ``deny`` below that
+    step): the walk goes on from there (the decisions before a step never depend on the
+    later ones); ``keep_at``: the steps before which the decisions are kept
+    (``Aliasing.before``).
     """
-    bufs = Buffers()
-    nbytes = {t: g.tensors[t].nbytes for t in g.arena_tensors()}
-    for t in g.inputs:
-        if t in nbytes:
-            bufs.new(t, nbytes[t])
+    nbytes = {t: g.tensors[t].nbytes for t in g.arena_tensors()} if sizes is None else sizes
+    first = 0
+    if resume is None:
+        bufs = Buffers()
+        for t in g.inputs:
+            if t in nbytes:
+                bufs.new(t, nbytes[t])
+        elided: list[str] = []
+        inplaced: list[str] = []
+        copies: dict[str, str] = {}
+    else:
+        first, at = resume
+        at = at.copy()
+        bufs, elided, inplaced, copies = at.bufs, at.elided, at.inplaced, at.copies
     outputs = set(g.outputs)
-    elided: list[str] = []
-    inplaced: list[str] = []
-    copies: dict[str, str] = {}
+    before: dict[int, Aliasing] = {}
 
     def buffer_end(b: int) -> int:
         return max(iv[t].end for t in bufs.members[b])
+
+    # Buffers holding a graph input (or a view of one) are never parts of a concat, so
+    # they keep their ids.
+    input_bufs = {bufs.of[t][0] for t in g.inputs if t in nbytes}
 
     def whole(t: str) -> bool:
         """``t`` is the whole of a buffer of its own making (not a graph input, not a slice)."""
@@ -140,10 +171,13 @@ def alias_buffers(
             off == 0
             and bufs.size[b] == nbytes[t]
             and g.producer.get(t) is not None
-            and not any(m in g.inputs for m in bufs.members[b])
+            and b not in input_bufs
         )
 
-    for step, i in enumerate(order):
+    for step in range(first, len(order)):
+        i = order[step]
+        if step in keep_at:
+            before[step] = Aliasing(bufs, elided, inplaced, copies).copy()
         n = g.nodes[i]
         outs = [o for o in n.outputs if o in nbytes]
         data = n.inputs[0] if n.inputs else ""
@@ -231,7 +265,7 @@ def alias_buffers(
             continue
         for o in outs:
             bufs.new(o, nbytes[o])
-    return Aliasing(bufs, elided, inplaced, copies)
+    return Aliasing(bufs, elided, inplaced, copies, before)
 
 
 def _concat_refusal(
@@ -258,7 +292,10 @@ def _concat_refusal(
             return f"input {v!r} already lives inside another buffer (a slice or an alias)"
     if len({bufs.of[v][0] for v in parts}) != len(parts):
         return "two inputs share one buffer"
-    offs = [sum(nbytes[v] for v in parts[:k]) for k in range(len(parts))]
-    if sum(nbytes[v] for v in parts) != nbytes[out] or any(o % ALIGNMENT for o in offs):
+    offs, total = [], 0
+    for v in parts:
+        offs.append(total)
+        total += nbytes[v]
+    if total != nbytes[out] or any(o % ALIGNMENT for o in offs):
         return f"a slice would start off the {ALIGNMENT}-byte alignment"
     return None

@@ -44,11 +44,20 @@ class Ordering:
 @dataclass
 class _State:
     mask: int
-    order: list[int]
     live: int
     peak: int
     group: int  # the open partition (-1: none)
     free: tuple[int, ...]  # nodes whose predecessors have all run
+    parent: _State | None  # the state before the last node ran
+    node: int  # the last node run (-1: none)
+    rank: int  # the place of this state's order among its level's, lexicographically
+
+    def order(self) -> list[int]:
+        out, s = [], self
+        while s.parent is not None:
+            out.append(s.node)
+            s = s.parent
+        return out[::-1]
 
 
 def memory_order(
@@ -79,60 +88,81 @@ def memory_order(
     start_live = sum(size[t] for t in g.inputs if t in size)
     # A graph input nobody reads is live at step 0 only: it never frees (counted in start).
     roots = tuple(i for i in range(n) if not pred_mask[i])
-    frontier = [_State(0, [], start_live, start_live, -1, roots)]
+    frontier = [_State(0, start_live, start_live, -1, roots, None, -1, 0)]
     exact = True
     states = 0
     full = (1 << n) - 1
 
-    def step(s: _State, i: int) -> _State:
-        node = g.nodes[i]
+    # Per node, what running it does to the live bytes: its outputs' bytes, those of its
+    # outputs nobody reads (live at this step only), and (consumers, bytes) of each
+    # distinct input that may free after it.
+    writes = [sum(size[o] for o in nd.outputs if o in size) for nd in g.nodes]
+    dead = [
+        sum(size[o] for o in nd.outputs if o in size and o not in outputs and o not in cons_mask)
+        for nd in g.nodes
+    ]
+    frees = [
+        [(cons_mask.get(v, 0), size[v]) for v in dict.fromkeys(nd.inputs)
+         if v in size and v not in outputs]
+        for nd in g.nodes
+    ]  # fmt: skip
+
+    def run(s: _State, i: int) -> tuple[int, int, int]:
+        """(mask, live bytes, peak) after running node ``i`` in state ``s``."""
         mask = s.mask | (1 << i)
-        outs = [o for o in node.outputs if o in size]
-        live = s.live + sum(size[o] for o in outs)
+        live = s.live + writes[i]
         peak = max(s.peak, live)
-        for v in dict.fromkeys(node.inputs):
-            if v in size and v not in outputs and cons_mask.get(v, 0) & ~mask == 0:
-                live -= size[v]
-        for o in outs:  # written, never read: live at this step only
-            if o not in outputs and o not in cons_mask:
-                live -= size[o]
+        for cm, sz in frees[i]:
+            if cm & ~mask == 0:
+                live -= sz
+        return mask, live - dead[i], peak
+
+    def step(s: _State, i: int, mask: int, live: int, peak: int, rank: int) -> _State:
         grp = groups[i]
         open_group = -1 if group_mask[grp] & ~mask == 0 else grp
         free = tuple(
             [j for j in s.free if j != i] + [k for k in g.succs[i] if pred_mask[k] & ~mask == 0]
         )
-        return _State(mask, [*s.order, i], live, peak, open_group, free)
+        return _State(mask, live, peak, open_group, free, s, i, rank)
 
     def ready(s: _State) -> list[int]:
         if s.group < 0:
             return list(s.free)
         return [i for i in s.free if groups[i] == s.group]
 
+    # States of one level have orders of one length, so a child's order ranks by its
+    # parent's rank, then its last node: states carry that rank, not their order, and
+    # only the kept ones are made.
     for _level in range(n):
         if now() - t0 > budget_s:
             exact = False
-            frontier = [_complete_greedy(frontier[0], step, ready, full)]
+            frontier = [_complete_greedy(frontier[0], run, step, ready, full)]
             break
-        best: dict[int, _State] = {}
+        best: dict[int, tuple[int, int, _State, int]] = {}  # mask -> (peak, live, parent, node)
         for s in frontier:
             for i in ready(s):
                 states += 1
-                nxt = step(s, i)
-                old = best.get(nxt.mask)
-                if old is None or (nxt.peak, nxt.live) < (old.peak, old.live):
-                    best[nxt.mask] = nxt
-        ranked = sorted(best.values(), key=lambda s: (s.peak, s.live, s.order))
+                mask, live, peak = run(s, i)
+                old = best.get(mask)
+                if old is None or (peak, live) < (old[0], old[1]):
+                    best[mask] = (peak, live, s, i)
+        ranked = sorted(best.values(), key=lambda c: (c[0], c[1], c[2].rank, c[3]))
         if len(ranked) > width:
             exact = False
             ranked = ranked[:width]
-        frontier = ranked
-    winner = min(frontier, key=lambda s: (s.peak, s.order))
-    order = tuple(winner.order)
+        rank = {id(c): r for r, c in enumerate(sorted(ranked, key=lambda c: (c[2].rank, c[3])))}
+        frontier = [
+            step(c[2], c[3], c[2].mask | (1 << c[3]), c[1], c[0], rank[id(c)]) for c in ranked
+        ]
+    winner = min(frontier, key=lambda s: (s.peak, s.rank))
+    order = tuple(winner.order())
     return Ordering(order, peak_live_bytes(g, order), exact, states, now() - t0)
 
 
-def _complete_greedy(s: _State, step, ready, full: int) -> _State:  # type: ignore[no-untyped-def]
-    """Finish ``s`` one node at a time, each the one that leaves the fewest live bytes."""
+def _complete_greedy(s: _State, run, step, ready, full: int) -> _State:  # type: ignore[no-untyped-def]
+    """Finish ``s`` one node at a time, each the one that leaves the fewest live bytes
+    (of equals, the lowest node: the orders differ only there)."""
     while s.mask != full:
-        s = min((step(s, i) for i in ready(s)), key=lambda t: (t.live, t.peak, t.order))
+        live, peak, i, mask = min((lv, pk, i, m) for i in ready(s) for m, lv, pk in [run(s, i)])
+        s = step(s, i, mask, live, peak, 0)
     return s

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -42,7 +43,7 @@ class TensorInfo:
     def static(self) -> bool:
         return all(isinstance(d, int) and d >= 0 for d in self.shape)
 
-    @property
+    @cached_property  # planners ask it for every tensor of every trial plan
     def nbytes(self) -> int:
         if not self.static:
             raise ModelError(
@@ -156,8 +157,9 @@ def view_of_graph(graph: Graph) -> GraphView:
         )
     nodes = []
     seen: set[str] = set()
+    outer = set(graph.values)
     for i, n in enumerate(graph.nodes):
-        captured = _captured_names(n.attrs, set(graph.values))
+        captured = _captured_names(n.attrs, outer)
         inputs = tuple(n.inputs) + tuple(c for c in captured if c not in n.inputs)
         name = n.name or f"{n.op.lower()}_{i}"
         if name in seen:  # reports key by node name: keep them unique
@@ -197,7 +199,8 @@ def _captured_names(attrs: Mapping[str, AttrValue], outer: set[str]) -> list[str
                 visit(v)
         elif isinstance(obj, (list, tuple)):
             for v in obj:
-                visit(v)
+                if isinstance(v, (Graph, dict, list, tuple)):  # not a number or a string
+                    visit(v)
 
     visit(dict(attrs))
     return found
