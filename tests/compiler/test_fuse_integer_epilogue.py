@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.ir.isa_table import table_for
+from guard.compiler.passes.base import PassResult
 from guard.compiler.passes.fold_integer_conv import FoldIntegerConv
 from guard.compiler.passes.fuse_elementwise import FuseElementwise
 from guard.compiler.passes.fuse_integer_epilogue import FuseIntegerEpilogue
@@ -69,6 +70,10 @@ def conv_model(tail: str = "relu", c: int = 8, k: int = 12, hw: tuple[int, int] 
     elif tail in ("hardsigmoid", "hardswish"):
         nodes.append(helper.make_node(tail.replace("hard", "Hard").replace("sigmoid", "Sigmoid")
                                       .replace("swish", "Swish"), ["a"], ["t"]))  # fmt: skip
+    elif tail == "sigmoid":  # after a Q -> DQ: its code approximates, it stays out
+        nodes += [helper.make_node("QuantizeLinear", ["a", "sy", "zy"], ["aq"]),
+                  helper.make_node("DequantizeLinear", ["aq", "sy", "zy"], ["ad"]),
+                  helper.make_node("Sigmoid", ["ad"], ["t"])]  # fmt: skip
     elif tail == "twice":
         nodes += [helper.make_node("QuantizeLinear", ["a", "sy", "zy"], ["aq"]),
                   helper.make_node("DequantizeLinear", ["aq", "sy", "zy"], ["ad"]),
@@ -78,7 +83,10 @@ def conv_model(tail: str = "relu", c: int = 8, k: int = 12, hw: tuple[int, int] 
         nodes.append(helper.make_node("Identity", ["a"], ["t"]))
     nodes.append(helper.make_node("QuantizeLinear", ["t", "sy", "zy"], ["yq"]))
     y = "yq"
-    if out == "f32":
+    if tail == "sigmoid":
+        nodes.pop()  # the Sigmoid's float is the output
+        y = "t"
+    elif out == "f32":
         nodes.append(helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"]))
         y = "y"
     g = helper.make_graph(
@@ -138,6 +146,40 @@ def test_a_second_requantisation_stays_a_byte_chain():
         np.testing.assert_array_equal(
             run_reference(g0, _feeds(m, seed))[name], run_reference(g, _feeds(m, seed))[name]
         )
+
+
+def test_a_chain_that_cannot_join_whole_joins_up_to_its_first_byte():
+    """A QuantizeLinear, DequantizeLinear and Sigmoid after the conv (PP-OCRv4 det's last
+    ConvTranspose): the conv writes the byte, the Sigmoid chain reads it."""
+    m = conv_model("sigmoid")
+    g0 = _before(m)
+    g, res = apply(FuseIntegerEpilogue(), g0)
+    assert res.stats["num_fused"] == 1
+    assert not any(v.dtype == np.int32 for v in g.values.values() if not g.is_constant(v.name))
+    fused = next(n for n in g.nodes if n.op == "FusedConvInteger")
+    assert g.values[fused.outputs[0]].dtype == np.uint8
+    name = g.outputs[0]
+    for seed in (0, 1):
+        np.testing.assert_array_equal(
+            run_reference(g0, _feeds(m, seed))[name], run_reference(g, _feeds(m, seed))[name]
+        )
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_the_sigmoid_chain_native_equals_the_unfused_build(isa, monkeypatch):
+    """Sigmoid's code approximates the reference's, so the oracle is the build with the
+    accumulator kept: the same bits, on each class at 1 and 2 threads."""
+    m = conv_model("sigmoid", **GEOMETRIES["wide"])
+    table = None if isa == "host" else table_for(isa)
+    fused, _ = optimize(import_onnx(m, {}), "O2", target=table, verify_each=True)
+    with monkeypatch.context() as mp:
+        mp.setattr(FuseIntegerEpilogue, "run", lambda self, g: PassResult(False, {}, []))
+        kept, _ = optimize(import_onnx(m, {}), "O2", target=table, verify_each=True)
+    assert "FusedConvInteger" in ops(fused) and "ConvInteger" in ops(kept)
+    name = fused.outputs[0]
+    want = _jit_both(kept, isa)[0].run(_feeds(m, 0))[name]
+    for rt in _jit_both(fused, isa)[:2]:
+        np.testing.assert_array_equal(rt.run(_feeds(m, 0))[name], want)
 
 
 @pytest.mark.parametrize("case", ["hardswish", "graph output"])

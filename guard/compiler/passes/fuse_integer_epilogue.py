@@ -23,7 +23,9 @@ twice (Q -> DQ -> BatchNorm/activation -> Q: onnxruntime's QDQ PP-OCRv4 det has 
 cut after its first byte (merge_elementwise.split_at): the conv writes that byte and the
 rest stays a byte -> byte chain, one table lookup an element where the target has VBMI
 (codegen/quant/lut.py), as it was before this pass; run whole in the conv's registers, its
-three divisions an element made that detector 2x slower.
+three divisions an element made that detector 1.3x slower. So is a chain whose steps after
+its first byte cannot join the conv (the detector's last ConvTranspose, a QuantizeLinear
+then DequantizeLinear and Sigmoid): the conv writes the byte, the float steps read it.
 
 Runs after sink_casts (the chains are final) and before the layout passes.
 """
@@ -120,15 +122,16 @@ def _program(chain: Node, acc: str, inputs: list[str]) -> list[dict[str, Any]]:
     return steps
 
 
-def _split_point(chain: Node, acc: str) -> int | None:
+def _split_point(chain: Node, acc: str, whole: bool) -> int | None:
     """The chain's first Cast to a byte when a later step casts to a byte again (a second
     requantisation, which a byte table runs as one lookup: codegen/quant/lut.py; in the
-    conv's registers it would be float steps on every element) and the steps after it read
+    conv's registers it would be float steps on every element) or the whole chain cannot
+    join the conv (``whole`` False: a Sigmoid after the byte), and the steps after it read
     only it, each other and constants; else None."""
     prog = chain.attrs["program"]
     casts = [i for i, st in enumerate(prog) if st["op"] == "Cast"
              and np.dtype(dtype_from_name(st["attrs"]["to"])) in OUT_DTYPES[:2]]  # fmt: skip
-    if len(casts) < 2:
+    if not casts or casts[0] == len(prog) - 1 or (whole and len(casts) < 2):
         return None
     k = casts[0]
     for st in prog[k + 1 :]:
@@ -157,9 +160,11 @@ class FuseIntegerEpilogue(Pass):
             readers = consumers.get(acc, [])
             if len(readers) != 1 or readers[0].op != "FusedElementwise":
                 continue
-            k = _split_point(readers[0], acc)
+            why = fusable(graph, node, readers[0])
+            k = _split_point(readers[0], acc, why is None)
             parts = [readers[0]] if k is None else list(split_at(graph, readers[0], k))
-            why = fusable(graph, node, parts[0])
+            if k is not None:
+                why = fusable(graph, node, parts[0])
             if why:
                 notes.append(f"kept {node.label()}'s accumulator: {why}")
                 if k is not None:
