@@ -224,7 +224,9 @@ def plan_memory(
         a = alias_buffers(g, order, iv, inplace, elide, deny, nbytes, resume=resume, keep_at=keep)
         sizes = {b: align(s, alignment) for b, s in a.bufs.size.items()}
         biv = {
-            b: Interval(min(iv[t].start for t in ms), max(iv[t].end for t in ms))
+            b: iv[ms[0]]
+            if len(ms) == 1
+            else Interval(min(iv[t].start for t in ms), max(iv[t].end for t in ms))
             for b, ms in a.bufs.members.items()
         }
         return _Trial(a, sizes, biv, peak(sizes, biv, steps))

@@ -44,7 +44,8 @@ class Buffers:
     def __init__(self) -> None:
         self.of: dict[str, tuple[int, int]] = {}  # tensor -> (buffer, offset in buffer)
         self.size: dict[int, int] = {}
-        self.members: dict[int, list[str]] = {}
+        # tuples, so a copy (the planner's trials resume from copies) shares them
+        self.members: dict[int, tuple[str, ...]] = {}
         self.how: dict[str, str] = {}
 
     def new(self, name: str, nbytes: int, how: str = "own") -> None:
@@ -52,26 +53,27 @@ class Buffers:
         while b in self.size:
             b += 1
         self.size[b] = nbytes
-        self.members[b] = [name]
+        self.members[b] = (name,)
         self.of[name] = (b, 0)
         self.how[name] = how
 
     def join(self, name: str, like: str, offset: int, how: str) -> None:
         b, base = self.of[like]
         self.of[name] = (b, base + offset)
-        self.members[b].append(name)
+        self.members[b] += (name,)
         self.how[name] = how
 
     def copy(self) -> Buffers:
         out = Buffers()
         out.of, out.size, out.how = dict(self.of), dict(self.size), dict(self.how)
-        out.members = {b: list(ms) for b, ms in self.members.items()}
+        out.members = dict(self.members)
         return out
 
     def move(self, src: int, dst: int, offset: int) -> None:
-        for t in self.members.pop(src):
+        moved = self.members.pop(src)
+        for t in moved:
             self.of[t] = (dst, self.of[t][1] + offset)
-            self.members[dst].append(t)
+        self.members[dst] += moved
         del self.size[src]
 
 

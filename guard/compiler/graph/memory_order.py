@@ -138,21 +138,29 @@ def memory_order(
             exact = False
             frontier = [_complete_greedy(frontier[0], run, step, ready, full)]
             break
-        best: dict[int, tuple[int, int, _State, int]] = {}  # mask -> (peak, live, parent, node)
+        # mask -> (peak, live, parent's rank, node, parent): (rank, node) is unique, so
+        # the tuples sort without reaching the parent
+        best: dict[int, tuple[int, int, int, int, _State]] = {}
         for s in frontier:
             for i in ready(s):
                 states += 1
-                mask, live, peak = run(s, i)
+                mask = s.mask | (1 << i)  # run(s, i), inline: the search's inner loop
+                live = s.live + writes[i]
+                peak = live if live > s.peak else s.peak
+                for cm, sz in frees[i]:
+                    if cm & ~mask == 0:
+                        live -= sz
+                live -= dead[i]
                 old = best.get(mask)
                 if old is None or (peak, live) < (old[0], old[1]):
-                    best[mask] = (peak, live, s, i)
-        ranked = sorted(best.values(), key=lambda c: (c[0], c[1], c[2].rank, c[3]))
+                    best[mask] = (peak, live, s.rank, i, s)
+        ranked = sorted(best.values())
         if len(ranked) > width:
             exact = False
             ranked = ranked[:width]
-        rank = {id(c): r for r, c in enumerate(sorted(ranked, key=lambda c: (c[2].rank, c[3])))}
+        rank = {(c[2], c[3]): r for r, c in enumerate(sorted(ranked, key=lambda c: (c[2], c[3])))}
         frontier = [
-            step(c[2], c[3], c[2].mask | (1 << c[3]), c[1], c[0], rank[id(c)]) for c in ranked
+            step(c[4], c[3], c[4].mask | (1 << c[3]), c[1], c[0], rank[c[2], c[3]]) for c in ranked
         ]
     winner = min(frontier, key=lambda s: (s.peak, s.rank))
     order = tuple(winner.order())

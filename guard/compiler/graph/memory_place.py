@@ -51,20 +51,21 @@ def _place(sizes: Mapping[int, int], ivs: Mapping[int, Interval], key: OrderKey)
     """Greedy: in ``key`` order, each buffer at the lowest offset clear of every placed
     buffer whose interval overlaps its own (sizes are aligned, so offsets stay aligned)."""
     offsets: dict[int, int] = {}
-    placed: list[tuple[int, int, Interval]] = []  # (offset, size, interval)
+    placed: list[tuple[int, int, int, int]] = []  # (offset, end offset, first, last step)
     for b in sorted(sizes, key=lambda b: key(sizes[b], ivs[b], b)):
         size, it = sizes[b], ivs[b]
         if size == 0:
             offsets[b] = 0
             continue
-        busy = sorted((o, o + s) for o, s, other in placed if other.overlaps(it))
+        start, end = it.start, it.end
+        busy = sorted((o, hi) for o, hi, first, last in placed if first <= end and start <= last)
         off = 0
         for lo, hi in busy:
             if off + size <= lo:
                 break
             off = max(off, hi)
         offsets[b] = off
-        placed.append((off, size, it))
+        placed.append((off, off + size, start, end))
     return offsets
 
 
