@@ -17,7 +17,9 @@ consecutive output columns) and dilation 1; stride along H is free. One ``noinli
 body per geometry runs output rows ``[r0, r1)`` (a task of quant/split's row bands).
 
 Packed block (int32 words on the weights input): ``[C][T]`` float32 taps ``w - zw``
-(``T = R * S``), ``[C]`` float32 bias, ``[C]`` float32 multiplier.
+(``T = R * S``; ``[C][1]`` when every tap of every channel is its channel's one value,
+``q_dw_uniform``: a box filter or an average pool, read so by the rows and the window
+alike), ``[C]`` float32 bias, ``[C]`` float32 multiplier.
 """
 
 from __future__ import annotations
@@ -133,16 +135,18 @@ def emit_depthwise(
         _window(b, geo, width, x, packed, y, x_signed, portable_round, consts,
                 bool(facts["q_dw_uniform"]))  # fmt: skip
         return
-    fn = _body(b.module, geo, width, x_signed, portable_round, consts)
+    fn = _body(b.module, geo, width, x_signed, portable_round, consts, bool(facts["q_dw_uniform"]))
     b.call(fn, [x, packed, y, ir.Constant(I64, geo.r0), ir.Constant(I64, geo.r1)])
 
 
 def _body(
     module: ir.Module, geo: QConvGeometry, W: int, x_signed: bool, portable: bool,
-    consts: tuple[int, int, int, int],
+    consts: tuple[int, int, int, int], uniform: bool,
 ) -> ir.Function:  # fmt: skip
+    """The rows body; ``uniform``: the block holds one tap a channel (pack), every tap
+    of the kernel is that one."""
     key = (geo.N, geo.C, geo.H, geo.W, geo.R, geo.S, geo.sh, geo.pt, geo.pl, geo.OH, geo.OW,
-           W, x_signed, portable, consts)  # fmt: skip
+           W, x_signed, portable, consts, uniform)  # fmt: skip
     cache = module.__dict__.setdefault("_guard_int8_dw", {})
     if key in cache:
         return cache[key]
@@ -157,6 +161,7 @@ def _body(
     x, packed, y, r0, r1 = fn.args
     zx, zy, lo, hi = consts
     T, Wp = geo.R * geo.S, _wp(geo, W)
+    per = 1 if uniform else T  # packed taps a channel
     vt = ir.VectorType(F32, W)
     L = _left(geo, W)
     slot = b.alloca(ir.ArrayType(F32, _strip_rows(geo) * Wp), name="strip")
@@ -171,7 +176,7 @@ def _body(
     n_rows = b.add(b.mul(b.sub(r1, ir.Constant(I64, 1)), ir.Constant(I64, geo.sh)),
                    ir.Constant(I64, geo.R))  # fmt: skip
     n_rows = b.sub(n_rows, p0)
-    bias_at, mult_at = geo.C * T, geo.C * T + geo.C
+    bias_at, mult_at = geo.C * per, geo.C * per + geo.C
     fmin = declare(module, f"llvm.minnum.v{W}f32", vt, [vt, vt])
     fmax = declare(module, f"llvm.maxnum.v{W}f32", vt, [vt, vt])
     lo_v, hi_v = ir.Constant(vt, [float(lo)] * W), ir.Constant(vt, [float(hi)] * W)
@@ -207,9 +212,9 @@ def _body(
             return []
 
         for_loop_dynamic(b, n_rows, [], fill)
-        taps = [splat(b, b.load(elem_ptr(b, packed, b.add(b.mul(c, ir.Constant(I64, T)),
+        taps = [splat(b, b.load(elem_ptr(b, packed, b.add(b.mul(c, ir.Constant(I64, per)),
                                                            ir.Constant(I64, t)), F32), typ=F32), W)
-                for t in range(T)]  # fmt: skip
+                for t in range(per)] * (T // per)  # fmt: skip
         bias = splat(
             b, b.load(elem_ptr(b, packed, b.add(c, ir.Constant(I64, bias_at)), F32), typ=F32), W
         )
