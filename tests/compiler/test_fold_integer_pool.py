@@ -1,5 +1,5 @@
 """fold_integer_pool: DQ -> GlobalAveragePool -> Q becomes a whole-image depthwise
-QLinearConv on the bytes (an AveragePool whose windows tile the image, a strided one):
+QLinearConv on the bytes (an AveragePool without pads, a strided or overlapping one):
 the structure, the rewritten graph within one quantisation step of the float one (the
 float pool rounds each addition), one native partition equal to the reference
 interpreter bit for bit on the host's class, x86-64-v3 and skylake-avx512 at 1 and 2
@@ -90,8 +90,12 @@ def test_a_pool_read_as_float_is_not_rewritten():
     assert any("not quantised" in n for n in res.notes)
 
 
-# DenseNet's transition, and windows that tile a 5 x 19 image with a ragged edge
-AVG = [{"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_shape": [2, 3], "strides": [2, 3]}]
+# DenseNet's transition, windows that tile a 5 x 19 image with a ragged edge, and
+# overlapping ones (a 3x3 box filter, ShuffleNet's 3x3/2 without its pads, 3x2/2x1:
+# the direct kernel's rows with one packed tap a channel, stride 2 along W its GEMM)
+AVG = [{"kernel_shape": [2, 2], "strides": [2, 2]}, {"kernel_shape": [2, 3], "strides": [2, 3]},
+       {"kernel_shape": [3, 3], "strides": [1, 1]}, {"kernel_shape": [3, 3], "strides": [2, 2]},
+       {"kernel_shape": [3, 2], "strides": [2, 1]}]  # fmt: skip
 
 
 @pytest.mark.parametrize("signed", [False, True])
@@ -113,9 +117,9 @@ def test_average_pool_on_dequantized_bytes_becomes_a_strided_qlinearconv(signed,
 @pytest.mark.parametrize("avg", [
     {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
-    {"kernel_shape": [3, 3], "strides": [1, 1]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # ShuffleNet's
 ])  # fmt: skip
-def test_an_average_pool_with_partial_padded_or_overlapping_windows_is_not_rewritten(avg):
+def test_an_average_pool_with_partial_or_padded_windows_is_not_rewritten(avg):
     g2, res = apply(FoldIntegerPool(), import_onnx(pool_model(avg=avg)))
     assert res.stats["num_integer_pools"] == 0 and "AveragePool" in ops(g2)
 

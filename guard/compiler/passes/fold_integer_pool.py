@@ -15,13 +15,12 @@ codegen/quant/depthwise.py). Hazard: the float pool rounds every addition and th
 once more; the integer form rounds once. A result at a rounding boundary can move by
 one quantisation step (the tests bound it).
 
-An AveragePool whose windows tile the image (strides equal to the window, no pads, no
-dilation: DenseNet's transitions, a 2x2 mean of the 1x1 conv's bytes) is the same
-depthwise convolution with that window and stride (N = the window's size): it reads no
-float copy of its input, which was the int8 DenseNet-121's peak (1.53 MiB of float32
-before the first transition's pool). Overlapping windows decline: the depthwise
-kernel's path for uniform weights (codegen/quant/depthwise.py, the rows form) gives
-other results than the reference for a stride-1 window on x86-64-v3.
+An AveragePool with no pads and no dilation (DenseNet's transitions, a 2x2 mean of the
+1x1 conv's bytes; overlapping windows such as a 3x3 box filter; ShuffleNet's 7x7 window
+with stride 1 over a 7x7 image) is the same depthwise convolution with that window and
+stride (N = the window's size, every window whole): it reads no float copy of its input,
+which was the int8 DenseNet-121's peak (1.53 MiB of float32 before the first
+transition's pool).
 
 Fires when the DequantizeLinear is per tensor on u8/s8, the pool's only reader is a
 per-tensor QuantizeLinear to u8/s8 and the input is 4-D; an AveragePool with ceil_mode
@@ -90,10 +89,8 @@ class FoldIntegerPool(Pass):
             a = pool.attrs
             if a.get("ceil_mode", 0) or any(a["pads"]):
                 return "ceil_mode or pads (its edge windows may divide by fewer elements)"
-            if list(a["strides"]) != list(a["kernel_shape"]) or any(
-                d != 1 for d in a.get("dilations", [1, 1])
-            ):
-                return "overlapping or dilated windows (see the module doc)"
+            if any(d != 1 for d in a.get("dilations", [1, 1])):
+                return "dilated windows"
             window, strides = tuple(a["kernel_shape"]), list(a["strides"])
 
         def const(data: np.ndarray, hint: str) -> str:
