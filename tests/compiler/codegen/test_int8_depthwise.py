@@ -118,8 +118,9 @@ def test_stride_along_w_keeps_the_gemm_path() -> None:
     assert not _direct(check(m, _target("avx2")))
 
 
-def test_aarch64_depthwise_under_qemu_equals_the_reference(tmp_path) -> None:
-    """The artefact's AArch64 code (NEON without dotprod), under qemu-aarch64-static."""
+def _aarch64_equal_the_reference(tmp_path, models) -> None:
+    """Each model's AArch64 artefact (NEON without dotprod) under qemu-aarch64-static runs
+    the direct depthwise kernel and equals the reference interpreter."""
     import shutil
 
     from guard.compiler.partition.plan import plan
@@ -134,8 +135,8 @@ def test_aarch64_depthwise_under_qemu_equals_the_reference(tmp_path) -> None:
     if shutil.which(tc.compiler) is None:
         pytest.skip(f"{tc.compiler} not installed")
     target = canonicalize("llvm -mtriple=aarch64-linux-gnu -mattr=+neon")
-    for i, case in enumerate(("5x5", "3x3/2x1-s8-n2")):
-        g, _ = optimize(import_onnx(qconv(**DW[case]), {}), "O0")
+    for i, model in enumerate(models):
+        g, _ = optimize(import_onnx(model, {}), "O0")
         out_dir = tmp_path / str(i)
         save_artefact(plan(g), out_dir, pipeline="O0", target=target)
         assert "guard.qdw." in (out_dir / "kernels.ll").read_text()
@@ -143,6 +144,10 @@ def test_aarch64_depthwise_under_qemu_equals_the_reference(tmp_path) -> None:
         for seed in (1, 2):
             f = _feeds(g, seed)
             np.testing.assert_array_equal(session.run(f)[0], run_reference(g, f)["y"])
+
+
+def test_aarch64_depthwise_under_qemu_equals_the_reference(tmp_path) -> None:
+    _aarch64_equal_the_reference(tmp_path, [qconv(**DW[c]) for c in ("5x5", "3x3/2x1-s8-n2")])
 
 
 @pytest.mark.parametrize("cls", [None, "avx2"])
@@ -173,27 +178,6 @@ def test_uniform_taps_equal_the_reference(cls, case) -> None:
 
 
 def test_aarch64_uniform_depthwise_under_qemu_equals_the_reference(tmp_path) -> None:
-    """The float rows with one packed tap a channel in AArch64 NEON code under qemu."""
-    import shutil
-
-    from guard.compiler.partition.plan import plan
-    from guard.compiler.runtime.artefact import save_artefact
-    from guard.emulate.bundled import load_emulated
-    from guard.emulate.tools import TOOLCHAINS
-    from guard.manifest.target_string import canonicalize
-
-    tc = TOOLCHAINS["aarch64"]
-    if host_target().arch == "aarch64" or shutil.which(tc.emulator) is None:
-        pytest.skip(f"{tc.emulator} not installed or the host is AArch64")
-    if shutil.which(tc.compiler) is None:
-        pytest.skip(f"{tc.compiler} not installed")
-    target = canonicalize("llvm -mtriple=aarch64-linux-gnu -mattr=+neon")
-    for i, case in enumerate(("3x3-ones", "5x5-zw-odd")):
-        g, _ = optimize(import_onnx(_uniform(**UNIFORM[case]), {}), "O0")
-        out_dir = tmp_path / str(i)
-        save_artefact(plan(g), out_dir, pipeline="O0", target=target)
-        assert "guard.qdw." in (out_dir / "kernels.ll").read_text()
-        session = load_emulated(out_dir, 1)
-        for seed in (1, 2):
-            f = _feeds(g, seed)
-            np.testing.assert_array_equal(session.run(f)[0], run_reference(g, f)["y"])
+    """The float rows with one packed tap a channel in AArch64 NEON code."""
+    cases = ("3x3-ones", "5x5-zw-odd")
+    _aarch64_equal_the_reference(tmp_path, [_uniform(**UNIFORM[c]) for c in cases])
