@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import onnx.parser
 
@@ -53,3 +56,28 @@ def ops(g: Graph) -> list[str]:
 
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
+
+
+def assert_native_equals_reference(
+    g: Graph,
+    target: Any,
+    feeds: Callable[[int], dict[str, np.ndarray]],
+    outputs: tuple[str, ...] = ("y",),
+    seeds: tuple[int, ...] = (0, 1),
+) -> Any:
+    """``g`` plans to one native partition whose code, at 1 and 2 threads, equals the
+    reference interpreter bit for bit on ``outputs`` for each seed's feeds; returns the
+    generated code (its IR text for a test to read)."""
+    from guard.compiler.codegen.build import jit
+    from guard.compiler.partition.plan import plan
+
+    compiled = plan(g)
+    assert compiled.partition_report["count"] == 1, dict(compiled.partitions.declines)
+    rt1, code = jit(compiled, target, threads=1)
+    rt2, _ = jit(compiled, target, threads=2, code=code)
+    for seed in seeds:
+        ref = run_reference(g, feeds(seed))
+        for k in outputs:
+            for rt in (rt1, rt2):
+                np.testing.assert_array_equal(rt.run(feeds(seed))[k], ref[k], err_msg=k)
+    return code

@@ -12,12 +12,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.codegen.build import host_target, jit
+from guard.compiler.codegen.build import host_target
 from guard.compiler.ir.isa_table import DEFAULT_TABLE, table_for
 from guard.compiler.partition.plan import plan
 from guard.compiler.passes.concat_bytes import ConcatBytes
 from guard.compiler.passes.pipeline import PIPELINES
 
+from ._helpers import assert_native_equals_reference
 from .codegen._jit import TARGETS, skip_unless_runnable
 
 F, U8 = TensorProto.FLOAT, TensorProto.UINT8
@@ -125,12 +126,4 @@ def test_byte_concat_native_and_bit_identical(isa):
     m = model(per_channel=True, chain=True)
     g, _ = optimize(import_onnx(m), "O2", target=table, verify_each=True)
     assert set(_concat_dtypes(g)) == {"uint8"}
-    compiled = plan(g)
-    assert compiled.partition_report["count"] == 1, dict(compiled.partitions.declines)
-    rt1, code = jit(compiled, target, threads=1)
-    rt2, _ = jit(compiled, target, threads=2, code=code)
-    for seed in (0, 1):
-        ref = run_reference(g, _feeds(seed, m))
-        for k in ("y", "z"):
-            np.testing.assert_array_equal(rt1.run(_feeds(seed, m))[k], ref[k])
-            np.testing.assert_array_equal(rt2.run(_feeds(seed, m))[k], ref[k])
+    assert_native_equals_reference(g, target, lambda seed: _feeds(seed, m), outputs=("y", "z"))

@@ -14,12 +14,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.codegen.build import host_target, jit
+from guard.compiler.codegen.build import host_target
 from guard.compiler.ir.isa_table import table_for
-from guard.compiler.partition.plan import plan
 from guard.compiler.passes.fold_integer_pool import FoldIntegerPool
 
-from ._helpers import apply, ops
+from ._helpers import apply, assert_native_equals_reference, ops
 from .codegen._jit import TARGETS, skip_unless_runnable
 
 F, U8, I8 = TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT8
@@ -131,14 +130,7 @@ def test_integer_average_pool_native_and_bit_identical(isa, avg):
     table = None if isa == "host" else table_for(isa)
     g, _ = optimize(import_onnx(pool_model(avg=avg)), "O2", target=table, verify_each=True)
     assert "AveragePool" not in ops(g)
-    compiled = plan(g)
-    assert compiled.partition_report["count"] == 1, dict(compiled.partitions.declines)
-    rt1, code = jit(compiled, target, threads=1)
-    rt2, _ = jit(compiled, target, threads=2, code=code)
-    for seed in (0, 1):
-        ref = run_reference(g, _feeds(seed))["y"]
-        np.testing.assert_array_equal(rt1.run(_feeds(seed))["y"], ref)
-        np.testing.assert_array_equal(rt2.run(_feeds(seed))["y"], ref)
+    assert_native_equals_reference(g, target, _feeds)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -148,13 +140,6 @@ def test_integer_pool_native_and_bit_identical(isa, tail, signed):
     table = None if isa == "host" else table_for(isa)
     g, _ = optimize(import_onnx(pool_model(tail, signed)), "O2", target=table, verify_each=True)
     assert "GlobalAveragePool" not in ops(g)
-    compiled = plan(g)
-    assert compiled.partition_report["count"] == 1, dict(compiled.partitions.declines)
-    rt1, code = jit(compiled, target, threads=1)
-    rt2, _ = jit(compiled, target, threads=2, code=code)
+    code = assert_native_equals_reference(g, target, _feeds)
     # the window form of the direct kernel: no im2col GEMM body
     assert re.search(r"@guard\.qconv\.", code.generated.ir_text) is None
-    for seed in (0, 1):
-        ref = run_reference(g, _feeds(seed))["y"]
-        np.testing.assert_array_equal(rt1.run(_feeds(seed))["y"], ref)
-        np.testing.assert_array_equal(rt2.run(_feeds(seed))["y"], ref)

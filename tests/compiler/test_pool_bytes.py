@@ -10,10 +10,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.codegen.build import host_target, jit
+from guard.compiler.codegen.build import host_target
 from guard.compiler.ir.isa_table import table_for
-from guard.compiler.partition.plan import plan
 
+from ._helpers import assert_native_equals_reference
 from .codegen._jit import TARGETS, skip_unless_runnable
 
 F, U8 = TensorProto.FLOAT, TensorProto.UINT8
@@ -77,11 +77,4 @@ def test_byte_max_pool_native_and_bit_identical(isa):
     table = None if isa == "host" else table_for(isa)
     g, _ = optimize(import_onnx(model(pads=(1, 0, 0, 1))), "O2", target=table, verify_each=True)
     assert _pool_input(g) == np.uint8
-    compiled = plan(g)
-    assert compiled.partition_report["count"] == 1, dict(compiled.partitions.declines)
-    rt1, code = jit(compiled, target, threads=1)
-    rt2, _ = jit(compiled, target, threads=2, code=code)
-    for seed in (0, 1):
-        ref = run_reference(g, _feeds(seed))["y"]
-        np.testing.assert_array_equal(rt1.run(_feeds(seed))["y"], ref)
-        np.testing.assert_array_equal(rt2.run(_feeds(seed))["y"], ref)
+    assert_native_equals_reference(g, target, _feeds)
