@@ -35,6 +35,13 @@ class BuildRequest:
     inputs: dict[str, np.ndarray] | None = None
 
 
+class SubgraphParts(TypedDict):
+    """The partitions of a graph a host If/Loop calls."""
+
+    count: int
+    fallback_nodes: int
+
+
 class PartitionDetail(TypedDict, total=False):
     """One partition of PartitionInfo.details, with what its backend says of it."""
 
@@ -44,6 +51,8 @@ class PartitionDetail(TypedDict, total=False):
     first: str  # its first and last node
     last: str
     kernels: list[list[str]]  # [node, kernel] per step of a native partition
+    # a host If/Loop (bundled): per branch or body, its partitions and fallback nodes
+    subgraphs: dict[str, SubgraphParts]
     provider: str  # onnxruntime, openvino
     nodes: int
     ops: dict[str, int]  # nodes per op type

@@ -36,6 +36,7 @@ from guard.compiler.partition.plan import COMPILER_NAME, plan
 from guard.compiler.passes.pipeline import pipeline_names
 from guard.compiler.runtime.artefact import (
     MANIFEST,
+    LoadedArtefact,
     compiler_version,
     load_artefact,
     save_artefact,
@@ -236,6 +237,15 @@ class ArtefactSession:
                 part = by_part.get(d.get("id"))
                 if part is not None:
                     d["kernels"] = [[s.node, s.kernel] for s in part.steps]
+        # An If/Loop on the host: the partitions of the graphs it calls, per branch or body
+        # (whether the model runs native but for the host's dispatch)
+        calls = {cf["partition"]: cf["subgraphs"] for cf in p.get("control_flow", [])}
+        for d in details:
+            if d.get("id") in calls:
+                d["subgraphs"] = {
+                    a: {"count": r["count"], "fallback_nodes": r["fallback_nodes"]}
+                    for a, r in calls[d["id"]].items()
+                }
         return PartitionInfo(
             count=p["count"],
             delegated_nodes=p["delegated_nodes"],
@@ -305,6 +315,22 @@ def _blas_controller() -> Any:
     return ThreadpoolController()
 
 
+def generated_only(art: LoadedArtefact) -> bool:
+    """Whether no numpy kernel runs: the model is one generated program, or its only
+    non-native partitions are If/Loop nodes the host dispatches (silero's sample-rate If)
+    and every branch or body is generated only in turn."""
+    if art.native is None:
+        return False
+    if art.native.plan.main is not None:
+        return True
+    host = [d for d in art.partitions["partitions"] if d["backend"] != "native"]
+    return (
+        bool(art.subs)
+        and all(set(d["ops"]) <= {"If", "Loop"} for d in host)
+        and all(generated_only(sub) for sub in art.subs.values())
+    )
+
+
 class BundledSession:
     """A loaded bundled artefact; numpy's BLAS pool limited to the suite's threads."""
 
@@ -315,13 +341,12 @@ class BundledSession:
         self.input_names = list(self._session.input_names)
         self.output_names = list(self._session.output_names)
         loaded = self._session.loaded
-        native = loaded.native
-        self._all_generated = native is not None and native.plan.main is not None
+        self.generated_only = generated_only(loaded)
         for program in loaded.programs():  # the generated code's pools: started once per load
             program.start_threads(threads)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        if self._all_generated:  # no numpy kernels run: skip the BLAS limit (~10 us a call)
+        if self.generated_only:  # no numpy kernels run: skip the BLAS limit (~10 us a call)
             return self._session.run(feeds)
         # An oversubscribed OpenBLAS on a busy machine is 10-70x slower, which would
         # measure the OS scheduler, not the model.

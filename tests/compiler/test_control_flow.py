@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +19,11 @@ from onnx import numpy_helper as nh
 
 from guard.backends import get_backend
 from guard.backends.base import BuildRequest
+from guard.backends.bundled import generated_only
 from guard.compiler import import_onnx, optimize, parse_graph, print_graph, run_reference
 from guard.compiler.codegen.build import jit
 from guard.compiler.partition.plan import plan
+from guard.compiler.runtime.artefact import load_artefact
 from guard.core.errors import ModelError
 
 
@@ -167,6 +170,21 @@ def test_bundled_artefact_runs_its_compiled_branches(tmp_path: Path) -> None:
     parts = sess.partitions()
     assert parts.fallback_nodes == 1
     assert "control flow: the_if (If) on the host calls else_branch: 1 partition(s)" in parts.how
+    # the If's partition names the graphs it calls: each branch one native partition
+    (host,) = [d for d in parts.details if d["backend"] == "cpu"]
+    assert host["ops"] == {"If": 1}
+    assert host["subgraphs"] == {
+        "else_branch": {"count": 1, "fallback_nodes": 0},
+        "then_branch": {"count": 1, "fallback_nodes": 0},
+    }
+    assert all("subgraphs" not in d for d in parts.details if d["backend"] != "cpu")
+    # no numpy kernel runs (the If on the host, its branches generated): no BLAS limit a call
+    assert sess.generated_only
+    art = load_artefact(out)
+    assert generated_only(art) and not generated_only(load_artefact(out, native=False))
+    other = [{**d, "ops": {"Einsum": 1}} if d["backend"] == "cpu" else d
+             for d in art.partitions["partitions"]]  # fmt: skip
+    assert not generated_only(replace(art, partitions={**art.partitions, "partitions": other}))
     for x in IF_FEEDS:
         (z,) = sess.run({"x": x})
         np.testing.assert_allclose(z, _ort(if_model(), {"x": x})[0], rtol=1e-4, atol=1e-5)
