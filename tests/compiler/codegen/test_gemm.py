@@ -267,7 +267,7 @@ def test_default_schedule_follows_the_target_table(isa: str) -> None:
     table = target_of(isa).table
     W = table.vector_width
     s = default_gemm_schedule(512, 512, 512, W, table=table)
-    assert (s.mr, s.nr) == ((12, 2 * W) if isa == "avx512" else (6, 2 * W))
+    assert (s.mr, s.nr) == ((8, 2 * W) if isa == "avx512" else (6, 2 * W))
     assert s.mr * (s.nr // W) + s.nr // W + 1 <= table.registers
     assert s.kc * s.nr * 4 <= table.l1d_bytes  # a B micro-panel stays in L1d
     assert s.kc * s.nc * 4 <= table.l2_bytes  # a kc x nc block of B in L2
@@ -275,6 +275,36 @@ def test_default_schedule_follows_the_target_table(isa: str) -> None:
     assert default_gemm_schedule(512, 4096, 512, W, table=small_l2).nc < (
         default_gemm_schedule(512, 4096, 512, W, table=table).nc
     )
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("bias", ["none", "row"])
+def test_the_default_tile_keeps_its_accumulators_in_registers(isa: str, bias: str) -> None:
+    """The default micro-tile of a large GEMM, compiled for the class as the build does
+    (O3, the class's CPU), stores no vector register to the stack: a tile LLVM spills runs
+    its k loop through memory (the 12 x 2 AVX-512 tile spilled 12 zmm registers)."""
+    import subprocess
+    import tempfile
+
+    from guard.compiler.codegen.gemm.microkernel import micro_kernel
+    from guard.compiler.codegen.module import compile_module
+
+    from ._jit import target_of
+
+    target = target_of(isa)
+    W = target.table.vector_width
+    s = default_gemm_schedule(512, 512, 512, W, table=target.table)
+    module = ir.Module("tile")
+    module.triple = target.triple
+    micro_kernel(module, s.mr, s.nr // W, W, W, bias=bias, unroll=s.unroll).linkage = "external"
+    with tempfile.NamedTemporaryFile(suffix=".o") as f:
+        f.write(compile_module(module, target).object_code)
+        f.flush()
+        asm = subprocess.run(["objdump", "-d", f.name], capture_output=True, text=True).stdout
+    reg = "zmm" if W == 16 else "ymm"
+    assert f"guard.ukr.{s.mr}x" in asm and f"%{reg}" in asm
+    spills = [ln for ln in asm.splitlines() if f"%{reg}" in ln and "(%rsp)" in ln]
+    assert not spills, spills[:4]
 
 
 def test_a_repack_block_over_the_buffer_shrinks_nc_then_kc() -> None:

@@ -78,7 +78,7 @@ def default_gemm_schedule(
         nvec = min(2, n_vecs)
         mr = min(M, (regs - nvec - 1) // nvec)
         if mr >= 8:
-            mr = min(mr, table.gemm_mr_cap if regs == table.registers else 12 if regs >= 32 else 6)
+            mr = min(mr, table.gemm_mr_cap if regs == table.registers else 8 if regs >= 32 else 6)
     else:
         mr = M
         nvec = max(1, min(n_vecs, (regs - 1) // (mr + 1), 8))
