@@ -1,39 +1,38 @@
 """Splitting a step into tasks for the thread pool: each task one slice of the output.
 
-A convolution of one image whose output channels are outermost (NCHW, or a blocked
-``NCHW<b>c``) splits along them: task ``i`` is the same convolution for a run of output
-channels, i.e. the same kernel specialised to fewer channels, called with pointers moved
-to its slice of the packed weights (``[K/L][C][R][S][L]``: a slice of whole vectors is
-contiguous), of the bias, of per-channel epilogue operands and of the output. A depthwise
-convolution slices its input the same way. A convolution whose channel units do not divide
-evenly into the tasks it wants (a single 16-channel block, 6 blocks in 8 tasks) and whose
-epilogue reads no other tensor cuts its output rows into bands instead: each task the same
-kernel over its rows, the whole input and weights read. The other families cut the output
-along one axis whose leading dims are 1 (so each run is contiguous), each input cut the
-same way or read whole where it is broadcast along that axis: a GEMM by runs of output
-rows (B, packed once, read whole by every task), pooling of one image by channels (or
-channel blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, Resize of
-one image by channels, ConvTranspose of one image by output-channel vectors (its packed
-weights cut with them), a Relayout between NCHW and NCHW<b>c by channel blocks, and
-elementwise steps along their leading axis. Nothing is reduced across tasks, so the split
-is exact and the tasks can run on any number of threads.
+A convolution of one image whose output channels are outermost (NCHW, or a blocked ``NCHW<b>c``)
+splits along them: task ``i`` is the same convolution for a run of output channels, i.e. the same
+kernel specialised to fewer channels, called with pointers moved to its slice of the packed weights
+(``[K/L][C][R][S][L]``: a slice of whole vectors is contiguous), of the bias, of per-channel
+epilogue operands and of the output. A depthwise convolution slices its input the same way. A
+convolution whose channel units do not divide evenly into the tasks it wants (a single 16-channel
+block, 6 blocks in 8 tasks) and whose epilogue reads no other tensor cuts its output rows into
+bands instead: each task the same kernel over its rows, the whole input and weights read. The other
+families cut the output along one axis whose leading dims are 1 (so each run is contiguous), each
+input cut the same way or read whole where it is broadcast along that axis: a GEMM by runs of
+output rows (B, packed once, read whole by every task), a batched MatMul (attention's heads) by
+runs of its matrices (A, B and C cut with them), pooling of one image by channels (or channel
+blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, Resize of one image by
+channels, ConvTranspose of one image by output-channel vectors (its packed weights cut with them),
+a Relayout between NCHW and NCHW<b>c by channel blocks, and elementwise steps along their leading
+axis. Nothing is reduced across tasks, so the split is exact and the tasks can run on any number of
+threads.
 
-The cost rule decides whether a step splits and into how many tasks, from the step alone
-(never from the thread count, so the code, and so the output bits, are the same for any
-``threads``): at least :data:`MIN_TASK_FLOPS` per task (a task must dwarf the pool's
-dispatch, a few microseconds; a memory-bound step counts :data:`ELEMENT_FLOPS` per element
-it moves, what that costs beside a convolution's FMAs, plus 1 per elementwise op, 20 for
-the transcendental and dividing ones, and :data:`TAP_FLOPS` per pooling tap), at most
-:data:`MAX_TASKS`, whole channel vectors per conv task, runs of 8 rows per GEMM task.
-Anything else (several images, NHWC, grouped convolutions, transposed or batched GEMMs, a
-GEMM whose task kernel would want B packed otherwise) stays one serial call.
+The cost rule decides whether a step splits and into how many tasks, from the step alone (never
+from the thread count, so the code, and so the output bits, are the same for any ``threads``): at
+least :data:`MIN_TASK_FLOPS` per task (a task must dwarf the pool's dispatch, a few microseconds; a
+memory-bound step counts :data:`ELEMENT_FLOPS` per element it moves, what that costs beside a
+convolution's FMAs, plus 1 per elementwise op, 20 for the transcendental and dividing ones, and
+:data:`TAP_FLOPS` per pooling tap), at most :data:`MAX_TASKS`, whole channel vectors per conv task,
+runs of 8 rows per GEMM task. Anything else (several images, NHWC, grouped convolutions, transposed
+GEMMs, a GEMM whose task kernel would want B packed otherwise) stays one serial call.
 
-The int8 kernels (guard.compiler.codegen.quant) split by the same rule with their own
-cost: a multiply-accumulate counts :data:`INT8_MAC_FLOPS`, not the two FLOPs of a float
-FMA, and each byte the convolution packs as a quarter of a moved element. A convolution
-(any images, any groups) cuts into bands of output rows, each packing its own pixels; a
-matrix product into runs of rows of A and Y, B read whole as packed for the whole node, or,
-with fewer than 8 rows (a GEMV), into runs of B's packed panels, A read whole.
+The int8 kernels (guard.compiler.codegen.quant) split by the same rule with their own cost: a
+multiply-accumulate counts :data:`INT8_MAC_FLOPS`, not the two FLOPs of a float FMA, and each byte
+the convolution packs as a quarter of a moved element. A convolution (any images, any groups) cuts
+into bands of output rows, each packing its own pixels; a matrix product into runs of rows of A and
+Y, B read whole as packed for the whole node, or, with fewer than 8 rows (a GEMV), into runs of B's
+packed panels, A read whole.
 """
 
 from __future__ import annotations
@@ -145,11 +144,8 @@ def _cut(o: Operand, axis: int, d0: int, d1: int) -> Operand:
 
 
 def _overlaps(a: Operand, b: Operand) -> bool:
-    return (
-        a.space == b.space == "arena"
-        and a.offset < b.offset + b.nbytes
-        and b.offset < a.offset + a.nbytes
-    )
+    same = a.space == b.space == "arena"
+    return same and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
 
 
 def _leading_axis(shape: tuple[int, ...], before: int) -> int | None:
@@ -260,9 +256,10 @@ def norm_tasks(step: Step) -> tuple[Step, ...]:
 
 
 def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
-    """A GEMM of one matrix (Gemm without transA, MatMul with a 2-D B and A's leading
-    dims 1) cut into runs of output rows; B and row-broadcast operands are read whole.
-    Only where the tasks' kernels take B packed as the whole GEMM's is (same ``nr``)."""
+    """A GEMM of one matrix (Gemm without transA, MatMul with a 2-D B and A's leading dims 1)
+    cut into runs of output rows; B and row-broadcast operands are read whole. Only where the
+    tasks' kernels take B packed as the whole GEMM's is (same ``nr``). A batched MatMul (equal
+    batch dims) by runs of its matrices along its first batch axis longer than 1."""
     from guard.compiler.codegen.gemm.emitter import GemmShape
     from guard.compiler.tuning.dispatch import gemm_schedule
 
@@ -271,6 +268,8 @@ def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
         return ()
     shapes = [None if o is None else o.shape for o in step.inputs]
     gs = GemmShape(step.op, step.attrs, shapes)
+    if gs.ok and gs.batch > 1 and (bx := _leading_axis(y.shape, len(y.shape) - 2)) is not None:
+        return _tasks_along(step, bx, 2 * gs.batch * gs.M * gs.N * gs.K)
     if not gs.ok or gs.batch != 1 or any(d != 1 for d in y.shape[:-2]) or len(b.shape) != 2:
         return ()
     axis = len(y.shape) - 2

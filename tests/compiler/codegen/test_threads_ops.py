@@ -90,3 +90,41 @@ def test_the_cost_rule_keeps_small_steps_serial_and_splits_large_ones():
     # 524288 elements at ELEMENT_FLOPS + 20 each: 27 MFLOP, as many tasks as allowed
     assert 524288 * (split.ELEMENT_FLOPS + 20) // split.MIN_TASK_FLOPS >= split.MAX_TASKS
     assert tasks["Tanh"] == split.MAX_TASKS
+
+
+def _attention() -> onnx.ModelProto:
+    """Four heads of attention: softmax(q @ k * 0.125) @ v, the batched MatMuls of a
+    transformer layer (batch dims [1, 4])."""
+    nodes = [
+        helper.make_node("MatMul", ["q", "k"], ["s"]),
+        helper.make_node("Mul", ["s", "scale"], ["t"]),
+        helper.make_node("Softmax", ["t"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["y"]),
+    ]
+    inputs = [("q", [1, 4, 40, 24]), ("k", [1, 4, 24, 40]), ("v", [1, 4, 40, 36])]
+    return model(nodes, inputs, ["y"], [("scale", np.array(0.125, np.float32))])
+
+
+@pytest.mark.parametrize("isa", [*TARGETS, "host"])
+def test_batched_matmuls_split_by_heads_bit_identical_for_any_thread_count(isa, monkeypatch):
+    """Both batched MatMuls cut into runs of heads (A, B and C cut with them): 1, 2 and 3
+    threads give the same bits, equal to the numpy reference within tolerance."""
+    target = None if isa == "host" else skip_unless_runnable(isa)
+    monkeypatch.setattr(split, "MIN_TASK_FLOPS", 1)
+    g0 = import_onnx(_attention(), {})
+    table = table_for(isa) if isa != "host" else None
+    compiled = plan(optimize(g0, "O2", target=table)[0] if table else optimize(g0, "O2")[0])
+    assert compiled.partition_report["count"] == 1, compiled.partition_text()
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, s in
+             (("q", (1, 4, 40, 24)), ("k", (1, 4, 24, 40)), ("v", (1, 4, 40, 36)))}  # fmt: skip
+    outs = []
+    for threads in (1, 2, 3):
+        rt, code = jit(compiled, target, threads=threads)
+        gemms = [s for s in code.plan.steps() if s.op in ("MatMul", "FusedMatMul")]
+        assert len(gemms) == 2 and all(len(s.parts) == 4 for s in gemms)
+        assert all(t.inputs[0].shape[:2] == (1, 1) for s in gemms for t in s.parts)
+        outs.append(rt.run(feeds)["y"])
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+    ref = run_reference(g0, feeds)["y"]
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
