@@ -424,7 +424,7 @@ def test_bundled_ratio_table(tmp_path):
                     sessions.append(_session("openvino", name, tmp_path / name, threads)[0])
                     ov = len(sessions) - 1
                 except ModelError as exc:  # silero's If: its frontend cannot convert it
-                    row["openvino_refused"] = str(exc).splitlines()[0][:300]
+                    row["openvino_refused"] = str(exc).removeprefix(f"{exc.where}: ")[:300]
             med, ratios, other, times = _interleaved(sessions, feeds, TABLE_ROUNDS)
             cell = {
                 "ort_ms": med[0] * 1e3,
