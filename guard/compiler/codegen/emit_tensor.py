@@ -5,7 +5,9 @@ repeats_1, d_1, ...]``, read with stride 0 along each repeat).
 
 All of them are one strided copy: loops over the output's dims (merged where the input's
 strides allow, so a contiguous run is one loop), each output element read from
-``input[offset + sum(i_d * stride_d)]``. Elements move as integers of the dtype's size,
+``input[offset + sum(i_d * stride_d)]``; a float Transpose that moves the input's innermost
+dim away from the output's (attention's k^T) goes by vector-width tiles transposed in
+registers instead. Elements move as integers of the dtype's size,
 so every dtype is supported; a unit-stride inner loop is vectorised by LLVM. Pad in
 reflect, edge and wrap mode is a gather through per-axis index tables (emit_resize's),
 the source indices numpy's own ``np.pad`` gives for ``arange``.
@@ -180,7 +182,9 @@ class Copy(Emitter):
             perm = a.get("perm") or list(range(len(xs)))[::-1]
             st = strides(xs)
             out = k.outputs[0].shape
-            strided_copy(b, out, outs[0], 0, strides(out), ins[0], 0, [st[p] for p in perm], size)
+            in_st = [st[p] for p in perm]
+            if size != 4 or not _transpose_tiles(b, out, in_st, ins[0], outs[0], k.vector_width):
+                strided_copy(b, out, outs[0], 0, strides(out), ins[0], 0, in_st, size)
         elif k.op == "Relayout":
             rel = relayout_strides(xs, a["from"], a["to"])
             assert rel is not None
@@ -253,6 +257,51 @@ def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
             r[i], r[i + d] = b.shuffle_vector(a, c, lo), b.shuffle_vector(a, c, hi)
         d //= 2
     return r
+
+
+def tiled_transpose_dims(
+    out: Sequence[int], in_st: Sequence[int], w: int
+) -> tuple[int, int] | None:
+    """(i, p) where a permutation (output ``out``, read at ``in_st``) goes by ``w x w`` tiles:
+    its innermost output dim ``i`` reads the input at a stride, the input's innermost dim is
+    another output dim ``p``, both multiples of the vector width ``w``; else None."""
+    kept = [d for d in range(len(out)) if out[d] > 1]
+    ones = [d for d in kept if in_st[d] == 1]
+    if w < 4 or not kept or not ones or kept[-1] == ones[0] or strides(out)[kept[-1]] != 1:
+        return None
+    i, p = kept[-1], ones[0]
+    return None if out[i] % w or out[p] % w else (i, p)
+
+
+def _transpose_tiles(
+    b: ir.IRBuilder, out: Sequence[int], in_st: Sequence[int], x: ir.Value, y: ir.Value, w: int
+) -> bool:
+    """A 4-byte permutation that :func:`tiled_transpose_dims` accepts (attention's k -> k^T):
+    ``w x w`` tiles moved as ``w`` vector loads along the input's rows, an in-register
+    transpose and ``w`` vector stores along the output's, the other dims looped over. False,
+    emitting nothing, for any other permutation (the strided copy's)."""
+    dims = tiled_transpose_dims(out, in_st, w)
+    if dims is None:
+        return False
+    i, p = dims
+    o_st = strides(out)
+    others = [d for d in range(len(out)) if out[d] > 1 and d not in (i, p)]
+
+    def nest(j: int, ib: ir.Value, ob: ir.Value) -> None:
+        if j < len(others):
+            d = others[j]
+            with loop(b, 0, out[d], 1, f"t{d}") as t:
+                nest(j + 1, add(b, ib, b.mul(t, i64(in_st[d]))), add(b, ob, b.mul(t, i64(o_st[d]))))
+            return
+        with loop(b, 0, out[p], w, "tp") as p0, loop(b, 0, out[i], w, "ti") as i0:
+            ibase = add(b, ib, p0, b.mul(i0, i64(in_st[i])))
+            rows = [load(b, x, add(b, ibase, r * in_st[i]), w) for r in range(w)]
+            obase = add(b, ob, b.mul(p0, i64(o_st[p])), i0)
+            for r, v in enumerate(_transpose(b, rows)):  # v: lanes along i, at p0 + r
+                store(b, v, y, add(b, obase, r * o_st[p]))
+
+    nest(0, i64(0), i64(0))
+    return True
 
 
 def _relayout_blocked(

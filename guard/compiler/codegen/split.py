@@ -237,8 +237,9 @@ def pool_tasks(step: Step) -> tuple[Step, ...]:
 
 
 def norm_tasks(step: Step) -> tuple[Step, ...]:
-    """Softmax, LogSoftmax, LayerNormalization cut into runs of whole rows (the
-    normalised axes stay in one task); scale and bias are read whole."""
+    """Softmax, LogSoftmax, LayerNormalization cut into runs of whole rows (the normalised
+    axes stay in one task); scale and bias are read whole. Softmax's exp of every element
+    counts as a transcendental op does in elementwise steps (20)."""
     x, y = step.inputs[0], step.outputs[0]
     if x is None or x.shape != y.shape:
         return ()
@@ -250,7 +251,7 @@ def norm_tasks(step: Step) -> tuple[Step, ...]:
     return _tasks_along(
         step,
         axis,
-        math.prod(y.shape) * (ELEMENT_FLOPS + 20),
+        math.prod(y.shape) * (ELEMENT_FLOPS + (20 if step.op == "LayerNormalization" else 40)),
         rule=lambda j, o: axis if j == 0 else "whole",
     )
 

@@ -13,6 +13,8 @@ from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.codegen.build import jit
 from guard.compiler.partition.plan import plan
 
+from ._jit import TARGETS, skip_unless_runnable
+
 RTOL, ATOL = 1e-4, 1e-5
 # An element that cancels out of large terms carries the rounding of those terms, not of
 # itself: a float32 sum of K products is off by up to ~K eps of the terms' size, whatever
@@ -374,3 +376,42 @@ def test_fill_from_constant_of_shape(shape):
     ]
     g, code = run_both(model(nodes, [("x", shape)], ["y"], [("shp", shp)]), "O0", seeds=(0,))
     assert "Fill" in {n.op for n in g.nodes}
+
+
+@pytest.mark.parametrize("isa", ["host", *TARGETS])
+@pytest.mark.parametrize(
+    "shape,perm",
+    [([1, 32, 4, 16], [0, 2, 3, 1]), ([2, 48, 3, 32], [0, 2, 3, 1]), ([64, 48], [1, 0]),
+     ([40, 24], [1, 0]), ([3, 16, 5, 24], [2, 3, 0, 1]), ([2, 3, 5, 7], [0, 2, 3, 1])],
+)  # fmt: skip
+def test_transposes_equal_the_reference_bit_for_bit(isa, shape, perm):
+    """A float Transpose that moves the input's innermost dim away from the output's goes by
+    vector-width tiles transposed in registers where both dims are multiples of the width
+    (attention's k^T), by the strided copy elsewhere; either way the bits of the reference
+    interpreter at 1 and 2 threads."""
+    from guard.compiler.codegen.build import host_target
+    from guard.compiler.codegen.emit_tensor import tiled_transpose_dims
+
+    from .._helpers import assert_native_equals_reference
+
+    target = host_target() if isa == "host" else skip_unless_runnable(isa)
+    m = model(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Transpose", ["r"], ["y"], perm=perm),
+        ],
+        [("x", shape)],
+        ["y"],
+    )
+    g, _ = optimize(import_onnx(m, {}), "O0")
+
+    def feeds(seed: int) -> dict[str, np.ndarray]:
+        return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+    assert_native_equals_reference(g, target, feeds)
+    w = target.table.vector_width
+    out = [shape[p] for p in perm]
+    in_st = [int(np.prod(shape[p + 1 :])) for p in perm]
+    inner = perm.index(len(shape) - 1)  # the output dim the input's innermost dim became
+    tiled = inner != len(out) - 1 and out[-1] % w == 0 and out[inner] % w == 0
+    assert tiled_transpose_dims(out, in_st, w) == ((len(out) - 1, inner) if tiled else None)

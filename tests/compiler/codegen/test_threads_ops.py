@@ -128,3 +128,20 @@ def test_batched_matmuls_split_by_heads_bit_identical_for_any_thread_count(isa, 
     assert all(np.array_equal(outs[0], o) for o in outs[1:])
     ref = run_reference(g0, feeds)["y"]
     np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_softmax_counts_its_exp_in_the_cost_rule():
+    """Attention's Softmax over [1, 4, 128, 128] (65536 exps, about 40 us on one core) splits
+    in two; a LayerNormalization of as many elements (no exp) stays one call."""
+    from guard.compiler.codegen.kernel_plan import Operand, Step
+
+    shape = (1, 4, 128, 128)
+    x, y = (
+        Operand("x", "arena", 0, shape, "float32"),
+        Operand("y", "arena", 1 << 20, shape, "float32"),
+    )
+    soft = split.split_step(Step("s", "Softmax", "", (x,), (y,), {"axis": -1}, False), 16)
+    assert len(soft) == 2 and [t.inputs[0].shape for t in soft] == [(1, 2, 128, 128)] * 2
+    scale = Operand("g", "weights", 0, (128,), "float32")
+    ln = Step("n", "LayerNormalization", "", (x, scale, scale), (y,), {"axis": -1}, False)
+    assert split.split_step(ln, 16) == ()
