@@ -9,7 +9,7 @@ several calls; printed: each side's median ms, the ratios of medians to onnxrunt
 p10-p90 of the per-round ratios, and the CPU share other processes took (/proc/stat). The
 outputs are checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
 
-    python benchmarks/recurrent_vs_onnxruntime.py [--rounds 9] [--seq 40,80]
+    python benchmarks/recurrent_vs_onnxruntime.py [--rounds 9] [--seq 40,80] [--threads 1,2]
 """
 
 from __future__ import annotations
@@ -92,12 +92,13 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seq", default="40,80")
+    ap.add_argument("--threads", default="1,2")
     args = ap.parse_args()
     rows = []
     for seq in (int(s) for s in args.seq.split(",")):
         model = crnn_head(seq)
         x = np.random.default_rng(1).standard_normal((seq, 1, FEAT)).astype(np.float32)
-        for threads in (1, 2):
+        for threads in (int(t) for t in args.threads.split(",")):
             so = ort.SessionOptions()
             so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
             sess = ort.InferenceSession(model.SerializeToString(), so,

@@ -16,7 +16,11 @@ half was computed for the whole sequence by one GEMM before this step: input 0 h
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import llvmlite.ir as ir
+import numpy as np
 
 from guard.compiler.codegen import mathfn as m
 from guard.compiler.codegen.base import Emitter, Kernel, float32_only
@@ -32,12 +36,30 @@ from guard.compiler.codegen.irutil import (
     loop,
     store,
 )
+from guard.compiler.codegen.recurrence import GATES, blocked, emit_recurrence, pack_recurrence
 from guard.compiler.graph.view import GraphView, OpNode
 
 DEFAULT = ["sigmoid", "tanh", "tanh"]
 
 
-class Recurrent(Emitter):
+class _Packed(Emitter):
+    """R packed for guard.compiler.codegen.recurrence where that module emits the node."""
+
+    def pack(
+        self, op: str, attrs: Mapping[str, Any], index: int, value: np.ndarray,
+        shapes: Sequence[tuple[int, ...] | None], vector_width: int,
+    ) -> np.ndarray | None:  # fmt: skip
+        if index != 2 or vector_width < 4 or not blocked(op, attrs):
+            return None
+        return pack_recurrence(value, GATES[op], vector_width)
+
+    @staticmethod
+    def packed(k: Kernel) -> bool:
+        r = k.inputs[2]
+        return r is not None and r.space == "packed" and blocked(k.op, k.attrs)
+
+
+class Recurrent(_Packed):
     ops = frozenset({"LSTM"})
 
     def decline(self, node: OpNode, g: GraphView) -> str | None:
@@ -57,6 +79,9 @@ class Recurrent(Emitter):
     def emit(
         self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
     ) -> None:
+        if self.packed(k):
+            emit_recurrence(b, ins, outs, k)
+            return
         a = k.attrs
         xo, ro = k.inputs[0], k.inputs[2]
         assert xo is not None and ro is not None
@@ -143,7 +168,7 @@ class Recurrent(Emitter):
 GRU_RNN_DEFAULT = {"GRU": ["sigmoid", "tanh"], "RNN": ["tanh"]}
 
 
-class GruRnn(Emitter):
+class GruRnn(_Packed):
     """GRU (gates ``z, r, h``, both ``linear_before_reset`` forms) and RNN on float32, in the
     batched form only: their input gates come from one GEMM over the sequence
     (``input_gates=1``), so each step is the ``R h`` products and the state update. Per
@@ -173,6 +198,9 @@ class GruRnn(Emitter):
     def emit(
         self, b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
     ) -> None:
+        if self.packed(k):
+            emit_recurrence(b, ins, outs, k)
+            return
         a, op = k.attrs, k.op
         xo, ro = k.inputs[0], k.inputs[2]
         assert xo is not None and ro is not None

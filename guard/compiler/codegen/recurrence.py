@@ -1,0 +1,330 @@
+"""The recurrence of an LSTM, RNN or GRU (``linear_before_reset``) whose input gates are one
+GEMM (``input_gates=1``, guard.compiler.passes.batch_recurrent_inputs): per step the matrix-
+vector product ``h_{t-1} R^T`` and the state update, in blocks of hidden units, on the pool.
+
+R is packed per direction as ``[block][k][gate][U]`` (U = two vectors of units, the last block
+padded with zero rows): a block's product is one contiguous stream, ``h[k]`` broadcast times
+``G * U`` floats into ``2G`` vector accumulators held in registers over the whole ``k`` loop
+(no horizontal sums), and the block's units are then updated straight from those registers
+(the gates plus the GEMM's ``x W^T + Wb``, the biases, sigmoid/tanh, the cell state kept in
+Y_c, the new ``h`` stored into Y at its step; Y_h is copied from Y at the end). ``h_{t-1}`` is
+read from Y at the previous step (h0 or zeros at the first), so a step's writes never meet
+its reads and no unit waits for another one of the same step.
+
+Work is claimed in chunks of whole blocks: claim ``k`` (one atomic counter) is step
+``k // (D C)``, direction and chunk the rest; before working a chunk of step ``s`` the
+claimer waits (spinning, after :data:`SPIN` polls yielding the CPU between polls) until its
+direction's ``done`` counter holds every chunk of step ``s - 1``. The directions of a bidirectional layer so run side by side with no wait on
+each other, and a unidirectional layer's step is shared by the threads with one handoff per
+chunk. The kernel runs :data:`TASKS` copies of the claim loop on the pool
+(``guard_pool_run``); with one thread the first does all the work in order and the others
+find none left. The chunk count comes from the layer's shape alone and each block is the
+same code whichever thread claims it, so the outputs are bit-identical for any thread
+count. A layer under :data:`PARALLEL_FLOPS` calls the claim loop directly, without the pool.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import llvmlite.ir as ir
+import numpy as np
+
+from guard.compiler.codegen import mathfn as m
+from guard.compiler.codegen.base import Kernel
+from guard.compiler.codegen.irutil import (
+    F32,
+    I64,
+    PTR,
+    VOID,
+    add,
+    const,
+    declare,
+    elem_ptr,
+    fma,
+    for_loop_carried,
+    for_loop_dynamic,
+    i64,
+    load,
+    load_lanes,
+    loop,
+    splat,
+    store,
+    store_lanes,
+)
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+BLOCK_VECTORS = 2  # units per block: two vectors (2G accumulators)
+CHUNK_FLOPS = 100_000  # per claimed chunk: ~3 us of a bandwidth-bound product, >> a handoff
+PARALLEL_FLOPS = 2_000_000  # below: one call, no pool dispatch
+TASKS = 8  # claim loops put on the pool (at most this many threads work on one layer)
+COUNTER_STRIDE = 8  # i64s between the counters (one 64-byte line each)
+SPIN = 4096  # polls of a chunk's wait before each further poll yields the CPU (a thread
+# that has the rest of the step may be waiting for it on a shared machine)
+
+
+def blocked(op: str, attrs: Mapping[str, Any]) -> bool:
+    """Whether this module emits the node (the GEMM-batched forms with gates per unit)."""
+    if op not in GATES or not attrs.get("input_gates", 0):
+        return False
+    return op != "GRU" or bool(attrs.get("linear_before_reset", 0))
+
+
+def pack_recurrence(r: np.ndarray, gates: int, width: int) -> np.ndarray:
+    """R ``[D, G*H, H]`` as ``[D, blocks, H(k), G, U]`` (padded units are zero rows)."""
+    d, _, h = r.shape
+    u = BLOCK_VECTORS * width
+    nb = -(-h // u)
+    pad = np.zeros((d, gates, nb * u, h), np.float32)
+    pad[:, :, :h] = np.asarray(r, np.float32).reshape(d, gates, h, h)
+    return np.ascontiguousarray(pad.reshape(d, gates, nb, u, h).transpose(0, 2, 4, 1, 3))
+
+
+def layout(op: str, seq: int, batch: int, dirs: int, hidden: int, width: int) -> dict[str, int]:
+    """Blocks, blocks per chunk, chunks per direction-step, and whether to use the pool."""
+    g, u = GATES[op], BLOCK_VECTORS * width
+    nb = -(-hidden // u)
+    per_block = 2 * g * hidden * u * batch
+    bpc = min(nb, max(1, math.ceil(CHUNK_FLOPS / per_block)))
+    chunks = -(-nb // bpc)
+    flops = 2 * g * hidden * hidden * batch * dirs * seq
+    pool = int(flops >= PARALLEL_FLOPS and dirs * chunks > 1)
+    return {"blocks": nb, "per_chunk": bpc, "chunks": chunks, "pool": pool}
+
+
+def _pause(b: ir.IRBuilder) -> None:
+    arch = str(b.module.triple).split("-")[0]
+    if arch == "x86_64":
+        b.call(declare(b.module, "llvm.x86.sse2.pause", VOID, []), [])
+    elif arch == "aarch64":
+        b.call(declare(b.module, "llvm.aarch64.isb", VOID, [ir.IntType(32)]),
+               [ir.Constant(ir.IntType(32), 15)])  # fmt: skip
+
+
+def emit_recurrence(
+    b: ir.IRBuilder, ins: list[ir.Value | None], outs: list[ir.Value], k: Kernel
+) -> None:
+    a, op = k.attrs, k.op
+    xo, ro = k.inputs[0], k.inputs[2]
+    assert xo is not None and ro is not None
+    S, Bt, _ = xo.shape
+    D, H, W = ro.shape[0], int(a["hidden_size"]), k.vector_width
+    plan = layout(op, S, Bt, D, H, W)
+
+    def arg(j: int) -> ir.Value | None:
+        return ins[j] if len(ins) > j else None
+
+    names = ["x", "r", "bias", "h0", "c0", "peep", "y", "yh", "yc"]
+    vals = [arg(0), arg(2), arg(3), arg(5), arg(6), arg(7), outs[0], outs[1],
+            outs[2] if op == "LSTM" else None]  # fmt: skip
+    shared = b.alloca(ir.ArrayType(PTR, len(names) + 1))
+    counters = b.alloca(ir.ArrayType(I64, COUNTER_STRIDE * (D + 1)))
+    counters.align = 64
+    for j, v in enumerate([*vals, counters]):
+        slot = b.gep(shared, [i64(0), i64(j)], inbounds=True)
+        b.store(ir.Constant(PTR, None) if v is None else v, slot)
+    with loop(b, 0, COUNTER_STRIDE * (D + 1), 1, "zero") as i:
+        b.store(i64(0), b.gep(counters, [i64(0), i], inbounds=True))
+    yc, c0 = vals[8], vals[4]
+    if yc is not None:  # the cell state lives in Y_c
+        with loop(b, 0, D * Bt * H, 1, "cinit") as i:
+            store(b, load(b, c0, i) if c0 is not None else const(F32, 0.0), yc, i)
+    task = _claim_loop(b.module, f"{b.function.name}_steps", k, plan)
+    null = ir.Constant(PTR, None)
+    if plan["pool"]:
+        run = declare(b.module, "guard_pool_run", VOID, [PTR, PTR, PTR, PTR, I64])
+        b.call(run, [task, shared, null, null, i64(TASKS)])
+    else:
+        b.call(task, [i64(0), shared, null, null])
+    y, yh = vals[6], vals[7]
+    for d in range(D):  # Y_h: h at each direction's last step
+        t_last = 0 if a["direction"] == "reverse" or d == 1 else S - 1
+        with loop(b, 0, Bt * H, 1, "yh") as i:
+            store(b, load(b, y, add(b, (t_last * D + d) * Bt * H, i)), yh, add(b, d * Bt * H, i))
+
+
+def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -> ir.Function:
+    """``void name(i64 task, ptr shared, ptr, ptr)``: claims chunks until none is left."""
+    fn = ir.Function(module, ir.FunctionType(VOID, [I64, PTR, PTR, PTR]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    sh = fn.args[1]
+    p = [b.load(b.gep(sh, [i64(j)], source_etype=PTR), typ=PTR) for j in range(10)]
+    x, r, bias, h0, _c0, peep, y, _yh, yc, cnt = p
+    a, op = k.attrs, k.op
+    xo, ro = k.inputs[0], k.inputs[2]
+    assert xo is not None and ro is not None
+    S, Bt, _ = xo.shape
+    D, H, G, W = ro.shape[0], int(a["hidden_size"]), GATES[op], k.vector_width
+    C, nb, bpc = plan["chunks"], plan["blocks"], plan["per_chunk"]
+    U = BLOCK_VECTORS * W
+    has = {n: k.inputs[j] is not None if len(k.inputs) > j else False
+           for n, j in (("bias", 3), ("h0", 5), ("peep", 7))}  # fmt: skip
+    zeros = ir.GlobalVariable(module, ir.ArrayType(F32, H), f"{name}_zeros")
+    zeros.linkage, zeros.global_constant = "internal", True
+    zeros.initializer = ir.Constant(ir.ArrayType(F32, H), None)
+    clip = a.get("clip")
+
+    def cl(v: ir.Value) -> ir.Value:
+        if clip is None:
+            return v
+        return m.fmin(b, m.fmax(b, v, const(v.type, -float(clip))), const(v.type, float(clip)))
+
+    head = fn.append_basic_block("claim")
+    work = fn.append_basic_block("wait")
+    out = fn.append_basic_block("out")
+    b.branch(head)
+    b.position_at_end(head)
+    kk = b.atomic_rmw("add", cnt, i64(1), "monotonic")
+    b.cbranch(b.icmp_signed(">=", kk, i64(S * D * C)), out, work)
+    b.position_at_end(work)
+    s = b.udiv(kk, i64(D * C))
+    rem = b.urem(kk, i64(D * C))
+    d, c = b.udiv(rem, i64(C)), b.urem(rem, i64(C))
+    done = b.gep(cnt, [b.mul(add(b, d, 1), i64(COUNTER_STRIDE))], source_etype=I64)
+    need = b.mul(s, i64(C))
+    spin = fn.append_basic_block("spin")
+    ready = fn.append_basic_block("ready")
+    before = b.block
+    b.branch(spin)
+    b.position_at_end(spin)
+    polls = b.phi(I64)
+    polls.add_incoming(i64(0), before)
+    have = b.load_atomic(done, "acquire", 8, typ=I64)
+    ok = b.icmp_unsigned(">=", have, need)
+    pause = fn.append_basic_block("pause")
+    b.cbranch(ok, ready, pause)
+    b.position_at_end(pause)
+    _pause(b)
+    with b.if_then(b.icmp_unsigned(">=", polls, i64(SPIN))):
+        b.call(declare(module, "sched_yield", ir.IntType(32), []), [])
+    polls.add_incoming(add(b, polls, 1), b.block)
+    b.branch(spin)
+    b.position_at_end(ready)
+    rev = (
+        b.icmp_unsigned("==", d, i64(1))
+        if D == 2
+        else ir.Constant(ir.IntType(1), a["direction"] == "reverse")
+    )
+    t = b.select(rev, b.sub(i64(S - 1), s), s)
+    t_prev = b.select(rev, add(b, t, 1), b.sub(t, i64(1)))
+    first = b.icmp_unsigned("==", s, i64(0))
+    rp = elem_ptr(b, r, b.mul(d, i64(nb * H * G * U)))
+
+    def row_body(bt: ir.Value) -> None:
+        db = add(b, b.mul(d, i64(Bt)), bt)  # [d, bt] of the [D, B, H] states
+        hp0 = elem_ptr(b, h0, b.mul(db, i64(H))) if has["h0"] else b.bitcast(zeros, PTR)
+        hprev = elem_ptr(b, y, b.mul(add(b, b.mul(t_prev, i64(D * Bt)), db), i64(H)),
+                         inbounds=False)  # fmt: skip
+        hp = b.select(first, hp0, hprev)
+        yrow = b.mul(add(b, b.mul(t, i64(D * Bt)), db), i64(H))
+        xrow = add(b, b.mul(add(b, b.mul(t, i64(Bt)), bt), i64(D * G * H)), b.mul(d, i64(G * H)))
+        brow = b.mul(d, i64(2 * G * H))
+        prow = b.mul(d, i64(3 * H))
+        first_blk = b.mul(c, i64(bpc))
+        n_blk = b.sub(i64(nb), first_blk)
+        n_blk = b.select(b.icmp_unsigned("<", n_blk, i64(bpc)), n_blk, i64(bpc))
+
+        def block(blk: ir.Value, units: int) -> None:
+            bp = elem_ptr(b, rp, b.mul(blk, i64(H * G * U)))
+            vt = ir.VectorType(F32, W)
+
+            def kstep(kx: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                hk = splat(b, load(b, hp, kx), W)
+                row = b.mul(kx, i64(G * U))
+                return [fma(b, load(b, bp, add(b, row, j * W), W), hk, acc[j])
+                        for j in range(G * BLOCK_VECTORS)]  # fmt: skip
+
+            acc = for_loop_carried(b, 0, H, 1, [const(vt, 0.0)] * (G * BLOCK_VECTORS), kstep)
+            for v in range(BLOCK_VECTORS):
+                lanes = min(W, units - v * W)
+                if lanes <= 0:
+                    continue
+                u = add(b, b.mul(blk, i64(U)), v * W)
+
+                def ld(base: ir.Value, idx: ir.Value, lanes: int = lanes) -> ir.Value:
+                    return load_lanes(b, base, idx, W, lanes)
+
+                def xpart(g: int, u: ir.Value = u) -> ir.Value:
+                    """x W^T + Wb of gate ``g`` (the GEMM's, B's first half)."""
+                    pre = ld(x, add(b, xrow, g * H, u))
+                    if has["bias"]:
+                        pre = b.fadd(pre, ld(bias, add(b, brow, g * H, u)))
+                    return pre
+
+                def rpart(g: int, u: ir.Value = u, v: int = v) -> ir.Value:
+                    """h R^T + Rb of gate ``g`` (the accumulators, B's second half)."""
+                    rec = acc[g * BLOCK_VECTORS + v]
+                    if has["bias"]:
+                        rec = b.fadd(rec, ld(bias, add(b, brow, G * H + g * H, u)))
+                    return rec
+
+                def st(val: ir.Value, base: ir.Value, idx: ir.Value, lanes: int = lanes) -> None:
+                    store_lanes(b, val, base, idx, lanes)
+
+                unit = add(b, b.mul(db, i64(H)), u)  # this vector's [d, bt, u] in Y_c
+                peeps = None
+                if has["peep"]:
+                    peeps = [ld(peep, add(b, prow, n * H, u)) for n in range(3)]
+                h_prev = ld(hp, u) if op == "GRU" else None
+                h_new = _update(b, op, a, W, (xpart, rpart, cl, ld, st), yc, unit, peeps, h_prev)
+                st(h_new, y, add(b, yrow, u))
+
+        full = H // U
+
+        def one(j: ir.Value, _: list[ir.Value]) -> list[ir.Value]:
+            blk = add(b, first_blk, j)
+            if H % U == 0:
+                block(blk, U)
+                return []
+            with b.if_else(b.icmp_unsigned("<", blk, i64(full))) as (then, tail):
+                with then:
+                    block(blk, U)
+                with tail:  # the short last block: masked loads and stores
+                    block(blk, H - full * U)
+            return []
+
+        for_loop_dynamic(b, n_blk, [], one)
+
+    with loop(b, 0, Bt, 1, "row") as bt:
+        row_body(bt)
+    b.atomic_rmw("add", done, i64(1), "release")
+    b.branch(head)
+    b.position_at_end(out)
+    b.ret_void()
+    return fn
+
+
+def _update(
+    b: ir.IRBuilder, op: str, a: Mapping[str, Any], width: int, fns: tuple[Callable, ...],
+    yc: ir.Value, unit: ir.Value, peeps: list[ir.Value] | None, h_prev: ir.Value | None,
+) -> ir.Value:  # fmt: skip
+    """One vector of units' new h from its gates (the LSTM's cell state stored into Y_c)."""
+    xpart, rpart, cl, ld, st = fns
+    one = const(ir.VectorType(F32, width), 1.0)
+
+    def gate(g: int) -> ir.Value:
+        return b.fadd(xpart(g), rpart(g))
+
+    if op == "RNN":
+        return m.tanh(b, cl(gate(0)))
+    if op == "GRU":  # linear_before_reset: tanh(x_h + r * (h R_h^T + Rb_h))
+        z = m.sigmoid(b, cl(gate(0)))
+        rg = m.sigmoid(b, cl(gate(1)))
+        hh = m.tanh(b, cl(b.fadd(xpart(2), b.fmul(rg, rpart(2)))))
+        assert h_prev is not None
+        return b.fadd(b.fmul(b.fsub(one, z), hh), b.fmul(z, h_prev))
+    c = ld(yc, unit)
+
+    def peeped(g: int, n: int, cv: ir.Value) -> ir.Value:
+        return gate(g) if peeps is None else b.fadd(gate(g), b.fmul(peeps[n], cv))
+
+    ig = m.sigmoid(b, cl(peeped(0, 0, c)))
+    fg = b.fsub(one, ig) if a.get("input_forget", 0) else m.sigmoid(b, cl(peeped(2, 2, c)))
+    c_new = b.fadd(b.fmul(fg, c), b.fmul(ig, m.tanh(b, cl(gate(3)))))
+    og = m.sigmoid(b, cl(peeped(1, 1, c_new)))
+    st(c_new, yc, unit)
+    return b.fmul(og, m.tanh(b, c_new))
