@@ -11,16 +11,18 @@ Y_c, the new ``h`` stored into Y at its step; Y_h is copied from Y at the end). 
 read from Y at the previous step (h0 or zeros at the first), so a step's writes never meet
 its reads and no unit waits for another one of the same step.
 
-Work is claimed in chunks of whole blocks: claim ``k`` (one atomic counter) is step
-``k // (D C)``, direction and chunk the rest; before working a chunk of step ``s`` the
-claimer waits (spinning, after :data:`SPIN` polls yielding the CPU between polls) until its
-direction's ``done`` counter holds every chunk of step ``s - 1``. The directions of a bidirectional layer so run side by side with no wait on
-each other, and a unidirectional layer's step is shared by the threads with one handoff per
-chunk. The kernel runs :data:`TASKS` copies of the claim loop on the pool
-(``guard_pool_run``); with one thread the first does all the work in order and the others
-find none left. The chunk count comes from the layer's shape alone and each block is the
-same code whichever thread claims it, so the outputs are bit-identical for any thread
-count. A layer under :data:`PARALLEL_FLOPS` calls the claim loop directly, without the pool.
+Work is claimed in chunks of whole blocks: claim ``k`` of a direction's atomic counter is
+step ``k // C``, chunk ``k % C``; before working a chunk of step ``s`` the claimer waits
+(spinning, after :data:`SPIN` polls yielding the CPU between polls) until the direction's
+``done`` counter holds every chunk of step ``s - 1``. Claim loop ``i`` starts with direction
+``i % D`` and then helps with the other's rest, so the two directions of a bidirectional
+layer run side by side on two threads with no handoff (each core streaming its own
+direction's R), and a unidirectional step is shared with one handoff per chunk. The kernel
+runs :data:`TASKS` claim loops on the pool (``guard_pool_run``); with one thread the first
+does all the work in order and the others find none left. The chunk count comes from the
+layer's shape alone and each block is the same code whichever thread claims it, so the
+outputs are bit-identical for any thread count. A layer under :data:`PARALLEL_FLOPS` calls
+the claim loop directly, without the pool.
 """
 
 from __future__ import annotations
@@ -120,12 +122,12 @@ def emit_recurrence(
     vals = [arg(0), arg(2), arg(3), arg(5), arg(6), arg(7), outs[0], outs[1],
             outs[2] if op == "LSTM" else None]  # fmt: skip
     shared = b.alloca(ir.ArrayType(PTR, len(names) + 1))
-    counters = b.alloca(ir.ArrayType(I64, COUNTER_STRIDE * (D + 1)))
+    counters = b.alloca(ir.ArrayType(I64, COUNTER_STRIDE * (2 * D + 1)))
     counters.align = 64
     for j, v in enumerate([*vals, counters]):
         slot = b.gep(shared, [i64(0), i64(j)], inbounds=True)
         b.store(ir.Constant(PTR, None) if v is None else v, slot)
-    with loop(b, 0, COUNTER_STRIDE * (D + 1), 1, "zero") as i:
+    with loop(b, 0, COUNTER_STRIDE * (2 * D + 1), 1, "zero") as i:
         b.store(i64(0), b.gep(counters, [i64(0), i], inbounds=True))
     yc, c0 = vals[8], vals[4]
     if yc is not None:  # the cell state lives in Y_c
@@ -173,18 +175,29 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
             return v
         return m.fmin(b, m.fmax(b, v, const(v.type, -float(clip))), const(v.type, float(clip)))
 
+    dirs = fn.append_basic_block("direction")
     head = fn.append_basic_block("claim")
     work = fn.append_basic_block("wait")
+    next_dir = fn.append_basic_block("next")
     out = fn.append_basic_block("out")
-    b.branch(head)
+    pre = b.block
+    b.branch(dirs)
+    b.position_at_end(dirs)
+    jd = b.phi(I64)
+    jd.add_incoming(i64(0), pre)
+    # Task i starts with direction i % D and then helps with the other one's rest.
+    d = b.urem(add(b, fn.args[0], jd), i64(D))
+    claim = b.gep(cnt, [b.mul(add(b, b.mul(d, i64(2)), 1), i64(COUNTER_STRIDE))], source_etype=I64)
+    done = b.gep(cnt, [b.mul(add(b, b.mul(d, i64(2)), 2), i64(COUNTER_STRIDE))], source_etype=I64)
+    b.cbranch(b.icmp_unsigned("<", jd, i64(D)), head, out)
     b.position_at_end(head)
-    kk = b.atomic_rmw("add", cnt, i64(1), "monotonic")
-    b.cbranch(b.icmp_signed(">=", kk, i64(S * D * C)), out, work)
+    kk = b.atomic_rmw("add", claim, i64(1), "monotonic")
+    b.cbranch(b.icmp_signed(">=", kk, i64(S * C)), next_dir, work)
+    b.position_at_end(next_dir)
+    jd.add_incoming(add(b, jd, 1), next_dir)
+    b.branch(dirs)
     b.position_at_end(work)
-    s = b.udiv(kk, i64(D * C))
-    rem = b.urem(kk, i64(D * C))
-    d, c = b.udiv(rem, i64(C)), b.urem(rem, i64(C))
-    done = b.gep(cnt, [b.mul(add(b, d, 1), i64(COUNTER_STRIDE))], source_etype=I64)
+    s, c = b.udiv(kk, i64(C)), b.urem(kk, i64(C))
     need = b.mul(s, i64(C))
     spin = fn.append_basic_block("spin")
     ready = fn.append_basic_block("ready")
