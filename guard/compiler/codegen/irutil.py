@@ -281,9 +281,10 @@ def hmax(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 
 @contextmanager
 def loop(
-    b: ir.IRBuilder, start: int, stop: int, step: int = 1, name: str = "i"
+    b: ir.IRBuilder, start: int | ir.Value, stop: int | ir.Value, step: int = 1, name: str = "i"
 ) -> Iterator[ir.Value]:
-    """A counted loop ``for i in range(start, stop, step)`` with compile-time bounds.
+    """A counted loop ``for i in range(start, stop, step)`` (bounds known at compile time,
+    or i64 values known at run time).
 
     The body runs at least once only when the range is non-empty; an empty range emits
     nothing that executes (the branch is folded).

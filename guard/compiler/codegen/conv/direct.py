@@ -51,8 +51,10 @@ class _Vec:
 class DirectConv:
     def __init__(self, geo: Geometry, sched: ConvSchedule, b: ir.IRBuilder, x: ir.Value,
                  w: ir.Value, bias: ir.Value | None, y: ir.Value,
-                 epilogue: Epilogue | None) -> None:  # fmt: skip
+                 epilogue: Epilogue | None,
+                 rows: tuple[int | ir.Value, int | ir.Value] | None = None) -> None:  # fmt: skip
         self.g, self.s, self.b = geo, sched, b
+        self.rows = rows or geo.rows  # the output rows written (run-time in a shared body)
         self.x, self.w, self.bias, self.y, self.epilogue = x, w, bias, y, epilogue
         self.ty = vec(geo.L) if geo.L > 1 else F32
         self.shared = geo.vectors_share_input(sched.oc_block)
@@ -75,13 +77,13 @@ class DirectConv:
 
         with loop(b, 0, g.N, 1, "n") as n:
             if s.loop_order == "kv_oh":
-                with loop(b, 0, blocks, KB, "kv") as kv, loop(b, *g.rows, 1, "oh") as oh:
+                with loop(b, 0, blocks, KB, "kv") as kv, loop(b, *self.rows, 1, "oh") as oh:
                     columns(n, kv, KB, oh)
                 if g.KV - blocks:
-                    with loop(b, *g.rows, 1, "oh_r") as oh:
+                    with loop(b, *self.rows, 1, "oh_r") as oh:
                         columns(n, i64(blocks), g.KV - blocks, oh)
             else:
-                with loop(b, *g.rows, 1, "oh") as oh:
+                with loop(b, *self.rows, 1, "oh") as oh:
                     with loop(b, 0, blocks, KB, "kv") as kv:
                         columns(n, kv, KB, oh)
                     if g.KV - blocks:

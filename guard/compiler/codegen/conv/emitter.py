@@ -39,8 +39,10 @@ conv/schedule.py holds the geometry, the knobs and the default heuristic.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import llvmlite.ir as ir
 import numpy as np
@@ -49,6 +51,7 @@ from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_
 from guard.compiler.codegen.conv.direct import DirectConv
 from guard.compiler.codegen.conv.schedule import ConvSchedule, Geometry
 from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decline, run_program
+from guard.compiler.codegen.irutil import I64, i64
 from guard.compiler.graph.exec_order import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
 from guard.compiler.tuning.dispatch import conv_schedule
@@ -65,6 +68,41 @@ def conv_function(module: ir.Module, name: str, k: Kernel, sched: ConvSchedule) 
     geo = Geometry(k.attrs, xo.shape, wo.shape, k.vector_width)
     ins: list[ir.Value | None] = [fn.args[0], fn.args[1], fn.args[2] if len(k.inputs) > 2 else None]
     Conv().emit_scheduled(b, ins, [fn.args[3]], k, geo, sched)
+    b.ret_void()
+    return fn
+
+
+def _row_body(
+    module: ir.Module, geo: Geometry, sched: ConvSchedule, prog: list, has_bias: bool
+) -> ir.Function:
+    """``void body(ptr x, ptr w, ptr bias, ptr y, i64 r0, i64 r1)``: output rows
+    ``[r0, r1)`` of one convolution (its epilogue in registers), declared once per module,
+    geometry and schedule. The row tasks of a thread split (guard.compiler.codegen.split)
+    differ only in their rows, and so do the tasks of the strips of one band shape that
+    guard.compiler.passes.tile_strips makes: each task's kernel is a call of this one body
+    with its rows, instead of a copy of the whole loop nest compiled per task. The rows
+    bound the outer loop only (each tap's row is checked at run time either way), so the
+    body computes what the per-task copies did, in the same order."""
+    cache = module.__dict__.setdefault("_guard_conv_rows", {})
+    full = copy.copy(geo)
+    full.rows = (0, geo.OH)
+    key = repr((sorted(vars(full).items()), sched, prog, has_bias))
+    if key in cache:
+        return cast(ir.Function, cache[key])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    ptr = ir.PointerType()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 4 + [I64, I64]),
+                     f"guard.conv.rows.{geo.R}x{geo.S}.c{geo.C}k{geo.K}.{geo.H}x{geo.W}.{digest}")  # fmt: skip
+    cache[key] = fn
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")  # one copy for every task
+    fn.attributes.add("nounwind")
+    x, w, bias, y, r0, r1 = fn.args
+    for a in (x, w, bias, y):  # as the task kernels' own arguments (a row task never aliases)
+        a.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    epilogue = (lambda bld, v: run_program(bld, prog, v, lambda j: v)) if prog else None
+    DirectConv(full, sched, b, x, w, bias if has_bias else None, y, epilogue, (r0, r1)).emit()
     b.ret_void()
     return fn
 
@@ -137,9 +175,13 @@ class Conv(Emitter):
         epilogue = (
             (lambda bld, v: run_program(bld, prog, v, lambda j: v)) if prog and not reads else None
         )
-        DirectConv(
-            geo, sched, b, ins[0], ins[1], ins[2] if has_bias else None, outs[0], epilogue
-        ).emit()
+        bias = ins[2] if has_bias else None
+        if "rows" in k.attrs and not reads:  # a row task: the shared body over its rows
+            fn = _row_body(b.module, geo, sched, prog, has_bias)
+            null = ir.Constant(ir.PointerType(), None)
+            b.call(fn, [ins[0], ins[1], bias or null, outs[0], *(i64(r) for r in geo.rows)])
+        else:
+            DirectConv(geo, sched, b, ins[0], ins[1], bias, outs[0], epilogue).emit()
         if prog and reads:
             if geo.rows != (0, geo.OH):
                 raise InternalError(
