@@ -12,6 +12,8 @@ scratch beyond the gates. Declined, with the reason: ``sequence_lens``, other ac
 With ``input_gates=1`` (guard.compiler.passes.batch_recurrent_inputs) the ``W x_t + Wb``
 half was computed for the whole sequence by one GEMM before this step: input 0 holds it as
 ``[S, B, D*4H]`` and each gate row loads its value instead of a dot product over the input.
+Where R is also constant (packed at build time), guard.compiler.codegen.recurrence emits the
+node instead: blocks of units in registers, on the thread pool.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from guard.compiler.codegen.irutil import (
     loop,
     store,
 )
-from guard.compiler.codegen.recurrence import GATES, blocked, emit_recurrence, pack_recurrence
+from guard.compiler.codegen.recurrence import (
+    GATES,
+    blocked,
+    emit_recurrence,
+    pack_recurrence,
+    phases,
+)
 from guard.compiler.graph.view import GraphView, OpNode
 
 DEFAULT = ["sigmoid", "tanh", "tanh"]
@@ -51,7 +59,7 @@ class _Packed(Emitter):
     ) -> np.ndarray | None:  # fmt: skip
         if index != 2 or vector_width < 4 or not blocked(op, attrs):
             return None
-        return pack_recurrence(value, GATES[op], vector_width)
+        return pack_recurrence(value, GATES[op], vector_width, phases(op, attrs) == 2)
 
     @staticmethod
     def packed(k: Kernel) -> bool:
@@ -174,8 +182,9 @@ class GruRnn(_Packed):
     (``input_gates=1``), so each step is the ``R h`` products and the state update. Per
     direction, step and batch row, the recurrent pre-activations ``R h + Rb`` go to a stack
     buffer, then each unit updates its state in Y_h (GRU without ``linear_before_reset``
-    first forms ``r * h`` for every unit, then its ``R_h (r * h)``). Declined, with the
-    reason: the per-step form, ``sequence_lens``, other activations, ``layout=1``."""
+    first forms ``r * h`` for every unit, then its ``R_h (r * h)``). With R constant (packed),
+    guard.compiler.codegen.recurrence emits the node instead. Declined, with the reason: the
+    per-step form, ``sequence_lens``, other activations, ``layout=1``."""
 
     ops = frozenset({"GRU", "RNN"})
 

@@ -1,6 +1,6 @@
-"""The recurrence of an LSTM, RNN or GRU (``linear_before_reset``) whose input gates are one
-GEMM (``input_gates=1``, guard.compiler.passes.batch_recurrent_inputs): per step the matrix-
-vector product ``h_{t-1} R^T`` and the state update, in blocks of hidden units, on the pool.
+"""The recurrence of an LSTM, RNN or GRU whose input gates are one GEMM (``input_gates=1``,
+guard.compiler.passes.batch_recurrent_inputs): per step the matrix-vector product
+``h_{t-1} R^T`` and the state update, in blocks of hidden units, on the pool.
 
 R is packed per direction as ``[block][k][gate][U]`` (U = two vectors of units, the last block
 padded with zero rows): a block's product is one contiguous stream, ``h[k]`` broadcast times
@@ -9,12 +9,15 @@ padded with zero rows): a block's product is one contiguous stream, ``h[k]`` bro
 (the gates plus the GEMM's ``x W^T + Wb``, the biases, sigmoid/tanh, the cell state kept in
 Y_c, the new ``h`` stored into Y at its step; Y_h is copied from Y at the end). ``h_{t-1}`` is
 read from Y at the previous step (h0 or zeros at the first), so a step's writes never meet
-its reads and no unit waits for another one of the same step.
+its reads and no unit waits for another one of the same step. A GRU without
+``linear_before_reset`` takes two sub-steps a step (:func:`phases`): its z and r gates (z and
+``r * h`` to two buffers on the kernel's stack), then ``(r * h) R_h^T`` and the update, R packed
+as the z and r gates' blocks followed by the h gate's.
 
 Work is claimed in chunks of whole blocks: claim ``k`` of a direction's atomic counter is
-step ``k // C``, chunk ``k % C``; before working a chunk of step ``s`` the claimer waits
-(spinning, after :data:`SPIN` polls yielding the CPU between polls) until the direction's
-``done`` counter holds every chunk of step ``s - 1``. Claim loop ``i`` starts with direction
+sub-step ``k // C``, chunk ``k % C``; before working a chunk the claimer waits (spinning,
+after :data:`SPIN` polls yielding the CPU between polls) until the direction's ``done``
+counter holds every chunk of the sub-step before. Claim loop ``i`` starts with direction
 ``i % D`` and then helps with the other's rest, so the two directions of a bidirectional
 layer run side by side on two threads with no handoff (each core streaming its own
 direction's R), and a unidirectional step is shared with one handoff per chunk. The kernel
@@ -68,14 +71,23 @@ SPIN = 4096  # polls of a chunk's wait before each further poll yields the CPU (
 
 
 def blocked(op: str, attrs: Mapping[str, Any]) -> bool:
-    """Whether this module emits the node (the GEMM-batched forms with gates per unit)."""
-    if op not in GATES or not attrs.get("input_gates", 0):
-        return False
-    return op != "GRU" or bool(attrs.get("linear_before_reset", 0))
+    """Whether this module emits the node (the GEMM-batched forms)."""
+    return op in GATES and bool(attrs.get("input_gates", 0))
 
 
-def pack_recurrence(r: np.ndarray, gates: int, width: int) -> np.ndarray:
-    """R ``[D, G*H, H]`` as ``[D, blocks, H(k), G, U]`` (padded units are zero rows)."""
+def phases(op: str, attrs: Mapping[str, Any]) -> int:
+    """Sub-steps per step: GRU without ``linear_before_reset`` needs every unit's ``r * h``
+    before its ``(r * h) R_h^T``: its z and r gates first, then the h gate and the update."""
+    return 2 if op == "GRU" and not attrs.get("linear_before_reset", 0) else 1
+
+
+def pack_recurrence(r: np.ndarray, gates: int, width: int, split: bool = False) -> np.ndarray:
+    """R ``[D, G*H, H]`` as ``[D, blocks, H(k), G, U]`` (padded units are zero rows); with
+    ``split`` (GRU's two phases) the z and r gates so, then the h gate so, one after the other."""
+    if split:
+        h = r.shape[2]
+        parts = [pack_recurrence(r[:, : 2 * h], 2, width), pack_recurrence(r[:, 2 * h :], 1, width)]
+        return np.concatenate([q.ravel() for q in parts])
     d, _, h = r.shape
     u = BLOCK_VECTORS * width
     nb = -(-h // u)
@@ -118,9 +130,11 @@ def emit_recurrence(
     def arg(j: int) -> ir.Value | None:
         return ins[j] if len(ins) > j else None
 
-    names = ["x", "r", "bias", "h0", "c0", "peep", "y", "yh", "yc"]
+    names = ["x", "r", "bias", "h0", "c0", "peep", "y", "yh", "yc", "z", "rh"]
+    two = phases(op, a) == 2  # z and r * h of the step, shared between the threads
+    z, rh = (b.alloca(ir.ArrayType(F32, D * Bt * H)) for _ in range(2)) if two else (None, None)
     vals = [arg(0), arg(2), arg(3), arg(5), arg(6), arg(7), outs[0], outs[1],
-            outs[2] if op == "LSTM" else None]  # fmt: skip
+            outs[2] if op == "LSTM" else None, z, rh]  # fmt: skip
     shared = b.alloca(ir.ArrayType(PTR, len(names) + 1))
     counters = b.alloca(ir.ArrayType(I64, COUNTER_STRIDE * (2 * D + 1)))
     counters.align = 64
@@ -129,7 +143,7 @@ def emit_recurrence(
         b.store(ir.Constant(PTR, None) if v is None else v, slot)
     with loop(b, 0, COUNTER_STRIDE * (2 * D + 1), 1, "zero") as i:
         b.store(i64(0), b.gep(counters, [i64(0), i], inbounds=True))
-    yc, c0 = vals[8], vals[4]
+    yc, c0 = outs[2] if op == "LSTM" else None, arg(6)
     if yc is not None:  # the cell state lives in Y_c
         with loop(b, 0, D * Bt * H, 1, "cinit") as i:
             store(b, load(b, c0, i) if c0 is not None else const(F32, 0.0), yc, i)
@@ -154,14 +168,15 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     sh = fn.args[1]
-    p = [b.load(b.gep(sh, [i64(j)], source_etype=PTR), typ=PTR) for j in range(10)]
-    x, r, bias, h0, _c0, peep, y, _yh, yc, cnt = p
+    p = [b.load(b.gep(sh, [i64(j)], source_etype=PTR), typ=PTR) for j in range(12)]
+    x, r, bias, h0, _c0, peep, y, _yh, yc, zbuf, rhbuf, cnt = p
     a, op = k.attrs, k.op
     xo, ro = k.inputs[0], k.inputs[2]
     assert xo is not None and ro is not None
     S, Bt, _ = xo.shape
     D, H, G, W = ro.shape[0], int(a["hidden_size"]), GATES[op], k.vector_width
     C, nb, bpc = plan["chunks"], plan["blocks"], plan["per_chunk"]
+    P = phases(op, a)
     U = BLOCK_VECTORS * W
     has = {n: k.inputs[j] is not None if len(k.inputs) > j else False
            for n, j in (("bias", 3), ("h0", 5), ("peep", 7))}  # fmt: skip
@@ -192,13 +207,14 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
     b.cbranch(b.icmp_unsigned("<", jd, i64(D)), head, out)
     b.position_at_end(head)
     kk = b.atomic_rmw("add", claim, i64(1), "monotonic")
-    b.cbranch(b.icmp_signed(">=", kk, i64(S * C)), next_dir, work)
+    b.cbranch(b.icmp_signed(">=", kk, i64(S * P * C)), next_dir, work)
     b.position_at_end(next_dir)
     jd.add_incoming(add(b, jd, 1), next_dir)
     b.branch(dirs)
     b.position_at_end(work)
-    s, c = b.udiv(kk, i64(C)), b.urem(kk, i64(C))
-    need = b.mul(s, i64(C))
+    q, c = b.udiv(kk, i64(C)), b.urem(kk, i64(C))  # sub-step, chunk
+    s = b.udiv(q, i64(P))
+    need = b.mul(q, i64(C))
     spin = fn.append_basic_block("spin")
     ready = fn.append_basic_block("ready")
     before = b.block
@@ -225,9 +241,13 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
     t = b.select(rev, b.sub(i64(S - 1), s), s)
     t_prev = b.select(rev, add(b, t, 1), b.sub(t, i64(1)))
     first = b.icmp_unsigned("==", s, i64(0))
-    rp = elem_ptr(b, r, b.mul(d, i64(nb * H * G * U)))
 
-    def row_body(bt: ir.Value) -> None:
+    def row_body(bt: ir.Value, ph: int | None) -> None:
+        """One batch row of this chunk: every gate (``ph`` None) or GRU's phase ``ph``."""
+        gates = list(range(G)) if ph is None else [[0, 1], [2]][ph]
+        ng = len(gates)
+        base = 0 if ph != 1 else D * nb * H * 2 * U
+        rp = elem_ptr(b, r, add(b, base, b.mul(d, i64(nb * H * ng * U))))
         db = add(b, b.mul(d, i64(Bt)), bt)  # [d, bt] of the [D, B, H] states
         hp0 = elem_ptr(b, h0, b.mul(db, i64(H))) if has["h0"] else b.bitcast(zeros, PTR)
         hprev = elem_ptr(b, y, b.mul(add(b, b.mul(t_prev, i64(D * Bt)), db), i64(H)),
@@ -241,17 +261,19 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
         n_blk = b.sub(i64(nb), first_blk)
         n_blk = b.select(b.icmp_unsigned("<", n_blk, i64(bpc)), n_blk, i64(bpc))
 
+        src = elem_ptr(b, rhbuf, b.mul(db, i64(H))) if ph == 1 else hp  # h, or r * h
+
         def block(blk: ir.Value, units: int) -> None:
-            bp = elem_ptr(b, rp, b.mul(blk, i64(H * G * U)))
+            bp = elem_ptr(b, rp, b.mul(blk, i64(H * ng * U)))
             vt = ir.VectorType(F32, W)
 
             def kstep(kx: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                hk = splat(b, load(b, hp, kx), W)
-                row = b.mul(kx, i64(G * U))
+                hk = splat(b, load(b, src, kx), W)
+                row = b.mul(kx, i64(ng * U))
                 return [fma(b, load(b, bp, add(b, row, j * W), W), hk, acc[j])
-                        for j in range(G * BLOCK_VECTORS)]  # fmt: skip
+                        for j in range(ng * BLOCK_VECTORS)]  # fmt: skip
 
-            acc = for_loop_carried(b, 0, H, 1, [const(vt, 0.0)] * (G * BLOCK_VECTORS), kstep)
+            acc = for_loop_carried(b, 0, H, 1, [const(vt, 0.0)] * (ng * BLOCK_VECTORS), kstep)
             for v in range(BLOCK_VECTORS):
                 lanes = min(W, units - v * W)
                 if lanes <= 0:
@@ -270,7 +292,7 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
 
                 def rpart(g: int, u: ir.Value = u, v: int = v) -> ir.Value:
                     """h R^T + Rb of gate ``g`` (the accumulators, B's second half)."""
-                    rec = acc[g * BLOCK_VECTORS + v]
+                    rec = acc[(g - gates[0]) * BLOCK_VECTORS + v]
                     if has["bias"]:
                         rec = b.fadd(rec, ld(bias, add(b, brow, G * H + g * H, u)))
                     return rec
@@ -279,6 +301,17 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
                     store_lanes(b, val, base, idx, lanes)
 
                 unit = add(b, b.mul(db, i64(H)), u)  # this vector's [d, bt, u] in Y_c
+                if ph is not None:  # GRU without linear_before_reset
+                    hv = ld(hp, u)
+                    if ph == 0:  # z, and r * h for every unit's phase 1
+                        st(m.sigmoid(b, cl(b.fadd(xpart(0), rpart(0)))), zbuf, unit)
+                        st(b.fmul(m.sigmoid(b, cl(b.fadd(xpart(1), rpart(1)))), hv), rhbuf, unit)
+                        continue
+                    zv = ld(zbuf, unit)
+                    hh = m.tanh(b, cl(b.fadd(xpart(2), rpart(2))))
+                    one = const(vt, 1.0)
+                    st(b.fadd(b.fmul(b.fsub(one, zv), hh), b.fmul(zv, hv)), y, add(b, yrow, u))
+                    continue
                 peeps = None
                 if has["peep"]:
                     peeps = [ld(peep, add(b, prow, n * H, u)) for n in range(3)]
@@ -302,8 +335,17 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
 
         for_loop_dynamic(b, n_blk, [], one)
 
-    with loop(b, 0, Bt, 1, "row") as bt:
-        row_body(bt)
+    if P == 1:
+        with loop(b, 0, Bt, 1, "row") as bt:
+            row_body(bt, None)
+    else:
+        with b.if_else(b.icmp_unsigned("==", b.urem(q, i64(2)), i64(0))) as (zr, hg):
+            with zr:
+                with loop(b, 0, Bt, 1, "row") as bt:
+                    row_body(bt, 0)
+            with hg:
+                with loop(b, 0, Bt, 1, "row") as bt:
+                    row_body(bt, 1)
     b.atomic_rmw("add", done, i64(1), "release")
     b.branch(head)
     b.position_at_end(out)

@@ -1,4 +1,4 @@
-"""guard.compiler.codegen.recurrence: LSTM, GRU (linear_before_reset) and RNN whose input
+"""guard.compiler.codegen.recurrence: LSTM, GRU (both linear_before_reset forms) and RNN whose input
 gates are one GEMM, their recurrence in blocks of units on the pool. With the chunk and pool
 floors lowered every layer runs as several chunks on the pool; 1, 2 and 3 threads give the
 same bits, equal to the reference interpreter on the imported graph (every direction, bias,
@@ -26,10 +26,12 @@ CASES = [
     ("LSTM", "reverse", 24, True, {"clip": 0.6}),
     ("GRU", "bidirectional", 40, True, {"linear_before_reset": 1}),
     ("GRU", "forward", 32, False, {"linear_before_reset": 1, "clip": 0.5}),
+    ("GRU", "bidirectional", 40, True, {}),  # two phases a step: z and r, then h
+    ("GRU", "reverse", 24, False, {"clip": 0.7}),
     ("RNN", "reverse", 40, True, {}),
     ("RNN", "bidirectional", 16, False, {}),
 ]
-IDS = [f"{c[0]}-{c[1]}-{c[2]}" for c in CASES]
+IDS = [f"{c[0]}-{c[1]}-{c[2]}{'-lbr' if c[4].get('linear_before_reset') else ''}" for c in CASES]
 
 
 def _model(op: str, direction: str, hidden: int, extras: bool, attrs: dict, peep: bool):
@@ -83,6 +85,15 @@ def test_the_layout_rule_depends_on_the_layer_alone():
     assert recurrence.layout("RNN", 40, 1, 1, 40, 8) == {
         "blocks": 3, "per_chunk": 3, "chunks": 1, "pool": 0,
     }  # fmt: skip
+
+
+def test_the_two_phase_gru_packs_z_and_r_then_h():
+    r = rnd(1, 3 * 20, 20, seed=4)
+    p = recurrence.pack_recurrence(r, 3, 8, split=True)
+    zr = p[: 2 * 20 * 2 * 16].reshape(1, 2, 20, 2, 16)  # [D, blocks, k, gates z r, U]
+    hg = p[2 * 20 * 2 * 16 :].reshape(1, 2, 20, 1, 16)
+    assert zr[0, 1, 5, 1, 2] == r[0, 20 + 16 + 2, 5] and hg[0, 0, 9, 0, 7] == r[0, 40 + 7, 9]
+    assert recurrence.phases("GRU", {}) == 2 and recurrence.phases("LSTM", {}) == 1
 
 
 def test_the_packed_r_holds_each_blocks_gate_rows_by_k():
