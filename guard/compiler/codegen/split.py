@@ -10,7 +10,9 @@ block, 6 blocks in 8 tasks) and whose epilogue reads no other tensor cuts its ou
 bands instead: each task the same kernel over its rows, the whole input and weights read. The other
 families cut the output along one axis whose leading dims are 1 (so each run is contiguous), each
 input cut the same way or read whole where it is broadcast along that axis: a GEMM by runs of
-output rows (B, packed once, read whole by every task), a batched MatMul (attention's heads) by
+output rows (B, packed once, read whole by every task) or, with fewer rows than columns and B
+over L2 or under 64 rows, by runs of B's packed panels (A read whole, each task writing its
+columns of every row), a batched MatMul (attention's heads) by
 runs of its matrices (A, B and C cut with them), pooling of one image by channels (or channel
 blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, Resize of one image by
 channels, ConvTranspose of one image by output-channel vectors (its packed weights cut with them),
@@ -45,6 +47,7 @@ import numpy as np
 
 from guard.compiler.codegen.conv.schedule import Geometry
 from guard.compiler.codegen.kernel_plan import Operand, Step
+from guard.compiler.codegen.quant.dot import DotClass
 from guard.compiler.codegen.quant.geometry import QConvGeometry
 from guard.compiler.ir.layout import block_of
 from guard.compiler.ir.ops import ELEMENTWISE_OPS
@@ -258,10 +261,11 @@ def norm_tasks(step: Step) -> tuple[Step, ...]:
 
 def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
     """A GEMM of one matrix (Gemm without transA, MatMul with a 2-D B and A's leading dims 1)
-    cut into runs of output rows; B and row-broadcast operands are read whole. Only where the
-    tasks' kernels take B packed as the whole GEMM's is (same ``nr``). A batched MatMul (equal
-    batch dims) by runs of its matrices along its first batch axis longer than 1."""
-    from guard.compiler.codegen.gemm.emitter import GemmShape
+    cut into runs of output rows (B and row-broadcast operands read whole) or, where
+    gemm.emitter.column_ready says so (B packed), into runs of B's panels (A read whole). Only
+    where the tasks' kernels take B packed as the whole GEMM's is (same ``nr``). A batched
+    MatMul (equal batch dims) by runs of its matrices along its first batch axis longer than 1."""
+    from guard.compiler.codegen.gemm.emitter import GemmShape, column_ready, same_panels
     from guard.compiler.tuning.dispatch import gemm_schedule
 
     a, b, y = step.inputs[0], step.inputs[1], step.outputs[0]
@@ -274,24 +278,18 @@ def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
     if not gs.ok or gs.batch != 1 or any(d != 1 for d in y.shape[:-2]) or len(b.shape) != 2:
         return ()
     axis = len(y.shape) - 2
-    unit = 8
+    whole = gemm_schedule(gs, width, record=False)  # a what-if: not counted as a look-up
 
     def rule(j: int, o: Operand) -> int | str | None:
-        if j == 1:
-            return "whole"
-        return _operand_axis(o, len(y.shape), axis, gs.M)
+        return "whole" if j == 1 else _operand_axis(o, len(y.shape), axis, gs.M)
 
-    tasks = _tasks_along(step, axis, 2 * gs.M * gs.N * gs.K, unit, rule)
-    # Every task reads B as packed for the whole GEMM: each task kernel's schedule (the
-    # tuning cache's, or the default) must take the same panel width. What-if questions
-    # to the cache: only the kernels emitted count as look-ups.
-    whole = gemm_schedule(gs, width, record=False)
-    for t in tasks:
-        ts = [None if o is None else o.shape for o in t.inputs]
-        s = gemm_schedule(GemmShape(t.op, t.attrs, ts), width, record=False)
-        if (s.nr, s.use_blas) != (whole.nr, whole.use_blas):
-            return ()
-    return tasks
+    if b.space == "packed" and column_ready(
+        step.op, step.attrs, shapes, whole, width, 8 * MAX_TASKS
+    ):
+        tasks = _column_tasks(step, gs.N, whole.nr, 2 * gs.M * gs.N * gs.K)
+    else:
+        tasks = _tasks_along(step, axis, 2 * gs.M * gs.N * gs.K, 8, rule)
+    return tasks if all(same_panels(t.op, t.attrs, t.inputs, whole, width) for t in tasks) else ()
 
 
 def conv_transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:
@@ -398,23 +396,22 @@ def int8_tasks(step: Step, width: int) -> tuple[Step, ...]:
         return ()
     axis = len(y.shape) - 2
     m, n, k = math.prod(y.shape[:-1]), y.shape[-1], x.shape[-1]
-    if m < 8 and "q_nv" in step.attrs:
-        return _column_tasks(step, width, m, n, k)
+    if m < 8 and "q_nv" in step.attrs:  # a GEMV: streaming B is its cost
+        nr = int(step.attrs["q_nv"]) * DotClass(str(step.attrs["q_dot"]), width).width
+        return _column_tasks(
+            step, n, nr, int(m * n * k * INT8_MAC_FLOPS) + n * k * ELEMENT_FLOPS // 4
+        )
     if any(d != 1 for d in y.shape[:-2]):
         return ()
     cost = int(m * n * k * INT8_MAC_FLOPS) + m * k * ELEMENT_FLOPS // 4
     return _tasks_along(step, axis, cost, 4, lambda j, o: axis if j == 0 else "whole")
 
 
-def _column_tasks(step: Step, width: int, m: int, n: int, k: int) -> tuple[Step, ...]:
-    """An int8 product of fewer than 8 rows (a GEMV: streaming B is its cost) cut into
-    runs of B's packed panels (attribute ``cols``): each task reads A whole and B's
-    panels of its columns, and writes those columns of every row of Y."""
-    from guard.compiler.codegen.quant.dot import DotClass
-
-    nr = int(step.attrs["q_nv"]) * DotClass(str(step.attrs["q_dot"]), width).width
+def _column_tasks(step: Step, n: int, nr: int, cost: int) -> tuple[Step, ...]:
+    """A matrix product cut into runs of B's packed panels ``nr`` columns wide (attribute
+    ``cols``): each task reads A whole and B's panels of its columns, and writes those
+    columns of every row of Y (a strided, disjoint run of each row)."""
     units = -(-n // nr)
-    cost = int(m * n * k * INT8_MAC_FLOPS) + n * k * ELEMENT_FLOPS // 4
     want = min(MAX_TASKS, units, cost // MIN_TASK_FLOPS)
     want -= want % 2 if want > 2 else 0
     if want < 2:

@@ -197,7 +197,8 @@ def gemm_schedule(gs: Any, vector_width: int, record: bool = True) -> Any:
     """The GemmSchedule for one GEMM: the cache's on a hit, else the default heuristic.
     ``record=False``: a question about a kernel that may never be emitted (the thread
     split's probe), not counted as a hit or a miss."""
-    default = default_gemm_schedule(gs.M, gs.N, gs.K, vector_width)
+    # a column task (GemmShape.col0) takes the whole GEMM's tile: B is packed for it
+    default = default_gemm_schedule(gs.M, gs.ldc, gs.K, vector_width)
     d = _ACTIVE.get()
     if d is None:
         return default

@@ -143,7 +143,7 @@ def extract_tasks(
             gs = GemmShape(step.op, step.attrs, shapes)
             key = d.key("gemm", gemm_shape(gs))
             flops = 2 * gs.batch * gs.M * gs.N * gs.K
-            default: Any = default_gemm_schedule(gs.M, gs.N, gs.K, width, table=table)
+            default: Any = default_gemm_schedule(gs.M, gs.ldc, gs.K, width, table=table)
             shape: Any = gs
             packed_nr = default.nr if part else None  # split with the default schedules
         elif step.op in CONV_OPS:

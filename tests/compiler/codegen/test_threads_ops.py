@@ -86,7 +86,7 @@ def test_the_cost_rule_keeps_small_steps_serial_and_splits_large_ones():
     )
     _, code = jit(plan(optimize(import_onnx(big, {}), "O0")[0]), threads=2)
     tasks = {s.op: len(s.parts) for s in code.plan.steps()}
-    assert tasks["MatMul"] == split.MAX_TASKS  # 537 MFLOP: 8 tasks of 32 rows
+    assert tasks["MatMul"] == split.MAX_TASKS  # 537 MFLOP: 8 tasks of 256 columns (B 4 MiB)
     # 524288 elements at ELEMENT_FLOPS + 20 each: 27 MFLOP, as many tasks as allowed
     assert 524288 * (split.ELEMENT_FLOPS + 20) // split.MIN_TASK_FLOPS >= split.MAX_TASKS
     assert tasks["Tanh"] == split.MAX_TASKS

@@ -85,6 +85,7 @@ class GemmKernel:
     stride_b: int | None = None
     stride_c: int | None = None
     residual: bool = False
+    ldc: int | None = None  # C's row stride (elements), N when None: wider in a column task
     _sched: GemmSchedule = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -96,11 +97,20 @@ class GemmKernel:
             raise ValueError(f"GemmKernel.bias={self.bias!r}: expected one of {BIAS_KINDS}")
         sched = self.schedule or default_gemm_schedule(self.M, self.N, self.K, self.vector_width)
         sched.validate(self.vector_width)
+        if self.ldc not in (None, self.N) and (sched.use_blas or self.bias == "full"):
+            raise ValueError(
+                f"GemmKernel.ldc={self.ldc} (a column run) needs a packed B and no full bias"
+            )
         object.__setattr__(self, "_sched", sched)
 
     @property
     def sched(self) -> GemmSchedule:
         return self._sched
+
+    @property
+    def row_stride(self) -> int:
+        """C's (and a residual's) row stride in elements."""
+        return self.N if self.ldc is None else self.ldc
 
     @property
     def flops(self) -> int:
@@ -109,7 +119,7 @@ class GemmKernel:
     def _strides(self) -> tuple[int, int, int]:
         sa = self.M * self.K if self.stride_a is None else self.stride_a
         sb = self.K * self.N if self.stride_b is None else self.stride_b
-        sc = self.M * self.N if self.stride_c is None else self.stride_c
+        sc = self.M * self.row_stride if self.stride_c is None else self.stride_c
         return sa, sb, sc
 
     def packed_size(self) -> int:

@@ -135,7 +135,7 @@ class GemmEmitter:
         klen: int, kind: str, local_b: bool,
     ) -> None:  # fmt: skip
         k, s, W = self.k, self.s, self.W
-        M, N, K, nr = k.M, k.N, k.K, s.nr
+        M, N, K, nr, ldc = k.M, k.N, k.K, s.nr, k.row_stride
 
         def tile(n_off: ir.Value, width: int, m_off: ir.Value, rows: int) -> None:
             n0 = add(builder, n_start, n_off)
@@ -150,14 +150,14 @@ class GemmEmitter:
                 pb = elem_ptr(builder, b, add(builder, mul(builder, k0, N), n0))
             else:  # packed: panel n0/nr starts at (n0/nr)*K*nr = n0*K
                 pb = elem_ptr(builder, b, add(builder, mul(builder, n0, K), mul(builder, k0, nr)))
-            pc = elem_ptr(builder, c, add(builder, mul(builder, m0, N), n0))
+            pc = elem_ptr(builder, c, add(builder, mul(builder, m0, ldc), n0))
             pbias = bias
             if k.bias == "row":
                 pbias = elem_ptr(builder, bias, n0)
             elif k.bias == "col":
                 pbias = elem_ptr(builder, bias, m0)
             elif k.bias == "full":
-                pbias = elem_ptr(builder, bias, add(builder, mul(builder, m0, N), n0))
+                pbias = elem_ptr(builder, bias, add(builder, mul(builder, m0, ldc), n0))
             nvec = -(-width // W)
             ukr = micro_kernel(
                 builder.module,
@@ -175,7 +175,7 @@ class GemmEmitter:
             if self.res is None:
                 pres = ir.Constant(F32P, None)
             else:
-                pres = elem_ptr(builder, self.res, add(builder, mul(builder, m0, N), n0))
+                pres = elem_ptr(builder, self.res, add(builder, mul(builder, m0, ldc), n0))
             lda_row, lda_k = (1, M) if k.trans_a else (K, 1)
             ldb = N if self.stream_b else nr
             flags = {"only": FINISH, "first": 0, "mid": ACCUMULATE, "last": ACCUMULATE | FINISH}[
@@ -192,7 +192,7 @@ class GemmEmitter:
                     ir.Constant(I64, lda_row),
                     ir.Constant(I64, lda_k),
                     ir.Constant(I64, ldb),
-                    ir.Constant(I64, N),
+                    ir.Constant(I64, ldc),
                     ir.Constant(I32, flags),
                     ir.Constant(I32, width - (nvec - 1) * W),
                     pres,

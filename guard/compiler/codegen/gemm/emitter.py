@@ -24,8 +24,10 @@ import numpy as np
 
 from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
 from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decline, run_program
-from guard.compiler.codegen.gemm.driver import GemmKernel
+from guard.compiler.codegen.gemm.driver import GemmKernel, GemmSchedule
+from guard.compiler.codegen.irutil import elem_ptr
 from guard.compiler.graph.exec_order import GraphView, OpNode
+from guard.compiler.ir.isa_table import active_table
 from guard.compiler.tuning.dispatch import gemm_schedule
 
 Shape = tuple[int, ...]
@@ -83,7 +85,7 @@ class GemmShape:
             self.ok = len(a) >= 2 and len(bsh) >= 2
             self.why = "" if self.ok else "no emitter for MatMul on 1-D operands"
             if not self.ok:
-                self.M = self.N = self.K = 1
+                self.M = self.N = self.K = self.ldc = 1
                 return
             self.K, self.N = bsh[-2], bsh[-1]
             if len(bsh) == 2:
@@ -97,7 +99,12 @@ class GemmShape:
                     f"no emitter for MatMul broadcasting {list(a)} @ {list(bsh)}",
                     1,
                 )
-        self.out_shape = (self.M, self.N)
+        # A task of a column split (split.gemm_tasks, attribute ``cols``: a run of whole
+        # panels of the packed B) computes C[:, col0:col0+N] of the GEMM's ``ldc`` columns.
+        self.ldc, self.col0 = self.N, 0
+        if self.ok and "cols" in attrs:
+            self.col0, n1 = (int(c) for c in attrs["cols"])
+            self.N = n1 - self.col0
 
     def kernel(self, vector_width: int, bias: str, record: bool = True) -> Any:
         # The schedule: the tuning cache's on a hit, else the default heuristic (packing
@@ -105,9 +112,38 @@ class GemmShape:
         # the emission's question counts as a look-up: ``record``).
         return GemmKernel(
             self.M, self.N, self.K, trans_a=self.trans_a, trans_b=self.trans_b, bias=bias,
-            vector_width=vector_width, batch=self.batch,
+            vector_width=vector_width, batch=self.batch, ldc=self.ldc,
             schedule=gemm_schedule(self, vector_width, record),
         )  # fmt: skip
+
+
+def same_panels(
+    op: str, attrs: Mapping[str, Any], inputs: Sequence[Any], whole: GemmSchedule, width: int
+) -> bool:
+    """A task of a split GEMM reads B as packed for the whole GEMM: its kernel's schedule
+    (the tuning cache's, or the default; a what-if, not counted as a look-up) must take the
+    same panel width. ``inputs``: the task's operands (a ``shape`` each) or None."""
+    gs = GemmShape(op, attrs, [None if o is None else o.shape for o in inputs])
+    s = gemm_schedule(gs, width, record=False)
+    return (s.nr, s.use_blas) == (whole.nr, whole.use_blas)
+
+
+def column_ready(
+    op: str, attrs: Mapping[str, Any], shapes: Sequence[Shape | None], whole: GemmSchedule,
+    width: int, few_rows: int,
+) -> bool:  # fmt: skip
+    """Whether the thread split cuts this GEMM (its B packed) into runs of columns: fewer rows
+    than columns (A is then the smaller operand, read whole by every task; onnxruntime's MLAS
+    cuts N when N > M too), B over L2 (read whole by every row task, from memory) or under
+    ``few_rows`` rows (too few row tasks), B packed by the micro-kernel (not BLAS's), the bias
+    per column or per row, the epilogue in registers (reading no other tensor, whose columns
+    a pointwise pass over C would have to cut)."""
+    gs = GemmShape(op, attrs, shapes)
+    big_b = 4 * gs.K * gs.N > active_table(width).l2_bytes
+    if gs.M >= gs.N or not (big_b or gs.M < few_rows) or whole.use_blas:
+        return False
+    _, bias_kind, _, _, reads = Gemm()._plan(op, attrs, shapes)
+    return bias_kind != "full" and not reads
 
 
 class Gemm(Emitter):
@@ -136,7 +172,7 @@ class Gemm(Emitter):
         bias_kind, bias_index = "none", None
         if k_op in ("Gemm", "FusedGemm") and len(shapes) > 2 and shapes[2] is not None:
             c = shapes[2]
-            if _prod(c) == gs.N and (len(c) == 1 or c[-1] == gs.N):
+            if _prod(c) == gs.ldc and (len(c) == 1 or c[-1] == gs.ldc):
                 bias_kind, bias_index = "row", 2
             elif _prod(c) == gs.M and len(c) == 2 and c[1] == 1:
                 bias_kind, bias_index = "col", 2
@@ -153,8 +189,8 @@ class Gemm(Emitter):
                     bias_kind == "none"
                     and j >= n_anchor
                     and s is not None
-                    and _prod(s) == gs.N
-                    and s[-1] == gs.N
+                    and _prod(s) == gs.ldc
+                    and s[-1] == gs.ldc
                 )
 
             bj, prog, reads = split_program(attrs["program"], row_ok)
@@ -205,7 +241,15 @@ class Gemm(Emitter):
             if bias_index is not None and lib_bias != "none"
             else ir.Constant(ir.PointerType(), None)
         )
-        b.call(fn, [ins[0], ins[1], bias_ptr, outs[0]])
+        pb, pc = ins[1], outs[0]
+        if gs.col0:  # a column task: its panels of B (each K x nr), its columns of bias and C
+            if not b_packed or kern.sched.use_blas or bias_kind == "full" or reads:
+                raise ValueError(f"{k.op}: a column task needs a packed B and a register epilogue")
+            pb = elem_ptr(b, pb, gs.col0 * gs.K)
+            pc = elem_ptr(b, pc, gs.col0)
+            if lib_bias == "row":
+                bias_ptr = elem_ptr(b, bias_ptr, gs.col0)
+        b.call(fn, [ins[0], pb, bias_ptr, pc])
         out = k.outputs[0]
         if bias_kind == "full":
             c = k.inputs[2]
