@@ -155,6 +155,7 @@ CASES: dict[str, dict] = {
     "batch_shared_b": dict(M=9, N=20, K=12, batch=3, stride_b=0, bias="row"),
     "batch_strided": dict(M=8, N=17, K=16, batch=4, b_packed=False, trans_b=True),
     "batch_packed": dict(M=8, N=17, K=16, batch=2),
+    "few_rows_whole_k": dict(M=24, N=300, K=700, bias="row", epilogue=True),  # kc = K, default
     # vector widths of AVX2 and NEON (legalised on the host)
     "w8": dict(M=15, N=27, K=33, vector_width=8, bias="row", epilogue=True),
     "w8_kc": dict(M=15, N=27, K=33, vector_width=8, schedule=S(mr=6, nr=16, kc=8, mc=6, nc=16)),
@@ -271,6 +272,10 @@ def test_default_schedule_follows_the_target_table(isa: str) -> None:
     assert s.mr * (s.nr // W) + s.nr // W + 1 <= table.registers
     assert s.kc * s.nr * 4 <= table.l1d_bytes  # a B micro-panel stays in L1d
     assert s.kc * s.nc * 4 <= table.l2_bytes  # a kc x nc block of B in L2
+    # at most FEW_ROW_TILES row tiles: the whole K in one chunk, where K x nr fits L2 / 4
+    assert default_gemm_schedule(24, 8210, 1024, W, table=table).kc == 1024
+    assert default_gemm_schedule(24, 300, 700, W, table=table).kc == 700
+    assert default_gemm_schedule(24, 8210, 8192, W, table=table).kc * s.nr * 4 <= table.l1d_bytes
     small_l2 = type(table)(table.isa, W, table.registers, table.l1d_bytes, 256 * 1024)
     assert default_gemm_schedule(512, 4096, 512, W, table=small_l2).nc < (
         default_gemm_schedule(512, 4096, 512, W, table=table).nc
