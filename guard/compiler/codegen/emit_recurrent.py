@@ -43,6 +43,7 @@ from guard.compiler.codegen.recurrence import (
     blocked,
     emit_recurrence,
     pack_recurrence,
+    packable,
     phases,
 )
 from guard.compiler.graph.view import GraphView, OpNode
@@ -57,7 +58,7 @@ class _Packed(Emitter):
         self, op: str, attrs: Mapping[str, Any], index: int, value: np.ndarray,
         shapes: Sequence[tuple[int, ...] | None], vector_width: int,
     ) -> np.ndarray | None:  # fmt: skip
-        if index != 2 or vector_width < 4 or not blocked(op, attrs):
+        if index != 2 or vector_width < 4 or not packable(op, attrs, shapes):
             return None
         return pack_recurrence(value, GATES[op], vector_width, phases(op, attrs) == 2)
 

@@ -31,7 +31,7 @@ the claim loop directly, without the pool.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import llvmlite.ir as ir
@@ -66,6 +66,7 @@ CHUNK_FLOPS = 100_000  # per claimed chunk: ~3 us of a bandwidth-bound product, 
 PARALLEL_FLOPS = 2_000_000  # below: one call, no pool dispatch
 TASKS = 8  # claim loops put on the pool (at most this many threads work on one layer)
 COUNTER_STRIDE = 8  # i64s between the counters (one 64-byte line each)
+STACK_BYTES = 1 << 16  # a two-phase GRU's z and r * h buffers at most (else the previous emitter)
 SPIN = 4096  # polls of a chunk's wait before each further poll yields the CPU (a thread
 # that has the rest of the step may be waiting for it on a shared machine)
 
@@ -73,6 +74,17 @@ SPIN = 4096  # polls of a chunk's wait before each further poll yields the CPU (
 def blocked(op: str, attrs: Mapping[str, Any]) -> bool:
     """Whether this module emits the node (the GEMM-batched forms)."""
     return op in GATES and bool(attrs.get("input_gates", 0))
+
+
+def packable(op: str, attrs: Mapping[str, Any], shapes: Sequence[tuple[int, ...] | None]) -> bool:
+    """Whether to pack R for this module: the GEMM-batched forms, and for a two-phase GRU only
+    where its two state buffers fit :data:`STACK_BYTES` of the calling thread's stack."""
+    if not blocked(op, attrs):
+        return False
+    x, r = shapes[0], shapes[2]
+    if phases(op, attrs) == 1:
+        return True
+    return x is not None and r is not None and 2 * 4 * r[0] * x[1] * r[2] <= STACK_BYTES
 
 
 def phases(op: str, attrs: Mapping[str, Any]) -> int:

@@ -59,21 +59,30 @@ def test_the_blocked_recurrence_is_bit_identical_for_any_thread_count(case, isa,
     monkeypatch.setattr(recurrence, "CHUNK_FLOPS", 1)  # one block per chunk
     monkeypatch.setattr(recurrence, "PARALLEL_FLOPS", 1)  # on the pool
     g0 = import_onnx(_model(op, direction, hidden, extras, attrs, peep=True))
-    g, _ = optimize(g0, "O2", target=table_for(isa) if target else None)
+    steps = _native_equals_reference(g0, isa if target else None, op, target)
+    for step, ir_text in steps:
+        assert step.inputs[2] is not None and step.inputs[2].space == "packed"
+        assert f"{step.kernel}_steps" in ir_text  # the claim loop
+
+
+def _native_equals_reference(g0, isa, op, target=None):
+    """The O2 build at 1, 2 and 3 threads: bit-identical, equal to the reference; returns
+    each build's recurrent step and IR text."""
+    g, _ = optimize(g0, "O2", target=table_for(isa) if isa else None)
     compiled = plan(g)
     assert compiled.partition_report["fallback_nodes"] == 0, compiled.partition_text()
     x = rnd(6, 2, 12, seed=11) * 2
-    outs = []
+    outs, steps = [], []
     for threads in (1, 2, 3):
         rt, code = jit(compiled, target, threads=threads)
         (step,) = [s for s in code.plan.steps() if s.op == op]
-        assert step.inputs[2] is not None and step.inputs[2].space == "packed"
-        assert f"{step.kernel}_steps" in code.generated.ir_text  # the claim loop
+        steps.append((step, code.generated.ir_text))
         outs.append(rt.run({"x": x}))
     want = run_reference(g0, {"x": x})
     for k in want:
         assert all(np.array_equal(outs[0][k], o[k]) for o in outs[1:]), k
         np.testing.assert_allclose(outs[0][k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    return steps
 
 
 def test_the_layout_rule_depends_on_the_layer_alone():
@@ -94,6 +103,23 @@ def test_the_two_phase_gru_packs_z_and_r_then_h():
     hg = p[2 * 20 * 2 * 16 :].reshape(1, 2, 20, 1, 16)
     assert zr[0, 1, 5, 1, 2] == r[0, 20 + 16 + 2, 5] and hg[0, 0, 9, 0, 7] == r[0, 40 + 7, 9]
     assert recurrence.phases("GRU", {}) == 2 and recurrence.phases("LSTM", {}) == 1
+
+
+def test_a_two_phase_gru_over_the_stack_bound_keeps_the_previous_emitter():
+    gru = {"input_gates": 1}
+    assert recurrence.packable("GRU", gru, [(5, 8, 6 * 512), None, (2, 3 * 512, 512)])
+    assert not recurrence.packable("GRU", gru, [(5, 16, 6 * 512), None, (2, 3 * 512, 512)])
+    assert recurrence.packable("GRU", {**gru, "linear_before_reset": 1},
+                               [(5, 16, 6 * 512), None, (2, 3 * 512, 512)])  # fmt: skip
+    assert not recurrence.packable("GRU", {}, [(5, 1, 3), None, (1, 3, 1)])  # per-step form
+
+
+def test_the_previous_gru_emitter_still_runs_where_r_is_not_packed(monkeypatch):
+    monkeypatch.setattr(recurrence, "STACK_BYTES", 0)
+    g0 = import_onnx(_model("GRU", "bidirectional", 16, True, {}, peep=False))
+    for step, ir_text in _native_equals_reference(g0, None, "GRU"):
+        assert step.inputs[2] is not None and step.inputs[2].space == "weights"
+        assert f"{step.kernel}_steps" not in ir_text
 
 
 def test_the_packed_r_holds_each_blocks_gate_rows_by_k():
