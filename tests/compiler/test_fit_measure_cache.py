@@ -26,11 +26,11 @@ def test_a_second_ladder_compiles_nothing(ladder, tmp_path, monkeypatch):
     calls: list[int] = []
     real = oc.emit_module
     monkeypatch.setattr(oc, "emit_module", lambda k, t: calls.append(1) or real(k, t))
-    first = measure(ladder, seconds=0.1, cache=tmp_path)
-    built = len(calls)
+    first = measure(ladder, seconds=0.1, cache=tmp_path)  # compiled here or in workers
+    built = len(list(tmp_path.iterdir()))
     assert built == len({id(s.plan) for s in ladder.steps if s.plan is not None})
     again = measure(ladder, seconds=0.1, cache=tmp_path)
-    assert len(calls) == built  # every object came from the cache
+    assert calls == []  # every object came from the cache
     for a, b in zip(first.steps, again.steps, strict=True):
         assert a.max_abs_err == b.max_abs_err
         assert (a.latency_cost_pct is None) == (b.latency_cost_pct is None)

@@ -86,18 +86,23 @@ def lookup(kplan: KernelPlan, target: CodegenTarget, root: Path) -> Generated | 
     return None if hit is None else Generated("", hit[0], hit[2], hit[1])
 
 
-def code_for(kplan: KernelPlan, target: CodegenTarget, root: Path | None) -> Generated:
+def code_for(
+    kplan: KernelPlan, target: CodegenTarget, root: Path | None, key: str | None = None
+) -> Generated:
     """The kernel plan's Generated: from ``root`` when built before (:func:`lookup`), else
-    emitted, compiled (guard.compiler.codegen.module) and stored."""
+    emitted, compiled (guard.compiler.codegen.module) and stored. ``key``: the plan's
+    :func:`plan_key` when the caller made it (guard.compiler.fit.parallel: a kernel plan
+    unpickled in a worker pickles to other bytes, so its key is the sender's)."""
     if root is None or active() is not None:
         return compile_module(emit_module(kplan, target), target)
-    hit = lookup(kplan, target, root)
-    if hit is not None:
-        return hit
     parts = key_parts(target)
+    key = key or plan_key(kplan, parts)
+    hit = _read(root / key[:40], key)
+    if hit is not None:
+        return Generated("", hit[0], hit[2], hit[1])
     t0 = time.perf_counter()
     gen = compile_module(emit_module(kplan, target), target)
-    _write(root, plan_key(kplan, parts), parts, gen, time.perf_counter() - t0)
+    _write(root, key, parts, gen, time.perf_counter() - t0)
     return gen
 
 

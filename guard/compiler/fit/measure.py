@@ -4,7 +4,8 @@ Each distinct plan on the ladder is compiled to native code (the kernel plan and
 artefact for ``guard run`` stores, made by the same functions, mapped in memory with no
 files written: guard.compiler.codegen.build's plan_kernels and jit) and run on the same
 seeded inputs. The plans share one memo of packed constants (a rung's plan packs the
-weights it shares with the unconstrained build once); with ``cache`` each object is
+weights it shares with the unconstrained build once) and, where their graphs hold the
+same constant arrays (the fp32 rungs), one weights blob; with ``cache`` each object is
 looked up in, or stored to, guard.compiler.codegen.object_cache (keyed by the kernel
 plan, the target and the compiler's sources: a second ladder of the same model emits and
 compiles nothing; a plan that differs in one kernel or one offset is another key).
@@ -32,8 +33,10 @@ import numpy as np
 
 from guard.compiler.codegen.build import NativeCode, PackMemo, jit, plan_kernels
 from guard.compiler.codegen.llvm_target import codegen_target
-from guard.compiler.codegen.object_cache import code_for, lookup
+from guard.compiler.codegen.module import Generated
+from guard.compiler.codegen.object_cache import lookup
 from guard.compiler.fit.ladder import Ladder, Step
+from guard.compiler.fit.parallel import Compiler, available_cpus, schedule
 from guard.compiler.partition.plan import CompiledPlan
 from guard.compiler.runtime.weights import pack_weights
 
@@ -105,7 +108,12 @@ def measure(
     a plan whose object ``cache`` holds costs no compile and is always built (the
     unconstrained build's time then counts the compile its cache entry recorded), so a
     second command measures what the first one compiled, and compiles what it skipped
-    while the bound allows."""
+    while the bound allows. The uncached plans compile side by side on the CPUs this
+    process may use (guard.compiler.fit.parallel; one CPU: one after another, each checked
+    against the clock): without a deadline each as soon as its kernel plan is made (the
+    next plan's packing overlaps it); under a deadline the unconstrained plan compiles
+    first, then a list schedule of the others' estimates on those workers decides which
+    end in time."""
     base_id = id(ladder.steps[0].plan)
     plans: dict[int, CompiledPlan] = {}
     for s in ladder.steps:
@@ -119,27 +127,66 @@ def measure(
         return dataclasses.replace(ladder, unmeasured=unbuilt)
     first = [base_id, id(ladder.chosen)]
     order = sorted(plans, key=lambda pid: first.index(pid) if pid in first else 2)
-    skipped: list[int] = []
     tgt = codegen_target(target)
     packs: PackMemo = {}
+    blobs: dict[tuple[tuple[str, int], ...], tuple[np.ndarray, Any]] = {}
+    built: dict[int, tuple[Any, Any, Any, Any]] = {}  # pid: blob, layout, kernel plan, packed
+    gens: dict[int, Generated] = {}
+    base_prep = 0.0
+    skipped: list[int] = []
+    with Compiler(tgt, cache, min(available_cpus(), len(order))) as comp:
+        for pid in order:
+            t = clock()
+            consts = {k: c.data for k, c in plans[pid].graph.constants.items()}
+            # plans of one graph share its constant arrays (Graph.clone): one blob for them
+            wkey = tuple(sorted((k, id(v)) for k, v in consts.items()))
+            if wkey not in blobs:
+                blobs[wkey] = pack_weights(consts)
+            blob, layout = blobs[wkey]
+            kplan, packed = plan_kernels(plans[pid], layout, tgt, packs=packs)
+            built[pid] = (blob, layout, kplan, packed)
+            hit = lookup(kplan, tgt, cache) if cache is not None else None
+            if hit is not None:
+                gens[pid] = hit
+            if pid == base_id:  # what a build costs that compiles: a hit's recorded compile
+                base_prep = clock() - t + (hit.compile_s if hit is not None else 0.0)
+            if hit is None and deadline is None:
+                comp.submit(pid, kplan)  # compiles on a worker while the next plan is planned
+        misses = [pid for pid in order if pid not in gens]
+        if deadline is None:
+            todo = misses
+        else:
+            base_s = base_prep
+            if base_id in misses:
+                comp.submit(base_id, built[base_id][2])
+                gens[base_id], secs = comp.result(base_id)
+                base_s += secs
+            rest = [pid for pid in misses if pid != base_id]
+            est = {pid: base_s * _weight(plans[pid]) / max(_weight(plans[base_id]), 1.0)
+                   for pid in rest}  # fmt: skip
+            if comp.workers == 1:  # one after another, each checked against the clock
+                todo = []
+                for pid in rest:
+                    if clock() + est[pid] + seconds > deadline:
+                        skipped.append(pid)
+                        continue
+                    comp.submit(pid, built[pid][2])
+                    todo.append(pid)
+            else:  # side by side: the estimated end of each on its worker
+                todo = schedule(clock(), [(pid, est[pid]) for pid in rest], comp.workers,
+                                lambda end: end + seconds <= deadline)  # fmt: skip
+                skipped = [pid for pid in rest if pid not in todo]
+                for pid in todo:
+                    comp.submit(pid, built[pid][2])
+        for pid in todo:
+            if pid not in gens:
+                gens[pid] = comp.result(pid)[0]
     runtimes: dict[int, Any] = {}
-    base_s = 0.0
     for pid in order:
-        p = plans[pid]
-        t = clock()
-        blob, layout = pack_weights({k: c.data for k, c in p.graph.constants.items()})
-        kplan, packed = plan_kernels(p, layout, tgt, packs=packs)
-        hit = lookup(kplan, tgt, cache) if cache is not None else None
-        if deadline is not None and pid != base_id and hit is None:
-            est = base_s * _weight(p) / max(_weight(plans[base_id]), 1.0)
-            if clock() + est + seconds > deadline:
-                skipped.append(pid)
-                continue
-        gen = hit or code_for(kplan, tgt, cache)
-        code = NativeCode(kplan, packed, gen, tgt)
-        runtimes[pid] = jit(p, tgt, code=code, weights=(blob, layout))[0]
-        if pid == base_id:  # what a build costs that compiles: a hit's recorded compile
-            base_s = clock() - t + (hit.compile_s if hit is not None else 0.0)
+        if pid in gens:
+            blob, layout, kplan, packed = built[pid]
+            code = NativeCode(kplan, packed, gens[pid], tgt)
+            runtimes[pid] = jit(plans[pid], tgt, code=code, weights=(blob, layout))[0]
     feeds = seeded_feeds(plans[base_id])
     outs = {pid: rt.run(feeds) for pid, rt in runtimes.items()}
     errs = {
