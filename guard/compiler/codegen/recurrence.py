@@ -20,7 +20,9 @@ after :data:`SPIN` polls yielding the CPU between polls) until the direction's `
 counter holds every chunk of the sub-step before. Claim loop ``i`` starts with direction
 ``i % D`` and then helps with the other's rest, so the two directions of a bidirectional
 layer run side by side on two threads with no handoff (each core streaming its own
-direction's R), and a unidirectional step is shared with one handoff per chunk. The kernel
+direction's R), and a unidirectional step is shared with one handoff per chunk. Odd steps
+claim the chunks, and walk their blocks, in reverse order: the blocks a step read last, still
+in L2, are the next step's first (R of a direction is 1 MiB at hidden 256, the L2's size). The kernel
 runs :data:`TASKS` claim loops on the pool (``guard_pool_run``); with one thread the first
 does all the work in order and the others find none left. The chunk count comes from the
 layer's shape alone and each block is the same code whichever thread claims it, so the
@@ -226,6 +228,10 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
     b.position_at_end(work)
     q, c = b.udiv(kk, i64(C)), b.urem(kk, i64(C))  # sub-step, chunk
     s = b.udiv(q, i64(P))
+    # Odd steps visit the chunks and blocks in reverse: the blocks a step read last (still
+    # in cache) are the next step's first.
+    odd = b.icmp_unsigned("==", b.and_(s, i64(1)), i64(1))
+    c = b.select(odd, b.sub(i64(C - 1), c), c)
     need = b.mul(q, i64(C))
     spin = fn.append_basic_block("spin")
     ready = fn.append_basic_block("ready")
@@ -334,7 +340,7 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
         full = H // U
 
         def one(j: ir.Value, _: list[ir.Value]) -> list[ir.Value]:
-            blk = add(b, first_blk, j)
+            blk = add(b, first_blk, b.select(odd, b.sub(b.sub(n_blk, i64(1)), j), j))
             if H % U == 0:
                 block(blk, U)
                 return []
