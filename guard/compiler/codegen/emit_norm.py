@@ -7,7 +7,8 @@ mathfn.exp (relative error <= 2e-7). LayerNormalization: each row of D = prod(sh
 elements in two passes (mean, then variance of the centred values: the reference's
 order, so no cancellation from E[x^2] - E[x]^2), then (x - mean) / sqrt(var + eps) *
 scale + bias. LRN (NCHW): lanes along H*W, the channel window clamped per channel,
-x / (bias + alpha/size * sum x^2)^beta with the power as exp(-beta * log(t)) (t > 0).
+x / (bias + alpha/size * sum x^2)^beta with the power as exp(-beta * log(t)) (t > 0); a
+thread task (guard.compiler.codegen.split) writes its run of output channels.
 
 A row's sums (Softmax's exps with inner == 1, LayerNorm's mean and variance) run in 16
 lanes on every target (two registers on AVX2), added in order without reassociation, and
@@ -265,7 +266,8 @@ class Norm(Emitter):
         lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
         alpha, beta, bias = float(a["alpha"]), float(a["beta"]), float(a.get("bias", 1.0))
         ty = vec(W)
-        with loop(b, 0, n_, 1, "n") as n, loop(b, 0, C, 1, "c") as c:
+        c0, c1 = a.get("channels") or (0, C)  # a thread task's run of output channels
+        with loop(b, 0, n_, 1, "n") as n, loop(b, int(c0), int(c1), 1, "c") as c:
             base = b.mul(n, i64(C * HW))
             c_lo = b.select(b.icmp_signed("<", c, i64(lo)), i64(0), b.sub(c, i64(lo)))
             c_hi1 = b.select(

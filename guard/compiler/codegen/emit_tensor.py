@@ -1,7 +1,8 @@
 """Data movement that the memory plan did not elide: Reshape/Identity copies, Concat, Split,
-Slice, Transpose, Relayout (NCHW <-> NCHW<b>c, NCHW <-> NHWC), Pad, Expand (a broadcast:
-stride 0 along the broadcast dims) and Tile (the output viewed as ``[repeats_0, d_0,
-repeats_1, d_1, ...]``, read with stride 0 along each repeat).
+Slice, Transpose (a thread task's: a band of its output), Relayout (NCHW <-> NCHW<b>c,
+NCHW <-> NHWC), Pad, Expand (a broadcast: stride 0 along the broadcast dims) and Tile (the
+output viewed as ``[repeats_0, d_0, repeats_1, d_1, ...]``, read with stride 0 along each
+repeat).
 
 All of them are one strided copy: loops over the output's dims (merged where the input's
 strides allow, so a contiguous run is one loop), each output element read from
@@ -182,9 +183,16 @@ class Copy(Emitter):
             perm = a.get("perm") or list(range(len(xs)))[::-1]
             st = strides(xs)
             out = k.outputs[0].shape
-            in_st = [st[p] for p in perm]
-            if size != 4 or not _transpose_tiles(b, out, in_st, ins[0], outs[0], k.vector_width):
-                strided_copy(b, out, outs[0], 0, strides(out), ins[0], 0, in_st, size)
+            in_st, o_st = [st[p] for p in perm], strides(out)
+            x, y, xo, yo = ins[0], outs[0], 0, 0
+            if "band" in a:  # a thread task's band [d0, d1) of one output axis (split.py)
+                ax, d0, d1 = a["band"]
+                out = tuple(d1 - d0 if d == ax else n for d, n in enumerate(out))
+                xo, yo = d0 * in_st[ax], d0 * o_st[ax]
+                x = b.gep(x, [i64(xo * size)], source_etype=_INT[1])
+                y = b.gep(y, [i64(yo * size)], source_etype=_INT[1])
+            if size != 4 or not _transpose_tiles(b, out, in_st, x, y, k.vector_width, o_st):
+                strided_copy(b, out, outs[0], yo, o_st, ins[0], xo, in_st, size)
         elif k.op == "Relayout":
             rel = relayout_strides(xs, a["from"], a["to"])
             assert rel is not None
@@ -274,17 +282,18 @@ def tiled_transpose_dims(
 
 
 def _transpose_tiles(
-    b: ir.IRBuilder, out: Sequence[int], in_st: Sequence[int], x: ir.Value, y: ir.Value, w: int
-) -> bool:
+    b: ir.IRBuilder, out: Sequence[int], in_st: Sequence[int], x: ir.Value, y: ir.Value, w: int,
+    o_st: Sequence[int],
+) -> bool:  # fmt: skip
     """A 4-byte permutation that :func:`tiled_transpose_dims` accepts (attention's k -> k^T):
     ``w x w`` tiles moved as ``w`` vector loads along the input's rows, an in-register
     transpose and ``w`` vector stores along the output's, the other dims looped over. False,
-    emitting nothing, for any other permutation (the strided copy's)."""
+    emitting nothing, for any other permutation (the strided copy's). ``o_st``: the output's
+    element strides (a band of a thread task is a part of a larger output)."""
     dims = tiled_transpose_dims(out, in_st, w)
     if dims is None:
         return False
     i, p = dims
-    o_st = strides(out)
     others = [d for d in range(len(out)) if out[d] > 1 and d not in (i, p)]
 
     def nest(j: int, ib: ir.Value, ob: ir.Value) -> None:

@@ -1,33 +1,33 @@
 """Splitting a step into tasks for the thread pool: each task one slice of the output.
 
 A convolution of one image whose output channels are outermost (NCHW, or a blocked ``NCHW<b>c``)
-splits along them: task ``i`` is the same convolution for a run of output channels, i.e. the same
-kernel specialised to fewer channels, called with pointers moved to its slice of the packed weights
-(``[K/L][C][R][S][L]``: a slice of whole vectors is contiguous), of the bias, of per-channel
-epilogue operands and of the output. A depthwise convolution slices its input the same way. A
-convolution whose channel units do not divide evenly into the tasks it wants (a single 16-channel
-block, 6 blocks in 8 tasks) and whose epilogue reads no other tensor cuts its output rows into
-bands instead: each task the same kernel over its rows, the whole input and weights read. The other
+splits along them: task ``i`` is the same convolution for a run of output channels (the kernel
+specialised to fewer channels, pointers moved to its slice of the packed ``[K/L][C][R][S][L]``
+weights, of the bias, per-channel epilogue operands and output; a depthwise one's input too). Any
+other (NHWC, grouped, several images) or one whose channel units do not divide evenly into its
+tasks (3 blocks in 8) cuts its output rows into bands where its epilogue reads no tensor of over
+one element: each task the same kernel over its rows, the input and weights read whole (so do
+LRN's runs of channels and a Transpose's bands of its output's leading axis). The other
 families cut the output along one axis whose leading dims are 1 (so each run is contiguous), each
 input cut the same way or read whole where it is broadcast along that axis: a GEMM by runs of
 output rows (B, packed once, read whole by every task) or, with fewer rows than columns and B
 over L2 or under 64 rows, by runs of B's packed panels (A read whole, each task writing its
-columns of every row), a batched MatMul (attention's heads) by
-runs of its matrices (A, B and C cut with them), pooling of one image by channels (or channel
-blocks), Softmax/LogSoftmax/LayerNormalization by runs of whole rows, Resize of one image by
-channels, ConvTranspose of one image by output-channel vectors (its packed weights cut with them),
-a Relayout between NCHW and NCHW<b>c by channel blocks, and elementwise steps along their leading
-axis. Nothing is reduced across tasks, so the split is exact and the tasks can run on any number of
-threads.
+columns of every row), a batched MatMul (attention's heads) by runs of its matrices (A, B and C
+cut with them), pooling of one image by channels (or channel blocks), Softmax/LogSoftmax/
+LayerNormalization by runs of whole rows, Resize of one image by channels, ConvTranspose of one
+image by output-channel vectors (its packed weights cut with them), a Relayout between NCHW and
+NCHW<b>c by channel blocks, and elementwise steps along their leading axis (seen flat where each
+input is the output's shape or one element). Nothing is reduced across tasks, so the split is
+exact and the tasks can run on any number of threads.
 
 The cost rule decides whether a step splits and into how many tasks, from the step alone (never
 from the thread count, so the code, and so the output bits, are the same for any ``threads``): at
 least :data:`MIN_TASK_FLOPS` per task (a task must dwarf the pool's dispatch, a few microseconds; a
 memory-bound step counts :data:`ELEMENT_FLOPS` per element it moves, what that costs beside a
 convolution's FMAs, plus 1 per elementwise op, 20 for the transcendental and dividing ones, and
-:data:`TAP_FLOPS` per pooling tap), at most :data:`MAX_TASKS`, whole channel vectors per conv task,
-runs of 8 rows per GEMM task. Anything else (several images, NHWC, grouped convolutions, transposed
-GEMMs, a GEMM whose task kernel would want B packed otherwise) stays one serial call.
+:data:`TAP_FLOPS` per pooling tap; a depthwise conv adds the elements it moves), at most
+:data:`MAX_TASKS`, even above 2 (two threads' equal shares), whole channel vectors per conv task.
+Anything else (transposed GEMMs, a GEMM whose tasks would want B packed otherwise) is one call.
 
 The int8 kernels (guard.compiler.codegen.quant) split by the same rule with their own cost: a
 multiply-accumulate counts :data:`INT8_MAC_FLOPS`, not the two FLOPs of a float FMA, and each byte
@@ -45,10 +45,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from guard.compiler.codegen.conv.schedule import Geometry
+from guard.compiler.codegen.conv.schedule import Geometry, tensor_reads
 from guard.compiler.codegen.kernel_plan import Operand, Step
 from guard.compiler.codegen.quant.dot import DotClass
 from guard.compiler.codegen.quant.geometry import QConvGeometry
+from guard.compiler.codegen.split_cuts import cut as _cut
+from guard.compiler.codegen.split_cuts import even
+from guard.compiler.codegen.split_cuts import leading_axis as _leading_axis
+from guard.compiler.codegen.split_cuts import operand_axis as _operand_axis
+from guard.compiler.codegen.split_cuts import overlaps as _overlaps
+from guard.compiler.codegen.split_cuts import row_tasks as _row_tasks
 from guard.compiler.ir.layout import block_of
 from guard.compiler.ir.ops import ELEMENTWISE_OPS
 
@@ -76,27 +82,31 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
         return ()
     lay = str(step.attrs.get("layout", "NCHW"))
     blk = block_of(lay)
-    if lay != "NCHW" and not (blk and blk % width == 0):
-        return ()
     geo = Geometry(step.attrs, x.shape, w.shape, width)
     depthwise = geo.mode == "depthwise"
-    if geo.N != 1 or not (geo.g == 1 or depthwise):
-        return ()
-    unit = blk or width  # channels per slice unit: whole vectors, whole blocks
-    units = -(-geo.K // unit)
-    want = min(MAX_TASKS, geo.flops // MIN_TASK_FLOPS)
-    want -= want % 2 if want > 2 else 0  # even: two threads share it evenly
+    y = step.outputs[0]
+    cost = geo.flops  # a depthwise conv moves as much as it computes: count both
+    cost += (math.prod(x.shape) + math.prod(y.shape)) * ELEMENT_FLOPS if depthwise else 0
+    want = even(min(MAX_TASKS, cost // MIN_TASK_FLOPS))
     if want < 2:
         return ()
-    y = step.outputs[0]
     anchor = int(step.attrs.get("anchor_inputs", len(step.inputs)))
-    refs = {r for p in step.attrs.get("program", ()) for r in p["args"] if isinstance(r, int)}
-    if any(r < anchor for r in refs):
+    prog = step.attrs.get("program", ())
+    if any(isinstance(r, int) and r < anchor for p in prog for r in p["args"]):
         return ()  # the epilogue reads the conv's own input whole: no slice of it is its
-    if units % want and not refs and geo.OH >= want:
-        return _row_tasks(step, geo.OH, want)
+    channels = (lay == "NCHW" or bool(blk and blk % width == 0)) and geo.N == 1
+    channels = channels and (geo.g == 1 or depthwise)  # runs of output channels
+    unit = blk or width  # channels per slice unit: whole vectors, whole blocks
+    units = -(-geo.K // unit)
+    # Bands of rows (any layout, groups, images) where the channels do not divide evenly,
+    # unless the epilogue reads a tensor (its pass covers the whole output).
+    if not tensor_reads(prog, step.inputs) and geo.OH >= 2 and (not channels or units % want):
+        return _row_tasks(step, geo.OH, even(min(want, geo.OH)))
+    if not channels:
+        return ()
     n = min(want, units)
-
+    if n < 2:
+        return ()
     tasks = []
     for i in range(n):
         u0, u1 = units * i // n, units * (i + 1) // n
@@ -128,49 +138,6 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     return tuple(tasks)
 
 
-def _row_tasks(step: Step, rows: int, n: int) -> tuple[Step, ...]:
-    """A convolution cut into ``n`` bands of its ``rows`` rows: each task the same kernel
-    over its rows (attribute ``rows``), reading the whole input and weights."""
-    tasks = []
-    for i in range(n):
-        r0, r1 = rows * i // n, rows * (i + 1) // n
-        attrs = {**step.attrs, "rows": (r0, r1)}
-        tasks.append(Step(f"{step.node}#{i}", step.op, "", step.inputs, step.outputs, attrs, False))
-    return tuple(tasks)
-
-
-def _cut(o: Operand, axis: int, d0: int, d1: int) -> Operand:
-    """``o`` cut to [d0, d1) along ``axis`` (every dim before it is 1: a contiguous run)."""
-    stride = math.prod(o.shape[axis + 1 :]) * np.dtype(o.dtype).itemsize
-    shape = (*o.shape[:axis], d1 - d0, *o.shape[axis + 1 :])
-    return dataclasses.replace(o, offset=o.offset + d0 * stride, shape=shape)
-
-
-def _overlaps(a: Operand, b: Operand) -> bool:
-    same = a.space == b.space == "arena"
-    return same and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
-
-
-def _leading_axis(shape: tuple[int, ...], before: int) -> int | None:
-    """The first axis (below ``before``) longer than 1 with only 1s before it."""
-    for d in range(min(before, len(shape))):
-        if shape[d] > 1:
-            return d
-    return None
-
-
-def _operand_axis(o: Operand, out_rank: int, axis: int, units: int) -> int | None | str:
-    """How a task reads ``o`` when the output is cut along ``axis`` (right-aligned
-    broadcasting): its own axis to cut, "whole" when it is broadcast along the cut, or
-    None when neither is contiguous."""
-    own = axis - (out_rank - len(o.shape))
-    if own < 0 or o.shape[own] == 1:
-        return "whole"
-    if o.shape[own] == units and all(d == 1 for d in o.shape[:own]):
-        return own
-    return None
-
-
 def _tasks_along(
     step: Step,
     axis: int,
@@ -182,7 +149,7 @@ def _tasks_along(
     input cut the same way or read whole; () when the cost rule keeps it one call."""
     y = step.outputs[0]
     units = y.shape[axis]
-    n = min(MAX_TASKS, units // unit, cost // MIN_TASK_FLOPS)
+    n = even(min(MAX_TASKS, units // unit, cost // MIN_TASK_FLOPS))
     if n < 2 or len(step.outputs) != 1:
         return ()
     how = []
@@ -216,16 +183,28 @@ _HEAVY = frozenset({"Exp", "Log", "Tanh", "Sigmoid", "Erf", "Gelu", "Pow", "Elu"
 
 
 def elementwise_tasks(step: Step) -> tuple[Step, ...]:
-    """Elementwise steps cut along the output's leading axis longer than 1."""
+    """Elementwise steps cut along the output's leading axis longer than 1; where every
+    input has the output's shape or one element, along the output seen flat (runs of
+    whole 64-byte lines), so a short leading axis (3 channel blocks) still cuts evenly."""
     y = step.outputs[0]
-    axis = _leading_axis(y.shape, len(y.shape))
-    if axis is None:
-        return ()
     prog = step.attrs.get("program") or [{"op": step.op}]
     per = ELEMENT_FLOPS + sum(20 if p["op"] in _HEAVY else 1 for p in prog)
     if "q_lut" in step.attrs and "q_lut_prefix" not in step.attrs:  # a byte table lookup
         per = ELEMENT_FLOPS // 4
-    return _tasks_along(step, axis, math.prod(y.shape) * per)
+    size = math.prod(y.shape)
+    line = 64 // np.dtype(y.dtype).itemsize
+    if size % line == 0 and all(
+        o is None or o.shape == y.shape or math.prod(o.shape) == 1 for o in step.inputs
+    ):
+        ins = tuple(
+            o and dataclasses.replace(o, shape=(size if o.shape == y.shape else 1,))
+            for o in step.inputs
+        )
+        out = tuple(dataclasses.replace(o, shape=(size,)) for o in step.outputs)
+        step = dataclasses.replace(step, inputs=ins, outputs=out)
+        return _tasks_along(step, 0, size * per, line)
+    axis = _leading_axis(y.shape, len(y.shape))
+    return () if axis is None else _tasks_along(step, axis, size * per)
 
 
 def pool_tasks(step: Step) -> tuple[Step, ...]:
@@ -290,6 +269,28 @@ def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
     else:
         tasks = _tasks_along(step, axis, 2 * gs.M * gs.N * gs.K, 8, rule)
     return tasks if all(same_panels(t.op, t.attrs, t.inputs, whole, width) for t in tasks) else ()
+
+
+def transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:
+    """A Transpose cut into bands of the output's leading axis (``band``: axis, start, end),
+    of whole vectors where either side's innermost (its vector tiles still fit)."""
+    x, y = step.inputs[0], step.outputs[0]
+    axis = _leading_axis(y.shape, len(y.shape))
+    if x is None or axis is None or step.may_alias:
+        return ()
+    perm = step.attrs.get("perm") or list(range(len(y.shape)))[::-1]
+    unit = width if len(y.shape) - 1 in (axis, perm[axis]) else 1
+    cost = math.prod(y.shape) * ELEMENT_FLOPS
+    n = even(min(MAX_TASKS, -(-y.shape[axis] // unit), cost // MIN_TASK_FLOPS))
+    return _row_tasks(step, y.shape[axis], n, "band", (axis,), unit) if n > 1 else ()
+
+
+def lrn_tasks(step: Step) -> tuple[Step, ...]:
+    """LRN cut into runs of output channels (``channels``), the whole input read."""
+    y = step.outputs[0]
+    per = ELEMENT_FLOPS + 2 * int(step.attrs.get("size", 1)) + 20  # the window, a pow
+    n = even(min(MAX_TASKS, y.shape[1], math.prod(y.shape) * per // MIN_TASK_FLOPS))
+    return _row_tasks(step, y.shape[1], n, "channels") if n > 1 and len(y.shape) == 4 else ()
 
 
 def conv_transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:
@@ -436,6 +437,8 @@ def split_step(step: Step, width: int) -> tuple[Step, ...]:
         return pool_tasks(step)
     if step.op in ("Softmax", "LogSoftmax", "LayerNormalization"):
         return norm_tasks(step)
+    if step.op in ("LRN", "Transpose"):
+        return lrn_tasks(step) if step.op == "LRN" else transpose_tasks(step, width)
     if step.op == "Resize":
         return resize_tasks(step)
     if step.op in ("ConvTranspose", "ConvTransposeInteger", "FusedConvTransposeInteger"):

@@ -29,8 +29,9 @@ Outputs go to NCHW<b>c / NHWC as vector stores (the last vector masked when K is
 multiple of L), to NCHW as lane-strided stores. Vectors of a tile that lie in different
 groups read their own input channels (one broadcast per vector); K not a multiple of
 ``KB`` vectors ends in one shorter block. The bias (input 2) starts the
-accumulators; an epilogue program that reads no other tensor runs in registers before
-the store, any other runs as one pointwise pass over the output.
+accumulators; an epilogue program that reads no other tensor, or only single-element ones
+(a scalar scale and shift, loaded once and broadcast), runs in registers before the
+store, any other runs as one pointwise pass over the output.
 
 Files: this one is the emitter (decline, weight packing, the epilogue, the schedule from
 the tuning cache); conv/direct.py emits the loop nest and the register tile;
@@ -49,9 +50,9 @@ import numpy as np
 
 from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_only
 from guard.compiler.codegen.conv.direct import DirectConv
-from guard.compiler.codegen.conv.schedule import ConvSchedule, Geometry
+from guard.compiler.codegen.conv.schedule import ConvSchedule, Geometry, tensor_reads
 from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decline, run_program
-from guard.compiler.codegen.irutil import I64, i64
+from guard.compiler.codegen.irutil import F32, I64, i64, load, splat
 from guard.compiler.graph.exec_order import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
 from guard.compiler.tuning.dispatch import conv_schedule
@@ -75,8 +76,9 @@ def conv_function(module: ir.Module, name: str, k: Kernel, sched: ConvSchedule) 
 def _row_body(
     module: ir.Module, geo: Geometry, sched: ConvSchedule, prog: list, has_bias: bool
 ) -> ir.Function:
-    """``void body(ptr x, ptr w, ptr bias, ptr y, i64 r0, i64 r1)``: output rows
-    ``[r0, r1)`` of one convolution (its epilogue in registers), declared once per module,
+    """``void body(ptr x, ptr w, ptr bias, ptr y, i64 r0, i64 r1, float s...)``: output rows
+    ``[r0, r1)`` of one convolution (its epilogue in registers, ``s...`` the values of the
+    single-element operands it reads, in input order), declared once per module,
     geometry and schedule. The row tasks of a thread split (guard.compiler.codegen.split)
     differ only in their rows, and so do the tasks of the strips of one band shape that
     guard.compiler.passes.tile_strips makes: each task's kernel is a call of this one body
@@ -91,26 +93,42 @@ def _row_body(
         return cast(ir.Function, cache[key])
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     ptr = ir.PointerType()
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 4 + [I64, I64]),
+    refs = _refs(prog)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 4 + [I64, I64] + [F32] * len(refs)),
                      f"guard.conv.rows.{geo.R}x{geo.S}.c{geo.C}k{geo.K}.{geo.H}x{geo.W}.{digest}")  # fmt: skip
     cache[key] = fn
     fn.linkage = "internal"
     fn.attributes.add("noinline")  # one copy for every task
     fn.attributes.add("nounwind")
-    x, w, bias, y, r0, r1 = fn.args
+    x, w, bias, y, r0, r1 = fn.args[:6]
     for a in (x, w, bias, y):  # as the task kernels' own arguments (a row task never aliases)
         a.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    epilogue = (lambda bld, v: run_program(bld, prog, v, lambda j: v)) if prog else None
+    epilogue = _epilogue(prog, dict(zip(refs, fn.args[6:], strict=True))) if prog else None
     DirectConv(full, sched, b, x, w, bias if has_bias else None, y, epilogue, (r0, r1)).emit()
     b.ret_void()
     return fn
 
 
-def _program_parts(attrs: Mapping[str, Any]) -> tuple[list, bool]:
+def _program_parts(attrs: Mapping[str, Any], inputs: Sequence[Any]) -> tuple[list, bool]:
+    """The epilogue program and whether it reads a tensor of more than one element."""
     prog = list(attrs.get("program", []))
-    reads = any(isinstance(r, int) for s in prog for r in s["args"])
-    return prog, reads
+    return prog, bool(tensor_reads(prog, inputs))
+
+
+def _refs(prog: list) -> list[int]:
+    return sorted({r for s in prog for r in s["args"] if isinstance(r, int)})
+
+
+def _epilogue(prog: list, scalars: Mapping[int, ir.Value]) -> Any:
+    """The program in registers on a vector of accumulators, each single-element operand
+    it reads (``scalars``: input index -> its value) broadcast to the vector's lanes."""
+
+    def run(bld: ir.IRBuilder, v: ir.Value) -> ir.Value:
+        lanes = v.type.count if isinstance(v.type, ir.VectorType) else 1
+        return run_program(bld, prog, v, lambda j: splat(bld, scalars[j], lanes))
+
+    return run
 
 
 class Conv(Emitter):
@@ -166,20 +184,21 @@ class Conv(Emitter):
                 f"{k.op} in {geo.layout} emitted for {geo.L}-lane vectors: the layout pass "
                 "and the code generator read different target tables"
             )
-        prog, reads = _program_parts(k.attrs) if k.op == "FusedConv" else ([], False)
+        prog, reads = _program_parts(k.attrs, k.inputs) if k.op == "FusedConv" else ([], False)
         has_bias = (
             len(ins) > 2
             and ins[2] is not None
             and (k.op == "Conv" or int(k.attrs["anchor_inputs"]) > 2)
         )
-        epilogue = (
-            (lambda bld, v: run_program(bld, prog, v, lambda j: v)) if prog and not reads else None
-        )
+        # Single-element operands (a scalar scale and shift): loaded once, at the entry.
+        scalars = {j: load(b, ins[j], 0) for j in _refs(prog)} if prog and not reads else {}
+        epilogue = _epilogue(prog, scalars) if prog and not reads else None
         bias = ins[2] if has_bias else None
         if "rows" in k.attrs and not reads:  # a row task: the shared body over its rows
             fn = _row_body(b.module, geo, sched, prog, has_bias)
             null = ir.Constant(ir.PointerType(), None)
-            b.call(fn, [ins[0], ins[1], bias or null, outs[0], *(i64(r) for r in geo.rows)])
+            rows = (i64(r) for r in geo.rows)
+            b.call(fn, [ins[0], ins[1], bias or null, outs[0], *rows, *scalars.values()])
         else:
             DirectConv(geo, sched, b, ins[0], ins[1], bias, outs[0], epilogue).emit()
         if prog and reads:

@@ -192,6 +192,18 @@ class Geometry:
         )
 
 
+def tensor_reads(program: Sequence[Mapping[str, Any]], inputs: Sequence[Any]) -> list[int]:
+    """The inputs a fused epilogue reads that are not one element: those run as a pass
+    over the output; a single-element operand (a scalar scale or shift) is loaded once
+    and broadcast in registers (conv/emitter.py), so a row task may run it."""
+    refs = sorted({r for p in program for r in p["args"] if isinstance(r, int)})
+    return [
+        j
+        for j in refs
+        if inputs[j] is None or math.prod(inputs[j].shape) != 1 or inputs[j].dtype != "float32"
+    ]
+
+
 def _strides(lay: str, C: int, H: int, W: int, b: int) -> tuple[int, int, int, int, int, int]:
     if lay == "NCHW":
         return C * H * W, H * W, 0, W, 1, 1

@@ -1,0 +1,65 @@
+"""The cuts the thread split (guard.compiler.codegen.split) shares: bands of a step that
+reads its inputs whole, a run of an operand along one axis, the first axis to cut, how an
+operand is read when the output is cut, and an even task count."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from guard.compiler.codegen.kernel_plan import Operand, Step
+
+
+def row_tasks(
+    step: Step, rows: int, n: int, attr: str = "rows", axis: tuple[int, ...] = (), unit: int = 1
+) -> tuple[Step, ...]:
+    """A step cut into ``n`` bands of its ``rows`` rows (a convolution's output rows, LRN's
+    channels, a Transpose's output axis), each a whole number of ``unit`` rows but the
+    last: each task the same kernel over its band (attribute ``attr``: ``(*axis, start,
+    end)``), reading its inputs whole."""
+    chunks = -(-rows // unit)
+    tasks = []
+    for i in range(n):
+        band = (chunks * i // n * unit, min(rows, chunks * (i + 1) // n * unit))
+        attrs = {**step.attrs, attr: (*axis, *band)}
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", step.inputs, step.outputs, attrs, False))
+    return tuple(tasks)
+
+
+def even(n: int) -> int:
+    """``n`` tasks made even where more than 2: two threads take equal shares."""
+    return n - n % 2 if n > 2 else n
+
+
+def cut(o: Operand, axis: int, d0: int, d1: int) -> Operand:
+    """``o`` cut to [d0, d1) along ``axis`` (every dim before it is 1: a contiguous run)."""
+    stride = math.prod(o.shape[axis + 1 :]) * np.dtype(o.dtype).itemsize
+    shape = (*o.shape[:axis], d1 - d0, *o.shape[axis + 1 :])
+    return dataclasses.replace(o, offset=o.offset + d0 * stride, shape=shape)
+
+
+def overlaps(a: Operand, b: Operand) -> bool:
+    same = a.space == b.space == "arena"
+    return same and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
+
+
+def leading_axis(shape: tuple[int, ...], before: int) -> int | None:
+    """The first axis (below ``before``) longer than 1 with only 1s before it."""
+    for d in range(min(before, len(shape))):
+        if shape[d] > 1:
+            return d
+    return None
+
+
+def operand_axis(o: Operand, out_rank: int, axis: int, units: int) -> int | None | str:
+    """How a task reads ``o`` when the output is cut along ``axis`` (right-aligned
+    broadcasting): its own axis to cut, "whole" when it is broadcast along the cut, or
+    None when neither is contiguous."""
+    own = axis - (out_rank - len(o.shape))
+    if own < 0 or o.shape[own] == 1:
+        return "whole"
+    if o.shape[own] == units and all(d == 1 for d in o.shape[:own]):
+        return own
+    return None
