@@ -227,7 +227,8 @@ def default_conv_schedule(geo: Geometry, table: TargetTable | None = None) -> Co
     registers for addresses (fuller tiles spill in LLVM's hands). Measured here (thread
     CPU time, AVX-512): resnet50's 3x3 512->512 at 7x7 ran 1.09x faster with 7 columns x
     3 vectors than with 7 x 1; at 13x13 (squeezenet) 7 x 3 and 13 x 1 ran alike and 13 x 2
-    (29 registers) at 0.75-0.8x of them.
+    (29 registers) at 0.75-0.8x of them. Where columns share more than two taps the tile
+    also holds a kernel row's inputs (:func:`_holds_row`: the 7x7 stride-2 stem gets 8 x 1).
     """
     if geo.L <= 1:
         return ConvSchedule(ow_block=8)
@@ -237,19 +238,36 @@ def default_conv_schedule(geo: Geometry, table: TargetTable | None = None) -> Co
     if regs < 32:
         return _small_file_schedule(geo, regs, wide)
     if geo.OW >= wide:
-        return ConvSchedule(ow_block=wide)
+        return ConvSchedule(
+            ow_block=max(t for t in range(1, wide + 1) if _holds_row(geo, 1, t, regs))
+        )
     best, best_score = ConvSchedule(ow_block=max(1, geo.OW)), -1.0
     for kb in range(1, min(MAX_OC_BLOCK, geo.KV) + 1):
         if kb > 1 and not geo.vectors_share_input(kb):
             break
         for t in range(1, geo.OW + 1):
-            if kb * (t + 1) + 1 > regs - 4:
+            if kb * (t + 1) + 1 > regs - 4 or not _holds_row(geo, kb, t, regs):
                 break
             fill = geo.OW / (-(-geo.OW // t) * t)
             score = fill * min(1.0, kb * t / 16) * min(1.0, kb * t / (kb + t) / 2)
             if score > best_score + 1e-9:
                 best, best_score = ConvSchedule(ow_block=t, oc_block=kb), score
     return best
+
+
+def _holds_row(geo: Geometry, kb: int, t: int, regs: int) -> bool:
+    """Whether a 32-register tile keeps a kernel row's inputs in registers. Where strided
+    columns share more than two taps (``S - stride > 2``, stride > 1: 7x7 stride-2 stems)
+    LLVM hoists the broadcasts of every distinct input column of a kernel row, ``(t - 1) x
+    stride + S`` of them, next to the ``kb x t`` accumulators and ``kb`` weight vectors;
+    past the register file it spills them inside the kernel-row loop. The 14 x 1 tile of
+    resnet50's, densenet121's and inception_v2's 7x7 stride-2 stem (33 inputs) stored and
+    reloaded ~50 zmm registers per 98 FMAs on znver4 and skylake-avx512; 8 x 1 keeps them
+    in registers (at stride 1, 5x5, the 14 x 1 tile spills nothing). Measured on znver4
+    (1 thread, the stem alone): 2.33-3.12 ms with 14 x 1, 2.29 with 8 x 1."""
+    if geo.sw < 2 or geo.S - geo.sw <= 2:
+        return True
+    return kb * (t + 1) + (t - 1) * geo.sw + geo.S <= regs
 
 
 # A tile's FMA chains: below this many accumulators one row step waits on the FMA
