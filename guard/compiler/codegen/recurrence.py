@@ -61,6 +61,7 @@ from guard.compiler.codegen.irutil import (
     store,
     store_lanes,
 )
+from guard.compiler.codegen.threadpool import SPIN_HINT
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 BLOCK_VECTORS = 2  # units per block: two vectors (2G accumulators)
@@ -123,12 +124,15 @@ def layout(op: str, seq: int, batch: int, dirs: int, hidden: int, width: int) ->
 
 
 def _pause(b: ir.IRBuilder) -> None:
-    arch = str(b.module.triple).split("-")[0]
-    if arch == "x86_64":
-        b.call(declare(b.module, "llvm.x86.sse2.pause", VOID, []), [])
-    elif arch == "aarch64":
-        b.call(declare(b.module, "llvm.aarch64.isb", VOID, [ir.IntType(32)]),
-               [ir.Constant(ir.IntType(32), 15)])  # fmt: skip
+    """The pool's spin hint (guard.compiler.codegen.threadpool.SPIN_HINT), if the
+    architecture has one."""
+    hint = SPIN_HINT.get(str(b.module.triple).split("-")[0])
+    if hint is not None:
+        name, args = hint
+        i32 = ir.IntType(32)
+        b.call(
+            declare(b.module, name, VOID, [i32] * len(args)), [ir.Constant(i32, a) for a in args]
+        )
 
 
 def emit_recurrence(

@@ -33,16 +33,19 @@ from __future__ import annotations
 
 MAX_THREADS = 64
 SPIN = 1024  # polls before sleeping: ~25 us of ``pause`` on Zen 5 (25 ns each)
-# The spin hint per architecture: (declaration, call)
-PAUSE = {
-    "x86_64": ("declare void @llvm.x86.sse2.pause()", "call void @llvm.x86.sse2.pause()"),
-    "aarch64": ("declare void @llvm.aarch64.isb(i32)", "call void @llvm.aarch64.isb(i32 15)"),
+# The spin hint per architecture: its intrinsic and i32 arguments (isb's 15: full system),
+# written as IR text here and through llvmlite by guard.compiler.codegen.recurrence.
+SPIN_HINT: dict[str, tuple[str, tuple[int, ...]]] = {
+    "x86_64": ("llvm.x86.sse2.pause", ()),
+    "aarch64": ("llvm.aarch64.isb", (15,)),
 }
 
 
 def pool_ir(triple: str) -> str:
     """The pool's IR for a target triple (its spin hint)."""
-    decl, call = PAUSE[triple.split("-")[0]]
+    name, args = SPIN_HINT[triple.split("-")[0]]
+    decl = f"declare void @{name}({', '.join('i32' for _ in args)})"
+    call = f"call void @{name}({', '.join(f'i32 {a}' for a in args)})"
     ir = POOL_IR.replace("@SPIN@", str(SPIN)).replace("@PAUSE@", call)
     return ir.replace("@PAUSE_DECL@", decl)
 
