@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from guard.cli.model_args import add_model_args, bound_by_flag, input_shapes, model_file
 from guard.core.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 
 
@@ -16,12 +17,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="climb the memory ladder (views, schedule, recompute, tile, int8, spill) until the "
         "bundled compiler's arena fits a budget",
     )
-    fp.add_argument("model", help="an .onnx file or zoo:<name>")
+    add_model_args(fp)
     fp.add_argument("--budget", required=True, metavar="B",
                     help="bytes or a size: B, KiB, MiB, GiB, kB, MB (e.g. 2MiB)")  # fmt: skip
-    fp.add_argument(
-        "--input", action="append", metavar="NAME=D0,D1,..", help="bind an input's shape"
-    )
     fp.add_argument("--no-latency", action="store_true",
                     help="skip building and timing each rung (arena only)")  # fmt: skip
     fp.add_argument(
@@ -48,20 +46,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget, "--budget")
     if args.within < 0:
         raise UsageError(f"--within {args.within:g}: expected seconds >= 0 (0: no bound)")
-    shapes = {}
-    for item in args.input or ():
-        name, _, dims = item.partition("=")
-        try:
-            shapes[name] = tuple(int(d) for d in dims.split(",") if d)
-        except ValueError:
-            raise UsageError(f"--input {item!r}: expected NAME=D0,D1,...") from None
-    model = shown = args.model
-    if model.startswith("zoo:"):
-        from guard import zoo
-
-        model = zoo.model_path(model[4:])
-    if not Path(model).is_file():
-        raise UsageError(f"{model}: no such model file", hint="Give an .onnx path or zoo:<name>.")
+    shapes = input_shapes(args.input)
+    shown = args.model
+    model = model_file(shown)
     calibration = Path(args.calibration) if args.calibration else None
     if calibration is not None and not calibration.exists():
         raise UsageError(
@@ -71,11 +58,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from guard.compiler.fit.report import fit_model
     from guard.core.isolate import run_isolated
 
-    report, text = run_isolated(
-        fit_model, Path(model), shapes or None, budget, latency=not args.no_latency, name=shown,
-        quantise=quantiser(Path(model), shapes, calibration), within_s=args.within or None,
-        what=f"fitting {model}",
-    )  # fmt: skip
+    with bound_by_flag(shown):
+        report, text = run_isolated(
+            fit_model, model, shapes or None, budget, latency=not args.no_latency, name=shown,
+            quantise=quantiser(model, shapes, calibration), within_s=args.within or None,
+            what=f"fitting {model}",
+        )  # fmt: skip
     print(json.dumps(report, indent=2, default=str) if args.json else text)
     return EXIT_OK if report["fits"] else EXIT_CHECK_FAILED
 

@@ -62,6 +62,9 @@ def _one_line_warning(
     return f"guard: warning: {message}\n"
 
 
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     warnings.formatwarning = _one_line_warning
@@ -78,6 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("guard: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (`guard partition M | head`): what was written
+        # stands, nothing more is said, and the exit is a SIGPIPE's (128 + 13), as a C
+        # tool's would be. Python's flush at exit would raise again on the dead pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, exit 3
         if os.environ.get("GUARD_DEBUG"):
             raise

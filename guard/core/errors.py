@@ -69,6 +69,26 @@ class ModelError(UsageError):
     """A model cannot be loaded, bound or compiled: names the file and the node/input."""
 
 
+class UnboundInputError(ModelError):
+    """An input's dim is dynamic (or the input has no shape) and nothing binds it. Carries
+    the bare message, the input's name and an example shape, so a command that binds
+    shapes its own way (``--input NAME=D0,D1``) can say that instead of the suite's key."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        where: str | None = None,
+        hint: str | None = None,
+        input_name: str = "",
+        example: tuple[int, ...] | None = None,
+    ):
+        super().__init__(message, where=where, hint=hint)
+        self.bare = message
+        self.input_name = input_name
+        self.example = example
+
+
 class UnsupportedOpError(ModelError):
     """No backend in the chain supports an operator."""
 

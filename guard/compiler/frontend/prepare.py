@@ -18,7 +18,7 @@ from onnx import helper
 from guard.compiler.frontend.context import np_dtype
 from guard.compiler.ir.core import Shape
 from guard.compiler.ir.toposort import topological
-from guard.core.errors import ModelError
+from guard.core.errors import ModelError, UnboundInputError
 
 
 @dataclass(frozen=True)
@@ -124,10 +124,11 @@ def bind_shapes(
                     f"converter's spelling of dynamic); bound to {shape[ax]} from the suite"
                 )
         elif not gi.ranked:
-            raise ModelError(
+            raise UnboundInputError(
                 f"input {gi.name!r} declares no shape",
                 where=where,
                 hint=f"Bind it in the suite: inputs: {{{gi.name}: {{shape: [...]}}}}.",
+                input_name=gi.name,
             )
         else:
             static: list[int] = []
@@ -140,11 +141,13 @@ def bind_shapes(
                         if ax in gi.negative_axes
                         else ""
                     )
-                    raise ModelError(
+                    raise UnboundInputError(
                         f"input {gi.name!r} dim {ax}{label} is dynamic and unbound",
                         where=where,
                         hint=f"Bind it in the suite: inputs: {{{gi.name}: {{shape: "
                         f"{_example_shape(gi.dims)}}}}}.",
+                        input_name=gi.name,
+                        example=tuple(d if isinstance(d, int) else 1 for d in gi.dims),
                     )
                 static.append(d)
             shape = tuple(static)
