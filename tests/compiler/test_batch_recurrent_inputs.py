@@ -36,14 +36,21 @@ def recurrent_model(op: str, direction: str, extras: bool, seq: int = 5, batch: 
         inits += [("b", rnd(d, 2 * g * hidden, seed=3)), ("h0", rnd(d, batch, hidden, seed=4)),
                   ("lens", np.array([seq, seq - 2][:batch], np.int32))]  # fmt: skip
         ins += ["b", "lens", "h0"]
+    return one_node_model(op, ins, inputs, inits, hidden_size=hidden, direction=direction, **attrs)
+
+
+def one_node_model(op: str, ins: list[str], inputs: list, inits: list, opset: int = 17,
+                   **attrs):  # fmt: skip
+    """The model of one recurrent node reading ``ins`` (graph ``inputs``, initialisers
+    ``inits`` as (name, array)), its outputs y, yh (and yc for LSTM)."""
     outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
-    node = helper.make_node(op, ins, outs, hidden_size=hidden, direction=direction, **attrs)
+    node = helper.make_node(op, ins, outs, **attrs)
     graph = helper.make_graph(
         [node], "rec", inputs,
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
         [numpy_helper.from_array(v, k) for k, v in inits],
     )  # fmt: skip
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 CASES = [
@@ -73,22 +80,42 @@ def test_the_input_gates_are_one_gemm_and_the_outputs_do_not_change(case) -> Non
             np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "why"),
-    [({"w_const": False}, "W is not constant"), ({"layout": 1}, "layout=1 (batch first)")],
-    ids=["w-input", "batch-first"],
-)
-def test_the_rule_does_not_fire(kwargs, why) -> None:
-    layout = kwargs.get("layout", 0)
-    model = recurrent_model("LSTM", "forward", False, **kwargs)
-    if layout:  # batch first: x is [batch, seq, input]
-        model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 2
-        model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 5
+def test_the_rule_does_not_fire_twice() -> None:
+    g, report = optimize(import_onnx(recurrent_model("LSTM", "forward", False)),
+                         entries=ENTRY * 2, verify_each=True)  # fmt: skip
+    first, second = report.passes
+    assert first.changed and not second.changed and second.stats["num_declined"] == 1
+    assert any("already one GEMM" in n for n in second.notes), second.notes
+    assert g.op_counts()["Gemm"] == 1
+
+
+def test_the_rule_leaves_batch_first_to_recurrent_sequence_first() -> None:
+    model = recurrent_model("LSTM", "forward", False, layout=1)
+    dims = model.graph.input[0].type.tensor_type.shape.dim  # x [batch, seq, input]
+    dims[0].dim_value, dims[1].dim_value = 2, 5
     g, report = optimize(import_onnx(model), entries=ENTRY, verify_each=True)
     (record,) = report.passes
     assert not record.changed and record.stats["num_declined"] == 1
-    assert any(why in n for n in record.notes), record.notes
+    assert any("layout=1" in n for n in record.notes), record.notes
     assert "Gemm" not in g.op_counts()
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_w_as_an_input_is_read_transposed_and_b_stays_whole(op) -> None:
+    """W a graph input: the GEMM reads W reshaped to [D*g*H, I] transposed, without a bias;
+    the node keeps its B (the recurrence adds Wb)."""
+    g0 = import_onnx(recurrent_model(op, "bidirectional", True, w_const=False))
+    g, _ = optimize(g0, entries=ENTRY, verify_each=True)
+    gemm, rec = next(n for n in g.nodes if n.op == "Gemm"), next(n for n in g.nodes if n.op == op)
+    assert gemm.attrs["transB"] == 1 and len(gemm.inputs) == 2
+    assert g.values[gemm.inputs[1]].shape == (2 * GATES[op] * 4, 3)
+    assert rec.inputs[3] == "b" and rec.inputs[1] == ""
+    w = rnd(2, GATES[op] * 4, 3, seed=1)
+    for seed in (0, 1):
+        x = rnd(5, 2, 3, seed=10 + seed)
+        want, got = run_reference(g0, {"x": x, "w": w}), run_reference(g, {"x": x, "w": w})
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
 
 
 NATIVE = [
@@ -104,9 +131,7 @@ def test_the_generated_recurrence_reads_the_gemms_gates(case) -> None:
     reference interpreter on the imported graph (bias and initial state given)."""
     op, direction, attrs = case
     model = recurrent_model(op, direction, True, seq=7, batch=2, n_in=16, hidden=8, **attrs)
-    node = model.graph.node[0]
-    node.input[4] = ""  # sequence_lens: declined by the emitters (the reference has it)
-    g0 = import_onnx(model)
+    g0 = import_onnx(model)  # with sequence_lens (lengths 7 and 5)
     g, _ = optimize(g0, "O2")
     (rec,) = [n for n in g.nodes if n.op == op]
     assert rec.attrs["input_gates"] == 1

@@ -6,8 +6,9 @@ Per direction, per time step, per batch row: the ``4H`` gate pre-activations
 vectorises) go to a stack buffer, then each hidden unit updates its cell and hidden state
 (gate order ``i, o, f, c`` as in the reference). The running state lives in the Y_h and
 Y_c outputs (the importer always gives LSTM its three outputs), so the kernel needs no
-scratch beyond the gates. Declined, with the reason: ``sequence_lens``, other activations,
-``layout=1``.
+scratch beyond the gates. With ``sequence_lens`` (int32) a row stops at its length
+(guard.compiler.codegen.sequence_lens). Declined, with the reason: other activations,
+``layout=1`` (O2's guard.compiler.passes.batch_recurrent_inputs makes it sequence first).
 
 With ``input_gates=1`` (guard.compiler.passes.batch_recurrent_inputs) the ``W x_t + Wb``
 half was computed for the whole sequence by one GEMM before this step: input 0 holds it as
@@ -18,7 +19,9 @@ node instead: blocks of units in registers, on the thread pool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import llvmlite.ir as ir
@@ -46,6 +49,12 @@ from guard.compiler.codegen.recurrence import (
     packable,
     phases,
 )
+from guard.compiler.codegen.sequence_lens import (
+    row_length,
+    step_time,
+    zero_empty_states,
+    zero_past_ends,
+)
 from guard.compiler.graph.view import GraphView, OpNode
 
 DEFAULT = ["sigmoid", "tanh", "tanh"]
@@ -68,13 +77,20 @@ class _Packed(Emitter):
         return r is not None and r.space == "packed" and blocked(k.op, k.attrs)
 
 
+def _dtypes(node: OpNode, g: GraphView) -> str | None:
+    """float32 throughout, but ``sequence_lens`` (input 4): int32, as ONNX has it."""
+    lens = node.args[4] if len(node.args) > 4 else ""
+    if lens and g.tensors[lens].dtype != "int32":
+        return f"no emitter for {node.op} with sequence_lens of {g.tensors[lens].dtype}"
+    others = tuple("" if j == 4 else v for j, v in enumerate(node.inputs))
+    return float32_only(dataclasses.replace(node, inputs=others), g)
+
+
 class Recurrent(_Packed):
     ops = frozenset({"LSTM"})
 
     def decline(self, node: OpNode, g: GraphView) -> str | None:
-        if len(node.args) > 4 and node.args[4]:
-            return "no emitter for LSTM with sequence_lens"
-        why = float32_only(node, g)
+        why = _dtypes(node, g)
         if why:
             return why
         a = node.attrs
@@ -82,7 +98,7 @@ class Recurrent(_Packed):
         if [s.lower() for s in a["activations"]] != DEFAULT * dirs:
             return f"no emitter for LSTM with activations {a['activations']}"
         if a.get("layout", 0):
-            return "no emitter for LSTM with layout=1"
+            return "no emitter for LSTM with layout=1 (O2 makes it sequence first)"
         return None
 
     def emit(
@@ -103,8 +119,9 @@ class Recurrent(_Packed):
         def arg(j: int) -> ir.Value | None:
             return ins[j] if len(ins) > j else None
 
-        bias, h0, c0, peep = arg(3), arg(5), arg(6), arg(7)
+        bias, lens, h0, c0, peep = arg(3), arg(4), arg(5), arg(6), arg(7)
         y, yh, yc = outs[0], outs[1], outs[2]
+        zero_past_ends(b, lens, y, (S, D, Bt, H))
         clip = a.get("clip")
         forget_is_input = bool(a.get("input_forget", 0))
         gates = entry_alloca(b, ir.ArrayType(F32, 4 * H))
@@ -129,9 +146,10 @@ class Recurrent(_Packed):
             with loop(b, 0, Bt * H, 1, "init") as i:
                 store(b, load(b, h0, add(b, st, i)) if h0 else const(F32, 0.0), yh, add(b, st, i))
                 store(b, load(b, c0, add(b, st, i)) if c0 else const(F32, 0.0), yc, add(b, st, i))
-            with loop(b, 0, S, 1, "step") as step:
-                t = b.sub(i64(S - 1), step) if reverse else step
-                with loop(b, 0, Bt, 1, "row") as bt:
+            with loop(b, 0, S, 1, "step") as step, loop(b, 0, Bt, 1, "row") as bt:
+                n = row_length(b, lens, bt, S)
+                t = step_time(b, reverse, step, n)
+                with _live(b, lens, step, n):
                     hrow = add(b, st, b.mul(bt, i64(H)))
                     xrow = b.mul(add(b, b.mul(t, i64(Bt)), bt), i64(n_in))
                     with loop(b, 0, 4 * H, 1, "gate") as j:
@@ -172,6 +190,17 @@ class Recurrent(_Packed):
                         store(b, h_new, yh, add(b, hrow, u))
                         yrow = b.mul(add(b, b.mul(t, i64(D * Bt)), d * Bt, bt), i64(H))
                         store(b, h_new, y, add(b, yrow, u))
+        zero_empty_states(b, lens, [yh, yc], S, D, Bt, H)
+
+
+@contextmanager
+def _live(b: ir.IRBuilder, lens: ir.Value | None, step: ir.Value, n: ir.Value) -> Iterator[None]:
+    """The body of a step for one row: only where the row has that step (with lengths)."""
+    if lens is None:
+        yield
+        return
+    with b.if_then(b.icmp_signed("<", step, n)):
+        yield
 
 
 GRU_RNN_DEFAULT = {"GRU": ["sigmoid", "tanh"], "RNN": ["tanh"]}
@@ -184,8 +213,8 @@ class GruRnn(_Packed):
     direction, step and batch row, the recurrent pre-activations ``R h + Rb`` go to a stack
     buffer, then each unit updates its state in Y_h (GRU without ``linear_before_reset``
     first forms ``r * h`` for every unit, then its ``R_h (r * h)``). With R constant (packed),
-    guard.compiler.codegen.recurrence emits the node instead. Declined, with the reason: the
-    per-step form, ``sequence_lens``, other activations, ``layout=1``."""
+    guard.compiler.codegen.recurrence emits the node instead. ``sequence_lens`` as the LSTM's.
+    Declined, with the reason: the per-step form, other activations, ``layout=1``."""
 
     ops = frozenset({"GRU", "RNN"})
 
@@ -193,16 +222,14 @@ class GruRnn(_Packed):
         a = node.attrs
         if not a.get("input_gates", 0):
             return f"no emitter for {node.op} with per-step input gates (O2 batches them)"
-        if len(node.args) > 4 and node.args[4]:
-            return f"no emitter for {node.op} with sequence_lens"
-        why = float32_only(node, g)
+        why = _dtypes(node, g)
         if why:
             return why
         dirs = 2 if a["direction"] == "bidirectional" else 1
         if [s.lower() for s in a["activations"]] != GRU_RNN_DEFAULT[node.op] * dirs:
             return f"no emitter for {node.op} with activations {a['activations']}"
         if a.get("layout", 0):
-            return f"no emitter for {node.op} with layout=1"
+            return f"no emitter for {node.op} with layout=1 (O2 makes it sequence first)"
         return None
 
     def emit(
@@ -220,8 +247,10 @@ class GruRnn(_Packed):
         x, r = ins[0], ins[2]
         assert x is not None and r is not None
         bias = ins[3] if len(ins) > 3 else None
+        lens = ins[4] if len(ins) > 4 else None
         h0 = ins[5] if len(ins) > 5 else None
         y, yh = outs[0], outs[1]
+        zero_past_ends(b, lens, y, (S, D, Bt, H))
         clip = a.get("clip")
         lbr = bool(a.get("linear_before_reset", 0))
         rec = entry_alloca(b, ir.ArrayType(F32, G * H))  # R h + Rb of this step
@@ -248,9 +277,10 @@ class GruRnn(_Packed):
             st = d * Bt * H
             with loop(b, 0, Bt * H, 1, "init") as i:
                 store(b, load(b, h0, add(b, st, i)) if h0 else const(F32, 0.0), yh, add(b, st, i))
-            with loop(b, 0, S, 1, "step") as step:
-                t = b.sub(i64(S - 1), step) if reverse else step
-                with loop(b, 0, Bt, 1, "row") as bt:
+            with loop(b, 0, S, 1, "step") as step, loop(b, 0, Bt, 1, "row") as bt:
+                n = row_length(b, lens, bt, S)
+                t = step_time(b, reverse, step, n)
+                with _live(b, lens, step, n):
                     hrow = add(b, st, b.mul(bt, i64(H)))
                     xrow = add(b, b.mul(add(b, b.mul(t, i64(Bt)), bt), i64(D * G * H)), d * G * H)
                     n_rec = 2 * H if op == "GRU" and not lbr else G * H
@@ -294,3 +324,4 @@ class GruRnn(_Packed):
                         store(b, h_new, yh, add(b, hrow, u))
                         yrow = b.mul(add(b, b.mul(t, i64(D * Bt)), d * Bt, bt), i64(H))
                         store(b, h_new, y, add(b, yrow, u))
+        zero_empty_states(b, lens, [yh], S, D, Bt, H)

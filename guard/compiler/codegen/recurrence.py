@@ -28,6 +28,12 @@ does all the work in order and the others find none left. The chunk count comes 
 layer's shape alone and each block is the same code whichever thread claims it, so the
 outputs are bit-identical for any thread count. A layer under :data:`PARALLEL_FLOPS` calls
 the claim loop directly, without the pool.
+
+With ``sequence_lens`` (guard.compiler.codegen.sequence_lens) a row works step ``s`` only
+while ``s < len``, at ``t = len - 1 - s`` reversed (so it reads ``h`` where its previous
+step wrote it); Y past each row's length is zeroed before the steps, Y_h is copied from each
+row's last step, and a row of length 0 ends with zero states. A batch-first node reaches
+this module sequence first (guard.compiler.passes.batch_recurrent_inputs).
 """
 
 from __future__ import annotations
@@ -60,6 +66,12 @@ from guard.compiler.codegen.irutil import (
     splat,
     store,
     store_lanes,
+)
+from guard.compiler.codegen.sequence_lens import (
+    row_length,
+    step_time,
+    zero_empty_states,
+    zero_past_ends,
 )
 from guard.compiler.codegen.threadpool import SPIN_HINT
 
@@ -148,11 +160,11 @@ def emit_recurrence(
     def arg(j: int) -> ir.Value | None:
         return ins[j] if len(ins) > j else None
 
-    names = ["x", "r", "bias", "h0", "c0", "peep", "y", "yh", "yc", "z", "rh"]
+    names = ["x", "r", "bias", "h0", "c0", "peep", "y", "yh", "yc", "z", "rh", "lens"]
     two = phases(op, a) == 2  # z and r * h of the step, shared between the threads
     z, rh = (b.alloca(ir.ArrayType(F32, D * Bt * H)) for _ in range(2)) if two else (None, None)
     vals = [arg(0), arg(2), arg(3), arg(5), arg(6), arg(7), outs[0], outs[1],
-            outs[2] if op == "LSTM" else None, z, rh]  # fmt: skip
+            outs[2] if op == "LSTM" else None, z, rh, arg(4)]  # fmt: skip
     shared = b.alloca(ir.ArrayType(PTR, len(names) + 1))
     counters = b.alloca(ir.ArrayType(I64, COUNTER_STRIDE * (2 * D + 1)))
     counters.align = 64
@@ -165,6 +177,7 @@ def emit_recurrence(
     if yc is not None:  # the cell state lives in Y_c
         with loop(b, 0, D * Bt * H, 1, "cinit") as i:
             store(b, load(b, c0, i) if c0 is not None else const(F32, 0.0), yc, i)
+    zero_past_ends(b, arg(4), outs[0], (S, D, Bt, H))
     task = _claim_loop(b.module, f"{b.function.name}_steps", k, plan)
     null = ir.Constant(PTR, None)
     if plan["pool"]:
@@ -173,10 +186,15 @@ def emit_recurrence(
     else:
         b.call(task, [i64(0), shared, null, null])
     y, yh = vals[6], vals[7]
-    for d in range(D):  # Y_h: h at each direction's last step
-        t_last = 0 if a["direction"] == "reverse" or d == 1 else S - 1
-        with loop(b, 0, Bt * H, 1, "yh") as i:
-            store(b, load(b, y, add(b, (t_last * D + d) * Bt * H, i)), yh, add(b, d * Bt * H, i))
+    for d in range(D):  # Y_h: h at each row's last step (t = 0 reversed)
+        with loop(b, 0, Bt, 1, "yh") as bt:
+            n = row_length(b, arg(4), bt, S)
+            last = b.select(b.icmp_signed(">", n, i64(0)), b.sub(n, i64(1)), i64(0))
+            t_last = i64(0) if a["direction"] == "reverse" or d == 1 else last
+            src = b.mul(add(b, b.mul(t_last, i64(D * Bt)), d * Bt, bt), i64(H))
+            with loop(b, 0, H, 1, "unit") as u:
+                store(b, load(b, y, add(b, src, u)), yh, add(b, b.mul(bt, i64(H)), d * Bt * H, u))
+    zero_empty_states(b, arg(4), [yh, yc], S, D, Bt, H)
 
 
 def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -> ir.Function:
@@ -186,8 +204,8 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     sh = fn.args[1]
-    p = [b.load(b.gep(sh, [i64(j)], source_etype=PTR), typ=PTR) for j in range(12)]
-    x, r, bias, h0, _c0, peep, y, _yh, yc, zbuf, rhbuf, cnt = p
+    p = [b.load(b.gep(sh, [i64(j)], source_etype=PTR), typ=PTR) for j in range(13)]
+    x, r, bias, h0, _c0, peep, y, _yh, yc, zbuf, rhbuf, lens, cnt = p
     a, op = k.attrs, k.op
     xo, ro = k.inputs[0], k.inputs[2]
     assert xo is not None and ro is not None
@@ -197,7 +215,7 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
     P = phases(op, a)
     U = BLOCK_VECTORS * W
     has = {n: k.inputs[j] is not None if len(k.inputs) > j else False
-           for n, j in (("bias", 3), ("h0", 5), ("peep", 7))}  # fmt: skip
+           for n, j in (("bias", 3), ("lens", 4), ("h0", 5), ("peep", 7))}  # fmt: skip
     zeros = ir.GlobalVariable(module, ir.ArrayType(F32, H), f"{name}_zeros")
     zeros.linkage, zeros.global_constant = "internal", True
     zeros.initializer = ir.Constant(ir.ArrayType(F32, H), None)
@@ -260,12 +278,21 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
         if D == 2
         else ir.Constant(ir.IntType(1), a["direction"] == "reverse")
     )
-    t = b.select(rev, b.sub(i64(S - 1), s), s)
-    t_prev = b.select(rev, add(b, t, 1), b.sub(t, i64(1)))
     first = b.icmp_unsigned("==", s, i64(0))
 
     def row_body(bt: ir.Value, ph: int | None) -> None:
-        """One batch row of this chunk: every gate (``ph`` None) or GRU's phase ``ph``."""
+        """One batch row of this chunk: every gate (``ph`` None) or GRU's phase ``ph``; with
+        ``sequence_lens`` only where the row has step ``s``."""
+        n = row_length(b, lens if has["lens"] else None, bt, S)
+        if has["lens"]:
+            with b.if_then(b.icmp_signed("<", s, n)):
+                row_steps(bt, ph, n)
+        else:
+            row_steps(bt, ph, n)
+
+    def row_steps(bt: ir.Value, ph: int | None, n: ir.Value) -> None:
+        t = step_time(b, rev, s, n)
+        t_prev = b.select(rev, add(b, t, 1), b.sub(t, i64(1)))
         gates = list(range(G)) if ph is None else [[0, 1], [2]][ph]
         ng = len(gates)
         base = 0 if ph != 1 else D * nb * H * 2 * U

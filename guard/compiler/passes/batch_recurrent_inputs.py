@@ -14,9 +14,14 @@ zeroed in its B (Rb stays: for GRU with ``linear_before_reset`` it is scaled by 
 gate, so it cannot move). The sums are reassociated (``(xW + Wb) + (hR + Rb)``), which
 changes float32 rounding, not the result beyond it.
 
-Declines (in the notes): W or B not constant, ``layout=1`` (batch first), or a node already
-rewritten. A 1-step sequence is rewritten too (the GEMM is then a matrix-vector product,
-which costs the same as before and keeps one form for the emitters).
+With W an input rather than a constant, ``Wcat`` is W reshaped to ``[D*g*H, I]`` (its
+directions' rows one after the other) and the GEMM reads it transposed; with W or B not
+constant the GEMM has no bias and the node keeps its whole B (the recurrence adds Wb).
+
+Declines (in the notes): ``layout=1`` (guard.compiler.passes.recurrent_sequence_first runs
+before it), not float32, or a node already rewritten. A 1-step sequence is
+rewritten too (the GEMM is then a matrix-vector product, which costs the same as before and
+keeps one form for the emitters).
 """
 
 from __future__ import annotations
@@ -59,48 +64,46 @@ class BatchRecurrentInputs(Pass):
         if node.attrs.get("input_gates", 0):
             return "its input gates are already one GEMM"
         if node.attrs.get("layout", 0):
-            return "layout=1 (batch first)"
-        if graph.const(node.inputs[1]) is None:
-            return "W is not constant"
-        if len(node.inputs) > 3 and node.inputs[3] and graph.const(node.inputs[3]) is None:
-            return "B is not constant"
+            return "layout=1 (recurrent_sequence_first makes it sequence first)"
         if graph.values[node.inputs[0]].dtype != np.float32:
             return "not float32"
         return None
 
     @staticmethod
     def _rewrite(graph: Graph, node: Node) -> list[Node]:
-        x = graph.values[node.inputs[0]]
-        w = graph.const(node.inputs[1])
-        assert w is not None
-        dirs, gh, n_in = w.shape  # gh = gates * hidden
-        seq, batch = x.shape[0], x.shape[1]
-        has_b = len(node.inputs) > 3 and bool(node.inputs[3])
-        b = graph.const(node.inputs[3]) if has_b else None
-        b = np.zeros((dirs, 2 * gh), w.dtype) if b is None else b
-        wcat = np.ascontiguousarray(np.concatenate([w[d].T for d in range(dirs)], axis=1))
-        bcat = np.ascontiguousarray(np.concatenate([b[d, :gh] for d in range(dirs)]))
-        b_rest = b.copy()
-        b_rest[:, :gh] = 0  # Wb is in the GEMM's bias now; Rb stays with the recurrence
-        new: list[Node] = []
+        before: list[Node] = []
 
         def add(op: str, ins: list[str], shape: tuple[int, ...], attrs: dict) -> str:
-            n = graph.add_node(op, ins, [(shape, x.dtype)], attrs)
+            n = graph.add_node(op, ins, [(shape, np.float32)], attrs)
             graph.nodes.pop()
-            new.append(n)
+            before.append(n)
             return n.outputs[0]
 
-        flat = add("Reshape", [node.inputs[0]], (seq * batch, n_in), {"shape": [seq * batch, n_in]})
-        wname = graph.add_constant(None, wcat, "w_inputs").name
-        bname = graph.add_constant(None, bcat, "b_inputs").name
-        gates = add("Gemm", [flat, wname, bname], (seq * batch, dirs * gh),
-                    {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0})  # fmt: skip
-        g3 = add("Reshape", [gates], (seq, batch, dirs * gh), {"shape": [seq, batch, dirs * gh]})
         ins = list(node.inputs)
-        ins[0], ins[1] = g3, ""
-        if len(ins) < 4:
-            ins += [""] * (4 - len(ins))
-        ins[3] = graph.add_constant(None, b_rest, "b_recurrent").name
-        new.append(Node(node.op, ins, list(node.outputs), {**node.attrs, "input_gates": 1},
-                        node.name))  # fmt: skip
-        return new
+        seq, batch, n_in = graph.values[ins[0]].shape
+        w = graph.const(ins[1])
+        dirs, gh = graph.values[ins[1]].shape[:2]  # gh = gates * hidden
+        b = graph.const(ins[3]) if len(ins) > 3 and ins[3] else None
+        flat = add("Reshape", [ins[0]], (seq * batch, n_in), {"shape": [seq * batch, n_in]})
+        gemm = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}
+        if w is not None:
+            wcat = np.ascontiguousarray(np.concatenate([w[d].T for d in range(dirs)], axis=1))
+            gin = [flat, graph.add_constant(None, wcat, "w_inputs").name]
+        else:  # [D, g*H, I] -> [D*g*H, I], read transposed
+            gin = [flat, add("Reshape", [ins[1]], (dirs * gh, n_in), {"shape": [dirs * gh, n_in]})]
+            gemm["transB"] = 1
+        if w is not None and (b is not None or len(ins) < 4 or not ins[3]):
+            b = np.zeros((dirs, 2 * gh), np.float32) if b is None else b
+            bcat = np.ascontiguousarray(np.concatenate([b[d, :gh] for d in range(dirs)]))
+            gin.append(graph.add_constant(None, bcat, "b_inputs").name)
+            b_rest = b.copy()
+            b_rest[:, :gh] = 0  # Wb is in the GEMM's bias now; Rb stays with the recurrence
+            ins += [""] * max(0, 4 - len(ins))
+            ins[3] = graph.add_constant(None, b_rest, "b_recurrent").name
+        # else the node keeps its B whole and the recurrence adds Wb
+        gates = add("Gemm", gin, (seq * batch, dirs * gh), gemm)
+        g3 = (seq, batch, dirs * gh)
+        ins[0] = add("Reshape", [gates], g3, {"shape": list(g3)})
+        ins[1] = ""
+        attrs = {**node.attrs, "input_gates": 1}
+        return [*before, Node(node.op, ins, list(node.outputs), attrs, node.name)]

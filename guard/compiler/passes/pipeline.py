@@ -38,6 +38,7 @@ from guard.compiler.passes.move_dequantize import MoveDequantize
 from guard.compiler.passes.pool_bytes import PoolBytes
 from guard.compiler.passes.recompose_gelu import RecomposeGelu
 from guard.compiler.passes.recompose_layernorm import RecomposeLayernorm
+from guard.compiler.passes.recurrent_sequence_first import RecurrentSequenceFirst
 from guard.compiler.passes.simplify_algebra import SimplifyAlgebra
 from guard.compiler.passes.sink_casts import SinkCasts
 from guard.compiler.passes.verify import verify
@@ -130,6 +131,11 @@ PIPELINES: dict[str, Any] = {
         (RecomposeLayernorm(), "one LayerNormalization kernel instead of 9 ops per norm"),
         (RecomposeGelu(), "one Gelu instead of the 5-op erf form"),
         (FoldBatchnorm(), "BN is a per-channel affine: fold it into the Conv/Gemm weights"),
+        (
+            RecurrentSequenceFirst(),
+            "a batch-first RNN/GRU/LSTM runs sequence first between transposes (Reshapes at "
+            "batch 1): one layout for the emitters; before the cleanup, which folds them",
+        ),
         _cleanup(),
         (BatchRecurrentInputs(), "RNN/GRU/LSTM input gates: one GEMM over the sequence"),
         (FuseHorizontal(), "siblings reading one input become one wider GEMM (read x once)"),

@@ -2,7 +2,9 @@
 
 Gate order in W/R/B: GRU ``z, r, h``; LSTM ``i, o, f, c`` with peepholes ``i, o, f``.
 ``sequence_lens`` stops each batch row early: its outputs past the end are zero and its
-final state is the one at its last valid step (the reverse direction starts there).
+final state is the one at its last valid step (the reverse direction starts there). As in
+onnxruntime, a row of length 0 has a zero final state (Y_h, Y_c), not its initial one;
+lengths are clamped to ``[0, seq]`` (onnxruntime refuses a longer one at run time).
 
 With ``input_gates=1`` (guard.compiler.passes.batch_recurrent_inputs) input 0 is not X but
 its gate pre-activations for every step, ``X W^T + Wb`` as ``[seq, batch, dirs * gates *
@@ -88,7 +90,7 @@ def _run(kind: str, xs: Xs, a: Attrs) -> list[np.ndarray]:
     gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[kind]
     acts = _acts(a, {"RNN": 1, "GRU": 2, "LSTM": 3}[kind], dirs)
     clip = a.get("clip")
-    lens_v = np.full(batch, seq, np.int64) if lens is None else lens.astype(np.int64)
+    lens_v = np.full(batch, seq) if lens is None else np.clip(lens.astype(np.int64), 0, seq)
     y = np.zeros((seq, dirs, batch, hs), np.float64)
     y_h = np.zeros((dirs, batch, hs), np.float64)
     y_c = np.zeros((dirs, batch, hs), np.float64)
@@ -153,7 +155,8 @@ def _run(kind: str, xs: Xs, a: Attrs) -> list[np.ndarray]:
             c = np.where(vm, c_new, c)
             rows = np.nonzero(valid)[0]
             y[tt[rows], d, rows] = h[rows]
-        y_h[d], y_c[d] = h, c
+        empty = (lens_v == 0)[:, None]  # onnxruntime: no step, a zero final state
+        y_h[d], y_c[d] = np.where(empty, 0.0, h), np.where(empty, 0.0, c)
     dt = x.dtype
     if layout:
         return [
