@@ -3,11 +3,11 @@
 A convolution of one image whose output channels are outermost (NCHW, or a blocked ``NCHW<b>c``)
 splits along them: task ``i`` is the same convolution for a run of output channels (the kernel
 specialised to fewer channels, pointers moved to its slice of the packed ``[K/L][C][R][S][L]``
-weights, of the bias, per-channel epilogue operands and output; a depthwise one's input too). Any
-other (NHWC, grouped, several images) or one whose channel units do not divide evenly into its
-tasks (3 blocks in 8) cuts its output rows into bands where its epilogue reads no tensor of over
-one element: each task the same kernel over its rows, the input and weights read whole (so do
-LRN's runs of channels and a Transpose's bands of its output's leading axis). The other
+weights, of the bias, per-channel epilogue operands ([K, 1, 1] too) and output; a depthwise one's
+input too). Any other (NHWC, grouped, several images) or one whose channel units do not divide
+evenly into its tasks (3 blocks in 8) cuts its output rows into bands where its epilogue reads no
+tensor of over one element: each task the same kernel over its rows, the input and weights read
+whole (so do LRN's runs of channels and a Transpose's bands of its output's leading axis). The other
 families cut the output along one axis whose leading dims are 1 (so each run is contiguous), each
 input cut the same way or read whole where it is broadcast along that axis: a GEMM by runs of
 output rows (B, packed once, read whole by every task) or, with fewer rows than columns and B
@@ -16,9 +16,10 @@ columns of every row), a batched MatMul (attention's heads) by runs of its matri
 cut with them), pooling of one image by channels (or channel blocks), Softmax/LogSoftmax/
 LayerNormalization by runs of whole rows, Resize of one image by channels, ConvTranspose of one
 image by output-channel vectors (its packed weights cut with them), a Relayout between NCHW and
-NCHW<b>c by channel blocks, and elementwise steps along their leading axis (seen flat where each
-input is the output's shape or one element). Nothing is reduced across tasks, so the split is
-exact and the tasks can run on any number of threads.
+NCHW<b>c by channel blocks, a Concat along its leading axis (where that is the joined axis, each
+task copies the runs of the inputs in its band), and elementwise steps along their leading axis
+(seen flat where each input is the output's shape or one element). Nothing is reduced across
+tasks, so the split is exact and the tasks can run on any number of threads.
 
 The cost rule decides whether a step splits and into how many tasks, from the step alone (never
 from the thread count, so the code, and so the output bits, are the same for any ``threads``): at
@@ -49,8 +50,8 @@ from guard.compiler.codegen.conv.schedule import Geometry, tensor_reads
 from guard.compiler.codegen.kernel_plan import Operand, Step
 from guard.compiler.codegen.quant.dot import DotClass
 from guard.compiler.codegen.quant.geometry import QConvGeometry
+from guard.compiler.codegen.split_cuts import column_tasks, concat_bands, even
 from guard.compiler.codegen.split_cuts import cut as _cut
-from guard.compiler.codegen.split_cuts import even
 from guard.compiler.codegen.split_cuts import leading_axis as _leading_axis
 from guard.compiler.codegen.split_cuts import operand_axis as _operand_axis
 from guard.compiler.codegen.split_cuts import overlaps as _overlaps
@@ -66,13 +67,6 @@ MAX_TASKS = 8
 # took 0.15-0.26 ns an element and a 3x3 max pooling 0.65 ns an output (0.07 a tap).
 ELEMENT_FLOPS = 32
 TAP_FLOPS = 8
-
-
-def _slice(o: Operand, d0: int, d1: int) -> Operand:
-    """``o`` cut to [d0, d1) along dim 1 (every dim before it is 1)."""
-    stride = math.prod(o.shape[2:]) * (4 if o.dtype == "float32" else 8)
-    shape = (o.shape[0], d1 - d0, *o.shape[2:])
-    return dataclasses.replace(o, offset=o.offset + d0 * stride, shape=shape)
 
 
 def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
@@ -117,15 +111,15 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
             if o is None:
                 ins.append(None)
             elif j == 0:
-                ins.append(_slice(o, d0, d1) if depthwise else o)
+                ins.append(_cut(o, 1, d0, d1) if depthwise else o)
             elif j == 1:  # packed weights, the operand keeps OIHW [K, C/g, R, S]
                 per = math.prod(o.shape[1:]) * 4
                 shape = (k1 - k0, *o.shape[1:])
                 ins.append(dataclasses.replace(o, offset=o.offset + k0 * per, shape=shape))
             elif j == 2 and j < anchor:  # bias [K]
                 ins.append(dataclasses.replace(o, offset=o.offset + k0 * 4, shape=(k1 - k0,)))
-            elif len(o.shape) == len(y.shape) and o.shape[0] == 1 and o.shape[1] == y.shape[1]:
-                ins.append(_slice(o, d0, d1))  # a residual or a per-channel constant
+            elif isinstance(h := _operand_axis(o, len(y.shape), 1, y.shape[1]), int):
+                ins.append(_cut(o, h, d0, d1))  # a residual, a per-channel constant
             elif math.prod(o.shape) == 1 or (len(o.shape) == len(y.shape) and o.shape[1] == 1):
                 ins.append(o)  # broadcast along channels: every task reads it whole
             else:
@@ -133,7 +127,7 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
         attrs = dict(step.attrs)
         if depthwise:
             attrs["group"] = k1 - k0
-        out = (_slice(y, d0, d1),)
+        out = (_cut(y, 1, d0, d1),)
         tasks.append(Step(f"{step.node}#{i}", step.op, "", tuple(ins), out, attrs, False))
     return tuple(tasks)
 
@@ -341,6 +335,21 @@ def resize_tasks(step: Step) -> tuple[Step, ...]:
     return _tasks_along(step, axis, cost, rule=lambda j, o: axis if j == 0 else "whole")
 
 
+def concat_tasks(step: Step) -> tuple[Step, ...]:
+    """Concat cut along the output's leading axis longer than 1: every input cut the same
+    way where that axis comes before the joined one, else into bands of the joined axis,
+    each task copying the runs of the inputs in its band."""
+    y = step.outputs[0]
+    axis, lead = int(step.attrs.get("axis", 0)) % len(y.shape), _leading_axis(y.shape, len(y.shape))
+    if lead is None or step.may_alias or any(o is None for o in step.inputs):
+        return ()
+    cost = math.prod(y.shape) * ELEMENT_FLOPS
+    if lead < axis:
+        return _tasks_along(step, lead, cost)
+    n = even(min(MAX_TASKS, y.shape[axis], cost // MIN_TASK_FLOPS))
+    return concat_bands(step, axis, n) if n > 1 and lead == axis else ()
+
+
 def relayout_tasks(step: Step) -> tuple[Step, ...]:
     """A Relayout of one image between NCHW and NCHW<b>c (C a multiple of b) cut into
     runs of whole channel blocks: the blocked side cut along its blocks, the NCHW side
@@ -388,8 +397,7 @@ def int8_tasks(step: Step, width: int) -> tuple[Step, ...]:
         geo = QConvGeometry.of(step.attrs, x.shape, w.shape)
         direct = bool(step.attrs.get("q_dw") or step.attrs.get("q_dwdot"))  # quant/depthwise*
         cost = geo.task_cost(direct, INT8_MAC_FLOPS, ELEMENT_FLOPS)
-        want = min(MAX_TASKS, cost // MIN_TASK_FLOPS, geo.OH)
-        want -= want % 2 if want > 2 else 0
+        want = even(min(MAX_TASKS, cost // MIN_TASK_FLOPS, geo.OH))
         if want < 2:
             return ()
         return _row_tasks(step, geo.OH, want)
@@ -409,20 +417,9 @@ def int8_tasks(step: Step, width: int) -> tuple[Step, ...]:
 
 
 def _column_tasks(step: Step, n: int, nr: int, cost: int) -> tuple[Step, ...]:
-    """A matrix product cut into runs of B's packed panels ``nr`` columns wide (attribute
-    ``cols``): each task reads A whole and B's panels of its columns, and writes those
-    columns of every row of Y (a strided, disjoint run of each row)."""
-    units = -(-n // nr)
-    want = min(MAX_TASKS, units, cost // MIN_TASK_FLOPS)
-    want -= want % 2 if want > 2 else 0
-    if want < 2:
-        return ()
-    tasks = []
-    for i in range(want):
-        cols = (units * i // want * nr, min(n, units * (i + 1) // want * nr))
-        attrs = {**step.attrs, "cols": cols}
-        tasks.append(Step(f"{step.node}#{i}", step.op, "", step.inputs, step.outputs, attrs, False))
-    return tuple(tasks)
+    """A matrix product cut into runs of B's packed panels (split_cuts.column_tasks)."""
+    want = even(min(MAX_TASKS, -(-n // nr), cost // MIN_TASK_FLOPS))
+    return column_tasks(step, n, nr, want) if want > 1 else ()
 
 
 def split_step(step: Step, width: int) -> tuple[Step, ...]:
@@ -445,6 +442,8 @@ def split_step(step: Step, width: int) -> tuple[Step, ...]:
         return conv_transpose_tasks(step, width)
     if step.op == "Relayout" and not step.may_alias:
         return relayout_tasks(step)
+    if step.op == "Concat":
+        return concat_tasks(step)
     if step.op in ELEMENTWISE_OPS or step.op == "FusedElementwise":
         return elementwise_tasks(step)
     return ()

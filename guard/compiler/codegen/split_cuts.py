@@ -63,3 +63,35 @@ def operand_axis(o: Operand, out_rank: int, axis: int, units: int) -> int | None
     if o.shape[own] == units and all(d == 1 for d in o.shape[:own]):
         return own
     return None
+
+
+def concat_bands(step: Step, axis: int, n: int) -> tuple[Step, ...]:
+    """A Concat cut into ``n`` bands of its output along its own ``axis`` (every dim before
+    it 1): each task concatenates the runs of the inputs that fall in its band."""
+    y = step.outputs[0]
+    size, tasks = y.shape[axis], []
+    for i in range(n):
+        d0, d1 = size * i // n, size * (i + 1) // n
+        ins, off = [], 0
+        for o in step.inputs:
+            assert o is not None
+            lo, hi = max(d0, off), min(d1, off + o.shape[axis])
+            if lo < hi:
+                ins.append(cut(o, axis, lo - off, hi - off))
+            off += o.shape[axis]
+        out = (cut(y, axis, d0, d1),)
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", tuple(ins), out, step.attrs, False))
+    return tuple(tasks)
+
+
+def column_tasks(step: Step, n: int, nr: int, want: int) -> tuple[Step, ...]:
+    """A matrix product cut into ``want`` runs of B's packed panels ``nr`` columns wide
+    (attribute ``cols``): each task reads A whole and B's panels of its columns, and
+    writes those columns of every row of Y (a strided, disjoint run of each row)."""
+    units = -(-n // nr)
+    tasks = []
+    for i in range(want):
+        cols = (units * i // want * nr, min(n, units * (i + 1) // want * nr))
+        attrs = {**step.attrs, "cols": cols}
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", step.inputs, step.outputs, attrs, False))
+    return tuple(tasks)
