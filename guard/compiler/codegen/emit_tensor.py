@@ -25,6 +25,7 @@ from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, strides
 from guard.compiler.codegen.emit_elementwise import merge_dims
 from guard.compiler.codegen.emit_resize import emit_taps
 from guard.compiler.codegen.irutil import add, i64, load, loop, store
+from guard.compiler.codegen.shuffles import transpose_square
 from guard.compiler.graph.view import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
 
@@ -244,29 +245,6 @@ class Copy(Emitter):
             strided_copy(b, xs, outs[0], base, ost, ins[0], 0, strides(xs), size)
 
 
-def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
-    """rows[i][j] -> rows[j][i] for n row vectors of n lanes (n a power of two): log2(n)
-    stages of two-input shuffles (vpermt2ps on AVX-512), no scalar traffic."""
-    n = len(rows)
-    r = list(rows)
-    d = n // 2
-    i32 = ir.IntType(32)
-    while d >= 1:
-        lo = ir.Constant(
-            ir.VectorType(i32, n), [j if (j & d) == 0 else n + j - d for j in range(n)]
-        )
-        hi = ir.Constant(
-            ir.VectorType(i32, n), [j + d if (j & d) == 0 else n + j for j in range(n)]
-        )
-        for i in range(n):
-            if i & d:
-                continue
-            a, c = r[i], r[i + d]
-            r[i], r[i + d] = b.shuffle_vector(a, c, lo), b.shuffle_vector(a, c, hi)
-        d //= 2
-    return r
-
-
 def tiled_transpose_dims(
     out: Sequence[int], in_st: Sequence[int], w: int
 ) -> tuple[int, int] | None:
@@ -306,7 +284,7 @@ def _transpose_tiles(
             ibase = add(b, ib, p0, b.mul(i0, i64(in_st[i])))
             rows = [load(b, x, add(b, ibase, r * in_st[i]), w) for r in range(w)]
             obase = add(b, ob, b.mul(p0, i64(o_st[p])), i0)
-            for r, v in enumerate(_transpose(b, rows)):  # v: lanes along i, at p0 + r
+            for r, v in enumerate(transpose_square(b, rows)):  # v: lanes along i, at p0 + r
                 store(b, v, y, add(b, obase, r * o_st[p]))
 
     nest(0, i64(0), i64(0))
@@ -337,14 +315,14 @@ def _relayout_blocked(
             with loop(b, 0, full, blk, "w0") as w0:
                 if to_blocked:
                     rows = [load(b, x, add(b, nchw_base, j * hw, w0), blk) for j in range(blk)]
-                    for j, v in enumerate(_transpose(b, rows)):
+                    for j, v in enumerate(transpose_square(b, rows)):
                         store(b, v, y, add(b, blk_base, b.mul(add(b, w0, j), i64(blk))))
                 else:
                     rows = [
                         load(b, x, add(b, blk_base, b.mul(add(b, w0, j), i64(blk))), blk)
                         for j in range(blk)
                     ]
-                    for j, v in enumerate(_transpose(b, rows)):
+                    for j, v in enumerate(transpose_square(b, rows)):
                         store(b, v, y, add(b, nchw_base, j * hw, w0))
     if w - full:
         tail = w - full

@@ -230,12 +230,9 @@ def test_default_heuristic(isa):
     assert default_conv_schedule(dw, table).oc_block == 1
 
 
-@pytest.mark.parametrize("cpu", ["skylake-avx512", "znver4"])
-@pytest.mark.parametrize("name", ["stem", "five", "wide", "late"])
-def test_the_default_avx512_tile_keeps_its_registers(cpu, name):
-    """The default tile compiled for a 32-register CPU as the build does (O3) stores no
-    zmm register to the stack: the 14 x 1 tile of the 7x7 stride-2 stem spilled a kernel
-    row's broadcast inputs inside its loop (~150 stack accesses on both CPUs)."""
+def tile_asm(case: Sequence, lay: str, cpu: str, sched: ConvSchedule | None = None) -> str:
+    """objdump's text of ``case``'s kernel (the default tile unless ``sched``) compiled
+    for ``cpu`` as the build does (O3)."""
     import subprocess
     import tempfile
 
@@ -243,34 +240,44 @@ def test_the_default_avx512_tile_keeps_its_registers(cpu, name):
     from guard.compiler.codegen.module import compile_module
     from guard.compiler.ir.isa_table import using_table
 
+    target = codegen_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
+    W = target.table.vector_width
+    with using_table(target.table):
+        sched = sched or default_conv_schedule(geometry(case, lay, W), target.table)
+        module = ir.Module("tile")
+        module.triple = target.triple
+        n, c, h, w, k, r, s = case[:7]
+        xshape = layout.to_layout_shape((n, c, h, w), lay)
+        wshape = (k, c // case[10], r, s)
+        geo = Geometry(_attrs(case, lay), xshape, wshape, W)
+        yshape = layout.to_layout_shape((n, k, geo.OH, geo.OW), lay)
+        op = lambda nm, shape: Operand(nm, "arena", 0, tuple(shape), "float32")  # noqa: E731
+        ins = (op("x", xshape), op("w", wshape), op("b", (k,)))
+        kern = Kernel("Conv", _attrs(case, lay), ins, (op("y", yshape),), W)
+        conv_function(module, "conv0", kern, sched)
+        obj = compile_module(module, target).object_code
+    with tempfile.NamedTemporaryFile(suffix=".o") as f:
+        f.write(obj)
+        f.flush()
+        return subprocess.run(["objdump", "-d", f.name], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("cpu", ["skylake-avx512", "znver4"])
+@pytest.mark.parametrize("name", ["stem", "five", "wide", "late"])
+def test_the_default_avx512_tile_keeps_its_registers(cpu, name):
+    """The default tile compiled for a 32-register CPU as the build does (O3) stores no
+    zmm register to the stack: the 14 x 1 tile of the 7x7 stride-2 stem spilled a kernel
+    row's broadcast inputs inside its loop (~150 stack accesses on both CPUs)."""
     case = {
         "stem": (1, 3, 224, 224, 64, 7, 7, 2, (3, 3, 3, 3), 1, 1),
         "five": (1, 32, 27, 27, 64, 5, 5, 1, (2, 2, 2, 2), 1, 1),
         "wide": (1, 64, 56, 56, 64, 3, 3, 1, (1, 1, 1, 1), 1, 1),
         "late": (1, 512, 7, 7, 512, 3, 3, 1, (1, 1, 1, 1), 1, 1),
     }[name]
-    target = codegen_target(f"llvm -mtriple=x86_64-linux-gnu -mcpu={cpu}")
-    with using_table(target.table):
-        lay = "NCHW" if case[1] % 16 else "NCHW16c"
-        sched = default_conv_schedule(geometry(case, lay, 16), target.table)
-        module = ir.Module("tile")
-        module.triple = target.triple
-        n, c, h, w, k, r, s = case[:7]
-        xshape = layout.to_layout_shape((n, c, h, w), lay)
-        geo = Geometry(_attrs(case, lay), xshape, (k, c, r, s), 16)
-        yshape = layout.to_layout_shape((n, k, geo.OH, geo.OW), lay)
-        op = lambda nm, shape: Operand(nm, "arena", 0, tuple(shape), "float32")  # noqa: E731
-        ins = (op("x", xshape), op("w", (k, c, r, s)), op("b", (k,)))
-        kern = Kernel("Conv", _attrs(case, lay), ins, (op("y", yshape),), 16)
-        conv_function(module, "conv0", kern, sched)
-        obj = compile_module(module, target).object_code
-    with tempfile.NamedTemporaryFile(suffix=".o") as f:
-        f.write(obj)
-        f.flush()
-        asm = subprocess.run(["objdump", "-d", f.name], capture_output=True, text=True).stdout
+    asm = tile_asm(case, "NCHW" if case[1] % 16 else "NCHW16c", cpu)
     assert "vfmadd" in asm and "%zmm" in asm
     spills = [ln for ln in asm.splitlines() if "%zmm" in ln and "(%rsp)" in ln]
-    assert not spills, (sched, spills[:4])
+    assert not spills, spills[:4]
 
 
 def test_the_16_register_model_charges_tails_latency_and_spills():

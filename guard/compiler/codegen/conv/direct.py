@@ -26,6 +26,7 @@ from guard.compiler.codegen.irutil import (
     store_strided,
     vec,
 )
+from guard.compiler.codegen.shuffles import store_pieces, transpose_square
 
 Epilogue = Callable[[ir.IRBuilder, ir.Value], ir.Value]
 Accs = list[list[ir.Value]]  # [vector][column] accumulator slots
@@ -260,6 +261,23 @@ class DirectConv:
             return (ow0 + t) * syw if isinstance(ow0, int) else b.mul(add(b, ow0, t), i64(syw))
 
         def write(lanes: int) -> None:
+            if g.layout == "NCHW" and L > 1 and (L >= 16 or g.sw == 1):
+                # Lanes run along channels, an NCHW row along columns: L columns at a time
+                # are transposed in registers and stored as runs of whole vectors. LLVM's
+                # SLP pass merged the lane-strided stores of some tiles (8 lanes) and not
+                # of others: vgg19's 3x3 3->64 stem ran at 0.52-0.69 of sgemm. Measured on
+                # znver4 (kernel alone, interleaved): that stem 1.34x (AVX-512) and 1.33-1.40x
+                # (AVX2) faster, ppocr_v4_det's 3x3/2 3->16 1.39x (AVX-512); with 8 lanes
+                # at stride 2 zfnet512's 5x5/2 and mobilenet_v2's 3x3/2 stem ran 0.84-0.89x,
+                # so those keep the lane-strided stores.
+                for c0 in range(0, T, L):
+                    part = vals[c0 : c0 + L]
+                    pad = [ir.Constant(self.ty, None)] * (L - len(part))
+                    rows = transpose_square(b, part + pad)  # rows[j]: channel k0 + j
+                    for j in range(lanes):
+                        at = add(b, base, col(c0), j * sycb)
+                        store_pieces(b, rows[j], self.y, at, len(part))
+                return
             for t in range(T):
                 idx = add(b, base, col(t))
                 if L == 1:

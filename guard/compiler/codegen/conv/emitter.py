@@ -26,7 +26,8 @@ ones are simply not emitted (peeled, no run-time checks, still ``T`` columns wid
 Rows are checked once per kernel row, outside the column loop.
 
 Outputs go to NCHW<b>c / NHWC as vector stores (the last vector masked when K is not a
-multiple of L), to NCHW as lane-strided stores. Vectors of a tile that lie in different
+multiple of L), to NCHW transposed in registers L columns at a time and stored as runs of
+whole vectors (AVX-512, and stride 1 on narrower vectors; lane-strided stores otherwise). Vectors of a tile that lie in different
 groups read their own input channels (one broadcast per vector); K not a multiple of
 ``KB`` vectors ends in one shorter block. The bias (input 2) starts the
 accumulators; an epilogue program that reads no other tensor, or only single-element ones
