@@ -244,7 +244,11 @@ def default_conv_schedule(geo: Geometry, table: TargetTable | None = None) -> Co
     best, best_score = ConvSchedule(ow_block=max(1, geo.OW)), -1.0
     for kb in range(1, min(MAX_OC_BLOCK, geo.KV) + 1):
         if kb > 1 and not geo.vectors_share_input(kb):
-            break
+            # a group of 16 vectors has no block of 3 but has blocks of 4 (alexnet's 3x3
+            # 384->256 g2 at 12x12: 12 x 2, whose kernel-row loop stored and reloaded 47
+            # zmm, 56.8 GFLOP/s on znver4; 4 x 4 122.7; shufflenet's 544->544 g4 7 x 3
+            # 1.04x its 7 x 1)
+            continue
         for t in range(1, geo.OW + 1):
             if kb * (t + 1) + 1 > regs - 4 or not _holds_row(geo, kb, t, regs):
                 break
@@ -338,7 +342,11 @@ def _small_file_schedule(geo: Geometry, regs: int, wide: int) -> ConvSchedule:
     best, best_cost = ConvSchedule(ow_block=max(1, min(wide, geo.OW))), math.inf
     for kb in range(1, min(MAX_OC_BLOCK, geo.KV) + 1):
         if kb > 1 and not geo.vectors_share_input(kb):
-            break
+            if best.oc_block > 1:
+                break  # blocks of 2 share: a wider block past a gap is not modelled
+            # a group of 9 vectors (shufflenet's 272->272 g4) has blocks of 3: 3 x 3
+            # ran 1.27-1.30x its 7 x 1 on znver4 (x86-64-v3 code)
+            continue
         for t in range(1, min(wide, geo.OW) + 1):
             s = ConvSchedule(ow_block=t, oc_block=kb)
             if kb * (t + 1) + 1 > regs:
