@@ -18,12 +18,13 @@ Work is claimed in chunks of whole blocks: claim ``k`` of a direction's atomic c
 sub-step ``k // C``, chunk ``k % C``; before working a chunk the claimer waits (spinning,
 after :data:`SPIN` polls yielding the CPU between polls) until the direction's ``done``
 counter holds every chunk of the sub-step before. Claim loop ``i`` starts with direction
-``i % D`` and then helps with the other's rest, so the two directions of a bidirectional
-layer run side by side on two threads with no handoff (each core streaming its own
-direction's R), and a unidirectional step is shared with one handoff per chunk. Odd steps
-claim the chunks, and walk their blocks, in reverse order: the blocks a step read last, still
-in L2, are the next step's first (R of a direction is 1 MiB at hidden 256, the L2's size). The kernel
-runs :data:`TASKS` claim loops on the pool (``guard_pool_run``); with one thread the first
+``i * D // TASKS`` (the pool runs each thread's own run of consecutive tasks first, so two
+threads' first tasks, 0 and ``TASKS / 2``, differ) and then helps with the other's rest, so
+the two directions of a bidirectional layer run side by side on two threads with no handoff
+(each core streaming its own direction's R), and a unidirectional step is shared with one
+handoff per chunk. Odd steps claim the chunks, and walk their blocks, in reverse order: the
+blocks a step read last, still in L2, are the next step's first (R of a direction is 1 MiB
+at hidden 256, the L2's size). The kernel runs :data:`TASKS` claim loops on the pool (``guard_pool_run``); with one thread the first
 does all the work in order and the others find none left. The chunk count comes from the
 layer's shape alone and each block is the same code whichever thread claims it, so the
 outputs are bit-identical for any thread count. A layer under :data:`PARALLEL_FLOPS` calls
@@ -236,8 +237,10 @@ def _claim_loop(module: ir.Module, name: str, k: Kernel, plan: dict[str, int]) -
     b.position_at_end(dirs)
     jd = b.phi(I64)
     jd.add_incoming(i64(0), pre)
-    # Task i starts with direction i % D and then helps with the other one's rest.
-    d = b.urem(add(b, fn.args[0], jd), i64(D))
+    # Task i starts with direction i * D // TASKS and then helps with the other one's rest:
+    # the pool gives each thread a run of consecutive tasks, so with two threads the first
+    # tasks of their runs (0 and TASKS / 2) start on different directions.
+    d = b.urem(add(b, b.udiv(b.mul(fn.args[0], i64(D)), i64(TASKS)), jd), i64(D))
     claim = b.gep(cnt, [b.mul(add(b, b.mul(d, i64(2)), 1), i64(COUNTER_STRIDE))], source_etype=I64)
     done = b.gep(cnt, [b.mul(add(b, b.mul(d, i64(2)), 2), i64(COUNTER_STRIDE))], source_etype=I64)
     b.cbranch(b.icmp_unsigned("<", jd, i64(D)), head, out)
