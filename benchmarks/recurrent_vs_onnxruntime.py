@@ -9,7 +9,14 @@ several calls; printed: each side's median ms, the ratios of medians to onnxrunt
 p10-p90 of the per-round ratios, and the CPU share other processes took (/proc/stat). The
 outputs are checked against onnxruntime (rtol 1e-3, atol 1e-4) before timing.
 
+``--form lens`` gives both LSTMs a ``sequence_lens`` input (every row at full length, as a
+tf2onnx export carries it); ``--form batch-first`` makes the model batch first (x [1, T, 256],
+both LSTMs ``layout=1``, their Y reshaped with no Transpose between them) with lengths too,
+and onnxruntime, which refuses ``layout=1``, runs the sequence-first ``lens`` twin on the same
+bytes (batch 1).
+
     python benchmarks/recurrent_vs_onnxruntime.py [--rounds 9] [--seq 40,80] [--threads 1,2]
+                                                  [--form plain|lens|batch-first]
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 HIDDEN, FEAT, CLASSES = 256, 256, 97
 
 
-def crnn_head(seq: int) -> onnx.ModelProto:
+def crnn_head(seq: int, form: str = "plain") -> onnx.ModelProto:
     rng = np.random.default_rng(0)
+    first = int(form == "batch-first")
+    lens = ["lens"] if form != "plain" else []
 
     def w(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
@@ -40,16 +49,19 @@ def crnn_head(seq: int) -> onnx.ModelProto:
         names = [f"w{k}", f"r{k}", f"b{k}"]
         vals = [w(2, 4 * HIDDEN, n_in), w(2, 4 * HIDDEN, HIDDEN), w(2, 8 * HIDDEN) * 0.1]
         inits += [numpy_helper.from_array(v, n) for n, v in zip(names, vals, strict=True)]
-        nodes += [
-            helper.make_node(
-                "LSTM", [x, *names], [f"y{k}"], hidden_size=HIDDEN, direction="bidirectional"
-            ),  # fmt: skip
-            helper.make_node("Transpose", [f"y{k}"], [f"t{k}"], perm=[0, 2, 1, 3]),
-            helper.make_node("Reshape", [f"t{k}", "shape3"], [f"s{k}"]),
-        ]
+        nodes.append(helper.make_node("LSTM", [x, *names, *lens], [f"y{k}"], hidden_size=HIDDEN,
+                                      direction="bidirectional", layout=first))  # fmt: skip
+        if first:  # [1, T, 2, H] -> [1, T, 2H]
+            nodes.append(helper.make_node("Reshape", [f"y{k}", "shape3"], [f"s{k}"]))
+        else:  # [T, 2, 1, H] -> [T, 1, 2, H] -> [T, 1, 2H]
+            nodes.append(helper.make_node("Transpose", [f"y{k}"], [f"t{k}"], perm=[0, 2, 1, 3]))
+            nodes.append(helper.make_node("Reshape", [f"t{k}", "shape3"], [f"s{k}"]))
         x = f"s{k}"
+    x_shape = [1, seq, FEAT] if first else [seq, 1, FEAT]
+    if lens:
+        inits.append(numpy_helper.from_array(np.array([seq], np.int32), "lens"))
     inits += [
-        numpy_helper.from_array(np.array([seq, 1, 2 * HIDDEN], np.int64), "shape3"),
+        numpy_helper.from_array(np.array([*x_shape[:2], 2 * HIDDEN], np.int64), "shape3"),
         numpy_helper.from_array(np.array([seq, 2 * HIDDEN], np.int64), "shape2"),
         numpy_helper.from_array(w(2 * HIDDEN, CLASSES).reshape(2 * HIDDEN, CLASSES), "wc"),
     ]
@@ -59,7 +71,7 @@ def crnn_head(seq: int) -> onnx.ModelProto:
     ]
     g = helper.make_graph(
         nodes, "crnn_head",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, 1, FEAT])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [seq, CLASSES])], inits,
     )  # fmt: skip
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -93,17 +105,21 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seq", default="40,80")
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--form", default="plain", choices=["plain", "lens", "batch-first"])
     args = ap.parse_args()
     rows = []
     for seq in (int(s) for s in args.seq.split(",")):
-        model = crnn_head(seq)
+        model = crnn_head(seq, args.form)
+        peer = crnn_head(seq, "lens") if args.form == "batch-first" else model
         x = np.random.default_rng(1).standard_normal((seq, 1, FEAT)).astype(np.float32)
+        if args.form == "batch-first":
+            x = x.reshape(1, seq, FEAT)  # the same bytes, batch first
         for threads in (int(t) for t in args.threads.split(",")):
             so = ort.SessionOptions()
             so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
-            sess = ort.InferenceSession(model.SerializeToString(), so,
+            sess = ort.InferenceSession(peer.SerializeToString(), so,
                                         providers=["CPUExecutionProvider"])  # fmt: skip
-            want = sess.run(None, {"x": x})[0]
+            want = sess.run(None, {"x": x.reshape(seq, 1, FEAT)})[0]
             sides = [bundled(model, threads, False), bundled(model, threads, True)]
             for rt in sides:
                 np.testing.assert_allclose(rt.run({"x": x})["logits"], want, rtol=1e-3, atol=1e-4)
@@ -112,12 +128,12 @@ def main() -> int:
                 def __init__(self, sess) -> None:
                     self.sess = sess
 
-                def run(self, feeds):
-                    return self.sess.run(None, feeds)
+                def run(self, feeds):  # the sequence-first twin's x: a view of the same bytes
+                    return self.sess.run(None, {"x": feeds["x"].reshape(-1, 1, FEAT)})
 
             med, ratios, other, _ = _interleaved([Ort(sess), *sides], {"x": x}, args.rounds)
             row = {
-                "seq": seq, "threads": threads, "ort_ms": med[0] * 1e3,
+                "form": args.form, "seq": seq, "threads": threads, "ort_ms": med[0] * 1e3,
                 "bundled_per_step_ms": med[1] * 1e3, "bundled_batched_ms": med[2] * 1e3,
                 "ratio_per_step": float(np.median(ratios[0])),
                 "ratio_batched": float(np.median(ratios[1])),
