@@ -4,10 +4,12 @@ A convolution of one image whose output channels are outermost (NCHW, or a block
 splits along them: task ``i`` is the same convolution for a run of output channels (the kernel
 specialised to fewer channels, pointers moved to its slice of the packed ``[K/L][C][R][S][L]``
 weights, of the bias, per-channel epilogue operands ([K, 1, 1] too) and output; a depthwise one's
-input too). Any other (NHWC, grouped, several images) or one whose channel units do not divide
-evenly into its tasks (3 blocks in 8) cuts its output rows into bands where its epilogue reads no
-tensor of over one element: each task the same kernel over its rows, the input and weights read
-whole (so do LRN's runs of channels and a Transpose's bands of its output's leading axis). The other
+input too). Any other (NHWC, grouped, several images), or one whose rows share better between two
+threads that claim tasks in turn (3 blocks in 2 tasks: 1.33x the even share; 12 rows in 6: 1.0),
+cuts its output rows into bands where its epilogue reads no tensor of over one element: each task
+the same kernel over its rows, the input and weights read whole (so do LRN's runs of channels and
+a Transpose's bands of its output's leading axis); of the counts the cost rule allows, the one
+that shares best, the most tasks on a tie, channels before rows. The other
 families cut the output along one axis whose leading dims are 1 (so each run is contiguous), each
 input cut the same way or read whole where it is broadcast along that axis: a GEMM by runs of
 output rows (B, packed once, read whole by every task) or, with fewer rows than columns and B
@@ -50,7 +52,13 @@ from guard.compiler.codegen.conv.schedule import Geometry, tensor_reads
 from guard.compiler.codegen.kernel_plan import Operand, Step
 from guard.compiler.codegen.quant.dot import DotClass
 from guard.compiler.codegen.quant.geometry import QConvGeometry
-from guard.compiler.codegen.split_cuts import column_tasks, concat_bands, even
+from guard.compiler.codegen.split_cuts import (
+    balance,
+    channel_tasks,
+    column_tasks,
+    concat_bands,
+    even,
+)
 from guard.compiler.codegen.split_cuts import cut as _cut
 from guard.compiler.codegen.split_cuts import leading_axis as _leading_axis
 from guard.compiler.codegen.split_cuts import operand_axis as _operand_axis
@@ -92,44 +100,17 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     channels = channels and (geo.g == 1 or depthwise)  # runs of output channels
     unit = blk or width  # channels per slice unit: whole vectors, whole blocks
     units = -(-geo.K // unit)
-    # Bands of rows (any layout, groups, images) where the channels do not divide evenly,
-    # unless the epilogue reads a tensor (its pass covers the whole output).
-    if not tensor_reads(prog, step.inputs) and geo.OH >= 2 and (not channels or units % want):
-        return _row_tasks(step, geo.OH, even(min(want, geo.OH)))
-    if not channels:
-        return ()
-    n = min(want, units)
-    if n < 2:
-        return ()
-    tasks = []
-    for i in range(n):
-        u0, u1 = units * i // n, units * (i + 1) // n
-        k0, k1 = u0 * unit, min(geo.K, u1 * unit)
-        d0, d1 = (u0, u1) if blk else (k0, k1)  # dim-1 units of the activations
-        ins: list[Operand | None] = []
-        for j, o in enumerate(step.inputs):
-            if o is None:
-                ins.append(None)
-            elif j == 0:
-                ins.append(_cut(o, 1, d0, d1) if depthwise else o)
-            elif j == 1:  # packed weights, the operand keeps OIHW [K, C/g, R, S]
-                per = math.prod(o.shape[1:]) * 4
-                shape = (k1 - k0, *o.shape[1:])
-                ins.append(dataclasses.replace(o, offset=o.offset + k0 * per, shape=shape))
-            elif j == 2 and j < anchor:  # bias [K]
-                ins.append(dataclasses.replace(o, offset=o.offset + k0 * 4, shape=(k1 - k0,)))
-            elif isinstance(h := _operand_axis(o, len(y.shape), 1, y.shape[1]), int):
-                ins.append(_cut(o, h, d0, d1))  # a residual, a per-channel constant
-            elif math.prod(o.shape) == 1 or (len(o.shape) == len(y.shape) and o.shape[1] == 1):
-                ins.append(o)  # broadcast along channels: every task reads it whole
-            else:
-                return ()
-        attrs = dict(step.attrs)
-        if depthwise:
-            attrs["group"] = k1 - k0
-        out = (_cut(y, 1, d0, d1),)
-        tasks.append(Step(f"{step.node}#{i}", step.op, "", tuple(ins), out, attrs, False))
-    return tuple(tasks)
+    # Runs of output channels or (where the epilogue reads no tensor: its pass covers the
+    # whole output) bands of output rows: the count that shares best between two threads
+    # that claim the tasks in turn, the most tasks on a tie, channels before rows.
+    rows = not tensor_reads(prog, step.inputs) and geo.OH >= 2
+    cuts = [(balance(units, n), -n, 0) for n in range(2, min(want, units) + 1, 2) if channels]
+    cuts += [(balance(geo.OH, n), -n, 1) for n in range(2, min(want, geo.OH) + 1, 2) if rows]
+    band = -min((c for c in cuts if c[2]), default=(0, 0, 1))[1]
+    bands = _row_tasks(step, geo.OH, band) if band else ()
+    if not cuts or min(cuts)[2]:
+        return bands
+    return channel_tasks(step, -min(cuts)[1], units, unit, depthwise) or bands
 
 
 def _tasks_along(

@@ -95,3 +95,52 @@ def column_tasks(step: Step, n: int, nr: int, want: int) -> tuple[Step, ...]:
         attrs = {**step.attrs, "cols": cols}
         tasks.append(Step(f"{step.node}#{i}", step.op, "", step.inputs, step.outputs, attrs, False))
     return tuple(tasks)
+
+
+def balance(total: int, n: int) -> float:
+    """How long two threads that claim ``n`` near-equal tasks of ``total`` units in turn
+    take, over half of ``total`` (1.0: equal shares; 3 units in 2 tasks: 1.33)."""
+    t = [0, 0]
+    for i in range(n):
+        t[t.index(min(t))] += total * (i + 1) // n - total * i // n
+    return round(max(t) * 2 / total, 2)
+
+
+def channel_tasks(step: Step, n: int, units: int, unit: int, depthwise: bool) -> tuple[Step, ...]:
+    """A convolution of one image cut into ``n`` runs of its ``units`` output-channel units
+    (``unit`` channels each: whole vectors, or a blocked layout's blocks): each task the
+    convolution of its channels, its packed weights, bias, per-channel epilogue operands
+    and output cut with them (a depthwise one's input and group too); () where an
+    epilogue operand is neither per channel nor broadcast along the channels."""
+    x, y = step.inputs[0], step.outputs[0]
+    assert x is not None
+    blocked = len(y.shape) == 5
+    k_all = step.inputs[1].shape[0] if step.inputs[1] is not None else 0
+    anchor = int(step.attrs.get("anchor_inputs", len(step.inputs)))
+    tasks = []
+    for i in range(n if n > 1 else 0):
+        u0, u1 = units * i // n, units * (i + 1) // n
+        k0, k1 = u0 * unit, min(k_all, u1 * unit)
+        d0, d1 = (u0, u1) if blocked else (k0, k1)  # dim-1 units of the activations
+        ins: list[Operand | None] = []
+        for j, o in enumerate(step.inputs):
+            if o is None:
+                ins.append(None)
+            elif j == 0:
+                ins.append(cut(o, 1, d0, d1) if depthwise else o)
+            elif j == 1:  # packed weights, the operand keeps OIHW [K, C/g, R, S]
+                per = math.prod(o.shape[1:]) * 4
+                shape = (k1 - k0, *o.shape[1:])
+                ins.append(dataclasses.replace(o, offset=o.offset + k0 * per, shape=shape))
+            elif j == 2 and j < anchor:  # bias [K]
+                ins.append(dataclasses.replace(o, offset=o.offset + k0 * 4, shape=(k1 - k0,)))
+            elif isinstance(h := operand_axis(o, len(y.shape), 1, y.shape[1]), int):
+                ins.append(cut(o, h, d0, d1))  # a residual, a per-channel constant
+            elif math.prod(o.shape) == 1 or (len(o.shape) == len(y.shape) and o.shape[1] == 1):
+                ins.append(o)  # broadcast along channels: every task reads it whole
+            else:
+                return ()
+        attrs = {**step.attrs, "group": k1 - k0} if depthwise else dict(step.attrs)
+        out = (cut(y, 1, d0, d1),)
+        tasks.append(Step(f"{step.node}#{i}", step.op, "", tuple(ins), out, attrs, False))
+    return tuple(tasks)

@@ -11,7 +11,7 @@ import pytest
 from onnx import helper
 
 from guard.compiler import import_onnx, optimize, run_reference
-from guard.compiler.codegen import split
+from guard.compiler.codegen import split, split_cuts
 from guard.compiler.codegen.build import jit
 from guard.compiler.codegen.kernel_plan import Operand, Step
 from guard.compiler.ir.isa_table import table_for
@@ -181,3 +181,39 @@ def test_transpose_bands_by_tiles_are_bit_identical_for_any_thread_count(isa, mo
         width = table_for(isa).vector_width
         for _, d0, d1 in bands:
             assert tiled_transpose_dims((1, d1 - d0, 16, 32), in_st, width) is not None
+
+
+def test_conv_tasks_take_the_count_that_shares_evenly_between_two_threads():
+    assert (split_cuts.balance(3, 2), split_cuts.balance(28, 8), split_cuts.balance(28, 6)) == (
+        1.33, 1.14, 1.0)  # fmt: skip
+    blk = {"layout": "NCHW16c", "pads": [0, 0, 0, 0]}
+    # PP-OCRv4's recogniser: 480 channels (30 blocks) at 3 x 80. Rows would cut 1 and 2
+    # (the last block ran 1.5x on two threads), 8 channel runs 3 and 4 blocks: 6 runs of 5
+    late = _step("Conv", (1, 30, 3, 80, 16), (480, 480, 1, 1), (1, 30, 3, 80, 16), blk)
+    assert [t.outputs[0].shape[1] for t in split.conv_tasks(late, 16)] == [5] * 6
+    # 240 channels (15 blocks) at 12 x 80: 6 bands of 2 rows, not 8 of 1 and 2
+    mid = _step("Conv", (1, 15, 12, 80, 16), (240, 240, 1, 1), (1, 15, 12, 80, 16), blk)
+    assert [t.attrs["rows"] for t in split.conv_tasks(mid, 16)] == [
+        (r, r + 2) for r in range(0, 12, 2)
+    ]
+
+
+def _uneven() -> onnx.ModelProto:
+    """1x1 convolutions whose channels and rows split unevenly into 8: 240 channels at
+    12 x 10 and 480 at 3 x 10 (the recogniser's late layers)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["y0"]),
+        helper.make_node("Conv", ["x2", "w1"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y1"]),
+    ]
+    return model(nodes, [("x", [1, 240, 12, 10]), ("x2", [1, 480, 3, 10])], ["y0", "y1"],
+                 [("w0", rnd(240, 240, 1, 1)), ("w1", rnd(480, 480, 1, 1))])  # fmt: skip
+
+
+@pytest.mark.parametrize("isa", list(TARGETS))
+def test_even_shares_are_bit_identical_for_any_thread_count(isa, monkeypatch):
+    for code in split_on_threads(_uneven(), isa, monkeypatch, ("y0", "y1")):
+        convs = [s for s in code.plan.steps() if "Conv" in s.op]
+        assert len(convs) == 2 and all(len(s.parts) == 6 for s in convs), [
+            (s.outputs[0].shape, [t.attrs.get("rows") for t in s.parts]) for s in convs
+        ]
