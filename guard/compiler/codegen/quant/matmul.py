@@ -23,12 +23,15 @@ SCRATCH_BYTES = 128 * 1024
 
 
 def matmul_tile(M: int, N: int, width: int, registers: int) -> tuple[int, int]:
-    """(rows, vectors): 12 x 2 of 32 registers, 6 x 1 of 16; a short M (a GEMV) gets
-    wider panels instead of rows. The panel ``nv * width`` is also the packing's."""
+    """(rows, vectors): 10 x 2 of 32 registers, 6 x 1 of 16; a short M (a GEMV) gets
+    wider panels instead of rows. The panel ``nv * width`` is also the packing's. 12 x 2
+    spilled: LLVM kept the 12 rows' broadcasts of two k-steps beside 24 accumulators and
+    stored and reloaded 35 zmm registers in the loop of the i32 tile (the dynamically
+    quantised transformer's MatMulInteger, znver4); 10 x 2 and 8 x 2 keep them all."""
     n_vecs = -(-N // width)
     if M >= 4:
         nv = min(2 if registers >= 32 else 1, n_vecs)
-        return min(M, 12 if registers >= 32 else 6), nv
+        return min(M, 10 if registers >= 32 else 6), nv
     return M, max(1, min(n_vecs, 4 if registers >= 32 else 2))
 
 
