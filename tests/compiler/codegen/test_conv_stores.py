@@ -147,3 +147,31 @@ def test_the_grouped_avx512_tile_keeps_its_registers(cpu):
     assert "vfmadd" in asm
     spills = [ln for ln in asm.splitlines() if "%zmm" in ln and "(%rsp)" in ln]
     assert not spills, spills[:4]
+
+
+def test_a_strided_one_vector_tile_on_16_registers_is_charged_its_spills():
+    """x86-64-v3: at 3x3 stride 2 a 7 x 1 tile's kernel row reads 15 broadcast inputs
+    beside its 7 accumulators and spills them in its loop; the row-cost model charges it,
+    so 7-column rows of stride 2 get 4 x 2 (resnet50's 3x3/2 512->512 at 7x7); the AVX-512
+    tile and the stride-1 row keep theirs."""
+    late2 = (1, 512, 14, 14, 512, 3, 3, 2, (1, 1, 1, 1), 1, 1)
+    late1 = (1, 512, 7, 7, 512, 3, 3, 1, (1, 1, 1, 1), 1, 1)
+    got = {}
+    for isa in ("avx2", "avx512"):
+        table = target_of(isa).table
+        W = table.vector_width
+        for name, case in (("late2", late2), ("late1", late1)):
+            s = default_conv_schedule(geometry(case, f"NCHW{W}c", W), table)
+            got[isa, name] = (s.ow_block, s.oc_block)
+    assert got["avx2", "late2"] == (4, 2) and got["avx2", "late1"] == (7, 1)
+    assert got["avx512", "late2"] == (7, 3) and got["avx512", "late1"] == (7, 3)
+    asm = tile_asm(late2, "NCHW8c", "x86-64-v3")
+    spills = [ln for ln in asm.splitlines() if "%ymm" in ln and "(%rsp)" in ln]
+    assert not spills, spills[:4]
+    small = (1, 64, 13, 13, 64, 3, 3, 2, (1, 1, 1, 1), 1, 1)
+    skip_unless_runnable("avx2")
+    W = WIDTH["avx2"]
+    geo = geometry(small, "NCHW8c", W)
+    sched = default_conv_schedule(geo, target_of("avx2").table)
+    assert (sched.ow_block, sched.oc_block) == (4, 2)
+    Built(small, "NCHW8c", [sched], isa="avx2").check(0, np.random.default_rng(7))

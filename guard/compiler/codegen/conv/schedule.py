@@ -306,6 +306,13 @@ def small_file_rate(geo: Geometry, s: ConvSchedule, regs: int) -> float:
     register (4 x 3) keeps within 0.9 of 6 x 2 on 1x1 convolutions (103-119 GFLOP/s) and
     falls behind where it has taps to share."""
     used = s.oc_block * (s.ow_block + 1) + 1
+    if geo.mode != "depthwise" and s.oc_block == 1 and geo.sw > 1:
+        # One vector at stride 2: LLVM keeps a kernel row's broadcast inputs, (T - 1) x
+        # stride + S of them, beside the T accumulators: past the file it spills them in
+        # the loop (7 x 1 at 3x3/2: 16 ymm stack accesses per 40 FMAs; resnet50's 3x3/2
+        # 512->512 and inception_v2's 256->256 at 7x7 ran 1.08-1.10x faster as 4 x 2).
+        if (s.ow_block - 1) * geo.sw + geo.S + used > regs:
+            return 0.85
     overlap = geo.S - geo.sw  # taps a column shares with the next one
     if overlap > 1 and geo.sw <= 2 and used + s.ow_block + overlap - 1 > regs + 4:
         return 0.65
