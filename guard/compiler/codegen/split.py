@@ -247,17 +247,25 @@ def gemm_tasks(step: Step, width: int) -> tuple[Step, ...]:
 
 
 def transpose_tasks(step: Step, width: int) -> tuple[Step, ...]:
-    """A Transpose cut into bands of the output's leading axis (``band``: axis, start, end),
-    of whole vectors where either side's innermost (its vector tiles still fit)."""
+    """A Transpose cut into bands of one output axis (``band``: axis, start, end), its
+    leading one or the next, whichever shares best between two threads (48 channels in
+    vectors of 16 would go 16 and 32), the leading one on a tie, then the most tasks; in
+    whole vectors where that axis is either side's innermost (its vector tiles still fit)."""
     x, y = step.inputs[0], step.outputs[0]
-    axis = _leading_axis(y.shape, len(y.shape))
-    if x is None or axis is None or step.may_alias:
+    lead = _leading_axis(y.shape, len(y.shape))
+    if x is None or lead is None or step.may_alias:
         return ()
     perm = step.attrs.get("perm") or list(range(len(y.shape)))[::-1]
-    unit = width if len(y.shape) - 1 in (axis, perm[axis]) else 1
-    cost = math.prod(y.shape) * ELEMENT_FLOPS
-    n = even(min(MAX_TASKS, -(-y.shape[axis] // unit), cost // MIN_TASK_FLOPS))
-    return _row_tasks(step, y.shape[axis], n, "band", (axis,), unit) if n > 1 else ()
+    most = min(MAX_TASKS, math.prod(y.shape) * ELEMENT_FLOPS // MIN_TASK_FLOPS)
+    cuts = []
+    for axis in range(lead, min(lead + 2, len(y.shape))):
+        unit = width if len(y.shape) - 1 in (axis, perm[axis]) else 1
+        for n in range(2, min(most, -(-y.shape[axis] // unit)) + 1, 2):
+            cuts.append((balance(y.shape[axis], n, unit), axis, -n, unit))
+    if not cuts:
+        return ()
+    _, axis, n, unit = min(cuts)
+    return _row_tasks(step, y.shape[axis], -n, "band", (axis,), unit)
 
 
 def lrn_tasks(step: Step) -> tuple[Step, ...]:

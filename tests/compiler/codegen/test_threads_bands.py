@@ -71,13 +71,13 @@ def test_row_bands_are_bit_identical_for_any_thread_count(isa, monkeypatch):
         fused = [s for s in convs if s.op == "FusedConv"]
         assert fused and all(s.attrs["program"] for s in fused)  # the scalar epilogue
         # the conversion into the region: bands of the output's rows, read where they lie;
-        # the one out of it, [1,12,7,7], cuts its channels (the input's innermost axis) in
-        # whole vectors: two runs on AVX2 (8 and 4), one call on AVX-512 (12 < 2 x 16)
+        # the one out of it, [1,12,7,7]: its channels (the input's innermost axis) would cut
+        # in whole vectors, 8 and 4 on AVX2, not at all on AVX-512 (12 < 2 x 16), so it cuts
+        # the next axis, its 7 rows, into 6 bands (two threads: 3 and 4 rows)
         trans = [s for s in code.plan.steps() if s.op == "Transpose"]
-        width = table_for(isa).vector_width
-        assert [bool(s.parts) for s in trans] == [True, 12 > width]
-        assert all(t.attrs["band"][0] == 1 for s in trans for t in s.parts)
-        assert all(t.attrs["band"][1] % width == 0 for t in trans[1].parts)
+        assert all(t.attrs["band"][0] == 1 for t in trans[0].parts) and trans[0].parts
+        bands = [(2, 0, 1), (2, 1, 2), (2, 2, 3), (2, 3, 4), (2, 4, 5), (2, 5, 7)]
+        assert [t.attrs["band"] for t in trans[1].parts] == bands
 
 
 def _step(op: str, x: tuple, w: tuple, y: tuple, attrs: dict, extra=()) -> Step:
@@ -217,3 +217,19 @@ def test_even_shares_are_bit_identical_for_any_thread_count(isa, monkeypatch):
         assert len(convs) == 2 and all(len(s.parts) == 6 for s in convs), [
             (s.outputs[0].shape, [t.attrs.get("rows") for t in s.parts]) for s in convs
         ]
+
+
+def test_transpose_tasks_cut_the_axis_that_shares_evenly():
+    a = lambda nm, sh: Operand(nm, "arena", 0, sh, "float32")  # noqa: E731
+    # ddddocr_det's NHWC -> NCHW of 48 channels at 104 x 104: its channels, the input's
+    # innermost axis, would cut in vectors of 16 as 16 and 32 (1.2x on two threads), its
+    # rows cut into 8 bands of 13
+    st = Step("t", "Transpose", "", (a("x", (1, 104, 104, 48)),), (a("y", (1, 48, 104, 104)),),
+              {"perm": [0, 3, 1, 2]}, False)  # fmt: skip
+    bands = [t.attrs["band"] for t in split.transpose_tasks(st, 16)]
+    assert bands == [(2, 13 * i, 13 * i + 13) for i in range(8)]
+    # 64 channels: 4 whole vectors, the leading axis as before
+    st64 = Step("t", "Transpose", "", (a("x", (1, 104, 104, 64)),), (a("y", (1, 64, 104, 104)),),
+                {"perm": [0, 3, 1, 2]}, False)  # fmt: skip
+    assert [t.attrs["band"] for t in split.transpose_tasks(st64, 16)] == [
+        (1, 16 * i, 16 * i + 16) for i in range(4)]  # fmt: skip
