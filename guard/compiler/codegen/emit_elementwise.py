@@ -232,9 +232,13 @@ def emit_pointwise(
     out_ptr: V,
     width: int,
     compute: Callable[[list[V]], V],
+    out_strides: Sequence[int] | None = None,
 ) -> None:
-    """out[i] = compute([operand_j[i] ...]) over out_shape, innermost loop vectorised."""
-    all_st = [list(s) for _, s in operands] + [row_strides(out_shape)]
+    """out[i] = compute([operand_j[i] ...]) over out_shape, innermost loop vectorised;
+    ``out_strides``: the output's element strides where it is a view (a band of rows of a
+    larger tensor), else row-major over out_shape."""
+    out_st = list(out_strides) if out_strides is not None else row_strides(out_shape)
+    all_st = [list(s) for _, s in operands] + [out_st]
     dims, sts = merge_dims(out_shape, all_st)
     inner = dims[-1]
     w = width if inner > 1 else 1

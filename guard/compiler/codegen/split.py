@@ -6,8 +6,9 @@ specialised to fewer channels, pointers moved to its slice of the packed ``[K/L]
 weights, of the bias, per-channel epilogue operands ([K, 1, 1] too) and output; a depthwise one's
 input too). Any other (NHWC, grouped, several images), or one whose rows share better between two
 threads that claim tasks in turn (3 blocks in 2 tasks: 1.33x the even share; 12 rows in 6: 1.0),
-cuts its output rows into bands where its epilogue reads no tensor of over one element: each task
-the same kernel over its rows, the input and weights read whole (so do LRN's runs of channels and
+cuts its output rows into bands (an epilogue that reads a tensor, a residual, runs as a pass over
+each band's rows; where channel runs are possible it keeps those): each task the same kernel over
+its rows, the input and weights read whole (so do LRN's runs of channels and
 a Transpose's bands of its output's leading axis); of the counts the cost rule allows, the one
 that shares best, the most tasks on a tie, channels before rows. The other
 families cut the output along one axis whose leading dims are 1 (so each run is contiguous), each
@@ -100,10 +101,10 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     channels = channels and (geo.g == 1 or depthwise)  # runs of output channels
     unit = blk or width  # channels per slice unit: whole vectors, whole blocks
     units = -(-geo.K // unit)
-    # Runs of output channels or (where the epilogue reads no tensor: its pass covers the
-    # whole output) bands of output rows: the count that shares best between two threads
-    # that claim the tasks in turn, the most tasks on a tie, channels before rows.
-    rows = not tensor_reads(prog, step.inputs) and geo.OH >= 2
+    # Runs of output channels or bands of output rows (an epilogue that reads a tensor runs
+    # its pass over the band, but keeps channel runs where they are possible): the count that
+    # shares best between two threads, the most tasks on a tie, channels before rows.
+    rows = geo.OH >= 2 and not (channels and tensor_reads(prog, step.inputs))
     cuts = [(balance(units, n), -n, 0) for n in range(2, min(want, units) + 1, 2) if channels]
     cuts += [(balance(geo.OH, n), -n, 1) for n in range(2, min(want, geo.OH) + 1, 2) if rows]
     band = -min((c for c in cuts if c[2]), default=(0, 0, 1))[1]

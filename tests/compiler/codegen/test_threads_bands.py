@@ -1,5 +1,5 @@
-"""Steps the channel split cannot cut, on N threads: convolutions in NHWC, grouped or with a
-scalar epilogue cut into bands of output rows, Transposes into bands of their output,
+"""Steps the channel split cannot cut, on N threads: convolutions in NHWC, grouped (a residual
+read by the epilogue too) or with a scalar epilogue cut into bands of output rows, Transposes into bands of their output,
 elementwise steps cut flat, LRN by runs of channels (beside one-row GEMMs); outputs bit-identical for any N and equal to the reference (as test_threads.py
 checks for the channel split)."""
 
@@ -13,6 +13,7 @@ from onnx import helper
 from guard.compiler import import_onnx, optimize, run_reference
 from guard.compiler.codegen import split, split_cuts
 from guard.compiler.codegen.build import jit
+from guard.compiler.codegen.conv.schedule import tensor_reads
 from guard.compiler.codegen.kernel_plan import Operand, Step
 from guard.compiler.ir.isa_table import table_for
 from guard.compiler.partition.plan import plan
@@ -104,12 +105,14 @@ def test_conv_tasks_cut_rows_where_channels_cannot():
     blk = _step("FusedConv", (1, 2, 80, 80, 16), (48, 32, 1, 1), (1, 3, 80, 80, 16),
                 {"layout": "NCHW16c", "pads": [0, 0, 0, 0], **prog}, (s,))  # fmt: skip
     assert len(split.conv_tasks(blk, 16)) == 8
-    # a residual read by an NHWC epilogue: its pass covers the whole output, one call
+    # a residual read by an NHWC epilogue: bands too, its pass over each band's rows
     r = Operand("r", "arena", 0, (1, 80, 80, 24), "float32")
     res = _step("FusedConv", (1, 80, 80, 96), (24, 96, 3, 3), (1, 80, 80, 24),
                 {"layout": "NHWC", "anchor_inputs": 3,
                  "program": [{"op": "Add", "args": ["acc", 3]}]}, (r,))  # fmt: skip
-    assert split.conv_tasks(res, 16) == ()
+    assert [t.attrs["rows"] for t in split.conv_tasks(res, 16)] == [
+        (10 * i, 10 * i + 10) for i in range(8)
+    ]
     # a small depthwise conv counts what it moves: 20x20x192, 5x5 (3.8 MFLOP) splits
     dw = _step("Conv", (1, 12, 20, 20, 16), (192, 1, 5, 5), (1, 12, 20, 20, 16),
                {"layout": "NCHW16c", "group": 192, "pads": [2, 2, 2, 2]})  # fmt: skip
@@ -233,3 +236,35 @@ def test_transpose_tasks_cut_the_axis_that_shares_evenly():
                 {"perm": [0, 3, 1, 2]}, False)  # fmt: skip
     assert [t.attrs["band"] for t in split.transpose_tasks(st64, 16)] == [
         (1, 16 * i, 16 * i + 16) for i in range(4)]  # fmt: skip
+
+
+def _grouped_residual(c: int, g: int) -> onnx.ModelProto:
+    """ShuffleNet's unit without its shuffle: a 3x3 conv, two grouped 1x1 convs (a ReLU
+    between), the second's epilogue adding the 3x3's output back (a residual read as a
+    tensor), a ReLU after it."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["a", "w1"], ["b"], group=g),
+        helper.make_node("Relu", ["b"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["d"], group=g),
+        helper.make_node("Add", ["d", "a"], ["s"]),
+        helper.make_node("Relu", ["s"], ["y"]),
+    ]
+    weights = [("w0", rnd(c, 5, 3, 3)), ("w1", rnd(c, c // g, 1, 1)), ("w2", rnd(c, c // g, 1, 1))]
+    return model(nodes, [("x", [1, 5, 10, 10])], ["y"], weights)
+
+
+@pytest.mark.parametrize("isa", list(TARGETS))
+@pytest.mark.parametrize("c", [12, 64])  # an NHWC region; channel blocks (NCHW<b>c)
+def test_a_grouped_conv_reading_a_residual_splits_into_bands(isa, c, monkeypatch):
+    """Grouped, so no runs of output channels: the conv cuts its output rows into bands and
+    its epilogue's pass over the residual covers each band's rows only."""
+    for code in split_on_threads(_grouped_residual(c, 4), isa, monkeypatch):
+        (fused,) = [
+            s
+            for s in code.plan.steps()
+            if s.op == "FusedConv"
+            and s.attrs["group"] > 1
+            and tensor_reads(s.attrs["program"], s.inputs)
+        ]
+        assert len(fused.parts) >= 2 and all("rows" in t.attrs for t in fused.parts)

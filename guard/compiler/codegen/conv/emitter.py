@@ -32,7 +32,8 @@ groups read their own input channels (one broadcast per vector); K not a multipl
 ``KB`` vectors ends in one shorter block. The bias (input 2) starts the
 accumulators; an epilogue program that reads no other tensor, or only single-element ones
 (a scalar scale and shift, loaded once and broadcast), runs in registers before the
-store, any other runs as one pointwise pass over the output.
+store, any other runs as one pointwise pass over the output (a row task's: over its band
+of rows, every operand read at the band's offset).
 
 Files: this one is the emitter (decline, weight packing, the epilogue, the schedule from
 the tuning cache); conv/direct.py emits the loop nest and the register tile;
@@ -53,7 +54,7 @@ from guard.compiler.codegen.base import Emitter, Kernel, bcast_strides, float32_
 from guard.compiler.codegen.conv.direct import DirectConv
 from guard.compiler.codegen.conv.schedule import ConvSchedule, Geometry, tensor_reads
 from guard.compiler.codegen.emit_elementwise import emit_pointwise, program_decline, run_program
-from guard.compiler.codegen.irutil import F32, I64, i64, load, splat
+from guard.compiler.codegen.irutil import F32, I64, elem_ptr, i64, load, splat
 from guard.compiler.graph.exec_order import GraphView, OpNode
 from guard.compiler.ir.layout import block_of
 from guard.compiler.tuning.dispatch import conv_schedule
@@ -202,21 +203,22 @@ class Conv(Emitter):
             b.call(fn, [ins[0], ins[1], bias or null, outs[0], *rows, *scalars.values()])
         else:
             DirectConv(geo, sched, b, ins[0], ins[1], bias, outs[0], epilogue).emit()
-        if prog and reads:
-            if geo.rows != (0, geo.OH):
-                raise InternalError(
-                    f"{k.op} row task {geo.rows} with an epilogue that reads other tensors: "
-                    "its pass would cover the whole output"
-                )
+        if prog and reads:  # a pass over the output's rows this kernel wrote (a row task's band)
             out = k.outputs[0]
+            r0, r1 = geo.rows
+            axis = 1 if geo.layout == "NHWC" else 2  # the rows' axis: N H W C, N C H W (c)
+            band = [*out.shape[:axis], r1 - r0, *out.shape[axis + 1 :]]
             refs = sorted({r for s in prog for r in s["args"] if isinstance(r, int)})
-            operands = [(outs[0], bcast_strides(out.shape, out.shape))]
+            full = bcast_strides(out.shape, out.shape)
+            y = elem_ptr(b, outs[0], r0 * full[axis])
+            operands = [(y, full)]
             for j in refs:
                 o = k.inputs[j]
                 assert o is not None and ins[j] is not None
-                operands.append((ins[j], bcast_strides(o.shape, out.shape)))
+                st = bcast_strides(o.shape, out.shape)
+                operands.append((elem_ptr(b, ins[j], r0 * st[axis]), st))
 
             def compute(vals: list[ir.Value]) -> ir.Value:
                 return run_program(b, prog, vals[0], lambda j: vals[1 + refs.index(j)])
 
-            emit_pointwise(b, out.shape, operands, outs[0], k.vector_width, compute)
+            emit_pointwise(b, band, operands, y, k.vector_width, compute, out_strides=full)
