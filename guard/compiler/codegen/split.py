@@ -5,7 +5,7 @@ splits along them: task ``i`` is the same convolution for a run of output channe
 specialised to fewer channels, pointers moved to its slice of the packed ``[K/L][C][R][S][L]``
 weights, of the bias, per-channel epilogue operands ([K, 1, 1] too) and output; a depthwise one's
 input too). Any other (NHWC, grouped, several images), or one whose rows share better between two
-threads that claim tasks in turn (3 blocks in 2 tasks: 1.33x the even share; 12 rows in 6: 1.0),
+threads as the pool deals the tasks (3 blocks in 2 tasks: 1.33x the even share; 3 rows in 2 too),
 cuts its output rows into bands (an epilogue that reads a tensor, a residual, runs as a pass over
 each band's rows; where channel runs are possible it keeps those): each task the same kernel over
 its rows, the input and weights read whole (so do LRN's runs of channels and
@@ -103,7 +103,8 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     units = -(-geo.K // unit)
     # Runs of output channels or bands of output rows (an epilogue that reads a tensor runs
     # its pass over the band, but keeps channel runs where they are possible): the count that
-    # shares best between two threads, the most tasks on a tie, channels before rows.
+    # shares best between two threads as the pool deals the tasks, the most tasks on a tie,
+    # channels before rows.
     rows = geo.OH >= 2 and not (channels and tensor_reads(prog, step.inputs))
     cuts = [(balance(units, n), -n, 0) for n in range(2, min(want, units) + 1, 2) if channels]
     cuts += [(balance(geo.OH, n), -n, 1) for n in range(2, min(want, geo.OH) + 1, 2) if rows]

@@ -153,10 +153,10 @@ def test_conv_tasks_take_channels_when_they_divide_evenly_else_rows():
     eight = split.conv_tasks(_conv_step(128, 32, 28), 16)
     assert len(eight) == 8 and all("rows" not in t.attrs for t in eight)
     assert [t.outputs[0].shape[1] for t in eight] == [1] * 8
-    # 4 blocks: bands of the 28 rows, every task all 64 channels; 6 bands share them
-    # evenly between two threads (4, 5, 5 each), 8 would not (3, 4, 3, 4, ...: 16 to 12)
+    # 4 blocks: 8 bands of the 28 rows, every task all 64 channels (each thread's run of
+    # the pool, 3, 4, 3, 4 rows, the same 14)
     four = split.conv_tasks(_conv_step(64, 64, 28), 16)
-    assert [t.attrs["rows"] for t in four] == [(28 * i // 6, 28 * (i + 1) // 6) for i in range(6)]
+    assert [t.attrs["rows"] for t in four] == [(28 * i // 8, 28 * (i + 1) // 8) for i in range(8)]
     assert all(t.outputs == four[0].outputs and t.inputs[0].shape[1] == 4 for t in four)
     # an epilogue that reads a residual: runs of channels (the residual cut with them)
     res = split.conv_tasks(_conv_step(64, 64, 28, residual=True), 16)

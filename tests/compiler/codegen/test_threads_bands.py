@@ -187,17 +187,19 @@ def test_transpose_bands_by_tiles_are_bit_identical_for_any_thread_count(isa, mo
 
 
 def test_conv_tasks_take_the_count_that_shares_evenly_between_two_threads():
-    assert (split_cuts.balance(3, 2), split_cuts.balance(28, 8), split_cuts.balance(28, 6)) == (
-        1.33, 1.14, 1.0)  # fmt: skip
+    # the pool deals each thread its half of the tasks first: 12 rows in 8 bands of 1 and 2
+    # give each 6; 3 rows in 2 bands or 12 channels in vectors of 8 give one thread 2/3
+    assert [split_cuts.balance(*a) for a in ((12, 8), (3, 2), (12, 2, 8), (5, 4))] == [
+        1.0, 1.33, 1.33, 1.2]  # fmt: skip
     blk = {"layout": "NCHW16c", "pads": [0, 0, 0, 0]}
     # PP-OCRv4's recogniser: 480 channels (30 blocks) at 3 x 80. Rows would cut 1 and 2
-    # (the last block ran 1.5x on two threads), 8 channel runs 3 and 4 blocks: 6 runs of 5
+    # (the layer ran 1.5x on two threads): 8 runs of 3 or 4 blocks, 15 blocks a thread
     late = _step("Conv", (1, 30, 3, 80, 16), (480, 480, 1, 1), (1, 30, 3, 80, 16), blk)
-    assert [t.outputs[0].shape[1] for t in split.conv_tasks(late, 16)] == [5] * 6
-    # 240 channels (15 blocks) at 12 x 80: 6 bands of 2 rows, not 8 of 1 and 2
+    assert [t.outputs[0].shape[1] for t in split.conv_tasks(late, 16)] == [3, 4, 4, 4] * 2
+    # 240 channels (15 blocks, 7 and 8 a thread) at 12 x 80: 8 bands of 1 and 2 rows
     mid = _step("Conv", (1, 15, 12, 80, 16), (240, 240, 1, 1), (1, 15, 12, 80, 16), blk)
     assert [t.attrs["rows"] for t in split.conv_tasks(mid, 16)] == [
-        (r, r + 2) for r in range(0, 12, 2)
+        (12 * i // 8, 12 * (i + 1) // 8) for i in range(8)
     ]
 
 
@@ -217,7 +219,7 @@ def _uneven() -> onnx.ModelProto:
 def test_even_shares_are_bit_identical_for_any_thread_count(isa, monkeypatch):
     for code in split_on_threads(_uneven(), isa, monkeypatch, ("y0", "y1")):
         convs = [s for s in code.plan.steps() if "Conv" in s.op]
-        assert len(convs) == 2 and all(len(s.parts) == 6 for s in convs), [
+        assert len(convs) == 2 and all(len(s.parts) == 8 for s in convs), [
             (s.outputs[0].shape, [t.attrs.get("rows") for t in s.parts]) for s in convs
         ]
 
