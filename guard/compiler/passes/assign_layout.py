@@ -14,6 +14,14 @@ conversions were inserted and why (or why it stayed NCHW).
 
 Conversions: ``Transpose`` for NHWC, ``Relayout`` for blocked layouts. Graph outputs keep
 their names and NCHW layout.
+
+A channel shuffle (ShuffleNet's ``Reshape [N, g, C/g, H, W] -> Transpose [0, 2, 1, 3, 4] ->
+Reshape [N, C, H, W]``) is a permutation of the channels only, so it runs in NHWC as the
+same three nodes on the pixel's channel vector (``[N, H, W, g, C/g]``, perm
+``[0, 1, 2, 4, 3]``): an NHWC region flows through it where it would otherwise end in a
+conversion to NCHW and start again after it (three copies per shuffle). A blocked layout
+cannot express it, so the nodes of an NHWC-capable region holding a shuffle are left to
+NHWC.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class AssignLayout(Pass):
     name = "assign_layout"
     candidates: tuple[str, ...] = ("NCHW16c", "NHWC")
     notes: list[str] = field(default_factory=list)
+    _shuffles: dict[int, tuple[Node, Node, Node]] = field(default_factory=dict, init=False)
 
     def run(self, graph: Graph) -> PassResult:
         if any(n.op == "Relayout" or n.attrs.get("layout", "NCHW") != "NCHW" for n in graph.nodes):
@@ -54,9 +63,15 @@ class AssignLayout(Pass):
         }
         notes: list[str] = []
         assigned: set[int] = set()
+        self._shuffles = channel_shuffles(graph)
+        reserved = self._shuffle_regions(graph) if "NHWC" in self.candidates else set()
         for lay in self.candidates:
             capable = [
-                n for n in graph.nodes if id(n) not in assigned and self._capable(graph, n, lay)
+                n
+                for n in graph.nodes
+                if id(n) not in assigned
+                and (lay == "NHWC" or id(n) not in reserved)
+                and self._capable(graph, n, lay)
             ]
             for region in self._regions(graph, capable):
                 anchors = sum(1 for n in region if n.op in LAYOUT_OPS)
@@ -92,7 +107,18 @@ class AssignLayout(Pass):
         b = block_of(lay)
         return b is None or v.shape[1] % b == 0
 
+    def _shuffle_regions(self, g: Graph) -> set[int]:
+        """The nodes of the NHWC-capable regions that hold a channel shuffle."""
+        capable = [n for n in g.nodes if self._capable(g, n, "NHWC")]
+        out: set[int] = set()
+        for region in self._regions(g, capable):
+            if any(id(n) in self._shuffles for n in region):
+                out |= {id(n) for n in region}
+        return out
+
     def _capable(self, g: Graph, n: Node, lay: str) -> bool:
+        if id(n) in self._shuffles:
+            return lay == "NHWC"
         if len(n.outputs) == 0 or not all(self._ok4(g.values[o], lay) for o in n.outputs):
             return False
         if n.op in LAYOUT_OPS:
@@ -212,7 +238,8 @@ class AssignLayout(Pass):
             back: list[Node] = []
             for k, o in enumerate(n.outputs):
                 v = g.values[o]
-                new_shape = to_layout_shape(v.shape, lay)
+                # 5-D only between a shuffle's nodes (every other value is 4-D)
+                new_shape = _shuffled_shape(v.shape) or to_layout_shape(v.shape, lay)
                 if o in out_set:
                     inner = g.fresh(f"{o}_{lay.lower()}")
                     g.values[inner] = Value(inner, new_shape, v.dtype)
@@ -228,6 +255,9 @@ class AssignLayout(Pass):
         g.nodes = new_nodes
 
     def _relay_node(self, g: Graph, n: Node, lay: str) -> None:
+        if id(n) in self._shuffles:
+            _relay_shuffle(g, n)
+            return
         if n.op in LAYOUT_OPS:
             n.attrs["layout"] = lay
         if n.op in ("Concat", "Split"):
@@ -255,3 +285,53 @@ class AssignLayout(Pass):
 
 def _from(shape: tuple[int, ...], frm: str) -> tuple[int, ...]:
     return from_layout_shape(shape, frm)
+
+
+def channel_shuffles(g: Graph) -> dict[int, tuple[Node, Node, Node]]:
+    """Each node of a channel shuffle of a 4-D float NCHW value -> its three nodes:
+    Reshape to [N, g, C/g, H, W] (the shape an attribute), Transpose [0, 2, 1, 3, 4], Reshape back
+    to [N, C, H, W], the two values between them read by the next node only."""
+    readers = g.consumers()
+    found: dict[int, tuple[Node, Node, Node]] = {}
+    for r1 in g.nodes:
+        if r1.op != "Reshape" or len(r1.inputs) != 1:
+            continue
+        x, mid = g.values[r1.inputs[0]], g.values[r1.outputs[0]]
+        if len(x.shape) != 4 or x.dtype.kind != "f" or len(mid.shape) != 5:
+            continue
+        n, c, h, w = x.shape
+        if mid.shape[0] != n or mid.shape[3:] != (h, w) or mid.shape[1] * mid.shape[2] != c:
+            continue
+        chain = [r1]
+        for op in ("Transpose", "Reshape"):
+            v = chain[-1].outputs[0]
+            nxt = readers.get(v, [])
+            if v in g.outputs or len(nxt) != 1 or nxt[0].op != op:
+                break
+            chain.append(nxt[0])
+        if len(chain) < 3:
+            continue
+        t, r2 = chain[1], chain[2]
+        if t.attrs.get("perm") != [0, 2, 1, 3, 4] or g.values[r2.outputs[0]].shape != x.shape:
+            continue
+        for node in chain:
+            found[id(node)] = (r1, t, r2)
+    return found
+
+
+def _shuffled_shape(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The NHWC shape of a shuffle's 5-D value (None for any other)."""
+    if len(shape) != 5:
+        return None
+    n_, a, b, h, w = shape
+    return (n_, h, w, a, b)
+
+
+def _relay_shuffle(g: Graph, n: Node) -> None:
+    """A node of a channel shuffle, re-laid to NHWC (its input already is)."""
+    if n.op == "Transpose":
+        n.attrs["perm"] = [0, 1, 2, 4, 3]
+        return
+    shape = g.values[n.outputs[0]].shape
+    nhwc = _shuffled_shape(shape) or to_layout_shape(shape, "NHWC")
+    n.attrs["shape"] = list(nhwc)
