@@ -7,7 +7,7 @@ weights, of the bias, per-channel epilogue operands ([K, 1, 1] too) and output; 
 input too). Any other (NHWC, grouped, several images), or one whose rows share better between two
 threads as the pool deals the tasks (3 blocks in 2 tasks: 1.33x the even share; 3 rows in 2 too),
 cuts its output rows into bands (an epilogue that reads a tensor, a residual, runs as a pass over
-each band's rows; where channel runs are possible it keeps those): each task the same kernel over
+each band's rows; where channel runs share evenly it keeps those): each task the same kernel over
 its rows, the input and weights read whole (so do LRN's runs of channels and
 a Transpose's bands of its output's leading axis); of the counts the cost rule allows, the one
 that shares best, the most tasks on a tie, channels before rows. The other
@@ -102,11 +102,12 @@ def conv_tasks(step: Step, width: int) -> tuple[Step, ...]:
     unit = blk or width  # channels per slice unit: whole vectors, whole blocks
     units = -(-geo.K // unit)
     # Runs of output channels or bands of output rows (an epilogue that reads a tensor runs
-    # its pass over the band, but keeps channel runs where they are possible): the count that
-    # shares best between two threads as the pool deals the tasks, the most tasks on a tie,
-    # channels before rows.
-    rows = geo.OH >= 2 and not (channels and tensor_reads(prog, step.inputs))
+    # its pass over the band, but keeps channel runs where they share evenly): the count
+    # that shares best between two threads as the pool deals the tasks, the most tasks on a
+    # tie, channels before rows.
     cuts = [(balance(units, n), -n, 0) for n in range(2, min(want, units) + 1, 2) if channels]
+    even_runs = min(cuts, default=(2.0,))[0] == 1.0
+    rows = geo.OH >= 2 and not (even_runs and tensor_reads(prog, step.inputs))
     cuts += [(balance(geo.OH, n), -n, 1) for n in range(2, min(want, geo.OH) + 1, 2) if rows]
     band = -min((c for c in cuts if c[2]), default=(0, 0, 1))[1]
     bands = _row_tasks(step, geo.OH, band) if band else ()

@@ -2,7 +2,8 @@
 bands of its joined axis (each task copying the runs of the inputs in its band) or along an
 axis before it, a convolution whose epilogue reads [K, 1, 1] operands (DenseNet's and
 Inception-v2's 7x7 stem: the scale and shift of a batch norm after it) cut into runs of output
-channels with those operands; outputs bit-identical for any N and equal to the reference (as
+channels with those operands, one that adds a residual cut into bands of rows where its channel
+runs would be uneven; outputs bit-identical for any N and equal to the reference (as
 test_threads_bands.py checks for the row bands)."""
 
 from __future__ import annotations
@@ -92,3 +93,29 @@ def test_stem_with_per_channel_epilogue_splits_by_channels(isa, monkeypatch):
         assert sum(ks) == 32
         for t, k in zip(conv.parts, ks, strict=True):
             assert [o.shape for o in t.inputs[3:] if o is not None] == [(k, 1, 1)] * 2
+
+
+def _residual48():
+    """A 1x1 conv into 48 channels whose epilogue adds a residual input (ddddocr's OCR
+    blocks): 3 vectors of 16 on AVX-512, so channel runs would go 16 and 32; 6 of 8 on
+    AVX2, 24 and 24."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"]),
+        helper.make_node("Add", ["c", "r"], ["y"]),
+    ]
+    return model(
+        nodes, [("x", [1, 16, 12, 10]), ("r", [1, 48, 12, 10])], ["y"], [("w", rnd(48, 16, 1, 1))]
+    )
+
+
+@pytest.mark.parametrize("isa", list(TARGETS))
+def test_a_residual_epilogue_cuts_rows_where_channel_runs_are_uneven(isa, monkeypatch):
+    for code in split_on_threads(_residual48(), isa, monkeypatch):
+        (conv,) = [s for s in code.plan.steps() if "Conv" in s.op]
+        assert conv.op == "FusedConv" and conv.inputs[int(conv.attrs["anchor_inputs"])] is not None
+        if isa == "avx512":  # the pass over each band's rows, the residual read at its offset
+            assert [t.attrs["rows"] for t in conv.parts] == [
+                (12 * i // 8, 12 * (i + 1) // 8) for i in range(8)
+            ]
+        else:  # even channel runs: kept
+            assert all("rows" not in t.attrs for t in conv.parts) and len(conv.parts) == 6
