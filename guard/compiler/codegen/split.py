@@ -26,7 +26,7 @@ tasks, so the split is exact and the tasks can run on any number of threads.
 
 The cost rule decides whether a step splits and into how many tasks, from the step alone (never
 from the thread count, so the code, and so the output bits, are the same for any ``threads``): at
-least :data:`MIN_TASK_FLOPS` per task (a task must dwarf the pool's dispatch, a few microseconds; a
+least :data:`MIN_TASK_FLOPS` per task (a task must outweigh the pool's dispatch, ~1 us; a
 memory-bound step counts :data:`ELEMENT_FLOPS` per element it moves, what that costs beside a
 convolution's FMAs, plus 1 per elementwise op, 20 for the transcendental and dividing ones, and
 :data:`TAP_FLOPS` per pooling tap; a depthwise conv adds the elements it moves), at most
@@ -68,8 +68,9 @@ from guard.compiler.codegen.split_cuts import row_tasks as _row_tasks
 from guard.compiler.ir.layout import block_of
 from guard.compiler.ir.ops import ELEMENTWISE_OPS
 
-MIN_TASK_FLOPS = 2_000_000  # ~10 us of one core's FMAs; a dispatch to a spinning
-# worker costs about a microsecond (guard.compiler.codegen.threadpool)
+MIN_TASK_FLOPS = 500_000  # ~2.5 us of one core's FMAs: a dispatch to a spinning worker
+# costs about a microsecond (guard.compiler.codegen.threadpool); ShuffleNet at 2 threads on a
+# 2-vCPU znver4 guest: 4.14 ms at 2 MFLOP, 3.68 at 1, 3.44 at 0.5
 MAX_TASKS = 8
 # What a memory-bound step costs per element it reads and writes, in FLOPs of a
 # convolution at full rate (~200 GFLOP/s): measured at 1 thread on znver5, relayouts

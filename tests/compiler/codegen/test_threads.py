@@ -148,7 +148,8 @@ def _conv_step(k: int, c: int, hw: int, residual: bool = False) -> Step:
     return Step("c", "FusedConv" if residual else "Conv", "", tuple(ins), (y,), attrs, False)
 
 
-def test_conv_tasks_take_channels_when_they_divide_evenly_else_rows():
+def test_conv_tasks_take_channels_when_they_divide_evenly_else_rows(monkeypatch):
+    monkeypatch.setattr(split, "MIN_TASK_FLOPS", 2_000_000)  # the counts below at 2 MFLOP
     # 57.8 MFLOP: 8 tasks wanted (the most). 8 channel blocks: one each
     eight = split.conv_tasks(_conv_step(128, 32, 28), 16)
     assert len(eight) == 8 and all("rows" not in t.attrs for t in eight)

@@ -75,7 +75,8 @@ def test_outputs_are_bit_identical_for_any_thread_count(isa, monkeypatch):
         np.testing.assert_allclose(outs[0][k], ref[k], rtol=1e-4, atol=1e-4, err_msg=k)
 
 
-def test_the_cost_rule_keeps_small_steps_serial_and_splits_large_ones():
+def test_the_cost_rule_keeps_small_steps_serial_and_splits_large_ones(monkeypatch):
+    monkeypatch.setattr(split, "MIN_TASK_FLOPS", 2_000_000)
     _, code = jit(plan(optimize(import_onnx(_net(), {}), "O2")[0]), threads=2)
     assert not any(s.parts for s in code.plan.steps())  # every step far under 2 MFLOP
     big = model(
@@ -130,10 +131,13 @@ def test_batched_matmuls_split_by_heads_bit_identical_for_any_thread_count(isa, 
     np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
 
 
-def test_softmax_counts_its_exp_in_the_cost_rule():
+def test_softmax_counts_its_exp_in_the_cost_rule(monkeypatch):
     """Attention's Softmax over [1, 4, 128, 128] (65536 exps, about 40 us on one core) splits
-    in two; a LayerNormalization of as many elements (no exp) stays one call."""
+    in two at a 2 MFLOP floor; a LayerNormalization of as many elements (no exp) stays one
+    call."""
     from guard.compiler.codegen.kernel_plan import Operand, Step
+
+    monkeypatch.setattr(split, "MIN_TASK_FLOPS", 2_000_000)
 
     shape = (1, 4, 128, 128)
     x, y = (
