@@ -17,17 +17,12 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
+from guard.emulate.tools import TOOLCHAINS, Toolchain
+
 N = 8
 F32 = ir.FloatType()
 I64 = ir.IntType(64)
 I8P = ir.IntType(8).as_pointer()
-
-TOOLS = ("qemu-aarch64-static", "aarch64-linux-gnu-gcc")
-needs_tools = pytest.mark.skipif(
-    any(shutil.which(t) is None for t in TOOLS),
-    reason="qemu-aarch64-static or aarch64-linux-gnu-gcc not installed (apt-get install -y "
-    "qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross)",
-)
 
 
 def _f32p(b: ir.IRBuilder, ptrs: ir.Value, k: int) -> ir.Value:
@@ -112,3 +107,15 @@ def weights(directory: Path) -> tuple[np.ndarray, np.ndarray]:
     w.tofile(directory / "weights.bin")
     bias.tofile(directory / "packed.bin")
     return w, bias
+
+
+def tools_mark(tc: Toolchain) -> pytest.MarkDecorator:
+    """Skip unless ``tc``'s emulator and cross compiler are installed, naming the packages."""
+    return pytest.mark.skipif(
+        any(shutil.which(t) is None for t in (tc.emulator, tc.compiler)),
+        reason=f"{tc.emulator} or {tc.compiler} not installed (apt-get install -y "
+        f"{tc.emulator_package} {tc.compiler_package} {tc.libc_package})",
+    )
+
+
+needs_tools = tools_mark(TOOLCHAINS["aarch64"])

@@ -9,12 +9,12 @@ roles swap: the artefacts are built for x86_64 and emulated with qemu-x86_64-sta
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from emulate_fakes import tools_mark
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.backends import get_backend
@@ -35,11 +35,7 @@ FOREIGN = {
     "x86_64": "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v2",
 }[OTHER]
 TC = TOOLCHAINS[OTHER]
-needs_tools = pytest.mark.skipif(
-    any(shutil.which(t) is None for t in (TC.emulator, TC.compiler)),
-    reason=f"{TC.emulator} or {TC.compiler} not installed (apt-get install -y "
-    f"{TC.emulator_package} {TC.compiler_package} {TC.libc_package})",
-)
+needs_tools = tools_mark(TC)
 RTOL, ATOL = 1e-4, 1e-5
 
 

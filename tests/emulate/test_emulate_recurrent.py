@@ -8,11 +8,11 @@ would swap (tests/compiler/codegen/test_recurrence*.py cover the host)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from emulate_fakes import tools_mark
 from onnx import TensorProto, helper, numpy_helper
 
 from guard.compiler import import_onnx, optimize, run_reference
@@ -33,11 +33,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.emulated,
     pytest.mark.skipif(host_arch() == "aarch64", reason="the host's tests cover AArch64 here"),
-    pytest.mark.skipif(
-        any(shutil.which(t) is None for t in (TC.emulator, TC.compiler)),
-        reason=f"{TC.emulator} or {TC.compiler} not installed (apt-get install -y "
-        f"{TC.emulator_package} {TC.compiler_package} {TC.libc_package})",
-    ),
+    tools_mark(TC),
 ]
 
 

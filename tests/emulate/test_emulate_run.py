@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from emulate_fakes import tools_mark
 
 from guard.cli.main import main
 from guard.emulate import host_arch
@@ -24,11 +25,7 @@ FOREIGN = {
     "x86_64": "llvm -mtriple=x86_64-linux-gnu -mcpu=x86-64-v2",
 }[OTHER]
 TC = TOOLCHAINS[OTHER]
-needs_tools = pytest.mark.skipif(
-    any(shutil.which(t) is None for t in (TC.emulator, TC.compiler)),
-    reason=f"{TC.emulator} or {TC.compiler} not installed (apt-get install -y "
-    f"{TC.emulator_package} {TC.compiler_package} {TC.libc_package})",
-)
+needs_tools = tools_mark(TC)
 SUITE = f"""schema_version: 1
 suite: xarch
 defaults:
